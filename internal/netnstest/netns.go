@@ -1,0 +1,301 @@
+package netnstest
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"runtime"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+)
+
+// Config describes the pair to build. Zero fields take the defaults.
+type Config struct {
+	MTU    int            // link MTU of both veth ends; default 1500
+	Queues int            // RX and TX queues of each veth end; default 1
+	AddrsA []netip.Prefix // default 10.47.0.1/24 and fd47::1/64
+	AddrsB []netip.Prefix // default 10.47.0.2/24 and fd47::2/64
+}
+
+// End is one side of the pair: a named network namespace holding one veth end.
+type End struct {
+	Namespace string         // name under /var/run/netns, usable with `ip netns exec`
+	Handle    netns.NsHandle // open handle on the namespace
+	Ifname    string         // veth name inside the namespace
+	Ifindex   int            // veth ifindex inside the namespace
+	MAC       net.HardwareAddr
+	Addrs     []netip.Prefix
+}
+
+// Pair is two namespaces joined by a veth pair.
+type Pair struct {
+	A, B   End
+	MTU    int
+	closed bool
+}
+
+var pairSeq atomic.Uint32
+
+// RequireRoot skips the test unless the process runs as root, which creating
+// namespaces, veth pairs, XDP programs and AF_XDP sockets requires.
+func RequireRoot(tb testing.TB) {
+	tb.Helper()
+	if os.Geteuid() != 0 {
+		tb.Skip("needs root (CAP_SYS_ADMIN, CAP_NET_ADMIN, CAP_BPF) to create network namespaces, veth pairs and XDP programs; run the tests as root")
+	}
+}
+
+// NewT builds a pair like New, fails the test on error, and registers
+// Close with t.Cleanup.
+func NewT(tb testing.TB, cfg Config) *Pair {
+	tb.Helper()
+	p, err := New(cfg)
+	if err != nil {
+		tb.Fatalf("netnstest: %v", err)
+	}
+	tb.Cleanup(func() {
+		if err := p.Close(); err != nil {
+			tb.Errorf("netnstest cleanup: %v", err)
+		}
+	})
+	return p
+}
+
+// New creates two namespaces joined by a veth pair, configured as cfg says
+// and with both ends (and loopback) up. On error everything created so far
+// is removed again. The caller must call Close.
+func New(cfg Config) (p *Pair, err error) {
+	if cfg.MTU == 0 {
+		cfg.MTU = 1500
+	}
+	if cfg.Queues == 0 {
+		cfg.Queues = 1
+	}
+	if cfg.AddrsA == nil {
+		cfg.AddrsA = []netip.Prefix{netip.MustParsePrefix("10.47.0.1/24"), netip.MustParsePrefix("fd47::1/64")}
+	}
+	if cfg.AddrsB == nil {
+		cfg.AddrsB = []netip.Prefix{netip.MustParsePrefix("10.47.0.2/24"), netip.MustParsePrefix("fd47::2/64")}
+	}
+	base := fmt.Sprintf("snt%d-%d", os.Getpid(), pairSeq.Add(1))
+	p = &Pair{MTU: cfg.MTU}
+	p.A = End{Namespace: base + "a", Ifname: "veth0", Addrs: cfg.AddrsA, Handle: netns.None()}
+	p.B = End{Namespace: base + "b", Ifname: "veth1", Addrs: cfg.AddrsB, Handle: netns.None()}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, p.Close())
+			p = nil
+		}
+	}()
+	if p.A.Handle, err = newNamed(p.A.Namespace); err != nil {
+		return p, err
+	}
+	if p.B.Handle, err = newNamed(p.B.Namespace); err != nil {
+		return p, err
+	}
+	ha, err := netlink.NewHandleAt(p.A.Handle)
+	if err != nil {
+		return p, fmt.Errorf("netlink handle in %s: %w", p.A.Namespace, err)
+	}
+	defer ha.Close()
+	hb, err := netlink.NewHandleAt(p.B.Handle)
+	if err != nil {
+		return p, fmt.Errorf("netlink handle in %s: %w", p.B.Namespace, err)
+	}
+	defer hb.Close()
+	veth := &netlink.Veth{
+		LinkAttrs: netlink.LinkAttrs{
+			Name: p.A.Ifname, MTU: cfg.MTU,
+			NumTxQueues: cfg.Queues, NumRxQueues: cfg.Queues,
+		},
+		PeerName:        p.B.Ifname,
+		PeerNamespace:   netlink.NsFd(p.B.Handle),
+		PeerMTU:         uint32(cfg.MTU),
+		PeerNumTxQueues: uint32(cfg.Queues),
+		PeerNumRxQueues: uint32(cfg.Queues),
+	}
+	if err := ha.LinkAdd(veth); err != nil {
+		return p, fmt.Errorf("create veth pair %s/%s: %w", p.A.Ifname, p.B.Ifname, err)
+	}
+	sides := []struct {
+		e *End
+		h *netlink.Handle
+	}{{&p.A, ha}, {&p.B, hb}}
+	for _, side := range sides {
+		if err := linkUp(side.h, side.e); err != nil {
+			return p, fmt.Errorf("configure %s in %s: %w", side.e.Ifname, side.e.Namespace, err)
+		}
+	}
+	for _, side := range sides {
+		if err := addAddrs(side.h, side.e); err != nil {
+			return p, fmt.Errorf("configure %s in %s: %w", side.e.Ifname, side.e.Namespace, err)
+		}
+	}
+	return p, nil
+}
+
+func linkUp(h *netlink.Handle, e *End) error {
+	lo, err := h.LinkByName("lo")
+	if err != nil {
+		return err
+	}
+	if err := h.LinkSetUp(lo); err != nil {
+		return fmt.Errorf("loopback up: %w", err)
+	}
+	l, err := h.LinkByName(e.Ifname)
+	if err != nil {
+		return err
+	}
+	e.Ifindex = l.Attrs().Index
+	e.MAC = l.Attrs().HardwareAddr
+	if err := h.LinkSetUp(l); err != nil {
+		return fmt.Errorf("link up: %w", err)
+	}
+	return nil
+}
+
+// addAddrs waits for carrier and then adds the addresses: IPv6 installs the
+// prefix routes of addresses added on a running link at once, instead of
+// after an address-configuration delay that makes the first packets vanish.
+func addAddrs(h *netlink.Handle, e *End) error {
+	var l netlink.Link
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		var err error
+		if l, err = h.LinkByName(e.Ifname); err != nil {
+			return err
+		}
+		if l.Attrs().OperState == netlink.OperUp {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("no carrier after 5s (state %v)", l.Attrs().OperState)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	for _, a := range e.Addrs {
+		na := &netlink.Addr{IPNet: &net.IPNet{
+			IP:   a.Addr().AsSlice(),
+			Mask: net.CIDRMask(a.Bits(), a.Addr().BitLen()),
+		}}
+		if a.Addr().Is6() {
+			na.Flags = unix.IFA_F_NODAD
+		}
+		if err := h.AddrAdd(l, na); err != nil {
+			return fmt.Errorf("add address %v: %w", a, err)
+		}
+	}
+	return nil
+}
+
+// newNamed creates a named namespace without leaving the calling thread in it.
+func newNamed(name string) (netns.NsHandle, error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	orig, err := netns.Get()
+	if err != nil {
+		return netns.None(), fmt.Errorf("current namespace: %w", err)
+	}
+	defer orig.Close()
+	h, err := netns.NewNamed(name)
+	if err != nil {
+		return netns.None(), fmt.Errorf("create namespace %s: %w", name, err)
+	}
+	if err := netns.Set(orig); err != nil {
+		// The thread is stuck in the new namespace; keep it locked so the
+		// runtime discards it instead of reusing it.
+		runtime.LockOSThread()
+		h.Close()
+		return netns.None(), fmt.Errorf("return from namespace %s: %w", name, err)
+	}
+	return h, nil
+}
+
+// Close deletes both namespaces (which destroys the veth pair with them).
+// It is safe to call more than once.
+func (p *Pair) Close() error {
+	if p == nil || p.closed {
+		return nil
+	}
+	p.closed = true
+	var errs []error
+	for _, e := range []*End{&p.A, &p.B} {
+		if e.Handle.IsOpen() {
+			e.Handle.Close()
+		}
+		if err := netns.DeleteNamed(e.Namespace); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("delete namespace %s: %w", e.Namespace, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Do runs fn on an OS thread switched into the end's namespace, and switches
+// back afterwards. Sockets and netlink handles created in fn belong to the
+// namespace for their whole life, whichever goroutine uses them later.
+// fn must not start goroutines that expect to run in the namespace.
+func (e *End) Do(fn func() error) error {
+	runtime.LockOSThread()
+	orig, err := netns.Get()
+	if err != nil {
+		runtime.UnlockOSThread()
+		return fmt.Errorf("current namespace: %w", err)
+	}
+	defer orig.Close()
+	if err := netns.Set(e.Handle); err != nil {
+		runtime.UnlockOSThread()
+		return fmt.Errorf("enter namespace %s: %w", e.Namespace, err)
+	}
+	defer func() {
+		if err := netns.Set(orig); err != nil {
+			// Leave the thread locked: the runtime then terminates it
+			// when this goroutine exits instead of reusing it.
+			return
+		}
+		runtime.UnlockOSThread()
+	}()
+	return fn()
+}
+
+// Command returns a command that runs name with args inside the end's
+// namespace (through `ip netns exec`).
+func (e *End) Command(name string, args ...string) *exec.Cmd {
+	return exec.Command("ip", append([]string{"netns", "exec", e.Namespace, name}, args...)...)
+}
+
+// Addr4 returns the end's first IPv4 address, or the zero Addr.
+func (e *End) Addr4() netip.Addr {
+	for _, a := range e.Addrs {
+		if a.Addr().Is4() {
+			return a.Addr()
+		}
+	}
+	return netip.Addr{}
+}
+
+// Addr6 returns the end's first IPv6 address, or the zero Addr.
+func (e *End) Addr6() netip.Addr {
+	for _, a := range e.Addrs {
+		if a.Addr().Is6() && !a.Addr().Is4In6() {
+			return a.Addr()
+		}
+	}
+	return netip.Addr{}
+}
+
+// Link returns the netlink view of the end's veth, read fresh from its namespace.
+func (e *End) Link() (netlink.Link, error) {
+	h, err := netlink.NewHandleAt(e.Handle)
+	if err != nil {
+		return nil, fmt.Errorf("netlink handle in %s: %w", e.Namespace, err)
+	}
+	defer h.Close()
+	return h.LinkByName(e.Ifname)
+}
