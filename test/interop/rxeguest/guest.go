@@ -1,0 +1,227 @@
+package rxeguest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Config describes one guest boot.
+type Config struct {
+	// Name is the guest's hostname and appears in errors.
+	Name string
+	// Script is run by /bin/sh in the guest (in /tmp) once rxe0 is up. Its
+	// stdout and stderr become Result.Output, its exit status Result.ExitStatus.
+	Script string
+	// NetNS and Tap name a tap device (see Network) the guest's eth0 is
+	// connected to. Without Tap the guest has no network and no rxe0.
+	NetNS, Tap string
+	// MAC of eth0; derived from Addr when nil.
+	MAC net.HardwareAddr
+	// Addr is eth0's address, e.g. 10.77.0.11/24. Required with Tap.
+	Addr netip.Prefix
+	// MTU of eth0; 1500 when zero.
+	MTU int
+	// Netem, when set, is passed to `tc qdisc add dev eth0 root netem`,
+	// e.g. "loss 2%" or "delay 2ms reorder 25% 50%".
+	Netem string
+	// MemoryMiB is the guest's RAM; 512 when zero.
+	MemoryMiB int
+	// Files are extra files placed into the guest (absolute paths).
+	Files map[string][]byte
+}
+
+// Result is what a finished guest reported.
+type Result struct {
+	// Output is the script's stdout and stderr.
+	Output string
+	// ExitStatus is the script's exit status; 255 if guest setup failed.
+	ExitStatus int
+	// Console is the serial console: kernel messages and the init log.
+	Console string
+	// Duration is the wall time from starting qemu to its exit.
+	Duration time.Duration
+}
+
+// SetupFailedStatus is Result.ExitStatus when the guest could not bring up
+// its modules, eth0 or rxe0 before running the script.
+const SetupFailedStatus = 255
+
+const exitMarker = "@@RXEGUEST-EXIT "
+
+// Guest is a running qemu process.
+type Guest struct {
+	cfg     Config
+	cmd     *exec.Cmd
+	dir     string
+	start   time.Time
+	done    chan struct{}
+	waitErr error
+	qemuErr bytes.Buffer
+}
+
+// Boot runs a guest to completion: see Start and Wait.
+func Boot(ctx context.Context, img *Image, cfg Config) (*Result, error) {
+	g, err := Start(ctx, img, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return g.Wait()
+}
+
+// Start launches qemu (TCG) for cfg. Cancelling ctx kills the guest.
+func Start(ctx context.Context, img *Image, cfg Config) (*Guest, error) {
+	if cfg.Name == "" {
+		cfg.Name = "rxeguest"
+	}
+	if cfg.Tap != "" && !cfg.Addr.IsValid() {
+		return nil, fmt.Errorf("guest %s: a tap needs an address", cfg.Name)
+	}
+	if cfg.MAC == nil && cfg.Addr.IsValid() {
+		cfg.MAC = MACFor(cfg.Addr.Addr())
+	}
+	if cfg.MemoryMiB == 0 {
+		cfg.MemoryMiB = 512
+	}
+	qemu, err := exec.LookPath("qemu-system-x86_64")
+	if err != nil {
+		return nil, fmt.Errorf("guest %s: %w (apt-get install qemu-system-x86)", cfg.Name, err)
+	}
+	dir, err := os.MkdirTemp("", "rxeguest-"+cfg.Name+"-")
+	if err != nil {
+		return nil, fmt.Errorf("guest %s: %w", cfg.Name, err)
+	}
+	initrd := filepath.Join(dir, "initrd.cpio")
+	if err := writeInitrd(img, cfg, initrd); err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("guest %s: %w", cfg.Name, err)
+	}
+	args := []string{
+		"-accel", "tcg", "-machine", "pc", "-cpu", "max", "-smp", "1",
+		"-m", strconv.Itoa(cfg.MemoryMiB),
+		"-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
+		"-kernel", img.Kernel, "-initrd", initrd,
+		"-append", "console=ttyS0 panic=-1 loglevel=4 mitigations=off",
+		"-serial", "file:" + filepath.Join(dir, "console.log"),
+		"-serial", "file:" + filepath.Join(dir, "output.log"),
+		"-device", "virtio-rng-pci",
+	}
+	if cfg.Tap != "" {
+		args = append(args,
+			"-netdev", "tap,id=n0,ifname="+cfg.Tap+",script=no,downscript=no",
+			"-device", "virtio-net-pci,netdev=n0,mac="+cfg.MAC.String())
+	}
+	var cmd *exec.Cmd
+	if cfg.NetNS != "" {
+		// The tap lives in the namespace; qemu must open it from there.
+		cmd = exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", cfg.NetNS, qemu}, args...)...)
+	} else {
+		cmd = exec.CommandContext(ctx, qemu, args...)
+	}
+	g := &Guest{cfg: cfg, cmd: cmd, dir: dir, done: make(chan struct{})}
+	cmd.Stdout = io.Discard
+	cmd.Stderr = &g.qemuErr
+	cmd.WaitDelay = 5 * time.Second
+	g.start = time.Now()
+	if err := cmd.Start(); err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("guest %s: start qemu: %w", cfg.Name, err)
+	}
+	go func() {
+		g.waitErr = cmd.Wait()
+		close(g.done)
+	}()
+	return g, nil
+}
+
+// Wait waits for the guest to power off and returns what it reported. An
+// error means the guest did not finish its script (qemu failed, the kernel
+// panicked, or the context ended); the Result then still holds the logs.
+func (g *Guest) Wait() (*Result, error) {
+	<-g.done
+	defer os.RemoveAll(g.dir)
+	res := &Result{Duration: time.Since(g.start)}
+	console, _ := os.ReadFile(filepath.Join(g.dir, "console.log"))
+	output, _ := os.ReadFile(filepath.Join(g.dir, "output.log"))
+	res.Console = strings.ReplaceAll(string(console), "\r\n", "\n")
+	out := strings.ReplaceAll(string(output), "\r\n", "\n")
+	i := strings.LastIndex(out, exitMarker)
+	if i < 0 {
+		res.Output = out
+		return res, fmt.Errorf("guest %s did not finish its script (qemu: %v %s); console tail:\n%s",
+			g.cfg.Name, g.waitErr, strings.TrimSpace(g.qemuErr.String()), tail(res.Console, 2000))
+	}
+	status, err := strconv.Atoi(strings.TrimSpace(strings.SplitN(out[i+len(exitMarker):], "\n", 2)[0]))
+	if err != nil {
+		return res, fmt.Errorf("guest %s: bad exit marker: %w", g.cfg.Name, err)
+	}
+	res.Output = strings.TrimSuffix(out[:i], "\n")
+	res.ExitStatus = status
+	if g.waitErr != nil {
+		var exitErr *exec.ExitError
+		if !errors.As(g.waitErr, &exitErr) {
+			return res, fmt.Errorf("guest %s: qemu: %w", g.cfg.Name, g.waitErr)
+		}
+	}
+	return res, nil
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+// MACFor derives a locally administered MAC from an IPv4 address, so each
+// guest address has a stable, distinct MAC.
+func MACFor(addr netip.Addr) net.HardwareAddr {
+	a := addr.As16()
+	return net.HardwareAddr{0x52, 0x54, a[12], a[13], a[14], a[15]}
+}
+
+// writeInitrd writes the image's initramfs followed by a second archive
+// holding this boot's script and settings; the kernel unpacks both.
+func writeInitrd(img *Image, cfg Config, path string) error {
+	base, err := os.ReadFile(img.Initramfs)
+	if err != nil {
+		return fmt.Errorf("read initramfs: %w", err)
+	}
+	var env strings.Builder
+	fmt.Fprintf(&env, "GUEST_NAME=%s\n", shellQuote(cfg.Name))
+	if cfg.Tap != "" {
+		fmt.Fprintf(&env, "GUEST_ADDR=%s\n", shellQuote(cfg.Addr.String()))
+		if cfg.MTU != 0 {
+			fmt.Fprintf(&env, "GUEST_MTU=%d\n", cfg.MTU)
+		}
+		fmt.Fprintf(&env, "GUEST_NETEM=%s\n", shellQuote(cfg.Netem))
+	}
+	tr := newTree()
+	tr.File("etc/guest.env", 0o644, []byte(env.String()))
+	tr.File("script.sh", 0o755, []byte(cfg.Script))
+	for name, data := range cfg.Files {
+		tr.File(name, 0o644, data)
+	}
+	var extra bytes.Buffer
+	if err := tr.Write(&extra); err != nil {
+		return err
+	}
+	if err := os.WriteFile(path, append(base, extra.Bytes()...), 0o644); err != nil {
+		return fmt.Errorf("write initrd: %w", err)
+	}
+	return nil
+}
+
+func shellQuote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}

@@ -1,0 +1,56 @@
+#!/bin/sh
+# /init of the rxeguest initramfs: set up rxe0 on eth0, run /script.sh with
+# its output on the second serial port, report its exit status, power off.
+export PATH=/usr/bin:/bin
+export HOME=/root
+/bin/busybox --install -s /bin
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev
+mkdir -p /dev/pts /dev/shm /tmp /run /root
+mount -t devpts devpts /dev/pts
+mount -t tmpfs tmpfs /tmp
+mount -t tmpfs tmpfs /dev/shm
+OUT=/dev/ttyS1
+
+finish() {
+	printf '\n@@RXEGUEST-EXIT %s\n' "$1" >$OUT
+	poweroff -f
+	sleep 10
+}
+
+fail() {
+	echo "rxeguest: setup failed: $*"
+	echo "rxeguest: setup failed: $*" >$OUT
+	finish 255
+}
+
+. /etc/guest.env
+hostname "${GUEST_NAME:-rxeguest}"
+
+while read -r mod; do
+	insmod "/lib/modules/rxeguest/$mod.ko" || fail "insmod $mod"
+done </lib/modules/rxeguest/order
+
+ip link set lo up || fail "lo up"
+if [ -n "$GUEST_ADDR" ]; then
+	[ -e /sys/class/net/eth0 ] || fail "no eth0"
+	ip link set eth0 mtu "${GUEST_MTU:-1500}" up || fail "eth0 up"
+	ip addr add "$GUEST_ADDR" dev eth0 || fail "eth0 address $GUEST_ADDR"
+	if [ -n "$GUEST_NETEM" ]; then
+		tc qdisc add dev eth0 root netem $GUEST_NETEM || fail "netem $GUEST_NETEM"
+	fi
+	rdma link add rxe0 type rxe netdev eth0 || fail "rdma link add rxe0"
+	# rxe0's port follows eth0's carrier; wait until it is usable.
+	i=0
+	until grep -q ACTIVE /sys/class/infiniband/rxe0/ports/1/state 2>/dev/null; do
+		i=$((i + 1))
+		[ $i -gt 100 ] && fail "rxe0 port not ACTIVE: $(cat /sys/class/infiniband/rxe0/ports/1/state)"
+		sleep 0.1
+	done
+	echo "rxeguest: rxe0 up on eth0 $GUEST_ADDR"
+fi
+
+cd /tmp
+sh /script.sh </dev/null >$OUT 2>&1
+finish $?
