@@ -1,0 +1,20 @@
+// Package ibtransport implements the InfiniBand transport layer that softnic
+// speaks inside RoCEv2 frames: typed views over the transport headers (BTH,
+// RETH, AETH, AtomicETH, AtomicAckETH, ImmDt, IETH, DETH), the opcode table,
+// 24-bit PSN arithmetic, AETH syndromes, and the reliable-connected protocol
+// engine split, as in Linux rxe, into requester, responder and completer.
+//
+// The package knows nothing of Ethernet, IP or UDP: it sees IB packets that
+// start with the BTH and end before the ICRC, and GIDs. Package roce wraps
+// and unwraps them.
+//
+// Header views follow gVisor's tcpip/header: a header is a named []byte and
+// its fields are read and written in place by methods, so parsing a packet
+// copies and allocates nothing:
+//
+//	var p ibtransport.Packet
+//	if err := ibtransport.ParsePacket(ib, &p); err != nil {
+//		return err // errors.Is(err, ibtransport.ErrTruncated), ...
+//	}
+//	fmt.Println(p.BTH.Opcode(), p.BTH.DestQPN(), p.BTH.PSN(), len(p.Payload))
+package ibtransport

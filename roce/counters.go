@@ -1,0 +1,51 @@
+package roce
+
+import (
+	"errors"
+	"sync/atomic"
+
+	"github.com/softnic/softnic/ibtransport"
+)
+
+// RxCounters counts received frames by what became of them. A device keeps
+// one set; the fields are atomics so they can be read while packets flow.
+type RxCounters struct {
+	Good         atomic.Uint64 // RoCEv2 frames that parsed, with a good ICRC
+	NotRoCE      atomic.Uint64 // frames that were something else
+	Truncated    atomic.Uint64
+	BadIPHeader  atomic.Uint64
+	IPOptions    atomic.Uint64
+	Fragments    atomic.Uint64
+	BadUDPLength atomic.Uint64
+	BadICRC      atomic.Uint64
+	BadIBHeader  atomic.Uint64 // bad transport version, opcode or pad count
+	OtherErrors  atomic.Uint64
+}
+
+// Count records the outcome of parsing one frame: err is what ParseFrame or
+// ibtransport.ParsePacket returned, nil for a good frame.
+func (c *RxCounters) Count(err error) {
+	switch {
+	case err == nil:
+		c.Good.Add(1)
+	case errors.Is(err, ErrNotRoCE):
+		c.NotRoCE.Add(1)
+	case errors.Is(err, ErrTruncated), errors.Is(err, ibtransport.ErrTruncated):
+		c.Truncated.Add(1)
+	case errors.Is(err, ErrBadIPHeader), errors.Is(err, ErrAddressFamily):
+		c.BadIPHeader.Add(1)
+	case errors.Is(err, ErrIPOptions):
+		c.IPOptions.Add(1)
+	case errors.Is(err, ErrFragment):
+		c.Fragments.Add(1)
+	case errors.Is(err, ErrBadUDPLength):
+		c.BadUDPLength.Add(1)
+	case errors.Is(err, ErrBadICRC):
+		c.BadICRC.Add(1)
+	case errors.Is(err, ibtransport.ErrBadVersion), errors.Is(err, ibtransport.ErrUnknownOpcode),
+		errors.Is(err, ibtransport.ErrBadPadCount), errors.Is(err, ibtransport.ErrUnexpectedPayload):
+		c.BadIBHeader.Add(1)
+	default:
+		c.OtherErrors.Add(1)
+	}
+}

@@ -1,0 +1,14 @@
+// Package roce carries InfiniBand transport packets in RoCEv2 frames:
+// Ethernet (optionally 802.1Q tagged), IPv4 or IPv6, UDP to port 4791, the
+// IB packet, and the invariant CRC (ICRC) of IBA Annex 17.
+//
+// ParseFrame checks a received frame's encapsulation and ICRC and returns
+// views of its fields and of the IB packet inside, for package ibtransport to
+// parse. Encap builds the headers around an IB packet written in place. Both
+// work on caller-owned buffers and allocate nothing, so they sit on the
+// per-packet path.
+//
+// The package also holds RoCEv2 GIDs (IP addresses in GID form), the UDP
+// source port a queue pair uses, and the device that joins a link to the
+// transport.
+package roce
