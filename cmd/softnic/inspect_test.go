@@ -1,0 +1,121 @@
+package main
+
+import (
+	"bytes"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/internal/pcapfile"
+	"github.com/softnic/softnic/roce"
+)
+
+func roceFrame(t testing.TB, op ibtransport.Opcode, size int) []byte {
+	e := roce.Encap{
+		SrcMAC: [6]byte{2, 0, 0, 0, 0, 1}, DstMAC: [6]byte{2, 0, 0, 0, 0, 2},
+		Src: netip.MustParseAddr("10.1.0.1"), Dst: netip.MustParseAddr("10.1.0.2"),
+		HopLimit: 64, SrcPort: roce.SourcePort(0x12),
+	}
+	b := make([]byte, 9000)
+	var p ibtransport.Packet
+	n, err := ibtransport.LayoutPacket(b[e.HeaderLen():], op, size, &p)
+	require.NoError(t, err)
+	p.BTH.SetDestQPN(0x12)
+	p.BTH.SetPSN(77)
+	if p.RETH != nil {
+		p.RETH.SetVA(0x1000)
+		p.RETH.SetRKey(0xabcd)
+		p.RETH.SetDMALength(uint32(size))
+	}
+	if p.AETH != nil {
+		p.AETH.SetSyndrome(ibtransport.ACKSyndrome(ibtransport.UnlimitedCredits))
+	}
+	n, err = e.Finish(b, n)
+	require.NoError(t, err)
+	return b[:n]
+}
+
+func writeCapture(t *testing.T, frames ...[]byte) string {
+	path := filepath.Join(t.TempDir(), "c.pcap")
+	f, err := os.Create(path)
+	require.NoError(t, err)
+	w, err := pcapfile.NewWriter(f)
+	require.NoError(t, err)
+	for _, fr := range frames {
+		require.NoError(t, w.WritePacket(time.Unix(0, 0), fr))
+	}
+	require.NoError(t, f.Close())
+	return path
+}
+
+func runCmd(args ...string) (int, string, string) {
+	var out, errOut bytes.Buffer
+	code := run(args, &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+func TestInspectGoodCapture(t *testing.T) {
+	arp := make([]byte, 42)
+	arp[12], arp[13] = 0x08, 0x06
+	path := writeCapture(t,
+		roceFrame(t, ibtransport.OpRCWriteOnly, 100),
+		arp,
+		roceFrame(t, ibtransport.OpRCAcknowledge, 0),
+	)
+	code, out, _ := runCmd("inspect", path)
+	assert.Equal(t, 0, code, out)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	require.Len(t, lines, 3)
+	assert.Contains(t, lines[0], "10.1.0.1:")
+	assert.Contains(t, lines[0], "RC_RDMA_WRITE_ONLY qp=0x000012 psn=77")
+	assert.Contains(t, lines[0], "va=0x1000 rkey=0x0000abcd len=100")
+	assert.Contains(t, lines[0], "payload=100")
+	assert.Contains(t, lines[0], "ok")
+	assert.Contains(t, lines[1], "RC_ACKNOWLEDGE")
+	assert.Contains(t, lines[1], "ACK credits=31")
+	assert.Equal(t, "3 frames: 2 RoCEv2 (2 good, 0 bad), 1 other", lines[2])
+}
+
+func TestInspectBadICRC(t *testing.T) {
+	bad := roceFrame(t, ibtransport.OpRCSendOnly, 64)
+	bad[60] ^= 0x10
+	path := writeCapture(t, roceFrame(t, ibtransport.OpRCSendOnly, 64), bad)
+	code, out, _ := runCmd("inspect", path)
+	assert.Equal(t, 1, code)
+	assert.Contains(t, out, "BAD")
+	assert.Contains(t, out, "(1 good, 1 bad)")
+}
+
+func TestInspectUnreadable(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "junk")
+	require.NoError(t, os.WriteFile(path, []byte("this is not a pcap"), 0o644))
+	code, _, errOut := runCmd("inspect", path)
+	assert.Equal(t, 2, code)
+	assert.Contains(t, errOut, "malformed capture")
+	code, _, _ = runCmd("inspect", filepath.Join(t.TempDir(), "missing.pcap"))
+	assert.Equal(t, 2, code)
+	code, _, _ = runCmd("inspect")
+	assert.Equal(t, 2, code)
+}
+
+func FuzzInspect(f *testing.F) {
+	var buf bytes.Buffer
+	w, _ := pcapfile.NewWriter(&buf)
+	_ = w.WritePacket(time.Unix(0, 0), roceFrame(f, ibtransport.OpRCReadResponseFirst, 32))
+	_ = w.WritePacket(time.Unix(0, 0), roceFrame(f, ibtransport.OpRCCompareSwap, 0))
+	f.Add(buf.Bytes())
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var out bytes.Buffer
+		sum, err := inspect(bytes.NewReader(b), &out)
+		if err == nil && sum.Good+sum.Bad != sum.RoCE {
+			t.Fatalf("summary does not add up: %+v", sum)
+		}
+	})
+}
