@@ -1,0 +1,44 @@
+# softnic: build, test, generate, benchmark.
+# Integration tests (XDP, AF_XDP, namespaces, the rxe guest) need root; as
+# another user they skip and say what they need.
+
+GO ?= go
+PKGS := ./...
+BIN := bin/softnic
+
+.PHONY: all build test test-short generate bench lint fuzz demo clean
+
+all: build
+
+build:
+	$(GO) build -o $(BIN) ./cmd/softnic
+
+# The whole suite: unit, fault-injection, integration (root) and interop (root + qemu).
+test:
+	$(GO) test -count=1 -timeout 30m $(PKGS)
+
+# Unit tests only, quick.
+test-short:
+	$(GO) test -short -count=1 $(PKGS)
+
+# Rebuild the eBPF objects and their Go bindings (needs clang and libbpf-dev).
+generate:
+	$(GO) generate ./bpf/...
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem ./ibtransport/... ./roce/... ./verbs/...
+
+lint:
+	$(GO) vet $(PKGS)
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+# A short fuzzing pass over every parser.
+FUZZTIME ?= 20s
+fuzz:
+	$(GO) test -run '^$$' -fuzz '^FuzzParsePacket$$' -fuzztime $(FUZZTIME) ./ibtransport
+	$(GO) test -run '^$$' -fuzz '^FuzzParseFrame$$' -fuzztime $(FUZZTIME) ./roce
+	$(GO) test -run '^$$' -fuzz '^FuzzReader$$' -fuzztime $(FUZZTIME) ./internal/pcapfile
+	$(GO) test -run '^$$' -fuzz '^FuzzInspect$$' -fuzztime $(FUZZTIME) ./cmd/softnic
+
+clean:
+	rm -rf bin
