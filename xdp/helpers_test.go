@@ -1,0 +1,186 @@
+package xdp
+
+import (
+	"encoding/binary"
+	"net"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/softnic/softnic/bpf"
+	"github.com/softnic/softnic/internal/netnstest"
+)
+
+// udpFrame writes an Ethernet/IP/UDP frame to port 4791 of total length
+// size into b and returns it. The payload is a pattern seeded by seq so the
+// receiver can check every byte.
+func udpFrame(b []byte, size int, srcMAC, dstMAC net.HardwareAddr, src, dst netip.Addr, seq uint32) []byte {
+	b = b[:size]
+	copy(b[0:6], dstMAC)
+	copy(b[6:12], srcMAC)
+	var l4 int
+	if dst.Is4() {
+		binary.BigEndian.PutUint16(b[12:], 0x0800)
+		ip := b[14:34]
+		ip[0] = 0x45
+		ip[1] = 0
+		binary.BigEndian.PutUint16(ip[2:], uint16(size-14))
+		binary.BigEndian.PutUint16(ip[4:], 0)
+		binary.BigEndian.PutUint16(ip[6:], 0x4000) // DF
+		ip[8] = 64
+		ip[9] = 17
+		ip[10], ip[11] = 0, 0
+		s4, d4 := src.As4(), dst.As4()
+		copy(ip[12:16], s4[:])
+		copy(ip[16:20], d4[:])
+		binary.BigEndian.PutUint16(ip[10:], checksum(ip))
+		l4 = 34
+	} else {
+		binary.BigEndian.PutUint16(b[12:], 0x86dd)
+		ip := b[14:54]
+		binary.BigEndian.PutUint32(ip[0:], 6<<28)
+		binary.BigEndian.PutUint16(ip[4:], uint16(size-54))
+		ip[6] = 17
+		ip[7] = 64
+		s16, d16 := src.As16(), dst.As16()
+		copy(ip[8:24], s16[:])
+		copy(ip[24:40], d16[:])
+		l4 = 54
+	}
+	udp := b[l4 : l4+8]
+	binary.BigEndian.PutUint16(udp[0:], 0xc000)
+	binary.BigEndian.PutUint16(udp[2:], 4791)
+	binary.BigEndian.PutUint16(udp[4:], uint16(size-l4))
+	binary.BigEndian.PutUint16(udp[6:], 0) // RoCEv2 sends UDP checksum 0
+	pay := b[l4+8:]
+	binary.BigEndian.PutUint32(pay, seq)
+	for i := 4; i < len(pay); i++ {
+		pay[i] = byte(uint32(i)*7 + seq)
+	}
+	return b
+}
+
+func checksum(b []byte) uint16 {
+	var sum uint32
+	for i := 0; i+1 < len(b); i += 2 {
+		sum += uint32(binary.BigEndian.Uint16(b[i:]))
+	}
+	for sum>>16 != 0 {
+		sum = sum&0xffff + sum>>16
+	}
+	return ^uint16(sum)
+}
+
+// side is one namespace with the steering program attached and one AF_XDP
+// socket on queue 0.
+type side struct {
+	end  *netnstest.End
+	prog *bpf.Program
+	sock *Socket
+}
+
+func setupSide(t *testing.T, e *netnstest.End, cfg Config) *side {
+	t.Helper()
+	s := &side{end: e}
+	err := e.Do(func() (err error) {
+		if s.prog, err = bpf.Attach(e.Ifname, bpf.ModeAuto); err != nil {
+			return err
+		}
+		if s.sock, err = Open(e.Ifindex, 0, cfg); err != nil {
+			s.prog.Close()
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		s.sock.Close()
+		s.prog.Close()
+	})
+	for _, a := range e.Addrs {
+		if err := s.prog.AddAddr(a.Addr()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.prog.SetSocket(0, s.sock.FD()); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// sendFrame copies frame into as many transmit frames as it needs and
+// queues them, retrying while the rings are full.
+func sendFrame(t *testing.T, s *Socket, frame []byte) {
+	t.Helper()
+	var descs [8]Desc
+	n := 0
+	for off := 0; off < len(frame); n++ {
+		var d Desc
+		var buf []byte
+		var ok bool
+		for deadline := time.Now().Add(2 * time.Second); ; {
+			if d, buf, ok = s.NextTxFrame(); ok {
+				break
+			}
+			if err := s.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("no free transmit frame for 2s")
+			}
+		}
+		c := copy(buf, frame[off:])
+		off += c
+		d.Len = uint32(c)
+		d.SetMore(off < len(frame))
+		descs[n] = d
+	}
+	for sent := 0; sent < n; {
+		k, err := s.Transmit(descs[sent:n])
+		if err != nil {
+			t.Fatal(err)
+		}
+		sent += k
+		if err := s.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// receiveFrames collects n packets (reassembling multi-buffer ones) or
+// fails after timeout.
+func receiveFrames(t *testing.T, s *Socket, n int, timeout time.Duration) [][]byte {
+	t.Helper()
+	var out [][]byte
+	var cur []byte
+	descs := make([]Desc, 64)
+	deadline := time.Now().Add(timeout)
+	for len(out) < n {
+		k := s.Receive(descs)
+		if k == 0 {
+			if time.Now().After(deadline) {
+				st, _ := s.Stats()
+				t.Fatalf("received %d of %d packets; stats %+v", len(out), n, st)
+			}
+			s.Wait(10*time.Millisecond, -1)
+			continue
+		}
+		for _, d := range descs[:k] {
+			b := s.Frame(d)
+			if b == nil {
+				t.Fatalf("descriptor %+v outside the UMEM", d)
+			}
+			cur = append(cur, b...)
+			if !d.More() {
+				out = append(out, cur)
+				cur = nil
+			}
+		}
+		if err := s.Release(descs[:k]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return out
+}

@@ -1,0 +1,200 @@
+package xdp
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/softnic/softnic/internal/netnstest"
+)
+
+func TestExchange(t *testing.T) {
+	netnstest.RequireRoot(t)
+	for _, tc := range []struct {
+		name  string
+		mtu   int
+		multi bool
+		sizes []int
+	}{
+		// IB MTU 1024 needs 1024 + headers on a 1500-byte link.
+		{"mtu1500", 1500, false, []int{70, 1024 + 58 + 4, 1514}},
+		// IB MTU 4096 needs multi-buffer frames on a 9000-byte link.
+		{"mtu9000-multibuffer", 9000, true, []int{70, 1514, 4096 + 58 + 4 + 16, 9014}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pair := netnstest.NewT(t, netnstest.Config{MTU: tc.mtu})
+			// 1024 receive frames hold all 200 packets of 3 chunks each until read.
+			cfg := Config{NumFrames: 2048, MultiBuffer: tc.multi}
+			a := setupSide(t, &pair.A, cfg)
+			b := setupSide(t, &pair.B, cfg)
+			if a.sock.ZeroCopy() {
+				t.Log("socket is zero-copy")
+			}
+
+			const perSize = 200
+			for _, dst := range []netip.Addr{pair.B.Addr4(), pair.B.Addr6()} {
+				src := pair.A.Addr4()
+				if dst.Is6() {
+					src = pair.A.Addr6()
+				}
+				for _, size := range tc.sizes {
+					buf := make([]byte, size)
+					for i := 0; i < perSize; i++ {
+						sendFrame(t, a.sock, udpFrame(buf, size, pair.A.MAC, pair.B.MAC, src, dst, uint32(i)))
+					}
+					got := receiveFrames(t, b.sock, perSize, 5*time.Second)
+					for i, g := range got {
+						want := udpFrame(buf, size, pair.A.MAC, pair.B.MAC, src, dst, uint32(i))
+						if !bytes.Equal(g, want) {
+							t.Fatalf("%v size %d packet %d: got %d bytes (seq %d), want %d bytes",
+								dst, size, i, len(g), binary.BigEndian.Uint32(g[len(g)-size+42:]), len(want))
+						}
+					}
+				}
+			}
+			// And back, so both directions are exercised.
+			buf := make([]byte, 1000)
+			for i := 0; i < 50; i++ {
+				sendFrame(t, b.sock, udpFrame(buf, 1000, pair.B.MAC, pair.A.MAC, pair.B.Addr4(), pair.A.Addr4(), uint32(i)))
+			}
+			if got := receiveFrames(t, a.sock, 50, 5*time.Second); len(got) != 50 {
+				t.Fatalf("got %d packets back", len(got))
+			}
+
+			// Non-RoCE traffic still reaches the kernel on the same veth.
+			for _, dst := range []netip.Addr{pair.B.Addr4(), pair.B.Addr6()} {
+				if err := pair.A.Ping(dst, 2*time.Second); err != nil {
+					t.Error(err)
+				}
+			}
+			if err := netnstest.TCPEcho(&pair.B, &pair.A, pair.B.Addr4(), bytes.Repeat([]byte("tcp"), 100000), 5*time.Second); err != nil {
+				t.Error(err)
+			}
+
+			ps, err := b.prog.Stats()
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantSteered := uint64(2 * perSize * len(tc.sizes))
+			if ps.Steered != wantSteered || ps.PassNotRoCE == 0 {
+				t.Errorf("program counters %+v: want %d steered and some passed", ps, wantSteered)
+			}
+			ss, err := b.sock.Stats()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ss.RxDropped != 0 || ss.RxInvalidDescs != 0 || ss.OwnershipErrors != 0 || ss.RxPackets != wantSteered {
+				t.Errorf("socket stats %+v", ss)
+			}
+			t.Logf("receiver: %+v", ss)
+		})
+	}
+}
+
+func TestOpenErrors(t *testing.T) {
+	netnstest.RequireRoot(t)
+	pair := netnstest.NewT(t, netnstest.Config{})
+	open := func(ifindex, queue int, cfg Config) (*Socket, error) {
+		var s *Socket
+		err := pair.A.Do(func() (err error) { s, err = Open(ifindex, queue, cfg); return err })
+		return s, err
+	}
+	small := Config{NumFrames: 64}
+	for _, tc := range []struct {
+		name    string
+		ifindex int
+		queue   int
+		cfg     Config
+		want    error
+	}{
+		{"missing interface", 4242, 0, small, ErrNoInterface},
+		{"missing queue", pair.A.Ifindex, 7, small, ErrNoQueue},
+		{"frame size", pair.A.Ifindex, 0, Config{FrameSize: 1000}, ErrConfig},
+		{"UMEM beyond any limit", pair.A.Ifindex, 0, Config{NumFrames: 1 << 30}, ErrUMEM},
+		{"UMEM beyond memory", pair.A.Ifindex, 0, Config{NumFrames: 1 << 26}, ErrUMEM}, // 256 GiB
+		{"zero-copy on veth", pair.A.Ifindex, 0, Config{NumFrames: 64, Mode: ModeZeroCopy}, ErrNoZeroCopy},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := open(tc.ifindex, tc.queue, tc.cfg)
+			if err == nil {
+				s.Close()
+			}
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("got %v, want %v", err, tc.want)
+			}
+			t.Logf("error shown: %v", err)
+		})
+	}
+	t.Run("queue taken", func(t *testing.T) {
+		s, err := open(pair.A.Ifindex, 0, small)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		s2, err := open(pair.A.Ifindex, 0, small)
+		if err == nil {
+			s2.Close()
+		}
+		if !errors.Is(err, ErrQueueBusy) {
+			t.Fatalf("got %v, want ErrQueueBusy", err)
+		}
+	})
+}
+
+func TestFrameOwnership(t *testing.T) {
+	netnstest.RequireRoot(t)
+	pair := netnstest.NewT(t, netnstest.Config{})
+	var s *Socket
+	if err := pair.A.Do(func() (err error) { s, err = Open(pair.A.Ifindex, 0, Config{NumFrames: 8}); return err }); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	seen := map[uint64]bool{}
+	var held []Desc
+	for {
+		d, buf, ok := s.NextTxFrame()
+		if !ok {
+			break
+		}
+		if seen[d.Addr] {
+			t.Fatalf("frame %#x handed out twice", d.Addr)
+		}
+		seen[d.Addr] = true
+		if len(buf) != s.FrameSize() {
+			t.Fatalf("frame buffer %d bytes", len(buf))
+		}
+		held = append(held, d)
+	}
+	if len(held) != 4 {
+		t.Fatalf("%d transmit frames, want 4", len(held))
+	}
+	if err := s.FreeTxFrame(held[0]); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.FreeTxFrame(held[0]); !errors.Is(err, ErrFrameOwnership) {
+		t.Fatalf("double free: %v", err)
+	}
+	// A receive frame the caller never got cannot be released.
+	if err := s.Release([]Desc{{Addr: 0}}); !errors.Is(err, ErrFrameOwnership) {
+		t.Fatalf("release of a fill-ring frame: %v", err)
+	}
+	// Nor can a transmit frame go out twice.
+	held[1].Len = 60
+	if n, err := s.Transmit(held[1:2]); n != 1 || err != nil {
+		t.Fatalf("transmit: %d, %v", n, err)
+	}
+	if n, err := s.Transmit(held[1:2]); n != 0 || !errors.Is(err, ErrFrameOwnership) {
+		t.Fatalf("second transmit of one frame: %d, %v", n, err)
+	}
+	// A descriptor running past its chunk is refused.
+	held[2].Len = uint32(s.FrameSize() + 1)
+	if _, err := s.Transmit(held[2:3]); !errors.Is(err, ErrFrameOwnership) {
+		t.Fatalf("oversized descriptor: %v", err)
+	}
+	if s.Frame(Desc{Addr: 1 << 40, Len: 10}) != nil {
+		t.Fatal("Frame outside the UMEM returned memory")
+	}
+}
