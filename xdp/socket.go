@@ -133,6 +133,7 @@ const (
 	ownFreeTx                // on the free transmit stack
 	ownAppTx                 // handed out by NextTxFrame
 	ownKernelTx              // on the TX or completion ring
+	ownFreeRx                // released by the application, waiting for fill-ring space
 )
 
 // Socket is one AF_XDP socket bound to one receive queue, with its own
@@ -147,6 +148,7 @@ type Socket struct {
 	frameMask uint64
 	owner     []uint8 // per chunk, own* constants
 	freeTx    []uint64
+	freeRx    []uint64 // released receive frames not yet on the fill ring
 	fill      addrRing
 	comp      addrRing
 	rx        descRing
@@ -173,7 +175,7 @@ type Stats struct {
 	RxDropped, RxInvalidDescs, TxInvalidDescs uint64
 	RxRingFull, RxFillRingEmpty, TxRingEmpty  uint64
 	FillPending, TxPending                    uint32 // entries the kernel has not consumed yet
-	FreeTxFrames                              int
+	FreeTxFrames, FreeRxFrames                int    // frames waiting on our side
 }
 
 // Open creates an AF_XDP socket on receive queue queue of the interface
@@ -226,9 +228,10 @@ func (s *Socket) open() error {
 
 	rxFrames := cfg.NumFrames / 2
 	txFrames := cfg.NumFrames - rxFrames
-	// The fill ring holds every receive frame and the completion ring
-	// every transmit frame, so returning frames never finds them full.
-	fillSize, compSize := rxFrames, txFrames
+	// The fill ring is twice the receive frames, because the kernel
+	// publishes its consumer index lazily; the completion ring holds every
+	// transmit frame (the kernel reserves a slot before sending).
+	fillSize, compSize := 2*rxFrames, txFrames
 	for _, o := range []struct {
 		name string
 		opt  int
@@ -288,6 +291,7 @@ func (s *Socket) open() error {
 		s.owner[i] = ownKernelRx
 	}
 	s.fill.prodSubmit(uint32(rxFrames))
+	s.freeRx = make([]uint64, 0, rxFrames)
 	s.freeTx = make([]uint64, 0, txFrames)
 	for i := cfg.NumFrames - 1; i >= rxFrames; i-- {
 		s.freeTx = append(s.freeTx, uint64(i*cfg.FrameSize))
@@ -396,6 +400,7 @@ func (s *Socket) Receive(descs []Desc) int {
 	if s.closed {
 		return 0
 	}
+	s.refill()
 	avail := s.rx.consAvail()
 	if avail == 0 {
 		if s.cfg.BusyPoll || s.fill.needWakeup() {
@@ -440,28 +445,45 @@ func (s *Socket) Release(descs []Desc) error {
 	if s.closed {
 		return ErrClosed
 	}
-	free := s.fill.prodFree(uint32(len(descs)))
-	var n uint32
-	var bad int
+	bad := 0
 	for _, d := range descs {
 		c, ok := s.chunk(d.Addr)
-		if !ok || s.owner[c] != ownAppRx || n == free {
+		if !ok || s.owner[c] != ownAppRx {
 			bad++
 			continue
 		}
-		s.owner[c] = ownKernelRx
-		s.fill.addrs[(s.fill.cachedProd+n)&s.fill.mask] = d.Addr & s.frameMask
-		n++
+		s.owner[c] = ownFreeRx
+		s.freeRx = append(s.freeRx, d.Addr&s.frameMask)
 	}
-	s.fill.prodSubmit(n)
-	if s.fill.needWakeup() {
-		s.wakeRx()
-	}
+	s.refill()
 	if bad > 0 {
 		s.counters.OwnershipErrors += uint64(bad)
 		return fmt.Errorf("release %d of %d frames: %w", bad, len(descs), ErrFrameOwnership)
 	}
 	return nil
+}
+
+// refill moves free receive frames onto the fill ring. The kernel publishes
+// its fill-ring consumer index lazily, so the ring can look full while we
+// hold frames it already took; those wait in freeRx for the next call.
+func (s *Socket) refill() {
+	if len(s.freeRx) == 0 {
+		return
+	}
+	n := min(s.fill.prodFree(uint32(len(s.freeRx))), uint32(len(s.freeRx)))
+	rest := uint32(len(s.freeRx)) - n
+	for i, addr := range s.freeRx[rest:] {
+		c, _ := s.chunk(addr)
+		s.owner[c] = ownKernelRx
+		s.fill.addrs[(s.fill.cachedProd+uint32(i))&s.fill.mask] = addr
+	}
+	s.freeRx = s.freeRx[:rest]
+	if n > 0 {
+		s.fill.prodSubmit(n)
+	}
+	if s.fill.needWakeup() {
+		s.wakeRx()
+	}
 }
 
 func (s *Socket) wakeRx() {
@@ -637,7 +659,7 @@ func (s *Socket) Wait(timeout time.Duration, extraFD int) (bool, error) {
 
 // Stats reads the kernel's ring statistics and adds the socket's counters.
 func (s *Socket) Stats() (Stats, error) {
-	st := Stats{Counters: s.counters, FreeTxFrames: len(s.freeTx)}
+	st := Stats{Counters: s.counters, FreeTxFrames: len(s.freeTx), FreeRxFrames: len(s.freeRx)}
 	if s.closed {
 		return st, ErrClosed
 	}

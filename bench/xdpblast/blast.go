@@ -1,0 +1,273 @@
+package main
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/softnic/softnic/bpf"
+	"github.com/softnic/softnic/internal/netnstest"
+	"github.com/softnic/softnic/xdp"
+)
+
+// Options of one blast run.
+type Options struct {
+	Size     int           // Ethernet frame length without FCS (at least 64 for IPv4/UDP plus a sequence number)
+	Duration time.Duration // how long to send; ignored when Count > 0
+	Count    int           // frames to send; 0 means send for Duration
+	MTU      int           // veth MTU; 0 picks 1500, or 9000 when Size needs it
+	Batch    int           // descriptors per Transmit/Receive call
+	Frames   int           // UMEM frames per socket
+	BusyPoll bool
+}
+
+// Result of a run, as seen by the receiver.
+type Result struct {
+	Sent, Received uint64 // frames
+	Bytes          uint64 // received frame bytes (Ethernet header included, no FCS)
+	Elapsed        time.Duration
+	SenderStats    xdp.Stats
+	ReceiverStats  xdp.Stats
+	Program        bpf.Stats
+}
+
+// FramesPerSecond is the receive rate.
+func (r Result) FramesPerSecond() float64 { return float64(r.Received) / r.Elapsed.Seconds() }
+
+// Gbps is the received Ethernet payload rate in gigabits per second.
+func (r Result) Gbps() float64 { return float64(r.Bytes) * 8 / r.Elapsed.Seconds() / 1e9 }
+
+func (o *Options) setDefaults() error {
+	if o.Size < 64 {
+		return fmt.Errorf("frame size %d below 64", o.Size)
+	}
+	if o.MTU == 0 {
+		o.MTU = 1500
+		if o.Size-14 > 1500 {
+			o.MTU = 9000
+		}
+	}
+	if o.Size-14 > o.MTU {
+		return fmt.Errorf("frame size %d does not fit MTU %d", o.Size, o.MTU)
+	}
+	if o.Batch == 0 {
+		o.Batch = 64
+	}
+	if o.Frames == 0 {
+		o.Frames = 4096
+	}
+	if o.Count == 0 && o.Duration == 0 {
+		o.Duration = 3 * time.Second
+	}
+	return nil
+}
+
+// Run builds two namespaces joined by a veth pair, attaches the steering
+// program and an AF_XDP socket on the receiving end, and blasts UDP/4791
+// frames from an AF_XDP socket on the sending end. Everything is removed
+// before it returns.
+func Run(ctx context.Context, o Options) (res Result, err error) {
+	if err := o.setDefaults(); err != nil {
+		return res, err
+	}
+	pair, err := netnstest.New(netnstest.Config{MTU: o.MTU})
+	if err != nil {
+		return res, err
+	}
+	defer func() { err = errors.Join(err, pair.Close()) }()
+
+	cfg := xdp.Config{NumFrames: o.Frames, MultiBuffer: o.Size > 4096-256, BusyPoll: o.BusyPoll}
+	var prog *bpf.Program
+	var rx, tx *xdp.Socket
+	if err := pair.B.Do(func() (err error) {
+		if prog, err = bpf.Attach(pair.B.Ifname, bpf.ModeAuto); err != nil {
+			return err
+		}
+		rx, err = xdp.Open(pair.B.Ifindex, 0, cfg)
+		return err
+	}); err != nil {
+		if prog != nil {
+			prog.Close()
+		}
+		return res, fmt.Errorf("receiver: %w", err)
+	}
+	defer prog.Close()
+	defer rx.Close()
+	if err := prog.AddAddr(pair.B.Addr4()); err != nil {
+		return res, err
+	}
+	if err := prog.SetSocket(0, rx.FD()); err != nil {
+		return res, err
+	}
+	if err := pair.A.Do(func() (err error) { tx, err = xdp.Open(pair.A.Ifindex, 0, cfg); return err }); err != nil {
+		return res, fmt.Errorf("sender: %w", err)
+	}
+	defer tx.Close()
+
+	frame := make([]byte, o.Size)
+	buildFrame(frame, pair.A.MAC, pair.B.MAC, pair.A.Addr4(), pair.B.Addr4())
+
+	var stop atomic.Bool
+	var sent atomic.Uint64
+	var wg sync.WaitGroup
+	var sendErr error
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		sendErr = blast(tx, frame, o, &stop, &sent)
+	}()
+
+	var received, bytes uint64
+	descs := make([]xdp.Desc, o.Batch)
+	start := time.Now()
+	var first, last time.Time
+	for {
+		if ctx.Err() != nil || (o.Count == 0 && time.Since(start) >= o.Duration) {
+			stop.Store(true)
+		}
+		n := rx.Receive(descs)
+		if n == 0 {
+			if o.Count > 0 && received >= uint64(o.Count) {
+				break
+			}
+			// Once the sender is done, in-flight frames get 200ms.
+			if stop.Load() && time.Since(last) > 200*time.Millisecond && time.Since(start) > 200*time.Millisecond {
+				break
+			}
+			rx.Wait(time.Millisecond, -1)
+			continue
+		}
+		last = time.Now()
+		if first.IsZero() {
+			first = last
+		}
+		for _, d := range descs[:n] {
+			bytes += uint64(d.Len)
+			if !d.More() {
+				received++
+			}
+		}
+		if err := rx.Release(descs[:n]); err != nil {
+			stop.Store(true)
+			wg.Wait()
+			return res, err
+		}
+	}
+	stop.Store(true)
+	wg.Wait()
+	if sendErr != nil {
+		return res, fmt.Errorf("sender: %w", sendErr)
+	}
+	res = Result{Sent: sent.Load(), Received: received, Bytes: bytes, Elapsed: last.Sub(first)}
+	if res.Elapsed <= 0 {
+		res.Elapsed = time.Nanosecond
+	}
+	res.SenderStats, _ = tx.Stats()
+	res.ReceiverStats, _ = rx.Stats()
+	res.Program, _ = prog.Stats()
+	if received == 0 {
+		return res, fmt.Errorf("no frame arrived (sent %d; receiver %+v)", res.Sent, res.ReceiverStats)
+	}
+	return res, nil
+}
+
+// blast sends frame repeatedly until stop is set or o.Count frames went out.
+// Each transmit chunk gets the frame written once, on first use: the
+// measurement is of the rings and the kernel path, not of memcpy.
+func blast(s *xdp.Socket, frame []byte, o Options, stop *atomic.Bool, sent *atomic.Uint64) error {
+	written := make([]bool, o.Frames)
+	fits := len(frame) <= s.FrameSize()
+	descs := make([]xdp.Desc, 0, o.Batch*4)
+	var count uint64
+	for !stop.Load() && (o.Count == 0 || count < uint64(o.Count)) {
+		descs = descs[:0]
+		for p := 0; p < o.Batch && (o.Count == 0 || count+uint64(p) < uint64(o.Count)); p++ {
+			start := len(descs)
+			for off := 0; off < len(frame); {
+				d, buf, ok := s.NextTxFrame()
+				if !ok {
+					break
+				}
+				// A whole frame is written into each chunk once; chunks of
+				// multi-buffer frames are refilled each time, as their
+				// part of the frame varies.
+				if i := d.Addr / uint64(s.FrameSize()); !fits || !written[i] {
+					copy(buf, frame[off:])
+					written[i] = true
+				}
+				c := min(len(buf), len(frame)-off)
+				off += c
+				d.Len = uint32(c)
+				d.SetMore(off < len(frame))
+				descs = append(descs, d)
+			}
+			if len(descs) > start && descs[len(descs)-1].More() {
+				// Ran out of frames in the middle of a packet: give them back.
+				for _, d := range descs[start:] {
+					s.FreeTxFrame(d)
+				}
+				descs = descs[:start]
+				break
+			}
+			if len(descs) == start {
+				break
+			}
+		}
+		if len(descs) > 0 {
+			n, err := s.Transmit(descs)
+			if err != nil {
+				return err
+			}
+			for _, d := range descs[n:] {
+				s.FreeTxFrame(d)
+			}
+			for _, d := range descs[:n] {
+				if !d.More() {
+					count++
+				}
+			}
+		}
+		if err := s.Flush(); err != nil {
+			return err
+		}
+		sent.Store(count)
+	}
+	sent.Store(count)
+	return nil
+}
+
+// buildFrame writes an Ethernet/IPv4/UDP frame to port 4791 filling b.
+func buildFrame(b []byte, srcMAC, dstMAC []byte, src, dst netip.Addr) {
+	copy(b[0:6], dstMAC)
+	copy(b[6:12], srcMAC)
+	binary.BigEndian.PutUint16(b[12:], 0x0800)
+	ip := b[14:34]
+	ip[0] = 0x45
+	binary.BigEndian.PutUint16(ip[2:], uint16(len(b)-14))
+	binary.BigEndian.PutUint16(ip[6:], 0x4000)
+	ip[8] = 64
+	ip[9] = 17
+	s4, d4 := src.As4(), dst.As4()
+	copy(ip[12:16], s4[:])
+	copy(ip[16:20], d4[:])
+	var sum uint32
+	for i := 0; i < 20; i += 2 {
+		sum += uint32(binary.BigEndian.Uint16(ip[i:]))
+	}
+	for sum>>16 != 0 {
+		sum = sum&0xffff + sum>>16
+	}
+	binary.BigEndian.PutUint16(ip[10:], ^uint16(sum))
+	udp := b[34:42]
+	binary.BigEndian.PutUint16(udp[0:], 0xc000)
+	binary.BigEndian.PutUint16(udp[2:], 4791)
+	binary.BigEndian.PutUint16(udp[4:], uint16(len(b)-34))
+	for i := 42; i < len(b); i++ {
+		b[i] = byte(i)
+	}
+}
