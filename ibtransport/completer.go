@@ -1,0 +1,208 @@
+package ibtransport
+
+import (
+	"encoding/binary"
+	"time"
+)
+
+// onResponse is the completer: it matches an ACK, NAK, READ response or
+// atomic ACK against the oldest outstanding WQEs, retires them in order and
+// triggers retransmission.
+func (q *QP) onResponse(p *Packet, oi *OpcodeInfo) {
+	if q.st != QPSRTS && q.st != QPSSQD {
+		q.e.Ctr.RxFiltered.Add(1)
+		return
+	}
+	r := &q.req
+	psn := p.BTH.PSN()
+	var w *sendWQE
+	for {
+		if r.compIdx == q.sq.tail.Load() {
+			q.e.Ctr.RxBadResponse.Add(1)
+			return
+		}
+		w = q.sqSlot(r.compIdx)
+		if w.state != wqeSending {
+			q.e.Ctr.RxBadResponse.Add(1)
+			return
+		}
+		if !psn.After(w.lastPSN) {
+			break
+		}
+		// A response beyond this WQE acknowledges it, unless it is a READ
+		// or atomic, whose own response must have been lost.
+		if w.wr.Opcode.isRead() || w.wr.Opcode.isAtomic() {
+			q.retryOnce()
+			return
+		}
+		q.completeHead(WCSuccess)
+	}
+	if psn.Before(w.firstPSN) {
+		q.e.Ctr.RxBadResponse.Add(1) // late duplicate of something already retired
+		return
+	}
+	switch oi.Kind {
+	case KindReadResponse:
+		q.onReadResponse(p, oi, w, psn)
+	case KindAtomicAck:
+		if !w.wr.Opcode.isAtomic() || psn != w.firstPSN || p.AtomicAckETH == nil {
+			q.e.Ctr.RxBadResponse.Add(1)
+			return
+		}
+		var b [8]byte
+		binary.NativeEndian.PutUint64(b[:], p.AtomicAckETH.OrigData())
+		if !w.scatter(0, b[:]) {
+			q.completeHead(WCLocProtErr)
+			q.toError()
+			return
+		}
+		q.completeHead(WCSuccess)
+	case KindAck:
+		q.onAck(p, w, psn)
+	}
+}
+
+func (q *QP) onReadResponse(p *Packet, oi *OpcodeInfo, w *sendWQE, psn PSN) {
+	r := &q.req
+	if !w.wr.Opcode.isRead() {
+		q.e.Ctr.RxBadResponse.Add(1)
+		return
+	}
+	if psn != r.compPSN {
+		if psn.After(r.compPSN) {
+			q.retryOnce() // a response was lost
+		} else {
+			q.e.Ctr.RxBadResponse.Add(1)
+		}
+		return
+	}
+	off := uint32(psn.Diff(w.firstPSN)) * q.mtu
+	want := min(w.length-off, q.mtu)
+	if uint32(len(p.Payload)) != want || (psn == w.lastPSN) != (oi.Position == PositionLast || oi.Position == PositionOnly) {
+		q.e.Ctr.RxBadResponse.Add(1)
+		return
+	}
+	if !w.scatter(off, p.Payload) {
+		q.completeHead(WCLocProtErr)
+		q.toError()
+		return
+	}
+	q.progress(psn.Add(1))
+	if psn == w.lastPSN {
+		q.completeHead(WCSuccess)
+	}
+}
+
+func (q *QP) onAck(p *Packet, w *sendWQE, psn PSN) {
+	r := &q.req
+	syn := p.AETH.Syndrome()
+	if psn.Before(r.compPSN) && syn.Kind() != SyndromeACK {
+		q.e.Ctr.RxBadResponse.Add(1) // stale NAK
+		return
+	}
+	switch syn.Kind() {
+	case SyndromeACK:
+		if w.wr.Opcode.isRead() || w.wr.Opcode.isAtomic() || psn.Before(r.compPSN) {
+			return
+		}
+		q.progress(psn.Add(1))
+		if psn == w.lastPSN {
+			q.completeHead(WCSuccess)
+		}
+	case SyndromeRNRNAK:
+		q.e.Ctr.RNRNAKsHandled.Add(1)
+		q.progress(psn)
+		if q.attr.RNRRetry != infiniteRetries {
+			if r.rnrLeft == 0 {
+				q.completeHead(WCRNRRetryExcErr)
+				q.toError()
+				return
+			}
+			r.rnrLeft--
+		}
+		q.goBack()
+		r.rnrAt = q.e.now() + int64(syn.RNRTimer().Duration()/time.Nanosecond)
+	case SyndromeNAK:
+		switch syn.NAKCode() {
+		case NAKPSNSequenceError:
+			// The NAK acknowledges everything before its PSN.
+			q.progress(psn)
+			if r.rnrAt != 0 {
+				return
+			}
+			q.retryOnce()
+		case NAKInvalidRequest:
+			q.failHead(WCRemInvReqErr)
+		case NAKRemoteAccessError:
+			q.failHead(WCRemAccessErr)
+		case NAKRemoteOperationalError:
+			q.failHead(WCRemOpErr)
+		default:
+			q.failHead(WCRemInvRDReqErr)
+		}
+	default:
+		q.e.Ctr.RxBadResponse.Add(1)
+	}
+}
+
+func (q *QP) failHead(st WCStatus) {
+	q.completeHead(st)
+	q.toError()
+}
+
+// retryOnce restarts from the oldest unacknowledged PSN unless a restart
+// from there already happened without progress since (duplicated NAKs,
+// several responses past one gap).
+func (q *QP) retryOnce() {
+	r := &q.req
+	if r.retried && r.retryPSN == r.compPSN {
+		return
+	}
+	q.retry()
+}
+
+// progress records that everything before psn is acknowledged.
+func (q *QP) progress(psn PSN) {
+	r := &q.req
+	if !psn.After(r.compPSN) {
+		return
+	}
+	r.compPSN = psn
+	r.retried = false
+	r.retryLeft = q.attr.RetryCnt
+	r.rnrLeft = q.attr.RNRRetry
+	if q.attr.Timeout != 0 {
+		r.retransAt = q.e.now() + q.timeout()
+	}
+}
+
+// completeHead retires the oldest WQE with status st, posting a completion
+// if it is signaled or failed.
+func (q *QP) completeHead(st WCStatus) {
+	r := &q.req
+	w := q.sqSlot(r.compIdx)
+	if st == WCSuccess && w.state == wqeSending {
+		q.progress(w.lastPSN.Add(1))
+	}
+	if st != WCSuccess || w.wr.Flags&SendSignaled != 0 {
+		wc := WC{WRID: w.wr.ID, Status: st, Opcode: wcOpcodeOf(w.wr.Opcode), QPN: q.qpn, SrcQP: q.destQPN}
+		if st == WCSuccess {
+			wc.ByteLen = w.length
+			if w.wr.Opcode.isAtomic() {
+				wc.ByteLen = 8
+			}
+		}
+		q.sendCQ.push(&wc)
+	}
+	if r.reqIdx == r.compIdx {
+		// Retired before the requester re-sent it after a go-back.
+		r.reqIdx++
+	} else if w.wr.Opcode.isRead() || w.wr.Opcode.isAtomic() {
+		r.rdAtomicOut--
+	}
+	r.compIdx++
+	q.sq.head.Store(r.compIdx)
+	if !q.outstanding() {
+		r.retransAt = 0
+	}
+}

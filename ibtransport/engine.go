@@ -1,0 +1,272 @@
+package ibtransport
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Port is what an Engine sends through: the RoCE device, which knows the
+// link, the addresses and the framing.
+type Port interface {
+	// Path prepares transmission for local QP qpn to av, with IB packets of
+	// up to pathMTU bytes of payload. It fails when av cannot be reached or
+	// such packets do not fit the link.
+	Path(av *AddressVector, qpn uint32, pathMTU int) (TxPath, error)
+}
+
+// TxPath sends the IB packets of one QP. The engine builds each packet in
+// place in the buffer Buffer returns; the port wraps it and queues it.
+type TxPath interface {
+	// Buffer returns room for one IB packet (BTH through pad, ICRC
+	// excluded), or nil when the link has no free buffer now.
+	Buffer() []byte
+	// Send sends the first n bytes of the buffer last returned.
+	Send(n int)
+}
+
+// RecvInfo describes where a received IB packet came from.
+type RecvInfo struct {
+	SGID, DGID GID
+}
+
+// Counters count engine events; they may be read while the engine runs.
+type Counters struct {
+	RxPackets      atomic.Uint64
+	RxBadPacket    atomic.Uint64 // failed ParsePacket
+	RxUnsupported  atomic.Uint64 // not an RC opcode
+	RxNoQP         atomic.Uint64 // unknown destination QP
+	RxFiltered     atomic.Uint64 // QP not ready, or source GID not the QP's peer
+	RxDuplicate    atomic.Uint64 // duplicate requests (re-ACKed or replayed)
+	RxOutOfSeq     atomic.Uint64 // requests ahead of the expected PSN
+	RxBadResponse  atomic.Uint64 // responses that fit no outstanding request
+	TxPackets      atomic.Uint64
+	TxNAKSeq       atomic.Uint64
+	TxRNRNAK       atomic.Uint64
+	TxNAKError     atomic.Uint64 // NAKs for invalid request, access and operational errors
+	Retransmits    atomic.Uint64 // go-back-N restarts (timeout, NAK, response gap, RNR)
+	Timeouts       atomic.Uint64
+	RNRNAKsHandled atomic.Uint64
+}
+
+type command struct {
+	fn   func() error
+	done chan error
+}
+
+// Engine runs the RC transport of one device. All protocol state belongs to
+// the goroutine that calls Receive and Process (the device's engine
+// goroutine); verbs calls reach it through queues, Do commands and the wake
+// doorbell.
+type Engine struct {
+	port  Port
+	wakeF func()
+	epoch time.Time
+
+	cmdMu   sync.Mutex
+	cmds    []command
+	stopped bool
+
+	keys    *keySource
+	mrs     keyTable
+	qps     map[uint32]*QP
+	qpList  []*QP
+	nextQPN uint32
+	nextPD  atomic.Uint32
+
+	rx  Packet // parse scratch
+	tx  Packet // build scratch
+	Ctr Counters
+}
+
+// NewEngine returns an engine sending through port; wake must make the
+// engine goroutine run Process soon (ring the link's doorbell).
+func NewEngine(port Port, wake func()) *Engine {
+	return &Engine{
+		port:    port,
+		wakeF:   wake,
+		epoch:   time.Now(),
+		keys:    newKeySource(),
+		mrs:     keyTable{lkeys: map[uint32]*MR{}, rkeys: map[uint32]*MR{}},
+		qps:     map[uint32]*QP{},
+		nextQPN: 0x11 + randUint32()%0x10000,
+	}
+}
+
+func (e *Engine) wake() { e.wakeF() }
+
+func (e *Engine) now() int64 { return int64(time.Since(e.epoch)) }
+
+// AllocPD allocates a protection domain (ibv_alloc_pd).
+func (e *Engine) AllocPD() *PD { return &PD{e: e, id: e.nextPD.Add(1)} }
+
+// do runs fn on the engine goroutine and returns its error. Once the engine
+// stopped, fn runs on the caller's goroutine, which is then the only one
+// touching engine state.
+func (e *Engine) do(fn func() error) error {
+	e.cmdMu.Lock()
+	if e.stopped {
+		defer e.cmdMu.Unlock()
+		return fn()
+	}
+	c := command{fn: fn, done: make(chan error, 1)}
+	e.cmds = append(e.cmds, c)
+	e.cmdMu.Unlock()
+	e.wake()
+	return <-c.done
+}
+
+// Stop is called by the engine goroutine when it exits: commands queued or
+// issued later run on their callers' goroutines.
+func (e *Engine) Stop() {
+	e.cmdMu.Lock()
+	e.stopped = true
+	cmds := e.cmds
+	e.cmds = nil
+	e.cmdMu.Unlock()
+	for _, c := range cmds {
+		c.done <- c.fn()
+	}
+}
+
+func (e *Engine) runCommands() {
+	e.cmdMu.Lock()
+	if len(e.cmds) == 0 {
+		e.cmdMu.Unlock()
+		return
+	}
+	cmds := e.cmds
+	e.cmds = nil
+	e.cmdMu.Unlock()
+	for _, c := range cmds {
+		c.done <- c.fn()
+	}
+}
+
+// Process runs the engine's periodic work: verbs commands, timers, and
+// transmission of requests and responses. It returns busy when it stopped
+// for fairness with work left, and otherwise how long the caller may wait
+// for packets before the next timer (negative: no timer).
+func (e *Engine) Process() (busy bool, wait time.Duration) {
+	e.runCommands()
+	now := e.now()
+	next := int64(-1)
+	for _, q := range e.qpList {
+		if q.service(now) {
+			busy = true
+		}
+		for _, t := range [2]int64{q.req.retransAt, q.req.rnrAt} {
+			if t != 0 && (next < 0 || t < next) {
+				next = t
+			}
+		}
+	}
+	if next < 0 {
+		return busy, -1
+	}
+	return busy, time.Duration(max(next-now, 0))
+}
+
+// Receive handles one received IB packet (BTH through pad, ICRC checked and
+// removed). It never panics on bad input: malformed packets are counted and
+// dropped.
+func (e *Engine) Receive(ib []byte, info *RecvInfo) {
+	e.Ctr.RxPackets.Add(1)
+	p := &e.rx
+	if err := ParsePacket(ib, p); err != nil {
+		e.Ctr.RxBadPacket.Add(1)
+		return
+	}
+	oi := p.Info()
+	if oi.Transport != TransportRC {
+		e.Ctr.RxUnsupported.Add(1)
+		return
+	}
+	q := e.qps[p.BTH.DestQPN()]
+	if q == nil {
+		e.Ctr.RxNoQP.Add(1)
+		return
+	}
+	if q.st < QPSRTR || q.st == QPSErr || info.SGID != q.attr.AV.DGID {
+		e.Ctr.RxFiltered.Add(1)
+		return
+	}
+	switch oi.Kind {
+	case KindSend, KindWrite, KindReadRequest, KindAtomicRequest:
+		q.onRequest(p, oi)
+	case KindReadResponse, KindAck, KindAtomicAck:
+		q.onResponse(p, oi)
+	default:
+		e.Ctr.RxUnsupported.Add(1)
+	}
+}
+
+// service does a QP's share of Process. It reports whether the QP has more
+// to send right now.
+func (q *QP) service(now int64) bool {
+	switch q.st {
+	case QPSReset, QPSInit:
+		return false
+	case QPSErr:
+		q.flush()
+		return false
+	}
+	busy := q.sendResponses()
+	if q.st == QPSErr {
+		q.flush()
+		return false
+	}
+	if q.st == QPSRTS || q.st == QPSSQD {
+		q.checkTimers(now)
+		q.completeLocalErrors()
+		if q.st == QPSErr {
+			q.flush()
+			return false
+		}
+		if q.sendRequests() {
+			busy = true
+		}
+	}
+	return busy
+}
+
+// toError moves the QP to ERR; the next service flushes its queues.
+func (q *QP) toError() {
+	if q.st == QPSErr {
+		return
+	}
+	q.setState(QPSErr)
+	q.req.retransAt, q.req.rnrAt = 0, 0
+	q.resp.jobHead, q.resp.jobTail = 0, 0
+	q.resp.errPending = false
+	if q.resp.recvActive {
+		q.completeRecv(WCWRFlushErr, 0)
+	}
+	q.flush()
+}
+
+// flush completes every outstanding work request with WR_FLUSH_ERR.
+func (q *QP) flush() {
+	r := &q.req
+	tail := q.sq.tail.Load()
+	for r.compIdx != tail {
+		w := q.sqSlot(r.compIdx)
+		wc := WC{WRID: w.wr.ID, Status: WCWRFlushErr, Opcode: wcOpcodeOf(w.wr.Opcode), QPN: q.qpn, SrcQP: q.destQPN}
+		q.sendCQ.push(&wc)
+		r.compIdx++
+		q.sq.head.Store(r.compIdx)
+	}
+	r.reqIdx = r.compIdx
+	r.rdAtomicOut = 0
+	if q.srq == nil {
+		for w := q.rq.peek(); w != nil; w = q.rq.peek() {
+			wc := WC{WRID: w.id, Status: WCWRFlushErr, Opcode: WCRecv, QPN: q.qpn, SrcQP: q.destQPN}
+			q.recvCQ.push(&wc)
+			q.rq.pop()
+		}
+	}
+}
+
+// String describes the QP for error messages.
+func (q *QP) String() string { return fmt.Sprintf("QP %d (%v)", q.qpn, q.State()) }

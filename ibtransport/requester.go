@@ -1,0 +1,374 @@
+package ibtransport
+
+// requester is the send side of a QP: it turns send work requests into
+// request packets, assigning PSNs, and keeps the state the completer needs
+// to retire or retransmit them.
+type requester struct {
+	reqIdx      uint32 // next WQE to transmit (SQ counter)
+	compIdx     uint32 // oldest WQE not retired
+	sqPSN       PSN    // PSN of the next new packet
+	compPSN     PSN    // oldest unacknowledged PSN
+	rdAtomicOut int    // READ/atomic WQEs in [compIdx, reqIdx)
+	sinceAckReq int    // packets sent since the last AckReq
+	retryLeft   uint8
+	rnrLeft     uint8
+	retransAt   int64 // retransmit deadline (engine clock), 0 when idle
+	rnrAt       int64 // end of an RNR wait, 0 when not waiting
+	// A go-back-N restart from retryPSN already happened and no progress
+	// came since: duplicated NAKs or gaps must not restart again.
+	retried  bool
+	retryPSN PSN
+}
+
+func (q *QP) sqSlot(i uint32) *sendWQE { return &q.sq.slots[i&q.sq.mask] }
+
+func (q *QP) maxRdAtomic() int { return max(int(q.attr.MaxRdAtomic), 1) }
+
+// sendRequests transmits request packets, new or retransmitted, until the
+// window, the packet budget or the link stops it. It reports whether it
+// stopped only for the budget.
+func (q *QP) sendRequests() bool {
+	r := &q.req
+	if r.rnrAt != 0 || q.path == nil {
+		return false
+	}
+	tail := q.sq.tail.Load()
+	for budget := packetBudget; budget > 0; budget-- {
+		if r.reqIdx == tail {
+			return false
+		}
+		w := q.sqSlot(r.reqIdx)
+		switch w.state {
+		case wqeError:
+			return false
+		case wqeNew:
+			if q.st == QPSSQD {
+				return false
+			}
+			if w.wr.Flags&SendFence != 0 && r.compIdx != r.reqIdx {
+				return false
+			}
+			rdAtomic := w.wr.Opcode.isRead() || w.wr.Opcode.isAtomic()
+			if rdAtomic && r.rdAtomicOut >= q.maxRdAtomic() {
+				return false
+			}
+			if r.compIdx != r.reqIdx && r.sqPSN.Diff(r.compPSN) >= maxUnackedPSNs {
+				return false
+			}
+			if st := q.prepare(w); st != WCSuccess {
+				w.state, w.status = wqeError, st
+				return false
+			}
+			w.firstPSN = r.sqPSN
+			w.lastPSN = r.sqPSN.Add(q.packets(w) - 1)
+			w.nextPSN = w.firstPSN
+			w.offset = 0
+			w.state = wqeSending
+			r.sqPSN = w.lastPSN.Add(1)
+		default:
+			if w.nextPSN.Diff(r.compPSN) >= maxUnackedPSNs {
+				return false
+			}
+		}
+		buf := q.path.Buffer()
+		if buf == nil {
+			return false
+		}
+		n, ok := q.buildRequest(buf, w)
+		if !ok {
+			// The memory behind the SGL was deregistered under the WQE.
+			w.state, w.status = wqeError, WCLocProtErr
+			return false
+		}
+		q.path.Send(n)
+		q.e.Ctr.TxPackets.Add(1)
+		if r.retransAt == 0 && q.attr.Timeout != 0 {
+			r.retransAt = q.e.now() + q.timeout()
+		}
+		if w.nextPSN == w.lastPSN.Add(1) {
+			r.reqIdx++
+			if w.wr.Opcode.isRead() || w.wr.Opcode.isAtomic() {
+				r.rdAtomicOut++
+			}
+		}
+	}
+	return true
+}
+
+// timeout is the retransmit timeout in nanoseconds: 4.096 µs × 2^Timeout.
+func (q *QP) timeout() int64 { return 4096 << q.attr.Timeout }
+
+// packets returns how many PSNs a WQE uses.
+func (q *QP) packets(w *sendWQE) uint32 {
+	if w.wr.Opcode.isAtomic() {
+		return 1
+	}
+	return max((w.length+q.mtu-1)/q.mtu, 1)
+}
+
+// prepare checks a WQE's local SGL and resolves its keys before the WQE's
+// first packet.
+func (q *QP) prepare(w *sendWQE) WCStatus {
+	op := w.wr.Opcode
+	needWrite := op.isRead() || op.isAtomic()
+	if op.isAtomic() && (w.length < 8 || len(w.inline) > 0) {
+		return WCLocLenErr
+	}
+	for i, s := range w.sge {
+		w.mrs[i] = nil
+		if s.Length == 0 {
+			continue
+		}
+		mr := q.e.mrs.lkeys[s.LKey]
+		if mr == nil || !mr.valid || mr.pd != q.pd {
+			return WCLocProtErr
+		}
+		if needWrite && mr.access&AccessLocalWrite == 0 {
+			return WCLocProtErr
+		}
+		if _, ok := mr.slice(s.Addr, s.Length); !ok {
+			return WCLocProtErr
+		}
+		w.mrs[i] = mr
+	}
+	return WCSuccess
+}
+
+// gather copies the message bytes at offset off into dst.
+func (w *sendWQE) gather(off uint32, dst []byte) bool {
+	if w.wr.Flags&SendInline != 0 {
+		copy(dst, w.inline[off:])
+		return true
+	}
+	for i, s := range w.sge {
+		if len(dst) == 0 {
+			break
+		}
+		if off >= s.Length {
+			off -= s.Length
+			continue
+		}
+		mr := w.mrs[i]
+		if mr == nil || !mr.valid {
+			return false
+		}
+		src, ok := mr.slice(s.Addr+uint64(off), min(s.Length-off, uint32(len(dst))))
+		if !ok {
+			return false
+		}
+		dst = dst[copy(dst, src):]
+		off = 0
+	}
+	return true
+}
+
+// scatter copies src into the WQE's SGL at offset off (READ responses and
+// atomic results).
+func (w *sendWQE) scatter(off uint32, src []byte) bool {
+	for i, s := range w.sge {
+		if len(src) == 0 {
+			break
+		}
+		if off >= s.Length {
+			off -= s.Length
+			continue
+		}
+		mr := w.mrs[i]
+		if mr == nil || !mr.valid {
+			return false
+		}
+		dst, ok := mr.slice(s.Addr+uint64(off), min(s.Length-off, uint32(len(src))))
+		if !ok {
+			return false
+		}
+		src = src[copy(dst, src):]
+		off = 0
+	}
+	return len(src) == 0
+}
+
+var sendOps = [2][4][3]Opcode{ // [write][position first,middle,last,only][plain,imm,inv]
+	{
+		{OpRCSendFirst, OpRCSendFirst, OpRCSendFirst},
+		{OpRCSendMiddle, OpRCSendMiddle, OpRCSendMiddle},
+		{OpRCSendLast, OpRCSendLastImm, OpRCSendLastInv},
+		{OpRCSendOnly, OpRCSendOnlyImm, OpRCSendOnlyInv},
+	},
+	{
+		{OpRCWriteFirst, OpRCWriteFirst, OpRCWriteFirst},
+		{OpRCWriteMiddle, OpRCWriteMiddle, OpRCWriteMiddle},
+		{OpRCWriteLast, OpRCWriteLastImm, OpRCWriteLast},
+		{OpRCWriteOnly, OpRCWriteOnlyImm, OpRCWriteOnly},
+	},
+}
+
+// buildRequest writes the packet of w at w.nextPSN into buf and advances w.
+func (q *QP) buildRequest(buf []byte, w *sendWQE) (int, bool) {
+	r := &q.req
+	p := &q.e.tx
+	psn := w.nextPSN
+	op := w.wr.Opcode
+	var n int
+	last := true
+	switch {
+	case op.isSend() || op.isWrite():
+		payload := min(w.length-w.offset, q.mtu)
+		first := psn == w.firstPSN
+		last = psn == w.lastPSN
+		pos := 1
+		switch {
+		case first && last:
+			pos = 3
+		case first:
+			pos = 0
+		case last:
+			pos = 2
+		}
+		variant := 0
+		switch op {
+		case WRSendWithImm, WRRDMAWriteWithImm:
+			variant = 1
+		case WRSendWithInv:
+			variant = 2
+		}
+		wi := 0
+		if op.isWrite() {
+			wi = 1
+		}
+		opc := sendOps[wi][pos][variant]
+		n, _ = LayoutPacket(buf, opc, int(payload), p)
+		if p.RETH != nil {
+			p.RETH.SetVA(w.wr.RemoteAddr)
+			p.RETH.SetRKey(w.wr.RKey)
+			p.RETH.SetDMALength(w.length)
+		}
+		if p.ImmDt != nil {
+			p.ImmDt.SetImm(w.wr.Imm)
+		}
+		if p.IETH != nil {
+			p.IETH.SetRKey(w.wr.InvalidateRKey)
+		}
+		if !w.gather(w.offset, p.Payload) {
+			return 0, false
+		}
+		w.offset += payload
+		w.nextPSN = psn.Add(1)
+	case op.isRead():
+		off := uint32(psn.Diff(w.firstPSN)) * q.mtu
+		n, _ = LayoutPacket(buf, OpRCReadRequest, 0, p)
+		p.RETH.SetVA(w.wr.RemoteAddr + uint64(off))
+		p.RETH.SetRKey(w.wr.RKey)
+		p.RETH.SetDMALength(w.length - off)
+		w.offset = w.length
+		w.nextPSN = w.lastPSN.Add(1)
+	default: // atomic
+		opc := OpRCFetchAdd
+		if op == WRAtomicCmpAndSwp {
+			opc = OpRCCompareSwap
+		}
+		n, _ = LayoutPacket(buf, opc, 0, p)
+		p.AtomicETH.SetVA(w.wr.RemoteAddr)
+		p.AtomicETH.SetRKey(w.wr.RKey)
+		if op == WRAtomicCmpAndSwp {
+			p.AtomicETH.SetSwapAdd(w.wr.Swap)
+			p.AtomicETH.SetCompare(w.wr.CompareAdd)
+		} else {
+			p.AtomicETH.SetSwapAdd(w.wr.CompareAdd)
+		}
+		w.nextPSN = psn.Add(1)
+	}
+	ackReq := last || r.sinceAckReq+1 >= ackReqInterval
+	if ackReq {
+		r.sinceAckReq = 0
+	} else {
+		r.sinceAckReq++
+	}
+	p.BTH.SetDestQPN(q.destQPN)
+	p.BTH.SetPSN(psn)
+	p.BTH.SetAckReq(ackReq)
+	p.BTH.SetMigReq(true)
+	p.BTH.SetSolicitedEvent(last && w.wr.Flags&SendSolicited != 0 && (op.isSend() || op == WRRDMAWriteWithImm))
+	return n, true
+}
+
+// goBack rewinds the requester to the oldest unacknowledged PSN, so that
+// everything from there is sent again (go-back-N).
+func (q *QP) goBack() {
+	r := &q.req
+	q.e.Ctr.Retransmits.Add(1)
+	// Only WQEs up to reqIdx (which may be half sent) have been transmitted.
+	end := r.reqIdx
+	if end != q.sq.tail.Load() {
+		end++
+	}
+	for i := r.compIdx; i != end; i++ {
+		w := q.sqSlot(i)
+		if w.state != wqeSending {
+			continue
+		}
+		w.nextPSN, w.offset = w.firstPSN, 0
+		if i == r.compIdx && r.compPSN.After(w.firstPSN) && !r.compPSN.After(w.lastPSN) {
+			w.nextPSN = r.compPSN
+			w.offset = min(uint32(r.compPSN.Diff(w.firstPSN))*q.mtu, w.length)
+		}
+	}
+	r.reqIdx = r.compIdx
+	r.rdAtomicOut = 0
+	r.retransAt = 0
+	r.retried = true
+	r.retryPSN = r.compPSN
+}
+
+// retry restarts transmission after a NAK, a gap in responses or a timeout,
+// counting against retry_cnt (7 means forever). It reports false, having
+// failed the QP, when the retries are exhausted.
+func (q *QP) retry() bool {
+	r := &q.req
+	if q.attr.RetryCnt != infiniteRetries {
+		if r.retryLeft == 0 {
+			q.completeHead(WCRetryExcErr)
+			q.toError()
+			return false
+		}
+		r.retryLeft--
+	}
+	q.goBack()
+	return true
+}
+
+// checkTimers handles an expired retransmit or RNR timer.
+func (q *QP) checkTimers(now int64) {
+	r := &q.req
+	if r.rnrAt != 0 && now >= r.rnrAt {
+		r.rnrAt = 0
+	}
+	if r.retransAt != 0 && now >= r.retransAt {
+		r.retransAt = 0
+		if q.outstanding() {
+			q.e.Ctr.Timeouts.Add(1)
+			q.retry()
+		}
+	}
+}
+
+// outstanding reports whether some sent packet awaits its response.
+func (q *QP) outstanding() bool {
+	r := &q.req
+	if r.compIdx == q.sq.tail.Load() {
+		return false
+	}
+	return q.sqSlot(r.compIdx).state == wqeSending
+}
+
+// completeLocalErrors completes a WQE that failed local checks once every
+// earlier WQE is retired, and fails the QP.
+func (q *QP) completeLocalErrors() {
+	r := &q.req
+	if r.compIdx == q.sq.tail.Load() {
+		return
+	}
+	if w := q.sqSlot(r.compIdx); w.state == wqeError {
+		q.completeHead(w.status)
+		q.toError()
+	}
+}

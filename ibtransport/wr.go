@@ -1,0 +1,206 @@
+package ibtransport
+
+import "fmt"
+
+// WROpcode is the operation of a send work request (ibv_wr_opcode).
+type WROpcode uint8
+
+// Send work request opcodes.
+const (
+	WRSend WROpcode = iota
+	WRSendWithImm
+	WRSendWithInv
+	WRRDMAWrite
+	WRRDMAWriteWithImm
+	WRRDMARead
+	WRAtomicCmpAndSwp
+	WRAtomicFetchAndAdd
+)
+
+var wrOpcodeNames = [...]string{"SEND", "SEND_WITH_IMM", "SEND_WITH_INV", "RDMA_WRITE",
+	"RDMA_WRITE_WITH_IMM", "RDMA_READ", "ATOMIC_CMP_AND_SWP", "ATOMIC_FETCH_AND_ADD"}
+
+func (o WROpcode) String() string {
+	if int(o) < len(wrOpcodeNames) {
+		return wrOpcodeNames[o]
+	}
+	return fmt.Sprintf("WROpcode(%d)", uint8(o))
+}
+
+func (o WROpcode) isSend() bool  { return o <= WRSendWithInv }
+func (o WROpcode) isWrite() bool { return o == WRRDMAWrite || o == WRRDMAWriteWithImm }
+func (o WROpcode) isRead() bool  { return o == WRRDMARead }
+func (o WROpcode) isAtomic() bool {
+	return o == WRAtomicCmpAndSwp || o == WRAtomicFetchAndAdd
+}
+
+// SendFlags modify a send work request (ibv_send_flags).
+type SendFlags uint8
+
+// Send flags.
+const (
+	// SendFence makes the request wait until all earlier requests completed.
+	SendFence SendFlags = 1 << iota
+	// SendSignaled asks for a completion on success (errors always complete).
+	SendSignaled
+	// SendSolicited sets the solicited event bit on the last packet.
+	SendSolicited
+	// SendInline sends InlineData, copied at post time, instead of the SGL.
+	SendInline
+)
+
+// SGE is one scatter/gather element: Length bytes at virtual address Addr of
+// the memory region whose local key is LKey (ibv_sge).
+type SGE struct {
+	Addr   uint64
+	Length uint32
+	LKey   uint32
+}
+
+// SendWR is a send work request (ibv_send_wr). Fields unused by the opcode
+// are ignored.
+type SendWR struct {
+	ID     uint64
+	Opcode WROpcode
+	Flags  SendFlags
+	SGL    []SGE
+	// InlineData is the payload when Flags has SendInline; it is copied by
+	// PostSend, so the caller may reuse it at once.
+	InlineData []byte
+	// Imm is the immediate data of the _WITH_IMM opcodes, as the 32-bit
+	// value carried big-endian on the wire.
+	Imm uint32
+	// InvalidateRKey is the remote key SEND_WITH_INV invalidates.
+	InvalidateRKey uint32
+	// RemoteAddr and RKey address the remote memory of RDMA and atomic
+	// operations.
+	RemoteAddr uint64
+	RKey       uint32
+	// CompareAdd is the compare value of CMP_AND_SWP or the addend of
+	// FETCH_AND_ADD; Swap is the swap value of CMP_AND_SWP.
+	CompareAdd uint64
+	Swap       uint64
+}
+
+// RecvWR is a receive work request (ibv_recv_wr).
+type RecvWR struct {
+	ID  uint64
+	SGL []SGE
+}
+
+// WCStatus is the status of a work completion (ibv_wc_status), numbered as
+// in libibverbs.
+type WCStatus uint8
+
+// Work completion statuses.
+const (
+	WCSuccess WCStatus = iota
+	WCLocLenErr
+	WCLocQPOpErr
+	WCLocEECOpErr
+	WCLocProtErr
+	WCWRFlushErr
+	WCMWBindErr
+	WCBadRespErr
+	WCLocAccessErr
+	WCRemInvReqErr
+	WCRemAccessErr
+	WCRemOpErr
+	WCRetryExcErr
+	WCRNRRetryExcErr
+	WCLocRDDViolErr
+	WCRemInvRDReqErr
+	WCRemAbortErr
+	WCInvEECNErr
+	WCInvEECStateErr
+	WCFatalErr
+	WCRespTimeoutErr
+	WCGeneralErr
+)
+
+var wcStatusNames = [...]string{"SUCCESS", "LOC_LEN_ERR", "LOC_QP_OP_ERR", "LOC_EEC_OP_ERR",
+	"LOC_PROT_ERR", "WR_FLUSH_ERR", "MW_BIND_ERR", "BAD_RESP_ERR", "LOC_ACCESS_ERR",
+	"REM_INV_REQ_ERR", "REM_ACCESS_ERR", "REM_OP_ERR", "RETRY_EXC_ERR", "RNR_RETRY_EXC_ERR",
+	"LOC_RDD_VIOL_ERR", "REM_INV_RD_REQ_ERR", "REM_ABORT_ERR", "INV_EECN_ERR",
+	"INV_EEC_STATE_ERR", "FATAL_ERR", "RESP_TIMEOUT_ERR", "GENERAL_ERR"}
+
+func (s WCStatus) String() string {
+	if int(s) < len(wcStatusNames) {
+		return wcStatusNames[s]
+	}
+	return fmt.Sprintf("WCStatus(%d)", uint8(s))
+}
+
+// WCOpcode says what a completion completed (ibv_wc_opcode).
+type WCOpcode uint8
+
+// Work completion opcodes, numbered as in libibverbs.
+const (
+	WCSend            WCOpcode = 0
+	WCRDMAWrite       WCOpcode = 1
+	WCRDMARead        WCOpcode = 2
+	WCCompSwap        WCOpcode = 3
+	WCFetchAdd        WCOpcode = 4
+	WCRecv            WCOpcode = 128
+	WCRecvRDMAWithImm WCOpcode = 129
+)
+
+func (o WCOpcode) String() string {
+	switch o {
+	case WCSend:
+		return "SEND"
+	case WCRDMAWrite:
+		return "RDMA_WRITE"
+	case WCRDMARead:
+		return "RDMA_READ"
+	case WCCompSwap:
+		return "COMP_SWAP"
+	case WCFetchAdd:
+		return "FETCH_ADD"
+	case WCRecv:
+		return "RECV"
+	case WCRecvRDMAWithImm:
+		return "RECV_RDMA_WITH_IMM"
+	}
+	return fmt.Sprintf("WCOpcode(%d)", uint8(o))
+}
+
+// WCFlags qualify a completion (ibv_wc_flags).
+type WCFlags uint8
+
+// Work completion flags, with libibverbs' values.
+const (
+	WCWithGRH WCFlags = 1 << 0
+	WCWithImm WCFlags = 1 << 1
+	WCWithInv WCFlags = 1 << 3
+)
+
+// WC is a work completion (ibv_wc).
+type WC struct {
+	WRID            uint64
+	Status          WCStatus
+	Opcode          WCOpcode
+	Flags           WCFlags
+	ByteLen         uint32
+	Imm             uint32 // with WCWithImm
+	InvalidatedRKey uint32 // with WCWithInv
+	QPN             uint32 // the local QP
+	SrcQP           uint32 // the remote QP
+	// solicited marks receive completions of messages with the solicited
+	// event bit, for solicited-only CQ notification.
+	solicited bool
+}
+
+func wcOpcodeOf(o WROpcode) WCOpcode {
+	switch o {
+	case WRRDMAWrite, WRRDMAWriteWithImm:
+		return WCRDMAWrite
+	case WRRDMARead:
+		return WCRDMARead
+	case WRAtomicCmpAndSwp:
+		return WCCompSwap
+	case WRAtomicFetchAndAdd:
+		return WCFetchAdd
+	}
+	return WCSend
+}

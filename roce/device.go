@@ -1,0 +1,224 @@
+package roce
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+
+	"github.com/softnic/softnic/ibtransport"
+)
+
+// DeviceConfig describes a RoCE device.
+type DeviceConfig struct {
+	// Addrs are the device's IP addresses; as GIDs they form its GID table,
+	// index i being Addrs[i].
+	Addrs []netip.Addr
+	// RxBatch is how many frames the engine takes from the link at a time
+	// (default 64).
+	RxBatch int
+}
+
+// DeviceCounters count what the device did with frames, beyond the parse
+// outcomes in Rx.
+type DeviceCounters struct {
+	Rx         RxCounters
+	RxNotForUs atomic.Uint64 // RoCEv2 frames to an address not in the GID table
+	TxFrames   atomic.Uint64
+	TxNoBuffer atomic.Uint64 // times the link had no TX buffer free
+	TxErrors   atomic.Uint64 // frames that could not be finished
+}
+
+// Device is a RoCEv2 adapter made of a Link and an ibtransport engine. One
+// goroutine, started by NewDevice, runs the engine: it receives frames,
+// checks and strips their encapsulation, hands the IB packets to the
+// engine, and sends what the engine builds.
+type Device struct {
+	link    Link
+	eng     *ibtransport.Engine
+	addrs   []netip.Addr
+	gids    []ibtransport.GID
+	mac     [6]byte
+	batch   int
+	Ctr     DeviceCounters
+	neighMu sync.Mutex
+	neigh   map[netip.Addr][6]byte
+
+	// Engine goroutine state.
+	rxFrame Frame
+	rxInfo  ibtransport.RecvInfo
+	onFrame func([]byte)
+	txBuf   []byte
+
+	stop    atomic.Bool
+	done    chan struct{}
+	closeMu sync.Mutex
+}
+
+// NewDevice creates a device on link and starts its engine goroutine.
+func NewDevice(link Link, cfg DeviceConfig) (*Device, error) {
+	if len(cfg.Addrs) == 0 {
+		return nil, fmt.Errorf("new RoCE device: no addresses: %w", ibtransport.ErrInvalidArgument)
+	}
+	d := &Device{link: link, mac: link.HardwareAddr(), batch: cfg.RxBatch, neigh: map[netip.Addr][6]byte{},
+		done: make(chan struct{})}
+	if d.batch <= 0 {
+		d.batch = 64
+	}
+	for _, a := range cfg.Addrs {
+		if !a.IsValid() {
+			return nil, fmt.Errorf("new RoCE device: invalid address: %w", ibtransport.ErrInvalidArgument)
+		}
+		d.addrs = append(d.addrs, a.Unmap())
+		d.gids = append(d.gids, GIDFromAddr(a))
+	}
+	d.eng = ibtransport.NewEngine(d, link.Wake)
+	d.onFrame = d.receive
+	go d.run()
+	return d, nil
+}
+
+// Engine returns the transport engine.
+func (d *Device) Engine() *ibtransport.Engine { return d.eng }
+
+// Link returns the device's link.
+func (d *Device) Link() Link { return d.link }
+
+// GID returns entry i of the GID table.
+func (d *Device) GID(i int) (ibtransport.GID, error) {
+	if i < 0 || i >= len(d.gids) {
+		return ibtransport.GID{}, fmt.Errorf("GID index %d of %d: %w", i, len(d.gids), ibtransport.ErrInvalidArgument)
+	}
+	return d.gids[i], nil
+}
+
+// SetNeighbor records the MAC address of a peer IP address. Paths to
+// addresses without an entry use the broadcast address.
+func (d *Device) SetNeighbor(a netip.Addr, mac [6]byte) {
+	d.neighMu.Lock()
+	d.neigh[a.Unmap()] = mac
+	d.neighMu.Unlock()
+}
+
+// Close stops the engine goroutine. The link stays open; its owner closes
+// it.
+func (d *Device) Close() error {
+	d.closeMu.Lock()
+	defer d.closeMu.Unlock()
+	if d.stop.Swap(true) {
+		return nil
+	}
+	d.link.Wake()
+	<-d.done
+	return nil
+}
+
+func (d *Device) run() {
+	defer close(d.done)
+	defer d.eng.Stop()
+	for !d.stop.Load() {
+		n := d.link.Receive(d.onFrame, d.batch)
+		busy, wait := d.eng.Process()
+		if err := d.link.Flush(); errors.Is(err, ErrLinkClosed) {
+			return
+		}
+		if n == 0 && !busy {
+			if err := d.link.Wait(wait); errors.Is(err, ErrLinkClosed) {
+				return
+			}
+		}
+	}
+}
+
+// receive handles one frame from the link.
+func (d *Device) receive(frame []byte) {
+	f := &d.rxFrame
+	err := ParseFrame(frame, f)
+	d.Ctr.Rx.Count(err)
+	if err != nil {
+		return
+	}
+	dst := GIDFromAddr(f.Dst)
+	mine := false
+	for i := range d.gids {
+		if d.gids[i] == dst {
+			mine = true
+			break
+		}
+	}
+	if !mine {
+		d.Ctr.RxNotForUs.Add(1)
+		return
+	}
+	d.rxInfo.SGID = GIDFromAddr(f.Src)
+	d.rxInfo.DGID = dst
+	d.eng.Receive(f.IB, &d.rxInfo)
+}
+
+// largest header before a payload: BTH + RETH + ImmDt (WRITE ONLY with
+// immediate).
+const maxPayloadHeaders = ibtransport.BTHLen + ibtransport.RETHLen + ibtransport.ImmDtLen
+
+// Path implements ibtransport.Port.
+func (d *Device) Path(av *ibtransport.AddressVector, qpn uint32, pathMTU int) (ibtransport.TxPath, error) {
+	if int(av.SGIDIndex) >= len(d.addrs) {
+		return nil, fmt.Errorf("source GID index %d of %d: %w", av.SGIDIndex, len(d.addrs), ibtransport.ErrInvalidArgument)
+	}
+	src := d.addrs[av.SGIDIndex]
+	dst := AddrFromGID(av.DGID)
+	if src.Is4() != dst.Is4() {
+		return nil, fmt.Errorf("GIDs %v and %v: %w", src, dst, ErrAddressFamily)
+	}
+	p := &path{d: d, encap: Encap{SrcMAC: d.mac, DstMAC: [6]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff},
+		Src: src, Dst: dst, TrafficClass: av.TrafficClass, HopLimit: av.HopLimit, FlowLabel: av.FlowLabel,
+		SrcPort: SourcePort(qpn)}}
+	if p.encap.HopLimit == 0 {
+		p.encap.HopLimit = 64
+	}
+	d.neighMu.Lock()
+	if mac, ok := d.neigh[dst]; ok {
+		p.encap.DstMAC = mac
+	}
+	d.neighMu.Unlock()
+	p.hl = p.encap.HeaderLen()
+	ipLen := p.hl - ethHeaderLen
+	p.maxIB = d.link.MTU() - ipLen - ibtransport.ICRCLen
+	if maxPayloadHeaders+pathMTU > p.maxIB {
+		return nil, fmt.Errorf("path MTU %d does not fit the link MTU %d: %w", pathMTU, d.link.MTU(), ibtransport.ErrInvalidArgument)
+	}
+	return p, nil
+}
+
+// path sends one QP's packets: it caches the QP's encapsulation.
+type path struct {
+	d     *Device
+	encap Encap
+	hl    int
+	maxIB int
+}
+
+// Buffer implements ibtransport.TxPath: room after the headers in a TX frame.
+func (p *path) Buffer() []byte {
+	d := p.d
+	if d.txBuf == nil {
+		if d.txBuf = d.link.TxFrame(); d.txBuf == nil {
+			d.Ctr.TxNoBuffer.Add(1)
+			return nil
+		}
+	}
+	return d.txBuf[p.hl : p.hl+p.maxIB]
+}
+
+// Send implements ibtransport.TxPath.
+func (p *path) Send(n int) {
+	d := p.d
+	l, err := p.encap.Finish(d.txBuf, n)
+	if err != nil {
+		d.Ctr.TxErrors.Add(1)
+		return // the buffer stays for the next packet
+	}
+	d.link.Send(d.txBuf[:l])
+	d.txBuf = nil
+	d.Ctr.TxFrames.Add(1)
+}

@@ -1,0 +1,43 @@
+package roce
+
+import (
+	"errors"
+	"time"
+)
+
+// ErrLinkClosed is returned by Wait and Flush once the link is closed.
+var ErrLinkClosed = errors.New("roce: link closed")
+
+// Link moves whole Ethernet frames (without FCS) between a Device and the
+// wire. The AF_XDP datapath implements it on a real interface; package
+// memlink implements it in memory for tests.
+//
+// A Link is driven by one goroutine, the device's engine, except Wake, which
+// any goroutine may call. Frames are built in place in buffers the link lends
+// out, so a packet is copied once: from user memory into the TX buffer.
+type Link interface {
+	// MTU returns the link's L3 MTU (1500, 9000, ...): the largest IP
+	// packet a frame may carry.
+	MTU() int
+	// TxFrame lends a buffer to build one outgoing frame in. Its length is
+	// at least MTU()+22 (Ethernet header, VLAN tag, and slack). It returns
+	// nil when no buffer is free; the link calls Wake when one frees up.
+	TxFrame() []byte
+	// Send queues frame, a prefix of a buffer from TxFrame, for
+	// transmission. The buffer goes back to the link.
+	Send(frame []byte)
+	// Flush pushes the queued frames onto the wire.
+	Flush() error
+	// Receive calls fn for up to max arrived frames and returns how many
+	// it delivered. frame is valid only during the call.
+	Receive(fn func(frame []byte), max int) int
+	// Wait blocks until frames may have arrived, a TX buffer freed up, Wake
+	// was called, or timeout passed. A negative timeout waits without limit.
+	Wait(timeout time.Duration) error
+	// Wake makes a current or the next Wait return at once.
+	Wake()
+	// HardwareAddr returns the link's MAC address.
+	HardwareAddr() [6]byte
+	// Close releases the link; Wait then returns ErrLinkClosed.
+	Close() error
+}

@@ -1,0 +1,26 @@
+// Package verbs is softnic's RDMA API, shaped after libibverbs so that RDMA
+// programmers find their way: open a Device on a link, allocate a protection
+// domain, register memory regions, create completion queues and
+// reliable-connected queue pairs, move the QPs through INIT, RTR and RTS with
+// Modify, then post work requests and poll completions.
+//
+//	dev, _ := verbs.Open(link, verbs.Config{Addrs: []netip.Addr{addr}})
+//	pd := dev.AllocPD()
+//	mr, _ := pd.RegMR(buf, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+//	cq, _ := dev.CreateCQ(256, nil)
+//	qp, _ := pd.CreateQP(&verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, Cap: verbs.QPCap{MaxSendWR: 64, MaxRecvWR: 64}})
+//	// qp.Modify(...) to INIT, RTR (with the peer's QPN, PSN and GID) and RTS
+//	qp.PostSend(&verbs.SendWR{Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
+//		SGL: []verbs.SGE{mr.SGE(0, len(buf))}, RemoteAddr: peerAddr, RKey: peerRKey})
+//	n, _ := cq.Wait(ctx, wcs)
+//
+// The names follow libibverbs with Go spelling: ibv_post_send is
+// QP.PostSend, IBV_WC_REM_ACCESS_ERR is WCRemAccessErr. Memory regions are
+// Go byte slices; an SGE or a remote address is a virtual address inside a
+// region (MR.Addr plus an offset), and every access, local or remote, is
+// checked against the region's bounds, protection domain and access rights.
+//
+// The types are those of package ibtransport, which implements the
+// transport; this package gives them their libibverbs names and joins them
+// to a RoCE device.
+package verbs

@@ -1,0 +1,193 @@
+package verbs
+
+import (
+	"fmt"
+	"net/netip"
+
+	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/roce"
+)
+
+// Objects of the verbs API.
+type (
+	PD            = ibtransport.PD
+	MR            = ibtransport.MR
+	CQ            = ibtransport.CQ
+	CompChannel   = ibtransport.CompChannel
+	SRQ           = ibtransport.SRQ
+	QP            = ibtransport.QP
+	QPAttr        = ibtransport.QPAttr
+	QPAttrMask    = ibtransport.QPAttrMask
+	QPInitAttr    = ibtransport.QPInitAttr
+	QPCap         = ibtransport.QPCap
+	QPState       = ibtransport.QPState
+	AddressVector = ibtransport.AddressVector
+	GID           = ibtransport.GID
+	MTU           = ibtransport.MTU
+	PSN           = ibtransport.PSN
+	Access        = ibtransport.Access
+	SGE           = ibtransport.SGE
+	SendWR        = ibtransport.SendWR
+	RecvWR        = ibtransport.RecvWR
+	WROpcode      = ibtransport.WROpcode
+	SendFlags     = ibtransport.SendFlags
+	WC            = ibtransport.WC
+	WCStatus      = ibtransport.WCStatus
+	WCOpcode      = ibtransport.WCOpcode
+	WCFlags       = ibtransport.WCFlags
+)
+
+// Access flags.
+const (
+	AccessLocalWrite   = ibtransport.AccessLocalWrite
+	AccessRemoteWrite  = ibtransport.AccessRemoteWrite
+	AccessRemoteRead   = ibtransport.AccessRemoteRead
+	AccessRemoteAtomic = ibtransport.AccessRemoteAtomic
+)
+
+// QP states.
+const (
+	QPSReset = ibtransport.QPSReset
+	QPSInit  = ibtransport.QPSInit
+	QPSRTR   = ibtransport.QPSRTR
+	QPSRTS   = ibtransport.QPSRTS
+	QPSSQD   = ibtransport.QPSSQD
+	QPSSQE   = ibtransport.QPSSQE
+	QPSErr   = ibtransport.QPSErr
+)
+
+// Path MTUs.
+const (
+	MTU256  = ibtransport.MTU256
+	MTU512  = ibtransport.MTU512
+	MTU1024 = ibtransport.MTU1024
+	MTU2048 = ibtransport.MTU2048
+	MTU4096 = ibtransport.MTU4096
+)
+
+// QP attribute mask bits.
+const (
+	QPAttrState           = ibtransport.QPAttrState
+	QPAttrCurState        = ibtransport.QPAttrCurState
+	QPAttrAccessFlags     = ibtransport.QPAttrAccessFlags
+	QPAttrPKeyIndex       = ibtransport.QPAttrPKeyIndex
+	QPAttrPort            = ibtransport.QPAttrPort
+	QPAttrAV              = ibtransport.QPAttrAV
+	QPAttrPathMTU         = ibtransport.QPAttrPathMTU
+	QPAttrTimeout         = ibtransport.QPAttrTimeout
+	QPAttrRetryCnt        = ibtransport.QPAttrRetryCnt
+	QPAttrRNRRetry        = ibtransport.QPAttrRNRRetry
+	QPAttrRQPSN           = ibtransport.QPAttrRQPSN
+	QPAttrMaxQPRdAtomic   = ibtransport.QPAttrMaxQPRdAtomic
+	QPAttrMinRNRTimer     = ibtransport.QPAttrMinRNRTimer
+	QPAttrSQPSN           = ibtransport.QPAttrSQPSN
+	QPAttrMaxDestRdAtomic = ibtransport.QPAttrMaxDestRdAtomic
+	QPAttrDestQPN         = ibtransport.QPAttrDestQPN
+)
+
+// Send work request opcodes.
+const (
+	WRSend              = ibtransport.WRSend
+	WRSendWithImm       = ibtransport.WRSendWithImm
+	WRSendWithInv       = ibtransport.WRSendWithInv
+	WRRDMAWrite         = ibtransport.WRRDMAWrite
+	WRRDMAWriteWithImm  = ibtransport.WRRDMAWriteWithImm
+	WRRDMARead          = ibtransport.WRRDMARead
+	WRAtomicCmpAndSwp   = ibtransport.WRAtomicCmpAndSwp
+	WRAtomicFetchAndAdd = ibtransport.WRAtomicFetchAndAdd
+)
+
+// Send flags.
+const (
+	SendFence     = ibtransport.SendFence
+	SendSignaled  = ibtransport.SendSignaled
+	SendSolicited = ibtransport.SendSolicited
+	SendInline    = ibtransport.SendInline
+)
+
+// Work completion statuses.
+const (
+	WCSuccess        = ibtransport.WCSuccess
+	WCLocLenErr      = ibtransport.WCLocLenErr
+	WCLocQPOpErr     = ibtransport.WCLocQPOpErr
+	WCLocProtErr     = ibtransport.WCLocProtErr
+	WCWRFlushErr     = ibtransport.WCWRFlushErr
+	WCBadRespErr     = ibtransport.WCBadRespErr
+	WCLocAccessErr   = ibtransport.WCLocAccessErr
+	WCRemInvReqErr   = ibtransport.WCRemInvReqErr
+	WCRemAccessErr   = ibtransport.WCRemAccessErr
+	WCRemOpErr       = ibtransport.WCRemOpErr
+	WCRetryExcErr    = ibtransport.WCRetryExcErr
+	WCRNRRetryExcErr = ibtransport.WCRNRRetryExcErr
+	WCRemInvRDReqErr = ibtransport.WCRemInvRDReqErr
+	WCGeneralErr     = ibtransport.WCGeneralErr
+)
+
+// Work completion opcodes.
+const (
+	WCSend            = ibtransport.WCSend
+	WCRDMAWrite       = ibtransport.WCRDMAWrite
+	WCRDMARead        = ibtransport.WCRDMARead
+	WCCompSwap        = ibtransport.WCCompSwap
+	WCFetchAdd        = ibtransport.WCFetchAdd
+	WCRecv            = ibtransport.WCRecv
+	WCRecvRDMAWithImm = ibtransport.WCRecvRDMAWithImm
+)
+
+// Work completion flags.
+const (
+	WCWithImm = ibtransport.WCWithImm
+	WCWithInv = ibtransport.WCWithInv
+)
+
+// Errors.
+var (
+	ErrInvalidArgument = ibtransport.ErrInvalidArgument
+	ErrQueueFull       = ibtransport.ErrQueueFull
+	ErrInvalidState    = ibtransport.ErrInvalidState
+	ErrCQOverflow      = ibtransport.ErrCQOverflow
+)
+
+// Config describes a device to open.
+type Config struct {
+	// Addrs are the device's IP addresses; GID index i is Addrs[i].
+	Addrs []netip.Addr
+}
+
+// Device is an opened RDMA device (ibv_context).
+type Device struct {
+	dev *roce.Device
+}
+
+// Open opens a device on link (ibv_open_device). The device runs an engine
+// goroutine until Close.
+func Open(link roce.Link, cfg Config) (*Device, error) {
+	d, err := roce.NewDevice(link, roce.DeviceConfig{Addrs: cfg.Addrs})
+	if err != nil {
+		return nil, fmt.Errorf("open device: %w", err)
+	}
+	return &Device{dev: d}, nil
+}
+
+// Close stops the device; the link stays open.
+func (d *Device) Close() error { return d.dev.Close() }
+
+// RoCE returns the underlying RoCE device (counters, neighbours).
+func (d *Device) RoCE() *roce.Device { return d.dev }
+
+// Counters returns the transport engine's counters.
+func (d *Device) Counters() *ibtransport.Counters { return &d.dev.Engine().Ctr }
+
+// GID returns entry index of the GID table (ibv_query_gid).
+func (d *Device) GID(index int) (GID, error) { return d.dev.GID(index) }
+
+// AllocPD allocates a protection domain (ibv_alloc_pd).
+func (d *Device) AllocPD() *PD { return d.dev.Engine().AllocPD() }
+
+// CreateCQ creates a completion queue of at least n entries (ibv_create_cq),
+// attached to ch for events if ch is not nil.
+func (d *Device) CreateCQ(n int, ch *CompChannel) (*CQ, error) { return ibtransport.NewCQ(n, ch) }
+
+// NewCompChannel creates a completion event channel
+// (ibv_create_comp_channel).
+func (d *Device) NewCompChannel() *CompChannel { return ibtransport.NewCompChannel() }
