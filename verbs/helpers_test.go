@@ -69,7 +69,7 @@ func defaultOpts() qpOpts {
 	return qpOpts{mtu: verbs.MTU1024, timeout: 8, retry: 7, rnrRetry: 7, minRNR: 1, maxRd: 16,
 		sendWR: 256, recvWR: 256, sge: 32, inline: 256,
 		access: verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic,
-		psnA: 0x123456, psnB: 0xabcdef}
+		psnA:   0x123456, psnB: 0xabcdef}
 }
 
 func newEndpoint(t testing.TB, dev *verbs.Device, pd *verbs.PD, o qpOpts, srq *verbs.SRQ) *endpoint {
