@@ -61,6 +61,7 @@ type responder struct {
 	recvMRs    []*MR
 	recvOff    uint32
 	recvBad    WCStatus // a problem found with the WQE's SGL
+	recvCap    uint64   // total length of the WQE's SGL
 
 	// The WRITE in progress.
 	wMR        *MR
@@ -455,7 +456,9 @@ func (q *QP) takeRecv() bool {
 	r.recvActive = true
 	r.recvOff = 0
 	r.recvBad = WCSuccess
+	r.recvCap = 0
 	for i, s := range r.recv.sge {
+		r.recvCap += uint64(s.Length)
 		r.recvMRs[i] = nil
 		if s.Length == 0 {
 			continue
@@ -478,6 +481,9 @@ func (q *QP) takeRecv() bool {
 func (q *QP) scatterRecv(src []byte) WCStatus {
 	r := &q.resp
 	off := r.recvOff
+	if uint64(off)+uint64(len(src)) > r.recvCap {
+		return WCLocLenErr // checked first: nothing is written
+	}
 	r.recvOff += uint32(len(src))
 	for i, s := range r.recv.sge {
 		if len(src) == 0 {

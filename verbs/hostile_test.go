@@ -1,0 +1,478 @@
+package verbs_test
+
+import (
+	"bytes"
+	"math/rand/v2"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/roce"
+	"github.com/softnic/softnic/roce/memlink"
+	"github.com/softnic/softnic/verbs"
+)
+
+// guarded is a registered region inside a larger buffer whose guard bytes
+// around it must never change.
+type guarded struct {
+	mr    *verbs.MR
+	whole []byte
+	orig  []byte
+}
+
+const guardLen = 256
+
+func newGuarded(t testing.TB, pd *verbs.PD, n int, access verbs.Access, seed byte) *guarded {
+	t.Helper()
+	whole := make([]byte, n+2*guardLen)
+	fill(whole, seed)
+	mr, err := pd.RegMR(whole[guardLen:guardLen+n], access)
+	require.NoError(t, err)
+	return &guarded{mr: mr, whole: whole, orig: append([]byte(nil), whole...)}
+}
+
+// unchanged checks that not a byte of the buffer, region included, changed.
+func (g *guarded) unchanged(t testing.TB) {
+	t.Helper()
+	require.True(t, bytes.Equal(g.orig, g.whole), "memory changed at byte %d", firstDiff(g.orig, g.whole))
+}
+
+// TestRemoteErrorsGiveRightStatus drives a real requester against a real
+// responder with bad requests: the requester gets the status libibverbs
+// names, and the responder's memory stays as it was.
+func TestRemoteErrorsGiveRightStatus(t *testing.T) {
+	type env struct {
+		x, y     *endpoint
+		local    *guarded
+		target   *guarded
+		otherPD  *guarded
+		readOnly *guarded
+		wrOnly   *guarded
+	}
+	cases := []struct {
+		name   string
+		wr     func(e *env) verbs.SendWR
+		status verbs.WCStatus
+	}{
+		{"invalid rkey", func(e *env) verbs.SendWR {
+			return verbs.SendWR{Opcode: verbs.WRRDMAWrite, RemoteAddr: e.target.mr.Addr(), RKey: e.target.mr.RKey() ^ 0x5a5a5a5a}
+		}, verbs.WCRemAccessErr},
+		{"write past the end", func(e *env) verbs.SendWR {
+			return verbs.SendWR{Opcode: verbs.WRRDMAWrite, RemoteAddr: e.target.mr.Addr() + 4096 - 100, RKey: e.target.mr.RKey()}
+		}, verbs.WCRemAccessErr},
+		{"write before the start", func(e *env) verbs.SendWR {
+			return verbs.SendWR{Opcode: verbs.WRRDMAWrite, RemoteAddr: e.target.mr.Addr() - 8, RKey: e.target.mr.RKey()}
+		}, verbs.WCRemAccessErr},
+		{"read past the end", func(e *env) verbs.SendWR {
+			return verbs.SendWR{Opcode: verbs.WRRDMARead, RemoteAddr: e.target.mr.Addr() + 4000, RKey: e.target.mr.RKey()}
+		}, verbs.WCRemAccessErr},
+		{"address wraps around", func(e *env) verbs.SendWR {
+			return verbs.SendWR{Opcode: verbs.WRRDMARead, RemoteAddr: ^uint64(0) - 50, RKey: e.target.mr.RKey()}
+		}, verbs.WCRemAccessErr},
+		{"write without remote write", func(e *env) verbs.SendWR {
+			return verbs.SendWR{Opcode: verbs.WRRDMAWrite, RemoteAddr: e.readOnly.mr.Addr(), RKey: e.readOnly.mr.RKey()}
+		}, verbs.WCRemAccessErr},
+		{"read without remote read", func(e *env) verbs.SendWR {
+			return verbs.SendWR{Opcode: verbs.WRRDMARead, RemoteAddr: e.wrOnly.mr.Addr(), RKey: e.wrOnly.mr.RKey()}
+		}, verbs.WCRemAccessErr},
+		{"atomic without remote atomic", func(e *env) verbs.SendWR {
+			return verbs.SendWR{Opcode: verbs.WRAtomicFetchAndAdd, RemoteAddr: e.wrOnly.mr.Addr(), RKey: e.wrOnly.mr.RKey(), CompareAdd: 1}
+		}, verbs.WCRemAccessErr},
+		{"wrong PD", func(e *env) verbs.SendWR {
+			return verbs.SendWR{Opcode: verbs.WRRDMAWrite, RemoteAddr: e.otherPD.mr.Addr(), RKey: e.otherPD.mr.RKey()}
+		}, verbs.WCRemAccessErr},
+		{"misaligned atomic", func(e *env) verbs.SendWR {
+			return verbs.SendWR{Opcode: verbs.WRAtomicCmpAndSwp, RemoteAddr: e.target.mr.Addr() + 4, RKey: e.target.mr.RKey()}
+		}, verbs.WCRemInvReqErr},
+		{"deregistered MR", func(e *env) verbs.SendWR {
+			g := newGuarded(t, e.y.pd, 4096, allAccess, 77)
+			require.NoError(t, g.mr.Dereg())
+			return verbs.SendWR{Opcode: verbs.WRRDMAWrite, RemoteAddr: g.mr.Addr(), RKey: g.mr.RKey()}
+		}, verbs.WCRemAccessErr},
+		{"receive too small", func(e *env) verbs.SendWR {
+			require.NoError(t, e.y.qp.PostRecv(&verbs.RecvWR{ID: 5, SGL: []verbs.SGE{e.target.mr.SGE(0, 100)}}))
+			return verbs.SendWR{Opcode: verbs.WRSend}
+		}, verbs.WCRemInvReqErr},
+		{"receive with a bad lkey", func(e *env) verbs.SendWR {
+			sge := e.target.mr.SGE(0, 4096)
+			sge.LKey ^= 1
+			require.NoError(t, e.y.qp.PostRecv(&verbs.RecvWR{ID: 5, SGL: []verbs.SGE{sge}}))
+			return verbs.SendWR{Opcode: verbs.WRSend}
+		}, verbs.WCRemOpErr},
+		{"local SGE with a bad lkey", func(e *env) verbs.SendWR {
+			return verbs.SendWR{Opcode: verbs.WRRDMAWrite, RemoteAddr: e.target.mr.Addr(), RKey: e.target.mr.RKey(),
+				SGL: []verbs.SGE{{Addr: e.local.mr.Addr(), Length: 10, LKey: e.local.mr.LKey() + 1}}}
+		}, verbs.WCLocProtErr},
+		{"local SGE out of bounds", func(e *env) verbs.SendWR {
+			return verbs.SendWR{Opcode: verbs.WRRDMAWrite, RemoteAddr: e.target.mr.Addr(), RKey: e.target.mr.RKey(),
+				SGL: []verbs.SGE{e.local.mr.SGE(4000, 200)}}
+		}, verbs.WCLocProtErr},
+		{"remote rkey used as lkey", func(e *env) verbs.SendWR {
+			return verbs.SendWR{Opcode: verbs.WRRDMAWrite, RemoteAddr: e.target.mr.Addr(), RKey: e.target.mr.RKey(),
+				SGL: []verbs.SGE{{Addr: e.local.mr.Addr(), Length: 10, LKey: e.local.mr.RKey()}}}
+		}, verbs.WCLocProtErr},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			o := defaultOpts()
+			_, x, y := connectedPair(t, memlink.Config{}, o)
+			e := &env{x: x, y: y,
+				local:    newGuarded(t, x.pd, 4096, allAccess, 1),
+				target:   newGuarded(t, y.pd, 4096, allAccess, 2),
+				otherPD:  newGuarded(t, y.dev.AllocPD(), 4096, allAccess, 3),
+				readOnly: newGuarded(t, y.pd, 4096, verbs.AccessRemoteRead, 4),
+				wrOnly:   newGuarded(t, y.pd, 4096, verbs.AccessLocalWrite|verbs.AccessRemoteWrite, 5),
+			}
+			wr := c.wr(e)
+			wr.ID = 1
+			wr.Flags |= verbs.SendSignaled
+			if wr.SGL == nil {
+				wr.SGL = []verbs.SGE{e.local.mr.SGE(0, 200)}
+				if wr.Opcode == verbs.WRAtomicFetchAndAdd || wr.Opcode == verbs.WRAtomicCmpAndSwp {
+					wr.SGL = []verbs.SGE{e.local.mr.SGE(0, 8)}
+				}
+			}
+			require.NoError(t, x.qp.PostSend(&wr))
+			require.NoError(t, x.qp.PostSend(&verbs.SendWR{ID: 2, Opcode: verbs.WRSend, SGL: []verbs.SGE{e.local.mr.SGE(0, 1)}}))
+			wc := waitWC(t, x.scq)
+			require.Equal(t, uint64(1), wc.WRID)
+			require.Equal(t, c.status, wc.Status)
+			wc = waitWC(t, x.scq)
+			require.Equal(t, uint64(2), wc.WRID)
+			require.Equal(t, verbs.WCWRFlushErr, wc.Status)
+			require.Equal(t, verbs.QPSErr, x.qp.State())
+			if c.status != verbs.WCLocProtErr {
+				// A remote error fails the responder's QP too.
+				require.Eventually(t, func() bool { return y.qp.State() == verbs.QPSErr }, 5*time.Second, time.Millisecond)
+			}
+			for _, g := range []*guarded{e.local, e.target, e.otherPD, e.readOnly, e.wrOnly} {
+				g.unchanged(t)
+			}
+		})
+	}
+}
+
+// rawPeer is a hostile requester: the test itself drives one end of the link
+// and sends hand-made packets to a verbs QP on the other end.
+type rawPeer struct {
+	t      *testing.T
+	link   *memlink.Endpoint
+	encap  roce.Encap
+	qpn    uint32 // the victim QP
+	victim *endpoint
+	pkt    ibtransport.Packet
+}
+
+const rawQPN = 0x4242
+
+func newRawPeer(t *testing.T, access verbs.Access) *rawPeer {
+	la, lb := memlink.Pair(memlink.Config{})
+	dev, err := verbs.Open(lb, verbs.Config{Addrs: []netip.Addr{addrB}})
+	require.NoError(t, err)
+	t.Cleanup(func() { dev.Close(); la.Close(); lb.Close() })
+	o := defaultOpts()
+	o.access = access
+	v := newEndpoint(t, dev, nil, o, nil)
+	require.NoError(t, v.qp.Modify(&verbs.QPAttr{State: verbs.QPSInit, AccessFlags: access}, verbs.QPAttrState|verbs.QPAttrAccessFlags))
+	require.NoError(t, v.qp.Modify(&verbs.QPAttr{State: verbs.QPSRTR, PathMTU: verbs.MTU1024, DestQPN: rawQPN, RQPSN: 1000,
+		MaxDestRdAtomic: 4, MinRNRTimer: 1, AV: verbs.AddressVector{DGID: roce.GIDFromAddr(addrA)}},
+		verbs.QPAttrState|verbs.QPAttrAV|verbs.QPAttrPathMTU|verbs.QPAttrDestQPN|verbs.QPAttrRQPSN|
+			verbs.QPAttrMaxDestRdAtomic|verbs.QPAttrMinRNRTimer))
+	return &rawPeer{t: t, link: la, victim: v, qpn: v.qp.QPN(),
+		encap: roce.Encap{SrcMAC: la.HardwareAddr(), DstMAC: lb.HardwareAddr(), Src: addrA, Dst: addrB, HopLimit: 64, SrcPort: 0xc001}}
+}
+
+// send builds one packet with build filling the headers and payload.
+func (r *rawPeer) send(op ibtransport.Opcode, psn ibtransport.PSN, payload int, build func(p *ibtransport.Packet)) {
+	buf := r.link.TxFrame()
+	for deadline := time.Now().Add(5 * time.Second); buf == nil && time.Now().Before(deadline); buf = r.link.TxFrame() {
+		r.link.Wait(time.Millisecond) // the victim has not consumed our frames yet
+	}
+	require.NotNil(r.t, buf)
+	hl := r.encap.HeaderLen()
+	n, err := ibtransport.LayoutPacket(buf[hl:], op, payload, &r.pkt)
+	require.NoError(r.t, err)
+	r.pkt.BTH.SetDestQPN(r.qpn)
+	r.pkt.BTH.SetPSN(psn)
+	r.pkt.BTH.SetAckReq(true)
+	if build != nil {
+		build(&r.pkt)
+	}
+	l, err := r.encap.Finish(buf, n)
+	require.NoError(r.t, err)
+	r.link.Send(buf[:l])
+	require.NoError(r.t, r.link.Flush())
+}
+
+// response waits for the next packet from the victim and returns its opcode,
+// PSN and syndrome (0 without AETH).
+func (r *rawPeer) response() (ibtransport.Opcode, ibtransport.PSN, ibtransport.Syndrome, []byte) {
+	deadline := time.Now().Add(5 * time.Second)
+	var op ibtransport.Opcode
+	var psn ibtransport.PSN
+	var syn ibtransport.Syndrome
+	var payload []byte
+	for time.Now().Before(deadline) {
+		got := r.link.Receive(func(frame []byte) {
+			var f roce.Frame
+			require.NoError(r.t, roce.ParseFrame(frame, &f))
+			var p ibtransport.Packet
+			require.NoError(r.t, ibtransport.ParsePacket(f.IB, &p))
+			require.Equal(r.t, uint32(rawQPN), p.BTH.DestQPN())
+			op, psn = p.BTH.Opcode(), p.BTH.PSN()
+			if p.AETH != nil {
+				syn = p.AETH.Syndrome()
+			}
+			payload = append([]byte(nil), p.Payload...)
+		}, 1)
+		if got == 1 {
+			return op, psn, syn, payload
+		}
+		r.link.Wait(10 * time.Millisecond)
+	}
+	r.t.Fatal("no response from the victim")
+	return 0, 0, 0, nil
+}
+
+// silent checks that the victim sends nothing more.
+func (r *rawPeer) silent() {
+	time.Sleep(10 * time.Millisecond)
+	require.Zero(r.t, r.link.Receive(func([]byte) {}, 1))
+}
+
+func TestHostilePeerNAKs(t *testing.T) {
+	nakAccess := ibtransport.NAKSyndrome(ibtransport.NAKRemoteAccessError)
+	nakInvalid := ibtransport.NAKSyndrome(ibtransport.NAKInvalidRequest)
+	type env struct {
+		r                       *rawPeer
+		good, readOnly, otherPD *guarded
+	}
+	reth := func(g *guarded, off uint64, n uint32) func(p *ibtransport.Packet) {
+		return func(p *ibtransport.Packet) {
+			p.RETH.SetVA(g.mr.Addr() + off)
+			p.RETH.SetRKey(g.mr.RKey())
+			p.RETH.SetDMALength(n)
+		}
+	}
+	cases := []struct {
+		name string
+		qpAc verbs.Access
+		send func(e *env)
+		want ibtransport.Syndrome
+	}{
+		{"write with a guessed rkey", allAccess, func(e *env) {
+			e.r.send(ibtransport.OpRCWriteOnly, 1000, 16, func(p *ibtransport.Packet) {
+				reth(e.good, 0, 16)(p)
+				p.RETH.SetRKey(rand.Uint32())
+			})
+		}, nakAccess},
+		{"write out of bounds", allAccess, func(e *env) {
+			e.r.send(ibtransport.OpRCWriteOnly, 1000, 16, reth(e.good, 4096-8, 16))
+		}, nakAccess},
+		{"write with a huge length", allAccess, func(e *env) {
+			e.r.send(ibtransport.OpRCWriteFirst, 1000, 1024, reth(e.good, 0, 1<<31))
+		}, nakAccess},
+		{"read out of bounds", allAccess, func(e *env) {
+			e.r.send(ibtransport.OpRCReadRequest, 1000, 0, reth(e.good, 1, 4096))
+		}, nakAccess},
+		{"write to a read-only region", allAccess, func(e *env) {
+			e.r.send(ibtransport.OpRCWriteOnly, 1000, 16, reth(e.readOnly, 0, 16))
+		}, nakAccess},
+		{"write to a QP without remote write", verbs.AccessRemoteRead, func(e *env) {
+			e.r.send(ibtransport.OpRCWriteOnly, 1000, 16, reth(e.good, 0, 16))
+		}, nakAccess},
+		{"region of another PD", allAccess, func(e *env) {
+			e.r.send(ibtransport.OpRCReadRequest, 1000, 0, reth(e.otherPD, 0, 16))
+		}, nakAccess},
+		{"deregistered region", allAccess, func(e *env) {
+			require.NoError(t, e.good.mr.Dereg())
+			e.r.send(ibtransport.OpRCReadRequest, 1000, 0, reth(e.good, 0, 16))
+		}, nakAccess},
+		{"misaligned atomic", allAccess, func(e *env) {
+			e.r.send(ibtransport.OpRCFetchAdd, 1000, 0, func(p *ibtransport.Packet) {
+				p.AtomicETH.SetVA(e.good.mr.Addr() + 12)
+				p.AtomicETH.SetRKey(e.good.mr.RKey())
+				p.AtomicETH.SetSwapAdd(1)
+			})
+		}, nakInvalid},
+		{"atomic past the end", allAccess, func(e *env) {
+			e.r.send(ibtransport.OpRCFetchAdd, 1000, 0, func(p *ibtransport.Packet) {
+				p.AtomicETH.SetVA(e.good.mr.Addr() + 4096)
+				p.AtomicETH.SetRKey(e.good.mr.RKey())
+			})
+		}, nakAccess},
+		{"payload longer than the RETH length", allAccess, func(e *env) {
+			e.r.send(ibtransport.OpRCWriteOnly, 1000, 32, reth(e.good, 0, 16))
+		}, nakInvalid},
+		{"SEND MIDDLE without FIRST", allAccess, func(e *env) {
+			e.r.send(ibtransport.OpRCSendMiddle, 1000, 1024, nil)
+		}, nakInvalid},
+		{"WRITE FIRST shorter than the MTU", allAccess, func(e *env) {
+			e.r.send(ibtransport.OpRCWriteFirst, 1000, 100, reth(e.good, 0, 2000))
+		}, nakInvalid},
+		{"payload longer than the MTU", allAccess, func(e *env) {
+			e.r.send(ibtransport.OpRCWriteOnly, 1000, 1028, reth(e.good, 0, 1028))
+		}, nakInvalid},
+		{"WRITE LAST beyond the announced length", allAccess, func(e *env) {
+			e.r.send(ibtransport.OpRCWriteFirst, 1000, 1024, reth(e.good, 0, 1500))
+			op, psn, syn, _ := e.r.response()
+			require.Equal(t, ibtransport.OpRCAcknowledge, op)
+			require.Equal(t, ibtransport.PSN(1000), psn)
+			require.Equal(t, ibtransport.SyndromeACK, syn.Kind())
+			e.r.send(ibtransport.OpRCWriteLast, 1001, 1024, nil)
+		}, nakInvalid},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := newRawPeer(t, c.qpAc)
+			e := &env{r: r,
+				good:     newGuarded(t, r.victim.pd, 4096, allAccess, 1),
+				readOnly: newGuarded(t, r.victim.pd, 4096, verbs.AccessRemoteRead, 2),
+				otherPD:  newGuarded(t, r.victim.dev.AllocPD(), 4096, allAccess, 3),
+			}
+			c.send(e)
+			op, psn, syn, _ := r.response()
+			require.Equal(t, ibtransport.OpRCAcknowledge, op)
+			require.Equal(t, c.want, syn, "got %v", syn)
+			require.Equal(t, r.pkt.BTH.PSN(), psn)
+			require.Eventually(t, func() bool { return r.victim.qp.State() == verbs.QPSErr }, 5*time.Second, time.Millisecond)
+			// Further requests are ignored.
+			r.send(ibtransport.OpRCReadRequest, r.pkt.BTH.PSN().Add(1), 0, reth(e.readOnly, 0, 16))
+			r.silent()
+			if c.name != "WRITE LAST beyond the announced length" {
+				e.good.unchanged(t)
+			}
+			e.readOnly.unchanged(t)
+			e.otherPD.unchanged(t)
+		})
+	}
+}
+
+// TestHostilePeerProtocol covers the checks that do not fail the QP:
+// sequence NAKs, duplicates, RNR.
+func TestHostilePeerProtocol(t *testing.T) {
+	r := newRawPeer(t, allAccess)
+	g := newGuarded(t, r.victim.pd, 4096, allAccess, 1)
+	rethTo := func(off uint64, n uint32) func(p *ibtransport.Packet) {
+		return func(p *ibtransport.Packet) {
+			p.RETH.SetVA(g.mr.Addr() + off)
+			p.RETH.SetRKey(g.mr.RKey())
+			p.RETH.SetDMALength(n)
+		}
+	}
+	// A gap: one sequence NAK carrying the expected PSN, not one per packet.
+	r.send(ibtransport.OpRCWriteOnly, 1002, 8, rethTo(0, 8))
+	r.send(ibtransport.OpRCWriteOnly, 1003, 8, rethTo(0, 8))
+	op, psn, syn, _ := r.response()
+	require.Equal(t, ibtransport.OpRCAcknowledge, op)
+	require.Equal(t, ibtransport.NAKSyndrome(ibtransport.NAKPSNSequenceError), syn)
+	require.Equal(t, ibtransport.PSN(1000), psn)
+	r.silent()
+	// In order now.
+	r.send(ibtransport.OpRCWriteOnly, 1000, 8, func(p *ibtransport.Packet) {
+		rethTo(0, 8)(p)
+		copy(p.Payload, "ABCDEFGH")
+	})
+	_, psn, syn, _ = r.response()
+	require.Equal(t, ibtransport.PSN(1000), psn)
+	require.Equal(t, ibtransport.ACKSyndrome(ibtransport.UnlimitedCredits), syn)
+	// A duplicate WRITE is acknowledged again, not executed again.
+	g.whole[guardLen] = 'Z'
+	r.send(ibtransport.OpRCWriteOnly, 1000, 8, rethTo(0, 8))
+	_, psn, syn, _ = r.response()
+	require.Equal(t, ibtransport.PSN(1000), psn)
+	require.Equal(t, ibtransport.SyndromeACK, syn.Kind())
+	require.Equal(t, "ZBCDEFGH", string(g.whole[guardLen:guardLen+8]))
+	// An atomic, then its duplicate: the original value is replayed, the
+	// addition happens once.
+	g.whole[guardLen+8] = 5
+	add := func(p *ibtransport.Packet) {
+		p.AtomicETH.SetVA(g.mr.Addr() + 8)
+		p.AtomicETH.SetRKey(g.mr.RKey())
+		p.AtomicETH.SetSwapAdd(10)
+	}
+	for range 2 {
+		r.send(ibtransport.OpRCFetchAdd, 1001, 0, add)
+		op, psn, _, _ = r.response()
+		require.Equal(t, ibtransport.OpRCAtomicAcknowledge, op)
+		require.Equal(t, ibtransport.PSN(1001), psn)
+	}
+	require.Equal(t, byte(15), g.whole[guardLen+8])
+	// A READ and its duplicate give the same data.
+	for range 2 {
+		r.send(ibtransport.OpRCReadRequest, 1002, 0, rethTo(0, 8))
+		op, psn, _, data := r.response()
+		require.Equal(t, ibtransport.OpRCReadResponseOnly, op)
+		require.Equal(t, ibtransport.PSN(1002), psn)
+		require.Equal(t, "ZBCDEFGH", string(data))
+	}
+	// A SEND with no receive posted gets an RNR NAK with the QP's timer.
+	r.send(ibtransport.OpRCSendOnly, 1003, 4, nil)
+	_, psn, syn, _ = r.response()
+	require.Equal(t, ibtransport.PSN(1003), psn)
+	require.Equal(t, ibtransport.RNRNAKSyndrome(1), syn)
+	require.Equal(t, verbs.QPSRTR, r.victim.qp.State())
+	// Garbage never panics: random bytes after a valid BTH, random opcodes.
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range 2000 {
+		op := ibtransport.Opcode(rng.IntN(0x18))
+		if !op.Valid() || op.Info().Kind == ibtransport.KindSend && i%2 == 0 {
+			continue
+		}
+		size := 0
+		if op.Info().HasPayload {
+			size = rng.IntN(1100)
+		}
+		r.send(op, ibtransport.PSN(1004+rng.IntN(3)), size, func(p *ibtransport.Packet) {
+			for _, h := range [][]byte{p.RETH, p.AtomicETH, p.AETH, p.AtomicAckETH, p.ImmDt, p.IETH} {
+				for j := range h {
+					h[j] = byte(rng.Uint32())
+				}
+			}
+			if p.RETH != nil && rng.IntN(2) == 0 {
+				p.RETH.SetRKey(g.mr.RKey())
+			}
+		})
+		r.link.Receive(func([]byte) {}, 64)
+	}
+	g.whole[guardLen], g.whole[guardLen+8] = g.orig[guardLen], g.orig[guardLen+8]
+	copy(g.whole[guardLen+1:guardLen+8], g.orig[guardLen+1:guardLen+8])
+	// Whatever the garbage did inside the permitted region, the guards hold.
+	require.Equal(t, g.orig[:guardLen], g.whole[:guardLen])
+	require.Equal(t, g.orig[guardLen+4096:], g.whole[guardLen+4096:])
+}
+
+func TestRKeysAreUnpredictable(t *testing.T) {
+	p := newPair(t, memlink.Config{})
+	pd := p.a.AllocPD()
+	buf := make([]byte, 64)
+	const n = 2000
+	seen := map[uint32]bool{}
+	var prev uint32
+	var ones [32]int
+	sequential := 0
+	for i := range n {
+		mr, err := pd.RegMR(buf, allAccess)
+		require.NoError(t, err)
+		k := mr.RKey()
+		require.False(t, seen[k], "rkey %#x repeated", k)
+		require.NotEqual(t, mr.LKey(), k)
+		seen[k] = true
+		if i > 0 && (k-prev < 256 || prev-k < 256) {
+			sequential++
+		}
+		prev = k
+		for b := range 32 {
+			ones[b] += int(k >> b & 1)
+		}
+		require.NoError(t, mr.Dereg())
+	}
+	require.Less(t, sequential, 5, "rkeys close to the previous one")
+	// Every bit of the key is set about half the time: all 32 bits vary.
+	for b, c := range ones {
+		require.InDelta(t, n/2, c, n/8, "bit %d set %d times of %d", b, c, n)
+	}
+}
