@@ -112,13 +112,14 @@ func Run(ctx context.Context, o Options) (res Result, err error) {
 	frame := make([]byte, o.Size)
 	buildFrame(frame, pair.A.MAC, pair.B.MAC, pair.A.Addr4(), pair.B.Addr4())
 
-	var stop atomic.Bool
+	var stop, senderDone atomic.Bool
 	var sent atomic.Uint64
 	var wg sync.WaitGroup
 	var sendErr error
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
+		defer senderDone.Store(true)
 		sendErr = blast(tx, frame, o, &stop, &sent)
 	}()
 
@@ -136,7 +137,7 @@ func Run(ctx context.Context, o Options) (res Result, err error) {
 				break
 			}
 			// Once the sender is done, in-flight frames get 200ms.
-			if stop.Load() && time.Since(last) > 200*time.Millisecond && time.Since(start) > 200*time.Millisecond {
+			if senderDone.Load() && time.Since(last) > 200*time.Millisecond && time.Since(start) > 200*time.Millisecond {
 				break
 			}
 			rx.Wait(time.Millisecond, -1)

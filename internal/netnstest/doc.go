@@ -4,7 +4,9 @@
 //
 // Everything it creates is removed by Pair.Close, which New's callers must
 // call and NewT registers with t.Cleanup, so a failing or panicking test
-// leaves no namespace or interface behind. Creating namespaces needs root
+// leaves no namespace or interface behind. Namespaces are named
+// snt<pid>-<n>a and snt<pid>-<n>b; New also deletes those of netnstest
+// processes that died without cleaning up (SIGKILL, test timeout). Creating namespaces needs root
 // (CAP_SYS_ADMIN and CAP_NET_ADMIN); RequireRoot skips a test with a message
 // saying so.
 //

@@ -8,6 +8,8 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -43,6 +45,33 @@ type Pair struct {
 }
 
 var pairSeq atomic.Uint32
+
+// Namespaces are named namePrefix<pid>-<n>a/b, so those of a process that
+// died before cleaning up (SIGKILL, a test timeout) can be recognised and
+// removed by the next New.
+const namePrefix = "snt"
+
+// sweepStale deletes namespaces left by netnstest processes that no longer run.
+func sweepStale() {
+	entries, err := os.ReadDir("/var/run/netns")
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		rest, ok := strings.CutPrefix(e.Name(), namePrefix)
+		if !ok {
+			continue
+		}
+		pidText, _, ok := strings.Cut(rest, "-")
+		pid, err := strconv.Atoi(pidText)
+		if !ok || err != nil || pid == os.Getpid() {
+			continue
+		}
+		if err := unix.Kill(pid, 0); errors.Is(err, unix.ESRCH) {
+			netns.DeleteNamed(e.Name())
+		}
+	}
+}
 
 // RequireRoot skips the test unless the process runs as root, which creating
 // namespaces, veth pairs, XDP programs and AF_XDP sockets requires.
@@ -85,7 +114,8 @@ func New(cfg Config) (p *Pair, err error) {
 	if cfg.AddrsB == nil {
 		cfg.AddrsB = []netip.Prefix{netip.MustParsePrefix("10.47.0.2/24"), netip.MustParsePrefix("fd47::2/64")}
 	}
-	base := fmt.Sprintf("snt%d-%d", os.Getpid(), pairSeq.Add(1))
+	sweepStale()
+	base := fmt.Sprintf("%s%d-%d", namePrefix, os.Getpid(), pairSeq.Add(1))
 	p = &Pair{MTU: cfg.MTU}
 	p.A = End{Namespace: base + "a", Ifname: "veth0", Addrs: cfg.AddrsA, Handle: netns.None()}
 	p.B = End{Namespace: base + "b", Ifname: "veth1", Addrs: cfg.AddrsB, Handle: netns.None()}

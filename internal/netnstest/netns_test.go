@@ -58,7 +58,7 @@ func TestNewFailureCleansUp(t *testing.T) {
 		t.Fatal("New with MTU 1 MiB succeeded")
 	}
 	entries, _ := os.ReadDir("/var/run/netns")
-	prefix := "snt" + itoa(os.Getpid()) + "-"
+	prefix := namePrefix + itoa(os.Getpid()) + "-"
 	for _, e := range entries {
 		if len(e.Name()) > len(prefix) && e.Name()[:len(prefix)] == prefix {
 			t.Errorf("namespace %s left behind after failed New: %v", e.Name(), err)
@@ -76,5 +76,21 @@ func itoa(i int) string {
 		if i == 0 {
 			return string(b[n:])
 		}
+	}
+}
+
+func TestNewSweepsNamespacesOfDeadProcesses(t *testing.T) {
+	RequireRoot(t)
+	// PID 2^22+1 is above the kernel's pid_max limit, so it never runs.
+	stale := namePrefix + "4194305-1a"
+	h, err := newNamed(stale)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.Close()
+	t.Cleanup(func() { os.Remove(filepath.Join("/var/run/netns", stale)) })
+	NewT(t, Config{})
+	if _, err := os.Stat(filepath.Join("/var/run/netns", stale)); !os.IsNotExist(err) {
+		t.Errorf("stale namespace %s survived New (stat: %v)", stale, err)
 	}
 }
