@@ -92,6 +92,8 @@ type Endpoint struct {
 	// Sending side, used only by the goroutine driving this end.
 	pool    pool
 	pending []item
+	out     []item   // Flush's output; separate from pending, which duplicates would overrun
+	dropped [][]byte // Flush's dropped buffers
 	faults  Faults
 	rng     *rand.Rand
 	stats   Stats
@@ -152,6 +154,8 @@ func newEndpoint(cfg Config, mac [6]byte, f Faults, seed uint64, epoch time.Time
 		closed:  make(chan struct{}),
 		timer:   time.NewTimer(time.Hour),
 		pending: make([]item, 0, cfg.Buffers),
+		out:     make([]item, 0, 2*cfg.Buffers),
+		dropped: make([][]byte, 0, cfg.Buffers),
 		heap:    make([]item, 0, 2*cfg.Buffers),
 		scratch: make([]item, 0, 2*cfg.Buffers),
 	}
@@ -216,12 +220,12 @@ func (e *Endpoint) Flush() error {
 	}
 	now := e.now()
 	f := &e.faults
-	out := e.pending[:0]
+	out := e.out[:0]
+	dropped := e.dropped[:0]
 	var tap func([]byte) bool
 	if p := e.tap.Load(); p != nil {
 		tap = *p
 	}
-	var dropped [][]byte
 	for _, it := range e.pending {
 		e.stats.Sent.Add(1)
 		if e.down.Load() || (tap != nil && !tap(it.buf[:it.n])) || e.roll(f.Loss) {
@@ -256,7 +260,10 @@ func (e *Endpoint) Flush() error {
 		e.pool.put(dropped...)
 	}
 	e.peer.deliver(out)
-	e.pending = e.pending[:0]
+	clear(out)
+	clear(dropped)
+	clear(e.pending)
+	e.out, e.dropped, e.pending = out[:0], dropped[:0], e.pending[:0]
 	return nil
 }
 
