@@ -35,6 +35,11 @@ type Config struct {
 	// Netem, when set, is passed to `tc qdisc add dev eth0 root netem`,
 	// e.g. "loss 2%" or "delay 2ms reorder 25% 50%".
 	Netem string
+	// ScriptTimeout, when set, makes the guest stop the script after this
+	// long, list its processes and what they wait on in Output, and report
+	// ExitStatus 124. Use it below the context's deadline to learn why a
+	// script hangs.
+	ScriptTimeout time.Duration
 	// MemoryMiB is the guest's RAM; 512 when zero.
 	MemoryMiB int
 	// Files are extra files placed into the guest (absolute paths).
@@ -205,6 +210,9 @@ func writeInitrd(img *Image, cfg Config, path string) error {
 			fmt.Fprintf(&env, "GUEST_MTU=%d\n", cfg.MTU)
 		}
 		fmt.Fprintf(&env, "GUEST_NETEM=%s\n", shellQuote(cfg.Netem))
+	}
+	if cfg.ScriptTimeout > 0 {
+		fmt.Fprintf(&env, "GUEST_TIMEOUT=%d\n", int(cfg.ScriptTimeout.Seconds()+0.5))
 	}
 	tr := newTree()
 	tr.File("etc/guest.env", 0o644, []byte(env.String()))

@@ -35,7 +35,11 @@ var imagePackages = []string{
 	"iproute2", // ip, tc (netem) and rdma
 	"libc6", "libpci3", "libbpf1", "libelf1", "libmnl0", "libbsd0", "libmd0",
 	"libcap2", "libxtables12", "zlib1g", "libzstd1", "libudev1",
+	"libgcc-s1", // glibc dlopens libgcc_s for thread exit and cancellation
 }
+
+// dlopenedLibs are loaded at run time without a DT_NEEDED entry.
+var dlopenedLibs = []string{"libgcc_s.so.1"}
 
 // imageModules are loaded at boot, with their dependencies first.
 var imageModules = []string{
@@ -75,7 +79,7 @@ func recipeKey() string {
 	fmt.Fprintln(h, imageFormat, kernelMetaPackage)
 	fmt.Fprintln(h, strings.Join(imagePackages, ","))
 	fmt.Fprintln(h, strings.Join(imageModules, ","))
-	fmt.Fprintln(h, toolPattern.String(), strings.Join(extraTools, ","))
+	fmt.Fprintln(h, toolPattern.String(), strings.Join(extraTools, ","), strings.Join(dlopenedLibs, ","))
 	h.Write(initScript)
 	return hex.EncodeToString(h.Sum(nil))[:16]
 }
@@ -328,6 +332,18 @@ func addUserland(tr *tree, root string) error {
 	tr.File(providerDir+"/"+filepath.Base(providers[0]), 0o755, data)
 	elfs = append(elfs, providers[0])
 
+	for _, soname := range dlopenedLibs {
+		p, err := findLib(root, soname)
+		if err != nil {
+			return fmt.Errorf("%s: %w", soname, err)
+		}
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return fmt.Errorf("read library: %w", err)
+		}
+		elfs = append(elfs, p)
+		tr.File("lib/x86_64-linux-gnu/"+soname, 0o755, data)
+	}
 	libs, err := sharedLibClosure(root, elfs)
 	if err != nil {
 		return fmt.Errorf("collect shared libraries: %w", err)

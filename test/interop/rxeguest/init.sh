@@ -25,6 +25,13 @@ fail() {
 	finish 255
 }
 
+# Debian's busybox runs its own applets before searching PATH; make ip
+# and tc mean iproute2's (netem, rdma-aware) tools here and in the script.
+cat >/etc/prelude.sh <<'PRELUDE'
+ip() { /usr/bin/ip "$@"; }
+tc() { /usr/bin/tc "$@"; }
+PRELUDE
+. /etc/prelude.sh
 . /etc/guest.env
 hostname "${GUEST_NAME:-rxeguest}"
 
@@ -51,6 +58,18 @@ if [ -n "$GUEST_ADDR" ]; then
 	echo "rxeguest: rxe0 up on eth0 $GUEST_ADDR"
 fi
 
+if [ -n "$GUEST_TIMEOUT" ]; then
+	# Watchdog: report what every process waits on, then give up.
+	(
+		sleep "$GUEST_TIMEOUT"
+		echo "rxeguest: script timed out after ${GUEST_TIMEOUT}s; processes (pid comm wchan cmdline):"
+		for p in /proc/[0-9]*; do
+			echo "${p#/proc/} $(cat $p/comm 2>/dev/null) $(cat $p/wchan 2>/dev/null) $(tr '\0' ' ' <$p/cmdline 2>/dev/null)"
+		done
+		finish 124
+	) >$OUT 2>&1 &
+fi
+
 cd /tmp
-sh /script.sh </dev/null >$OUT 2>&1
+sh -c '. /etc/prelude.sh; . /script.sh' </dev/null >$OUT 2>&1
 finish $?

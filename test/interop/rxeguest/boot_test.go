@@ -1,0 +1,146 @@
+package rxeguest
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// requireGuestTools skips unless the test can build and boot guests.
+func requireGuestTools(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: network namespaces, tap devices and qemu's tap access (CI runs as root)")
+	}
+	for _, tool := range []string{"qemu-system-x86_64", "apt-get", "apt-cache", "dpkg-deb", "ip", "tcpdump"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("needs %s: run test/interop/install-deps.sh", tool)
+		}
+	}
+}
+
+func buildTestImage(t *testing.T, ctx context.Context) *Image {
+	t.Helper()
+	start := time.Now()
+	img, err := Build(ctx, DefaultCacheDir())
+	require.NoError(t, err)
+	t.Logf("image %s (kernel %s) ready in %v", img.Dir, img.KernelVersion, time.Since(start).Round(time.Millisecond))
+	return img
+}
+
+func testNetwork(t *testing.T, ctx context.Context, taps int) *Network {
+	t.Helper()
+	n, err := NewNetwork(ctx, NetworkConfig{Name: fmt.Sprintf("rxetest%d", os.Getpid()), Taps: taps})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		require.NoError(t, n.Close())
+		out, _ := exec.Command("ip", "netns", "list").Output()
+		require.NotContains(t, string(out), n.BridgeNS, "namespace left behind")
+	})
+	return n
+}
+
+// TestGuestBringsUpRxe boots one guest and checks that rxe0 is usable:
+// listed by ibv_devices, port ACTIVE, the IPv4 GID at index 1, netem
+// applied, and the script's exit status reported.
+func TestGuestBringsUpRxe(t *testing.T) {
+	requireGuestTools(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	img := buildTestImage(t, ctx)
+	n := testNetwork(t, ctx, 1)
+
+	res, err := Boot(ctx, img, Config{
+		Name:   "rxe-up",
+		NetNS:  n.BridgeNS,
+		Tap:    n.Taps[0],
+		Addr:   netip.MustParsePrefix("10.77.0.11/24"),
+		Netem:  "delay 1ms",
+		Script: "ibv_devices\nibv_devinfo -d rxe0 -v\nrdma link show\ntc qdisc show dev eth0\nexit 42\n",
+	})
+	require.NoError(t, err)
+	t.Logf("guest ran in %v; output:\n%s", res.Duration.Round(time.Millisecond), res.Output)
+	require.Equal(t, 42, res.ExitStatus, "console:\n%s", res.Console)
+	require.Regexp(t, regexp.MustCompile(`(?m)^\s+rxe0\s+[0-9a-f]{16}$`), res.Output, "ibv_devices lists rxe0")
+	require.Regexp(t, `state:\s+PORT_ACTIVE`, res.Output)
+	require.Regexp(t, `GID\[\s*1\]:\s+::ffff:10\.77\.0\.11, RoCE v2`, res.Output)
+	require.Contains(t, res.Output, "link rxe0/1 state ACTIVE")
+	require.Regexp(t, `qdisc netem \S+ dev eth0 root .*delay 1ms`, res.Output)
+}
+
+// TestGuestWithoutNetworkReportsSetupFailure checks that a broken guest
+// setup is reported as such rather than as the script's result.
+func TestGuestReportsSetupFailure(t *testing.T) {
+	requireGuestTools(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	img := buildTestImage(t, ctx)
+	n := testNetwork(t, ctx, 1)
+	res, err := Boot(ctx, img, Config{
+		Name: "bad-netem", NetNS: n.BridgeNS, Tap: n.Taps[0],
+		Addr:   netip.MustParsePrefix("10.77.0.11/24"),
+		Netem:  "no-such-netem-option",
+		Script: "echo must not run\n",
+	})
+	require.NoError(t, err)
+	require.Equal(t, SetupFailedStatus, res.ExitStatus)
+	require.Contains(t, res.Output, "setup failed: netem")
+	require.NotContains(t, res.Output, "must not run")
+}
+
+// TestTwoGuestsRCPingpong runs ibv_rc_pingpong between two guests on the
+// bridge and checks that the capture on the bridge saw RoCEv2 frames.
+func TestTwoGuestsRCPingpong(t *testing.T) {
+	requireGuestTools(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	img := buildTestImage(t, ctx)
+	n := testNetwork(t, ctx, 2)
+	pcap := filepath.Join(t.TempDir(), "rc.pcap")
+	capture, err := n.Capture(ctx, n.Bridge, pcap, "udp port 4791")
+	require.NoError(t, err)
+
+	server, err := Start(ctx, img, Config{
+		Name: "server", NetNS: n.BridgeNS, Tap: n.Taps[0], Addr: netip.MustParsePrefix("10.77.0.11/24"),
+		Script:        "ibv_rc_pingpong -d rxe0 -g 1 -s 1500 -n 3\n",
+		ScriptTimeout: 3 * time.Minute,
+	})
+	require.NoError(t, err)
+	// The client retries while the server's guest is still booting.
+	client, err := Start(ctx, img, Config{
+		Name: "client", NetNS: n.BridgeNS, Tap: n.Taps[1], Addr: netip.MustParsePrefix("10.77.0.12/24"),
+		Script: `for i in $(seq 100); do
+	if out=$(ibv_rc_pingpong -d rxe0 -g 1 -s 1500 -n 3 10.77.0.11 2>&1); then echo "$out"; exit 0; fi
+	echo "$out" | grep -q "Couldn't connect" || { echo "$out"; exit 1; }
+	sleep 0.3
+done
+exit 1
+`,
+		ScriptTimeout: 3 * time.Minute,
+	})
+	require.NoError(t, err)
+	cres, cerr := client.Wait()
+	sres, serr := server.Wait()
+	require.NoError(t, capture.Stop())
+	require.NoError(t, cerr)
+	require.NoError(t, serr)
+	t.Logf("client (%v):\n%s\nserver (%v):\n%s", cres.Duration.Round(time.Millisecond), cres.Output, sres.Duration.Round(time.Millisecond), sres.Output)
+	require.Equal(t, 0, cres.ExitStatus)
+	require.Equal(t, 0, sres.ExitStatus)
+	require.Contains(t, sres.Output, "4500 bytes in")
+	require.Contains(t, sres.Output, "GID ::ffff:10.77.0.12")
+
+	st, err := os.Stat(pcap)
+	require.NoError(t, err)
+	// 3 round trips of a 2-packet message plus ACKs: well over 24 bytes
+	// of pcap header.
+	require.Greater(t, st.Size(), int64(24+6*1000), "capture holds the RoCEv2 frames")
+}
