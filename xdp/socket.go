@@ -387,6 +387,21 @@ func (s *Socket) Frame(d Desc) []byte {
 	return s.umem[d.Addr:end:end]
 }
 
+// Offset returns the UMEM address of b's first byte, and false if b does
+// not start inside the UMEM. It maps a buffer from NextTxFrame back to its
+// descriptor.
+func (s *Socket) Offset(b []byte) (uint64, bool) {
+	if len(s.umem) == 0 || cap(b) == 0 {
+		return 0, false
+	}
+	base := uintptr(unsafe.Pointer(unsafe.SliceData(s.umem)))
+	p := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	if p < base || p >= base+uintptr(len(s.umem)) {
+		return 0, false
+	}
+	return uint64(p - base), true
+}
+
 func (s *Socket) chunk(addr uint64) (int, bool) {
 	i := addr / uint64(s.cfg.FrameSize)
 	return int(i), i < uint64(len(s.owner))

@@ -160,6 +160,13 @@ func New(cfg Config) (p *Pair, err error) {
 		h *netlink.Handle
 	}{{&p.A, ha}, {&p.B, hb}}
 	for _, side := range sides {
+		// No duplicate address detection on the link-local address either:
+		// while it is tentative, IPv6 neighbour discovery stalls for ~2s.
+		if err := side.e.Do(func() error {
+			return os.WriteFile("/proc/sys/net/ipv6/conf/"+side.e.Ifname+"/accept_dad", []byte("0"), 0)
+		}); err != nil {
+			return p, fmt.Errorf("disable DAD on %s in %s: %w", side.e.Ifname, side.e.Namespace, err)
+		}
 		if err := linkUp(side.h, side.e); err != nil {
 			return p, fmt.Errorf("configure %s in %s: %w", side.e.Ifname, side.e.Namespace, err)
 		}
@@ -222,7 +229,22 @@ func addAddrs(h *netlink.Handle, e *End) error {
 			return fmt.Errorf("add address %v: %w", a, err)
 		}
 	}
-	return nil
+	// The kernel adds the link-local address shortly after carrier; wait
+	// for it so every test sees the same, complete address list.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		addrs, err := h.AddrList(l, unix.AF_INET6)
+		if err != nil {
+			return fmt.Errorf("list addresses: %w", err)
+		}
+		for _, a := range addrs {
+			if a.IP.IsLinkLocalUnicast() && a.Flags&unix.IFA_F_TENTATIVE == 0 {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return errors.New("no IPv6 link-local address after 5s")
+		}
+	}
 }
 
 // newNamed creates a named namespace without leaving the calling thread in it.

@@ -1,0 +1,419 @@
+package roce
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"sync/atomic"
+	"time"
+
+	"github.com/softnic/softnic/bpf"
+	"github.com/softnic/softnic/xdp"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// XDPLinkConfig configures an AF_XDP link.
+type XDPLinkConfig struct {
+	// Addrs are the addresses whose RoCEv2 frames are steered to softnic
+	// (the device's GID table); other traffic stays with the kernel.
+	Addrs []netip.Addr
+	// Socket sizes each per-queue AF_XDP socket; MultiBuffer is set
+	// automatically when the link MTU needs it.
+	Socket xdp.Config
+	// Mode selects native or generic XDP (default: whatever the driver offers).
+	Mode bpf.Mode
+}
+
+// XDPLinkStats gathers the link's counters.
+type XDPLinkStats struct {
+	Program     bpf.Stats
+	Sockets     []xdp.Stats
+	RxOversized uint64 // multi-buffer frames longer than MTU+26 bytes: dropped
+	RxBadDesc   uint64 // descriptors outside the UMEM: dropped
+	TxStaged    uint64 // frames copied from a staging buffer into several chunks
+	TxNoBuffer  uint64 // TxFrame calls that found no free buffer
+	TxQueued    int    // frames sent but not yet on the TX ring (ring full)
+}
+
+// XDPLink is a Link over AF_XDP on a real interface: softnic's XDP program
+// steers RoCEv2 frames for its addresses into one AF_XDP socket per receive
+// queue; frames are sent through the socket of queue 0.
+//
+// When a frame of MTU+22 bytes fits one UMEM chunk, TxFrame lends the chunk
+// itself and frames are built in place. On larger MTUs (9000 with 4 KiB
+// chunks) TxFrame lends a staging buffer, and Send copies the frame into as
+// many chunks as it needs (a multi-buffer transmit). Received multi-buffer
+// frames are likewise copied into one buffer before delivery.
+type XDPLink struct {
+	ifname string
+	mtu    int
+	mac    [6]byte
+	prog   *bpf.Program
+	socks  []*xdp.Socket
+	tx     *xdp.Socket
+	wakeFD int
+	closed atomic.Bool
+
+	bufLen  int // MTU+26: largest frame plus slack, as TxFrame promises
+	inPlace bool
+	staging [][]byte     // free staging buffers (large MTU)
+	reserve [][]xdp.Desc // chunks reserved for each lent staging buffer, by buffer index
+	lent    map[*byte]int
+	txq     []xdp.Desc
+	starved bool
+
+	rxDescs []xdp.Desc
+	rxBuf   []byte
+	next    int // socket to receive from first, for fairness
+
+	rxOversized, rxBadDesc, txStaged, txNoBuffer uint64
+}
+
+var _ Link = (*XDPLink)(nil)
+
+// Errors of OpenXDPLink besides those of packages bpf and xdp.
+var ErrLinkDown = errors.New("interface is down")
+
+// OpenXDPLink attaches softnic's XDP program to the interface named ifname
+// (in the calling thread's network namespace), opens an AF_XDP socket on
+// each of its receive queues and steers RoCEv2 frames for cfg.Addrs into
+// them. On error nothing is left attached.
+func OpenXDPLink(ifname string, cfg XDPLinkConfig) (l *XDPLink, err error) {
+	ifc, err := net.InterfaceByName(ifname)
+	if err != nil {
+		return nil, fmt.Errorf("AF_XDP link on %q: %w (%v)", ifname, bpf.ErrNoInterface, err)
+	}
+	if ifc.Flags&net.FlagUp == 0 {
+		return nil, fmt.Errorf("AF_XDP link on %q: %w", ifname, ErrLinkDown)
+	}
+	queues := 1
+	if nl, err := netlink.LinkByIndex(ifc.Index); err == nil && nl.Attrs().NumRxQueues > 1 {
+		queues = min(nl.Attrs().NumRxQueues, bpf.MaxQueues)
+	}
+	l = &XDPLink{ifname: ifname, mtu: ifc.MTU, wakeFD: -1, lent: map[*byte]int{}}
+	copy(l.mac[:], ifc.HardwareAddr)
+	defer func() {
+		if err != nil {
+			l.Close()
+			l = nil
+		}
+	}()
+	sc := cfg.Socket
+	if sc.FrameSize == 0 {
+		sc.FrameSize = 4096
+	}
+	l.bufLen = l.mtu + 26
+	// Copy mode puts received data 256 bytes (XDP_PACKET_HEADROOM) into
+	// the chunk; frames that do not fit after it need multi-buffer.
+	if l.bufLen > sc.FrameSize-unix.XDP_PACKET_HEADROOM {
+		sc.MultiBuffer = true
+	}
+	l.inPlace = l.bufLen <= sc.FrameSize
+	if l.wakeFD, err = unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC); err != nil {
+		return l, fmt.Errorf("AF_XDP link on %q: eventfd: %w", ifname, err)
+	}
+	if l.prog, err = bpf.Attach(ifname, cfg.Mode); err != nil {
+		return l, fmt.Errorf("AF_XDP link: %w", err)
+	}
+	for _, a := range cfg.Addrs {
+		if err := l.prog.AddAddr(a); err != nil {
+			return l, fmt.Errorf("AF_XDP link on %q: %w", ifname, err)
+		}
+	}
+	for q := 0; q < queues; q++ {
+		s, err := xdp.Open(ifc.Index, q, sc)
+		if err != nil {
+			if q > 0 && errors.Is(err, xdp.ErrNoQueue) {
+				break // fewer active queues than allocated ones
+			}
+			return l, fmt.Errorf("AF_XDP link on %q: %w", ifname, err)
+		}
+		l.socks = append(l.socks, s)
+		if err := l.prog.SetSocket(q, s.FD()); err != nil {
+			return l, fmt.Errorf("AF_XDP link on %q: %w", ifname, err)
+		}
+	}
+	l.tx = l.socks[0]
+	frags := (l.bufLen + sc.FrameSize - 1) / sc.FrameSize
+	l.rxDescs = make([]xdp.Desc, 64*frags)
+	l.rxBuf = make([]byte, l.bufLen)
+	if !l.inPlace {
+		// Enough staging buffers to keep the TX ring busy.
+		n := 64
+		l.staging = make([][]byte, n)
+		l.reserve = make([][]xdp.Desc, n)
+		for i := range l.staging {
+			l.staging[i] = make([]byte, l.bufLen)
+			l.reserve[i] = make([]xdp.Desc, 0, frags)
+		}
+		for i := range l.staging {
+			l.lent[&l.staging[i][0]] = -1 - i // free: negative index
+		}
+	}
+	l.txq = make([]xdp.Desc, 0, 1024)
+	return l, nil
+}
+
+// MTU implements Link.
+func (l *XDPLink) MTU() int { return l.mtu }
+
+// HardwareAddr implements Link.
+func (l *XDPLink) HardwareAddr() [6]byte { return l.mac }
+
+// Program returns the attached steering program (to add or remove addresses).
+func (l *XDPLink) Program() *bpf.Program { return l.prog }
+
+// TxFrame implements Link.
+func (l *XDPLink) TxFrame() []byte {
+	if l.closed.Load() {
+		return nil
+	}
+	if l.inPlace {
+		_, buf, ok := l.tx.NextTxFrame()
+		if !ok {
+			l.starve()
+			return nil
+		}
+		return buf[:l.bufLen]
+	}
+	// Staging buffer, with the chunks it will need reserved now so Send
+	// cannot fail.
+	for i := len(l.staging) - 1; i >= 0; i-- {
+		b := l.staging[i]
+		if l.lent[&b[0]] >= 0 {
+			continue
+		}
+		res := l.reserve[i][:0]
+		for n := 0; n < cap(res); n++ {
+			d, _, ok := l.tx.NextTxFrame()
+			if !ok {
+				for _, d := range res {
+					l.tx.FreeTxFrame(d)
+				}
+				l.starve()
+				return nil
+			}
+			res = append(res, d)
+		}
+		l.reserve[i] = res
+		l.lent[&b[0]] = i
+		return b
+	}
+	l.starve()
+	return nil
+}
+
+func (l *XDPLink) starve() {
+	l.txNoBuffer++
+	l.starved = true
+}
+
+// Send implements Link.
+func (l *XDPLink) Send(frame []byte) {
+	if len(frame) == 0 {
+		return
+	}
+	if l.inPlace {
+		addr, ok := l.tx.Offset(frame)
+		if !ok {
+			return // not one of our buffers: nothing to send or return
+		}
+		l.txq = append(l.txq, xdp.Desc{Addr: addr, Len: uint32(len(frame))})
+		return
+	}
+	i, ok := l.lent[&frame[:1][0]]
+	if !ok || i < 0 {
+		return
+	}
+	res := l.reserve[i]
+	off, used := 0, 0
+	for off < len(frame) && used < len(res) {
+		d := res[used]
+		buf := l.tx.Frame(xdp.Desc{Addr: d.Addr, Len: uint32(l.tx.FrameSize())})
+		c := copy(buf, frame[off:])
+		off += c
+		d.Len = uint32(c)
+		d.SetMore(off < len(frame))
+		l.txq = append(l.txq, d)
+		used++
+	}
+	for _, d := range res[used:] {
+		l.tx.FreeTxFrame(d)
+	}
+	if used > 1 {
+		l.txStaged++
+	}
+	l.reserve[i] = res[:0]
+	l.lent[&l.staging[i][0]] = -1 - i
+}
+
+// Flush implements Link.
+func (l *XDPLink) Flush() error {
+	if l.closed.Load() {
+		return ErrLinkClosed
+	}
+	if len(l.txq) > 0 {
+		n, err := l.tx.Transmit(l.txq)
+		if err != nil {
+			return fmt.Errorf("AF_XDP link on %q: %w", l.ifname, err)
+		}
+		rest := copy(l.txq, l.txq[n:])
+		l.txq = l.txq[:rest]
+	}
+	if err := l.tx.Flush(); err != nil {
+		return fmt.Errorf("AF_XDP link on %q: %w", l.ifname, err)
+	}
+	return nil
+}
+
+// Receive implements Link.
+func (l *XDPLink) Receive(fn func(frame []byte), max int) int {
+	if l.closed.Load() {
+		return 0
+	}
+	delivered := 0
+	for k := 0; k < len(l.socks) && delivered < max; k++ {
+		s := l.socks[(l.next+k)%len(l.socks)]
+		descs := l.rxDescs
+		if lim := (max - delivered) * (len(l.rxDescs) / 64); lim < len(descs) {
+			descs = descs[:lim]
+		}
+		n := s.Receive(descs)
+		delivered += l.deliver(s, descs[:n], fn)
+		s.Release(descs[:n])
+	}
+	l.next++
+	return delivered
+}
+
+func (l *XDPLink) deliver(s *xdp.Socket, descs []xdp.Desc, fn func([]byte)) int {
+	delivered := 0
+	asm := 0     // bytes of a multi-buffer frame gathered in rxBuf
+	bad := false // the frame being gathered is dropped
+	for i, d := range descs {
+		b := s.Frame(d)
+		if b == nil {
+			l.rxBadDesc++
+			bad = true
+		}
+		if !d.More() && asm == 0 && !bad {
+			fn(b)
+			delivered++
+			continue
+		}
+		if !bad {
+			if asm+len(b) > len(l.rxBuf) {
+				l.rxOversized++
+				bad = true
+			} else {
+				asm += copy(l.rxBuf[asm:], b)
+			}
+		}
+		if !d.More() || i == len(descs)-1 {
+			if !bad && !d.More() {
+				fn(l.rxBuf[:asm])
+				delivered++
+			}
+			asm, bad = 0, false
+		}
+	}
+	return delivered
+}
+
+// Wait implements Link.
+func (l *XDPLink) Wait(timeout time.Duration) error {
+	if l.closed.Load() {
+		return ErrLinkClosed
+	}
+	if l.starved {
+		// Completions free TX buffers without waking poll; look for them
+		// now and poll briefly while starved.
+		if l.tx.Complete() > 0 {
+			l.starved = false
+			return nil
+		}
+		if timeout < 0 || timeout > time.Millisecond {
+			timeout = time.Millisecond
+		}
+	}
+	var fds [1 + bpf.MaxQueues]unix.PollFd
+	fds[0] = unix.PollFd{Fd: int32(l.wakeFD), Events: unix.POLLIN}
+	for i, s := range l.socks {
+		fds[1+i] = unix.PollFd{Fd: int32(s.FD()), Events: unix.POLLIN}
+	}
+	// ppoll, not poll: the engine's retransmission timers are finer than
+	// poll's milliseconds.
+	var ts *unix.Timespec
+	if timeout >= 0 {
+		t := unix.NsecToTimespec(int64(timeout))
+		ts = &t
+	}
+	_, err := unix.Ppoll(fds[:1+len(l.socks)], ts, nil)
+	if err != nil && err != unix.EINTR {
+		return fmt.Errorf("AF_XDP link on %q: poll: %w", l.ifname, err)
+	}
+	if fds[0].Revents&unix.POLLIN != 0 {
+		var v [8]byte
+		unix.Read(l.wakeFD, v[:])
+	}
+	if l.closed.Load() {
+		return ErrLinkClosed
+	}
+	return nil
+}
+
+// Wake implements Link; any goroutine may call it.
+func (l *XDPLink) Wake() {
+	if l.closed.Load() {
+		return
+	}
+	var one [8]byte
+	binary.NativeEndian.PutUint64(one[:], 1)
+	unix.Write(l.wakeFD, one[:])
+}
+
+// Stats returns the program's, the sockets' and the link's counters. Call it
+// from the goroutine driving the link.
+func (l *XDPLink) Stats() (XDPLinkStats, error) {
+	st := XDPLinkStats{RxOversized: l.rxOversized, RxBadDesc: l.rxBadDesc, TxStaged: l.txStaged,
+		TxNoBuffer: l.txNoBuffer, TxQueued: len(l.txq)}
+	var errs []error
+	var err error
+	if st.Program, err = l.prog.Stats(); err != nil {
+		errs = append(errs, err)
+	}
+	for _, s := range l.socks {
+		ss, err := s.Stats()
+		errs = append(errs, err)
+		st.Sockets = append(st.Sockets, ss)
+	}
+	return st, errors.Join(errs...)
+}
+
+// Close detaches the XDP program (the interface is as before OpenXDPLink)
+// and frees the sockets. Close the Device using the link first.
+func (l *XDPLink) Close() error {
+	if l.closed.Swap(true) {
+		return nil
+	}
+	var errs []error
+	if l.prog != nil {
+		for q := range l.socks {
+			l.prog.ClearSocket(q)
+		}
+		errs = append(errs, l.prog.Close())
+	}
+	for _, s := range l.socks {
+		errs = append(errs, s.Close())
+	}
+	if l.wakeFD >= 0 {
+		var one [8]byte
+		binary.NativeEndian.PutUint64(one[:], 1)
+		unix.Write(l.wakeFD, one[:]) // a Wait still in ppoll returns
+		unix.Close(l.wakeFD)
+	}
+	return errors.Join(errs...)
+}

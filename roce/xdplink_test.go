@@ -1,0 +1,232 @@
+package roce
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/softnic/softnic/bpf"
+	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/internal/netnstest"
+)
+
+func TestNetdevAndNeighbors(t *testing.T) {
+	netnstest.RequireRoot(t)
+	pair := netnstest.NewT(t, netnstest.Config{MTU: 9000})
+	err := pair.A.Do(func() error {
+		nd, err := LookupNetdev(pair.A.Ifname)
+		if err != nil {
+			return err
+		}
+		if nd.MTU != 9000 || !bytes.Equal(nd.MAC[:], pair.A.MAC) || nd.Index != pair.A.Ifindex {
+			t.Errorf("netdev %+v, want MTU 9000, MAC %v, index %d", nd, pair.A.MAC, pair.A.Ifindex)
+		}
+		// Link-local first, then IPv4, then global IPv6.
+		if len(nd.GIDs) != 3 || !nd.GIDs[0].IsLinkLocalUnicast() {
+			t.Fatalf("GIDs %v, want the link-local address first and 3 in all", nd.GIDs)
+		}
+		want := []netip.Addr{nd.GIDs[0], pair.A.Addr4(), pair.A.Addr6()}
+		if fmt.Sprint(nd.GIDs) != fmt.Sprint(want) {
+			t.Errorf("GIDs %v, want %v", nd.GIDs, want)
+		}
+
+		for _, dst := range []netip.Addr{pair.B.Addr4(), pair.B.Addr6()} {
+			mac, err := ResolveNeighbor(pair.A.Ifindex, dst, 3*time.Second)
+			if err != nil {
+				t.Errorf("resolve %v: %v", dst, err)
+			} else if !bytes.Equal(mac[:], pair.B.MAC) {
+				t.Errorf("resolve %v = %x, want %v", dst, mac, pair.B.MAC)
+			}
+		}
+		start := time.Now()
+		_, err = ResolveNeighbor(pair.A.Ifindex, netip.MustParseAddr("10.47.0.99"), 300*time.Millisecond)
+		if !errors.Is(err, ErrNeighborUnresolved) || time.Since(start) > 2*time.Second {
+			t.Errorf("absent neighbour: %v after %v", err, time.Since(start))
+		}
+		_, err = ResolveNeighbor(pair.A.Ifindex, netip.MustParseAddr("192.0.2.1"), 300*time.Millisecond)
+		if !errors.Is(err, ErrNoRoute) {
+			t.Errorf("unroutable address: %v", err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func openLinkT(t *testing.T, e *netnstest.End) *XDPLink {
+	t.Helper()
+	var l *XDPLink
+	err := e.Do(func() (err error) {
+		var addrs []netip.Addr
+		for _, p := range e.Addrs {
+			addrs = append(addrs, p.Addr())
+		}
+		l, err = OpenXDPLink(e.Ifname, XDPLinkConfig{Addrs: addrs})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l
+}
+
+// sendIB sends one RoCEv2 frame carrying ib through l.
+func sendIB(t *testing.T, l *XDPLink, e *Encap, ib []byte) {
+	t.Helper()
+	var buf []byte
+	for deadline := time.Now().Add(2 * time.Second); buf == nil; {
+		if buf = l.TxFrame(); buf == nil {
+			if time.Now().After(deadline) {
+				t.Fatal("no TX buffer for 2s")
+			}
+			l.Flush()
+			l.Wait(time.Millisecond)
+		}
+	}
+	if len(buf) < l.MTU()+22 {
+		t.Fatalf("TxFrame gave %d bytes, want at least %d", len(buf), l.MTU()+22)
+	}
+	copy(buf[e.HeaderLen():], ib)
+	n, err := e.Finish(buf, len(ib))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Send(buf[:n])
+}
+
+func TestXDPLinkFrames(t *testing.T) {
+	netnstest.RequireRoot(t)
+	for _, tc := range []struct {
+		mtu, ibMTU int
+	}{{1500, 1024}, {9000, 4096}} {
+		t.Run(fmt.Sprintf("mtu%d-ib%d", tc.mtu, tc.ibMTU), func(t *testing.T) {
+			pair := netnstest.NewT(t, netnstest.Config{MTU: tc.mtu})
+			a, b := openLinkT(t, &pair.A), openLinkT(t, &pair.B)
+			if a.MTU() != tc.mtu {
+				t.Fatalf("link MTU %d, want %d", a.MTU(), tc.mtu)
+			}
+			for _, v6 := range []bool{false, true} {
+				e := Encap{SrcMAC: a.HardwareAddr(), DstMAC: b.HardwareAddr(), Src: pair.A.Addr4(), Dst: pair.B.Addr4(), HopLimit: 64, SrcPort: SourcePort(17)}
+				if v6 {
+					e.Src, e.Dst = pair.A.Addr6(), pair.B.Addr6()
+				}
+				const n = 300
+				sent := make([][]byte, n)
+				for i := range sent {
+					// BTH (SEND ONLY, QP 17, PSN i) + RETH-sized header room + payload.
+					ib := make([]byte, ibtransport.BTHLen+tc.ibMTU)
+					bth := ibtransport.BTH(ib)
+					bth.SetOpcode(ibtransport.OpRCSendOnly)
+					bth.SetPKey(0xffff)
+					bth.SetDestQPN(17)
+					bth.SetPSN(ibtransport.PSN(i))
+					for j := ibtransport.BTHLen; j < len(ib); j++ {
+						ib[j] = byte(i + j)
+					}
+					sent[i] = ib
+					sendIB(t, a, &e, ib)
+					if i%32 == 31 {
+						if err := a.Flush(); err != nil {
+							t.Fatal(err)
+						}
+					}
+				}
+				if err := a.Flush(); err != nil {
+					t.Fatal(err)
+				}
+				got := 0
+				var f Frame
+				deadline := time.Now().Add(5 * time.Second)
+				for got < n && time.Now().Before(deadline) {
+					b.Receive(func(frame []byte) {
+						if err := ParseFrame(frame, &f); err != nil {
+							t.Errorf("frame %d: %v", got, err)
+						} else if f.Dst != e.Dst || !bytes.Equal(f.IB, sent[got]) {
+							t.Errorf("frame %d differs (dst %v, %d IB bytes)", got, f.Dst, len(f.IB))
+						}
+						got++
+					}, 64)
+					b.Wait(10 * time.Millisecond)
+				}
+				if got != n {
+					st, _ := b.Stats()
+					t.Fatalf("received %d of %d frames; stats %+v", got, n, st)
+				}
+			}
+			// Ordinary traffic still flows while both links are open.
+			if err := pair.A.Ping(pair.B.Addr4(), 2*time.Second); err != nil {
+				t.Error(err)
+			}
+			if err := netnstest.TCPEcho(&pair.B, &pair.A, pair.B.Addr6(), make([]byte, 100000), 5*time.Second); err != nil {
+				t.Error(err)
+			}
+			st, err := b.Stats()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.RxOversized+st.RxBadDesc != 0 || st.Sockets[0].RxDropped != 0 || st.Program.Steered != 600 {
+				t.Errorf("receiver stats %+v", st)
+			}
+		})
+	}
+}
+
+func TestXDPLinkWakeAndClose(t *testing.T) {
+	netnstest.RequireRoot(t)
+	pair := netnstest.NewT(t, netnstest.Config{})
+	l := openLinkT(t, &pair.A)
+	done := make(chan error, 1)
+	go func() { done <- l.Wait(-1) }()
+	time.Sleep(20 * time.Millisecond)
+	l.Wake()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("Wake did not interrupt Wait")
+	}
+	start := time.Now()
+	if err := l.Wait(30 * time.Millisecond); err != nil || time.Since(start) < 25*time.Millisecond {
+		t.Fatalf("timed Wait: %v after %v", err, time.Since(start))
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Wait(0); !errors.Is(err, ErrLinkClosed) {
+		t.Fatalf("Wait after Close: %v", err)
+	}
+	// The interface is as it was: no XDP program left.
+	nl, err := pair.A.Link()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if x := nl.Attrs().Xdp; x != nil && x.Attached {
+		t.Fatalf("XDP program %d left on the interface", x.ProgId)
+	}
+}
+
+func TestOpenXDPLinkErrors(t *testing.T) {
+	netnstest.RequireRoot(t)
+	pair := netnstest.NewT(t, netnstest.Config{})
+	err := pair.A.Do(func() error { _, err := OpenXDPLink("nosuch0", XDPLinkConfig{}); return err })
+	if !errors.Is(err, bpf.ErrNoInterface) {
+		t.Errorf("missing interface: %v", err)
+	}
+	first := openLinkT(t, &pair.A)
+	_ = first
+	err = pair.A.Do(func() error { _, err := OpenXDPLink(pair.A.Ifname, XDPLinkConfig{}); return err })
+	if !errors.Is(err, bpf.ErrXDPBusy) {
+		t.Errorf("second link on one interface: %v", err)
+	}
+	// The first link still works after the refused second one.
+	if nl, _ := pair.A.Link(); nl.Attrs().Xdp == nil || !nl.Attrs().Xdp.Attached {
+		t.Error("the refused second link detached the first one's program")
+	}
+}
