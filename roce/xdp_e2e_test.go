@@ -1,0 +1,266 @@
+package roce_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/softnic/softnic/internal/netnstest"
+	"github.com/softnic/softnic/roce"
+	"github.com/softnic/softnic/verbs"
+)
+
+// xdpSide is one softnic device on an AF_XDP link in a namespace.
+type xdpSide struct {
+	end  *netnstest.End
+	link *roce.XDPLink
+	dev  *verbs.Device
+	nd   *roce.Netdev
+	pd   *verbs.PD
+	scq  *verbs.CQ
+	rcq  *verbs.CQ
+	qp   *verbs.QP
+}
+
+func openXDPSide(t *testing.T, e *netnstest.End) *xdpSide {
+	t.Helper()
+	s := &xdpSide{end: e}
+	err := e.Do(func() (err error) {
+		if s.nd, err = roce.LookupNetdev(e.Ifname); err != nil {
+			return err
+		}
+		if s.link, err = roce.OpenXDPLink(e.Ifname, roce.XDPLinkConfig{Addrs: s.nd.GIDs}); err != nil {
+			return err
+		}
+		s.dev, err = verbs.Open(s.link, verbs.Config{Addrs: s.nd.GIDs})
+		if err != nil {
+			s.link.Close()
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		s.dev.Close()
+		s.link.Close()
+	})
+	return s
+}
+
+func gidIndex(t *testing.T, s *xdpSide, a netip.Addr) int {
+	t.Helper()
+	for i, g := range s.nd.GIDs {
+		if g == a {
+			return i
+		}
+	}
+	t.Fatalf("%v not in the GID table %v", a, s.nd.GIDs)
+	return -1
+}
+
+// connectXDP creates a QP on each side and connects them over the given
+// address family, with the peer's MAC from the kernel's neighbour table.
+func connectXDP(t *testing.T, x, y *xdpSide, v6 bool, mtu verbs.MTU) {
+	t.Helper()
+	for _, s := range []*xdpSide{x, y} {
+		s.pd = s.dev.AllocPD()
+		var err error
+		if s.scq, err = s.dev.CreateCQ(1024, nil); err != nil {
+			t.Fatal(err)
+		}
+		if s.rcq, err = s.dev.CreateCQ(1024, nil); err != nil {
+			t.Fatal(err)
+		}
+		if s.qp, err = s.pd.CreateQP(&verbs.QPInitAttr{SendCQ: s.scq, RecvCQ: s.rcq, Cap: verbs.QPCap{
+			MaxSendWR: 256, MaxRecvWR: 256, MaxSendSGE: 4, MaxRecvSGE: 4}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.qp.Modify(&verbs.QPAttr{State: verbs.QPSInit, Port: 1,
+			AccessFlags: verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic},
+			verbs.QPAttrState|verbs.QPAttrAccessFlags|verbs.QPAttrPort|verbs.QPAttrPKeyIndex); err != nil {
+			t.Fatal(err)
+		}
+	}
+	addr := func(s *xdpSide) netip.Addr {
+		if v6 {
+			return s.end.Addr6()
+		}
+		return s.end.Addr4()
+	}
+	for _, pr := range [][2]*xdpSide{{x, y}, {y, x}} {
+		me, peer := pr[0], pr[1]
+		var mac [6]byte
+		if err := me.end.Do(func() (err error) {
+			mac, err = roce.ResolveNeighbor(me.nd.Index, addr(peer), 3*time.Second)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		me.dev.RoCE().SetNeighbor(addr(peer), mac)
+		peerGID, err := peer.dev.GID(gidIndex(t, peer, addr(peer)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := me.qp.Modify(&verbs.QPAttr{State: verbs.QPSRTR, PathMTU: mtu, DestQPN: peer.qp.QPN(),
+			RQPSN: 100, MaxDestRdAtomic: 16, MinRNRTimer: 1,
+			AV: verbs.AddressVector{DGID: peerGID, SGIDIndex: uint8(gidIndex(t, me, addr(me))), HopLimit: 64}},
+			verbs.QPAttrState|verbs.QPAttrAV|verbs.QPAttrPathMTU|verbs.QPAttrDestQPN|verbs.QPAttrRQPSN|
+				verbs.QPAttrMaxDestRdAtomic|verbs.QPAttrMinRNRTimer); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, s := range []*xdpSide{x, y} {
+		if err := s.qp.Modify(&verbs.QPAttr{State: verbs.QPSRTS, SQPSN: 100, Timeout: 14, RetryCnt: 7,
+			RNRRetry: 7, MaxRdAtomic: 16},
+			verbs.QPAttrState|verbs.QPAttrSQPSN|verbs.QPAttrTimeout|verbs.QPAttrRetryCnt|verbs.QPAttrRNRRetry|
+				verbs.QPAttrMaxQPRdAtomic); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func waitWC(t *testing.T, cq *verbs.CQ, id uint64) verbs.WC {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var wc [1]verbs.WC
+	n, err := cq.Wait(ctx, wc[:])
+	if err != nil || n != 1 {
+		t.Fatalf("waiting for completion %d: %d, %v", id, n, err)
+	}
+	if wc[0].Status != verbs.WCSuccess || wc[0].WRID != id {
+		t.Fatalf("completion %+v, want success of %d", wc[0], id)
+	}
+	return wc[0]
+}
+
+func pattern(b []byte, seed byte) {
+	for i := range b {
+		b[i] = byte(i*7+i>>8) ^ seed
+	}
+}
+
+// Every verbs operation between two softnic devices over real AF_XDP
+// sockets, with IB MTU 1024 on a 1500-byte link and IB MTU 4096 on a
+// 9000-byte link, over IPv4 and IPv6 GIDs, while ping and TCP share the veth.
+func TestVerbsOverXDP(t *testing.T) {
+	netnstest.RequireRoot(t)
+	for _, tc := range []struct {
+		linkMTU int
+		mtu     verbs.MTU
+	}{{1500, verbs.MTU1024}, {9000, verbs.MTU4096}} {
+		for _, v6 := range []bool{false, true} {
+			t.Run(fmt.Sprintf("link%d-ib%d-v6=%v", tc.linkMTU, tc.mtu.Bytes(), v6), func(t *testing.T) {
+				pair := netnstest.NewT(t, netnstest.Config{MTU: tc.linkMTU})
+				x, y := openXDPSide(t, &pair.A), openXDPSide(t, &pair.B)
+				connectXDP(t, x, y, v6, tc.mtu)
+
+				// Kernel traffic alongside: a TCP echo running during the transfers.
+				tcpDone := make(chan error, 1)
+				go func() {
+					tcpDone <- netnstest.TCPEcho(&pair.B, &pair.A, pair.B.Addr4(), bytes.Repeat([]byte("k"), 1<<20), 10*time.Second)
+				}()
+
+				m := tc.mtu.Bytes()
+				const guard = 64
+				id := uint64(0)
+				for _, size := range []int{0, 1, m - 1, m, m + 1, 3*m + 5, 256 << 10} {
+					for _, op := range []verbs.WROpcode{verbs.WRSend, verbs.WRRDMAWrite, verbs.WRRDMARead} {
+						id++
+						lbuf := make([]byte, size+2*guard)
+						rbuf := make([]byte, size+2*guard)
+						lmr, err := x.pd.RegMR(lbuf, verbs.AccessLocalWrite)
+						if err != nil {
+							t.Fatal(err)
+						}
+						rmr, err := y.pd.RegMR(rbuf, verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead)
+						if err != nil {
+							t.Fatal(err)
+						}
+						src, dst := lbuf, rbuf
+						if op == verbs.WRRDMARead {
+							src, dst = rbuf, lbuf
+						}
+						pattern(src, byte(id))
+						pattern(dst, ^byte(id))
+						want := append([]byte(nil), dst...)
+						copy(want[guard:guard+size], src[guard:guard+size])
+						wr := &verbs.SendWR{ID: id, Opcode: op, Flags: verbs.SendSignaled,
+							SGL: []verbs.SGE{lmr.SGE(guard, size)}}
+						if op == verbs.WRSend {
+							if err := y.qp.PostRecv(&verbs.RecvWR{ID: id, SGL: []verbs.SGE{rmr.SGE(guard, size)}}); err != nil {
+								t.Fatal(err)
+							}
+						} else {
+							wr.RemoteAddr, wr.RKey = rmr.Addr()+guard, rmr.RKey()
+						}
+						if err := x.qp.PostSend(wr); err != nil {
+							t.Fatal(err)
+						}
+						if wc := waitWC(t, x.scq, id); int(wc.ByteLen) != size {
+							t.Fatalf("%v %d bytes: completion says %d", op, size, wc.ByteLen)
+						}
+						if op == verbs.WRSend {
+							waitWC(t, y.rcq, id)
+						}
+						if !bytes.Equal(want, dst) {
+							t.Fatalf("%v of %d bytes: data differs", op, size)
+						}
+						lmr.Dereg()
+						rmr.Dereg()
+					}
+				}
+
+				// Atomics: FETCH_AND_ADD then COMPARE_AND_SWAP on one 8-byte word.
+				lbuf, rbuf := make([]byte, 8), make([]byte, 8)
+				binary.NativeEndian.PutUint64(rbuf, 40)
+				lmr, _ := x.pd.RegMR(lbuf, verbs.AccessLocalWrite)
+				rmr, _ := y.pd.RegMR(rbuf, verbs.AccessLocalWrite|verbs.AccessRemoteAtomic)
+				id++
+				if err := x.qp.PostSend(&verbs.SendWR{ID: id, Opcode: verbs.WRAtomicFetchAndAdd, Flags: verbs.SendSignaled,
+					SGL: []verbs.SGE{lmr.SGE(0, 8)}, RemoteAddr: rmr.Addr(), RKey: rmr.RKey(), CompareAdd: 2}); err != nil {
+					t.Fatal(err)
+				}
+				waitWC(t, x.scq, id)
+				if old := binary.NativeEndian.Uint64(lbuf); old != 40 {
+					t.Fatalf("fetch-and-add returned %d, want 40", old)
+				}
+				id++
+				if err := x.qp.PostSend(&verbs.SendWR{ID: id, Opcode: verbs.WRAtomicCmpAndSwp, Flags: verbs.SendSignaled,
+					SGL: []verbs.SGE{lmr.SGE(0, 8)}, RemoteAddr: rmr.Addr(), RKey: rmr.RKey(), CompareAdd: 42, Swap: 7}); err != nil {
+					t.Fatal(err)
+				}
+				waitWC(t, x.scq, id)
+				if old, now := binary.NativeEndian.Uint64(lbuf), binary.NativeEndian.Uint64(rbuf); old != 42 || now != 7 {
+					t.Fatalf("compare-and-swap: returned %d (want 42), memory %d (want 7)", old, now)
+				}
+
+				if err := <-tcpDone; err != nil {
+					t.Errorf("TCP beside softnic: %v", err)
+				}
+				if err := pair.A.Ping(pair.B.Addr6(), 2*time.Second); err != nil {
+					t.Errorf("ping beside softnic: %v", err)
+				}
+				for _, s := range []*xdpSide{x, y} {
+					st := s.dev.RoCE()
+					if bad := st.Ctr.Rx.BadICRC.Load(); bad != 0 {
+						t.Errorf("%s: %d frames with a bad ICRC", s.end.Namespace, bad)
+					}
+					ls, err := s.link.Stats()
+					if err != nil {
+						t.Fatal(err)
+					}
+					if ls.Program.Steered == 0 || ls.Sockets[0].RxPackets == 0 {
+						t.Errorf("%s: nothing went through AF_XDP: %+v", s.end.Namespace, ls)
+					}
+					t.Logf("%s: program %+v, link staged %d", s.end.Namespace, ls.Program, ls.TxStaged)
+				}
+			})
+		}
+	}
+}
