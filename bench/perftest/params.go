@@ -1,0 +1,182 @@
+package perftest
+
+import (
+	"fmt"
+
+	"github.com/softnic/softnic/internal/oob"
+)
+
+// AtomicType selects the atomic_bw operation (perftest's -A).
+type AtomicType int
+
+const (
+	FetchAndAdd AtomicType = iota
+	CmpAndSwap
+)
+
+func (a AtomicType) String() string {
+	if a == CmpAndSwap {
+		return "CMP_AND_SWAP"
+	}
+	return "FETCH_AND_ADD"
+}
+
+// Defaults of perftest 4.5 (perftest_parameters.h).
+const (
+	DefSizeBW     = 65536
+	DefSizeLat    = 2
+	DefSizeAtomic = 8
+	DefItersWrite = 5000 // DEF_ITERS_WB, write_bw only
+	DefIters      = 1000
+	DefTxBW       = 128
+	DefTxLat      = 1
+	DefRxSend     = 512
+	DefCQMod      = 100
+	DefOutReads   = 16 // MAX_OUT_READ_HERMON: what ConnectX reports as max_qp_rd_atom
+	DefCacheLine  = 64
+	MaxSize       = 8388608 // -a runs sizes 2 .. 2^23
+	// MsgSizeCQModLimit: above it perftest turns CQ moderation off
+	// unless -Q was given.
+	MsgSizeCQModLimit = 8192
+	// NoPeakIters: above this many iterations perftest skips the peak.
+	NoPeakIters = 20000
+)
+
+// Params is the test configuration, the part of perftest's struct
+// perftest_parameters that softnic supports.
+type Params struct {
+	Test     oob.Test
+	Server   bool
+	Device   string // printed as perftest's "Device"; softnic's interface name
+	Port     int    // TCP port of the exchange
+	NumQPs   int
+	Size     uint64
+	Iters    uint64
+	RunAll   bool // -a
+	TxDepth  int
+	RxDepth  int
+	CQMod    int
+	ReqCQMod bool // -Q given
+	// MTU is the path MTU in bytes: -m, or the port's active MTU, and
+	// after the exchange the minimum of both sides.
+	MTU         int
+	GIDIndex    int // -1 prints no GID lines
+	InlineSize  int
+	OutReads    int
+	Atomic      AtomicType
+	ReportGbits bool
+	NoPeak      bool
+	// TrafficClass is the GRH traffic class (--tclass).
+	TrafficClass uint8
+	// UseOldPostSend mirrors --use_old_post_send, printed as "ibv_wr* API".
+	UseOldPostSend bool
+}
+
+// NewParams returns perftest's defaults for test (init_perftest_params).
+func NewParams(test oob.Test) Params {
+	p := Params{
+		Test:     test,
+		Port:     oob.DefaultPort,
+		NumQPs:   1,
+		Iters:    DefIters,
+		CQMod:    DefCQMod,
+		GIDIndex: -1,
+		OutReads: DefOutReads,
+		RxDepth:  1,
+	}
+	if test.IsBW() {
+		p.Size, p.TxDepth = DefSizeBW, DefTxBW
+	} else {
+		p.Size, p.TxDepth = DefSizeLat, DefTxLat
+	}
+	if test == oob.WriteBW {
+		p.Iters = DefItersWrite
+	}
+	if test == oob.SendBW || test == oob.SendLat {
+		p.RxDepth = DefRxSend
+	}
+	if test == oob.AtomicBW {
+		p.Size = DefSizeAtomic
+	}
+	return p
+}
+
+// Verb is the verb of a test, as perftest's VerbType.
+type Verb int
+
+const (
+	VerbSend Verb = iota
+	VerbWrite
+	VerbRead
+	VerbAtomic
+)
+
+var verbNames = [...]string{"Send", "RDMA_Write", "RDMA_Read", "Atomic"}
+
+// Verb returns the test's verb.
+func (p *Params) Verb() Verb {
+	switch p.Test {
+	case oob.SendBW, oob.SendLat:
+		return VerbSend
+	case oob.WriteBW, oob.WriteLat:
+		return VerbWrite
+	case oob.ReadBW, oob.ReadLat:
+		return VerbRead
+	}
+	return VerbAtomic
+}
+
+// Finish applies perftest's dependencies between parameters
+// (force_dependecies in perftest_parameters.c) that softnic's flags can
+// reach. Call it after setting the flags, before the run.
+func (p *Params) Finish() error {
+	if p.Iters < 5 {
+		return fmt.Errorf("perftest: iterations must be at least 5")
+	}
+	if p.NumQPs < 1 {
+		return fmt.Errorf("perftest: number of QPs must be at least 1")
+	}
+	if p.Test == oob.AtomicBW && p.Size != DefSizeAtomic {
+		return fmt.Errorf("perftest: message size cannot be changed for atomic tests")
+	}
+	if !p.Test.IsBW() && p.NumQPs != 1 {
+		return fmt.Errorf("perftest: latency tests run one QP")
+	}
+	if uint64(p.TxDepth) > p.Iters {
+		p.TxDepth = int(p.Iters)
+	}
+	if p.Verb() == VerbSend && uint64(p.RxDepth) > p.Iters {
+		p.RxDepth = int(p.Iters)
+	}
+	if p.Size > MsgSizeCQModLimit && !p.RunAll && !p.ReqCQMod {
+		p.CQMod = 1
+	}
+	if p.CQMod > p.TxDepth {
+		p.CQMod = p.TxDepth
+	}
+	if p.Verb() == VerbRead || p.Verb() == VerbAtomic {
+		p.InlineSize = 0
+	}
+	if p.RunAll {
+		p.Size = MaxSize
+	}
+	if p.Test.IsBW() && p.Iters > NoPeakIters {
+		p.NoPeak = true
+	}
+	if p.Test == oob.SendBW && p.Server {
+		p.NoPeak = true
+	}
+	return nil
+}
+
+// Sizes returns the message sizes of the run: Size, or 2 .. 2^23 with -a.
+func (p *Params) Sizes() []uint64 {
+	if !p.RunAll || p.Test == oob.AtomicBW {
+		return []uint64{p.Size}
+	}
+	var s []uint64
+	for i := 1; i < 24; i++ {
+		s = append(s, 1<<i)
+	}
+	return s
+}

@@ -1,0 +1,149 @@
+package perftest
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+
+	"github.com/softnic/softnic/internal/oob"
+)
+
+// Layout strings of perftest_parameters.h (perftest 4.5-0.17).
+const (
+	ResultLine   = "---------------------------------------------------------------------------------------\n"
+	resultFmt    = " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]"
+	resultFmtG   = " #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]"
+	resultFmtLat = " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] "
+	waitBanner   = "\n************************************\n* Waiting for client to connect... *\n************************************\n"
+)
+
+// PrintWaiting prints the banner a perftest server shows before accepting.
+func PrintWaiting(w io.Writer) { io.WriteString(w, waitBanner) }
+
+// PrintTestInfo prints the header block (ctx_print_test_info). softnic
+// prints "PCIe relax order: Unsupported", as perftest built without
+// HAVE_RO does: softnic has no PCIe device.
+func PrintTestInfo(w io.Writer, p *Params) {
+	var b strings.Builder
+	b.WriteString(ResultLine)
+	b.WriteString("                    ")
+	b.WriteString(verbNames[p.Verb()] + " ")
+	if p.Verb() == VerbAtomic {
+		b.WriteString(p.Atomic.String() + " ")
+	}
+	if p.Test.IsBW() {
+		b.WriteString("BW ")
+	} else {
+		b.WriteString("Latency ")
+	}
+	b.WriteString("Test\n")
+	fmt.Fprintf(&b, " Dual-port       : %s\t\tDevice         : %s\n", "OFF", p.Device)
+	fmt.Fprintf(&b, " Number of qps   : %d\t\tTransport type : %s\n", p.NumQPs, "IB")
+	fmt.Fprintf(&b, " Connection type : %s\t\tUsing SRQ      : %s\n", "RC", "OFF")
+	fmt.Fprintf(&b, " PCIe relax order: %s\n", "Unsupported")
+	fmt.Fprintf(&b, " ibv_wr* API     : %s\n", onOff(!p.UseOldPostSend))
+	if !p.Server {
+		fmt.Fprintf(&b, " TX depth        : %d\n", p.TxDepth)
+	}
+	if p.Verb() == VerbSend && p.Server {
+		fmt.Fprintf(&b, " RX depth        : %d\n", p.RxDepth)
+	}
+	if p.Test.IsBW() {
+		fmt.Fprintf(&b, " CQ Moderation   : %d\n", p.CQMod)
+	}
+	fmt.Fprintf(&b, " Mtu             : %d[B]\n", p.MTU)
+	fmt.Fprintf(&b, " Link type       : %s\n", "Ethernet")
+	if p.GIDIndex != -1 {
+		fmt.Fprintf(&b, " GID index       : %d\n", p.GIDIndex)
+	}
+	if p.Verb() != VerbRead && p.Verb() != VerbAtomic {
+		fmt.Fprintf(&b, " Max inline data : %d[B]\n", p.InlineSize)
+	} else {
+		fmt.Fprintf(&b, " Outstand reads  : %d\n", p.OutReads)
+	}
+	fmt.Fprintf(&b, " rdma_cm QPs\t : %s\n", "OFF")
+	fmt.Fprintf(&b, " Data ex. method : %s", "Ethernet")
+	b.WriteString("\n")
+	b.WriteString(ResultLine)
+	io.WriteString(w, b.String())
+}
+
+func onOff(b bool) string {
+	if b {
+		return "ON"
+	}
+	return "OFF"
+}
+
+// cHex formats v like C's printf("%#0*x", width, v): "0x" counts in the
+// width, and zero prints without the prefix. Go's %#0Nx differs on both.
+func cHex(v uint64, width int) string {
+	digits := strconv.FormatUint(v, 16)
+	prefix := ""
+	if v != 0 {
+		prefix = "0x"
+	}
+	if pad := width - len(prefix) - len(digits); pad > 0 {
+		digits = strings.Repeat("0", pad) + digits
+	}
+	return prefix + digits
+}
+
+// PrintDest prints one QP's keys (ctx_print_pingpong_data): side is
+// "local" or "remote". The GID bytes print in decimal (%02d), as perftest
+// does.
+func PrintDest(w io.Writer, p *Params, side string, d oob.PerftestDest) {
+	var b strings.Builder
+	fmt.Fprintf(&b, " %s address: LID %s QPN %s PSN %s", side, cHex(uint64(d.LID), 4), cHex(uint64(d.QPN), 6), cHex(uint64(d.PSN), 6))
+	switch p.Verb() {
+	case VerbRead:
+		fmt.Fprintf(&b, " OUT %s", cHex(uint64(d.OutReads), 4))
+		fallthrough
+	case VerbWrite:
+		fmt.Fprintf(&b, " RKey %s VAddr %s", cHex(uint64(d.RKey), 8), cHex(d.VAddr, 16))
+	}
+	b.WriteString("\n")
+	if p.GIDIndex > -1 {
+		b.WriteString(" GID: ")
+		for i, g := range d.GID {
+			if i > 0 {
+				b.WriteString(":")
+			}
+			fmt.Fprintf(&b, "%02d", g)
+		}
+		b.WriteString("\n")
+	}
+	io.WriteString(w, b.String())
+}
+
+// PrintBWHeader prints the bandwidth table's header line.
+func PrintBWHeader(w io.Writer, p *Params) {
+	if p.ReportGbits {
+		io.WriteString(w, ResultLine+resultFmtG+"\n")
+	} else {
+		io.WriteString(w, ResultLine+resultFmt+"\n")
+	}
+}
+
+// PrintBWReport prints one bandwidth line (print_full_bw_report, without
+// a remote report): REPORT_FMT, or REPORT_FMT_EXT with six decimals when
+// reporting Gb/s below 0.1.
+func PrintBWReport(w io.Writer, p *Params, r oob.BWReport) {
+	if r.BWAvg < 0.1 && p.ReportGbits {
+		fmt.Fprintf(w, " %-7d    %d           %-7.6f            %-7.6f            %-7.6f\n", r.Size, r.Iters, r.BWPeak, r.BWAvg, r.MsgRate)
+		return
+	}
+	fmt.Fprintf(w, " %-7d    %-10d       %-7.2f            %-7.2f\t\t   %-7.6f\n", r.Size, r.Iters, r.BWPeak, r.BWAvg, r.MsgRate)
+}
+
+// PrintLatHeader prints the latency table's header line.
+func PrintLatHeader(w io.Writer) {
+	io.WriteString(w, ResultLine+resultFmtLat+"\n")
+}
+
+// PrintLatReport prints one latency line (REPORT_FMT_LAT).
+func PrintLatReport(w io.Writer, r LatReport) {
+	fmt.Fprintf(w, " %-7d %d          %-7.2f        %-7.2f      %-7.2f  \t       %-7.2f     \t%-7.2f\t\t%-7.2f \t\t%-7.2f\n",
+		r.Size, r.Iters, r.TMin, r.TMax, r.TTypical, r.TAvg, r.TStdev, r.P99, r.P999)
+}

@@ -1,0 +1,223 @@
+package perftest
+
+import (
+	"bytes"
+	"math"
+	"net/netip"
+	"testing"
+
+	"github.com/softnic/softnic/internal/oob"
+)
+
+// The golden strings follow the printf calls of ctx_print_test_info,
+// ctx_print_pingpong_data and print_full_bw_report / print_report_lat
+// (perftest_parameters.c, perftest_communication.c) with the format macros
+// of perftest_parameters.h and perftest_communication.h of perftest
+// 4.5-0.17, expanded by hand.
+
+func TestPrintTestInfoWriteBWClient(t *testing.T) {
+	p := NewParams(oob.WriteBW)
+	p.Device, p.MTU, p.GIDIndex = "veth0", 1024, 0
+	if err := p.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	want := ResultLine +
+		"                    RDMA_Write BW Test\n" +
+		" Dual-port       : OFF\t\tDevice         : veth0\n" +
+		" Number of qps   : 1\t\tTransport type : IB\n" +
+		" Connection type : RC\t\tUsing SRQ      : OFF\n" +
+		" PCIe relax order: Unsupported\n" +
+		" ibv_wr* API     : ON\n" +
+		" TX depth        : 128\n" +
+		" CQ Moderation   : 1\n" + // 65536 > MSG_SIZE_CQ_MOD_LIMIT turns moderation off
+		" Mtu             : 1024[B]\n" +
+		" Link type       : Ethernet\n" +
+		" GID index       : 0\n" +
+		" Max inline data : 0[B]\n" +
+		" rdma_cm QPs\t : OFF\n" +
+		" Data ex. method : Ethernet\n" +
+		ResultLine
+	var b bytes.Buffer
+	PrintTestInfo(&b, &p)
+	if b.String() != want {
+		t.Fatalf("got\n%s\nwant\n%s", b.String(), want)
+	}
+}
+
+func TestPrintTestInfoAtomicAndSendServer(t *testing.T) {
+	p := NewParams(oob.AtomicBW)
+	p.Device, p.MTU, p.GIDIndex, p.Atomic = "veth1", 4096, 1, CmpAndSwap
+	p.Finish()
+	var b bytes.Buffer
+	PrintTestInfo(&b, &p)
+	want := ResultLine +
+		"                    Atomic CMP_AND_SWAP BW Test\n" +
+		" Dual-port       : OFF\t\tDevice         : veth1\n" +
+		" Number of qps   : 1\t\tTransport type : IB\n" +
+		" Connection type : RC\t\tUsing SRQ      : OFF\n" +
+		" PCIe relax order: Unsupported\n" +
+		" ibv_wr* API     : ON\n" +
+		" TX depth        : 128\n" +
+		" CQ Moderation   : 100\n" +
+		" Mtu             : 4096[B]\n" +
+		" Link type       : Ethernet\n" +
+		" GID index       : 1\n" +
+		" Outstand reads  : 16\n" +
+		" rdma_cm QPs\t : OFF\n" +
+		" Data ex. method : Ethernet\n" +
+		ResultLine
+	if b.String() != want {
+		t.Fatalf("got\n%s\nwant\n%s", b.String(), want)
+	}
+
+	s := NewParams(oob.SendLat)
+	s.Server, s.Device, s.MTU, s.GIDIndex = true, "eth0", 1024, -1
+	s.Finish()
+	b.Reset()
+	PrintTestInfo(&b, &s)
+	want = ResultLine +
+		"                    Send Latency Test\n" +
+		" Dual-port       : OFF\t\tDevice         : eth0\n" +
+		" Number of qps   : 1\t\tTransport type : IB\n" +
+		" Connection type : RC\t\tUsing SRQ      : OFF\n" +
+		" PCIe relax order: Unsupported\n" +
+		" ibv_wr* API     : ON\n" +
+		" RX depth        : 512\n" +
+		" Mtu             : 1024[B]\n" +
+		" Link type       : Ethernet\n" +
+		" Max inline data : 0[B]\n" +
+		" rdma_cm QPs\t : OFF\n" +
+		" Data ex. method : Ethernet\n" +
+		ResultLine
+	if b.String() != want {
+		t.Fatalf("got\n%s\nwant\n%s", b.String(), want)
+	}
+}
+
+func TestPrintDest(t *testing.T) {
+	d := oob.PerftestDest{OutReads: 16, QPN: 0x11, PSN: 0x7f1a4b, RKey: 0x1234, VAddr: 0x7f8ab7f41000,
+		GID: netip.MustParseAddr("::ffff:10.0.0.1").As16()}
+	gid := " GID: 00:00:00:00:00:00:00:00:00:00:255:255:10:00:00:01\n"
+	for _, tc := range []struct {
+		test oob.Test
+		want string
+	}{
+		// BASIC_ADDR_FMT " %s address: LID %#04x QPN %#06x PSN %#06x",
+		// RDMA_FMT " RKey %#08x VAddr %#016llx", READ_FMT " OUT %#04x",
+		// PERF_GID_FMT with %02d per byte.
+		{oob.WriteBW, " local address: LID 0000 QPN 0x0011 PSN 0x7f1a4b RKey 0x001234 VAddr 0x007f8ab7f41000\n" + gid},
+		{oob.ReadLat, " local address: LID 0000 QPN 0x0011 PSN 0x7f1a4b OUT 0x10 RKey 0x001234 VAddr 0x007f8ab7f41000\n" + gid},
+		{oob.SendBW, " local address: LID 0000 QPN 0x0011 PSN 0x7f1a4b\n" + gid},
+		{oob.AtomicBW, " local address: LID 0000 QPN 0x0011 PSN 0x7f1a4b\n" + gid},
+	} {
+		p := NewParams(tc.test)
+		p.GIDIndex = 0
+		var b bytes.Buffer
+		PrintDest(&b, &p, "local", d)
+		if b.String() != tc.want {
+			t.Errorf("%v: got %q\nwant %q", tc.test, b.String(), tc.want)
+		}
+	}
+}
+
+func TestCHex(t *testing.T) {
+	for _, tc := range []struct {
+		v     uint64
+		width int
+		want  string
+	}{{0, 4, "0000"}, {0x11, 6, "0x0011"}, {0x7f1a4b, 6, "0x7f1a4b"}, {0x12345678, 8, "0x12345678"}, {1, 4, "0x01"}} {
+		if got := cHex(tc.v, tc.width); got != tc.want {
+			t.Errorf("cHex(%#x, %d) = %q, want %q", tc.v, tc.width, got, tc.want)
+		}
+	}
+}
+
+func TestPrintBW(t *testing.T) {
+	p := NewParams(oob.WriteBW)
+	var b bytes.Buffer
+	PrintBWHeader(&b, &p)
+	PrintBWReport(&b, &p, oob.BWReport{Size: 65536, Iters: 5000, BWPeak: 1100.5, BWAvg: 1095.25, MsgRate: 0.0175244})
+	// REPORT_FMT " %-7lu    %-10lu       %-7.2lf            %-7.2lf\t\t   %-7.6lf" and REPORT_EXT "\n".
+	want := ResultLine +
+		" #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]\n" +
+		" 65536  " + "    " + "5000      " + "       " + "1100.50" + "            " + "1095.25" + "\t\t   " + "0.017524" + "\n"
+	if b.String() != want {
+		t.Fatalf("got %q\nwant %q", b.String(), want)
+	}
+	p.ReportGbits = true
+	b.Reset()
+	PrintBWHeader(&b, &p)
+	PrintBWReport(&b, &p, oob.BWReport{Size: 2, Iters: 1000, BWPeak: 0.0123456, BWAvg: 0.01, MsgRate: 0.625})
+	// Below 0.1 Gb/s: REPORT_FMT_EXT " %-7lu    %lu           %-7.6lf            %-7.6lf            %-7.6lf".
+	want = ResultLine +
+		" #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]\n" +
+		" 2      " + "    " + "1000" + "           " + "0.012346" + "            " + "0.010000" + "            " + "0.625000" + "\n"
+	if b.String() != want {
+		t.Fatalf("got %q\nwant %q", b.String(), want)
+	}
+}
+
+func TestPrintLat(t *testing.T) {
+	var b bytes.Buffer
+	PrintLatHeader(&b)
+	PrintLatReport(&b, LatReport{Size: 2, Iters: 1000, TMin: 1.5, TMax: 10, TTypical: 2.25, TAvg: 2.5, TStdev: 0.5, P99: 5, P999: 10})
+	// RESULT_FMT_LAT + RESULT_EXT; REPORT_FMT_LAT
+	// " %-7lu %lu          %-7.2f        %-7.2f      %-7.2f  \t       %-7.2f     \t%-7.2f\t\t%-7.2f \t\t%-7.2f".
+	want := ResultLine +
+		" #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] \n" +
+		" 2      " + " 1000" + "          " + "1.50   " + "        " + "10.00  " + "      " + "2.25   " + "  \t       " +
+		"2.50   " + "     \t" + "0.50   " + "\t\t" + "5.00   " + " \t\t" + "10.00  " + "\n"
+	if b.String() != want {
+		t.Fatalf("got %q\nwant %q", b.String(), want)
+	}
+}
+
+func TestBWReportFigures(t *testing.T) {
+	p := NewParams(oob.WriteBW)
+	p.CQMod = 1
+	size := uint64(1 << 20)
+	tm := BWTimes{Posted: []int64{0, 1000, 2000, 3000}, Completed: []int64{1000, 2000, 3000, 8000}}
+	r := BWReport(&p, size, 4, tm)
+	// Average: 4 MiB in 8 us = 500000 MiB/s; peak: one MiB in 1 us.
+	if r.BWAvg != 500000 || r.BWPeak != 1e6 || r.MsgRate != 0.5 || r.Iters != 4 || r.Size != size {
+		t.Fatalf("report %+v", r)
+	}
+	p.ReportGbits = true
+	if r := BWReport(&p, size, 4, tm); math.Abs(r.BWAvg-float64(4*size)*8/8000) > 1e-9 {
+		t.Fatalf("Gb/s average %v", r.BWAvg)
+	}
+	// With moderation only every second completion carries a time.
+	p.ReportGbits, p.CQMod = false, 2
+	tm = BWTimes{Posted: []int64{0, 1000, 2000, 3000}, Completed: []int64{0, 4000, 0, 6000}}
+	r = BWReport(&p, size, 4, tm)
+	// Stretches end at the moderated completions 1 and 3 only; the best
+	// is posts 0..3: 6000/4 = 1500 ns a message, better than 2..3 (2000).
+	if r.BWPeak != 1e9/1500.0 || r.BWAvg != float64(4)*1e9/6000 {
+		t.Fatalf("moderated report %+v", r)
+	}
+	p.NoPeak = true
+	r = BWReport(&p, size, 4, BWTimes{Posted: []int64{100}, Completed: []int64{4100}})
+	if r.BWPeak != 0 || r.BWAvg != 1e6 {
+		t.Fatalf("no-peak report %+v", r)
+	}
+}
+
+func TestLatencyReportFigures(t *testing.T) {
+	p := NewParams(oob.ReadLat)
+	gaps := []int64{10, 2000, 30, 40, 1000, 20, 50} // microseconds
+	posted := []int64{0}
+	for _, g := range gaps {
+		posted = append(posted, posted[len(posted)-1]+g*1000)
+	}
+	r := LatencyReport(&p, 2, posted)
+	// Sorted 10 20 30 40 50 | 1000 2000: five kept, median 30, average 30,
+	// deviations 20 10 0 10 20, t_max and both percentiles the sixth.
+	want := LatReport{Size: 2, Iters: 8, TMin: 10, TMax: 1000, TTypical: 30, TAvg: 30, TStdev: math.Sqrt(200), P99: 1000, P999: 1000}
+	if r != want {
+		t.Fatalf("got %+v\nwant %+v", r, want)
+	}
+	w := NewParams(oob.WriteLat) // write latency is half the round trip
+	if r := LatencyReport(&w, 2, posted); r.TTypical != 15 || r.TMin != 5 {
+		t.Fatalf("write latency %+v", r)
+	}
+}
