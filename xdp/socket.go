@@ -616,6 +616,15 @@ func (s *Socket) Flush() error {
 	return nil
 }
 
+// TxPending returns how many descriptors are on the TX ring that the
+// kernel has not taken yet.
+func (s *Socket) TxPending() int {
+	if s.closed {
+		return 0
+	}
+	return int(s.tx.prodOutstanding())
+}
+
 // Complete moves sent frames from the completion ring back to the free
 // transmit frames and returns how many.
 func (s *Socket) Complete() int {

@@ -238,6 +238,16 @@ func blast(s *xdp.Socket, frame []byte, o Options, stop *atomic.Bool, sent *atom
 		}
 		sent.Store(count)
 	}
+	// Frames still on the TX ring have not left yet: push them out, so
+	// that Sent counts frames the kernel took.
+	for deadline := time.Now().Add(time.Second); s.TxPending() > 0; {
+		if err := s.Flush(); err != nil {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d frames stuck on the TX ring", s.TxPending())
+		}
+	}
 	sent.Store(count)
 	return nil
 }
