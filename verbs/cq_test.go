@@ -1,0 +1,120 @@
+package verbs_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/softnic/softnic/roce/memlink"
+	"github.com/softnic/softnic/verbs"
+)
+
+func TestCQEventsAndWait(t *testing.T) {
+	p := newPair(t, memlink.Config{})
+	o := defaultOpts()
+	ch := p.b.NewCompChannel()
+	x := newEndpoint(t, p.a, nil, o, nil)
+	y := newEndpoint(t, p.b, nil, o, nil)
+	var err error
+	y.rcq, err = p.b.CreateCQ(8, ch)
+	require.NoError(t, err)
+	// The QP must use the CQ with the channel: recreate y's QP with it.
+	y.qp, err = y.pd.CreateQP(&verbs.QPInitAttr{SendCQ: y.scq, RecvCQ: y.rcq, Cap: verbs.QPCap{MaxSendWR: 8, MaxRecvWR: 8}})
+	require.NoError(t, err)
+	connect(t, x, y, o)
+	smr, _ := regMR(t, x.pd, 64, allAccess)
+	rmr, _ := regMR(t, y.pd, 64*8, allAccess)
+	for i := range 8 {
+		require.NoError(t, y.qp.PostRecv(&verbs.RecvWR{ID: uint64(i), SGL: []verbs.SGE{rmr.SGE(i*64, 64)}}))
+	}
+
+	// Wait honours its context.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	var wcs [4]verbs.WC
+	n, err := y.rcq.Wait(ctx, wcs[:])
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.Zero(t, n)
+
+	// Unarmed: no event.
+	send := func(id uint64, flags verbs.SendFlags) {
+		require.NoError(t, x.qp.PostSend(&verbs.SendWR{ID: id, Opcode: verbs.WRSend, Flags: verbs.SendSignaled | flags,
+			SGL: []verbs.SGE{smr.SGE(0, 8)}}))
+		waitOK(t, x.scq, id)
+	}
+	send(0, 0)
+	waitOK(t, y.rcq, 0)
+	require.Empty(t, ch.C)
+
+	// Armed for any completion: one event.
+	require.NoError(t, y.rcq.RequestNotify(false))
+	send(1, 0)
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel2()
+	cq, err := ch.Get(ctx2)
+	require.NoError(t, err)
+	require.Same(t, y.rcq, cq)
+	waitOK(t, y.rcq, 1)
+	send(2, 0) // not re-armed: no second event
+	waitOK(t, y.rcq, 2)
+	require.Empty(t, ch.C)
+
+	// Armed for solicited completions: an unsolicited message does not
+	// fire, a solicited one does.
+	require.NoError(t, y.rcq.RequestNotify(true))
+	send(3, 0)
+	wc := waitOK(t, y.rcq, 3)
+	require.Equal(t, uint32(8), wc.ByteLen)
+	require.Empty(t, ch.C)
+	send(4, verbs.SendSolicited)
+	cq, err = ch.Get(ctx2)
+	require.NoError(t, err)
+	require.Same(t, y.rcq, cq)
+	waitOK(t, y.rcq, 4)
+
+	// A blocked Wait wakes up when a completion arrives.
+	got := make(chan verbs.WC, 1)
+	go func() {
+		var w [1]verbs.WC
+		if n, err := y.rcq.Wait(ctx2, w[:]); err == nil && n == 1 {
+			got <- w[0]
+		}
+		close(got)
+	}()
+	time.Sleep(5 * time.Millisecond)
+	send(5, 0)
+	w := <-got
+	require.Equal(t, uint64(5), w.WRID)
+
+	// A CQ without a channel cannot be armed.
+	require.ErrorIs(t, x.scq.RequestNotify(false), verbs.ErrInvalidArgument)
+}
+
+func TestCQOverrun(t *testing.T) {
+	o := defaultOpts()
+	p := newPair(t, memlink.Config{})
+	x := newEndpoint(t, p.a, nil, o, nil)
+	y := newEndpoint(t, p.b, nil, o, nil)
+	var err error
+	x.scq, err = p.a.CreateCQ(2, nil)
+	require.NoError(t, err)
+	x.qp, err = x.pd.CreateQP(&verbs.QPInitAttr{SendCQ: x.scq, RecvCQ: x.rcq, Cap: verbs.QPCap{MaxSendWR: 8, MaxRecvWR: 8}})
+	require.NoError(t, err)
+	connect(t, x, y, o)
+	mr, _ := regMR(t, x.pd, 8, allAccess)
+	rmr, _ := regMR(t, y.pd, 8, allAccess)
+	for i := range 3 {
+		require.NoError(t, x.qp.PostSend(&verbs.SendWR{ID: uint64(i), Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
+			SGL: []verbs.SGE{mr.SGE(0, 8)}, RemoteAddr: rmr.Addr(), RKey: rmr.RKey()}))
+	}
+	require.Eventually(t, func() bool {
+		var wcs [1]verbs.WC
+		_, err := x.scq.Poll(wcs[:0])
+		return err != nil
+	}, 5*time.Second, time.Millisecond)
+	var wcs [4]verbs.WC
+	_, err = x.scq.Poll(wcs[:])
+	require.ErrorIs(t, err, verbs.ErrCQOverflow)
+}
