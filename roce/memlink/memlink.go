@@ -319,6 +319,11 @@ func (e *Endpoint) Receive(fn func(frame []byte), max int) int {
 
 // Wait implements roce.Link.
 func (e *Endpoint) Wait(timeout time.Duration) error {
+	select {
+	case <-e.closed:
+		return roce.ErrLinkClosed
+	default:
+	}
 	e.mu.Lock()
 	if len(e.heap) > 0 {
 		until := time.Duration(e.heap[0].at - e.now())
