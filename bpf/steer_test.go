@@ -226,3 +226,22 @@ func childAttachAndHang(ns string) {
 	os.Stdout.WriteString("attached")
 	select {}
 }
+
+func TestAttachWithoutPrivileges(t *testing.T) {
+	netnstest.RequireRoot(t)
+	pair := netnstest.NewT(t, netnstest.Config{})
+	err := pair.A.Do(func() error {
+		return netnstest.WithoutCapabilities(nil, func() error {
+			p, err := Attach(pair.A.Ifname, ModeAuto)
+			if err == nil {
+				p.Close()
+			}
+			return err
+		})
+	})
+	if !errors.Is(err, ErrPermission) {
+		t.Fatalf("attach without capabilities: %v, want ErrPermission", err)
+	}
+	t.Logf("error shown: %v", err)
+	assertNoXDP(t, &pair.A)
+}

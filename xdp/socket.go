@@ -17,6 +17,7 @@ var (
 	ErrNoQueue        = errors.New("no such receive queue on the interface")
 	ErrPermission     = errors.New("not permitted: AF_XDP sockets need root (CAP_NET_RAW, CAP_NET_ADMIN)")
 	ErrUMEM           = errors.New("cannot allocate or register the UMEM: too large, or the locked-memory limit (ulimit -l, RLIMIT_MEMLOCK) is too low")
+	ErrMemlock        = fmt.Errorf("the UMEM exceeds the locked-memory limit: %w", ErrUMEM)
 	ErrQueueBusy      = errors.New("the queue already has an AF_XDP socket or is in use")
 	ErrNoZeroCopy     = errors.New("the driver does not offer zero-copy AF_XDP on this queue")
 	ErrNoMultiBuffer  = errors.New("the driver does not support multi-buffer AF_XDP (XDP_USE_SG)")
@@ -220,7 +221,15 @@ func (s *Socket) open() error {
 		Size: uint32(cfg.FrameSize),
 	}
 	if err := setsockopt(fd, unix.XDP_UMEM_REG, unsafe.Pointer(&reg), unsafe.Sizeof(reg)); err != nil {
-		if errors.Is(err, unix.ENOMEM) || errors.Is(err, unix.EPERM) || errors.Is(err, unix.ENOBUFS) {
+		if errors.Is(err, unix.ENOBUFS) {
+			// The kernel charges the UMEM to RLIMIT_MEMLOCK unless the
+			// caller has CAP_IPC_LOCK.
+			var lim unix.Rlimit
+			unix.Getrlimit(unix.RLIMIT_MEMLOCK, &lim)
+			return fmt.Errorf("register %d bytes of UMEM: %w (limit %d bytes; raise `ulimit -l` or grant CAP_IPC_LOCK): %v",
+				size, ErrMemlock, lim.Cur, err)
+		}
+		if errors.Is(err, unix.ENOMEM) || errors.Is(err, unix.EPERM) {
 			return fmt.Errorf("register %d bytes of UMEM: %w: %v", size, ErrUMEM, err)
 		}
 		return fmt.Errorf("register %d bytes of UMEM: %w", size, err)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/softnic/softnic/internal/netnstest"
+	"golang.org/x/sys/unix"
 )
 
 func TestExchange(t *testing.T) {
@@ -197,4 +198,52 @@ func TestFrameOwnership(t *testing.T) {
 	if s.Frame(Desc{Addr: 1 << 40, Len: 10}) != nil {
 		t.Fatal("Frame outside the UMEM returned memory")
 	}
+}
+
+func TestOpenWithoutPrivileges(t *testing.T) {
+	netnstest.RequireRoot(t)
+	pair := netnstest.NewT(t, netnstest.Config{})
+	err := pair.A.Do(func() error {
+		return netnstest.WithoutCapabilities(nil, func() error {
+			s, err := Open(pair.A.Ifindex, 0, Config{NumFrames: 64})
+			if err == nil {
+				s.Close()
+			}
+			return err
+		})
+	})
+	if !errors.Is(err, ErrPermission) {
+		t.Fatalf("open without capabilities: %v, want ErrPermission", err)
+	}
+	t.Logf("error shown: %v", err)
+}
+
+// Without CAP_IPC_LOCK the UMEM counts against RLIMIT_MEMLOCK; a UMEM above
+// the limit must fail with ErrUMEM and say why.
+func TestOpenLockedMemoryLimit(t *testing.T) {
+	netnstest.RequireRoot(t)
+	pair := netnstest.NewT(t, netnstest.Config{})
+	var old unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_MEMLOCK, &old); err != nil {
+		t.Fatal(err)
+	}
+	low := old
+	low.Cur = 1 << 20
+	if err := unix.Setrlimit(unix.RLIMIT_MEMLOCK, &low); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Setrlimit(unix.RLIMIT_MEMLOCK, &old)
+	err := pair.A.Do(func() error {
+		return netnstest.WithoutCapabilities([]int{unix.CAP_IPC_LOCK}, func() error {
+			s, err := Open(pair.A.Ifindex, 0, Config{NumFrames: 4096}) // 16 MiB
+			if err == nil {
+				s.Close()
+			}
+			return err
+		})
+	})
+	if !errors.Is(err, ErrMemlock) || !errors.Is(err, ErrUMEM) {
+		t.Fatalf("16 MiB UMEM with a 1 MiB memlock limit: %v, want ErrMemlock", err)
+	}
+	t.Logf("error shown: %v", err)
 }

@@ -2,6 +2,8 @@ package netnstest
 
 import (
 	"bytes"
+	"errors"
+	"golang.org/x/sys/unix"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -93,4 +95,20 @@ func TestNewSweepsNamespacesOfDeadProcesses(t *testing.T) {
 	if _, err := os.Stat(filepath.Join("/var/run/netns", stale)); !os.IsNotExist(err) {
 		t.Errorf("stale namespace %s survived New (stat: %v)", stale, err)
 	}
+}
+
+func TestWithoutCapabilities(t *testing.T) {
+	RequireRoot(t)
+	err := WithoutCapabilities([]int{unix.CAP_NET_RAW}, func() error {
+		_, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW, 0)
+		return err
+	})
+	if !errors.Is(err, unix.EPERM) {
+		t.Fatalf("raw socket without CAP_NET_RAW: %v, want EPERM", err)
+	}
+	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW, 0)
+	if err != nil {
+		t.Fatalf("capabilities not restored: %v", err)
+	}
+	unix.Close(fd)
 }
