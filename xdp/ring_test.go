@@ -1,0 +1,220 @@
+package xdp
+
+import (
+	"math/rand/v2"
+	"testing"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// fakeRing lays out a ring like the kernel does (producer, consumer, flags,
+// entries) in ordinary memory, with both indexes starting at start so tests
+// cross the 32-bit wrap.
+func fakeRing(size uint32, entry uintptr, start uint32) ([]byte, unix.XDPRingOffset) {
+	off := unix.XDPRingOffset{Producer: 0, Consumer: 64, Flags: 128, Desc: 192}
+	mem := make([]byte, 192+uintptr(size)*entry)
+	*(*uint32)(unsafe.Pointer(&mem[off.Producer])) = start
+	*(*uint32)(unsafe.Pointer(&mem[off.Consumer])) = start
+	return mem, off
+}
+
+// fakeSocket is a Socket whose rings live in ordinary memory, driven by a
+// simulated kernel: no privileges needed.
+func fakeSocket(t *testing.T, frames, frameSize int, start uint32) *Socket {
+	t.Helper()
+	cfg := Config{NumFrames: frames, FrameSize: frameSize}
+	if err := cfg.setDefaults(); err != nil {
+		t.Fatal(err)
+	}
+	s := &Socket{fd: -1, cfg: cfg, frameMask: ^uint64(frameSize - 1)}
+	s.umem = make([]byte, frames*frameSize)
+	rxFrames := frames / 2
+	mk := func(r *ring, size int, entry uintptr) []byte {
+		mem, off := fakeRing(uint32(size), entry, start)
+		r.init(mem, off, uint32(size))
+		return mem[off.Desc:]
+	}
+	m := mk(&s.fill.ring, 2*rxFrames, 8)
+	s.fill.addrs = unsafe.Slice((*uint64)(unsafe.Pointer(&m[0])), 2*rxFrames)
+	m = mk(&s.comp.ring, frames-rxFrames, 8)
+	s.comp.addrs = unsafe.Slice((*uint64)(unsafe.Pointer(&m[0])), frames-rxFrames)
+	m = mk(&s.rx.ring, cfg.RxRingSize, 16)
+	s.rx.descs = unsafe.Slice((*Desc)(unsafe.Pointer(&m[0])), cfg.RxRingSize)
+	m = mk(&s.tx.ring, cfg.TxRingSize, 16)
+	s.tx.descs = unsafe.Slice((*Desc)(unsafe.Pointer(&m[0])), cfg.TxRingSize)
+	s.owner = make([]uint8, frames)
+	for i := 0; i < rxFrames; i++ {
+		s.fill.addrs[(s.fill.cachedProd+uint32(i))&s.fill.mask] = uint64(i * frameSize)
+	}
+	s.fill.prodSubmit(uint32(rxFrames))
+	s.freeRx = make([]uint64, 0, rxFrames)
+	for i := frames - 1; i >= rxFrames; i-- {
+		s.freeTx = append(s.freeTx, uint64(i*frameSize))
+		s.owner[i] = ownFreeTx
+	}
+	return s
+}
+
+// kernel is the simulated other side of a fakeSocket.
+type kernel struct {
+	s       *Socket
+	held    []uint64 // fill addresses taken but not yet used
+	inUse   map[uint64]bool
+	rng     *rand.Rand
+	seq     uint32
+	lazyFQ  uint32 // fill entries consumed but not yet published (like the kernel)
+	txSeen  int
+	pending []uint64 // TX frames sent, completion not yet posted
+}
+
+func (k *kernel) takeFill(n int) {
+	r := &k.s.fill.ring
+	for i := 0; i < n; i++ {
+		cons := *r.consumer + k.lazyFQ
+		if cons == *r.producer {
+			break
+		}
+		addr := k.s.fill.addrs[cons&r.mask]
+		if k.inUse[addr] {
+			panic("fill ring handed the kernel a frame it already holds")
+		}
+		k.inUse[addr] = true
+		k.held = append(k.held, addr)
+		k.lazyFQ++
+	}
+	// Publish the consumer only sometimes, as the kernel does.
+	if k.rng.IntN(3) == 0 {
+		*r.consumer += k.lazyFQ
+		k.lazyFQ = 0
+	}
+}
+
+// deliver puts one packet of frags descriptors on the RX ring if it can.
+func (k *kernel) deliver(frags int) bool {
+	r := &k.s.rx.ring
+	if len(k.held) < frags || r.size-(*r.producer-*r.consumer) < uint32(frags) {
+		return false
+	}
+	for i := 0; i < frags; i++ {
+		addr := k.held[0]
+		k.held = k.held[1:]
+		d := Desc{Addr: addr + 256, Len: 100 + k.seq}
+		d.SetMore(i < frags-1)
+		k.s.rx.descs[(*r.producer+uint32(i))&r.mask] = d
+		delete(k.inUse, addr)
+	}
+	k.seq++
+	*r.producer += uint32(frags)
+	return true
+}
+
+func (k *kernel) transmit() {
+	r := &k.s.tx.ring
+	for *r.consumer != *r.producer {
+		d := k.s.tx.descs[*r.consumer&r.mask]
+		k.pending = append(k.pending, d.Addr)
+		*r.consumer++
+		k.txSeen++
+	}
+	c := &k.s.comp.ring
+	for len(k.pending) > 0 && c.size-(*c.producer-*c.consumer) > 0 && k.rng.IntN(2) == 0 {
+		k.s.comp.addrs[*c.producer&c.mask] = k.pending[0]
+		k.pending = k.pending[1:]
+		*c.producer++
+	}
+}
+
+// A long random run across the 32-bit index wrap: every received frame is
+// owned once, multi-buffer packets are never split, every frame comes back,
+// and no transmit frame is handed out while the kernel holds it.
+func TestRingsAgainstSimulatedKernel(t *testing.T) {
+	for _, start := range []uint32{0, 0xffffff00} {
+		s := fakeSocket(t, 64, 2048, start)
+		k := &kernel{s: s, inUse: map[uint64]bool{}, rng: rand.New(rand.NewPCG(1, 2))}
+		descs := make([]Desc, 8)
+		out := map[uint64]bool{} // TX frames the application holds or the kernel has
+		got, sentPk := 0, 0
+		for step := 0; step < 20000; step++ {
+			k.takeFill(k.rng.IntN(8))
+			k.deliver(1 + k.rng.IntN(3))
+			n := s.Receive(descs[:3+k.rng.IntN(len(descs)-2)]) // room for the largest packet (3 descriptors)
+			for i, d := range descs[:n] {
+				if i == n-1 && d.More() {
+					t.Fatalf("start %#x step %d: Receive split a packet", start, step)
+				}
+				if s.Frame(d) == nil {
+					t.Fatalf("descriptor %+v outside the UMEM", d)
+				}
+				if d.Len != uint32(100+got) {
+					t.Fatalf("start %#x step %d: descriptor of packet %d, want packet %d", start, step, d.Len-100, got)
+				}
+				if !d.More() {
+					got++
+				}
+			}
+			if err := s.Release(descs[:n]); err != nil {
+				t.Fatal(err)
+			}
+			if d, _, ok := s.NextTxFrame(); ok {
+				if out[d.Addr] {
+					t.Fatalf("transmit frame %#x handed out twice", d.Addr)
+				}
+				out[d.Addr] = true
+				d.Len = 60
+				if n, err := s.Transmit([]Desc{d}); err != nil || n != 1 {
+					t.Fatalf("transmit: %d, %v", n, err)
+				}
+				sentPk++
+			}
+			k.transmit()
+			for _, a := range s.freeTx {
+				delete(out, a)
+			}
+			if s.Complete() > 0 {
+				for _, a := range s.freeTx {
+					delete(out, a)
+				}
+			}
+		}
+		if got < 1000 || sentPk < 1000 || s.counters.OwnershipErrors != 0 {
+			t.Fatalf("start %#x: received %d, sent %d, ownership errors %d", start, got, sentPk, s.counters.OwnershipErrors)
+		}
+		// Every receive frame is on the fill ring, in the kernel, or free.
+		rxPending := int(*s.rx.producer - *s.rx.consumer)
+		if total := len(k.held) + int(s.fill.prodOutstanding()-k.lazyFQ) + rxPending + len(s.freeRx); total != 32 {
+			t.Errorf("start %#x: %d receive frames accounted for, want 32", start, total)
+		}
+	}
+}
+
+func TestDescMore(t *testing.T) {
+	var d Desc
+	d.SetMore(true)
+	if !d.More() || d.Options != unix.XDP_PKT_CONTD {
+		t.Fatal("SetMore(true)")
+	}
+	d.SetMore(false)
+	if d.More() || d.Options != 0 {
+		t.Fatal("SetMore(false)")
+	}
+	if unsafe.Sizeof(Desc{}) != unsafe.Sizeof(unix.XDPDesc{}) {
+		t.Fatal("Desc does not have the layout of struct xdp_desc")
+	}
+}
+
+func TestConfigValidation(t *testing.T) {
+	for _, c := range []Config{
+		{FrameSize: 3000}, {FrameSize: 1024}, {FrameSize: 8192},
+		{NumFrames: 3}, {NumFrames: 1}, {RxRingSize: 100}, {TxRingSize: 3},
+		{NumFrames: 1 << 30},
+	} {
+		if err := c.setDefaults(); err == nil {
+			t.Errorf("%+v accepted", c)
+		}
+	}
+	c := Config{}
+	if err := c.setDefaults(); err != nil || c.FrameSize != 4096 || c.NumFrames != 4096 || c.RxRingSize != 2048 {
+		t.Errorf("defaults: %+v, %v", c, err)
+	}
+}
