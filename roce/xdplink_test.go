@@ -230,3 +230,35 @@ func TestOpenXDPLinkErrors(t *testing.T) {
 		t.Error("the refused second link detached the first one's program")
 	}
 }
+
+// The link's per-frame path (TxFrame, Send, Flush, Receive) allocates nothing.
+func TestXDPLinkHotPathAllocs(t *testing.T) {
+	netnstest.RequireRoot(t)
+	for _, mtu := range []int{1500, 9000} {
+		pair := netnstest.NewT(t, netnstest.Config{MTU: mtu})
+		a, b := openLinkT(t, &pair.A), openLinkT(t, &pair.B)
+		e := Encap{SrcMAC: a.HardwareAddr(), DstMAC: b.HardwareAddr(), Src: pair.A.Addr4(), Dst: pair.B.Addr4(), HopLimit: 64, SrcPort: SourcePort(1)}
+		ib := make([]byte, ibtransport.BTHLen+mtu-100)
+		ibtransport.BTH(ib).SetOpcode(ibtransport.OpRCSendOnly)
+		received := 0
+		onFrame := func(frame []byte) { received++ }
+		step := func() {
+			if buf := a.TxFrame(); buf != nil {
+				copy(buf[e.HeaderLen():], ib)
+				n, _ := e.Finish(buf, len(ib))
+				a.Send(buf[:n])
+			}
+			a.Flush()
+			b.Receive(onFrame, 64)
+		}
+		for range 100 {
+			step() // warm up
+		}
+		if allocs := testing.AllocsPerRun(2000, step); allocs != 0 {
+			t.Errorf("MTU %d: %v allocations per frame", mtu, allocs)
+		}
+		if received == 0 {
+			t.Errorf("MTU %d: nothing received", mtu)
+		}
+	}
+}
