@@ -1,0 +1,373 @@
+package perftest
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/softnic/softnic/verbs"
+)
+
+// Values perftest's atomic work requests carry (perftest_resources.h).
+const (
+	atomicAddValue  = 1
+	atomicSwapValue = 0
+)
+
+// offset returns where message k of size bytes goes within a QP's area:
+// perftest steps by INC(size) and wraps at the cycle buffer when messages
+// are at most half a cycle buffer (increase_loc_addr, increase_rem_addr),
+// and otherwise always uses the area's start.
+func (r *runCtx) offset(k uint64, size uint64) uint64 {
+	if size > r.cycle/2 {
+		return 0
+	}
+	step := inc(size, r.cacheLine)
+	per := r.cycle / step
+	if per == 0 {
+		return 0
+	}
+	return (k % per) * step
+}
+
+// sendArea and recvArea are the offsets of QP q's areas in the buffer:
+// perftest's send buffers come first, and the address a QP advertises is
+// its receive area (set_up_connection).
+func (r *runCtx) sendArea(q int) uint64 { return uint64(q) * r.area }
+func (r *runCtx) recvArea(q int) uint64 { return uint64(len(r.qps)+q) * r.area }
+
+// sendWR fills wr for message k of QP q.
+func (r *runCtx) sendWR(wr *verbs.SendWR, sge []verbs.SGE, q int, k, size uint64) {
+	off := r.offset(k, size)
+	sge[0] = r.mr.SGE(int(r.sendArea(q)+off), int(size))
+	*wr = verbs.SendWR{ID: uint64(q), SGL: sge}
+	switch r.p.Verb() {
+	case VerbSend:
+		wr.Opcode = verbs.WRSend
+	case VerbWrite:
+		wr.Opcode = verbs.WRRDMAWrite
+	case VerbRead:
+		wr.Opcode = verbs.WRRDMARead
+	case VerbAtomic:
+		if r.p.Atomic == CmpAndSwap {
+			wr.Opcode, wr.CompareAdd, wr.Swap = verbs.WRAtomicCmpAndSwp, 0, atomicSwapValue
+		} else {
+			wr.Opcode, wr.CompareAdd = verbs.WRAtomicFetchAndAdd, atomicAddValue
+		}
+	}
+	if r.p.Verb() != VerbSend {
+		wr.RemoteAddr, wr.RKey = r.remote[q].VAddr+off, r.remote[q].RKey
+	}
+	if r.p.InlineSize > 0 && size <= uint64(r.p.InlineSize) && (r.p.Verb() == VerbSend || r.p.Verb() == VerbWrite) {
+		wr.Flags |= verbs.SendInline
+		wr.InlineData = r.mr.Bytes()[r.sendArea(q)+off : r.sendArea(q)+off+size]
+	}
+}
+
+// wcError reports a failed completion like NOTIFY_COMP_ERROR_SEND.
+func wcError(what string, wc *verbs.WC, done uint64) error {
+	return fmt.Errorf("%s completion with error: status %v, after %d completions", what, wc.Status, done)
+}
+
+// post posts wr, reporting whether the send queue had room.
+func post(qp *verbs.QP, wr *verbs.SendWR) (bool, error) {
+	if err := qp.PostSend(wr); err != nil {
+		if errors.Is(err, verbs.ErrQueueFull) {
+			return false, nil
+		}
+		return false, err
+	}
+	return true, nil
+}
+
+// runBW is run_iter_bw: keep up to TxDepth messages in flight per QP,
+// signal every CQMod-th and the last, and time posts and completions.
+func (r *runCtx) runBW(size uint64) (BWTimes, error) {
+	p := r.p
+	iters := p.Iters
+	nq := len(r.qps)
+	n := iters * uint64(nq)
+	cqMod := uint64(max(p.CQMod, 1))
+	var t BWTimes
+	if p.NoPeak {
+		t.Posted, t.Completed = make([]int64, 1), make([]int64, 1)
+	} else {
+		t.Posted, t.Completed = make([]int64, n), make([]int64, n)
+	}
+	scnt := make([]uint64, nq)
+	ccnt := make([]uint64, nq)
+	var totS, totC uint64
+	wcs := make([]verbs.WC, 16)
+	sge := make([]verbs.SGE, 1)
+	var wr verbs.SendWR
+	start := time.Now()
+	now := func() int64 { return int64(time.Since(start)) }
+	for totS < n || totC < n {
+		full := false
+		for q, qp := range r.qps {
+			for scnt[q] < iters && scnt[q]-ccnt[q]+1 <= uint64(p.TxDepth) {
+				k := scnt[q]
+				r.sendWR(&wr, sge, q, k, size)
+				if k%cqMod == cqMod-1 || k == iters-1 {
+					wr.Flags |= verbs.SendSignaled
+				}
+				if !p.NoPeak {
+					t.Posted[totS] = now()
+				}
+				ok, err := post(qp, &wr)
+				if err != nil {
+					return t, err
+				}
+				if !ok {
+					full = true
+					break
+				}
+				scnt[q]++
+				totS++
+			}
+		}
+		if totC >= n {
+			continue
+		}
+		got, err := r.scq.Poll(wcs)
+		if err == nil && got == 0 {
+			if full {
+				runtime.Gosched()
+				continue
+			}
+			got, err = r.scq.Wait(r.ctx, wcs)
+		}
+		if err != nil {
+			return t, fmt.Errorf("poll send CQ: %w", err)
+		}
+		for i := 0; i < got; i++ {
+			wc := &wcs[i]
+			if wc.Status != verbs.WCSuccess {
+				return t, wcError("send", wc, totC)
+			}
+			ccnt[wc.WRID] += cqMod
+			totC += cqMod
+			if !p.NoPeak {
+				t.Completed[min(totC, n)-1] = now()
+			}
+		}
+	}
+	if p.NoPeak {
+		t.Completed[0] = now()
+	}
+	return t, nil
+}
+
+// postRecvs posts RxDepth receives of size bytes on every QP
+// (ctx_set_recv_wqes), stepping through the receive area.
+func (r *runCtx) postRecvs(size uint64) error {
+	sge := make([]verbs.SGE, 1)
+	for q, qp := range r.qps {
+		for k := 0; k < r.p.RxDepth; k++ {
+			if err := r.postRecv(qp, q, uint64(k), size, sge); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (r *runCtx) postRecv(qp *verbs.QP, q int, k, size uint64, sge []verbs.SGE) error {
+	sge[0] = r.mr.SGE(int(r.recvArea(q)+r.offset(k, size)), int(size))
+	if err := qp.PostRecv(&verbs.RecvWR{ID: uint64(q), SGL: sge}); err != nil {
+		return fmt.Errorf("post receive: %w", err)
+	}
+	return nil
+}
+
+// runBWServer is run_iter_bw_server: count Iters receives per QP,
+// reposting while fewer than Iters were posted, timed from the first
+// arrival to the last.
+func (r *runCtx) runBWServer(size uint64) (BWTimes, error) {
+	p := r.p
+	nq := len(r.qps)
+	n := p.Iters * uint64(nq)
+	posted := make([]uint64, nq)
+	for q := range posted {
+		posted[q] = uint64(p.RxDepth)
+	}
+	t := BWTimes{Posted: make([]int64, 1), Completed: make([]int64, 1)}
+	start := time.Now()
+	wcs := make([]verbs.WC, 16)
+	sge := make([]verbs.SGE, 1)
+	var rcnt uint64
+	first := true
+	for rcnt < n {
+		got, err := r.rcq.Wait(r.ctx, wcs)
+		if err != nil {
+			return t, fmt.Errorf("poll receive CQ: %w", err)
+		}
+		if first {
+			t.Posted[0] = int64(time.Since(start))
+			first = false
+		}
+		for i := 0; i < got; i++ {
+			wc := &wcs[i]
+			if wc.Status != verbs.WCSuccess {
+				return t, wcError("receive", wc, rcnt)
+			}
+			rcnt++
+			q := int(wc.WRID)
+			if posted[q]+1 <= p.Iters {
+				if err := r.postRecv(r.qps[q], q, posted[q], size, sge); err != nil {
+					return t, err
+				}
+				posted[q]++
+			}
+		}
+	}
+	t.Completed[0] = int64(time.Since(start))
+	return t, nil
+}
+
+// waitOne waits for one completion on cq.
+func (r *runCtx) waitOne(cq *verbs.CQ, wc []verbs.WC, what string, done uint64) error {
+	if _, err := cq.Wait(r.ctx, wc[:1]); err != nil {
+		return fmt.Errorf("poll %s CQ: %w", what, err)
+	}
+	if wc[0].Status != verbs.WCSuccess {
+		return wcError(what, &wc[0], done)
+	}
+	return nil
+}
+
+// loadByte reads b[i] atomically (an aligned 32-bit load around it): the
+// transport writes the buffer from the engine goroutine, and the load must
+// not be hoisted out of the polling loop.
+func loadByte(b []byte, i int) byte {
+	p := unsafe.Pointer(&b[0])
+	base := uintptr(p) + uintptr(i)
+	aligned := base &^ 3
+	w := atomic.LoadUint32((*uint32)(unsafe.Add(p, int(aligned)-int(uintptr(p)))))
+	shift := (base - aligned) * 8 // little-endian
+	return byte(w >> shift)
+}
+
+// runLatWrite is run_iter_lat_write: each side RDMA-writes size bytes
+// whose last byte is the iteration number, and waits for the peer's
+// write to change the last byte of its own receive area. The client
+// writes first.
+func (r *runCtx) runLatWrite(size uint64) ([]int64, error) {
+	p := r.p
+	qp := r.qps[0]
+	buf := r.mr.Bytes()
+	postAt := int(r.sendArea(0) + size - 1)
+	pollAt := int(r.recvArea(0) + size - 1)
+	if pollAt&^3+4 > len(buf) || postAt < 0 {
+		return nil, fmt.Errorf("message size %d does not fit the buffer", size)
+	}
+	posted := make([]int64, p.Iters)
+	sge := make([]verbs.SGE, 1)
+	var wr verbs.SendWR
+	wc := make([]verbs.WC, 1)
+	start := time.Now()
+	var scnt, rcnt, ccnt uint64
+	for scnt < p.Iters || ccnt < p.Iters || rcnt < p.Iters {
+		if rcnt < p.Iters && !(scnt < 1 && p.Server) {
+			rcnt++
+			for loadByte(buf, pollAt) != byte(rcnt) {
+				if err := r.ctx.Err(); err != nil {
+					return nil, err
+				}
+				runtime.Gosched()
+			}
+		}
+		if scnt < p.Iters {
+			posted[scnt] = int64(time.Since(start))
+			scnt++
+			buf[postAt] = byte(scnt)
+			r.sendWR(&wr, sge, 0, 0, size)
+			wr.Flags |= verbs.SendSignaled
+			if err := qp.PostSend(&wr); err != nil {
+				return nil, err
+			}
+		}
+		if ccnt < p.Iters {
+			if err := r.waitOne(r.scq, wc, "send", ccnt); err != nil {
+				return nil, err
+			}
+			ccnt++
+		}
+	}
+	return posted, nil
+}
+
+// runLatRead is run_iter_lat for READ: one signaled read at a time.
+func (r *runCtx) runLatRead(size uint64) ([]int64, error) {
+	qp := r.qps[0]
+	posted := make([]int64, r.p.Iters)
+	sge := make([]verbs.SGE, 1)
+	var wr verbs.SendWR
+	wc := make([]verbs.WC, 1)
+	start := time.Now()
+	for k := uint64(0); k < r.p.Iters; k++ {
+		r.sendWR(&wr, sge, 0, 0, size)
+		wr.Flags |= verbs.SendSignaled
+		posted[k] = int64(time.Since(start))
+		if err := qp.PostSend(&wr); err != nil {
+			return nil, err
+		}
+		if err := r.waitOne(r.scq, wc, "send", k); err != nil {
+			return nil, err
+		}
+	}
+	return posted, nil
+}
+
+// runLatSend is run_iter_lat_send: wait for the peer's message (the
+// client sends first), repost the receive, send, and wait for the send's
+// completion when it is signaled (every CQMod-th and the last).
+func (r *runCtx) runLatSend(size uint64) ([]int64, error) {
+	p := r.p
+	qp := r.qps[0]
+	posted := make([]int64, p.Iters)
+	sge := make([]verbs.SGE, 1)
+	rsge := make([]verbs.SGE, 1)
+	var wr verbs.SendWR
+	wc := make([]verbs.WC, 1)
+	cqMod := uint64(max(p.CQMod, 1))
+	start := time.Now()
+	var scnt, rcnt uint64
+	rposted := uint64(p.RxDepth)
+	for scnt < p.Iters || rcnt < p.Iters {
+		if rcnt < p.Iters && !(scnt < 1 && !p.Server) {
+			if err := r.waitOne(r.rcq, wc, "receive", rcnt); err != nil {
+				return nil, err
+			}
+			rcnt++
+			if rposted < p.Iters {
+				if err := r.postRecv(qp, 0, rposted, size, rsge); err != nil {
+					return nil, err
+				}
+				rposted++
+			}
+		}
+		if scnt < p.Iters {
+			posted[scnt] = int64(time.Since(start))
+			scnt++
+			r.sendWR(&wr, sge, 0, 0, size)
+			signaled := scnt%cqMod == 0 || scnt == p.Iters
+			if signaled {
+				wr.Flags |= verbs.SendSignaled
+			}
+			if err := qp.PostSend(&wr); err != nil {
+				return nil, err
+			}
+			if signaled {
+				if err := r.waitOne(r.scq, wc, "send", scnt); err != nil {
+					return nil, err
+				}
+			}
+		}
+	}
+	return posted, nil
+}
+

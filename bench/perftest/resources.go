@@ -1,0 +1,184 @@
+package perftest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"os"
+
+	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/internal/oob"
+	"github.com/softnic/softnic/verbs"
+)
+
+// Device is the RDMA side of a run: an opened verbs device and what
+// perftest would query from its port.
+type Device struct {
+	Verbs *verbs.Device
+	// Name is printed as perftest's "Device" (softnic: the interface).
+	Name string
+	// LinkMTU is the L3 MTU of the link; the port's active MTU is the
+	// largest IB MTU whose packets fit it.
+	LinkMTU int
+	// Resolve, if set, learns the link-layer address of a peer before a QP
+	// is aimed at it (neighbour resolution on real interfaces).
+	Resolve func(peer netip.Addr) error
+}
+
+// ActiveMTU returns the largest IB path MTU (256..4096) whose packets fit
+// a link of L3 MTU linkMTU: IP (20 or 40), UDP 8, BTH 12, RETH 16, ImmDt 4,
+// ICRC 4 bytes of headers. 0 if none fits.
+func ActiveMTU(linkMTU int, ipv6 bool) int {
+	over := 20 + 8 + 12 + 16 + 4 + 4
+	if ipv6 {
+		over += 20
+	}
+	best := 0
+	for e := 1; e <= 5; e++ {
+		if oob.MTUBytes(e)+over <= linkMTU {
+			best = oob.MTUBytes(e)
+		}
+	}
+	return best
+}
+
+// inc is perftest's INC: the stride of consecutive messages in a buffer,
+// at least a cache line.
+func inc(size uint64, cacheLine uint64) uint64 {
+	if size > cacheLine {
+		return uint64(roundUp(int(size), int(cacheLine)))
+	}
+	return cacheLine
+}
+
+// buffSize is perftest's BUFF_SIZE: the per-QP area, at least a cycle buffer.
+func buffSize(size, cycle uint64) uint64 {
+	if size < cycle {
+		return cycle
+	}
+	return size
+}
+
+// context of one run: perftest's struct pingpong_context.
+type runCtx struct {
+	p         *Params
+	dev       Device
+	pd        *verbs.PD
+	mr        *verbs.MR
+	scq, rcq  *verbs.CQ
+	qps       []*verbs.QP
+	local     []oob.PerftestDest
+	remote    []oob.PerftestDest
+	cycle     uint64
+	cacheLine uint64
+	area      uint64 // BUFF_SIZE of the allocation size
+	gid       verbs.GID
+	ctx       context.Context
+}
+
+func (r *runCtx) access() verbs.Access {
+	a := verbs.AccessLocalWrite
+	switch r.p.Verb() {
+	case VerbWrite, VerbSend:
+		a |= verbs.AccessRemoteWrite
+	case VerbRead:
+		a |= verbs.AccessRemoteRead
+	case VerbAtomic:
+		a |= verbs.AccessRemoteAtomic
+	}
+	return a
+}
+
+// setup allocates the buffer, CQs and QPs (alloc_ctx and ctx_init) and
+// moves the QPs to INIT; it fills the local keys (set_up_connection).
+func (r *runCtx) setup() error {
+	p := r.p
+	gid, err := r.dev.Verbs.GID(p.GIDIndex)
+	if err != nil {
+		return fmt.Errorf("GID index %d: %w", p.GIDIndex, err)
+	}
+	r.gid = gid
+	r.area = buffSize(p.Size, r.cycle)
+	total := inc(r.area, r.cacheLine) * 2 * uint64(p.NumQPs)
+	r.pd = r.dev.Verbs.AllocPD()
+	if r.mr, err = r.pd.RegMR(make([]byte, total), r.access()); err != nil {
+		return fmt.Errorf("register %d bytes: %w", total, err)
+	}
+	if r.scq, err = r.dev.Verbs.CreateCQ(p.NumQPs*p.TxDepth+16, nil); err != nil {
+		return fmt.Errorf("create send CQ: %w", err)
+	}
+	if r.rcq, err = r.dev.Verbs.CreateCQ(p.NumQPs*p.RxDepth+16, nil); err != nil {
+		return fmt.Errorf("create receive CQ: %w", err)
+	}
+	for i := 0; i < p.NumQPs; i++ {
+		qp, err := r.pd.CreateQP(&verbs.QPInitAttr{SendCQ: r.scq, RecvCQ: r.rcq, Cap: verbs.QPCap{
+			MaxSendWR: p.TxDepth, MaxRecvWR: p.RxDepth, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: p.InlineSize}})
+		if err != nil {
+			return fmt.Errorf("create QP: %w", err)
+		}
+		if err := qp.Modify(&verbs.QPAttr{State: verbs.QPSInit, AccessFlags: r.access(), Port: 1},
+			verbs.QPAttrState|verbs.QPAttrAccessFlags|verbs.QPAttrPort|verbs.QPAttrPKeyIndex); err != nil {
+			return fmt.Errorf("QP to INIT: %w", err)
+		}
+		r.qps = append(r.qps, qp)
+		r.local = append(r.local, oob.PerftestDest{
+			OutReads: uint16(p.OutReads),
+			QPN:      qp.QPN(),
+			PSN:      rand.Uint32() & 0xffffff,
+			RKey:     r.mr.RKey(),
+			VAddr:    r.mr.Addr() + uint64(p.NumQPs+i)*r.area,
+			GID:      gid,
+		})
+	}
+	return nil
+}
+
+func (r *runCtx) close() {
+	for _, qp := range r.qps {
+		qp.Destroy()
+	}
+	if r.mr != nil {
+		r.mr.Dereg()
+	}
+}
+
+// ErrGIDTypes is perftest's "Found Incompatibility issue with GID types":
+// one side IPv4, the other IPv6.
+var ErrGIDTypes = errors.New("perftest: GID types differ (IPv4 and IPv6); use the same IP version on both sides")
+
+// connect moves the QPs to RTR and RTS aimed at the peer's QPs
+// (ctx_connect, ctx_modify_qp_to_rtr/rts in perftest_resources.c).
+func (r *runCtx) connect(remote []oob.PerftestDest, mtu verbs.MTU) error {
+	r.remote = remote
+	if netip.AddrFrom16(remote[0].GID).Unmap().Is4() != netip.AddrFrom16(r.gid).Unmap().Is4() {
+		return ErrGIDTypes
+	}
+	for i, qp := range r.qps {
+		rem := remote[i]
+		peer := netip.AddrFrom16(rem.GID).Unmap()
+		if r.dev.Resolve != nil {
+			if err := r.dev.Resolve(peer); err != nil {
+				return fmt.Errorf("resolve %v: %w", peer, err)
+			}
+		}
+		rtr := &verbs.QPAttr{State: verbs.QPSRTR, PathMTU: mtu, DestQPN: rem.QPN, RQPSN: verbs.PSN(rem.PSN),
+			MinRNRTimer: 12, MaxDestRdAtomic: uint8(min(max(r.p.OutReads, 1), ibtransport.MaxRdAtomic)),
+			AV: verbs.AddressVector{DGID: rem.GID, SGIDIndex: uint8(r.p.GIDIndex), HopLimit: 0xff, TrafficClass: r.p.TrafficClass}}
+		if err := qp.Modify(rtr, verbs.QPAttrState|verbs.QPAttrAV|verbs.QPAttrPathMTU|verbs.QPAttrDestQPN|
+			verbs.QPAttrRQPSN|verbs.QPAttrMaxDestRdAtomic|verbs.QPAttrMinRNRTimer); err != nil {
+			return fmt.Errorf("QP %#x to RTR: %w", qp.QPN(), err)
+		}
+		rts := &verbs.QPAttr{State: verbs.QPSRTS, SQPSN: verbs.PSN(r.local[i].PSN), Timeout: 14, RetryCnt: 7, RNRRetry: 7,
+			MaxRdAtomic: uint8(min(max(int(rem.OutReads), 1), ibtransport.MaxRdAtomic))}
+		if err := qp.Modify(rts, verbs.QPAttrState|verbs.QPAttrSQPSN|verbs.QPAttrTimeout|verbs.QPAttrRetryCnt|
+			verbs.QPAttrRNRRetry|verbs.QPAttrMaxQPRdAtomic); err != nil {
+			return fmt.Errorf("QP %#x to RTS: %w", qp.QPN(), err)
+		}
+	}
+	return nil
+}
+
+// pageSize is what perftest sends as its cycle buffer (sysconf(_SC_PAGESIZE)).
+func pageSize() uint32 { return uint32(os.Getpagesize()) }
