@@ -370,4 +370,3 @@ func (r *runCtx) runLatSend(size uint64) ([]int64, error) {
 	}
 	return posted, nil
 }
-
