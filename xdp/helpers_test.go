@@ -184,3 +184,20 @@ func receiveFrames(t *testing.T, s *Socket, n int, timeout time.Duration) [][]by
 	}
 	return out
 }
+
+type bpfStats = bpf.Stats
+
+func waitProg(t *testing.T, s *side, ok func(bpf.Stats) bool) {
+	t.Helper()
+	var st bpf.Stats
+	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		var err error
+		if st, err = s.prog.Stats(); err != nil {
+			t.Fatal(err)
+		}
+		if ok(st) {
+			return
+		}
+	}
+	t.Fatalf("program counters never matched: %+v", st)
+}

@@ -19,16 +19,18 @@ func TestExchange(t *testing.T) {
 		mtu   int
 		multi bool
 		sizes []int
+		busy  bool
 	}{
 		// IB MTU 1024 needs 1024 + headers on a 1500-byte link.
-		{"mtu1500", 1500, false, []int{70, 1024 + 58 + 4, 1514}},
+		{"mtu1500", 1500, false, []int{70, 1024 + 58 + 4, 1514}, false},
 		// IB MTU 4096 needs multi-buffer frames on a 9000-byte link.
-		{"mtu9000-multibuffer", 9000, true, []int{70, 1514, 4096 + 58 + 4 + 16, 9014}},
+		{"mtu9000-multibuffer", 9000, true, []int{70, 1514, 4096 + 58 + 4 + 16, 9014}, false},
+		{"mtu1500-busypoll", 1500, false, []int{70, 1514}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			pair := netnstest.NewT(t, netnstest.Config{MTU: tc.mtu})
 			// 1024 receive frames hold all 200 packets of 3 chunks each until read.
-			cfg := Config{NumFrames: 2048, MultiBuffer: tc.multi}
+			cfg := Config{NumFrames: 2048, MultiBuffer: tc.multi, BusyPoll: tc.busy}
 			a := setupSide(t, &pair.A, cfg)
 			b := setupSide(t, &pair.B, cfg)
 			if a.sock.ZeroCopy() {
@@ -91,6 +93,16 @@ func TestExchange(t *testing.T) {
 				t.Errorf("socket stats %+v", ss)
 			}
 			t.Logf("receiver: %+v", ss)
+			if tc.busy {
+				// An empty ring makes a busy-polling socket drive the
+				// driver with recvfrom.
+				if n := b.sock.Receive(make([]Desc, 4)); n != 0 {
+					t.Fatalf("received %d unexpected frames", n)
+				}
+				if ss, _ := b.sock.Stats(); ss.RxWakeups == 0 {
+					t.Error("busy polling socket did not wake the driver on an empty ring")
+				}
+			}
 		})
 	}
 }
@@ -246,4 +258,66 @@ func TestOpenLockedMemoryLimit(t *testing.T) {
 		t.Fatalf("16 MiB UMEM with a 1 MiB memlock limit: %v, want ErrMemlock", err)
 	}
 	t.Logf("error shown: %v", err)
+}
+
+// One socket per queue: frames sent on queue q arrive on the peer's queue q
+// (veth maps TX queue to RX queue) and reach that queue's socket; with no
+// socket on a queue its RoCEv2 frames go to the kernel instead.
+func TestSocketPerQueue(t *testing.T) {
+	netnstest.RequireRoot(t)
+	pair := netnstest.NewT(t, netnstest.Config{Queues: 2})
+	cfg := Config{NumFrames: 256}
+	b := setupSide(t, &pair.B, cfg) // program + socket on B's queue 0
+	var b1 *Socket
+	var a0, a1 *Socket
+	if err := pair.B.Do(func() (err error) { b1, err = Open(pair.B.Ifindex, 1, cfg); return err }); err != nil {
+		t.Fatal(err)
+	}
+	defer b1.Close()
+	if err := pair.A.Do(func() (err error) {
+		if a0, err = Open(pair.A.Ifindex, 0, cfg); err != nil {
+			return err
+		}
+		a1, err = Open(pair.A.Ifindex, 1, cfg)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer a0.Close()
+	defer a1.Close()
+	buf := make([]byte, 200)
+	frame := func(seq uint32) []byte {
+		return udpFrame(buf, 200, pair.A.MAC, pair.B.MAC, pair.A.Addr4(), pair.B.Addr4(), seq)
+	}
+
+	// Queue 1 has no socket registered yet: its frames go to the kernel.
+	for i := 0; i < 10; i++ {
+		sendFrame(t, a1, frame(uint32(i)))
+	}
+	waitProg(t, b, func(s bpfStats) bool { return s.PassNoSocket == 10 })
+	if n := b.sock.Receive(make([]Desc, 16)); n != 0 {
+		t.Fatalf("queue 0 socket received %d frames sent to queue 1", n)
+	}
+
+	if err := b.prog.SetSocket(1, b1.FD()); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 20; i++ {
+		sendFrame(t, a1, frame(uint32(100+i)))
+		sendFrame(t, a0, frame(uint32(200+i)))
+	}
+	for q, s := range []*Socket{b.sock, b1} {
+		got := receiveFrames(t, s, 20, 5*time.Second)
+		for i, g := range got {
+			want := uint32(200 - 100*q + i)
+			if seq := binary.BigEndian.Uint32(g[42:]); seq != want {
+				t.Fatalf("queue %d packet %d has sequence %d, want %d", q, i, seq, want)
+			}
+		}
+	}
+	if err := b.prog.ClearSocket(1); err != nil {
+		t.Fatal(err)
+	}
+	sendFrame(t, a1, frame(999))
+	waitProg(t, b, func(s bpfStats) bool { return s.PassNoSocket == 11 })
 }
