@@ -177,6 +177,7 @@ func (l *XDPLink) TxFrame() []byte {
 			l.starve()
 			return nil
 		}
+		l.starved = false
 		return buf[:l.bufLen]
 	}
 	// Staging buffer, with the chunks it will need reserved now so Send
@@ -200,6 +201,7 @@ func (l *XDPLink) TxFrame() []byte {
 		}
 		l.reserve[i] = res
 		l.lent[&b[0]] = i
+		l.starved = false
 		return b
 	}
 	l.starve()

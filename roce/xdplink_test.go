@@ -11,6 +11,7 @@ import (
 	"github.com/softnic/softnic/bpf"
 	"github.com/softnic/softnic/ibtransport"
 	"github.com/softnic/softnic/internal/netnstest"
+	"github.com/vishvananda/netlink"
 )
 
 func TestNetdevAndNeighbors(t *testing.T) {
@@ -224,6 +225,25 @@ func TestOpenXDPLinkErrors(t *testing.T) {
 	err = pair.A.Do(func() error { _, err := OpenXDPLink(pair.A.Ifname, XDPLinkConfig{}); return err })
 	if !errors.Is(err, bpf.ErrXDPBusy) {
 		t.Errorf("second link on one interface: %v", err)
+	}
+	// An interface that is down is refused before anything is attached.
+	down := netnstest.NewT(t, netnstest.Config{})
+	err = down.A.Do(func() error {
+		nl, err := netlink.LinkByName(down.A.Ifname)
+		if err != nil {
+			return err
+		}
+		if err := netlink.LinkSetDown(nl); err != nil {
+			return err
+		}
+		_, err = OpenXDPLink(down.A.Ifname, XDPLinkConfig{})
+		return err
+	})
+	if !errors.Is(err, ErrLinkDown) {
+		t.Errorf("interface down: %v", err)
+	}
+	if nl, _ := down.A.Link(); nl.Attrs().Xdp != nil && nl.Attrs().Xdp.Attached {
+		t.Error("XDP program left on the interface that was down")
 	}
 	// The first link still works after the refused second one.
 	if nl, _ := pair.A.Link(); nl.Attrs().Xdp == nil || !nl.Attrs().Xdp.Attached {
