@@ -137,11 +137,17 @@ func Run(ctx context.Context, dev Device, conn net.Conn, p Params, out io.Writer
 // (ethernet_client_connect: IPv4 TCP), retrying for up to wait while the
 // server is not listening yet.
 func Dial(ctx context.Context, host string, port int, wait time.Duration) (net.Conn, error) {
+	return DialNetwork(ctx, "tcp4", host, port, wait)
+}
+
+// DialNetwork is Dial on another network ("tcp" lets ibv_rc_pingpong's
+// counterpart reach IPv6 hosts, as the tool's AF_UNSPEC lookup does).
+func DialNetwork(ctx context.Context, network, host string, port int, wait time.Duration) (net.Conn, error) {
 	addr := net.JoinHostPort(host, fmt.Sprint(port))
 	deadline := time.Now().Add(wait)
 	var d net.Dialer
 	for {
-		c, err := d.DialContext(ctx, "tcp4", addr)
+		c, err := d.DialContext(ctx, network, addr)
 		if err == nil {
 			return c, nil
 		}

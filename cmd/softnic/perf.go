@@ -1,0 +1,272 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"os/signal"
+	"strings"
+	"time"
+
+	"github.com/softnic/softnic/bench/perftest"
+	"github.com/softnic/softnic/internal/oob"
+	"github.com/softnic/softnic/roce"
+	"github.com/softnic/softnic/verbs"
+)
+
+func init() {
+	register("perf", "perftest-compatible RDMA tests (write_bw, read_bw, send_bw, atomic_bw, *_lat)", runPerf)
+}
+
+// openDevice opens softnic on the interface named ifname: the AF_XDP link
+// with softnic's XDP program, and a verbs device whose GID table is the
+// interface's addresses (roce.GIDTable order). Tests replace it to run
+// over an in-memory link.
+var openDevice = func(ifname string) (perftest.Device, func(), error) {
+	nd, err := roce.LookupNetdev(ifname)
+	if err != nil {
+		return perftest.Device{}, nil, err
+	}
+	link, err := roce.OpenXDPLink(ifname, roce.XDPLinkConfig{Addrs: nd.GIDs})
+	if err != nil {
+		return perftest.Device{}, nil, fmt.Errorf("open AF_XDP link on %s: %w", ifname, err)
+	}
+	dev, err := verbs.Open(link, verbs.Config{Addrs: nd.GIDs})
+	if err != nil {
+		link.Close()
+		return perftest.Device{}, nil, err
+	}
+	resolve := func(peer netip.Addr) error {
+		mac, err := roce.ResolveNeighbor(nd.Index, peer, 3*time.Second)
+		if err != nil {
+			return err
+		}
+		dev.RoCE().SetNeighbor(peer, mac)
+		return nil
+	}
+	closer := func() { dev.Close(); link.Close() }
+	return perftest.Device{Verbs: dev, Name: ifname, LinkMTU: nd.MTU, Resolve: resolve}, closer, nil
+}
+
+// dialWait is how long a client retries while the server is not yet
+// listening (perftest gives up at once; a short grace helps scripts).
+var dialWait = 2 * time.Second
+
+// flagSet registers each option under its short and its long perftest
+// name, so both "-s 4096" and "--size=4096" work.
+type flagSet struct{ *flag.FlagSet }
+
+func (f flagSet) intVar(p *int, short, long string, v int, usage string) {
+	f.IntVar(p, short, v, usage)
+	f.IntVar(p, long, v, "same as -"+short)
+}
+
+func (f flagSet) uint64Var(p *uint64, short, long string, v uint64, usage string) {
+	f.Uint64Var(p, short, v, usage)
+	f.Uint64Var(p, long, v, "same as -"+short)
+}
+
+func (f flagSet) stringVar(p *string, short, long string, v string, usage string) {
+	f.StringVar(p, short, v, usage)
+	f.StringVar(p, long, v, "same as -"+short)
+}
+
+func (f flagSet) boolVar(p *bool, short, long string, usage string) {
+	f.BoolVar(p, short, false, usage)
+	f.BoolVar(p, long, false, "same as -"+short)
+}
+
+// parseInterleaved parses flags given before and after the positional
+// host, as getopt does for the C tools.
+func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		if fs.NArg() == 0 {
+			return pos, nil
+		}
+		pos = append(pos, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+}
+
+const perfUsage = `usage: softnic perf TEST [flags] [host]
+
+TEST is write_bw, read_bw, send_bw, atomic_bw, write_lat, read_lat or
+send_lat (an "ib_" prefix is accepted). Without a host softnic is the
+server; with one it connects to the server there. Either side may be
+perftest 4.5's ib_* program. -d names the network interface softnic runs
+on (its RDMA device); -x picks the GID index in that interface's GID table.
+
+flags:
+`
+
+func runPerf(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
+		fmt.Fprint(stderr, perfUsage)
+		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
+			return 0
+		}
+		return 2
+	}
+	test, err := oob.ParseTest(args[0])
+	if err != nil {
+		fmt.Fprintf(stderr, "softnic perf: %v\n", err)
+		return 2
+	}
+	p := perftest.NewParams(test)
+	fs := flag.NewFlagSet("perf "+test.String(), flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	f := flagSet{fs}
+	var (
+		ibPort    = 1
+		atomic    string
+		conn      = "RC"
+		cpuFreq   bool
+		rdmaCM    bool
+		duration  int
+		bidir     bool
+		size      = p.Size
+		mtu       int
+		outReads  = p.OutReads
+		gidIndex  = -1
+		useOld    bool
+		tclass    int
+		txDepth   = -1
+		rxDepth   = -1
+		cqMod     = -1
+		inline    = -1
+		noPeak    bool
+		ifname    string
+		iters     = p.Iters
+		runAll    bool
+		qps       = 1
+		port      = p.Port
+		gbits     bool
+		serverArg bool
+	)
+	f.stringVar(&ifname, "d", "ib-dev", "", "network interface softnic runs on (required)")
+	f.intVar(&ibPort, "i", "ib-port", 1, "port of the device (softnic devices have port 1)")
+	f.intVar(&port, "p", "port", port, "TCP port of the out-of-band exchange")
+	f.uint64Var(&size, "s", "size", size, "message size")
+	f.uint64Var(&iters, "n", "iters", iters, "number of exchanges (at least 5)")
+	f.boolVar(&runAll, "a", "all", "run sizes from 2 to 2^23")
+	f.intVar(&mtu, "m", "mtu", 0, "path MTU (256..4096; default the port's active MTU)")
+	f.intVar(&gidIndex, "x", "gid-index", -1, "GID index (default 0)")
+	f.intVar(&qps, "q", "qp", 1, "number of QPs (bandwidth tests)")
+	f.intVar(&txDepth, "t", "tx-depth", -1, "size of the send queue (default 128, latency 1)")
+	f.intVar(&rxDepth, "r", "rx-depth", -1, "receives posted at a time (send tests, default 512)")
+	f.intVar(&cqMod, "Q", "cq-mod", -1, "generate a completion every N sends (default 100)")
+	f.intVar(&inline, "I", "inline_size", -1, "max size of inline sends (default 0)")
+	f.intVar(&outReads, "o", "outs", outReads, "outstanding reads/atomics (read and atomic tests)")
+	f.stringVar(&atomic, "A", "atomic_type", "FETCH_AND_ADD", "atomic operation: FETCH_AND_ADD or CMP_AND_SWAP")
+	f.stringVar(&conn, "c", "connection", "RC", "connection type (softnic: RC only)")
+	f.boolVar(&cpuFreq, "F", "CPU-freq", "do not fail on CPU frequency warnings (softnic times with the monotonic clock)")
+	f.boolVar(&noPeak, "N", "noPeak", "do not compute the peak bandwidth")
+	f.boolVar(&rdmaCM, "R", "rdma_cm", "connect QPs with RDMA CM (not supported)")
+	f.intVar(&duration, "D", "duration", 0, "run for a duration (not supported)")
+	f.boolVar(&bidir, "b", "bidirectional", "bidirectional test (not supported)")
+	f.BoolVar(&gbits, "report_gbits", false, "report bandwidth in Gb/sec instead of MB/sec")
+	f.BoolVar(&useOld, "use_old_post_send", false, "print the ibv_wr* API line as OFF (softnic has one post path)")
+	f.IntVar(&tclass, "tclass", 0, "GRH traffic class")
+	f.BoolVar(&serverArg, "server", false, "be the server (the default without a host)")
+	fs.Usage = func() {
+		fmt.Fprint(stderr, perfUsage)
+		fs.PrintDefaults()
+	}
+	pos, err := parseInterleaved(fs, args[1:])
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	fail := func(format string, a ...any) int {
+		fmt.Fprintf(stderr, "softnic perf: "+format+"\n", a...)
+		return 1
+	}
+	switch {
+	case len(pos) > 1:
+		return fail("one host at most, got %q", pos)
+	case ifname == "":
+		return fail("-d INTERFACE is required")
+	case ibPort != 1:
+		return fail("softnic devices have one port (1), not %d", ibPort)
+	case conn != "RC":
+		return fail("connection type %q not supported: softnic speaks RC", conn)
+	case rdmaCM:
+		return fail("-R (RDMA CM) is not supported; use the default Ethernet exchange")
+	case duration != 0:
+		return fail("-D (duration) is not supported; use -n")
+	case bidir:
+		return fail("-b (bidirectional) is not supported")
+	case tclass < 0 || tclass > 255:
+		return fail("--tclass %d out of range", tclass)
+	}
+	switch atomic {
+	case "FETCH_AND_ADD":
+		p.Atomic = perftest.FetchAndAdd
+	case "CMP_AND_SWAP":
+		p.Atomic = perftest.CmpAndSwap
+	default:
+		return fail("unknown atomic type %q", atomic)
+	}
+	p.Server = len(pos) == 0 || serverArg
+	p.Port, p.Size, p.Iters, p.RunAll, p.MTU, p.GIDIndex = port, size, iters, runAll, mtu, gidIndex
+	p.NumQPs, p.OutReads, p.ReportGbits, p.NoPeak, p.UseOldPostSend = qps, outReads, gbits, noPeak, useOld
+	p.TrafficClass = uint8(tclass)
+	if txDepth > 0 {
+		p.TxDepth = txDepth
+	}
+	if rxDepth > 0 {
+		p.RxDepth = rxDepth
+	}
+	if cqMod > 0 {
+		p.CQMod, p.ReqCQMod = cqMod, true
+	}
+	if inline >= 0 {
+		p.InlineSize = inline
+	}
+	if err := p.Finish(); err != nil {
+		return fail("%v", err)
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	dev, closeDev, err := openDevice(ifname)
+	if err != nil {
+		return fail("%v", err)
+	}
+	defer closeDev()
+	p.Device = ifname
+
+	var c interface{ Close() error }
+	var runErr error
+	if p.Server {
+		perftest.PrintWaiting(stdout)
+		conn, err := perftest.Accept(ctx, p.Port, nil)
+		if err != nil {
+			return fail("%v", err)
+		}
+		c = conn
+		runErr = perftest.Run(ctx, dev, conn, p, stdout)
+	} else {
+		conn, err := perftest.Dial(ctx, pos[0], p.Port, dialWait)
+		if err != nil {
+			return fail("%v", err)
+		}
+		c = conn
+		runErr = perftest.Run(ctx, dev, conn, p, stdout)
+	}
+	c.Close()
+	if runErr != nil {
+		return fail("%v", runErr)
+	}
+	return 0
+}

@@ -1,0 +1,135 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"net"
+	"net/netip"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/softnic/softnic/bench/perftest"
+	"github.com/softnic/softnic/roce/memlink"
+	"github.com/softnic/softnic/verbs"
+)
+
+// useMemDevices makes openDevice return two softnic devices joined by an
+// in-memory link, named memA (10.0.0.1) and memB (10.0.0.2), for the
+// duration of the test.
+func useMemDevices(t *testing.T) {
+	t.Helper()
+	la, lb := memlink.Pair(memlink.Config{})
+	da, err := verbs.Open(la, verbs.Config{Addrs: []netip.Addr{netip.MustParseAddr("10.0.0.1")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := verbs.Open(lb, verbs.Config{Addrs: []netip.Addr{netip.MustParseAddr("10.0.0.2")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	devs := map[string]perftest.Device{
+		"memA": {Verbs: da, Name: "memA", LinkMTU: la.MTU()},
+		"memB": {Verbs: db, Name: "memB", LinkMTU: lb.MTU()},
+	}
+	saved := openDevice
+	openDevice = func(name string) (perftest.Device, func(), error) {
+		d, ok := devs[name]
+		if !ok {
+			return perftest.Device{}, nil, fmt.Errorf("no test device %q", name)
+		}
+		return d, func() {}, nil
+	}
+	t.Cleanup(func() {
+		openDevice = saved
+		da.Close()
+		db.Close()
+		la.Close()
+		lb.Close()
+	})
+}
+
+// freePort returns a TCP port that was free a moment ago.
+func freePort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return fmt.Sprint(ln.Addr().(*net.TCPAddr).Port)
+}
+
+// runPair runs the subcommand as server (memA) and client (memB).
+func runPair(t *testing.T, server, client []string) (sout, cout string) {
+	t.Helper()
+	var so, se, co, ce bytes.Buffer
+	var sstatus int
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		sstatus = run(server, &so, &se)
+	}()
+	cstatus := run(client, &co, &ce)
+	wg.Wait()
+	if sstatus != 0 || cstatus != 0 {
+		t.Fatalf("server status %d: %s%s\nclient status %d: %s%s", sstatus, so.String(), se.String(), cstatus, co.String(), ce.String())
+	}
+	return so.String(), co.String()
+}
+
+func TestPerfWriteBWClientServer(t *testing.T) {
+	useMemDevices(t)
+	port := freePort(t)
+	sout, cout := runPair(t,
+		[]string{"perf", "write_bw", "-d", "memA", "-p", port, "-n", "300", "-F", "--report_gbits"},
+		[]string{"perf", "ib_write_bw", "-d", "memB", "127.0.0.1", "--port=" + port, "-n", "300", "-s", "8192", "-F", "--report_gbits"})
+	line := regexp.MustCompile(`(?m)^ 8192 +300 +[0-9.]+ +[0-9.]+ *\t\t   [0-9.]+$`)
+	for side, out := range map[string]string{"server": sout, "client": cout} {
+		if !strings.Contains(out, "                    RDMA_Write BW Test\n") ||
+			!strings.Contains(out, "BW peak[Gb/sec]    BW average[Gb/sec]") || !line.MatchString(out) {
+			t.Errorf("%s output:\n%s", side, out)
+		}
+	}
+	if !strings.Contains(sout, "* Waiting for client to connect... *") || !strings.Contains(sout, "Device         : memA") {
+		t.Errorf("server output:\n%s", sout)
+	}
+	if line.FindString(sout) != line.FindString(cout) {
+		t.Errorf("server printed %q, the client %q", line.FindString(sout), line.FindString(cout))
+	}
+}
+
+func TestPerfSendLat(t *testing.T) {
+	useMemDevices(t)
+	port := freePort(t)
+	sout, cout := runPair(t,
+		[]string{"perf", "send_lat", "-d", "memA", "-p", port, "-n", "50"},
+		[]string{"perf", "send_lat", "-d", "memB", "-p", port, "-n", "50", "127.0.0.1"})
+	for side, out := range map[string]string{"server": sout, "client": cout} {
+		if !regexp.MustCompile(`(?m)^ 2       50 `).MatchString(out) {
+			t.Errorf("%s output:\n%s", side, out)
+		}
+	}
+}
+
+func TestPerfBadUsage(t *testing.T) {
+	for _, args := range [][]string{
+		{"perf"},
+		{"perf", "write_bandwidth", "-d", "x"},
+		{"perf", "write_bw"},
+		{"perf", "write_bw", "-d", "x", "-c", "UD"},
+		{"perf", "atomic_bw", "-d", "x", "-s", "16"},
+		{"perf", "write_bw", "-d", "x", "-A", "SWAP"},
+		{"perf", "write_bw", "-d", "x", "-n", "2"},
+		{"perf", "write_bw", "-d", "x", "h1", "h2"},
+	} {
+		var o, e bytes.Buffer
+		if st := run(args, &o, &e); st == 0 {
+			t.Errorf("%q: status 0, want failure", args)
+		} else if e.Len() == 0 {
+			t.Errorf("%q: no message on stderr", args)
+		}
+	}
+}

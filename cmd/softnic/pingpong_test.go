@@ -1,0 +1,37 @@
+package main
+
+import (
+	"bytes"
+	"regexp"
+	"testing"
+)
+
+func TestPingpongClientServer(t *testing.T) {
+	useMemDevices(t)
+	port := freePort(t)
+	sout, cout := runPair(t,
+		[]string{"pingpong", "-d", "memA", "-g", "0", "-p", port, "-n", "200", "-s", "1000"},
+		[]string{"pingpong", "-d", "memB", "-g", "0", "-p", port, "-n", "200", "-s", "1000", "127.0.0.1"})
+	local := regexp.MustCompile(`(?m)^  local address:  LID 0x0000, QPN 0x[0-9a-f]{6}, PSN 0x[0-9a-f]{6}, GID ::ffff:10\.0\.0\.[12]$`)
+	remote := regexp.MustCompile(`(?m)^  remote address: LID 0x0000, QPN 0x[0-9a-f]{6}, PSN 0x[0-9a-f]{6}, GID ::ffff:10\.0\.0\.[12]$`)
+	rate := regexp.MustCompile(`(?m)^400000 bytes in [0-9.]+ seconds = [0-9.]+ Mbit/sec\n200 iters in [0-9.]+ seconds = [0-9.]+ usec/iter$`)
+	for side, out := range map[string]string{"server": sout, "client": cout} {
+		if !local.MatchString(out) || !remote.MatchString(out) || !rate.MatchString(out) {
+			t.Errorf("%s output:\n%s", side, out)
+		}
+	}
+}
+
+func TestPingpongBadUsage(t *testing.T) {
+	for _, args := range [][]string{
+		{"pingpong"},
+		{"pingpong", "-d", "x", "-m", "1500"},
+		{"pingpong", "-d", "x", "-i", "2"},
+		{"pingpong", "-d", "x", "a", "b"},
+	} {
+		var o, e bytes.Buffer
+		if st := run(args, &o, &e); st == 0 {
+			t.Errorf("%q: status 0, want failure", args)
+		}
+	}
+}
