@@ -1,0 +1,188 @@
+package ibtransport
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// fakePort collects the packets an engine sends, without any framing.
+type fakePort struct {
+	buf  [9000]byte
+	sent [][]byte
+	keep bool
+}
+
+func (f *fakePort) Path(*AddressVector, uint32, int) (TxPath, error) { return f, nil }
+func (f *fakePort) Buffer() []byte                                   { return f.buf[:] }
+func (f *fakePort) Send(n int) {
+	if f.keep {
+		f.sent = append(f.sent, append([]byte(nil), f.buf[:n]...))
+	}
+}
+
+var peerGID = GID{0: 0xfe, 15: 2}
+
+const peerQPN = 0x99
+
+// fuzzTarget is an engine with one QP in RTS and a guarded memory region.
+type fuzzTarget struct {
+	e     *Engine
+	port  *fakePort
+	qp    *QP
+	mr    *MR
+	whole []byte
+	orig  []byte
+	cq    *CQ
+}
+
+func newFuzzTarget(t testing.TB) *fuzzTarget {
+	port := &fakePort{}
+	e := NewEngine(port, func() {})
+	e.Stop() // no engine goroutine: calls run inline
+	pd := e.AllocPD()
+	ft := &fuzzTarget{e: e, port: port, whole: make([]byte, 3*4096)}
+	for i := range ft.whole {
+		ft.whole[i] = byte(i * 31)
+	}
+	ft.orig = append([]byte(nil), ft.whole...)
+	var err error
+	ft.mr, err = pd.RegMR(ft.whole[4096:8192], AccessLocalWrite|AccessRemoteWrite|AccessRemoteRead|AccessRemoteAtomic)
+	require.NoError(t, err)
+	ft.cq, err = NewCQ(1024, nil)
+	require.NoError(t, err)
+	ft.qp, err = pd.CreateQP(&QPInitAttr{SendCQ: ft.cq, RecvCQ: ft.cq, Cap: QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 2, MaxRecvSGE: 2}})
+	require.NoError(t, err)
+	q := ft.qp
+	require.NoError(t, q.Modify(&QPAttr{State: QPSInit, AccessFlags: AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic},
+		QPAttrState|QPAttrAccessFlags))
+	require.NoError(t, q.Modify(&QPAttr{State: QPSRTR, PathMTU: MTU256, DestQPN: peerQPN, RQPSN: 100, MaxDestRdAtomic: 2,
+		AV: AddressVector{DGID: peerGID}}, QPAttrState|QPAttrAV|QPAttrPathMTU|QPAttrDestQPN|QPAttrRQPSN|
+		QPAttrMaxDestRdAtomic|QPAttrMinRNRTimer))
+	require.NoError(t, q.Modify(&QPAttr{State: QPSRTS, SQPSN: 500, Timeout: 0, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 2},
+		QPAttrState|QPAttrSQPSN|QPAttrTimeout|QPAttrRetryCnt|QPAttrRNRRetry|QPAttrMaxQPRdAtomic))
+	for i := range 4 {
+		require.NoError(t, q.PostRecv(&RecvWR{ID: uint64(i), SGL: []SGE{ft.mr.SGE(i*1000, 1000)}}))
+	}
+	// Something outstanding, so responses have a WQE to match.
+	require.NoError(t, q.PostSend(&SendWR{ID: 1, Opcode: WRRDMARead, Flags: SendSignaled,
+		SGL: []SGE{ft.mr.SGE(0, 600)}, RemoteAddr: 0x1000, RKey: 1}))
+	e.Process()
+	return ft
+}
+
+// packet builds a request or response aimed at the target's QP.
+func (ft *fuzzTarget) packet(op Opcode, psn PSN, payload int, fill func(p *Packet)) []byte {
+	b := make([]byte, 4200)
+	var p Packet
+	n, err := LayoutPacket(b, op, payload, &p)
+	if err != nil {
+		panic(err)
+	}
+	p.BTH.SetDestQPN(ft.qp.QPN())
+	p.BTH.SetPSN(psn)
+	p.BTH.SetAckReq(true)
+	if fill != nil {
+		fill(&p)
+	}
+	return b[:n]
+}
+
+// FuzzEngineReceive feeds arbitrary packets to an engine whose QP holds
+// posted receives, an outstanding READ and a registered region: nothing may
+// panic, and no byte outside the region may change.
+func FuzzEngineReceive(f *testing.F) {
+	ft := newFuzzTarget(f)
+	reth := func(off uint64, n uint32) func(p *Packet) {
+		return func(p *Packet) {
+			p.RETH.SetVA(ft.mr.Addr() + off)
+			p.RETH.SetRKey(ft.mr.RKey())
+			p.RETH.SetDMALength(n)
+		}
+	}
+	f.Add(ft.packet(OpRCWriteOnly, 100, 64, reth(0, 64)))
+	f.Add(ft.packet(OpRCWriteFirst, 100, 256, reth(3800, 512)))
+	f.Add(ft.packet(OpRCReadRequest, 100, 0, reth(10, 3000)))
+	f.Add(ft.packet(OpRCSendOnlyImm, 100, 200, nil))
+	f.Add(ft.packet(OpRCSendFirst, 100, 256, nil))
+	f.Add(ft.packet(OpRCFetchAdd, 100, 0, func(p *Packet) {
+		p.AtomicETH.SetVA(ft.mr.Addr() + 8)
+		p.AtomicETH.SetRKey(ft.mr.RKey())
+	}))
+	f.Add(ft.packet(OpRCReadResponseFirst, 500, 256, nil))
+	f.Add(ft.packet(OpRCAcknowledge, 500, 0, func(p *Packet) { p.AETH.SetSyndrome(NAKSyndrome(NAKPSNSequenceError)) }))
+	f.Add(ft.packet(OpRCSendLastInv, 100, 4, func(p *Packet) { p.IETH.SetRKey(ft.mr.RKey()) }))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		ft := newFuzzTarget(t)
+		info := &RecvInfo{SGID: peerGID}
+		// The input may hold several packets, each preceded by its length.
+		for len(data) > 0 {
+			n := int(data[0])<<4 + 12
+			data = data[1:]
+			pkt := data[:min(n, len(data))]
+			data = data[len(pkt):]
+			if len(pkt) >= BTHLen {
+				// Aim at the QP and keep the PSN near the expected one, or
+				// everything is just out of sequence.
+				BTH(pkt).SetDestQPN(ft.qp.QPN())
+				if pkt[9]&0x80 == 0 {
+					BTH(pkt).SetPSN(100 + PSN(pkt[11]&3))
+				}
+			}
+			ft.e.Receive(pkt, info)
+			ft.e.Process()
+		}
+		if !bytes.Equal(ft.orig[:4096], ft.whole[:4096]) || !bytes.Equal(ft.orig[8192:], ft.whole[8192:]) {
+			t.Fatal("bytes outside the registered region changed")
+		}
+		require.LessOrEqual(t, ft.qp.State(), QPSErr)
+	})
+}
+
+// TestEngineResponses checks a few exchanges at the packet level.
+func TestEngineResponses(t *testing.T) {
+	ft := newFuzzTarget(t)
+	ft.port.keep = true
+	info := &RecvInfo{SGID: peerGID}
+	// From a stranger GID: ignored.
+	ft.e.Receive(ft.packet(OpRCWriteOnly, 100, 0, nil), &RecvInfo{SGID: GID{1}})
+	ft.e.Process()
+	require.Empty(t, ft.port.sent)
+	require.Equal(t, uint64(1), ft.e.Ctr.RxFiltered.Load())
+	// A 3-packet READ at MTU 256 of 600 bytes: FIRST, MIDDLE, LAST with
+	// AETH on FIRST and LAST.
+	ft.e.Receive(ft.packet(OpRCReadRequest, 100, 0, func(p *Packet) {
+		p.RETH.SetVA(ft.mr.Addr() + 100)
+		p.RETH.SetRKey(ft.mr.RKey())
+		p.RETH.SetDMALength(600)
+	}), info)
+	ft.e.Process()
+	require.Len(t, ft.port.sent, 3)
+	var p Packet
+	ops := []Opcode{OpRCReadResponseFirst, OpRCReadResponseMiddle, OpRCReadResponseLast}
+	for i, raw := range ft.port.sent {
+		require.NoError(t, ParsePacket(raw, &p))
+		require.Equal(t, ops[i], p.BTH.Opcode())
+		require.Equal(t, PSN(100+i), p.BTH.PSN())
+		require.Equal(t, uint32(peerQPN), p.BTH.DestQPN())
+		require.Equal(t, i != 1, p.AETH != nil)
+		want := ft.whole[4096+100+i*256 : 4096+100+min((i+1)*256, 600)]
+		require.Equal(t, want, p.Payload)
+	}
+	// A NAK for the QP's own READ fails it with the matching status.
+	ft.port.sent = nil
+	ft.e.Receive(ft.packet(OpRCAcknowledge, 500, 0, func(p *Packet) {
+		p.AETH.SetSyndrome(NAKSyndrome(NAKRemoteAccessError))
+	}), info)
+	var wcs [8]WC
+	n, err := ft.cq.Poll(wcs[:])
+	require.NoError(t, err)
+	require.Equal(t, 5, n) // the READ, then the four receives flushed
+	require.Equal(t, WCRemAccessErr, wcs[0].Status)
+	require.Equal(t, uint64(1), wcs[0].WRID)
+	for _, wc := range wcs[1:5] {
+		require.Equal(t, WCWRFlushErr, wc.Status)
+	}
+	require.Equal(t, QPSErr, ft.qp.State())
+}
