@@ -213,6 +213,12 @@ func (pd *PD) CreateQP(init *QPInitAttr) (*QP, error) {
 		c.MaxInlineData < 0 || c.MaxInlineData > MaxInline {
 		return nil, fmt.Errorf("create QP: capabilities %+v out of range: %w", c, ErrInvalidArgument)
 	}
+	if !init.SendCQ.bind(pd.e) || !init.RecvCQ.bind(pd.e) {
+		return nil, fmt.Errorf("create QP: CQ used by another device: %w", ErrInvalidArgument)
+	}
+	if init.SRQ != nil && init.SRQ.pd != pd {
+		return nil, fmt.Errorf("create QP: SRQ of another protection domain: %w", ErrInvalidArgument)
+	}
 	if init.SRQ == nil && c.MaxRecvWR == 0 {
 		return nil, fmt.Errorf("create QP: no SRQ and no receive queue: %w", ErrInvalidArgument)
 	}

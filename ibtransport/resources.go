@@ -219,6 +219,9 @@ type CQ struct {
 	notify   chan struct{}
 	channel  *CompChannel
 	armed    atomic.Uint32 // 0 not armed, 1 any completion, 2 solicited only
+	// owner is the engine whose QPs use the CQ: its goroutine is the only
+	// producer, which is what lets push go without a lock.
+	owner atomic.Pointer[Engine]
 	// Context is free for the user (ibv_cq's cq_context).
 	Context any
 }
@@ -235,6 +238,11 @@ func NewCQ(n int, ch *CompChannel) (*CQ, error) {
 
 // Cap returns the number of completions the CQ holds.
 func (c *CQ) Cap() int { return len(c.slots) }
+
+// bind makes e the CQ's producer; a CQ serves the QPs of one device only.
+func (c *CQ) bind(e *Engine) bool {
+	return c.owner.CompareAndSwap(nil, e) || c.owner.Load() == e
+}
 
 // push adds a completion; only the engine goroutine calls it.
 func (c *CQ) push(wc *WC) {

@@ -1,0 +1,119 @@
+package roce_test
+
+import (
+	"context"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/roce"
+	"github.com/softnic/softnic/roce/memlink"
+)
+
+// devicePair returns two devices on a memlink pair with a connected QP each.
+func devicePair(t *testing.T, cfg memlink.Config, addrA, addrB netip.Addr, mtu ibtransport.MTU) (*roce.Device, *roce.Device, *ibtransport.QP, *ibtransport.QP, *ibtransport.CQ, *ibtransport.CQ, error) {
+	t.Helper()
+	la, lb := memlink.Pair(cfg)
+	a, err := roce.NewDevice(la, roce.DeviceConfig{Addrs: []netip.Addr{addrA}})
+	require.NoError(t, err)
+	b, err := roce.NewDevice(lb, roce.DeviceConfig{Addrs: []netip.Addr{addrB}})
+	require.NoError(t, err)
+	t.Cleanup(func() { a.Close(); b.Close(); la.Close(); lb.Close() })
+	mk := func(d *roce.Device) (*ibtransport.QP, *ibtransport.CQ) {
+		cq, err := ibtransport.NewCQ(64, nil)
+		require.NoError(t, err)
+		qp, err := d.Engine().AllocPD().CreateQP(&ibtransport.QPInitAttr{SendCQ: cq, RecvCQ: cq,
+			Cap: ibtransport.QPCap{MaxSendWR: 16, MaxRecvWR: 16}})
+		require.NoError(t, err)
+		return qp, cq
+	}
+	qa, ca := mk(a)
+	qb, cb := mk(b)
+	var firstErr error
+	for _, s := range []struct {
+		q, peer *ibtransport.QP
+		gid     ibtransport.GID
+	}{{qa, qb, roce.GIDFromAddr(addrB)}, {qb, qa, roce.GIDFromAddr(addrA)}} {
+		require.NoError(t, s.q.Modify(&ibtransport.QPAttr{State: ibtransport.QPSInit, AccessFlags: ibtransport.AccessRemoteWrite},
+			ibtransport.QPAttrState|ibtransport.QPAttrAccessFlags))
+		err := s.q.Modify(&ibtransport.QPAttr{State: ibtransport.QPSRTR, PathMTU: mtu, DestQPN: s.peer.QPN(), RQPSN: 7,
+			MaxDestRdAtomic: 1, AV: ibtransport.AddressVector{DGID: s.gid, HopLimit: 64}},
+			ibtransport.QPAttrState|ibtransport.QPAttrAV|ibtransport.QPAttrPathMTU|ibtransport.QPAttrDestQPN|
+				ibtransport.QPAttrRQPSN|ibtransport.QPAttrMaxDestRdAtomic|ibtransport.QPAttrMinRNRTimer)
+		if err != nil {
+			firstErr = err
+			continue
+		}
+		require.NoError(t, s.q.Modify(&ibtransport.QPAttr{State: ibtransport.QPSRTS, SQPSN: 7, Timeout: 10, RetryCnt: 7,
+			RNRRetry: 7, MaxRdAtomic: 1}, ibtransport.QPAttrState|ibtransport.QPAttrSQPSN|ibtransport.QPAttrTimeout|
+			ibtransport.QPAttrRetryCnt|ibtransport.QPAttrRNRRetry|ibtransport.QPAttrMaxQPRdAtomic))
+	}
+	return a, b, qa, qb, ca, cb, firstErr
+}
+
+func TestDeviceIPv6AndCounters(t *testing.T) {
+	a, b, qa, qb, ca, cb, err := devicePair(t, memlink.Config{}, netip.MustParseAddr("fd00::1"), netip.MustParseAddr("fd00::2"),
+		ibtransport.MTU4096)
+	require.NoError(t, err)
+	// A zero-length SEND and its ACK, over IPv6.
+	require.NoError(t, qa.PostSend(&ibtransport.SendWR{ID: 1, Opcode: ibtransport.WRSend, Flags: ibtransport.SendSignaled | ibtransport.SendInline}))
+	require.NoError(t, qb.PostRecv(&ibtransport.RecvWR{ID: 2}))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var wc [1]ibtransport.WC
+	_, err = ca.Wait(ctx, wc[:])
+	require.NoError(t, err)
+	require.Equal(t, ibtransport.WCSuccess, wc[0].Status)
+	_, err = cb.Wait(ctx, wc[:])
+	require.NoError(t, err)
+	require.Equal(t, ibtransport.WCSuccess, wc[0].Status)
+	require.Equal(t, uint64(1), b.Ctr.Rx.Good.Load())
+	require.Equal(t, uint64(1), a.Ctr.Rx.Good.Load()) // the ACK
+	require.Equal(t, uint64(1), a.Ctr.TxFrames.Load())
+}
+
+func TestDeviceDropsBadFrames(t *testing.T) {
+	addrA, addrB := netip.MustParseAddr("10.1.0.1"), netip.MustParseAddr("10.1.0.2")
+	la, lb := memlink.Pair(memlink.Config{})
+	b, err := roce.NewDevice(lb, roce.DeviceConfig{Addrs: []netip.Addr{addrB}})
+	require.NoError(t, err)
+	t.Cleanup(func() { b.Close(); la.Close(); lb.Close() })
+	send := func(dst netip.Addr, corrupt bool, notRoCE bool) {
+		e := roce.Encap{SrcMAC: la.HardwareAddr(), DstMAC: lb.HardwareAddr(), Src: addrA, Dst: dst, HopLimit: 64, SrcPort: 0xc000}
+		f := la.TxFrame()
+		require.NotNil(t, f)
+		var p ibtransport.Packet
+		n, err := ibtransport.LayoutPacket(f[e.HeaderLen():], ibtransport.OpRCAcknowledge, 0, &p)
+		require.NoError(t, err)
+		l, err := e.Finish(f, n)
+		require.NoError(t, err)
+		if corrupt {
+			f[l-10] ^= 1
+		}
+		if notRoCE {
+			f[12], f[13] = 0x08, 0x06 // ARP
+		}
+		la.Send(f[:l])
+		require.NoError(t, la.Flush())
+	}
+	send(addrB, true, false)                            // bad ICRC
+	send(netip.MustParseAddr("10.1.0.9"), false, false) // not our GID
+	send(addrB, false, true)                            // not RoCE
+	send(addrB, false, false)                           // good, but no such QP
+	require.Eventually(t, func() bool {
+		return b.Ctr.Rx.BadICRC.Load() == 1 && b.Ctr.RxNotForUs.Load() == 1 && b.Ctr.Rx.NotRoCE.Load() == 1 &&
+			b.Engine().Ctr.RxNoQP.Load() == 1
+	}, 5*time.Second, time.Millisecond)
+}
+
+func TestPathMTUMustFitLink(t *testing.T) {
+	_, _, _, _, _, _, err := devicePair(t, memlink.Config{MTU: 1500}, netip.MustParseAddr("10.2.0.1"),
+		netip.MustParseAddr("10.2.0.2"), ibtransport.MTU2048)
+	require.ErrorIs(t, err, ibtransport.ErrInvalidArgument)
+	_, _, _, _, _, _, err = devicePair(t, memlink.Config{MTU: 1500}, netip.MustParseAddr("10.2.0.1"),
+		netip.MustParseAddr("10.2.0.2"), ibtransport.MTU1024)
+	require.NoError(t, err)
+}
