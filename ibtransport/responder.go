@@ -413,7 +413,11 @@ func (q *QP) duplicate(p *Packet, oi *OpcodeInfo, psn PSN) {
 					return
 				}
 			}
-			r.jobs[r.jobTail%uint32(len(r.jobs))] = respJob{kind: jobRead, psn: psn, msn: r.msn, mr: mr, va: va, remaining: n, first: true}
+			// Like rxe, a replay from inside the original READ continues
+			// with MIDDLE and LAST responses, which is what a requester that
+			// kept the first part expects.
+			r.jobs[r.jobTail%uint32(len(r.jobs))] = respJob{kind: jobRead, psn: psn, msn: r.msn, mr: mr, va: va, remaining: n,
+				first: psn == res.firstPSN}
 			r.jobTail++
 			return
 		}

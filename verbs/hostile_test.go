@@ -409,10 +409,33 @@ func TestHostilePeerProtocol(t *testing.T) {
 		require.Equal(t, ibtransport.PSN(1002), psn)
 		require.Equal(t, "ZBCDEFGH", string(data))
 	}
+	// A three-packet READ, then a retry of its last two packets, as a
+	// requester that lost the MIDDLE response sends it: the replay goes on
+	// with MIDDLE and LAST, like rxe's.
+	fill(g.whole[guardLen:guardLen+4096], 9)
+	for _, c := range []struct {
+		psn ibtransport.PSN
+		off uint64
+		ops []ibtransport.Opcode
+	}{
+		{1003, 0, []ibtransport.Opcode{ibtransport.OpRCReadResponseFirst, ibtransport.OpRCReadResponseMiddle, ibtransport.OpRCReadResponseLast}},
+		{1004, 1024, []ibtransport.Opcode{ibtransport.OpRCReadResponseMiddle, ibtransport.OpRCReadResponseLast}},
+	} {
+		r.send(ibtransport.OpRCReadRequest, c.psn, 0, rethTo(c.off, uint32(2500-c.off)))
+		for i, want := range c.ops {
+			op, psn, _, data := r.response()
+			require.Equal(t, want, op)
+			require.Equal(t, c.psn.Add(uint32(i)), psn)
+			start := guardLen + int(c.off) + i*1024
+			require.Equal(t, g.whole[start:start+len(data)], data)
+		}
+	}
+	r.silent()
+	g.orig = append(g.orig[:0], g.whole...)
 	// A SEND with no receive posted gets an RNR NAK with the QP's timer.
-	r.send(ibtransport.OpRCSendOnly, 1003, 4, nil)
+	r.send(ibtransport.OpRCSendOnly, 1006, 4, nil)
 	_, psn, syn, _ = r.response()
-	require.Equal(t, ibtransport.PSN(1003), psn)
+	require.Equal(t, ibtransport.PSN(1006), psn)
 	require.Equal(t, ibtransport.RNRNAKSyndrome(1), syn)
 	require.Equal(t, verbs.QPSRTR, r.victim.qp.State())
 	// Garbage never panics: random bytes after a valid BTH, random opcodes.
@@ -426,7 +449,7 @@ func TestHostilePeerProtocol(t *testing.T) {
 		if op.Info().HasPayload {
 			size = rng.IntN(1100)
 		}
-		r.send(op, ibtransport.PSN(1004+rng.IntN(3)), size, func(p *ibtransport.Packet) {
+		r.send(op, ibtransport.PSN(1007+rng.IntN(3)), size, func(p *ibtransport.Packet) {
 			for _, h := range [][]byte{p.RETH, p.AtomicETH, p.AETH, p.AtomicAckETH, p.ImmDt, p.IETH} {
 				for j := range h {
 					h[j] = byte(rng.Uint32())
@@ -438,8 +461,6 @@ func TestHostilePeerProtocol(t *testing.T) {
 		})
 		r.link.Receive(func([]byte) {}, 64)
 	}
-	g.whole[guardLen], g.whole[guardLen+8] = g.orig[guardLen], g.orig[guardLen+8]
-	copy(g.whole[guardLen+1:guardLen+8], g.orig[guardLen+1:guardLen+8])
 	// Whatever the garbage did inside the permitted region, the guards hold.
 	require.Equal(t, g.orig[:guardLen], g.whole[:guardLen])
 	require.Equal(t, g.orig[guardLen+4096:], g.whole[guardLen+4096:])
