@@ -17,6 +17,9 @@ import (
 // requireGuestTools skips unless the test can build and boot guests.
 func requireGuestTools(t *testing.T) {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("boots qemu guests (10 s or more each); skipped with -short")
+	}
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: network namespaces, tap devices and qemu's tap access (CI runs as root)")
 	}
@@ -38,7 +41,12 @@ func buildTestImage(t *testing.T, ctx context.Context) *Image {
 
 func testNetwork(t *testing.T, ctx context.Context, taps int) *Network {
 	t.Helper()
-	n, err := NewNetwork(ctx, NetworkConfig{Name: fmt.Sprintf("rxetest%d", os.Getpid()), Taps: taps})
+	require.NoError(t, SweepNetworks("rxetest"))
+	n, err := NewNetwork(ctx, NetworkConfig{
+		Name:     fmt.Sprintf("rxetest%d", os.Getpid()),
+		Taps:     taps,
+		PeerAddr: netip.MustParsePrefix("10.77.0.1/24"),
+	})
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		require.NoError(t, n.Close())
@@ -50,7 +58,8 @@ func testNetwork(t *testing.T, ctx context.Context, taps int) *Network {
 
 // TestGuestBringsUpRxe boots one guest and checks that rxe0 is usable:
 // listed by ibv_devices, port ACTIVE, the IPv4 GID at index 1, netem
-// applied, and the script's exit status reported.
+// applied, softnic's side of the veth reachable, and the script's exit
+// status reported.
 func TestGuestBringsUpRxe(t *testing.T) {
 	requireGuestTools(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
@@ -59,12 +68,13 @@ func TestGuestBringsUpRxe(t *testing.T) {
 	n := testNetwork(t, ctx, 1)
 
 	res, err := Boot(ctx, img, Config{
-		Name:   "rxe-up",
-		NetNS:  n.BridgeNS,
-		Tap:    n.Taps[0],
-		Addr:   netip.MustParsePrefix("10.77.0.11/24"),
-		Netem:  "delay 1ms",
-		Script: "ibv_devices\nibv_devinfo -d rxe0 -v\nrdma link show\ntc qdisc show dev eth0\nexit 42\n",
+		Name:  "rxe-up",
+		NetNS: n.BridgeNS,
+		Tap:   n.Taps[0],
+		Addr:  netip.MustParsePrefix("10.77.0.11/24"),
+		Netem: "delay 1ms",
+		Script: "ibv_devices\nibv_devinfo -d rxe0 -v\nrdma link show\ntc qdisc show dev eth0\n" +
+			"ping -c 1 -W 5 10.77.0.1 && echo PEER-REACHABLE\nexit 42\n",
 	})
 	require.NoError(t, err)
 	t.Logf("guest ran in %v; output:\n%s", res.Duration.Round(time.Millisecond), res.Output)
@@ -73,6 +83,7 @@ func TestGuestBringsUpRxe(t *testing.T) {
 	require.Regexp(t, `state:\s+PORT_ACTIVE`, res.Output)
 	require.Regexp(t, `GID\[\s*1\]:\s+::ffff:10\.77\.0\.11, RoCE v2`, res.Output)
 	require.Contains(t, res.Output, "link rxe0/1 state ACTIVE")
+	require.Contains(t, res.Output, "PEER-REACHABLE", "the guest reaches the veth end in the peer namespace")
 	require.Regexp(t, `qdisc netem \S+ (dev eth0 )?root .*delay 1ms`, res.Output)
 }
 

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -137,6 +138,8 @@ func Start(ctx context.Context, img *Image, cfg Config) (*Guest, error) {
 	cmd.Stdout = io.Discard
 	cmd.Stderr = &g.qemuErr
 	cmd.WaitDelay = 5 * time.Second
+	// A guest must not outlive a killed test.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	g.start = time.Now()
 	if err := cmd.Start(); err != nil {
 		os.RemoveAll(dir)

@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -108,6 +110,37 @@ func (n *Network) deleteNamespaces() error {
 	return errors.Join(errs...)
 }
 
+// SweepNetworks deletes the namespaces of networks named
+// <prefix><pid> whose process no longer runs, left behind by killed tests.
+func SweepNetworks(prefix string) error {
+	entries, err := os.ReadDir("/run/netns")
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		return fmt.Errorf("sweep networks: %w", err)
+	}
+	var errs []error
+	for _, e := range entries {
+		rest, ok := strings.CutPrefix(e.Name(), prefix)
+		if !ok {
+			continue
+		}
+		pidText, _, ok := strings.Cut(rest, "-")
+		pid, err := strconv.Atoi(pidText)
+		if !ok || err != nil || pid <= 0 {
+			continue
+		}
+		if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err == nil {
+			continue // still running
+		}
+		if out, err := exec.Command("ip", "netns", "del", e.Name()).CombinedOutput(); err != nil {
+			errs = append(errs, fmt.Errorf("ip netns del %s: %w: %s", e.Name(), err, strings.TrimSpace(string(out))))
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // Close deletes both namespaces and with them every link of the network.
 func (n *Network) Close() error {
 	return n.deleteNamespaces()
@@ -124,7 +157,7 @@ type Capture struct {
 // file, and returns once tcpdump is listening. filter is a tcpdump
 // expression, e.g. "udp port 4791".
 func (n *Network) Capture(ctx context.Context, iface, file, filter string) (*Capture, error) {
-	args := []string{"netns", "exec", n.BridgeNS, "tcpdump", "-i", iface, "--immediate-mode", "-U", "-n", "-w", file}
+	args := []string{"netns", "exec", n.BridgeNS, "tcpdump", "-i", iface, "--immediate-mode", "-U", "-n", "-Z", "root", "-w", file}
 	if filter != "" {
 		args = append(args, strings.Fields(filter)...)
 	}
