@@ -1,9 +1,14 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"os"
+	"os/exec"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/softnic/softnic/internal/netnstest"
 )
@@ -62,4 +67,62 @@ func BenchmarkBlast(b *testing.B) {
 			b.ReportMetric(float64(r.Sent-r.Received)/float64(r.Sent)*100, "%lost")
 		})
 	}
+}
+
+// SIGINT stops a run early, and the namespaces, veth pair, program and
+// sockets are gone when the process exits.
+func TestInterruptCleansUp(t *testing.T) {
+	if os.Getenv("XDPBLAST_RUN_MAIN") == "1" {
+		os.Args = []string{"xdpblast", "-size", "64", "-duration", "60s"}
+		main()
+		os.Exit(0)
+	}
+	netnstest.RequireRoot(t)
+	cmd := exec.Command(os.Args[0], "-test.run=^TestInterruptCleansUp$")
+	cmd.Env = append(os.Environ(), "XDPBLAST_RUN_MAIN=1")
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	prefix := fmt.Sprintf("snt%d-", cmd.Process.Pid)
+	// Wait for the run to have set up its namespaces.
+	for deadline := time.Now().Add(10 * time.Second); len(namespaces(prefix)) < 2; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			cmd.Wait()
+			t.Fatalf("no namespaces appeared; output:\n%s", out.String())
+		}
+	}
+	time.Sleep(300 * time.Millisecond)
+	cmd.Process.Signal(os.Interrupt)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("exit after SIGINT: %v; output:\n%s", err, out.String())
+		}
+	case <-time.After(10 * time.Second):
+		cmd.Process.Kill()
+		t.Fatalf("still running 10s after SIGINT; output:\n%s", out.String())
+	}
+	if left := namespaces(prefix); len(left) != 0 {
+		t.Errorf("namespaces left after SIGINT: %v", left)
+	}
+	if !strings.Contains(out.String(), "frames/s") {
+		t.Errorf("no result printed:\n%s", out.String())
+	}
+	t.Logf("output:\n%s", out.String())
+}
+
+func namespaces(prefix string) []string {
+	entries, _ := os.ReadDir("/var/run/netns")
+	var names []string
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), prefix) {
+			names = append(names, e.Name())
+		}
+	}
+	return names
 }
