@@ -176,6 +176,8 @@ func runPerf(args []string, stdout, stderr io.Writer) int {
 	f.BoolVar(&useOld, "use_old_post_send", false, "print the ibv_wr* API line as OFF (softnic has one post path)")
 	f.IntVar(&tclass, "tclass", 0, "GRH traffic class")
 	f.BoolVar(&serverArg, "server", false, "be the server (the default without a host)")
+	connectWait := dialWait
+	f.DurationVar(&connectWait, "connect-wait", dialWait, "softnic: how long a client retries while the server is not listening")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, perfUsage)
 		fs.PrintDefaults()
@@ -257,7 +259,7 @@ func runPerf(args []string, stdout, stderr io.Writer) int {
 		c = conn
 		runErr = perftest.Run(ctx, dev, conn, p, stdout)
 	} else {
-		conn, err := perftest.Dial(ctx, pos[0], p.Port, dialWait)
+		conn, err := perftest.Dial(ctx, pos[0], p.Port, connectWait)
 		if err != nil {
 			return fail("%v", err)
 		}

@@ -32,6 +32,8 @@ type pingpongConfig struct {
 	iters    int
 	sl       int
 	gidIndex int
+	// connectWait is how long the client retries connecting.
+	connectWait time.Duration
 }
 
 // Work request IDs of rc_pingpong.c.
@@ -67,6 +69,7 @@ func runPingpongCmd(args []string, stdout, stderr io.Writer) int {
 	f.intVar(&cfg.iters, "n", "iters", cfg.iters, "number of exchanges")
 	f.intVar(&cfg.sl, "l", "sl", 0, "service level (no meaning on RoCE; accepted)")
 	f.intVar(&cfg.gidIndex, "g", "gid-idx", -1, "local port GID index (default 0)")
+	f.DurationVar(&cfg.connectWait, "connect-wait", dialWait, "softnic: how long a client retries while the server is not listening")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, pingpongUsage)
 		fs.PrintDefaults()
@@ -209,7 +212,7 @@ func runPingpong(ctx context.Context, dev perftest.Device, cfg pingpongConfig, o
 
 	var rem oob.PingpongDest
 	if cfg.host != "" {
-		conn, err := perftest.DialNetwork(ctx, "tcp", cfg.host, cfg.port, dialWait)
+		conn, err := perftest.DialNetwork(ctx, "tcp", cfg.host, cfg.port, cfg.connectWait)
 		if err != nil {
 			return err
 		}

@@ -1,0 +1,172 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/softnic/softnic/test/interop/rxeguest"
+)
+
+// interopTests are the perftest programs the interop test runs both ways.
+var interopTests = []string{"write_bw", "read_bw", "send_bw", "atomic_bw", "write_lat", "read_lat", "send_lat"}
+
+const interopIters = "50"
+
+// guestScript runs the real tools in the rdma_rxe guest: first as clients
+// of softnic's servers, then as servers for softnic's clients. A client
+// retries while softnic's next server starts.
+func guestScript() string {
+	var b strings.Builder
+	b.WriteString(`retry() {
+	n=0
+	while :; do
+		out=$("$@" 2>&1) && { echo "$out"; return 0; }
+		n=$((n+1))
+		if [ $n -ge 40 ]; then echo "$out"; echo "@@ FAILED: $*"; return 1; fi
+		sleep 1
+	done
+}
+echo "@@ pingpong as client"
+retry ibv_rc_pingpong -d rxe0 -g 1 -n ` + interopIters + ` -s 1024 10.77.0.1 || exit 1
+`)
+	for _, t := range interopTests {
+		fmt.Fprintf(&b, "echo \"@@ %s as client\"\nretry ib_%s -d rxe0 -x 1 -n %s 10.77.0.1 || exit 1\n", t, t, interopIters)
+	}
+	b.WriteString("echo \"@@ pingpong as server\"\nibv_rc_pingpong -d rxe0 -g 1 -n " + interopIters + " -s 1024 || exit 1\n")
+	for _, t := range interopTests {
+		fmt.Fprintf(&b, "echo \"@@ %s as server\"\nib_%s -d rxe0 -x 1 -n %s || { echo \"@@ FAILED: %s\"; exit 1; }\n", t, t, interopIters, t)
+	}
+	b.WriteString("echo \"@@ all done\"\n")
+	return b.String()
+}
+
+// TestInteropWithRealTools runs softnic perf and softnic pingpong on a
+// veth (AF_XDP) against perftest 4.5 and ibv_rc_pingpong over rdma_rxe in
+// a Debian guest, with either side as server.
+func TestInteropWithRealTools(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: network namespaces, AF_XDP, tap devices and qemu (CI runs as root)")
+	}
+	for _, tool := range []string{"qemu-system-x86_64", "apt-get", "dpkg-deb", "ip"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("needs %s: run test/interop/install-deps.sh", tool)
+		}
+	}
+	if testing.Short() {
+		t.Skip("boots a qemu guest; skipped in -short mode")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+
+	img, err := rxeguest.Build(ctx, rxeguest.DefaultCacheDir())
+	if err != nil {
+		t.Fatalf("guest image: %v", err)
+	}
+	bin := filepath.Join(t.TempDir(), "softnic")
+	if out, err := exec.CommandContext(ctx, filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	n, err := rxeguest.NewNetwork(ctx, rxeguest.NetworkConfig{Name: fmt.Sprintf("snperf%d", os.Getpid()%100000),
+		Taps: 1, PeerAddr: netip.MustParsePrefix("10.77.0.1/24")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	// Without IPv6 on the softnic side its GID table is just 10.77.0.1 (index 0).
+	if out, err := exec.CommandContext(ctx, "ip", "netns", "exec", n.PeerNS, "sh", "-c",
+		"echo 1 > /proc/sys/net/ipv6/conf/"+n.PeerLink+"/disable_ipv6").CombinedOutput(); err != nil {
+		t.Fatalf("disable IPv6 on %s: %v\n%s", n.PeerLink, err, out)
+	}
+
+	gctx, gcancel := context.WithCancel(ctx)
+	defer gcancel()
+	guest, err := rxeguest.Start(gctx, img, rxeguest.Config{Name: "perftest-peer", NetNS: n.BridgeNS, Tap: n.Taps[0],
+		Addr: netip.MustParsePrefix("10.77.0.11/24"), Script: guestScript(), ScriptTimeout: 12 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	softnic := func(args ...string) (string, error) {
+		cctx, ccancel := context.WithTimeout(ctx, 3*time.Minute)
+		defer ccancel()
+		cmd := exec.CommandContext(cctx, "ip", append([]string{"netns", "exec", n.PeerNS, bin}, args...)...)
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	type result struct{ name, out string }
+	var results []result
+	failed := false
+	step := func(name string, args ...string) {
+		if failed {
+			return
+		}
+		out, err := softnic(args...)
+		results = append(results, result{name, out})
+		if err != nil {
+			t.Errorf("softnic %s: %v\n%s", strings.Join(args, " "), err, out)
+			failed = true
+		}
+	}
+	wait := "--connect-wait=2m"
+	step("pingpong server", "pingpong", "-d", n.PeerLink, "-g", "0", "-n", interopIters, "-s", "1024")
+	for _, tt := range interopTests {
+		step(tt+" server", "perf", tt, "-d", n.PeerLink, "-n", interopIters)
+	}
+	step("pingpong client", "pingpong", "-d", n.PeerLink, "-g", "0", "-n", interopIters, "-s", "1024", wait, "10.77.0.11")
+	for _, tt := range interopTests {
+		step(tt+" client", "perf", tt, "-d", n.PeerLink, "-n", interopIters, wait, "10.77.0.11")
+	}
+	if failed {
+		gcancel() // stop the guest rather than wait for its retries
+	}
+	res, err := guest.Wait()
+	for _, r := range results {
+		t.Logf("softnic %s:\n%s", r.name, r.out)
+	}
+	if err != nil {
+		t.Fatalf("guest: %v", err)
+	}
+	t.Logf("guest (status %d, %v):\n%s", res.ExitStatus, res.Duration.Round(time.Second), res.Output)
+	if res.ExitStatus != 0 {
+		t.Fatalf("guest script failed (status %d); console tail:\n%s", res.ExitStatus, tailLines(res.Console, 40))
+	}
+	bw := regexp.MustCompile(`(?m)^ \d+\s+` + interopIters + `\s+[0-9.]+\s+[0-9.]+\s+[0-9.]+\s*$`)
+	lat := regexp.MustCompile(`(?m)^ \d+\s+` + interopIters + `(\s+[0-9.]+){7}\s*$`)
+	pp := regexp.MustCompile(`(?m)^\d+ bytes in [0-9.]+ seconds = [0-9.]+ Mbit/sec$`)
+	for _, r := range results {
+		var re *regexp.Regexp
+		switch {
+		case strings.HasPrefix(r.name, "pingpong"):
+			re = pp
+		case strings.Contains(r.name, "_bw"):
+			re = bw
+		case r.name == "read_lat server":
+			continue // perftest's read_lat server prints no figures
+		default:
+			re = lat
+		}
+		if !re.MatchString(r.out) {
+			t.Errorf("softnic %s printed no result line", r.name)
+		}
+	}
+	sections := strings.Split(res.Output, "@@ ")
+	if len(sections) != 2*(len(interopTests)+1)+2 {
+		t.Errorf("guest output has %d sections", len(sections))
+	}
+}
+
+func tailLines(s string, n int) string {
+	l := strings.Split(s, "\n")
+	if len(l) > n {
+		l = l[len(l)-n:]
+	}
+	return strings.Join(l, "\n")
+}
