@@ -29,6 +29,8 @@ type TxPath interface {
 // RecvInfo describes where a received IB packet came from.
 type RecvInfo struct {
 	SGID, DGID GID
+	// DGIDIndex is the index of DGID in the device's GID table.
+	DGIDIndex int
 }
 
 // Counters count engine events; they may be read while the engine runs.
@@ -37,7 +39,8 @@ type Counters struct {
 	RxBadPacket    atomic.Uint64 // failed ParsePacket
 	RxUnsupported  atomic.Uint64 // not an RC opcode
 	RxNoQP         atomic.Uint64 // unknown destination QP
-	RxFiltered     atomic.Uint64 // QP not ready, or source GID not the QP's peer
+	RxFiltered     atomic.Uint64 // QP not ready, or GIDs not the QP's path
+	RxBadPKey      atomic.Uint64 // P_Key not the default partition
 	RxDuplicate    atomic.Uint64 // duplicate requests (re-ACKed or replayed)
 	RxOutOfSeq     atomic.Uint64 // requests ahead of the expected PSN
 	RxBadResponse  atomic.Uint64 // responses that fit no outstanding request
@@ -183,12 +186,18 @@ func (e *Engine) Receive(ib []byte, info *RecvInfo) {
 		e.Ctr.RxUnsupported.Add(1)
 		return
 	}
+	// Like rxe, accept the default partition only (full or limited
+	// membership, not both limited).
+	if pk := p.BTH.PKey(); pk&0x7fff != DefaultPKey&0x7fff || pk&0x8000 == 0 {
+		e.Ctr.RxBadPKey.Add(1)
+		return
+	}
 	q := e.qps[p.BTH.DestQPN()]
 	if q == nil {
 		e.Ctr.RxNoQP.Add(1)
 		return
 	}
-	if q.st < QPSRTR || q.st == QPSErr || info.SGID != q.attr.AV.DGID {
+	if q.st < QPSRTR || q.st == QPSErr || info.SGID != q.attr.AV.DGID || info.DGIDIndex != int(q.attr.AV.SGIDIndex) {
 		e.Ctr.RxFiltered.Add(1)
 		return
 	}

@@ -150,6 +150,14 @@ func TestEngineResponses(t *testing.T) {
 	ft.e.Process()
 	require.Empty(t, ft.port.sent)
 	require.Equal(t, uint64(1), ft.e.Ctr.RxFiltered.Load())
+	// To another of the device's GIDs than the QP's source GID: ignored.
+	ft.e.Receive(ft.packet(OpRCWriteOnly, 100, 0, nil), &RecvInfo{SGID: peerGID, DGIDIndex: 1})
+	require.Equal(t, uint64(2), ft.e.Ctr.RxFiltered.Load())
+	// Another partition: ignored.
+	ft.e.Receive(ft.packet(OpRCWriteOnly, 100, 0, func(p *Packet) { p.BTH.SetPKey(0x8001) }), info)
+	require.Equal(t, uint64(1), ft.e.Ctr.RxBadPKey.Load())
+	ft.e.Process()
+	require.Empty(t, ft.port.sent)
 	// A 3-packet READ at MTU 256 of 600 bytes: FIRST, MIDDLE, LAST with
 	// AETH on FIRST and LAST.
 	ft.e.Receive(ft.packet(OpRCReadRequest, 100, 0, func(p *Packet) {

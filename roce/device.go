@@ -140,19 +140,20 @@ func (d *Device) receive(frame []byte) {
 		return
 	}
 	dst := GIDFromAddr(f.Dst)
-	mine := false
+	idx := -1
 	for i := range d.gids {
 		if d.gids[i] == dst {
-			mine = true
+			idx = i
 			break
 		}
 	}
-	if !mine {
+	if idx < 0 {
 		d.Ctr.RxNotForUs.Add(1)
 		return
 	}
 	d.rxInfo.SGID = GIDFromAddr(f.Src)
 	d.rxInfo.DGID = dst
+	d.rxInfo.DGIDIndex = idx
 	d.eng.Receive(f.IB, &d.rxInfo)
 }
 
