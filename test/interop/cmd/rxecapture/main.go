@@ -101,6 +101,13 @@ var scenarios = []scenario{
 		clientNetem: "loss 10%",
 	},
 	{
+		name:        "rxe-send-reorder",
+		about:       "ib_send_bw -s 4000 -n 5 -m 1024 with netem delay 4ms reorder 50% 50% on the client: out-of-order SENDs, NAK (PSN sequence error), retransmissions",
+		server:      "ib_send_bw -d rxe0 -x 1 -m 1024 -s 4000 -n 5\n",
+		client:      retryConnect + "retry ib_send_bw -d rxe0 -x 1 -m 1024 -s 4000 -n 5 " + serverIP + "\n",
+		clientNetem: "delay 4ms reorder 50% 50%",
+	},
+	{
 		name:        "rxe-read-loss",
 		about:       "ib_read_bw -s 3000 -n 8 -m 1024 with netem loss 10% on the server: lost READ responses, re-issued READ requests",
 		server:      "ib_read_bw -d rxe0 -x 1 -m 1024 -s 3000 -n 8\n",
