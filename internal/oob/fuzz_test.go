@@ -1,6 +1,11 @@
 package oob
 
-import "testing"
+import (
+	"io"
+	"net"
+	"testing"
+	"time"
+)
 
 func FuzzParsePingpongDest(f *testing.F) {
 	f.Add([]byte(goldenPingpong))
@@ -46,5 +51,33 @@ func FuzzParseSmallMessages(f *testing.F) {
 		if m, err := ParseMTU(b); err == nil && (m < 1 || m > 5) {
 			t.Fatalf("ParseMTU accepted %d", m)
 		}
+	})
+}
+
+// FuzzSessionAgainstHostilePeer plays a peer that sends arbitrary bytes
+// and hangs up: Setup and Run must end with an error or success, never
+// panic or hang.
+func FuzzSessionAgainstHostilePeer(f *testing.F) {
+	f.Add([]byte("6.06\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00"+"\x00\x00\x10\x00\x00\x00\x00\x40"+"3\x00"+goldenKeys), uint8(0))
+	f.Add([]byte("9.99\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00"), uint8(3))
+	f.Fuzz(func(t *testing.T, data []byte, which uint8) {
+		c, s := net.Pipe()
+		defer c.Close()
+		go func() {
+			// Read whatever comes while writing the hostile stream.
+			go io.Copy(io.Discard, s)
+			s.Write(data)
+			s.Close()
+		}()
+		p := NewSession(c, Role(which%2), 200*time.Millisecond)
+		p.WaitTimeout = 200 * time.Millisecond
+		if _, err := p.Setup(PerftestVersion, SysData{4096, 64}, 3); err != nil {
+			return
+		}
+		test := Test(int(which/2) % len(testNames))
+		p.Run(test, []PerftestDest{{QPN: 1}}, 1, Hooks{
+			Connect: func([]PerftestDest) error { return nil },
+			Measure: func(int) (BWReport, error) { return BWReport{}, nil },
+		})
 	})
 }
