@@ -11,6 +11,7 @@ import (
 	"github.com/softnic/softnic/bpf"
 	"github.com/softnic/softnic/ibtransport"
 	"github.com/softnic/softnic/internal/netnstest"
+	"github.com/softnic/softnic/xdp"
 	"github.com/vishvananda/netlink"
 )
 
@@ -225,6 +226,19 @@ func TestOpenXDPLinkErrors(t *testing.T) {
 	err = pair.A.Do(func() error { _, err := OpenXDPLink(pair.A.Ifname, XDPLinkConfig{}); return err })
 	if !errors.Is(err, bpf.ErrXDPBusy) {
 		t.Errorf("second link on one interface: %v", err)
+	}
+	// A UMEM that cannot be had fails after the program was attached: the
+	// program must be gone again.
+	umem := netnstest.NewT(t, netnstest.Config{})
+	err = umem.A.Do(func() error {
+		_, err := OpenXDPLink(umem.A.Ifname, XDPLinkConfig{Socket: xdp.Config{NumFrames: 1 << 26}})
+		return err
+	})
+	if !errors.Is(err, xdp.ErrUMEM) {
+		t.Errorf("huge UMEM: %v", err)
+	}
+	if nl, _ := umem.A.Link(); nl.Attrs().Xdp != nil && nl.Attrs().Xdp.Attached {
+		t.Error("XDP program left on the interface after the UMEM failed")
 	}
 	// An interface that is down is refused before anything is attached.
 	down := netnstest.NewT(t, netnstest.Config{})
