@@ -15,6 +15,12 @@ func (q *QP) onResponse(p *Packet, oi *OpcodeInfo) {
 	}
 	r := &q.req
 	psn := p.BTH.PSN()
+	if !psn.Before(r.sqPSN) {
+		// Nothing was sent with this PSN: a bogus or very stale response
+		// must not retire work requests.
+		q.e.Ctr.RxBadResponse.Add(1)
+		return
+	}
 	var w *sendWQE
 	for {
 		if r.compIdx == q.sq.tail.Load() {

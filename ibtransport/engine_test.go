@@ -178,6 +178,9 @@ func TestEngineResponses(t *testing.T) {
 		want := ft.whole[4096+100+i*256 : 4096+100+min((i+1)*256, 600)]
 		require.Equal(t, want, p.Payload)
 	}
+	// An ACK for PSNs never sent retires nothing.
+	ft.e.Receive(ft.packet(OpRCAcknowledge, 700, 0, func(p *Packet) { p.AETH.SetSyndrome(ACKSyndrome(UnlimitedCredits)) }), info)
+	require.Equal(t, uint64(1), ft.e.Ctr.RxBadResponse.Load())
 	// A NAK for the QP's own READ fails it with the matching status.
 	ft.port.sent = nil
 	ft.e.Receive(ft.packet(OpRCAcknowledge, 500, 0, func(p *Packet) {
