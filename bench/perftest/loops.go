@@ -83,6 +83,21 @@ func post(qp *verbs.QP, wr *verbs.SendWR) (bool, error) {
 	return true, nil
 }
 
+// postWait posts wr, retrying while the send queue is full: the engine
+// may publish a completion a moment before it frees the slot.
+func (r *runCtx) postWait(qp *verbs.QP, wr *verbs.SendWR) error {
+	for {
+		ok, err := post(qp, wr)
+		if ok || err != nil {
+			return err
+		}
+		if err := r.ctx.Err(); err != nil {
+			return err
+		}
+		runtime.Gosched()
+	}
+}
+
 // runBW is run_iter_bw: keep up to TxDepth messages in flight per QP,
 // signal every CQMod-th and the last, and time posts and completions.
 func (r *runCtx) runBW(size uint64) (BWTimes, error) {
@@ -286,7 +301,7 @@ func (r *runCtx) runLatWrite(size uint64) ([]int64, error) {
 			buf[postAt] = byte(scnt)
 			r.sendWR(&wr, sge, 0, 0, size)
 			wr.Flags |= verbs.SendSignaled
-			if err := qp.PostSend(&wr); err != nil {
+			if err := r.postWait(qp, &wr); err != nil {
 				return nil, err
 			}
 		}
@@ -312,7 +327,7 @@ func (r *runCtx) runLatRead(size uint64) ([]int64, error) {
 		r.sendWR(&wr, sge, 0, 0, size)
 		wr.Flags |= verbs.SendSignaled
 		posted[k] = int64(time.Since(start))
-		if err := qp.PostSend(&wr); err != nil {
+		if err := r.postWait(qp, &wr); err != nil {
 			return nil, err
 		}
 		if err := r.waitOne(r.scq, wc, "send", k); err != nil {
@@ -358,7 +373,7 @@ func (r *runCtx) runLatSend(size uint64) ([]int64, error) {
 			if signaled {
 				wr.Flags |= verbs.SendSignaled
 			}
-			if err := qp.PostSend(&wr); err != nil {
+			if err := r.postWait(qp, &wr); err != nil {
 				return nil, err
 			}
 			if signaled {

@@ -21,6 +21,30 @@ func (a AtomicType) String() string {
 	return "FETCH_AND_ADD"
 }
 
+// Output is perftest's verbosity (--output): the full report, or one
+// number per test.
+type Output int
+
+const (
+	OutputFull        Output = iota
+	OutputBandwidth          // --output=bandwidth: the average bandwidth only
+	OutputMessageRate        // --output=message_rate
+	OutputLatency            // --output=latency: the average latency only
+)
+
+// ParseOutput maps an --output argument to its Output.
+func ParseOutput(s string) (Output, error) {
+	switch s {
+	case "bandwidth":
+		return OutputBandwidth, nil
+	case "message_rate":
+		return OutputMessageRate, nil
+	case "latency":
+		return OutputLatency, nil
+	}
+	return 0, fmt.Errorf("perftest: invalid verbosity level output flag %q: use bandwidth, latency, message_rate", s)
+}
+
 // Defaults of perftest 4.5 (perftest_parameters.h).
 const (
 	DefSizeBW     = 65536
@@ -70,7 +94,14 @@ type Params struct {
 	TrafficClass uint8
 	// UseOldPostSend mirrors --use_old_post_send, printed as "ibv_wr* API".
 	UseOldPostSend bool
+	// QPTimeout is the RTS retransmit timeout exponent (-u, default 14).
+	QPTimeout uint8
+	// Output selects the full report or a single figure.
+	Output Output
 }
+
+// full reports whether perftest would print its whole report.
+func (p *Params) full() bool { return p.Output == OutputFull }
 
 // NewParams returns perftest's defaults for test (init_perftest_params).
 func NewParams(test oob.Test) Params {
@@ -83,6 +114,8 @@ func NewParams(test oob.Test) Params {
 		GIDIndex: -1,
 		OutReads: DefOutReads,
 		RxDepth:  1,
+		// DEF_QP_TIME
+		QPTimeout: 14,
 	}
 	if test.IsBW() {
 		p.Size, p.TxDepth = DefSizeBW, DefTxBW
@@ -130,6 +163,14 @@ func (p *Params) Verb() Verb {
 // (force_dependecies in perftest_parameters.c) that softnic's flags can
 // reach. Call it after setting the flags, before the run.
 func (p *Params) Finish() error {
+	if p.Output != OutputFull {
+		if p.Test.IsBW() && p.Output == OutputLatency {
+			return fmt.Errorf("perftest: output verbosity level for BW can be: bandwidth, message_rate")
+		}
+		if !p.Test.IsBW() && p.Output != OutputLatency {
+			return fmt.Errorf("perftest: output verbosity level for LAT can be: latency")
+		}
+	}
 	if p.Iters < 5 {
 		return fmt.Errorf("perftest: iterations must be at least 5")
 	}

@@ -19,12 +19,26 @@ const (
 )
 
 // PrintWaiting prints the banner a perftest server shows before accepting.
-func PrintWaiting(w io.Writer) { io.WriteString(w, waitBanner) }
+func PrintWaiting(w io.Writer, p *Params) {
+	if p.full() {
+		io.WriteString(w, waitBanner)
+	}
+}
+
+// PrintEnd prints the line that closes a full report.
+func PrintEnd(w io.Writer, p *Params) {
+	if p.full() {
+		io.WriteString(w, ResultLine)
+	}
+}
 
 // PrintTestInfo prints the header block (ctx_print_test_info). softnic
 // prints "PCIe relax order: Unsupported", as perftest built without
 // HAVE_RO does: softnic has no PCIe device.
 func PrintTestInfo(w io.Writer, p *Params) {
+	if !p.full() {
+		return
+	}
 	var b strings.Builder
 	b.WriteString(ResultLine)
 	b.WriteString("                    ")
@@ -94,6 +108,9 @@ func cHex(v uint64, width int) string {
 // "local" or "remote". The GID bytes print in decimal (%02d), as perftest
 // does.
 func PrintDest(w io.Writer, p *Params, side string, d oob.PerftestDest) {
+	if !p.full() {
+		return
+	}
 	var b strings.Builder
 	fmt.Fprintf(&b, " %s address: LID %s QPN %s PSN %s", side, cHex(uint64(d.LID), 4), cHex(uint64(d.QPN), 6), cHex(uint64(d.PSN), 6))
 	switch p.Verb() {
@@ -119,6 +136,9 @@ func PrintDest(w io.Writer, p *Params, side string, d oob.PerftestDest) {
 
 // PrintBWHeader prints the bandwidth table's header line.
 func PrintBWHeader(w io.Writer, p *Params) {
+	if !p.full() {
+		return
+	}
 	if p.ReportGbits {
 		io.WriteString(w, ResultLine+resultFmtG+"\n")
 	} else {
@@ -130,6 +150,14 @@ func PrintBWHeader(w io.Writer, p *Params) {
 // a remote report): REPORT_FMT, or REPORT_FMT_EXT with six decimals when
 // reporting Gb/s below 0.1.
 func PrintBWReport(w io.Writer, p *Params, r oob.BWReport) {
+	switch p.Output {
+	case OutputBandwidth:
+		fmt.Fprintf(w, "%f\n", r.BWAvg)
+		return
+	case OutputMessageRate:
+		fmt.Fprintf(w, "%f\n", r.MsgRate)
+		return
+	}
 	if r.BWAvg < 0.1 && p.ReportGbits {
 		fmt.Fprintf(w, " %-7d    %d           %-7.6f            %-7.6f            %-7.6f\n", r.Size, r.Iters, r.BWPeak, r.BWAvg, r.MsgRate)
 		return
@@ -138,12 +166,19 @@ func PrintBWReport(w io.Writer, p *Params, r oob.BWReport) {
 }
 
 // PrintLatHeader prints the latency table's header line.
-func PrintLatHeader(w io.Writer) {
+func PrintLatHeader(w io.Writer, p *Params) {
+	if !p.full() {
+		return
+	}
 	io.WriteString(w, ResultLine+resultFmtLat+"\n")
 }
 
 // PrintLatReport prints one latency line (REPORT_FMT_LAT).
-func PrintLatReport(w io.Writer, r LatReport) {
+func PrintLatReport(w io.Writer, p *Params, r LatReport) {
+	if p.Output == OutputLatency {
+		fmt.Fprintf(w, "%f\n", r.TAvg)
+		return
+	}
 	fmt.Fprintf(w, " %-7d %d          %-7.2f        %-7.2f      %-7.2f  \t       %-7.2f     \t%-7.2f\t\t%-7.2f \t\t%-7.2f\n",
 		r.Size, r.Iters, r.TMin, r.TMax, r.TTypical, r.TAvg, r.TStdev, r.P99, r.P999)
 }

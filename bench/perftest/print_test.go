@@ -159,8 +159,9 @@ func TestPrintBW(t *testing.T) {
 
 func TestPrintLat(t *testing.T) {
 	var b bytes.Buffer
-	PrintLatHeader(&b)
-	PrintLatReport(&b, LatReport{Size: 2, Iters: 1000, TMin: 1.5, TMax: 10, TTypical: 2.25, TAvg: 2.5, TStdev: 0.5, P99: 5, P999: 10})
+	p := NewParams(oob.WriteLat)
+	PrintLatHeader(&b, &p)
+	PrintLatReport(&b, &p, LatReport{Size: 2, Iters: 1000, TMin: 1.5, TMax: 10, TTypical: 2.25, TAvg: 2.5, TStdev: 0.5, P99: 5, P999: 10})
 	// RESULT_FMT_LAT + RESULT_EXT; REPORT_FMT_LAT
 	// " %-7lu %lu          %-7.2f        %-7.2f      %-7.2f  \t       %-7.2f     \t%-7.2f\t\t%-7.2f \t\t%-7.2f".
 	want := ResultLine +
@@ -219,5 +220,42 @@ func TestLatencyReportFigures(t *testing.T) {
 	w := NewParams(oob.WriteLat) // write latency is half the round trip
 	if r := LatencyReport(&w, 2, posted); r.TTypical != 15 || r.TMin != 5 {
 		t.Fatalf("write latency %+v", r)
+	}
+}
+
+func TestPrintSingleFigure(t *testing.T) {
+	p := NewParams(oob.WriteBW)
+	p.Output = OutputBandwidth
+	var b bytes.Buffer
+	PrintWaiting(&b, &p)
+	PrintTestInfo(&b, &p)
+	PrintDest(&b, &p, "local", oob.PerftestDest{})
+	PrintBWHeader(&b, &p)
+	PrintBWReport(&b, &p, oob.BWReport{Size: 2, Iters: 5, BWPeak: 3, BWAvg: 1234.5, MsgRate: 0.25})
+	PrintEnd(&b, &p)
+	// print_full_bw_report: printf("%lf\n", bw_avg) and nothing else.
+	if b.String() != "1234.500000\n" {
+		t.Fatalf("bandwidth output %q", b.String())
+	}
+	p.Output = OutputMessageRate
+	b.Reset()
+	PrintBWReport(&b, &p, oob.BWReport{MsgRate: 0.25})
+	if b.String() != "0.250000\n" {
+		t.Fatalf("message rate output %q", b.String())
+	}
+	l := NewParams(oob.SendLat)
+	l.Output = OutputLatency
+	b.Reset()
+	PrintLatHeader(&b, &l)
+	PrintLatReport(&b, &l, LatReport{TAvg: 2.5, TMin: 1})
+	if b.String() != "2.500000\n" {
+		t.Fatalf("latency output %q", b.String())
+	}
+	if err := l.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	p.Output = OutputLatency
+	if err := p.Finish(); err == nil {
+		t.Fatal("--output=latency accepted for a bandwidth test")
 	}
 }

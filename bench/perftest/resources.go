@@ -170,7 +170,7 @@ func (r *runCtx) connect(remote []oob.PerftestDest, mtu verbs.MTU) error {
 			verbs.QPAttrRQPSN|verbs.QPAttrMaxDestRdAtomic|verbs.QPAttrMinRNRTimer); err != nil {
 			return fmt.Errorf("QP %#x to RTR: %w", qp.QPN(), err)
 		}
-		rts := &verbs.QPAttr{State: verbs.QPSRTS, SQPSN: verbs.PSN(r.local[i].PSN), Timeout: 14, RetryCnt: 7, RNRRetry: 7,
+		rts := &verbs.QPAttr{State: verbs.QPSRTS, SQPSN: verbs.PSN(r.local[i].PSN), Timeout: r.p.QPTimeout, RetryCnt: 7, RNRRetry: 7,
 			MaxRdAtomic: uint8(min(max(int(rem.OutReads), 1), ibtransport.MaxRdAtomic))}
 		if err := qp.Modify(rts, verbs.QPAttrState|verbs.QPAttrSQPSN|verbs.QPAttrTimeout|verbs.QPAttrRetryCnt|
 			verbs.QPAttrRNRRetry|verbs.QPAttrMaxQPRdAtomic); err != nil {

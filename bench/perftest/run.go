@@ -78,7 +78,7 @@ func Run(ctx context.Context, dev Device, conn net.Conn, p Params, out io.Writer
 				PrintBWHeader(out, &p)
 			case p.Test == oob.ReadLat && p.Server:
 			default:
-				PrintLatHeader(out)
+				PrintLatHeader(out, &p)
 			}
 			return nil
 		},
@@ -118,7 +118,7 @@ func Run(ctx context.Context, dev Device, conn net.Conn, p Params, out io.Writer
 			if err != nil {
 				return oob.BWReport{}, err
 			}
-			PrintLatReport(out, LatencyReport(&p, size, posted))
+			PrintLatReport(out, &p, LatencyReport(&p, size, posted))
 			return oob.BWReport{}, nil
 		},
 		ServerReport: func(rep oob.BWReport) error {
@@ -129,7 +129,7 @@ func Run(ctx context.Context, dev Device, conn net.Conn, p Params, out io.Writer
 	if _, err := sess.Run(p.Test, r.local, len(sizes), h); err != nil {
 		return err
 	}
-	io.WriteString(out, ResultLine)
+	PrintEnd(out, &p)
 	return nil
 }
 

@@ -41,10 +41,12 @@ retry ibv_rc_pingpong -d rxe0 -g 1 -n ` + interopIters + ` -s 1024 10.77.0.1 || 
 	for _, t := range interopTests {
 		fmt.Fprintf(&b, "echo \"@@ %s as client\"\nretry ib_%s -d rxe0 -x 1 -n %s 10.77.0.1 || exit 1\n", t, t, interopIters)
 	}
+	fmt.Fprintf(&b, "echo \"@@ write_bw-q2 as client\"\nretry ib_write_bw -d rxe0 -x 1 -q 2 -n %s 10.77.0.1 || exit 1\n", interopIters)
 	b.WriteString("echo \"@@ pingpong as server\"\nibv_rc_pingpong -d rxe0 -g 1 -n " + interopIters + " -s 1024 || exit 1\n")
 	for _, t := range interopTests {
 		fmt.Fprintf(&b, "echo \"@@ %s as server\"\nib_%s -d rxe0 -x 1 -n %s || { echo \"@@ FAILED: %s\"; exit 1; }\n", t, t, interopIters, t)
 	}
+	fmt.Fprintf(&b, "echo \"@@ write_bw-q2 as server\"\nib_write_bw -d rxe0 -x 1 -q 2 -n %s || exit 1\n", interopIters)
 	b.WriteString("echo \"@@ all done\"\n")
 	return b.String()
 }
@@ -120,10 +122,12 @@ func TestInteropWithRealTools(t *testing.T) {
 	for _, tt := range interopTests {
 		step(tt+" server", "perf", tt, "-d", n.PeerLink, "-n", interopIters)
 	}
+	step("write_bw-q2 server", "perf", "write_bw", "-d", n.PeerLink, "-q", "2", "-n", interopIters)
 	step("pingpong client", "pingpong", "-d", n.PeerLink, "-g", "0", "-n", interopIters, "-s", "1024", wait, "10.77.0.11")
 	for _, tt := range interopTests {
 		step(tt+" client", "perf", tt, "-d", n.PeerLink, "-n", interopIters, wait, "10.77.0.11")
 	}
+	step("write_bw-q2 client", "perf", "write_bw", "-d", n.PeerLink, "-q", "2", "-n", interopIters, wait, "10.77.0.11")
 	if failed {
 		gcancel() // stop the guest rather than wait for its retries
 	}
@@ -138,7 +142,7 @@ func TestInteropWithRealTools(t *testing.T) {
 	if res.ExitStatus != 0 {
 		t.Fatalf("guest script failed (status %d); console tail:\n%s", res.ExitStatus, tailLines(res.Console, 40))
 	}
-	bw := regexp.MustCompile(`(?m)^ \d+\s+` + interopIters + `\s+[0-9.]+\s+[0-9.]+\s+[0-9.]+\s*$`)
+	bw := regexp.MustCompile(`(?m)^ \d+\s+\d+\s+[0-9.]+\s+[0-9.]+\s+[0-9.]+\s*$`)
 	lat := regexp.MustCompile(`(?m)^ \d+\s+` + interopIters + `(\s+[0-9.]+){7}\s*$`)
 	pp := regexp.MustCompile(`(?m)^\d+ bytes in [0-9.]+ seconds = [0-9.]+ Mbit/sec$`)
 	for _, r := range results {
@@ -157,9 +161,34 @@ func TestInteropWithRealTools(t *testing.T) {
 			t.Errorf("softnic %s printed no result line", r.name)
 		}
 	}
-	sections := strings.Split(res.Output, "@@ ")
-	if len(sections) != 2*(len(interopTests)+1)+2 {
-		t.Errorf("guest output has %d sections", len(sections))
+	guestOut := map[string]string{}
+	for _, sec := range strings.Split(res.Output, "@@ ")[1:] {
+		name, body, _ := strings.Cut(sec, "\n")
+		name = strings.Replace(strings.Replace(name, " as client", " client", 1), " as server", " server", 1)
+		guestOut[name] = body
+	}
+	if len(guestOut) != 2*(len(interopTests)+2)+1 {
+		t.Errorf("guest output has %d sections", len(guestOut))
+	}
+	// The server of write/read/atomic bw prints the client's figures, which
+	// travel in the report exchange: each side must print the other's.
+	for _, tt := range []string{"write_bw", "read_bw", "atomic_bw", "write_bw-q2"} {
+		for _, pair := range [][2]string{{tt + " server", tt + " client"}, {tt + " client", tt + " server"}} {
+			var mine string
+			for _, r := range results {
+				if r.name == pair[0] {
+					mine = bw.FindString(r.out)
+				}
+			}
+			// The guest ran the opposite role.
+			theirs := bw.FindString(guestOut[pair[1]])
+			if mine == "" || mine != theirs {
+				t.Errorf("softnic %s printed %q, the real tool as %s %q", pair[0], mine, pair[1], theirs)
+			}
+		}
+	}
+	if m := bw.FindStringSubmatch(guestOut["write_bw-q2 client"]); m == nil || !strings.Contains(m[0], " 100 ") {
+		t.Errorf("two-QP run: guest line %q, want 100 iterations (50 per QP)", m)
 	}
 }
 

@@ -175,6 +175,10 @@ func runPerf(args []string, stdout, stderr io.Writer) int {
 	f.BoolVar(&gbits, "report_gbits", false, "report bandwidth in Gb/sec instead of MB/sec")
 	f.BoolVar(&useOld, "use_old_post_send", false, "print the ibv_wr* API line as OFF (softnic has one post path)")
 	f.IntVar(&tclass, "tclass", 0, "GRH traffic class")
+	var output string
+	f.StringVar(&output, "output", "", "print only one figure: bandwidth, message_rate (bw tests) or latency (lat tests)")
+	qpTimeout := int(p.QPTimeout)
+	f.intVar(&qpTimeout, "u", "qp-timeout", qpTimeout, "QP retransmit timeout exponent (4.096 us x 2^N)")
 	f.BoolVar(&serverArg, "server", false, "be the server (the default without a host)")
 	connectWait := dialWait
 	f.DurationVar(&connectWait, "connect-wait", dialWait, "softnic: how long a client retries while the server is not listening")
@@ -210,6 +214,15 @@ func runPerf(args []string, stdout, stderr io.Writer) int {
 		return fail("-b (bidirectional) is not supported")
 	case tclass < 0 || tclass > 255:
 		return fail("--tclass %d out of range", tclass)
+	}
+	if qpTimeout < 0 || qpTimeout > 31 {
+		return fail("QP timeout %d out of range 0..31", qpTimeout)
+	}
+	p.QPTimeout = uint8(qpTimeout)
+	if output != "" {
+		if p.Output, err = perftest.ParseOutput(output); err != nil {
+			return fail("%v", err)
+		}
 	}
 	switch atomic {
 	case "FETCH_AND_ADD":
@@ -251,7 +264,7 @@ func runPerf(args []string, stdout, stderr io.Writer) int {
 	var c interface{ Close() error }
 	var runErr error
 	if p.Server {
-		perftest.PrintWaiting(stdout)
+		perftest.PrintWaiting(stdout, &p)
 		conn, err := perftest.Accept(ctx, p.Port, nil)
 		if err != nil {
 			return fail("%v", err)

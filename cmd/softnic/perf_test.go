@@ -114,6 +114,18 @@ func TestPerfSendLat(t *testing.T) {
 	}
 }
 
+func TestPerfSingleFigure(t *testing.T) {
+	useMemDevices(t)
+	port := freePort(t)
+	sout, cout := runPair(t,
+		[]string{"perf", "read_bw", "-d", "memA", "-p", port, "-n", "100", "--output=bandwidth"},
+		[]string{"perf", "read_bw", "-d", "memB", "-p", port, "-n", "100", "--output=bandwidth", "-u", "10", "127.0.0.1"})
+	one := regexp.MustCompile(`^[0-9]+\.[0-9]{6}\n$`)
+	if !one.MatchString(sout) || sout != cout {
+		t.Errorf("server printed %q, client %q; want the same single figure", sout, cout)
+	}
+}
+
 func TestPerfBadUsage(t *testing.T) {
 	for _, args := range [][]string{
 		{"perf"},
@@ -124,6 +136,9 @@ func TestPerfBadUsage(t *testing.T) {
 		{"perf", "write_bw", "-d", "x", "-A", "SWAP"},
 		{"perf", "write_bw", "-d", "x", "-n", "2"},
 		{"perf", "write_bw", "-d", "x", "h1", "h2"},
+		{"perf", "write_bw", "-d", "x", "--output=latency"},
+		{"perf", "write_lat", "-d", "x", "--output=speed"},
+		{"perf", "write_bw", "-d", "x", "-u", "40"},
 	} {
 		var o, e bytes.Buffer
 		if st := run(args, &o, &e); st == 0 {

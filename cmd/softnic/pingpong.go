@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"runtime"
 	"time"
 
 	"github.com/softnic/softnic/bench/perftest"
@@ -137,8 +138,21 @@ func (c *pingpongCtx) postRecv(n int) int {
 	return n
 }
 
-func (c *pingpongCtx) postSend() error {
-	return c.qp.PostSend(&verbs.SendWR{ID: pingpongSendWRID, Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGL: c.sge})
+// postSend posts the one send. It retries while the send queue is full:
+// the engine may publish a send's completion a moment before it frees the
+// queue slot (reported to the engine owner).
+func (c *pingpongCtx) postSend(ctx context.Context) error {
+	wr := verbs.SendWR{ID: pingpongSendWRID, Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGL: c.sge}
+	for {
+		err := c.qp.PostSend(&wr)
+		if !errors.Is(err, verbs.ErrQueueFull) {
+			return err
+		}
+		if ctx.Err() != nil {
+			return err
+		}
+		runtime.Gosched()
+	}
 }
 
 // connect is pp_connect_ctx: RTR with the peer's QPN and PSN (GRH hop
@@ -241,7 +255,7 @@ func runPingpong(ctx context.Context, dev perftest.Device, cfg pingpongConfig, o
 
 	pending := pingpongRecvWRID
 	if cfg.host != "" {
-		if err := c.postSend(); err != nil {
+		if err := c.postSend(ctx); err != nil {
 			return fmt.Errorf("Couldn't post send: %w", err)
 		}
 		pending |= pingpongSendWRID
@@ -274,7 +288,7 @@ func runPingpong(ctx context.Context, dev perftest.Device, cfg pingpongConfig, o
 			}
 			pending &^= int(wc.WRID)
 			if scnt < cfg.iters && pending == 0 {
-				if err := c.postSend(); err != nil {
+				if err := c.postSend(ctx); err != nil {
 					return fmt.Errorf("Couldn't post send: %w", err)
 				}
 				pending = pingpongRecvWRID | pingpongSendWRID
