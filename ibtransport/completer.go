@@ -190,15 +190,18 @@ func (q *QP) completeHead(st WCStatus) {
 	if st == WCSuccess && w.state == wqeSending {
 		q.progress(w.lastPSN.Add(1))
 	}
-	if st != WCSuccess || w.wr.Flags&SendSignaled != 0 {
-		wc := WC{WRID: w.wr.ID, Status: st, Opcode: wcOpcodeOf(w.wr.Opcode), QPN: q.qpn, SrcQP: q.destQPN}
+	// Free the slot before the completion is visible: a poster that saw
+	// the completion may reuse the slot at once, as libibverbs allows.
+	signaled := st != WCSuccess || w.wr.Flags&SendSignaled != 0
+	var wc WC
+	if signaled {
+		wc = WC{WRID: w.wr.ID, Status: st, Opcode: wcOpcodeOf(w.wr.Opcode), QPN: q.qpn, SrcQP: q.destQPN}
 		if st == WCSuccess {
 			wc.ByteLen = w.length
 			if w.wr.Opcode.isAtomic() {
 				wc.ByteLen = 8
 			}
 		}
-		q.sendCQ.push(&wc)
 	}
 	if r.reqIdx == r.compIdx {
 		// Retired before the requester re-sent it after a go-back.
@@ -208,6 +211,9 @@ func (q *QP) completeHead(st WCStatus) {
 	}
 	r.compIdx++
 	q.sq.head.Store(r.compIdx)
+	if signaled {
+		q.sendCQ.push(&wc)
+	}
 	if !q.outstanding() {
 		r.retransAt = 0
 	}

@@ -262,17 +262,17 @@ func (q *QP) flush() {
 	for r.compIdx != tail {
 		w := q.sqSlot(r.compIdx)
 		wc := WC{WRID: w.wr.ID, Status: WCWRFlushErr, Opcode: wcOpcodeOf(w.wr.Opcode), QPN: q.qpn, SrcQP: q.destQPN}
-		q.sendCQ.push(&wc)
 		r.compIdx++
-		q.sq.head.Store(r.compIdx)
+		q.sq.head.Store(r.compIdx) // the slot is free before its completion shows
+		q.sendCQ.push(&wc)
 	}
 	r.reqIdx = r.compIdx
 	r.rdAtomicOut = 0
 	if q.srq == nil {
 		for w := q.rq.peek(); w != nil; w = q.rq.peek() {
 			wc := WC{WRID: w.id, Status: WCWRFlushErr, Opcode: WCRecv, QPN: q.qpn, SrcQP: q.destQPN}
-			q.recvCQ.push(&wc)
 			q.rq.pop()
+			q.recvCQ.push(&wc)
 		}
 	}
 }

@@ -18,6 +18,11 @@ type DeviceConfig struct {
 	// RxBatch is how many frames the engine takes from the link at a time
 	// (default 64).
 	RxBatch int
+	// Resolve finds the MAC address of a peer when a QP is connected to it
+	// and SetNeighbor has no entry (for example roce.ResolveNeighbor over the
+	// kernel's neighbour table). Without it such peers get the broadcast
+	// address.
+	Resolve func(netip.Addr) ([6]byte, error)
 }
 
 // DeviceCounters count what the device did with frames, beyond the parse
@@ -41,6 +46,7 @@ type Device struct {
 	gids    []ibtransport.GID
 	mac     [6]byte
 	batch   int
+	resolve func(netip.Addr) ([6]byte, error)
 	Ctr     DeviceCounters
 	neighMu sync.Mutex
 	neigh   map[netip.Addr][6]byte
@@ -61,7 +67,7 @@ func NewDevice(link Link, cfg DeviceConfig) (*Device, error) {
 	if len(cfg.Addrs) == 0 {
 		return nil, fmt.Errorf("new RoCE device: no addresses: %w", ibtransport.ErrInvalidArgument)
 	}
-	d := &Device{link: link, mac: link.HardwareAddr(), batch: cfg.RxBatch, neigh: map[netip.Addr][6]byte{},
+	d := &Device{link: link, mac: link.HardwareAddr(), batch: cfg.RxBatch, resolve: cfg.Resolve, neigh: map[netip.Addr][6]byte{},
 		done: make(chan struct{})}
 	if d.batch <= 0 {
 		d.batch = 64
@@ -94,7 +100,8 @@ func (d *Device) GID(i int) (ibtransport.GID, error) {
 }
 
 // SetNeighbor records the MAC address of a peer IP address. Paths to
-// addresses without an entry use the broadcast address.
+// addresses without an entry ask DeviceConfig.Resolve, or else use the
+// broadcast address.
 func (d *Device) SetNeighbor(a netip.Addr, mac [6]byte) {
 	d.neighMu.Lock()
 	d.neigh[a.Unmap()] = mac
@@ -178,10 +185,21 @@ func (d *Device) Path(av *ibtransport.AddressVector, qpn uint32, pathMTU int) (i
 		p.encap.HopLimit = 64
 	}
 	d.neighMu.Lock()
-	if mac, ok := d.neigh[dst]; ok {
-		p.encap.DstMAC = mac
-	}
+	mac, ok := d.neigh[dst]
 	d.neighMu.Unlock()
+	switch {
+	case ok:
+		p.encap.DstMAC = mac
+	case d.resolve != nil:
+		// Runs on the engine goroutine, during ModifyQP to RTR: resolution
+		// is not on the packet path.
+		mac, err := d.resolve(dst)
+		if err != nil {
+			return nil, fmt.Errorf("resolve %v: %w", dst, err)
+		}
+		p.encap.DstMAC = mac
+		d.SetNeighbor(dst, mac)
+	}
 	p.hl = p.encap.HeaderLen()
 	ipLen := p.hl - ethHeaderLen
 	p.maxIB = d.link.MTU() - ipLen - ibtransport.ICRCLen

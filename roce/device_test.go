@@ -2,6 +2,7 @@ package roce_test
 
 import (
 	"context"
+	"errors"
 	"net/netip"
 	"testing"
 	"time"
@@ -116,4 +117,28 @@ func TestPathMTUMustFitLink(t *testing.T) {
 	_, _, _, _, _, _, err = devicePair(t, memlink.Config{MTU: 1500}, netip.MustParseAddr("10.2.0.1"),
 		netip.MustParseAddr("10.2.0.2"), ibtransport.MTU1024)
 	require.NoError(t, err)
+}
+
+func TestDeviceResolvesNeighbours(t *testing.T) {
+	la, lb := memlink.Pair(memlink.Config{})
+	t.Cleanup(func() { la.Close(); lb.Close() })
+	peer := netip.MustParseAddr("10.3.0.2")
+	asked := 0
+	d, err := roce.NewDevice(la, roce.DeviceConfig{Addrs: []netip.Addr{netip.MustParseAddr("10.3.0.1")},
+		Resolve: func(a netip.Addr) ([6]byte, error) {
+			asked++
+			if a != peer {
+				return [6]byte{}, errors.New("no route")
+			}
+			return [6]byte{2, 3, 4, 5, 6, 7}, nil
+		}})
+	require.NoError(t, err)
+	t.Cleanup(func() { d.Close() })
+	_, err = d.Path(&ibtransport.AddressVector{DGID: roce.GIDFromAddr(netip.MustParseAddr("10.3.0.9"))}, 5, 1024)
+	require.Error(t, err)
+	_, err = d.Path(&ibtransport.AddressVector{DGID: roce.GIDFromAddr(peer)}, 5, 1024)
+	require.NoError(t, err)
+	_, err = d.Path(&ibtransport.AddressVector{DGID: roce.GIDFromAddr(peer)}, 6, 1024)
+	require.NoError(t, err)
+	require.Equal(t, 2, asked, "the second path to the peer uses the cached entry")
 }

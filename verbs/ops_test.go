@@ -365,3 +365,30 @@ func TestSharedReceiveQueue(t *testing.T) {
 	}
 	require.Equal(t, 0, srq.Len())
 }
+
+// TestSendQueueDepthOne posts again as soon as the completion is polled,
+// with room for one work request: the slot must be free by then.
+func TestSendQueueDepthOne(t *testing.T) {
+	o := defaultOpts()
+	o.sendWR, o.recvWR = 1, 1
+	_, x, y := connectedPair(t, memlink.Config{}, o)
+	lmr, _ := regMR(t, x.pd, 64, allAccess)
+	rmr, _ := regMR(t, y.pd, 64, allAccess)
+	for i := range 500 {
+		op := verbs.WRRDMARead
+		if i%2 == 0 {
+			op = verbs.WRRDMAWrite
+		}
+		require.NoError(t, x.qp.PostSend(&verbs.SendWR{ID: uint64(i), Opcode: op, Flags: verbs.SendSignaled,
+			SGL: []verbs.SGE{lmr.SGE(0, 64)}, RemoteAddr: rmr.Addr(), RKey: rmr.RKey()}))
+		waitOK(t, x.scq, uint64(i))
+	}
+	// The same for receives.
+	for i := range 200 {
+		require.NoError(t, y.qp.PostRecv(&verbs.RecvWR{ID: uint64(i), SGL: []verbs.SGE{rmr.SGE(0, 64)}}))
+		require.NoError(t, x.qp.PostSend(&verbs.SendWR{ID: uint64(i), Opcode: verbs.WRSend, Flags: verbs.SendSignaled,
+			SGL: []verbs.SGE{lmr.SGE(0, 8)}}))
+		waitOK(t, y.rcq, uint64(i))
+		waitOK(t, x.scq, uint64(i))
+	}
+}
