@@ -134,6 +134,7 @@ const (
 	MaxSGE          = 256
 	MaxInline       = 4096
 	MaxRdAtomic     = 16
+	MaxCQE          = 1 << 22
 	maxUnackedPSNs  = 128 // like rxe: the requester's window of unacknowledged PSNs
 	ackReqInterval  = 64  // AckReq at least every this many packets
 	packetBudget    = 64  // packets a QP may send per engine pass

@@ -229,7 +229,7 @@ type CQ struct {
 // NewCQ returns a CQ holding at least n completions, attached to ch (which
 // may be nil).
 func NewCQ(n int, ch *CompChannel) (*CQ, error) {
-	if n <= 0 || n > 1<<22 {
+	if n <= 0 || n > MaxCQE {
 		return nil, fmt.Errorf("create CQ of %d entries: %w", n, ErrInvalidArgument)
 	}
 	size := 1 << bits.Len(uint(n-1))

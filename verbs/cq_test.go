@@ -118,3 +118,24 @@ func TestCQOverrun(t *testing.T) {
 	_, err = x.scq.Poll(wcs[:])
 	require.ErrorIs(t, err, verbs.ErrCQOverflow)
 }
+
+func TestDeviceQueryLimits(t *testing.T) {
+	p := newPair(t, memlink.Config{})
+	a := p.a.Query()
+	require.Equal(t, 1, a.PhysPortCnt)
+	_, err := p.a.CreateCQ(a.MaxCQE+1, nil)
+	require.ErrorIs(t, err, verbs.ErrInvalidArgument)
+	pd := p.a.AllocPD()
+	cq, err := p.a.CreateCQ(16, nil)
+	require.NoError(t, err)
+	_, err = pd.CreateQP(&verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, Cap: verbs.QPCap{MaxSendWR: a.MaxQPWR + 1, MaxRecvWR: 1}})
+	require.ErrorIs(t, err, verbs.ErrInvalidArgument)
+	_, err = pd.CreateQP(&verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: a.MaxSGE + 1}})
+	require.ErrorIs(t, err, verbs.ErrInvalidArgument)
+	// A CQ belongs to one device: the first whose QP uses it.
+	_, err = pd.CreateQP(&verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: 1}})
+	require.NoError(t, err)
+	pdB := p.b.AllocPD()
+	_, err = pdB.CreateQP(&verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: 1}})
+	require.ErrorIs(t, err, verbs.ErrInvalidArgument)
+}

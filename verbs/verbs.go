@@ -191,3 +191,23 @@ func (d *Device) CreateCQ(n int, ch *CompChannel) (*CQ, error) { return ibtransp
 // NewCompChannel creates a completion event channel
 // (ibv_create_comp_channel).
 func (d *Device) NewCompChannel() *CompChannel { return ibtransport.NewCompChannel() }
+
+// DeviceAttr are a device's limits (the ibv_device_attr fields programs
+// size their queues and requests by).
+type DeviceAttr struct {
+	MaxQPWR         int // work requests per send or receive queue
+	MaxSGE          int // SGEs per work request
+	MaxCQE          int // completions per CQ
+	MaxInlineData   int // bytes of inline data per work request
+	MaxQPRdAtom     int // max_rd_atomic / max_dest_rd_atomic
+	MaxMsgSize      int // bytes per message
+	AtomicHostOrder bool
+	PhysPortCnt     int
+}
+
+// Query returns the device's limits (ibv_query_device).
+func (d *Device) Query() DeviceAttr {
+	return DeviceAttr{MaxQPWR: ibtransport.MaxQPWR, MaxSGE: ibtransport.MaxSGE, MaxCQE: ibtransport.MaxCQE,
+		MaxInlineData: ibtransport.MaxInline, MaxQPRdAtom: ibtransport.MaxRdAtomic, MaxMsgSize: 1 << 31,
+		AtomicHostOrder: true, PhysPortCnt: 1}
+}
