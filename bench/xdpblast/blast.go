@@ -34,6 +34,7 @@ type Result struct {
 	SenderStats    xdp.Stats
 	ReceiverStats  xdp.Stats
 	Program        bpf.Stats
+	VethDropped    uint64 // frames the sending veth dropped (receiver queue full)
 }
 
 // FramesPerSecond is the receive rate.
@@ -171,6 +172,10 @@ func Run(ctx context.Context, o Options) (res Result, err error) {
 	res.SenderStats, _ = tx.Stats()
 	res.ReceiverStats, _ = rx.Stats()
 	res.Program, _ = prog.Stats()
+	// veth drops what its peer's queue cannot take before XDP sees it.
+	if l, err := pair.A.Link(); err == nil && l.Attrs().Statistics != nil {
+		res.VethDropped = l.Attrs().Statistics.TxDropped
+	}
 	if received == 0 {
 		return res, fmt.Errorf("no frame arrived (sent %d; receiver %+v)", res.Sent, res.ReceiverStats)
 	}

@@ -64,7 +64,7 @@ func main() {
 		}
 		fmt.Printf("%8d %6d %12d %14d %10.0f %10.2f\n", size, mtuShown, r.Sent, r.Received, r.FramesPerSecond(), r.Gbps())
 		if *verbose {
-			fmt.Printf("  sender   %+v\n  receiver %+v\n  program  %+v\n", r.SenderStats, r.ReceiverStats, r.Program)
+			fmt.Printf("  sender   %+v\n  receiver %+v\n  program  %+v\n  veth dropped %d\n", r.SenderStats, r.ReceiverStats, r.Program, r.VethDropped)
 		}
 		if ctx.Err() != nil {
 			break
