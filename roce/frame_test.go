@@ -245,6 +245,20 @@ func TestGIDs(t *testing.T) {
 	assert.False(t, IsIPv4GID(GIDFromAddr(v6)))
 }
 
+func TestUDPSourcePortMatchesRxe(t *testing.T) {
+	// Linux 6.1 rdma_rxe, QP 0x11 to QP 0x11, no flow label: every RC frame
+	// in testdata/rxe-*.pcap has source port 49441.
+	assert.Equal(t, uint16(49441), UDPSourcePort(0, 0x11, 0x11))
+	// A flow label given in the address vector is used as it is, folded.
+	assert.Equal(t, uint16(0xc000|0x0001^0x3f), UDPSourcePort(0xfc001, 1, 2))
+	// The computed flow label fills 20 bits and is symmetric.
+	assert.Equal(t, FlowLabel(0x1234, 0xabcd), FlowLabel(0xabcd, 0x1234))
+	for q := uint32(1); q < 5000; q += 7 {
+		p := UDPSourcePort(0, q, q+1)
+		assert.GreaterOrEqual(t, p, uint16(0xc000))
+	}
+}
+
 func TestSourcePort(t *testing.T) {
 	seen := map[uint16]bool{}
 	for q := uint32(1); q < 1000; q++ {

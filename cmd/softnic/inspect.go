@@ -198,5 +198,8 @@ func describePacket(w *strings.Builder, p *ibtransport.Packet) {
 	if p.IETH != nil {
 		fmt.Fprintf(w, " inv_rkey=0x%08x", p.IETH.RKey())
 	}
-	fmt.Fprintf(w, " payload=%d ", len(p.Payload))
+	if p.Info().HasPayload {
+		fmt.Fprintf(w, " payload=%d", len(p.Payload))
+	}
+	w.WriteByte(' ')
 }

@@ -83,6 +83,20 @@ func TestInspectGoodCapture(t *testing.T) {
 	assert.Equal(t, "3 frames: 2 RoCEv2 (2 good, 0 bad), 1 other", lines[2])
 }
 
+// TestInspectGoldenCaptures runs inspect over the captures of real rxe peers
+// and hardware NICs: every frame is RoCEv2 and good.
+func TestInspectGoldenCaptures(t *testing.T) {
+	files, err := filepath.Glob("../../roce/testdata/*.pcap")
+	require.NoError(t, err)
+	require.NotEmpty(t, files)
+	for _, path := range files {
+		code, out, errOut := runCmd("inspect", path)
+		assert.Equal(t, 0, code, "%s: %s%s", path, out, errOut)
+		assert.NotContains(t, out, "BAD", path)
+		assert.Regexp(t, `\d+ frames: (\d+) RoCEv2 \(\d+ good, 0 bad\), 0 other`, out, path)
+	}
+}
+
 func TestInspectBadICRC(t *testing.T) {
 	bad := roceFrame(t, ibtransport.OpRCSendOnly, 64)
 	bad[60] ^= 0x10
