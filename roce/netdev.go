@@ -27,6 +27,29 @@ type Netdev struct {
 	MAC   [6]byte
 	// GIDs are the interface's addresses in GID-table order (see GIDTable).
 	GIDs []netip.Addr
+	// Up reports whether the interface is operationally up (port state
+	// ACTIVE rather than DOWN).
+	Up bool
+}
+
+// maxRoCEHeaders is what rxe reserves below the link MTU for the headers of
+// a RoCEv2 packet (RXE_MAX_HDR_LENGTH) when choosing the active IB MTU.
+const maxRoCEHeaders = 80
+
+// ActiveMTU returns the port's active IB MTU in bytes (256..4096), chosen
+// like Linux rxe does: the largest IB MTU that fits the link MTU less 80
+// bytes of headers; 1500 gives 1024 and 9000 gives 4096.
+func (nd *Netdev) ActiveMTU() int { return ActiveIBMTU(nd.MTU) }
+
+// ActiveIBMTU is ActiveMTU for a link MTU.
+func ActiveIBMTU(linkMTU int) int {
+	room := linkMTU - maxRoCEHeaders
+	for mtu := 4096; mtu > 256; mtu /= 2 {
+		if mtu <= room {
+			return mtu
+		}
+	}
+	return 256
 }
 
 // LookupNetdev reads the interface named ifname in the calling thread's
@@ -37,7 +60,8 @@ func LookupNetdev(ifname string) (*Netdev, error) {
 		return nil, fmt.Errorf("interface %q: %w", ifname, err)
 	}
 	a := l.Attrs()
-	nd := &Netdev{Name: a.Name, Index: a.Index, MTU: a.MTU}
+	nd := &Netdev{Name: a.Name, Index: a.Index, MTU: a.MTU,
+		Up: a.OperState == netlink.OperUp || (a.OperState == netlink.OperUnknown && a.Flags&net.FlagUp != 0)}
 	copy(nd.MAC[:], a.HardwareAddr)
 	if nd.GIDs, err = gidTable(l); err != nil {
 		return nil, err

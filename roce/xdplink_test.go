@@ -23,7 +23,7 @@ func TestNetdevAndNeighbors(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if nd.MTU != 9000 || !bytes.Equal(nd.MAC[:], pair.A.MAC) || nd.Index != pair.A.Ifindex {
+		if nd.MTU != 9000 || !bytes.Equal(nd.MAC[:], pair.A.MAC) || nd.Index != pair.A.Ifindex || !nd.Up || nd.ActiveMTU() != 4096 {
 			t.Errorf("netdev %+v, want MTU 9000, MAC %v, index %d", nd, pair.A.MAC, pair.A.Ifindex)
 		}
 		// Link-local first, then IPv4, then global IPv6.
@@ -56,6 +56,16 @@ func TestNetdevAndNeighbors(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestActiveIBMTU(t *testing.T) {
+	for _, c := range []struct{ link, ib int }{
+		{9000, 4096}, {4176, 4096}, {4175, 2048}, {1500, 1024}, {1104, 1024}, {1103, 512}, {576, 256}, {68, 256},
+	} {
+		if got := ActiveIBMTU(c.link); got != c.ib {
+			t.Errorf("ActiveIBMTU(%d) = %d, want %d", c.link, got, c.ib)
+		}
 	}
 }
 
