@@ -155,3 +155,23 @@ exit 1
 	// of pcap header.
 	require.Greater(t, st.Size(), int64(24+6*1000), "capture holds the RoCEv2 frames")
 }
+
+// TestGuestWatchdogStopsHungScript checks that ScriptTimeout ends a hung
+// script with status 124 and a list of what each process waits on.
+func TestGuestWatchdogStopsHungScript(t *testing.T) {
+	requireGuestTools(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	img := buildTestImage(t, ctx)
+	res, err := Boot(ctx, img, Config{
+		Name:          "hung",
+		Script:        "echo started\nsleep 600\necho must not finish\n",
+		ScriptTimeout: 3 * time.Second,
+	})
+	require.NoError(t, err)
+	require.Equal(t, 124, res.ExitStatus, "output:\n%s", res.Output)
+	require.Contains(t, res.Output, "started")
+	require.Contains(t, res.Output, "script timed out after 3s")
+	require.Regexp(t, `(?m)^\d+ sleep \S+ sleep 600 $`, res.Output, "the hung process and its wait channel")
+	require.NotContains(t, res.Output, "must not finish")
+}
