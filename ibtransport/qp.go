@@ -598,3 +598,22 @@ func (q *QP) PostRecv(wr *RecvWR) error {
 	q.e.wake()
 	return nil
 }
+
+// DebugState describes the QP's protocol state (PSNs, queue positions,
+// timers) for diagnostics; it is taken on the engine goroutine.
+func (q *QP) DebugState() string {
+	var s string
+	_ = q.e.do(func() error {
+		r, p := &q.req, &q.resp
+		s = fmt.Sprintf("QP %d %v: sq tail %d req %d comp %d sqPSN %d compPSN %d rdAtomic %d retries %d/%d retransAt %d rnrAt %d retried %v@%d; "+
+			"resp ePSN %d msn %d mode %d nakSent %v jobs %d errPending %v; now %d",
+			q.qpn, q.st, q.sq.tail.Load(), r.reqIdx, r.compIdx, r.sqPSN, r.compPSN, r.rdAtomicOut, r.retryLeft, r.rnrLeft,
+			r.retransAt, r.rnrAt, r.retried, r.retryPSN, p.ePSN, p.msn, p.mode, p.nakSent, p.jobTail-p.jobHead, p.errPending, q.e.now())
+		if r.compIdx != q.sq.tail.Load() {
+			w := q.sqSlot(r.compIdx)
+			s += fmt.Sprintf("; head WQE %v len %d state %d PSNs %d..%d next %d", w.wr.Opcode, w.length, w.state, w.firstPSN, w.lastPSN, w.nextPSN)
+		}
+		return nil
+	})
+	return s
+}

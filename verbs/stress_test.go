@@ -87,7 +87,7 @@ func (d *stressDir) run(t *testing.T, n int) error {
 	posted, done := 0, 0
 	nextID := uint64(0)
 	tmp := make([]byte, d.maxSize)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	for done < n {
 		for posted < n && len(pending) < d.window {
@@ -147,7 +147,8 @@ func (d *stressDir) run(t *testing.T, n int) error {
 		}
 		got, err := d.req.scq.Wait(ctx, wcs[:])
 		if err != nil {
-			return fmt.Errorf("%s: waiting after %d of %d: %w", d.name, done, n, err)
+			return fmt.Errorf("%s: waiting after %d of %d: %w\nrequester %s\nresponder %s", d.name, done, n, err,
+				d.req.qp.DebugState(), d.resp.qp.DebugState())
 		}
 		for _, wc := range wcs[:got] {
 			want := uint64(done)
