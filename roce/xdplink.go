@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"runtime"
 	"sync/atomic"
 	"time"
 
@@ -115,6 +116,10 @@ func OpenXDPLink(ifname string, cfg XDPLinkConfig) (l *XDPLink, err error) {
 	if l.wakeFD, err = unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC); err != nil {
 		return l, fmt.Errorf("AF_XDP link on %q: eventfd: %w", ifname, err)
 	}
+	// Wake may be called from any goroutine, even racing with Close, so
+	// the eventfd is closed only once nothing can reach the link any more:
+	// closing it in Close could make a late Wake write to a reused fd.
+	runtime.AddCleanup(l, func(fd int) { unix.Close(fd) }, l.wakeFD)
 	if l.prog, err = bpf.Attach(ifname, cfg.Mode); err != nil {
 		return l, fmt.Errorf("AF_XDP link: %w", err)
 	}
@@ -415,7 +420,6 @@ func (l *XDPLink) Close() error {
 		var one [8]byte
 		binary.NativeEndian.PutUint64(one[:], 1)
 		unix.Write(l.wakeFD, one[:]) // a Wait still in ppoll returns
-		unix.Close(l.wakeFD)
 	}
 	return errors.Join(errs...)
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"os"
+	"runtime"
 	"testing"
 	"time"
 
@@ -27,7 +29,7 @@ func TestNetdevAndNeighbors(t *testing.T) {
 			t.Errorf("netdev %+v, want MTU 9000, MAC %v, index %d", nd, pair.A.MAC, pair.A.Ifindex)
 		}
 		// Link-local first, then IPv4, then global IPv6.
-		if len(nd.GIDs) != 3 || !nd.GIDs[0].IsLinkLocalUnicast() {
+		if len(nd.GIDs) != 3 || nd.GIDs[0] != DefaultGID(nd.MAC) {
 			t.Fatalf("GIDs %v, want the link-local address first and 3 in all", nd.GIDs)
 		}
 		want := []netip.Addr{nd.GIDs[0], pair.A.Addr4(), pair.A.Addr6()}
@@ -308,5 +310,46 @@ func TestXDPLinkHotPathAllocs(t *testing.T) {
 		if received == 0 {
 			t.Errorf("MTU %d: nothing received", mtu)
 		}
+	}
+}
+
+// Opening and closing links leaks no file descriptors (sockets, eventfds,
+// BPF objects), once closed links are garbage.
+func TestXDPLinkNoFDLeak(t *testing.T) {
+	netnstest.RequireRoot(t)
+	pair := netnstest.NewT(t, netnstest.Config{})
+	count := func() int {
+		entries, err := os.ReadDir("/proc/self/fd")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(entries)
+	}
+	cycle := func() {
+		var l *XDPLink
+		if err := pair.A.Do(func() (err error) {
+			l, err = OpenXDPLink(pair.A.Ifname, XDPLinkConfig{Addrs: []netip.Addr{pair.A.Addr4()}, Socket: xdp.Config{NumFrames: 64}})
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		l.Wake()
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cycle()
+	runtime.GC()
+	time.Sleep(10 * time.Millisecond)
+	before := count()
+	for range 20 {
+		cycle()
+	}
+	for range 3 {
+		runtime.GC()
+		time.Sleep(10 * time.Millisecond)
+	}
+	if after := count(); after > before+2 {
+		t.Errorf("%d file descriptors before 20 open/close cycles, %d after", before, after)
 	}
 }

@@ -318,7 +318,15 @@ func (s *Socket) open() error {
 		flags |= unix.XDP_USE_SG
 	}
 	sa := &unix.SockaddrXDP{Flags: flags, Ifindex: uint32(s.ifindex), QueueID: uint32(s.queue)}
-	if err := unix.Bind(fd, sa); err != nil {
+	// The kernel detaches a closed socket's buffer pool from its queue in a
+	// deferred work item, so a socket closed just before (a restart, the
+	// previous test) can hold the queue for a moment: retry EBUSY briefly.
+	err = unix.Bind(fd, sa)
+	for deadline := time.Now().Add(time.Second); errors.Is(err, unix.EBUSY) && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+		err = unix.Bind(fd, sa)
+	}
+	if err != nil {
 		switch {
 		case errors.Is(err, unix.ENODEV) || errors.Is(err, unix.ENXIO):
 			return fmt.Errorf("bind: %w: %v", ErrNoInterface, err)

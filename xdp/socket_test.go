@@ -325,3 +325,38 @@ func TestSocketPerQueue(t *testing.T) {
 	sendFrame(t, a1, frame(999))
 	waitProg(t, b, func(s bpfStats) bool { return s.PassNoSocket == 11 })
 }
+
+// A socket opened right after the previous one on the same queue was closed
+// (the kernel frees the queue asynchronously) binds and works.
+func TestReopenAfterClose(t *testing.T) {
+	netnstest.RequireRoot(t)
+	pair := netnstest.NewT(t, netnstest.Config{})
+	cfg := Config{NumFrames: 256}
+	b := setupSide(t, &pair.B, cfg)
+	var a *Socket
+	if err := pair.A.Do(func() (err error) { a, err = Open(pair.A.Ifindex, 0, cfg); return err }); err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	buf := make([]byte, 300)
+	for round := 0; round < 5; round++ {
+		old := b.sock
+		old.Close()
+		var s *Socket
+		start := time.Now()
+		if err := pair.B.Do(func() (err error) { s, err = Open(pair.B.Ifindex, 0, cfg); return err }); err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		b.sock = s
+		t.Logf("round %d: reopened after %v", round, time.Since(start))
+		if err := b.prog.SetSocket(0, s.FD()); err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < 20; i++ {
+			sendFrame(t, a, udpFrame(buf, 300, pair.A.MAC, pair.B.MAC, pair.A.Addr4(), pair.B.Addr4(), uint32(i)))
+		}
+		if got := receiveFrames(t, s, 20, 5*time.Second); len(got) != 20 {
+			t.Fatalf("round %d: %d frames", round, len(got))
+		}
+	}
+}
