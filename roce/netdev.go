@@ -69,11 +69,13 @@ func LookupNetdev(ifname string) (*Netdev, error) {
 	return nd, nil
 }
 
-// GIDTable returns the addresses of the interface named ifname as a GID
-// table, ordered like Linux rxe's: IPv6 link-local addresses first (rxe's
-// default GID 0 is the link-local address derived from the MAC), then IPv4
-// addresses (as IPv4-mapped GIDs), then the other IPv6 addresses, each group
-// in the kernel's order. Tentative and DAD-failed addresses are left out.
+// GIDTable returns the GID table of the interface named ifname, ordered
+// like the Linux GID cache does for a RoCE device (softnic lists only RoCE v2
+// entries): GID 0 is the default GID, the IPv6 link-local address derived
+// from the MAC (EUI-64), present whether or not the kernel has configured it
+// yet, so GID indexes do not depend on IPv6 duplicate address detection;
+// then the IPv4 addresses (as IPv4-mapped GIDs); then the other IPv6
+// addresses. Tentative and DAD-failed addresses are left out.
 func GIDTable(ifname string) ([]netip.Addr, error) {
 	l, err := netlink.LinkByName(ifname)
 	if err != nil {
@@ -82,12 +84,22 @@ func GIDTable(ifname string) ([]netip.Addr, error) {
 	return gidTable(l)
 }
 
+// DefaultGID returns the link-local IPv6 address derived from mac: the
+// modified EUI-64 interface identifier under fe80::/64.
+func DefaultGID(mac [6]byte) netip.Addr {
+	a := [16]byte{0: 0xfe, 1: 0x80}
+	a[8], a[9], a[10] = mac[0]^0x02, mac[1], mac[2]
+	a[11], a[12] = 0xff, 0xfe
+	a[13], a[14], a[15] = mac[3], mac[4], mac[5]
+	return netip.AddrFrom16(a)
+}
+
 func gidTable(l netlink.Link) ([]netip.Addr, error) {
 	addrs, err := netlink.AddrList(l, netlink.FAMILY_ALL)
 	if err != nil {
 		return nil, fmt.Errorf("addresses of %q: %w", l.Attrs().Name, err)
 	}
-	var linkLocal, v4, v6 []netip.Addr
+	var v4, v6 []netip.Addr
 	for _, a := range addrs {
 		if a.Flags&(unix.IFA_F_TENTATIVE|unix.IFA_F_DADFAILED) != 0 {
 			continue
@@ -97,17 +109,20 @@ func gidTable(l netlink.Link) ([]netip.Addr, error) {
 			continue
 		}
 		ip = ip.Unmap()
-		switch {
-		case ip.Is4():
+		if ip.Is4() {
 			v4 = append(v4, ip)
-		case ip.IsLinkLocalUnicast():
-			linkLocal = append(linkLocal, ip)
-		default:
+		} else {
 			v6 = append(v6, ip)
 		}
 	}
-	gids := slices.Concat(linkLocal, v4, v6)
-	if len(gids) == 0 {
+	var gids []netip.Addr
+	if mac := l.Attrs().HardwareAddr; len(mac) == 6 {
+		def := DefaultGID([6]byte(mac))
+		gids = append(gids, def)
+		v6 = slices.DeleteFunc(v6, func(a netip.Addr) bool { return a == def })
+	}
+	gids = slices.Concat(gids, v4, v6)
+	if len(v4)+len(v6) == 0 {
 		return nil, fmt.Errorf("GID table of %q: %w", l.Attrs().Name, ErrNoAddresses)
 	}
 	return gids, nil
