@@ -497,3 +497,59 @@ func TestRKeysAreUnpredictable(t *testing.T) {
 		require.InDelta(t, n/2, c, n/8, "bit %d set %d times of %d", b, c, n)
 	}
 }
+
+// TestHostileResponder answers a verbs requester with malformed responses:
+// too much READ data, responses of the wrong kind or for PSNs never sent.
+// None may write outside the READ's SGL or complete the READ wrongly.
+func TestHostileResponder(t *testing.T) {
+	r := newRawPeer(t, allAccess)
+	v := r.victim
+	require.NoError(t, v.qp.Modify(&verbs.QPAttr{State: verbs.QPSRTS, SQPSN: 5000, Timeout: 0, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 4},
+		verbs.QPAttrState|verbs.QPAttrSQPSN|verbs.QPAttrTimeout|verbs.QPAttrRetryCnt|verbs.QPAttrRNRRetry|verbs.QPAttrMaxQPRdAtomic))
+	g := newGuarded(t, v.pd, 4096, allAccess, 1)
+	// READ 100 bytes into the middle of the region.
+	require.NoError(t, v.qp.PostSend(&verbs.SendWR{ID: 1, Opcode: verbs.WRRDMARead, Flags: verbs.SendSignaled,
+		SGL: []verbs.SGE{g.mr.SGE(1000, 100)}, RemoteAddr: 0x10000, RKey: 0x1234}))
+	op, psn, _, _ := r.response()
+	require.Equal(t, ibtransport.OpRCReadRequest, op)
+	require.Equal(t, ibtransport.PSN(5000), psn)
+	resp := func(op ibtransport.Opcode, psn ibtransport.PSN, n int, b byte) {
+		r.send(op, psn, n, func(p *ibtransport.Packet) {
+			if p.AETH != nil {
+				p.AETH.SetSyndrome(ibtransport.ACKSyndrome(ibtransport.UnlimitedCredits))
+			}
+			for i := range p.Payload {
+				p.Payload[i] = b
+			}
+		})
+	}
+	resp(ibtransport.OpRCReadResponseOnly, 5000, 1024, 0xaa)                   // too long
+	resp(ibtransport.OpRCReadResponseOnly, 5000, 50, 0xab)                     // too short
+	resp(ibtransport.OpRCReadResponseFirst, 5000, 1024, 0xac)                  // FIRST of a one-packet READ
+	resp(ibtransport.OpRCAtomicAcknowledge, 5000, 0, 0)                        // wrong kind
+	resp(ibtransport.OpRCReadResponseOnly, 5001, 100, 0xad)                    // PSN never sent
+	r.send(ibtransport.OpRCAcknowledge, 5003, 0, func(p *ibtransport.Packet) { // ACK far ahead
+		p.AETH.SetSyndrome(ibtransport.ACKSyndrome(ibtransport.UnlimitedCredits))
+	})
+	noWC(t, v.scq)
+	g.unchanged(t)
+	require.GreaterOrEqual(t, v.dev.Counters().RxBadResponse.Load(), uint64(5))
+	// The right response completes the READ, placing exactly 100 bytes.
+	resp(ibtransport.OpRCReadResponseOnly, 5000, 100, 0xee)
+	waitOK(t, v.scq, 1)
+	for i := range 100 {
+		g.orig[guardLen+1000+i] = 0xee
+	}
+	g.unchanged(t)
+	// A NAK with an error fails the next work request with its status.
+	require.NoError(t, v.qp.PostSend(&verbs.SendWR{ID: 2, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
+		SGL: []verbs.SGE{g.mr.SGE(0, 10)}, RemoteAddr: 0x10000, RKey: 0x1234}))
+	_, psn, _, _ = r.response()
+	r.send(ibtransport.OpRCAcknowledge, psn, 0, func(p *ibtransport.Packet) {
+		p.AETH.SetSyndrome(ibtransport.NAKSyndrome(ibtransport.NAKRemoteOperationalError))
+	})
+	wc := waitWC(t, v.scq)
+	require.Equal(t, uint64(2), wc.WRID)
+	require.Equal(t, verbs.WCRemOpErr, wc.Status)
+	g.unchanged(t)
+}
