@@ -16,6 +16,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"time"
 )
 
 //go:embed init.sh
@@ -107,6 +108,7 @@ func Build(ctx context.Context, cacheDir string) (*Image, error) {
 	if err := os.MkdirAll(cacheDir, 0o755); err != nil {
 		return nil, fmt.Errorf("create cache dir: %w", err)
 	}
+	removeStaleBuilds(cacheDir)
 	work, err := os.MkdirTemp(cacheDir, "build-")
 	if err != nil {
 		return nil, fmt.Errorf("create build dir: %w", err)
@@ -124,6 +126,17 @@ func Build(ctx context.Context, cacheDir string) (*Image, error) {
 		return nil, fmt.Errorf("install image into cache: %w", err)
 	}
 	return loadImage(dir)
+}
+
+// removeStaleBuilds deletes build directories that a killed Build left
+// behind; an hour is far longer than any build takes.
+func removeStaleBuilds(cacheDir string) {
+	dirs, _ := filepath.Glob(filepath.Join(cacheDir, "build-*"))
+	for _, d := range dirs {
+		if st, err := os.Stat(d); err == nil && time.Since(st.ModTime()) > time.Hour {
+			os.RemoveAll(d)
+		}
+	}
 }
 
 func loadImage(dir string) (*Image, error) {

@@ -169,7 +169,10 @@ var scenarioTimeout = 2 * time.Minute
 func capture(ctx context.Context, img *rxeguest.Image, s scenario, outDir string) error {
 	ctx, cancel := context.WithTimeout(ctx, scenarioTimeout)
 	defer cancel()
-	n, err := rxeguest.NewNetwork(ctx, rxeguest.NetworkConfig{Name: "rxecap", Taps: 2})
+	if err := rxeguest.SweepNetworks("rxecap"); err != nil {
+		return err
+	}
+	n, err := rxeguest.NewNetwork(ctx, rxeguest.NetworkConfig{Name: fmt.Sprintf("rxecap%d", os.Getpid()), Taps: 2})
 	if err != nil {
 		return err
 	}
