@@ -13,6 +13,11 @@ all: build
 build:
 	$(GO) build -o $(BIN) ./cmd/softnic
 
+# The main job: two namespaces joined by a veth pair, a softnic server and a
+# client running a ping-pong and an RDMA WRITE bandwidth test over AF_XDP.
+demo: build
+	bash bench/demo.sh
+
 # The whole suite: unit, fault-injection, integration (root) and interop (root + qemu).
 test:
 	$(GO) test -count=1 -timeout 30m $(PKGS)
