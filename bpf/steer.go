@@ -44,10 +44,13 @@ type Stats struct {
 
 // Program is the steering program attached to one interface.
 type Program struct {
-	objs    softnicObjects
-	link    link.Link
-	ifindex int
-	ifname  string
+	objs      softnicObjects
+	link      link.Link
+	ifindex   int
+	ifname    string
+	mode      Mode
+	nativeErr error
+	closed    bool
 }
 
 // Attach loads the steering program and attaches it to the interface named
@@ -81,7 +84,21 @@ func Attach(ifname string, mode Mode) (*Program, error) {
 	case ModeGeneric:
 		flags = link.XDPGenericMode
 	}
+	p.mode = mode
 	p.link, err = link.AttachXDP(link.XDPOptions{Program: p.objs.SoftnicSteer, Interface: ifc.Index, Flags: flags})
+	if err != nil && mode == ModeAuto && !errors.Is(err, unix.EBUSY) && !errors.Is(err, unix.EEXIST) &&
+		!errors.Is(err, unix.EPERM) && !errors.Is(err, unix.EACCES) {
+		// The driver has native XDP but refuses this program (queue
+		// layout, MTU, missing multi-buffer support): generic XDP still
+		// works, only slower.
+		var gerr error
+		p.link, gerr = link.AttachXDP(link.XDPOptions{Program: p.objs.SoftnicSteer, Interface: ifc.Index, Flags: link.XDPGenericMode})
+		if gerr == nil {
+			p.mode, p.nativeErr, err = ModeGeneric, err, nil
+		} else {
+			err = fmt.Errorf("native: %w; generic: %v", err, gerr)
+		}
+	}
 	if err != nil {
 		p.objs.Close()
 		switch {
@@ -94,6 +111,14 @@ func Attach(ifname string, mode Mode) (*Program, error) {
 	}
 	return p, nil
 }
+
+// Mode returns how the program was attached: the mode asked for, or
+// ModeGeneric when ModeAuto fell back to generic XDP.
+func (p *Program) Mode() Mode { return p.mode }
+
+// NativeError returns why native attachment was refused when ModeAuto fell
+// back to generic XDP, and nil otherwise.
+func (p *Program) NativeError() error { return p.nativeErr }
 
 // Ifindex returns the index of the interface the program is attached to.
 func (p *Program) Ifindex() int { return p.ifindex }
@@ -176,8 +201,12 @@ func (p *Program) Stats() (Stats, error) {
 }
 
 // Close detaches the program and frees its maps. Frames flow to the kernel
-// as before Attach.
+// as before Attach. Further calls do nothing.
 func (p *Program) Close() error {
+	if p.closed {
+		return nil
+	}
+	p.closed = true
 	var errs []error
 	if p.link != nil {
 		if err := p.link.Close(); err != nil {

@@ -245,3 +245,52 @@ func TestAttachWithoutPrivileges(t *testing.T) {
 	t.Logf("error shown: %v", err)
 	assertNoXDP(t, &pair.A)
 }
+
+// When the driver refuses the program in native mode (here: veth needs at
+// least as many RX queues as its peer has TX queues), ModeAuto falls back
+// to generic XDP and says why native mode was refused.
+func TestAutoFallsBackToGeneric(t *testing.T) {
+	netnstest.RequireRoot(t)
+	pair := netnstest.NewT(t, netnstest.Config{})
+	var p *Program
+	err := pair.A.Do(func() error {
+		err := netlink.LinkAdd(&netlink.Veth{
+			LinkAttrs: netlink.LinkAttrs{Name: "vq0", NumRxQueues: 1, NumTxQueues: 1},
+			PeerName:  "vq1", PeerNumTxQueues: 4, PeerNumRxQueues: 1,
+		})
+		if err != nil {
+			return err
+		}
+		for _, n := range []string{"vq0", "vq1"} {
+			l, err := netlink.LinkByName(n)
+			if err != nil {
+				return err
+			}
+			if err := netlink.LinkSetUp(l); err != nil {
+				return err
+			}
+		}
+		p, err = Attach("vq0", ModeAuto)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if p.Mode() != ModeGeneric || p.NativeError() == nil {
+		t.Fatalf("mode %v, native error %v: want the generic fallback", p.Mode(), p.NativeError())
+	}
+	t.Logf("native refused: %v", p.NativeError())
+	// Native-only attachment must report the refusal instead.
+	err = pair.A.Do(func() error {
+		p.Close()
+		q, err := Attach("vq0", ModeNative)
+		if err == nil {
+			q.Close()
+		}
+		return err
+	})
+	if err == nil {
+		t.Fatal("native attach accepted on a veth with more peer TX queues than RX queues")
+	}
+}
