@@ -10,7 +10,9 @@
 // Attach links the program to an interface with a bpf_link, so the program
 // disappears with the last file descriptor: a killed process leaves nothing
 // behind. The program is built for XDP multi-buffer ("xdp.frags") and so
-// attaches to links with a 9000-byte MTU.
+// attaches to links with a 9000-byte MTU. ModeAuto attaches in native
+// (driver) mode and falls back to generic XDP when the driver refuses the
+// program; Program.Mode and Program.NativeError say what happened.
 //
 // The compiled object and bpf2go's Go file are committed; `go generate
 // ./bpf` rebuilds them and needs clang (Debian's clang 14 works).
