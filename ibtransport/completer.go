@@ -59,7 +59,7 @@ func (q *QP) onResponse(p *Packet, oi *OpcodeInfo) {
 		binary.NativeEndian.PutUint64(b[:], p.AtomicAckETH.OrigData())
 		if !w.scatter(0, b[:]) {
 			q.completeHead(WCLocProtErr)
-			q.toError()
+			q.fail()
 			return
 		}
 		q.completeHead(WCSuccess)
@@ -90,7 +90,7 @@ func (q *QP) onReadResponse(p *Packet, oi *OpcodeInfo, w *sendWQE, psn PSN) {
 	}
 	if !w.scatter(off, p.Payload) {
 		q.completeHead(WCLocProtErr)
-		q.toError()
+		q.fail()
 		return
 	}
 	q.progress(psn.Add(1))
@@ -121,7 +121,7 @@ func (q *QP) onAck(p *Packet, w *sendWQE, psn PSN) {
 		if q.attr.RNRRetry != infiniteRetries {
 			if r.rnrLeft == 0 {
 				q.completeHead(WCRNRRetryExcErr)
-				q.toError()
+				q.fail()
 				return
 			}
 			r.rnrLeft--
@@ -153,7 +153,7 @@ func (q *QP) onAck(p *Packet, w *sendWQE, psn PSN) {
 
 func (q *QP) failHead(st WCStatus) {
 	q.completeHead(st)
-	q.toError()
+	q.fail()
 }
 
 // retryOnce restarts from the oldest unacknowledged PSN unless a restart

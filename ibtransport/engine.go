@@ -78,6 +78,8 @@ type Engine struct {
 	nextQPN uint32
 	nextPD  atomic.Uint32
 
+	events chan Event
+
 	rx  Packet // parse scratch
 	tx  Packet // build scratch
 	Ctr Counters
@@ -94,6 +96,7 @@ func NewEngine(port Port, wake func()) *Engine {
 		mrs:     keyTable{lkeys: map[uint32]*MR{}, rkeys: map[uint32]*MR{}},
 		qps:     map[uint32]*QP{},
 		nextQPN: 0x11 + randUint32()%0x10000,
+		events:  make(chan Event, 256),
 	}
 }
 
@@ -226,6 +229,10 @@ func (q *QP) service(now int64) bool {
 		q.flush()
 		return false
 	}
+	if q.st == QPSSQD && !q.req.drained && q.req.compIdx == q.req.reqIdx && !q.outstanding() {
+		q.req.drained = true
+		q.e.emit(Event{Type: EventSQDrained, QP: q})
+	}
 	if q.st == QPSRTS || q.st == QPSSQD {
 		q.checkTimers(now)
 		q.completeLocalErrors()
@@ -253,6 +260,9 @@ func (q *QP) toError() {
 		q.completeRecv(WCWRFlushErr, 0)
 	}
 	q.flush()
+	if q.srq != nil {
+		q.e.emit(Event{Type: EventQPLastWQEReached, QP: q})
+	}
 }
 
 // flush completes every outstanding work request with WR_FLUSH_ERR.

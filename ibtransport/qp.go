@@ -461,6 +461,9 @@ func (q *QP) modify(attr *QPAttr, mask QPAttrMask) error {
 	}
 	q.req.retryLeft = q.attr.RetryCnt
 	q.req.rnrLeft = q.attr.RNRRetry
+	if next == QPSSQD && cur != QPSSQD {
+		q.req.drained = false
+	}
 	q.setState(next)
 	return nil
 }

@@ -18,6 +18,7 @@ type requester struct {
 	// came since: duplicated NAKs or gaps must not restart again.
 	retried  bool
 	retryPSN PSN
+	drained  bool // the SQ drained event for the current SQD state went out
 }
 
 func (q *QP) sqSlot(i uint32) *sendWQE { return &q.sq.slots[i&q.sq.mask] }
@@ -327,7 +328,7 @@ func (q *QP) retry() bool {
 	if q.attr.RetryCnt != infiniteRetries {
 		if r.retryLeft == 0 {
 			q.completeHead(WCRetryExcErr)
-			q.toError()
+			q.fail()
 			return false
 		}
 		r.retryLeft--
@@ -369,6 +370,6 @@ func (q *QP) completeLocalErrors() {
 	}
 	if w := q.sqSlot(r.compIdx); w.state == wqeError {
 		q.completeHead(w.status)
-		q.toError()
+		q.fail()
 	}
 }

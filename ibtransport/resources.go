@@ -383,8 +383,9 @@ func (r *recvQueue) count() int { return int(r.tail.Load() - r.head.Load()) }
 
 // SRQ is a shared receive queue: receives any QP attached to it consumes.
 type SRQ struct {
-	pd *PD
-	rq recvQueue
+	pd    *PD
+	rq    recvQueue
+	limit atomic.Int32 // armed limit, 0 when not armed
 }
 
 // NewSRQ creates a shared receive queue of at least maxWR receives of at

@@ -457,6 +457,9 @@ func (q *QP) takeRecv() bool {
 	r.recv.id = w.id
 	r.recv.sge = append(r.recv.sge[:0], w.sge...)
 	rq.pop()
+	if q.srq != nil {
+		q.srq.checkLimit(q.e)
+	}
 	r.recvActive = true
 	r.recvOff = 0
 	r.recvBad = WCSuccess
@@ -605,7 +608,7 @@ func (q *QP) sendResponses() bool {
 		}
 	}
 	if r.errPending {
-		q.toError()
+		q.fail()
 	}
 	return false
 }

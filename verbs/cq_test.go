@@ -139,3 +139,77 @@ func TestDeviceQueryLimits(t *testing.T) {
 	_, err = pdB.CreateQP(&verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: 1}})
 	require.ErrorIs(t, err, verbs.ErrInvalidArgument)
 }
+
+func nextEvent(t *testing.T, d *verbs.Device) verbs.Event {
+	t.Helper()
+	select {
+	case ev := <-d.Events():
+		return ev
+	case <-time.After(5 * time.Second):
+		t.Fatal("no asynchronous event")
+	}
+	return verbs.Event{}
+}
+
+func TestAsyncEvents(t *testing.T) {
+	o := defaultOpts()
+	p := newPair(t, memlink.Config{})
+	pdB := p.b.AllocPD()
+	srq, err := pdB.NewSRQ(16, 1)
+	require.NoError(t, err)
+	x := newEndpoint(t, p.a, nil, o, nil)
+	y := newEndpoint(t, p.b, pdB, o, srq)
+	connect(t, x, y, o)
+	rmr, _ := regMR(t, pdB, 64, allAccess)
+	lmr, _ := regMR(t, x.pd, 64, allAccess)
+	for i := range 4 {
+		require.NoError(t, srq.PostRecv(&verbs.RecvWR{ID: uint64(i), SGL: []verbs.SGE{rmr.SGE(0, 64)}}))
+	}
+	// SRQ limit: armed at 3, fires once when the count drops below it.
+	require.NoError(t, srq.Modify(3))
+	send := func(id uint64) {
+		require.NoError(t, x.qp.PostSend(&verbs.SendWR{ID: id, Opcode: verbs.WRSend, Flags: verbs.SendSignaled,
+			SGL: []verbs.SGE{lmr.SGE(0, 8)}}))
+		waitOK(t, x.scq, id)
+		waitOK(t, y.rcq, id)
+	}
+	send(0)
+	require.Empty(t, p.b.Events())
+	send(1)
+	ev := nextEvent(t, p.b)
+	require.Equal(t, verbs.EventSRQLimitReached, ev.Type)
+	require.Same(t, srq, ev.SRQ)
+	send(2)
+	require.Empty(t, p.b.Events(), "the limit fires once per arming")
+
+	// SQ drained: a QP moved to SQD with nothing in flight says so.
+	require.NoError(t, x.qp.Modify(&verbs.QPAttr{State: verbs.QPSSQD}, verbs.QPAttrState))
+	ev = nextEvent(t, p.a)
+	require.Equal(t, verbs.EventSQDrained, ev.Type)
+	require.Same(t, x.qp, ev.QP)
+	// In SQD, new work waits; back in RTS it goes.
+	require.NoError(t, x.qp.PostSend(&verbs.SendWR{ID: 3, Opcode: verbs.WRSend, Flags: verbs.SendSignaled,
+		SGL: []verbs.SGE{lmr.SGE(0, 8)}}))
+	noWC(t, x.scq)
+	require.NoError(t, x.qp.Modify(&verbs.QPAttr{State: verbs.QPSRTS}, verbs.QPAttrState))
+	waitOK(t, x.scq, 3)
+	waitOK(t, y.rcq, 3)
+
+	// A failing request: the requester's QP is fatal, the responder's too,
+	// and the responder's QP, on an SRQ, reaches its last WQE.
+	require.NoError(t, x.qp.PostSend(&verbs.SendWR{ID: 4, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
+		SGL: []verbs.SGE{lmr.SGE(0, 8)}, RemoteAddr: rmr.Addr(), RKey: rmr.RKey() + 1}))
+	wc := waitWC(t, x.scq)
+	require.Equal(t, verbs.WCRemAccessErr, wc.Status)
+	ev = nextEvent(t, p.a)
+	require.Equal(t, verbs.EventQPFatal, ev.Type)
+	require.Same(t, x.qp, ev.QP)
+	got := map[verbs.EventType]bool{}
+	for range 2 {
+		ev := nextEvent(t, p.b)
+		require.Same(t, y.qp, ev.QP)
+		got[ev.Type] = true
+	}
+	require.Equal(t, map[verbs.EventType]bool{verbs.EventQPFatal: true, verbs.EventQPLastWQEReached: true}, got)
+	require.Equal(t, 0, srq.Len(), "no receive was left")
+}

@@ -35,6 +35,16 @@ type (
 	WCStatus      = ibtransport.WCStatus
 	WCOpcode      = ibtransport.WCOpcode
 	WCFlags       = ibtransport.WCFlags
+	Event         = ibtransport.Event
+	EventType     = ibtransport.EventType
+)
+
+// Asynchronous event types.
+const (
+	EventQPFatal          = ibtransport.EventQPFatal
+	EventSQDrained        = ibtransport.EventSQDrained
+	EventSRQLimitReached  = ibtransport.EventSRQLimitReached
+	EventQPLastWQEReached = ibtransport.EventQPLastWQEReached
 )
 
 // Access flags.
@@ -177,6 +187,9 @@ func (d *Device) RoCE() *roce.Device { return d.dev }
 
 // Counters returns the transport engine's counters.
 func (d *Device) Counters() *ibtransport.Counters { return &d.dev.Engine().Ctr }
+
+// Events returns the device's asynchronous events (ibv_get_async_event).
+func (d *Device) Events() <-chan Event { return d.dev.Engine().Events() }
 
 // GID returns entry index of the GID table (ibv_query_gid).
 func (d *Device) GID(index int) (GID, error) { return d.dev.GID(index) }
