@@ -20,6 +20,15 @@
 // region (MR.Addr plus an offset), and every access, local or remote, is
 // checked against the region's bounds, protection domain and access rights.
 //
+// Completions are polled in batches (CQ.Poll), waited for with a context
+// (CQ.Wait), or signalled on a CompChannel after CQ.RequestNotify.
+// Asynchronous events (QP fatal, SQ drained, SRQ limit, last WQE reached)
+// arrive on Device.Events.
+//
+// A Device runs one engine goroutine that owns all protocol state; verbs
+// calls hand it work through lock-free rings and a doorbell, so posting and
+// polling may happen from any goroutine. The packet path allocates nothing.
+//
 // The types are those of package ibtransport, which implements the
 // transport; this package gives them their libibverbs names and joins them
 // to a RoCE device.
