@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/softnic/softnic/bpf"
 	"github.com/softnic/softnic/xdp"
@@ -58,13 +59,13 @@ type XDPLink struct {
 	wakeFD int
 	closed atomic.Bool
 
-	bufLen  int // MTU+26: largest frame plus slack, as TxFrame promises
-	inPlace bool
-	staging [][]byte     // free staging buffers (large MTU)
-	reserve [][]xdp.Desc // chunks reserved for each lent staging buffer, by buffer index
-	lent    map[*byte]int
-	txq     []xdp.Desc
-	starved bool
+	bufLen      int // MTU+26: largest frame plus slack, as TxFrame promises
+	inPlace     bool
+	staging     []byte       // backing of the staging buffers (large MTU), bufLen each
+	stagingFree []int        // indexes of the staging buffers not lent out
+	reserve     [][]xdp.Desc // chunks reserved for each lent staging buffer, by index
+	txq         []xdp.Desc
+	starved     bool
 
 	rxDescs []xdp.Desc
 	rxBuf   []byte
@@ -94,7 +95,7 @@ func OpenXDPLink(ifname string, cfg XDPLinkConfig) (l *XDPLink, err error) {
 	if nl, err := netlink.LinkByIndex(ifc.Index); err == nil && nl.Attrs().NumRxQueues > 1 {
 		queues = min(nl.Attrs().NumRxQueues, bpf.MaxQueues)
 	}
-	l = &XDPLink{ifname: ifname, mtu: ifc.MTU, wakeFD: -1, lent: map[*byte]int{}}
+	l = &XDPLink{ifname: ifname, mtu: ifc.MTU, wakeFD: -1}
 	copy(l.mac[:], ifc.HardwareAddr)
 	defer func() {
 		if err != nil {
@@ -148,14 +149,11 @@ func OpenXDPLink(ifname string, cfg XDPLinkConfig) (l *XDPLink, err error) {
 	if !l.inPlace {
 		// Enough staging buffers to keep the TX ring busy.
 		n := 64
-		l.staging = make([][]byte, n)
+		l.staging = make([]byte, n*l.bufLen)
 		l.reserve = make([][]xdp.Desc, n)
-		for i := range l.staging {
-			l.staging[i] = make([]byte, l.bufLen)
+		for i := range n {
 			l.reserve[i] = make([]xdp.Desc, 0, frags)
-		}
-		for i := range l.staging {
-			l.lent[&l.staging[i][0]] = -1 - i // free: negative index
+			l.stagingFree = append(l.stagingFree, i)
 		}
 	}
 	l.txq = make([]xdp.Desc, 0, 1024)
@@ -187,30 +185,41 @@ func (l *XDPLink) TxFrame() []byte {
 	}
 	// Staging buffer, with the chunks it will need reserved now so Send
 	// cannot fail.
-	for i := len(l.staging) - 1; i >= 0; i-- {
-		b := l.staging[i]
-		if l.lent[&b[0]] >= 0 {
-			continue
-		}
-		res := l.reserve[i][:0]
-		for n := 0; n < cap(res); n++ {
-			d, _, ok := l.tx.NextTxFrame()
-			if !ok {
-				for _, d := range res {
-					l.tx.FreeTxFrame(d)
-				}
-				l.starve()
-				return nil
-			}
-			res = append(res, d)
-		}
-		l.reserve[i] = res
-		l.lent[&b[0]] = i
-		l.starved = false
-		return b
+	if len(l.stagingFree) == 0 {
+		l.starve()
+		return nil
 	}
-	l.starve()
-	return nil
+	i := l.stagingFree[len(l.stagingFree)-1]
+	res := l.reserve[i][:0]
+	for n := 0; n < cap(res); n++ {
+		d, _, ok := l.tx.NextTxFrame()
+		if !ok {
+			for _, d := range res {
+				l.tx.FreeTxFrame(d)
+			}
+			l.starve()
+			return nil
+		}
+		res = append(res, d)
+	}
+	l.reserve[i] = res
+	l.stagingFree = l.stagingFree[:len(l.stagingFree)-1]
+	l.starved = false
+	return l.staging[i*l.bufLen : (i+1)*l.bufLen : (i+1)*l.bufLen]
+}
+
+// stagingIndex returns which lent staging buffer frame starts, or -1.
+func (l *XDPLink) stagingIndex(frame []byte) int {
+	base := uintptr(unsafe.Pointer(unsafe.SliceData(l.staging)))
+	p := uintptr(unsafe.Pointer(unsafe.SliceData(frame)))
+	if p < base || p >= base+uintptr(len(l.staging)) || (p-base)%uintptr(l.bufLen) != 0 {
+		return -1
+	}
+	i := int((p - base) / uintptr(l.bufLen))
+	if len(l.reserve[i]) == 0 {
+		return -1 // not lent out
+	}
+	return i
 }
 
 func (l *XDPLink) starve() {
@@ -231,8 +240,8 @@ func (l *XDPLink) Send(frame []byte) {
 		l.txq = append(l.txq, xdp.Desc{Addr: addr, Len: uint32(len(frame))})
 		return
 	}
-	i, ok := l.lent[&frame[:1][0]]
-	if !ok || i < 0 {
+	i := l.stagingIndex(frame)
+	if i < 0 {
 		return
 	}
 	res := l.reserve[i]
@@ -254,7 +263,7 @@ func (l *XDPLink) Send(frame []byte) {
 		l.txStaged++
 	}
 	l.reserve[i] = res[:0]
-	l.lent[&l.staging[i][0]] = -1 - i
+	l.stagingFree = append(l.stagingFree, i)
 }
 
 // Flush implements Link.
