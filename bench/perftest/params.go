@@ -58,7 +58,11 @@ const (
 	DefCQMod      = 100
 	DefOutReads   = 16 // MAX_OUT_READ_HERMON: what ConnectX reports as max_qp_rd_atom
 	DefCacheLine  = 64
-	MaxSize       = 8388608 // -a runs sizes 2 .. 2^23
+	// DefInlineWrite and DefInlineSend are the inline sizes of the
+	// latency tests (DEF_INLINE_WRITE, DEF_INLINE_SEND_RC_UC_XRC).
+	DefInlineWrite = 220
+	DefInlineSend  = 236
+	MaxSize        = 8388608 // -a runs sizes 2 .. 2^23
 	// MsgSizeCQModLimit: above it perftest turns CQ moderation off
 	// unless -Q was given.
 	MsgSizeCQModLimit = 8192
@@ -114,6 +118,8 @@ func NewParams(test oob.Test) Params {
 		GIDIndex: -1,
 		OutReads: DefOutReads,
 		RxDepth:  1,
+		// DEF_INLINE: resolved by Finish.
+		InlineSize: -1,
 		// DEF_QP_TIME
 		QPTimeout: 14,
 	}
@@ -194,6 +200,20 @@ func (p *Params) Finish() error {
 	}
 	if p.CQMod > p.TxDepth {
 		p.CQMod = p.TxDepth
+	}
+	if p.InlineSize < 0 {
+		// ctx_set_max_inline for a device perftest recognises (softnic
+		// sends inline like ConnectX): DEF_INLINE_WRITE and
+		// DEF_INLINE_SEND_RC_UC_XRC for latency tests, 0 otherwise.
+		p.InlineSize = 0
+		if !p.Test.IsBW() {
+			switch p.Verb() {
+			case VerbWrite:
+				p.InlineSize = DefInlineWrite
+			case VerbSend:
+				p.InlineSize = DefInlineSend
+			}
+		}
 	}
 	if p.Verb() == VerbRead || p.Verb() == VerbAtomic {
 		p.InlineSize = 0

@@ -85,7 +85,8 @@ func TestPrintTestInfoAtomicAndSendServer(t *testing.T) {
 		" RX depth        : 512\n" +
 		" Mtu             : 1024[B]\n" +
 		" Link type       : Ethernet\n" +
-		" Max inline data : 0[B]\n" +
+		" Max inline data : 236[B]\n" + // DEF_INLINE_SEND_RC_UC_XRC, as on ConnectX
+
 		" rdma_cm QPs\t : OFF\n" +
 		" Data ex. method : Ethernet\n" +
 		ResultLine

@@ -6,9 +6,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"net/netip"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"time"
 
@@ -78,6 +80,31 @@ func (f flagSet) stringVar(p *string, short, long string, v string, usage string
 func (f flagSet) boolVar(p *bool, short, long string, usage string) {
 	f.BoolVar(p, short, false, usage)
 	f.BoolVar(p, long, false, "same as -"+short)
+}
+
+// sizeFlag is perftest's -s: a number (strtol base 0) with an optional K
+// or M suffix, between 1 and UINT_MAX/2.
+type sizeFlag uint64
+
+func (s *sizeFlag) String() string { return strconv.FormatUint(uint64(*s), 10) }
+
+func (s *sizeFlag) Set(v string) error {
+	factor := uint64(1)
+	switch {
+	case strings.HasSuffix(v, "K"):
+		v, factor = strings.TrimSuffix(v, "K"), 1024
+	case strings.HasSuffix(v, "M"):
+		v, factor = strings.TrimSuffix(v, "M"), 1024*1024
+	}
+	n, err := strconv.ParseUint(v, 0, 64)
+	if err != nil {
+		return err
+	}
+	if n < 1 || n > math.MaxUint32/2/factor {
+		return fmt.Errorf("message size should be between 1 and %d", uint64(math.MaxUint32/2))
+	}
+	*s = sizeFlag(n * factor)
+	return nil
 }
 
 // parseInterleaved parses flags given before and after the positional
@@ -154,7 +181,8 @@ func runPerf(args []string, stdout, stderr io.Writer) int {
 	f.stringVar(&ifname, "d", "ib-dev", "", "network interface softnic runs on (required)")
 	f.intVar(&ibPort, "i", "ib-port", 1, "port of the device (softnic devices have port 1)")
 	f.intVar(&port, "p", "port", port, "TCP port of the out-of-band exchange")
-	f.uint64Var(&size, "s", "size", size, "message size")
+	fs.Var((*sizeFlag)(&size), "s", "message size (K and M suffixes allowed)")
+	fs.Var((*sizeFlag)(&size), "size", "same as -s")
 	f.uint64Var(&iters, "n", "iters", iters, "number of exchanges (at least 5)")
 	f.boolVar(&runAll, "a", "all", "run sizes from 2 to 2^23")
 	f.intVar(&mtu, "m", "mtu", 0, "path MTU (256..4096; default the port's active MTU)")
@@ -163,7 +191,7 @@ func runPerf(args []string, stdout, stderr io.Writer) int {
 	f.intVar(&txDepth, "t", "tx-depth", -1, "size of the send queue (default 128, latency 1)")
 	f.intVar(&rxDepth, "r", "rx-depth", -1, "receives posted at a time (send tests, default 512)")
 	f.intVar(&cqMod, "Q", "cq-mod", -1, "generate a completion every N sends (default 100)")
-	f.intVar(&inline, "I", "inline_size", -1, "max size of inline sends (default 0)")
+	f.intVar(&inline, "I", "inline_size", -1, "max size of inline sends (default: 220 write_lat, 236 send_lat, else 0)")
 	f.intVar(&outReads, "o", "outs", outReads, "outstanding reads/atomics (read and atomic tests)")
 	f.stringVar(&atomic, "A", "atomic_type", "FETCH_AND_ADD", "atomic operation: FETCH_AND_ADD or CMP_AND_SWAP")
 	f.stringVar(&conn, "c", "connection", "RC", "connection type (softnic: RC only)")

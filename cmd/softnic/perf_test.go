@@ -139,12 +139,24 @@ func TestPerfBadUsage(t *testing.T) {
 		{"perf", "write_bw", "-d", "x", "--output=latency"},
 		{"perf", "write_lat", "-d", "x", "--output=speed"},
 		{"perf", "write_bw", "-d", "x", "-u", "40"},
+		{"perf", "write_bw", "-d", "x", "-s", "0"},
+		{"perf", "write_bw", "-d", "x", "-s", "4G"},
+		{"perf", "write_bw", "-d", "x", "-s", "3000M"},
 	} {
 		var o, e bytes.Buffer
 		if st := run(args, &o, &e); st == 0 {
 			t.Errorf("%q: status 0, want failure", args)
 		} else if e.Len() == 0 {
 			t.Errorf("%q: no message on stderr", args)
+		}
+	}
+}
+
+func TestSizeFlag(t *testing.T) {
+	for in, want := range map[string]uint64{"4096": 4096, "64K": 65536, "2M": 2 << 20, "0x100": 256} {
+		var s sizeFlag
+		if err := s.Set(in); err != nil || uint64(s) != want {
+			t.Errorf("Set(%q) = %d, %v; want %d", in, s, err, want)
 		}
 	}
 }
