@@ -15,6 +15,8 @@ const (
 	// EventQPLastWQEReached: a QP attached to an SRQ went to ERR and will
 	// consume no more of its receives.
 	EventQPLastWQEReached
+	// EventCQErr: a CQ overran; completions were lost.
+	EventCQErr
 )
 
 func (t EventType) String() string {
@@ -27,6 +29,8 @@ func (t EventType) String() string {
 		return "SRQ_LIMIT_REACHED"
 	case EventQPLastWQEReached:
 		return "QP_LAST_WQE_REACHED"
+	case EventCQErr:
+		return "CQ_ERR"
 	}
 	return "unknown event"
 }
@@ -36,6 +40,7 @@ type Event struct {
 	Type EventType
 	QP   *QP
 	SRQ  *SRQ
+	CQ   *CQ
 }
 
 // Events returns the channel of asynchronous events (ibv_get_async_event).

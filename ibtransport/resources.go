@@ -248,7 +248,11 @@ func (c *CQ) bind(e *Engine) bool {
 func (c *CQ) push(wc *WC) {
 	t := c.tail.Load()
 	if t-c.head.Load() >= uint64(len(c.slots)) {
-		c.overflow.Store(true)
+		if c.overflow.CompareAndSwap(false, true) {
+			if e := c.owner.Load(); e != nil {
+				e.emit(Event{Type: EventCQErr, CQ: c})
+			}
+		}
 		return
 	}
 	c.slots[t&c.mask] = *wc

@@ -117,6 +117,9 @@ func TestCQOverrun(t *testing.T) {
 	var wcs [4]verbs.WC
 	_, err = x.scq.Poll(wcs[:])
 	require.ErrorIs(t, err, verbs.ErrCQOverflow)
+	ev := nextEvent(t, p.a)
+	require.Equal(t, verbs.EventCQErr, ev.Type)
+	require.Same(t, x.scq, ev.CQ)
 }
 
 func TestDeviceQueryLimits(t *testing.T) {

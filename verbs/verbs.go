@@ -45,6 +45,7 @@ const (
 	EventSQDrained        = ibtransport.EventSQDrained
 	EventSRQLimitReached  = ibtransport.EventSRQLimitReached
 	EventQPLastWQEReached = ibtransport.EventQPLastWQEReached
+	EventCQErr            = ibtransport.EventCQErr
 )
 
 // Access flags.
