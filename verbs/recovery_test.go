@@ -1,11 +1,13 @@
 package verbs_test
 
 import (
+	"net/netip"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/softnic/softnic/roce"
 	"github.com/softnic/softnic/roce/memlink"
 	"github.com/softnic/softnic/verbs"
 )
@@ -205,4 +207,94 @@ func TestRetransmitAfterLoss(t *testing.T) {
 	}
 	require.NotZero(t, x.dev.Counters().Retransmits.Load())
 	require.NotZero(t, y.dev.Counters().TxNAKSeq.Load())
+}
+
+// TestImplicitAckByReadResponse loses the ACK of a WRITE; the READ response
+// that follows acknowledges the WRITE implicitly, so nothing waits for the
+// (long) retransmit timeout.
+func TestImplicitAckByReadResponse(t *testing.T) {
+	o := defaultOpts()
+	o.timeout = 22 // 17 s: a timeout would fail the test's deadline
+	p, x, y := connectedPair(t, memlink.Config{}, o)
+	lmr, lbuf := regMR(t, x.pd, 128, allAccess)
+	rmr, _ := regMR(t, y.pd, 128, allAccess)
+	fill(lbuf[:64], 4)
+	first := true
+	p.lb.SetTap(func([]byte) bool {
+		drop := first
+		first = false
+		return !drop
+	})
+	require.NoError(t, x.qp.PostSend(&verbs.SendWR{ID: 1, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
+		SGL: []verbs.SGE{lmr.SGE(0, 64)}, RemoteAddr: rmr.Addr(), RKey: rmr.RKey()}))
+	require.NoError(t, x.qp.PostSend(&verbs.SendWR{ID: 2, Opcode: verbs.WRRDMARead, Flags: verbs.SendSignaled,
+		SGL: []verbs.SGE{lmr.SGE(64, 64)}, RemoteAddr: rmr.Addr(), RKey: rmr.RKey()}))
+	start := time.Now()
+	waitOK(t, x.scq, 1)
+	waitOK(t, x.scq, 2)
+	require.Less(t, time.Since(start), 10*time.Second)
+	require.Equal(t, lbuf[:64], lbuf[64:])
+	require.Zero(t, x.dev.Counters().Timeouts.Load())
+	require.Zero(t, x.dev.Counters().Retransmits.Load())
+	require.Equal(t, uint64(1), p.lb.Stats().Lost.Load())
+}
+
+// TestAddressVectorOnTheWire checks that the path attributes reach the
+// frames: traffic class, hop limit, flow label, and the per-QP UDP source
+// port.
+func TestAddressVectorOnTheWire(t *testing.T) {
+	for _, v6 := range []bool{false, true} {
+		la, lb := memlink.Pair(memlink.Config{})
+		a1, a2 := addrA, addrB
+		if v6 {
+			a1, a2 = netip.MustParseAddr("fd00::a"), netip.MustParseAddr("fd00::b")
+		}
+		da, err := verbs.Open(la, verbs.Config{Addrs: []netip.Addr{a1}})
+		require.NoError(t, err)
+		db, err := verbs.Open(lb, verbs.Config{Addrs: []netip.Addr{a2}})
+		require.NoError(t, err)
+		o := defaultOpts()
+		x := newEndpoint(t, da, nil, o, nil)
+		y := newEndpoint(t, db, nil, o, nil)
+		connect(t, x, y, o)
+		// Reconnect x's path with distinctive attributes: RESET and up again.
+		require.NoError(t, x.qp.Modify(&verbs.QPAttr{State: verbs.QPSReset}, verbs.QPAttrState))
+		require.NoError(t, x.qp.Modify(&verbs.QPAttr{State: verbs.QPSInit, AccessFlags: allAccess}, verbs.QPAttrState|verbs.QPAttrAccessFlags))
+		require.NoError(t, x.qp.Modify(&verbs.QPAttr{State: verbs.QPSRTR, PathMTU: verbs.MTU1024, DestQPN: y.qp.QPN(),
+			RQPSN: y.sqPSN, MaxDestRdAtomic: 1, AV: verbs.AddressVector{DGID: y.gid, TrafficClass: 0x68, HopLimit: 7, FlowLabel: 0x12345}},
+			verbs.QPAttrState|verbs.QPAttrAV|verbs.QPAttrPathMTU|verbs.QPAttrDestQPN|verbs.QPAttrRQPSN|
+				verbs.QPAttrMaxDestRdAtomic|verbs.QPAttrMinRNRTimer))
+		require.NoError(t, x.qp.Modify(&verbs.QPAttr{State: verbs.QPSRTS, SQPSN: x.sqPSN, Timeout: 10, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 1},
+			verbs.QPAttrState|verbs.QPAttrSQPSN|verbs.QPAttrTimeout|verbs.QPAttrRetryCnt|verbs.QPAttrRNRRetry|verbs.QPAttrMaxQPRdAtomic))
+		frames := make(chan roce.Frame, 16)
+		la.SetTap(func(b []byte) bool {
+			var f roce.Frame
+			if roce.ParseFrame(b, &f) == nil {
+				f.IB = nil
+				select {
+				case frames <- f:
+				default:
+				}
+			}
+			return true
+		})
+		lmr, _ := regMR(t, x.pd, 8, allAccess)
+		rmr, _ := regMR(t, y.pd, 8, allAccess)
+		require.NoError(t, x.qp.PostSend(&verbs.SendWR{ID: 1, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
+			SGL: []verbs.SGE{lmr.SGE(0, 8)}, RemoteAddr: rmr.Addr(), RKey: rmr.RKey()}))
+		waitOK(t, x.scq, 1)
+		f := <-frames
+		require.Equal(t, uint8(0x68), f.TrafficClass)
+		require.Equal(t, uint8(7), f.HopLimit)
+		require.Equal(t, a1, f.Src)
+		require.Equal(t, a2, f.Dst)
+		require.Equal(t, roce.SourcePort(x.qp.QPN()), f.SrcPort)
+		if v6 {
+			require.Equal(t, uint32(0x12345), f.FlowLabel)
+		}
+		da.Close()
+		db.Close()
+		la.Close()
+		lb.Close()
+	}
 }
