@@ -98,11 +98,23 @@ func (d *stressDir) run(t *testing.T, n int) error {
 			op.op = ops[d.rng.IntN(len(ops))]
 			op.size = randSize(d.rng, d.maxSize)
 			wr := verbs.SendWR{ID: nextID, Opcode: op.op, Flags: verbs.SendSignaled}
-			lsge := d.local.SGE(slot*d.maxSize, op.size)
+			// The local side is one to three SGEs over the slot.
+			var sgl [3]verbs.SGE
+			nsge := 1 + d.rng.IntN(3)
+			off, left := slot*d.maxSize, op.size
+			for k := range nsge {
+				n := left
+				if k < nsge-1 {
+					n = d.rng.IntN(left + 1)
+				}
+				sgl[k] = d.local.SGE(off, n)
+				off, left = off+n, left-n
+			}
+			lsgl := sgl[:nsge]
 			switch op.op {
 			case verbs.WRSend, verbs.WRSendWithImm, verbs.WRRDMAWrite, verbs.WRRDMAWriteWithImm:
 				pattern(d.lbuf[slot*d.maxSize:slot*d.maxSize+op.size], op.seed)
-				wr.SGL = []verbs.SGE{lsge}
+				wr.SGL = lsgl
 				if op.size > 0 && op.size <= 64 && d.rng.IntN(2) == 0 {
 					wr.Flags |= verbs.SendInline
 					wr.InlineData = d.lbuf[slot*d.maxSize : slot*d.maxSize+op.size]
@@ -118,7 +130,7 @@ func (d *stressDir) run(t *testing.T, n int) error {
 				}
 			case verbs.WRRDMARead:
 				op.remote = uint64(d.rng.IntN(len(d.readBuf) - op.size + 1))
-				wr.SGL = []verbs.SGE{lsge}
+				wr.SGL = lsgl
 				wr.RemoteAddr, wr.RKey = d.readSrc.Addr()+op.remote, d.readSrc.RKey()
 			default:
 				op.size = 8
