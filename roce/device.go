@@ -33,6 +33,7 @@ type DeviceCounters struct {
 	TxFrames   atomic.Uint64
 	TxNoBuffer atomic.Uint64 // times the link had no TX buffer free
 	TxErrors   atomic.Uint64 // frames that could not be finished
+	Loopback   atomic.Uint64 // packets between two QPs of this device
 }
 
 // Device is a RoCEv2 adapter made of a Link and an ibtransport engine. One
@@ -56,6 +57,12 @@ type Device struct {
 	rxInfo  ibtransport.RecvInfo
 	onFrame func([]byte)
 	txBuf   []byte
+	// Loopback: packets to one of the device's own GIDs never reach the
+	// link; they wait in loopQ, in buffers of the device's own, until the
+	// engine loop hands them back to the engine.
+	loopFree [][]byte
+	loopBuf  []byte
+	loopQ    []loopPacket
 
 	stop    atomic.Bool
 	done    chan struct{}
@@ -130,7 +137,8 @@ func (d *Device) run() {
 		if err := d.link.Flush(); errors.Is(err, ErrLinkClosed) {
 			return
 		}
-		if n == 0 && !busy {
+		looped := d.deliverLoopback()
+		if n == 0 && !busy && !looped {
 			if err := d.link.Wait(wait); errors.Is(err, ErrLinkClosed) {
 				return
 			}
@@ -164,6 +172,33 @@ func (d *Device) receive(frame []byte) {
 	d.eng.Receive(f.IB, &d.rxInfo)
 }
 
+type loopPacket struct {
+	buf  []byte
+	n    int
+	info ibtransport.RecvInfo
+}
+
+// loopBuffers is the number of loopback packets that may wait at once.
+const loopBuffers = 256
+
+// deliverLoopback hands the packets QPs sent to QPs of the same device to
+// the engine. It reports whether there were any.
+func (d *Device) deliverLoopback() bool {
+	if len(d.loopQ) == 0 {
+		return false
+	}
+	// Receive queues responses for the next Process but sends nothing, so
+	// the queue does not grow while it is walked.
+	for i := range d.loopQ {
+		lp := &d.loopQ[i]
+		d.eng.Receive(lp.buf[:lp.n], &lp.info)
+		d.loopFree = append(d.loopFree, lp.buf)
+		lp.buf = nil
+	}
+	d.loopQ = d.loopQ[:0]
+	return true
+}
+
 // largest header before a payload: BTH + RETH + ImmDt (WRITE ONLY with
 // immediate).
 const maxPayloadHeaders = ibtransport.BTHLen + ibtransport.RETHLen + ibtransport.ImmDtLen
@@ -177,6 +212,19 @@ func (d *Device) Path(av *ibtransport.AddressVector, qpn uint32, pathMTU int) (i
 	dst := AddrFromGID(av.DGID)
 	if src.Is4() != dst.Is4() {
 		return nil, fmt.Errorf("GIDs %v and %v: %w", src, dst, ErrAddressFamily)
+	}
+	for i, a := range d.addrs {
+		if a == dst {
+			if d.loopFree == nil && d.loopQ == nil {
+				size := maxPayloadHeaders + ibtransport.MTU4096.Bytes() + 8
+				backing := make([]byte, loopBuffers*size)
+				for j := range loopBuffers {
+					d.loopFree = append(d.loopFree, backing[j*size:(j+1)*size:(j+1)*size])
+				}
+				d.loopQ = make([]loopPacket, 0, loopBuffers)
+			}
+			return &loopPath{d: d, info: ibtransport.RecvInfo{SGID: d.gids[av.SGIDIndex], DGID: d.gids[i], DGIDIndex: i}}, nil
+		}
 	}
 	p := &path{d: d, encap: Encap{SrcMAC: d.mac, DstMAC: [6]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff},
 		Src: src, Dst: dst, TrafficClass: av.TrafficClass, HopLimit: av.HopLimit, FlowLabel: av.FlowLabel,
@@ -240,4 +288,32 @@ func (p *path) Send(n int) {
 	d.link.Send(d.txBuf[:l])
 	d.txBuf = nil
 	d.Ctr.TxFrames.Add(1)
+}
+
+// loopPath sends one QP's packets to another QP of the same device, the way
+// a NIC loops back traffic to its own GIDs.
+type loopPath struct {
+	d    *Device
+	info ibtransport.RecvInfo
+}
+
+// Buffer implements ibtransport.TxPath.
+func (p *loopPath) Buffer() []byte {
+	d := p.d
+	if d.loopBuf == nil {
+		if len(d.loopFree) == 0 {
+			return nil // freed when the engine loop delivers the queue
+		}
+		d.loopBuf = d.loopFree[len(d.loopFree)-1]
+		d.loopFree = d.loopFree[:len(d.loopFree)-1]
+	}
+	return d.loopBuf
+}
+
+// Send implements ibtransport.TxPath.
+func (p *loopPath) Send(n int) {
+	d := p.d
+	d.loopQ = append(d.loopQ, loopPacket{buf: d.loopBuf, n: n, info: p.info})
+	d.loopBuf = nil
+	d.Ctr.Loopback.Add(1)
 }

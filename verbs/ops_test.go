@@ -392,3 +392,22 @@ func TestSendQueueDepthOne(t *testing.T) {
 		waitOK(t, x.scq, uint64(i))
 	}
 }
+
+// TestLoopback connects two QPs of the same device: the packets never reach
+// the link, as with a NIC looping back traffic to its own GID.
+func TestLoopback(t *testing.T) {
+	p := newPair(t, memlink.Config{})
+	o := defaultOpts()
+	o.mtu = verbs.MTU4096
+	x := newEndpoint(t, p.a, nil, o, nil)
+	y := newEndpoint(t, p.a, nil, o, nil)
+	connect(t, x, y, o)
+	for i, op := range dataOps {
+		for _, size := range []int{0, 1, 4096, 100_000, 2 << 20} {
+			transfer(t, x, y, op, size, byte(i))
+			transfer(t, y, x, op, size, byte(i+9))
+		}
+	}
+	require.Zero(t, p.la.Stats().Sent.Load(), "nothing went out on the link")
+	require.NotZero(t, p.a.RoCE().Ctr.Loopback.Load())
+}
