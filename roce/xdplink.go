@@ -107,6 +107,9 @@ func OpenXDPLink(ifname string, cfg XDPLinkConfig) (l *XDPLink, err error) {
 	if sc.FrameSize == 0 {
 		sc.FrameSize = 4096
 	}
+	if sc.NumFrames == 0 {
+		sc.NumFrames = 4096
+	}
 	l.bufLen = l.mtu + 26
 	// Copy mode puts received data 256 bytes (XDP_PACKET_HEADROOM) into
 	// the chunk; frames that do not fit after it need multi-buffer.
@@ -156,7 +159,7 @@ func OpenXDPLink(ifname string, cfg XDPLinkConfig) (l *XDPLink, err error) {
 			l.stagingFree = append(l.stagingFree, i)
 		}
 	}
-	l.txq = make([]xdp.Desc, 0, 1024)
+	l.txq = make([]xdp.Desc, 0, sc.NumFrames) // never more than the transmit frames
 	return l, nil
 }
 
@@ -273,11 +276,18 @@ func (l *XDPLink) Flush() error {
 	}
 	if len(l.txq) > 0 {
 		n, err := l.tx.Transmit(l.txq)
+		l.txq = l.txq[:copy(l.txq, l.txq[n:])]
 		if err != nil {
+			// The packet at the head has a descriptor the socket refuses:
+			// drop that packet, or it would block the queue for good.
+			end := 0
+			for end < len(l.txq) && l.txq[end].More() {
+				end++
+			}
+			end = min(end+1, len(l.txq))
+			l.txq = l.txq[:copy(l.txq, l.txq[end:])]
 			return fmt.Errorf("AF_XDP link on %q: %w", l.ifname, err)
 		}
-		rest := copy(l.txq, l.txq[n:])
-		l.txq = l.txq[:rest]
 	}
 	if err := l.tx.Flush(); err != nil {
 		return fmt.Errorf("AF_XDP link on %q: %w", l.ifname, err)
