@@ -1,0 +1,63 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os/exec"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// blastResult is one xdpblast line.
+type blastResult struct {
+	Size, MTU       int
+	Sent, Received  uint64
+	FramesPerSecond float64
+	Gbps            float64 // Ethernet frame bytes received
+}
+
+// blast runs xdpblast for one frame size on a link of mtu bytes.
+func (s *suite) blast(ctx context.Context, size, mtu int) (blastResult, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.duration+60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, s.xdpblast, "-size", strconv.Itoa(size), "-mtu", strconv.Itoa(mtu),
+		"-duration", s.duration.String())
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.WaitDelay = time.Second
+	if err := cmd.Run(); err != nil {
+		return blastResult{}, fmt.Errorf("xdpblast: %v: %s", err, lastLine(out.String()))
+	}
+	return parseBlast(out.String())
+}
+
+// parseBlast reads the result line of xdpblast's table
+// ("size mtu sent received frames/s Gb/s").
+func parseBlast(out string) (blastResult, error) {
+	f, err := reportFields(out, "frames/s")
+	if err != nil {
+		return blastResult{}, err
+	}
+	v, err := parseFloats(f, 6)
+	if err != nil {
+		return blastResult{}, err
+	}
+	if v[3] == 0 {
+		return blastResult{}, fmt.Errorf("xdpblast received nothing: %s", strings.Join(f, " "))
+	}
+	return blastResult{Size: int(v[0]), MTU: int(v[1]), Sent: uint64(v[2]), Received: uint64(v[3]),
+		FramesPerSecond: v[4], Gbps: v[5]}, nil
+}
+
+// Frame sizes of softnic's RoCEv2 packets over IPv4 without VLAN:
+// Ethernet 14 + IPv4 20 + UDP 8 + BTH 12 + payload + ICRC 4, and RETH 16 on
+// the first packet of a WRITE. The ceiling is measured at the size of the
+// packets that carry the bulk of a 64 KiB message (MIDDLE: BTH only).
+const roceOverhead = 14 + 20 + 8 + 12 + 4
+
+func bulkFrame(ibMTU int) int { return roceOverhead + ibMTU }
+
+// smallWriteFrame is the frame of a 64-byte RDMA WRITE ONLY (with RETH).
+const smallWriteFrame = roceOverhead + 16 + 64

@@ -1,0 +1,22 @@
+// Command suite is softnic's side-by-side benchmark (make bench): in one run
+// it measures
+//
+//   - the ceiling: the raw AF_XDP frame blast (bench/xdpblast) at the frame
+//     sizes softnic sends: a full IB MTU 4096 packet on a 9000-byte link, an
+//     IB MTU 1024 packet on a 1500-byte link, and the frame of a 64-byte
+//     RDMA WRITE;
+//   - what users would pick instead: one kernel TCP stream (iperf3) and a
+//     kernel UDP ping-pong (half round trip) over the same kind of veth;
+//   - softnic: `softnic perf` bandwidth, latency and message rate tests
+//     between two network namespaces, aggregate bandwidth over many QPs,
+//     and the memory an idle connected QP costs (in-process).
+//
+// It prints one table with every figure, its ratio to the ceiling and to
+// the kernel, and the issue's targets, and writes the table (markdown) and
+// a PNG chart under bench/results: latest.md, latest.png and dated copies.
+// A figure that cannot be measured shows the error in its cell.
+//
+// It needs root (namespaces, XDP, AF_XDP). Figures are only comparable
+// within one run: the machine is shared and noisy, which is why every
+// target is a ratio to a baseline measured minutes apart in the same run.
+package main

@@ -1,0 +1,136 @@
+package main
+
+import (
+	"fmt"
+	"math"
+)
+
+// Figure is one measured number of the table, or the error that kept it
+// from being measured.
+type Figure struct {
+	Key   string  // stable identifier that ratios and targets refer to
+	Group string  // groupCeiling, groupKernel or groupSoftnic
+	Name  string  // what was measured, for the table
+	Value float64 // in Unit
+	Unit  string
+	Note  string // secondary figures (frames/s, wire rate, ...)
+	Err   string // not measured: why
+	// Ceiling and Kernel name the figures this one is compared with
+	// (empty: no comparison makes sense).
+	Ceiling, Kernel string
+	// LowerIsBetter marks latencies and memory.
+	LowerIsBetter bool
+}
+
+const (
+	groupCeiling = "ceiling (raw AF_XDP)"
+	groupKernel  = "kernel"
+	groupSoftnic = "softnic"
+)
+
+const (
+	unitGbps = "Gb/s"
+	unitMpps = "Mpps"
+	unitUsec = "µs"
+	unitKiB  = "KiB"
+	unitPkt  = "allocs/packet"
+)
+
+// Results is every figure of a run, in table order.
+type Results struct {
+	Figures []*Figure
+	byKey   map[string]*Figure
+}
+
+func (r *Results) add(f *Figure) *Figure {
+	if r.byKey == nil {
+		r.byKey = map[string]*Figure{}
+	}
+	r.Figures = append(r.Figures, f)
+	r.byKey[f.Key] = f
+	return f
+}
+
+// Get returns the figure with key, or nil.
+func (r *Results) Get(key string) *Figure { return r.byKey[key] }
+
+// Ratio divides the figure a by the figure b; ok is false when either is
+// missing, failed, or b is not positive.
+func (r *Results) Ratio(a, b string) (float64, bool) {
+	fa, fb := r.Get(a), r.Get(b)
+	if fa == nil || fb == nil || fa.Err != "" || fb.Err != "" || fb.Value <= 0 || math.IsNaN(fa.Value) {
+		return 0, false
+	}
+	return fa.Value / fb.Value, true
+}
+
+// Target is one of the issue's goals, a ratio (or an absolute bound when
+// Ref is empty) measured in the same run.
+type Target struct {
+	Name   string
+	Key    string // the figure
+	Ref    string // the baseline figure; empty for an absolute bound
+	AtMost bool   // the ratio (or value) must be at most Bound, not at least
+	Bound  float64
+}
+
+// Outcome is a target's measured ratio and whether it is met.
+type Outcome struct {
+	Target
+	Value    float64
+	Measured bool
+	Met      bool
+	Why      string // when not measured
+}
+
+// Evaluate checks t against the results.
+func (r *Results) Evaluate(t Target) Outcome {
+	o := Outcome{Target: t}
+	f := r.Get(t.Key)
+	switch {
+	case f == nil:
+		o.Why = t.Key + " not run"
+		return o
+	case f.Err != "":
+		o.Why = t.Key + " failed"
+		return o
+	}
+	if t.Ref == "" {
+		o.Value, o.Measured = f.Value, true
+	} else {
+		ref := r.Get(t.Ref)
+		switch {
+		case ref == nil:
+			o.Why = t.Ref + " not run"
+			return o
+		case ref.Err != "":
+			o.Why = t.Ref + " failed"
+			return o
+		}
+		v, ok := r.Ratio(t.Key, t.Ref)
+		if !ok {
+			o.Why = fmt.Sprintf("%s is %v", t.Ref, ref.Value)
+			return o
+		}
+		o.Value, o.Measured = v, true
+	}
+	if t.AtMost {
+		o.Met = o.Value <= t.Bound
+	} else {
+		o.Met = o.Value >= t.Bound
+	}
+	return o
+}
+
+// targets are the goals of issue #6.
+var targets = []Target{
+	{Name: "write_bw 64 KiB ≥ 0.9 × AF_XDP ceiling (IB MTU 4096, 9000-byte link)", Key: "softnic/write_bw/4096", Ref: "ceiling/4096", Bound: 0.9},
+	{Name: "write_bw 64 KiB ≥ 0.9 × AF_XDP ceiling (IB MTU 1024, 1500-byte link)", Key: "softnic/write_bw/1024", Ref: "ceiling/1024", Bound: 0.9},
+	{Name: "write_bw 64 KiB ≥ 1.0 × one kernel TCP stream (9000-byte link)", Key: "softnic/write_bw/4096", Ref: "kernel/tcp/9000", Bound: 1.0},
+	{Name: "write_bw 64 KiB ≥ 1.0 × one kernel TCP stream (1500-byte link)", Key: "softnic/write_bw/1024", Ref: "kernel/tcp/1500", Bound: 1.0},
+	{Name: "write_lat 8 B median ≤ 0.5 × kernel UDP ping-pong", Key: "softnic/write_lat/median", Ref: "kernel/udp/median", AtMost: true, Bound: 0.5},
+	{Name: "64 B write message rate ≥ 0.8 × AF_XDP small-frame rate", Key: "softnic/msgrate", Ref: "ceiling/small", Bound: 0.8},
+	{Name: "write_bw over 1024 QPs ≥ 0.9 × one QP", Key: "softnic/qps/1024", Ref: "softnic/qps/1", Bound: 0.9},
+	{Name: "no allocation per packet in steady state", Key: "softnic/allocs", AtMost: true, Bound: 0},
+	{Name: "memory per idle QP ≤ 16 KiB", Key: "softnic/qpmem", AtMost: true, Bound: 16},
+}

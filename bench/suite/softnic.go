@@ -1,0 +1,198 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os/exec"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/softnic/softnic/internal/netnstest"
+)
+
+// perfRun is one `softnic perf` test: a server in namespace A, a client in
+// namespace B, both on the pair's veth.
+type perfRun struct {
+	Test string   // write_bw, write_lat, ...
+	Args []string // flags common to both sides
+}
+
+// perfOutput is what both sides printed.
+type perfOutput struct {
+	Client, Server string
+	Elapsed        time.Duration // of the client, connection included
+}
+
+// runPerf runs r between the pair's ends and returns both outputs. A side
+// that exits with an error fails the run, with the tail of its output.
+func (s *suite) runPerf(ctx context.Context, p *netnstest.Pair, r perfRun) (perfOutput, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.perfTimeout)
+	defer cancel()
+	var out perfOutput
+	args := func(end *netnstest.End) []string {
+		a := []string{"netns", "exec", end.Namespace, s.softnic, "perf", r.Test}
+		a = append(a, r.Args...)
+		return append(a, "-d", end.Ifname)
+	}
+	var serverOut, clientOut bytes.Buffer
+	server := exec.CommandContext(ctx, "ip", args(&p.A)...)
+	server.Stdout, server.Stderr = &serverOut, &serverOut
+	server.WaitDelay = time.Second
+	if err := server.Start(); err != nil {
+		return out, fmt.Errorf("start server: %w", err)
+	}
+	client := exec.CommandContext(ctx, "ip", append(args(&p.B), "-connect-wait", "10s", p.A.Addr4().String())...)
+	client.Stdout, client.Stderr = &clientOut, &clientOut
+	client.WaitDelay = time.Second
+	start := time.Now()
+	cerr := client.Run()
+	out.Elapsed = time.Since(start)
+	if cerr != nil {
+		// The server cannot finish without its client.
+		server.Process.Kill()
+	}
+	serr := server.Wait()
+	out.Client, out.Server = clientOut.String(), serverOut.String()
+	if ctx.Err() != nil {
+		return out, fmt.Errorf("timed out after %v: %s", s.perfTimeout, lastLine(out.Client))
+	}
+	if cerr != nil {
+		return out, fmt.Errorf("client: %v: %s", cerr, lastLine(out.Client))
+	}
+	if serr != nil {
+		return out, fmt.Errorf("server: %v: %s", serr, lastLine(out.Server))
+	}
+	return out, nil
+}
+
+// lastLine is the last non-empty line of out: where the tools put their error.
+func lastLine(out string) string {
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	return strings.TrimSpace(lines[len(lines)-1])
+}
+
+// bwResult is a perftest bandwidth line.
+type bwResult struct {
+	Size, Iters uint64
+	Peak, Avg   float64 // in the report's unit (Gb/s with --report_gbits)
+	MsgRate     float64 // Mpps
+}
+
+// latResult is a perftest latency line, in microseconds.
+type latResult struct {
+	Size, Iters                              uint64
+	Min, Max, Typical, Avg, Stdev, P99, P999 float64
+}
+
+var errNoReport = errors.New("no result line in the output")
+
+// reportFields returns the fields of the line after the header containing
+// marker.
+func reportFields(out, marker string) ([]string, error) {
+	lines := strings.Split(out, "\n")
+	for i, l := range lines {
+		if strings.Contains(l, marker) && i+1 < len(lines) {
+			return strings.Fields(lines[i+1]), nil
+		}
+	}
+	return nil, errNoReport
+}
+
+func parseFloats(f []string, n int) ([]float64, error) {
+	if len(f) < n {
+		return nil, fmt.Errorf("result line %q: %d fields, want %d", strings.Join(f, " "), len(f), n)
+	}
+	v := make([]float64, n)
+	for i := range v {
+		x, err := strconv.ParseFloat(f[i], 64)
+		if err != nil {
+			return nil, fmt.Errorf("result line %q: %w", strings.Join(f, " "), err)
+		}
+		v[i] = x
+	}
+	return v, nil
+}
+
+// parseBW reads the bandwidth line of a perftest report.
+func parseBW(out string) (bwResult, error) {
+	f, err := reportFields(out, "BW average")
+	if err != nil {
+		return bwResult{}, err
+	}
+	v, err := parseFloats(f, 5)
+	if err != nil {
+		return bwResult{}, err
+	}
+	return bwResult{Size: uint64(v[0]), Iters: uint64(v[1]), Peak: v[2], Avg: v[3], MsgRate: v[4]}, nil
+}
+
+// parseLat reads the latency line of a perftest report.
+func parseLat(out string) (latResult, error) {
+	f, err := reportFields(out, "t_typical")
+	if err != nil {
+		return latResult{}, err
+	}
+	v, err := parseFloats(f, 9)
+	if err != nil {
+		return latResult{}, err
+	}
+	return latResult{Size: uint64(v[0]), Iters: uint64(v[1]), Min: v[2], Max: v[3], Typical: v[4], Avg: v[5],
+		Stdev: v[6], P99: v[7], P999: v[8]}, nil
+}
+
+// bandwidth runs a bandwidth test for about s.duration: a short probe run
+// sizes the iteration count (softnic perf has no -D), then the measured
+// run. qps > 1 splits the messages between the QPs. It returns the
+// measured run's client report.
+func (s *suite) bandwidth(ctx context.Context, p *netnstest.Pair, test string, size, mtu, qps int, extra ...string) (bwResult, error) {
+	run := func(iters int) (bwResult, time.Duration, error) {
+		args := []string{"-x", "1", "-m", strconv.Itoa(mtu), "-s", strconv.Itoa(size), "-q", strconv.Itoa(qps),
+			"-n", strconv.Itoa(iters), "--report_gbits"}
+		out, err := s.runPerf(ctx, p, perfRun{Test: test, Args: append(args, extra...)})
+		if err != nil {
+			return bwResult{}, 0, err
+		}
+		r, err := parseBW(out.Client)
+		if err != nil {
+			return bwResult{}, 0, fmt.Errorf("client: %w", err)
+		}
+		return r, out.Elapsed, nil
+	}
+	perQP := func(total int) int { return max(5, (total+qps-1)/qps) }
+	probe := perQP(s.probeMessages(size))
+	r, _, err := run(probe)
+	if err != nil {
+		return r, err
+	}
+	if r.MsgRate <= 0 {
+		return r, fmt.Errorf("probe run of %d iterations reported no message rate", probe)
+	}
+	total := int(r.MsgRate * 1e6 * s.duration.Seconds())
+	iters := perQP(total)
+	if iters <= probe {
+		return r, nil
+	}
+	r, _, err = run(min(iters, s.maxIters))
+	return r, err
+}
+
+// probeMessages is the message count of a probe run: about 64 MiB, at
+// least 2000 messages.
+func (s *suite) probeMessages(size int) int { return max(2000, (64<<20)/size) }
+
+// latency runs a latency test of iters round trips.
+func (s *suite) latency(ctx context.Context, p *netnstest.Pair, test string, size, mtu, iters int) (latResult, error) {
+	args := []string{"-x", "1", "-m", strconv.Itoa(mtu), "-s", strconv.Itoa(size), "-n", strconv.Itoa(iters)}
+	out, err := s.runPerf(ctx, p, perfRun{Test: test, Args: args})
+	if err != nil {
+		return latResult{}, err
+	}
+	r, err := parseLat(out.Client)
+	if err != nil {
+		return r, fmt.Errorf("client: %w", err)
+	}
+	return r, nil
+}

@@ -1,0 +1,106 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// markdown renders the run as the table README.md shows.
+func (s *suite) markdown(elapsed time.Duration) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "### softnic benchmark, %s\n\n", s.started.Format("2006-01-02 15:04 UTC"))
+	fmt.Fprintf(&b, "`make bench`: %d CPUs, Linux %s, %s, commit %s; load average %s at the start, %s at the end; %v in all. "+
+		"Two network namespaces joined by a veth pair (AF_XDP in copy mode); softnic runs `softnic perf` with the server in one "+
+		"namespace and the client in the other. Ratios compare figures of this run only.\n\n",
+		s.env.cpus, s.env.kernel, goVersion(), s.env.commit, s.env.loadStart, s.env.loadEnd, elapsed)
+	b.WriteString("| | figure | value | × ceiling | × kernel | notes |\n|---|---|---:|---:|---:|---|\n")
+	for _, f := range s.res.Figures {
+		value := fmt.Sprintf("%s %s", fmtValue(f.Value), f.Unit)
+		note := f.Note
+		if f.Err != "" {
+			value = "**not measured**"
+			note = "error: " + mdEscape(f.Err)
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", f.Group, mdEscape(f.Name), value,
+			s.ratioCell(f, f.Ceiling), s.ratioCell(f, f.Kernel), mdEscape(note))
+	}
+	b.WriteString("\n| target | measured | met |\n|---|---:|---|\n")
+	for _, t := range targets {
+		o := s.res.Evaluate(t)
+		measured, met := "—", "not measured: "+o.Why
+		if o.Measured {
+			if t.Ref == "" {
+				measured = fmtValue(o.Value)
+			} else {
+				measured = fmt.Sprintf("%s ×", fmtValue(o.Value))
+			}
+			met = "**no**"
+			if o.Met {
+				met = "yes"
+			}
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s |\n", t.Name, measured, met)
+	}
+	b.WriteString("\nCeiling bandwidths are in RDMA payload bits: the blast's frames/s times the IB MTU, so that they compare " +
+		"with perftest's payload figures at the same frame size. Kernel figures: iperf3 (one TCP stream, receiver's rate) and a " +
+		"UDP ping-pong with blocking system calls (half the round trip, as perftest's write_lat and send_lat report; read_lat " +
+		"reports whole READs). Latency figures compare with the kernel's median and p99 respectively.\n")
+	return b.String()
+}
+
+func (s *suite) ratioCell(f *Figure, ref string) string {
+	if ref == "" || f.Err != "" {
+		return ""
+	}
+	r, ok := s.res.Ratio(f.Key, ref)
+	if !ok {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.2f", r)
+}
+
+func fmtValue(v float64) string {
+	switch {
+	case v == 0:
+		return "0"
+	case v >= 100:
+		return fmt.Sprintf("%.0f", v)
+	case v >= 10:
+		return fmt.Sprintf("%.1f", v)
+	case v >= 1:
+		return fmt.Sprintf("%.2f", v)
+	}
+	return fmt.Sprintf("%.3g", v)
+}
+
+func mdEscape(s string) string {
+	s = strings.ReplaceAll(s, "|", `\|`)
+	return strings.ReplaceAll(s, "\n", " ")
+}
+
+// write stores the table and the chart as latest.* and as dated copies.
+func (s *suite) write(dir, table string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	png, err := s.chart()
+	if err != nil {
+		return fmt.Errorf("chart: %w", err)
+	}
+	stamp := s.started.Format("2006-01-02T1504Z")
+	md := table + fmt.Sprintf("\n![benchmark chart](%s.png)\n", stamp)
+	latestMD := table + "\n![benchmark chart](latest.png)\n"
+	for name, data := range map[string][]byte{
+		stamp + ".md": []byte(md), stamp + ".png": png,
+		"latest.md": []byte(latestMD), "latest.png": png,
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
+			return err
+		}
+	}
+	fmt.Printf("\nwrote %s/latest.md, latest.png and %s.{md,png}\n", dir, stamp)
+	return nil
+}
