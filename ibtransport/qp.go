@@ -532,10 +532,53 @@ func (q *QP) reset() {
 // PostSend posts a send work request (ibv_post_send). The request's SGL and
 // inline data are copied, so wr may be reused when PostSend returns.
 func (q *QP) PostSend(wr *SendWR) error {
+	if err := q.checkPostSend(); err != nil {
+		return err
+	}
+	q.sq.mu.Lock()
+	err := q.postSendLocked(wr)
+	q.sq.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	q.e.wake()
+	return nil
+}
+
+// PostSendList posts several send work requests at once, in order, with one
+// doorbell (ibv_post_send with a list). It returns how many were posted; on
+// an error, wrs[n] is the request that failed (libibverbs' bad_wr).
+func (q *QP) PostSendList(wrs []SendWR) (int, error) {
+	if err := q.checkPostSend(); err != nil {
+		return 0, err
+	}
+	q.sq.mu.Lock()
+	n := 0
+	var err error
+	for i := range wrs {
+		if err = q.postSendLocked(&wrs[i]); err != nil {
+			break
+		}
+		n++
+	}
+	q.sq.mu.Unlock()
+	if n > 0 {
+		q.e.wake()
+	}
+	return n, err
+}
+
+func (q *QP) checkPostSend() error {
 	switch q.State() {
 	case QPSReset, QPSInit, QPSRTR:
 		return fmt.Errorf("post send on QP %d: %w (%v)", q.qpn, ErrInvalidState, q.State())
 	}
+	return nil
+}
+
+// postSendLocked validates wr and copies it into the next SQ slot; sq.mu is
+// held.
+func (q *QP) postSendLocked(wr *SendWR) error {
 	if wr.Opcode > WRAtomicFetchAndAdd {
 		return fmt.Errorf("post send: opcode %v: %w", wr.Opcode, ErrInvalidArgument)
 	}
@@ -548,10 +591,8 @@ func (q *QP) PostSend(wr *SendWR) error {
 		return fmt.Errorf("post send: %d SGEs, at most %d: %w", len(wr.SGL), q.sq.maxSGE, ErrInvalidArgument)
 	}
 	sq := &q.sq
-	sq.mu.Lock()
 	t := sq.tail.Load()
 	if t-sq.head.Load() >= uint32(len(sq.slots)) {
-		sq.mu.Unlock()
 		return fmt.Errorf("post send on QP %d: %w", q.qpn, ErrQueueFull)
 	}
 	s := &sq.slots[t&sq.mask]
@@ -582,8 +623,6 @@ func (q *QP) PostSend(wr *SendWR) error {
 		s.status = WCLocLenErr
 	}
 	sq.tail.Store(t + 1)
-	sq.mu.Unlock()
-	q.e.wake()
 	return nil
 }
 

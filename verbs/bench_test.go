@@ -163,3 +163,44 @@ func TestSteadyStateZeroAllocs(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkWrite64BList posts the small WRITEs in lists of 16 (one doorbell
+// per list), as ibverbs programs post chained work requests.
+func BenchmarkWrite64BList(b *testing.B) {
+	s := newStreamer(b, verbs.WRRDMAWrite, 64, 64, verbs.MTU1024)
+	s.run(b, 256)
+	wrs := make([]verbs.SendWR, 16)
+	for i := range wrs {
+		wrs[i] = s.wr
+		wrs[i].Flags = 0
+	}
+	wrs[15].Flags = verbs.SendSignaled // one completion per list
+	b.ReportAllocs()
+	start := time.Now()
+	b.ResetTimer()
+	lists := (b.N + 15) / 16
+	inflight := 0
+	for posted := 0; posted < lists; {
+		for inflight < 4 && posted < lists {
+			if _, err := s.x.qp.PostSendList(wrs); err != nil {
+				b.Fatal(err)
+			}
+			posted++
+			inflight++
+		}
+		got, err := s.x.scq.Wait(s.ctx, s.wcs[:])
+		if err != nil {
+			b.Fatal(err)
+		}
+		inflight -= got
+	}
+	for inflight > 0 {
+		got, err := s.x.scq.Wait(s.ctx, s.wcs[:])
+		if err != nil {
+			b.Fatal(err)
+		}
+		inflight -= got
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(lists*16)/time.Since(start).Seconds(), "msgs/s")
+}

@@ -411,3 +411,39 @@ func TestLoopback(t *testing.T) {
 	require.Zero(t, p.la.Stats().Sent.Load(), "nothing went out on the link")
 	require.NotZero(t, p.a.RoCE().Ctr.Loopback.Load())
 }
+
+func TestPostSendList(t *testing.T) {
+	o := defaultOpts()
+	o.sendWR = 8
+	_, x, y := connectedPair(t, memlink.Config{}, o)
+	lmr, lbuf := regMR(t, x.pd, 1024, allAccess)
+	rmr, rbuf := regMR(t, y.pd, 1024, allAccess)
+	fill(lbuf, 1)
+	wrs := make([]verbs.SendWR, 10)
+	for i := range wrs {
+		wrs[i] = verbs.SendWR{ID: uint64(i), Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
+			SGL: []verbs.SGE{lmr.SGE(i*100, 100)}, RemoteAddr: rmr.Addr() + uint64(i*100), RKey: rmr.RKey()}
+	}
+	wrs[3].SGL = make([]verbs.SGE, 100) // too many SGEs: the list stops there
+	n, err := x.qp.PostSendList(wrs)
+	require.ErrorIs(t, err, verbs.ErrInvalidArgument)
+	require.Equal(t, 3, n)
+	wrs[3].SGL = []verbs.SGE{lmr.SGE(300, 100)}
+	// 8 slots, of which the first 3 WRs may still hold some: at least 5 go.
+	n, err = x.qp.PostSendList(wrs[3:])
+	if err != nil {
+		require.ErrorIs(t, err, verbs.ErrQueueFull)
+	}
+	require.GreaterOrEqual(t, n, 5)
+	posted := 3 + n
+	for i := range posted {
+		waitOK(t, x.scq, uint64(i))
+	}
+	n, err = x.qp.PostSendList(wrs[posted:])
+	require.NoError(t, err)
+	require.Equal(t, 10-posted, n)
+	for i := posted; i < 10; i++ {
+		waitOK(t, x.scq, uint64(i))
+	}
+	require.Equal(t, lbuf[:1000], rbuf[:1000])
+}
