@@ -69,6 +69,7 @@ type Engine struct {
 
 	cmdMu   sync.Mutex
 	cmds    []command
+	hasCmds atomic.Bool // lets Process skip the lock when there is nothing
 	stopped bool
 
 	keys    *keySource
@@ -118,6 +119,7 @@ func (e *Engine) do(fn func() error) error {
 	}
 	c := command{fn: fn, done: make(chan error, 1)}
 	e.cmds = append(e.cmds, c)
+	e.hasCmds.Store(true)
 	e.cmdMu.Unlock()
 	e.wake()
 	return <-c.done
@@ -137,7 +139,11 @@ func (e *Engine) Stop() {
 }
 
 func (e *Engine) runCommands() {
+	if !e.hasCmds.Load() {
+		return
+	}
 	e.cmdMu.Lock()
+	e.hasCmds.Store(false)
 	if len(e.cmds) == 0 {
 		e.cmdMu.Unlock()
 		return
