@@ -60,8 +60,24 @@ type command struct {
 
 // Engine runs the RC transport of one device. All protocol state belongs to
 // the goroutine that calls Receive and Process (the device's engine
-// goroutine); verbs calls reach it through queues, Do commands and the wake
-// doorbell.
+// goroutine); verbs calls reach it through lock-free work queue rings,
+// synchronous commands (ModifyQP, memory registration) and the wake
+// doorbell, and it hands completions back through CQ rings.
+//
+// As in Linux rxe, each QP has three parts:
+//   - the requester (requester.go) segments send work requests at the path
+//     MTU, assigns PSNs, sets AckReq on the last packet of a message and at
+//     least every 64 packets, and keeps at most 128 PSNs and max_rd_atomic
+//     READs/atomics unacknowledged;
+//   - the responder (responder.go) checks PSN, opcode sequence, lengths and
+//     keys, executes requests against registered memory, answers duplicates
+//     (ACK again for SEND/WRITE, replay from its resources for READ and
+//     atomics), sends one sequence NAK per gap and RNR NAKs when no receive
+//     is posted, and queues its responses so they leave in PSN order;
+//   - the completer (completer.go) retires work requests on cumulative
+//     ACKs and READ responses, and restarts transmission go-back-N on a NAK,
+//     a gap in responses or the timeout (4.096 µs × 2^timeout), counting
+//     retry_cnt and rnr_retry (7 is forever, like rxe).
 type Engine struct {
 	port  Port
 	wakeF func()
