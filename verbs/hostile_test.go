@@ -316,6 +316,10 @@ func TestHostilePeerNAKs(t *testing.T) {
 		{"payload longer than the MTU", allAccess, func(e *env) {
 			e.r.send(ibtransport.OpRCWriteOnly, 1000, 1028, reth(e.good, 0, 1028))
 		}, nakInvalid},
+		{"SEND invalidating another PD's rkey", allAccess, func(e *env) {
+			require.NoError(t, e.r.victim.qp.PostRecv(&verbs.RecvWR{ID: 1, SGL: []verbs.SGE{e.good.mr.SGE(0, 64)}}))
+			e.r.send(ibtransport.OpRCSendOnlyInv, 1000, 0, func(p *ibtransport.Packet) { p.IETH.SetRKey(e.otherPD.mr.RKey()) })
+		}, nakInvalid},
 		{"WRITE LAST beyond the announced length", allAccess, func(e *env) {
 			e.r.send(ibtransport.OpRCWriteFirst, 1000, 1024, reth(e.good, 0, 1500))
 			op, psn, syn, _ := e.r.response()
