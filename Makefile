@@ -6,7 +6,7 @@ GO ?= go
 PKGS := ./...
 BIN := bin/softnic
 
-.PHONY: all build test test-short generate bench lint fuzz demo clean
+.PHONY: all build test test-short generate bench microbench lint fuzz demo clean
 
 all: build
 
@@ -30,7 +30,18 @@ test-short:
 generate:
 	$(GO) generate ./bpf/...
 
+# The side-by-side benchmark (root): the raw AF_XDP ceiling, kernel TCP and
+# UDP, and softnic's perftest figures between two namespaces, in one table
+# with ratios and targets; writes bench/results/latest.{md,png} and dated
+# copies. About 3-5 minutes. BENCHFLAGS passes options (e.g. -duration 2s).
 bench:
+	$(GO) build -o $(BIN) ./cmd/softnic
+	$(GO) build -o bin/xdpblast ./bench/xdpblast
+	$(GO) build -o bin/benchsuite ./bench/suite
+	bin/benchsuite -softnic $(BIN) -xdpblast bin/xdpblast -out bench/results $(BENCHFLAGS)
+
+# Go micro-benchmarks of the engine, framing and verbs (in-memory link).
+microbench:
 	$(GO) test -run '^$$' -bench . -benchmem ./ibtransport/... ./roce/... ./verbs/...
 
 lint:

@@ -272,7 +272,7 @@ func (s *suite) manyQPs(ctx context.Context, p *netnstest.Pair) {
 			f.Err = err.Error()
 		} else {
 			f.Value = r.Avg
-			f.Note = fmt.Sprintf("%d messages per QP", r.Iters)
+			f.Note = fmt.Sprintf("%d messages in all", r.Iters)
 		}
 		s.report(f)
 	}

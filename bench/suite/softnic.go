@@ -180,8 +180,8 @@ func (s *suite) bandwidth(ctx context.Context, p *netnstest.Pair, test string, s
 }
 
 // probeMessages is the message count of a probe run: about 64 MiB, at
-// least 2000 messages.
-func (s *suite) probeMessages(size int) int { return max(2000, (64<<20)/size) }
+// least 2000 and at most 100000 messages.
+func (s *suite) probeMessages(size int) int { return min(100000, max(2000, (64<<20)/size)) }
 
 // latency runs a latency test of iters round trips.
 func (s *suite) latency(ctx context.Context, p *netnstest.Pair, test string, size, mtu, iters int) (latResult, error) {
