@@ -659,3 +659,22 @@ func (q *QP) DebugState() string {
 	})
 	return s
 }
+
+// PostRecvList posts several receives with one doorbell; it returns how many
+// it posted (on an error, wrs[n] failed).
+func (q *QP) PostRecvList(wrs []RecvWR) (int, error) {
+	if q.srq != nil {
+		return 0, fmt.Errorf("post receive on QP %d: the QP uses an SRQ: %w", q.qpn, ErrInvalidArgument)
+	}
+	if q.State() == QPSReset {
+		return 0, fmt.Errorf("post receive on QP %d: %w (RESET)", q.qpn, ErrInvalidState)
+	}
+	n, err := q.rq.postList(wrs)
+	if n > 0 {
+		q.e.wake()
+	}
+	if err != nil {
+		return n, fmt.Errorf("QP %d: %w", q.qpn, err)
+	}
+	return n, nil
+}

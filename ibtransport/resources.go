@@ -356,11 +356,27 @@ func (r *recvQueue) init(n, maxSGE int) {
 }
 
 func (r *recvQueue) post(wr *RecvWR) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.postLocked(wr)
+}
+
+// postList posts wrs in order and returns how many it posted.
+func (r *recvQueue) postList(wrs []RecvWR) (int, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i := range wrs {
+		if err := r.postLocked(&wrs[i]); err != nil {
+			return i, err
+		}
+	}
+	return len(wrs), nil
+}
+
+func (r *recvQueue) postLocked(wr *RecvWR) error {
 	if len(wr.SGL) > r.maxSGE {
 		return fmt.Errorf("post receive: %d SGEs, at most %d: %w", len(wr.SGL), r.maxSGE, ErrInvalidArgument)
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
 	t := r.tail.Load()
 	if t-r.head.Load() >= uint32(len(r.slots)) {
 		return fmt.Errorf("post receive: %w", ErrQueueFull)
@@ -410,6 +426,16 @@ func (s *SRQ) PostRecv(wr *RecvWR) error {
 	}
 	s.pd.e.wake()
 	return nil
+}
+
+// PostRecvList posts several receives with one doorbell; it returns how
+// many it posted (on an error, wrs[n] failed).
+func (s *SRQ) PostRecvList(wrs []RecvWR) (int, error) {
+	n, err := s.rq.postList(wrs)
+	if n > 0 {
+		s.pd.e.wake()
+	}
+	return n, err
 }
 
 // Len returns the number of receives posted and not yet consumed.

@@ -447,3 +447,26 @@ func TestPostSendList(t *testing.T) {
 	}
 	require.Equal(t, lbuf[:1000], rbuf[:1000])
 }
+
+func TestPostRecvList(t *testing.T) {
+	o := defaultOpts()
+	o.recvWR = 4
+	_, x, y := connectedPair(t, memlink.Config{}, o)
+	lmr, lbuf := regMR(t, x.pd, 64, allAccess)
+	rmr, rbuf := regMR(t, y.pd, 6*64, allAccess)
+	fill(lbuf, 3)
+	wrs := make([]verbs.RecvWR, 6)
+	for i := range wrs {
+		wrs[i] = verbs.RecvWR{ID: uint64(i), SGL: []verbs.SGE{rmr.SGE(i*64, 64)}}
+	}
+	n, err := y.qp.PostRecvList(wrs)
+	require.ErrorIs(t, err, verbs.ErrQueueFull)
+	require.Equal(t, 4, n)
+	for i := range 4 {
+		require.NoError(t, x.qp.PostSend(&verbs.SendWR{ID: uint64(i), Opcode: verbs.WRSend, Flags: verbs.SendSignaled,
+			SGL: []verbs.SGE{lmr.SGE(0, 64)}}))
+		waitOK(t, x.scq, uint64(i))
+		waitOK(t, y.rcq, uint64(i))
+		require.Equal(t, lbuf, rbuf[i*64:(i+1)*64])
+	}
+}
