@@ -174,6 +174,18 @@ func TestVerbsOverXDP(t *testing.T) {
 						id++
 						lbuf := make([]byte, size+2*guard)
 						rbuf := make([]byte, size+2*guard)
+						src, dst := lbuf, rbuf
+						if op == verbs.WRRDMARead {
+							src, dst = rbuf, lbuf
+						}
+						// Fill before registering and compare after
+						// deregistering: both run on the engine goroutine,
+						// which orders these accesses with the engine's own
+						// (the race detector cannot see through the wire).
+						pattern(src, byte(id))
+						pattern(dst, ^byte(id))
+						want := append([]byte(nil), dst...)
+						copy(want[guard:guard+size], src[guard:guard+size])
 						lmr, err := x.pd.RegMR(lbuf, verbs.AccessLocalWrite)
 						if err != nil {
 							t.Fatal(err)
@@ -182,14 +194,6 @@ func TestVerbsOverXDP(t *testing.T) {
 						if err != nil {
 							t.Fatal(err)
 						}
-						src, dst := lbuf, rbuf
-						if op == verbs.WRRDMARead {
-							src, dst = rbuf, lbuf
-						}
-						pattern(src, byte(id))
-						pattern(dst, ^byte(id))
-						want := append([]byte(nil), dst...)
-						copy(want[guard:guard+size], src[guard:guard+size])
 						wr := &verbs.SendWR{ID: id, Opcode: op, Flags: verbs.SendSignaled,
 							SGL: []verbs.SGE{lmr.SGE(guard, size)}}
 						if op == verbs.WRSend {
@@ -208,11 +212,11 @@ func TestVerbsOverXDP(t *testing.T) {
 						if op == verbs.WRSend {
 							waitWC(t, y.rcq, id)
 						}
+						lmr.Dereg()
+						rmr.Dereg()
 						if !bytes.Equal(want, dst) {
 							t.Fatalf("%v of %d bytes: data differs", op, size)
 						}
-						lmr.Dereg()
-						rmr.Dereg()
 					}
 				}
 
@@ -236,6 +240,7 @@ func TestVerbsOverXDP(t *testing.T) {
 					t.Fatal(err)
 				}
 				waitWC(t, x.scq, id)
+				rmr.Dereg()
 				if old, now := binary.NativeEndian.Uint64(lbuf), binary.NativeEndian.Uint64(rbuf); old != 42 || now != 7 {
 					t.Fatalf("compare-and-swap: returned %d (want 42), memory %d (want 7)", old, now)
 				}

@@ -71,7 +71,9 @@ type XDPLink struct {
 	rxBuf   []byte
 	next    int // socket to receive from first, for fairness
 
-	rxOversized, rxBadDesc, txStaged, txNoBuffer uint64
+	// Read by Stats from other goroutines.
+	rxOversized, rxBadDesc, txStaged, txNoBuffer atomic.Uint64
+	txQueued                                     atomic.Int64
 }
 
 var _ Link = (*XDPLink)(nil)
@@ -226,7 +228,7 @@ func (l *XDPLink) stagingIndex(frame []byte) int {
 }
 
 func (l *XDPLink) starve() {
-	l.txNoBuffer++
+	l.txNoBuffer.Add(1)
 	l.starved = true
 }
 
@@ -263,7 +265,7 @@ func (l *XDPLink) Send(frame []byte) {
 		l.tx.FreeTxFrame(d)
 	}
 	if used > 1 {
-		l.txStaged++
+		l.txStaged.Add(1)
 	}
 	l.reserve[i] = res[:0]
 	l.stagingFree = append(l.stagingFree, i)
@@ -289,6 +291,7 @@ func (l *XDPLink) Flush() error {
 			return fmt.Errorf("AF_XDP link on %q: %w", l.ifname, err)
 		}
 	}
+	l.txQueued.Store(int64(len(l.txq)))
 	if err := l.tx.Flush(); err != nil {
 		return fmt.Errorf("AF_XDP link on %q: %w", l.ifname, err)
 	}
@@ -322,7 +325,7 @@ func (l *XDPLink) deliver(s *xdp.Socket, descs []xdp.Desc, fn func([]byte)) int 
 	for i, d := range descs {
 		b := s.Frame(d)
 		if b == nil {
-			l.rxBadDesc++
+			l.rxBadDesc.Add(1)
 			bad = true
 		}
 		if !d.More() && asm == 0 && !bad {
@@ -332,7 +335,7 @@ func (l *XDPLink) deliver(s *xdp.Socket, descs []xdp.Desc, fn func([]byte)) int 
 		}
 		if !bad {
 			if asm+len(b) > len(l.rxBuf) {
-				l.rxOversized++
+				l.rxOversized.Add(1)
 				bad = true
 			} else {
 				asm += copy(l.rxBuf[asm:], b)
@@ -401,11 +404,11 @@ func (l *XDPLink) Wake() {
 	unix.Write(l.wakeFD, one[:])
 }
 
-// Stats returns the program's, the sockets' and the link's counters. Call it
-// from the goroutine driving the link.
+// Stats returns the program's, the sockets' and the link's counters. Any
+// goroutine may call it while the link runs (not concurrently with Close).
 func (l *XDPLink) Stats() (XDPLinkStats, error) {
-	st := XDPLinkStats{RxOversized: l.rxOversized, RxBadDesc: l.rxBadDesc, TxStaged: l.txStaged,
-		TxNoBuffer: l.txNoBuffer, TxQueued: len(l.txq)}
+	st := XDPLinkStats{RxOversized: l.rxOversized.Load(), RxBadDesc: l.rxBadDesc.Load(), TxStaged: l.txStaged.Load(),
+		TxNoBuffer: l.txNoBuffer.Load(), TxQueued: int(l.txQueued.Load())}
 	var errs []error
 	var err error
 	if st.Program, err = l.prog.Stats(); err != nil {

@@ -75,6 +75,12 @@ func (r *ring) prodOutstanding() uint32 {
 	return r.cachedProd - r.cachedCons
 }
 
+// published is how many entries are between the shared producer and
+// consumer indexes; any goroutine may call it.
+func (r *ring) published() uint32 {
+	return atomic.LoadUint32(r.producer) - atomic.LoadUint32(r.consumer)
+}
+
 // consAvail returns how many entries a consumer may read.
 func (r *ring) consAvail() uint32 {
 	avail := r.cachedProd - r.cachedCons

@@ -177,8 +177,8 @@ func TestRingsAgainstSimulatedKernel(t *testing.T) {
 				}
 			}
 		}
-		if got < 1000 || sentPk < 1000 || s.counters.OwnershipErrors != 0 {
-			t.Fatalf("start %#x: received %d, sent %d, ownership errors %d", start, got, sentPk, s.counters.OwnershipErrors)
+		if got < 1000 || sentPk < 1000 || s.ctr.ownershipErrors.Load() != 0 {
+			t.Fatalf("start %#x: received %d, sent %d, ownership errors %d", start, got, sentPk, s.ctr.ownershipErrors.Load())
 		}
 		// Every receive frame is on the fill ring, in the kernel, or free.
 		rxPending := int(*s.rx.producer - *s.rx.consumer)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -155,7 +156,7 @@ type Socket struct {
 	rx        descRing
 	tx        descRing
 	zeroCopy  bool
-	counters  Counters
+	ctr       counters
 	closed    bool
 }
 
@@ -169,6 +170,16 @@ type Counters struct {
 	OwnershipErrors             uint64 // frames returned that the caller did not own
 }
 
+// counters are updated by the goroutine driving the socket, once per batch
+// where possible, and read by Stats from any goroutine.
+type counters struct {
+	rxPackets, rxDescs, rxBytes    atomic.Uint64
+	txPackets, txDescs, txBytes    atomic.Uint64
+	txCompleted, kicks, kickErrors atomic.Uint64
+	rxWakeups, ownershipErrors     atomic.Uint64
+	freeTx, freeRx                 atomic.Int64 // as of the last batch
+}
+
 // Stats combines the kernel's ring statistics (XDP_STATISTICS) with the
 // socket's counters and the current ring occupancy.
 type Stats struct {
@@ -176,7 +187,7 @@ type Stats struct {
 	RxDropped, RxInvalidDescs, TxInvalidDescs uint64
 	RxRingFull, RxFillRingEmpty, TxRingEmpty  uint64
 	FillPending, TxPending                    uint32 // entries the kernel has not consumed yet
-	FreeTxFrames, FreeRxFrames                int    // frames waiting on our side
+	FreeTxFrames, FreeRxFrames                int    // frames waiting on our side, as of the last batch
 }
 
 // Open creates an AF_XDP socket on receive queue queue of the interface
@@ -306,6 +317,7 @@ func (s *Socket) open() error {
 		s.freeTx = append(s.freeTx, uint64(i*cfg.FrameSize))
 		s.owner[i] = ownFreeTx
 	}
+	s.ctr.freeTx.Store(int64(len(s.freeTx)))
 
 	var flags uint16 = unix.XDP_USE_NEED_WAKEUP
 	switch cfg.Mode {
@@ -458,16 +470,19 @@ func (s *Socket) Receive(descs []Desc) int {
 		whole = n // caller's slice too small for one packet: hand out a part
 	}
 	s.rx.consRelease(whole)
+	var bytes, packets uint64
 	for _, d := range descs[:whole] {
 		if c, ok := s.chunk(d.Addr); ok {
 			s.owner[c] = ownAppRx
 		}
-		s.counters.RxBytes += uint64(d.Len)
+		bytes += uint64(d.Len)
 		if !d.More() {
-			s.counters.RxPackets++
+			packets++
 		}
 	}
-	s.counters.RxDescs += uint64(whole)
+	s.ctr.rxBytes.Add(bytes)
+	s.ctr.rxPackets.Add(packets)
+	s.ctr.rxDescs.Add(uint64(whole))
 	return int(whole)
 }
 
@@ -489,7 +504,7 @@ func (s *Socket) Release(descs []Desc) error {
 	}
 	s.refill()
 	if bad > 0 {
-		s.counters.OwnershipErrors += uint64(bad)
+		s.ctr.ownershipErrors.Add(uint64(bad))
 		return fmt.Errorf("release %d of %d frames: %w", bad, len(descs), ErrFrameOwnership)
 	}
 	return nil
@@ -513,13 +528,14 @@ func (s *Socket) refill() {
 	if n > 0 {
 		s.fill.prodSubmit(n)
 	}
+	s.ctr.freeRx.Store(int64(rest))
 	if s.fill.needWakeup() {
 		s.wakeRx()
 	}
 }
 
 func (s *Socket) wakeRx() {
-	s.counters.RxWakeups++
+	s.ctr.rxWakeups.Add(1)
 	unix.Syscall6(unix.SYS_RECVFROM, uintptr(s.fd), 0, 0, unix.MSG_DONTWAIT, 0, 0)
 }
 
@@ -547,7 +563,7 @@ func (s *Socket) NextTxFrame() (d Desc, buf []byte, ok bool) {
 func (s *Socket) FreeTxFrame(d Desc) error {
 	c, ok := s.chunk(d.Addr)
 	if !ok || s.owner[c] != ownAppTx {
-		s.counters.OwnershipErrors++
+		s.ctr.ownershipErrors.Add(1)
 		return fmt.Errorf("free transmit frame at %#x: %w", d.Addr, ErrFrameOwnership)
 	}
 	s.owner[c] = ownFreeTx
@@ -574,7 +590,7 @@ func (s *Socket) Transmit(descs []Desc) (int, error) {
 		inChunk := descs[i].Addr&^s.frameMask+uint64(descs[i].Len) <= uint64(s.cfg.FrameSize)
 		if !ok || s.owner[c] != ownAppTx || !inChunk {
 			// Queue what came before; refuse the rest.
-			s.counters.OwnershipErrors++
+			s.ctr.ownershipErrors.Add(1)
 			n = i
 			for n > 0 && descs[n-1].More() {
 				n--
@@ -588,19 +604,23 @@ func (s *Socket) Transmit(descs []Desc) (int, error) {
 }
 
 func (s *Socket) submitTx(descs []Desc) {
+	var bytes, packets uint64
 	for i, d := range descs {
 		c, _ := s.chunk(d.Addr)
 		s.owner[c] = ownKernelTx
 		s.tx.descs[(s.tx.cachedProd+uint32(i))&s.tx.mask] = d
-		s.counters.TxBytes += uint64(d.Len)
+		bytes += uint64(d.Len)
 		if !d.More() {
-			s.counters.TxPackets++
+			packets++
 		}
 	}
-	s.counters.TxDescs += uint64(len(descs))
 	if len(descs) > 0 {
 		s.tx.prodSubmit(uint32(len(descs)))
 	}
+	s.ctr.txBytes.Add(bytes)
+	s.ctr.txPackets.Add(packets)
+	s.ctr.txDescs.Add(uint64(len(descs)))
+	s.ctr.freeTx.Store(int64(len(s.freeTx)))
 }
 
 // Flush wakes the kernel's transmit path when it asks for it (need_wakeup;
@@ -614,7 +634,7 @@ func (s *Socket) Flush() error {
 	// Copy mode sends a bounded batch per sendto and reports EAGAIN when
 	// more is left, so kick until the ring drains or the kernel pushes back.
 	for i := 0; i < 64 && s.tx.prodOutstanding() > 0 && s.tx.needWakeup(); i++ {
-		s.counters.Kicks++
+		s.ctr.kicks.Add(1)
 		_, _, errno := unix.Syscall6(unix.SYS_SENDTO, uintptr(s.fd), 0, 0, unix.MSG_DONTWAIT, 0, 0)
 		if errno == 0 {
 			continue
@@ -625,7 +645,7 @@ func (s *Socket) Flush() error {
 		if errno == unix.EBUSY || errno == unix.ENOBUFS {
 			break
 		}
-		s.counters.KickErrors++
+		s.ctr.kickErrors.Add(1)
 		s.Complete()
 		return fmt.Errorf("AF_XDP transmit kick: %w", errno)
 	}
@@ -653,7 +673,7 @@ func (s *Socket) Complete() int {
 		addr := s.comp.addrs[(s.comp.cachedCons+i)&s.comp.mask] & s.frameMask
 		c, ok := s.chunk(addr)
 		if !ok || s.owner[c] != ownKernelTx {
-			s.counters.OwnershipErrors++ // the kernel returned a frame twice: never reuse it blindly
+			s.ctr.ownershipErrors.Add(1) // the kernel returned a frame twice: never reuse it blindly
 			continue
 		}
 		s.owner[c] = ownFreeTx
@@ -661,7 +681,8 @@ func (s *Socket) Complete() int {
 	}
 	if n > 0 {
 		s.comp.consRelease(n)
-		s.counters.TxCompleted += uint64(n)
+		s.ctr.txCompleted.Add(uint64(n))
+		s.ctr.freeTx.Store(int64(len(s.freeTx)))
 	}
 	return int(n)
 }
@@ -699,8 +720,16 @@ func (s *Socket) Wait(timeout time.Duration, extraFD int) (bool, error) {
 }
 
 // Stats reads the kernel's ring statistics and adds the socket's counters.
+// Unlike the other methods it may be called from any goroutine while the
+// socket is in use (but not concurrently with Close).
 func (s *Socket) Stats() (Stats, error) {
-	st := Stats{Counters: s.counters, FreeTxFrames: len(s.freeTx), FreeRxFrames: len(s.freeRx)}
+	c := &s.ctr
+	st := Stats{Counters: Counters{
+		RxPackets: c.rxPackets.Load(), RxDescs: c.rxDescs.Load(), RxBytes: c.rxBytes.Load(),
+		TxPackets: c.txPackets.Load(), TxDescs: c.txDescs.Load(), TxBytes: c.txBytes.Load(),
+		TxCompleted: c.txCompleted.Load(), Kicks: c.kicks.Load(), KickErrors: c.kickErrors.Load(),
+		RxWakeups: c.rxWakeups.Load(), OwnershipErrors: c.ownershipErrors.Load(),
+	}, FreeTxFrames: int(c.freeTx.Load()), FreeRxFrames: int(c.freeRx.Load())}
 	if s.closed {
 		return st, ErrClosed
 	}
@@ -710,8 +739,9 @@ func (s *Socket) Stats() (Stats, error) {
 	}
 	st.RxDropped, st.RxInvalidDescs, st.TxInvalidDescs = ks.Rx_dropped, ks.Rx_invalid_descs, ks.Tx_invalid_descs
 	st.RxRingFull, st.RxFillRingEmpty, st.TxRingEmpty = ks.Rx_ring_full, ks.Rx_fill_ring_empty_descs, ks.Tx_ring_empty_descs
-	st.FillPending = s.fill.prodOutstanding()
-	st.TxPending = s.tx.prodOutstanding()
+	// Only the shared indexes, never the driving goroutine's caches.
+	st.FillPending = s.fill.published()
+	st.TxPending = s.tx.published()
 	return st, nil
 }
 
