@@ -3,6 +3,7 @@ package perftest
 import (
 	"fmt"
 	"io"
+	"math"
 	"strconv"
 	"strings"
 
@@ -152,17 +153,17 @@ func PrintBWHeader(w io.Writer, p *Params) {
 func PrintBWReport(w io.Writer, p *Params, r oob.BWReport) {
 	switch p.Output {
 	case OutputBandwidth:
-		fmt.Fprintf(w, "%f\n", r.BWAvg)
+		fmt.Fprintf(w, "%s\n", cf(r.BWAvg, 6))
 		return
 	case OutputMessageRate:
-		fmt.Fprintf(w, "%f\n", r.MsgRate)
+		fmt.Fprintf(w, "%s\n", cf(r.MsgRate, 6))
 		return
 	}
 	if r.BWAvg < 0.1 && p.ReportGbits {
-		fmt.Fprintf(w, " %-7d    %d           %-7.6f            %-7.6f            %-7.6f\n", r.Size, r.Iters, r.BWPeak, r.BWAvg, r.MsgRate)
+		fmt.Fprintf(w, " %-7d    %d           %-7s            %-7s            %-7s\n", r.Size, r.Iters, cf(r.BWPeak, 6), cf(r.BWAvg, 6), cf(r.MsgRate, 6))
 		return
 	}
-	fmt.Fprintf(w, " %-7d    %-10d       %-7.2f            %-7.2f\t\t   %-7.6f\n", r.Size, r.Iters, r.BWPeak, r.BWAvg, r.MsgRate)
+	fmt.Fprintf(w, " %-7d    %-10d       %-7s            %-7s\t\t   %-7s\n", r.Size, r.Iters, cf(r.BWPeak, 2), cf(r.BWAvg, 2), cf(r.MsgRate, 6))
 }
 
 // PrintLatHeader prints the latency table's header line.
@@ -176,9 +177,28 @@ func PrintLatHeader(w io.Writer, p *Params) {
 // PrintLatReport prints one latency line (REPORT_FMT_LAT).
 func PrintLatReport(w io.Writer, p *Params, r LatReport) {
 	if p.Output == OutputLatency {
-		fmt.Fprintf(w, "%f\n", r.TAvg)
+		fmt.Fprintf(w, "%s\n", cf(r.TAvg, 6))
 		return
 	}
-	fmt.Fprintf(w, " %-7d %d          %-7.2f        %-7.2f      %-7.2f  \t       %-7.2f     \t%-7.2f\t\t%-7.2f \t\t%-7.2f\n",
-		r.Size, r.Iters, r.TMin, r.TMax, r.TTypical, r.TAvg, r.TStdev, r.P99, r.P999)
+	fmt.Fprintf(w, " %-7d %d          %-7s        %-7s      %-7s  \t       %-7s     \t%-7s\t\t%-7s \t\t%-7s\n",
+		r.Size, r.Iters, cf(r.TMin, 2), cf(r.TMax, 2), cf(r.TTypical, 2), cf(r.TAvg, 2), cf(r.TStdev, 2), cf(r.P99, 2), cf(r.P999, 2))
+}
+
+// cf formats v like C's printf("%.<prec>f"), which glibc writes "inf",
+// "-inf", "nan" or "-nan" for values that are not finite (a report from a
+// peer whose clock calibration failed can hold them), where Go writes
+// "+Inf" and "NaN".
+func cf(v float64, prec int) string {
+	switch {
+	case math.IsInf(v, 1):
+		return "inf"
+	case math.IsInf(v, -1):
+		return "-inf"
+	case math.IsNaN(v):
+		if math.Signbit(v) {
+			return "-nan"
+		}
+		return "nan"
+	}
+	return strconv.FormatFloat(v, 'f', prec, 64)
 }

@@ -2,6 +2,7 @@ package perftest
 
 import (
 	"bytes"
+	"fmt"
 	"math"
 	"net/netip"
 	"testing"
@@ -258,5 +259,18 @@ func TestPrintSingleFigure(t *testing.T) {
 	p.Output = OutputLatency
 	if err := p.Finish(); err == nil {
 		t.Fatal("--output=latency accepted for a bandwidth test")
+	}
+}
+
+func TestNonFiniteLikeGlibc(t *testing.T) {
+	p := NewParams(oob.WriteBW)
+	var b bytes.Buffer
+	PrintBWReport(&b, &p, oob.BWReport{Size: 65536, Iters: 50, BWPeak: math.Inf(1), BWAvg: math.NaN(), MsgRate: math.Copysign(math.NaN(), -1)})
+	want := " 65536  " + "    " + "50        " + "       " + "inf    " + "            " + "nan    " + "\t\t   " + "-nan   " + "\n"
+	if b.String() != want {
+		t.Fatalf("got %q\nwant %q", b.String(), want)
+	}
+	if cf(-1.005, 2) != fmt.Sprintf("%.2f", -1.005) || cf(0.0175244, 6) != "0.017524" {
+		t.Fatal("finite values must print as Printf does")
 	}
 }

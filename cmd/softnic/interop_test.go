@@ -13,6 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vishvananda/netns"
+
+	"github.com/softnic/softnic/roce"
 	"github.com/softnic/softnic/test/interop/rxeguest"
 )
 
@@ -43,14 +46,16 @@ echo "@@ pingpong as client"
 retry ibv_rc_pingpong -d rxe0 -g 1 -n ` + interopIters + ` -s 1024 10.77.0.1 || exit 1
 `)
 	for _, t := range interopTests {
-		fmt.Fprintf(&b, "echo \"@@ %s as client\"\nretry ib_%s -d rxe0 -x 1 -n %s 10.77.0.1 || exit 1\n", t, t, interopIters)
+		fmt.Fprintf(&b, "echo \"@@ %s as client\"\nretry ib_%s -d rxe0 -x 1 -F -n %s 10.77.0.1 || exit 1\n", t, t, interopIters)
 	}
-	fmt.Fprintf(&b, "echo \"@@ write_bw-q2 as client\"\nretry ib_write_bw -d rxe0 -x 1 -q 2 -n %s 10.77.0.1 || exit 1\n", interopIters)
+	fmt.Fprintf(&b, "echo \"@@ write_bw-q2 as client\"\nretry ib_write_bw -d rxe0 -x 1 -F -q 2 -n %s 10.77.0.1 || exit 1\n", interopIters)
+	b.WriteString("echo \"@@ send_bw-a as client\"\nretry ib_send_bw -d rxe0 -x 1 -F -a -n 5 10.77.0.1 || exit 1\n")
 	b.WriteString("echo \"@@ pingpong as server\"\nibv_rc_pingpong -d rxe0 -g 1 -n " + interopIters + " -s 1024 || exit 1\n")
 	for _, t := range interopTests {
-		fmt.Fprintf(&b, "echo \"@@ %s as server\"\nib_%s -d rxe0 -x 1 -n %s || { echo \"@@ FAILED: %s\"; exit 1; }\n", t, t, interopIters, t)
+		fmt.Fprintf(&b, "echo \"@@ %s as server\"\nib_%s -d rxe0 -x 1 -F -n %s || { echo \"@@ FAILED: %s\"; exit 1; }\n", t, t, interopIters, t)
 	}
-	fmt.Fprintf(&b, "echo \"@@ write_bw-q2 as server\"\nib_write_bw -d rxe0 -x 1 -q 2 -n %s || exit 1\n", interopIters)
+	fmt.Fprintf(&b, "echo \"@@ write_bw-q2 as server\"\nib_write_bw -d rxe0 -x 1 -F -q 2 -n %s || exit 1\n", interopIters)
+	b.WriteString("echo \"@@ write_bw-a as server\"\nib_write_bw -d rxe0 -x 1 -F -a -n 5 || exit 1\n")
 	b.WriteString("echo \"@@ all done\"\n")
 	return b.String()
 }
@@ -87,11 +92,17 @@ func TestInteropWithRealTools(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer n.Close()
-	// Without IPv6 on the softnic side its GID table is just 10.77.0.1 (index 0).
+	// Without IPv6 on the softnic side its GID table is just 10.77.0.1; a
+	// link-local address that comes or goes would shift the indexes.
 	if out, err := exec.CommandContext(ctx, "ip", "netns", "exec", n.PeerNS, "sh", "-c",
 		"echo 1 > /proc/sys/net/ipv6/conf/"+n.PeerLink+"/disable_ipv6").CombinedOutput(); err != nil {
 		t.Fatalf("disable IPv6 on %s: %v\n%s", n.PeerLink, err, out)
 	}
+	gidx, err := gidIndexIn(n.PeerNS, n.PeerLink, netip.MustParseAddr("10.77.0.1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := fmt.Sprint(gidx)
 
 	gctx, gcancel := context.WithCancel(ctx)
 	defer gcancel()
@@ -107,31 +118,32 @@ func TestInteropWithRealTools(t *testing.T) {
 		out, err := cmd.CombinedOutput()
 		return string(out), err
 	}
-	type result struct{ name, out string }
-	var results []result
+	var results []struct{ name, out string }
 	failed := false
 	step := func(name string, args ...string) {
 		if failed {
 			return
 		}
 		out, err := softnic(args...)
-		results = append(results, result{name, out})
+		results = append(results, struct{ name, out string }{name, out})
 		if err != nil {
 			t.Errorf("softnic %s: %v\n%s", strings.Join(args, " "), err, out)
 			failed = true
 		}
 	}
 	wait := "--connect-wait=2m"
-	step("pingpong server", "pingpong", "-d", n.PeerLink, "-g", "0", "-n", interopIters, "-s", "1024")
+	step("pingpong server", "pingpong", "-d", n.PeerLink, "-g", g, "-n", interopIters, "-s", "1024")
 	for _, tt := range interopTests {
-		step(tt+" server", "perf", tt, "-d", n.PeerLink, "-n", interopIters)
+		step(tt+" server", "perf", tt, "-d", n.PeerLink, "-x", g, "-n", interopIters)
 	}
-	step("write_bw-q2 server", "perf", "write_bw", "-d", n.PeerLink, "-q", "2", "-n", interopIters)
-	step("pingpong client", "pingpong", "-d", n.PeerLink, "-g", "0", "-n", interopIters, "-s", "1024", wait, "10.77.0.11")
+	step("write_bw-q2 server", "perf", "write_bw", "-d", n.PeerLink, "-x", g, "-q", "2", "-n", interopIters)
+	step("send_bw-a server", "perf", "send_bw", "-d", n.PeerLink, "-x", g, "-a", "-n", "5")
+	step("pingpong client", "pingpong", "-d", n.PeerLink, "-g", g, "-n", interopIters, "-s", "1024", wait, "10.77.0.11")
 	for _, tt := range interopTests {
-		step(tt+" client", "perf", tt, "-d", n.PeerLink, "-n", interopIters, wait, "10.77.0.11")
+		step(tt+" client", "perf", tt, "-d", n.PeerLink, "-x", g, "-n", interopIters, wait, "10.77.0.11")
 	}
-	step("write_bw-q2 client", "perf", "write_bw", "-d", n.PeerLink, "-q", "2", "-n", interopIters, wait, "10.77.0.11")
+	step("write_bw-q2 client", "perf", "write_bw", "-d", n.PeerLink, "-x", g, "-q", "2", "-n", interopIters, wait, "10.77.0.11")
+	step("write_bw-a client", "perf", "write_bw", "-d", n.PeerLink, "-x", g, "-a", "-n", "5", wait, "10.77.0.11")
 	if failed {
 		// Give the guest a moment to report its side, then stop it.
 		time.AfterFunc(30*time.Second, gcancel)
@@ -147,8 +159,11 @@ func TestInteropWithRealTools(t *testing.T) {
 	if res.ExitStatus != 0 {
 		t.Fatalf("guest script failed (status %d); console tail:\n%s", res.ExitStatus, tailLines(res.Console, 40))
 	}
-	bw := regexp.MustCompile(`(?m)^ \d+\s+\d+\s+[0-9.]+\s+[0-9.]+\s+[0-9.]+\s*$`)
-	lat := regexp.MustCompile(`(?m)^ \d+\s+` + interopIters + `(\s+[0-9.]+){7}\s*$`)
+	// perftest in the TCG guest sometimes fails to calibrate its clock; with
+	// -F it then reports inf or nan, which travel in the report exchange.
+	num := `(?:[0-9.]+|-?inf|-?nan)`
+	bw := regexp.MustCompile(`(?m)^ \d+\s+\d+\s+` + num + `\s+` + num + `\s+` + num + `\s*$`)
+	lat := regexp.MustCompile(`(?m)^ \d+\s+` + interopIters + `(\s+` + num + `){7}\s*$`)
 	pp := regexp.MustCompile(`(?m)^\d+ bytes in [0-9.]+ seconds = [0-9.]+ Mbit/sec$`)
 	for _, r := range results {
 		var re *regexp.Regexp
@@ -172,7 +187,7 @@ func TestInteropWithRealTools(t *testing.T) {
 		name = strings.Replace(strings.Replace(name, " as client", " client", 1), " as server", " server", 1)
 		guestOut[name] = body
 	}
-	if len(guestOut) != 2*(len(interopTests)+2)+1 {
+	if len(guestOut) != 2*(len(interopTests)+2)+3 {
 		t.Errorf("guest output has %d sections", len(guestOut))
 	}
 	// The server of write/read/atomic bw prints the client's figures, which
@@ -192,9 +207,70 @@ func TestInteropWithRealTools(t *testing.T) {
 			}
 		}
 	}
+	// -a: 23 sizes, 2 to 2^23, on both sides of send_bw (where each side
+	// prints its own figures); write_bw's server prints the last only.
+	for name, out := range map[string]string{"softnic send_bw-a server": resultOf(results, "send_bw-a server"),
+		"guest send_bw-a client": guestOut["send_bw-a client"], "softnic write_bw-a client": resultOf(results, "write_bw-a client")} {
+		if m := bw.FindAllString(out, -1); len(m) != 23 || !strings.HasPrefix(m[22], " 8388608 ") {
+			t.Errorf("%s: %d result lines, want 23 ending with 8388608 bytes", name, len(m))
+		}
+	}
+	if m, c := bw.FindAllString(guestOut["write_bw-a server"], -1), bw.FindAllString(resultOf(results, "write_bw-a client"), -1); len(m) != 1 || len(c) == 0 || m[0] != c[len(c)-1] {
+		t.Errorf("guest write_bw -a server printed %q, softnic's last line %q", m, c)
+	}
 	if m := bw.FindStringSubmatch(guestOut["write_bw-q2 client"]); m == nil || !strings.Contains(m[0], " 100 ") {
 		t.Errorf("two-QP run: guest line %q, want 100 iterations (50 per QP)", m)
 	}
+}
+
+// gidIndexIn returns the index of addr in the GID table softnic builds for
+// ifname in the named namespace, once that table holds no IPv6 address.
+func gidIndexIn(nsName, ifname string, addr netip.Addr) (int, error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	orig, err := netns.Get()
+	if err != nil {
+		return 0, err
+	}
+	defer orig.Close()
+	h, err := netns.GetFromName(nsName)
+	if err != nil {
+		return 0, err
+	}
+	defer h.Close()
+	if err := netns.Set(h); err != nil {
+		return 0, err
+	}
+	defer netns.Set(orig)
+	var gids []netip.Addr
+	for try := 0; try < 50; try++ {
+		if gids, err = roce.GIDTable(ifname); err != nil {
+			return 0, err
+		}
+		v6 := false
+		for _, a := range gids {
+			v6 = v6 || !a.Unmap().Is4()
+		}
+		if !v6 {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for i, a := range gids {
+		if a.Unmap() == addr {
+			return i, nil
+		}
+	}
+	return 0, fmt.Errorf("%v not in the GID table %v of %s", addr, gids, ifname)
+}
+
+func resultOf(results []struct{ name, out string }, name string) string {
+	for _, r := range results {
+		if r.name == name {
+			return r.out
+		}
+	}
+	return ""
 }
 
 func tailLines(s string, n int) string {
