@@ -6,7 +6,6 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"runtime"
 	"strings"
@@ -82,10 +81,7 @@ func TestInteropWithRealTools(t *testing.T) {
 	if err != nil {
 		t.Fatalf("guest image: %v", err)
 	}
-	bin := filepath.Join(t.TempDir(), "softnic")
-	if out, err := exec.CommandContext(ctx, filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := buildSoftnic(t, ctx)
 	n, err := rxeguest.NewNetwork(ctx, rxeguest.NetworkConfig{Name: fmt.Sprintf("snperf%d", os.Getpid()%100000),
 		Taps: 1, PeerAddr: netip.MustParsePrefix("10.77.0.1/24")})
 	if err != nil {

@@ -1,0 +1,115 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/softnic/softnic/internal/netnstest"
+	"github.com/softnic/softnic/roce"
+)
+
+// buildSoftnic builds the softnic binary for tests that run it in
+// namespaces.
+func buildSoftnic(t *testing.T, ctx context.Context) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "softnic")
+	if out, err := exec.CommandContext(ctx, filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// settledGIDs waits until the end's GID table holds want entries (IPv6
+// addresses join it once duplicate address detection is over) and returns it.
+func settledGIDs(t *testing.T, e *netnstest.End, want int) []netip.Addr {
+	t.Helper()
+	var gids []netip.Addr
+	for try := 0; try < 100; try++ {
+		err := e.Do(func() error {
+			var err error
+			gids, err = roce.GIDTable(e.Ifname)
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(gids) >= want {
+			return gids
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("GID table of %s: %v, want %d entries", e.Ifname, gids, want)
+	return nil
+}
+
+func indexOf(gids []netip.Addr, a netip.Addr) string {
+	for i, g := range gids {
+		if g.Unmap() == a {
+			return fmt.Sprint(i)
+		}
+	}
+	return "-1"
+}
+
+// TestSoftnicToSoftnicOverVeth runs softnic pingpong and softnic perf
+// between two namespaces over AF_XDP, with IPv4 and with IPv6 GIDs.
+func TestSoftnicToSoftnicOverVeth(t *testing.T) {
+	netnstest.RequireRoot(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	bin := buildSoftnic(t, ctx)
+	p := netnstest.NewT(t, netnstest.Config{MTU: 1500})
+	// Link-local, IPv4, then the fd47:: address (roce.GIDTable's order).
+	ga, gb := settledGIDs(t, &p.A, 3), settledGIDs(t, &p.B, 3)
+	run := func(name string, server, client []string) (string, string) {
+		t.Helper()
+		var sout []byte
+		var serr error
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cmd := p.A.Command(bin, server...)
+			sout, serr = cmd.CombinedOutput()
+		}()
+		cout, cerr := p.B.Command(bin, append(client, "--connect-wait=20s", p.A.Addr4().String())...).CombinedOutput()
+		wg.Wait()
+		if serr != nil || cerr != nil {
+			t.Fatalf("%s: server %v:\n%s\nclient %v:\n%s", name, serr, sout, cerr, cout)
+		}
+		return string(sout), string(cout)
+	}
+	for _, fam := range []struct {
+		name   string
+		ia, ib string
+		gid    string
+	}{
+		{"IPv4", indexOf(ga, p.A.Addr4()), indexOf(gb, p.B.Addr4()), "00:00:00:00:00:00:00:00:00:00:255:255:10:"},
+		{"IPv6", indexOf(ga, p.A.Addr6()), indexOf(gb, p.B.Addr6()), "253:71:00:00:"},
+	} {
+		t.Run(fam.name, func(t *testing.T) {
+			sout, cout := run("pingpong", []string{"pingpong", "-d", p.A.Ifname, "-g", fam.ia, "-n", "300"},
+				[]string{"pingpong", "-d", p.B.Ifname, "-g", fam.ib, "-n", "300"})
+			for _, out := range []string{sout, cout} {
+				if !strings.Contains(out, "2457600 bytes in ") {
+					t.Errorf("pingpong output:\n%s", out)
+				}
+			}
+			sout, cout = run("write_bw", []string{"perf", "write_bw", "-d", p.A.Ifname, "-x", fam.ia, "-n", "500"},
+				[]string{"perf", "write_bw", "-d", p.B.Ifname, "-x", fam.ib, "-n", "500"})
+			line := regexp.MustCompile(`(?m)^ 65536      500 .*$`)
+			if l := line.FindString(cout); l == "" || l != line.FindString(sout) || !strings.Contains(cout, " GID: "+fam.gid) {
+				t.Errorf("write_bw: client\n%s\nserver\n%s", cout, sout)
+			}
+		})
+	}
+}
