@@ -1,6 +1,7 @@
 package perftest
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"runtime"
@@ -91,8 +92,8 @@ func (r *runCtx) postWait(qp *verbs.QP, wr *verbs.SendWR) error {
 		if ok || err != nil {
 			return err
 		}
-		if err := r.ctx.Err(); err != nil {
-			return err
+		if r.ctx.Err() != nil {
+			return context.Cause(r.ctx)
 		}
 		runtime.Gosched()
 	}
@@ -156,7 +157,7 @@ func (r *runCtx) runBW(size uint64) (BWTimes, error) {
 			got, err = r.scq.Wait(r.ctx, wcs)
 		}
 		if err != nil {
-			return t, fmt.Errorf("poll send CQ: %w", err)
+			return t, fmt.Errorf("poll send CQ: %w", causeOf(r.ctx, err))
 		}
 		for i := 0; i < got; i++ {
 			wc := &wcs[i]
@@ -165,6 +166,7 @@ func (r *runCtx) runBW(size uint64) (BWTimes, error) {
 			}
 			ccnt[wc.WRID] += cqMod
 			totC += cqMod
+			r.progress.Add(1)
 			if !p.NoPeak {
 				t.Completed[min(totC, n)-1] = now()
 			}
@@ -218,7 +220,7 @@ func (r *runCtx) runBWServer(size uint64) (BWTimes, error) {
 	for rcnt < n {
 		got, err := r.rcq.Wait(r.ctx, wcs)
 		if err != nil {
-			return t, fmt.Errorf("poll receive CQ: %w", err)
+			return t, fmt.Errorf("poll receive CQ: %w", causeOf(r.ctx, err))
 		}
 		if first {
 			t.Posted[0] = int64(time.Since(start))
@@ -230,6 +232,7 @@ func (r *runCtx) runBWServer(size uint64) (BWTimes, error) {
 				return t, wcError("receive", wc, rcnt)
 			}
 			rcnt++
+			r.progress.Add(1)
 			q := int(wc.WRID)
 			if posted[q]+1 <= p.Iters {
 				if err := r.postRecv(r.qps[q], q, posted[q], size, sge); err != nil {
@@ -246,11 +249,12 @@ func (r *runCtx) runBWServer(size uint64) (BWTimes, error) {
 // waitOne waits for one completion on cq.
 func (r *runCtx) waitOne(cq *verbs.CQ, wc []verbs.WC, what string, done uint64) error {
 	if _, err := cq.Wait(r.ctx, wc[:1]); err != nil {
-		return fmt.Errorf("poll %s CQ: %w", what, err)
+		return fmt.Errorf("poll %s CQ: %w", what, context.Cause(r.ctx))
 	}
 	if wc[0].Status != verbs.WCSuccess {
 		return wcError(what, &wc[0], done)
 	}
+	r.progress.Add(1)
 	return nil
 }
 
@@ -289,11 +293,12 @@ func (r *runCtx) runLatWrite(size uint64) ([]int64, error) {
 		if rcnt < p.Iters && !(scnt < 1 && p.Server) {
 			rcnt++
 			for loadByte(buf, pollAt) != byte(rcnt) {
-				if err := r.ctx.Err(); err != nil {
-					return nil, err
+				if r.ctx.Err() != nil {
+					return nil, context.Cause(r.ctx)
 				}
 				runtime.Gosched()
 			}
+			r.progress.Add(1)
 		}
 		if scnt < p.Iters {
 			posted[scnt] = int64(time.Since(start))
@@ -384,4 +389,40 @@ func (r *runCtx) runLatSend(size uint64) ([]int64, error) {
 		}
 	}
 	return posted, nil
+}
+
+// causeOf prefers the run context's cause (a stall) to err.
+func causeOf(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return context.Cause(ctx)
+	}
+	return err
+}
+
+// ErrStalled is perftest's check_alive verdict: no completion for too long.
+var ErrStalled = errors.New("perftest: no progress (no completion or message) for too long; is the peer still running?")
+
+// watch cancels the run with ErrStalled when progress stops advancing for
+// limit; it returns a function that stops watching.
+func (r *runCtx) watch(cancel context.CancelCauseFunc, limit time.Duration) func() {
+	done := make(chan struct{})
+	go func() {
+		tick := time.NewTicker(limit / 10)
+		defer tick.Stop()
+		last, since := r.progress.Load(), time.Now()
+		for {
+			select {
+			case <-done:
+				return
+			case now := <-tick.C:
+				if p := r.progress.Load(); p != last {
+					last, since = p, now
+				} else if now.Sub(since) >= limit {
+					cancel(ErrStalled)
+					return
+				}
+			}
+		}
+	}()
+	return func() { close(done) }
 }

@@ -2,6 +2,7 @@ package perftest
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/softnic/softnic/internal/oob"
 )
@@ -102,6 +103,9 @@ type Params struct {
 	QPTimeout uint8
 	// Output selects the full report or a single figure.
 	Output Output
+	// StallTimeout ends a run that makes no progress for this long, as
+	// perftest's check_alive does after 60 s (default 60 s).
+	StallTimeout time.Duration
 }
 
 // full reports whether perftest would print its whole report.
@@ -121,7 +125,8 @@ func NewParams(test oob.Test) Params {
 		// DEF_INLINE: resolved by Finish.
 		InlineSize: -1,
 		// DEF_QP_TIME
-		QPTimeout: 14,
+		QPTimeout:    14,
+		StallTimeout: 60 * time.Second,
 	}
 	if test.IsBW() {
 		p.Size, p.TxDepth = DefSizeBW, DefTxBW

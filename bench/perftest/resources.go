@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"os"
+	"sync/atomic"
 
 	"github.com/softnic/softnic/ibtransport"
 	"github.com/softnic/softnic/internal/oob"
@@ -76,6 +77,8 @@ type runCtx struct {
 	area      uint64 // BUFF_SIZE of the allocation size
 	gid       verbs.GID
 	ctx       context.Context
+	// progress counts completions; the stall watchdog reads it.
+	progress atomic.Uint64
 }
 
 func (r *runCtx) access() verbs.Access {

@@ -56,7 +56,9 @@ func Run(ctx context.Context, dev Device, conn net.Conn, p Params, out io.Writer
 	}
 	p.MTU = oob.MTUBytes(neg.MTU)
 
-	r := &runCtx{p: &p, dev: dev, ctx: ctx, cycle: uint64(neg.SysData.CycleBuffer), cacheLine: uint64(max(neg.SysData.CacheLineSize, 1))}
+	runCtx2, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	r := &runCtx{p: &p, dev: dev, ctx: runCtx2, cycle: uint64(neg.SysData.CycleBuffer), cacheLine: uint64(max(neg.SysData.CacheLineSize, 1))}
 	defer r.close()
 	if err := r.setup(); err != nil {
 		return err
@@ -125,6 +127,9 @@ func Run(ctx context.Context, dev Device, conn net.Conn, p Params, out io.Writer
 			PrintBWReport(out, &p, rep)
 			return nil
 		},
+	}
+	if p.StallTimeout > 0 {
+		defer r.watch(cancel, p.StallTimeout)()
 	}
 	if _, err := sess.Run(p.Test, r.local, len(sizes), h); err != nil {
 		return err

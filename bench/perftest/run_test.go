@@ -3,7 +3,9 @@ package perftest
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"regexp"
@@ -19,8 +21,13 @@ import (
 
 // memPair opens two softnic devices joined by an in-memory link.
 func memPair(t *testing.T) (a, b Device) {
+	a, b, _, _ = memPairLinks(t)
+	return a, b
+}
+
+func memPairLinks(t *testing.T) (a, b Device, la, lb *memlink.Endpoint) {
 	t.Helper()
-	la, lb := memlink.Pair(memlink.Config{})
+	la, lb = memlink.Pair(memlink.Config{})
 	da, err := verbs.Open(la, verbs.Config{Addrs: []netip.Addr{netip.MustParseAddr("10.0.0.1")}})
 	if err != nil {
 		t.Fatal(err)
@@ -30,7 +37,7 @@ func memPair(t *testing.T) (a, b Device) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { da.Close(); db.Close(); la.Close(); lb.Close() })
-	return Device{Verbs: da, Name: "mem0", LinkMTU: la.MTU()}, Device{Verbs: db, Name: "mem1", LinkMTU: lb.MTU()}
+	return Device{Verbs: da, Name: "mem0", LinkMTU: la.MTU()}, Device{Verbs: db, Name: "mem1", LinkMTU: lb.MTU()}, la, lb
 }
 
 // runBoth runs a server on a and a client on b over loopback TCP.
@@ -144,5 +151,46 @@ func TestRunAllSizes(t *testing.T) {
 	// perftest's server prints the client's last report only.
 	if m := bwLine.FindAllStringSubmatch(sout, -1); len(m) != 1 || m[0][1] != "8388608" {
 		t.Fatalf("server printed:\n%s", sout)
+	}
+}
+
+// TestStallEndsRun cuts the link under a write_bw client: its writes are
+// retried forever (retry count 7), and the stall watchdog must end the run
+// with ErrStalled, as perftest's check_alive would.
+func TestStallEndsRun(t *testing.T) {
+	a, b, _, lb := memPairLinks(t)
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	serr := make(chan error, 1)
+	go func() {
+		conn, err := ln.Accept()
+		if err != nil {
+			serr <- err
+			return
+		}
+		defer conn.Close()
+		p := NewParams(oob.WriteBW)
+		p.Server = true
+		serr <- Run(ctx, a, conn, p, io.Discard)
+	}()
+	conn, err := net.Dial("tcp4", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := NewParams(oob.WriteBW)
+	p.StallTimeout = 300 * time.Millisecond
+	lb.SetDown(true)
+	err = Run(ctx, b, conn, p, io.Discard)
+	conn.Close()
+	if !errors.Is(err, ErrStalled) {
+		t.Fatalf("client error %v, want ErrStalled", err)
+	}
+	if err := <-serr; err == nil {
+		t.Fatal("server finished without its client's report")
 	}
 }
