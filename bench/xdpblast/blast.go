@@ -24,6 +24,7 @@ type Options struct {
 	Batch    int           // descriptors per Transmit/Receive call
 	Frames   int           // UMEM frames per socket
 	BusyPoll bool
+	Queues   int // queue pairs, one sending and one receiving socket each (default 1)
 }
 
 // Result of a run, as seen by the receiver.
@@ -34,7 +35,8 @@ type Result struct {
 	SenderStats    xdp.Stats
 	ReceiverStats  xdp.Stats
 	Program        bpf.Stats
-	VethDropped    uint64 // frames the sending veth dropped (receiver queue full)
+	VethDropped    uint64   // frames the sending veth dropped (receiver queue full)
+	PerQueue       []uint64 // frames received on each queue
 }
 
 // FramesPerSecond is the receive rate.
@@ -62,6 +64,9 @@ func (o *Options) setDefaults() error {
 	if o.Frames == 0 {
 		o.Frames = 4096
 	}
+	if o.Queues == 0 {
+		o.Queues = 1
+	}
 	if o.Count == 0 && o.Duration == 0 {
 		o.Duration = 3 * time.Second
 	}
@@ -76,7 +81,7 @@ func Run(ctx context.Context, o Options) (res Result, err error) {
 	if err := o.setDefaults(); err != nil {
 		return res, err
 	}
-	pair, err := netnstest.New(netnstest.Config{MTU: o.MTU})
+	pair, err := netnstest.New(netnstest.Config{MTU: o.MTU, Queues: o.Queues})
 	if err != nil {
 		return res, err
 	}
@@ -84,102 +89,182 @@ func Run(ctx context.Context, o Options) (res Result, err error) {
 
 	cfg := xdp.Config{NumFrames: o.Frames, MultiBuffer: o.Size > 4096-256, BusyPoll: o.BusyPoll}
 	var prog *bpf.Program
-	var rx, tx *xdp.Socket
-	if err := pair.B.Do(func() (err error) {
-		if prog, err = bpf.Attach(pair.B.Ifname, bpf.ModeAuto); err != nil {
-			return err
-		}
-		rx, err = xdp.Open(pair.B.Ifindex, 0, cfg)
-		return err
-	}); err != nil {
-		if prog != nil {
-			prog.Close()
-		}
+	if err := pair.B.Do(func() (err error) { prog, err = bpf.Attach(pair.B.Ifname, bpf.ModeAuto); return err }); err != nil {
 		return res, fmt.Errorf("receiver: %w", err)
 	}
 	defer prog.Close()
-	defer rx.Close()
 	if err := prog.AddAddr(pair.B.Addr4()); err != nil {
 		return res, err
 	}
-	if err := prog.SetSocket(0, rx.FD()); err != nil {
-		return res, err
+	// One socket per queue on each side: veth hands a frame sent on TX
+	// queue q to the peer's RX queue q.
+	rxs := make([]*xdp.Socket, o.Queues)
+	txs := make([]*xdp.Socket, o.Queues)
+	defer func() {
+		for _, s := range append(rxs, txs...) {
+			if s != nil {
+				s.Close()
+			}
+		}
+	}()
+	for q := range o.Queues {
+		if err := pair.B.Do(func() (err error) { rxs[q], err = xdp.Open(pair.B.Ifindex, q, cfg); return err }); err != nil {
+			return res, fmt.Errorf("receiver: %w", err)
+		}
+		if err := prog.SetSocket(q, rxs[q].FD()); err != nil {
+			return res, err
+		}
+		if err := pair.A.Do(func() (err error) { txs[q], err = xdp.Open(pair.A.Ifindex, q, cfg); return err }); err != nil {
+			return res, fmt.Errorf("sender: %w", err)
+		}
 	}
-	if err := pair.A.Do(func() (err error) { tx, err = xdp.Open(pair.A.Ifindex, 0, cfg); return err }); err != nil {
-		return res, fmt.Errorf("sender: %w", err)
-	}
-	defer tx.Close()
 
 	frame := make([]byte, o.Size)
 	buildFrame(frame, pair.A.MAC, pair.B.MAC, pair.A.Addr4(), pair.B.Addr4())
 
-	var stop, senderDone atomic.Bool
-	var sent atomic.Uint64
-	var wg sync.WaitGroup
-	var sendErr error
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		defer senderDone.Store(true)
-		sendErr = blast(tx, frame, o, &stop, &sent)
-	}()
-
-	var received, bytes uint64
-	descs := make([]xdp.Desc, o.Batch)
-	start := time.Now()
-	var first, last time.Time
-	for {
-		if ctx.Err() != nil || (o.Count == 0 && time.Since(start) >= o.Duration) {
-			stop.Store(true)
-		}
-		n := rx.Receive(descs)
-		if n == 0 {
-			if o.Count > 0 && received >= uint64(o.Count) {
-				break
-			}
-			// Once the sender is done, in-flight frames get 200ms.
-			if senderDone.Load() && time.Since(last) > 200*time.Millisecond && time.Since(start) > 200*time.Millisecond {
-				break
-			}
-			rx.Wait(time.Millisecond, -1)
-			continue
-		}
-		last = time.Now()
-		if first.IsZero() {
-			first = last
-		}
-		for _, d := range descs[:n] {
-			bytes += uint64(d.Len)
-			if !d.More() {
-				received++
+	var stop, sendersDone atomic.Bool
+	var senders, receivers sync.WaitGroup
+	sent := make([]atomic.Uint64, o.Queues)
+	sendErrs := make([]error, o.Queues)
+	counts := make([]rxCount, o.Queues)
+	for q := range o.Queues {
+		qo := o
+		if o.Count > 0 {
+			qo.Count = o.Count / o.Queues
+			if q == 0 {
+				qo.Count += o.Count % o.Queues
 			}
 		}
-		if err := rx.Release(descs[:n]); err != nil {
-			stop.Store(true)
-			wg.Wait()
-			return res, err
-		}
+		senders.Add(1)
+		go func() {
+			defer senders.Done()
+			sendErrs[q] = blast(txs[q], frame, qo, &stop, &sent[q])
+		}()
+		receivers.Add(1)
+		go func() {
+			defer receivers.Done()
+			counts[q] = receive(rxs[q], qo, &sendersDone)
+		}()
+	}
+	// Stop after the duration (or on interrupt); counted runs stop by themselves.
+	done := make(chan struct{})
+	go func() { senders.Wait(); sendersDone.Store(true); close(done) }()
+	var timeout <-chan time.Time
+	if o.Count == 0 {
+		timeout = time.After(o.Duration)
+	}
+	select {
+	case <-done:
+	case <-timeout:
+	case <-ctx.Done():
 	}
 	stop.Store(true)
-	wg.Wait()
-	if sendErr != nil {
-		return res, fmt.Errorf("sender: %w", sendErr)
+	<-done
+	receivers.Wait()
+	if err := errors.Join(sendErrs...); err != nil {
+		return res, fmt.Errorf("sender: %w", err)
 	}
-	res = Result{Sent: sent.Load(), Received: received, Bytes: bytes, Elapsed: last.Sub(first)}
+	var first, last time.Time
+	for q := range o.Queues {
+		c := counts[q]
+		if c.err != nil {
+			return res, c.err
+		}
+		res.Sent += sent[q].Load()
+		res.Received += c.frames
+		res.PerQueue = append(res.PerQueue, c.frames)
+		res.Bytes += c.bytes
+		if !c.first.IsZero() && (first.IsZero() || c.first.Before(first)) {
+			first = c.first
+		}
+		if c.last.After(last) {
+			last = c.last
+		}
+		ts, _ := txs[q].Stats()
+		rs, _ := rxs[q].Stats()
+		res.SenderStats = addStats(res.SenderStats, ts)
+		res.ReceiverStats = addStats(res.ReceiverStats, rs)
+	}
+	res.Elapsed = last.Sub(first)
 	if res.Elapsed <= 0 {
 		res.Elapsed = time.Nanosecond
 	}
-	res.SenderStats, _ = tx.Stats()
-	res.ReceiverStats, _ = rx.Stats()
 	res.Program, _ = prog.Stats()
 	// veth drops what its peer's queue cannot take before XDP sees it.
 	if l, err := pair.A.Link(); err == nil && l.Attrs().Statistics != nil {
 		res.VethDropped = l.Attrs().Statistics.TxDropped
 	}
-	if received == 0 {
+	if res.Received == 0 {
 		return res, fmt.Errorf("no frame arrived (sent %d; receiver %+v)", res.Sent, res.ReceiverStats)
 	}
 	return res, nil
+}
+
+// rxCount is what one receiving socket counted.
+type rxCount struct {
+	frames, bytes uint64
+	first, last   time.Time
+	err           error
+}
+
+// receive counts frames on one socket until it has o.Count of them, or the
+// senders are done and nothing arrived for 200ms.
+func receive(rx *xdp.Socket, o Options, sendersDone *atomic.Bool) (c rxCount) {
+	descs := make([]xdp.Desc, o.Batch)
+	start := time.Now()
+	for {
+		n := rx.Receive(descs)
+		if n == 0 {
+			if o.Count > 0 && c.frames >= uint64(o.Count) {
+				return c
+			}
+			if sendersDone.Load() && time.Since(c.last) > 200*time.Millisecond && time.Since(start) > 200*time.Millisecond {
+				return c
+			}
+			rx.Wait(time.Millisecond, -1)
+			continue
+		}
+		c.last = time.Now()
+		if c.first.IsZero() {
+			c.first = c.last
+		}
+		for _, d := range descs[:n] {
+			c.bytes += uint64(d.Len)
+			if !d.More() {
+				c.frames++
+			}
+		}
+		if err := rx.Release(descs[:n]); err != nil {
+			c.err = err
+			return c
+		}
+	}
+}
+
+// addStats sums two sockets' statistics.
+func addStats(a, b xdp.Stats) xdp.Stats {
+	a.RxPackets += b.RxPackets
+	a.RxDescs += b.RxDescs
+	a.RxBytes += b.RxBytes
+	a.TxPackets += b.TxPackets
+	a.TxDescs += b.TxDescs
+	a.TxBytes += b.TxBytes
+	a.TxCompleted += b.TxCompleted
+	a.Kicks += b.Kicks
+	a.KickErrors += b.KickErrors
+	a.RxWakeups += b.RxWakeups
+	a.OwnershipErrors += b.OwnershipErrors
+	a.RxDropped += b.RxDropped
+	a.RxInvalidDescs += b.RxInvalidDescs
+	a.TxInvalidDescs += b.TxInvalidDescs
+	a.RxRingFull += b.RxRingFull
+	a.RxFillRingEmpty += b.RxFillRingEmpty
+	a.TxRingEmpty += b.TxRingEmpty
+	a.FillPending += b.FillPending
+	a.TxPending += b.TxPending
+	a.FreeTxFrames += b.FreeTxFrames
+	a.FreeRxFrames += b.FreeRxFrames
+	return a
 }
 
 // blast sends frame repeatedly until stop is set or o.Count frames went out.

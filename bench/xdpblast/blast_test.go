@@ -18,11 +18,17 @@ import (
 // side. Loss is allowed (the receiver may fall behind), silence is not.
 func TestBlastCounts(t *testing.T) {
 	netnstest.RequireRoot(t)
-	for _, size := range []int{64, 1082, 4158, 9014} {
-		t.Run(fmt.Sprint(size), func(t *testing.T) {
-			r, err := Run(context.Background(), Options{Size: size, Count: 20000, Frames: 1024})
+	for _, tc := range []struct{ size, queues int }{{64, 1}, {1082, 1}, {4158, 1}, {9014, 1}, {1082, 2}} {
+		size := tc.size
+		t.Run(fmt.Sprintf("%dx%d", size, tc.queues), func(t *testing.T) {
+			r, err := Run(context.Background(), Options{Size: size, Count: 20000, Frames: 1024, Queues: tc.queues})
 			if err != nil {
 				t.Fatal(err)
+			}
+			for q, n := range r.PerQueue {
+				if n == 0 {
+					t.Errorf("queue %d received nothing (per queue %v)", q, r.PerQueue)
+				}
 			}
 			if r.Sent != 20000 {
 				t.Errorf("sent %d, want 20000", r.Sent)

@@ -8,7 +8,7 @@
 // It needs root, creates its own namespaces and veth pair, and removes them
 // on exit, also on SIGINT/SIGTERM.
 //
-//	xdpblast -size 64,1082,4158 -duration 3s
+//	xdpblast -size 64,1082,4158 -duration 3s [-queues 2] [-busy-poll] [-v]
 package main
 
 import (
@@ -31,6 +31,7 @@ func main() {
 	batch := flag.Int("batch", 64, "descriptors per ring operation")
 	frames := flag.Int("frames", 4096, "UMEM frames per socket (power of two)")
 	busy := flag.Bool("busy-poll", false, "enable preferred busy polling on both sockets")
+	queues := flag.Int("queues", 1, "queue pairs: veth queues, each with a sending and a receiving socket and goroutine")
 	verbose := flag.Bool("v", false, "print ring and program statistics")
 	flag.Parse()
 	if os.Geteuid() != 0 {
@@ -48,7 +49,7 @@ func main() {
 			fmt.Fprintf(os.Stderr, "xdpblast: bad size %q\n", f)
 			os.Exit(2)
 		}
-		o := Options{Size: size, Duration: *duration, Count: *count, MTU: *mtu, Batch: *batch, Frames: *frames, BusyPoll: *busy}
+		o := Options{Size: size, Duration: *duration, Count: *count, MTU: *mtu, Batch: *batch, Frames: *frames, BusyPoll: *busy, Queues: *queues}
 		r, err := Run(ctx, o)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "xdpblast: size %d: %v\n", size, err)
