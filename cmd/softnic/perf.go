@@ -135,11 +135,13 @@ flags:
 `
 
 func runPerf(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help") {
+		// The flags are the same for every test: show write_bw's.
+		return runPerf([]string{"write_bw", "-h"}, stdout, stderr)
+	}
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
 		fmt.Fprint(stderr, perfUsage)
-		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
-			return 0
-		}
+		fmt.Fprintln(stderr, "  (run 'softnic perf -h' for the flags)")
 		return 2
 	}
 	test, err := oob.ParseTest(args[0])
@@ -165,9 +167,9 @@ func runPerf(args []string, stdout, stderr io.Writer) int {
 		gidIndex  = -1
 		useOld    bool
 		tclass    int
-		txDepth   = -1
-		rxDepth   = -1
-		cqMod     = -1
+		txDepth   = 0
+		rxDepth   = 0
+		cqMod     = 0
 		inline    = -1
 		noPeak    bool
 		ifname    string
@@ -188,10 +190,10 @@ func runPerf(args []string, stdout, stderr io.Writer) int {
 	f.intVar(&mtu, "m", "mtu", 0, "path MTU (256..4096; default the port's active MTU)")
 	f.intVar(&gidIndex, "x", "gid-index", -1, "GID index (default 0)")
 	f.intVar(&qps, "q", "qp", 1, "number of QPs (bandwidth tests)")
-	f.intVar(&txDepth, "t", "tx-depth", -1, "size of the send queue (default 128, latency 1)")
-	f.intVar(&rxDepth, "r", "rx-depth", -1, "receives posted at a time (send tests, default 512)")
-	f.intVar(&cqMod, "Q", "cq-mod", -1, "generate a completion every N sends (default 100)")
-	f.intVar(&inline, "I", "inline_size", -1, "max size of inline sends (default: 220 write_lat, 236 send_lat, else 0)")
+	f.intVar(&txDepth, "t", "tx-depth", 0, "size of the send queue (perftest's default: 128, latency tests 1)")
+	f.intVar(&rxDepth, "r", "rx-depth", 0, "receives posted at a time (send tests; perftest's default: 512)")
+	f.intVar(&cqMod, "Q", "cq-mod", 0, "generate a completion every N sends (perftest's default: 100)")
+	f.intVar(&inline, "I", "inline_size", -1, "max size of inline sends (-1: perftest's default, 220 for write_lat, 236 for send_lat, else 0)")
 	f.intVar(&outReads, "o", "outs", outReads, "outstanding reads/atomics (read and atomic tests)")
 	f.stringVar(&atomic, "A", "atomic_type", "FETCH_AND_ADD", "atomic operation: FETCH_AND_ADD or CMP_AND_SWAP")
 	f.stringVar(&conn, "c", "connection", "RC", "connection type (softnic: RC only)")
@@ -264,6 +266,9 @@ func runPerf(args []string, stdout, stderr io.Writer) int {
 	p.Port, p.Size, p.Iters, p.RunAll, p.MTU, p.GIDIndex = port, size, iters, runAll, mtu, gidIndex
 	p.NumQPs, p.OutReads, p.ReportGbits, p.NoPeak, p.UseOldPostSend = qps, outReads, gbits, noPeak, useOld
 	p.TrafficClass = uint8(tclass)
+	if txDepth < 0 || rxDepth < 0 || cqMod < 0 {
+		return fail("-t, -r and -Q must be positive")
+	}
 	if txDepth > 0 {
 		p.TxDepth = txDepth
 	}
