@@ -103,6 +103,9 @@ type Params struct {
 	QPTimeout uint8
 	// Output selects the full report or a single figure.
 	Output Output
+	// ReportUnsorted and ReportHistogram print the latency samples before
+	// the figures (-U, -H).
+	ReportUnsorted, ReportHistogram bool
 	// StallTimeout ends a run that makes no progress for this long, as
 	// perftest's check_alive does after 60 s (default 60 s).
 	StallTimeout time.Duration

@@ -176,6 +176,22 @@ func PrintLatHeader(w io.Writer, p *Params) {
 
 // PrintLatReport prints one latency line (REPORT_FMT_LAT).
 func PrintLatReport(w io.Writer, p *Params, r LatReport) {
+	// print_report_lat: "#, usec" then "%d, %g" per sample, unsorted (-U)
+	// and sorted (-H), then the table header again.
+	for _, samples := range [][]float64{r.Unsorted, r.Sorted} {
+		if samples == nil {
+			continue
+		}
+		var b strings.Builder
+		b.WriteString("#, usec\n")
+		for i, v := range samples {
+			fmt.Fprintf(&b, "%d, %s\n", i+1, strconv.FormatFloat(v, 'g', 6, 64))
+		}
+		io.WriteString(w, b.String())
+	}
+	if (r.Unsorted != nil || r.Sorted != nil) && p.full() {
+		io.WriteString(w, ResultLine+resultFmtLat+"\n")
+	}
 	if p.Output == OutputLatency {
 		fmt.Fprintf(w, "%s\n", cf(r.TAvg, 6))
 		return

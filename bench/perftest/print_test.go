@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"math"
 	"net/netip"
+	"reflect"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/softnic/softnic/internal/oob"
@@ -216,7 +219,7 @@ func TestLatencyReportFigures(t *testing.T) {
 	// Sorted 10 20 30 40 50 | 1000 2000: five kept, median 30, average 30,
 	// deviations 20 10 0 10 20, t_max and both percentiles the sixth.
 	want := LatReport{Size: 2, Iters: 8, TMin: 10, TMax: 1000, TTypical: 30, TAvg: 30, TStdev: math.Sqrt(200), P99: 1000, P999: 1000}
-	if r != want {
+	if !reflect.DeepEqual(r, want) {
 		t.Fatalf("got %+v\nwant %+v", r, want)
 	}
 	w := NewParams(oob.WriteLat) // write latency is half the round trip
@@ -272,5 +275,25 @@ func TestNonFiniteLikeGlibc(t *testing.T) {
 	}
 	if cf(-1.005, 2) != fmt.Sprintf("%.2f", -1.005) || cf(0.0175244, 6) != "0.017524" {
 		t.Fatal("finite values must print as Printf does")
+	}
+}
+
+func TestLatencySamples(t *testing.T) {
+	p := NewParams(oob.ReadLat)
+	p.ReportUnsorted, p.ReportHistogram = true, true
+	posted := []int64{0, 3000, 4000, 6500, 6600, 1006600, 1006700}
+	r := LatencyReport(&p, 2, posted)
+	var b bytes.Buffer
+	PrintLatReport(&b, &p, r)
+	// Samples 3 1 2.5 0.1 1000 0.1 usec; sorted and without the two
+	// largest: 0.1 0.1 1 2.5. %g prints 6 significant digits.
+	want := "#, usec\n1, 3\n2, 1\n3, 2.5\n4, 0.1\n5, 1000\n6, 0.1\n" +
+		"#, usec\n1, 0.1\n2, 0.1\n3, 1\n4, 2.5\n" +
+		ResultLine + resultFmtLat + "\n"
+	if got := b.String(); !strings.HasPrefix(got, want) {
+		t.Fatalf("got %q\nwant prefix %q", got, want)
+	}
+	if strconv.FormatFloat(1234567, 'g', 6, 64) != fmt.Sprintf("%.6g", 1234567.0) || strconv.FormatFloat(0.0000125, 'g', 6, 64) != "1.25e-05" {
+		t.Fatal("g formatting differs from C printf")
 	}
 }

@@ -93,6 +93,10 @@ type LatReport struct {
 	TStdev   float64
 	P99      float64
 	P999     float64
+	// Unsorted are the samples in microseconds in the order measured, and
+	// Sorted the kept ones in ascending order (perftest's -U and -H).
+	Unsorted []float64
+	Sorted   []float64
 }
 
 // latMeasureTail is LAT_MEASURE_TAIL: the largest samples perftest drops.
@@ -120,6 +124,12 @@ func LatencyReport(p *Params, size uint64, posted []int64) LatReport {
 	for i := range delta {
 		delta[i] = posted[i+1] - posted[i]
 	}
+	if p.ReportUnsorted {
+		rep.Unsorted = make([]float64, n)
+		for i, d := range delta {
+			rep.Unsorted[i] = float64(d) / q
+		}
+	}
 	slices.Sort(delta)
 	m := n - latMeasureTail
 	var median int64
@@ -137,6 +147,12 @@ func LatencyReport(p *Params, size uint64, posted []int64) LatReport {
 	for i := 0; i < m; i++ {
 		d := int(avg - float64(delta[i])/q)
 		varSum += float64(d * d)
+	}
+	if p.ReportHistogram {
+		rep.Sorted = make([]float64, m)
+		for i := range rep.Sorted {
+			rep.Sorted[i] = float64(delta[i]) / q
+		}
 	}
 	i99 := int(math.Ceil(float64(m) * 0.99))
 	i999 := int(math.Ceil(float64(m) * 0.999))

@@ -205,6 +205,9 @@ func runPerf(args []string, stdout, stderr io.Writer) int {
 	f.BoolVar(&gbits, "report_gbits", false, "report bandwidth in Gb/sec instead of MB/sec")
 	f.BoolVar(&useOld, "use_old_post_send", false, "print the ibv_wr* API line as OFF (softnic has one post path)")
 	f.IntVar(&tclass, "tclass", 0, "GRH traffic class")
+	var unsorted, histogram bool
+	f.boolVar(&unsorted, "U", "report-unsorted", "print the latency samples in measured order (latency tests)")
+	f.boolVar(&histogram, "H", "report-histogram", "print the sorted latency samples (latency tests)")
 	var output string
 	f.StringVar(&output, "output", "", "print only one figure: bandwidth, message_rate (bw tests) or latency (lat tests)")
 	qpTimeout := int(p.QPTimeout)
@@ -266,6 +269,7 @@ func runPerf(args []string, stdout, stderr io.Writer) int {
 	p.Port, p.Size, p.Iters, p.RunAll, p.MTU, p.GIDIndex = port, size, iters, runAll, mtu, gidIndex
 	p.NumQPs, p.OutReads, p.ReportGbits, p.NoPeak, p.UseOldPostSend = qps, outReads, gbits, noPeak, useOld
 	p.TrafficClass = uint8(tclass)
+	p.ReportUnsorted, p.ReportHistogram = unsorted, histogram
 	if txDepth < 0 || rxDepth < 0 || cqMod < 0 {
 		return fail("-t, -r and -Q must be positive")
 	}

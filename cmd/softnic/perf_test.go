@@ -106,7 +106,10 @@ func TestPerfSendLat(t *testing.T) {
 	port := freePort(t)
 	sout, cout := runPair(t,
 		[]string{"perf", "send_lat", "-d", "memA", "-p", port, "-n", "50"},
-		[]string{"perf", "send_lat", "-d", "memB", "-p", port, "-n", "50", "127.0.0.1"})
+		[]string{"perf", "send_lat", "-d", "memB", "-p", port, "-n", "50", "-H", "127.0.0.1"})
+	if m := regexp.MustCompile(`(?m)^\d+, [0-9.e+-]+$`).FindAllString(cout, -1); len(m) != 47 {
+		t.Errorf("client printed %d sorted samples, want 47 (50 - 1 - 2):\n%s", len(m), cout)
+	}
 	for side, out := range map[string]string{"server": sout, "client": cout} {
 		if !regexp.MustCompile(`(?m)^ 2       50 `).MatchString(out) {
 			t.Errorf("%s output:\n%s", side, out)
