@@ -48,7 +48,7 @@ func devicePair(t *testing.T, cfg memlink.Config, addrA, addrB netip.Addr, mtu i
 			firstErr = err
 			continue
 		}
-		require.NoError(t, s.q.Modify(&ibtransport.QPAttr{State: ibtransport.QPSRTS, SQPSN: 7, Timeout: 10, RetryCnt: 7,
+		require.NoError(t, s.q.Modify(&ibtransport.QPAttr{State: ibtransport.QPSRTS, SQPSN: 7, Timeout: 20, RetryCnt: 7,
 			RNRRetry: 7, MaxRdAtomic: 1}, ibtransport.QPAttrState|ibtransport.QPAttrSQPSN|ibtransport.QPAttrTimeout|
 			ibtransport.QPAttrRetryCnt|ibtransport.QPAttrRNRRetry|ibtransport.QPAttrMaxQPRdAtomic))
 	}

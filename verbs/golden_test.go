@@ -287,7 +287,7 @@ func requesterReplay(t *testing.T, name string, c *goldenConn) {
 		MaxDestRdAtomic: 16, MinRNRTimer: 12, AV: verbs.AddressVector{DGID: roce.GIDFromAddr(goldenServer), HopLimit: 64}},
 		verbs.QPAttrState|verbs.QPAttrAV|verbs.QPAttrPathMTU|verbs.QPAttrDestQPN|verbs.QPAttrRQPSN|
 			verbs.QPAttrMaxDestRdAtomic|verbs.QPAttrMinRNRTimer))
-	require.NoError(t, v.qp.Modify(&verbs.QPAttr{State: verbs.QPSRTS, SQPSN: first, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 16},
+	require.NoError(t, v.qp.Modify(&verbs.QPAttr{State: verbs.QPSRTS, SQPSN: first, Timeout: 20, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 16},
 		verbs.QPAttrState|verbs.QPAttrSQPSN|verbs.QPAttrTimeout|verbs.QPAttrRetryCnt|verbs.QPAttrRNRRetry|verbs.QPAttrMaxQPRdAtomic))
 	off := 0
 	for i := range wrs {

@@ -113,7 +113,8 @@ func TestRNRRetryThenSuccess(t *testing.T) {
 func TestRNRRetryExhausted(t *testing.T) {
 	o := defaultOpts()
 	o.rnrRetry = 3
-	o.minRNR = 2 // 20 µs
+	o.minRNR = 2   // 20 µs
+	o.timeout = 20 // 4 s: only RNR NAKs drive this test, never a timeout
 	_, x, y := connectedPair(t, memlink.Config{}, o)
 	smr, _ := regMR(t, x.pd, 100, allAccess)
 	for i := range 4 {
