@@ -42,18 +42,20 @@ func guestScript() string {
 	done
 }
 echo "@@ pingpong as client"
-retry ibv_rc_pingpong -d rxe0 -g 1 -n ` + interopIters + ` -s 1024 10.77.0.1 || exit 1
+retry ibv_rc_pingpong -d rxe0 -g 1 -n ` + interopIters + ` -s 4096 10.77.0.1 || exit 1
 `)
 	for _, t := range interopTests {
 		fmt.Fprintf(&b, "echo \"@@ %s as client\"\nretry ib_%s -d rxe0 -x 1 -F -n %s 10.77.0.1 || exit 1\n", t, t, interopIters)
 	}
 	fmt.Fprintf(&b, "echo \"@@ write_bw-q2 as client\"\nretry ib_write_bw -d rxe0 -x 1 -F -q 2 -n %s 10.77.0.1 || exit 1\n", interopIters)
+	fmt.Fprintf(&b, "echo \"@@ atomic_bw-cas as client\"\nretry ib_atomic_bw -d rxe0 -x 1 -F -A CMP_AND_SWAP -n %s 10.77.0.1 || exit 1\n", interopIters)
 	b.WriteString("echo \"@@ send_bw-a as client\"\nretry ib_send_bw -d rxe0 -x 1 -F -a -n 5 10.77.0.1 || exit 1\n")
-	b.WriteString("echo \"@@ pingpong as server\"\nibv_rc_pingpong -d rxe0 -g 1 -n " + interopIters + " -s 1024 || exit 1\n")
+	b.WriteString("echo \"@@ pingpong as server\"\nibv_rc_pingpong -d rxe0 -g 1 -n " + interopIters + " -s 4096 || exit 1\n")
 	for _, t := range interopTests {
 		fmt.Fprintf(&b, "echo \"@@ %s as server\"\nib_%s -d rxe0 -x 1 -F -n %s || { echo \"@@ FAILED: %s\"; exit 1; }\n", t, t, interopIters, t)
 	}
 	fmt.Fprintf(&b, "echo \"@@ write_bw-q2 as server\"\nib_write_bw -d rxe0 -x 1 -F -q 2 -n %s || exit 1\n", interopIters)
+	fmt.Fprintf(&b, "echo \"@@ atomic_bw-cas as server\"\nib_atomic_bw -d rxe0 -x 1 -F -A CMP_AND_SWAP -n %s || exit 1\n", interopIters)
 	b.WriteString("echo \"@@ write_bw-a as server\"\nib_write_bw -d rxe0 -x 1 -F -a -n 5 || exit 1\n")
 	b.WriteString("echo \"@@ all done\"\n")
 	return b.String()
@@ -128,17 +130,19 @@ func TestInteropWithRealTools(t *testing.T) {
 		}
 	}
 	wait := "--connect-wait=2m"
-	step("pingpong server", "pingpong", "-d", n.PeerLink, "-g", g, "-n", interopIters, "-s", "1024")
+	step("pingpong server", "pingpong", "-d", n.PeerLink, "-g", g, "-n", interopIters, "-s", "4096")
 	for _, tt := range interopTests {
 		step(tt+" server", "perf", tt, "-d", n.PeerLink, "-x", g, "-n", interopIters)
 	}
 	step("write_bw-q2 server", "perf", "write_bw", "-d", n.PeerLink, "-x", g, "-q", "2", "-n", interopIters)
+	step("atomic_bw-cas server", "perf", "atomic_bw", "-d", n.PeerLink, "-x", g, "-A", "CMP_AND_SWAP", "-n", interopIters)
 	step("send_bw-a server", "perf", "send_bw", "-d", n.PeerLink, "-x", g, "-a", "-n", "5")
-	step("pingpong client", "pingpong", "-d", n.PeerLink, "-g", g, "-n", interopIters, "-s", "1024", wait, "10.77.0.11")
+	step("pingpong client", "pingpong", "-d", n.PeerLink, "-g", g, "-n", interopIters, "-s", "4096", wait, "10.77.0.11")
 	for _, tt := range interopTests {
 		step(tt+" client", "perf", tt, "-d", n.PeerLink, "-x", g, "-n", interopIters, wait, "10.77.0.11")
 	}
 	step("write_bw-q2 client", "perf", "write_bw", "-d", n.PeerLink, "-x", g, "-q", "2", "-n", interopIters, wait, "10.77.0.11")
+	step("atomic_bw-cas client", "perf", "atomic_bw", "-d", n.PeerLink, "-x", g, "-A", "CMP_AND_SWAP", "-n", interopIters, wait, "10.77.0.11")
 	step("write_bw-a client", "perf", "write_bw", "-d", n.PeerLink, "-x", g, "-a", "-n", "5", wait, "10.77.0.11")
 	if failed {
 		// Give the guest a moment to report its side, then stop it.
@@ -183,12 +187,12 @@ func TestInteropWithRealTools(t *testing.T) {
 		name = strings.Replace(strings.Replace(name, " as client", " client", 1), " as server", " server", 1)
 		guestOut[name] = body
 	}
-	if len(guestOut) != 2*(len(interopTests)+2)+3 {
+	if len(guestOut) != 2*(len(interopTests)+3)+3 {
 		t.Errorf("guest output has %d sections", len(guestOut))
 	}
 	// The server of write/read/atomic bw prints the client's figures, which
 	// travel in the report exchange: each side must print the other's.
-	for _, tt := range []string{"write_bw", "read_bw", "atomic_bw", "write_bw-q2"} {
+	for _, tt := range []string{"write_bw", "read_bw", "atomic_bw", "write_bw-q2", "atomic_bw-cas"} {
 		for _, pair := range [][2]string{{tt + " server", tt + " client"}, {tt + " client", tt + " server"}} {
 			var mine string
 			for _, r := range results {
