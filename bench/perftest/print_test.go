@@ -13,11 +13,15 @@ import (
 	"github.com/softnic/softnic/internal/oob"
 )
 
-// The golden strings follow the printf calls of ctx_print_test_info,
-// ctx_print_pingpong_data and print_full_bw_report / print_report_lat
-// (perftest_parameters.c, perftest_communication.c) with the format macros
-// of perftest_parameters.h and perftest_communication.h of perftest
-// 4.5-0.17, expanded by hand.
+// The golden strings follow the printf calls of perftest v4.5-0.17:
+// ctx_print_test_info (src/perftest_parameters.c lines 3158-3299),
+// ctx_print_pingpong_data (src/perftest_communication.c lines 1710-1754),
+// print_full_bw_report (perftest_parameters.c lines 3556-3620) and
+// print_report_lat (lines 3678-3793), with the format macros of
+// perftest_parameters.h (RESULT_LINE line 194, RESULT_FMT 200-204,
+// RESULT_FMT_LAT 212, REPORT_FMT 225-229, REPORT_FMT_LAT 246) and
+// perftest_communication.h (BASIC_ADDR_FMT 86 to PERF_GID_FMT 99),
+// expanded by hand.
 
 func TestPrintTestInfoWriteBWClient(t *testing.T) {
 	p := NewParams(oob.WriteBW)

@@ -13,13 +13,16 @@ import (
 var testGID = netip.MustParseAddr("::ffff:10.0.0.1").As16()
 
 // Golden pingpong message: sprintf("%04x:%06x:%06x:%s", 0, 0x11, 0x7f1a4b,
-// wgid) per rc_pingpong.c pp_client_exch_dest, with wgid from
-// gid_to_wire_gid (pingpong.c: four "%08x" of htobe32 words = raw bytes in
-// order), written with sizeof msg = 52 bytes including the NUL.
+// wgid) per rdma-core v44.0 libibverbs/examples/rc_pingpong.c lines 204
+// (client) and 316 (server), with wgid from gid_to_wire_gid (pingpong.c
+// lines 72-80: four "%08x" of htobe32 words = the raw bytes in order),
+// written with sizeof msg = 52 bytes including the NUL; the client then
+// writes "done" with its NUL (line 212), which the server reads (line 319).
 const goldenPingpong = "0000:000011:7f1a4b:00000000000000000000ffff0a000001\x00"
 
-// Golden keys message: KEY_PRINT_FMT_GID (perftest_communication.h) as
-// ethernet_write_keys (perftest_communication.c) fills it, lid 0,
+// Golden keys message: KEY_PRINT_FMT_GID (perftest v4.5-0.17
+// src/perftest_communication.h line 83, size KEY_MSG_SIZE_GID line 76) as
+// ethernet_write_keys fills it (perftest_communication.c line 306), lid 0,
 // out_reads 1, qpn 0x11, psn 0x7f1a4b, rkey 0x1234, vaddr 0x7f8ab7f41000,
 // the GID's 16 raw bytes, srqn 0; sizeof msg = KEY_MSG_SIZE_GID = 108.
 const goldenKeys = "0000:0001:000011:7f1a4b:00001234:00007f8ab7f41000:" +
