@@ -436,3 +436,14 @@ func tcpPair(t *testing.T) (client, server net.Conn) {
 	t.Cleanup(func() { client.Close(); server.Close() })
 	return client, server
 }
+
+func TestSetupRejectsHugeSysData(t *testing.T) {
+	c, s := net.Pipe()
+	defer c.Close()
+	defer s.Close()
+	go NewSession(s, Server, time.Second).Setup(PerftestVersion, SysData{1 << 30, 64}, 3)
+	_, err := NewSession(c, Client, time.Second).Setup(PerftestVersion, SysData{4096, 64}, 3)
+	if !errors.Is(err, ErrFieldRange) {
+		t.Fatalf("got %v, want ErrFieldRange", err)
+	}
+}

@@ -195,6 +195,13 @@ type BWReport struct {
 	MsgRate float64
 }
 
+// Bounds on the system data a peer may send: far above real page and
+// cache line sizes (4 KiB or 64 KiB, 64 or 128 bytes).
+const (
+	MaxCycleBuffer = 16 << 20
+	MaxCacheLine   = 4096
+)
+
 // SysData is what check_sys_data exchanges: both sides keep the maximum.
 type SysData struct {
 	CycleBuffer   uint32 // page size (sysconf(_SC_PAGESIZE))
@@ -258,10 +265,11 @@ func (p *Session) Setup(version string, sys SysData, mtu int) (Negotiated, error
 		return n, err
 	}
 	n.SysData.CacheLineSize = max(sys.CacheLineSize, binary.BigEndian.Uint32(r[:]))
-	// perftest takes both as int; a peer sending values that are negative
-	// as int would make it misbehave, so refuse them.
-	if n.SysData.CycleBuffer > math.MaxInt32 || n.SysData.CacheLineSize > math.MaxInt32 {
-		return n, fmt.Errorf("%w: system data %+v", ErrFieldRange, n.SysData)
+	// Both sides size their buffers from these: a peer's absurd values
+	// (perftest sends its page size and cache line size) must not make
+	// this side allocate gigabytes.
+	if n.SysData.CycleBuffer > MaxCycleBuffer || n.SysData.CacheLineSize > MaxCacheLine {
+		return n, fmt.Errorf("%w: system data %+v (at most %d and %d)", ErrFieldRange, n.SysData, MaxCycleBuffer, MaxCacheLine)
 	}
 
 	mm, err := FormatMTU(mtu)
