@@ -103,6 +103,9 @@ type Params struct {
 	QPTimeout uint8
 	// Output selects the full report or a single figure.
 	Output Output
+	// Duplex is perftest's -b: both sides run the test at once and print
+	// the sum (write_bw, read_bw and atomic_bw).
+	Duplex bool
 	// ReportUnsorted and ReportHistogram print the latency samples before
 	// the figures (-U, -H).
 	ReportUnsorted, ReportHistogram bool
@@ -184,6 +187,9 @@ func (p *Params) Finish() error {
 		if !p.Test.IsBW() && p.Output != OutputLatency {
 			return fmt.Errorf("perftest: output verbosity level for LAT can be: latency")
 		}
+	}
+	if p.Duplex && p.Test != oob.WriteBW && p.Test != oob.ReadBW && p.Test != oob.AtomicBW {
+		return fmt.Errorf("perftest: softnic runs -b (bidirectional) for write_bw, read_bw and atomic_bw only")
 	}
 	if p.Iters < 5 {
 		return fmt.Errorf("perftest: iterations must be at least 5")

@@ -48,6 +48,9 @@ func PrintTestInfo(w io.Writer, p *Params) {
 		b.WriteString(p.Atomic.String() + " ")
 	}
 	if p.Test.IsBW() {
+		if p.Duplex {
+			b.WriteString("Bidirectional ")
+		}
 		b.WriteString("BW ")
 	} else {
 		b.WriteString("Latency ")
@@ -58,7 +61,7 @@ func PrintTestInfo(w io.Writer, p *Params) {
 	fmt.Fprintf(&b, " Connection type : %s\t\tUsing SRQ      : %s\n", "RC", "OFF")
 	fmt.Fprintf(&b, " PCIe relax order: %s\n", "Unsupported")
 	fmt.Fprintf(&b, " ibv_wr* API     : %s\n", onOff(!p.UseOldPostSend))
-	if !p.Server {
+	if !p.Server || p.Duplex {
 		fmt.Fprintf(&b, " TX depth        : %d\n", p.TxDepth)
 	}
 	if p.Verb() == VerbSend && p.Server {
@@ -164,6 +167,23 @@ func PrintBWReport(w io.Writer, p *Params, r oob.BWReport) {
 		return
 	}
 	fmt.Fprintf(w, " %-7d    %-10d       %-7s            %-7s\t\t   %-7s\n", r.Size, r.Iters, cf(r.BWPeak, 2), cf(r.BWAvg, 2), cf(r.MsgRate, 6))
+}
+
+// PrintDuplexBWReport prints the line of a bidirectional run
+// (print_full_bw_report with the remote report): the sums of both sides'
+// peaks, averages and message rates, with this side's size and iterations;
+// the six-decimal form is chosen by this side's own average.
+func PrintDuplexBWReport(w io.Writer, p *Params, mine, theirs oob.BWReport) {
+	sum := oob.BWReport{Size: mine.Size, Iters: mine.Iters, BWPeak: mine.BWPeak + theirs.BWPeak,
+		BWAvg: mine.BWAvg + theirs.BWAvg, MsgRate: mine.MsgRate + theirs.MsgRate}
+	switch {
+	case p.Output != OutputFull:
+		PrintBWReport(w, p, sum)
+	case mine.BWAvg < 0.1 && p.ReportGbits:
+		fmt.Fprintf(w, " %-7d    %d           %-7s            %-7s            %-7s\n", sum.Size, sum.Iters, cf(sum.BWPeak, 6), cf(sum.BWAvg, 6), cf(sum.MsgRate, 6))
+	default:
+		fmt.Fprintf(w, " %-7d    %-10d       %-7s            %-7s\t\t   %-7s\n", sum.Size, sum.Iters, cf(sum.BWPeak, 2), cf(sum.BWAvg, 2), cf(sum.MsgRate, 6))
+	}
 }
 
 // PrintLatHeader prints the latency table's header line.

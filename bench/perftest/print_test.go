@@ -301,3 +301,27 @@ func TestLatencySamples(t *testing.T) {
 		t.Fatal("g formatting differs from C printf")
 	}
 }
+
+func TestPrintDuplex(t *testing.T) {
+	p := NewParams(oob.ReadBW)
+	p.Server, p.Duplex, p.Device, p.MTU, p.GIDIndex = true, true, "veth0", 1024, 0
+	p.Finish()
+	var b bytes.Buffer
+	PrintTestInfo(&b, &p)
+	// "Bidirectional " after the verb; a duplex server prints its TX depth.
+	if !strings.Contains(b.String(), "                    RDMA_Read Bidirectional BW Test\n") || !strings.Contains(b.String(), " TX depth        : 128\n") {
+		t.Fatalf("header:\n%s", b.String())
+	}
+	b.Reset()
+	PrintDuplexBWReport(&b, &p, oob.BWReport{Size: 65536, Iters: 1000, BWPeak: 100, BWAvg: 90, MsgRate: 0.0014},
+		oob.BWReport{Size: 65536, Iters: 1000, BWPeak: 110, BWAvg: 95.5, MsgRate: 0.0015})
+	want := " 65536  " + "    " + "1000      " + "       " + "210.00 " + "            " + "185.50 " + "\t\t   " + "0.002900" + "\n"
+	if b.String() != want {
+		t.Fatalf("got %q\nwant %q", b.String(), want)
+	}
+	s := NewParams(oob.SendBW)
+	s.Duplex = true
+	if err := s.Finish(); err == nil {
+		t.Fatal("bidirectional send_bw accepted")
+	}
+}

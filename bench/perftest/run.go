@@ -104,7 +104,9 @@ func Run(ctx context.Context, dev Device, conn net.Conn, p Params, out io.Writer
 					return oob.BWReport{}, err
 				}
 				rep := BWReport(&p, size, int(p.Iters)*p.NumQPs, t)
-				PrintBWReport(out, &p, rep)
+				if !p.Duplex {
+					PrintBWReport(out, &p, rep)
+				}
 				return rep, nil
 			}
 			var posted []int64
@@ -127,11 +129,19 @@ func Run(ctx context.Context, dev Device, conn net.Conn, p Params, out io.Writer
 			PrintBWReport(out, &p, rep)
 			return nil
 		},
+		DuplexReport: func(mine, theirs oob.BWReport) error {
+			PrintDuplexBWReport(out, &p, mine, theirs)
+			return nil
+		},
+	}
+	run := sess.Run
+	if p.Duplex {
+		run = sess.RunDuplex
 	}
 	if p.StallTimeout > 0 {
 		defer r.watch(cancel, p.StallTimeout)()
 	}
-	if _, err := sess.Run(p.Test, r.local, len(sizes), h); err != nil {
+	if _, err := run(p.Test, r.local, len(sizes), h); err != nil {
 		return err
 	}
 	PrintEnd(out, &p)

@@ -194,3 +194,21 @@ func TestStallEndsRun(t *testing.T) {
 		t.Fatal("server finished without its client's report")
 	}
 }
+
+func TestRunDuplex(t *testing.T) {
+	for _, test := range []oob.Test{oob.WriteBW, oob.ReadBW, oob.AtomicBW} {
+		t.Run(test.String(), func(t *testing.T) {
+			cout, sout := runBoth(t, test, func(p *Params) {
+				p.Duplex, p.Iters = true, 300
+				if test != oob.AtomicBW {
+					p.Size = 4096
+				}
+			})
+			for side, out := range map[string]string{"client": cout, "server": sout} {
+				if m := bwLine.FindAllString(out, -1); len(m) != 1 || !strings.Contains(out, "Bidirectional BW Test") {
+					t.Errorf("%s output:\n%s", side, out)
+				}
+			}
+		})
+	}
+}

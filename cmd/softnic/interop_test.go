@@ -49,6 +49,7 @@ retry ibv_rc_pingpong -d rxe0 -g 1 -n ` + interopIters + ` -s 4096 10.77.0.1 || 
 	}
 	fmt.Fprintf(&b, "echo \"@@ write_bw-q2 as client\"\nretry ib_write_bw -d rxe0 -x 1 -F -q 2 -n %s 10.77.0.1 || exit 1\n", interopIters)
 	fmt.Fprintf(&b, "echo \"@@ atomic_bw-cas as client\"\nretry ib_atomic_bw -d rxe0 -x 1 -F -A CMP_AND_SWAP -n %s 10.77.0.1 || exit 1\n", interopIters)
+	fmt.Fprintf(&b, "echo \"@@ write_bw-b as client\"\nretry ib_write_bw -d rxe0 -x 1 -F -b -n %s 10.77.0.1 || exit 1\n", interopIters)
 	b.WriteString("echo \"@@ send_bw-a as client\"\nretry ib_send_bw -d rxe0 -x 1 -F -a -n 5 10.77.0.1 || exit 1\n")
 	b.WriteString("echo \"@@ pingpong as server\"\nibv_rc_pingpong -d rxe0 -g 1 -n " + interopIters + " -s 4096 || exit 1\n")
 	for _, t := range interopTests {
@@ -56,6 +57,7 @@ retry ibv_rc_pingpong -d rxe0 -g 1 -n ` + interopIters + ` -s 4096 10.77.0.1 || 
 	}
 	fmt.Fprintf(&b, "echo \"@@ write_bw-q2 as server\"\nib_write_bw -d rxe0 -x 1 -F -q 2 -n %s || exit 1\n", interopIters)
 	fmt.Fprintf(&b, "echo \"@@ atomic_bw-cas as server\"\nib_atomic_bw -d rxe0 -x 1 -F -A CMP_AND_SWAP -n %s || exit 1\n", interopIters)
+	fmt.Fprintf(&b, "echo \"@@ read_bw-b as server\"\nib_read_bw -d rxe0 -x 1 -F -b -n %s || exit 1\n", interopIters)
 	b.WriteString("echo \"@@ write_bw-a as server\"\nib_write_bw -d rxe0 -x 1 -F -a -n 5 || exit 1\n")
 	b.WriteString("echo \"@@ all done\"\n")
 	return b.String()
@@ -136,6 +138,7 @@ func TestInteropWithRealTools(t *testing.T) {
 	}
 	step("write_bw-q2 server", "perf", "write_bw", "-d", n.PeerLink, "-x", g, "-q", "2", "-n", interopIters)
 	step("atomic_bw-cas server", "perf", "atomic_bw", "-d", n.PeerLink, "-x", g, "-A", "CMP_AND_SWAP", "-n", interopIters)
+	step("write_bw-b server", "perf", "write_bw", "-d", n.PeerLink, "-x", g, "-b", "-n", interopIters)
 	step("send_bw-a server", "perf", "send_bw", "-d", n.PeerLink, "-x", g, "-a", "-n", "5")
 	step("pingpong client", "pingpong", "-d", n.PeerLink, "-g", g, "-n", interopIters, "-s", "4096", wait, "10.77.0.11")
 	for _, tt := range interopTests {
@@ -143,6 +146,7 @@ func TestInteropWithRealTools(t *testing.T) {
 	}
 	step("write_bw-q2 client", "perf", "write_bw", "-d", n.PeerLink, "-x", g, "-q", "2", "-n", interopIters, wait, "10.77.0.11")
 	step("atomic_bw-cas client", "perf", "atomic_bw", "-d", n.PeerLink, "-x", g, "-A", "CMP_AND_SWAP", "-n", interopIters, wait, "10.77.0.11")
+	step("read_bw-b client", "perf", "read_bw", "-d", n.PeerLink, "-x", g, "-b", "-n", interopIters, wait, "10.77.0.11")
 	step("write_bw-a client", "perf", "write_bw", "-d", n.PeerLink, "-x", g, "-a", "-n", "5", wait, "10.77.0.11")
 	if failed {
 		// Give the guest a moment to report its side, then stop it.
@@ -187,7 +191,7 @@ func TestInteropWithRealTools(t *testing.T) {
 		name = strings.Replace(strings.Replace(name, " as client", " client", 1), " as server", " server", 1)
 		guestOut[name] = body
 	}
-	if len(guestOut) != 2*(len(interopTests)+3)+3 {
+	if len(guestOut) != 2*(len(interopTests)+3)+5 {
 		t.Errorf("guest output has %d sections", len(guestOut))
 	}
 	// The server of write/read/atomic bw prints the client's figures, which
@@ -217,6 +221,14 @@ func TestInteropWithRealTools(t *testing.T) {
 	}
 	if m, c := bw.FindAllString(guestOut["write_bw-a server"], -1), bw.FindAllString(resultOf(results, "write_bw-a client"), -1); len(m) != 1 || len(c) == 0 || m[0] != c[len(c)-1] {
 		t.Errorf("guest write_bw -a server printed %q, softnic's last line %q", m, c)
+	}
+	// Bidirectional: both sides print the sum of both reports, so the
+	// same line.
+	for _, pair := range [][2]string{{"write_bw-b server", "write_bw-b client"}, {"read_bw-b client", "read_bw-b server"}} {
+		mine, theirs := bw.FindAllString(resultOf(results, pair[0]), -1), bw.FindAllString(guestOut[pair[1]], -1)
+		if len(mine) != 1 || len(theirs) != 1 || mine[0] != theirs[0] {
+			t.Errorf("bidirectional: softnic %s printed %q, the real tool %q", pair[0], mine, theirs)
+		}
 	}
 	if m := bw.FindStringSubmatch(guestOut["write_bw-q2 client"]); m == nil || !strings.Contains(m[0], " 100 ") {
 		t.Errorf("two-QP run: guest line %q, want 100 iterations (50 per QP)", m)

@@ -201,7 +201,7 @@ func runPerf(args []string, stdout, stderr io.Writer) int {
 	f.boolVar(&noPeak, "N", "noPeak", "do not compute the peak bandwidth")
 	f.boolVar(&rdmaCM, "R", "rdma_cm", "connect QPs with RDMA CM (not supported)")
 	f.intVar(&duration, "D", "duration", 0, "run for a duration (not supported)")
-	f.boolVar(&bidir, "b", "bidirectional", "bidirectional test (not supported)")
+	f.boolVar(&bidir, "b", "bidirectional", "bidirectional test: both sides send (write_bw, read_bw, atomic_bw)")
 	f.BoolVar(&gbits, "report_gbits", false, "report bandwidth in Gb/sec instead of MB/sec")
 	f.BoolVar(&useOld, "use_old_post_send", false, "print the ibv_wr* API line as OFF (softnic has one post path)")
 	f.IntVar(&tclass, "tclass", 0, "GRH traffic class")
@@ -243,8 +243,6 @@ func runPerf(args []string, stdout, stderr io.Writer) int {
 		return fail("-R (RDMA CM) is not supported; use the default Ethernet exchange")
 	case duration != 0:
 		return fail("-D (duration) is not supported; use -n")
-	case bidir:
-		return fail("-b (bidirectional) is not supported")
 	case tclass < 0 || tclass > 255:
 		return fail("--tclass %d out of range", tclass)
 	}
@@ -270,6 +268,7 @@ func runPerf(args []string, stdout, stderr io.Writer) int {
 	p.NumQPs, p.OutReads, p.ReportGbits, p.NoPeak, p.UseOldPostSend = qps, outReads, gbits, noPeak, useOld
 	p.TrafficClass = uint8(tclass)
 	p.ReportUnsorted, p.ReportHistogram = unsorted, histogram
+	p.Duplex = bidir
 	if txDepth < 0 || rxDepth < 0 || cqMod < 0 {
 		return fail("-t, -r and -Q must be positive")
 	}

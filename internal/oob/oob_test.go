@@ -307,6 +307,10 @@ func TestReportBytes(t *testing.T) {
 // runPair runs Setup and Run on both sides of a pipe and returns each
 // side's write lengths and hook calls.
 func runPair(t *testing.T, test Test, rounds, qps int) (cw, sw []int, ccalls, scalls []string) {
+	return runPairMode(t, test, rounds, qps, false)
+}
+
+func runPairMode(t *testing.T, test Test, rounds, qps int, duplex bool) (cw, sw []int, ccalls, scalls []string) {
 	t.Helper()
 	// Loopback TCP, not net.Pipe: both sides write "done" and nobody reads it.
 	c, s := tcpPair(t)
@@ -322,13 +326,24 @@ func runPair(t *testing.T, test Test, rounds, qps int) (cw, sw []int, ccalls, sc
 			local[i] = PerftestDest{QPN: uint32(0x100*int(role) + i), PSN: 7, GID: testGID}
 		}
 		rec := func(s string) { *calls = append(*calls, s) }
-		_, err := p.Run(test, local, rounds, Hooks{
+		run := p.Run
+		if duplex {
+			run = p.RunDuplex
+		}
+		_, err := run(test, local, rounds, Hooks{
 			Connect:   func(r []PerftestDest) error { rec("connect"); return nil },
 			Connected: func(r []PerftestDest) error { rec("connected"); return nil },
 			Prepare:   func(int) error { rec("prepare"); return nil },
 			Measure: func(int) (BWReport, error) {
 				rec("measure")
 				return BWReport{Size: 8, Iters: 10, BWAvg: 1}, nil
+			},
+			DuplexReport: func(mine, theirs BWReport) error {
+				if theirs.Iters != 10 || theirs.BWAvg != 1 {
+					t.Errorf("duplex peer report %+v", theirs)
+				}
+				rec("both")
+				return nil
 			},
 			ServerReport: func(r BWReport) error {
 				if r.Iters != 10 || r.BWAvg != 1 {
@@ -445,5 +460,42 @@ func TestSetupRejectsHugeSysData(t *testing.T) {
 	_, err := NewSession(c, Client, time.Second).Setup(PerftestVersion, SysData{4096, 64}, 3)
 	if !errors.Is(err, ErrFieldRange) {
 		t.Fatalf("got %v, want ErrFieldRange", err)
+	}
+}
+
+// Bidirectional runs (perftest -b) follow write_bw.c and atomic_bw.c
+// main(): K before each round's run, K after it with -a (write and read
+// only), then both reports cross.
+func TestRunDuplexSequences(t *testing.T) {
+	k := KeysMsgLen
+	setup := []int{16, 4, 4, 2}
+	rep := []int{8, 8, 8, 8, 8}
+	var one []int
+	one = append(one, setup...)
+	one = append(one, k, k, k) // keys, keys after connect, extra
+	one = append(one, k)       // before the run
+	one = append(one, rep...)
+	one = append(one, k, 5)
+	calls := []string{"connect", "connected", "measure", "both"}
+	for _, test := range []Test{WriteBW, AtomicBW} {
+		cw, sw, cc, sc := runPairMode(t, test, 1, 1, true)
+		if !reflect.DeepEqual(cw, one) || !reflect.DeepEqual(sw, one) || !reflect.DeepEqual(cc, calls) || !reflect.DeepEqual(sc, calls) {
+			t.Errorf("%v -b: client %v %v, server %v %v; want %v %v", test, cw, cc, sw, sc, one, calls)
+		}
+	}
+	cw, _, cc, _ := runPairMode(t, ReadBW, 2, 1, true)
+	want := append([]int{}, setup...)
+	want = append(want, k, k, k)
+	for r := 0; r < 2; r++ {
+		want = append(want, k, k)
+		want = append(want, rep...)
+	}
+	want = append(want, k, 5)
+	if !reflect.DeepEqual(cw, want) || len(cc) != 6 {
+		t.Errorf("read_bw -b -a: client wrote %v, want %v; hooks %v", cw, want, cc)
+	}
+	c, _ := tcpPair(t)
+	if _, err := NewSession(c, Client, time.Second).RunDuplex(SendBW, []PerftestDest{{}}, 1, Hooks{Connect: func([]PerftestDest) error { return nil }}); err == nil {
+		t.Error("bidirectional send_bw accepted")
 	}
 }

@@ -60,6 +60,9 @@ type Hooks struct {
 	// ServerReport receives the client's figures on the server of a
 	// write/read/atomic bandwidth test. Optional.
 	ServerReport func(BWReport) error
+	// DuplexReport receives both sides' figures after each round of a
+	// bidirectional test (perftest's -b), this side's first. Optional.
+	DuplexReport func(mine, theirs BWReport) error
 }
 
 // ErrNoConnect is returned by Run when Hooks.Connect is missing.
@@ -89,6 +92,21 @@ var ErrNoConnect = errors.New("oob: Hooks.Connect is required")
 //
 // close is ctx_close_connection: K and "done".
 func (p *Session) Run(test Test, local []PerftestDest, rounds int, h Hooks) ([]PerftestDest, error) {
+	return p.run(test, local, rounds, false, h)
+}
+
+// RunDuplex is Run for the bidirectional mode (-b) of write_bw, read_bw
+// and atomic_bw, where both sides measure: after the handshakes that
+// follow ctx_connect, each round is K, Measure (and K again with -a for
+// write and read), then the two sides exchange their reports; then close.
+func (p *Session) RunDuplex(test Test, local []PerftestDest, rounds int, h Hooks) ([]PerftestDest, error) {
+	if test != WriteBW && test != ReadBW && test != AtomicBW {
+		return nil, fmt.Errorf("oob: bidirectional %v is not supported", test)
+	}
+	return p.run(test, local, rounds, true, h)
+}
+
+func (p *Session) run(test Test, local []PerftestDest, rounds int, duplex bool, h Hooks) ([]PerftestDest, error) {
 	if h.Connect == nil {
 		return nil, ErrNoConnect
 	}
@@ -151,6 +169,33 @@ func (p *Session) Run(test Test, local []PerftestDest, rounds int, h Hooks) ([]P
 			return nil
 		}
 		return h.Prepare(r)
+	}
+
+	if duplex {
+		for r := 0; r < rounds; r++ {
+			if _, err := p.Keys(local[0]); err != nil {
+				return remote, err
+			}
+			mine, err := measure(r)
+			if err != nil {
+				return remote, err
+			}
+			if rounds > 1 && test != AtomicBW {
+				if _, err := p.Keys(local[0]); err != nil {
+					return remote, err
+				}
+			}
+			theirs, err := p.Report(mine)
+			if err != nil {
+				return remote, err
+			}
+			if h.DuplexReport != nil {
+				if err := h.DuplexReport(mine, theirs); err != nil {
+					return remote, err
+				}
+			}
+		}
+		return remote, p.Close(local[0])
 	}
 
 	switch test {
