@@ -103,6 +103,9 @@ type Params struct {
 	QPTimeout uint8
 	// Output selects the full report or a single figure.
 	Output Output
+	// IPv6 makes the default GID an IPv6 one (--ipv6); the default is
+	// the first IPv4 GID.
+	IPv6 bool
 	// Duplex is perftest's -b: both sides run the test at once and print
 	// the sum (write_bw, read_bw and atomic_bw).
 	Duplex bool

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/softnic/softnic/internal/oob"
+	"github.com/softnic/softnic/verbs"
 )
 
 // The golden strings follow the printf calls of perftest v4.5-0.17:
@@ -323,5 +324,26 @@ func TestPrintDuplex(t *testing.T) {
 	s.Duplex = true
 	if err := s.Finish(); err == nil {
 		t.Fatal("bidirectional send_bw accepted")
+	}
+}
+
+func TestBestGIDIndex(t *testing.T) {
+	g := func(s string) verbs.GID { return netip.MustParseAddr(s).As16() }
+	ll, v4, v4b, v6 := g("fe80::1"), g("::ffff:10.0.0.1"), g("::ffff:10.0.0.2"), g("fd00::1")
+	for _, tc := range []struct {
+		gids []verbs.GID
+		ipv6 bool
+		want int
+	}{
+		{[]verbs.GID{ll, v4, v6}, false, 1},
+		{[]verbs.GID{ll, v4, v6}, true, 0},
+		{[]verbs.GID{v4, v4b, v6}, false, 0},
+		{[]verbs.GID{v4, v4b, v6}, true, 2},
+		{[]verbs.GID{ll, v6}, false, 0},
+		{nil, false, 0},
+	} {
+		if got := BestGIDIndex(tc.gids, tc.ipv6); got != tc.want {
+			t.Errorf("BestGIDIndex(%v, ipv6 %v) = %d, want %d", tc.gids, tc.ipv6, got, tc.want)
+		}
 	}
 }

@@ -185,3 +185,30 @@ func (r *runCtx) connect(remote []oob.PerftestDest, mtu verbs.MTU) error {
 
 // pageSize is what perftest sends as its cycle buffer (sysconf(_SC_PAGESIZE)).
 func pageSize() uint32 { return uint32(os.Getpagesize()) }
+
+// BestGIDIndex is perftest's get_best_gid_index for a device whose GIDs
+// are all RoCE v2 (softnic's): the first IPv4-mapped GID, or with ipv6 the
+// first other one; index 0 when the table has none of the wanted kind.
+func BestGIDIndex(gids []verbs.GID, ipv6 bool) int {
+	best := 0
+	for i := 1; i < len(gids); i++ {
+		cur := netip.AddrFrom16(gids[best]).Is4In6()
+		rival := netip.AddrFrom16(gids[i]).Is4In6()
+		if (rival && !cur && !ipv6) || (!rival && cur && ipv6) {
+			best = i
+		}
+	}
+	return best
+}
+
+// gidTable reads the device's GID table (ibv_query_gid until it fails).
+func gidTable(d *verbs.Device) []verbs.GID {
+	var gids []verbs.GID
+	for i := 0; ; i++ {
+		g, err := d.GID(i)
+		if err != nil {
+			return gids
+		}
+		gids = append(gids, g)
+	}
+}

@@ -24,7 +24,8 @@ func Run(ctx context.Context, dev Device, conn net.Conn, p Params, out io.Writer
 		p.Device = dev.Name
 	}
 	if p.GIDIndex < 0 {
-		p.GIDIndex = 0 // check_link: gid_index 0 on Ethernet links
+		// set_up_connection without -x: get_best_gid_index.
+		p.GIDIndex = BestGIDIndex(gidTable(dev.Verbs), p.IPv6)
 	}
 	gid, err := dev.Verbs.GID(p.GIDIndex)
 	if err != nil {

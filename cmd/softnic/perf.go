@@ -188,7 +188,7 @@ func runPerf(args []string, stdout, stderr io.Writer) int {
 	f.uint64Var(&iters, "n", "iters", iters, "number of exchanges (at least 5)")
 	f.boolVar(&runAll, "a", "all", "run sizes from 2 to 2^23")
 	f.intVar(&mtu, "m", "mtu", 0, "path MTU (256..4096; default the port's active MTU)")
-	f.intVar(&gidIndex, "x", "gid-index", -1, "GID index (default 0)")
+	f.intVar(&gidIndex, "x", "gid-index", -1, "GID index (default: the first IPv4 GID, as perftest picks)")
 	f.intVar(&qps, "q", "qp", 1, "number of QPs (bandwidth tests)")
 	f.intVar(&txDepth, "t", "tx-depth", 0, "size of the send queue (perftest's default: 128, latency tests 1)")
 	f.intVar(&rxDepth, "r", "rx-depth", 0, "receives posted at a time (send tests; perftest's default: 512)")
@@ -205,6 +205,8 @@ func runPerf(args []string, stdout, stderr io.Writer) int {
 	f.BoolVar(&gbits, "report_gbits", false, "report bandwidth in Gb/sec instead of MB/sec")
 	f.BoolVar(&useOld, "use_old_post_send", false, "print the ibv_wr* API line as OFF (softnic has one post path)")
 	f.IntVar(&tclass, "tclass", 0, "GRH traffic class")
+	var ipv6 bool
+	f.BoolVar(&ipv6, "ipv6", false, "without -x, use the first IPv6 GID instead of the first IPv4 one")
 	var unsorted, histogram bool
 	f.boolVar(&unsorted, "U", "report-unsorted", "print the latency samples in measured order (latency tests)")
 	f.boolVar(&histogram, "H", "report-histogram", "print the sorted latency samples (latency tests)")
@@ -269,6 +271,7 @@ func runPerf(args []string, stdout, stderr io.Writer) int {
 	p.TrafficClass = uint8(tclass)
 	p.ReportUnsorted, p.ReportHistogram = unsorted, histogram
 	p.Duplex = bidir
+	p.IPv6 = ipv6
 	if txDepth < 0 || rxDepth < 0 || cqMod < 0 {
 		return fail("-t, -r and -Q must be positive")
 	}

@@ -69,7 +69,7 @@ func runPingpongCmd(args []string, stdout, stderr io.Writer) int {
 	f.intVar(&cfg.rxDepth, "r", "rx-depth", cfg.rxDepth, "number of receives to post at a time")
 	f.intVar(&cfg.iters, "n", "iters", cfg.iters, "number of exchanges")
 	f.intVar(&cfg.sl, "l", "sl", 0, "service level (no meaning on RoCE; accepted)")
-	f.intVar(&cfg.gidIndex, "g", "gid-idx", -1, "local port GID index (default 0)")
+	f.intVar(&cfg.gidIndex, "g", "gid-idx", -1, "local port GID index (default: the first IPv4 GID)")
 	f.DurationVar(&cfg.connectWait, "connect-wait", dialWait, "softnic: how long a client retries while the server is not listening")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, pingpongUsage)
@@ -188,7 +188,12 @@ func (c *pingpongCtx) connect(myPSN uint32, rem oob.PingpongDest) error {
 
 // runPingpong is rc_pingpong.c's main after option parsing, on dev.
 func runPingpong(ctx context.Context, dev perftest.Device, cfg pingpongConfig, out io.Writer) error {
-	c := &pingpongCtx{dev: dev, cfg: cfg, gidx: max(cfg.gidIndex, 0)}
+	c := &pingpongCtx{dev: dev, cfg: cfg, gidx: cfg.gidIndex}
+	if c.gidx < 0 {
+		// ibv_rc_pingpong would send no GID, which RoCE cannot use;
+		// softnic picks the first IPv4 GID as perftest does.
+		c.gidx = perftest.BestGIDIndex(gidTable(dev.Verbs), false)
+	}
 	pd := dev.Verbs.AllocPD()
 	buf := make([]byte, cfg.size)
 	for i := range buf {
@@ -319,4 +324,16 @@ func acceptAny(ctx context.Context, port int) (net.Conn, error) {
 		return nil, fmt.Errorf("accept() failed: %w", err)
 	}
 	return conn, nil
+}
+
+// gidTable reads a device's GID table.
+func gidTable(d *verbs.Device) []verbs.GID {
+	var gids []verbs.GID
+	for i := 0; ; i++ {
+		g, err := d.GID(i)
+		if err != nil {
+			return gids
+		}
+		gids = append(gids, g)
+	}
 }

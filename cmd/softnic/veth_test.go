@@ -88,6 +88,11 @@ func TestSoftnicToSoftnicOverVeth(t *testing.T) {
 		}
 		return string(sout), string(cout)
 	}
+	// Without -g/-x both tools pick the first IPv4 GID (index 1 here).
+	sout, cout := run("defaults", []string{"pingpong", "-d", p.A.Ifname, "-n", "10"}, []string{"pingpong", "-d", p.B.Ifname, "-n", "10"})
+	if !strings.Contains(sout, "GID ::ffff:"+p.A.Addr4().String()) || !strings.Contains(cout, "GID ::ffff:"+p.B.Addr4().String()) {
+		t.Errorf("default GIDs: server\n%s\nclient\n%s", sout, cout)
+	}
 	for _, fam := range []struct {
 		name   string
 		ia, ib string
