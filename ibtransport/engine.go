@@ -88,10 +88,16 @@ type Engine struct {
 	hasCmds atomic.Bool // lets Process skip the lock when there is nothing
 	stopped bool
 
-	keys    *keySource
-	mrs     keyTable
-	qps     map[uint32]*QP
-	qpList  []*QP
+	keys *keySource
+	mrs  keyTable
+	qps  map[uint32]*QP
+	// active holds the QPs Process visits: those with work, responses or
+	// timers. Quiet QPs leave it and come back when a packet arrives for
+	// them, a verbs command touches them, or a poster kicks them.
+	active  []*QP
+	kickMu  sync.Mutex
+	kicks   []*QP
+	hasKick atomic.Bool
 	nextQPN uint32
 	nextPD  atomic.Uint32
 
@@ -178,22 +184,102 @@ func (e *Engine) runCommands() {
 // for packets before the next timer (negative: no timer).
 func (e *Engine) Process() (busy bool, wait time.Duration) {
 	e.runCommands()
+	e.takeKicks()
 	now := e.now()
 	next := int64(-1)
-	for _, q := range e.qpList {
-		if q.service(now) {
+	for i := 0; i < len(e.active); {
+		q := e.active[i]
+		qbusy := !q.destroyed && q.service(now)
+		if qbusy {
 			busy = true
+		}
+		if q.destroyed || (!qbusy && q.quiet()) {
+			q.inActive = false
+			last := len(e.active) - 1
+			e.active[i], e.active[last] = e.active[last], nil
+			e.active = e.active[:last]
+			continue
 		}
 		for _, t := range [2]int64{q.req.retransAt, q.req.rnrAt} {
 			if t != 0 && (next < 0 || t < next) {
 				next = t
 			}
 		}
+		i++
 	}
 	if next < 0 {
 		return busy, -1
 	}
 	return busy, time.Duration(max(next-now, 0))
+}
+
+// ActiveQPs returns how many QPs the engine currently visits on each pass,
+// for diagnostics.
+func (e *Engine) ActiveQPs() int {
+	var n int
+	_ = e.do(func() error { n = len(e.active); return nil })
+	return n
+}
+
+// activate puts q on the active list; engine goroutine only.
+func (e *Engine) activate(q *QP) {
+	if !q.inActive && !q.destroyed {
+		q.inActive = true
+		e.active = append(e.active, q)
+	}
+}
+
+// kick asks the engine to visit q: posters call it after queueing work.
+// The lock is taken once per quiet period of the QP, not once per post.
+func (e *Engine) kick(q *QP) {
+	if q.kicked.CompareAndSwap(false, true) {
+		e.kickMu.Lock()
+		e.kicks = append(e.kicks, q)
+		e.hasKick.Store(true)
+		e.kickMu.Unlock()
+	}
+	e.wake()
+}
+
+func (e *Engine) takeKicks() {
+	if !e.hasKick.Load() {
+		return
+	}
+	e.kickMu.Lock()
+	e.hasKick.Store(false)
+	for i, q := range e.kicks {
+		// Cleared before the QP's queues are looked at, so a post after
+		// this kicks again.
+		q.kicked.Store(false)
+		e.activate(q)
+		e.kicks[i] = nil
+	}
+	e.kicks = e.kicks[:0]
+	e.kickMu.Unlock()
+}
+
+// quiet reports whether the QP has nothing to do until a packet, a post or
+// a command arrives: no work request in flight or waiting, no response to
+// send, no timer.
+func (q *QP) quiet() bool {
+	switch q.st {
+	case QPSReset, QPSInit:
+		return true
+	}
+	r := &q.req
+	switch {
+	case q.resp.jobHead != q.resp.jobTail, q.resp.errPending:
+		return false
+	case r.retransAt != 0, r.rnrAt != 0:
+		return false
+	case r.compIdx != q.sq.tail.Load():
+		return false
+	case q.st == QPSErr && q.srq == nil && q.rq.count() > 0:
+		return false
+	case q.st == QPSSQD && !r.drained:
+		return false
+	}
+	return true
 }
 
 // Receive handles one received IB packet (BTH through pad, ICRC checked and
@@ -226,6 +312,7 @@ func (e *Engine) Receive(ib []byte, info *RecvInfo) {
 		e.Ctr.RxFiltered.Add(1)
 		return
 	}
+	e.activate(q)
 	switch oi.Kind {
 	case KindSend, KindWrite, KindReadRequest, KindAtomicRequest:
 		q.onRequest(p, oi)

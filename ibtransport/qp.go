@@ -187,6 +187,7 @@ type QP struct {
 	cap    QPCap
 
 	state  atomic.Uint32 // mirror of st for posters
+	kicked atomic.Bool   // on the engine's kick list
 	attrMu sync.Mutex
 	attr   QPAttr // last attributes set, for Query
 
@@ -194,12 +195,14 @@ type QP struct {
 	rq recvQueue
 
 	// Everything below is owned by the engine goroutine.
-	st      QPState
-	path    TxPath
-	mtu     uint32
-	destQPN uint32
-	req     requester
-	resp    responder
+	inActive  bool // on the engine's active list
+	destroyed bool
+	st        QPState
+	path      TxPath
+	mtu       uint32
+	destQPN   uint32
+	req       requester
+	resp      responder
 }
 
 // CreateQP creates an RC queue pair in pd (ibv_create_qp). It starts in
@@ -267,7 +270,6 @@ func (pd *PD) CreateQP(init *QPInitAttr) (*QP, error) {
 			}
 		}
 		e.qps[q.qpn] = q
-		e.qpList = append(e.qpList, q)
 		return nil
 	})
 	if err != nil {
@@ -305,12 +307,7 @@ func (q *QP) Destroy() error {
 		}
 		q.reset()
 		delete(e.qps, q.qpn)
-		for i, x := range e.qpList {
-			if x == q {
-				e.qpList = append(e.qpList[:i], e.qpList[i+1:]...)
-				break
-			}
-		}
+		q.destroyed = true // Process drops it from the active list
 		return nil
 	})
 }
@@ -349,6 +346,7 @@ func (q *QP) Modify(attr *QPAttr, mask QPAttrMask) error {
 }
 
 func (q *QP) modify(attr *QPAttr, mask QPAttrMask) error {
+	q.e.activate(q)
 	cur := q.st
 	next := cur
 	if mask&QPAttrState != 0 {
@@ -541,7 +539,7 @@ func (q *QP) PostSend(wr *SendWR) error {
 	if err != nil {
 		return err
 	}
-	q.e.wake()
+	q.e.kick(q)
 	return nil
 }
 
@@ -563,7 +561,7 @@ func (q *QP) PostSendList(wrs []SendWR) (int, error) {
 	}
 	q.sq.mu.Unlock()
 	if n > 0 {
-		q.e.wake()
+		q.e.kick(q)
 	}
 	return n, err
 }
@@ -637,7 +635,7 @@ func (q *QP) PostRecv(wr *RecvWR) error {
 	if err := q.rq.post(wr); err != nil {
 		return fmt.Errorf("QP %d: %w", q.qpn, err)
 	}
-	q.e.wake()
+	q.e.kick(q)
 	return nil
 }
 
@@ -671,7 +669,7 @@ func (q *QP) PostRecvList(wrs []RecvWR) (int, error) {
 	}
 	n, err := q.rq.postList(wrs)
 	if n > 0 {
-		q.e.wake()
+		q.e.kick(q)
 	}
 	if err != nil {
 		return n, fmt.Errorf("QP %d: %w", q.qpn, err)

@@ -204,3 +204,29 @@ func BenchmarkWrite64BList(b *testing.B) {
 	b.StopTimer()
 	b.ReportMetric(float64(lists*16)/time.Since(start).Seconds(), "msgs/s")
 }
+
+// BenchmarkWrite64BWithIdleQPs is BenchmarkWrite64B with 128 connected but
+// idle QP pairs on the same devices: quiet QPs must cost the engine nothing.
+func BenchmarkWrite64BWithIdleQPs(b *testing.B) {
+	o := defaultOpts()
+	o.mtu = verbs.MTU1024
+	o.sendWR = 128
+	p, x, y := connectedPair(b, memlink.Config{Buffers: 2048}, o)
+	idle := o
+	idle.sendWR, idle.recvWR = 4, 4
+	for range 128 {
+		connect(b, newEndpoint(b, p.a, nil, idle, nil), newEndpoint(b, p.b, nil, idle, nil), idle)
+	}
+	lmr, _ := regMR(b, x.pd, 64, allAccess)
+	rmr, _ := regMR(b, y.pd, 64, allAccess)
+	s := &streamer{x: x, window: 64, ctx: context.Background(),
+		wr: verbs.SendWR{Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled, SGL: []verbs.SGE{lmr.SGE(0, 64)},
+			RemoteAddr: rmr.Addr(), RKey: rmr.RKey()}}
+	s.run(b, 256)
+	b.ReportAllocs()
+	start := time.Now()
+	b.ResetTimer()
+	s.run(b, b.N)
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msgs/s")
+}
