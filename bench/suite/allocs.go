@@ -1,13 +1,227 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"sync"
+
+	"github.com/softnic/softnic/bench/perftest"
+	"github.com/softnic/softnic/internal/netnstest"
+	"github.com/softnic/softnic/internal/oob"
+	"github.com/softnic/softnic/roce"
+	"github.com/softnic/softnic/verbs"
 )
 
-// allocs is filled in below.
-func (s *suite) allocs(ctx context.Context) {
-	fmt.Println("== softnic allocations per packet")
-	s.report(&Figure{Key: "softnic/allocs", Group: groupSoftnic, Unit: unitPkt, LowerIsBetter: true,
-		Name: "allocations per packet, write_bw steady state", Err: "not implemented yet"})
+// inproc runs both perftest sides in this process, each on its own
+// AF_XDP device in its namespace, the out-of-band exchange over a pipe:
+// the same engine and link code as `softnic perf`, but where allocations
+// can be counted and the CPU profiled.
+type inproc struct {
+	pair *netnstest.Pair
+	devs [2]perftest.Device // server (A), client (B)
+	done []func()
+}
+
+func openInproc(mtu int) (h *inproc, err error) {
+	h = &inproc{}
+	h.pair, err = netnstest.New(netnstest.Config{MTU: mtu,
+		AddrsA: []netip.Prefix{netip.MustParsePrefix("10.49.0.1/24")},
+		AddrsB: []netip.Prefix{netip.MustParsePrefix("10.49.0.2/24")}})
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			h.Close()
+		}
+	}()
+	ends := [2]*netnstest.End{&h.pair.A, &h.pair.B}
+	for i, end := range ends {
+		peer := ends[1-i]
+		if err := end.Do(func() error {
+			nd, err := roce.LookupNetdev(end.Ifname)
+			if err != nil {
+				return err
+			}
+			link, err := roce.OpenXDPLink(end.Ifname, roce.XDPLinkConfig{Addrs: nd.GIDs})
+			if err != nil {
+				return fmt.Errorf("AF_XDP link on %s: %w", end.Ifname, err)
+			}
+			dev, err := verbs.Open(link, verbs.Config{Addrs: nd.GIDs})
+			if err != nil {
+				link.Close()
+				return err
+			}
+			h.done = append(h.done, func() { dev.Close(); link.Close() })
+			var mac [6]byte
+			copy(mac[:], peer.MAC)
+			dev.RoCE().SetNeighbor(peer.Addr4(), mac)
+			h.devs[i] = perftest.Device{Verbs: dev, Name: end.Ifname, LinkMTU: nd.MTU}
+			return nil
+		}); err != nil {
+			return nil, err
+		}
+	}
+	return h, nil
+}
+
+func (h *inproc) Close() {
+	for i := len(h.done) - 1; i >= 0; i-- {
+		h.done[i]()
+	}
+	h.pair.Close()
+}
+
+// packets is the number of frames both devices have sent.
+func (h *inproc) packets() uint64 {
+	return h.devs[0].Verbs.Counters().TxPackets.Load() + h.devs[1].Verbs.Counters().TxPackets.Load()
+}
+
+// run runs one perftest test between the two devices and returns the
+// client's report.
+func (h *inproc) run(ctx context.Context, test oob.Test, size uint64, mtu int, iters uint64) (string, error) {
+	// A TCP connection, not net.Pipe: the exchange's closing messages
+	// cross, which needs the buffering TCP gives.
+	cs, cc, err := loopbackConn()
+	if err != nil {
+		return "", err
+	}
+	defer cs.Close()
+	defer cc.Close()
+	var serverOut, clientOut bytes.Buffer
+	params := func(server bool) perftest.Params {
+		p := perftest.NewParams(test)
+		p.Server, p.Size, p.Iters, p.MTU, p.GIDIndex, p.ReportGbits = server, size, iters, mtu, 1, true
+		return p
+	}
+	var wg sync.WaitGroup
+	var serr error
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		serr = perftest.Run(ctx, h.devs[0], cs, params(true), &serverOut)
+		cs.Close() // a failed server must not leave the client waiting
+	}()
+	cerr := perftest.Run(ctx, h.devs[1], cc, params(false), &clientOut)
+	cc.Close()
+	wg.Wait()
+	if cerr != nil {
+		return clientOut.String(), fmt.Errorf("client: %w", cerr)
+	}
+	if serr != nil {
+		return clientOut.String(), fmt.Errorf("server: %w", serr)
+	}
+	return clientOut.String(), nil
+}
+
+// loopbackConn returns both ends of a TCP connection on 127.0.0.1.
+func loopbackConn() (net.Conn, net.Conn, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, nil, err
+	}
+	defer l.Close()
+	c, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		return nil, nil, err
+	}
+	s, err := l.Accept()
+	if err != nil {
+		c.Close()
+		return nil, nil, err
+	}
+	return s, c, nil
+}
+
+// measured is the cost of one in-process run.
+type measured struct {
+	mallocs, packets uint64
+	out              string
+}
+
+func (h *inproc) measure(ctx context.Context, test oob.Test, size uint64, mtu int, iters uint64, profile string) (measured, error) {
+	var m measured
+	if profile != "" {
+		f, err := os.Create(profile)
+		if err != nil {
+			return m, err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return m, err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	p0 := h.packets()
+	out, err := h.run(ctx, test, size, mtu, iters)
+	p1 := h.packets()
+	runtime.ReadMemStats(&after)
+	m = measured{mallocs: after.Mallocs - before.Mallocs, packets: p1 - p0, out: out}
+	return m, err
+}
+
+// allocs counts the allocations per packet of 64 KiB RDMA WRITEs between
+// two in-process devices over AF_XDP: two runs of different lengths, so
+// that what a run allocates once (QPs, buffers, the exchange) cancels and
+// what remains is what moving more packets costs. With profileDir set it
+// also writes CPU profiles of write_bw and write_lat.
+func (s *suite) allocs(ctx context.Context, profileDir string) {
+	fmt.Println("== softnic allocations per packet and CPU profiles (both sides in-process over AF_XDP, 9000-byte veth)")
+	f := &Figure{Key: "softnic/allocs", Group: groupSoftnic, Unit: unitPkt, LowerIsBetter: true,
+		Name: "allocations per packet, write_bw 64 KiB steady state"}
+	defer s.report(f)
+	h, err := openInproc(9000)
+	if err != nil {
+		f.Err = err.Error()
+		return
+	}
+	defer h.Close()
+	const short, long = 500, 20000
+	// A first run warms up what is allocated once per process.
+	if _, err := h.measure(ctx, oob.WriteBW, 64<<10, 4096, short, ""); err != nil {
+		f.Err = err.Error()
+		return
+	}
+	a, err := h.measure(ctx, oob.WriteBW, 64<<10, 4096, short, "")
+	if err != nil {
+		f.Err = err.Error()
+		return
+	}
+	prof := ""
+	if profileDir != "" {
+		prof = filepath.Join(profileDir, "cpu-write_bw.pprof")
+	}
+	b, err := h.measure(ctx, oob.WriteBW, 64<<10, 4096, long, prof)
+	if err != nil {
+		f.Err = err.Error()
+		return
+	}
+	if b.packets <= a.packets {
+		f.Err = fmt.Sprintf("the longer run sent no more packets (%d, %d)", a.packets, b.packets)
+		return
+	}
+	extra := float64(b.mallocs) - float64(a.mallocs)
+	f.Value = max(0, extra) / float64(b.packets-a.packets)
+	f.Note = fmt.Sprintf("%+.0f mallocs for %d more packets (runs of %d and %d messages: %d and %d mallocs); one per packet would show ≥ 1",
+		extra, b.packets-a.packets, short, long, a.mallocs, b.mallocs)
+	if bw, err := parseBW(b.out); err == nil {
+		f.Note += fmt.Sprintf("; in-process write_bw %.2f Gb/s", bw.Avg)
+	}
+	if profileDir != "" {
+		lat, err := h.measure(ctx, oob.WriteLat, 8, 1024, uint64(s.latIters), filepath.Join(profileDir, "cpu-write_lat.pprof"))
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "suite: write_lat profile: %v\n", err)
+		} else if l, err := parseLat(lat.out); err == nil {
+			fmt.Printf("  (in-process write_lat 8 B: median %.2f µs, p99 %.2f µs; profile in %s)\n", l.Typical, l.P99, profileDir)
+		}
+	}
 }

@@ -22,7 +22,7 @@ func (s *suite) markdown(elapsed time.Duration) string {
 		note := f.Note
 		if f.Err != "" {
 			value = "**not measured**"
-			note = "error: " + mdEscape(f.Err)
+			note = "error: " + f.Err
 		}
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", f.Group, mdEscape(f.Name), value,
 			s.ratioCell(f, f.Ceiling), s.ratioCell(f, f.Kernel), mdEscape(note))

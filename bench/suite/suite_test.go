@@ -1,0 +1,104 @@
+package main
+
+import (
+	"bytes"
+	"image/png"
+	"strings"
+	"testing"
+	"time"
+)
+
+const bwOutput = `---------------------------------------------------------------------------------------
+ #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]
+ 65536      5000             5.16               3.18   		   0.006075
+---------------------------------------------------------------------------------------
+`
+
+const latOutput = `---------------------------------------------------------------------------------------
+ #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] 
+ 8       5000          11.86          14910.13      252.59   	       871.81      	1544.46		7890.08 		11933.17
+---------------------------------------------------------------------------------------
+`
+
+const blastOutput = `    size    mtu         sent       received   frames/s       Gb/s
+     138   1500      1034368         890107     445272       0.49
+`
+
+func TestParseReports(t *testing.T) {
+	bw, err := parseBW(bwOutput)
+	if err != nil || bw.Size != 65536 || bw.Iters != 5000 || bw.Peak != 5.16 || bw.Avg != 3.18 || bw.MsgRate != 0.006075 {
+		t.Fatalf("parseBW = %+v, %v", bw, err)
+	}
+	lat, err := parseLat(latOutput)
+	if err != nil || lat.Typical != 252.59 || lat.P99 != 7890.08 || lat.P999 != 11933.17 || lat.Min != 11.86 {
+		t.Fatalf("parseLat = %+v, %v", lat, err)
+	}
+	b, err := parseBlast(blastOutput)
+	if err != nil || b.Size != 138 || b.Received != 890107 || b.FramesPerSecond != 445272 {
+		t.Fatalf("parseBlast = %+v, %v", b, err)
+	}
+	if _, err := parseBW("softnic perf: connection refused\n"); err == nil {
+		t.Fatal("parseBW accepted output without a report")
+	}
+	if _, err := parseLat(strings.Replace(latOutput, "252.59", "x", 1)); err == nil {
+		t.Fatal("parseLat accepted a malformed number")
+	}
+	if _, err := parseBlast(strings.Replace(blastOutput, "890107", "0", 1)); err == nil {
+		t.Fatal("parseBlast accepted a run that received nothing")
+	}
+}
+
+func TestFrameSizes(t *testing.T) {
+	if bulkFrame(4096) != 4154 || bulkFrame(1024) != 1082 || smallWriteFrame != 138 {
+		t.Fatalf("frames %d %d %d", bulkFrame(4096), bulkFrame(1024), smallWriteFrame)
+	}
+}
+
+func TestTargetsAndTable(t *testing.T) {
+	s := &suite{started: time.Date(2026, 11, 21, 18, 0, 0, 0, time.UTC)}
+	s.res.add(&Figure{Key: "ceiling/4096", Group: groupCeiling, Name: "ceiling", Value: 10, Unit: unitGbps})
+	s.res.add(&Figure{Key: "kernel/tcp/9000", Group: groupKernel, Name: "tcp", Value: 4, Unit: unitGbps})
+	s.res.add(&Figure{Key: "softnic/write_bw/4096", Group: groupSoftnic, Name: "write_bw", Value: 5, Unit: unitGbps,
+		Ceiling: "ceiling/4096", Kernel: "kernel/tcp/9000"})
+	s.res.add(&Figure{Key: "kernel/udp/median", Group: groupKernel, Name: "udp", Value: 4, Unit: unitUsec})
+	s.res.add(&Figure{Key: "softnic/write_lat/median", Group: groupSoftnic, Name: "write_lat", Err: "client: exit status 1: boom | x",
+		Unit: unitUsec, Kernel: "kernel/udp/median"})
+	s.res.add(&Figure{Key: "softnic/qpmem", Group: groupSoftnic, Name: "mem", Value: 12, Unit: unitKiB})
+
+	check := func(key string, measured, met bool, value float64) {
+		t.Helper()
+		for _, tg := range targets {
+			if tg.Key != key || (tg.Ref != "" && s.res.Get(tg.Ref) == nil) {
+				continue
+			}
+			o := s.res.Evaluate(tg)
+			if o.Measured != measured || o.Met != met || (measured && o.Value != value) {
+				t.Errorf("%s: %+v", tg.Name, o)
+			}
+			return
+		}
+		t.Errorf("no target for %s", key)
+	}
+	check("softnic/write_bw/4096", true, false, 0.5)
+	check("softnic/write_lat/median", false, false, 0)
+	check("softnic/qpmem", true, true, 12)
+	tcp := s.res.Evaluate(Target{Key: "softnic/write_bw/4096", Ref: "kernel/tcp/9000", Bound: 1})
+	if !tcp.Met || tcp.Value != 1.25 {
+		t.Errorf("against TCP: %+v", tcp)
+	}
+
+	md := s.markdown(time.Minute)
+	for _, want := range []string{"| 0.50 | 1.25 |", "**not measured**", `boom \| x`, "| memory per idle QP ≤ 16 KiB | 12.0 | yes |",
+		"not measured: softnic/msgrate not run"} {
+		if !strings.Contains(md, want) {
+			t.Errorf("table lacks %q:\n%s", want, md)
+		}
+	}
+	img, err := s.chart()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := png.Decode(bytes.NewReader(img)); err != nil {
+		t.Fatalf("chart is not a PNG: %v", err)
+	}
+}
