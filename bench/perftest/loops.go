@@ -426,3 +426,99 @@ func (r *runCtx) watch(cancel context.CancelCauseFunc, limit time.Duration) func
 	}()
 	return func() { close(done) }
 }
+
+// runBi is run_iter_bi, send_bw's bidirectional loop: send as runBW does
+// while receiving and reposting the peer's messages; the server sends only
+// after its first receive. The send and receive CQ are one (see setup).
+func (r *runCtx) runBi(size uint64) (BWTimes, error) {
+	p := r.p
+	iters := p.Iters
+	nq := len(r.qps)
+	n := iters * uint64(nq)
+	cqMod := uint64(max(p.CQMod, 1))
+	var t BWTimes
+	if p.NoPeak {
+		t.Posted, t.Completed = make([]int64, 1), make([]int64, 1)
+	} else {
+		t.Posted, t.Completed = make([]int64, n), make([]int64, n)
+	}
+	scnt := make([]uint64, nq)
+	ccnt := make([]uint64, nq)
+	rposted := make([]uint64, nq)
+	for q := range rposted {
+		rposted[q] = uint64(p.RxDepth)
+	}
+	var totS, totC, totR uint64
+	wcs := make([]verbs.WC, 16)
+	sge := make([]verbs.SGE, 1)
+	rsge := make([]verbs.SGE, 1)
+	var wr verbs.SendWR
+	beforeFirstRx := p.Server
+	start := time.Now()
+	now := func() int64 { return int64(time.Since(start)) }
+	for totS < n || totC < n || totR < n {
+		full := false
+		for q, qp := range r.qps {
+			for !beforeFirstRx && scnt[q] < iters && scnt[q]-ccnt[q]+1 <= uint64(p.TxDepth) {
+				k := scnt[q]
+				r.sendWR(&wr, sge, q, k, size)
+				if k%cqMod == cqMod-1 || k == iters-1 {
+					wr.Flags |= verbs.SendSignaled
+				}
+				if !p.NoPeak {
+					t.Posted[totS] = now()
+				}
+				ok, err := post(qp, &wr)
+				if err != nil {
+					return t, err
+				}
+				if !ok {
+					full = true
+					break
+				}
+				scnt[q]++
+				totS++
+			}
+		}
+		got, err := r.scq.Poll(wcs)
+		if err == nil && got == 0 {
+			if full {
+				runtime.Gosched()
+				continue
+			}
+			// Nothing can be posted: every window is full or done.
+			got, err = r.scq.Wait(r.ctx, wcs)
+		}
+		if err != nil {
+			return t, fmt.Errorf("poll CQ: %w", causeOf(r.ctx, err))
+		}
+		for i := 0; i < got; i++ {
+			wc := &wcs[i]
+			if wc.Status != verbs.WCSuccess {
+				return t, wcError(wc.Opcode.String(), wc, totC+totR)
+			}
+			r.progress.Add(1)
+			q := int(wc.WRID)
+			if wc.Opcode == verbs.WCRecv {
+				beforeFirstRx = false
+				totR++
+				if rposted[q]+1 <= iters {
+					if err := r.postRecv(r.qps[q], q, rposted[q], size, rsge); err != nil {
+						return t, err
+					}
+					rposted[q]++
+				}
+				continue
+			}
+			ccnt[q] += cqMod
+			totC += cqMod
+			if !p.NoPeak {
+				t.Completed[min(totC, n)-1] = now()
+			}
+		}
+	}
+	if p.NoPeak {
+		t.Completed[0] = now()
+	}
+	return t, nil
+}

@@ -107,7 +107,7 @@ type Params struct {
 	// the first IPv4 GID.
 	IPv6 bool
 	// Duplex is perftest's -b: both sides run the test at once and print
-	// the sum (write_bw, read_bw and atomic_bw).
+	// the sum (bandwidth tests).
 	Duplex bool
 	// ReportUnsorted and ReportHistogram print the latency samples before
 	// the figures (-U, -H).
@@ -191,8 +191,8 @@ func (p *Params) Finish() error {
 			return fmt.Errorf("perftest: output verbosity level for LAT can be: latency")
 		}
 	}
-	if p.Duplex && p.Test != oob.WriteBW && p.Test != oob.ReadBW && p.Test != oob.AtomicBW {
-		return fmt.Errorf("perftest: softnic runs -b (bidirectional) for write_bw, read_bw and atomic_bw only")
+	if p.Duplex && !p.Test.IsBW() {
+		return fmt.Errorf("perftest: -b (bidirectional) is for bandwidth tests")
 	}
 	if p.Iters < 5 {
 		return fmt.Errorf("perftest: iterations must be at least 5")
@@ -241,7 +241,7 @@ func (p *Params) Finish() error {
 	if p.Test.IsBW() && p.Iters > NoPeakIters {
 		p.NoPeak = true
 	}
-	if p.Test == oob.SendBW && p.Server {
+	if p.Test == oob.SendBW && p.Server && !p.Duplex {
 		p.NoPeak = true
 	}
 	return nil

@@ -320,10 +320,10 @@ func TestPrintDuplex(t *testing.T) {
 	if b.String() != want {
 		t.Fatalf("got %q\nwant %q", b.String(), want)
 	}
-	s := NewParams(oob.SendBW)
+	s := NewParams(oob.SendLat)
 	s.Duplex = true
 	if err := s.Finish(); err == nil {
-		t.Fatal("bidirectional send_bw accepted")
+		t.Fatal("bidirectional send_lat accepted")
 	}
 }
 

@@ -112,7 +112,14 @@ func (r *runCtx) setup() error {
 	if r.scq, err = r.dev.Verbs.CreateCQ(p.NumQPs*p.TxDepth+16, nil); err != nil {
 		return fmt.Errorf("create send CQ: %w", err)
 	}
-	if r.rcq, err = r.dev.Verbs.CreateCQ(p.NumQPs*p.RxDepth+16, nil); err != nil {
+	if p.Duplex && p.Verb() == VerbSend {
+		// run_iter_bi waits on sends and receives at once: one CQ for both
+		// lets it block on a single queue.
+		if r.scq, err = r.dev.Verbs.CreateCQ(p.NumQPs*(p.TxDepth+p.RxDepth)+16, nil); err != nil {
+			return fmt.Errorf("create CQ: %w", err)
+		}
+		r.rcq = r.scq
+	} else if r.rcq, err = r.dev.Verbs.CreateCQ(p.NumQPs*p.RxDepth+16, nil); err != nil {
 		return fmt.Errorf("create receive CQ: %w", err)
 	}
 	for i := 0; i < p.NumQPs; i++ {

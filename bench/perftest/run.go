@@ -86,7 +86,7 @@ func Run(ctx context.Context, dev Device, conn net.Conn, p Params, out io.Writer
 			return nil
 		},
 		Prepare: func(round int) error {
-			if p.Test == oob.SendLat || (p.Test == oob.SendBW && p.Server) {
+			if p.Test == oob.SendLat || (p.Test == oob.SendBW && (p.Server || p.Duplex)) {
 				return r.postRecvs(sizes[round])
 			}
 			return nil
@@ -96,9 +96,12 @@ func Run(ctx context.Context, dev Device, conn net.Conn, p Params, out io.Writer
 			if p.Test.IsBW() {
 				var t BWTimes
 				var err error
-				if p.Test == oob.SendBW && p.Server {
+				switch {
+				case p.Test == oob.SendBW && p.Duplex:
+					t, err = r.runBi(size)
+				case p.Test == oob.SendBW && p.Server:
 					t, err = r.runBWServer(size)
-				} else {
+				default:
 					t, err = r.runBW(size)
 				}
 				if err != nil {

@@ -196,10 +196,10 @@ func TestStallEndsRun(t *testing.T) {
 }
 
 func TestRunDuplex(t *testing.T) {
-	for _, test := range []oob.Test{oob.WriteBW, oob.ReadBW, oob.AtomicBW} {
+	for _, test := range []oob.Test{oob.WriteBW, oob.ReadBW, oob.AtomicBW, oob.SendBW} {
 		t.Run(test.String(), func(t *testing.T) {
 			cout, sout := runBoth(t, test, func(p *Params) {
-				p.Duplex, p.Iters = true, 300
+				p.Duplex, p.Iters, p.NumQPs = true, 300, 2
 				if test != oob.AtomicBW {
 					p.Size = 4096
 				}

@@ -50,6 +50,7 @@ retry ibv_rc_pingpong -d rxe0 -g 1 -n ` + interopIters + ` -s 4096 10.77.0.1 || 
 	fmt.Fprintf(&b, "echo \"@@ write_bw-q2 as client\"\nretry ib_write_bw -d rxe0 -x 1 -F -q 2 -n %s 10.77.0.1 || exit 1\n", interopIters)
 	fmt.Fprintf(&b, "echo \"@@ atomic_bw-cas as client\"\nretry ib_atomic_bw -d rxe0 -x 1 -F -A CMP_AND_SWAP -n %s 10.77.0.1 || exit 1\n", interopIters)
 	fmt.Fprintf(&b, "echo \"@@ write_bw-b as client\"\nretry ib_write_bw -d rxe0 -x 1 -F -b -n %s 10.77.0.1 || exit 1\n", interopIters)
+	fmt.Fprintf(&b, "echo \"@@ send_bw-b as client\"\nretry ib_send_bw -d rxe0 -x 1 -F -b -n %s 10.77.0.1 || exit 1\n", interopIters)
 	b.WriteString("echo \"@@ send_bw-a as client\"\nretry ib_send_bw -d rxe0 -x 1 -F -a -n 5 10.77.0.1 || exit 1\n")
 	b.WriteString("echo \"@@ pingpong as server\"\nibv_rc_pingpong -d rxe0 -g 1 -n " + interopIters + " -s 4096 || exit 1\n")
 	for _, t := range interopTests {
@@ -139,6 +140,7 @@ func TestInteropWithRealTools(t *testing.T) {
 	step("write_bw-q2 server", "perf", "write_bw", "-d", n.PeerLink, "-x", g, "-q", "2", "-n", interopIters)
 	step("atomic_bw-cas server", "perf", "atomic_bw", "-d", n.PeerLink, "-x", g, "-A", "CMP_AND_SWAP", "-n", interopIters)
 	step("write_bw-b server", "perf", "write_bw", "-d", n.PeerLink, "-x", g, "-b", "-n", interopIters)
+	step("send_bw-b server", "perf", "send_bw", "-d", n.PeerLink, "-x", g, "-b", "-n", interopIters)
 	step("send_bw-a server", "perf", "send_bw", "-d", n.PeerLink, "-x", g, "-a", "-n", "5")
 	step("pingpong client", "pingpong", "-d", n.PeerLink, "-g", g, "-n", interopIters, "-s", "4096", wait, "10.77.0.11")
 	for _, tt := range interopTests {
@@ -191,7 +193,7 @@ func TestInteropWithRealTools(t *testing.T) {
 		name = strings.Replace(strings.Replace(name, " as client", " client", 1), " as server", " server", 1)
 		guestOut[name] = body
 	}
-	if len(guestOut) != 2*(len(interopTests)+3)+5 {
+	if len(guestOut) != 2*(len(interopTests)+3)+6 {
 		t.Errorf("guest output has %d sections", len(guestOut))
 	}
 	// The server of write/read/atomic bw prints the client's figures, which
@@ -224,7 +226,8 @@ func TestInteropWithRealTools(t *testing.T) {
 	}
 	// Bidirectional: both sides print the sum of both reports, so the
 	// same line.
-	for _, pair := range [][2]string{{"write_bw-b server", "write_bw-b client"}, {"read_bw-b client", "read_bw-b server"}} {
+	for _, pair := range [][2]string{{"write_bw-b server", "write_bw-b client"}, {"read_bw-b client", "read_bw-b server"},
+		{"send_bw-b server", "send_bw-b client"}} {
 		mine, theirs := bw.FindAllString(resultOf(results, pair[0]), -1), bw.FindAllString(guestOut[pair[1]], -1)
 		if len(mine) != 1 || len(theirs) != 1 || mine[0] != theirs[0] {
 			t.Errorf("bidirectional: softnic %s printed %q, the real tool %q", pair[0], mine, theirs)

@@ -201,7 +201,7 @@ func runPerf(args []string, stdout, stderr io.Writer) int {
 	f.boolVar(&noPeak, "N", "noPeak", "do not compute the peak bandwidth")
 	f.boolVar(&rdmaCM, "R", "rdma_cm", "connect QPs with RDMA CM (not supported)")
 	f.intVar(&duration, "D", "duration", 0, "run for a duration (not supported)")
-	f.boolVar(&bidir, "b", "bidirectional", "bidirectional test: both sides send (write_bw, read_bw, atomic_bw)")
+	f.boolVar(&bidir, "b", "bidirectional", "bidirectional test: both sides send (bandwidth tests)")
 	f.BoolVar(&gbits, "report_gbits", false, "report bandwidth in Gb/sec instead of MB/sec")
 	f.BoolVar(&useOld, "use_old_post_send", false, "print the ibv_wr* API line as OFF (softnic has one post path)")
 	f.IntVar(&tclass, "tclass", 0, "GRH traffic class")

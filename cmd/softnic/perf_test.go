@@ -143,7 +143,7 @@ func TestPerfBadUsage(t *testing.T) {
 		{"perf", "write_lat", "-d", "x", "--output=speed"},
 		{"perf", "write_bw", "-d", "x", "-u", "40"},
 		{"perf", "write_bw", "-d", "x", "-s", "0"},
-		{"perf", "send_bw", "-d", "x", "-b"},
+		{"perf", "send_lat", "-d", "x", "-b"},
 		{"perf", "write_bw", "-d", "x", "-s", "4G"},
 		{"perf", "write_bw", "-d", "x", "-s", "3000M"},
 	} {

@@ -494,8 +494,22 @@ func TestRunDuplexSequences(t *testing.T) {
 	if !reflect.DeepEqual(cw, want) || len(cc) != 6 {
 		t.Errorf("read_bw -b -a: client wrote %v, want %v; hooks %v", cw, want, cc)
 	}
+	// send_bw -b: the post-connect K of send tests, Prepare before each
+	// round's K, the K after the reports with -a.
+	cw, _, cc, _ = runPairMode(t, SendBW, 2, 1, true)
+	want = append([]int{}, setup...)
+	want = append(want, k, k, k)
+	for r := 0; r < 2; r++ {
+		want = append(want, k)
+		want = append(want, rep...)
+		want = append(want, k)
+	}
+	want = append(want, k, 5)
+	if !reflect.DeepEqual(cw, want) || !reflect.DeepEqual(cc, []string{"connect", "connected", "prepare", "measure", "both", "prepare", "measure", "both"}) {
+		t.Errorf("send_bw -b -a: client wrote %v, want %v; hooks %v", cw, want, cc)
+	}
 	c, _ := tcpPair(t)
-	if _, err := NewSession(c, Client, time.Second).RunDuplex(SendBW, []PerftestDest{{}}, 1, Hooks{Connect: func([]PerftestDest) error { return nil }}); err == nil {
-		t.Error("bidirectional send_bw accepted")
+	if _, err := NewSession(c, Client, time.Second).RunDuplex(SendLat, []PerftestDest{{}}, 1, Hooks{Connect: func([]PerftestDest) error { return nil }}); err == nil {
+		t.Error("bidirectional send_lat accepted")
 	}
 }

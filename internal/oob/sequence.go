@@ -95,12 +95,14 @@ func (p *Session) Run(test Test, local []PerftestDest, rounds int, h Hooks) ([]P
 	return p.run(test, local, rounds, false, h)
 }
 
-// RunDuplex is Run for the bidirectional mode (-b) of write_bw, read_bw
-// and atomic_bw, where both sides measure: after the handshakes that
-// follow ctx_connect, each round is K, Measure (and K again with -a for
-// write and read), then the two sides exchange their reports; then close.
+// RunDuplex is Run for the bidirectional mode (-b) of the bandwidth tests,
+// where both sides measure: after the handshakes that follow ctx_connect,
+// each round of write/read/atomic is K, Measure (and K again with -a for
+// write and read), then the two sides exchange their reports; each round
+// of send_bw is Prepare, K, Measure, the report exchange (and K with -a).
+// Then close.
 func (p *Session) RunDuplex(test Test, local []PerftestDest, rounds int, h Hooks) ([]PerftestDest, error) {
-	if test != WriteBW && test != ReadBW && test != AtomicBW {
+	if !test.IsBW() {
 		return nil, fmt.Errorf("oob: bidirectional %v is not supported", test)
 	}
 	return p.run(test, local, rounds, true, h)
@@ -173,6 +175,11 @@ func (p *Session) run(test Test, local []PerftestDest, rounds int, duplex bool, 
 
 	if duplex {
 		for r := 0; r < rounds; r++ {
+			if test == SendBW {
+				if err := prepare(r); err != nil {
+					return remote, err
+				}
+			}
 			if _, err := p.Keys(local[0]); err != nil {
 				return remote, err
 			}
@@ -180,7 +187,7 @@ func (p *Session) run(test Test, local []PerftestDest, rounds int, duplex bool, 
 			if err != nil {
 				return remote, err
 			}
-			if rounds > 1 && test != AtomicBW {
+			if rounds > 1 && (test == WriteBW || test == ReadBW) {
 				if _, err := p.Keys(local[0]); err != nil {
 					return remote, err
 				}
@@ -191,6 +198,11 @@ func (p *Session) run(test Test, local []PerftestDest, rounds int, duplex bool, 
 			}
 			if h.DuplexReport != nil {
 				if err := h.DuplexReport(mine, theirs); err != nil {
+					return remote, err
+				}
+			}
+			if rounds > 1 && test == SendBW {
+				if _, err := p.Keys(local[0]); err != nil {
 					return remote, err
 				}
 			}
