@@ -103,6 +103,9 @@ type Params struct {
 	QPTimeout uint8
 	// Output selects the full report or a single figure.
 	Output Output
+	// ReportBoth prints, after a bidirectional run's sum, each side's own
+	// figures (--report-both).
+	ReportBoth bool
 	// IPv6 makes the default GID an IPv6 one (--ipv6); the default is
 	// the first IPv4 GID.
 	IPv6 bool

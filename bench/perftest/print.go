@@ -186,6 +186,27 @@ func PrintDuplexBWReport(w io.Writer, p *Params, mine, theirs oob.BWReport) {
 	}
 }
 
+// PrintReportBoth prints the "Local results" and "Remote results" tables
+// that --report-both adds after a bidirectional run (write_bw.c, read_bw.c
+// and send_bw.c write "results: " with a space, atomic_bw.c without).
+func PrintReportBoth(w io.Writer, p *Params, mine, theirs oob.BWReport) {
+	if !p.full() {
+		return
+	}
+	space := " "
+	if p.Test == oob.AtomicBW {
+		space = ""
+	}
+	for _, side := range []struct {
+		name string
+		rep  oob.BWReport
+	}{{"Local", mine}, {"Remote", theirs}} {
+		io.WriteString(w, ResultLine+"\n "+side.name+" results:"+space+"\n")
+		PrintBWHeader(w, p)
+		PrintBWReport(w, p, side.rep)
+	}
+}
+
 // PrintLatHeader prints the latency table's header line.
 func PrintLatHeader(w io.Writer, p *Params) {
 	if !p.full() {

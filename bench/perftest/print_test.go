@@ -347,3 +347,25 @@ func TestBestGIDIndex(t *testing.T) {
 		}
 	}
 }
+
+func TestPrintReportBoth(t *testing.T) {
+	mine := oob.BWReport{Size: 8, Iters: 100, BWPeak: 1, BWAvg: 0.5, MsgRate: 0.1}
+	theirs := oob.BWReport{Size: 8, Iters: 100, BWPeak: 2, BWAvg: 1.5, MsgRate: 0.2}
+	line := func(r oob.BWReport) string {
+		var b bytes.Buffer
+		p := NewParams(oob.WriteBW)
+		PrintBWReport(&b, &p, r)
+		return b.String()
+	}
+	header := " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]\n"
+	for test, label := range map[oob.Test]string{oob.WriteBW: "results: \n", oob.AtomicBW: "results:\n"} {
+		p := NewParams(test)
+		var b bytes.Buffer
+		PrintReportBoth(&b, &p, mine, theirs)
+		want := ResultLine + "\n Local " + label + ResultLine + header + line(mine) +
+			ResultLine + "\n Remote " + label + ResultLine + header + line(theirs)
+		if b.String() != want {
+			t.Errorf("%v: got %q\nwant %q", test, b.String(), want)
+		}
+	}
+}

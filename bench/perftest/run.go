@@ -135,6 +135,9 @@ func Run(ctx context.Context, dev Device, conn net.Conn, p Params, out io.Writer
 		},
 		DuplexReport: func(mine, theirs oob.BWReport) error {
 			PrintDuplexBWReport(out, &p, mine, theirs)
+			if p.ReportBoth && !p.RunAll {
+				PrintReportBoth(out, &p, mine, theirs)
+			}
 			return nil
 		},
 	}

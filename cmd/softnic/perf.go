@@ -205,6 +205,8 @@ func runPerf(args []string, stdout, stderr io.Writer) int {
 	f.BoolVar(&gbits, "report_gbits", false, "report bandwidth in Gb/sec instead of MB/sec")
 	f.BoolVar(&useOld, "use_old_post_send", false, "print the ibv_wr* API line as OFF (softnic has one post path)")
 	f.IntVar(&tclass, "tclass", 0, "GRH traffic class")
+	var reportBoth bool
+	f.BoolVar(&reportBoth, "report-both", false, "with -b, also print each side's own figures")
 	var ipv6 bool
 	f.BoolVar(&ipv6, "ipv6", false, "without -x, use the first IPv6 GID instead of the first IPv4 one")
 	var unsorted, histogram bool
@@ -272,6 +274,7 @@ func runPerf(args []string, stdout, stderr io.Writer) int {
 	p.ReportUnsorted, p.ReportHistogram = unsorted, histogram
 	p.Duplex = bidir
 	p.IPv6 = ipv6
+	p.ReportBoth = reportBoth
 	if txDepth < 0 || rxDepth < 0 || cqMod < 0 {
 		return fail("-t, -r and -Q must be positive")
 	}

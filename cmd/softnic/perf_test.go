@@ -129,6 +129,26 @@ func TestPerfSingleFigure(t *testing.T) {
 	}
 }
 
+func TestPerfBidirectionalReportBoth(t *testing.T) {
+	useMemDevices(t)
+	port := freePort(t)
+	sout, cout := runPair(t,
+		[]string{"perf", "write_bw", "-d", "memA", "-p", port, "-n", "200", "-b", "--report-both"},
+		[]string{"perf", "write_bw", "-d", "memB", "-p", port, "-n", "200", "-b", "--report-both", "127.0.0.1"})
+	line := regexp.MustCompile(`(?m)^ 65536 +200 .*$`)
+	for side, out := range map[string]string{"server": sout, "client": cout} {
+		if l := line.FindAllString(out, -1); len(l) != 3 || !strings.Contains(out, "\n Local results: \n") ||
+			!strings.Contains(out, "\n Remote results: \n") || !strings.Contains(out, "RDMA_Write Bidirectional BW Test") {
+			t.Errorf("%s output:\n%s", side, out)
+		}
+	}
+	// Each side's local figures are the other's remote ones.
+	s, c := line.FindAllString(sout, -1), line.FindAllString(cout, -1)
+	if len(s) == 3 && len(c) == 3 && (s[0] != c[0] || s[1] != c[2] || s[2] != c[1]) {
+		t.Errorf("server lines %q, client lines %q", s, c)
+	}
+}
+
 func TestPerfBadUsage(t *testing.T) {
 	for _, args := range [][]string{
 		{"perf"},
