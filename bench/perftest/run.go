@@ -57,9 +57,9 @@ func Run(ctx context.Context, dev Device, conn net.Conn, p Params, out io.Writer
 	}
 	p.MTU = oob.MTUBytes(neg.MTU)
 
-	runCtx2, cancel := context.WithCancelCause(ctx)
+	rctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	r := &runCtx{p: &p, dev: dev, ctx: runCtx2, cycle: uint64(neg.SysData.CycleBuffer), cacheLine: uint64(max(neg.SysData.CacheLineSize, 1))}
+	r := &runCtx{p: &p, dev: dev, ctx: rctx, cycle: uint64(neg.SysData.CycleBuffer), cacheLine: uint64(max(neg.SysData.CacheLineSize, 1))}
 	defer r.close()
 	if err := r.setup(); err != nil {
 		return err

@@ -5,8 +5,8 @@
 //     "LID:QPN:PSN:GID" line each way and a closing "done".
 //   - perftest 4.5 (protocol version "6.06", src/perftest_communication.c):
 //     versions, system data, MTU, the 108-byte keys message per QP, the
-//     handshakes each test makes around its run, the bandwidth report and the
-//     closing handshake.
+//     handshakes each test makes around its run (also in the bidirectional
+//     mode), the bandwidth report and the closing handshake.
 //
 // The package knows nothing of the RDMA engine: it formats and parses the
 // messages (typed errors, never a panic, on malformed input) and drives the

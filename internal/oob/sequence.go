@@ -54,8 +54,8 @@ type Hooks struct {
 	Prepare func(round int) error
 	// Measure runs round round of the test on this side. A bandwidth
 	// client returns its report, sent to the server after the last round.
-	// Not called on the servers of write/read/atomic bw and read_lat,
-	// which only wait.
+	// Not called on the servers of write/read/atomic bw (unless
+	// bidirectional) and read_lat, which only wait.
 	Measure func(round int) (BWReport, error)
 	// ServerReport receives the client's figures on the server of a
 	// write/read/atomic bandwidth test. Optional.
