@@ -383,7 +383,7 @@ func (q *QP) flush() {
 		wc := WC{WRID: w.wr.ID, Status: WCWRFlushErr, Opcode: wcOpcodeOf(w.wr.Opcode), QPN: q.qpn, SrcQP: q.destQPN}
 		r.compIdx++
 		q.sq.head.Store(r.compIdx) // the slot is free before its completion shows
-		q.sendCQ.push(&wc)
+		q.complete(q.sendCQ, &wc)
 	}
 	r.reqIdx = r.compIdx
 	r.rdAtomicOut = 0
@@ -391,7 +391,7 @@ func (q *QP) flush() {
 		for w := q.rq.peek(); w != nil; w = q.rq.peek() {
 			wc := WC{WRID: w.id, Status: WCWRFlushErr, Opcode: WCRecv, QPN: q.qpn, SrcQP: q.destQPN}
 			q.rq.pop()
-			q.recvCQ.push(&wc)
+			q.complete(q.recvCQ, &wc)
 		}
 	}
 }

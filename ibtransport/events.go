@@ -80,3 +80,11 @@ func (s *SRQ) checkLimit(e *Engine) {
 		e.emit(Event{Type: EventSRQLimitReached, SRQ: s})
 	}
 }
+
+// complete posts a completion; a CQ overrun fails the QP, as IBA makes it
+// an error of the QPs using the CQ.
+func (q *QP) complete(cq *CQ, wc *WC) {
+	if !cq.push(wc) {
+		q.fail()
+	}
+}

@@ -244,8 +244,9 @@ func (c *CQ) bind(e *Engine) bool {
 	return c.owner.CompareAndSwap(nil, e) || c.owner.Load() == e
 }
 
-// push adds a completion; only the engine goroutine calls it.
-func (c *CQ) push(wc *WC) {
+// push adds a completion and reports false if the CQ overran; only the
+// engine goroutine calls it.
+func (c *CQ) push(wc *WC) bool {
 	t := c.tail.Load()
 	if t-c.head.Load() >= uint64(len(c.slots)) {
 		if c.overflow.CompareAndSwap(false, true) {
@@ -253,7 +254,7 @@ func (c *CQ) push(wc *WC) {
 				e.emit(Event{Type: EventCQErr, CQ: c})
 			}
 		}
-		return
+		return false
 	}
 	c.slots[t&c.mask] = *wc
 	c.tail.Store(t + 1)
@@ -271,6 +272,7 @@ func (c *CQ) push(wc *WC) {
 			}
 		}
 	}
+	return true
 }
 
 // Poll moves up to len(wcs) completions into wcs and returns how many

@@ -522,14 +522,14 @@ func (q *QP) finishRecv(op WCOpcode, n uint32, flags WCFlags, imm, inv uint32, s
 	wc := WC{WRID: r.recv.id, Status: WCSuccess, Opcode: op, Flags: flags, ByteLen: n, Imm: imm,
 		InvalidatedRKey: inv, QPN: q.qpn, SrcQP: q.destQPN, solicited: solicited}
 	r.recvActive = false
-	q.recvCQ.push(&wc)
+	q.complete(q.recvCQ, &wc)
 }
 
 func (q *QP) completeRecv(st WCStatus, n uint32) {
 	r := &q.resp
 	wc := WC{WRID: r.recv.id, Status: st, Opcode: WCRecv, ByteLen: n, QPN: q.qpn, SrcQP: q.destQPN}
 	r.recvActive = false
-	q.recvCQ.push(&wc)
+	q.complete(q.recvCQ, &wc)
 }
 
 // sendResponses sends queued responses in order. It reports whether it

@@ -120,6 +120,11 @@ func TestCQOverrun(t *testing.T) {
 	ev := nextEvent(t, p.a)
 	require.Equal(t, verbs.EventCQErr, ev.Type)
 	require.Same(t, x.scq, ev.CQ)
+	// The QP that lost a completion is in error.
+	ev = nextEvent(t, p.a)
+	require.Equal(t, verbs.EventQPFatal, ev.Type)
+	require.Same(t, x.qp, ev.QP)
+	require.Equal(t, verbs.QPSErr, x.qp.State())
 }
 
 func TestDeviceQueryLimits(t *testing.T) {

@@ -275,7 +275,11 @@ func TestStressLossyLink(t *testing.T) {
 	}
 	before := runtime.NumGoroutine()
 	faults := memlink.Faults{Loss: 0.05, Duplicate: 0.02, Reorder: 0.05, Corrupt: 0.01, Delay: 0.01}
-	p := newPair(t, memlink.Config{Seed: 42, AtoB: faults, BtoA: faults})
+	seed := uint64(42)
+	if v, err := strconv.ParseUint(os.Getenv("SOFTNIC_STRESS_SEED"), 10, 64); err == nil {
+		seed = v // to soak the engine under other fault patterns
+	}
+	p := newPair(t, memlink.Config{Seed: seed, AtoB: faults, BtoA: faults})
 	mtus := []verbs.MTU{verbs.MTU1024, verbs.MTU4096, verbs.MTU256, verbs.MTU2048}
 	var dirs []*stressDir
 	for i, mtu := range mtus {
@@ -289,8 +293,8 @@ func TestStressLossyLink(t *testing.T) {
 		x := newEndpoint(t, p.a, nil, o, nil)
 		y := newEndpoint(t, p.b, nil, o, nil)
 		connect(t, x, y, o)
-		dirs = append(dirs, newStressDir(t, fmt.Sprintf("qp%d A->B", i), x, y, uint64(i)),
-			newStressDir(t, fmt.Sprintf("qp%d B->A", i), y, x, uint64(i+100)))
+		dirs = append(dirs, newStressDir(t, fmt.Sprintf("qp%d A->B", i), x, y, seed+uint64(i)),
+			newStressDir(t, fmt.Sprintf("qp%d B->A", i), y, x, seed+uint64(i+100)))
 	}
 	per := total / len(dirs)
 	ctx, cancel := context.WithCancel(context.Background())
