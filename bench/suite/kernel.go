@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -22,7 +23,9 @@ func (s *suite) tcpStream(ctx context.Context, p *netnstest.Pair) (float64, erro
 	ctx, cancel := context.WithTimeout(ctx, s.duration+30*time.Second)
 	defer cancel()
 	addr := p.A.Addr4().String()
-	server := exec.CommandContext(ctx, "ip", "netns", "exec", p.A.Namespace, "iperf3", "-s", "-1", "-B", addr)
+	server := exec.CommandContext(ctx, "ip", "netns", "exec", p.A.Namespace, "iperf3", "-s", "-B", addr)
+	var serverOut syncBuffer
+	server.Stdout, server.Stderr = &serverOut, &serverOut
 	server.WaitDelay = time.Second
 	if err := server.Start(); err != nil {
 		return 0, fmt.Errorf("iperf3 server: %w", err)
@@ -32,17 +35,25 @@ func (s *suite) tcpStream(ctx context.Context, p *netnstest.Pair) (float64, erro
 		server.Wait()
 	}()
 	secs := strconv.Itoa(max(1, int(s.duration.Round(time.Second).Seconds())))
-	var out []byte
-	var err error
-	// The server needs a moment to listen; iperf3 clients do not retry.
-	for try := 0; try < 20; try++ {
+	// The server needs a moment to listen and iperf3 clients do not retry
+	// (nor do they always exit non-zero when they fail).
+	deadline := time.Now().Add(10 * time.Second)
+	for {
 		client := exec.CommandContext(ctx, "ip", "netns", "exec", p.B.Namespace, "iperf3", "-c", addr, "-t", secs, "-J")
-		out, err = client.Output()
-		if err == nil || ctx.Err() != nil {
-			break
+		out, err := client.Output()
+		gbps, err := parseIperf3(out, err)
+		if err == nil || ctx.Err() != nil || time.Now().After(deadline) {
+			if err != nil {
+				err = fmt.Errorf("%w (server: %s)", err, lastLine(serverOut.String()))
+			}
+			return gbps, err
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// parseIperf3 reads the receiver's rate in Gb/s from iperf3's JSON report.
+func parseIperf3(out []byte, runErr error) (float64, error) {
 	var rep struct {
 		End struct {
 			SumReceived struct {
@@ -51,19 +62,18 @@ func (s *suite) tcpStream(ctx context.Context, p *netnstest.Pair) (float64, erro
 		} `json:"end"`
 		Error string `json:"error"`
 	}
-	if jerr := json.Unmarshal(out, &rep); jerr != nil {
-		if err != nil {
-			return 0, fmt.Errorf("iperf3 client: %w", err)
+	if err := json.Unmarshal(out, &rep); err != nil {
+		if runErr != nil {
+			return 0, fmt.Errorf("iperf3 client: %w", runErr)
 		}
-		return 0, fmt.Errorf("iperf3 JSON: %w", jerr)
+		return 0, fmt.Errorf("iperf3 JSON: %w", err)
 	}
-	if rep.Error != "" {
+	switch {
+	case rep.Error != "":
 		return 0, fmt.Errorf("iperf3: %s", rep.Error)
-	}
-	if err != nil {
-		return 0, fmt.Errorf("iperf3 client: %w", err)
-	}
-	if rep.End.SumReceived.BitsPerSecond <= 0 {
+	case runErr != nil:
+		return 0, fmt.Errorf("iperf3 client: %w", runErr)
+	case rep.End.SumReceived.BitsPerSecond <= 0:
 		return 0, errors.New("iperf3 reported no received bytes")
 	}
 	return rep.End.SumReceived.BitsPerSecond / 1e9, nil
@@ -149,4 +159,22 @@ func (s *suite) udpPingPong(p *netnstest.Pair, size, iters int) (udpResult, erro
 	slices.Sort(rtt)
 	half := func(d time.Duration) float64 { return d.Seconds() * 1e6 / 2 }
 	return udpResult{Median: half(rtt[len(rtt)/2]), P99: half(rtt[len(rtt)*99/100]), Rounds: len(rtt)}, nil
+}
+
+// syncBuffer is a bytes.Buffer a command may write while it is read.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

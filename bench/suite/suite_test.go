@@ -102,3 +102,17 @@ func TestTargetsAndTable(t *testing.T) {
 		t.Fatalf("chart is not a PNG: %v", err)
 	}
 }
+
+func TestParseIperf3(t *testing.T) {
+	if v, err := parseIperf3([]byte(`{"end":{"sum_received":{"bits_per_second":6.5e9}}}`), nil); err != nil || v != 6.5 {
+		t.Fatalf("= %v, %v", v, err)
+	}
+	// iperf3 -J may exit 0 after failing to connect: the JSON error counts.
+	if _, err := parseIperf3([]byte(`{"start":{},"end":{},"error":"unable to connect to server: Connection refused"}`), nil); err == nil ||
+		!strings.Contains(err.Error(), "Connection refused") {
+		t.Fatalf("error report accepted: %v", err)
+	}
+	if _, err := parseIperf3([]byte(`{"end":{}}`), nil); err == nil {
+		t.Fatal("report without received bytes accepted")
+	}
+}
