@@ -163,6 +163,9 @@ var (
 type Config struct {
 	// Addrs are the device's IP addresses; GID index i is Addrs[i].
 	Addrs []netip.Addr
+	// Resolve finds a peer's MAC address when a QP connects to it (see
+	// roce.DeviceConfig.Resolve); nil uses the broadcast address.
+	Resolve func(netip.Addr) ([6]byte, error)
 }
 
 // Device is an opened RDMA device (ibv_context).
@@ -173,7 +176,7 @@ type Device struct {
 // Open opens a device on link (ibv_open_device). The device runs an engine
 // goroutine until Close.
 func Open(link roce.Link, cfg Config) (*Device, error) {
-	d, err := roce.NewDevice(link, roce.DeviceConfig{Addrs: cfg.Addrs})
+	d, err := roce.NewDevice(link, roce.DeviceConfig{Addrs: cfg.Addrs, Resolve: cfg.Resolve})
 	if err != nil {
 		return nil, fmt.Errorf("open device: %w", err)
 	}
