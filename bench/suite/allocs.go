@@ -99,6 +99,9 @@ func (h *inproc) run(ctx context.Context, test oob.Test, size uint64, mtu int, i
 	params := func(server bool) perftest.Params {
 		p := perftest.NewParams(test)
 		p.Server, p.Size, p.Iters, p.MTU, p.GIDIndex, p.ReportGbits = server, size, iters, mtu, 1, true
+		// The peak's computation is quadratic in iters: keep it out of
+		// the profile.
+		p.NoPeak = true
 		return p
 	}
 	var wg sync.WaitGroup
@@ -173,7 +176,7 @@ func (h *inproc) measure(ctx context.Context, test oob.Test, size uint64, mtu in
 // two in-process devices over AF_XDP: two runs of different lengths, so
 // that what a run allocates once (QPs, buffers, the exchange) cancels and
 // what remains is what moving more packets costs. With profileDir set it
-// also writes CPU profiles of write_bw and write_lat.
+// also writes CPU profiles of write_bw at 64 KiB and 64 B, and of write_lat.
 func (s *suite) allocs(ctx context.Context, profileDir string) {
 	fmt.Println("== softnic allocations per packet and CPU profiles (both sides in-process over AF_XDP, 9000-byte veth)")
 	f := &Figure{Key: "softnic/allocs", Group: groupSoftnic, Unit: unitPkt, LowerIsBetter: true,
@@ -217,6 +220,9 @@ func (s *suite) allocs(ctx context.Context, profileDir string) {
 		f.Note += fmt.Sprintf("; in-process write_bw %.2f Gb/s", bw.Avg)
 	}
 	if profileDir != "" {
+		if _, err := h.measure(ctx, oob.WriteBW, 64, 1024, 100000, filepath.Join(profileDir, "cpu-write_bw_64B.pprof")); err != nil {
+			fmt.Fprintf(os.Stderr, "suite: 64 B write_bw profile: %v\n", err)
+		}
 		lat, err := h.measure(ctx, oob.WriteLat, 8, 1024, uint64(s.latIters), filepath.Join(profileDir, "cpu-write_lat.pprof"))
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "suite: write_lat profile: %v\n", err)

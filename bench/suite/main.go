@@ -39,7 +39,7 @@ func main() {
 	qps := flag.String("qps", "1,16,256,1024", "QP counts of the aggregate write_bw figures")
 	memQPs := flag.Int("mem-qps", 1024, "QP pairs created to measure the memory of an idle QP")
 	only := flag.String("only", "", "comma-separated parts to run (ceiling,tcp,udp,bw9000,bw1500,qps,lat,msgrate,qpmem,allocs); default all")
-	profileDir := flag.String("profile-dir", "bench/results", "where the in-process run writes CPU profiles of write_bw and write_lat (empty: none)")
+	profileDir := flag.String("profile-dir", "bench/results", "where the in-process run writes CPU profiles of write_bw (64 KiB, 64 B) and write_lat (empty: none)")
 	outDir := flag.String("out", "bench/results", "directory for latest.md, latest.png and dated copies (empty: none)")
 	flag.Parse()
 	for _, f := range strings.Split(*qps, ",") {
