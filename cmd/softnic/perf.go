@@ -12,6 +12,7 @@ import (
 	"os/signal"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/softnic/softnic/bench/perftest"
@@ -294,7 +295,7 @@ func runPerf(args []string, stdout, stderr io.Writer) int {
 		return fail("%v", err)
 	}
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	dev, closeDev, err := openDevice(ifname)
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"syscall"
 	"time"
 
 	"github.com/softnic/softnic/bench/perftest"
@@ -104,7 +105,7 @@ func runPingpongCmd(args []string, stdout, stderr io.Writer) int {
 	if len(pos) == 1 {
 		cfg.host = pos[0]
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	dev, closeDev, err := openDevice(ifname)
 	if err != nil {
