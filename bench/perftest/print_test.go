@@ -369,3 +369,19 @@ func TestPrintReportBoth(t *testing.T) {
 		}
 	}
 }
+
+func TestOddRxDepthRoundsUp(t *testing.T) {
+	p := NewParams(oob.SendBW)
+	p.Server, p.Iters = true, 51
+	p.Finish()
+	// rx_depth is capped to the 51 iterations, then made even.
+	if p.RxDepth != 52 {
+		t.Fatalf("RX depth %d, want 52", p.RxDepth)
+	}
+	p = NewParams(oob.SendBW)
+	p.Iters, p.RunAll = 51, true
+	p.Finish()
+	if p.RxDepth != 51 {
+		t.Fatalf("RX depth with -a %d, want 51", p.RxDepth)
+	}
+}
