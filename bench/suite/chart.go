@@ -17,7 +17,7 @@ import (
 
 // Chart layout, in pixels.
 const (
-	chartWidth  = 1200
+	chartWidth  = 1300
 	labelWidth  = 490 // left column: figure names
 	barWidth    = 420
 	rowHeight   = 18
@@ -51,6 +51,7 @@ type chartPanel struct {
 	title string
 	rows  []chartRow
 	scale float64 // value at the right end of the bar area
+	log   bool    // logarithmic bars from 1 to scale
 }
 
 // chart draws every figure, one panel per unit, and the targets as
@@ -58,7 +59,8 @@ type chartPanel struct {
 func (s *suite) chart() ([]byte, error) {
 	var panels []chartPanel
 	for _, unit := range []string{unitGbps, unitMpps, unitUsec, unitKiB} {
-		p := chartPanel{title: unitTitle(unit)}
+		// Latency tails are 100 times the medians: a log scale shows both.
+		p := chartPanel{title: unitTitle(unit), log: unit == unitUsec}
 		for _, f := range s.res.Figures {
 			if f.Unit != unit {
 				continue
@@ -70,7 +72,7 @@ func (s *suite) chart() ([]byte, error) {
 				r.text = fmt.Sprintf("%s %s", fmtValue(f.Value), f.Unit)
 				if f.Ceiling != "" {
 					if v, ok := s.res.Ratio(f.Key, f.Ceiling); ok {
-						r.text += fmt.Sprintf("  %.2fx ceiling", v)
+						r.text += fmt.Sprintf("  %.2fx ceil.", v)
 					}
 				}
 				if f.Kernel != "" {
@@ -143,6 +145,9 @@ func (s *suite) chart() ([]byte, error) {
 				continue
 			}
 			w := int(math.Min(r.value, scale) / scale * barWidth)
+			if p.log {
+				w = int(math.Log10(math.Max(1, math.Min(r.value, scale))) / math.Log10(math.Max(scale, 10)) * barWidth)
+			}
 			fill(img, image.Rect(x0, top, x0+w, top+rowHeight-4), r.col)
 			if r.mark > 0 {
 				mx := x0 + int(r.mark/scale*barWidth)
@@ -185,7 +190,7 @@ func unitTitle(unit string) string {
 	case unitMpps:
 		return "Message / frame rate, millions per second"
 	case unitUsec:
-		return "Latency, microseconds (lower is better)"
+		return "Latency, microseconds (lower is better; log scale)"
 	case unitKiB:
 		return "Memory per idle QP, KiB (lower is better)"
 	}

@@ -131,6 +131,6 @@ var targets = []Target{
 	{Name: "write_lat 8 B median ≤ 0.5 × kernel UDP ping-pong", Key: "softnic/write_lat/median", Ref: "kernel/udp/median", AtMost: true, Bound: 0.5},
 	{Name: "64 B write message rate ≥ 0.8 × AF_XDP small-frame rate", Key: "softnic/msgrate", Ref: "ceiling/small", Bound: 0.8},
 	{Name: "write_bw over 1024 QPs ≥ 0.9 × one QP", Key: "softnic/qps/1024", Ref: "softnic/qps/1", Bound: 0.9},
-	{Name: "no allocation per packet in steady state (< 0.01: allocations do not grow with packets)", Key: "softnic/allocs", AtMost: true, Bound: 0.01},
+	{Name: "no allocation per packet in steady state (≤ 0.01 per packet)", Key: "softnic/allocs", AtMost: true, Bound: 0.01},
 	{Name: "memory per idle QP ≤ 16 KiB", Key: "softnic/qpmem", AtMost: true, Bound: 16},
 }

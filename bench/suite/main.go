@@ -41,7 +41,15 @@ func main() {
 	only := flag.String("only", "", "comma-separated parts to run (ceiling,tcp,udp,bw9000,bw1500,qps,lat,msgrate,qpmem,allocs); default all")
 	profileDir := flag.String("profile-dir", "bench/results", "where the in-process run writes CPU profiles of write_bw (64 KiB, 64 B) and write_lat (empty: none)")
 	outDir := flag.String("out", "bench/results", "directory for latest.md, latest.png and dated copies (empty: none)")
+	echo := flag.String("udp-echo", "", "internal: be the echo server of the UDP ping-pong at ADDR:PORT")
 	flag.Parse()
+	if *echo != "" {
+		if err := udpEcho(*echo); err != nil {
+			fmt.Fprintf(os.Stderr, "suite: udp echo: %v\n", err)
+			os.Exit(1)
+		}
+		return
+	}
 	for _, f := range strings.Split(*qps, ",") {
 		var n int
 		if _, err := fmt.Sscan(strings.TrimSpace(f), &n); err != nil || n < 1 {
@@ -100,7 +108,7 @@ func main() {
 				s.tcp(ctx, p, 1500)
 			}
 			if want("udp") {
-				s.udp(p)
+				s.udp(ctx, p)
 			}
 			if want("bw1500") {
 				s.bandwidths(ctx, p, 1024, true)
@@ -215,9 +223,9 @@ func (s *suite) tcp(ctx context.Context, p *netnstest.Pair, mtu int) {
 	s.report(f)
 }
 
-func (s *suite) udp(p *netnstest.Pair) {
+func (s *suite) udp(ctx context.Context, p *netnstest.Pair) {
 	fmt.Println("== kernel UDP ping-pong, 8 bytes, 1500-byte veth")
-	r, err := s.udpPingPong(p, 8, 5000)
+	r, err := s.udpPingPong(ctx, p, 8, 5000)
 	med := &Figure{Key: "kernel/udp/median", Group: groupKernel, Unit: unitUsec, LowerIsBetter: true,
 		Name: "UDP ping-pong 8 B, half round trip, median"}
 	p99 := &Figure{Key: "kernel/udp/p99", Group: groupKernel, Unit: unitUsec, LowerIsBetter: true,
@@ -230,6 +238,7 @@ func (s *suite) udp(p *netnstest.Pair) {
 	}
 	s.report(med)
 	s.report(p99)
+
 }
 
 // bandwidths measures write_bw, read_bw and send_bw of 64 KiB messages at
