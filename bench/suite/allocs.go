@@ -24,9 +24,10 @@ import (
 // the same engine and link code as `softnic perf`, but where allocations
 // can be counted and the CPU profiled.
 type inproc struct {
-	pair *netnstest.Pair
-	devs [2]perftest.Device // server (A), client (B)
-	done []func()
+	pair  *netnstest.Pair
+	devs  [2]perftest.Device // server (A), client (B)
+	links []*roce.XDPLink
+	done  []func()
 }
 
 func openInproc(mtu int) (h *inproc, err error) {
@@ -60,6 +61,7 @@ func openInproc(mtu int) (h *inproc, err error) {
 				return err
 			}
 			h.done = append(h.done, func() { dev.Close(); link.Close() })
+			h.links = append(h.links, link)
 			var mac [6]byte
 			copy(mac[:], peer.MAC)
 			dev.RoCE().SetNeighbor(peer.Addr4(), mac)
@@ -82,6 +84,21 @@ func (h *inproc) Close() {
 // packets is the number of frames both devices have sent.
 func (h *inproc) packets() uint64 {
 	return h.devs[0].Verbs.Counters().TxPackets.Load() + h.devs[1].Verbs.Counters().TxPackets.Load()
+}
+
+// kicks is the number of sendto wakeups of both links' TX paths.
+func (h *inproc) kicks() uint64 {
+	var n uint64
+	for _, l := range h.links {
+		st, err := l.Stats()
+		if err != nil {
+			continue
+		}
+		for _, sk := range st.Sockets {
+			n += sk.Counters.Kicks
+		}
+	}
+	return n
 }
 
 // run runs one perftest test between the two devices and returns the
@@ -145,8 +162,8 @@ func loopbackConn() (net.Conn, net.Conn, error) {
 
 // measured is the cost of one in-process run.
 type measured struct {
-	mallocs, packets uint64
-	out              string
+	mallocs, packets, kicks uint64
+	out                     string
 }
 
 func (h *inproc) measure(ctx context.Context, test oob.Test, size uint64, mtu int, iters uint64, profile string) (measured, error) {
@@ -164,11 +181,11 @@ func (h *inproc) measure(ctx context.Context, test oob.Test, size uint64, mtu in
 	}
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
-	p0 := h.packets()
+	p0, k0 := h.packets(), h.kicks()
 	out, err := h.run(ctx, test, size, mtu, iters)
-	p1 := h.packets()
+	p1, k1 := h.packets(), h.kicks()
 	runtime.ReadMemStats(&after)
-	m = measured{mallocs: after.Mallocs - before.Mallocs, packets: p1 - p0, out: out}
+	m = measured{mallocs: after.Mallocs - before.Mallocs, packets: p1 - p0, kicks: k1 - k0, out: out}
 	return m, err
 }
 
@@ -219,10 +236,18 @@ func (s *suite) allocs(ctx context.Context, profileDir string) {
 	if bw, err := parseBW(b.out); err == nil {
 		f.Note += fmt.Sprintf("; in-process write_bw %.2f Gb/s", bw.Avg)
 	}
+	s.kicksFigure("64k", "64 KiB", b)
+	prof = ""
 	if profileDir != "" {
-		if _, err := h.measure(ctx, oob.WriteBW, 64, 1024, 100000, filepath.Join(profileDir, "cpu-write_bw_64B.pprof")); err != nil {
-			fmt.Fprintf(os.Stderr, "suite: 64 B write_bw profile: %v\n", err)
-		}
+		prof = filepath.Join(profileDir, "cpu-write_bw_64B.pprof")
+	}
+	small, err := h.measure(ctx, oob.WriteBW, 64, 1024, 100000, prof)
+	if err != nil {
+		small.packets = 0
+		fmt.Fprintf(os.Stderr, "suite: 64 B write_bw: %v\n", err)
+	}
+	s.kicksFigure("64", "64 B", small)
+	if profileDir != "" {
 		lat, err := h.measure(ctx, oob.WriteLat, 8, 1024, uint64(s.latIters), filepath.Join(profileDir, "cpu-write_lat.pprof"))
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "suite: write_lat profile: %v\n", err)
@@ -230,4 +255,18 @@ func (s *suite) allocs(ctx context.Context, profileDir string) {
 			fmt.Printf("  (in-process write_lat 8 B: median %.2f µs, p99 %.2f µs; profile in %s)\n", l.Typical, l.P99, profileDir)
 		}
 	}
+}
+
+// kicksFigure reports the TX system calls per frame of an in-process run:
+// the cost the AF_XDP ceiling amortises over a batch of 64 frames.
+func (s *suite) kicksFigure(key, what string, m measured) {
+	f := &Figure{Key: "softnic/kicks/" + key, Group: groupSoftnic, Unit: "sendto/frame", LowerIsBetter: true,
+		Name: fmt.Sprintf("TX kicks (sendto) per frame, write_bw %s, in-process", what)}
+	if m.packets == 0 {
+		f.Err = "no packets measured"
+	} else {
+		f.Value = float64(m.kicks) / float64(m.packets)
+		f.Note = fmt.Sprintf("%d kicks for %d frames, data and ACKs of both sides; xdpblast kicks once per 64 frames", m.kicks, m.packets)
+	}
+	s.report(f)
 }
