@@ -18,7 +18,8 @@ import (
 // suite holds the run's settings.
 type suite struct {
 	softnic, xdpblast string
-	duration          time.Duration // per bandwidth figure
+	duration          time.Duration // per bandwidth run
+	repeat            int           // runs per bandwidth figure (the median counts)
 	perfTimeout       time.Duration
 	maxIters          int
 	latIters          int
@@ -32,7 +33,8 @@ func main() {
 	s := &suite{}
 	flag.StringVar(&s.softnic, "softnic", "bin/softnic", "softnic binary")
 	flag.StringVar(&s.xdpblast, "xdpblast", "bin/xdpblast", "xdpblast binary")
-	flag.DurationVar(&s.duration, "duration", 3*time.Second, "target duration of each bandwidth figure")
+	flag.DurationVar(&s.duration, "duration", 2*time.Second, "target duration of each bandwidth run")
+	flag.IntVar(&s.repeat, "repeat", 3, "runs per bandwidth figure; the table shows the median")
 	flag.DurationVar(&s.perfTimeout, "perf-timeout", 90*time.Second, "limit of one softnic perf run")
 	flag.IntVar(&s.maxIters, "max-iters", 200000, "most iterations of a bandwidth run")
 	flag.IntVar(&s.latIters, "lat-iters", 2000, "round trips of a latency run")
@@ -188,38 +190,78 @@ func (s *suite) ceilings(ctx context.Context) {
 	} {
 		f := &Figure{Key: c.key, Group: groupCeiling, Unit: unitGbps,
 			Name: fmt.Sprintf("AF_XDP blast, %d-byte frames, %d-byte link", c.frame, c.mtu)}
-		r, err := s.blast(ctx, c.frame, c.mtu)
+		r, runs, err := s.blasts(ctx, c.frame, c.mtu)
 		if err != nil {
 			f.Err = err.Error()
 		} else {
 			// In RDMA payload bits: what softnic could carry at that
 			// frame rate with full IB MTU packets.
 			f.Value = r.FramesPerSecond * float64(c.payloadB) * 8 / 1e9
-			f.Note = fmt.Sprintf("%.0f frames/s; %.2f Gb/s of whole frames; value = frames/s × %d payload bytes", r.FramesPerSecond, r.Gbps, c.payloadB)
+			f.Note = fmt.Sprintf("%.0f frames/s (median of %s); %.2f Gb/s of whole frames; value = frames/s × %d payload bytes",
+				r.FramesPerSecond, runs, r.Gbps, c.payloadB)
 		}
 		s.report(f)
 	}
 	f := &Figure{Key: "ceiling/small", Group: groupCeiling, Unit: unitMpps,
 		Name: fmt.Sprintf("AF_XDP blast, %d-byte frames (a 64 B WRITE), 1500-byte link", smallWriteFrame)}
-	r, err := s.blast(ctx, smallWriteFrame, 1500)
+	r, runs, err := s.blasts(ctx, smallWriteFrame, 1500)
 	if err != nil {
 		f.Err = err.Error()
 	} else {
 		f.Value = r.FramesPerSecond / 1e6
-		f.Note = fmt.Sprintf("%.2f Gb/s of whole frames", r.Gbps)
+		f.Note = fmt.Sprintf("median of %s frames/s; %.2f Gb/s of whole frames", runs, r.Gbps)
 	}
 	s.report(f)
+}
+
+// blasts runs xdpblast s.repeat times and returns the run with the median
+// frame rate and every run's rate.
+func (s *suite) blasts(ctx context.Context, size, mtu int) (blastResult, string, error) {
+	var runs []blastResult
+	var figs, errs []string
+	for range s.repeat {
+		r, err := s.blast(ctx, size, mtu)
+		if err != nil {
+			errs = append(errs, err.Error())
+			continue
+		}
+		runs = append(runs, r)
+		figs = append(figs, fmt.Sprintf("%.0f", r.FramesPerSecond))
+	}
+	if len(runs) == 0 {
+		return blastResult{}, "", fmt.Errorf("%d runs failed: %s", len(errs), strings.Join(errs, "; "))
+	}
+	note := strings.Join(figs, ", ")
+	if len(errs) > 0 {
+		note += fmt.Sprintf("; %d runs failed: %s", len(errs), strings.Join(errs, "; "))
+	}
+	return medianBy(runs, func(r blastResult) float64 { return r.FramesPerSecond }), note, nil
 }
 
 func (s *suite) tcp(ctx context.Context, p *netnstest.Pair, mtu int) {
 	fmt.Printf("== kernel TCP, one stream (iperf3), %d-byte veth\n", mtu)
 	f := &Figure{Key: fmt.Sprintf("kernel/tcp/%d", mtu), Group: groupKernel, Unit: unitGbps,
 		Name: fmt.Sprintf("TCP, one stream, %d-byte link", mtu)}
-	v, err := s.tcpStream(ctx, p)
-	if err != nil {
-		f.Err = err.Error()
+	var runs []float64
+	var figs, errs []string
+	for range s.repeat {
+		v, err := s.tcpStream(ctx, p)
+		if err != nil {
+			errs = append(errs, err.Error())
+			continue
+		}
+		runs = append(runs, v)
+		figs = append(figs, fmt.Sprintf("%.2f", v))
 	}
-	f.Value = v
+	if len(runs) == 0 {
+		f.Err = fmt.Sprintf("%d runs failed: %s", len(errs), strings.Join(errs, "; "))
+	} else {
+		f.Value = medianBy(runs, func(v float64) float64 { return v })
+		f.Note = "median of " + strings.Join(figs, ", ")
+		if len(errs) > 0 {
+			f.Note += fmt.Sprintf("; %d runs failed: %s", len(errs), strings.Join(errs, "; "))
+		}
+	}
 	s.report(f)
 }
 
@@ -255,12 +297,11 @@ func (s *suite) bandwidths(ctx context.Context, p *netnstest.Pair, ibMTU int, al
 		f := &Figure{Key: fmt.Sprintf("softnic/%s/%d", test, ibMTU), Group: groupSoftnic, Unit: unitGbps,
 			Name:    fmt.Sprintf("%s 64 KiB, IB MTU %d, %d-byte link", test, ibMTU, p.MTU),
 			Ceiling: fmt.Sprintf("ceiling/%d", ibMTU), Kernel: tcpKey}
-		r, err := s.bandwidth(ctx, p, test, 64<<10, ibMTU, 1)
+		r, note, err := s.bandwidth(ctx, p, test, 64<<10, ibMTU, 1)
 		if err != nil {
 			f.Err = err.Error()
 		} else {
-			f.Value = r.Avg
-			f.Note = fmt.Sprintf("%d messages", r.Iters)
+			f.Value, f.Note = r.Avg, note
 		}
 		s.report(f)
 	}
@@ -277,12 +318,11 @@ func (s *suite) manyQPs(ctx context.Context, p *netnstest.Pair) {
 			s.report(f)
 			continue
 		}
-		r, err := s.bandwidth(ctx, p, "write_bw", 64<<10, 4096, n)
+		r, note, err := s.bandwidth(ctx, p, "write_bw", 64<<10, 4096, n)
 		if err != nil {
 			f.Err = err.Error()
 		} else {
-			f.Value = r.Avg
-			f.Note = fmt.Sprintf("%d messages in all", r.Iters)
+			f.Value, f.Note = r.Avg, note
 		}
 		s.report(f)
 	}
@@ -315,12 +355,11 @@ func (s *suite) msgRate(ctx context.Context, p *netnstest.Pair) {
 	fmt.Printf("== softnic message rate, 64-byte writes, 128 outstanding, IB MTU 1024, %d-byte veth\n", p.MTU)
 	f := &Figure{Key: "softnic/msgrate", Group: groupSoftnic, Unit: unitMpps,
 		Name: "write_bw 64 B message rate, 128 outstanding", Ceiling: "ceiling/small"}
-	r, err := s.bandwidth(ctx, p, "write_bw", 64, 1024, 1, "-t", "128")
+	r, note, err := s.bandwidth(ctx, p, "write_bw", 64, 1024, 1, "-t", "128")
 	if err != nil {
 		f.Err = err.Error()
 	} else {
-		f.Value = r.MsgRate
-		f.Note = fmt.Sprintf("%d messages, %.3f Gb/s", r.Iters, r.Avg)
+		f.Value, f.Note = r.MsgRate, note
 	}
 	s.report(f)
 }

@@ -2,10 +2,12 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -143,40 +145,70 @@ func parseLat(out string) (latResult, error) {
 		Stdev: v[6], P99: v[7], P999: v[8]}, nil
 }
 
-// bandwidth runs a bandwidth test for about s.duration: a short probe run
-// sizes the iteration count (softnic perf has no -D), then the measured
-// run. qps > 1 splits the messages between the QPs. It returns the
-// measured run's client report.
-func (s *suite) bandwidth(ctx context.Context, p *netnstest.Pair, test string, size, mtu, qps int, extra ...string) (bwResult, error) {
-	run := func(iters int) (bwResult, time.Duration, error) {
+// bandwidth runs a bandwidth test: a short probe run sizes the iteration
+// count for about s.duration (softnic perf has no -D), then s.repeat
+// measured runs. qps > 1 splits the messages between the QPs. It returns
+// the measured run with the median bandwidth, and a note with every run's
+// figure and the errors of failed runs; err only when no run succeeded.
+func (s *suite) bandwidth(ctx context.Context, p *netnstest.Pair, test string, size, mtu, qps int, extra ...string) (bwResult, string, error) {
+	run := func(iters int) (bwResult, error) {
 		args := []string{"-x", "1", "-m", strconv.Itoa(mtu), "-s", strconv.Itoa(size), "-q", strconv.Itoa(qps),
 			"-n", strconv.Itoa(iters), "--report_gbits", "-N"} // -N: the peak is quadratic in -n and not reported here
 		out, err := s.runPerf(ctx, p, perfRun{Test: test, Args: append(args, extra...)})
 		if err != nil {
-			return bwResult{}, 0, err
+			return bwResult{}, err
 		}
 		r, err := parseBW(out.Client)
 		if err != nil {
-			return bwResult{}, 0, fmt.Errorf("client: %w", err)
+			return bwResult{}, fmt.Errorf("client: %w", err)
 		}
-		return r, out.Elapsed, nil
+		return r, nil
 	}
 	perQP := func(total int) int { return max(5, (total+qps-1)/qps) }
 	probe := perQP(s.probeMessages(size))
-	r, _, err := run(probe)
+	r, err := run(probe)
 	if err != nil {
-		return r, err
+		return r, "", fmt.Errorf("probe run: %w", err)
 	}
 	if r.MsgRate <= 0 {
-		return r, fmt.Errorf("probe run of %d iterations reported no message rate", probe)
+		return r, "", fmt.Errorf("probe run of %d iterations reported no message rate", probe)
 	}
-	total := int(r.MsgRate * 1e6 * s.duration.Seconds())
-	iters := perQP(total)
-	if iters <= probe {
-		return r, nil
+	iters := min(max(perQP(int(r.MsgRate*1e6*s.duration.Seconds())), probe), s.maxIters)
+	var runs []bwResult
+	var errs []string
+	for range s.repeat {
+		r, err := run(iters)
+		if err != nil {
+			errs = append(errs, err.Error())
+			continue
+		}
+		runs = append(runs, r)
 	}
-	r, _, err = run(min(iters, s.maxIters))
-	return r, err
+	if len(runs) == 0 {
+		return bwResult{}, "", fmt.Errorf("%d runs failed: %s", len(errs), strings.Join(errs, "; "))
+	}
+	med := medianBy(runs, func(r bwResult) float64 { return r.Avg })
+	var figs []string
+	for _, r := range runs {
+		if size >= 1024 {
+			figs = append(figs, fmt.Sprintf("%.2f", r.Avg))
+		} else {
+			figs = append(figs, fmt.Sprintf("%.3f", r.MsgRate))
+		}
+	}
+	note := fmt.Sprintf("median of %s; %d messages each", strings.Join(figs, ", "), med.Iters)
+	if len(errs) > 0 {
+		note += fmt.Sprintf("; %d of %d runs failed: %s", len(errs), s.repeat, strings.Join(errs, "; "))
+	}
+	return med, note, nil
+}
+
+// medianBy returns the element of xs (not empty) with the median key (the
+// lower middle one of an even count).
+func medianBy[T any](xs []T, key func(T) float64) T {
+	c := slices.Clone(xs)
+	slices.SortFunc(c, func(a, b T) int { return cmp.Compare(key(a), key(b)) })
+	return c[(len(c)-1)/2]
 }
 
 // probeMessages is the message count of a probe run: about 64 MiB, at

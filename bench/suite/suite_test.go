@@ -116,3 +116,16 @@ func TestParseIperf3(t *testing.T) {
 		t.Fatal("report without received bytes accepted")
 	}
 }
+
+func TestMedianBy(t *testing.T) {
+	id := func(v float64) float64 { return v }
+	if m := medianBy([]float64{3, 1, 2}, id); m != 2 {
+		t.Fatalf("median of 3,1,2 = %v", m)
+	}
+	if m := medianBy([]float64{4, 1, 3, 2}, id); m != 2 {
+		t.Fatalf("median of 4,1,3,2 = %v (lower middle)", m)
+	}
+	if m := medianBy([]float64{7}, id); m != 7 {
+		t.Fatalf("median of 7 = %v", m)
+	}
+}
