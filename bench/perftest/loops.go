@@ -103,6 +103,9 @@ func (r *runCtx) postWait(qp *verbs.QP, wr *verbs.SendWR) error {
 // signal every CQMod-th and the last, and time posts and completions.
 func (r *runCtx) runBW(size uint64) (BWTimes, error) {
 	p := r.p
+	if p.Duration > 0 {
+		return r.runBWDuration(size)
+	}
 	iters := p.Iters
 	nq := len(r.qps)
 	n := iters * uint64(nq)
@@ -205,6 +208,9 @@ func (r *runCtx) postRecv(qp *verbs.QP, q int, k, size uint64, sge []verbs.SGE) 
 // arrival to the last.
 func (r *runCtx) runBWServer(size uint64) (BWTimes, error) {
 	p := r.p
+	if p.Duration > 0 {
+		return r.runBWServerDuration(size)
+	}
 	nq := len(r.qps)
 	n := p.Iters * uint64(nq)
 	posted := make([]uint64, nq)
@@ -521,4 +527,151 @@ func (r *runCtx) runBi(size uint64) (BWTimes, error) {
 		t.Completed[0] = now()
 	}
 	return t, nil
+}
+
+// Phases of a duration run (perftest's catch_alarm states): a warm-up
+// margin, the sample window, a cool-down margin, the end.
+const (
+	phaseWarmUp = iota
+	phaseSample
+	phaseCoolDown
+	phaseEnd
+)
+
+// durationClock places instants in the phases of a run started at start.
+type durationClock struct {
+	start         time.Time
+	margin, total time.Duration
+}
+
+func (c durationClock) phase(now time.Time) int {
+	switch e := now.Sub(c.start); {
+	case e < c.margin:
+		return phaseWarmUp
+	case e < c.total-c.margin:
+		return phaseSample
+	case e < c.total:
+		return phaseCoolDown
+	}
+	return phaseEnd
+}
+
+// times returns the sample window as perftest's tposted[0] and
+// tcompleted[0], with the number of messages counted in it.
+func (c durationClock) times(count uint64) BWTimes {
+	return BWTimes{Posted: []int64{int64(c.margin)}, Completed: []int64{int64(c.total - c.margin)}, Messages: count}
+}
+
+// runBWDuration is run_iter_bw with -D: post for Duration, counting the
+// completions that arrive in the sample window; work still in flight at
+// the end is abandoned, as perftest does.
+func (r *runCtx) runBWDuration(size uint64) (BWTimes, error) {
+	p := r.p
+	nq := len(r.qps)
+	cqMod := uint64(max(p.CQMod, 1))
+	scnt := make([]uint64, nq)
+	ccnt := make([]uint64, nq)
+	wcs := make([]verbs.WC, 16)
+	sge := make([]verbs.SGE, 1)
+	var wr verbs.SendWR
+	clock := durationClock{start: time.Now(), margin: p.Margin, total: p.Duration}
+	endCtx, cancel := context.WithDeadline(r.ctx, clock.start.Add(p.Duration))
+	defer cancel()
+	var count uint64
+	for clock.phase(time.Now()) != phaseEnd {
+		full := false
+		for q, qp := range r.qps {
+			for scnt[q]-ccnt[q]+1 <= uint64(p.TxDepth) {
+				r.sendWR(&wr, sge, q, scnt[q], size)
+				if scnt[q]%cqMod == cqMod-1 {
+					wr.Flags |= verbs.SendSignaled
+				}
+				ok, err := post(qp, &wr)
+				if err != nil {
+					return BWTimes{}, err
+				}
+				if !ok {
+					full = true
+					break
+				}
+				scnt[q]++
+			}
+		}
+		got, err := r.scq.Poll(wcs)
+		if err == nil && got == 0 {
+			if full {
+				runtime.Gosched()
+				continue
+			}
+			got, err = r.scq.Wait(endCtx, wcs)
+		}
+		if err != nil {
+			if r.ctx.Err() == nil && endCtx.Err() != nil {
+				break // the run's time is up
+			}
+			return BWTimes{}, fmt.Errorf("poll send CQ: %w", causeOf(r.ctx, err))
+		}
+		sampling := clock.phase(time.Now()) == phaseSample
+		for i := 0; i < got; i++ {
+			wc := &wcs[i]
+			if wc.Status != verbs.WCSuccess {
+				return BWTimes{}, wcError("send", wc, count)
+			}
+			ccnt[wc.WRID] += cqMod
+			r.progress.Add(1)
+			if sampling {
+				count += cqMod
+			}
+		}
+	}
+	return clock.times(count), nil
+}
+
+// runBWServerDuration is run_iter_bw_server with -D: the clock starts at
+// the first arrival (set_on_first_rx_packet); receives are reposted
+// without limit and counted in the sample window.
+func (r *runCtx) runBWServerDuration(size uint64) (BWTimes, error) {
+	p := r.p
+	nq := len(r.qps)
+	posted := make([]uint64, nq)
+	for q := range posted {
+		posted[q] = uint64(p.RxDepth)
+	}
+	wcs := make([]verbs.WC, 16)
+	sge := make([]verbs.SGE, 1)
+	var clock durationClock
+	waitCtx := r.ctx
+	var count uint64
+	for clock.start.IsZero() || clock.phase(time.Now()) != phaseEnd {
+		got, err := r.rcq.Wait(waitCtx, wcs)
+		if err != nil {
+			if r.ctx.Err() == nil && waitCtx.Err() != nil {
+				break // the run's time is up
+			}
+			return BWTimes{}, fmt.Errorf("poll receive CQ: %w", causeOf(r.ctx, err))
+		}
+		if clock.start.IsZero() {
+			clock = durationClock{start: time.Now(), margin: p.Margin, total: p.Duration}
+			var cancel context.CancelFunc
+			waitCtx, cancel = context.WithDeadline(r.ctx, clock.start.Add(p.Duration))
+			defer cancel()
+		}
+		sampling := clock.phase(time.Now()) == phaseSample
+		for i := 0; i < got; i++ {
+			wc := &wcs[i]
+			if wc.Status != verbs.WCSuccess {
+				return BWTimes{}, wcError("receive", wc, count)
+			}
+			r.progress.Add(1)
+			if sampling {
+				count++
+			}
+			q := int(wc.WRID)
+			if err := r.postRecv(r.qps[q], q, posted[q], size, sge); err != nil {
+				return BWTimes{}, err
+			}
+			posted[q]++
+		}
+	}
+	return clock.times(count), nil
 }

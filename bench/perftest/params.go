@@ -103,6 +103,11 @@ type Params struct {
 	QPTimeout uint8
 	// Output selects the full report or a single figure.
 	Output Output
+	// Duration, when not zero, runs a bandwidth test for this long instead
+	// of Iters messages (-D), measuring between a Margin at each end (-f;
+	// default a quarter of the duration, in whole seconds as perftest).
+	Duration time.Duration
+	Margin   time.Duration
 	// ReportBoth prints, after a bidirectional run's sum, each side's own
 	// figures (--report-both).
 	ReportBoth bool
@@ -139,6 +144,7 @@ func NewParams(test oob.Test) Params {
 		// DEF_QP_TIME
 		QPTimeout:    14,
 		StallTimeout: 60 * time.Second,
+		Margin:       -1,
 	}
 	if test.IsBW() {
 		p.Size, p.TxDepth = DefSizeBW, DefTxBW
@@ -197,7 +203,25 @@ func (p *Params) Finish() error {
 	if p.Duplex && !p.Test.IsBW() {
 		return fmt.Errorf("perftest: -b (bidirectional) is for bandwidth tests")
 	}
-	if p.Iters < 5 {
+	if p.Duration > 0 {
+		switch {
+		case !p.Test.IsBW():
+			return fmt.Errorf("perftest: softnic runs -D (duration) for bandwidth tests only")
+		case p.RunAll:
+			return fmt.Errorf("perftest: duration mode currently doesn't support running on all sizes")
+		case p.Duplex:
+			return fmt.Errorf("perftest: softnic does not combine -D with -b")
+		}
+		if p.Margin < 0 {
+			// DEF_INIT_MARGIN: duration / 4 in whole seconds.
+			p.Margin = time.Duration(int(p.Duration/time.Second)/4) * time.Second
+		}
+		if p.Duration <= 2*p.Margin {
+			return fmt.Errorf("perftest: please check that DURATION > 2*MARGIN")
+		}
+		p.NoPeak = true
+	}
+	if p.Iters < 5 && p.Duration == 0 {
 		return fmt.Errorf("perftest: iterations must be at least 5")
 	}
 	if p.NumQPs < 1 {
@@ -209,11 +233,13 @@ func (p *Params) Finish() error {
 	if !p.Test.IsBW() && p.NumQPs != 1 {
 		return fmt.Errorf("perftest: latency tests run one QP")
 	}
-	if uint64(p.TxDepth) > p.Iters {
-		p.TxDepth = int(p.Iters)
-	}
-	if p.Verb() == VerbSend && uint64(p.RxDepth) > p.Iters {
-		p.RxDepth = int(p.Iters)
+	if p.Duration == 0 {
+		if uint64(p.TxDepth) > p.Iters {
+			p.TxDepth = int(p.Iters)
+		}
+		if p.Verb() == VerbSend && uint64(p.RxDepth) > p.Iters {
+			p.RxDepth = int(p.Iters)
+		}
 	}
 	if p.Size > MsgSizeCQModLimit && !p.RunAll && !p.ReqCQMod {
 		p.CQMod = 1

@@ -16,6 +16,10 @@ import (
 type BWTimes struct {
 	Posted    []int64
 	Completed []int64
+	// Messages is how many messages the figures cover when not all of
+	// them (a duration run counts those completed in its sample window);
+	// zero means every message.
+	Messages uint64
 }
 
 const nsPerSec = 1e9

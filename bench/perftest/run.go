@@ -107,7 +107,11 @@ func Run(ctx context.Context, dev Device, conn net.Conn, p Params, out io.Writer
 				if err != nil {
 					return oob.BWReport{}, err
 				}
-				rep := BWReport(&p, size, int(p.Iters)*p.NumQPs, t)
+				n := int(p.Iters) * p.NumQPs
+				if t.Messages > 0 || p.Duration > 0 {
+					n = int(t.Messages)
+				}
+				rep := BWReport(&p, size, n, t)
 				if !p.Duplex {
 					PrintBWReport(out, &p, rep)
 				}

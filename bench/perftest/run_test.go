@@ -226,3 +226,43 @@ func TestRunSendOddIters(t *testing.T) {
 		}
 	}
 }
+
+func TestRunDuration(t *testing.T) {
+	for _, test := range []oob.Test{oob.WriteBW, oob.SendBW} {
+		t.Run(test.String(), func(t *testing.T) {
+			start := time.Now()
+			cout, sout := runBoth(t, test, func(p *Params) {
+				p.Duration, p.Margin, p.Size = 600*time.Millisecond, 100*time.Millisecond, 4096
+			})
+			if d := time.Since(start); d < 600*time.Millisecond {
+				t.Errorf("a 600 ms run took %v", d)
+			}
+			for side, out := range map[string]string{"client": cout, "server": sout} {
+				m := bwLine.FindStringSubmatch(out)
+				if m == nil || m[1] != "4096" || m[2] == "0" || m[3] != "0.00" || m[4] == "0.00" {
+					t.Errorf("%s (duration: iterations counted, no peak):\n%s", side, out)
+				}
+			}
+		})
+	}
+}
+
+func TestDurationParams(t *testing.T) {
+	p := NewParams(oob.WriteBW)
+	p.Duration = 5 * time.Second
+	if err := p.Finish(); err != nil || p.Margin != time.Second || !p.NoPeak {
+		t.Fatalf("-D 5: margin %v, no peak %v, %v", p.Margin, p.NoPeak, err)
+	}
+	for _, bad := range []func(*Params){
+		func(p *Params) { p.Test = oob.WriteLat },
+		func(p *Params) { p.RunAll = true },
+		func(p *Params) { p.Margin = time.Second },
+	} {
+		q := NewParams(oob.WriteBW)
+		q.Duration = 2 * time.Second
+		bad(&q)
+		if err := q.Finish(); err == nil {
+			t.Errorf("accepted %+v", q)
+		}
+	}
+}

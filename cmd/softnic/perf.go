@@ -201,7 +201,9 @@ func runPerf(args []string, stdout, stderr io.Writer) int {
 	f.boolVar(&cpuFreq, "F", "CPU-freq", "do not fail on CPU frequency warnings (softnic times with the monotonic clock)")
 	f.boolVar(&noPeak, "N", "noPeak", "do not compute the peak bandwidth")
 	f.boolVar(&rdmaCM, "R", "rdma_cm", "connect QPs with RDMA CM (not supported)")
-	f.intVar(&duration, "D", "duration", 0, "run for a duration (not supported)")
+	f.intVar(&duration, "D", "duration", 0, "run bandwidth tests for this many seconds instead of -n iterations")
+	margin := -1
+	f.intVar(&margin, "f", "margin", -1, "with -D, seconds left out of the measurement at each end (default duration/4)")
 	f.boolVar(&bidir, "b", "bidirectional", "bidirectional test: both sides send (bandwidth tests)")
 	f.BoolVar(&gbits, "report_gbits", false, "report bandwidth in Gb/sec instead of MB/sec")
 	f.BoolVar(&useOld, "use_old_post_send", false, "print the ibv_wr* API line as OFF (softnic has one post path)")
@@ -246,8 +248,8 @@ func runPerf(args []string, stdout, stderr io.Writer) int {
 		return fail("connection type %q not supported: softnic speaks RC", conn)
 	case rdmaCM:
 		return fail("-R (RDMA CM) is not supported; use the default Ethernet exchange")
-	case duration != 0:
-		return fail("-D (duration) is not supported; use -n")
+	case duration < 0:
+		return fail("duration %d must be positive", duration)
 	case tclass < 0 || tclass > 255:
 		return fail("--tclass %d out of range", tclass)
 	}
@@ -274,6 +276,10 @@ func runPerf(args []string, stdout, stderr io.Writer) int {
 	p.TrafficClass = uint8(tclass)
 	p.ReportUnsorted, p.ReportHistogram = unsorted, histogram
 	p.Duplex = bidir
+	p.Duration = time.Duration(duration) * time.Second
+	if margin >= 0 {
+		p.Margin = time.Duration(margin) * time.Second
+	}
 	p.IPv6 = ipv6
 	p.ReportBoth = reportBoth
 	if txDepth < 0 || rxDepth < 0 || cqMod < 0 {
