@@ -41,7 +41,7 @@ func main() {
 	qps := flag.String("qps", "1,16,256,1024", "QP counts of the aggregate write_bw figures")
 	memQPs := flag.Int("mem-qps", 1024, "QP pairs created to measure the memory of an idle QP")
 	only := flag.String("only", "", "comma-separated parts to run (ceiling,tcp,udp,bw9000,bw1500,qps,lat,msgrate,qpmem,allocs); default all")
-	profileDir := flag.String("profile-dir", "bench/results", "where the in-process run writes CPU profiles of write_bw (64 KiB, 64 B) and write_lat (empty: none)")
+	profileDir := flag.String("profile-dir", "bench/results", "where the in-process runs write CPU profiles of write_bw (64 KiB, 64 B) and write_lat, and a heap profile of idle QPs (empty: none)")
 	outDir := flag.String("out", "bench/results", "directory for latest.md, latest.png and dated copies (empty: none)")
 	echo := flag.String("udp-echo", "", "internal: be the echo server of the UDP ping-pong at ADDR:PORT")
 	flag.Parse()
@@ -127,7 +127,7 @@ func main() {
 		s.allocs(ctx, *profileDir)
 	}
 	if want("qpmem") {
-		s.qpMem(*memQPs)
+		s.qpMem(*memQPs, *profileDir)
 	}
 	elapsed := time.Since(s.started).Round(time.Second)
 	s.env.loadEnd = loadAverage()
@@ -188,7 +188,7 @@ func (s *suite) ceilings(ctx context.Context) {
 		{"ceiling/4096", 4096, bulkFrame(4096), 9000, 4096},
 		{"ceiling/1024", 1024, bulkFrame(1024), 1500, 1024},
 	} {
-		f := &Figure{Key: c.key, Group: groupCeiling, Unit: unitGbps,
+		f := &Figure{Key: c.key, Group: groupCeiling, Unit: unitGbps, Kernel: fmt.Sprintf("kernel/tcp/%d", c.mtu),
 			Name: fmt.Sprintf("AF_XDP blast, %d-byte frames, %d-byte link", c.frame, c.mtu)}
 		r, runs, err := s.blasts(ctx, c.frame, c.mtu)
 		if err != nil {
@@ -364,11 +364,15 @@ func (s *suite) msgRate(ctx context.Context, p *netnstest.Pair) {
 	s.report(f)
 }
 
-func (s *suite) qpMem(n int) {
+func (s *suite) qpMem(n int, profileDir string) {
 	fmt.Printf("== softnic memory per idle QP (%d connected pairs, in-process)\n", n)
 	f := &Figure{Key: "softnic/qpmem", Group: groupSoftnic, Unit: unitKiB, LowerIsBetter: true,
 		Name: "memory per idle connected QP (SQ 128, RQ 1)"}
-	r, err := qpMemory(n)
+	prof := ""
+	if profileDir != "" {
+		prof = filepath.Join(profileDir, "heap-idle-qps.pprof")
+	}
+	r, err := qpMemory(n, prof)
 	if err != nil {
 		f.Err = err.Error()
 	} else {

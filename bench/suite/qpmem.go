@@ -3,7 +3,9 @@ package main
 import (
 	"fmt"
 	"net/netip"
+	"os"
 	"runtime"
+	"runtime/pprof"
 
 	"github.com/softnic/softnic/roce/memlink"
 	"github.com/softnic/softnic/verbs"
@@ -24,7 +26,15 @@ type qpMemResult struct {
 // perftest's do, and divides the growth of the live heap and goroutine
 // stacks by the 2n QPs. Nothing moves on them: this is the cost of an
 // idle connection.
-func qpMemory(n int) (qpMemResult, error) {
+//
+// With profile set it writes a heap profile there while the QPs live
+// (`go tool pprof -sample_index=inuse_space -top`): what an idle QP holds.
+func qpMemory(n int, profile string) (qpMemResult, error) {
+	if profile != "" {
+		old := runtime.MemProfileRate
+		runtime.MemProfileRate = 64
+		defer func() { runtime.MemProfileRate = old }()
+	}
 	addrA, addrB := netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2")
 	la, lb := memlink.Pair(memlink.Config{})
 	defer la.Close()
@@ -109,6 +119,11 @@ func qpMemory(n int) (qpMemResult, error) {
 		GoroutinesPerQP: float64(after.goroutines-before.goroutines) / total,
 	}
 	r.BytesPerQP = r.HeapPerQP + r.StackPerQP
+	if profile != "" {
+		if err := writeHeapProfile(profile); err != nil {
+			return r, err
+		}
+	}
 	for _, s := range []*side{sa, sb} {
 		for _, qp := range s.qps {
 			qp.Destroy()
@@ -132,4 +147,16 @@ func liveMemory() memSnapshot {
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
 	return memSnapshot{heap: m.HeapAlloc, stack: m.StackInuse, goroutines: runtime.NumGoroutine()}
+}
+
+func writeHeapProfile(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		f.Close()
+		return fmt.Errorf("heap profile: %w", err)
+	}
+	return f.Close()
 }

@@ -35,7 +35,7 @@ func (s *suite) markdown(elapsed time.Duration) string {
 			if t.Ref == "" {
 				measured = fmtValue(o.Value)
 			} else {
-				measured = fmt.Sprintf("%s ×", fmtValue(o.Value))
+				measured = fmt.Sprintf("%.2f ×", o.Value)
 			}
 			met = "**no**"
 			if o.Met {
