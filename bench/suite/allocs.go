@@ -86,6 +86,19 @@ func (h *inproc) packets() uint64 {
 	return h.devs[0].Verbs.Counters().TxPackets.Load() + h.devs[1].Verbs.Counters().TxPackets.Load()
 }
 
+// losses sums both devices' retransmission counters: go-back-N restarts,
+// retransmit timeouts and requests that arrived ahead of their PSN (a
+// frame before them was lost).
+func (h *inproc) losses() (retransmits, timeouts, outOfSeq uint64) {
+	for _, d := range h.devs {
+		c := d.Verbs.Counters()
+		retransmits += c.Retransmits.Load()
+		timeouts += c.Timeouts.Load()
+		outOfSeq += c.RxOutOfSeq.Load()
+	}
+	return
+}
+
 // kicks is the number of sendto wakeups of both links' TX paths.
 func (h *inproc) kicks() uint64 {
 	var n uint64
@@ -103,7 +116,7 @@ func (h *inproc) kicks() uint64 {
 
 // run runs one perftest test between the two devices and returns the
 // client's report.
-func (h *inproc) run(ctx context.Context, test oob.Test, size uint64, mtu int, iters uint64) (string, error) {
+func (h *inproc) run(ctx context.Context, test oob.Test, size uint64, mtu int, iters uint64, qps int) (string, error) {
 	// A TCP connection, not net.Pipe: the exchange's closing messages
 	// cross, which needs the buffering TCP gives.
 	cs, cc, err := loopbackConn()
@@ -115,7 +128,7 @@ func (h *inproc) run(ctx context.Context, test oob.Test, size uint64, mtu int, i
 	var serverOut, clientOut bytes.Buffer
 	params := func(server bool) perftest.Params {
 		p := perftest.NewParams(test)
-		p.Server, p.Size, p.Iters, p.MTU, p.GIDIndex, p.ReportGbits = server, size, iters, mtu, 1, true
+		p.Server, p.Size, p.Iters, p.MTU, p.GIDIndex, p.ReportGbits, p.NumQPs = server, size, iters, mtu, 1, true, qps
 		// The peak's computation is quadratic in iters: keep it out of
 		// the profile.
 		p.NoPeak = true
@@ -162,11 +175,12 @@ func loopbackConn() (net.Conn, net.Conn, error) {
 
 // measured is the cost of one in-process run.
 type measured struct {
-	mallocs, packets, kicks uint64
-	out                     string
+	mallocs, packets, kicks         uint64
+	retransmits, timeouts, outOfSeq uint64
+	out                             string
 }
 
-func (h *inproc) measure(ctx context.Context, test oob.Test, size uint64, mtu int, iters uint64, profile string) (measured, error) {
+func (h *inproc) measure(ctx context.Context, test oob.Test, size uint64, mtu int, iters uint64, qps int, profile string) (measured, error) {
 	var m measured
 	if profile != "" {
 		f, err := os.Create(profile)
@@ -182,10 +196,13 @@ func (h *inproc) measure(ctx context.Context, test oob.Test, size uint64, mtu in
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
 	p0, k0 := h.packets(), h.kicks()
-	out, err := h.run(ctx, test, size, mtu, iters)
+	r0, t0, o0 := h.losses()
+	out, err := h.run(ctx, test, size, mtu, iters, qps)
 	p1, k1 := h.packets(), h.kicks()
+	r1, t1, o1 := h.losses()
 	runtime.ReadMemStats(&after)
-	m = measured{mallocs: after.Mallocs - before.Mallocs, packets: p1 - p0, kicks: k1 - k0, out: out}
+	m = measured{mallocs: after.Mallocs - before.Mallocs, packets: p1 - p0, kicks: k1 - k0,
+		retransmits: r1 - r0, timeouts: t1 - t0, outOfSeq: o1 - o0, out: out}
 	return m, err
 }
 
@@ -193,7 +210,8 @@ func (h *inproc) measure(ctx context.Context, test oob.Test, size uint64, mtu in
 // two in-process devices over AF_XDP: two runs of different lengths, so
 // that what a run allocates once (QPs, buffers, the exchange) cancels and
 // what remains is what moving more packets costs. With profileDir set it
-// also writes CPU profiles of write_bw at 64 KiB and 64 B, and of write_lat.
+// also writes CPU profiles of write_bw at 64 KiB (one QP and 1024) and 64 B,
+// and of write_lat.
 func (s *suite) allocs(ctx context.Context, profileDir string) {
 	fmt.Println("== softnic allocations per packet and CPU profiles (both sides in-process over AF_XDP, 9000-byte veth)")
 	f := &Figure{Key: "softnic/allocs", Group: groupSoftnic, Unit: unitPkt, LowerIsBetter: true,
@@ -207,11 +225,11 @@ func (s *suite) allocs(ctx context.Context, profileDir string) {
 	defer h.Close()
 	const short, long = 500, 20000
 	// A first run warms up what is allocated once per process.
-	if _, err := h.measure(ctx, oob.WriteBW, 64<<10, 4096, short, ""); err != nil {
+	if _, err := h.measure(ctx, oob.WriteBW, 64<<10, 4096, short, 1, ""); err != nil {
 		f.Err = err.Error()
 		return
 	}
-	a, err := h.measure(ctx, oob.WriteBW, 64<<10, 4096, short, "")
+	a, err := h.measure(ctx, oob.WriteBW, 64<<10, 4096, short, 1, "")
 	if err != nil {
 		f.Err = err.Error()
 		return
@@ -220,7 +238,7 @@ func (s *suite) allocs(ctx context.Context, profileDir string) {
 	if profileDir != "" {
 		prof = filepath.Join(profileDir, "cpu-write_bw.pprof")
 	}
-	b, err := h.measure(ctx, oob.WriteBW, 64<<10, 4096, long, prof)
+	b, err := h.measure(ctx, oob.WriteBW, 64<<10, 4096, long, 1, prof)
 	if err != nil {
 		f.Err = err.Error()
 		return
@@ -234,21 +252,28 @@ func (s *suite) allocs(ctx context.Context, profileDir string) {
 	f.Note = fmt.Sprintf("%+.0f mallocs for %d more packets (runs of %d and %d messages: %d and %d mallocs); one per packet would show ≥ 1",
 		extra, b.packets-a.packets, short, long, a.mallocs, b.mallocs)
 	if bw, err := parseBW(b.out); err == nil {
-		f.Note += fmt.Sprintf("; in-process write_bw %.2f Gb/s", bw.Avg)
+		f.Note += fmt.Sprintf("; in-process write_bw %.2f Gb/s, %d retransmissions", bw.Avg, b.retransmits)
 	}
 	s.kicksFigure("64k", "64 KiB", b)
 	prof = ""
 	if profileDir != "" {
 		prof = filepath.Join(profileDir, "cpu-write_bw_64B.pprof")
 	}
-	small, err := h.measure(ctx, oob.WriteBW, 64, 1024, 100000, prof)
+	small, err := h.measure(ctx, oob.WriteBW, 64, 1024, 100000, 1, prof)
 	if err != nil {
 		small.packets = 0
 		fmt.Fprintf(os.Stderr, "suite: 64 B write_bw: %v\n", err)
 	}
 	s.kicksFigure("64", "64 B", small)
 	if profileDir != "" {
-		lat, err := h.measure(ctx, oob.WriteLat, 8, 1024, uint64(s.latIters), filepath.Join(profileDir, "cpu-write_lat.pprof"))
+		many, err := h.measure(ctx, oob.WriteBW, 64<<10, 4096, 20, 1024, filepath.Join(profileDir, "cpu-write_bw_1024qp.pprof"))
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "suite: 1024-QP write_bw profile: %v\n", err)
+		} else if bw, err := parseBW(many.out); err == nil {
+			fmt.Printf("  (in-process write_bw 64 KiB over 1024 QPs: %.2f Gb/s, %d retransmissions, %d timeouts, %d out of sequence; profile in %s)\n",
+				bw.Avg, many.retransmits, many.timeouts, many.outOfSeq, profileDir)
+		}
+		lat, err := h.measure(ctx, oob.WriteLat, 8, 1024, uint64(s.latIters), 1, filepath.Join(profileDir, "cpu-write_lat.pprof"))
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "suite: write_lat profile: %v\n", err)
 		} else if l, err := parseLat(lat.out); err == nil {
