@@ -14,7 +14,19 @@
 // It prints one table with every figure, its ratio to the ceiling and to
 // the kernel, and the issue's targets, and writes the table (markdown) and
 // a PNG chart under bench/results: latest.md, latest.png and dated copies.
-// A figure that cannot be measured shows the error in its cell.
+// A figure that cannot be measured shows the error in its cell. Bandwidth,
+// ceiling and TCP figures are the median of -repeat runs (default 3), each
+// sized by a probe run to last about -duration.
+//
+// An in-process part runs both perftest sides in this process over AF_XDP
+// (the engine and link code of `softnic perf`) to count allocations per
+// packet, TX kicks per frame and retransmissions, and writes CPU profiles
+// (cpu-write_bw.pprof, cpu-write_bw_64B.pprof, cpu-write_bw_1024qp.pprof,
+// cpu-write_lat.pprof) and a heap profile of idle QPs (heap-idle-qps.pprof)
+// to -profile-dir. bench/results/ANALYSIS.md reads them.
+//
+//	make bench                          # everything, about 2-3 minutes
+//	bin/benchsuite -only lat,udp -out "" # some parts, no files written
 //
 // It needs root (namespaces, XDP, AF_XDP). Figures are only comparable
 // within one run: the machine is shared and noisy, which is why every
