@@ -17,6 +17,7 @@ import (
 	"github.com/softnic/softnic/internal/oob"
 	"github.com/softnic/softnic/roce"
 	"github.com/softnic/softnic/verbs"
+	"github.com/softnic/softnic/xdp"
 )
 
 // inproc runs both perftest sides in this process, each on its own
@@ -30,7 +31,7 @@ type inproc struct {
 	done  []func()
 }
 
-func openInproc(mtu int) (h *inproc, err error) {
+func openInproc(mtu int, busyPoll bool) (h *inproc, err error) {
 	h = &inproc{}
 	h.pair, err = netnstest.New(netnstest.Config{MTU: mtu,
 		AddrsA: []netip.Prefix{netip.MustParsePrefix("10.49.0.1/24")},
@@ -51,7 +52,7 @@ func openInproc(mtu int) (h *inproc, err error) {
 			if err != nil {
 				return err
 			}
-			link, err := roce.OpenXDPLink(end.Ifname, roce.XDPLinkConfig{Addrs: nd.GIDs})
+			link, err := roce.OpenXDPLink(end.Ifname, roce.XDPLinkConfig{Addrs: nd.GIDs, Socket: xdp.Config{BusyPoll: busyPoll}})
 			if err != nil {
 				return fmt.Errorf("AF_XDP link on %s: %w", end.Ifname, err)
 			}
@@ -217,7 +218,13 @@ func (s *suite) allocs(ctx context.Context, profileDir string) {
 	f := &Figure{Key: "softnic/allocs", Group: groupSoftnic, Unit: unitPkt, LowerIsBetter: true,
 		Name: "allocations per packet, write_bw 64 KiB steady state"}
 	defer s.report(f)
-	h, err := openInproc(9000)
+	if profileDir != "" {
+		if err := os.MkdirAll(profileDir, 0o755); err != nil {
+			f.Err = err.Error()
+			return
+		}
+	}
+	h, err := openInproc(9000, s.busyPoll)
 	if err != nil {
 		f.Err = err.Error()
 		return
