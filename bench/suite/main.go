@@ -21,6 +21,7 @@ type suite struct {
 	duration          time.Duration // per bandwidth run
 	repeat            int           // runs per bandwidth figure (the median counts)
 	busyPoll          bool          // in-process part: AF_XDP sockets with preferred busy polling
+	memSQ             int           // send queue of the idle QPs
 	perfTimeout       time.Duration
 	maxIters          int
 	latIters          int
@@ -42,6 +43,7 @@ func main() {
 	flag.IntVar(&s.latIters, "lat-iters", 2000, "round trips of a latency run")
 	qps := flag.String("qps", "1,16,256,1024", "QP counts of the aggregate write_bw figures")
 	memQPs := flag.Int("mem-qps", 1024, "QP pairs created to measure the memory of an idle QP")
+	flag.IntVar(&s.memSQ, "mem-sq", 128, "send queue size of the idle QPs (perftest's tx depth)")
 	only := flag.String("only", "", "comma-separated parts to run (ceiling,tcp,udp,bw9000,bw1500,qps,lat,msgrate,qpmem,allocs); default all")
 	profileDir := flag.String("profile-dir", "bench/results", "where the in-process runs write CPU profiles of write_bw (64 KiB, 64 B) and write_lat, and a heap profile of idle QPs (empty: none)")
 	outDir := flag.String("out", "bench/results", "directory for latest.md, latest.png and dated copies (empty: none)")
@@ -369,12 +371,12 @@ func (s *suite) msgRate(ctx context.Context, p *netnstest.Pair) {
 func (s *suite) qpMem(n int, profileDir string) {
 	fmt.Printf("== softnic memory per idle QP (%d connected pairs, in-process)\n", n)
 	f := &Figure{Key: "softnic/qpmem", Group: groupSoftnic, Unit: unitKiB, LowerIsBetter: true,
-		Name: "memory per idle connected QP (SQ 128, RQ 1)"}
+		Name: fmt.Sprintf("memory per idle connected QP (SQ %d, RQ 1)", s.memSQ)}
 	prof := ""
 	if profileDir != "" {
 		prof = filepath.Join(profileDir, "heap-idle-qps.pprof")
 	}
-	r, err := qpMemory(n, prof)
+	r, err := qpMemory(n, s.memSQ, prof)
 	if err != nil {
 		f.Err = err.Error()
 	} else {

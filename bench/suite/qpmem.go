@@ -21,15 +21,15 @@ type qpMemResult struct {
 }
 
 // qpMemory creates n connected RC QP pairs between two devices joined by an
-// in-memory link, sized like perftest write_bw's (send queue 128, receive
-// queue 1, one SGE, no inline data) and sharing their device's CQs as
+// in-memory link, sized like perftest write_bw's (send queue sendWR,
+// perftest's 128 by default; receive queue 1, one SGE, no inline data) and sharing their device's CQs as
 // perftest's do, and divides the growth of the live heap and goroutine
 // stacks by the 2n QPs. Nothing moves on them: this is the cost of an
 // idle connection.
 //
 // With profile set it writes a heap profile there while the QPs live
 // (`go tool pprof -sample_index=inuse_space -top`): what an idle QP holds.
-func qpMemory(n int, profile string) (qpMemResult, error) {
+func qpMemory(n, sendWR int, profile string) (qpMemResult, error) {
 	if profile != "" {
 		old := runtime.MemProfileRate
 		runtime.MemProfileRate = 64
@@ -59,7 +59,7 @@ func qpMemory(n int, profile string) (qpMemResult, error) {
 	mk := func(d *verbs.Device) (*side, error) {
 		s := &side{dev: d, pd: d.AllocPD()}
 		var err error
-		if s.scq, err = d.CreateCQ(n*128+16, nil); err != nil {
+		if s.scq, err = d.CreateCQ(n*sendWR+16, nil); err != nil {
 			return nil, err
 		}
 		if s.rcq, err = d.CreateCQ(n+16, nil); err != nil {
@@ -81,7 +81,7 @@ func qpMemory(n int, profile string) (qpMemResult, error) {
 	for _, s := range []*side{sa, sb} {
 		for range n {
 			qp, err := s.pd.CreateQP(&verbs.QPInitAttr{SendCQ: s.scq, RecvCQ: s.rcq, Cap: verbs.QPCap{
-				MaxSendWR: 128, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}})
+				MaxSendWR: sendWR, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}})
 			if err != nil {
 				return qpMemResult{}, fmt.Errorf("create QP %d: %w", len(s.qps), err)
 			}
