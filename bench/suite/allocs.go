@@ -211,8 +211,8 @@ func (h *inproc) measure(ctx context.Context, test oob.Test, size uint64, mtu in
 // two in-process devices over AF_XDP: two runs of different lengths, so
 // that what a run allocates once (QPs, buffers, the exchange) cancels and
 // what remains is what moving more packets costs. With profileDir set it
-// also writes CPU profiles of write_bw at 64 KiB (one QP and 1024) and 64 B,
-// and of write_lat.
+// also writes CPU profiles of write_bw at 64 KiB (one QP and 1024; IB MTU
+// 4096 and 1024) and 64 B, and of write_lat.
 func (s *suite) allocs(ctx context.Context, profileDir string) {
 	fmt.Println("== softnic allocations per packet and CPU profiles (both sides in-process over AF_XDP, 9000-byte veth)")
 	f := &Figure{Key: "softnic/allocs", Group: groupSoftnic, Unit: unitPkt, LowerIsBetter: true,
@@ -286,6 +286,27 @@ func (s *suite) allocs(ctx context.Context, profileDir string) {
 		} else if l, err := parseLat(lat.out); err == nil {
 			fmt.Printf("  (in-process write_lat 8 B: median %.2f µs, p99 %.2f µs; profile in %s)\n", l.Typical, l.P99, profileDir)
 		}
+		s.profileSmallMTU(ctx, profileDir)
+	}
+}
+
+// profileSmallMTU profiles write_bw of 64 KiB messages at IB MTU 1024 on a
+// 1500-byte link, where every frame fits one UMEM chunk.
+func (s *suite) profileSmallMTU(ctx context.Context, profileDir string) {
+	h, err := openInproc(1500, s.busyPoll)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "suite: 1500-byte link: %v\n", err)
+		return
+	}
+	defer h.Close()
+	m, err := h.measure(ctx, oob.WriteBW, 64<<10, 1024, 10000, 1, filepath.Join(profileDir, "cpu-write_bw_mtu1024.pprof"))
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "suite: write_bw profile at IB MTU 1024: %v\n", err)
+		return
+	}
+	if bw, err := parseBW(m.out); err == nil {
+		fmt.Printf("  (in-process write_bw 64 KiB at IB MTU 1024, 1500-byte link: %.2f Gb/s, %.3f kicks per frame, %d retransmissions; profile in %s)\n",
+			bw.Avg, float64(m.kicks)/float64(max(m.packets, 1)), m.retransmits, profileDir)
 	}
 }
 
