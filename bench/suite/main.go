@@ -38,7 +38,7 @@ func main() {
 	flag.DurationVar(&s.duration, "duration", 2*time.Second, "target duration of each bandwidth run")
 	flag.IntVar(&s.repeat, "repeat", 3, "runs per bandwidth figure; the table shows the median")
 	flag.BoolVar(&s.busyPoll, "inproc-busy-poll", false, "in-process part: open the AF_XDP sockets with preferred busy polling (an experiment)")
-	flag.DurationVar(&s.perfTimeout, "perf-timeout", 90*time.Second, "limit of one softnic perf run")
+	flag.DurationVar(&s.perfTimeout, "perf-timeout", 60*time.Second, "limit of one softnic perf run")
 	flag.IntVar(&s.maxIters, "max-iters", 200000, "most iterations of a bandwidth run")
 	flag.IntVar(&s.latIters, "lat-iters", 2000, "round trips of a latency run")
 	qps := flag.String("qps", "1,16,256,1024", "QP counts of the aggregate write_bw figures")
