@@ -103,7 +103,7 @@ type Params struct {
 	QPTimeout uint8
 	// Output selects the full report or a single figure.
 	Output Output
-	// Duration, when not zero, runs a bandwidth test for this long instead
+	// Duration, when not zero, runs the test for this long instead
 	// of Iters messages (-D), measuring between a Margin at each end (-f;
 	// default a quarter of the duration, in whole seconds as perftest).
 	Duration time.Duration
@@ -205,8 +205,6 @@ func (p *Params) Finish() error {
 	}
 	if p.Duration > 0 {
 		switch {
-		case !p.Test.IsBW():
-			return fmt.Errorf("perftest: softnic runs -D (duration) for bandwidth tests only")
 		case p.RunAll:
 			return fmt.Errorf("perftest: duration mode currently doesn't support running on all sizes")
 		case p.Duplex:

@@ -12,11 +12,12 @@ import (
 
 // Layout strings of perftest_parameters.h (perftest 4.5-0.17).
 const (
-	ResultLine   = "---------------------------------------------------------------------------------------\n"
-	resultFmt    = " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]"
-	resultFmtG   = " #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]"
-	resultFmtLat = " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] "
-	waitBanner   = "\n************************************\n* Waiting for client to connect... *\n************************************\n"
+	ResultLine      = "---------------------------------------------------------------------------------------\n"
+	resultFmt       = " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]"
+	resultFmtG      = " #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]"
+	resultFmtLatDur = " #bytes        #iterations       t_avg[usec]    tps average"
+	resultFmtLat    = " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] "
+	waitBanner      = "\n************************************\n* Waiting for client to connect... *\n************************************\n"
 )
 
 // PrintWaiting prints the banner a perftest server shows before accepting.
@@ -207,9 +208,14 @@ func PrintReportBoth(w io.Writer, p *Params, mine, theirs oob.BWReport) {
 	}
 }
 
-// PrintLatHeader prints the latency table's header line.
+// PrintLatHeader prints the latency table's header line (that of a
+// duration run with -D).
 func PrintLatHeader(w io.Writer, p *Params) {
 	if !p.full() {
+		return
+	}
+	if p.Duration > 0 {
+		io.WriteString(w, ResultLine+resultFmtLatDur+"\n")
 		return
 	}
 	io.WriteString(w, ResultLine+resultFmtLat+"\n")
@@ -258,4 +264,14 @@ func cf(v float64, prec int) string {
 		return "nan"
 	}
 	return strconv.FormatFloat(v, 'f', prec, 64)
+}
+
+// PrintLatDurReport prints a duration run's latency line
+// (REPORT_FMT_LAT_DUR), or with --output=latency the average alone.
+func PrintLatDurReport(w io.Writer, p *Params, r LatDurReport) {
+	if p.Output == OutputLatency {
+		fmt.Fprintf(w, "%s\n", cf(r.TAvg, 6))
+		return
+	}
+	fmt.Fprintf(w, " %-7d       %d            %-7s        %-7s\n", r.Size, r.Iters, cf(r.TAvg, 2), cf(r.TPS, 2))
 }

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/softnic/softnic/internal/oob"
 	"github.com/softnic/softnic/verbs"
@@ -383,5 +384,21 @@ func TestOddRxDepthRoundsUp(t *testing.T) {
 	p.Finish()
 	if p.RxDepth != 51 {
 		t.Fatalf("RX depth with -a %d, want 51", p.RxDepth)
+	}
+}
+
+func TestPrintLatDuration(t *testing.T) {
+	p := NewParams(oob.SendLat)
+	p.Duration = 5 * time.Second
+	var b bytes.Buffer
+	PrintLatHeader(&b, &p)
+	r := LatencyDurationReport(&p, 2, BWTimes{Posted: []int64{1e9}, Completed: []int64{4e9}, Messages: 1000})
+	// 3 s for 1000 round trips: 1500 us one way, 333.33 per second.
+	PrintLatDurReport(&b, &p, r)
+	// RESULT_FMT_LAT_DUR and REPORT_FMT_LAT_DUR " %-7lu       %lu            %-7.2f        %-7.2f".
+	want := ResultLine + " #bytes        #iterations       t_avg[usec]    tps average\n" +
+		" 2      " + "       " + "1000" + "            " + "1500.00" + "        " + "333.33 " + "\n"
+	if b.String() != want {
+		t.Fatalf("got %q\nwant %q", b.String(), want)
 	}
 }

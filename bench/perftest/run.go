@@ -12,6 +12,10 @@ import (
 	"github.com/softnic/softnic/verbs"
 )
 
+// LatencyLinger is how long a timed latency run keeps its QP after the
+// test, for a slower peer's last messages.
+var LatencyLinger = time.Second
+
 // Run runs one perftest test on dev over conn, an established out-of-band
 // TCP connection (the client dialled, the server accepted), printing to
 // out what the perftest program prints. p is adjusted as perftest adjusts
@@ -117,6 +121,23 @@ func Run(ctx context.Context, dev Device, conn net.Conn, p Params, out io.Writer
 				}
 				return rep, nil
 			}
+			if p.Duration > 0 {
+				var t BWTimes
+				var err error
+				switch p.Test {
+				case oob.WriteLat:
+					t, err = r.runLatWriteDuration(size)
+				case oob.ReadLat:
+					t, err = r.runLatReadDuration(size)
+				case oob.SendLat:
+					t, err = r.runLatSendDuration(size)
+				}
+				if err != nil {
+					return oob.BWReport{}, err
+				}
+				PrintLatDurReport(out, &p, LatencyDurationReport(&p, size, t))
+				return oob.BWReport{}, nil
+			}
 			var posted []int64
 			var err error
 			switch p.Test {
@@ -154,6 +175,13 @@ func Run(ctx context.Context, dev Device, conn net.Conn, p Params, out io.Writer
 	}
 	if _, err := run(p.Test, r.local, len(sizes), h); err != nil {
 		return err
+	}
+	if p.Duration > 0 && !p.Test.IsBW() {
+		// Each side of a timed ping-pong stops on its own clock; a peer
+		// that lags may still send its answer to our last message, and
+		// perftest waits for that message's acknowledgement without a
+		// time limit. Keep the QP up a moment to acknowledge it.
+		time.Sleep(LatencyLinger)
 	}
 	PrintEnd(out, &p)
 	return nil

@@ -247,6 +247,27 @@ func TestRunDuration(t *testing.T) {
 	}
 }
 
+func TestRunLatencyDuration(t *testing.T) {
+	latDur := regexp.MustCompile(`(?m)^ 64 +(\d+) +([0-9.]+) +([0-9.]+)\s*$`)
+	for _, test := range []oob.Test{oob.WriteLat, oob.ReadLat, oob.SendLat} {
+		t.Run(test.String(), func(t *testing.T) {
+			cout, sout := runBoth(t, test, func(p *Params) {
+				p.Duration, p.Margin, p.Size = 600*time.Millisecond, 100*time.Millisecond, 64
+			})
+			sides := map[string]string{"client": cout}
+			if test != oob.ReadLat {
+				sides["server"] = sout
+			}
+			for side, out := range sides {
+				m := latDur.FindStringSubmatch(out)
+				if m == nil || m[1] == "0" || m[2] == "0.00" || !strings.Contains(out, "t_avg[usec]    tps average") {
+					t.Errorf("%s output:\n%s", side, out)
+				}
+			}
+		})
+	}
+}
+
 func TestDurationParams(t *testing.T) {
 	p := NewParams(oob.WriteBW)
 	p.Duration = 5 * time.Second
@@ -254,7 +275,6 @@ func TestDurationParams(t *testing.T) {
 		t.Fatalf("-D 5: margin %v, no peak %v, %v", p.Margin, p.NoPeak, err)
 	}
 	for _, bad := range []func(*Params){
-		func(p *Params) { p.Test = oob.WriteLat },
 		func(p *Params) { p.RunAll = true },
 		func(p *Params) { p.Margin = time.Second },
 	} {

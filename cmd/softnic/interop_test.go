@@ -52,6 +52,7 @@ retry ibv_rc_pingpong -d rxe0 -g 1 -n ` + interopIters + ` -s 4096 10.77.0.1 || 
 	fmt.Fprintf(&b, "echo \"@@ write_bw-b as client\"\nretry ib_write_bw -d rxe0 -x 1 -F -b -n %s 10.77.0.1 || exit 1\n", interopIters)
 	fmt.Fprintf(&b, "echo \"@@ send_bw-b as client\"\nretry ib_send_bw -d rxe0 -x 1 -F -b -n %s 10.77.0.1 || exit 1\n", interopIters)
 	b.WriteString("echo \"@@ write_bw-D as client\"\nretry ib_write_bw -d rxe0 -x 1 -F -D 3 10.77.0.1 || exit 1\n")
+	b.WriteString("echo \"@@ write_lat-D as client\"\nretry ib_write_lat -d rxe0 -x 1 -F -D 3 10.77.0.1 || exit 1\n")
 	b.WriteString("echo \"@@ send_bw-a as client\"\nretry ib_send_bw -d rxe0 -x 1 -F -a -n 5 10.77.0.1 || exit 1\n")
 	b.WriteString("echo \"@@ pingpong as server\"\nibv_rc_pingpong -d rxe0 -g 1 -n " + interopIters + " -s 4096 || exit 1\n")
 	for _, t := range interopTests {
@@ -61,6 +62,7 @@ retry ibv_rc_pingpong -d rxe0 -g 1 -n ` + interopIters + ` -s 4096 10.77.0.1 || 
 	fmt.Fprintf(&b, "echo \"@@ atomic_bw-cas as server\"\nib_atomic_bw -d rxe0 -x 1 -F -A CMP_AND_SWAP -n %s || exit 1\n", interopIters)
 	fmt.Fprintf(&b, "echo \"@@ read_bw-b as server\"\nib_read_bw -d rxe0 -x 1 -F -b -n %s || exit 1\n", interopIters)
 	b.WriteString("echo \"@@ send_bw-D as server\"\nib_send_bw -d rxe0 -x 1 -F -D 3 || exit 1\n")
+	b.WriteString("echo \"@@ send_lat-D as server\"\nib_send_lat -d rxe0 -x 1 -F -D 3 || exit 1\n")
 	b.WriteString("echo \"@@ write_bw-a as server\"\nib_write_bw -d rxe0 -x 1 -F -a -n 5 || exit 1\n")
 	b.WriteString("echo \"@@ all done\"\n")
 	return b.String()
@@ -144,6 +146,7 @@ func TestInteropWithRealTools(t *testing.T) {
 	step("write_bw-b server", "perf", "write_bw", "-d", n.PeerLink, "-x", g, "-b", "-n", interopIters)
 	step("send_bw-b server", "perf", "send_bw", "-d", n.PeerLink, "-x", g, "-b", "-n", interopIters)
 	step("write_bw-D server", "perf", "write_bw", "-d", n.PeerLink, "-x", g, "-D", "3")
+	step("write_lat-D server", "perf", "write_lat", "-d", n.PeerLink, "-x", g, "-D", "3")
 	step("send_bw-a server", "perf", "send_bw", "-d", n.PeerLink, "-x", g, "-a", "-n", "5")
 	step("pingpong client", "pingpong", "-d", n.PeerLink, "-g", g, "-n", interopIters, "-s", "4096", wait, "10.77.0.11")
 	for _, tt := range interopTests {
@@ -153,6 +156,7 @@ func TestInteropWithRealTools(t *testing.T) {
 	step("atomic_bw-cas client", "perf", "atomic_bw", "-d", n.PeerLink, "-x", g, "-A", "CMP_AND_SWAP", "-n", interopIters, wait, "10.77.0.11")
 	step("read_bw-b client", "perf", "read_bw", "-d", n.PeerLink, "-x", g, "-b", "-n", interopIters, wait, "10.77.0.11")
 	step("send_bw-D client", "perf", "send_bw", "-d", n.PeerLink, "-x", g, "-D", "3", wait, "10.77.0.11")
+	step("send_lat-D client", "perf", "send_lat", "-d", n.PeerLink, "-x", g, "-D", "3", wait, "10.77.0.11")
 	step("write_bw-a client", "perf", "write_bw", "-d", n.PeerLink, "-x", g, "-a", "-n", "5", wait, "10.77.0.11")
 	if failed {
 		// Give the guest a moment to report its side, then stop it.
@@ -174,12 +178,15 @@ func TestInteropWithRealTools(t *testing.T) {
 	num := `(?:[0-9.]+|-?inf|-?nan)`
 	bw := regexp.MustCompile(`(?m)^ \d+\s+\d+\s+` + num + `\s+` + num + `\s+` + num + `\s*$`)
 	lat := regexp.MustCompile(`(?m)^ \d+\s+` + interopIters + `(\s+` + num + `){7}\s*$`)
+	latDur := regexp.MustCompile(`(?m)^ \d+ +[1-9]\d* +[0-9.]+ +[0-9.]+\s*$`)
 	pp := regexp.MustCompile(`(?m)^\d+ bytes in [0-9.]+ seconds = [0-9.]+ Mbit/sec$`)
 	for _, r := range results {
 		var re *regexp.Regexp
 		switch {
 		case strings.HasPrefix(r.name, "pingpong"):
 			re = pp
+		case strings.Contains(r.name, "_lat-D"):
+			re = latDur
 		case strings.Contains(r.name, "_bw"):
 			re = bw
 		case r.name == "read_lat server":
@@ -200,7 +207,7 @@ func TestInteropWithRealTools(t *testing.T) {
 		name = strings.Replace(strings.Replace(name, " as client", " client", 1), " as server", " server", 1)
 		guestOut[name] = body
 	}
-	if len(guestOut) != 2*(len(interopTests)+3)+8 {
+	if len(guestOut) != 2*(len(interopTests)+3)+10 {
 		t.Errorf("guest output has %d sections", len(guestOut))
 	}
 	// The server of write/read/atomic bw prints the client's figures, which

@@ -201,7 +201,7 @@ func runPerf(args []string, stdout, stderr io.Writer) int {
 	f.boolVar(&cpuFreq, "F", "CPU-freq", "do not fail on CPU frequency warnings (softnic times with the monotonic clock)")
 	f.boolVar(&noPeak, "N", "noPeak", "do not compute the peak bandwidth")
 	f.boolVar(&rdmaCM, "R", "rdma_cm", "connect QPs with RDMA CM (not supported)")
-	f.intVar(&duration, "D", "duration", 0, "run bandwidth tests for this many seconds instead of -n iterations")
+	f.intVar(&duration, "D", "duration", 0, "run for this many seconds instead of -n iterations")
 	margin := -1
 	f.intVar(&margin, "f", "margin", -1, "with -D, seconds left out of the measurement at each end (default duration/4)")
 	f.boolVar(&bidir, "b", "bidirectional", "bidirectional test: both sides send (bandwidth tests)")

@@ -164,7 +164,7 @@ func TestPerfBadUsage(t *testing.T) {
 		{"perf", "write_bw", "-d", "x", "-u", "40"},
 		{"perf", "write_bw", "-d", "x", "-s", "0"},
 		{"perf", "send_lat", "-d", "x", "-b"},
-		{"perf", "write_lat", "-d", "x", "-D", "3"},
+		{"perf", "write_lat", "-d", "x", "-D", "3", "-a"},
 		{"perf", "write_bw", "-d", "x", "-D", "2", "-f", "1"},
 		{"perf", "write_bw", "-d", "x", "-s", "4G"},
 		{"perf", "write_bw", "-d", "x", "-s", "3000M"},

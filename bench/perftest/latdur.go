@@ -1,0 +1,205 @@
+package perftest
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"time"
+
+	"github.com/softnic/softnic/verbs"
+)
+
+// LatDurReport is the line of a latency test run for a duration
+// (print_report_lat_duration): the iterations counted in the sample
+// window, the average latency and the transactions per second.
+type LatDurReport struct {
+	Size  uint64
+	Iters uint64
+	TAvg  float64 // microseconds
+	TPS   float64
+}
+
+// LatencyDurationReport computes it as perftest does: the window divided
+// by the round-trip factor (2 for write and send, 1 for read) and the
+// iterations, and iterations per second.
+func LatencyDurationReport(p *Params, size uint64, t BWTimes) LatDurReport {
+	rep := LatDurReport{Size: size, Iters: t.Messages}
+	if len(t.Posted) == 0 || len(t.Completed) == 0 || t.Messages == 0 {
+		return rep
+	}
+	rtt := 2.0
+	if v := p.Verb(); v == VerbRead || v == VerbAtomic {
+		rtt = 1
+	}
+	window := float64(t.Completed[0] - t.Posted[0]) // ns
+	rep.TAvg = window / 1000 / rtt / float64(t.Messages)
+	rep.TPS = float64(t.Messages) / (window / 1e9)
+	return rep
+}
+
+// durationRun is the clock and deadline of a latency duration run.
+type durationRun struct {
+	clock durationClock
+	end   context.Context
+	stop  context.CancelFunc
+}
+
+func (r *runCtx) startDuration() *durationRun {
+	d := &durationRun{clock: durationClock{start: time.Now(), margin: r.p.Margin, total: r.p.Duration}}
+	d.end, d.stop = context.WithDeadline(r.ctx, d.clock.start.Add(r.p.Duration))
+	return d
+}
+
+// waitUntilEnd waits for one successful completion; false when the run's
+// time ran out first.
+func (r *runCtx) waitUntilEnd(d *durationRun, cq *verbs.CQ, wc []verbs.WC, what string, done uint64) (bool, error) {
+	if _, err := cq.Wait(d.end, wc[:1]); err != nil {
+		if r.ctx.Err() == nil && d.end.Err() != nil {
+			return false, nil
+		}
+		return false, fmt.Errorf("poll %s CQ: %w", what, causeOf(r.ctx, err))
+	}
+	if wc[0].Status != verbs.WCSuccess {
+		return false, wcError(what, &wc[0], done)
+	}
+	r.progress.Add(1)
+	return true, nil
+}
+
+// runLatWriteDuration is run_iter_lat_write with -D: ping-pong RDMA
+// writes until the time is up, counting this side's completed writes in
+// the sample window.
+func (r *runCtx) runLatWriteDuration(size uint64) (BWTimes, error) {
+	p := r.p
+	qp := r.qps[0]
+	buf := r.mr.Bytes()
+	postAt := int(r.sendArea(0) + size - 1)
+	pollAt := int(r.recvArea(0) + size - 1)
+	if pollAt&^3+4 > len(buf) {
+		return BWTimes{}, fmt.Errorf("message size %d does not fit the buffer", size)
+	}
+	sge := make([]verbs.SGE, 1)
+	var wr verbs.SendWR
+	wc := make([]verbs.WC, 1)
+	d := r.startDuration()
+	defer d.stop()
+	var scnt, rcnt, count uint64
+loop:
+	for d.clock.phase(time.Now()) != phaseEnd {
+		if !(scnt < 1 && p.Server) {
+			rcnt++
+			for loadByte(buf, pollAt) != byte(rcnt) {
+				if r.ctx.Err() != nil {
+					return BWTimes{}, context.Cause(r.ctx)
+				}
+				if d.end.Err() != nil {
+					break loop
+				}
+				runtime.Gosched()
+			}
+			r.progress.Add(1)
+		}
+		scnt++
+		buf[postAt] = byte(scnt)
+		r.sendWR(&wr, sge, 0, 0, size)
+		wr.Flags |= verbs.SendSignaled
+		if err := r.postWait(qp, &wr); err != nil {
+			return BWTimes{}, err
+		}
+		ok, err := r.waitUntilEnd(d, r.scq, wc, "send", scnt)
+		if err != nil {
+			return BWTimes{}, err
+		}
+		if !ok {
+			break
+		}
+		if d.clock.phase(time.Now()) == phaseSample {
+			count++
+		}
+	}
+	return d.clock.times(count), nil
+}
+
+// runLatReadDuration is run_iter_lat for READ with -D.
+func (r *runCtx) runLatReadDuration(size uint64) (BWTimes, error) {
+	qp := r.qps[0]
+	sge := make([]verbs.SGE, 1)
+	var wr verbs.SendWR
+	wc := make([]verbs.WC, 1)
+	d := r.startDuration()
+	defer d.stop()
+	var count uint64
+	for k := uint64(0); d.clock.phase(time.Now()) != phaseEnd; k++ {
+		r.sendWR(&wr, sge, 0, 0, size)
+		wr.Flags |= verbs.SendSignaled
+		if err := r.postWait(qp, &wr); err != nil {
+			return BWTimes{}, err
+		}
+		ok, err := r.waitUntilEnd(d, r.scq, wc, "send", k)
+		if err != nil {
+			return BWTimes{}, err
+		}
+		if !ok {
+			break
+		}
+		if d.clock.phase(time.Now()) == phaseSample {
+			count++
+		}
+	}
+	return d.clock.times(count), nil
+}
+
+// runLatSendDuration is run_iter_lat_send with -D: the receives counted in
+// the sample window make the iterations; receives are reposted without
+// limit.
+func (r *runCtx) runLatSendDuration(size uint64) (BWTimes, error) {
+	p := r.p
+	qp := r.qps[0]
+	sge := make([]verbs.SGE, 1)
+	rsge := make([]verbs.SGE, 1)
+	var wr verbs.SendWR
+	wc := make([]verbs.WC, 1)
+	cqMod := uint64(max(p.CQMod, 1))
+	d := r.startDuration()
+	defer d.stop()
+	var scnt, rcnt, count uint64
+	rposted := uint64(p.RxDepth)
+	for d.clock.phase(time.Now()) != phaseEnd {
+		if !(scnt < 1 && !p.Server) {
+			ok, err := r.waitUntilEnd(d, r.rcq, wc, "receive", rcnt)
+			if err != nil {
+				return BWTimes{}, err
+			}
+			if !ok {
+				break
+			}
+			rcnt++
+			if d.clock.phase(time.Now()) == phaseSample {
+				count++
+			}
+			if err := r.postRecv(qp, 0, rposted, size, rsge); err != nil {
+				return BWTimes{}, err
+			}
+			rposted++
+		}
+		scnt++
+		r.sendWR(&wr, sge, 0, 0, size)
+		signaled := scnt%cqMod == 0
+		if signaled {
+			wr.Flags |= verbs.SendSignaled
+		}
+		if err := r.postWait(qp, &wr); err != nil {
+			return BWTimes{}, err
+		}
+		if signaled {
+			ok, err := r.waitUntilEnd(d, r.scq, wc, "send", scnt)
+			if err != nil {
+				return BWTimes{}, err
+			}
+			if !ok {
+				break
+			}
+		}
+	}
+	return d.clock.times(count), nil
+}
