@@ -75,7 +75,11 @@ func FuzzSessionAgainstHostilePeer(f *testing.F) {
 			return
 		}
 		test := Test(int(which/2) % len(testNames))
-		p.Run(test, []PerftestDest{{QPN: 1}}, 1, Hooks{
+		run := p.Run
+		if which >= 128 {
+			run = p.RunDuplex
+		}
+		run(test, []PerftestDest{{QPN: 1}}, 1+int(which/64)%2, Hooks{
 			Connect: func([]PerftestDest) error { return nil },
 			Measure: func(int) (BWReport, error) { return BWReport{}, nil },
 		})
