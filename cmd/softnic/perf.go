@@ -10,8 +10,10 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"reflect"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -222,6 +224,8 @@ func runPerf(args []string, stdout, stderr io.Writer) int {
 	f.BoolVar(&serverArg, "server", false, "be the server (the default without a host)")
 	connectWait := dialWait
 	f.DurationVar(&connectWait, "connect-wait", dialWait, "softnic: how long a client retries while the server is not listening")
+	var softnicStats bool
+	f.BoolVar(&softnicStats, "softnic-stats", false, "softnic: after the run, print the engine's counters (retransmissions, timeouts, sequence NAKs...) and the XDP link's ring statistics")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, perfUsage)
 		fs.PrintDefaults()
@@ -329,8 +333,74 @@ func runPerf(args []string, stdout, stderr io.Writer) int {
 		runErr = perftest.Run(ctx, dev, conn, p, stdout)
 	}
 	c.Close()
+	if softnicStats {
+		// Also after a failed run: the counters tell how it failed.
+		printSoftnicStats(stdout, dev.Verbs)
+	}
 	if runErr != nil {
 		return fail("%v", runErr)
 	}
 	return 0
+}
+
+// printSoftnicStats prints, one "name value" line each, the transport
+// engine's counters, the RoCE device's frame counters and, on an AF_XDP
+// link, the XDP program's and each socket's ring statistics: the losses a
+// run met and how the engine recovered, next to its figures.
+func printSoftnicStats(w io.Writer, dev *verbs.Device) {
+	fmt.Fprintln(w, " softnic engine counters:")
+	writeCounters(w, "", reflect.ValueOf(dev.Counters()).Elem())
+	fmt.Fprintln(w, " softnic RoCE device counters:")
+	writeCounters(w, "", reflect.ValueOf(&dev.RoCE().Ctr).Elem())
+	type statser interface {
+		Stats() (roce.XDPLinkStats, error)
+	}
+	if l, ok := dev.RoCE().Link().(statser); ok {
+		fmt.Fprintln(w, " softnic XDP link statistics:")
+		st, err := l.Stats()
+		writeCounters(w, "", reflect.ValueOf(&st).Elem())
+		if err != nil {
+			fmt.Fprintf(w, " (incomplete: %v)\n", err)
+		}
+	}
+}
+
+var atomicUint64Type = reflect.TypeFor[atomic.Uint64]()
+
+// writeCounters prints every exported integer (or atomic.Uint64) field of
+// the struct v, descending into nested structs and slices of them with
+// dotted names, so that counters added later show without changes here.
+func writeCounters(w io.Writer, prefix string, v reflect.Value) {
+	t := v.Type()
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if !f.IsExported() {
+			continue
+		}
+		name := prefix + f.Name
+		if f.Anonymous {
+			name = prefix
+		}
+		writeCounter(w, name, v.Field(i))
+	}
+}
+
+func writeCounter(w io.Writer, name string, fv reflect.Value) {
+	switch {
+	case fv.Type() == atomicUint64Type:
+		fmt.Fprintf(w, "  %-28s %d\n", name, fv.Addr().Interface().(*atomic.Uint64).Load())
+	case fv.CanUint():
+		fmt.Fprintf(w, "  %-28s %d\n", name, fv.Uint())
+	case fv.CanInt():
+		fmt.Fprintf(w, "  %-28s %d\n", name, fv.Int())
+	case fv.Kind() == reflect.Struct:
+		if name != "" && !strings.HasSuffix(name, ".") {
+			name += "."
+		}
+		writeCounters(w, name, fv)
+	case fv.Kind() == reflect.Slice:
+		for j := range fv.Len() {
+			writeCounter(w, fmt.Sprintf("%s[%d]", name, j), fv.Index(j))
+		}
+	}
 }
