@@ -20,6 +20,9 @@ type Figure struct {
 	Ceiling, Kernel string
 	// LowerIsBetter marks latencies and memory.
 	LowerIsBetter bool
+	// paired holds ratios to figures measured in the same rounds (the
+	// median of the round-by-round ratios), which Ratio prefers.
+	paired map[string]float64
 }
 
 const (
@@ -60,6 +63,9 @@ func (r *Results) Ratio(a, b string) (float64, bool) {
 	fa, fb := r.Get(a), r.Get(b)
 	if fa == nil || fb == nil || fa.Err != "" || fb.Err != "" || fb.Value <= 0 || math.IsNaN(fa.Value) {
 		return 0, false
+	}
+	if v, ok := fa.paired[b]; ok {
+		return v, true
 	}
 	return fa.Value / fb.Value, true
 }

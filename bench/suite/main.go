@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -92,40 +93,12 @@ func main() {
 	s.env = collectEnv()
 	fmt.Printf("softnic benchmark suite, %s; %s\n", s.started.Format("2006-01-02 15:04 UTC"), s.env.summary())
 
-	if want("ceiling") {
-		s.ceilings(ctx)
+	wantAny := func(parts ...string) bool { return slices.ContainsFunc(parts, want) }
+	if wantAny("ceiling", "tcp", "bw9000", "qps") {
+		s.withPair(ctx, 9000, s.link9000(ctx, want))
 	}
-	if want("tcp") || want("bw9000") || want("qps") {
-		s.withPair(ctx, 9000, func(p *netnstest.Pair) {
-			if want("tcp") {
-				s.tcp(ctx, p, 9000)
-			}
-			if want("bw9000") || want("qps") {
-				s.bandwidths(ctx, p, 4096, want("bw9000"))
-			}
-			if want("qps") {
-				s.manyQPs(ctx, p)
-			}
-		})
-	}
-	if want("tcp") || want("udp") || want("bw1500") || want("lat") || want("msgrate") {
-		s.withPair(ctx, 1500, func(p *netnstest.Pair) {
-			if want("tcp") {
-				s.tcp(ctx, p, 1500)
-			}
-			if want("udp") {
-				s.udp(ctx, p)
-			}
-			if want("bw1500") {
-				s.bandwidths(ctx, p, 1024, true)
-			}
-			if want("lat") {
-				s.latencies(ctx, p)
-			}
-			if want("msgrate") {
-				s.msgRate(ctx, p)
-			}
-		})
+	if wantAny("ceiling", "tcp", "bw1500", "udp", "lat", "msgrate") {
+		s.withPair(ctx, 1500, s.link1500(ctx, want))
 	}
 	if want("allocs") {
 		s.allocs(ctx, *profileDir)
@@ -143,6 +116,73 @@ func main() {
 		if err := s.write(*outDir, table); err != nil {
 			fmt.Fprintf(os.Stderr, "suite: %v\n", err)
 			os.Exit(1)
+		}
+	}
+}
+
+// link9000 measures on the 9000-byte veth: the ceiling, TCP and write_bw at
+// IB MTU 4096 in interleaved rounds, then read_bw, send_bw and the QP
+// scaling.
+func (s *suite) link9000(ctx context.Context, want func(string) bool) func(*netnstest.Pair) {
+	return func(p *netnstest.Pair) {
+		fmt.Printf("== 9000-byte veth: AF_XDP ceiling, kernel TCP and softnic write_bw (IB MTU 4096) in %d interleaved rounds\n", s.repeat)
+		var list []*series
+		if want("ceiling") {
+			list = append(list, s.ceilingSeries(ctx, "ceiling/4096", 4096, 9000))
+		}
+		if want("tcp") {
+			list = append(list, s.tcpSeries(ctx, p))
+		}
+		if want("bw9000") {
+			list = append(list, s.bwSeries(ctx, p, "write_bw", 4096))
+		}
+		s.rounds(list...)
+		if want("bw9000") {
+			s.bandwidths(ctx, p, 4096)
+		}
+		if want("qps") {
+			s.manyQPs(ctx, p)
+		}
+	}
+}
+
+// link1500 measures on the 1500-byte veth: the ceiling, TCP and write_bw at
+// IB MTU 1024 in interleaved rounds, UDP ping-pong, read_bw, send_bw, the
+// latencies, and the small-frame ceiling with the 64-byte message rate in
+// rounds.
+func (s *suite) link1500(ctx context.Context, want func(string) bool) func(*netnstest.Pair) {
+	return func(p *netnstest.Pair) {
+		fmt.Printf("== 1500-byte veth: AF_XDP ceiling, kernel TCP and softnic write_bw (IB MTU 1024) in %d interleaved rounds\n", s.repeat)
+		var list []*series
+		if want("ceiling") {
+			list = append(list, s.ceilingSeries(ctx, "ceiling/1024", 1024, 1500))
+		}
+		if want("tcp") {
+			list = append(list, s.tcpSeries(ctx, p))
+		}
+		if want("bw1500") {
+			list = append(list, s.bwSeries(ctx, p, "write_bw", 1024))
+		}
+		s.rounds(list...)
+		if want("udp") {
+			s.udp(ctx, p)
+		}
+		if want("bw1500") {
+			s.bandwidths(ctx, p, 1024)
+		}
+		if want("lat") {
+			s.latencies(ctx, p)
+		}
+		list = nil
+		if want("ceiling") {
+			list = append(list, s.smallCeilingSeries(ctx))
+		}
+		if want("msgrate") {
+			list = append(list, s.msgRateSeries(ctx, p))
+		}
+		if len(list) > 0 {
+			fmt.Printf("== 1500-byte veth: small-frame AF_XDP ceiling and softnic 64 B write message rate in %d interleaved rounds\n", s.repeat)
+			s.rounds(list...)
 		}
 	}
 }
@@ -180,95 +220,6 @@ func (s *suite) report(f *Figure) {
 	fmt.Printf("  %-58s %10.3f %-6s %s\n", f.Name, f.Value, f.Unit, f.Note)
 }
 
-func (s *suite) ceilings(ctx context.Context) {
-	fmt.Println("== ceiling: raw AF_XDP blast (xdpblast)")
-	for _, c := range []struct {
-		key      string
-		ibMTU    int
-		frame    int
-		mtu      int
-		payloadB int
-	}{
-		{"ceiling/4096", 4096, bulkFrame(4096), 9000, 4096},
-		{"ceiling/1024", 1024, bulkFrame(1024), 1500, 1024},
-	} {
-		f := &Figure{Key: c.key, Group: groupCeiling, Unit: unitGbps, Kernel: fmt.Sprintf("kernel/tcp/%d", c.mtu),
-			Name: fmt.Sprintf("AF_XDP blast, %d-byte frames, %d-byte link", c.frame, c.mtu)}
-		r, runs, err := s.blasts(ctx, c.frame, c.mtu)
-		if err != nil {
-			f.Err = err.Error()
-		} else {
-			// In RDMA payload bits: what softnic could carry at that
-			// frame rate with full IB MTU packets.
-			f.Value = r.FramesPerSecond * float64(c.payloadB) * 8 / 1e9
-			f.Note = fmt.Sprintf("%.0f frames/s (median of %s); %.2f Gb/s of whole frames; value = frames/s × %d payload bytes",
-				r.FramesPerSecond, runs, r.Gbps, c.payloadB)
-		}
-		s.report(f)
-	}
-	f := &Figure{Key: "ceiling/small", Group: groupCeiling, Unit: unitMpps,
-		Name: fmt.Sprintf("AF_XDP blast, %d-byte frames (a 64 B WRITE), 1500-byte link", smallWriteFrame)}
-	r, runs, err := s.blasts(ctx, smallWriteFrame, 1500)
-	if err != nil {
-		f.Err = err.Error()
-	} else {
-		f.Value = r.FramesPerSecond / 1e6
-		f.Note = fmt.Sprintf("median of %s frames/s; %.2f Gb/s of whole frames", runs, r.Gbps)
-	}
-	s.report(f)
-}
-
-// blasts runs xdpblast s.repeat times and returns the run with the median
-// frame rate and every run's rate.
-func (s *suite) blasts(ctx context.Context, size, mtu int) (blastResult, string, error) {
-	var runs []blastResult
-	var figs, errs []string
-	for range s.repeat {
-		r, err := s.blast(ctx, size, mtu)
-		if err != nil {
-			errs = append(errs, err.Error())
-			continue
-		}
-		runs = append(runs, r)
-		figs = append(figs, fmt.Sprintf("%.0f", r.FramesPerSecond))
-	}
-	if len(runs) == 0 {
-		return blastResult{}, "", fmt.Errorf("%d runs failed: %s", len(errs), strings.Join(errs, "; "))
-	}
-	note := strings.Join(figs, ", ")
-	if len(errs) > 0 {
-		note += fmt.Sprintf("; %d runs failed: %s", len(errs), strings.Join(errs, "; "))
-	}
-	return medianBy(runs, func(r blastResult) float64 { return r.FramesPerSecond }), note, nil
-}
-
-func (s *suite) tcp(ctx context.Context, p *netnstest.Pair, mtu int) {
-	fmt.Printf("== kernel TCP, one stream (iperf3), %d-byte veth\n", mtu)
-	f := &Figure{Key: fmt.Sprintf("kernel/tcp/%d", mtu), Group: groupKernel, Unit: unitGbps,
-		Name: fmt.Sprintf("TCP, one stream, %d-byte link", mtu)}
-	var runs []float64
-	var figs, errs []string
-	for range s.repeat {
-		v, err := s.tcpStream(ctx, p)
-		if err != nil {
-			errs = append(errs, err.Error())
-			continue
-		}
-		runs = append(runs, v)
-		figs = append(figs, fmt.Sprintf("%.2f", v))
-	}
-	if len(runs) == 0 {
-		f.Err = fmt.Sprintf("%d runs failed: %s", len(errs), strings.Join(errs, "; "))
-	} else {
-		f.Value = medianBy(runs, func(v float64) float64 { return v })
-		f.Note = "median of " + strings.Join(figs, ", ")
-		if len(errs) > 0 {
-			f.Note += fmt.Sprintf("; %d runs failed: %s", len(errs), strings.Join(errs, "; "))
-		}
-	}
-	s.report(f)
-}
-
 func (s *suite) udp(ctx context.Context, p *netnstest.Pair) {
 	fmt.Println("== kernel UDP ping-pong, 8 bytes, 1500-byte veth")
 	r, err := s.udpPingPong(ctx, p, 8, 5000)
@@ -287,20 +238,91 @@ func (s *suite) udp(ctx context.Context, p *netnstest.Pair) {
 
 }
 
-// bandwidths measures write_bw, read_bw and send_bw of 64 KiB messages at
-// the IB MTU (the only 1-QP write_bw figure is needed for the QP scaling
-// when all is false).
-func (s *suite) bandwidths(ctx context.Context, p *netnstest.Pair, ibMTU int, all bool) {
-	fmt.Printf("== softnic bandwidth, 64 KiB messages, IB MTU %d, %d-byte veth\n", ibMTU, p.MTU)
-	tests := []string{"write_bw", "read_bw", "send_bw"}
-	if !all {
-		tests = tests[:1]
-	}
-	tcpKey := fmt.Sprintf("kernel/tcp/%d", p.MTU)
-	for _, test := range tests {
+// ceilingSeries blasts the bulk frames of IB MTU ibMTU on a link of mtu
+// bytes. Its value is in RDMA payload bits: what softnic could carry at
+// that frame rate with full IB MTU packets.
+func (s *suite) ceilingSeries(ctx context.Context, key string, ibMTU, mtu int) *series {
+	frame := bulkFrame(ibMTU)
+	f := &Figure{Key: key, Group: groupCeiling, Unit: unitGbps, Kernel: fmt.Sprintf("kernel/tcp/%d", mtu),
+		Name: fmt.Sprintf("AF_XDP blast, %d-byte frames, %d-byte link", frame, mtu)}
+	return &series{fig: f, measure: func() (float64, string, error) {
+		r, err := s.blast(ctx, frame, mtu)
+		if err != nil {
+			return 0, "", err
+		}
+		return r.FramesPerSecond * float64(ibMTU) * 8 / 1e9,
+			fmt.Sprintf("%.0f frames/s, %.2f Gb/s of whole frames; value = frames/s × %d payload bytes", r.FramesPerSecond, r.Gbps, ibMTU), nil
+	}}
+}
+
+// smallCeilingSeries blasts frames of a 64-byte RDMA WRITE.
+func (s *suite) smallCeilingSeries(ctx context.Context) *series {
+	f := &Figure{Key: "ceiling/small", Group: groupCeiling, Unit: unitMpps,
+		Name: fmt.Sprintf("AF_XDP blast, %d-byte frames (a 64 B WRITE), 1500-byte link", smallWriteFrame)}
+	return &series{fig: f, measure: func() (float64, string, error) {
+		r, err := s.blast(ctx, smallWriteFrame, 1500)
+		if err != nil {
+			return 0, "", err
+		}
+		return r.FramesPerSecond / 1e6, fmt.Sprintf("%.2f Gb/s of whole frames", r.Gbps), nil
+	}}
+}
+
+func (s *suite) tcpSeries(ctx context.Context, p *netnstest.Pair) *series {
+	f := &Figure{Key: fmt.Sprintf("kernel/tcp/%d", p.MTU), Group: groupKernel, Unit: unitGbps,
+		Name: fmt.Sprintf("TCP, one stream (iperf3), %d-byte link", p.MTU)}
+	return &series{fig: f, measure: func() (float64, string, error) {
+		v, err := s.tcpStream(ctx, p)
+		return v, "", err
+	}}
+}
+
+// perfSeries runs `softnic perf test` with qps QPs; the probe that sizes
+// it runs before its first round. value picks the figure from the report.
+func (s *suite) perfSeries(ctx context.Context, p *netnstest.Pair, f *Figure, test string, size, ibMTU, qps int,
+	value func(bwResult) float64, extra ...string) *series {
+	iters := 0
+	return &series{fig: f, measure: func() (float64, string, error) {
+		if iters == 0 {
+			n, err := s.bwIters(ctx, p, test, size, ibMTU, qps, extra...)
+			if err != nil {
+				return 0, "", err
+			}
+			iters = n
+		}
+		r, err := s.bwRun(ctx, p, test, size, ibMTU, qps, iters, extra...)
+		if err != nil {
+			return 0, "", err
+		}
+		return value(r), fmt.Sprintf("%d messages a run", r.Iters), nil
+	}}
+}
+
+func gbps(r bwResult) float64    { return r.Avg }
+func msgRate(r bwResult) float64 { return r.MsgRate }
+
+// bwSeries measures a 64 KiB bandwidth test at IB MTU ibMTU.
+func (s *suite) bwSeries(ctx context.Context, p *netnstest.Pair, test string, ibMTU int) *series {
+	f := &Figure{Key: fmt.Sprintf("softnic/%s/%d", test, ibMTU), Group: groupSoftnic, Unit: unitGbps,
+		Name:    fmt.Sprintf("%s 64 KiB, IB MTU %d, %d-byte link", test, ibMTU, p.MTU),
+		Ceiling: fmt.Sprintf("ceiling/%d", ibMTU), Kernel: fmt.Sprintf("kernel/tcp/%d", p.MTU)}
+	return s.perfSeries(ctx, p, f, test, 64<<10, ibMTU, 1, gbps)
+}
+
+func (s *suite) msgRateSeries(ctx context.Context, p *netnstest.Pair) *series {
+	f := &Figure{Key: "softnic/msgrate", Group: groupSoftnic, Unit: unitMpps,
+		Name: "write_bw 64 B message rate, 128 outstanding", Ceiling: "ceiling/small"}
+	return s.perfSeries(ctx, p, f, "write_bw", 64, 1024, 1, msgRate, "-t", "128")
+}
+
+// bandwidths measures read_bw and send_bw of 64 KiB messages at the IB MTU
+// (write_bw runs in rounds with the ceiling and TCP).
+func (s *suite) bandwidths(ctx context.Context, p *netnstest.Pair, ibMTU int) {
+	fmt.Printf("== softnic read_bw and send_bw, 64 KiB messages, IB MTU %d, %d-byte veth\n", ibMTU, p.MTU)
+	for _, test := range []string{"read_bw", "send_bw"} {
 		f := &Figure{Key: fmt.Sprintf("softnic/%s/%d", test, ibMTU), Group: groupSoftnic, Unit: unitGbps,
 			Name:    fmt.Sprintf("%s 64 KiB, IB MTU %d, %d-byte link", test, ibMTU, p.MTU),
-			Ceiling: fmt.Sprintf("ceiling/%d", ibMTU), Kernel: tcpKey}
+			Ceiling: fmt.Sprintf("ceiling/%d", ibMTU), Kernel: fmt.Sprintf("kernel/tcp/%d", p.MTU)}
 		r, note, err := s.bandwidth(ctx, p, test, 64<<10, ibMTU, 1)
 		if err != nil {
 			f.Err = err.Error()
@@ -311,25 +333,17 @@ func (s *suite) bandwidths(ctx context.Context, p *netnstest.Pair, ibMTU int, al
 	}
 }
 
-// manyQPs measures the aggregate write_bw over many QPs.
+// manyQPs measures the aggregate write_bw over many QPs, the QP counts in
+// interleaved rounds.
 func (s *suite) manyQPs(ctx context.Context, p *netnstest.Pair) {
-	fmt.Println("== softnic write_bw over many QPs, 64 KiB, IB MTU 4096, 9000-byte veth")
+	fmt.Printf("== softnic write_bw over many QPs, 64 KiB, IB MTU 4096, 9000-byte veth, in %d interleaved rounds\n", s.repeat)
+	var list []*series
 	for _, n := range s.qpCounts {
 		f := &Figure{Key: fmt.Sprintf("softnic/qps/%d", n), Group: groupSoftnic, Unit: unitGbps,
 			Name: fmt.Sprintf("write_bw 64 KiB over %d QPs (aggregate)", n), Ceiling: "ceiling/4096", Kernel: "kernel/tcp/9000"}
-		if one := s.res.Get("softnic/write_bw/4096"); n == 1 && one != nil {
-			f.Value, f.Err, f.Note = one.Value, one.Err, "the write_bw figure above"
-			s.report(f)
-			continue
-		}
-		r, note, err := s.bandwidth(ctx, p, "write_bw", 64<<10, 4096, n)
-		if err != nil {
-			f.Err = err.Error()
-		} else {
-			f.Value, f.Note = r.Avg, note
-		}
-		s.report(f)
+		list = append(list, s.perfSeries(ctx, p, f, "write_bw", 64<<10, 4096, n, gbps))
 	}
+	s.rounds(list...)
 }
 
 func (s *suite) latencies(ctx context.Context, p *netnstest.Pair) {
@@ -353,19 +367,6 @@ func (s *suite) latencies(ctx context.Context, p *netnstest.Pair) {
 		s.report(med)
 		s.report(p99)
 	}
-}
-
-func (s *suite) msgRate(ctx context.Context, p *netnstest.Pair) {
-	fmt.Printf("== softnic message rate, 64-byte writes, 128 outstanding, IB MTU 1024, %d-byte veth\n", p.MTU)
-	f := &Figure{Key: "softnic/msgrate", Group: groupSoftnic, Unit: unitMpps,
-		Name: "write_bw 64 B message rate, 128 outstanding", Ceiling: "ceiling/small"}
-	r, note, err := s.bandwidth(ctx, p, "write_bw", 64, 1024, 1, "-t", "128")
-	if err != nil {
-		f.Err = err.Error()
-	} else {
-		f.Value, f.Note = r.MsgRate, note
-	}
-	s.report(f)
 }
 
 func (s *suite) qpMem(n int, profileDir string) {

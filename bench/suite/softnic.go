@@ -148,39 +148,49 @@ func parseLat(out string) (latResult, error) {
 		Stdev: v[6], P99: v[7], P999: v[8]}, nil
 }
 
-// bandwidth runs a bandwidth test: a short probe run sizes the iteration
-// count for about s.duration (softnic perf has no -D), then s.repeat
+// bwRun runs a bandwidth test once with iters iterations per QP.
+func (s *suite) bwRun(ctx context.Context, p *netnstest.Pair, test string, size, mtu, qps, iters int, extra ...string) (bwResult, error) {
+	args := []string{"-x", "1", "-m", strconv.Itoa(mtu), "-s", strconv.Itoa(size), "-q", strconv.Itoa(qps),
+		"-n", strconv.Itoa(iters), "--report_gbits", "-N"} // -N: the peak is quadratic in -n and not reported here
+	out, err := s.runPerf(ctx, p, perfRun{Test: test, Args: append(args, extra...)})
+	if err != nil {
+		return bwResult{}, err
+	}
+	r, err := parseBW(out.Client)
+	if err != nil {
+		return bwResult{}, fmt.Errorf("client: %w", err)
+	}
+	return r, nil
+}
+
+// bwIters sizes a bandwidth test for about s.duration (softnic perf has no
+// -D) with a short probe run, and returns the iterations per QP.
+func (s *suite) bwIters(ctx context.Context, p *netnstest.Pair, test string, size, mtu, qps int, extra ...string) (int, error) {
+	perQP := func(total int) int { return max(5, (total+qps-1)/qps) }
+	probe := perQP(s.probeMessages(size))
+	r, err := s.bwRun(ctx, p, test, size, mtu, qps, probe, extra...)
+	if err != nil {
+		return 0, fmt.Errorf("probe run: %w", err)
+	}
+	if r.MsgRate <= 0 {
+		return 0, fmt.Errorf("probe run of %d iterations reported no message rate", probe)
+	}
+	return min(max(perQP(int(r.MsgRate*1e6*s.duration.Seconds())), probe), s.maxIters), nil
+}
+
+// bandwidth runs a bandwidth test: a probe run to size it, then s.repeat
 // measured runs. qps > 1 splits the messages between the QPs. It returns
 // the measured run with the median bandwidth, and a note with every run's
 // figure and the errors of failed runs; err only when no run succeeded.
 func (s *suite) bandwidth(ctx context.Context, p *netnstest.Pair, test string, size, mtu, qps int, extra ...string) (bwResult, string, error) {
-	run := func(iters int) (bwResult, error) {
-		args := []string{"-x", "1", "-m", strconv.Itoa(mtu), "-s", strconv.Itoa(size), "-q", strconv.Itoa(qps),
-			"-n", strconv.Itoa(iters), "--report_gbits", "-N"} // -N: the peak is quadratic in -n and not reported here
-		out, err := s.runPerf(ctx, p, perfRun{Test: test, Args: append(args, extra...)})
-		if err != nil {
-			return bwResult{}, err
-		}
-		r, err := parseBW(out.Client)
-		if err != nil {
-			return bwResult{}, fmt.Errorf("client: %w", err)
-		}
-		return r, nil
-	}
-	perQP := func(total int) int { return max(5, (total+qps-1)/qps) }
-	probe := perQP(s.probeMessages(size))
-	r, err := run(probe)
+	iters, err := s.bwIters(ctx, p, test, size, mtu, qps, extra...)
 	if err != nil {
-		return r, "", fmt.Errorf("probe run: %w", err)
+		return bwResult{}, "", err
 	}
-	if r.MsgRate <= 0 {
-		return r, "", fmt.Errorf("probe run of %d iterations reported no message rate", probe)
-	}
-	iters := min(max(perQP(int(r.MsgRate*1e6*s.duration.Seconds())), probe), s.maxIters)
 	var runs []bwResult
 	var errs []string
 	for range s.repeat {
-		r, err := run(iters)
+		r, err := s.bwRun(ctx, p, test, size, mtu, qps, iters, extra...)
 		if errors.Is(err, errTimeout) {
 			errs = append(errs, err.Error())
 			break // a hung test would hang again: keep make bench short
@@ -197,11 +207,7 @@ func (s *suite) bandwidth(ctx context.Context, p *netnstest.Pair, test string, s
 	med := medianBy(runs, func(r bwResult) float64 { return r.Avg })
 	var figs []string
 	for _, r := range runs {
-		if size >= 1024 {
-			figs = append(figs, fmt.Sprintf("%.2f", r.Avg))
-		} else {
-			figs = append(figs, fmt.Sprintf("%.3f", r.MsgRate))
-		}
+		figs = append(figs, fmt.Sprintf("%.2f", r.Avg))
 	}
 	note := fmt.Sprintf("median of %s; %d messages each", strings.Join(figs, ", "), med.Iters)
 	if len(errs) > 0 {

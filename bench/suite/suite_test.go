@@ -129,3 +129,36 @@ func TestMedianBy(t *testing.T) {
 		t.Fatalf("median of 7 = %v", m)
 	}
 }
+
+func TestRoundsPairRatios(t *testing.T) {
+	s := &suite{repeat: 3}
+	seq := func(vals ...float64) func() (float64, string, error) {
+		i := 0
+		return func() (float64, string, error) {
+			v := vals[i]
+			i++
+			if v < 0 {
+				return 0, "", errTimeout
+			}
+			return v, "", nil
+		}
+	}
+	a := &series{fig: &Figure{Key: "a", Name: "a", Unit: unitGbps}, measure: seq(2, 8, 3)}
+	b := &series{fig: &Figure{Key: "b", Name: "b", Unit: unitGbps}, measure: seq(1, 4, 3)}
+	c := &series{fig: &Figure{Key: "c", Name: "c", Unit: unitGbps}, measure: seq(-1, 5, 5)}
+	s.rounds(a, b, c)
+	if a.fig.Value != 3 || b.fig.Value != 3 {
+		t.Fatalf("medians %v %v, want 3 3", a.fig.Value, b.fig.Value)
+	}
+	// Round by round a/b is 2, 2, 1: the median is 2, not 3/3.
+	if r, ok := s.res.Ratio("a", "b"); !ok || r != 2 {
+		t.Fatalf("paired ratio a/b = %v, %v; want 2", r, ok)
+	}
+	// c timed out in its first round and was not run again.
+	if c.fig.Err == "" || !strings.Contains(c.fig.Err, "timed out") {
+		t.Fatalf("c: %+v", c.fig)
+	}
+	if _, ok := s.res.Ratio("a", "c"); ok {
+		t.Fatal("ratio to a failed figure")
+	}
+}
