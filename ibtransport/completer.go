@@ -212,7 +212,7 @@ func (q *QP) completeHead(st WCStatus) {
 	r.compIdx++
 	q.sq.head.Store(r.compIdx)
 	if signaled {
-		q.complete(q.sendCQ, &wc)
+		q.complete(q.sendCQ, wc, false)
 	}
 	if !q.outstanding() {
 		r.retransAt = 0

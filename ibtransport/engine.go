@@ -61,8 +61,10 @@ type command struct {
 // Engine runs the RC transport of one device. All protocol state belongs to
 // the goroutine that calls Receive and Process (the device's engine
 // goroutine); verbs calls reach it through lock-free work queue rings,
-// synchronous commands (ModifyQP, memory registration) and the wake
-// doorbell, and it hands completions back through CQ rings.
+// synchronous commands (Do: ModifyQP, memory registration) and the wake
+// doorbell. It reaches the verbs objects through small interfaces
+// (verbsobjects.go): registered memory through Memory and Region, and
+// completion queues through CompletionQueue.
 //
 // As in Linux rxe, each QP has three parts:
 //   - the requester (requester.go) segments send work requests at the path
@@ -88,9 +90,7 @@ type Engine struct {
 	hasCmds atomic.Bool // lets Process skip the lock when there is nothing
 	stopped bool
 
-	keys *keySource
-	mrs  keyTable
-	qps  map[uint32]*QP
+	qps map[uint32]*QP
 	// active holds the QPs Process visits: those with work, responses or
 	// timers. Quiet QPs leave it and come back when a packet arrives for
 	// them, a verbs command touches them, or a poster kicks them.
@@ -99,9 +99,8 @@ type Engine struct {
 	kicks   []*QP
 	hasKick atomic.Bool
 	nextQPN uint32
-	nextPD  atomic.Uint32
 
-	events chan Event
+	onEvent func(*QP, QPEvent)
 
 	rx  Packet // parse scratch
 	tx  Packet // build scratch
@@ -115,25 +114,23 @@ func NewEngine(port Port, wake func()) *Engine {
 		port:    port,
 		wakeF:   wake,
 		epoch:   time.Now(),
-		keys:    newKeySource(),
-		mrs:     keyTable{lkeys: map[uint32]*MR{}, rkeys: map[uint32]*MR{}},
 		qps:     map[uint32]*QP{},
 		nextQPN: 0x11 + randUint32()%0x10000,
-		events:  make(chan Event, 256),
 	}
 }
 
-func (e *Engine) wake() { e.wakeF() }
+// Wake rings the doorbell: the engine goroutine will run Process soon.
+// Verbs objects that hand the engine work without a QP (SRQ receives) call
+// it.
+func (e *Engine) Wake() { e.wakeF() }
 
 func (e *Engine) now() int64 { return int64(time.Since(e.epoch)) }
 
-// AllocPD allocates a protection domain (ibv_alloc_pd).
-func (e *Engine) AllocPD() *PD { return &PD{e: e, id: e.nextPD.Add(1)} }
-
-// do runs fn on the engine goroutine and returns its error. Once the engine
-// stopped, fn runs on the caller's goroutine, which is then the only one
-// touching engine state.
-func (e *Engine) do(fn func() error) error {
+// Do runs fn on the engine goroutine and returns its error: state the
+// engine reads without locks (QPs, and the memory key tables of package
+// verbs) is changed that way. Once the engine stopped, fn runs on the
+// caller's goroutine, which is then the only one touching engine state.
+func (e *Engine) Do(fn func() error) error {
 	e.cmdMu.Lock()
 	if e.stopped {
 		defer e.cmdMu.Unlock()
@@ -143,7 +140,7 @@ func (e *Engine) do(fn func() error) error {
 	e.cmds = append(e.cmds, c)
 	e.hasCmds.Store(true)
 	e.cmdMu.Unlock()
-	e.wake()
+	e.Wake()
 	return <-c.done
 }
 
@@ -217,7 +214,7 @@ func (e *Engine) Process() (busy bool, wait time.Duration) {
 // for diagnostics.
 func (e *Engine) ActiveQPs() int {
 	var n int
-	_ = e.do(func() error { n = len(e.active); return nil })
+	_ = e.Do(func() error { n = len(e.active); return nil })
 	return n
 }
 
@@ -238,7 +235,7 @@ func (e *Engine) kick(q *QP) {
 		e.hasKick.Store(true)
 		e.kickMu.Unlock()
 	}
-	e.wake()
+	e.Wake()
 }
 
 func (e *Engine) takeKicks() {
@@ -274,7 +271,7 @@ func (q *QP) quiet() bool {
 		return false
 	case r.compIdx != q.sq.tail.Load():
 		return false
-	case q.st == QPSErr && q.srq == nil && q.rq.count() > 0:
+	case q.st == QPSErr && q.srq == nil && q.rq.Len() > 0:
 		return false
 	case q.st == QPSSQD && !r.drained:
 		return false
@@ -340,7 +337,7 @@ func (q *QP) service(now int64) bool {
 	}
 	if q.st == QPSSQD && !q.req.drained && q.req.compIdx == q.req.reqIdx && !q.outstanding() {
 		q.req.drained = true
-		q.e.emit(Event{Type: EventSQDrained, QP: q})
+		q.e.emit(q, QPEventSQDrained)
 	}
 	if q.st == QPSRTS || q.st == QPSSQD {
 		q.checkTimers(now)
@@ -370,7 +367,7 @@ func (q *QP) toError() {
 	}
 	q.flush()
 	if q.srq != nil {
-		q.e.emit(Event{Type: EventQPLastWQEReached, QP: q})
+		q.e.emit(q, QPEventLastWQEReached)
 	}
 }
 
@@ -383,7 +380,7 @@ func (q *QP) flush() {
 		wc := WC{WRID: w.wr.ID, Status: WCWRFlushErr, Opcode: wcOpcodeOf(w.wr.Opcode), QPN: q.qpn, SrcQP: q.destQPN}
 		r.compIdx++
 		q.sq.head.Store(r.compIdx) // the slot is free before its completion shows
-		q.complete(q.sendCQ, &wc)
+		q.complete(q.sendCQ, wc, false)
 	}
 	r.reqIdx = r.compIdx
 	r.rdAtomicOut = 0
@@ -391,7 +388,7 @@ func (q *QP) flush() {
 		for w := q.rq.peek(); w != nil; w = q.rq.peek() {
 			wc := WC{WRID: w.id, Status: WCWRFlushErr, Opcode: WCRecv, QPN: q.qpn, SrcQP: q.destQPN}
 			q.rq.pop()
-			q.complete(q.recvCQ, &wc)
+			q.complete(q.recvCQ, wc, false)
 		}
 	}
 }

@@ -31,28 +31,25 @@ type fuzzTarget struct {
 	e     *Engine
 	port  *fakePort
 	qp    *QP
-	mr    *MR
+	mr    *testRegion
 	whole []byte
 	orig  []byte
-	cq    *CQ
+	cq    *testCQ
 }
 
 func newFuzzTarget(t testing.TB) *fuzzTarget {
 	port := &fakePort{}
 	e := NewEngine(port, func() {})
 	e.Stop() // no engine goroutine: calls run inline
-	pd := e.AllocPD()
 	ft := &fuzzTarget{e: e, port: port, whole: make([]byte, 3*4096)}
 	for i := range ft.whole {
 		ft.whole[i] = byte(i * 31)
 	}
 	ft.orig = append([]byte(nil), ft.whole...)
+	ft.mr = newTestRegion(ft.whole[4096:8192], 0x1234, AccessAll)
+	ft.cq = &testCQ{}
 	var err error
-	ft.mr, err = pd.RegMR(ft.whole[4096:8192], AccessLocalWrite|AccessRemoteWrite|AccessRemoteRead|AccessRemoteAtomic)
-	require.NoError(t, err)
-	ft.cq, err = NewCQ(1024, nil)
-	require.NoError(t, err)
-	ft.qp, err = pd.CreateQP(&QPInitAttr{SendCQ: ft.cq, RecvCQ: ft.cq, Cap: QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 2, MaxRecvSGE: 2}})
+	ft.qp, err = e.CreateQP(&QPConfig{Memory: &testMemory{ft.mr}, SendCQ: ft.cq, RecvCQ: ft.cq, Cap: QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 2, MaxRecvSGE: 2}})
 	require.NoError(t, err)
 	q := ft.qp
 	require.NoError(t, q.Modify(&QPAttr{State: QPSInit, AccessFlags: AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic},

@@ -1,56 +1,45 @@
 package ibtransport
 
-// EventType is the kind of an asynchronous event (ibv_event_type).
-type EventType uint8
+// QPEvent is an asynchronous event the engine raises about a QP (the QP
+// kinds of ibv_event_type; verbs adds those of SRQs and CQs).
+type QPEvent uint8
 
-// Asynchronous events.
+// QP events.
 const (
-	// EventQPFatal: the QP went to ERR by itself, because a work request
-	// failed or a peer's request could not be executed.
-	EventQPFatal EventType = iota + 1
-	// EventSQDrained: a QP in SQD has no work request in flight any more.
-	EventSQDrained
-	// EventSRQLimitReached: an armed SRQ dropped below its limit.
-	EventSRQLimitReached
-	// EventQPLastWQEReached: a QP attached to an SRQ went to ERR and will
+	// QPEventFatal: the QP went to ERR by itself, because a work request
+	// failed, a peer's request could not be executed or a CQ overran.
+	QPEventFatal QPEvent = iota + 1
+	// QPEventSQDrained: a QP in SQD has no work request in flight any more.
+	QPEventSQDrained
+	// QPEventLastWQEReached: a QP attached to an SRQ went to ERR and will
 	// consume no more of its receives.
-	EventQPLastWQEReached
-	// EventCQErr: a CQ overran; completions were lost.
-	EventCQErr
+	QPEventLastWQEReached
 )
 
-func (t EventType) String() string {
+func (t QPEvent) String() string {
 	switch t {
-	case EventQPFatal:
+	case QPEventFatal:
 		return "QP_FATAL"
-	case EventSQDrained:
+	case QPEventSQDrained:
 		return "SQ_DRAINED"
-	case EventSRQLimitReached:
-		return "SRQ_LIMIT_REACHED"
-	case EventQPLastWQEReached:
+	case QPEventLastWQEReached:
 		return "QP_LAST_WQE_REACHED"
-	case EventCQErr:
-		return "CQ_ERR"
 	}
-	return "unknown event"
+	return "unknown QP event"
 }
 
-// Event is an asynchronous event (ibv_async_event).
-type Event struct {
-	Type EventType
-	QP   *QP
-	SRQ  *SRQ
-	CQ   *CQ
+// HandleEvents makes fn receive the engine's QP events, on the engine
+// goroutine: fn must not block. Without a handler events are dropped.
+func (e *Engine) HandleEvents(fn func(*QP, QPEvent)) {
+	_ = e.Do(func() error {
+		e.onEvent = fn
+		return nil
+	})
 }
 
-// Events returns the channel of asynchronous events (ibv_get_async_event).
-// Events that find it full are dropped: a program that cares reads it.
-func (e *Engine) Events() <-chan Event { return e.events }
-
-func (e *Engine) emit(ev Event) {
-	select {
-	case e.events <- ev:
-	default:
+func (e *Engine) emit(q *QP, ev QPEvent) {
+	if e.onEvent != nil {
+		e.onEvent(q, ev)
 	}
 }
 
@@ -60,31 +49,13 @@ func (q *QP) fail() {
 		return
 	}
 	q.toError()
-	q.e.emit(Event{Type: EventQPFatal, QP: q})
-}
-
-// Modify sets the SRQ's limit and arms it (ibv_modify_srq with
-// IBV_SRQ_LIMIT): when fewer than limit receives remain, an
-// EventSRQLimitReached fires once. A limit of 0 disarms it.
-func (s *SRQ) Modify(limit int) error {
-	if limit < 0 || limit > len(s.rq.slots) {
-		return ErrInvalidArgument
-	}
-	s.limit.Store(int32(limit))
-	return nil
-}
-
-// checkLimit fires the SRQ limit event after the engine consumed a receive.
-func (s *SRQ) checkLimit(e *Engine) {
-	if l := s.limit.Load(); l > 0 && s.rq.count() < int(l) && s.limit.CompareAndSwap(l, 0) {
-		e.emit(Event{Type: EventSRQLimitReached, SRQ: s})
-	}
+	q.e.emit(q, QPEventFatal)
 }
 
 // complete posts a completion; a CQ overrun fails the QP, as IBA makes it
 // an error of the QPs using the CQ.
-func (q *QP) complete(cq *CQ, wc *WC) {
-	if !cq.push(wc) {
+func (q *QP) complete(cq CompletionQueue, wc WC, solicited bool) {
+	if !cq.Push(wc, solicited) {
 		q.fail()
 	}
 }

@@ -119,11 +119,16 @@ type QPCap struct {
 	MaxInlineData          int
 }
 
-// QPInitAttr describes a QP to create (ibv_qp_init_attr). Only RC QPs exist.
-type QPInitAttr struct {
-	SendCQ, RecvCQ *CQ
-	SRQ            *SRQ
-	Cap            QPCap
+// QPConfig describes a QP to create: its queue sizes and the verbs objects
+// it works with (package verbs fills it from ibv_qp_init_attr and the PD).
+type QPConfig struct {
+	// Memory resolves the memory keys of the QP's protection domain.
+	Memory         Memory
+	SendCQ, RecvCQ CompletionQueue
+	// SRQ is the shared receive queue the QP takes receives from; nil
+	// gives the QP its own receive queue of Cap.MaxRecvWR receives.
+	SRQ SharedRecvQueue
+	Cap QPCap
 	// SigAll makes every send work request signaled.
 	SigAll bool
 }
@@ -134,7 +139,6 @@ const (
 	MaxSGE          = 256
 	MaxInline       = 4096
 	MaxRdAtomic     = 16
-	MaxCQE          = 1 << 22
 	maxUnackedPSNs  = 128 // like rxe: the requester's window of unacknowledged PSNs
 	ackReqInterval  = 64  // AckReq at least every this many packets
 	packetBudget    = 64  // packets a QP may send per engine pass
@@ -153,7 +157,7 @@ const (
 type sendWQE struct {
 	wr     SendWR
 	sge    []SGE
-	mrs    []*MR
+	mrs    []Region // the regions behind sge, resolved before the first packet
 	inline []byte
 	length uint32
 	// Engine-owned.
@@ -178,11 +182,12 @@ type sendQueue struct {
 // QP is a reliable-connected queue pair.
 type QP struct {
 	e      *Engine
-	pd     *PD
+	mem    Memory
 	qpn    uint32
-	sendCQ *CQ
-	recvCQ *CQ
-	srq    *SRQ
+	sendCQ CompletionQueue
+	recvCQ CompletionQueue
+	srq    SharedRecvQueue
+	srqRQ  *RecvQueue // srq's ring
 	sigAll bool
 	cap    QPCap
 
@@ -192,7 +197,7 @@ type QP struct {
 	attr   QPAttr // last attributes set, for Query
 
 	sq sendQueue
-	rq recvQueue
+	rq RecvQueue // without an SRQ
 
 	// Everything below is owned by the engine goroutine.
 	inActive  bool // on the engine's active list
@@ -205,23 +210,16 @@ type QP struct {
 	resp      responder
 }
 
-// CreateQP creates an RC queue pair in pd (ibv_create_qp). It starts in
-// RESET.
-func (pd *PD) CreateQP(init *QPInitAttr) (*QP, error) {
+// CreateQP creates an RC queue pair (ibv_create_qp). It starts in RESET.
+func (e *Engine) CreateQP(init *QPConfig) (*QP, error) {
 	c := init.Cap
-	if init.SendCQ == nil || init.RecvCQ == nil {
-		return nil, fmt.Errorf("create QP: send and receive CQs are required: %w", ErrInvalidArgument)
+	if init.Memory == nil || init.SendCQ == nil || init.RecvCQ == nil {
+		return nil, fmt.Errorf("create QP: memory, send and receive CQs are required: %w", ErrInvalidArgument)
 	}
 	if c.MaxSendWR <= 0 || c.MaxSendWR > MaxQPWR || c.MaxRecvWR < 0 || c.MaxRecvWR > MaxQPWR ||
 		c.MaxSendSGE < 0 || c.MaxSendSGE > MaxSGE || c.MaxRecvSGE < 0 || c.MaxRecvSGE > MaxSGE ||
 		c.MaxInlineData < 0 || c.MaxInlineData > MaxInline {
 		return nil, fmt.Errorf("create QP: capabilities %+v out of range: %w", c, ErrInvalidArgument)
-	}
-	if !init.SendCQ.bind(pd.e) || !init.RecvCQ.bind(pd.e) {
-		return nil, fmt.Errorf("create QP: CQ used by another device: %w", ErrInvalidArgument)
-	}
-	if init.SRQ != nil && init.SRQ.pd != pd {
-		return nil, fmt.Errorf("create QP: SRQ of another protection domain: %w", ErrInvalidArgument)
 	}
 	if init.SRQ == nil && c.MaxRecvWR == 0 {
 		return nil, fmt.Errorf("create QP: no SRQ and no receive queue: %w", ErrInvalidArgument)
@@ -232,15 +230,17 @@ func (pd *PD) CreateQP(init *QPInitAttr) (*QP, error) {
 	if c.MaxRecvSGE == 0 {
 		c.MaxRecvSGE = 1
 	}
-	e := pd.e
-	q := &QP{e: e, pd: pd, sendCQ: init.SendCQ, recvCQ: init.RecvCQ, srq: init.SRQ, sigAll: init.SigAll}
+	q := &QP{e: e, mem: init.Memory, sendCQ: init.SendCQ, recvCQ: init.RecvCQ, srq: init.SRQ, sigAll: init.SigAll}
+	if init.SRQ != nil {
+		q.srqRQ = init.SRQ.RecvQueue()
+	}
 	size := 1 << bits.Len(uint(c.MaxSendWR-1))
 	q.sq.slots = make([]sendWQE, size)
 	q.sq.mask = uint32(size - 1)
 	q.sq.maxSGE = c.MaxSendSGE
 	q.sq.maxInline = c.MaxInlineData
 	sges := make([]SGE, size*c.MaxSendSGE)
-	mrs := make([]*MR, size*c.MaxSendSGE)
+	mrs := make([]Region, size*c.MaxSendSGE)
 	for i := range q.sq.slots {
 		s := &q.sq.slots[i]
 		s.sge = sges[i*c.MaxSendSGE : i*c.MaxSendSGE : (i+1)*c.MaxSendSGE]
@@ -250,18 +250,18 @@ func (pd *PD) CreateQP(init *QPInitAttr) (*QP, error) {
 		}
 	}
 	if init.SRQ == nil {
-		q.rq.init(c.MaxRecvWR, c.MaxRecvSGE)
-		c.MaxRecvWR = len(q.rq.slots)
+		q.rq.Init(c.MaxRecvWR, c.MaxRecvSGE)
+		c.MaxRecvWR = q.rq.Cap()
 	}
 	c.MaxSendWR = size
 	q.cap = c
 	recvSGE := c.MaxRecvSGE
 	if init.SRQ != nil {
-		recvSGE = max(recvSGE, init.SRQ.rq.maxSGE)
+		recvSGE = max(recvSGE, q.srqRQ.MaxSGE())
 	}
 	q.resp.recv.sge = make([]SGE, 0, recvSGE)
-	q.resp.recvMRs = make([]*MR, recvSGE)
-	err := e.do(func() error {
+	q.resp.recvMRs = make([]Region, recvSGE)
+	err := e.Do(func() error {
 		for {
 			q.qpn = e.nextQPN & PSNMask
 			e.nextQPN++
@@ -301,7 +301,7 @@ func (q *QP) Query() QPAttr {
 // at once, without completions.
 func (q *QP) Destroy() error {
 	e := q.e
-	return e.do(func() error {
+	return e.Do(func() error {
 		if e.qps[q.qpn] != q {
 			return fmt.Errorf("destroy QP %d: %w", q.qpn, ErrInvalidArgument)
 		}
@@ -338,7 +338,7 @@ var transitions = map[[2]QPState]transition{
 // have, a missing required attribute or an out-of-range value is an error
 // and changes nothing.
 func (q *QP) Modify(attr *QPAttr, mask QPAttrMask) error {
-	err := q.e.do(func() error { return q.modify(attr, mask) })
+	err := q.e.Do(func() error { return q.modify(attr, mask) })
 	if err != nil {
 		return fmt.Errorf("modify QP %d: %w", q.qpn, err)
 	}
@@ -493,7 +493,7 @@ func validateAttr(a *QPAttr, mask QPAttrMask) error {
 		return bad("SQ PSN", a.SQPSN)
 	case mask&QPAttrPort != 0 && a.Port != 1:
 		return bad("port", a.Port)
-	case mask&QPAttrAccessFlags != 0 && a.AccessFlags&^(AccessLocalWrite|AccessRemoteWrite|AccessRemoteRead|AccessRemoteAtomic) != 0:
+	case mask&QPAttrAccessFlags != 0 && a.AccessFlags&^AccessAll != 0:
 		return bad("access flags", a.AccessFlags)
 	}
 	return nil
@@ -632,7 +632,7 @@ func (q *QP) PostRecv(wr *RecvWR) error {
 	if q.State() == QPSReset {
 		return fmt.Errorf("post receive on QP %d: %w (RESET)", q.qpn, ErrInvalidState)
 	}
-	if err := q.rq.post(wr); err != nil {
+	if err := q.rq.Post(wr); err != nil {
 		return fmt.Errorf("QP %d: %w", q.qpn, err)
 	}
 	q.e.kick(q)
@@ -643,7 +643,7 @@ func (q *QP) PostRecv(wr *RecvWR) error {
 // timers) for diagnostics; it is taken on the engine goroutine.
 func (q *QP) DebugState() string {
 	var s string
-	_ = q.e.do(func() error {
+	_ = q.e.Do(func() error {
 		r, p := &q.req, &q.resp
 		s = fmt.Sprintf("QP %d %v: sq tail %d req %d comp %d sqPSN %d compPSN %d rdAtomic %d retries %d/%d retransAt %d rnrAt %d retried %v@%d; "+
 			"resp ePSN %d msn %d mode %d nakSent %v jobs %d errPending %v; now %d",
@@ -667,7 +667,7 @@ func (q *QP) PostRecvList(wrs []RecvWR) (int, error) {
 	if q.State() == QPSReset {
 		return 0, fmt.Errorf("post receive on QP %d: %w (RESET)", q.qpn, ErrInvalidState)
 	}
-	n, err := q.rq.postList(wrs)
+	n, err := q.rq.PostList(wrs)
 	if n > 0 {
 		q.e.kick(q)
 	}

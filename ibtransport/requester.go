@@ -111,7 +111,10 @@ func (q *QP) packets(w *sendWQE) uint32 {
 // first packet.
 func (q *QP) prepare(w *sendWQE) WCStatus {
 	op := w.wr.Opcode
-	needWrite := op.isRead() || op.isAtomic()
+	var need Access // READ and atomic results are written into the SGL
+	if op.isRead() || op.isAtomic() {
+		need = AccessLocalWrite
+	}
 	if op.isAtomic() && (w.length < 8 || len(w.inline) > 0) {
 		return WCLocLenErr
 	}
@@ -120,14 +123,8 @@ func (q *QP) prepare(w *sendWQE) WCStatus {
 		if s.Length == 0 {
 			continue
 		}
-		mr := q.e.mrs.lkeys[s.LKey]
-		if mr == nil || !mr.valid || mr.pd != q.pd {
-			return WCLocProtErr
-		}
-		if needWrite && mr.access&AccessLocalWrite == 0 {
-			return WCLocProtErr
-		}
-		if _, ok := mr.slice(s.Addr, s.Length); !ok {
+		mr := q.mem.LocalRegion(s.LKey, s.Addr, s.Length, need)
+		if mr == nil {
 			return WCLocProtErr
 		}
 		w.mrs[i] = mr
@@ -150,10 +147,10 @@ func (w *sendWQE) gather(off uint32, dst []byte) bool {
 			continue
 		}
 		mr := w.mrs[i]
-		if mr == nil || !mr.valid {
+		if mr == nil {
 			return false
 		}
-		src, ok := mr.slice(s.Addr+uint64(off), min(s.Length-off, uint32(len(dst))))
+		src, ok := mr.Slice(s.Addr+uint64(off), min(s.Length-off, uint32(len(dst))))
 		if !ok {
 			return false
 		}
@@ -175,10 +172,10 @@ func (w *sendWQE) scatter(off uint32, src []byte) bool {
 			continue
 		}
 		mr := w.mrs[i]
-		if mr == nil || !mr.valid {
+		if mr == nil {
 			return false
 		}
-		dst, ok := mr.slice(s.Addr+uint64(off), min(s.Length-off, uint32(len(src))))
+		dst, ok := mr.Slice(s.Addr+uint64(off), min(s.Length-off, uint32(len(src))))
 		if !ok {
 			return false
 		}

@@ -21,7 +21,7 @@ type respJob struct {
 	psn       PSN // (next) PSN to send
 	msn       uint32
 	orig      uint64 // atomic: the original value
-	mr        *MR    // read: the source
+	mr        Region // read: the source
 	va        uint64
 	remaining uint32
 	first     bool
@@ -58,13 +58,13 @@ type responder struct {
 	// The receive WQE a SEND (or WRITE with immediate) is filling.
 	recvActive bool
 	recv       recvWQE
-	recvMRs    []*MR
+	recvMRs    []Region
 	recvOff    uint32
 	recvBad    WCStatus // a problem found with the WQE's SGL
 	recvCap    uint64   // total length of the WQE's SGL
 
 	// The WRITE in progress.
-	wMR        *MR
+	wMR        Region
 	wVA        uint64
 	wRemaining uint32
 	wTotal     uint32
@@ -117,16 +117,15 @@ func (q *QP) nakError(psn PSN, code NAKCode, recvStatus WCStatus) {
 func (q *QP) qpAllows(a Access) bool { return q.attr.AccessFlags&a != 0 }
 
 // lookupRKey finds the region behind rkey for n bytes at va with access a,
-// applying every check a remote access must pass.
-func (q *QP) lookupRKey(rkey uint32, va uint64, n uint32, a Access) (*MR, bool) {
-	mr := q.e.mrs.rkeys[rkey]
-	if mr == nil || !mr.valid || !mr.rkeyValid || mr.pd != q.pd || mr.access&a == 0 || !q.qpAllows(a) {
+// applying every check a remote access must pass: the QP's own access
+// flags here, the region's protection domain, rights and bounds in the
+// Memory of the QP's PD.
+func (q *QP) lookupRKey(rkey uint32, va uint64, n uint32, a Access) (Region, bool) {
+	if !q.qpAllows(a) {
 		return nil, false
 	}
-	if _, ok := mr.slice(va, n); !ok {
-		return nil, false
-	}
-	return mr, true
+	mr := q.mem.RemoteRegion(rkey, va, n, a)
+	return mr, mr != nil
 }
 
 // onRequest is the responder: it checks a request packet's PSN, opcode
@@ -225,13 +224,10 @@ func (q *QP) executeSend(p *Packet, oi *OpcodeInfo, psn PSN) {
 		}
 		if p.IETH != nil {
 			inv = p.IETH.RKey()
-			mr := q.e.mrs.rkeys[inv]
-			if mr == nil || mr.pd != q.pd {
+			if !q.mem.InvalidateRKey(inv) {
 				q.nakError(psn, NAKInvalidRequest, WCRemInvReqErr)
 				return
 			}
-			mr.rkeyValid = false
-			delete(q.e.mrs.rkeys, inv)
 			flags = WCWithInv
 		}
 		r.msn++
@@ -272,11 +268,11 @@ func (q *QP) executeWrite(p *Packet, oi *OpcodeInfo, psn PSN) {
 		}
 	}
 	if plen > 0 {
-		if r.wMR == nil || !r.wMR.valid || !r.wMR.rkeyValid {
+		if r.wMR == nil {
 			q.nakError(psn, NAKRemoteAccessError, WCRemAccessErr)
 			return
 		}
-		dst, ok := r.wMR.slice(r.wVA, plen)
+		dst, ok := r.wMR.Slice(r.wVA, plen)
 		if !ok {
 			q.nakError(psn, NAKRemoteAccessError, WCRemAccessErr)
 			return
@@ -311,7 +307,7 @@ func (q *QP) executeRead(p *Packet, psn PSN) {
 		return // no room to answer; the requester will retry
 	}
 	n, va, rkey := p.RETH.DMALength(), p.RETH.VA(), p.RETH.RKey()
-	var mr *MR
+	var mr Region
 	if n > 0 {
 		var ok bool
 		if mr, ok = q.lookupRKey(rkey, va, n, AccessRemoteRead); !ok {
@@ -348,9 +344,9 @@ func (q *QP) executeAtomic(p *Packet, psn PSN) {
 		q.nakError(psn, NAKRemoteAccessError, WCRemAccessErr)
 		return
 	}
-	b, _ := mr.slice(va, 8)
+	b, _ := mr.Slice(va, 8)
 	var orig uint64
-	if uintptr(unsafe.Pointer(&b[0]))&7 == 0 {
+	if len(b) == 8 && uintptr(unsafe.Pointer(&b[0]))&7 == 0 {
 		ptr := (*uint64)(unsafe.Pointer(&b[0]))
 		if p.BTH.Opcode() == OpRCCompareSwap {
 			for {
@@ -406,7 +402,7 @@ func (q *QP) duplicate(p *Packet, oi *OpcodeInfo, psn PSN) {
 			if max((n+q.mtu-1)/q.mtu, 1) != uint32(res.lastPSN.Diff(psn))+1 {
 				return
 			}
-			var mr *MR
+			var mr Region
 			if n > 0 {
 				var ok bool
 				if mr, ok = q.lookupRKey(res.rkey, va, n, AccessRemoteRead); !ok {
@@ -447,7 +443,7 @@ func (q *QP) rnrNAK(psn PSN) {
 func (q *QP) takeRecv() bool {
 	rq := &q.rq
 	if q.srq != nil {
-		rq = &q.srq.rq
+		rq = q.srqRQ
 	}
 	w := rq.peek()
 	if w == nil {
@@ -458,7 +454,7 @@ func (q *QP) takeRecv() bool {
 	r.recv.sge = append(r.recv.sge[:0], w.sge...)
 	rq.pop()
 	if q.srq != nil {
-		q.srq.checkLimit(q.e)
+		q.srq.Consumed()
 	}
 	r.recvActive = true
 	r.recvOff = 0
@@ -470,12 +466,8 @@ func (q *QP) takeRecv() bool {
 		if s.Length == 0 {
 			continue
 		}
-		mr := q.e.mrs.lkeys[s.LKey]
-		if mr == nil || !mr.valid || mr.pd != q.pd || mr.access&AccessLocalWrite == 0 {
-			r.recvBad = WCLocProtErr
-			continue
-		}
-		if _, ok := mr.slice(s.Addr, s.Length); !ok {
+		mr := q.mem.LocalRegion(s.LKey, s.Addr, s.Length, AccessLocalWrite)
+		if mr == nil {
 			r.recvBad = WCLocProtErr
 			continue
 		}
@@ -501,10 +493,10 @@ func (q *QP) scatterRecv(src []byte) WCStatus {
 			continue
 		}
 		mr := r.recvMRs[i]
-		if mr == nil || !mr.valid {
+		if mr == nil {
 			return WCLocProtErr
 		}
-		dst, ok := mr.slice(s.Addr+uint64(off), min(s.Length-off, uint32(len(src))))
+		dst, ok := mr.Slice(s.Addr+uint64(off), min(s.Length-off, uint32(len(src))))
 		if !ok {
 			return WCLocProtErr
 		}
@@ -520,16 +512,16 @@ func (q *QP) scatterRecv(src []byte) WCStatus {
 func (q *QP) finishRecv(op WCOpcode, n uint32, flags WCFlags, imm, inv uint32, solicited bool) {
 	r := &q.resp
 	wc := WC{WRID: r.recv.id, Status: WCSuccess, Opcode: op, Flags: flags, ByteLen: n, Imm: imm,
-		InvalidatedRKey: inv, QPN: q.qpn, SrcQP: q.destQPN, solicited: solicited}
+		InvalidatedRKey: inv, QPN: q.qpn, SrcQP: q.destQPN}
 	r.recvActive = false
-	q.complete(q.recvCQ, &wc)
+	q.complete(q.recvCQ, wc, solicited)
 }
 
 func (q *QP) completeRecv(st WCStatus, n uint32) {
 	r := &q.resp
 	wc := WC{WRID: r.recv.id, Status: st, Opcode: WCRecv, ByteLen: n, QPN: q.qpn, SrcQP: q.destQPN}
 	r.recvActive = false
-	q.complete(q.recvCQ, &wc)
+	q.complete(q.recvCQ, wc, false)
 }
 
 // sendResponses sends queued responses in order. It reports whether it
@@ -580,8 +572,8 @@ func (q *QP) sendResponses() bool {
 				p.AETH.SetMSN(j.msn)
 			}
 			if payload > 0 {
-				src, ok := j.mr.slice(j.va, payload)
-				if !j.mr.valid || !j.mr.rkeyValid || !ok {
+				src, ok := j.mr.Slice(j.va, payload)
+				if !ok {
 					// Deregistered while answering: stop; a retried READ
 					// will be NAKed.
 					r.jobHead++

@@ -186,9 +186,6 @@ type WC struct {
 	InvalidatedRKey uint32 // with WCWithInv
 	QPN             uint32 // the local QP
 	SrcQP           uint32 // the remote QP
-	// solicited marks receive completions of messages with the solicited
-	// event bit, for solicited-only CQ notification.
-	solicited bool
 }
 
 func wcOpcodeOf(o WROpcode) WCOpcode {

@@ -12,21 +12,24 @@ import (
 	"github.com/softnic/softnic/ibtransport"
 	"github.com/softnic/softnic/roce"
 	"github.com/softnic/softnic/roce/memlink"
+	"github.com/softnic/softnic/verbs"
 )
 
 // devicePair returns two devices on a memlink pair with a connected QP each.
-func devicePair(t *testing.T, cfg memlink.Config, addrA, addrB netip.Addr, mtu ibtransport.MTU) (*roce.Device, *roce.Device, *ibtransport.QP, *ibtransport.QP, *ibtransport.CQ, *ibtransport.CQ, error) {
+// The QPs, CQs and PDs are verbs objects: the RoCE device only carries
+// their packets.
+func devicePair(t *testing.T, cfg memlink.Config, addrA, addrB netip.Addr, mtu ibtransport.MTU) (*roce.Device, *roce.Device, *ibtransport.QP, *ibtransport.QP, *verbs.CQ, *verbs.CQ, error) {
 	t.Helper()
 	la, lb := memlink.Pair(cfg)
-	a, err := roce.NewDevice(la, roce.DeviceConfig{Addrs: []netip.Addr{addrA}})
+	a, err := verbs.Open(la, verbs.Config{Addrs: []netip.Addr{addrA}})
 	require.NoError(t, err)
-	b, err := roce.NewDevice(lb, roce.DeviceConfig{Addrs: []netip.Addr{addrB}})
+	b, err := verbs.Open(lb, verbs.Config{Addrs: []netip.Addr{addrB}})
 	require.NoError(t, err)
 	t.Cleanup(func() { a.Close(); b.Close(); la.Close(); lb.Close() })
-	mk := func(d *roce.Device) (*ibtransport.QP, *ibtransport.CQ) {
-		cq, err := ibtransport.NewCQ(64, nil)
+	mk := func(d *verbs.Device) (*ibtransport.QP, *verbs.CQ) {
+		cq, err := d.CreateCQ(64, nil)
 		require.NoError(t, err)
-		qp, err := d.Engine().AllocPD().CreateQP(&ibtransport.QPInitAttr{SendCQ: cq, RecvCQ: cq,
+		qp, err := d.AllocPD().CreateQP(&verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq,
 			Cap: ibtransport.QPCap{MaxSendWR: 16, MaxRecvWR: 16}})
 		require.NoError(t, err)
 		return qp, cq
@@ -52,7 +55,7 @@ func devicePair(t *testing.T, cfg memlink.Config, addrA, addrB netip.Addr, mtu i
 			RNRRetry: 7, MaxRdAtomic: 1}, ibtransport.QPAttrState|ibtransport.QPAttrSQPSN|ibtransport.QPAttrTimeout|
 			ibtransport.QPAttrRetryCnt|ibtransport.QPAttrRNRRetry|ibtransport.QPAttrMaxQPRdAtomic))
 	}
-	return a, b, qa, qb, ca, cb, firstErr
+	return a.RoCE(), b.RoCE(), qa, qb, ca, cb, firstErr
 }
 
 func TestDeviceIPv6AndCounters(t *testing.T) {

@@ -3,22 +3,19 @@ package verbs
 import (
 	"fmt"
 	"net/netip"
+	"sync/atomic"
 
 	"github.com/softnic/softnic/ibtransport"
 	"github.com/softnic/softnic/roce"
 )
 
-// Objects of the verbs API.
+// The queue pair and the vocabulary of work requests, completions and QP
+// attributes are the transport engine's; they keep their libibverbs names
+// here. PD, MR, CQ, CompChannel and SRQ are this package's own.
 type (
-	PD            = ibtransport.PD
-	MR            = ibtransport.MR
-	CQ            = ibtransport.CQ
-	CompChannel   = ibtransport.CompChannel
-	SRQ           = ibtransport.SRQ
 	QP            = ibtransport.QP
 	QPAttr        = ibtransport.QPAttr
 	QPAttrMask    = ibtransport.QPAttrMask
-	QPInitAttr    = ibtransport.QPInitAttr
 	QPCap         = ibtransport.QPCap
 	QPState       = ibtransport.QPState
 	AddressVector = ibtransport.AddressVector
@@ -35,17 +32,6 @@ type (
 	WCStatus      = ibtransport.WCStatus
 	WCOpcode      = ibtransport.WCOpcode
 	WCFlags       = ibtransport.WCFlags
-	Event         = ibtransport.Event
-	EventType     = ibtransport.EventType
-)
-
-// Asynchronous event types.
-const (
-	EventQPFatal          = ibtransport.EventQPFatal
-	EventSQDrained        = ibtransport.EventSQDrained
-	EventSRQLimitReached  = ibtransport.EventSRQLimitReached
-	EventQPLastWQEReached = ibtransport.EventQPLastWQEReached
-	EventCQErr            = ibtransport.EventCQErr
 )
 
 // Access flags.
@@ -156,7 +142,6 @@ var (
 	ErrInvalidArgument = ibtransport.ErrInvalidArgument
 	ErrQueueFull       = ibtransport.ErrQueueFull
 	ErrInvalidState    = ibtransport.ErrInvalidState
-	ErrCQOverflow      = ibtransport.ErrCQOverflow
 )
 
 // Config describes a device to open.
@@ -168,9 +153,17 @@ type Config struct {
 	Resolve func(netip.Addr) ([6]byte, error)
 }
 
-// Device is an opened RDMA device (ibv_context).
+// Device is an opened RDMA device (ibv_context): a RoCE device, whose
+// engine runs the transport, and the verbs objects' device-wide state.
 type Device struct {
 	dev *roce.Device
+	eng *ibtransport.Engine
+	// keys and mrs are the memory keys of all the device's regions: the
+	// engine goroutine owns mrs (see keyTable).
+	keys   *keySource
+	mrs    keyTable
+	nextPD atomic.Uint32
+	events chan Event
 }
 
 // Open opens a device on link (ibv_open_device). The device runs an engine
@@ -180,7 +173,9 @@ func Open(link roce.Link, cfg Config) (*Device, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open device: %w", err)
 	}
-	return &Device{dev: d}, nil
+	dev := &Device{dev: d, eng: d.Engine(), keys: newKeySource(), mrs: newKeyTable(), events: make(chan Event, 256)}
+	dev.eng.HandleEvents(dev.onQPEvent)
+	return dev, nil
 }
 
 // Close stops the device; the link stays open.
@@ -190,24 +185,10 @@ func (d *Device) Close() error { return d.dev.Close() }
 func (d *Device) RoCE() *roce.Device { return d.dev }
 
 // Counters returns the transport engine's counters.
-func (d *Device) Counters() *ibtransport.Counters { return &d.dev.Engine().Ctr }
-
-// Events returns the device's asynchronous events (ibv_get_async_event).
-func (d *Device) Events() <-chan Event { return d.dev.Engine().Events() }
+func (d *Device) Counters() *ibtransport.Counters { return &d.eng.Ctr }
 
 // GID returns entry index of the GID table (ibv_query_gid).
 func (d *Device) GID(index int) (GID, error) { return d.dev.GID(index) }
-
-// AllocPD allocates a protection domain (ibv_alloc_pd).
-func (d *Device) AllocPD() *PD { return d.dev.Engine().AllocPD() }
-
-// CreateCQ creates a completion queue of at least n entries (ibv_create_cq),
-// attached to ch for events if ch is not nil.
-func (d *Device) CreateCQ(n int, ch *CompChannel) (*CQ, error) { return ibtransport.NewCQ(n, ch) }
-
-// NewCompChannel creates a completion event channel
-// (ibv_create_comp_channel).
-func (d *Device) NewCompChannel() *CompChannel { return ibtransport.NewCompChannel() }
 
 // DeviceAttr are a device's limits (the ibv_device_attr fields programs
 // size their queues and requests by).
@@ -224,7 +205,7 @@ type DeviceAttr struct {
 
 // Query returns the device's limits (ibv_query_device).
 func (d *Device) Query() DeviceAttr {
-	return DeviceAttr{MaxQPWR: ibtransport.MaxQPWR, MaxSGE: ibtransport.MaxSGE, MaxCQE: ibtransport.MaxCQE,
+	return DeviceAttr{MaxQPWR: ibtransport.MaxQPWR, MaxSGE: ibtransport.MaxSGE, MaxCQE: MaxCQE,
 		MaxInlineData: ibtransport.MaxInline, MaxQPRdAtom: ibtransport.MaxRdAtomic, MaxMsgSize: 1 << 31,
 		AtomicHostOrder: true, PhysPortCnt: 1}
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/softnic/softnic/ibtransport"
 	"github.com/softnic/softnic/roce"
+	"github.com/softnic/softnic/verbs"
 )
 
 func init() {
@@ -80,7 +81,7 @@ func formatDevinfo(nd *roce.Netdev, verbose bool) string {
 		kv("\t", "max_qp_wr", 3, "%d", ibtransport.MaxQPWR)
 		kv("\t", "max_sge", 3, "%d", ibtransport.MaxSGE)
 		kv("\t", "max_sge_rd", 3, "%d", ibtransport.MaxSGE)
-		kv("\t", "max_cqe", 3, "%d", ibtransport.MaxCQE)
+		kv("\t", "max_cqe", 3, "%d", verbs.MaxCQE)
 		kv("\t", "max_qp_rd_atom", 3, "%d", ibtransport.MaxRdAtomic)
 		kv("\t", "max_qp_init_rd_atom", 2, "%d", ibtransport.MaxRdAtomic)
 		kv("\t", "atomic_cap", 3, "ATOMIC_HCA (1)")

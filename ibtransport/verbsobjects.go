@@ -1,0 +1,54 @@
+package ibtransport
+
+// The engine executes requests against memory regions and reports work
+// completions, but those objects belong to package verbs (protection
+// domains, memory regions, completion queues, shared receive queues). The
+// interfaces below are all the engine needs of them. The engine goroutine is
+// their only caller, once per packet at most, so implementations must not
+// block, lock or allocate.
+
+// Memory resolves memory keys for one protection domain (a verbs PD): the
+// regions it returns belong to that domain and grant the access asked for.
+type Memory interface {
+	// LocalRegion returns the region registered under lkey if it grants
+	// every right in access (0 asks for local read only) and holds the n
+	// bytes at virtual address va; nil otherwise. Work requests' SGEs
+	// are resolved with it.
+	LocalRegion(lkey uint32, va uint64, n uint32, access Access) Region
+	// RemoteRegion is LocalRegion for a peer's request: the region whose
+	// rkey is rkey, which must still be valid (not invalidated by a
+	// SEND_WITH_INV).
+	RemoteRegion(rkey uint32, va uint64, n uint32, access Access) Region
+	// InvalidateRKey invalidates rkey (SEND_WITH_INV) and reports false if
+	// no region of the domain has it.
+	InvalidateRKey(rkey uint32) bool
+}
+
+// Region is a registered memory region as the engine holds it between
+// packets: the only way the engine touches registered memory.
+type Region interface {
+	// Slice returns the n bytes at virtual address va, or false if they
+	// lie outside the region, or the region was deregistered since it was
+	// looked up (or, found by rkey, its rkey invalidated).
+	Slice(va uint64, n uint32) ([]byte, bool)
+}
+
+// CompletionQueue takes a QP's work completions (a verbs CQ).
+type CompletionQueue interface {
+	// Push adds wc; solicited marks the receive completion of a message
+	// with the solicited event bit (for solicited-only notification). It
+	// reports false when the queue is full: the completion is lost, and
+	// the engine moves the QP to ERR, as IBA makes a CQ overrun an error
+	// of the QPs using the CQ.
+	Push(wc WC, solicited bool) bool
+}
+
+// SharedRecvQueue is a receive queue several QPs take receives from (a
+// verbs SRQ).
+type SharedRecvQueue interface {
+	// RecvQueue returns the ring of posted receives.
+	RecvQueue() *RecvQueue
+	// Consumed is called after the engine took a receive from the ring
+	// (the SRQ limit event is checked there).
+	Consumed()
+}

@@ -1,0 +1,79 @@
+package ibtransport
+
+import "unsafe"
+
+// The engine's tests stand in for package verbs with these minimal
+// implementations of the interfaces in verbsobjects.go.
+
+// testRegion is a registered region with one key for local and remote use.
+type testRegion struct {
+	buf       []byte
+	addr      uint64
+	key       uint32
+	access    Access
+	rkeyValid bool
+}
+
+func newTestRegion(buf []byte, key uint32, access Access) *testRegion {
+	return &testRegion{buf: buf, addr: uint64(uintptr(unsafe.Pointer(unsafe.SliceData(buf)))), key: key, access: access,
+		rkeyValid: true}
+}
+
+func (m *testRegion) Addr() uint64 { return m.addr }
+func (m *testRegion) RKey() uint32 { return m.key }
+func (m *testRegion) SGE(off, n int) SGE {
+	return SGE{Addr: m.addr + uint64(off), Length: uint32(n), LKey: m.key}
+}
+
+func (m *testRegion) Slice(va uint64, n uint32) ([]byte, bool) {
+	if va < m.addr {
+		return nil, false
+	}
+	off := va - m.addr
+	if off > uint64(len(m.buf)) || uint64(n) > uint64(len(m.buf))-off {
+		return nil, false
+	}
+	return m.buf[off : off+uint64(n)], true
+}
+
+// testMemory is a protection domain holding one region.
+type testMemory struct{ mr *testRegion }
+
+func (t *testMemory) LocalRegion(lkey uint32, va uint64, n uint32, a Access) Region {
+	if lkey != t.mr.key || t.mr.access&a != a {
+		return nil
+	}
+	if _, ok := t.mr.Slice(va, n); !ok {
+		return nil
+	}
+	return t.mr
+}
+
+func (t *testMemory) RemoteRegion(rkey uint32, va uint64, n uint32, a Access) Region {
+	if !t.mr.rkeyValid {
+		return nil
+	}
+	return t.LocalRegion(rkey, va, n, a)
+}
+
+func (t *testMemory) InvalidateRKey(rkey uint32) bool {
+	if rkey != t.mr.key {
+		return false
+	}
+	t.mr.rkeyValid = false
+	return true
+}
+
+// testCQ is an unbounded completion queue.
+type testCQ struct{ wcs []WC }
+
+func (c *testCQ) Push(wc WC, _ bool) bool {
+	c.wcs = append(c.wcs, wc)
+	return true
+}
+
+func (c *testCQ) Poll(wcs []WC) (int, error) {
+	n := copy(wcs, c.wcs)
+	c.wcs = c.wcs[n:]
+	return n, nil
+}

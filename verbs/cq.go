@@ -1,0 +1,156 @@
+package verbs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/bits"
+	"sync"
+	"sync/atomic"
+)
+
+// MaxCQE is the most completions a CQ holds.
+const MaxCQE = 1 << 22
+
+// ErrCQOverflow is what polling a CQ that overran returns.
+var ErrCQOverflow = errors.New("verbs: completion queue overrun")
+
+// CompChannel delivers completion events of the CQs attached to it
+// (ibv_comp_channel): after CQ.RequestNotify, the next completion sends the
+// CQ on C.
+type CompChannel struct {
+	C chan *CQ
+}
+
+// NewCompChannel creates a completion event channel
+// (ibv_create_comp_channel).
+func (d *Device) NewCompChannel() *CompChannel { return &CompChannel{C: make(chan *CQ, 256)} }
+
+// Get waits for the next event (ibv_get_cq_event).
+func (ch *CompChannel) Get(ctx context.Context) (*CQ, error) {
+	select {
+	case cq := <-ch.C:
+		return cq, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// CQ is a completion queue (ibv_cq): a ring the device's engine goroutine
+// fills, its only producer, and any goroutine polls.
+type CQ struct {
+	dev      *Device
+	slots    []WC
+	mask     uint64
+	head     atomic.Uint64 // next to poll
+	tail     atomic.Uint64 // next to fill
+	mu       sync.Mutex    // serialises pollers
+	overflow atomic.Bool
+	waiters  atomic.Int32
+	notify   chan struct{}
+	channel  *CompChannel
+	armed    atomic.Uint32 // 0 not armed, 1 any completion, 2 solicited only
+	// Context is free for the user (ibv_cq's cq_context).
+	Context any
+}
+
+// CreateCQ creates a completion queue of at least n entries (ibv_create_cq),
+// attached to ch for events if ch is not nil. Its QPs must be of the same
+// device.
+func (d *Device) CreateCQ(n int, ch *CompChannel) (*CQ, error) {
+	if n <= 0 || n > MaxCQE {
+		return nil, fmt.Errorf("create CQ of %d entries: %w", n, ErrInvalidArgument)
+	}
+	size := 1 << bits.Len(uint(n-1))
+	return &CQ{dev: d, slots: make([]WC, size), mask: uint64(size - 1), notify: make(chan struct{}, 1), channel: ch}, nil
+}
+
+// Cap returns the number of completions the CQ holds.
+func (c *CQ) Cap() int { return len(c.slots) }
+
+// cqSink is the CQ as the engine sees it (ibtransport.CompletionQueue).
+type cqSink CQ
+
+// Push adds a completion without a lock: the engine goroutine is the only
+// producer. It reports false if the CQ overran.
+func (s *cqSink) Push(wc WC, solicited bool) bool {
+	c := (*CQ)(s)
+	t := c.tail.Load()
+	if t-c.head.Load() >= uint64(len(c.slots)) {
+		if c.overflow.CompareAndSwap(false, true) {
+			c.dev.emit(Event{Type: EventCQErr, CQ: c})
+		}
+		return false
+	}
+	c.slots[t&c.mask] = wc
+	c.tail.Store(t + 1)
+	if c.waiters.Load() > 0 {
+		select {
+		case c.notify <- struct{}{}:
+		default:
+		}
+	}
+	if a := c.armed.Load(); a != 0 && (a == 1 || solicited || wc.Status != WCSuccess) {
+		if c.armed.CompareAndSwap(a, 0) && c.channel != nil {
+			select {
+			case c.channel.C <- c:
+			default:
+			}
+		}
+	}
+	return true
+}
+
+// Poll moves up to len(wcs) completions into wcs and returns how many
+// (ibv_poll_cq). After an overrun it returns ErrCQOverflow.
+func (c *CQ) Poll(wcs []WC) (int, error) {
+	if c.overflow.Load() {
+		return 0, ErrCQOverflow
+	}
+	c.mu.Lock()
+	h := c.head.Load()
+	n := int(min(c.tail.Load()-h, uint64(len(wcs))))
+	for i := range n {
+		wcs[i] = c.slots[(h+uint64(i))&c.mask]
+	}
+	c.head.Store(h + uint64(n))
+	c.mu.Unlock()
+	return n, nil
+}
+
+// Wait polls like Poll but blocks until at least one completion is there or
+// ctx ends.
+func (c *CQ) Wait(ctx context.Context, wcs []WC) (int, error) {
+	for {
+		if n, err := c.Poll(wcs); n > 0 || err != nil {
+			return n, err
+		}
+		c.waiters.Add(1)
+		if n, err := c.Poll(wcs); n > 0 || err != nil {
+			c.waiters.Add(-1)
+			return n, err
+		}
+		select {
+		case <-c.notify:
+			c.waiters.Add(-1)
+		case <-ctx.Done():
+			c.waiters.Add(-1)
+			return 0, ctx.Err()
+		}
+	}
+}
+
+// RequestNotify arms the CQ (ibv_req_notify_cq): the next completion, or
+// with solicitedOnly the next solicited or error completion, sends the CQ on
+// its completion channel once.
+func (c *CQ) RequestNotify(solicitedOnly bool) error {
+	if c.channel == nil {
+		return fmt.Errorf("request CQ notification: no completion channel: %w", ErrInvalidArgument)
+	}
+	v := uint32(1)
+	if solicitedOnly {
+		v = 2
+	}
+	c.armed.Store(v)
+	return nil
+}

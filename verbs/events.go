@@ -1,0 +1,73 @@
+package verbs
+
+import "github.com/softnic/softnic/ibtransport"
+
+// EventType is the kind of an asynchronous event (ibv_event_type).
+type EventType uint8
+
+// Asynchronous events.
+const (
+	// EventQPFatal: the QP went to ERR by itself, because a work request
+	// failed, a peer's request could not be executed or a CQ overran.
+	EventQPFatal EventType = iota + 1
+	// EventSQDrained: a QP in SQD has no work request in flight any more.
+	EventSQDrained
+	// EventSRQLimitReached: an armed SRQ dropped below its limit.
+	EventSRQLimitReached
+	// EventQPLastWQEReached: a QP attached to an SRQ went to ERR and will
+	// consume no more of its receives.
+	EventQPLastWQEReached
+	// EventCQErr: a CQ overran; completions were lost.
+	EventCQErr
+)
+
+func (t EventType) String() string {
+	switch t {
+	case EventQPFatal:
+		return "QP_FATAL"
+	case EventSQDrained:
+		return "SQ_DRAINED"
+	case EventSRQLimitReached:
+		return "SRQ_LIMIT_REACHED"
+	case EventQPLastWQEReached:
+		return "QP_LAST_WQE_REACHED"
+	case EventCQErr:
+		return "CQ_ERR"
+	}
+	return "unknown event"
+}
+
+// Event is an asynchronous event (ibv_async_event); the field of the
+// object it concerns is set.
+type Event struct {
+	Type EventType
+	QP   *QP
+	SRQ  *SRQ
+	CQ   *CQ
+}
+
+// Events returns the device's asynchronous events (ibv_get_async_event).
+// Events that find the channel full are dropped: a program that cares
+// reads it.
+func (d *Device) Events() <-chan Event { return d.events }
+
+// emit queues an event; the engine goroutine calls it, so it never blocks.
+func (d *Device) emit(ev Event) {
+	select {
+	case d.events <- ev:
+	default:
+	}
+}
+
+var qpEventTypes = [...]EventType{
+	ibtransport.QPEventFatal:          EventQPFatal,
+	ibtransport.QPEventSQDrained:      EventSQDrained,
+	ibtransport.QPEventLastWQEReached: EventQPLastWQEReached,
+}
+
+// onQPEvent receives the engine's QP events.
+func (d *Device) onQPEvent(q *QP, ev ibtransport.QPEvent) {
+	if int(ev) < len(qpEventTypes) && qpEventTypes[ev] != 0 {
+		d.emit(Event{Type: qpEventTypes[ev], QP: q})
+	}
+}

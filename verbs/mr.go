@@ -1,0 +1,194 @@
+package verbs
+
+import (
+	crand "crypto/rand"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"unsafe"
+
+	"github.com/softnic/softnic/ibtransport"
+)
+
+// MR is a registered memory region (ibv_mr): a byte slice the transport may
+// read and write on behalf of local work requests (through LKey) and of
+// remote peers (through RKey), as its access rights allow.
+type MR struct {
+	pd     *PD
+	buf    []byte
+	addr   uint64
+	access Access
+	lkey   uint32
+	rkey   uint32
+	// valid is owned by the engine goroutine: false once deregistered,
+	// which every access checks.
+	valid bool
+	// rkeyValid, also the engine's, is false once a SEND_WITH_INV
+	// invalidated the rkey.
+	rkeyValid bool
+}
+
+// LKey returns the local key, for SGEs.
+func (m *MR) LKey() uint32 { return m.lkey }
+
+// RKey returns the remote key a peer uses in RDMA and atomic requests.
+func (m *MR) RKey() uint32 { return m.rkey }
+
+// Addr returns the virtual address of the first byte of the region: the
+// address SGEs and remote requests use.
+func (m *MR) Addr() uint64 { return m.addr }
+
+// Len returns the length of the region.
+func (m *MR) Len() int { return len(m.buf) }
+
+// Bytes returns the registered memory.
+func (m *MR) Bytes() []byte { return m.buf }
+
+// Access returns the region's access rights.
+func (m *MR) Access() Access { return m.access }
+
+// PD returns the region's protection domain.
+func (m *MR) PD() *PD { return m.pd }
+
+// SGE returns the scatter/gather element for n bytes at offset off.
+func (m *MR) SGE(off, n int) SGE {
+	return SGE{Addr: m.addr + uint64(off), Length: uint32(n), LKey: m.lkey}
+}
+
+// slice returns the n bytes at virtual address va, if they lie inside the
+// region: the bounds check of every access.
+func (m *MR) slice(va uint64, n uint32) ([]byte, bool) {
+	if va < m.addr {
+		return nil, false
+	}
+	off := va - m.addr
+	if off > uint64(len(m.buf)) || uint64(n) > uint64(len(m.buf))-off {
+		return nil, false
+	}
+	return m.buf[off : off+uint64(n)], true
+}
+
+// grants reports whether an access by a QP of pd to n bytes at va with
+// rights a is allowed; engine goroutine only.
+func (m *MR) grants(pd *PD, va uint64, n uint32, a Access) bool {
+	if !m.valid || m.pd != pd || m.access&a != a {
+		return false
+	}
+	_, ok := m.slice(va, n)
+	return ok
+}
+
+// localView is the region as the engine holds it after an lkey lookup
+// (ibtransport.Region).
+type localView MR
+
+func (v *localView) Slice(va uint64, n uint32) ([]byte, bool) {
+	m := (*MR)(v)
+	if !m.valid {
+		return nil, false
+	}
+	return m.slice(va, n)
+}
+
+// remoteView is the region as the engine holds it after an rkey lookup:
+// invalidating the rkey ends the peer's access, not local work requests'.
+type remoteView MR
+
+func (v *remoteView) Slice(va uint64, n uint32) ([]byte, bool) {
+	m := (*MR)(v)
+	if !m.valid || !m.rkeyValid {
+		return nil, false
+	}
+	return m.slice(va, n)
+}
+
+// keyTable maps lkeys and rkeys to regions. Keys are random 32-bit values,
+// so a peer cannot guess a valid rkey from another and a stale rkey does not
+// come back. Only the engine goroutine reads or writes the maps: lookups
+// come from the engine, changes go through Engine.Do.
+type keyTable struct {
+	lkeys map[uint32]*MR
+	rkeys map[uint32]*MR
+}
+
+func newKeyTable() keyTable {
+	return keyTable{lkeys: map[uint32]*MR{}, rkeys: map[uint32]*MR{}}
+}
+
+// keySource generates memory keys; registration is not on the packet path,
+// so a mutex is fine.
+type keySource struct {
+	mu  sync.Mutex
+	rng *rand.Rand
+}
+
+func newKeySource() *keySource {
+	var seed [32]byte
+	if _, err := crand.Read(seed[:]); err != nil {
+		panic(fmt.Sprintf("verbs: no entropy for memory keys: %v", err))
+	}
+	return &keySource{rng: rand.New(rand.NewChaCha8(seed))}
+}
+
+func (k *keySource) next() uint32 {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for {
+		if v := k.rng.Uint32(); v != 0 {
+			return v
+		}
+	}
+}
+
+// RegMR registers buf in pd with the given access rights (ibv_reg_mr).
+// Remote write and remote atomic access need local write access, as in
+// libibverbs.
+func (pd *PD) RegMR(buf []byte, access Access) (*MR, error) {
+	if access&^ibtransport.AccessAll != 0 {
+		return nil, fmt.Errorf("register MR: unknown access flags %#x: %w", access, ErrInvalidArgument)
+	}
+	if access&(AccessRemoteWrite|AccessRemoteAtomic) != 0 && access&AccessLocalWrite == 0 {
+		return nil, fmt.Errorf("register MR: remote write/atomic access needs local write: %w", ErrInvalidArgument)
+	}
+	m := &MR{pd: pd, buf: buf, access: access, valid: true, rkeyValid: true}
+	if len(buf) > 0 {
+		m.addr = uint64(uintptr(unsafe.Pointer(unsafe.SliceData(buf))))
+	}
+	d := pd.dev
+	err := d.eng.Do(func() error {
+		for {
+			m.lkey = d.keys.next()
+			if _, dup := d.mrs.lkeys[m.lkey]; !dup {
+				break
+			}
+		}
+		for {
+			m.rkey = d.keys.next()
+			if _, dup := d.mrs.rkeys[m.rkey]; !dup && m.rkey != m.lkey {
+				break
+			}
+		}
+		d.mrs.lkeys[m.lkey] = m
+		d.mrs.rkeys[m.rkey] = m
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("register MR: %w", err)
+	}
+	return m, nil
+}
+
+// Dereg deregisters the region (ibv_dereg_mr). When it returns, the engine
+// no longer reads or writes the memory, and its keys are rejected.
+func (m *MR) Dereg() error {
+	d := m.pd.dev
+	return d.eng.Do(func() error {
+		if !m.valid && d.mrs.lkeys[m.lkey] != m {
+			return fmt.Errorf("deregister MR: %w", ErrInvalidArgument)
+		}
+		m.valid = false
+		delete(d.mrs.lkeys, m.lkey)
+		delete(d.mrs.rkeys, m.rkey)
+		return nil
+	})
+}

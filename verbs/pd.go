@@ -1,0 +1,80 @@
+package verbs
+
+import (
+	"fmt"
+
+	"github.com/softnic/softnic/ibtransport"
+)
+
+// PD is a protection domain (ibv_pd): memory regions, shared receive
+// queues and queue pairs that may be used together.
+type PD struct {
+	dev *Device
+	id  uint32
+}
+
+// AllocPD allocates a protection domain (ibv_alloc_pd).
+func (d *Device) AllocPD() *PD { return &PD{dev: d, id: d.nextPD.Add(1)} }
+
+// Device returns the device the PD belongs to.
+func (pd *PD) Device() *Device { return pd.dev }
+
+// QPInitAttr describes a QP to create (ibv_qp_init_attr). Only RC QPs exist.
+type QPInitAttr struct {
+	SendCQ, RecvCQ *CQ
+	SRQ            *SRQ
+	Cap            QPCap
+	// SigAll makes every send work request signaled.
+	SigAll bool
+}
+
+// CreateQP creates an RC queue pair in pd (ibv_create_qp). It starts in
+// RESET.
+func (pd *PD) CreateQP(init *QPInitAttr) (*QP, error) {
+	if init.SendCQ == nil || init.RecvCQ == nil {
+		return nil, fmt.Errorf("create QP: send and receive CQs are required: %w", ErrInvalidArgument)
+	}
+	if init.SendCQ.dev != pd.dev || init.RecvCQ.dev != pd.dev {
+		return nil, fmt.Errorf("create QP: CQ of another device: %w", ErrInvalidArgument)
+	}
+	cfg := ibtransport.QPConfig{Memory: (*pdMemory)(pd), SendCQ: (*cqSink)(init.SendCQ), RecvCQ: (*cqSink)(init.RecvCQ),
+		Cap: init.Cap, SigAll: init.SigAll}
+	if init.SRQ != nil {
+		if init.SRQ.pd != pd {
+			return nil, fmt.Errorf("create QP: SRQ of another protection domain: %w", ErrInvalidArgument)
+		}
+		cfg.SRQ = (*srqRing)(init.SRQ)
+	}
+	return pd.dev.eng.CreateQP(&cfg)
+}
+
+// pdMemory is the PD as the engine sees it (ibtransport.Memory): it
+// resolves keys to the regions of this PD only. The engine goroutine calls
+// it, which owns the key table.
+type pdMemory PD
+
+func (m *pdMemory) LocalRegion(lkey uint32, va uint64, n uint32, a Access) ibtransport.Region {
+	mr := m.dev.mrs.lkeys[lkey]
+	if mr == nil || !mr.grants((*PD)(m), va, n, a) {
+		return nil
+	}
+	return (*localView)(mr)
+}
+
+func (m *pdMemory) RemoteRegion(rkey uint32, va uint64, n uint32, a Access) ibtransport.Region {
+	mr := m.dev.mrs.rkeys[rkey]
+	if mr == nil || !mr.rkeyValid || !mr.grants((*PD)(m), va, n, a) {
+		return nil
+	}
+	return (*remoteView)(mr)
+}
+
+func (m *pdMemory) InvalidateRKey(rkey uint32) bool {
+	mr := m.dev.mrs.rkeys[rkey]
+	if mr == nil || mr.pd != (*PD)(m) {
+		return false
+	}
+	mr.rkeyValid = false
+	delete(m.dev.mrs.rkeys, rkey)
+	return true
+}

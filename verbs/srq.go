@@ -1,0 +1,73 @@
+package verbs
+
+import (
+	"fmt"
+	"sync/atomic"
+
+	"github.com/softnic/softnic/ibtransport"
+)
+
+// SRQ is a shared receive queue (ibv_srq): receives that any QP attached to
+// it consumes.
+type SRQ struct {
+	pd    *PD
+	rq    ibtransport.RecvQueue
+	limit atomic.Int32 // armed limit, 0 when not armed
+}
+
+// NewSRQ creates a shared receive queue of at least maxWR receives of at
+// most maxSGE elements each (ibv_create_srq).
+func (pd *PD) NewSRQ(maxWR, maxSGE int) (*SRQ, error) {
+	if maxWR <= 0 || maxSGE <= 0 || maxWR > 1<<16 || maxSGE > 256 {
+		return nil, fmt.Errorf("create SRQ (%d WRs, %d SGEs): %w", maxWR, maxSGE, ErrInvalidArgument)
+	}
+	s := &SRQ{pd: pd}
+	s.rq.Init(maxWR, maxSGE)
+	return s, nil
+}
+
+// PostRecv posts a receive (ibv_post_srq_recv).
+func (s *SRQ) PostRecv(wr *RecvWR) error {
+	if err := s.rq.Post(wr); err != nil {
+		return err
+	}
+	s.pd.dev.eng.Wake()
+	return nil
+}
+
+// PostRecvList posts several receives with one doorbell; it returns how
+// many it posted (on an error, wrs[n] failed).
+func (s *SRQ) PostRecvList(wrs []RecvWR) (int, error) {
+	n, err := s.rq.PostList(wrs)
+	if n > 0 {
+		s.pd.dev.eng.Wake()
+	}
+	return n, err
+}
+
+// Len returns the number of receives posted and not yet consumed.
+func (s *SRQ) Len() int { return s.rq.Len() }
+
+// Modify sets the SRQ's limit and arms it (ibv_modify_srq with
+// IBV_SRQ_LIMIT): when fewer than limit receives remain, an
+// EventSRQLimitReached fires once. A limit of 0 disarms it.
+func (s *SRQ) Modify(limit int) error {
+	if limit < 0 || limit > s.rq.Cap() {
+		return ErrInvalidArgument
+	}
+	s.limit.Store(int32(limit))
+	return nil
+}
+
+// srqRing is the SRQ as the engine sees it (ibtransport.SharedRecvQueue).
+type srqRing SRQ
+
+func (r *srqRing) RecvQueue() *ibtransport.RecvQueue { return &r.rq }
+
+// Consumed fires the limit event after the engine took a receive.
+func (r *srqRing) Consumed() {
+	s := (*SRQ)(r)
+	if l := s.limit.Load(); l > 0 && s.rq.Len() < int(l) && s.limit.CompareAndSwap(l, 0) {
+		s.pd.dev.emit(Event{Type: EventSRQLimitReached, SRQ: s})
+	}
+}
