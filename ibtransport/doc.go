@@ -8,6 +8,18 @@
 // start with the BTH and end before the ICRC, and GIDs. Package roce wraps
 // and unwraps them.
 //
+// Nor does it own the verbs objects the protocol works with: protection
+// domains, memory regions, completion queues and shared receive queues
+// belong to package verbs. The engine reaches them through the small
+// interfaces of verbsobjects.go: Memory resolves an lkey or rkey to a
+// bounds- and access-checked Region, the responder and the completer push
+// work completions into a CompletionQueue, and the responder takes receives
+// from a QP's own RecvQueue or a SharedRecvQueue's. A QP is created with
+// Engine.CreateQP from a QPConfig naming them. The work request and
+// completion types (SendWR, RecvWR, SGE, WC) and the QP attributes are this
+// package's: they are the engine's vocabulary, and verbs gives them their
+// libibverbs names.
+//
 // Header views follow gVisor's tcpip/header: a header is a named []byte and
 // its fields are read and written in place by methods, so parsing a packet
 // copies and allocates nothing:

@@ -29,7 +29,18 @@
 // calls hand it work through lock-free rings and a doorbell, so posting and
 // polling may happen from any goroutine. The packet path allocates nothing.
 //
-// The types are those of package ibtransport, which implements the
-// transport; this package gives them their libibverbs names and joins them
-// to a RoCE device.
+// This package implements the verbs objects: protection domains, memory
+// regions (random keys, the key table, bounds and access checks),
+// completion queues and channels, shared receive queues and the event
+// channel. Package ibtransport implements the transport: queue pairs and
+// their requester, responder and completer, which reach this package's
+// objects through the interfaces ibtransport defines (a PD resolves memory
+// keys to checked regions, a CQ takes completions). QP, the work request
+// and completion types and the QP attributes are ibtransport's, under their
+// libibverbs names here. Open joins the two to a RoCE device.
+//
+// A packet's path: roce decapsulates it and checks the ICRC, the
+// ibtransport responder executes it, writing into an MR of this package
+// through the PD's key lookup, and completes the receive into a CQ of this
+// package.
 package verbs
