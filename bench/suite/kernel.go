@@ -150,10 +150,10 @@ func (s *suite) udpPingPong(ctx context.Context, p *netnstest.Pair, size, iters 
 	rtt := make([]time.Duration, 0, iters)
 	for i := 0; i < warm+iters; i++ {
 		t0 := time.Now()
-		if err := unix.Sendto(fd, msg, 0, to); err != nil {
+		if err := retryEINTR(func() error { return unix.Sendto(fd, msg, 0, to) }); err != nil {
 			return udpResult{}, fmt.Errorf("send: %w", err)
 		}
-		if _, _, err := unix.Recvfrom(fd, buf, 0); err != nil {
+		if err := retryEINTR(func() error { _, _, err := unix.Recvfrom(fd, buf, 0); return err }); err != nil {
 			return udpResult{}, fmt.Errorf("round trip %d: %w", i, err)
 		}
 		if i >= warm {
@@ -163,6 +163,16 @@ func (s *suite) udpPingPong(ctx context.Context, p *netnstest.Pair, size, iters 
 	slices.Sort(rtt)
 	half := func(d time.Duration) float64 { return d.Seconds() * 1e6 / 2 }
 	return udpResult{Median: half(rtt[len(rtt)/2]), P99: half(rtt[len(rtt)*99/100]), Rounds: len(rtt)}, nil
+}
+
+// retryEINTR repeats a blocking system call that a signal interrupted (the
+// Go runtime preempts goroutines with signals).
+func retryEINTR(call func() error) error {
+	for {
+		if err := call(); err != unix.EINTR {
+			return err
+		}
+	}
 }
 
 // udpSocket returns a blocking UDP socket bound to addr.
@@ -193,13 +203,13 @@ func udpEcho(addr string) error {
 	buf := make([]byte, 65536)
 	for {
 		n, from, err := unix.Recvfrom(fd, buf, 0)
+		if err == unix.EINTR {
+			continue
+		}
 		if err != nil {
-			if err == unix.EINTR {
-				continue
-			}
 			return fmt.Errorf("receive: %w", err)
 		}
-		if err := unix.Sendto(fd, buf[:n], 0, from); err != nil {
+		if err := retryEINTR(func() error { return unix.Sendto(fd, buf[:n], 0, from) }); err != nil {
 			return fmt.Errorf("send: %w", err)
 		}
 	}
