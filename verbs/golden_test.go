@@ -152,7 +152,7 @@ func replay(t *testing.T, c *goldenConn) []string {
 			la.Wait(time.Millisecond)
 		}
 	}
-	for _, raw := range c.requests {
+	for i, raw := range c.requests {
 		buf := la.TxFrame()
 		require.NotNil(t, buf)
 		hl := encap.HeaderLen()
@@ -171,10 +171,30 @@ func replay(t *testing.T, c *goldenConn) []string {
 		require.NoError(t, err)
 		la.Send(buf[:l])
 		require.NoError(t, la.Flush())
+		settle(t, dev, uint64(i+1))
 		drain(2 * time.Millisecond)
 	}
 	drain(100 * time.Millisecond)
 	return got
+}
+
+// settle waits until the engine of dev has received n packets and has
+// finished the processing pass that answers them. rxe answered each captured
+// request on its own; handing the engine the next request only then keeps a
+// loaded machine from making it answer two at once (one cumulative ACK where
+// rxe sent two), which is legal but not what the capture shows.
+func settle(t *testing.T, dev *verbs.Device, n uint64) {
+	deadline := time.Now().Add(10 * time.Second)
+	for dev.Counters().RxPackets.Load() < n {
+		require.True(t, time.Now().Before(deadline), "engine received %d of %d requests", dev.Counters().RxPackets.Load(), n)
+		time.Sleep(20 * time.Microsecond)
+	}
+	// A command runs at the start of an engine pass, before the pass sends
+	// responses; the second one runs only after the pass that received
+	// packet n has sent what it answers.
+	noop := func() error { return nil }
+	require.NoError(t, dev.RoCE().Engine().Do(noop))
+	require.NoError(t, dev.RoCE().Engine().Do(noop))
 }
 
 // TestGoldenRxeResponder replays the requests rdma_rxe clients sent in the
