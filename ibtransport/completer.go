@@ -37,7 +37,7 @@ func (q *QP) onResponse(p *Packet, oi *OpcodeInfo) {
 		}
 		// A response beyond this WQE acknowledges it, unless it is a READ
 		// or atomic, whose own response must have been lost.
-		if w.wr.Opcode.isRead() || w.wr.Opcode.isAtomic() {
+		if w.opcode.isRead() || w.opcode.isAtomic() {
 			q.retryOnce()
 			return
 		}
@@ -51,13 +51,13 @@ func (q *QP) onResponse(p *Packet, oi *OpcodeInfo) {
 	case KindReadResponse:
 		q.onReadResponse(p, oi, w, psn)
 	case KindAtomicAck:
-		if !w.wr.Opcode.isAtomic() || psn != w.firstPSN || p.AtomicAckETH == nil {
+		if !w.opcode.isAtomic() || psn != w.firstPSN || p.AtomicAckETH == nil {
 			q.e.Ctr.RxBadResponse.Add(1)
 			return
 		}
 		var b [8]byte
 		binary.NativeEndian.PutUint64(b[:], p.AtomicAckETH.OrigData())
-		if !w.scatter(0, b[:]) {
+		if !q.scatter(r.compIdx, w, 0, b[:]) {
 			q.completeHead(WCLocProtErr)
 			q.fail()
 			return
@@ -70,7 +70,7 @@ func (q *QP) onResponse(p *Packet, oi *OpcodeInfo) {
 
 func (q *QP) onReadResponse(p *Packet, oi *OpcodeInfo, w *sendWQE, psn PSN) {
 	r := &q.req
-	if !w.wr.Opcode.isRead() {
+	if !w.opcode.isRead() {
 		q.e.Ctr.RxBadResponse.Add(1)
 		return
 	}
@@ -88,7 +88,7 @@ func (q *QP) onReadResponse(p *Packet, oi *OpcodeInfo, w *sendWQE, psn PSN) {
 		q.e.Ctr.RxBadResponse.Add(1)
 		return
 	}
-	if !w.scatter(off, p.Payload) {
+	if !q.scatter(r.compIdx, w, off, p.Payload) {
 		q.completeHead(WCLocProtErr)
 		q.fail()
 		return
@@ -108,7 +108,7 @@ func (q *QP) onAck(p *Packet, w *sendWQE, psn PSN) {
 	}
 	switch syn.Kind() {
 	case SyndromeACK:
-		if w.wr.Opcode.isRead() || w.wr.Opcode.isAtomic() || psn.Before(r.compPSN) {
+		if w.opcode.isRead() || w.opcode.isAtomic() || psn.Before(r.compPSN) {
 			return
 		}
 		q.progress(psn.Add(1))
@@ -192,13 +192,13 @@ func (q *QP) completeHead(st WCStatus) {
 	}
 	// Free the slot before the completion is visible: a poster that saw
 	// the completion may reuse the slot at once, as libibverbs allows.
-	signaled := st != WCSuccess || w.wr.Flags&SendSignaled != 0
+	signaled := st != WCSuccess || w.flags&SendSignaled != 0
 	var wc WC
 	if signaled {
-		wc = WC{WRID: w.wr.ID, Status: st, Opcode: wcOpcodeOf(w.wr.Opcode), QPN: q.qpn, SrcQP: q.destQPN}
+		wc = WC{WRID: w.id, Status: st, Opcode: wcOpcodeOf(w.opcode), QPN: q.qpn, SrcQP: q.destQPN}
 		if st == WCSuccess {
 			wc.ByteLen = w.length
-			if w.wr.Opcode.isAtomic() {
+			if w.opcode.isAtomic() {
 				wc.ByteLen = 8
 			}
 		}
@@ -206,7 +206,7 @@ func (q *QP) completeHead(st WCStatus) {
 	if r.reqIdx == r.compIdx {
 		// Retired before the requester re-sent it after a go-back.
 		r.reqIdx++
-	} else if w.wr.Opcode.isRead() || w.wr.Opcode.isAtomic() {
+	} else if w.opcode.isRead() || w.opcode.isAtomic() {
 		r.rdAtomicOut--
 	}
 	r.compIdx++

@@ -377,7 +377,7 @@ func (q *QP) flush() {
 	tail := q.sq.tail.Load()
 	for r.compIdx != tail {
 		w := q.sqSlot(r.compIdx)
-		wc := WC{WRID: w.wr.ID, Status: WCWRFlushErr, Opcode: wcOpcodeOf(w.wr.Opcode), QPN: q.qpn, SrcQP: q.destQPN}
+		wc := WC{WRID: w.id, Status: WCWRFlushErr, Opcode: wcOpcodeOf(w.opcode), QPN: q.qpn, SrcQP: q.destQPN}
 		r.compIdx++
 		q.sq.head.Store(r.compIdx) // the slot is free before its completion shows
 		q.complete(q.sendCQ, wc, false)

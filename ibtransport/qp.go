@@ -153,20 +153,33 @@ const (
 	wqeError                   // failed a local check; completes with status when it reaches the head
 )
 
-// sendWQE is a posted send work request with the requester's progress.
+// sendWQE is a posted send work request with the requester's progress. An
+// idle QP holds MaxSendWR of them, so a slot keeps only what the engine
+// needs of the SendWR, and its first SGE: further SGEs, inline data and
+// atomic operands live in arrays of the send queue (sendQueue.moreSGE,
+// inline, atomics), indexed by slot.
 type sendWQE struct {
-	wr     SendWR
-	sge    []SGE
-	mrs    []Region // the regions behind sge, resolved before the first packet
-	inline []byte
-	length uint32
+	id         uint64
+	remoteAddr uint64
+	rkey       uint32
+	imm        uint32 // Imm, or InvalidateRKey for SEND_WITH_INV
+	length     uint32
+	nsge       uint16 // SGEs in the SGL (0 with SendInline)
+	opcode     WROpcode
+	flags      SendFlags
 	// Engine-owned.
 	state    wqeState
 	status   WCStatus
 	firstPSN PSN
 	lastPSN  PSN
-	nextPSN  PSN    // next PSN to transmit
-	offset   uint32 // byte offset of nextPSN's payload
+	nextPSN  PSN // next PSN to transmit; its payload starts (nextPSN-firstPSN) × MTU bytes in
+	sge0     SGE
+	mr0      Region // the region behind sge0, resolved before the first packet
+}
+
+// atomicOperands are the operands of an atomic work request.
+type atomicOperands struct {
+	compareAdd, swap uint64
 }
 
 type sendQueue struct {
@@ -175,8 +188,33 @@ type sendQueue struct {
 	mask      uint32
 	maxSGE    int
 	maxInline int
-	tail      atomic.Uint32 // posted
-	head      atomic.Uint32 // retired by the completer
+	// SGEs 1..maxSGE-1 of each slot and the regions behind them
+	// (maxSGE-1 per slot), allocated with the queue when maxSGE > 1.
+	moreSGE []SGE
+	moreMR  []Region
+	// Allocated on the first post that needs them, so that QPs that never
+	// send inline data or atomics do not pay for them: maxInline bytes and
+	// one atomicOperands per slot. Posters set them under mu before
+	// publishing the slot through tail.
+	inline  []byte
+	atomics []atomicOperands
+	tail    atomic.Uint32 // posted
+	head    atomic.Uint32 // retired by the completer
+}
+
+// sge returns SGE j of the WQE in slot i, and where its region is kept.
+func (sq *sendQueue) sge(i uint32, w *sendWQE, j int) (*SGE, *Region) {
+	if j == 0 {
+		return &w.sge0, &w.mr0
+	}
+	k := int(i&sq.mask)*(sq.maxSGE-1) + j - 1
+	return &sq.moreSGE[k], &sq.moreMR[k]
+}
+
+// inlineData returns the inline payload of the WQE in slot i.
+func (sq *sendQueue) inlineData(i uint32, w *sendWQE) []byte {
+	off := int(i&sq.mask) * sq.maxInline
+	return sq.inline[off : off+int(w.length)]
 }
 
 // QP is a reliable-connected queue pair.
@@ -239,15 +277,9 @@ func (e *Engine) CreateQP(init *QPConfig) (*QP, error) {
 	q.sq.mask = uint32(size - 1)
 	q.sq.maxSGE = c.MaxSendSGE
 	q.sq.maxInline = c.MaxInlineData
-	sges := make([]SGE, size*c.MaxSendSGE)
-	mrs := make([]Region, size*c.MaxSendSGE)
-	for i := range q.sq.slots {
-		s := &q.sq.slots[i]
-		s.sge = sges[i*c.MaxSendSGE : i*c.MaxSendSGE : (i+1)*c.MaxSendSGE]
-		s.mrs = mrs[i*c.MaxSendSGE : (i+1)*c.MaxSendSGE : (i+1)*c.MaxSendSGE]
-		if c.MaxInlineData > 0 {
-			s.inline = make([]byte, 0, c.MaxInlineData)
-		}
+	if c.MaxSendSGE > 1 {
+		q.sq.moreSGE = make([]SGE, size*(c.MaxSendSGE-1))
+		q.sq.moreMR = make([]Region, size*(c.MaxSendSGE-1))
 	}
 	if init.SRQ == nil {
 		q.rq.Init(c.MaxRecvWR, c.MaxRecvSGE)
@@ -593,25 +625,35 @@ func (q *QP) postSendLocked(wr *SendWR) error {
 	if t-sq.head.Load() >= uint32(len(sq.slots)) {
 		return fmt.Errorf("post send on QP %d: %w", q.qpn, ErrQueueFull)
 	}
-	s := &sq.slots[t&sq.mask]
-	sge, in := s.sge, s.inline
-	s.wr = *wr
-	s.wr.InlineData = nil
+	i := t & sq.mask
+	s := &sq.slots[i]
+	*s = sendWQE{id: wr.ID, remoteAddr: wr.RemoteAddr, rkey: wr.RKey, imm: wr.Imm, opcode: wr.Opcode, flags: wr.Flags}
+	if wr.Opcode == WRSendWithInv {
+		s.imm = wr.InvalidateRKey
+	}
+	if q.sigAll {
+		s.flags |= SendSignaled
+	}
 	var n uint64
 	if inline {
-		s.inline = append(in[:0], wr.InlineData...)
-		s.sge = sge[:0]
+		if sq.inline == nil {
+			sq.inline = make([]byte, len(sq.slots)*sq.maxInline)
+		}
+		copy(sq.inline[int(i)*sq.maxInline:], wr.InlineData)
 		n = uint64(len(wr.InlineData))
 	} else {
-		s.inline = in[:0]
-		s.sge = append(sge[:0], wr.SGL...)
-		for _, g := range wr.SGL {
+		s.nsge = uint16(len(wr.SGL))
+		for j, g := range wr.SGL {
+			p, _ := sq.sge(i, s, j)
+			*p = g
 			n += uint64(g.Length)
 		}
 	}
-	s.wr.SGL = s.sge
-	if q.sigAll {
-		s.wr.Flags |= SendSignaled
+	if wr.Opcode.isAtomic() {
+		if sq.atomics == nil {
+			sq.atomics = make([]atomicOperands, len(sq.slots))
+		}
+		sq.atomics[i] = atomicOperands{compareAdd: wr.CompareAdd, swap: wr.Swap}
 	}
 	s.length = uint32(min(n, 1<<32-1))
 	s.state = wqeNew
@@ -651,7 +693,7 @@ func (q *QP) DebugState() string {
 			r.retransAt, r.rnrAt, r.retried, r.retryPSN, p.ePSN, p.msn, p.mode, p.nakSent, p.jobTail-p.jobHead, p.errPending, q.e.now())
 		if r.compIdx != q.sq.tail.Load() {
 			w := q.sqSlot(r.compIdx)
-			s += fmt.Sprintf("; head WQE %v len %d state %d PSNs %d..%d next %d", w.wr.Opcode, w.length, w.state, w.firstPSN, w.lastPSN, w.nextPSN)
+			s += fmt.Sprintf("; head WQE %v len %d state %d PSNs %d..%d next %d", w.opcode, w.length, w.state, w.firstPSN, w.lastPSN, w.nextPSN)
 		}
 		return nil
 	})

@@ -46,24 +46,23 @@ func (q *QP) sendRequests() bool {
 			if q.st == QPSSQD {
 				return false
 			}
-			if w.wr.Flags&SendFence != 0 && r.compIdx != r.reqIdx {
+			if w.flags&SendFence != 0 && r.compIdx != r.reqIdx {
 				return false
 			}
-			rdAtomic := w.wr.Opcode.isRead() || w.wr.Opcode.isAtomic()
+			rdAtomic := w.opcode.isRead() || w.opcode.isAtomic()
 			if rdAtomic && r.rdAtomicOut >= q.maxRdAtomic() {
 				return false
 			}
 			if r.compIdx != r.reqIdx && r.sqPSN.Diff(r.compPSN) >= maxUnackedPSNs {
 				return false
 			}
-			if st := q.prepare(w); st != WCSuccess {
+			if st := q.prepare(r.reqIdx, w); st != WCSuccess {
 				w.state, w.status = wqeError, st
 				return false
 			}
 			w.firstPSN = r.sqPSN
 			w.lastPSN = r.sqPSN.Add(q.packets(w) - 1)
 			w.nextPSN = w.firstPSN
-			w.offset = 0
 			w.state = wqeSending
 			r.sqPSN = w.lastPSN.Add(1)
 		default:
@@ -75,7 +74,7 @@ func (q *QP) sendRequests() bool {
 		if buf == nil {
 			return false
 		}
-		n, ok := q.buildRequest(buf, w)
+		n, ok := q.buildRequest(buf, r.reqIdx, w)
 		if !ok {
 			// The memory behind the SGL was deregistered under the WQE.
 			w.state, w.status = wqeError, WCLocProtErr
@@ -88,7 +87,7 @@ func (q *QP) sendRequests() bool {
 		}
 		if w.nextPSN == w.lastPSN.Add(1) {
 			r.reqIdx++
-			if w.wr.Opcode.isRead() || w.wr.Opcode.isAtomic() {
+			if w.opcode.isRead() || w.opcode.isAtomic() {
 				r.rdAtomicOut++
 			}
 		}
@@ -101,56 +100,58 @@ func (q *QP) timeout() int64 { return 4096 << q.attr.Timeout }
 
 // packets returns how many PSNs a WQE uses.
 func (q *QP) packets(w *sendWQE) uint32 {
-	if w.wr.Opcode.isAtomic() {
+	if w.opcode.isAtomic() {
 		return 1
 	}
 	return max((w.length+q.mtu-1)/q.mtu, 1)
 }
 
-// prepare checks a WQE's local SGL and resolves its keys before the WQE's
-// first packet.
-func (q *QP) prepare(w *sendWQE) WCStatus {
-	op := w.wr.Opcode
+// prepare checks the local SGL of the WQE in slot i and resolves its keys
+// before the WQE's first packet.
+func (q *QP) prepare(i uint32, w *sendWQE) WCStatus {
+	op := w.opcode
 	var need Access // READ and atomic results are written into the SGL
 	if op.isRead() || op.isAtomic() {
 		need = AccessLocalWrite
 	}
-	if op.isAtomic() && (w.length < 8 || len(w.inline) > 0) {
+	if op.isAtomic() && w.length < 8 {
 		return WCLocLenErr
 	}
-	for i, s := range w.sge {
-		w.mrs[i] = nil
+	for j := range int(w.nsge) {
+		s, mr := q.sq.sge(i, w, j)
+		*mr = nil
 		if s.Length == 0 {
 			continue
 		}
-		mr := q.mem.LocalRegion(s.LKey, s.Addr, s.Length, need)
-		if mr == nil {
+		r := q.mem.LocalRegion(s.LKey, s.Addr, s.Length, need)
+		if r == nil {
 			return WCLocProtErr
 		}
-		w.mrs[i] = mr
+		*mr = r
 	}
 	return WCSuccess
 }
 
-// gather copies the message bytes at offset off into dst.
-func (w *sendWQE) gather(off uint32, dst []byte) bool {
-	if w.wr.Flags&SendInline != 0 {
-		copy(dst, w.inline[off:])
+// gather copies the message bytes at offset off of the WQE in slot i into
+// dst.
+func (q *QP) gather(i uint32, w *sendWQE, off uint32, dst []byte) bool {
+	if w.flags&SendInline != 0 {
+		copy(dst, q.sq.inlineData(i, w)[off:])
 		return true
 	}
-	for i, s := range w.sge {
+	for j := range int(w.nsge) {
 		if len(dst) == 0 {
 			break
 		}
+		s, mr := q.sq.sge(i, w, j)
 		if off >= s.Length {
 			off -= s.Length
 			continue
 		}
-		mr := w.mrs[i]
-		if mr == nil {
+		if *mr == nil {
 			return false
 		}
-		src, ok := mr.Slice(s.Addr+uint64(off), min(s.Length-off, uint32(len(dst))))
+		src, ok := (*mr).Slice(s.Addr+uint64(off), min(s.Length-off, uint32(len(dst))))
 		if !ok {
 			return false
 		}
@@ -160,22 +161,22 @@ func (w *sendWQE) gather(off uint32, dst []byte) bool {
 	return true
 }
 
-// scatter copies src into the WQE's SGL at offset off (READ responses and
-// atomic results).
-func (w *sendWQE) scatter(off uint32, src []byte) bool {
-	for i, s := range w.sge {
+// scatter copies src into the SGL of the WQE in slot i at offset off (READ
+// responses and atomic results).
+func (q *QP) scatter(i uint32, w *sendWQE, off uint32, src []byte) bool {
+	for j := range int(w.nsge) {
 		if len(src) == 0 {
 			break
 		}
+		s, mr := q.sq.sge(i, w, j)
 		if off >= s.Length {
 			off -= s.Length
 			continue
 		}
-		mr := w.mrs[i]
-		if mr == nil {
+		if *mr == nil {
 			return false
 		}
-		dst, ok := mr.Slice(s.Addr+uint64(off), min(s.Length-off, uint32(len(src))))
+		dst, ok := (*mr).Slice(s.Addr+uint64(off), min(s.Length-off, uint32(len(src))))
 		if !ok {
 			return false
 		}
@@ -200,17 +201,20 @@ var sendOps = [2][4][3]Opcode{ // [write][position first,middle,last,only][plain
 	},
 }
 
-// buildRequest writes the packet of w at w.nextPSN into buf and advances w.
-func (q *QP) buildRequest(buf []byte, w *sendWQE) (int, bool) {
+// buildRequest writes the packet of the WQE in slot i at its nextPSN into
+// buf and advances the WQE.
+func (q *QP) buildRequest(buf []byte, i uint32, w *sendWQE) (int, bool) {
 	r := &q.req
 	p := &q.e.tx
 	psn := w.nextPSN
-	op := w.wr.Opcode
+	op := w.opcode
 	var n int
 	last := true
 	switch {
 	case op.isSend() || op.isWrite():
-		payload := min(w.length-w.offset, q.mtu)
+		// Every packet of a message but the last carries a whole MTU.
+		offset := uint32(psn.Diff(w.firstPSN)) * q.mtu
+		payload := min(w.length-offset, q.mtu)
 		first := psn == w.firstPSN
 		last = psn == w.lastPSN
 		pos := 1
@@ -236,42 +240,41 @@ func (q *QP) buildRequest(buf []byte, w *sendWQE) (int, bool) {
 		opc := sendOps[wi][pos][variant]
 		n, _ = LayoutPacket(buf, opc, int(payload), p)
 		if p.RETH != nil {
-			p.RETH.SetVA(w.wr.RemoteAddr)
-			p.RETH.SetRKey(w.wr.RKey)
+			p.RETH.SetVA(w.remoteAddr)
+			p.RETH.SetRKey(w.rkey)
 			p.RETH.SetDMALength(w.length)
 		}
 		if p.ImmDt != nil {
-			p.ImmDt.SetImm(w.wr.Imm)
+			p.ImmDt.SetImm(w.imm)
 		}
 		if p.IETH != nil {
-			p.IETH.SetRKey(w.wr.InvalidateRKey)
+			p.IETH.SetRKey(w.imm)
 		}
-		if !w.gather(w.offset, p.Payload) {
+		if !q.gather(i, w, offset, p.Payload) {
 			return 0, false
 		}
-		w.offset += payload
 		w.nextPSN = psn.Add(1)
 	case op.isRead():
 		off := uint32(psn.Diff(w.firstPSN)) * q.mtu
 		n, _ = LayoutPacket(buf, OpRCReadRequest, 0, p)
-		p.RETH.SetVA(w.wr.RemoteAddr + uint64(off))
-		p.RETH.SetRKey(w.wr.RKey)
+		p.RETH.SetVA(w.remoteAddr + uint64(off))
+		p.RETH.SetRKey(w.rkey)
 		p.RETH.SetDMALength(w.length - off)
-		w.offset = w.length
 		w.nextPSN = w.lastPSN.Add(1)
 	default: // atomic
 		opc := OpRCFetchAdd
 		if op == WRAtomicCmpAndSwp {
 			opc = OpRCCompareSwap
 		}
+		a := &q.sq.atomics[i&q.sq.mask]
 		n, _ = LayoutPacket(buf, opc, 0, p)
-		p.AtomicETH.SetVA(w.wr.RemoteAddr)
-		p.AtomicETH.SetRKey(w.wr.RKey)
+		p.AtomicETH.SetVA(w.remoteAddr)
+		p.AtomicETH.SetRKey(w.rkey)
 		if op == WRAtomicCmpAndSwp {
-			p.AtomicETH.SetSwapAdd(w.wr.Swap)
-			p.AtomicETH.SetCompare(w.wr.CompareAdd)
+			p.AtomicETH.SetSwapAdd(a.swap)
+			p.AtomicETH.SetCompare(a.compareAdd)
 		} else {
-			p.AtomicETH.SetSwapAdd(w.wr.CompareAdd)
+			p.AtomicETH.SetSwapAdd(a.compareAdd)
 		}
 		w.nextPSN = psn.Add(1)
 	}
@@ -285,7 +288,7 @@ func (q *QP) buildRequest(buf []byte, w *sendWQE) (int, bool) {
 	p.BTH.SetPSN(psn)
 	p.BTH.SetAckReq(ackReq)
 	p.BTH.SetMigReq(true)
-	p.BTH.SetSolicitedEvent(last && w.wr.Flags&SendSolicited != 0 && (op.isSend() || op == WRRDMAWriteWithImm))
+	p.BTH.SetSolicitedEvent(last && w.flags&SendSolicited != 0 && (op.isSend() || op == WRRDMAWriteWithImm))
 	return n, true
 }
 
@@ -304,10 +307,9 @@ func (q *QP) goBack() {
 		if w.state != wqeSending {
 			continue
 		}
-		w.nextPSN, w.offset = w.firstPSN, 0
+		w.nextPSN = w.firstPSN
 		if i == r.compIdx && r.compPSN.After(w.firstPSN) && !r.compPSN.After(w.lastPSN) {
 			w.nextPSN = r.compPSN
-			w.offset = min(uint32(r.compPSN.Diff(w.firstPSN))*q.mtu, w.length)
 		}
 	}
 	r.reqIdx = r.compIdx

@@ -16,14 +16,13 @@ const (
 // respJob is a response waiting to be sent. Responses go out in PSN order,
 // so an ACK never overtakes the READ responses before it.
 type respJob struct {
+	mr        Region // read: the source
+	va        uint64 // read: the next source address; atomic: the original value
+	psn       PSN    // (next) PSN to send
+	msn       uint32
+	remaining uint32
 	kind      jobKind
 	syn       Syndrome
-	psn       PSN // (next) PSN to send
-	msn       uint32
-	orig      uint64 // atomic: the original value
-	mr        Region // read: the source
-	va        uint64
-	remaining uint32
 	first     bool
 }
 
@@ -363,7 +362,7 @@ func (q *QP) executeAtomic(p *Packet, psn PSN) {
 	*res = resource{used: true, atomic: true, firstPSN: psn, lastPSN: psn, rkey: a.RKey(), va: va, length: 8, orig: orig}
 	r.msn++
 	q.advance(psn, 1)
-	r.jobs[r.jobTail%uint32(len(r.jobs))] = respJob{kind: jobAtomic, psn: psn, msn: r.msn, orig: orig}
+	r.jobs[r.jobTail%uint32(len(r.jobs))] = respJob{kind: jobAtomic, psn: psn, msn: r.msn, va: orig}
 	r.jobTail++
 }
 
@@ -424,7 +423,7 @@ func (q *QP) duplicate(p *Packet, oi *OpcodeInfo, psn PSN) {
 		for i := range r.res {
 			res := &r.res[i]
 			if res.used && res.atomic && res.firstPSN == psn {
-				r.jobs[r.jobTail%uint32(len(r.jobs))] = respJob{kind: jobAtomic, psn: psn, msn: r.msn, orig: res.orig}
+				r.jobs[r.jobTail%uint32(len(r.jobs))] = respJob{kind: jobAtomic, psn: psn, msn: r.msn, va: res.orig}
 				r.jobTail++
 				return
 			}
@@ -553,7 +552,7 @@ func (q *QP) sendResponses() bool {
 			n, _ = LayoutPacket(buf, OpRCAtomicAcknowledge, 0, p)
 			p.AETH.SetSyndrome(ACKSyndrome(UnlimitedCredits))
 			p.AETH.SetMSN(j.msn)
-			p.AtomicAckETH.SetOrigData(j.orig)
+			p.AtomicAckETH.SetOrigData(j.va) // the original value
 		case jobRead:
 			payload := min(j.remaining, q.mtu)
 			last := j.remaining <= q.mtu
