@@ -174,10 +174,13 @@ func (q *QP) progress(psn PSN) {
 		return
 	}
 	r.compPSN = psn
+	r.creditFreed = false
+	q.recount()
 	r.retried = false
 	r.retryLeft = q.attr.RetryCnt
 	r.rnrLeft = q.attr.RNRRetry
-	if q.attr.Timeout != 0 {
+	r.retransAt = 0
+	if q.attr.Timeout != 0 && q.awaitingAck() {
 		r.retransAt = q.e.now() + q.timeout()
 	}
 }
@@ -214,7 +217,7 @@ func (q *QP) completeHead(st WCStatus) {
 	if signaled {
 		q.complete(q.sendCQ, wc, false)
 	}
-	if !q.outstanding() {
+	if !q.awaitingAck() {
 		r.retransAt = 0
 	}
 }

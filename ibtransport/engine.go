@@ -50,6 +50,7 @@ type Counters struct {
 	TxNAKError     atomic.Uint64 // NAKs for invalid request, access and operational errors
 	Retransmits    atomic.Uint64 // go-back-N restarts (timeout, NAK, response gap, RNR)
 	Timeouts       atomic.Uint64
+	TxWindowStalls atomic.Uint64 // new requests held back by the device-wide window
 	RNRNAKsHandled atomic.Uint64
 }
 
@@ -99,6 +100,9 @@ type Engine struct {
 	kicks   []*QP
 	hasKick atomic.Bool
 	nextQPN uint32
+	// unacked is the device-wide window in use: the sum of the QPs'
+	// requester credits (requester.go).
+	unacked int
 
 	onEvent func(*QP, QPEvent)
 
@@ -384,6 +388,7 @@ func (q *QP) flush() {
 	}
 	r.reqIdx = r.compIdx
 	r.rdAtomicOut = 0
+	q.releaseCredit()
 	if q.srq == nil {
 		for w := q.rq.peek(); w != nil; w = q.rq.peek() {
 			wc := WC{WRID: w.id, Status: WCWRFlushErr, Opcode: WCRecv, QPN: q.qpn, SrcQP: q.destQPN}

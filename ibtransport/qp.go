@@ -135,14 +135,21 @@ type QPConfig struct {
 
 // Limits of this implementation.
 const (
-	MaxQPWR         = 1 << 15
-	MaxSGE          = 256
-	MaxInline       = 4096
-	MaxRdAtomic     = 16
-	maxUnackedPSNs  = 128 // like rxe: the requester's window of unacknowledged PSNs
-	ackReqInterval  = 64  // AckReq at least every this many packets
-	packetBudget    = 64  // packets a QP may send per engine pass
-	infiniteRetries = 7
+	MaxQPWR        = 1 << 15
+	MaxSGE         = 256
+	MaxInline      = 4096
+	MaxRdAtomic    = 16
+	maxUnackedPSNs = 128 // like rxe: the requester's window of unacknowledged PSNs
+	// The device's window: PSNs of started messages not yet acknowledged,
+	// over all QPs (each counting at most maxUnackedPSNs); no QP starts a
+	// message while it is full. Without it 1024 QPs put 128 × 1024
+	// packets in flight, and the peer's AF_XDP receive ring (2048 chunks,
+	// 1024 frames on a 9000-byte link) overflows: go-back-N and 67 ms
+	// timeouts. A NIC should hold its own traffic back instead.
+	maxDeviceUnacked = 512
+	ackReqInterval   = 64 // AckReq at least every this many packets
+	packetBudget     = 64 // packets a QP may send per engine pass
+	infiniteRetries  = 7
 )
 
 type wqeState uint8
@@ -488,6 +495,8 @@ func (q *QP) modify(attr *QPAttr, mask QPAttrMask) error {
 	if mask&QPAttrSQPSN != 0 {
 		q.req.sqPSN = q.attr.SQPSN
 		q.req.compPSN = q.attr.SQPSN
+		q.req.sentPSN = q.attr.SQPSN
+		q.recount()
 	}
 	q.req.retryLeft = q.attr.RetryCnt
 	q.req.rnrLeft = q.attr.RNRRetry
@@ -548,6 +557,7 @@ func (q *QP) reset() {
 		q.rq.head.Store(q.rq.tail.Load())
 		q.rq.mu.Unlock()
 	}
+	q.releaseCredit()
 	q.req = requester{compIdx: q.sq.head.Load(), reqIdx: q.sq.head.Load()}
 	recv, mrs := q.resp.recv.sge, q.resp.recvMRs
 	q.resp = responder{}

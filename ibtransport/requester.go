@@ -19,7 +19,39 @@ type requester struct {
 	retried  bool
 	retryPSN PSN
 	drained  bool // the SQ drained event for the current SQD state went out
+	// sentPSN is one past the highest PSN transmitted (for a READ, its
+	// last response's): packets in [compPSN, sentPSN) await their ACK and
+	// keep the retransmit timer running.
+	sentPSN PSN
+	// credit is what the QP counts in the device-wide window
+	// (Engine.unacked): its PSNs assigned and not acknowledged, at most
+	// maxUnackedPSNs (what its own window lets out at once). None while
+	// creditFreed: after a retransmit timeout, until progress, so that a
+	// dead peer does not hold the device's window.
+	credit      int
+	creditFreed bool
 }
+
+// recount brings the QP's share of the device-wide window up to date.
+func (q *QP) recount() {
+	r := &q.req
+	c := 0
+	if !r.creditFreed {
+		c = min(max(int(r.sqPSN.Diff(r.compPSN)), 0), maxUnackedPSNs)
+	}
+	q.e.unacked += c - r.credit
+	r.credit = c
+}
+
+// releaseCredit takes the QP's packets out of the device-wide window until
+// its next progress.
+func (q *QP) releaseCredit() {
+	q.req.creditFreed = true
+	q.recount()
+}
+
+// awaitingAck reports whether packets were sent that are not acknowledged.
+func (q *QP) awaitingAck() bool { return q.req.sentPSN.After(q.req.compPSN) }
 
 func (q *QP) sqSlot(i uint32) *sendWQE { return &q.sq.slots[i&q.sq.mask] }
 
@@ -56,6 +88,13 @@ func (q *QP) sendRequests() bool {
 			if r.compIdx != r.reqIdx && r.sqPSN.Diff(r.compPSN) >= maxUnackedPSNs {
 				return false
 			}
+			if q.e.unacked >= maxDeviceUnacked {
+				// New messages wait for ACKs of the device's other QPs, so
+				// that the peer's receive ring does not overflow; messages
+				// started go on, so their ACKs come.
+				q.e.Ctr.TxWindowStalls.Add(1)
+				return false
+			}
 			if st := q.prepare(r.reqIdx, w); st != WCSuccess {
 				w.state, w.status = wqeError, st
 				return false
@@ -65,6 +104,7 @@ func (q *QP) sendRequests() bool {
 			w.nextPSN = w.firstPSN
 			w.state = wqeSending
 			r.sqPSN = w.lastPSN.Add(1)
+			q.recount()
 		default:
 			if w.nextPSN.Diff(r.compPSN) >= maxUnackedPSNs {
 				return false
@@ -82,6 +122,9 @@ func (q *QP) sendRequests() bool {
 		}
 		q.path.Send(n)
 		q.e.Ctr.TxPackets.Add(1)
+		if w.nextPSN.After(r.sentPSN) {
+			r.sentPSN = w.nextPSN
+		}
 		if r.retransAt == 0 && q.attr.Timeout != 0 {
 			r.retransAt = q.e.now() + q.timeout()
 		}
@@ -344,8 +387,9 @@ func (q *QP) checkTimers(now int64) {
 	}
 	if r.retransAt != 0 && now >= r.retransAt {
 		r.retransAt = 0
-		if q.outstanding() {
+		if q.awaitingAck() {
 			q.e.Ctr.Timeouts.Add(1)
+			q.releaseCredit()
 			q.retry()
 		}
 	}

@@ -1,0 +1,96 @@
+package ibtransport
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestDeviceWindow checks the device-wide window over many QPs: no QP
+// starts a message while the PSNs of started, unacknowledged messages reach
+// maxDeviceUnacked, messages started go on, ACKs reopen the window, and the
+// window's count returns to zero when everything is acknowledged or the QPs
+// go away.
+func TestDeviceWindow(t *testing.T) {
+	port := &fakePort{keep: true}
+	e := NewEngine(port, func() {})
+	e.Stop()
+	whole := make([]byte, 1<<16)
+	mr := newTestRegion(whole, 0x77, AccessAll)
+	cq := &testCQ{}
+	const nQP, perQP, msgLen = 16, 64, 1024 // 4 packets of IB MTU 256 per message
+	qps := make([]*QP, nQP)
+	byPeer := map[uint32]*QP{}
+	for i := range qps {
+		q, err := e.CreateQP(&QPConfig{Memory: &testMemory{mr}, SendCQ: cq, RecvCQ: cq, Cap: QPCap{MaxSendWR: perQP, MaxRecvWR: 1}})
+		require.NoError(t, err)
+		require.NoError(t, q.Modify(&QPAttr{State: QPSInit, AccessFlags: AccessRemoteWrite}, QPAttrState|QPAttrAccessFlags))
+		require.NoError(t, q.Modify(&QPAttr{State: QPSRTR, PathMTU: MTU256, DestQPN: 0x1000 + uint32(i), AV: AddressVector{DGID: peerGID}},
+			QPAttrState|QPAttrAV|QPAttrPathMTU|QPAttrDestQPN|QPAttrRQPSN|QPAttrMaxDestRdAtomic|QPAttrMinRNRTimer))
+		require.NoError(t, q.Modify(&QPAttr{State: QPSRTS, Timeout: 14, RetryCnt: 7, RNRRetry: 7},
+			QPAttrState|QPAttrSQPSN|QPAttrTimeout|QPAttrRetryCnt|QPAttrRNRRetry|QPAttrMaxQPRdAtomic))
+		for j := range perQP {
+			require.NoError(t, q.PostSend(&SendWR{ID: uint64(j), Opcode: WRRDMAWrite, Flags: SendSignaled,
+				SGL: []SGE{mr.SGE(0, msgLen)}, RemoteAddr: 0x10000, RKey: 1}))
+		}
+		qps[i] = q
+		byPeer[0x1000+uint32(i)] = q
+	}
+	info := &RecvInfo{SGID: peerGID}
+	ack := func(q *QP, psn PSN) {
+		b := make([]byte, 64)
+		var p Packet
+		n, err := LayoutPacket(b, OpRCAcknowledge, 0, &p)
+		require.NoError(t, err)
+		p.BTH.SetDestQPN(q.QPN())
+		p.BTH.SetPSN(psn)
+		p.AETH.SetSyndrome(ACKSyndrome(UnlimitedCredits))
+		e.Receive(b[:n], info)
+	}
+	total := 0
+	for round := 0; total < nQP*perQP*msgLen/256; round++ {
+		require.Less(t, round, 1000, "no progress")
+		port.sent = nil
+		for busy := true; busy; {
+			busy, _ = e.Process()
+		}
+		require.NotEmpty(t, port.sent)
+		// What is unacknowledged now: everything just sent.
+		require.LessOrEqual(t, len(port.sent), maxDeviceUnacked+msgLen/256-1)
+		require.Equal(t, len(port.sent), e.unacked)
+		last := map[*QP]PSN{}
+		var p Packet
+		for _, raw := range port.sent {
+			require.NoError(t, ParsePacket(raw, &p))
+			last[byPeer[p.BTH.DestQPN()]] = p.BTH.PSN()
+		}
+		total += len(port.sent)
+		for q, psn := range last {
+			ack(q, psn)
+		}
+		require.Zero(t, e.unacked)
+	}
+	require.Positive(t, e.Ctr.TxWindowStalls.Load())
+	require.Zero(t, e.Ctr.Retransmits.Load())
+	var wcs [nQP * perQP]WC
+	n, err := cq.Poll(wcs[:])
+	require.NoError(t, err)
+	require.Equal(t, nQP*perQP, n)
+	for _, wc := range wcs[:n] {
+		require.Equal(t, WCSuccess, wc.Status)
+	}
+
+	// Messages in flight on QPs that are reset or destroyed leave the window.
+	for _, q := range qps {
+		require.NoError(t, q.PostSend(&SendWR{Opcode: WRRDMAWrite, SGL: []SGE{mr.SGE(0, msgLen)}, RemoteAddr: 0x10000, RKey: 1}))
+	}
+	e.Process()
+	require.Equal(t, nQP*msgLen/256, e.unacked)
+	require.NoError(t, qps[0].Modify(&QPAttr{State: QPSErr}, QPAttrState))
+	require.NoError(t, qps[1].Modify(&QPAttr{State: QPSReset}, QPAttrState))
+	require.Equal(t, (nQP-2)*msgLen/256, e.unacked)
+	for _, q := range qps {
+		require.NoError(t, q.Destroy())
+	}
+	require.Zero(t, e.unacked)
+}
