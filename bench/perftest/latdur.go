@@ -3,7 +3,6 @@ package perftest
 import (
 	"context"
 	"fmt"
-	"runtime"
 	"time"
 
 	"github.com/softnic/softnic/verbs"
@@ -53,7 +52,7 @@ func (r *runCtx) startDuration() *durationRun {
 // waitUntilEnd waits for one successful completion; false when the run's
 // time ran out first.
 func (r *runCtx) waitUntilEnd(d *durationRun, cq *verbs.CQ, wc []verbs.WC, what string, done uint64) (bool, error) {
-	if _, err := cq.Wait(d.end, wc[:1]); err != nil {
+	if _, err := spinPoll(d.end, cq, wc[:1]); err != nil {
 		if r.ctx.Err() == nil && d.end.Err() != nil {
 			return false, nil
 		}
@@ -95,7 +94,7 @@ loop:
 				if d.end.Err() != nil {
 					break loop
 				}
-				runtime.Gosched()
+				osYield()
 			}
 			r.progress.Add(1)
 		}

@@ -254,7 +254,7 @@ func (r *runCtx) runBWServer(size uint64) (BWTimes, error) {
 
 // waitOne waits for one completion on cq.
 func (r *runCtx) waitOne(cq *verbs.CQ, wc []verbs.WC, what string, done uint64) error {
-	if _, err := cq.Wait(r.ctx, wc[:1]); err != nil {
+	if _, err := spinPoll(r.ctx, cq, wc[:1]); err != nil {
 		return fmt.Errorf("poll %s CQ: %w", what, context.Cause(r.ctx))
 	}
 	if wc[0].Status != verbs.WCSuccess {
@@ -302,7 +302,7 @@ func (r *runCtx) runLatWrite(size uint64) ([]int64, error) {
 				if r.ctx.Err() != nil {
 					return nil, context.Cause(r.ctx)
 				}
-				runtime.Gosched()
+				osYield()
 			}
 			r.progress.Add(1)
 		}
