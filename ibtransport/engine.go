@@ -99,7 +99,10 @@ type Engine struct {
 	kickMu  sync.Mutex
 	kicks   []*QP
 	hasKick atomic.Bool
-	nextQPN uint32
+	// sleeping is set while the engine goroutine may block waiting for
+	// packets: only then do posters ring the doorbell (a system call).
+	sleeping atomic.Bool
+	nextQPN  uint32
 	// unacked is the device-wide window in use: the sum of the QPs'
 	// requester credits (requester.go).
 	unacked int
@@ -239,8 +242,29 @@ func (e *Engine) kick(q *QP) {
 		e.hasKick.Store(true)
 		e.kickMu.Unlock()
 	}
-	e.Wake()
+	// An engine that is awake sees the kick on its next pass. Otherwise it
+	// set sleeping before its last look at hasKick (PrepareSleep): one of
+	// the two sees the other's store.
+	if e.sleeping.Load() {
+		e.Wake()
+	}
 }
+
+// PrepareSleep is called by the engine goroutine before it blocks waiting
+// for packets. It reports false, and the engine must not block, when posts
+// or commands came in since its last pass. Until Awake, posters ring the
+// doorbell.
+func (e *Engine) PrepareSleep() bool {
+	e.sleeping.Store(true)
+	if e.hasKick.Load() || e.hasCmds.Load() {
+		e.sleeping.Store(false)
+		return false
+	}
+	return true
+}
+
+// Awake is called by the engine goroutine when it stopped waiting.
+func (e *Engine) Awake() { e.sleeping.Store(false) }
 
 func (e *Engine) takeKicks() {
 	if !e.hasKick.Load() {

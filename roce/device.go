@@ -6,6 +6,8 @@ import (
 	"net/netip"
 	"sync"
 	"sync/atomic"
+	"syscall"
+	"time"
 
 	"github.com/softnic/softnic/ibtransport"
 )
@@ -23,6 +25,11 @@ type DeviceConfig struct {
 	// kernel's neighbour table). Without it such peers get the broadcast
 	// address.
 	Resolve func(netip.Addr) ([6]byte, error)
+	// Spin is how long the engine goroutine keeps polling the link after
+	// its last work before it blocks (default 50µs; negative: never). A
+	// reply that comes within it needs no wake-up of a sleeping thread,
+	// and posts need no doorbell system call.
+	Spin time.Duration
 }
 
 // DeviceCounters count what the device did with frames, beyond the parse
@@ -47,6 +54,7 @@ type Device struct {
 	gids    []ibtransport.GID
 	mac     [6]byte
 	batch   int
+	spin    time.Duration
 	resolve func(netip.Addr) ([6]byte, error)
 	Ctr     DeviceCounters
 	neighMu sync.Mutex
@@ -78,6 +86,10 @@ func NewDevice(link Link, cfg DeviceConfig) (*Device, error) {
 		done: make(chan struct{})}
 	if d.batch <= 0 {
 		d.batch = 64
+	}
+	d.spin = cfg.Spin
+	if d.spin == 0 {
+		d.spin = defaultSpin
 	}
 	for _, a := range cfg.Addrs {
 		if !a.IsValid() {
@@ -128,23 +140,44 @@ func (d *Device) Close() error {
 	return nil
 }
 
+// defaultSpin is DeviceConfig.Spin's default: a few round trips over
+// AF_XDP in copy mode.
+const defaultSpin = 50 * time.Microsecond
+
 func (d *Device) run() {
 	defer close(d.done)
 	defer d.eng.Stop()
+	var lastWork time.Time
 	for !d.stop.Load() {
+		sent := d.eng.Ctr.TxPackets.Load()
 		n := d.link.Receive(d.onFrame, d.batch)
 		busy, wait := d.eng.Process()
 		if err := d.link.Flush(); errors.Is(err, ErrLinkClosed) {
 			return
 		}
 		looped := d.deliverLoopback()
-		if n == 0 && !busy && !looped {
-			if err := d.link.Wait(wait); errors.Is(err, ErrLinkClosed) {
+		if n > 0 || busy || looped || d.eng.Ctr.TxPackets.Load() != sent {
+			lastWork = time.Now()
+			continue
+		}
+		if d.spin > 0 && time.Since(lastWork) < d.spin {
+			// Poll again soon, but let other threads (a poller of this
+			// process or of the peer) have the CPU meanwhile.
+			osYield()
+			continue
+		}
+		if d.eng.PrepareSleep() {
+			err := d.link.Wait(wait)
+			d.eng.Awake()
+			if errors.Is(err, ErrLinkClosed) {
 				return
 			}
 		}
 	}
 }
+
+// osYield gives the CPU to another runnable thread, if any (sched_yield).
+func osYield() { syscall.Syscall(syscall.SYS_SCHED_YIELD, 0, 0, 0) }
 
 // receive handles one frame from the link.
 func (d *Device) receive(frame []byte) {
