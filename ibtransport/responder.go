@@ -285,6 +285,9 @@ func (q *QP) executeWrite(p *Packet, oi *OpcodeInfo, psn PSN) {
 		r.mode = modeWrite
 	} else {
 		r.mode = modeIdle
+		if r.wMR != nil {
+			r.wMR.RemoteWritten()
+		}
 		r.wMR = nil
 		r.msn++
 		if p.ImmDt != nil {
@@ -357,6 +360,7 @@ func (q *QP) executeAtomic(p *Packet, psn PSN) {
 		} else {
 			orig = atomic.AddUint64(ptr, a.SwapAdd()) - a.SwapAdd()
 		}
+		mr.RemoteWritten()
 	}
 	res := q.allocResource()
 	*res = resource{used: true, atomic: true, firstPSN: psn, lastPSN: psn, rkey: a.RKey(), va: va, length: 8, orig: orig}

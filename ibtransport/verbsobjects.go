@@ -31,6 +31,10 @@ type Region interface {
 	// lie outside the region, or the region was deregistered since it was
 	// looked up (or, found by rkey, its rkey invalidated).
 	Slice(va uint64, n uint32) ([]byte, bool)
+	// RemoteWritten is called after a peer's RDMA WRITE message (its last
+	// packet) or atomic has changed bytes of the region, so that a local
+	// poller watching the region can learn it without racing the engine.
+	RemoteWritten()
 }
 
 // CompletionQueue takes a QP's work completions (a verbs CQ).

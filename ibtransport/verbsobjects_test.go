@@ -7,11 +7,12 @@ import "unsafe"
 
 // testRegion is a registered region with one key for local and remote use.
 type testRegion struct {
-	buf       []byte
-	addr      uint64
-	key       uint32
-	access    Access
-	rkeyValid bool
+	buf          []byte
+	addr         uint64
+	key          uint32
+	access       Access
+	rkeyValid    bool
+	remoteWrites int
 }
 
 func newTestRegion(buf []byte, key uint32, access Access) *testRegion {
@@ -24,6 +25,8 @@ func (m *testRegion) RKey() uint32 { return m.key }
 func (m *testRegion) SGE(off, n int) SGE {
 	return SGE{Addr: m.addr + uint64(off), Length: uint32(n), LKey: m.key}
 }
+
+func (m *testRegion) RemoteWritten() { m.remoteWrites++ }
 
 func (m *testRegion) Slice(va uint64, n uint32) ([]byte, bool) {
 	if va < m.addr {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/softnic/softnic/ibtransport"
@@ -26,7 +27,18 @@ type MR struct {
 	// rkeyValid, also the engine's, is false once a SEND_WITH_INV
 	// invalidated the rkey.
 	rkeyValid bool
+	// remoteWrites counts the peers' RDMA WRITE messages and atomics that
+	// changed the region (RemoteWriteSeq).
+	remoteWrites atomic.Uint64
 }
+
+// RemoteWriteSeq returns how many RDMA WRITE messages and atomics from
+// peers have changed the region so far. The engine increments it after
+// the bytes landed, so a poller that sees it change may then read what
+// those requests wrote without racing the transport: watch the sequence,
+// not the bytes (perftest's write_lat watches the last byte of its
+// buffer; in Go that is a data race).
+func (m *MR) RemoteWriteSeq() uint64 { return m.remoteWrites.Load() }
 
 // LKey returns the local key, for SGEs.
 func (m *MR) LKey() uint32 { return m.lkey }
@@ -90,6 +102,8 @@ func (v *localView) Slice(va uint64, n uint32) ([]byte, bool) {
 	return m.slice(va, n)
 }
 
+func (v *localView) RemoteWritten() { v.remoteWrites.Add(1) }
+
 // remoteView is the region as the engine holds it after an rkey lookup:
 // invalidating the rkey ends the peer's access, not local work requests'.
 type remoteView MR
@@ -101,6 +115,8 @@ func (v *remoteView) Slice(va uint64, n uint32) ([]byte, bool) {
 	}
 	return m.slice(va, n)
 }
+
+func (v *remoteView) RemoteWritten() { v.remoteWrites.Add(1) }
 
 // keyTable maps lkeys and rkeys to regions. Keys are random 32-bit values,
 // so a peer cannot guess a valid rkey from another and a stale rkey does not

@@ -74,7 +74,7 @@ func (r *runCtx) runLatWriteDuration(size uint64) (BWTimes, error) {
 	buf := r.mr.Bytes()
 	postAt := int(r.sendArea(0) + size - 1)
 	pollAt := int(r.recvArea(0) + size - 1)
-	if pollAt&^3+4 > len(buf) {
+	if pollAt >= len(buf) {
 		return BWTimes{}, fmt.Errorf("message size %d does not fit the buffer", size)
 	}
 	sge := make([]verbs.SGE, 1)
@@ -82,19 +82,16 @@ func (r *runCtx) runLatWriteDuration(size uint64) (BWTimes, error) {
 	wc := make([]verbs.WC, 1)
 	d := r.startDuration()
 	defer d.stop()
-	var scnt, rcnt, count uint64
+	var scnt, rcnt, count, seen uint64
 loop:
 	for d.clock.phase(time.Now()) != phaseEnd {
 		if !(scnt < 1 && p.Server) {
 			rcnt++
-			for loadByte(buf, pollAt) != byte(rcnt) {
+			if err := r.awaitWrite(d.end, &seen, buf, pollAt, byte(rcnt)); err != nil {
 				if r.ctx.Err() != nil {
 					return BWTimes{}, context.Cause(r.ctx)
 				}
-				if d.end.Err() != nil {
-					break loop
-				}
-				osYield()
+				break loop
 			}
 			r.progress.Add(1)
 		}

@@ -5,9 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
-	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"github.com/softnic/softnic/verbs"
 )
@@ -264,16 +262,26 @@ func (r *runCtx) waitOne(cq *verbs.CQ, wc []verbs.WC, what string, done uint64) 
 	return nil
 }
 
-// loadByte reads b[i] atomically (an aligned 32-bit load around it): the
-// transport writes the buffer from the engine goroutine, and the load must
-// not be hoisted out of the polling loop.
-func loadByte(b []byte, i int) byte {
-	p := unsafe.Pointer(&b[0])
-	base := uintptr(p) + uintptr(i)
-	aligned := base &^ 3
-	w := atomic.LoadUint32((*uint32)(unsafe.Add(p, int(aligned)-int(uintptr(p)))))
-	shift := (base - aligned) * 8 // little-endian
-	return byte(w >> shift)
+// awaitWrite waits for the peer's RDMA WRITE that sets buf[at] to want. It
+// reads the byte only once the region's remote-write sequence moved past
+// *seen: the engine publishes the sequence after the bytes landed, so the
+// read never races the transport (the peer writes again only after this
+// side answered). It yields the CPU between looks and gives up when ctx
+// ends.
+func (r *runCtx) awaitWrite(ctx context.Context, seen *uint64, buf []byte, at int, want byte) error {
+	for i := 0; ; i++ {
+		if s := r.mr.RemoteWriteSeq(); s != *seen {
+			*seen = s
+			if buf[at] == want {
+				return nil
+			}
+			continue
+		}
+		if i&63 == 63 && ctx.Err() != nil {
+			return ctx.Err()
+		}
+		osYield()
+	}
 }
 
 // runLatWrite is run_iter_lat_write: each side RDMA-writes size bytes
@@ -286,7 +294,7 @@ func (r *runCtx) runLatWrite(size uint64) ([]int64, error) {
 	buf := r.mr.Bytes()
 	postAt := int(r.sendArea(0) + size - 1)
 	pollAt := int(r.recvArea(0) + size - 1)
-	if pollAt&^3+4 > len(buf) || postAt < 0 {
+	if pollAt >= len(buf) || postAt < 0 {
 		return nil, fmt.Errorf("message size %d does not fit the buffer", size)
 	}
 	posted := make([]int64, p.Iters)
@@ -294,15 +302,12 @@ func (r *runCtx) runLatWrite(size uint64) ([]int64, error) {
 	var wr verbs.SendWR
 	wc := make([]verbs.WC, 1)
 	start := time.Now()
-	var scnt, rcnt, ccnt uint64
+	var scnt, rcnt, ccnt, seen uint64
 	for scnt < p.Iters || ccnt < p.Iters || rcnt < p.Iters {
 		if rcnt < p.Iters && !(scnt < 1 && p.Server) {
 			rcnt++
-			for loadByte(buf, pollAt) != byte(rcnt) {
-				if r.ctx.Err() != nil {
-					return nil, context.Cause(r.ctx)
-				}
-				osYield()
+			if err := r.awaitWrite(r.ctx, &seen, buf, pollAt, byte(rcnt)); err != nil {
+				return nil, context.Cause(r.ctx)
 			}
 			r.progress.Add(1)
 		}
