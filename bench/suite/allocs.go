@@ -280,7 +280,8 @@ func (s *suite) allocs(ctx context.Context, profileDir string) {
 			fmt.Printf("  (in-process write_bw 64 KiB over 1024 QPs: %.2f Gb/s, %d retransmissions, %d timeouts, %d out of sequence; profile in %s)\n",
 				bw.Avg, many.retransmits, many.timeouts, many.outOfSeq, profileDir)
 		}
-		lat, err := h.measure(ctx, oob.WriteLat, 8, 1024, uint64(s.latIters), 1, filepath.Join(profileDir, "cpu-write_lat.pprof"))
+		// Enough round trips for a profile with samples to read.
+		lat, err := h.measure(ctx, oob.WriteLat, 8, 1024, uint64(max(s.latIters, 10000)), 1, filepath.Join(profileDir, "cpu-write_lat.pprof"))
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "suite: write_lat profile: %v\n", err)
 		} else if l, err := parseLat(lat.out); err == nil {
