@@ -7,12 +7,10 @@ require (
 	github.com/stretchr/testify v1.12.1
 	github.com/vishvananda/netlink v1.3.1
 	github.com/vishvananda/netns v0.0.5
+	golang.org/x/image v0.47.0
 	golang.org/x/sys v0.49.0
 )
 
-require (
-	go.yaml.in/yaml/v3 v3.0.5 // indirect
-	golang.org/x/image v0.47.0 // indirect
-)
+require go.yaml.in/yaml/v3 v3.0.5 // indirect
 
 tool github.com/cilium/ebpf/cmd/bpf2go
