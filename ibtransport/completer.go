@@ -21,6 +21,14 @@ func (q *QP) onResponse(p *Packet, oi *OpcodeInfo) {
 		q.e.Ctr.RxBadResponse.Add(1)
 		return
 	}
+	// A response to something sent, even one discarded below, shows the
+	// responder alive and answering: hold the retransmit timer off, as
+	// rxe's completer does. Otherwise a responder still streaming an
+	// earlier READ response (or a replay of it) behind a slow link gets a
+	// timeout, and so yet another replay to queue, every timeout period.
+	if q.attr.Timeout != 0 && q.awaitingAck() {
+		r.retransAt = q.e.now() + q.timeout()
+	}
 	var w *sendWQE
 	for {
 		if r.compIdx == q.sq.tail.Load() {

@@ -1,0 +1,54 @@
+package ibtransport
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestResponsesHoldOffRetransmitTimer checks that every response to a sent
+// PSN pushes the retransmit timeout out, also a stale one the completer
+// discards (a responder still streaming an earlier READ response), as
+// rxe's completer does; and that a timeout still comes when nothing does.
+func TestResponsesHoldOffRetransmitTimer(t *testing.T) {
+	port := &fakePort{}
+	e := NewEngine(port, func() {})
+	e.Stop()
+	mr := newTestRegion(make([]byte, 4096), 0x77, AccessAll)
+	q, err := e.CreateQP(&QPConfig{Memory: &testMemory{mr}, SendCQ: &testCQ{}, RecvCQ: &testCQ{}, Cap: QPCap{MaxSendWR: 4, MaxRecvWR: 1}})
+	require.NoError(t, err)
+	require.NoError(t, q.Modify(&QPAttr{State: QPSInit}, QPAttrState))
+	require.NoError(t, q.Modify(&QPAttr{State: QPSRTR, PathMTU: MTU256, DestQPN: peerQPN, AV: AddressVector{DGID: peerGID}},
+		QPAttrState|QPAttrAV|QPAttrPathMTU|QPAttrDestQPN|QPAttrRQPSN|QPAttrMaxDestRdAtomic|QPAttrMinRNRTimer))
+	require.NoError(t, q.Modify(&QPAttr{State: QPSRTS, SQPSN: 100, Timeout: 10, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 1}, // 4 ms
+		QPAttrState|QPAttrSQPSN|QPAttrTimeout|QPAttrRetryCnt|QPAttrRNRRetry|QPAttrMaxQPRdAtomic))
+	// A READ of 4 PSNs (100..103).
+	require.NoError(t, q.PostSend(&SendWR{ID: 1, Opcode: WRRDMARead, SGL: []SGE{mr.SGE(0, 1024)}, RemoteAddr: 0x1000, RKey: 1}))
+	e.Process()
+	require.NotZero(t, q.req.retransAt)
+	response := func(op Opcode, psn PSN) {
+		b := make([]byte, 512)
+		var p Packet
+		n, err := LayoutPacket(b, op, 256, &p)
+		require.NoError(t, err)
+		p.BTH.SetDestQPN(q.QPN())
+		p.BTH.SetPSN(psn)
+		if p.AETH != nil {
+			p.AETH.SetSyndrome(ACKSyndrome(UnlimitedCredits))
+		}
+		e.Receive(b[:n], &RecvInfo{SGID: peerGID})
+	}
+	response(OpRCReadResponseFirst, 100)
+	require.Equal(t, PSN(101), q.req.compPSN)
+	// The same response again, discarded, still pushes the timeout out.
+	before := q.req.retransAt
+	time.Sleep(time.Millisecond)
+	response(OpRCReadResponseFirst, 100)
+	require.Equal(t, PSN(101), q.req.compPSN)
+	require.Greater(t, q.req.retransAt, before)
+	// Nothing more: the timeout restarts the READ from PSN 101.
+	time.Sleep(5 * time.Millisecond)
+	e.Process()
+	require.Equal(t, uint64(1), e.Ctr.Timeouts.Load())
+}
