@@ -92,7 +92,9 @@ func (q *QP) onReadResponse(p *Packet, oi *OpcodeInfo, w *sendWQE, psn PSN) {
 	}
 	off := uint32(psn.Diff(w.firstPSN)) * q.mtu
 	want := min(w.length-off, q.mtu)
-	if uint32(len(p.Payload)) != want || (psn == w.lastPSN) != (oi.Position == PositionLast || oi.Position == PositionOnly) {
+	// Each READ request of a segmented READ is answered FIRST..LAST.
+	segEnd := psn == w.lastPSN || (uint32(psn.Diff(w.firstPSN))+1)%readSegmentPSNs == 0
+	if uint32(len(p.Payload)) != want || segEnd != (oi.Position == PositionLast || oi.Position == PositionOnly) {
 		q.e.Ctr.RxBadResponse.Add(1)
 		return
 	}

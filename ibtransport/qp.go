@@ -148,8 +148,11 @@ const (
 	// timeouts. A NIC should hold its own traffic back instead.
 	maxDeviceUnacked = 512
 	ackReqInterval   = 64 // AckReq at least every this many packets
-	packetBudget     = 64 // packets a QP may send per engine pass
-	infiniteRetries  = 7
+	// READs of more response packets than this are requested in segments
+	// of this many (see buildRequest).
+	readSegmentPSNs = maxUnackedPSNs
+	packetBudget    = 64 // packets a QP may send per engine pass
+	infiniteRetries = 7
 )
 
 type wqeState uint8

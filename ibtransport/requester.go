@@ -298,12 +298,19 @@ func (q *QP) buildRequest(buf []byte, i uint32, w *sendWQE) (int, bool) {
 		}
 		w.nextPSN = psn.Add(1)
 	case op.isRead():
-		off := uint32(psn.Diff(w.firstPSN)) * q.mtu
+		// A responder streams a READ's whole response at once, and one of
+		// megabytes (thousands of packets) overflows this side's receive
+		// ring. So a READ of more than readSegmentPSNs response packets
+		// goes out as several READ requests, each up to the next multiple
+		// of readSegmentPSNs, paced by the window in sendRequests.
+		idx := uint32(psn.Diff(w.firstPSN))
+		end := min((idx/readSegmentPSNs+1)*readSegmentPSNs, uint32(w.lastPSN.Diff(w.firstPSN))+1)
+		off := idx * q.mtu
 		n, _ = LayoutPacket(buf, OpRCReadRequest, 0, p)
 		p.RETH.SetVA(w.remoteAddr + uint64(off))
 		p.RETH.SetRKey(w.rkey)
-		p.RETH.SetDMALength(w.length - off)
-		w.nextPSN = w.lastPSN.Add(1)
+		p.RETH.SetDMALength(min(w.length-off, (end-idx)*q.mtu))
+		w.nextPSN = w.firstPSN.Add(end)
 	default: // atomic
 		opc := OpRCFetchAdd
 		if op == WRAtomicCmpAndSwp {
