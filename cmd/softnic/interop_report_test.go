@@ -112,8 +112,10 @@ func interopOutcome(r interopRun, softnicRole string, results []interopResult, g
 	}
 	out, ran := guestOut[r.name+" "+guestRole]
 	switch {
+	case res == nil && !ran:
+		return "—" // this run is one way only
 	case res == nil || !ran:
-		return "not run"
+		return "**fail** (one side did not run)"
 	case res.err != nil || strings.Contains(out, "!! FAILED"):
 		return "**fail**"
 	}

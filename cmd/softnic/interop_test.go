@@ -237,10 +237,11 @@ func (e *interopEnv) wait() (map[string]string, *rxeguest.Result) {
 		t.Logf("softnic %s (%v):\n%s", r.name, r.took.Round(10*time.Millisecond), r.out)
 	}
 	if err != nil {
-		t.Fatalf("guest: %v", err)
+		// The output so far still tells which runs passed.
+		t.Errorf("guest: %v", err)
 	}
 	t.Logf("guest (status %d, %v):\n%s", res.ExitStatus, res.Duration.Round(time.Second), res.Output)
-	if res.ExitStatus != 0 {
+	if err == nil && res.ExitStatus != 0 {
 		t.Fatalf("guest script failed (status %d); console tail:\n%s", res.ExitStatus, tailLines(res.Console, 40))
 	}
 	guestOut := map[string]string{}
