@@ -34,6 +34,9 @@ type pingpongConfig struct {
 	iters    int
 	sl       int
 	gidIndex int
+	// validate is rc_pingpong's -c: the client marks the first byte of
+	// every page, the server checks the marks arrived.
+	validate bool
 	// connectWait is how long the client retries connecting.
 	connectWait time.Duration
 }
@@ -71,6 +74,7 @@ func runPingpongCmd(args []string, stdout, stderr io.Writer) int {
 	f.intVar(&cfg.iters, "n", "iters", cfg.iters, "number of exchanges")
 	f.intVar(&cfg.sl, "l", "sl", 0, "service level (no meaning on RoCE; accepted)")
 	f.intVar(&cfg.gidIndex, "g", "gid-idx", -1, "local port GID index (default: the first IPv4 GID)")
+	f.boolVar(&cfg.validate, "c", "chk", "validate received buffer")
 	f.DurationVar(&cfg.connectWait, "connect-wait", dialWait, "softnic: how long a client retries while the server is not listening")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, pingpongUsage)
@@ -261,6 +265,13 @@ func runPingpong(ctx context.Context, dev perftest.Device, cfg pingpongConfig, o
 
 	pending := pingpongRecvWRID
 	if cfg.host != "" {
+		if cfg.validate {
+			// As rdma-core 44: the first byte of each page becomes 0
+			// (i / page_size % sizeof(char)) in a buffer of 0x7b.
+			for i := 0; i < len(buf); i += os.Getpagesize() {
+				buf[i] = 0
+			}
+		}
 		if err := c.postSend(ctx); err != nil {
 			return fmt.Errorf("Couldn't post send: %w", err)
 		}
@@ -306,7 +317,27 @@ func runPingpong(ctx context.Context, dev perftest.Device, cfg pingpongConfig, o
 	bytes := int64(cfg.size) * int64(cfg.iters) * 2
 	fmt.Fprintf(out, "%d bytes in %.2f seconds = %.2f Mbit/sec\n", bytes, usec/1e6, float64(bytes)*8/float64(usec))
 	fmt.Fprintf(out, "%d iters in %.2f seconds = %.2f usec/iter\n", cfg.iters, usec/1e6, usec/float32(cfg.iters))
+	if cfg.host == "" && cfg.validate {
+		if bad := invalidPages(buf); len(bad) > 0 {
+			for _, page := range bad {
+				fmt.Fprintf(out, "invalid data in page %d\n", page)
+			}
+			return fmt.Errorf("received data failed validation in %d of %d pages", len(bad), (len(buf)+os.Getpagesize()-1)/os.Getpagesize())
+		}
+	}
 	return nil
+}
+
+// invalidPages returns the pages of buf whose first byte is not the 0 the
+// client of a -c run writes there (rc_pingpong's check).
+func invalidPages(buf []byte) []int {
+	var bad []int
+	for i := 0; i < len(buf); i += os.Getpagesize() {
+		if buf[i] != 0 {
+			bad = append(bad, i/os.Getpagesize())
+		}
+	}
+	return bad
 }
 
 // acceptAny listens like rc_pingpong's server (AF_UNSPEC passive: IPv6

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"os"
 	"regexp"
 	"testing"
 )
@@ -10,15 +11,35 @@ func TestPingpongClientServer(t *testing.T) {
 	useMemDevices(t)
 	port := freePort(t)
 	sout, cout := runPair(t,
-		[]string{"pingpong", "-d", "memA", "-g", "0", "-p", port, "-n", "200", "-s", "1000"},
-		[]string{"pingpong", "-d", "memB", "-g", "0", "-p", port, "-n", "200", "-s", "1000", "127.0.0.1"})
+		[]string{"pingpong", "-c", "-d", "memA", "-g", "0", "-p", port, "-n", "200", "-s", "1000"},
+		[]string{"pingpong", "-c", "-d", "memB", "-g", "0", "-p", port, "-n", "200", "-s", "1000", "127.0.0.1"})
 	local := regexp.MustCompile(`(?m)^  local address:  LID 0x0000, QPN 0x[0-9a-f]{6}, PSN 0x[0-9a-f]{6}, GID ::ffff:10\.0\.0\.[12]$`)
 	remote := regexp.MustCompile(`(?m)^  remote address: LID 0x0000, QPN 0x[0-9a-f]{6}, PSN 0x[0-9a-f]{6}, GID ::ffff:10\.0\.0\.[12]$`)
 	rate := regexp.MustCompile(`(?m)^400000 bytes in [0-9.]+ seconds = [0-9.]+ Mbit/sec\n200 iters in [0-9.]+ seconds = [0-9.]+ usec/iter$`)
 	for side, out := range map[string]string{"server": sout, "client": cout} {
-		if !local.MatchString(out) || !remote.MatchString(out) || !rate.MatchString(out) {
+		if !local.MatchString(out) || !remote.MatchString(out) || !rate.MatchString(out) || bytes.Contains([]byte(out), []byte("invalid data")) {
 			t.Errorf("%s output:\n%s", side, out)
 		}
+	}
+}
+
+// TestPingpongValidation is rc_pingpong's -c check: pages whose first byte
+// is not the client's 0 mark are reported.
+func TestPingpongValidation(t *testing.T) {
+	page := os.Getpagesize()
+	buf := bytes.Repeat([]byte{0x7b}, 3*page+10)
+	if got := invalidPages(buf); len(got) != 4 {
+		t.Errorf("unmarked buffer: invalid pages %v, want all 4", got)
+	}
+	for i := 0; i < len(buf); i += page {
+		buf[i] = 0
+	}
+	if got := invalidPages(buf); len(got) != 0 {
+		t.Errorf("marked buffer: invalid pages %v, want none", got)
+	}
+	buf[2*page] = 0x7b
+	if got := invalidPages(buf); len(got) != 1 || got[0] != 2 {
+		t.Errorf("page 2 unmarked: invalid pages %v, want [2]", got)
 	}
 }
 
