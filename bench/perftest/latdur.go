@@ -97,23 +97,36 @@ loop:
 		}
 		scnt++
 		buf[postAt] = byte(scnt)
-		r.sendWR(&wr, sge, 0, 0, size)
-		wr.Flags |= verbs.SendSignaled
-		if err := r.postWait(qp, &wr); err != nil {
-			return BWTimes{}, err
-		}
-		ok, err := r.waitUntilEnd(d, r.scq, wc, "send", scnt)
+		ok, err := r.signaledOp(d, qp, &wr, sge, size, wc, scnt, &count)
 		if err != nil {
 			return BWTimes{}, err
 		}
 		if !ok {
 			break
 		}
-		if d.clock.phase(time.Now()) == phaseSample {
-			count++
-		}
 	}
 	return d.clock.times(count), nil
+}
+
+// signaledOp posts one signaled operation of size bytes on qp and waits for
+// its completion, as an iteration of perftest's duration-mode latency loops
+// does; a completion inside the sample window adds to count. It returns false
+// once the test's time is up.
+func (r *runCtx) signaledOp(d *durationRun, qp *verbs.QP, wr *verbs.SendWR, sge []verbs.SGE, size uint64,
+	wc []verbs.WC, seq uint64, count *uint64) (bool, error) {
+	r.sendWR(wr, sge, 0, 0, size)
+	wr.Flags |= verbs.SendSignaled
+	if err := r.postWait(qp, wr); err != nil {
+		return false, err
+	}
+	ok, err := r.waitUntilEnd(d, r.scq, wc, "send", seq)
+	if err != nil || !ok {
+		return false, err
+	}
+	if d.clock.phase(time.Now()) == phaseSample {
+		*count++
+	}
+	return true, nil
 }
 
 // runLatReadDuration is run_iter_lat for READ with -D.
@@ -126,20 +139,12 @@ func (r *runCtx) runLatReadDuration(size uint64) (BWTimes, error) {
 	defer d.stop()
 	var count uint64
 	for k := uint64(0); d.clock.phase(time.Now()) != phaseEnd; k++ {
-		r.sendWR(&wr, sge, 0, 0, size)
-		wr.Flags |= verbs.SendSignaled
-		if err := r.postWait(qp, &wr); err != nil {
-			return BWTimes{}, err
-		}
-		ok, err := r.waitUntilEnd(d, r.scq, wc, "send", k)
+		ok, err := r.signaledOp(d, qp, &wr, sge, size, wc, k, &count)
 		if err != nil {
 			return BWTimes{}, err
 		}
 		if !ok {
 			break
-		}
-		if d.clock.phase(time.Now()) == phaseSample {
-			count++
 		}
 	}
 	return d.clock.times(count), nil
