@@ -375,14 +375,35 @@ func (l *XDPLink) Wait(timeout time.Duration) error {
 	}
 	// ppoll, not poll: the engine's retransmission timers are finer than
 	// poll's milliseconds.
-	var ts *unix.Timespec
-	if timeout >= 0 {
-		t := unix.NsecToTimespec(int64(timeout))
-		ts = &t
+	var deadline time.Time
+	if timeout > 0 {
+		deadline = time.Now().Add(timeout)
 	}
-	_, err := unix.Ppoll(fds[:1+len(l.socks)], ts, nil)
-	if err != nil && err != unix.EINTR {
-		return fmt.Errorf("AF_XDP link on %q: poll: %w", l.ifname, err)
+	for {
+		var ts *unix.Timespec
+		if timeout >= 0 {
+			t := unix.NsecToTimespec(int64(timeout))
+			ts = &t
+		}
+		_, err := unix.Ppoll(fds[:1+len(l.socks)], ts, nil)
+		if err == nil {
+			break
+		}
+		if err != unix.EINTR {
+			return fmt.Errorf("AF_XDP link on %q: poll: %w", l.ifname, err)
+		}
+		// The Go runtime's preemption signals interrupt ppoll; sleep out
+		// the rest of the timeout so a timed Wait is not cut short.
+		if l.closed.Load() {
+			return ErrLinkClosed
+		}
+		if timeout > 0 {
+			if timeout = time.Until(deadline); timeout <= 0 {
+				break
+			}
+		} else if timeout == 0 {
+			break
+		}
 	}
 	if fds[0].Revents&unix.POLLIN != 0 {
 		var v [8]byte
