@@ -5,10 +5,18 @@
 // It prints frames/s and Gb/s at the receiver: the ceiling softnic's RDMA
 // throughput is compared against.
 //
+// With -pingpong it measures the raw path's latency instead: both ends get
+// the steering program and an AF_XDP socket, one sends a frame (by default
+// the 82-byte frame of an 8-byte RDMA WRITE), the other sends it back as
+// soon as it arrives, and it prints the median, 99th percentile, minimum,
+// maximum and mean of half the round trip in microseconds: the latency
+// ceiling softnic's write_lat is compared against.
+//
 // It needs root, creates its own namespaces and veth pair, and removes them
 // on exit, also on SIGINT/SIGTERM.
 //
 //	xdpblast -size 64,1082,4158 -duration 3s [-queues 2] [-busy-poll] [-v]
+//	xdpblast -pingpong [-size 82] [-rounds 5000] [-busy-poll] [-v]
 package main
 
 import (
@@ -33,6 +41,8 @@ func main() {
 	busy := flag.Bool("busy-poll", false, "enable preferred busy polling on both sockets")
 	queues := flag.Int("queues", 1, "queue pairs: veth queues, each with a sending and a receiving socket and goroutine")
 	verbose := flag.Bool("v", false, "print ring and program statistics")
+	pingpong := flag.Bool("pingpong", false, "measure the round trip of one frame between two AF_XDP sockets instead of blasting (-size defaults to 82, an 8-byte RDMA WRITE)")
+	rounds := flag.Int("rounds", 5000, "-pingpong: measured round trips per size, after a tenth as many to warm up")
 	flag.Parse()
 	if os.Geteuid() != 0 {
 		fmt.Fprintln(os.Stderr, "xdpblast: needs root to create network namespaces, a veth pair, an XDP program and AF_XDP sockets")
@@ -40,6 +50,17 @@ func main() {
 	}
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
+	if *pingpong {
+		sizeSet := false
+		flag.Visit(func(f *flag.Flag) { sizeSet = sizeSet || f.Name == "size" })
+		if !sizeSet {
+			*sizes = strconv.Itoa(WriteLatFrame)
+		}
+		if !runPingPong(ctx, *sizes, *mtu, *rounds, *busy, *verbose) {
+			os.Exit(1)
+		}
+		return
+	}
 
 	fmt.Printf("%8s %6s %12s %14s %10s %10s\n", "size", "mtu", "sent", "received", "frames/s", "Gb/s")
 	failed := false
@@ -74,4 +95,38 @@ func main() {
 	if failed {
 		os.Exit(1)
 	}
+}
+
+// runPingPong measures the ping-pong of each size and prints one line per
+// size; it reports whether all of them worked.
+func runPingPong(ctx context.Context, sizes string, mtu, rounds int, busy, verbose bool) bool {
+	fmt.Printf("%8s %6s %8s %6s %10s %10s %10s %10s %10s\n", "size", "mtu", "rounds", "lost", "median_us", "p99_us", "min_us", "max_us", "avg_us")
+	ok := true
+	if mtu == 0 {
+		mtu = 1500
+	}
+	us := func(d time.Duration) float64 { return d.Seconds() * 1e6 }
+	for _, f := range strings.Split(sizes, ",") {
+		size, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "xdpblast: bad size %q\n", f)
+			os.Exit(2)
+		}
+		o := PingOptions{Size: size, Count: rounds, MTU: mtu, BusyPoll: busy}
+		r, err := PingPong(ctx, o)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "xdpblast: ping-pong of %d-byte frames: %v\n", size, err)
+			ok = false
+			if ctx.Err() != nil {
+				break
+			}
+			continue
+		}
+		fmt.Printf("%8d %6d %8d %6d %10.2f %10.2f %10.2f %10.2f %10.2f\n", size, mtu, r.Rounds, r.Lost,
+			us(r.Median), us(r.P99), us(r.Min), us(r.Max), us(r.Mean))
+		if verbose {
+			fmt.Printf("  ping     %+v\n  pong     %+v\n  programs %+v %+v\n", r.PingStats, r.PongStats, r.PingProgram, r.PongProgram)
+		}
+	}
+	return ok
 }
