@@ -24,6 +24,13 @@
 // Receive hands out whole packets only, and Transmit queues only whole
 // packets.
 //
+// With Config.Contiguous (copy mode only) such packets need no joining or
+// splitting: receive buffers overlap by the kernel's 256-byte headroom and
+// go back to the fill ring in the order the kernel took them, so the pieces
+// of a received packet follow each other in the UMEM and Span returns the
+// whole packet as one slice. Transmit frames are TxFrameSize bytes, and
+// AppendTx cuts a packet built in one into chunk-sized descriptors.
+//
 // The ring indexes are shared with the kernel and are read with atomic
 // loads (acquire) and published with atomic stores (release); see ring.go.
 //

@@ -1,6 +1,7 @@
 package xdp
 
 import (
+	"bytes"
 	"encoding/binary"
 	"net"
 	"net/netip"
@@ -110,13 +111,13 @@ func setupSide(t *testing.T, e *netnstest.End, cfg Config) *side {
 	return s
 }
 
-// sendFrame copies frame into as many transmit frames as it needs and
-// queues them, retrying while the rings are full.
+// sendFrame copies frame into as many transmit frames as it needs (one,
+// with the contiguous layout) and queues them, retrying while the rings are
+// full.
 func sendFrame(t *testing.T, s *Socket, frame []byte) {
 	t.Helper()
-	var descs [8]Desc
-	n := 0
-	for off := 0; off < len(frame); n++ {
+	var descs []Desc
+	for off := 0; off < len(frame); {
 		var d Desc
 		var buf []byte
 		var ok bool
@@ -133,12 +134,16 @@ func sendFrame(t *testing.T, s *Socket, frame []byte) {
 		}
 		c := copy(buf, frame[off:])
 		off += c
+		if s.cfg.Contiguous {
+			descs = s.AppendTx(descs, d, c)
+			continue
+		}
 		d.Len = uint32(c)
 		d.SetMore(off < len(frame))
-		descs[n] = d
+		descs = append(descs, d)
 	}
-	for sent := 0; sent < n; {
-		k, err := s.Transmit(descs[sent:n])
+	for sent := 0; sent < len(descs); {
+		k, err := s.Transmit(descs[sent:])
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -153,7 +158,14 @@ func sendFrame(t *testing.T, s *Socket, frame []byte) {
 // fails after timeout.
 func receiveFrames(t *testing.T, s *Socket, n int, timeout time.Duration) [][]byte {
 	t.Helper()
-	var out [][]byte
+	out, _, _ := receiveFramesSpans(t, s, n, timeout)
+	return out
+}
+
+// receiveFramesSpans is receiveFrames, also counting the multi-buffer
+// packets and those of them whose descriptors were contiguous (Span).
+func receiveFramesSpans(t *testing.T, s *Socket, n int, timeout time.Duration) (out [][]byte, multi, contiguous int) {
+	t.Helper()
 	var cur []byte
 	descs := make([]Desc, 64)
 	deadline := time.Now().Add(timeout)
@@ -167,22 +179,34 @@ func receiveFrames(t *testing.T, s *Socket, n int, timeout time.Duration) [][]by
 			s.Wait(10*time.Millisecond, -1)
 			continue
 		}
-		for _, d := range descs[:k] {
+		first := 0
+		for i, d := range descs[:k] {
 			b := s.Frame(d)
 			if b == nil {
 				t.Fatalf("descriptor %+v outside the UMEM", d)
 			}
 			cur = append(cur, b...)
-			if !d.More() {
-				out = append(out, cur)
-				cur = nil
+			if d.More() {
+				continue
 			}
+			if i > first {
+				multi++
+				if span := s.Span(descs[first : i+1]); span != nil {
+					if !bytes.Equal(span, cur) {
+						t.Fatalf("Span of %d descriptors differs from their frames", i+1-first)
+					}
+					contiguous++
+				}
+			}
+			out = append(out, cur)
+			cur = nil
+			first = i + 1
 		}
 		if err := s.Release(descs[:k]); err != nil {
 			t.Fatal(err)
 		}
 	}
-	return out
+	return out, multi, contiguous
 }
 
 type bpfStats = bpf.Stats

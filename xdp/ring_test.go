@@ -27,9 +27,9 @@ func fakeSocket(t testing.TB, frames, frameSize int, start uint32) *Socket {
 	if err := cfg.setDefaults(); err != nil {
 		t.Fatal(err)
 	}
-	s := &Socket{fd: -1, cfg: cfg, frameMask: ^uint64(frameSize - 1)}
+	s := &Socket{fd: -1, cfg: cfg, layout: cfg.layout()}
 	s.umem = make([]byte, frames*frameSize)
-	rxFrames := frames / 2
+	rxFrames := s.rxCount
 	mk := func(r *ring, size int, entry uintptr) []byte {
 		mem, off := fakeRing(uint32(size), entry, start)
 		r.init(mem, off, uint32(size))
@@ -37,22 +37,14 @@ func fakeSocket(t testing.TB, frames, frameSize int, start uint32) *Socket {
 	}
 	m := mk(&s.fill.ring, 2*rxFrames, 8)
 	s.fill.addrs = unsafe.Slice((*uint64)(unsafe.Pointer(&m[0])), 2*rxFrames)
-	m = mk(&s.comp.ring, frames-rxFrames, 8)
-	s.comp.addrs = unsafe.Slice((*uint64)(unsafe.Pointer(&m[0])), frames-rxFrames)
+	compSize := nextPow2(s.txCount * s.txDescs)
+	m = mk(&s.comp.ring, compSize, 8)
+	s.comp.addrs = unsafe.Slice((*uint64)(unsafe.Pointer(&m[0])), compSize)
 	m = mk(&s.rx.ring, cfg.RxRingSize, 16)
 	s.rx.descs = unsafe.Slice((*Desc)(unsafe.Pointer(&m[0])), cfg.RxRingSize)
 	m = mk(&s.tx.ring, cfg.TxRingSize, 16)
 	s.tx.descs = unsafe.Slice((*Desc)(unsafe.Pointer(&m[0])), cfg.TxRingSize)
-	s.owner = make([]uint8, frames)
-	for i := 0; i < rxFrames; i++ {
-		s.fill.addrs[(s.fill.cachedProd+uint32(i))&s.fill.mask] = uint64(i * frameSize)
-	}
-	s.fill.prodSubmit(uint32(rxFrames))
-	s.freeRx = make([]uint64, 0, rxFrames)
-	for i := frames - 1; i >= rxFrames; i-- {
-		s.freeTx = append(s.freeTx, uint64(i*frameSize))
-		s.owner[i] = ownFreeTx
-	}
+	s.initFrames()
 	return s
 }
 
@@ -207,7 +199,9 @@ func TestConfigValidation(t *testing.T) {
 	for _, c := range []Config{
 		{FrameSize: 3000}, {FrameSize: 1024}, {FrameSize: 8192},
 		{NumFrames: 3}, {NumFrames: 1}, {RxRingSize: 100}, {TxRingSize: 3},
-		{NumFrames: 1 << 30},
+		{NumFrames: 1 << 30}, {TxFrameSize: 8192},
+		{Contiguous: true, Mode: ModeZeroCopy}, {Contiguous: true, TxFrameSize: 5000},
+		{Contiguous: true, NumFrames: 8, TxFrameSize: 3 * 4096},
 	} {
 		if err := c.setDefaults(); err == nil {
 			t.Errorf("%+v accepted", c)
@@ -216,6 +210,111 @@ func TestConfigValidation(t *testing.T) {
 	c := Config{}
 	if err := c.setDefaults(); err != nil || c.FrameSize != 4096 || c.NumFrames != 4096 || c.RxRingSize != 2048 {
 		t.Errorf("defaults: %+v, %v", c, err)
+	}
+}
+
+// TestContiguousLayout checks the contiguous layout's arithmetic against a
+// simulated kernel: receive buffers a chunk less the headroom apart, handed
+// back in order, and transmit frames of several chunks sent as several
+// descriptors and freed once all of them complete.
+func TestContiguousLayout(t *testing.T) {
+	cfg := Config{NumFrames: 64, Contiguous: true, TxFrameSize: 3 * 4096}
+	if err := cfg.setDefaults(); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Mode != ModeCopy || !cfg.MultiBuffer {
+		t.Fatalf("contiguous layout did not imply copy mode and multi-buffer: %+v", cfg)
+	}
+	l := cfg.layout()
+	if l.rxStride != 4096-256 || l.rxCount != 32 || l.txBase%4096 != 0 ||
+		l.txBase < uint64(31*(4096-256)+4096) || l.txDescs != 3 {
+		t.Fatalf("layout %+v", l)
+	}
+	if end := l.txAddr(l.txCount-1) + l.txStride; end > 64*4096 {
+		t.Fatalf("last transmit frame ends at %d, past the UMEM", end)
+	}
+	for i := 0; i < l.rxCount; i++ {
+		// The data of buffer i (256 bytes in) maps back to buffer i.
+		if c, ok := l.rxIndex(uint64(i)*l.rxStride + 256 + 100); !ok || c != i {
+			t.Fatalf("receive buffer %d maps to %d, %v", i, c, ok)
+		}
+	}
+	if _, ok := l.rxIndex(l.txBase); ok {
+		t.Fatal("a transmit address maps to a receive buffer")
+	}
+
+	s := &Socket{fd: -1, cfg: cfg, layout: l, umem: make([]byte, 64*4096)}
+	mk := func(r *ring, size int, entry uintptr) []byte {
+		mem, off := fakeRing(uint32(size), entry, 0)
+		r.init(mem, off, uint32(size))
+		return mem[off.Desc:]
+	}
+	m := mk(&s.fill.ring, 2*l.rxCount, 8)
+	s.fill.addrs = unsafe.Slice((*uint64)(unsafe.Pointer(&m[0])), 2*l.rxCount)
+	compSize := nextPow2(l.txCount * l.txDescs)
+	m = mk(&s.comp.ring, compSize, 8)
+	s.comp.addrs = unsafe.Slice((*uint64)(unsafe.Pointer(&m[0])), compSize)
+	m = mk(&s.rx.ring, cfg.RxRingSize, 16)
+	s.rx.descs = unsafe.Slice((*Desc)(unsafe.Pointer(&m[0])), cfg.RxRingSize)
+	m = mk(&s.tx.ring, cfg.TxRingSize, 16)
+	s.tx.descs = unsafe.Slice((*Desc)(unsafe.Pointer(&m[0])), cfg.TxRingSize)
+	s.initFrames()
+
+	// Kernel: a 5000-byte packet into the first two fill entries, reported
+	// in unaligned form (offset in the top 16 bits).
+	fill, rx := &s.fill.ring, &s.rx.ring
+	for i, n := range []uint32{4096 - 256, 5000 - (4096 - 256)} {
+		addr := s.fill.addrs[*fill.consumer&fill.mask]
+		*fill.consumer++
+		d := Desc{Addr: addr | 256<<unalignedOffsetShift, Len: n}
+		d.SetMore(i == 0)
+		s.rx.descs[*rx.producer&rx.mask] = d
+		*rx.producer++
+	}
+	descs := make([]Desc, 4)
+	if n := s.Receive(descs); n != 2 {
+		t.Fatalf("received %d descriptors", n)
+	}
+	span := s.Span(descs[:2])
+	if len(span) != 5000 || descs[0].Addr != 256 {
+		t.Fatalf("descriptors %+v: span of %d bytes", descs[:2], len(span))
+	}
+	if err := s.Release(descs[:2]); err != nil {
+		t.Fatal(err)
+	}
+	// Released buffers go back after the ones still on the fill ring.
+	prod := *fill.producer
+	if a, b := s.fill.addrs[(prod-2)&fill.mask], s.fill.addrs[(prod-1)&fill.mask]; a != 0 || b != l.rxStride {
+		t.Fatalf("refilled %#x, %#x; want 0 and %#x", a, b, l.rxStride)
+	}
+
+	d, buf, ok := s.NextTxFrame()
+	if !ok || len(buf) != 3*4096 || s.TxFrameSize() != 3*4096 {
+		t.Fatalf("transmit frame of %d bytes, %v", len(buf), ok)
+	}
+	tx := s.AppendTx(nil, d, 9014)
+	if len(tx) != 3 || tx[0].Len != 4096 || !tx[0].More() || !tx[1].More() || tx[2].More() ||
+		tx[2].Addr != d.Addr+8192 || tx[2].Len != 9014-8192 {
+		t.Fatalf("AppendTx: %+v", tx)
+	}
+	if n, err := s.Transmit(tx); n != 3 || err != nil {
+		t.Fatalf("Transmit: %d, %v", n, err)
+	}
+	free := len(s.freeTx)
+	// Kernel: complete the descriptors one by one; the frame is free
+	// after the last.
+	for i, td := range s.tx.descs[:3] {
+		s.comp.addrs[*s.comp.producer&s.comp.mask] = td.Addr
+		*s.comp.producer++
+		s.Complete()
+		if want := free + i/2; len(s.freeTx) != want {
+			t.Fatalf("after %d completions: %d free frames, want %d", i+1, len(s.freeTx), want)
+		}
+	}
+	// A descriptor that leaves its frame is refused.
+	d, _, _ = s.NextTxFrame()
+	if _, err := s.Transmit([]Desc{{Addr: d.Addr + 3*4096 - 100, Len: 200}}); err == nil {
+		t.Fatal("a descriptor past its transmit frame was queued")
 	}
 }
 

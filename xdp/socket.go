@@ -56,6 +56,18 @@ type Config struct {
 	// and may be sent as several descriptors (Desc.More). Needed when the
 	// link MTU exceeds a chunk (less the 256-byte XDP headroom in copy mode).
 	MultiBuffer bool
+	// Contiguous lays the UMEM out so that a packet longer than a chunk
+	// lies in one piece of memory, and the application copies nothing to
+	// join or split it. Receive buffers are placed a chunk less the
+	// 256-byte headroom apart (unaligned chunk mode), so the kernel's copy
+	// of a multi-buffer packet continues where the previous buffer's data
+	// ended (see Span). Transmit frames are TxFrameSize bytes, sent as
+	// several descriptors (see AppendTx). It implies MultiBuffer and copy
+	// mode: zero-copy drivers refuse buffers that cross pages.
+	Contiguous bool
+	// TxFrameSize is the size of a transmit frame with Contiguous, a
+	// multiple of FrameSize. Default FrameSize.
+	TxFrameSize int
 	// BusyPoll enables preferred busy polling (SO_PREFER_BUSY_POLL) with
 	// BusyPollTimeout (default 20µs) and BusyPollBudget (default 64).
 	BusyPoll        bool
@@ -73,6 +85,23 @@ func (c *Config) setDefaults() error {
 	page := os.Getpagesize()
 	if !isPow2(c.FrameSize) || c.FrameSize < 2048 || c.FrameSize > page {
 		return fmt.Errorf("%w: frame size %d is not a power of two between 2048 and the page size %d", ErrConfig, c.FrameSize, page)
+	}
+	if c.TxFrameSize == 0 {
+		c.TxFrameSize = c.FrameSize
+	}
+	if c.Contiguous {
+		if c.Mode == ModeZeroCopy {
+			return fmt.Errorf("%w: the contiguous layout needs copy mode", ErrConfig)
+		}
+		c.Mode = ModeCopy
+		c.MultiBuffer = true
+		if c.TxFrameSize%c.FrameSize != 0 || c.TxFrameSize > c.NumFrames/4*c.FrameSize {
+			return fmt.Errorf("%w: transmit frame size %d is not a multiple of the frame size %d, or over a quarter of the UMEM",
+				ErrConfig, c.TxFrameSize, c.FrameSize)
+		}
+	} else if c.TxFrameSize != c.FrameSize {
+		return fmt.Errorf("%w: transmit frame size %d differs from the frame size %d without the contiguous layout",
+			ErrConfig, c.TxFrameSize, c.FrameSize)
 	}
 	if c.NumFrames < 2 || !isPow2(c.NumFrames) {
 		return fmt.Errorf("%w: frame count %d is not a power of two of at least 2", ErrConfig, c.NumFrames)
@@ -99,6 +128,52 @@ func (c *Config) setDefaults() error {
 	}
 	return nil
 }
+
+// layout places the receive buffers and transmit frames in the UMEM.
+type layout struct {
+	rxStride uint64 // distance between receive buffers
+	rxCount  int
+	txBase   uint64 // where the transmit frames start
+	txStride uint64 // transmit frame size
+	txCount  int
+	txDescs  int // descriptors a transmit frame may need
+}
+
+// unalignedOffsetShift is XSK_UNALIGNED_BUF_OFFSET_SHIFT: in unaligned
+// chunk mode the kernel reports a buffer as its address plus, in the top
+// 16 bits, the offset of the data in it.
+const unalignedOffsetShift = 48
+
+func (c *Config) layout() layout {
+	l := layout{rxStride: uint64(c.FrameSize), rxCount: c.NumFrames / 2, txStride: uint64(c.TxFrameSize)}
+	l.txDescs = c.TxFrameSize / c.FrameSize
+	if c.Contiguous {
+		l.rxStride -= unix.XDP_PACKET_HEADROOM
+		end := uint64(l.rxCount-1)*l.rxStride + uint64(c.FrameSize)
+		l.txBase = (end + uint64(c.FrameSize) - 1) &^ uint64(c.FrameSize-1)
+	} else {
+		l.txBase = uint64(l.rxCount) * l.rxStride
+	}
+	l.txCount = int((uint64(c.NumFrames*c.FrameSize) - l.txBase) / l.txStride)
+	return l
+}
+
+// rxIndex returns the receive buffer an address falls in.
+func (l *layout) rxIndex(addr uint64) (int, bool) {
+	i := addr / l.rxStride
+	return int(i), i < uint64(l.rxCount)
+}
+
+// txIndex returns the transmit frame an address falls in.
+func (l *layout) txIndex(addr uint64) (int, bool) {
+	if addr < l.txBase {
+		return 0, false
+	}
+	i := (addr - l.txBase) / l.txStride
+	return int(i), i < uint64(l.txCount)
+}
+
+func (l *layout) txAddr(i int) uint64 { return l.txBase + uint64(i)*l.txStride }
 
 // maxUMEM bounds the UMEM well below what the kernel can pin (it counts
 // pages in 32 bits) so absurd sizes fail early with ErrUMEM.
@@ -127,7 +202,7 @@ func (d *Desc) SetMore(more bool) {
 	}
 }
 
-// Frame ownership, tracked per UMEM chunk so that a frame can never be
+// Frame ownership, tracked per receive buffer and transmit frame so that a frame can never be
 // handed out twice (the bug of asavie/xdp issue #24).
 const (
 	ownKernelRx uint8 = iota // on the fill or RX ring
@@ -142,22 +217,23 @@ const (
 // UMEM. It is not safe for concurrent use: give each goroutine its own
 // socket (one per queue), or serialize the calls.
 type Socket struct {
-	fd        int
-	ifindex   int
-	queue     int
-	cfg       Config
-	umem      []byte
-	frameMask uint64
-	owner     []uint8 // per chunk, own* constants
-	freeTx    []uint64
-	freeRx    []uint64 // released receive frames not yet on the fill ring
-	fill      addrRing
-	comp      addrRing
-	rx        descRing
-	tx        descRing
-	zeroCopy  bool
-	ctr       counters
-	closed    bool
+	fd      int
+	ifindex int
+	queue   int
+	cfg     Config
+	umem    []byte
+	layout
+	owner      []uint8 // receive buffers, then transmit frames: own* constants
+	txInKernel []uint8 // per transmit frame, its descriptors the kernel holds
+	freeTx     []uint64
+	freeRx     []uint64 // released receive frames not yet on the fill ring
+	fill       addrRing
+	comp       addrRing
+	rx         descRing
+	tx         descRing
+	zeroCopy   bool
+	ctr        counters
+	closed     bool
 }
 
 // Counters are the socket's software counters.
@@ -198,7 +274,7 @@ func Open(ifindex, queue int, cfg Config) (*Socket, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
-	s := &Socket{fd: -1, ifindex: ifindex, queue: queue, cfg: cfg, frameMask: ^uint64(cfg.FrameSize - 1)}
+	s := &Socket{fd: -1, ifindex: ifindex, queue: queue, cfg: cfg, layout: cfg.layout()}
 	if err := s.open(); err != nil {
 		s.Close()
 		return nil, fmt.Errorf("AF_XDP socket on ifindex %d queue %d: %w", ifindex, queue, err)
@@ -231,6 +307,9 @@ func (s *Socket) open() error {
 		Len:  uint64(size),
 		Size: uint32(cfg.FrameSize),
 	}
+	if cfg.Contiguous {
+		reg.Flags = unix.XDP_UMEM_UNALIGNED_CHUNK_FLAG
+	}
 	if err := setsockopt(fd, unix.XDP_UMEM_REG, unsafe.Pointer(&reg), unsafe.Sizeof(reg)); err != nil {
 		if errors.Is(err, unix.ENOBUFS) {
 			// The kernel charges the UMEM to RLIMIT_MEMLOCK unless the
@@ -246,12 +325,10 @@ func (s *Socket) open() error {
 		return fmt.Errorf("register %d bytes of UMEM: %w", size, err)
 	}
 
-	rxFrames := cfg.NumFrames / 2
-	txFrames := cfg.NumFrames - rxFrames
-	// The fill ring is twice the receive frames, because the kernel
+	// The fill ring is twice the receive buffers, because the kernel
 	// publishes its consumer index lazily; the completion ring holds every
-	// transmit frame (the kernel reserves a slot before sending).
-	fillSize, compSize := 2*rxFrames, txFrames
+	// transmit descriptor (the kernel reserves a slot before sending).
+	fillSize, compSize := 2*s.rxCount, nextPow2(s.txCount*s.txDescs)
 	for _, o := range []struct {
 		name string
 		opt  int
@@ -305,22 +382,10 @@ func (s *Socket) open() error {
 	// call; older kernels refuse the option, which only costs more kicks.
 	_ = unix.SetsockoptInt(fd, unix.SOL_XDP, unix.XDP_MAX_TX_SKB_BUDGET, cfg.TxRingSize)
 
-	s.owner = make([]uint8, cfg.NumFrames)
-	for i := 0; i < rxFrames; i++ {
-		s.fill.addrs[i] = uint64(i * cfg.FrameSize)
-		s.owner[i] = ownKernelRx
-	}
-	s.fill.prodSubmit(uint32(rxFrames))
-	s.freeRx = make([]uint64, 0, rxFrames)
-	s.freeTx = make([]uint64, 0, txFrames)
-	for i := cfg.NumFrames - 1; i >= rxFrames; i-- {
-		s.freeTx = append(s.freeTx, uint64(i*cfg.FrameSize))
-		s.owner[i] = ownFreeTx
-	}
-	s.ctr.freeTx.Store(int64(len(s.freeTx)))
+	s.initFrames()
 
 	var flags uint16 = unix.XDP_USE_NEED_WAKEUP
-	switch cfg.Mode {
+	switch cfg.Mode { // Contiguous forced ModeCopy
 	case ModeCopy:
 		flags |= unix.XDP_COPY
 	case ModeZeroCopy:
@@ -376,6 +441,33 @@ func (s *Socket) open() error {
 	return nil
 }
 
+// initFrames gives the kernel every receive buffer, in address order (see
+// refill), and puts every transmit frame on the free stack.
+func (s *Socket) initFrames() {
+	s.owner = make([]uint8, s.rxCount+s.txCount)
+	s.txInKernel = make([]uint8, s.txCount)
+	for i := 0; i < s.rxCount; i++ {
+		s.fill.addrs[(s.fill.cachedProd+uint32(i))&s.fill.mask] = uint64(i) * s.rxStride
+		s.owner[i] = ownKernelRx
+	}
+	s.fill.prodSubmit(uint32(s.rxCount))
+	s.freeRx = make([]uint64, 0, s.rxCount)
+	s.freeTx = make([]uint64, 0, s.txCount)
+	for i := s.txCount - 1; i >= 0; i-- {
+		s.freeTx = append(s.freeTx, s.txAddr(i))
+		s.owner[s.rxCount+i] = ownFreeTx
+	}
+	s.ctr.freeTx.Store(int64(len(s.freeTx)))
+}
+
+func nextPow2(n int) int {
+	p := 1
+	for p < n {
+		p <<= 1
+	}
+	return p
+}
+
 func setsockopt(fd, opt int, p unsafe.Pointer, size uintptr) error {
 	_, _, errno := unix.Syscall6(unix.SYS_SETSOCKOPT, uintptr(fd), unix.SOL_XDP, uintptr(opt), uintptr(p), size, 0)
 	if errno != 0 {
@@ -402,8 +494,11 @@ func (s *Socket) Queue() int { return s.queue }
 // ZeroCopy reports whether the kernel bound the socket in zero-copy mode.
 func (s *Socket) ZeroCopy() bool { return s.zeroCopy }
 
-// FrameSize returns the UMEM chunk size.
+// FrameSize returns the UMEM chunk size: the most one descriptor carries.
 func (s *Socket) FrameSize() int { return s.cfg.FrameSize }
+
+// TxFrameSize returns the size of the buffers NextTxFrame hands out.
+func (s *Socket) TxFrameSize() int { return int(s.txStride) }
 
 // Frame returns the bytes a descriptor refers to, or nil if the descriptor
 // points outside the UMEM. The slice aliases the UMEM: it stays valid until
@@ -431,9 +526,43 @@ func (s *Socket) Offset(b []byte) (uint64, bool) {
 	return uint64(p - base), true
 }
 
-func (s *Socket) chunk(addr uint64) (int, bool) {
-	i := addr / uint64(s.cfg.FrameSize)
-	return int(i), i < uint64(len(s.owner))
+// Span returns the bytes of a multi-buffer packet's descriptors when each
+// continues where the previous one ended, as they do with the contiguous
+// layout unless the kernel reused a buffer out of order; otherwise nil.
+func (s *Socket) Span(descs []Desc) []byte {
+	if len(descs) == 0 {
+		return nil
+	}
+	end := descs[0].Addr
+	for _, d := range descs {
+		if d.Addr != end {
+			return nil
+		}
+		end += uint64(d.Len)
+	}
+	if end > uint64(len(s.umem)) || end < descs[0].Addr {
+		return nil
+	}
+	return s.umem[descs[0].Addr:end:end]
+}
+
+// AppendTx appends to descs the descriptors that send the length bytes
+// built at the start of d, a frame from NextTxFrame: one descriptor, or
+// with the contiguous layout one per chunk's worth, all but the last with
+// More set.
+func (s *Socket) AppendTx(descs []Desc, d Desc, length int) []Desc {
+	chunk := s.cfg.FrameSize
+	for {
+		n := min(length, chunk)
+		length -= n
+		nd := Desc{Addr: d.Addr, Len: uint32(n)}
+		nd.SetMore(length > 0)
+		descs = append(descs, nd)
+		if length <= 0 {
+			return descs
+		}
+		d.Addr += uint64(n)
+	}
 }
 
 // Receive moves up to len(descs) received descriptors into descs and returns
@@ -471,8 +600,12 @@ func (s *Socket) Receive(descs []Desc) int {
 	}
 	s.rx.consRelease(whole)
 	var bytes, packets uint64
-	for _, d := range descs[:whole] {
-		if c, ok := s.chunk(d.Addr); ok {
+	for i := range descs[:whole] {
+		d := &descs[i]
+		if s.cfg.Contiguous {
+			d.Addr = d.Addr&(1<<unalignedOffsetShift-1) + d.Addr>>unalignedOffsetShift
+		}
+		if c, ok := s.rxIndex(d.Addr); ok {
 			s.owner[c] = ownAppRx
 		}
 		bytes += uint64(d.Len)
@@ -494,13 +627,13 @@ func (s *Socket) Release(descs []Desc) error {
 	}
 	bad := 0
 	for _, d := range descs {
-		c, ok := s.chunk(d.Addr)
+		c, ok := s.rxIndex(d.Addr)
 		if !ok || s.owner[c] != ownAppRx {
 			bad++
 			continue
 		}
 		s.owner[c] = ownFreeRx
-		s.freeRx = append(s.freeRx, d.Addr&s.frameMask)
+		s.freeRx = append(s.freeRx, uint64(c)*s.rxStride)
 	}
 	s.refill()
 	if bad > 0 {
@@ -510,20 +643,23 @@ func (s *Socket) Release(descs []Desc) error {
 	return nil
 }
 
-// refill moves free receive frames onto the fill ring. The kernel publishes
-// its fill-ring consumer index lazily, so the ring can look full while we
-// hold frames it already took; those wait in freeRx for the next call.
+// refill moves free receive frames onto the fill ring, oldest first: the
+// kernel takes fill entries in order, so buffers come back in the order
+// they were first given, and with the contiguous layout consecutive
+// buffers stay adjacent. The kernel publishes its fill-ring consumer index
+// lazily, so the ring can look full while we hold frames it already took;
+// those wait in freeRx for the next call.
 func (s *Socket) refill() {
 	if len(s.freeRx) == 0 {
 		return
 	}
 	n := min(s.fill.prodFree(uint32(len(s.freeRx))), uint32(len(s.freeRx)))
-	rest := uint32(len(s.freeRx)) - n
-	for i, addr := range s.freeRx[rest:] {
-		c, _ := s.chunk(addr)
+	for i, addr := range s.freeRx[:n] {
+		c, _ := s.rxIndex(addr)
 		s.owner[c] = ownKernelRx
 		s.fill.addrs[(s.fill.cachedProd+uint32(i))&s.fill.mask] = addr
 	}
+	rest := uint32(copy(s.freeRx, s.freeRx[n:]))
 	s.freeRx = s.freeRx[:rest]
 	if n > 0 {
 		s.fill.prodSubmit(n)
@@ -540,7 +676,7 @@ func (s *Socket) wakeRx() {
 }
 
 // NextTxFrame hands out a free transmit frame: a descriptor (Len 0) and the
-// whole chunk to build the frame in. ok is false when every transmit frame
+// whole frame (TxFrameSize bytes) to build a packet in. ok is false when every transmit frame
 // is in flight even after reaping completions.
 func (s *Socket) NextTxFrame() (d Desc, buf []byte, ok bool) {
 	if s.closed {
@@ -554,20 +690,20 @@ func (s *Socket) NextTxFrame() (d Desc, buf []byte, ok bool) {
 	}
 	addr := s.freeTx[len(s.freeTx)-1]
 	s.freeTx = s.freeTx[:len(s.freeTx)-1]
-	c, _ := s.chunk(addr)
-	s.owner[c] = ownAppTx
-	return Desc{Addr: addr}, s.umem[addr : addr+uint64(s.cfg.FrameSize) : addr+uint64(s.cfg.FrameSize)], true
+	c, _ := s.txIndex(addr)
+	s.owner[s.rxCount+c] = ownAppTx
+	return Desc{Addr: addr}, s.umem[addr : addr+s.txStride : addr+s.txStride], true
 }
 
 // FreeTxFrame returns a frame from NextTxFrame that will not be sent.
 func (s *Socket) FreeTxFrame(d Desc) error {
-	c, ok := s.chunk(d.Addr)
-	if !ok || s.owner[c] != ownAppTx {
+	c, ok := s.txIndex(d.Addr)
+	if !ok || s.owner[s.rxCount+c] != ownAppTx {
 		s.ctr.ownershipErrors.Add(1)
 		return fmt.Errorf("free transmit frame at %#x: %w", d.Addr, ErrFrameOwnership)
 	}
-	s.owner[c] = ownFreeTx
-	s.freeTx = append(s.freeTx, d.Addr&s.frameMask)
+	s.owner[s.rxCount+c] = ownFreeTx
+	s.freeTx = append(s.freeTx, s.txAddr(c))
 	return nil
 }
 
@@ -586,9 +722,11 @@ func (s *Socket) Transmit(descs []Desc) (int, error) {
 		n-- // never queue a packet without its last descriptor
 	}
 	for i := uint32(0); i < n; i++ {
-		c, ok := s.chunk(descs[i].Addr)
-		inChunk := descs[i].Addr&^s.frameMask+uint64(descs[i].Len) <= uint64(s.cfg.FrameSize)
-		if !ok || s.owner[c] != ownAppTx || !inChunk {
+		c, ok := s.txIndex(descs[i].Addr)
+		// A descriptor stays inside its frame and carries at most a chunk.
+		inFrame := ok && descs[i].Addr+uint64(descs[i].Len) <= s.txAddr(c)+s.txStride &&
+			descs[i].Len <= uint32(s.cfg.FrameSize)
+		if !ok || s.owner[s.rxCount+c] != ownAppTx || !inFrame {
 			// Queue what came before; refuse the rest.
 			s.ctr.ownershipErrors.Add(1)
 			n = i
@@ -606,8 +744,9 @@ func (s *Socket) Transmit(descs []Desc) (int, error) {
 func (s *Socket) submitTx(descs []Desc) {
 	var bytes, packets uint64
 	for i, d := range descs {
-		c, _ := s.chunk(d.Addr)
-		s.owner[c] = ownKernelTx
+		c, _ := s.txIndex(d.Addr)
+		s.owner[s.rxCount+c] = ownKernelTx
+		s.txInKernel[c]++
 		s.tx.descs[(s.tx.cachedProd+uint32(i))&s.tx.mask] = d
 		bytes += uint64(d.Len)
 		if !d.More() {
@@ -670,14 +809,19 @@ func (s *Socket) Complete() int {
 	}
 	n := s.comp.consAvail()
 	for i := uint32(0); i < n; i++ {
-		addr := s.comp.addrs[(s.comp.cachedCons+i)&s.comp.mask] & s.frameMask
-		c, ok := s.chunk(addr)
-		if !ok || s.owner[c] != ownKernelTx {
+		addr := s.comp.addrs[(s.comp.cachedCons+i)&s.comp.mask]
+		addr = addr&(1<<unalignedOffsetShift-1) + addr>>unalignedOffsetShift
+		c, ok := s.txIndex(addr)
+		if !ok || s.owner[s.rxCount+c] != ownKernelTx || s.txInKernel[c] == 0 {
 			s.ctr.ownershipErrors.Add(1) // the kernel returned a frame twice: never reuse it blindly
 			continue
 		}
-		s.owner[c] = ownFreeTx
-		s.freeTx = append(s.freeTx, addr)
+		// A frame sent as several descriptors is free once all are back.
+		if s.txInKernel[c]--; s.txInKernel[c] > 0 {
+			continue
+		}
+		s.owner[s.rxCount+c] = ownFreeTx
+		s.freeTx = append(s.freeTx, s.txAddr(c))
 	}
 	if n > 0 {
 		s.comp.consRelease(n)

@@ -15,22 +15,29 @@ import (
 func TestExchange(t *testing.T) {
 	netnstest.RequireRoot(t)
 	for _, tc := range []struct {
-		name  string
-		mtu   int
-		multi bool
-		sizes []int
-		busy  bool
+		name       string
+		mtu        int
+		multi      bool
+		sizes      []int
+		busy       bool
+		contiguous bool
 	}{
 		// IB MTU 1024 needs 1024 + headers on a 1500-byte link.
-		{"mtu1500", 1500, false, []int{70, 1024 + 58 + 4, 1514}, false},
+		{"mtu1500", 1500, false, []int{70, 1024 + 58 + 4, 1514}, false, false},
 		// IB MTU 4096 needs multi-buffer frames on a 9000-byte link.
-		{"mtu9000-multibuffer", 9000, true, []int{70, 1514, 4096 + 58 + 4 + 16, 9014}, false},
-		{"mtu1500-busypoll", 1500, false, []int{70, 1514}, true},
+		{"mtu9000-multibuffer", 9000, true, []int{70, 1514, 4096 + 58 + 4 + 16, 9014}, false, false},
+		{"mtu1500-busypoll", 1500, false, []int{70, 1514}, true, false},
+		// The contiguous layout: multi-buffer packets lie in one piece of
+		// the UMEM on both sides.
+		{"mtu9000-contiguous", 9000, true, []int{70, 1514, 4096 + 58 + 4 + 16, 9014}, false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			pair := netnstest.NewT(t, netnstest.Config{MTU: tc.mtu})
 			// 1024 receive frames hold all 200 packets of 3 chunks each until read.
-			cfg := Config{NumFrames: 2048, MultiBuffer: tc.multi, BusyPoll: tc.busy}
+			cfg := Config{NumFrames: 2048, MultiBuffer: tc.multi, BusyPoll: tc.busy, Contiguous: tc.contiguous}
+			if tc.contiguous {
+				cfg.TxFrameSize = 3 * 4096 // a whole 9014-byte frame
+			}
 			a := setupSide(t, &pair.A, cfg)
 			b := setupSide(t, &pair.B, cfg)
 			if a.sock.ZeroCopy() {
@@ -38,6 +45,7 @@ func TestExchange(t *testing.T) {
 			}
 
 			const perSize = 200
+			multi, contiguous := 0, 0
 			for _, dst := range []netip.Addr{pair.B.Addr4(), pair.B.Addr6()} {
 				src := pair.A.Addr4()
 				if dst.Is6() {
@@ -51,7 +59,9 @@ func TestExchange(t *testing.T) {
 						for i := first; i < first+50; i++ {
 							sendFrame(t, a.sock, udpFrame(buf, size, pair.A.MAC, pair.B.MAC, src, dst, uint32(i)))
 						}
-						got := receiveFrames(t, b.sock, 50, 5*time.Second)
+						got, m, c := receiveFramesSpans(t, b.sock, 50, 5*time.Second)
+						multi += m
+						contiguous += c
 						for k, g := range got {
 							want := udpFrame(buf, size, pair.A.MAC, pair.B.MAC, src, dst, uint32(first+k))
 							if !bytes.Equal(g, want) {
@@ -61,6 +71,15 @@ func TestExchange(t *testing.T) {
 						}
 					}
 				}
+			}
+			// Buffers are handed back in the order the kernel took them, so
+			// only a packet that wraps around the receive area is split.
+			t.Logf("%d multi-buffer packets, %d contiguous", multi, contiguous)
+			if tc.contiguous && (multi == 0 || contiguous < multi*9/10) {
+				t.Errorf("%d of %d multi-buffer packets contiguous", contiguous, multi)
+			}
+			if !tc.contiguous && contiguous != 0 {
+				t.Errorf("%d multi-buffer packets contiguous without the contiguous layout", contiguous)
 			}
 			// And back, so both directions are exercised.
 			buf := make([]byte, 1000)
