@@ -51,6 +51,47 @@ func parseBlast(out string) (blastResult, error) {
 		FramesPerSecond: v[4], Gbps: v[5]}, nil
 }
 
+// pingResult is an xdpblast -pingpong line: half round trips in µs.
+type pingResult struct {
+	Size, MTU, Rounds, Lost int
+	Median, P99, Min, Max   float64
+	Avg                     float64
+}
+
+// xdpPingPong runs xdpblast's raw AF_XDP ping-pong of rounds round trips of
+// size-byte frames on a link of mtu bytes.
+func (s *suite) xdpPingPong(ctx context.Context, size, mtu, rounds int) (pingResult, error) {
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, s.xdpblast, "-pingpong", "-size", strconv.Itoa(size), "-mtu", strconv.Itoa(mtu),
+		"-rounds", strconv.Itoa(rounds))
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.WaitDelay = time.Second
+	if err := cmd.Run(); err != nil {
+		return pingResult{}, fmt.Errorf("xdpblast -pingpong: %v: %s", err, lastLine(out.String()))
+	}
+	return parsePingPong(out.String())
+}
+
+// parsePingPong reads the result line of xdpblast -pingpong
+// ("size mtu rounds lost median_us p99_us min_us max_us avg_us").
+func parsePingPong(out string) (pingResult, error) {
+	f, err := reportFields(out, "median_us")
+	if err != nil {
+		return pingResult{}, err
+	}
+	v, err := parseFloats(f, 9)
+	if err != nil {
+		return pingResult{}, err
+	}
+	if v[2] == 0 || v[4] <= 0 {
+		return pingResult{}, fmt.Errorf("xdpblast -pingpong measured nothing: %s", strings.Join(f, " "))
+	}
+	return pingResult{Size: int(v[0]), MTU: int(v[1]), Rounds: int(v[2]), Lost: int(v[3]),
+		Median: v[4], P99: v[5], Min: v[6], Max: v[7], Avg: v[8]}, nil
+}
+
 // Frame sizes of softnic's RoCEv2 packets over IPv4 without VLAN:
 // Ethernet 14 + IPv4 20 + UDP 8 + BTH 12 + payload + ICRC 4, and RETH 16 on
 // the first packet of a WRITE. The ceiling is measured at the size of the
@@ -61,3 +102,6 @@ func bulkFrame(ibMTU int) int { return roceOverhead + ibMTU }
 
 // smallWriteFrame is the frame of a 64-byte RDMA WRITE ONLY (with RETH).
 const smallWriteFrame = roceOverhead + 16 + 64
+
+// latWriteFrame is the frame of write_lat's 8-byte RDMA WRITE ONLY.
+const latWriteFrame = roceOverhead + 16 + 8

@@ -4,7 +4,8 @@
 //   - the ceiling: the raw AF_XDP frame blast (bench/xdpblast) at the frame
 //     sizes softnic sends: a full IB MTU 4096 packet on a 9000-byte link, an
 //     IB MTU 1024 packet on a 1500-byte link, and the frame of a 64-byte
-//     RDMA WRITE;
+//     RDMA WRITE; and the raw AF_XDP ping-pong (xdpblast -pingpong) of an
+//     8-byte WRITE's frame, half round trip, the latency ceiling;
 //   - what users would pick instead: one kernel TCP stream (iperf3) and a
 //     kernel UDP ping-pong (half round trip) over the same kind of veth;
 //   - softnic: `softnic perf` bandwidth, latency and message rate tests
@@ -15,8 +16,9 @@
 // the kernel, and the issue's targets, and writes the table (markdown) and
 // a PNG chart under bench/results: latest.md, latest.png and dated copies.
 // A figure that cannot be measured shows the error in its cell. Bandwidth,
-// ceiling and TCP figures are the median of -repeat runs (default 3), each
-// sized by a probe run to last about -duration.
+// ceiling and TCP figures are the median of -repeat runs (default 5), each
+// sized by a probe run to last about -duration; -repeat 5 keeps the run
+// around 3-4 minutes. Latencies are one run each of many round trips.
 //
 // An in-process part runs both perftest sides in this process over AF_XDP
 // (the engine and link code of `softnic perf`) to count allocations per
@@ -25,8 +27,8 @@
 // cpu-write_lat.pprof) and a heap profile of idle QPs (heap-idle-qps.pprof)
 // to -profile-dir. bench/results/ANALYSIS.md reads them.
 //
-//	make bench                          # everything, about 2-3 minutes
-//	bin/benchsuite -only lat,udp -out "" # some parts, no files written
+//	make bench                                 # everything, about 3-4 minutes
+//	bin/benchsuite -only lat,udp,xdplat -out "" # some parts, no files written
 //
 // It needs root (namespaces, XDP, AF_XDP). Figures are only comparable
 // within one run: the machine is shared and noisy, which is why every

@@ -37,7 +37,7 @@ func main() {
 	flag.StringVar(&s.softnic, "softnic", "bin/softnic", "softnic binary")
 	flag.StringVar(&s.xdpblast, "xdpblast", "bin/xdpblast", "xdpblast binary")
 	flag.DurationVar(&s.duration, "duration", 2*time.Second, "target duration of each bandwidth run")
-	flag.IntVar(&s.repeat, "repeat", 3, "runs per bandwidth figure; the table shows the median")
+	flag.IntVar(&s.repeat, "repeat", 5, "runs per bandwidth figure; the table shows the median")
 	flag.BoolVar(&s.busyPoll, "inproc-busy-poll", false, "in-process part: open the AF_XDP sockets with preferred busy polling (an experiment)")
 	flag.DurationVar(&s.perfTimeout, "perf-timeout", 60*time.Second, "limit of one softnic perf run")
 	flag.IntVar(&s.maxIters, "max-iters", 200000, "most iterations of a bandwidth run")
@@ -45,7 +45,7 @@ func main() {
 	qps := flag.String("qps", "1,16,256,1024", "QP counts of the aggregate write_bw figures")
 	memQPs := flag.Int("mem-qps", 1024, "QP pairs created to measure the memory of an idle QP")
 	flag.IntVar(&s.memSQ, "mem-sq", 128, "send queue size of the idle QPs (perftest's tx depth)")
-	only := flag.String("only", "", "comma-separated parts to run (ceiling,tcp,udp,bw9000,bw1500,qps,lat,msgrate,qpmem,allocs); default all")
+	only := flag.String("only", "", "comma-separated parts to run (ceiling,tcp,udp,xdplat,bw9000,bw1500,qps,lat,msgrate,qpmem,allocs); default all")
 	profileDir := flag.String("profile-dir", "bench/results", "where the in-process runs write CPU profiles of write_bw (64 KiB, 64 B) and write_lat, and a heap profile of idle QPs (empty: none)")
 	outDir := flag.String("out", "bench/results", "directory for latest.md, latest.png and dated copies (empty: none)")
 	echo := flag.String("udp-echo", "", "internal: be the echo server of the UDP ping-pong at ADDR:PORT")
@@ -97,7 +97,7 @@ func main() {
 	if wantAny("ceiling", "tcp", "bw9000", "qps") {
 		s.withPair(ctx, 9000, s.link9000(ctx, want))
 	}
-	if wantAny("ceiling", "tcp", "bw1500", "udp", "lat", "msgrate") {
+	if wantAny("ceiling", "tcp", "bw1500", "udp", "xdplat", "lat", "msgrate") {
 		s.withPair(ctx, 1500, s.link1500(ctx, want))
 	}
 	if want("allocs") {
@@ -147,8 +147,8 @@ func (s *suite) link9000(ctx context.Context, want func(string) bool) func(*netn
 }
 
 // link1500 measures on the 1500-byte veth: the ceiling, TCP and write_bw at
-// IB MTU 1024 in interleaved rounds, UDP ping-pong, read_bw, send_bw, the
-// latencies, and the small-frame ceiling with the 64-byte message rate in
+// IB MTU 1024 in interleaved rounds, UDP ping-pong, the raw AF_XDP
+// ping-pong, read_bw, send_bw, the latencies, and the small-frame ceiling with the 64-byte message rate in
 // rounds.
 func (s *suite) link1500(ctx context.Context, want func(string) bool) func(*netnstest.Pair) {
 	return func(p *netnstest.Pair) {
@@ -166,6 +166,9 @@ func (s *suite) link1500(ctx context.Context, want func(string) bool) func(*netn
 		s.rounds(list...)
 		if want("udp") {
 			s.udp(ctx, p)
+		}
+		if want("xdplat") {
+			s.xdpLat(ctx, p.MTU)
 		}
 		if want("bw1500") {
 			s.bandwidths(ctx, p, 1024)
@@ -235,7 +238,26 @@ func (s *suite) udp(ctx context.Context, p *netnstest.Pair) {
 	}
 	s.report(med)
 	s.report(p99)
+}
 
+// xdpLat measures the latency ceiling: the raw AF_XDP ping-pong of
+// write_lat's frame (xdpblast -pingpong, its own namespaces and veth).
+func (s *suite) xdpLat(ctx context.Context, mtu int) {
+	fmt.Printf("== raw AF_XDP ping-pong, %d-byte frames (an 8 B WRITE), %d-byte veth\n", latWriteFrame, mtu)
+	r, err := s.xdpPingPong(ctx, latWriteFrame, mtu, 5000)
+	med := &Figure{Key: "ceiling/lat/median", Group: groupCeiling, Unit: unitUsec, LowerIsBetter: true, Kernel: "kernel/udp/median",
+		Name: "AF_XDP ping-pong, 8 B WRITE-sized frame, half round trip, median"}
+	p99 := &Figure{Key: "ceiling/lat/p99", Group: groupCeiling, Unit: unitUsec, LowerIsBetter: true, Kernel: "kernel/udp/p99",
+		Name: "AF_XDP ping-pong, 8 B WRITE-sized frame, half round trip, p99"}
+	if err != nil {
+		med.Err, p99.Err = err.Error(), err.Error()
+	} else {
+		med.Value, p99.Value = r.Median, r.P99
+		med.Note = fmt.Sprintf("%d round trips of %d-byte frames, %d lost; min %.2f, avg %.2f; both sides poll, sched_yield between empty polls",
+			r.Rounds, r.Size, r.Lost, r.Min, r.Avg)
+	}
+	s.report(med)
+	s.report(p99)
 }
 
 // ceilingSeries blasts the bulk frames of IB MTU ibMTU on a link of mtu
@@ -357,6 +379,9 @@ func (s *suite) latencies(ctx context.Context, p *netnstest.Pair) {
 			Name: fmt.Sprintf("%s 8 B, %s, median", test, what), Kernel: "kernel/udp/median"}
 		p99 := &Figure{Key: "softnic/" + test + "/p99", Group: groupSoftnic, Unit: unitUsec, LowerIsBetter: true,
 			Name: fmt.Sprintf("%s 8 B, %s, p99", test, what), Kernel: "kernel/udp/p99"}
+		if test != "read_lat" { // a whole READ is a round trip: no half to compare
+			med.Ceiling, p99.Ceiling = "ceiling/lat/median", "ceiling/lat/p99"
+		}
 		r, err := s.latency(ctx, p, test, 8, 1024, s.latIters)
 		if err != nil {
 			med.Err, p99.Err = err.Error(), err.Error()

@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"errors"
+	"fmt"
 	"image/png"
 	"strings"
 	"testing"
@@ -24,6 +26,10 @@ const blastOutput = `    size    mtu         sent       received   frames/s     
      138   1500      1034368         890107     445272       0.49
 `
 
+const pingOutput = `    size    mtu   rounds   lost  median_us     p99_us     min_us     max_us     avg_us
+      82   1500     5000      1       1.58      23.96       1.51      66.95       2.74
+`
+
 func TestParseReports(t *testing.T) {
 	bw, err := parseBW(bwOutput)
 	if err != nil || bw.Size != 65536 || bw.Iters != 5000 || bw.Peak != 5.16 || bw.Avg != 3.18 || bw.MsgRate != 0.006075 {
@@ -37,6 +43,16 @@ func TestParseReports(t *testing.T) {
 	if err != nil || b.Size != 138 || b.Received != 890107 || b.FramesPerSecond != 445272 {
 		t.Fatalf("parseBlast = %+v, %v", b, err)
 	}
+	pp, err := parsePingPong(pingOutput)
+	if err != nil || pp.Size != 82 || pp.Rounds != 5000 || pp.Lost != 1 || pp.Median != 1.58 || pp.P99 != 23.96 || pp.Min != 1.51 || pp.Avg != 2.74 {
+		t.Fatalf("parsePingPong = %+v, %v", pp, err)
+	}
+	if _, err := parsePingPong(strings.Replace(pingOutput, " 5000 ", " 0 ", 1)); err == nil {
+		t.Fatal("parsePingPong accepted a run without round trips")
+	}
+	if _, err := parsePingPong("xdpblast: ping-pong of 82-byte frames: 30 of 40 round trips lost\n"); err == nil {
+		t.Fatal("parsePingPong accepted output without a result line")
+	}
 	if _, err := parseBW("softnic perf: connection refused\n"); err == nil {
 		t.Fatal("parseBW accepted output without a report")
 	}
@@ -49,8 +65,8 @@ func TestParseReports(t *testing.T) {
 }
 
 func TestFrameSizes(t *testing.T) {
-	if bulkFrame(4096) != 4154 || bulkFrame(1024) != 1082 || smallWriteFrame != 138 {
-		t.Fatalf("frames %d %d %d", bulkFrame(4096), bulkFrame(1024), smallWriteFrame)
+	if bulkFrame(4096) != 4154 || bulkFrame(1024) != 1082 || smallWriteFrame != 138 || latWriteFrame != 82 {
+		t.Fatalf("frames %d %d %d %d", bulkFrame(4096), bulkFrame(1024), smallWriteFrame, latWriteFrame)
 	}
 }
 
@@ -64,6 +80,10 @@ func TestTargetsAndTable(t *testing.T) {
 	s.res.add(&Figure{Key: "softnic/write_lat/median", Group: groupSoftnic, Name: "write_lat", Err: "client: exit status 1: boom | x",
 		Unit: unitUsec, Kernel: "kernel/udp/median"})
 	s.res.add(&Figure{Key: "softnic/qpmem", Group: groupSoftnic, Name: "mem", Value: 12, Unit: unitKiB})
+	s.res.add(&Figure{Key: "ceiling/lat/median", Group: groupCeiling, Name: "xdp ping-pong", Value: 1.6, Unit: unitUsec,
+		Kernel: "kernel/udp/median"})
+	s.res.add(&Figure{Key: "softnic/send_lat/median", Group: groupSoftnic, Name: "send_lat", Value: 12, Unit: unitUsec,
+		Ceiling: "ceiling/lat/median", Kernel: "kernel/udp/median"})
 
 	check := func(key string, measured, met bool, value float64) {
 		t.Helper()
@@ -88,7 +108,7 @@ func TestTargetsAndTable(t *testing.T) {
 	}
 
 	md := s.markdown(time.Minute)
-	for _, want := range []string{"| 0.50 | 1.25 |", "**not measured**", `boom \| x`, "| memory per idle QP ≤ 16 KiB | 12.0 | yes |",
+	for _, want := range []string{"| 0.50 | 1.25 |", "| xdp ping-pong | 1.60 µs |  | 0.40 |", "| send_lat | 12.0 µs | 7.50 | 3.00 |", "**not measured**", `boom \| x`, "| memory per idle QP ≤ 16 KiB | 12.0 | yes |",
 		"not measured: softnic/msgrate not run"} {
 		if !strings.Contains(md, want) {
 			t.Errorf("table lacks %q:\n%s", want, md)
@@ -160,5 +180,44 @@ func TestRoundsPairRatios(t *testing.T) {
 	}
 	if _, ok := s.res.Ratio("a", "c"); ok {
 		t.Fatal("ratio to a failed figure")
+	}
+}
+
+// With five rounds the figure is the middle run and a ratio the middle of
+// the five round-by-round ratios, also when one round failed (four left:
+// the lower middle).
+func TestFiveRounds(t *testing.T) {
+	s := &suite{repeat: 5}
+	seq := func(vals ...float64) func() (float64, string, error) {
+		i := 0
+		return func() (float64, string, error) {
+			v := vals[i]
+			i++
+			if v < 0 {
+				return 0, "", errors.New("boom")
+			}
+			return v, fmt.Sprintf("run %d", i), nil
+		}
+	}
+	a := &series{fig: &Figure{Key: "a", Name: "a", Unit: unitGbps}, measure: seq(8, 2, 9, 3, 4)}
+	b := &series{fig: &Figure{Key: "b", Name: "b", Unit: unitGbps}, measure: seq(4, 2, 3, 1, 8)}
+	c := &series{fig: &Figure{Key: "c", Name: "c", Unit: unitGbps}, measure: seq(-1, 1, 3, 3, 1)}
+	s.rounds(a, b, c)
+	if a.fig.Value != 4 || b.fig.Value != 3 || c.fig.Value != 1 {
+		t.Fatalf("medians %v %v %v, want 4 3 1", a.fig.Value, b.fig.Value, c.fig.Value)
+	}
+	if !strings.Contains(a.fig.Note, "median of 8.00, 2.00, 9.00, 3.00, 4.00; median run: run 5") {
+		t.Errorf("note %q", a.fig.Note)
+	}
+	// a/b round by round: 2, 1, 3, 3, 0.5 -> 2 (not 4/3).
+	if r, ok := s.res.Ratio("a", "b"); !ok || r != 2 {
+		t.Errorf("a/b = %v, %v; want 2", r, ok)
+	}
+	// a/c over the four rounds c ran: 2, 3, 1, 4 -> lower middle 2.
+	if r, ok := s.res.Ratio("a", "c"); !ok || r != 2 {
+		t.Errorf("a/c = %v, %v; want 2", r, ok)
+	}
+	if !strings.Contains(c.fig.Note, "1 runs failed: boom") || c.fig.Err != "" {
+		t.Errorf("c: %+v", c.fig)
 	}
 }

@@ -47,7 +47,10 @@ func (s *suite) markdown(elapsed time.Duration) string {
 	b.WriteString("\nCeiling bandwidths are in RDMA payload bits: the blast's frames/s times the IB MTU, so that they compare " +
 		"with perftest's payload figures at the same frame size. Kernel figures: iperf3 (one TCP stream, receiver's rate) and a " +
 		"UDP ping-pong with blocking system calls (half the round trip, as perftest's write_lat and send_lat report; read_lat " +
-		"reports whole READs). Latency figures compare with the kernel's median and p99 respectively. What limits the missed " +
+		"reports whole READs). The latency ceiling is a ping-pong of write_lat's 82-byte frame between two AF_XDP sockets with " +
+		"the steering program (xdpblast -pingpong), both sides polling with sched_yield between empty polls: what the raw path " +
+		"gives before any transport work. Latency figures compare with the ceiling's and the kernel's median and p99 " +
+		"respectively; read_lat has no ceiling ratio. What limits the missed " +
 		"targets, from this suite's CPU and heap profiles: bench/results/ANALYSIS.md.\n")
 	return b.String()
 }
