@@ -23,7 +23,9 @@ type XDPLinkConfig struct {
 	// (the device's GID table); other traffic stays with the kernel.
 	Addrs []netip.Addr
 	// Socket sizes each per-queue AF_XDP socket; MultiBuffer is set
-	// automatically when the link MTU needs it.
+	// automatically when the link MTU needs it, and with it the contiguous
+	// layout unless the mode is ModeZeroCopy (ModeAuto tries zero-copy
+	// first).
 	Socket xdp.Config
 	// Mode selects native or generic XDP (default: whatever the driver offers).
 	Mode bpf.Mode
@@ -35,6 +37,7 @@ type XDPLinkStats struct {
 	Sockets     []xdp.Stats
 	RxOversized uint64 // multi-buffer frames longer than MTU+26 bytes: dropped
 	RxBadDesc   uint64 // descriptors outside the UMEM: dropped
+	RxJoined    uint64 // multi-buffer frames copied into one buffer to deliver them
 	TxStaged    uint64 // frames copied from a staging buffer into several chunks
 	TxNoBuffer  uint64 // TxFrame calls that found no free buffer
 	TxQueued    int    // frames sent but not yet on the TX ring (ring full)
@@ -44,11 +47,15 @@ type XDPLinkStats struct {
 // steers RoCEv2 frames for its addresses into one AF_XDP socket per receive
 // queue; frames are sent through the socket of queue 0.
 //
-// When a frame of MTU+22 bytes fits one UMEM chunk, TxFrame lends the chunk
-// itself and frames are built in place. On larger MTUs (9000 with 4 KiB
-// chunks) TxFrame lends a staging buffer, and Send copies the frame into as
-// many chunks as it needs (a multi-buffer transmit). Received multi-buffer
-// frames are likewise copied into one buffer before delivery.
+// Frames are built in place in the UMEM and delivered from it. When a frame
+// of MTU+22 bytes fits one UMEM chunk, TxFrame lends a chunk. On larger MTUs
+// (9000 with 4 KiB chunks) frames take several descriptors (multi-buffer).
+// In copy mode the sockets then use the contiguous layout (see package
+// xdp): TxFrame lends a frame of several adjacent chunks, and a received
+// frame's pieces lie one after the other, so neither direction copies. In
+// zero-copy mode, TxFrame lends a staging buffer, Send copies the frame
+// into as many chunks as it needs, and received multi-buffer frames are
+// copied into one buffer before delivery.
 type XDPLink struct {
 	ifname string
 	mtu    int
@@ -71,9 +78,11 @@ type XDPLink struct {
 	rxBuf   []byte
 	next    int // socket to receive from first, for fairness
 
+	contiguous bool // the sockets use xdp's contiguous layout
+
 	// Read by Stats from other goroutines.
-	rxOversized, rxBadDesc, txStaged, txNoBuffer atomic.Uint64
-	txQueued                                     atomic.Int64
+	rxOversized, rxBadDesc, rxJoined, txStaged, txNoBuffer atomic.Uint64
+	txQueued                                               atomic.Int64
 }
 
 var _ Link = (*XDPLink)(nil)
@@ -118,7 +127,6 @@ func OpenXDPLink(ifname string, cfg XDPLinkConfig) (l *XDPLink, err error) {
 	if l.bufLen > sc.FrameSize-unix.XDP_PACKET_HEADROOM {
 		sc.MultiBuffer = true
 	}
-	l.inPlace = l.bufLen <= sc.FrameSize
 	if l.wakeFD, err = unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC); err != nil {
 		return l, fmt.Errorf("AF_XDP link on %q: eventfd: %w", ifname, err)
 	}
@@ -135,7 +143,12 @@ func OpenXDPLink(ifname string, cfg XDPLinkConfig) (l *XDPLink, err error) {
 		}
 	}
 	for q := 0; q < queues; q++ {
-		s, err := xdp.Open(ifc.Index, q, sc)
+		var s *xdp.Socket
+		if q == 0 {
+			s, sc, err = openFirstSocket(ifc.Index, l.bufLen, sc)
+		} else {
+			s, err = xdp.Open(ifc.Index, q, sc)
+		}
 		if err != nil {
 			if q > 0 && errors.Is(err, xdp.ErrNoQueue) {
 				break // fewer active queues than allocated ones
@@ -148,6 +161,8 @@ func OpenXDPLink(ifname string, cfg XDPLinkConfig) (l *XDPLink, err error) {
 		}
 	}
 	l.tx = l.socks[0]
+	l.contiguous = sc.Contiguous
+	l.inPlace = l.bufLen <= l.tx.TxFrameSize()
 	frags := (l.bufLen + sc.FrameSize - 1) / sc.FrameSize
 	l.rxDescs = make([]xdp.Desc, 64*frags)
 	l.rxBuf = make([]byte, l.bufLen)
@@ -163,6 +178,33 @@ func OpenXDPLink(ifname string, cfg XDPLinkConfig) (l *XDPLink, err error) {
 	}
 	l.txq = make([]xdp.Desc, 0, sc.NumFrames) // never more than the transmit frames
 	return l, nil
+}
+
+// openFirstSocket opens the socket of queue 0. Frames that need several
+// chunks are staged in zero-copy mode but laid out contiguously in copy
+// mode, so ModeAuto asks for zero-copy first. It returns the configuration
+// the other queues' sockets are to use.
+func openFirstSocket(ifindex, bufLen int, sc xdp.Config) (*xdp.Socket, xdp.Config, error) {
+	if !sc.MultiBuffer || sc.Mode == xdp.ModeZeroCopy || sc.Contiguous {
+		s, err := xdp.Open(ifindex, 0, sc)
+		return s, sc, err
+	}
+	if sc.Mode == xdp.ModeAuto {
+		zc := sc
+		zc.Mode = xdp.ModeZeroCopy
+		s, err := xdp.Open(ifindex, 0, zc)
+		if err == nil || !errors.Is(err, xdp.ErrNoZeroCopy) {
+			return s, zc, err
+		}
+	}
+	frame := sc.FrameSize
+	if frame == 0 {
+		frame = 4096
+	}
+	sc.Contiguous = true
+	sc.TxFrameSize = (bufLen + frame - 1) / frame * frame
+	s, err := xdp.Open(ifindex, 0, sc)
+	return s, sc, err
 }
 
 // MTU implements Link.
@@ -242,7 +284,7 @@ func (l *XDPLink) Send(frame []byte) {
 		if !ok {
 			return // not one of our buffers: nothing to send or return
 		}
-		l.txq = append(l.txq, xdp.Desc{Addr: addr, Len: uint32(len(frame))})
+		l.txq = l.tx.AppendTx(l.txq, xdp.Desc{Addr: addr}, len(frame))
 		return
 	}
 	i := l.stagingIndex(frame)
@@ -320,36 +362,58 @@ func (l *XDPLink) Receive(fn func(frame []byte), max int) int {
 
 func (l *XDPLink) deliver(s *xdp.Socket, descs []xdp.Desc, fn func([]byte)) int {
 	delivered := 0
-	asm := 0     // bytes of a multi-buffer frame gathered in rxBuf
-	bad := false // the frame being gathered is dropped
-	for i, d := range descs {
+	for first := 0; first < len(descs); {
+		end := first // the frame is descs[first:end+1]
+		for end < len(descs)-1 && descs[end].More() {
+			end++
+		}
+		if descs[end].More() {
+			// Receive splits a packet only when it alone has more
+			// descriptors than rxDescs holds: far over the MTU.
+			l.rxOversized.Add(1)
+		} else if b := l.frameBytes(s, descs[first:end+1]); b != nil {
+			fn(b)
+			delivered++
+		}
+		first = end + 1
+	}
+	return delivered
+}
+
+// frameBytes returns a received frame's bytes: in place when it has one
+// descriptor or its pieces follow each other in the UMEM (the contiguous
+// layout), otherwise joined in rxBuf. It returns nil for a frame it drops
+// (and counts).
+func (l *XDPLink) frameBytes(s *xdp.Socket, frame []xdp.Desc) []byte {
+	if len(frame) == 1 {
+		b := s.Frame(frame[0])
+		if b == nil {
+			l.rxBadDesc.Add(1)
+		}
+		return b
+	}
+	if b := s.Span(frame); b != nil {
+		if len(b) > len(l.rxBuf) {
+			l.rxOversized.Add(1)
+			return nil
+		}
+		return b
+	}
+	asm := 0
+	for _, d := range frame {
 		b := s.Frame(d)
 		if b == nil {
 			l.rxBadDesc.Add(1)
-			bad = true
+			return nil
 		}
-		if !d.More() && asm == 0 && !bad {
-			fn(b)
-			delivered++
-			continue
+		if asm+len(b) > len(l.rxBuf) {
+			l.rxOversized.Add(1)
+			return nil
 		}
-		if !bad {
-			if asm+len(b) > len(l.rxBuf) {
-				l.rxOversized.Add(1)
-				bad = true
-			} else {
-				asm += copy(l.rxBuf[asm:], b)
-			}
-		}
-		if !d.More() || i == len(descs)-1 {
-			if !bad && !d.More() {
-				fn(l.rxBuf[:asm])
-				delivered++
-			}
-			asm, bad = 0, false
-		}
+		asm += copy(l.rxBuf[asm:], b)
 	}
-	return delivered
+	l.rxJoined.Add(1)
+	return l.rxBuf[:asm]
 }
 
 // Wait implements Link.
@@ -428,7 +492,7 @@ func (l *XDPLink) Wake() {
 // Stats returns the program's, the sockets' and the link's counters. Any
 // goroutine may call it while the link runs (not concurrently with Close).
 func (l *XDPLink) Stats() (XDPLinkStats, error) {
-	st := XDPLinkStats{RxOversized: l.rxOversized.Load(), RxBadDesc: l.rxBadDesc.Load(), TxStaged: l.txStaged.Load(),
+	st := XDPLinkStats{RxOversized: l.rxOversized.Load(), RxBadDesc: l.rxBadDesc.Load(), RxJoined: l.rxJoined.Load(), TxStaged: l.txStaged.Load(),
 		TxNoBuffer: l.txNoBuffer.Load(), TxQueued: int(l.txQueued.Load())}
 	var errs []error
 	var err error
