@@ -16,7 +16,7 @@
 // on exit, also on SIGINT/SIGTERM.
 //
 //	xdpblast -size 64,1082,4158 -duration 3s [-queues 2] [-busy-poll] [-v]
-//	xdpblast -pingpong [-size 82] [-rounds 5000] [-busy-poll] [-v]
+//	xdpblast -pingpong [-size 82] [-rounds 5000] [-busy-poll] [-handoff] [-ack] [-v]
 package main
 
 import (
@@ -43,6 +43,8 @@ func main() {
 	verbose := flag.Bool("v", false, "print ring and program statistics")
 	pingpong := flag.Bool("pingpong", false, "measure the round trip of one frame between two AF_XDP sockets instead of blasting (-size defaults to 82, an 8-byte RDMA WRITE)")
 	rounds := flag.Int("rounds", 5000, "-pingpong: measured round trips per size, after a tenth as many to warm up")
+	handOff := flag.Bool("handoff", false, "-pingpong experiment: each side an I/O thread and an application thread meeting through shared counters, like softnic's engine and perftest")
+	ack := flag.Bool("ack", false, "-pingpong experiment: each side answers every ping-pong frame with a 62-byte ACK frame, sent with its own kick before the reply")
 	flag.Parse()
 	if os.Geteuid() != 0 {
 		fmt.Fprintln(os.Stderr, "xdpblast: needs root to create network namespaces, a veth pair, an XDP program and AF_XDP sockets")
@@ -56,7 +58,7 @@ func main() {
 		if !sizeSet {
 			*sizes = strconv.Itoa(WriteLatFrame)
 		}
-		if !runPingPong(ctx, *sizes, *mtu, *rounds, *busy, *verbose) {
+		if !runPingPong(ctx, PingOptions{Count: *rounds, MTU: *mtu, BusyPoll: *busy, HandOff: *handOff, Ack: *ack}, *sizes, *verbose) {
 			os.Exit(1)
 		}
 		return
@@ -99,9 +101,10 @@ func main() {
 
 // runPingPong measures the ping-pong of each size and prints one line per
 // size; it reports whether all of them worked.
-func runPingPong(ctx context.Context, sizes string, mtu, rounds int, busy, verbose bool) bool {
+func runPingPong(ctx context.Context, base PingOptions, sizes string, verbose bool) bool {
 	fmt.Printf("%8s %6s %8s %6s %10s %10s %10s %10s %10s\n", "size", "mtu", "rounds", "lost", "median_us", "p99_us", "min_us", "max_us", "avg_us")
 	ok := true
+	mtu := base.MTU
 	if mtu == 0 {
 		mtu = 1500
 	}
@@ -112,7 +115,8 @@ func runPingPong(ctx context.Context, sizes string, mtu, rounds int, busy, verbo
 			fmt.Fprintf(os.Stderr, "xdpblast: bad size %q\n", f)
 			os.Exit(2)
 		}
-		o := PingOptions{Size: size, Count: rounds, MTU: mtu, BusyPoll: busy}
+		o := base
+		o.Size = size
 		r, err := PingPong(ctx, o)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "xdpblast: ping-pong of %d-byte frames: %v\n", size, err)

@@ -33,7 +33,25 @@ type PingOptions struct {
 	// time, so a few suffice. Default 64.
 	Frames   int
 	BusyPoll bool
+	// HandOff splits each side into an I/O thread, which owns the socket,
+	// and an application thread, meeting through shared counters: the
+	// shape of softnic's engine and perftest's latency loop (an experiment;
+	// four polling threads).
+	HandOff bool
+	// Ack makes each side answer every frame of the ping-pong with a frame
+	// of an RC ACK's size (AckFrame bytes), sent with its own kick before
+	// the reply, as softnic's responder acknowledges each WRITE (an
+	// experiment).
+	Ack bool
 }
+
+// AckFrame is the frame of an RC ACKNOWLEDGE: Ethernet 14 + IPv4 20 + UDP 8
+// + BTH 12 + AETH 4 + ICRC 4.
+const AckFrame = 14 + 20 + 8 + 12 + 4 + 4
+
+// ackBit marks the sequence number of an ACK frame, which answers the
+// frame of the same sequence number and is not itself answered.
+const ackBit = 1 << 63
 
 // PingResult is a ping-pong's half round trips (the one-way latency as
 // perftest's write_lat reports it) over the measured round trips.
@@ -147,21 +165,34 @@ func PingPong(ctx context.Context, o PingOptions) (res PingResult, err error) {
 	}
 	defer pong.close()
 
-	frame := make([]byte, o.Size)
-	buildFrame(frame, pair.A.MAC, pair.B.MAC, pair.A.Addr4(), pair.B.Addr4())
+	fr := pingFrames{ping: make([]byte, o.Size), pong: make([]byte, o.Size)}
+	buildFrame(fr.ping, pair.A.MAC, pair.B.MAC, pair.A.Addr4(), pair.B.Addr4())
+	buildFrame(fr.pong, pair.B.MAC, pair.A.MAC, pair.B.Addr4(), pair.A.Addr4())
+	if o.Ack {
+		fr.pingAck, fr.pongAck = make([]byte, AckFrame), make([]byte, AckFrame)
+		buildFrame(fr.pingAck, pair.A.MAC, pair.B.MAC, pair.A.Addr4(), pair.B.Addr4())
+		buildFrame(fr.pongAck, pair.B.MAC, pair.A.MAC, pair.B.Addr4(), pair.A.Addr4())
+	}
 
-	var stop atomic.Bool
-	var wg sync.WaitGroup
-	var pongErr error
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		pongErr = echo(pong.sock, &stop)
-	}()
-	rtts, lost, err := pingLoop(ctx, ping.sock, frame, o)
-	stop.Store(true)
-	wg.Wait()
-	if err = errors.Join(err, pongErr); err != nil {
+	var rtts []time.Duration
+	var lost int
+	if o.HandOff {
+		rtts, lost, err = handOffPingPong(ctx, ping.sock, pong.sock, fr, o)
+	} else {
+		var stop atomic.Bool
+		var wg sync.WaitGroup
+		var pongErr error
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			pongErr = echo(pong.sock, fr.pongAck, &stop)
+		}()
+		rtts, lost, err = pingLoop(ctx, ping.sock, fr.ping, fr.pingAck, o)
+		stop.Store(true)
+		wg.Wait()
+		err = errors.Join(err, pongErr)
+	}
+	if err != nil {
 		return res, err
 	}
 	res.Rounds, res.Lost = len(rtts), lost
@@ -171,6 +202,13 @@ func PingPong(ctx context.Context, o PingOptions) (res PingResult, err error) {
 	res.PingProgram, _ = ping.prog.Stats()
 	res.PongProgram, _ = pong.prog.Stats()
 	return res, nil
+}
+
+// pingFrames are the frames each side sends: its ping-pong frame and, with
+// PingOptions.Ack, its ACK frame (nil otherwise).
+type pingFrames struct {
+	ping, pong       []byte
+	pingAck, pongAck []byte
 }
 
 // halfStats sorts round trips and returns the median, 99th percentile,
@@ -190,8 +228,9 @@ func halfStats(rtts []time.Duration) (median, p99, least, most, mean time.Durati
 
 // pingLoop runs o.Warmup+o.Count round trips and returns the measured ones.
 // A round trip whose echo does not come back within o.Timeout is counted
-// lost and sent again under a new sequence number.
-func pingLoop(ctx context.Context, s *xdp.Socket, frame []byte, o PingOptions) (rtts []time.Duration, lost int, err error) {
+// lost and sent again under a new sequence number. With an ack frame, each
+// echo is acknowledged before the next round trip starts.
+func pingLoop(ctx context.Context, s *xdp.Socket, frame, ack []byte, o PingOptions) (rtts []time.Duration, lost int, err error) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	rtts = make([]time.Duration, 0, o.Count)
@@ -235,6 +274,11 @@ func pingLoop(ctx context.Context, s *xdp.Socket, frame []byte, o PingOptions) (
 					rtts = append(rtts, rtt)
 				}
 				done++
+				if ack != nil {
+					if err := sendFrame(s, ack, seq|ackBit); err != nil {
+						return nil, lost, err
+					}
+				}
 				break
 			}
 		}
@@ -266,7 +310,9 @@ func sendFrame(s *xdp.Socket, frame []byte, seq uint64) error {
 
 // echo sends every frame it receives back with the Ethernet and IP
 // addresses swapped (the UDP destination stays 4791), until stop is set.
-func echo(s *xdp.Socket, stop *atomic.Bool) error {
+// With an ack frame it first acknowledges each frame (with its own kick),
+// and it neither echoes nor acknowledges ACK frames.
+func echo(s *xdp.Socket, ack []byte, stop *atomic.Bool) error {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	descs := make([]xdp.Desc, 16)
@@ -282,6 +328,14 @@ func echo(s *xdp.Socket, stop *atomic.Bool) error {
 			in := s.Frame(d)
 			if d.More() || len(in) < seqOffset+8 {
 				continue // not a frame of ours
+			}
+			if seq := binary.LittleEndian.Uint64(in[seqOffset:]); ack != nil {
+				if seq&ackBit != 0 {
+					continue
+				}
+				if err := sendFrame(s, ack, seq|ackBit); err != nil {
+					return fmt.Errorf("echo: %w", err)
+				}
 			}
 			td, buf, ok := s.NextTxFrame()
 			if !ok {

@@ -12,40 +12,57 @@ import (
 
 // A ping-pong completes its round trips, each echo carrying the sequence
 // number sent, and every frame in either direction went through the
-// steering program into the other side's socket.
+// steering program into the other side's socket; so do the hand-off and
+// ACK experiments, with the frame counts they imply.
 func TestPingPongRoundTrips(t *testing.T) {
 	netnstest.RequireRoot(t)
-	const rounds, warm = 2000, 100
-	r, err := PingPong(context.Background(), PingOptions{Count: rounds, Warmup: warm})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("half round trip: median %v, p99 %v, min %v, max %v, mean %v; %d lost", r.Median, r.P99, r.Min, r.Max, r.Mean, r.Lost)
-	if r.Rounds != rounds {
-		t.Errorf("measured %d round trips, want %d", r.Rounds, rounds)
-	}
-	if !(0 < r.Min && r.Min <= r.Median && r.Median <= r.P99 && r.P99 <= r.Max && r.Min <= r.Mean && r.Mean <= r.Max) {
-		t.Errorf("inconsistent figures: %+v", r)
-	}
-	sent := uint64(rounds + warm + r.Lost)
-	if r.PingStats.TxPackets != sent {
-		t.Errorf("ping side sent %d frames, want %d round trips + %d lost", r.PingStats.TxPackets, rounds+warm, r.Lost)
-	}
-	// A lost round trip may still come back late, so the counts of the
-	// other side only bound it.
-	if r.PongStats.RxPackets < uint64(rounds+warm) || r.PongStats.RxPackets > sent ||
-		r.PongStats.TxPackets != r.PongStats.RxPackets {
-		t.Errorf("pong side received %d and sent %d frames of %d", r.PongStats.RxPackets, r.PongStats.TxPackets, sent)
-	}
-	if r.PingStats.RxPackets < uint64(rounds+warm) {
-		t.Errorf("ping side received %d echoes for %d round trips", r.PingStats.RxPackets, rounds+warm)
-	}
-	if r.PongProgram.Steered != r.PongStats.RxPackets || r.PingProgram.Steered != r.PingStats.RxPackets {
-		t.Errorf("programs steered %d and %d frames; sockets received %d and %d",
-			r.PongProgram.Steered, r.PingProgram.Steered, r.PongStats.RxPackets, r.PingStats.RxPackets)
-	}
-	if r.PingStats.OwnershipErrors+r.PongStats.OwnershipErrors != 0 {
-		t.Errorf("ownership errors: ping %+v pong %+v", r.PingStats, r.PongStats)
+	const rounds, warm = 1000, 50
+	for _, tc := range []struct {
+		name         string
+		handOff, ack bool
+	}{{"plain", false, false}, {"ack", false, true}, {"handoff", true, false}, {"handoff+ack", true, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := PingPong(context.Background(), PingOptions{Count: rounds, Warmup: warm, HandOff: tc.handOff, Ack: tc.ack})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("half round trip: median %v, p99 %v, min %v, max %v, mean %v; %d lost", r.Median, r.P99, r.Min, r.Max, r.Mean, r.Lost)
+			if r.Rounds != rounds {
+				t.Errorf("measured %d round trips, want %d", r.Rounds, rounds)
+			}
+			if !(0 < r.Min && r.Min <= r.Median && r.Median <= r.P99 && r.P99 <= r.Max && r.Min <= r.Mean && r.Mean <= r.Max) {
+				t.Errorf("inconsistent figures: %+v", r)
+			}
+			ping, pong := r.PingStats, r.PongStats
+			// Per round trip each side sends its frame, and its ACK of the
+			// other's with -ack. The run may stop before the last ACK from
+			// the ping side is sent or received.
+			per, slack := uint64(1), uint64(0)
+			if tc.ack {
+				per, slack = 2, 1
+			}
+			want := per * (rounds + warm)
+			if r.Lost == 0 {
+				if pong.TxPackets != want || ping.RxPackets != want {
+					t.Errorf("pong side sent %d frames and ping side received %d, want %d", pong.TxPackets, ping.RxPackets, want)
+				}
+				if ping.TxPackets+slack < want || ping.TxPackets > want || pong.RxPackets+slack < ping.TxPackets || pong.RxPackets > ping.TxPackets {
+					t.Errorf("ping side sent %d frames and pong side received %d, want %d", ping.TxPackets, pong.RxPackets, want)
+				}
+			} else if ping.TxPackets+1 < want || pong.TxPackets < want || ping.RxPackets < want || pong.RxPackets > ping.TxPackets {
+				t.Errorf("ping sent %d received %d, pong sent %d received %d; want at least %d", ping.TxPackets, ping.RxPackets,
+					pong.TxPackets, pong.RxPackets, want)
+			}
+			if s := r.PongProgram.Steered; s < pong.RxPackets || s > ping.TxPackets {
+				t.Errorf("pong side's program steered %d frames; socket received %d of %d", s, pong.RxPackets, ping.TxPackets)
+			}
+			if s := r.PingProgram.Steered; s < ping.RxPackets || s > pong.TxPackets {
+				t.Errorf("ping side's program steered %d frames; socket received %d of %d", s, ping.RxPackets, pong.TxPackets)
+			}
+			if ping.OwnershipErrors+pong.OwnershipErrors != 0 {
+				t.Errorf("ownership errors: ping %+v pong %+v", ping, pong)
+			}
+		})
 	}
 }
 
