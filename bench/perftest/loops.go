@@ -155,7 +155,7 @@ func (r *runCtx) runBW(size uint64) (BWTimes, error) {
 				runtime.Gosched()
 				continue
 			}
-			got, err = r.scq.Wait(r.ctx, wcs)
+			got, err = spinWait(r.ctx, r.scq, wcs, bwSpin)
 		}
 		if err != nil {
 			return t, fmt.Errorf("poll send CQ: %w", causeOf(r.ctx, err))
@@ -222,7 +222,7 @@ func (r *runCtx) runBWServer(size uint64) (BWTimes, error) {
 	var rcnt uint64
 	first := true
 	for rcnt < n {
-		got, err := r.rcq.Wait(r.ctx, wcs)
+		got, err := spinWait(r.ctx, r.rcq, wcs, bwSpin)
 		if err != nil {
 			return t, fmt.Errorf("poll receive CQ: %w", causeOf(r.ctx, err))
 		}
@@ -498,7 +498,7 @@ func (r *runCtx) runBi(size uint64) (BWTimes, error) {
 				continue
 			}
 			// Nothing can be posted: every window is full or done.
-			got, err = r.scq.Wait(r.ctx, wcs)
+			got, err = spinWait(r.ctx, r.scq, wcs, bwSpin)
 		}
 		if err != nil {
 			return t, fmt.Errorf("poll CQ: %w", causeOf(r.ctx, err))
@@ -608,7 +608,7 @@ func (r *runCtx) runBWDuration(size uint64) (BWTimes, error) {
 				runtime.Gosched()
 				continue
 			}
-			got, err = r.scq.Wait(endCtx, wcs)
+			got, err = spinWait(endCtx, r.scq, wcs, bwSpin)
 		}
 		if err != nil {
 			if r.ctx.Err() == nil && endCtx.Err() != nil {
@@ -648,7 +648,7 @@ func (r *runCtx) runBWServerDuration(size uint64) (BWTimes, error) {
 	waitCtx := r.ctx
 	var count uint64
 	for clock.start.IsZero() || clock.phase(time.Now()) != phaseEnd {
-		got, err := r.rcq.Wait(waitCtx, wcs)
+		got, err := spinWait(waitCtx, r.rcq, wcs, bwSpin)
 		if err != nil {
 			if r.ctx.Err() == nil && waitCtx.Err() != nil {
 				break // the run's time is up
