@@ -192,10 +192,11 @@ func openFirstSocket(ifindex, bufLen int, sc xdp.Config) (*xdp.Socket, xdp.Confi
 	if sc.Mode == xdp.ModeAuto {
 		zc := sc
 		zc.Mode = xdp.ModeZeroCopy
-		s, err := xdp.Open(ifindex, 0, zc)
-		if err == nil || !errors.Is(err, xdp.ErrNoZeroCopy) {
-			return s, zc, err
+		if s, err := xdp.Open(ifindex, 0, zc); err == nil {
+			return s, zc, nil
 		}
+		// No zero-copy (veth, most drivers without multi-buffer zero-copy):
+		// copy mode below reports whatever is really wrong.
 	}
 	frame := sc.FrameSize
 	if frame == 0 {
