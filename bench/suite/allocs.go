@@ -273,7 +273,7 @@ func (s *suite) allocs(ctx context.Context, profileDir string) {
 	}
 	s.kicksFigure("64", "64 B", small)
 	if profileDir != "" {
-		many, err := h.measure(ctx, oob.WriteBW, 64<<10, 4096, 20, 1024, filepath.Join(profileDir, "cpu-write_bw_1024qp.pprof"))
+		many, err := h.measure(ctx, oob.WriteBW, 64<<10, 4096, 150, 1024, filepath.Join(profileDir, "cpu-write_bw_1024qp.pprof"))
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "suite: 1024-QP write_bw profile: %v\n", err)
 		} else if bw, err := parseBW(many.out); err == nil {
