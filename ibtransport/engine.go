@@ -106,6 +106,10 @@ type Engine struct {
 	// unacked is the device-wide window in use: the sum of the QPs'
 	// requester credits (requester.go).
 	unacked int
+	// passLeft is what this pass may still send (passBudget); reqNext is
+	// where in active the next pass starts sending requests.
+	passLeft int
+	reqNext  int
 
 	onEvent func(*QP, QPEvent)
 
@@ -191,17 +195,28 @@ func (e *Engine) Process() (busy bool, wait time.Duration) {
 	e.takeKicks()
 	now := e.now()
 	next := int64(-1)
-	for i := 0; i < len(e.active); {
+	// The pass starts where the last one spent its budget (passBudget), so
+	// that every QP gets its turn to send however many share the device.
+	e.passLeft = passBudget
+	n := len(e.active)
+	start, spent, removed := 0, -1, false
+	if n > 0 {
+		start = e.reqNext % n
+	}
+	for k := range n {
+		i := (start + k) % n
 		q := e.active[i]
 		qbusy := !q.destroyed && q.service(now)
 		if qbusy {
 			busy = true
 		}
+		if spent < 0 && e.passLeft <= 0 {
+			spent = i
+		}
 		if q.destroyed || (!qbusy && q.quiet()) {
 			q.inActive = false
-			last := len(e.active) - 1
-			e.active[i], e.active[last] = e.active[last], nil
-			e.active = e.active[:last]
+			e.active[i] = nil // compacted below, keeping the order
+			removed = true
 			continue
 		}
 		for _, t := range [2]int64{q.req.retransAt, q.req.rnrAt} {
@@ -209,7 +224,26 @@ func (e *Engine) Process() (busy bool, wait time.Duration) {
 				next = t
 			}
 		}
-		i++
+	}
+	e.reqNext = start
+	if spent >= 0 {
+		e.reqNext = spent + 1
+	}
+	if removed {
+		kept := 0
+		nextAt := 0
+		for i, q := range e.active {
+			if i == e.reqNext {
+				nextAt = kept
+			}
+			if q != nil {
+				e.active[kept] = q
+				kept++
+			}
+		}
+		clear(e.active[kept:])
+		e.active = e.active[:kept]
+		e.reqNext = nextAt
 	}
 	if next < 0 {
 		return busy, -1

@@ -152,6 +152,11 @@ const (
 	// of this many (see buildRequest).
 	readSegmentPSNs = maxUnackedPSNs
 	packetBudget    = 64 // packets a QP may send per engine pass
+	// passBudget bounds the request packets all QPs together send per
+	// engine pass, so that the engine goes back to its receive ring (ACKs)
+	// between bursts; the next pass starts with the QP after the one that
+	// spent it, so every QP gets its turn. Responses are not counted.
+	passBudget      = 128
 	infiniteRetries = 7
 )
 

@@ -70,6 +70,9 @@ func (q *QP) sendRequests() bool {
 		if r.reqIdx == tail {
 			return false
 		}
+		if q.e.passLeft <= 0 {
+			return true
+		}
 		w := q.sqSlot(r.reqIdx)
 		switch w.state {
 		case wqeError:
@@ -121,6 +124,7 @@ func (q *QP) sendRequests() bool {
 			return false
 		}
 		q.path.Send(n)
+		q.e.passLeft--
 		q.e.Ctr.TxPackets.Add(1)
 		if w.nextPSN.After(r.sentPSN) {
 			r.sentPSN = w.nextPSN

@@ -94,3 +94,54 @@ func TestDeviceWindow(t *testing.T) {
 	}
 	require.Zero(t, e.unacked)
 }
+
+// TestPassBudget checks that one engine pass sends at most passBudget
+// packets over all QPs, and that the QPs left waiting when the budget runs
+// out go first in the next pass: without that, the QPs first in the list
+// would take every pass until their own windows closed.
+func TestPassBudget(t *testing.T) {
+	port := &fakePort{keep: true}
+	e := NewEngine(port, func() {})
+	e.Stop()
+	whole := make([]byte, 1<<16)
+	mr := newTestRegion(whole, 0x77, AccessAll)
+	cq := &testCQ{}
+	// 8 QPs with 256 packets each to send (16 messages of 16 packets at
+	// IB MTU 256); a QP sends at most packetBudget (64) per pass, so a
+	// pass serves two QPs.
+	const nQP, perQP, msgLen = 8, 16, 4096
+	byPeer := map[uint32]int{}
+	for i := range nQP {
+		q, err := e.CreateQP(&QPConfig{Memory: &testMemory{mr}, SendCQ: cq, RecvCQ: cq, Cap: QPCap{MaxSendWR: perQP, MaxRecvWR: 1}})
+		require.NoError(t, err)
+		require.NoError(t, q.Modify(&QPAttr{State: QPSInit, AccessFlags: AccessRemoteWrite}, QPAttrState|QPAttrAccessFlags))
+		require.NoError(t, q.Modify(&QPAttr{State: QPSRTR, PathMTU: MTU256, DestQPN: 0x2000 + uint32(i), AV: AddressVector{DGID: peerGID}},
+			QPAttrState|QPAttrAV|QPAttrPathMTU|QPAttrDestQPN|QPAttrRQPSN|QPAttrMaxDestRdAtomic|QPAttrMinRNRTimer))
+		require.NoError(t, q.Modify(&QPAttr{State: QPSRTS, Timeout: 14, RetryCnt: 7, RNRRetry: 7},
+			QPAttrState|QPAttrSQPSN|QPAttrTimeout|QPAttrRetryCnt|QPAttrRNRRetry|QPAttrMaxQPRdAtomic))
+		for j := range perQP {
+			require.NoError(t, q.PostSend(&SendWR{ID: uint64(j), Opcode: WRRDMAWrite, Flags: SendSignaled,
+				SGL: []SGE{mr.SGE(0, msgLen)}, RemoteAddr: 0x10000, RKey: 1}))
+		}
+		byPeer[0x2000+uint32(i)] = i
+	}
+	served := make([]int, nQP) // passes in which each QP sent something
+	for pass := range nQP / 2 {
+		port.sent = nil
+		busy, _ := e.Process()
+		require.Len(t, port.sent, passBudget, "pass %d", pass)
+		require.True(t, busy, "pass %d stopped for the budget with packets left", pass)
+		sent := map[int]bool{}
+		var p Packet
+		for _, raw := range port.sent {
+			require.NoError(t, ParsePacket(raw, &p))
+			sent[byPeer[p.BTH.DestQPN()]] = true
+		}
+		for i := range sent {
+			served[i]++
+		}
+	}
+	for i, n := range served {
+		require.Equal(t, 1, n, "QP %d: passes with packets sent, of %d", i, nQP/2)
+	}
+}
