@@ -22,17 +22,7 @@ func TestDeviceWindow(t *testing.T) {
 	qps := make([]*QP, nQP)
 	byPeer := map[uint32]*QP{}
 	for i := range qps {
-		q, err := e.CreateQP(&QPConfig{Memory: &testMemory{mr}, SendCQ: cq, RecvCQ: cq, Cap: QPCap{MaxSendWR: perQP, MaxRecvWR: 1}})
-		require.NoError(t, err)
-		require.NoError(t, q.Modify(&QPAttr{State: QPSInit, AccessFlags: AccessRemoteWrite}, QPAttrState|QPAttrAccessFlags))
-		require.NoError(t, q.Modify(&QPAttr{State: QPSRTR, PathMTU: MTU256, DestQPN: 0x1000 + uint32(i), AV: AddressVector{DGID: peerGID}},
-			QPAttrState|QPAttrAV|QPAttrPathMTU|QPAttrDestQPN|QPAttrRQPSN|QPAttrMaxDestRdAtomic|QPAttrMinRNRTimer))
-		require.NoError(t, q.Modify(&QPAttr{State: QPSRTS, Timeout: 14, RetryCnt: 7, RNRRetry: 7},
-			QPAttrState|QPAttrSQPSN|QPAttrTimeout|QPAttrRetryCnt|QPAttrRNRRetry|QPAttrMaxQPRdAtomic))
-		for j := range perQP {
-			require.NoError(t, q.PostSend(&SendWR{ID: uint64(j), Opcode: WRRDMAWrite, Flags: SendSignaled,
-				SGL: []SGE{mr.SGE(0, msgLen)}, RemoteAddr: 0x10000, RKey: 1}))
-		}
+		q := windowTestQP(t, e, mr, cq, 0x1000+uint32(i), perQP, msgLen)
 		qps[i] = q
 		byPeer[0x1000+uint32(i)] = q
 	}
@@ -112,17 +102,7 @@ func TestPassBudget(t *testing.T) {
 	const nQP, perQP, msgLen = 8, 16, 4096
 	byPeer := map[uint32]int{}
 	for i := range nQP {
-		q, err := e.CreateQP(&QPConfig{Memory: &testMemory{mr}, SendCQ: cq, RecvCQ: cq, Cap: QPCap{MaxSendWR: perQP, MaxRecvWR: 1}})
-		require.NoError(t, err)
-		require.NoError(t, q.Modify(&QPAttr{State: QPSInit, AccessFlags: AccessRemoteWrite}, QPAttrState|QPAttrAccessFlags))
-		require.NoError(t, q.Modify(&QPAttr{State: QPSRTR, PathMTU: MTU256, DestQPN: 0x2000 + uint32(i), AV: AddressVector{DGID: peerGID}},
-			QPAttrState|QPAttrAV|QPAttrPathMTU|QPAttrDestQPN|QPAttrRQPSN|QPAttrMaxDestRdAtomic|QPAttrMinRNRTimer))
-		require.NoError(t, q.Modify(&QPAttr{State: QPSRTS, Timeout: 14, RetryCnt: 7, RNRRetry: 7},
-			QPAttrState|QPAttrSQPSN|QPAttrTimeout|QPAttrRetryCnt|QPAttrRNRRetry|QPAttrMaxQPRdAtomic))
-		for j := range perQP {
-			require.NoError(t, q.PostSend(&SendWR{ID: uint64(j), Opcode: WRRDMAWrite, Flags: SendSignaled,
-				SGL: []SGE{mr.SGE(0, msgLen)}, RemoteAddr: 0x10000, RKey: 1}))
-		}
+		windowTestQP(t, e, mr, cq, 0x2000+uint32(i), perQP, msgLen)
 		byPeer[0x2000+uint32(i)] = i
 	}
 	served := make([]int, nQP) // passes in which each QP sent something
@@ -144,4 +124,22 @@ func TestPassBudget(t *testing.T) {
 	for i, n := range served {
 		require.Equal(t, 1, n, "QP %d: passes with packets sent, of %d", i, nQP/2)
 	}
+}
+
+// windowTestQP creates an RTS QP towards destQPN with perQP signaled WRITEs
+// of msgLen bytes posted.
+func windowTestQP(t *testing.T, e *Engine, mr *testRegion, cq *testCQ, destQPN uint32, perQP, msgLen int) *QP {
+	t.Helper()
+	q, err := e.CreateQP(&QPConfig{Memory: &testMemory{mr}, SendCQ: cq, RecvCQ: cq, Cap: QPCap{MaxSendWR: perQP, MaxRecvWR: 1}})
+	require.NoError(t, err)
+	require.NoError(t, q.Modify(&QPAttr{State: QPSInit, AccessFlags: AccessRemoteWrite}, QPAttrState|QPAttrAccessFlags))
+	require.NoError(t, q.Modify(&QPAttr{State: QPSRTR, PathMTU: MTU256, DestQPN: destQPN, AV: AddressVector{DGID: peerGID}},
+		QPAttrState|QPAttrAV|QPAttrPathMTU|QPAttrDestQPN|QPAttrRQPSN|QPAttrMaxDestRdAtomic|QPAttrMinRNRTimer))
+	require.NoError(t, q.Modify(&QPAttr{State: QPSRTS, Timeout: 14, RetryCnt: 7, RNRRetry: 7},
+		QPAttrState|QPAttrSQPSN|QPAttrTimeout|QPAttrRetryCnt|QPAttrRNRRetry|QPAttrMaxQPRdAtomic))
+	for j := range perQP {
+		require.NoError(t, q.PostSend(&SendWR{ID: uint64(j), Opcode: WRRDMAWrite, Flags: SendSignaled,
+			SGL: []SGE{mr.SGE(0, msgLen)}, RemoteAddr: 0x10000, RKey: 1}))
+	}
+	return q
 }

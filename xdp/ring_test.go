@@ -29,23 +29,28 @@ func fakeSocket(t testing.TB, frames, frameSize int, start uint32) *Socket {
 	}
 	s := &Socket{fd: -1, cfg: cfg, layout: cfg.layout()}
 	s.umem = make([]byte, frames*frameSize)
-	rxFrames := s.rxCount
+	fakeRings(s, start)
+	return s
+}
+
+// fakeRings gives s its four rings in ordinary memory, both indexes of
+// each starting at start, and its frames (initFrames).
+func fakeRings(s *Socket, start uint32) {
 	mk := func(r *ring, size int, entry uintptr) []byte {
 		mem, off := fakeRing(uint32(size), entry, start)
 		r.init(mem, off, uint32(size))
 		return mem[off.Desc:]
 	}
-	m := mk(&s.fill.ring, 2*rxFrames, 8)
-	s.fill.addrs = unsafe.Slice((*uint64)(unsafe.Pointer(&m[0])), 2*rxFrames)
+	m := mk(&s.fill.ring, 2*s.rxCount, 8)
+	s.fill.addrs = unsafe.Slice((*uint64)(unsafe.Pointer(&m[0])), 2*s.rxCount)
 	compSize := nextPow2(s.txCount * s.txDescs)
 	m = mk(&s.comp.ring, compSize, 8)
 	s.comp.addrs = unsafe.Slice((*uint64)(unsafe.Pointer(&m[0])), compSize)
-	m = mk(&s.rx.ring, cfg.RxRingSize, 16)
-	s.rx.descs = unsafe.Slice((*Desc)(unsafe.Pointer(&m[0])), cfg.RxRingSize)
-	m = mk(&s.tx.ring, cfg.TxRingSize, 16)
-	s.tx.descs = unsafe.Slice((*Desc)(unsafe.Pointer(&m[0])), cfg.TxRingSize)
+	m = mk(&s.rx.ring, s.cfg.RxRingSize, 16)
+	s.rx.descs = unsafe.Slice((*Desc)(unsafe.Pointer(&m[0])), s.cfg.RxRingSize)
+	m = mk(&s.tx.ring, s.cfg.TxRingSize, 16)
+	s.tx.descs = unsafe.Slice((*Desc)(unsafe.Pointer(&m[0])), s.cfg.TxRingSize)
 	s.initFrames()
-	return s
 }
 
 // kernel is the simulated other side of a fakeSocket.
@@ -244,21 +249,7 @@ func TestContiguousLayout(t *testing.T) {
 	}
 
 	s := &Socket{fd: -1, cfg: cfg, layout: l, umem: make([]byte, 64*4096)}
-	mk := func(r *ring, size int, entry uintptr) []byte {
-		mem, off := fakeRing(uint32(size), entry, 0)
-		r.init(mem, off, uint32(size))
-		return mem[off.Desc:]
-	}
-	m := mk(&s.fill.ring, 2*l.rxCount, 8)
-	s.fill.addrs = unsafe.Slice((*uint64)(unsafe.Pointer(&m[0])), 2*l.rxCount)
-	compSize := nextPow2(l.txCount * l.txDescs)
-	m = mk(&s.comp.ring, compSize, 8)
-	s.comp.addrs = unsafe.Slice((*uint64)(unsafe.Pointer(&m[0])), compSize)
-	m = mk(&s.rx.ring, cfg.RxRingSize, 16)
-	s.rx.descs = unsafe.Slice((*Desc)(unsafe.Pointer(&m[0])), cfg.RxRingSize)
-	m = mk(&s.tx.ring, cfg.TxRingSize, 16)
-	s.tx.descs = unsafe.Slice((*Desc)(unsafe.Pointer(&m[0])), cfg.TxRingSize)
-	s.initFrames()
+	fakeRings(s, 0)
 
 	// Kernel: a 5000-byte packet into the first two fill entries, reported
 	// in unaligned form (offset in the top 16 bits).

@@ -150,19 +150,23 @@ func TestMedianBy(t *testing.T) {
 	}
 }
 
+// runs returns a measurement that yields vals one per call, failing with
+// failure where a value is negative; its details name the run.
+func runs(failure error, vals ...float64) func() (float64, string, error) {
+	i := 0
+	return func() (float64, string, error) {
+		v := vals[i]
+		i++
+		if v < 0 {
+			return 0, "", failure
+		}
+		return v, fmt.Sprintf("run %d", i), nil
+	}
+}
+
 func TestRoundsPairRatios(t *testing.T) {
 	s := &suite{repeat: 3}
-	seq := func(vals ...float64) func() (float64, string, error) {
-		i := 0
-		return func() (float64, string, error) {
-			v := vals[i]
-			i++
-			if v < 0 {
-				return 0, "", errTimeout
-			}
-			return v, "", nil
-		}
-	}
+	seq := func(vals ...float64) func() (float64, string, error) { return runs(errTimeout, vals...) }
 	a := &series{fig: &Figure{Key: "a", Name: "a", Unit: unitGbps}, measure: seq(2, 8, 3)}
 	b := &series{fig: &Figure{Key: "b", Name: "b", Unit: unitGbps}, measure: seq(1, 4, 3)}
 	c := &series{fig: &Figure{Key: "c", Name: "c", Unit: unitGbps}, measure: seq(-1, 5, 5)}
@@ -188,17 +192,7 @@ func TestRoundsPairRatios(t *testing.T) {
 // the lower middle).
 func TestFiveRounds(t *testing.T) {
 	s := &suite{repeat: 5}
-	seq := func(vals ...float64) func() (float64, string, error) {
-		i := 0
-		return func() (float64, string, error) {
-			v := vals[i]
-			i++
-			if v < 0 {
-				return 0, "", errors.New("boom")
-			}
-			return v, fmt.Sprintf("run %d", i), nil
-		}
-	}
+	seq := func(vals ...float64) func() (float64, string, error) { return runs(errors.New("boom"), vals...) }
 	a := &series{fig: &Figure{Key: "a", Name: "a", Unit: unitGbps}, measure: seq(8, 2, 9, 3, 4)}
 	b := &series{fig: &Figure{Key: "b", Name: "b", Unit: unitGbps}, measure: seq(4, 2, 3, 1, 8)}
 	c := &series{fig: &Figure{Key: "c", Name: "c", Unit: unitGbps}, measure: seq(-1, 1, 3, 3, 1)}
