@@ -78,8 +78,6 @@ type XDPLink struct {
 	rxBuf   []byte
 	next    int // socket to receive from first, for fairness
 
-	contiguous bool // the sockets use xdp's contiguous layout
-
 	// Read by Stats from other goroutines.
 	rxOversized, rxBadDesc, rxJoined, txStaged, txNoBuffer atomic.Uint64
 	txQueued                                               atomic.Int64
@@ -161,7 +159,6 @@ func OpenXDPLink(ifname string, cfg XDPLinkConfig) (l *XDPLink, err error) {
 		}
 	}
 	l.tx = l.socks[0]
-	l.contiguous = sc.Contiguous
 	l.inPlace = l.bufLen <= l.tx.TxFrameSize()
 	frags := (l.bufLen + sc.FrameSize - 1) / sc.FrameSize
 	l.rxDescs = make([]xdp.Desc, 64*frags)
