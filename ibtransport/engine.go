@@ -110,6 +110,11 @@ type Engine struct {
 	// where in active the next pass starts sending requests.
 	passLeft int
 	reqNext  int
+	// windowWait holds, in arrival order, QPs that have a message to start
+	// but found the device window full. Those with nothing else to do
+	// leave the active list meanwhile, so that a pass does not visit a
+	// thousand QPs that can only wait.
+	windowWait []*QP
 
 	onEvent func(*QP, QPEvent)
 
@@ -193,6 +198,7 @@ func (e *Engine) runCommands() {
 func (e *Engine) Process() (busy bool, wait time.Duration) {
 	e.runCommands()
 	e.takeKicks()
+	e.admitWaiting()
 	now := e.now()
 	next := int64(-1)
 	// The pass starts where the last one spent its budget (passBudget), so
@@ -213,7 +219,7 @@ func (e *Engine) Process() (busy bool, wait time.Duration) {
 		if spent < 0 && e.passLeft <= 0 {
 			spent = i
 		}
-		if q.destroyed || (!qbusy && q.quiet()) {
+		if q.destroyed || (!qbusy && (q.quiet() || q.onlyWaitsWindow())) {
 			q.inActive = false
 			e.active[i] = nil // compacted below, keeping the order
 			removed = true
@@ -257,6 +263,46 @@ func (e *Engine) ActiveQPs() int {
 	var n int
 	_ = e.Do(func() error { n = len(e.active); return nil })
 	return n
+}
+
+// waitWindow queues q to start its next message when the device window
+// has room.
+func (e *Engine) waitWindow(q *QP) {
+	if !q.waitsWindow {
+		q.waitsWindow = true
+		e.windowWait = append(e.windowWait, q)
+	}
+}
+
+// admitWaiting moves QPs waiting for the device window back to the end of
+// the active list, first come first, as many as the free window could take
+// messages of (counting a message as 16 packets: a 64 KiB message at IB
+// MTU 4096). The pass cursor comes to them in turn.
+func (e *Engine) admitWaiting() {
+	free := maxDeviceUnacked - e.unacked
+	n := 0
+	for ; n < len(e.windowWait) && free > 0; n++ {
+		q := e.windowWait[n]
+		q.waitsWindow = false
+		if !q.destroyed {
+			e.activate(q)
+			free -= 16
+		}
+	}
+	if n > 0 {
+		rest := copy(e.windowWait, e.windowWait[n:])
+		clear(e.windowWait[rest:])
+		e.windowWait = e.windowWait[:rest]
+	}
+}
+
+// onlyWaitsWindow reports whether the QP's only work is a message waiting
+// for the device window: nothing in flight, no response, no timer. It can
+// leave the active list until admitWaiting brings it back.
+func (q *QP) onlyWaitsWindow() bool {
+	r := &q.req
+	return q.waitsWindow && !q.awaitingAck() && r.retransAt == 0 && r.rnrAt == 0 &&
+		q.resp.jobHead == q.resp.jobTail && !q.resp.errPending && q.st == QPSRTS
 }
 
 // activate puts q on the active list; engine goroutine only.

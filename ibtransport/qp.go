@@ -253,14 +253,17 @@ type QP struct {
 	rq RecvQueue // without an SRQ
 
 	// Everything below is owned by the engine goroutine.
-	inActive  bool // on the engine's active list
-	destroyed bool
-	st        QPState
-	path      TxPath
-	mtu       uint32
-	destQPN   uint32
-	req       requester
-	resp      responder
+	inActive bool // on the engine's active list
+	// waitsWindow: on the engine's windowWait queue, with a message to
+	// start once the device window has room.
+	waitsWindow bool
+	destroyed   bool
+	st          QPState
+	path        TxPath
+	mtu         uint32
+	destQPN     uint32
+	req         requester
+	resp        responder
 }
 
 // CreateQP creates an RC queue pair (ibv_create_qp). It starts in RESET.

@@ -96,6 +96,7 @@ func (q *QP) sendRequests() bool {
 				// that the peer's receive ring does not overflow; messages
 				// started go on, so their ACKs come.
 				q.e.Ctr.TxWindowStalls.Add(1)
+				q.e.waitWindow(q)
 				return false
 			}
 			if st := q.prepare(r.reqIdx, w); st != WCSuccess {

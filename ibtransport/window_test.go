@@ -143,3 +143,78 @@ func windowTestQP(t *testing.T, e *Engine, mr *testRegion, cq *testCQ, destQPN u
 	}
 	return q
 }
+
+// TestWindowWaitParksQPs checks that QPs with a message to start and
+// nothing in flight leave the active list while the device window is full,
+// and come back first come first as ACKs free it: every QP's messages go
+// out within a bounded number of rounds, and a pass visits few QPs.
+func TestWindowWaitParksQPs(t *testing.T) {
+	port := &fakePort{keep: true}
+	e := NewEngine(port, func() {})
+	e.Stop()
+	whole := make([]byte, 1<<16)
+	mr := newTestRegion(whole, 0x77, AccessAll)
+	cq := &testCQ{}
+	// 64 QPs with 4 messages of 16 packets each: 4096 packets, eight
+	// times the device window.
+	const nQP, perQP, msgLen = 64, 4, 4096
+	byPeer := map[uint32]*QP{}
+	index := map[*QP]int{}
+	for i := range nQP {
+		q := windowTestQP(t, e, mr, cq, 0x3000+uint32(i), perQP, msgLen)
+		byPeer[0x3000+uint32(i)] = q
+		index[q] = i
+	}
+	info := &RecvInfo{SGID: peerGID}
+	ack := func(q *QP, psn PSN) {
+		b := make([]byte, 64)
+		var p Packet
+		n, err := LayoutPacket(b, OpRCAcknowledge, 0, &p)
+		require.NoError(t, err)
+		p.BTH.SetDestQPN(q.QPN())
+		p.BTH.SetPSN(psn)
+		p.AETH.SetSyndrome(ACKSyndrome(UnlimitedCredits))
+		e.Receive(b[:n], info)
+	}
+	firstRound := make([]int, nQP) // round in which each QP first sent
+	for i := range firstRound {
+		firstRound[i] = -1
+	}
+	total, parked := 0, false
+	for round := 0; total < nQP*perQP*msgLen/256; round++ {
+		require.Less(t, round, 100, "no progress")
+		port.sent = nil
+		for busy := true; busy; {
+			busy, _ = e.Process()
+		}
+		if len(e.windowWait) > 0 {
+			parked = true
+			require.Less(t, len(e.active), nQP, "round %d: QPs waiting for the window stay active", round)
+		}
+		last := map[*QP]PSN{}
+		var p Packet
+		for _, raw := range port.sent {
+			require.NoError(t, ParsePacket(raw, &p))
+			q := byPeer[p.BTH.DestQPN()]
+			last[q] = p.BTH.PSN()
+			if firstRound[index[q]] < 0 {
+				firstRound[index[q]] = round
+			}
+		}
+		total += len(port.sent)
+		for q, psn := range last {
+			ack(q, psn)
+		}
+	}
+	require.True(t, parked, "no QP ever waited for the window")
+	for i, r := range firstRound {
+		// 512 packets a round serve 8 QPs' 64 packets: QP i's turn comes
+		// by round i/8 (one round of slack).
+		require.LessOrEqual(t, r, i/8+1, "QP %d first sent in round %d", i, r)
+	}
+	var wcs [nQP * perQP]WC
+	n, err := cq.Poll(wcs[:])
+	require.NoError(t, err)
+	require.Equal(t, nQP*perQP, n)
+	require.Empty(t, e.windowWait)
+}
