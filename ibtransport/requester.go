@@ -18,6 +18,10 @@ type requester struct {
 	// came since: duplicated NAKs or gaps must not restart again.
 	retried  bool
 	retryPSN PSN
+	// localErr: the requester met a WQE that failed local checks, which
+	// completeLocalErrors retires once it reaches the head. Until then it
+	// has nothing to look at (it runs for every active QP on every pass).
+	localErr bool
 	drained  bool // the SQ drained event for the current SQD state went out
 	// sentPSN is one past the highest PSN transmitted (for a READ, its
 	// last response's): packets in [compPSN, sentPSN) await their ACK and
@@ -76,6 +80,7 @@ func (q *QP) sendRequests() bool {
 		w := q.sqSlot(r.reqIdx)
 		switch w.state {
 		case wqeError:
+			r.localErr = true
 			return false
 		case wqeNew:
 			if q.st == QPSSQD {
@@ -101,6 +106,7 @@ func (q *QP) sendRequests() bool {
 			}
 			if st := q.prepare(r.reqIdx, w); st != WCSuccess {
 				w.state, w.status = wqeError, st
+				r.localErr = true
 				return false
 			}
 			w.firstPSN = r.sqPSN
@@ -122,6 +128,7 @@ func (q *QP) sendRequests() bool {
 		if !ok {
 			// The memory behind the SGL was deregistered under the WQE.
 			w.state, w.status = wqeError, WCLocProtErr
+			r.localErr = true
 			return false
 		}
 		q.path.Send(n)
@@ -420,7 +427,7 @@ func (q *QP) outstanding() bool {
 // earlier WQE is retired, and fails the QP.
 func (q *QP) completeLocalErrors() {
 	r := &q.req
-	if r.compIdx == q.sq.tail.Load() {
+	if !r.localErr || r.compIdx == q.sq.tail.Load() {
 		return
 	}
 	if w := q.sqSlot(r.compIdx); w.state == wqeError {
