@@ -26,17 +26,7 @@ func TestDeviceWindow(t *testing.T) {
 		qps[i] = q
 		byPeer[0x1000+uint32(i)] = q
 	}
-	info := &RecvInfo{SGID: peerGID}
-	ack := func(q *QP, psn PSN) {
-		b := make([]byte, 64)
-		var p Packet
-		n, err := LayoutPacket(b, OpRCAcknowledge, 0, &p)
-		require.NoError(t, err)
-		p.BTH.SetDestQPN(q.QPN())
-		p.BTH.SetPSN(psn)
-		p.AETH.SetSyndrome(ACKSyndrome(UnlimitedCredits))
-		e.Receive(b[:n], info)
-	}
+	ack := func(q *QP, psn PSN) { receiveACK(t, e, q, psn) }
 	total := 0
 	for round := 0; total < nQP*perQP*msgLen/256; round++ {
 		require.Less(t, round, 1000, "no progress")
@@ -165,17 +155,7 @@ func TestWindowWaitParksQPs(t *testing.T) {
 		byPeer[0x3000+uint32(i)] = q
 		index[q] = i
 	}
-	info := &RecvInfo{SGID: peerGID}
-	ack := func(q *QP, psn PSN) {
-		b := make([]byte, 64)
-		var p Packet
-		n, err := LayoutPacket(b, OpRCAcknowledge, 0, &p)
-		require.NoError(t, err)
-		p.BTH.SetDestQPN(q.QPN())
-		p.BTH.SetPSN(psn)
-		p.AETH.SetSyndrome(ACKSyndrome(UnlimitedCredits))
-		e.Receive(b[:n], info)
-	}
+	ack := func(q *QP, psn PSN) { receiveACK(t, e, q, psn) }
 	firstRound := make([]int, nQP) // round in which each QP first sent
 	for i := range firstRound {
 		firstRound[i] = -1
@@ -217,4 +197,17 @@ func TestWindowWaitParksQPs(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, nQP*perQP, n)
 	require.Empty(t, e.windowWait)
+}
+
+// receiveACK hands the engine an ACK for q up to psn from the peer.
+func receiveACK(t *testing.T, e *Engine, q *QP, psn PSN) {
+	t.Helper()
+	b := make([]byte, 64)
+	var p Packet
+	n, err := LayoutPacket(b, OpRCAcknowledge, 0, &p)
+	require.NoError(t, err)
+	p.BTH.SetDestQPN(q.QPN())
+	p.BTH.SetPSN(psn)
+	p.AETH.SetSyndrome(ACKSyndrome(UnlimitedCredits))
+	e.Receive(b[:n], &RecvInfo{SGID: peerGID})
 }
