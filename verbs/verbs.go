@@ -190,6 +190,19 @@ func (d *Device) Counters() *ibtransport.Counters { return &d.eng.Ctr }
 // GID returns entry index of the GID table (ibv_query_gid).
 func (d *Device) GID(index int) (GID, error) { return d.dev.GID(index) }
 
+// GIDTable returns the whole GID table (ibv_query_gid_table): the entries
+// GID returns, from index 0 up to the first that fails.
+func (d *Device) GIDTable() []GID {
+	var gids []GID
+	for i := 0; ; i++ {
+		g, err := d.GID(i)
+		if err != nil {
+			return gids
+		}
+		gids = append(gids, g)
+	}
+}
+
 // DeviceAttr are a device's limits (the ibv_device_attr fields programs
 // size their queues and requests by).
 type DeviceAttr struct {

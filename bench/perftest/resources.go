@@ -207,15 +207,3 @@ func BestGIDIndex(gids []verbs.GID, ipv6 bool) int {
 	}
 	return best
 }
-
-// gidTable reads the device's GID table (ibv_query_gid until it fails).
-func gidTable(d *verbs.Device) []verbs.GID {
-	var gids []verbs.GID
-	for i := 0; ; i++ {
-		g, err := d.GID(i)
-		if err != nil {
-			return gids
-		}
-		gids = append(gids, g)
-	}
-}

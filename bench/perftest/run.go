@@ -29,7 +29,7 @@ func Run(ctx context.Context, dev Device, conn net.Conn, p Params, out io.Writer
 	}
 	if p.GIDIndex < 0 {
 		// set_up_connection without -x: get_best_gid_index.
-		p.GIDIndex = BestGIDIndex(gidTable(dev.Verbs), p.IPv6)
+		p.GIDIndex = BestGIDIndex(dev.Verbs.GIDTable(), p.IPv6)
 	}
 	gid, err := dev.Verbs.GID(p.GIDIndex)
 	if err != nil {

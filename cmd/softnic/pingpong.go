@@ -260,7 +260,7 @@ func runPingpong(ctx context.Context, dev perftest.Device, cfg pingpongConfig, o
 	if c.gidx < 0 {
 		// ibv_rc_pingpong would send no GID, which RoCE cannot use;
 		// softnic picks the first IPv4 GID as perftest does.
-		c.gidx = perftest.BestGIDIndex(gidTable(dev.Verbs), false)
+		c.gidx = perftest.BestGIDIndex(dev.Verbs.GIDTable(), false)
 	}
 	pd := dev.Verbs.AllocPD()
 	buf := make([]byte, cfg.size)
@@ -427,16 +427,4 @@ func acceptAny(ctx context.Context, port int) (net.Conn, error) {
 		return nil, fmt.Errorf("accept() failed: %w", err)
 	}
 	return conn, nil
-}
-
-// gidTable reads a device's GID table.
-func gidTable(d *verbs.Device) []verbs.GID {
-	var gids []verbs.GID
-	for i := 0; ; i++ {
-		g, err := d.GID(i)
-		if err != nil {
-			return gids
-		}
-		gids = append(gids, g)
-	}
 }
