@@ -12,12 +12,7 @@ import (
 // window's count returns to zero when everything is acknowledged or the QPs
 // go away.
 func TestDeviceWindow(t *testing.T) {
-	port := &fakePort{keep: true}
-	e := NewEngine(port, func() {})
-	e.Stop()
-	whole := make([]byte, 1<<16)
-	mr := newTestRegion(whole, 0x77, AccessAll)
-	cq := &testCQ{}
+	port, e, mr, cq := newWindowTestEngine()
 	const nQP, perQP, msgLen = 16, 64, 1024 // 4 packets of IB MTU 256 per message
 	qps := make([]*QP, nQP)
 	byPeer := map[uint32]*QP{}
@@ -80,12 +75,7 @@ func TestDeviceWindow(t *testing.T) {
 // out go first in the next pass: without that, the QPs first in the list
 // would take every pass until their own windows closed.
 func TestPassBudget(t *testing.T) {
-	port := &fakePort{keep: true}
-	e := NewEngine(port, func() {})
-	e.Stop()
-	whole := make([]byte, 1<<16)
-	mr := newTestRegion(whole, 0x77, AccessAll)
-	cq := &testCQ{}
+	port, e, mr, cq := newWindowTestEngine()
 	// 8 QPs with 256 packets each to send (16 messages of 16 packets at
 	// IB MTU 256); a QP sends at most packetBudget (64) per pass, so a
 	// pass serves two QPs.
@@ -139,12 +129,7 @@ func windowTestQP(t *testing.T, e *Engine, mr *testRegion, cq *testCQ, destQPN u
 // and come back first come first as ACKs free it: every QP's messages go
 // out within a bounded number of rounds, and a pass visits few QPs.
 func TestWindowWaitParksQPs(t *testing.T) {
-	port := &fakePort{keep: true}
-	e := NewEngine(port, func() {})
-	e.Stop()
-	whole := make([]byte, 1<<16)
-	mr := newTestRegion(whole, 0x77, AccessAll)
-	cq := &testCQ{}
+	port, e, mr, cq := newWindowTestEngine()
 	// 64 QPs with 4 messages of 16 packets each: 4096 packets, eight
 	// times the device window.
 	const nQP, perQP, msgLen = 64, 4, 4096
@@ -210,4 +195,14 @@ func receiveACK(t *testing.T, e *Engine, q *QP, psn PSN) {
 	p.BTH.SetPSN(psn)
 	p.AETH.SetSyndrome(ACKSyndrome(UnlimitedCredits))
 	e.Receive(b[:n], &RecvInfo{SGID: peerGID})
+}
+
+// newWindowTestEngine returns a stopped engine (driven by the test's own
+// Process calls) sending into a port that keeps what it sends, with a
+// 64 KiB memory region and a CQ for the window tests' QPs.
+func newWindowTestEngine() (*fakePort, *Engine, *testRegion, *testCQ) {
+	port := &fakePort{keep: true}
+	e := NewEngine(port, func() {})
+	e.Stop()
+	return port, e, newTestRegion(make([]byte, 1<<16), 0x77, AccessAll), &testCQ{}
 }
