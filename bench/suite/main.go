@@ -120,23 +120,31 @@ func main() {
 	}
 }
 
+// ceilingRounds measures the AF_XDP ceiling at IB MTU ibMTU, one kernel
+// TCP stream and softnic's write_bw (the part named bwPart) on the
+// linkMTU-byte veth, in interleaved rounds.
+func (s *suite) ceilingRounds(ctx context.Context, p *netnstest.Pair, want func(string) bool, linkMTU, ibMTU int, bwPart string) {
+	fmt.Printf("== %d-byte veth: AF_XDP ceiling, kernel TCP and softnic write_bw (IB MTU %d) in %d interleaved rounds\n",
+		linkMTU, ibMTU, s.repeat)
+	var list []*series
+	if want("ceiling") {
+		list = append(list, s.ceilingSeries(ctx, fmt.Sprintf("ceiling/%d", ibMTU), ibMTU, linkMTU))
+	}
+	if want("tcp") {
+		list = append(list, s.tcpSeries(ctx, p))
+	}
+	if want(bwPart) {
+		list = append(list, s.bwSeries(ctx, p, "write_bw", ibMTU))
+	}
+	s.rounds(list...)
+}
+
 // link9000 measures on the 9000-byte veth: the ceiling, TCP and write_bw at
 // IB MTU 4096 in interleaved rounds, then read_bw, send_bw and the QP
 // scaling.
 func (s *suite) link9000(ctx context.Context, want func(string) bool) func(*netnstest.Pair) {
 	return func(p *netnstest.Pair) {
-		fmt.Printf("== 9000-byte veth: AF_XDP ceiling, kernel TCP and softnic write_bw (IB MTU 4096) in %d interleaved rounds\n", s.repeat)
-		var list []*series
-		if want("ceiling") {
-			list = append(list, s.ceilingSeries(ctx, "ceiling/4096", 4096, 9000))
-		}
-		if want("tcp") {
-			list = append(list, s.tcpSeries(ctx, p))
-		}
-		if want("bw9000") {
-			list = append(list, s.bwSeries(ctx, p, "write_bw", 4096))
-		}
-		s.rounds(list...)
+		s.ceilingRounds(ctx, p, want, 9000, 4096, "bw9000")
 		if want("bw9000") {
 			s.bandwidths(ctx, p, 4096)
 		}
@@ -152,18 +160,7 @@ func (s *suite) link9000(ctx context.Context, want func(string) bool) func(*netn
 // rounds.
 func (s *suite) link1500(ctx context.Context, want func(string) bool) func(*netnstest.Pair) {
 	return func(p *netnstest.Pair) {
-		fmt.Printf("== 1500-byte veth: AF_XDP ceiling, kernel TCP and softnic write_bw (IB MTU 1024) in %d interleaved rounds\n", s.repeat)
-		var list []*series
-		if want("ceiling") {
-			list = append(list, s.ceilingSeries(ctx, "ceiling/1024", 1024, 1500))
-		}
-		if want("tcp") {
-			list = append(list, s.tcpSeries(ctx, p))
-		}
-		if want("bw1500") {
-			list = append(list, s.bwSeries(ctx, p, "write_bw", 1024))
-		}
-		s.rounds(list...)
+		s.ceilingRounds(ctx, p, want, 1500, 1024, "bw1500")
 		if want("udp") {
 			s.udp(ctx, p)
 		}
@@ -176,7 +173,7 @@ func (s *suite) link1500(ctx context.Context, want func(string) bool) func(*netn
 		if want("lat") {
 			s.latencies(ctx, p)
 		}
-		list = nil
+		var list []*series
 		if want("ceiling") {
 			list = append(list, s.smallCeilingSeries(ctx))
 		}
