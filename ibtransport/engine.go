@@ -60,8 +60,10 @@ type command struct {
 }
 
 // Engine runs the RC transport of one device. All protocol state belongs to
-// the goroutine that calls Receive and Process (the device's engine
-// goroutine); verbs calls reach it through lock-free work queue rings,
+// whoever calls Receive and Process, one goroutine at a time: the device's
+// engine goroutine, or an application that polls (roce.Device.Poll), the
+// two taking turns under the device's pass token. Verbs calls reach it
+// through lock-free work queue rings,
 // synchronous commands (Do: ModifyQP, memory registration) and the wake
 // doorbell. It reaches the verbs objects through small interfaces
 // (verbsobjects.go): registered memory through Memory and Region, and
@@ -342,6 +344,9 @@ func (e *Engine) PrepareSleep() bool {
 	}
 	return true
 }
+
+// HasCommands reports whether verbs commands (Do) wait for a pass.
+func (e *Engine) HasCommands() bool { return e.hasCmds.Load() }
 
 // Awake is called by the engine goroutine when it stopped waiting.
 func (e *Engine) Awake() { e.sleeping.Store(false) }

@@ -19,15 +19,24 @@ var ErrCQOverflow = errors.New("verbs: completion queue overrun")
 // (ibv_comp_channel): after CQ.RequestNotify, the next completion sends the
 // CQ on C.
 type CompChannel struct {
-	C chan *CQ
+	C   chan *CQ
+	dev *Device
 }
 
 // NewCompChannel creates a completion event channel
 // (ibv_create_comp_channel).
-func (d *Device) NewCompChannel() *CompChannel { return &CompChannel{C: make(chan *CQ, 256)} }
+func (d *Device) NewCompChannel() *CompChannel {
+	return &CompChannel{C: make(chan *CQ, 256), dev: d}
+}
 
 // Get waits for the next event (ibv_get_cq_event).
 func (ch *CompChannel) Get(ctx context.Context) (*CQ, error) {
+	select {
+	case cq := <-ch.C:
+		return cq, nil
+	default:
+	}
+	ch.dev.dev.Unpoll() // the engine goroutine must deliver the event
 	select {
 	case cq := <-ch.C:
 		return cq, nil
@@ -102,8 +111,25 @@ func (s *cqSink) Push(wc WC, solicited bool) bool {
 }
 
 // Poll moves up to len(wcs) completions into wcs and returns how many
-// (ibv_poll_cq). After an overrun it returns ErrCQOverflow.
+// (ibv_poll_cq). After an overrun it returns ErrCQOverflow. When the CQ is
+// empty, Poll runs a pass of the device's engine in the caller's goroutine
+// (see Device.Poll), so an application that polls is the one that
+// receives, transmits and completes.
 func (c *CQ) Poll(wcs []WC) (int, error) {
+	n, err := c.take(wcs)
+	// Like the engine goroutine, go on while the passes find work: a
+	// sender that polls right after a burst of posts transmits the burst
+	// here and takes the first completions as soon as they come.
+	for i := 0; n == 0 && err == nil && len(wcs) > 0 && i < maxPollPasses && c.dev.dev.Poll(); i++ {
+		n, err = c.take(wcs)
+	}
+	return n, err
+}
+
+// maxPollPasses bounds the engine passes one Poll of an empty CQ runs.
+const maxPollPasses = 64
+
+func (c *CQ) take(wcs []WC) (int, error) {
 	if c.overflow.Load() {
 		return 0, ErrCQOverflow
 	}
@@ -122,11 +148,12 @@ func (c *CQ) Poll(wcs []WC) (int, error) {
 // ctx ends.
 func (c *CQ) Wait(ctx context.Context, wcs []WC) (int, error) {
 	for {
-		if n, err := c.Poll(wcs); n > 0 || err != nil {
+		if n, err := c.take(wcs); n > 0 || err != nil {
 			return n, err
 		}
 		c.waiters.Add(1)
-		if n, err := c.Poll(wcs); n > 0 || err != nil {
+		c.dev.dev.Unpoll() // the engine goroutine must fill the CQ
+		if n, err := c.take(wcs); n > 0 || err != nil {
 			c.waiters.Add(-1)
 			return n, err
 		}

@@ -28,6 +28,11 @@
 // A Device runs one engine goroutine that owns all protocol state; verbs
 // calls hand it work through lock-free rings and a doorbell, so posting and
 // polling may happen from any goroutine. The packet path allocates nothing.
+// A goroutine that polls an empty CQ runs the engine itself (Device.Poll):
+// while a program keeps polling, as latency-bound programs do, frames are
+// received, sent and completed in its thread and the engine goroutine
+// naps, so a reply needs no hand-off between threads. CQ.Wait and
+// CompChannel.Get give the engine back before they block.
 //
 // This package implements the verbs objects: protection domains, memory
 // regions (random keys, the key table, bounds and access checks),

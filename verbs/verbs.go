@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"sync/atomic"
+	"time"
 
 	"github.com/softnic/softnic/ibtransport"
 	"github.com/softnic/softnic/roce"
@@ -151,6 +152,10 @@ type Config struct {
 	// Resolve finds a peer's MAC address when a QP connects to it (see
 	// roce.DeviceConfig.Resolve); nil uses the broadcast address.
 	Resolve func(netip.Addr) ([6]byte, error)
+	// PollHold is how long after an application's poll the engine
+	// goroutine leaves the engine to the application's polls (see
+	// roce.DeviceConfig.PollHold; 0 is its default).
+	PollHold time.Duration
 }
 
 // Device is an opened RDMA device (ibv_context): a RoCE device, whose
@@ -169,7 +174,7 @@ type Device struct {
 // Open opens a device on link (ibv_open_device). The device runs an engine
 // goroutine until Close.
 func Open(link roce.Link, cfg Config) (*Device, error) {
-	d, err := roce.NewDevice(link, roce.DeviceConfig{Addrs: cfg.Addrs, Resolve: cfg.Resolve})
+	d, err := roce.NewDevice(link, roce.DeviceConfig{Addrs: cfg.Addrs, Resolve: cfg.Resolve, PollHold: cfg.PollHold})
 	if err != nil {
 		return nil, fmt.Errorf("open device: %w", err)
 	}
@@ -177,6 +182,20 @@ func Open(link roce.Link, cfg Config) (*Device, error) {
 	dev.eng.HandleEvents(dev.onQPEvent)
 	return dev, nil
 }
+
+// Poll runs one pass of the device's engine in the caller's goroutine, if
+// no other goroutine is running one, and reports whether the pass received
+// or sent anything.
+// CQ.Poll does this when its CQ is empty; an application that waits for
+// remote writes by watching memory calls it between looks (like
+// ucp_worker_progress). While an application keeps polling, the engine
+// goroutine leaves the work to it (roce.Device.Poll); before blocking on
+// something other than CQ.Wait or CompChannel.Get, call Unpoll.
+func (d *Device) Poll() bool { return d.dev.Poll() }
+
+// Unpoll hands the engine back to the engine goroutine at once: the
+// application stops polling.
+func (d *Device) Unpoll() { d.dev.Unpoll() }
 
 // Close stops the device; the link stays open.
 func (d *Device) Close() error { return d.dev.Close() }

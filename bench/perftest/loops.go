@@ -266,8 +266,8 @@ func (r *runCtx) waitOne(cq *verbs.CQ, wc []verbs.WC, what string, done uint64) 
 // reads the byte only once the region's remote-write sequence moved past
 // *seen: the engine publishes the sequence after the bytes landed, so the
 // read never races the transport (the peer writes again only after this
-// side answered). It yields the CPU between looks and gives up when ctx
-// ends.
+// side answered). It runs the device's engine between looks, yields the
+// CPU when that found nothing, and gives up when ctx ends.
 func (r *runCtx) awaitWrite(ctx context.Context, seen *uint64, buf []byte, at int, want byte) error {
 	for i := 0; ; i++ {
 		if s := r.mr.RemoteWriteSeq(); s != *seen {
@@ -280,7 +280,12 @@ func (r *runCtx) awaitWrite(ctx context.Context, seen *uint64, buf []byte, at in
 		if i&63 == 63 && ctx.Err() != nil {
 			return ctx.Err()
 		}
-		osYield()
+		// Run the engine here: the WRITE lands in this thread, with no
+		// hand-off from the engine goroutine. Yield only when it had
+		// nothing to do.
+		if !r.dev.Verbs.Poll() {
+			osYield()
+		}
 	}
 }
 
