@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"math"
 	"net/netip"
 	"runtime"
 	"sync"
@@ -35,11 +34,12 @@ type DeviceConfig struct {
 	// reply that comes within it needs no wake-up of a sleeping thread,
 	// and posts need no doorbell system call.
 	Spin time.Duration
-	// PollHold is how long after an application's Poll the engine
-	// goroutine leaves the engine to the application's polls and naps
-	// (default 200µs; negative: Poll never runs the engine). An
-	// application that polls drives the engine in its own thread, so a
-	// reply needs no hand-off between threads.
+	// PollHold is how long the engine goroutine naps at a time while an
+	// application polls (Poll) and its own passes find nothing; it naps
+	// again as long as the application polled meanwhile (default 200µs;
+	// negative: Poll never runs the engine). An application that polls
+	// drives the engine in its own thread, so a reply needs no hand-off
+	// between threads.
 	PollHold time.Duration
 }
 
@@ -90,14 +90,15 @@ type Device struct {
 	// engine goroutine or an application in Poll. It orders all the
 	// engine-side state above and the engine's between them.
 	owner atomic.Int32
-	// polledAt is when an application last called Poll, in nanoseconds
-	// since epoch; pollHold is how long after it the engine goroutine
-	// naps (see run).
-	epoch    time.Time
-	polledAt atomic.Int64
-	pollHold time.Duration
-	napping  atomic.Bool
-	napFD    int
+	// polls counts applications' Poll calls; the engine goroutine naps
+	// while it keeps changing (seenPolls is its last look), until Unpoll
+	// sets handBack. pollHold is the length of one nap.
+	polls     atomic.Uint64
+	seenPolls uint64
+	handBack  atomic.Bool
+	pollHold  time.Duration
+	napping   atomic.Bool
+	napFD     int
 	// working is set while the engine goroutine's passes find work: an
 	// application's Poll then leaves the passes to it.
 	working atomic.Bool
@@ -125,8 +126,6 @@ func NewDevice(link Link, cfg DeviceConfig) (*Device, error) {
 	if d.pollHold == 0 {
 		d.pollHold = defaultPollHold
 	}
-	d.epoch = time.Now()
-	d.polledAt.Store(math.MinInt64 / 2)
 	for _, a := range cfg.Addrs {
 		if !a.IsValid() {
 			return nil, fmt.Errorf("new RoCE device: invalid address: %w", ibtransport.ErrInvalidArgument)
@@ -170,12 +169,12 @@ func (d *Device) endNap() {
 // (on two cores shared by both ends, each hand-off waited for the
 // scheduler: write_lat 6.2µs against 1.5µs for a raw AF_XDP ping-pong).
 // An application that stops polling calls Unpoll, or the engine goroutine
-// resumes PollHold after the last Poll.
+// resumes at the end of its nap (PollHold) after the last Poll.
 func (d *Device) Poll() bool {
 	if d.pollHold < 0 {
 		return false
 	}
-	d.polledAt.Store(d.now())
+	d.polls.Add(1) // no clock: a clock read costs as much as a pass's other checks
 	if d.working.Load() || !d.owner.CompareAndSwap(0, 1) {
 		return false
 	}
@@ -191,17 +190,25 @@ func (d *Device) Unpoll() {
 	if d.pollHold < 0 {
 		return
 	}
-	d.polledAt.Store(math.MinInt64 / 2)
+	d.handBack.Store(true)
 	if d.napping.Load() {
 		d.endNap()
 	}
 }
 
-func (d *Device) now() int64 { return int64(time.Since(d.epoch)) }
-
-// appPolls reports whether an application called Poll within pollHold.
-func (d *Device) appPolls() bool {
-	return d.pollHold > 0 && d.now()-d.polledAt.Load() < int64(d.pollHold)
+// appPolled reports whether an application called Poll since the engine
+// goroutine last looked, and has not called Unpoll since.
+func (d *Device) appPolled() bool {
+	if d.pollHold <= 0 {
+		return false
+	}
+	p := d.polls.Load()
+	polled := p != d.seenPolls
+	d.seenPolls = p
+	if d.handBack.Swap(false) {
+		return false
+	}
+	return polled
 }
 
 // pass is one round of the engine: receive, process, transmit. The caller
@@ -263,7 +270,8 @@ const defaultSpin = 50 * time.Microsecond
 // defaultPollHold is DeviceConfig.PollHold's default: longer than an
 // application's pause between two polls (a sched_yield on a busy core),
 // short enough that an application that stops polling without Unpoll
-// waits little for the engine goroutine.
+// waits little for the engine goroutine, which wakes this often while an
+// application polls.
 const defaultPollHold = 200 * time.Microsecond
 
 func (d *Device) run() {
@@ -278,9 +286,6 @@ func (d *Device) run() {
 	}()
 	var lastWork time.Time
 	for !d.stop.Load() {
-		if !d.working.Load() && d.appPolls() && !d.eng.HasCommands() {
-			d.nap()
-		}
 		if !d.owner.CompareAndSwap(0, 1) {
 			osYield() // an application is in a pass
 			continue
@@ -292,9 +297,10 @@ func (d *Device) run() {
 			lastWork = time.Now()
 			continue
 		}
-		if d.appPolls() {
+		if d.appPolled() {
 			d.owner.Store(0)
-			continue // nap
+			d.nap()
+			continue
 		}
 		if d.spin > 0 && time.Since(lastWork) < d.spin {
 			d.owner.Store(0)
@@ -323,11 +329,17 @@ func (d *Device) run() {
 	}
 }
 
-// nap sleeps while an application polls: until Unpoll or the doorbell,
-// or for pollHold, after which run looks again whether the application
-// still polls.
+// nap sleeps while an application polls: until Unpoll, a command or the
+// doorbell, or for pollHold, after which run looks again whether the
+// application still polls.
 func (d *Device) nap() {
 	d.napping.Store(true)
+	// A command or Unpoll that came before napping was set did not end
+	// the nap: look for them after setting it.
+	if d.eng.HasCommands() || d.handBack.Load() {
+		d.napping.Store(false)
+		return
+	}
 	fds := [1]unix.PollFd{{Fd: int32(d.napFD), Events: unix.POLLIN}}
 	ts := unix.NsecToTimespec(int64(d.pollHold))
 	unix.Ppoll(fds[:], &ts, nil) // EINTR just ends the nap early
