@@ -4,9 +4,13 @@ import (
 	crand "crypto/rand"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"unsafe"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/softnic/softnic/ibtransport"
 )
@@ -170,6 +174,7 @@ func (pd *PD) RegMR(buf []byte, access Access) (*MR, error) {
 	if len(buf) > 0 {
 		m.addr = uint64(uintptr(unsafe.Pointer(unsafe.SliceData(buf))))
 	}
+	populate(buf)
 	d := pd.dev
 	err := d.eng.Do(func() error {
 		for {
@@ -207,4 +212,25 @@ func (m *MR) Dereg() error {
 		delete(d.mrs.rkeys, m.rkey)
 		return nil
 	})
+}
+
+// populate faults in buf's pages, writable, as ibv_reg_mr's pinning does,
+// so that the data path meets no page fault: a fresh Go allocation is
+// mapped on first touch, and perftest's 64 KiB areas for 1024 QPs (128 MiB
+// a side) otherwise took 32,768 faults during the measured run. It is best
+// effort: kernels before 5.14 lack MADV_POPULATE_WRITE, and the memory
+// then faults in on use as before.
+func populate(buf []byte) {
+	if len(buf) == 0 {
+		return
+	}
+	page := uintptr(os.Getpagesize())
+	start := uintptr(unsafe.Pointer(unsafe.SliceData(buf)))
+	end := (start + uintptr(len(buf)) + page - 1) &^ (page - 1)
+	start &^= page - 1
+	if _, _, errno := unix.Syscall(unix.SYS_MADVISE, start, end-start, unix.MADV_POPULATE_WRITE); errno != 0 {
+		// A read-only mapping cannot be populated for writing.
+		unix.Syscall(unix.SYS_MADVISE, start, end-start, unix.MADV_POPULATE_READ)
+	}
+	runtime.KeepAlive(buf)
 }

@@ -2,12 +2,14 @@ package perftest
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
 	"os"
 	"sync/atomic"
+	"time"
 
 	"github.com/softnic/softnic/ibtransport"
 	"github.com/softnic/softnic/internal/oob"
@@ -106,7 +108,11 @@ func (r *runCtx) setup() error {
 	r.area = buffSize(p.Size, r.cycle)
 	total := inc(r.area, r.cacheLine) * 2 * uint64(p.NumQPs)
 	r.pd = r.dev.Verbs.AllocPD()
-	if r.mr, err = r.pd.RegMR(make([]byte, total), r.access()); err != nil {
+	buf := make([]byte, total)
+	if p.Test.IsBW() || p.Verb() != VerbWrite {
+		fillRandom(buf)
+	}
+	if r.mr, err = r.pd.RegMR(buf, r.access()); err != nil {
 		return fmt.Errorf("register %d bytes: %w", total, err)
 	}
 	if r.scq, err = r.dev.Verbs.CreateCQ(p.NumQPs*p.TxDepth+16, nil); err != nil {
@@ -206,4 +212,20 @@ func BestGIDIndex(gids []verbs.GID, ipv6 bool) int {
 		}
 	}
 	return best
+}
+
+// fillRandom fills buf with pseudo-random words, as perftest's
+// initialize_buffer_content does for every test but write_lat (which
+// zeroes). Besides fidelity it matters for the figures: a buffer never
+// written maps the kernel's shared zero page, and a sender reading 1024
+// QPs' areas would then read one cache-hot page.
+func fillRandom(buf []byte) {
+	x := uint32(time.Now().UnixNano()) | 1
+	for len(buf) >= 4 {
+		x ^= x << 13
+		x ^= x >> 17
+		x ^= x << 5
+		binary.LittleEndian.PutUint32(buf, x)
+		buf = buf[4:]
+	}
 }
