@@ -25,10 +25,19 @@ type testPair struct {
 
 func newPair(t testing.TB, cfg memlink.Config) *testPair {
 	t.Helper()
+	return newPairConfig(t, cfg, verbs.Config{})
+}
+
+// newPairConfig is newPair with both devices opened with dc (their
+// addresses set here).
+func newPairConfig(t testing.TB, cfg memlink.Config, dc verbs.Config) *testPair {
+	t.Helper()
 	la, lb := memlink.Pair(cfg)
-	a, err := verbs.Open(la, verbs.Config{Addrs: []netip.Addr{addrA}})
+	dc.Addrs = []netip.Addr{addrA}
+	a, err := verbs.Open(la, dc)
 	require.NoError(t, err)
-	b, err := verbs.Open(lb, verbs.Config{Addrs: []netip.Addr{addrB}})
+	dc.Addrs = []netip.Addr{addrB}
+	b, err := verbs.Open(lb, dc)
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		a.Close()

@@ -2,7 +2,6 @@ package verbs_test
 
 import (
 	"context"
-	"net/netip"
 	"sync"
 	"testing"
 	"time"
@@ -16,21 +15,10 @@ import (
 // pollPair is newPair with both devices' PollHold set.
 func pollPair(t *testing.T, hold time.Duration) (*testPair, *endpoint, *endpoint) {
 	t.Helper()
-	la, lb := memlink.Pair(memlink.Config{})
-	a, err := verbs.Open(la, verbs.Config{Addrs: []netip.Addr{addrA}, PollHold: hold})
-	require.NoError(t, err)
-	b, err := verbs.Open(lb, verbs.Config{Addrs: []netip.Addr{addrB}, PollHold: hold})
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		a.Close()
-		b.Close()
-		la.Close()
-		lb.Close()
-	})
-	p := &testPair{a: a, b: b, la: la, lb: lb}
+	p := newPairConfig(t, memlink.Config{}, verbs.Config{PollHold: hold})
 	o := defaultOpts()
-	x := newEndpoint(t, a, nil, o, nil)
-	y := newEndpoint(t, b, nil, o, nil)
+	x := newEndpoint(t, p.a, nil, o, nil)
+	y := newEndpoint(t, p.b, nil, o, nil)
 	connect(t, x, y, o)
 	return p, x, y
 }
