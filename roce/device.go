@@ -164,8 +164,8 @@ func (d *Device) endNap() {
 // Poll runs one engine pass in the calling goroutine, unless another
 // goroutine is running one: it receives what arrived, sends what was
 // posted, and fills the completion queues. It reports whether the pass
-// did any of that. verbs'
-// CQ.Poll calls it when the CQ is empty. While an application keeps
+// did any of that. verbs' CQ.Poll calls it when the CQ is empty. While an
+// application keeps
 // polling, the engine goroutine naps and leaves the passes to it, so that
 // a reply or a completion needs no hand-off between two polling threads
 // (on two cores shared by both ends, each hand-off waited for the
