@@ -774,7 +774,13 @@ func (s *Socket) Flush() error {
 	// more is left, so kick until the ring drains or the kernel pushes back.
 	for i := 0; i < 64 && s.tx.prodOutstanding() > 0 && s.tx.needWakeup(); i++ {
 		s.ctr.kicks.Add(1)
-		_, _, errno := unix.Syscall6(unix.SYS_SENDTO, uintptr(s.fd), 0, 0, unix.MSG_DONTWAIT, 0, 0)
+		// A raw system call: the kick never sleeps (MSG_DONTWAIT), but in
+		// copy mode it does the wire's work for a whole batch, often past
+		// the Go runtime's 20µs mark, after which a regular Syscall has
+		// its P taken and handed to another thread, and must win one back
+		// when it returns. write_bw 64 KiB, 10 alternated runs: +2% with
+		// one QP, +3.5% with 1024.
+		_, _, errno := unix.RawSyscall6(unix.SYS_SENDTO, uintptr(s.fd), 0, 0, unix.MSG_DONTWAIT, 0, 0)
 		if errno == 0 {
 			continue
 		}
