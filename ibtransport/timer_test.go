@@ -27,18 +27,7 @@ func TestResponsesHoldOffRetransmitTimer(t *testing.T) {
 	require.NoError(t, q.PostSend(&SendWR{ID: 1, Opcode: WRRDMARead, SGL: []SGE{mr.SGE(0, 1024)}, RemoteAddr: 0x1000, RKey: 1}))
 	e.Process()
 	require.NotZero(t, q.req.retransAt)
-	response := func(op Opcode, psn PSN) {
-		b := make([]byte, 512)
-		var p Packet
-		n, err := LayoutPacket(b, op, 256, &p)
-		require.NoError(t, err)
-		p.BTH.SetDestQPN(q.QPN())
-		p.BTH.SetPSN(psn)
-		if p.AETH != nil {
-			p.AETH.SetSyndrome(ACKSyndrome(UnlimitedCredits))
-		}
-		e.Receive(b[:n], &RecvInfo{SGID: peerGID})
-	}
+	response := func(op Opcode, psn PSN) { receiveResponse(t, e, q, op, psn, 256) }
 	response(OpRCReadResponseFirst, 100)
 	require.Equal(t, PSN(101), q.req.compPSN)
 	// The same response again, discarded, still pushes the timeout out.

@@ -187,13 +187,23 @@ func TestWindowWaitParksQPs(t *testing.T) {
 // receiveACK hands the engine an ACK for q up to psn from the peer.
 func receiveACK(t *testing.T, e *Engine, q *QP, psn PSN) {
 	t.Helper()
-	b := make([]byte, 64)
+	receiveResponse(t, e, q, OpRCAcknowledge, psn, 0)
+}
+
+// receiveResponse hands the engine a response packet for q from the peer:
+// opcode op, PSN psn, payload bytes of payload, and an ACK syndrome if the
+// opcode has an AETH.
+func receiveResponse(t *testing.T, e *Engine, q *QP, op Opcode, psn PSN, payload int) {
+	t.Helper()
+	b := make([]byte, 64+payload)
 	var p Packet
-	n, err := LayoutPacket(b, OpRCAcknowledge, 0, &p)
+	n, err := LayoutPacket(b, op, payload, &p)
 	require.NoError(t, err)
 	p.BTH.SetDestQPN(q.QPN())
 	p.BTH.SetPSN(psn)
-	p.AETH.SetSyndrome(ACKSyndrome(UnlimitedCredits))
+	if p.AETH != nil {
+		p.AETH.SetSyndrome(ACKSyndrome(UnlimitedCredits))
+	}
 	e.Receive(b[:n], &RecvInfo{SGID: peerGID})
 }
 
