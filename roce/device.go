@@ -201,7 +201,7 @@ func (d *Device) Unpoll() {
 // appPolled reports whether an application called Poll since the engine
 // goroutine last looked, and has not called Unpoll since.
 func (d *Device) appPolled() bool {
-	if d.pollHold <= 0 {
+	if d.pollHold < 0 {
 		return false
 	}
 	p := d.polls.Load()

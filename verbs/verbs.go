@@ -152,8 +152,8 @@ type Config struct {
 	// Resolve finds a peer's MAC address when a QP connects to it (see
 	// roce.DeviceConfig.Resolve); nil uses the broadcast address.
 	Resolve func(netip.Addr) ([6]byte, error)
-	// PollHold is how long after an application's poll the engine
-	// goroutine leaves the engine to the application's polls (see
+	// PollHold is how long the engine goroutine naps at a time while an
+	// application polls and leaves the engine to it (see
 	// roce.DeviceConfig.PollHold; 0 is its default).
 	PollHold time.Duration
 }
@@ -185,12 +185,12 @@ func Open(link roce.Link, cfg Config) (*Device, error) {
 
 // Poll runs one pass of the device's engine in the caller's goroutine, if
 // no other goroutine is running one, and reports whether the pass received
-// or sent anything.
-// CQ.Poll does this when its CQ is empty; an application that waits for
-// remote writes by watching memory calls it between looks (like
-// ucp_worker_progress). While an application keeps polling, the engine
-// goroutine leaves the work to it (roce.Device.Poll); before blocking on
-// something other than CQ.Wait or CompChannel.Get, call Unpoll.
+// or sent anything. CQ.Poll does this when its CQ is empty; an application
+// that waits for remote writes by watching memory calls it between looks
+// (like ucp_worker_progress). While an application keeps polling, the
+// engine goroutine leaves the work to it (roce.Device.Poll); before
+// blocking on something other than CQ.Wait or CompChannel.Get, call
+// Unpoll.
 func (d *Device) Poll() bool { return d.dev.Poll() }
 
 // Unpoll hands the engine back to the engine goroutine at once: the
