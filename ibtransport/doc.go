@@ -20,6 +20,14 @@
 // package's: they are the engine's vocabulary, and verbs gives them their
 // libibverbs names.
 //
+// A device runs one Engine per receive queue of its link, in a Group: each
+// engine is single-threaded and owns the QPs placed on it, which is where
+// both ends' engines pick the same from the connection's pair of QP
+// numbers (Lane), so that on links that pair their queues a connection
+// stays on one engine a side; a packet that arrives at another engine is
+// copied to its QP's. State every engine reads (the QP table, the memory
+// keys) changes only under Group.Do, with all engines paused.
+//
 // Header views follow gVisor's tcpip/header: a header is a named []byte and
 // its fields are read and written in place by methods, so parsing a packet
 // copies and allocates nothing:

@@ -52,6 +52,8 @@ type Counters struct {
 	Timeouts       atomic.Uint64
 	TxWindowStalls atomic.Uint64 // new requests held back by the device-wide window
 	RNRNAKsHandled atomic.Uint64
+	Forwarded      atomic.Uint64 // packets received for another engine's QP, passed on to it
+	ForwardDrops   atomic.Uint64 // such packets dropped: the engines' ring was full
 }
 
 type command struct {
@@ -84,16 +86,16 @@ type command struct {
 //     a gap in responses or the timeout (4.096 µs × 2^timeout), counting
 //     retry_cnt and rnr_retry (7 is forever, like rxe).
 type Engine struct {
+	g     *Group
+	index int // in g.engines
 	port  Port
 	wakeF func()
-	epoch time.Time
 
 	cmdMu   sync.Mutex
 	cmds    []command
 	hasCmds atomic.Bool // lets Process skip the lock when there is nothing
 	stopped bool
 
-	qps map[uint32]*QP
 	// active holds the QPs Process visits: those with work, responses or
 	// timers. Quiet QPs leave it and come back when a packet arrives for
 	// them, a verbs command touches them, or a poster kicks them.
@@ -104,7 +106,6 @@ type Engine struct {
 	// sleeping is set while the engine goroutine may block waiting for
 	// packets: only then do posters ring the doorbell (a system call).
 	sleeping atomic.Bool
-	nextQPN  uint32
 	// unacked is the device-wide window in use: the sum of the QPs'
 	// requester credits (requester.go).
 	unacked int
@@ -125,28 +126,26 @@ type Engine struct {
 	Ctr Counters
 }
 
-// NewEngine returns an engine sending through port; wake must make the
-// engine goroutine run Process soon (ring the link's doorbell).
+// NewEngine returns a device's only engine (a Group of one), sending
+// through port; wake must make the engine goroutine run Process soon (ring
+// the link's doorbell).
 func NewEngine(port Port, wake func()) *Engine {
-	return &Engine{
-		port:    port,
-		wakeF:   wake,
-		epoch:   time.Now(),
-		qps:     map[uint32]*QP{},
-		nextQPN: 0x11 + randUint32()%0x10000,
-	}
+	return NewGroup([]Port{port}, []func(){wake}).engines[0]
 }
+
+// Group returns the engines of the device this engine belongs to.
+func (e *Engine) Group() *Group { return e.g }
 
 // Wake rings the doorbell: the engine goroutine will run Process soon.
 // Verbs objects that hand the engine work without a QP (SRQ receives) call
 // it.
 func (e *Engine) Wake() { e.wakeF() }
 
-func (e *Engine) now() int64 { return int64(time.Since(e.epoch)) }
+func (e *Engine) now() int64 { return int64(time.Since(e.g.epoch)) }
 
-// Do runs fn on the engine goroutine and returns its error: state the
-// engine reads without locks (QPs, and the memory key tables of package
-// verbs) is changed that way. Once the engine stopped, fn runs on the
+// Do runs fn on the engine goroutine and returns its error: state only
+// this engine reads (its QPs' protocol state) is changed that way; what
+// all the group's engines read goes through Group.Do. Once the engine stopped, fn runs on the
 // caller's goroutine, which is then the only one touching engine state.
 func (e *Engine) Do(fn func() error) error {
 	e.cmdMu.Lock()
@@ -199,6 +198,7 @@ func (e *Engine) runCommands() {
 // for packets before the next timer (negative: no timer).
 func (e *Engine) Process() (busy bool, wait time.Duration) {
 	e.runCommands()
+	e.takeForwarded()
 	e.takeKicks()
 	e.admitWaiting()
 	now := e.now()
@@ -259,12 +259,43 @@ func (e *Engine) Process() (busy bool, wait time.Duration) {
 	return busy, time.Duration(max(next-now, 0))
 }
 
-// ActiveQPs returns how many QPs the engine currently visits on each pass,
-// for diagnostics.
-func (e *Engine) ActiveQPs() int {
-	var n int
-	_ = e.Do(func() error { n = len(e.active); return nil })
-	return n
+// ActiveQPs returns how many QPs the group's engines currently visit on
+// each pass, for diagnostics.
+func (e *Engine) ActiveQPs() int { return e.g.ActiveQPs() }
+
+// removeActive takes q off the active list (q moves to another engine).
+func (e *Engine) removeActive(q *QP) {
+	if !q.inActive {
+		return
+	}
+	for i, a := range e.active {
+		if a == q {
+			copy(e.active[i:], e.active[i+1:])
+			e.active[len(e.active)-1] = nil
+			e.active = e.active[:len(e.active)-1]
+			if i < e.reqNext {
+				e.reqNext--
+			}
+			break
+		}
+	}
+	q.inActive = false
+}
+
+// removeWindowWait takes q off the queue for the device window.
+func (e *Engine) removeWindowWait(q *QP) {
+	if !q.waitsWindow {
+		return
+	}
+	for i, w := range e.windowWait {
+		if w == q {
+			copy(e.windowWait[i:], e.windowWait[i+1:])
+			e.windowWait[len(e.windowWait)-1] = nil
+			e.windowWait = e.windowWait[:len(e.windowWait)-1]
+			break
+		}
+	}
+	q.waitsWindow = false
 }
 
 // waitWindow queues q to start its next message when the device window
@@ -338,15 +369,17 @@ func (e *Engine) kick(q *QP) {
 // doorbell.
 func (e *Engine) PrepareSleep() bool {
 	e.sleeping.Store(true)
-	if e.hasKick.Load() || e.hasCmds.Load() {
+	if e.hasKick.Load() || e.hasCmds.Load() || e.hasForwarded() {
 		e.sleeping.Store(false)
 		return false
 	}
 	return true
 }
 
-// HasCommands reports whether verbs commands (Do) wait for a pass.
-func (e *Engine) HasCommands() bool { return e.hasCmds.Load() }
+// HasWork reports whether verbs commands (Do) or packets from the group's
+// other engines wait for a pass: they wake the engine goroutine even from
+// a nap while an application polls.
+func (e *Engine) HasWork() bool { return e.hasCmds.Load() || e.hasForwarded() }
 
 // Awake is called by the engine goroutine when it stopped waiting.
 func (e *Engine) Awake() { e.sleeping.Store(false) }
@@ -361,7 +394,11 @@ func (e *Engine) takeKicks() {
 		// Cleared before the QP's queues are looked at, so a post after
 		// this kicks again.
 		q.kicked.Store(false)
-		e.activate(q)
+		if q.e != e {
+			q.e.kick(q) // the QP moved to another engine since the post
+		} else {
+			e.activate(q)
+		}
 		e.kicks[i] = nil
 	}
 	e.kicks = e.kicks[:0]
@@ -397,6 +434,12 @@ func (q *QP) quiet() bool {
 // dropped.
 func (e *Engine) Receive(ib []byte, info *RecvInfo) {
 	e.Ctr.RxPackets.Add(1)
+	e.receive(ib, info)
+}
+
+// receive is Receive without the count: packets another engine of the
+// group forwarded were counted there.
+func (e *Engine) receive(ib []byte, info *RecvInfo) {
 	p := &e.rx
 	if err := ParsePacket(ib, p); err != nil {
 		e.Ctr.RxBadPacket.Add(1)
@@ -413,9 +456,13 @@ func (e *Engine) Receive(ib []byte, info *RecvInfo) {
 		e.Ctr.RxBadPKey.Add(1)
 		return
 	}
-	q := e.qps[p.BTH.DestQPN()]
+	q := e.g.qps[p.BTH.DestQPN()]
 	if q == nil {
 		e.Ctr.RxNoQP.Add(1)
+		return
+	}
+	if q.e != e {
+		e.forwardTo(q.e, ib, info)
 		return
 	}
 	if q.st < QPSRTR || q.st == QPSErr || info.SGID != q.attr.AV.DGID || info.DGIDIndex != int(q.attr.AV.SGIDIndex) {

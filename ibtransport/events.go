@@ -28,14 +28,9 @@ func (t QPEvent) String() string {
 	return "unknown QP event"
 }
 
-// HandleEvents makes fn receive the engine's QP events, on the engine
-// goroutine: fn must not block. Without a handler events are dropped.
-func (e *Engine) HandleEvents(fn func(*QP, QPEvent)) {
-	_ = e.Do(func() error {
-		e.onEvent = fn
-		return nil
-	})
-}
+// HandleEvents makes fn receive the QP events of the engine's group (see
+// Group.HandleEvents).
+func (e *Engine) HandleEvents(fn func(*QP, QPEvent)) { e.g.HandleEvents(fn) }
 
 func (e *Engine) emit(q *QP, ev QPEvent) {
 	if e.onEvent != nil {

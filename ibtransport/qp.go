@@ -234,7 +234,11 @@ func (sq *sendQueue) inlineData(i uint32, w *sendWQE) []byte {
 
 // QP is a reliable-connected queue pair.
 type QP struct {
+	// e is the engine that owns the QP's protocol state; the QP moves to
+	// another engine of the group only under Group.Do (place), which is
+	// when e changes. home is e for posters' goroutines.
 	e      *Engine
+	home   atomic.Pointer[Engine]
 	mem    Memory
 	qpn    uint32
 	sendCQ CompletionQueue
@@ -266,8 +270,14 @@ type QP struct {
 	resp        responder
 }
 
-// CreateQP creates an RC queue pair (ibv_create_qp). It starts in RESET.
-func (e *Engine) CreateQP(init *QPConfig) (*QP, error) {
+// CreateQP creates an RC queue pair (ibv_create_qp) in e's group. It
+// starts in RESET.
+func (e *Engine) CreateQP(init *QPConfig) (*QP, error) { return e.g.CreateQP(init) }
+
+// CreateQP creates an RC queue pair (ibv_create_qp). It starts in RESET,
+// on the group's first engine; connecting it (INIT to RTR) places it on
+// the engine of its connection.
+func (g *Group) CreateQP(init *QPConfig) (*QP, error) {
 	c := init.Cap
 	if init.Memory == nil || init.SendCQ == nil || init.RecvCQ == nil {
 		return nil, fmt.Errorf("create QP: memory, send and receive CQs are required: %w", ErrInvalidArgument)
@@ -286,6 +296,7 @@ func (e *Engine) CreateQP(init *QPConfig) (*QP, error) {
 	if c.MaxRecvSGE == 0 {
 		c.MaxRecvSGE = 1
 	}
+	e := g.engines[0]
 	q := &QP{e: e, mem: init.Memory, sendCQ: init.SendCQ, recvCQ: init.RecvCQ, srq: init.SRQ, sigAll: init.SigAll}
 	if init.SRQ != nil {
 		q.srqRQ = init.SRQ.RecvQueue()
@@ -311,15 +322,16 @@ func (e *Engine) CreateQP(init *QPConfig) (*QP, error) {
 	}
 	q.resp.recv.sge = make([]SGE, 0, recvSGE)
 	q.resp.recvMRs = make([]Region, recvSGE)
-	err := e.Do(func() error {
+	q.home.Store(e)
+	err := g.Do(func() error {
 		for {
-			q.qpn = e.nextQPN & PSNMask
-			e.nextQPN++
-			if _, used := e.qps[q.qpn]; !used && q.qpn > 1 {
+			q.qpn = g.nextQPN & PSNMask
+			g.nextQPN++
+			if _, used := g.qps[q.qpn]; !used && q.qpn > 1 {
 				break
 			}
 		}
-		e.qps[q.qpn] = q
+		g.qps[q.qpn] = q
 		return nil
 	})
 	if err != nil {
@@ -330,6 +342,10 @@ func (e *Engine) CreateQP(init *QPConfig) (*QP, error) {
 
 // QPN returns the queue pair number.
 func (q *QP) QPN() uint32 { return q.qpn }
+
+// Engine returns the index of the engine of its group that runs the QP
+// (see Group): 0 until the QP connects.
+func (q *QP) Engine() int { return q.home.Load().index }
 
 // Cap returns the queue sizes actually allocated.
 func (q *QP) Cap() QPCap { return q.cap }
@@ -350,13 +366,13 @@ func (q *QP) Query() QPAttr {
 // Destroy destroys the QP (ibv_destroy_qp): it stops sending and receiving
 // at once, without completions.
 func (q *QP) Destroy() error {
-	e := q.e
-	return e.Do(func() error {
-		if e.qps[q.qpn] != q {
+	g := q.home.Load().g
+	return g.Do(func() error {
+		if g.qps[q.qpn] != q {
 			return fmt.Errorf("destroy QP %d: %w", q.qpn, ErrInvalidArgument)
 		}
 		q.reset()
-		delete(e.qps, q.qpn)
+		delete(g.qps, q.qpn)
 		q.destroyed = true // Process drops it from the active list
 		return nil
 	})
@@ -388,11 +404,41 @@ var transitions = map[[2]QPState]transition{
 // have, a missing required attribute or an out-of-range value is an error
 // and changes nothing.
 func (q *QP) Modify(attr *QPAttr, mask QPAttrMask) error {
-	err := q.e.Do(func() error { return q.modify(attr, mask) })
+	var err error
+	if g := q.home.Load().g; len(g.engines) > 1 && mask&QPAttrState != 0 && attr.State == QPSRTR && mask&QPAttrDestQPN != 0 {
+		// Connecting: the QP moves to its connection's engine first, so
+		// that its path is that engine's.
+		err = g.Do(func() error {
+			if q.st == QPSInit {
+				g.place(q, attr.DestQPN)
+			}
+			return q.modify(attr, mask)
+		})
+	} else {
+		err = q.do(func() error { return q.modify(attr, mask) })
+	}
 	if err != nil {
 		return fmt.Errorf("modify QP %d: %w", q.qpn, err)
 	}
 	return nil
+}
+
+// do runs fn on the goroutine of the QP's engine.
+func (q *QP) do(fn func() error) error {
+	for {
+		e := q.home.Load()
+		moved := false
+		err := e.Do(func() error {
+			if q.e != e {
+				moved = true // placed on another engine meanwhile
+				return nil
+			}
+			return fn()
+		})
+		if !moved {
+			return err
+		}
+	}
 }
 
 func (q *QP) modify(attr *QPAttr, mask QPAttrMask) error {
@@ -592,7 +638,7 @@ func (q *QP) PostSend(wr *SendWR) error {
 	if err != nil {
 		return err
 	}
-	q.e.kick(q)
+	q.home.Load().kick(q)
 	return nil
 }
 
@@ -614,7 +660,7 @@ func (q *QP) PostSendList(wrs []SendWR) (int, error) {
 	}
 	q.sq.mu.Unlock()
 	if n > 0 {
-		q.e.kick(q)
+		q.home.Load().kick(q)
 	}
 	return n, err
 }
@@ -698,7 +744,7 @@ func (q *QP) PostRecv(wr *RecvWR) error {
 	if err := q.rq.Post(wr); err != nil {
 		return fmt.Errorf("QP %d: %w", q.qpn, err)
 	}
-	q.e.kick(q)
+	q.home.Load().kick(q)
 	return nil
 }
 
@@ -706,7 +752,7 @@ func (q *QP) PostRecv(wr *RecvWR) error {
 // timers) for diagnostics; it is taken on the engine goroutine.
 func (q *QP) DebugState() string {
 	var s string
-	_ = q.e.Do(func() error {
+	_ = q.do(func() error {
 		r, p := &q.req, &q.resp
 		s = fmt.Sprintf("QP %d %v: sq tail %d req %d comp %d sqPSN %d compPSN %d rdAtomic %d retries %d/%d retransAt %d rnrAt %d retried %v@%d; "+
 			"resp ePSN %d msn %d mode %d nakSent %v jobs %d errPending %v; now %d",
@@ -732,7 +778,7 @@ func (q *QP) PostRecvList(wrs []RecvWR) (int, error) {
 	}
 	n, err := q.rq.PostList(wrs)
 	if n > 0 {
-		q.e.kick(q)
+		q.home.Load().kick(q)
 	}
 	if err != nil {
 		return n, fmt.Errorf("QP %d: %w", q.qpn, err)

@@ -41,6 +41,11 @@ type DeviceConfig struct {
 	// drives the engine in its own thread, so a reply needs no hand-off
 	// between threads.
 	PollHold time.Duration
+	// Engines is how many engines run the device's QPs, each in its own
+	// goroutine on its own share of the link's receive queues (Splitter).
+	// 0 runs one per receive queue, up to the number of CPUs; a link that
+	// is not a Splitter, or has one queue, gets one engine.
+	Engines int
 }
 
 // DeviceCounters count what the device did with frames, beyond the parse
@@ -56,25 +61,38 @@ type DeviceCounters struct {
 	PollPasses atomic.Uint64 // engine passes run by applications' Poll
 }
 
-// Device is a RoCEv2 adapter made of a Link and an ibtransport engine. One
-// goroutine, started by NewDevice, runs the engine: it receives frames,
-// checks and strips their encapsulation, hands the IB packets to the
-// engine, and sends what the engine builds. An application that polls
+// Device is a RoCEv2 adapter made of a Link and ibtransport engines. Each
+// engine has a lane: a goroutine, started by NewDevice, and the link (or
+// the share of its receive queues) it drives. The goroutine receives
+// frames, checks and strips their encapsulation, hands the IB packets to
+// the engine, and sends what the engine builds. An application that polls
 // (Poll) runs those passes in its own thread instead, while it polls.
 type Device struct {
 	link    Link
-	eng     *ibtransport.Engine
+	group   *ibtransport.Group
+	lanes   []*lane
 	addrs   []netip.Addr
 	gids    []ibtransport.GID
 	mac     [6]byte
 	batch   int
 	spin    time.Duration
 	resolve func(netip.Addr) ([6]byte, error)
-	Ctr     DeviceCounters
 	neighMu sync.Mutex
 	neigh   map[netip.Addr][6]byte
 
-	// Engine goroutine state.
+	pollHold time.Duration
+	stop     atomic.Bool
+	closeMu  sync.Mutex
+}
+
+// lane is one engine of a device with the link it drives and the state of
+// the goroutine that runs it.
+type lane struct {
+	d    *Device
+	link Link
+	eng  *ibtransport.Engine
+	Ctr  DeviceCounters
+
 	rxFrame Frame
 	rxInfo  ibtransport.RecvInfo
 	onFrame func([]byte)
@@ -94,29 +112,25 @@ type Device struct {
 	owner atomic.Int32
 	// polls counts applications' Poll calls; the engine goroutine naps
 	// while it keeps changing (seenPolls is its last look), until Unpoll
-	// sets handBack. pollHold is the length of one nap.
+	// sets handBack. The device's pollHold is the length of one nap.
 	polls     atomic.Uint64
 	seenPolls uint64
 	handBack  atomic.Bool
-	pollHold  time.Duration
 	napping   atomic.Bool
 	napFD     int
 	// working is set while the engine goroutine's passes find work: an
 	// application's Poll then leaves the passes to it.
 	working atomic.Bool
 
-	stop    atomic.Bool
-	done    chan struct{}
-	closeMu sync.Mutex
+	done chan struct{}
 }
 
-// NewDevice creates a device on link and starts its engine goroutine.
+// NewDevice creates a device on link and starts its engine goroutines.
 func NewDevice(link Link, cfg DeviceConfig) (*Device, error) {
 	if len(cfg.Addrs) == 0 {
 		return nil, fmt.Errorf("new RoCE device: no addresses: %w", ibtransport.ErrInvalidArgument)
 	}
-	d := &Device{link: link, mac: link.HardwareAddr(), batch: cfg.RxBatch, resolve: cfg.Resolve, neigh: map[netip.Addr][6]byte{},
-		done: make(chan struct{})}
+	d := &Device{link: link, mac: link.HardwareAddr(), batch: cfg.RxBatch, resolve: cfg.Resolve, neigh: map[netip.Addr][6]byte{}}
 	if d.batch <= 0 {
 		d.batch = 64
 	}
@@ -135,30 +149,61 @@ func NewDevice(link Link, cfg DeviceConfig) (*Device, error) {
 		d.addrs = append(d.addrs, a.Unmap())
 		d.gids = append(d.gids, GIDFromAddr(a))
 	}
-	fd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
+	links, err := laneLinks(link, cfg.Engines)
 	if err != nil {
-		return nil, fmt.Errorf("new RoCE device: eventfd: %w", err)
+		return nil, fmt.Errorf("new RoCE device: %w", err)
 	}
-	d.napFD = fd
-	d.eng = ibtransport.NewEngine(d, d.wake)
-	d.onFrame = d.receive
-	go d.run()
+	ports := make([]ibtransport.Port, len(links))
+	wakes := make([]func(), len(links))
+	for i, l := range links {
+		ln := &lane{d: d, link: l, done: make(chan struct{}), napFD: -1}
+		ln.onFrame = ln.receive
+		if ln.napFD, err = unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC); err != nil {
+			for _, o := range d.lanes {
+				unix.Close(o.napFD)
+			}
+			return nil, fmt.Errorf("new RoCE device: eventfd: %w", err)
+		}
+		d.lanes = append(d.lanes, ln)
+		ports[i], wakes[i] = ln, ln.wake
+	}
+	d.group = ibtransport.NewGroup(ports, wakes)
+	for i, ln := range d.lanes {
+		ln.eng = d.group.Engines()[i]
+		go ln.run()
+	}
 	return d, nil
+}
+
+// laneLinks divides link among the device's engines (DeviceConfig.Engines).
+func laneLinks(link Link, engines int) ([]Link, error) {
+	sp, ok := link.(Splitter)
+	if !ok || engines == 1 || sp.NumQueues() < 2 {
+		return []Link{link}, nil
+	}
+	if engines <= 0 {
+		engines = runtime.NumCPU()
+	}
+	engines = min(engines, sp.NumQueues())
+	if engines == 1 {
+		return []Link{link}, nil
+	}
+	return sp.Split(engines)
 }
 
 // wake is the engine's doorbell: it ends the engine goroutine's wait for
 // packets, or its nap while an application polls.
-func (d *Device) wake() {
-	d.link.Wake()
-	if d.napping.Load() {
-		d.endNap()
+func (ln *lane) wake() {
+	ln.link.Wake()
+	if ln.napping.Load() {
+		ln.endNap()
 	}
 }
 
-func (d *Device) endNap() {
+func (ln *lane) endNap() {
 	var one [8]byte
 	binary.NativeEndian.PutUint64(one[:], 1)
-	unix.Write(d.napFD, one[:])
+	unix.Write(ln.napFD, one[:])
 }
 
 // Poll runs one engine pass in the calling goroutine, unless another
@@ -176,38 +221,50 @@ func (d *Device) Poll() bool {
 	if d.pollHold < 0 {
 		return false
 	}
-	d.polls.Add(1) // no clock: a clock read costs as much as a pass's other checks
-	if d.working.Load() || !d.owner.CompareAndSwap(0, 1) {
+	worked := false
+	for _, ln := range d.lanes {
+		if ln.poll() {
+			worked = true
+		}
+	}
+	return worked
+}
+
+func (ln *lane) poll() bool {
+	ln.polls.Add(1) // no clock: a clock read costs as much as a pass's other checks
+	if ln.working.Load() || !ln.owner.CompareAndSwap(0, 1) {
 		return false
 	}
-	worked, _, _ := d.pass()
-	d.owner.Store(0)
-	d.Ctr.PollPasses.Add(1)
+	worked, _, _ := ln.pass()
+	ln.owner.Store(0)
+	ln.Ctr.PollPasses.Add(1)
 	return worked
 }
 
 // Unpoll tells the device that the application stopped polling (it is
-// about to block): the engine goroutine takes over at once.
+// about to block): the engine goroutines take over at once.
 func (d *Device) Unpoll() {
 	if d.pollHold < 0 {
 		return
 	}
-	d.handBack.Store(true)
-	if d.napping.Load() {
-		d.endNap()
+	for _, ln := range d.lanes {
+		ln.handBack.Store(true)
+		if ln.napping.Load() {
+			ln.endNap()
+		}
 	}
 }
 
 // appPolled reports whether an application called Poll since the engine
 // goroutine last looked, and has not called Unpoll since.
-func (d *Device) appPolled() bool {
-	if d.pollHold < 0 {
+func (ln *lane) appPolled() bool {
+	if ln.d.pollHold < 0 {
 		return false
 	}
-	p := d.polls.Load()
-	polled := p != d.seenPolls
-	d.seenPolls = p
-	if d.handBack.Swap(false) {
+	p := ln.polls.Load()
+	polled := p != ln.seenPolls
+	ln.seenPolls = p
+	if ln.handBack.Swap(false) {
 		return false
 	}
 	return polled
@@ -215,22 +272,37 @@ func (d *Device) appPolled() bool {
 
 // pass is one round of the engine: receive, process, transmit. The caller
 // holds owner.
-func (d *Device) pass() (worked, busy bool, wait time.Duration) {
-	d.Ctr.Passes.Add(1)
-	sent := d.eng.Ctr.TxPackets.Load()
-	n := d.link.Receive(d.onFrame, d.batch)
-	busy, wait = d.eng.Process()
-	d.unflushed = 0
-	if err := d.link.Flush(); errors.Is(err, ErrLinkClosed) {
-		d.stop.Store(true)
+func (ln *lane) pass() (worked, busy bool, wait time.Duration) {
+	ln.Ctr.Passes.Add(1)
+	sent := ln.eng.Ctr.TxPackets.Load()
+	n := ln.link.Receive(ln.onFrame, ln.d.batch)
+	busy, wait = ln.eng.Process()
+	ln.unflushed = 0
+	if err := ln.link.Flush(); errors.Is(err, ErrLinkClosed) {
+		ln.d.stop.Store(true)
 	}
-	looped := d.deliverLoopback()
-	worked = n > 0 || busy || looped || d.eng.Ctr.TxPackets.Load() != sent
+	looped := ln.deliverLoopback()
+	worked = n > 0 || busy || looped || ln.eng.Ctr.TxPackets.Load() != sent
 	return worked, busy, wait
 }
 
-// Engine returns the transport engine.
-func (d *Device) Engine() *ibtransport.Engine { return d.eng }
+// Group returns the device's transport engines.
+func (d *Device) Group() *ibtransport.Group { return d.group }
+
+// Engines returns how many engines (and goroutines) run the device.
+func (d *Device) Engines() int { return len(d.lanes) }
+
+// Counters returns the sum of the lanes' counters at the time of the call.
+func (d *Device) Counters() *DeviceCounters {
+	if len(d.lanes) == 1 {
+		return &d.lanes[0].Ctr
+	}
+	var sum DeviceCounters
+	for _, ln := range d.lanes {
+		ibtransport.AddCounters(&sum, &ln.Ctr)
+	}
+	return &sum
+}
 
 // Link returns the device's link.
 func (d *Device) Link() Link { return d.link }
@@ -252,7 +324,7 @@ func (d *Device) SetNeighbor(a netip.Addr, mac [6]byte) {
 	d.neighMu.Unlock()
 }
 
-// Close stops the engine goroutine. The link stays open; its owner closes
+// Close stops the engine goroutines. The link stays open; its owner closes
 // it.
 func (d *Device) Close() error {
 	d.closeMu.Lock()
@@ -260,9 +332,13 @@ func (d *Device) Close() error {
 	if d.stop.Swap(true) {
 		return nil
 	}
-	d.wake()
-	<-d.done
-	unix.Close(d.napFD)
+	for _, ln := range d.lanes {
+		ln.wake()
+	}
+	for _, ln := range d.lanes {
+		<-ln.done
+		unix.Close(ln.napFD)
+	}
 	return nil
 }
 
@@ -278,36 +354,36 @@ const defaultSpin = 50 * time.Microsecond
 // this long for the engine goroutine.
 const defaultPollHold = time.Millisecond
 
-func (d *Device) run() {
-	defer close(d.done)
-	defer d.eng.Stop()
+func (ln *lane) run() {
+	defer close(ln.done)
+	defer ln.eng.Stop()
 	// On the way out, keep owner for good: an application's Poll then
 	// never runs a pass on a stopped engine.
 	defer func() {
-		for !d.owner.CompareAndSwap(0, 1) {
+		for !ln.owner.CompareAndSwap(0, 1) {
 			osYield()
 		}
 	}()
 	var lastWork time.Time
-	for !d.stop.Load() {
-		if !d.owner.CompareAndSwap(0, 1) {
+	for !ln.d.stop.Load() {
+		if !ln.owner.CompareAndSwap(0, 1) {
 			osYield() // an application is in a pass
 			continue
 		}
-		worked, _, wait := d.pass()
-		d.working.Store(worked)
+		worked, _, wait := ln.pass()
+		ln.working.Store(worked)
 		if worked {
-			d.owner.Store(0)
+			ln.owner.Store(0)
 			lastWork = time.Now()
 			continue
 		}
-		if d.appPolled() {
-			d.owner.Store(0)
-			d.nap()
+		if ln.appPolled() {
+			ln.owner.Store(0)
+			ln.nap()
 			continue
 		}
-		if d.spin > 0 && time.Since(lastWork) < d.spin {
-			d.owner.Store(0)
+		if ln.d.spin > 0 && time.Since(lastWork) < ln.d.spin {
+			ln.owner.Store(0)
 			// Poll again soon, but let other threads (a poller of this
 			// process or of the peer) have the CPU meanwhile. Gosched
 			// first runs the goroutines this one readied (a CQ.Wait or
@@ -321,36 +397,36 @@ func (d *Device) run() {
 		// The wait keeps owner: the link's Wait looks at its TX state.
 		// An application's Poll meanwhile returns at once; its posts ring
 		// the doorbell.
-		if d.eng.PrepareSleep() {
-			err := d.link.Wait(wait)
-			d.eng.Awake()
+		if ln.eng.PrepareSleep() {
+			err := ln.link.Wait(wait)
+			ln.eng.Awake()
 			if errors.Is(err, ErrLinkClosed) {
-				d.owner.Store(0)
+				ln.owner.Store(0)
 				return
 			}
 		}
-		d.owner.Store(0)
+		ln.owner.Store(0)
 	}
 }
 
 // nap sleeps while an application polls: until Unpoll, a command or the
 // doorbell, or for pollHold, after which run looks again whether the
 // application still polls.
-func (d *Device) nap() {
-	d.napping.Store(true)
+func (ln *lane) nap() {
+	ln.napping.Store(true)
 	// A command or Unpoll that came before napping was set did not end
 	// the nap: look for them after setting it.
-	if d.eng.HasCommands() || d.handBack.Load() {
-		d.napping.Store(false)
+	if ln.eng.HasWork() || ln.handBack.Load() {
+		ln.napping.Store(false)
 		return
 	}
-	fds := [1]unix.PollFd{{Fd: int32(d.napFD), Events: unix.POLLIN}}
-	ts := unix.NsecToTimespec(int64(d.pollHold))
+	fds := [1]unix.PollFd{{Fd: int32(ln.napFD), Events: unix.POLLIN}}
+	ts := unix.NsecToTimespec(int64(ln.d.pollHold))
 	unix.Ppoll(fds[:], &ts, nil) // EINTR just ends the nap early
-	d.napping.Store(false)
+	ln.napping.Store(false)
 	if fds[0].Revents&unix.POLLIN != 0 {
 		var v [8]byte
-		unix.Read(d.napFD, v[:])
+		unix.Read(ln.napFD, v[:])
 	}
 }
 
@@ -358,29 +434,29 @@ func (d *Device) nap() {
 func osYield() { syscall.Syscall(syscall.SYS_SCHED_YIELD, 0, 0, 0) }
 
 // receive handles one frame from the link.
-func (d *Device) receive(frame []byte) {
-	f := &d.rxFrame
+func (ln *lane) receive(frame []byte) {
+	f := &ln.rxFrame
 	err := ParseFrame(frame, f)
-	d.Ctr.Rx.Count(err)
+	ln.Ctr.Rx.Count(err)
 	if err != nil {
 		return
 	}
 	dst := GIDFromAddr(f.Dst)
 	idx := -1
-	for i := range d.gids {
-		if d.gids[i] == dst {
+	for i := range ln.d.gids {
+		if ln.d.gids[i] == dst {
 			idx = i
 			break
 		}
 	}
 	if idx < 0 {
-		d.Ctr.RxNotForUs.Add(1)
+		ln.Ctr.RxNotForUs.Add(1)
 		return
 	}
-	d.rxInfo.SGID = GIDFromAddr(f.Src)
-	d.rxInfo.DGID = dst
-	d.rxInfo.DGIDIndex = idx
-	d.eng.Receive(f.IB, &d.rxInfo)
+	ln.rxInfo.SGID = GIDFromAddr(f.Src)
+	ln.rxInfo.DGID = dst
+	ln.rxInfo.DGIDIndex = idx
+	ln.eng.Receive(f.IB, &ln.rxInfo)
 }
 
 type loopPacket struct {
@@ -394,19 +470,19 @@ const loopBuffers = 256
 
 // deliverLoopback hands the packets QPs sent to QPs of the same device to
 // the engine. It reports whether there were any.
-func (d *Device) deliverLoopback() bool {
-	if len(d.loopQ) == 0 {
+func (ln *lane) deliverLoopback() bool {
+	if len(ln.loopQ) == 0 {
 		return false
 	}
 	// Receive queues responses for the next Process but sends nothing, so
 	// the queue does not grow while it is walked.
-	for i := range d.loopQ {
-		lp := &d.loopQ[i]
-		d.eng.Receive(lp.buf[:lp.n], &lp.info)
-		d.loopFree = append(d.loopFree, lp.buf)
+	for i := range ln.loopQ {
+		lp := &ln.loopQ[i]
+		ln.eng.Receive(lp.buf[:lp.n], &lp.info)
+		ln.loopFree = append(ln.loopFree, lp.buf)
 		lp.buf = nil
 	}
-	d.loopQ = d.loopQ[:0]
+	ln.loopQ = ln.loopQ[:0]
 	return true
 }
 
@@ -414,63 +490,69 @@ func (d *Device) deliverLoopback() bool {
 // immediate).
 const maxPayloadHeaders = ibtransport.BTHLen + ibtransport.RETHLen + ibtransport.ImmDtLen
 
-// Path implements ibtransport.Port.
+// Path prepares transmission to av as connecting a QP does, on the
+// device's first engine: it resolves the neighbour and checks the MTU.
 func (d *Device) Path(av *ibtransport.AddressVector, qpn uint32, pathMTU int) (ibtransport.TxPath, error) {
-	if int(av.SGIDIndex) >= len(d.addrs) {
-		return nil, fmt.Errorf("source GID index %d of %d: %w", av.SGIDIndex, len(d.addrs), ibtransport.ErrInvalidArgument)
+	return d.lanes[0].Path(av, qpn, pathMTU)
+}
+
+// Path implements ibtransport.Port.
+func (ln *lane) Path(av *ibtransport.AddressVector, qpn uint32, pathMTU int) (ibtransport.TxPath, error) {
+	if int(av.SGIDIndex) >= len(ln.d.addrs) {
+		return nil, fmt.Errorf("source GID index %d of %d: %w", av.SGIDIndex, len(ln.d.addrs), ibtransport.ErrInvalidArgument)
 	}
-	src := d.addrs[av.SGIDIndex]
+	src := ln.d.addrs[av.SGIDIndex]
 	dst := AddrFromGID(av.DGID)
 	if src.Is4() != dst.Is4() {
 		return nil, fmt.Errorf("GIDs %v and %v: %w", src, dst, ErrAddressFamily)
 	}
-	for i, a := range d.addrs {
+	for i, a := range ln.d.addrs {
 		if a == dst {
-			if d.loopFree == nil && d.loopQ == nil {
+			if ln.loopFree == nil && ln.loopQ == nil {
 				size := maxPayloadHeaders + ibtransport.MTU4096.Bytes() + 8
 				backing := make([]byte, loopBuffers*size)
 				for j := range loopBuffers {
-					d.loopFree = append(d.loopFree, backing[j*size:(j+1)*size:(j+1)*size])
+					ln.loopFree = append(ln.loopFree, backing[j*size:(j+1)*size:(j+1)*size])
 				}
-				d.loopQ = make([]loopPacket, 0, loopBuffers)
+				ln.loopQ = make([]loopPacket, 0, loopBuffers)
 			}
-			return &loopPath{d: d, info: ibtransport.RecvInfo{SGID: d.gids[av.SGIDIndex], DGID: d.gids[i], DGIDIndex: i}}, nil
+			return &loopPath{ln: ln, info: ibtransport.RecvInfo{SGID: ln.d.gids[av.SGIDIndex], DGID: ln.d.gids[i], DGIDIndex: i}}, nil
 		}
 	}
-	p := &path{d: d, encap: Encap{SrcMAC: d.mac, DstMAC: [6]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff},
+	p := &path{ln: ln, encap: Encap{SrcMAC: ln.d.mac, DstMAC: [6]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff},
 		Src: src, Dst: dst, TrafficClass: av.TrafficClass, HopLimit: av.HopLimit, FlowLabel: av.FlowLabel,
 		SrcPort: SourcePort(qpn)}}
 	if p.encap.HopLimit == 0 {
 		p.encap.HopLimit = 64
 	}
-	d.neighMu.Lock()
-	mac, ok := d.neigh[dst]
-	d.neighMu.Unlock()
+	ln.d.neighMu.Lock()
+	mac, ok := ln.d.neigh[dst]
+	ln.d.neighMu.Unlock()
 	switch {
 	case ok:
 		p.encap.DstMAC = mac
-	case d.resolve != nil:
+	case ln.d.resolve != nil:
 		// Runs on the engine goroutine, during ModifyQP to RTR: resolution
 		// is not on the packet path.
-		mac, err := d.resolve(dst)
+		mac, err := ln.d.resolve(dst)
 		if err != nil {
 			return nil, fmt.Errorf("resolve %v: %w", dst, err)
 		}
 		p.encap.DstMAC = mac
-		d.SetNeighbor(dst, mac)
+		ln.d.SetNeighbor(dst, mac)
 	}
 	p.hl = p.encap.HeaderLen()
 	ipLen := p.hl - ethHeaderLen
-	p.maxIB = d.link.MTU() - ipLen - ibtransport.ICRCLen
+	p.maxIB = ln.link.MTU() - ipLen - ibtransport.ICRCLen
 	if maxPayloadHeaders+pathMTU > p.maxIB {
-		return nil, fmt.Errorf("path MTU %d does not fit the link MTU %d: %w", pathMTU, d.link.MTU(), ibtransport.ErrInvalidArgument)
+		return nil, fmt.Errorf("path MTU %d does not fit the link MTU %d: %w", pathMTU, ln.link.MTU(), ibtransport.ErrInvalidArgument)
 	}
 	return p, nil
 }
 
 // path sends one QP's packets: it caches the QP's encapsulation.
 type path struct {
-	d     *Device
+	ln    *lane
 	encap Encap
 	hl    int
 	maxIB int
@@ -478,27 +560,27 @@ type path struct {
 
 // Buffer implements ibtransport.TxPath: room after the headers in a TX frame.
 func (p *path) Buffer() []byte {
-	d := p.d
-	if d.txBuf == nil {
-		if d.txBuf = d.link.TxFrame(); d.txBuf == nil {
-			d.Ctr.TxNoBuffer.Add(1)
+	ln := p.ln
+	if ln.txBuf == nil {
+		if ln.txBuf = ln.link.TxFrame(); ln.txBuf == nil {
+			ln.Ctr.TxNoBuffer.Add(1)
 			return nil
 		}
 	}
-	return d.txBuf[p.hl : p.hl+p.maxIB]
+	return ln.txBuf[p.hl : p.hl+p.maxIB]
 }
 
 // Send implements ibtransport.TxPath.
 func (p *path) Send(n int) {
-	d := p.d
-	l, err := p.encap.Finish(d.txBuf, n)
+	ln := p.ln
+	l, err := p.encap.Finish(ln.txBuf, n)
 	if err != nil {
-		d.Ctr.TxErrors.Add(1)
+		ln.Ctr.TxErrors.Add(1)
 		return // the buffer stays for the next packet
 	}
-	d.link.Send(d.txBuf[:l])
-	d.txBuf = nil
-	d.Ctr.TxFrames.Add(1)
+	ln.link.Send(ln.txBuf[:l])
+	ln.txBuf = nil
+	ln.Ctr.TxFrames.Add(1)
 	// Kick the link in the middle of a long pass too: the peer starts on
 	// the first frames while this side builds the rest, and it does not
 	// fall asleep waiting for a whole pass (each wake-up of a sleeping
@@ -506,9 +588,9 @@ func (p *path) Send(n int) {
 	// KiB WRITEs: 13.3 -> 14.7 Gb/s (a kick per pass of up to 128 frames
 	// before, one per 32 4-KiB frames now); small frames still go in one
 	// kick per pass.
-	if d.unflushed += l; d.unflushed >= flushBytes {
-		d.link.Flush()
-		d.unflushed = 0
+	if ln.unflushed += l; ln.unflushed >= flushBytes {
+		ln.link.Flush()
+		ln.unflushed = 0
 	}
 }
 
@@ -519,27 +601,27 @@ const flushBytes = 128 << 10
 // loopPath sends one QP's packets to another QP of the same device, the way
 // a NIC loops back traffic to its own GIDs.
 type loopPath struct {
-	d    *Device
+	ln   *lane
 	info ibtransport.RecvInfo
 }
 
 // Buffer implements ibtransport.TxPath.
 func (p *loopPath) Buffer() []byte {
-	d := p.d
-	if d.loopBuf == nil {
-		if len(d.loopFree) == 0 {
+	ln := p.ln
+	if ln.loopBuf == nil {
+		if len(ln.loopFree) == 0 {
 			return nil // freed when the engine loop delivers the queue
 		}
-		d.loopBuf = d.loopFree[len(d.loopFree)-1]
-		d.loopFree = d.loopFree[:len(d.loopFree)-1]
+		ln.loopBuf = ln.loopFree[len(ln.loopFree)-1]
+		ln.loopFree = ln.loopFree[:len(ln.loopFree)-1]
 	}
-	return d.loopBuf
+	return ln.loopBuf
 }
 
 // Send implements ibtransport.TxPath.
 func (p *loopPath) Send(n int) {
-	d := p.d
-	d.loopQ = append(d.loopQ, loopPacket{buf: d.loopBuf, n: n, info: p.info})
-	d.loopBuf = nil
-	d.Ctr.Loopback.Add(1)
+	ln := p.ln
+	ln.loopQ = append(ln.loopQ, loopPacket{buf: ln.loopBuf, n: n, info: p.info})
+	ln.loopBuf = nil
+	ln.Ctr.Loopback.Add(1)
 }

@@ -74,9 +74,9 @@ func TestDeviceIPv6AndCounters(t *testing.T) {
 	_, err = cb.Wait(ctx, wc[:])
 	require.NoError(t, err)
 	require.Equal(t, ibtransport.WCSuccess, wc[0].Status)
-	require.Equal(t, uint64(1), b.Ctr.Rx.Good.Load())
-	require.Equal(t, uint64(1), a.Ctr.Rx.Good.Load()) // the ACK
-	require.Equal(t, uint64(1), a.Ctr.TxFrames.Load())
+	require.Equal(t, uint64(1), b.Counters().Rx.Good.Load())
+	require.Equal(t, uint64(1), a.Counters().Rx.Good.Load()) // the ACK
+	require.Equal(t, uint64(1), a.Counters().TxFrames.Load())
 }
 
 func TestDeviceDropsBadFrames(t *testing.T) {
@@ -108,8 +108,8 @@ func TestDeviceDropsBadFrames(t *testing.T) {
 	send(addrB, false, true)                            // not RoCE
 	send(addrB, false, false)                           // good, but no such QP
 	require.Eventually(t, func() bool {
-		return b.Ctr.Rx.BadICRC.Load() == 1 && b.Ctr.RxNotForUs.Load() == 1 && b.Ctr.Rx.NotRoCE.Load() == 1 &&
-			b.Engine().Ctr.RxNoQP.Load() == 1
+		return b.Counters().Rx.BadICRC.Load() == 1 && b.Counters().RxNotForUs.Load() == 1 && b.Counters().Rx.NotRoCE.Load() == 1 &&
+			b.Group().Counters().RxNoQP.Load() == 1
 	}, 5*time.Second, time.Millisecond)
 }
 

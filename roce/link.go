@@ -41,3 +41,21 @@ type Link interface {
 	// Close releases the link; Wait then returns ErrLinkClosed.
 	Close() error
 }
+
+// Splitter is a Link over several receive queues that can be divided into
+// several Links, so that a Device runs one engine, in its own goroutine,
+// on each (XDPLink over a multi-queue interface).
+type Splitter interface {
+	Link
+	// NumQueues returns the number of receive queues.
+	NumQueues() int
+	// Split divides the queues among n links; each sends on a queue of its
+	// own. The whole link must not send or receive afterwards, but Close
+	// closes all. It fails with ErrSplit when the queues cannot be divided
+	// so.
+	Split(n int) ([]Link, error)
+}
+
+// ErrSplit is returned by Split for a number of links the queues cannot
+// be divided into.
+var ErrSplit = errors.New("cannot split the link's queues so")

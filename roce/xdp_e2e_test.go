@@ -28,6 +28,13 @@ type xdpSide struct {
 
 func openXDPSide(t testing.TB, e *netnstest.End) *xdpSide {
 	t.Helper()
+	return openXDPSideEngines(t, e, 0)
+}
+
+// openXDPSideEngines is openXDPSide with the device run by engines
+// engines (verbs.Config.Engines).
+func openXDPSideEngines(t testing.TB, e *netnstest.End, engines int) *xdpSide {
+	t.Helper()
 	s := &xdpSide{end: e}
 	err := e.Do(func() (err error) {
 		if s.nd, err = roce.LookupNetdev(e.Ifname); err != nil {
@@ -36,7 +43,7 @@ func openXDPSide(t testing.TB, e *netnstest.End) *xdpSide {
 		if s.link, err = roce.OpenXDPLink(e.Ifname, roce.XDPLinkConfig{Addrs: s.nd.GIDs}); err != nil {
 			return err
 		}
-		s.dev, err = verbs.Open(s.link, verbs.Config{Addrs: s.nd.GIDs})
+		s.dev, err = verbs.Open(s.link, verbs.Config{Addrs: s.nd.GIDs, Engines: engines})
 		if err != nil {
 			s.link.Close()
 		}
@@ -253,7 +260,7 @@ func TestVerbsOverXDP(t *testing.T) {
 				}
 				for _, s := range []*xdpSide{x, y} {
 					st := s.dev.RoCE()
-					if bad := st.Ctr.Rx.BadICRC.Load(); bad != 0 {
+					if bad := st.Counters().Rx.BadICRC.Load(); bad != 0 {
 						t.Errorf("%s: %d frames with a bad ICRC", s.end.Namespace, bad)
 					}
 					ls, err := s.link.Stats()
@@ -272,6 +279,66 @@ func TestVerbsOverXDP(t *testing.T) {
 					}
 				}
 			})
+		}
+	}
+}
+
+// On a veth pair of two queues each device runs two engines, one per
+// queue: connections spread over both, a frame sent on queue k arrives on
+// the peer's queue k, and each connection stays on one engine a side, so
+// nothing is forwarded between engines.
+func TestVerbsOverXDPMultiQueue(t *testing.T) {
+	netnstest.RequireRoot(t)
+	pair := netnstest.NewT(t, netnstest.Config{MTU: 9000, Queues: 2})
+	x, y := openXDPSideEngines(t, &pair.A, 2), openXDPSideEngines(t, &pair.B, 2)
+	for _, s := range []*xdpSide{x, y} {
+		if n := s.dev.RoCE().Engines(); n != 2 {
+			t.Fatalf("%s: %d engines on 2 queues", s.end.Namespace, n)
+		}
+	}
+	const conns, size = 16, 256 << 10
+	perEngine := [2]int{}
+	for i := range conns {
+		connectXDP(t, x, y, false, verbs.MTU4096)
+		perEngine[x.qp.Engine()]++
+		src, dst := make([]byte, size), make([]byte, size)
+		pattern(src, byte(i))
+		lmr, err := x.pd.RegMR(src, verbs.AccessLocalWrite)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rmr, err := y.pd.RegMR(dst, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := x.qp.PostSend(&verbs.SendWR{ID: uint64(i), Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
+			SGL: []verbs.SGE{lmr.SGE(0, size)}, RemoteAddr: rmr.Addr(), RKey: rmr.RKey()}); err != nil {
+			t.Fatal(err)
+		}
+		waitWC(t, x.scq, uint64(i))
+		rmr.Dereg() // orders the engines' writes before the comparison
+		if !bytes.Equal(src, dst) {
+			t.Fatalf("connection %d: data differs", i)
+		}
+	}
+	t.Logf("connections per engine: %v", perEngine)
+	for _, s := range []*xdpSide{x, y} {
+		for k, e := range s.dev.RoCE().Group().Engines() {
+			if e.Ctr.TxPackets.Load() == 0 || e.Ctr.RxPackets.Load() == 0 {
+				t.Errorf("%s: engine %d sent %d and received %d packets", s.end.Namespace, k, e.Ctr.TxPackets.Load(), e.Ctr.RxPackets.Load())
+			}
+		}
+		if f := s.dev.Counters().Forwarded.Load(); f != 0 {
+			t.Errorf("%s: %d packets arrived at another engine than their QP's", s.end.Namespace, f)
+		}
+		ls, err := s.link.Stats()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for q, ss := range ls.Sockets {
+			if ss.RxPackets == 0 || ss.TxPackets == 0 {
+				t.Errorf("%s: queue %d's socket received %d and sent %d frames", s.end.Namespace, q, ss.RxPackets, ss.TxPackets)
+			}
 		}
 	}
 }

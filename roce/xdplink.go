@@ -45,7 +45,9 @@ type XDPLinkStats struct {
 
 // XDPLink is a Link over AF_XDP on a real interface: softnic's XDP program
 // steers RoCEv2 frames for its addresses into one AF_XDP socket per receive
-// queue; frames are sent through the socket of queue 0.
+// queue. Used whole, the link receives from all the sockets and sends
+// through the socket of queue 0; Split divides the queues among several
+// links, one per engine of a Device.
 //
 // Frames are built in place in the UMEM and delivered from it. When a frame
 // of MTU+22 bytes fits one UMEM chunk, TxFrame lends a chunk. On larger MTUs
@@ -57,30 +59,43 @@ type XDPLinkStats struct {
 // into as many chunks as it needs, and received multi-buffer frames are
 // copied into one buffer before delivery.
 type XDPLink struct {
-	ifname string
-	mtu    int
-	mac    [6]byte
-	prog   *bpf.Program
+	*queueSet // the whole link: every socket
+	ifname    string
+	mtu       int
+	mac       [6]byte
+	prog      *bpf.Program
+	socks     []*xdp.Socket
+	closed    atomic.Bool
+	frags     int // UMEM chunks a frame may take
+	txFrames  int // frames a socket can transmit at once
+	sets      []*queueSet
+	split     bool
+
+	bufLen  int // MTU+26: largest frame plus slack, as TxFrame promises
+	inPlace bool
+
+	// Read by Stats from other goroutines.
+	rxOversized, rxBadDesc, rxJoined, txStaged, txNoBuffer atomic.Uint64
+}
+
+// queueSet is a Link over some of an XDPLink's sockets: it receives from
+// all of them and sends through the first. One goroutine drives it.
+type queueSet struct {
+	l      *XDPLink
 	socks  []*xdp.Socket
 	tx     *xdp.Socket
 	wakeFD int
-	closed atomic.Bool
 
-	bufLen      int // MTU+26: largest frame plus slack, as TxFrame promises
-	inPlace     bool
 	staging     []byte       // backing of the staging buffers (large MTU), bufLen each
 	stagingFree []int        // indexes of the staging buffers not lent out
 	reserve     [][]xdp.Desc // chunks reserved for each lent staging buffer, by index
 	txq         []xdp.Desc
 	starved     bool
+	txQueued    atomic.Int64 // read by Stats
 
 	rxDescs []xdp.Desc
 	rxBuf   []byte
 	next    int // socket to receive from first, for fairness
-
-	// Read by Stats from other goroutines.
-	rxOversized, rxBadDesc, rxJoined, txStaged, txNoBuffer atomic.Uint64
-	txQueued                                               atomic.Int64
 }
 
 var _ Link = (*XDPLink)(nil)
@@ -104,7 +119,7 @@ func OpenXDPLink(ifname string, cfg XDPLinkConfig) (l *XDPLink, err error) {
 	if nl, err := netlink.LinkByIndex(ifc.Index); err == nil && nl.Attrs().NumRxQueues > 1 {
 		queues = min(nl.Attrs().NumRxQueues, bpf.MaxQueues)
 	}
-	l = &XDPLink{ifname: ifname, mtu: ifc.MTU, wakeFD: -1}
+	l = &XDPLink{ifname: ifname, mtu: ifc.MTU}
 	copy(l.mac[:], ifc.HardwareAddr)
 	defer func() {
 		if err != nil {
@@ -125,13 +140,6 @@ func OpenXDPLink(ifname string, cfg XDPLinkConfig) (l *XDPLink, err error) {
 	if l.bufLen > sc.FrameSize-unix.XDP_PACKET_HEADROOM {
 		sc.MultiBuffer = true
 	}
-	if l.wakeFD, err = unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC); err != nil {
-		return l, fmt.Errorf("AF_XDP link on %q: eventfd: %w", ifname, err)
-	}
-	// Wake may be called from any goroutine, even racing with Close, so
-	// the eventfd is closed only once nothing can reach the link any more:
-	// closing it in Close could make a late Wake write to a reused fd.
-	runtime.AddCleanup(l, func(fd int) { unix.Close(fd) }, l.wakeFD)
 	if l.prog, err = bpf.Attach(ifname, cfg.Mode); err != nil {
 		return l, fmt.Errorf("AF_XDP link: %w", err)
 	}
@@ -158,23 +166,66 @@ func OpenXDPLink(ifname string, cfg XDPLinkConfig) (l *XDPLink, err error) {
 			return l, fmt.Errorf("AF_XDP link on %q: %w", ifname, err)
 		}
 	}
-	l.tx = l.socks[0]
-	l.inPlace = l.bufLen <= l.tx.TxFrameSize()
-	frags := (l.bufLen + sc.FrameSize - 1) / sc.FrameSize
-	l.rxDescs = make([]xdp.Desc, 64*frags)
-	l.rxBuf = make([]byte, l.bufLen)
+	l.inPlace = l.bufLen <= l.socks[0].TxFrameSize()
+	l.frags = (l.bufLen + sc.FrameSize - 1) / sc.FrameSize
+	l.txFrames = sc.NumFrames
+	if l.queueSet, err = l.newQueueSet(l.socks); err != nil {
+		return l, err
+	}
+	return l, nil
+}
+
+func (l *XDPLink) newQueueSet(socks []*xdp.Socket) (*queueSet, error) {
+	q := &queueSet{l: l, socks: socks, tx: socks[0], wakeFD: -1}
+	var err error
+	if q.wakeFD, err = unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC); err != nil {
+		return nil, fmt.Errorf("AF_XDP link on %q: eventfd: %w", l.ifname, err)
+	}
+	// Wake may be called from any goroutine, even racing with Close, so
+	// the eventfd is closed only once nothing can reach the set any more:
+	// closing it in Close could make a late Wake write to a reused fd.
+	runtime.AddCleanup(q, func(fd int) { unix.Close(fd) }, q.wakeFD)
+	q.rxDescs = make([]xdp.Desc, 64*l.frags)
+	q.rxBuf = make([]byte, l.bufLen)
 	if !l.inPlace {
 		// Enough staging buffers to keep the TX ring busy.
 		n := 64
-		l.staging = make([]byte, n*l.bufLen)
-		l.reserve = make([][]xdp.Desc, n)
+		q.staging = make([]byte, n*l.bufLen)
+		q.reserve = make([][]xdp.Desc, n)
 		for i := range n {
-			l.reserve[i] = make([]xdp.Desc, 0, frags)
-			l.stagingFree = append(l.stagingFree, i)
+			q.reserve[i] = make([]xdp.Desc, 0, l.frags)
+			q.stagingFree = append(q.stagingFree, i)
 		}
 	}
-	l.txq = make([]xdp.Desc, 0, sc.NumFrames) // never more than the transmit frames
-	return l, nil
+	q.txq = make([]xdp.Desc, 0, l.txFrames) // never more than the transmit frames
+	l.sets = append(l.sets, q)
+	return q, nil
+}
+
+// NumQueues implements Splitter: the receive queues with a socket.
+func (l *XDPLink) NumQueues() int { return len(l.socks) }
+
+// Split implements Splitter: link i of the n receives from queues i, i+n,
+// i+2n... and sends through queue i. The whole link must not send or
+// receive afterwards (Stats and Close still work), and Split works once.
+func (l *XDPLink) Split(n int) ([]Link, error) {
+	if n < 1 || n > len(l.socks) || l.split {
+		return nil, fmt.Errorf("split AF_XDP link on %q with %d queues in %d: %w", l.ifname, len(l.socks), n, ErrSplit)
+	}
+	l.split = true
+	links := make([]Link, n)
+	for i := range n {
+		var socks []*xdp.Socket
+		for k := i; k < len(l.socks); k += n {
+			socks = append(socks, l.socks[k])
+		}
+		q, err := l.newQueueSet(socks)
+		if err != nil {
+			return nil, err
+		}
+		links[i] = q
+	}
+	return links, nil
 }
 
 // openFirstSocket opens the socket of queue 0. Frames that need several
@@ -206,159 +257,162 @@ func openFirstSocket(ifindex, bufLen int, sc xdp.Config) (*xdp.Socket, xdp.Confi
 }
 
 // MTU implements Link.
-func (l *XDPLink) MTU() int { return l.mtu }
+func (q *queueSet) MTU() int { return q.l.mtu }
 
 // HardwareAddr implements Link.
-func (l *XDPLink) HardwareAddr() [6]byte { return l.mac }
+func (q *queueSet) HardwareAddr() [6]byte { return q.l.mac }
+
+// Close implements Link: it closes the whole link.
+func (q *queueSet) Close() error { return q.l.Close() }
 
 // Program returns the attached steering program (to add or remove addresses).
 func (l *XDPLink) Program() *bpf.Program { return l.prog }
 
 // TxFrame implements Link.
-func (l *XDPLink) TxFrame() []byte {
-	if l.closed.Load() {
+func (q *queueSet) TxFrame() []byte {
+	if q.l.closed.Load() {
 		return nil
 	}
-	if l.inPlace {
-		_, buf, ok := l.tx.NextTxFrame()
+	if q.l.inPlace {
+		_, buf, ok := q.tx.NextTxFrame()
 		if !ok {
-			l.starve()
+			q.starve()
 			return nil
 		}
-		l.starved = false
-		return buf[:l.bufLen]
+		q.starved = false
+		return buf[:q.l.bufLen]
 	}
 	// Staging buffer, with the chunks it will need reserved now so Send
 	// cannot fail.
-	if len(l.stagingFree) == 0 {
-		l.starve()
+	if len(q.stagingFree) == 0 {
+		q.starve()
 		return nil
 	}
-	i := l.stagingFree[len(l.stagingFree)-1]
-	res := l.reserve[i][:0]
+	i := q.stagingFree[len(q.stagingFree)-1]
+	res := q.reserve[i][:0]
 	for n := 0; n < cap(res); n++ {
-		d, _, ok := l.tx.NextTxFrame()
+		d, _, ok := q.tx.NextTxFrame()
 		if !ok {
 			for _, d := range res {
-				l.tx.FreeTxFrame(d)
+				q.tx.FreeTxFrame(d)
 			}
-			l.starve()
+			q.starve()
 			return nil
 		}
 		res = append(res, d)
 	}
-	l.reserve[i] = res
-	l.stagingFree = l.stagingFree[:len(l.stagingFree)-1]
-	l.starved = false
-	return l.staging[i*l.bufLen : (i+1)*l.bufLen : (i+1)*l.bufLen]
+	q.reserve[i] = res
+	q.stagingFree = q.stagingFree[:len(q.stagingFree)-1]
+	q.starved = false
+	return q.staging[i*q.l.bufLen : (i+1)*q.l.bufLen : (i+1)*q.l.bufLen]
 }
 
 // stagingIndex returns which lent staging buffer frame starts, or -1.
-func (l *XDPLink) stagingIndex(frame []byte) int {
-	base := uintptr(unsafe.Pointer(unsafe.SliceData(l.staging)))
+func (q *queueSet) stagingIndex(frame []byte) int {
+	base := uintptr(unsafe.Pointer(unsafe.SliceData(q.staging)))
 	p := uintptr(unsafe.Pointer(unsafe.SliceData(frame)))
-	if p < base || p >= base+uintptr(len(l.staging)) || (p-base)%uintptr(l.bufLen) != 0 {
+	if p < base || p >= base+uintptr(len(q.staging)) || (p-base)%uintptr(q.l.bufLen) != 0 {
 		return -1
 	}
-	i := int((p - base) / uintptr(l.bufLen))
-	if len(l.reserve[i]) == 0 {
+	i := int((p - base) / uintptr(q.l.bufLen))
+	if len(q.reserve[i]) == 0 {
 		return -1 // not lent out
 	}
 	return i
 }
 
-func (l *XDPLink) starve() {
-	l.txNoBuffer.Add(1)
-	l.starved = true
+func (q *queueSet) starve() {
+	q.l.txNoBuffer.Add(1)
+	q.starved = true
 }
 
 // Send implements Link.
-func (l *XDPLink) Send(frame []byte) {
+func (q *queueSet) Send(frame []byte) {
 	if len(frame) == 0 {
 		return
 	}
-	if l.inPlace {
-		addr, ok := l.tx.Offset(frame)
+	if q.l.inPlace {
+		addr, ok := q.tx.Offset(frame)
 		if !ok {
 			return // not one of our buffers: nothing to send or return
 		}
-		l.txq = l.tx.AppendTx(l.txq, xdp.Desc{Addr: addr}, len(frame))
+		q.txq = q.tx.AppendTx(q.txq, xdp.Desc{Addr: addr}, len(frame))
 		return
 	}
-	i := l.stagingIndex(frame)
+	i := q.stagingIndex(frame)
 	if i < 0 {
 		return
 	}
-	res := l.reserve[i]
+	res := q.reserve[i]
 	off, used := 0, 0
 	for off < len(frame) && used < len(res) {
 		d := res[used]
-		buf := l.tx.Frame(xdp.Desc{Addr: d.Addr, Len: uint32(l.tx.FrameSize())})
+		buf := q.tx.Frame(xdp.Desc{Addr: d.Addr, Len: uint32(q.tx.FrameSize())})
 		c := copy(buf, frame[off:])
 		off += c
 		d.Len = uint32(c)
 		d.SetMore(off < len(frame))
-		l.txq = append(l.txq, d)
+		q.txq = append(q.txq, d)
 		used++
 	}
 	for _, d := range res[used:] {
-		l.tx.FreeTxFrame(d)
+		q.tx.FreeTxFrame(d)
 	}
 	if used > 1 {
-		l.txStaged.Add(1)
+		q.l.txStaged.Add(1)
 	}
-	l.reserve[i] = res[:0]
-	l.stagingFree = append(l.stagingFree, i)
+	q.reserve[i] = res[:0]
+	q.stagingFree = append(q.stagingFree, i)
 }
 
 // Flush implements Link.
-func (l *XDPLink) Flush() error {
-	if l.closed.Load() {
+func (q *queueSet) Flush() error {
+	if q.l.closed.Load() {
 		return ErrLinkClosed
 	}
-	if len(l.txq) > 0 {
-		n, err := l.tx.Transmit(l.txq)
-		l.txq = l.txq[:copy(l.txq, l.txq[n:])]
+	if len(q.txq) > 0 {
+		n, err := q.tx.Transmit(q.txq)
+		q.txq = q.txq[:copy(q.txq, q.txq[n:])]
 		if err != nil {
 			// The packet at the head has a descriptor the socket refuses:
 			// drop that packet, or it would block the queue for good.
 			end := 0
-			for end < len(l.txq) && l.txq[end].More() {
+			for end < len(q.txq) && q.txq[end].More() {
 				end++
 			}
-			end = min(end+1, len(l.txq))
-			l.txq = l.txq[:copy(l.txq, l.txq[end:])]
-			return fmt.Errorf("AF_XDP link on %q: %w", l.ifname, err)
+			end = min(end+1, len(q.txq))
+			q.txq = q.txq[:copy(q.txq, q.txq[end:])]
+			return fmt.Errorf("AF_XDP link on %q: %w", q.l.ifname, err)
 		}
 	}
-	l.txQueued.Store(int64(len(l.txq)))
-	if err := l.tx.Flush(); err != nil {
-		return fmt.Errorf("AF_XDP link on %q: %w", l.ifname, err)
+	q.txQueued.Store(int64(len(q.txq)))
+	if err := q.tx.Flush(); err != nil {
+		return fmt.Errorf("AF_XDP link on %q: %w", q.l.ifname, err)
 	}
 	return nil
 }
 
 // Receive implements Link.
-func (l *XDPLink) Receive(fn func(frame []byte), max int) int {
-	if l.closed.Load() {
+func (q *queueSet) Receive(fn func(frame []byte), max int) int {
+	if q.l.closed.Load() {
 		return 0
 	}
 	delivered := 0
-	for k := 0; k < len(l.socks) && delivered < max; k++ {
-		s := l.socks[(l.next+k)%len(l.socks)]
-		descs := l.rxDescs
-		if lim := (max - delivered) * (len(l.rxDescs) / 64); lim < len(descs) {
+	for k := 0; k < len(q.socks) && delivered < max; k++ {
+		s := q.socks[(q.next+k)%len(q.socks)]
+		descs := q.rxDescs
+		if lim := (max - delivered) * (len(q.rxDescs) / 64); lim < len(descs) {
 			descs = descs[:lim]
 		}
 		n := s.Receive(descs)
-		delivered += l.deliver(s, descs[:n], fn)
+		delivered += q.deliver(s, descs[:n], fn)
 		s.Release(descs[:n])
 	}
-	l.next++
+	q.next++
 	return delivered
 }
 
-func (l *XDPLink) deliver(s *xdp.Socket, descs []xdp.Desc, fn func([]byte)) int {
+func (q *queueSet) deliver(s *xdp.Socket, descs []xdp.Desc, fn func([]byte)) int {
 	delivered := 0
 	for first := 0; first < len(descs); {
 		end := first // the frame is descs[first:end+1]
@@ -368,8 +422,8 @@ func (l *XDPLink) deliver(s *xdp.Socket, descs []xdp.Desc, fn func([]byte)) int 
 		if descs[end].More() {
 			// Receive splits a packet only when it alone has more
 			// descriptors than rxDescs holds: far over the MTU.
-			l.rxOversized.Add(1)
-		} else if b := l.frameBytes(s, descs[first:end+1]); b != nil {
+			q.l.rxOversized.Add(1)
+		} else if b := q.frameBytes(s, descs[first:end+1]); b != nil {
 			fn(b)
 			delivered++
 		}
@@ -382,17 +436,17 @@ func (l *XDPLink) deliver(s *xdp.Socket, descs []xdp.Desc, fn func([]byte)) int 
 // descriptor or its pieces follow each other in the UMEM (the contiguous
 // layout), otherwise joined in rxBuf. It returns nil for a frame it drops
 // (and counts).
-func (l *XDPLink) frameBytes(s *xdp.Socket, frame []xdp.Desc) []byte {
+func (q *queueSet) frameBytes(s *xdp.Socket, frame []xdp.Desc) []byte {
 	if len(frame) == 1 {
 		b := s.Frame(frame[0])
 		if b == nil {
-			l.rxBadDesc.Add(1)
+			q.l.rxBadDesc.Add(1)
 		}
 		return b
 	}
 	if b := s.Span(frame); b != nil {
-		if len(b) > len(l.rxBuf) {
-			l.rxOversized.Add(1)
+		if len(b) > len(q.rxBuf) {
+			q.l.rxOversized.Add(1)
 			return nil
 		}
 		return b
@@ -401,29 +455,29 @@ func (l *XDPLink) frameBytes(s *xdp.Socket, frame []xdp.Desc) []byte {
 	for _, d := range frame {
 		b := s.Frame(d)
 		if b == nil {
-			l.rxBadDesc.Add(1)
+			q.l.rxBadDesc.Add(1)
 			return nil
 		}
-		if asm+len(b) > len(l.rxBuf) {
-			l.rxOversized.Add(1)
+		if asm+len(b) > len(q.rxBuf) {
+			q.l.rxOversized.Add(1)
 			return nil
 		}
-		asm += copy(l.rxBuf[asm:], b)
+		asm += copy(q.rxBuf[asm:], b)
 	}
-	l.rxJoined.Add(1)
-	return l.rxBuf[:asm]
+	q.l.rxJoined.Add(1)
+	return q.rxBuf[:asm]
 }
 
 // Wait implements Link.
-func (l *XDPLink) Wait(timeout time.Duration) error {
-	if l.closed.Load() {
+func (q *queueSet) Wait(timeout time.Duration) error {
+	if q.l.closed.Load() {
 		return ErrLinkClosed
 	}
-	if l.starved {
+	if q.starved {
 		// Completions free TX buffers without waking poll; look for them
 		// now and poll briefly while starved.
-		if l.tx.Complete() > 0 {
-			l.starved = false
+		if q.tx.Complete() > 0 {
+			q.starved = false
 			return nil
 		}
 		if timeout < 0 || timeout > time.Millisecond {
@@ -431,8 +485,8 @@ func (l *XDPLink) Wait(timeout time.Duration) error {
 		}
 	}
 	var fds [1 + bpf.MaxQueues]unix.PollFd
-	fds[0] = unix.PollFd{Fd: int32(l.wakeFD), Events: unix.POLLIN}
-	for i, s := range l.socks {
+	fds[0] = unix.PollFd{Fd: int32(q.wakeFD), Events: unix.POLLIN}
+	for i, s := range q.socks {
 		fds[1+i] = unix.PollFd{Fd: int32(s.FD()), Events: unix.POLLIN}
 	}
 	// ppoll, not poll: the engine's retransmission timers are finer than
@@ -447,16 +501,16 @@ func (l *XDPLink) Wait(timeout time.Duration) error {
 			t := unix.NsecToTimespec(int64(timeout))
 			ts = &t
 		}
-		_, err := unix.Ppoll(fds[:1+len(l.socks)], ts, nil)
+		_, err := unix.Ppoll(fds[:1+len(q.socks)], ts, nil)
 		if err == nil {
 			break
 		}
 		if err != unix.EINTR {
-			return fmt.Errorf("AF_XDP link on %q: poll: %w", l.ifname, err)
+			return fmt.Errorf("AF_XDP link on %q: poll: %w", q.l.ifname, err)
 		}
 		// The Go runtime's preemption signals interrupt ppoll; sleep out
 		// the rest of the timeout so a timed Wait is not cut short.
-		if l.closed.Load() {
+		if q.l.closed.Load() {
 			return ErrLinkClosed
 		}
 		if timeout > 0 {
@@ -469,29 +523,32 @@ func (l *XDPLink) Wait(timeout time.Duration) error {
 	}
 	if fds[0].Revents&unix.POLLIN != 0 {
 		var v [8]byte
-		unix.Read(l.wakeFD, v[:])
+		unix.Read(q.wakeFD, v[:])
 	}
-	if l.closed.Load() {
+	if q.l.closed.Load() {
 		return ErrLinkClosed
 	}
 	return nil
 }
 
 // Wake implements Link; any goroutine may call it.
-func (l *XDPLink) Wake() {
-	if l.closed.Load() {
+func (q *queueSet) Wake() {
+	if q.l.closed.Load() {
 		return
 	}
 	var one [8]byte
 	binary.NativeEndian.PutUint64(one[:], 1)
-	unix.Write(l.wakeFD, one[:])
+	unix.Write(q.wakeFD, one[:])
 }
 
 // Stats returns the program's, the sockets' and the link's counters. Any
 // goroutine may call it while the link runs (not concurrently with Close).
 func (l *XDPLink) Stats() (XDPLinkStats, error) {
 	st := XDPLinkStats{RxOversized: l.rxOversized.Load(), RxBadDesc: l.rxBadDesc.Load(), RxJoined: l.rxJoined.Load(), TxStaged: l.txStaged.Load(),
-		TxNoBuffer: l.txNoBuffer.Load(), TxQueued: int(l.txQueued.Load())}
+		TxNoBuffer: l.txNoBuffer.Load()}
+	for _, q := range l.sets {
+		st.TxQueued += int(q.txQueued.Load())
+	}
 	var errs []error
 	var err error
 	if st.Program, err = l.prog.Stats(); err != nil {
@@ -521,10 +578,10 @@ func (l *XDPLink) Close() error {
 	for _, s := range l.socks {
 		errs = append(errs, s.Close())
 	}
-	if l.wakeFD >= 0 {
+	for _, q := range l.sets {
 		var one [8]byte
 		binary.NativeEndian.PutUint64(one[:], 1)
-		unix.Write(l.wakeFD, one[:]) // a Wait still in ppoll returns
+		unix.Write(q.wakeFD, one[:]) // a Wait still in ppoll returns
 	}
 	return errors.Join(errs...)
 }

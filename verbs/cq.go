@@ -45,15 +45,20 @@ func (ch *CompChannel) Get(ctx context.Context) (*CQ, error) {
 	}
 }
 
-// CQ is a completion queue (ibv_cq): a ring the device's engine goroutine
-// fills, its only producer, and any goroutine polls.
+// CQ is a completion queue (ibv_cq): a ring the device's engines fill and
+// any goroutine polls.
 type CQ struct {
-	dev      *Device
-	slots    []WC
-	mask     uint64
-	head     atomic.Uint64 // next to poll
-	tail     atomic.Uint64 // next to fill
-	mu       sync.Mutex    // serialises pollers
+	dev   *Device
+	slots []WC
+	mask  uint64
+	head  atomic.Uint64 // next to poll
+	tail  atomic.Uint64 // next to fill
+	mu    sync.Mutex    // serialises pollers
+	// pushMu serialises the engines' pushes when the device has several
+	// (a CQ's QPs may live on different engines); with one engine it is
+	// the only producer and takes no lock.
+	pushMu   sync.Mutex
+	shared   bool
 	overflow atomic.Bool
 	waiters  atomic.Int32
 	notify   chan struct{}
@@ -71,7 +76,8 @@ func (d *Device) CreateCQ(n int, ch *CompChannel) (*CQ, error) {
 		return nil, fmt.Errorf("create CQ of %d entries: %w", n, ErrInvalidArgument)
 	}
 	size := 1 << bits.Len(uint(n-1))
-	return &CQ{dev: d, slots: make([]WC, size), mask: uint64(size - 1), notify: make(chan struct{}, 1), channel: ch}, nil
+	return &CQ{dev: d, slots: make([]WC, size), mask: uint64(size - 1), notify: make(chan struct{}, 1), channel: ch,
+		shared: d.dev.Engines() > 1}, nil
 }
 
 // Cap returns the number of completions the CQ holds.
@@ -80,10 +86,13 @@ func (c *CQ) Cap() int { return len(c.slots) }
 // cqSink is the CQ as the engine sees it (ibtransport.CompletionQueue).
 type cqSink CQ
 
-// Push adds a completion without a lock: the engine goroutine is the only
-// producer. It reports false if the CQ overran.
+// Push adds a completion. It reports false if the CQ overran.
 func (s *cqSink) Push(wc WC, solicited bool) bool {
 	c := (*CQ)(s)
+	if c.shared {
+		c.pushMu.Lock()
+		defer c.pushMu.Unlock()
+	}
 	t := c.tail.Load()
 	if t-c.head.Load() >= uint64(len(c.slots)) {
 		if c.overflow.CompareAndSwap(false, true) {

@@ -193,8 +193,8 @@ func settle(t *testing.T, dev *verbs.Device, n uint64) {
 	// responses; the second one runs only after the pass that received
 	// packet n has sent what it answers.
 	noop := func() error { return nil }
-	require.NoError(t, dev.RoCE().Engine().Do(noop))
-	require.NoError(t, dev.RoCE().Engine().Do(noop))
+	require.NoError(t, dev.RoCE().Group().Do(noop))
+	require.NoError(t, dev.RoCE().Group().Do(noop))
 }
 
 // TestGoldenRxeResponder replays the requests rdma_rxe clients sent in the

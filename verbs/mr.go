@@ -25,12 +25,12 @@ type MR struct {
 	access Access
 	lkey   uint32
 	rkey   uint32
-	// valid is owned by the engine goroutine: false once deregistered,
-	// which every access checks.
+	// valid is false once deregistered, which every access checks; it
+	// changes only under Group.Do, while no engine runs.
 	valid bool
-	// rkeyValid, also the engine's, is false once a SEND_WITH_INV
-	// invalidated the rkey.
-	rkeyValid bool
+	// rkeyValid is false once a SEND_WITH_INV invalidated the rkey; any
+	// engine may clear it.
+	rkeyValid atomic.Bool
 	// remoteWrites counts the peers' RDMA WRITE messages and atomics that
 	// changed the region (RemoteWriteSeq).
 	remoteWrites atomic.Uint64
@@ -114,7 +114,7 @@ type remoteView MR
 
 func (v *remoteView) Slice(va uint64, n uint32) ([]byte, bool) {
 	m := (*MR)(v)
-	if !m.valid || !m.rkeyValid {
+	if !m.valid || !m.rkeyValid.Load() {
 		return nil, false
 	}
 	return m.slice(va, n)
@@ -124,8 +124,8 @@ func (v *remoteView) RemoteWritten() { v.remoteWrites.Add(1) }
 
 // keyTable maps lkeys and rkeys to regions. Keys are random 32-bit values,
 // so a peer cannot guess a valid rkey from another and a stale rkey does not
-// come back. Only the engine goroutine reads or writes the maps: lookups
-// come from the engine, changes go through Engine.Do.
+// come back. The engines read the maps without locks; changes go through
+// Group.Do, which pauses them all.
 type keyTable struct {
 	lkeys map[uint32]*MR
 	rkeys map[uint32]*MR
@@ -170,7 +170,8 @@ func (pd *PD) RegMR(buf []byte, access Access) (*MR, error) {
 	if access&(AccessRemoteWrite|AccessRemoteAtomic) != 0 && access&AccessLocalWrite == 0 {
 		return nil, fmt.Errorf("register MR: remote write/atomic access needs local write: %w", ErrInvalidArgument)
 	}
-	m := &MR{pd: pd, buf: buf, access: access, valid: true, rkeyValid: true}
+	m := &MR{pd: pd, buf: buf, access: access, valid: true}
+	m.rkeyValid.Store(true)
 	if len(buf) > 0 {
 		m.addr = uint64(uintptr(unsafe.Pointer(unsafe.SliceData(buf))))
 	}

@@ -410,7 +410,7 @@ func TestLoopback(t *testing.T) {
 		}
 	}
 	require.Zero(t, p.la.Stats().Sent.Load(), "nothing went out on the link")
-	require.NotZero(t, p.a.RoCE().Ctr.Loopback.Load())
+	require.NotZero(t, p.a.RoCE().Counters().Loopback.Load())
 }
 
 func TestPostSendList(t *testing.T) {
@@ -480,7 +480,7 @@ func TestQuietQPsLeaveEngineLoop(t *testing.T) {
 	for range 8 {
 		connect(t, newEndpoint(t, p.a, nil, o, nil), newEndpoint(t, p.b, nil, o, nil), o)
 	}
-	active := func() int { return p.a.RoCE().Engine().ActiveQPs() + p.b.RoCE().Engine().ActiveQPs() }
+	active := func() int { return p.a.RoCE().Group().ActiveQPs() + p.b.RoCE().Group().ActiveQPs() }
 	require.Eventually(t, func() bool { return active() == 0 }, 5*time.Second, time.Millisecond)
 	for i, op := range dataOps {
 		transfer(t, x, y, op, 100_000, byte(i))

@@ -49,8 +49,8 @@ func (pd *PD) CreateQP(init *QPInitAttr) (*QP, error) {
 }
 
 // pdMemory is the PD as the engine sees it (ibtransport.Memory): it
-// resolves keys to the regions of this PD only. The engine goroutine calls
-// it, which owns the key table.
+// resolves keys to the regions of this PD only. The engines call it; they
+// read the key table without locks (see keyTable).
 type pdMemory PD
 
 func (m *pdMemory) LocalRegion(lkey uint32, va uint64, n uint32, a Access) ibtransport.Region {
@@ -63,7 +63,7 @@ func (m *pdMemory) LocalRegion(lkey uint32, va uint64, n uint32, a Access) ibtra
 
 func (m *pdMemory) RemoteRegion(rkey uint32, va uint64, n uint32, a Access) ibtransport.Region {
 	mr := m.dev.mrs.rkeys[rkey]
-	if mr == nil || !mr.rkeyValid || !mr.grants((*PD)(m), va, n, a) {
+	if mr == nil || !mr.rkeyValid.Load() || !mr.grants((*PD)(m), va, n, a) {
 		return nil
 	}
 	return (*remoteView)(mr)
@@ -71,10 +71,7 @@ func (m *pdMemory) RemoteRegion(rkey uint32, va uint64, n uint32, a Access) ibtr
 
 func (m *pdMemory) InvalidateRKey(rkey uint32) bool {
 	mr := m.dev.mrs.rkeys[rkey]
-	if mr == nil || mr.pd != (*PD)(m) {
-		return false
-	}
-	mr.rkeyValid = false
-	delete(m.dev.mrs.rkeys, rkey)
-	return true
+	// The key stays in the table until Dereg: the engines read it without
+	// locks, so only Group.Do may change it.
+	return mr != nil && mr.pd == (*PD)(m) && mr.rkeyValid.CompareAndSwap(true, false)
 }

@@ -62,8 +62,8 @@ func TestPollRunsEngineInCaller(t *testing.T) {
 	}
 	spinEmpty(x.scq)
 	spinEmpty(y.scq)
-	engineA := p.a.RoCE().Ctr.Passes.Load() - p.a.RoCE().Ctr.PollPasses.Load()
-	engineB := p.b.RoCE().Ctr.Passes.Load() - p.b.RoCE().Ctr.PollPasses.Load()
+	engineA := p.a.RoCE().Counters().Passes.Load() - p.a.RoCE().Counters().PollPasses.Load()
+	engineB := p.b.RoCE().Counters().Passes.Load() - p.b.RoCE().Counters().PollPasses.Load()
 
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -96,7 +96,7 @@ func TestPollRunsEngineInCaller(t *testing.T) {
 		dev    *verbs.Device
 		before uint64
 	}{{p.a, engineA}, {p.b, engineB}} {
-		ctr := &d.dev.RoCE().Ctr
+		ctr := d.dev.RoCE().Counters()
 		byEngine := ctr.Passes.Load() - ctr.PollPasses.Load() - d.before
 		t.Logf("passes in Poll %d, by the engine goroutine during the ping-pong %d", ctr.PollPasses.Load(), byEngine)
 		// The engine goroutine may finish a pass it started, but it
@@ -178,9 +178,9 @@ func TestCloseWhilePolling(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("Close hung while goroutines polled")
 	}
-	passes := p.a.RoCE().Ctr.Passes.Load()
+	passes := p.a.RoCE().Counters().Passes.Load()
 	time.Sleep(20 * time.Millisecond)
 	close(stop)
 	wg.Wait()
-	require.Equal(t, passes, p.a.RoCE().Ctr.Passes.Load(), "a pass ran after Close")
+	require.Equal(t, passes, p.a.RoCE().Counters().Passes.Load(), "a pass ran after Close")
 }

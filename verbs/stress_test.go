@@ -343,8 +343,8 @@ func TestStressLossyLink(t *testing.T) {
 	st := p.la.Stats()
 	t.Logf("A->B frames: sent %d lost %d dup %d reordered %d corrupted %d; B: bad ICRC %d; retransmits A %d B %d",
 		st.Sent.Load(), st.Lost.Load(), st.Duplicated.Load(), st.Reordered.Load(), st.Corrupted.Load(),
-		p.b.RoCE().Ctr.Rx.BadICRC.Load(), p.a.Counters().Retransmits.Load(), p.b.Counters().Retransmits.Load())
-	require.NotZero(t, p.b.RoCE().Ctr.Rx.BadICRC.Load(), "corrupted frames must be caught by the ICRC")
+		p.b.RoCE().Counters().Rx.BadICRC.Load(), p.a.Counters().Retransmits.Load(), p.b.Counters().Retransmits.Load())
+	require.NotZero(t, p.b.RoCE().Counters().Rx.BadICRC.Load(), "corrupted frames must be caught by the ICRC")
 	require.NotZero(t, st.Lost.Load())
 	require.NotZero(t, st.Duplicated.Load())
 	// No goroutine outlives the devices.

@@ -156,15 +156,19 @@ type Config struct {
 	// application polls and leaves the engine to it (see
 	// roce.DeviceConfig.PollHold; 0 is its default).
 	PollHold time.Duration
+	// Engines is how many engines run the device's QPs, each in its own
+	// goroutine (see roce.DeviceConfig.Engines; 0: one per receive queue
+	// of the link, up to the number of CPUs).
+	Engines int
 }
 
 // Device is an opened RDMA device (ibv_context): a RoCE device, whose
 // engine runs the transport, and the verbs objects' device-wide state.
 type Device struct {
 	dev *roce.Device
-	eng *ibtransport.Engine
+	eng *ibtransport.Group
 	// keys and mrs are the memory keys of all the device's regions: the
-	// engine goroutine owns mrs (see keyTable).
+	// engines read mrs without locks (see keyTable).
 	keys   *keySource
 	mrs    keyTable
 	nextPD atomic.Uint32
@@ -174,11 +178,11 @@ type Device struct {
 // Open opens a device on link (ibv_open_device). The device runs an engine
 // goroutine until Close.
 func Open(link roce.Link, cfg Config) (*Device, error) {
-	d, err := roce.NewDevice(link, roce.DeviceConfig{Addrs: cfg.Addrs, Resolve: cfg.Resolve, PollHold: cfg.PollHold})
+	d, err := roce.NewDevice(link, roce.DeviceConfig{Addrs: cfg.Addrs, Resolve: cfg.Resolve, PollHold: cfg.PollHold, Engines: cfg.Engines})
 	if err != nil {
 		return nil, fmt.Errorf("open device: %w", err)
 	}
-	dev := &Device{dev: d, eng: d.Engine(), keys: newKeySource(), mrs: newKeyTable(), events: make(chan Event, 256)}
+	dev := &Device{dev: d, eng: d.Group(), keys: newKeySource(), mrs: newKeyTable(), events: make(chan Event, 256)}
 	dev.eng.HandleEvents(dev.onQPEvent)
 	return dev, nil
 }
@@ -203,8 +207,9 @@ func (d *Device) Close() error { return d.dev.Close() }
 // RoCE returns the underlying RoCE device (counters, neighbours).
 func (d *Device) RoCE() *roce.Device { return d.dev }
 
-// Counters returns the transport engine's counters.
-func (d *Device) Counters() *ibtransport.Counters { return &d.eng.Ctr }
+// Counters returns the transport engines' counters (their sum at the time
+// of the call when the device has several).
+func (d *Device) Counters() *ibtransport.Counters { return d.eng.Counters() }
 
 // GID returns entry index of the GID table (ibv_query_gid).
 func (d *Device) GID(index int) (GID, error) { return d.dev.GID(index) }

@@ -29,9 +29,10 @@ func init() {
 
 // openDevice opens softnic on the interface named ifname: the AF_XDP link
 // with softnic's XDP program, and a verbs device whose GID table is the
-// interface's addresses (roce.GIDTable order). Tests replace it to run
-// over an in-memory link.
-var openDevice = func(ifname string) (perftest.Device, func(), error) {
+// interface's addresses (roce.GIDTable order), run by engines engines (0:
+// one per receive queue, up to the number of CPUs). Tests replace it to
+// run over an in-memory link.
+var openDevice = func(ifname string, engines int) (perftest.Device, func(), error) {
 	nd, err := roce.LookupNetdev(ifname)
 	if err != nil {
 		return perftest.Device{}, nil, err
@@ -40,7 +41,7 @@ var openDevice = func(ifname string) (perftest.Device, func(), error) {
 	if err != nil {
 		return perftest.Device{}, nil, fmt.Errorf("open AF_XDP link on %s: %w", ifname, err)
 	}
-	dev, err := verbs.Open(link, verbs.Config{Addrs: nd.GIDs})
+	dev, err := verbs.Open(link, verbs.Config{Addrs: nd.GIDs, Engines: engines})
 	if err != nil {
 		link.Close()
 		return perftest.Device{}, nil, err
@@ -225,6 +226,8 @@ func runPerf(args []string, stdout, stderr io.Writer) int {
 	connectWait := dialWait
 	f.DurationVar(&connectWait, "connect-wait", dialWait, "softnic: how long a client retries while the server is not listening")
 	var softnicStats bool
+	var engines int
+	f.IntVar(&engines, "softnic-engines", 0, "softnic: engines (goroutines) that run the device's QPs; 0: one per receive queue of the interface, up to the number of CPUs")
 	f.BoolVar(&softnicStats, "softnic-stats", false, "softnic: after the run, print the engine's counters (retransmissions, timeouts, sequence NAKs...) and the XDP link's ring statistics")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, perfUsage)
@@ -307,7 +310,7 @@ func runPerf(args []string, stdout, stderr io.Writer) int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	dev, closeDev, err := openDevice(ifname)
+	dev, closeDev, err := openDevice(ifname, engines)
 	if err != nil {
 		return fail("%v", err)
 	}
@@ -351,7 +354,8 @@ func printSoftnicStats(w io.Writer, dev *verbs.Device) {
 	fmt.Fprintln(w, " softnic engine counters:")
 	writeCounters(w, "", reflect.ValueOf(dev.Counters()).Elem())
 	fmt.Fprintln(w, " softnic RoCE device counters:")
-	writeCounters(w, "", reflect.ValueOf(&dev.RoCE().Ctr).Elem())
+	fmt.Fprintf(w, "engines %d\n", dev.RoCE().Engines())
+	writeCounters(w, "", reflect.ValueOf(dev.RoCE().Counters()).Elem())
 	type statser interface {
 		Stats() (roce.XDPLinkStats, error)
 	}

@@ -34,7 +34,7 @@ func useMemDevices(t *testing.T) {
 		"memB": {Verbs: db, Name: "memB", LinkMTU: lb.MTU()},
 	}
 	saved := openDevice
-	openDevice = func(name string) (perftest.Device, func(), error) {
+	openDevice = func(name string, _ int) (perftest.Device, func(), error) {
 		d, ok := devs[name]
 		if !ok {
 			return perftest.Device{}, nil, fmt.Errorf("no test device %q", name)

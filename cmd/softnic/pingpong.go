@@ -118,7 +118,7 @@ func runPingpongCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	dev, closeDev, err := openDevice(ifname)
+	dev, closeDev, err := openDevice(ifname, 0)
 	if err != nil {
 		return fail("%v", err)
 	}

@@ -106,6 +106,7 @@ type Endpoint struct {
 	seq     uint64
 	scratch []item
 	wake    chan struct{}
+	anyWake chan struct{} // the MultiQueue's, if the endpoint is one of its queues
 	closed  chan struct{}
 	once    sync.Once
 	timer   *time.Timer
@@ -367,6 +368,23 @@ func (e *Endpoint) Wake() {
 	case e.wake <- struct{}{}:
 	default:
 	}
+	if e.anyWake != nil {
+		select {
+		case e.anyWake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// nextArrival returns how long until the next frame sent to this end is
+// due, if there is one.
+func (e *Endpoint) nextArrival() (time.Duration, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if len(e.heap) == 0 {
+		return 0, false
+	}
+	return time.Duration(e.heap[0].at - e.now()), true
 }
 
 // Close implements roce.Link. Frames in flight to this end are discarded.

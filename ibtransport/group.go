@@ -1,0 +1,276 @@
+package ibtransport
+
+import (
+	"fmt"
+	"math/bits"
+	"reflect"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Group is the engines of one device: one per receive queue of its link,
+// each run by its own goroutine, so that QPs spread over cores. A QP
+// belongs to one engine at a time. It is placed when it connects (INIT to
+// RTR): on the engine both ends pick from the pair of QP numbers (Lane),
+// so that between two softnic devices whose links pair their queues (veth:
+// a frame sent on queue k arrives on the peer's queue k) both directions
+// of a connection stay on one engine a side. A packet that arrives at
+// another engine than its QP's (a peer that picks its queues otherwise, an
+// RSS hash) is copied over to the right one: correct, only slower.
+//
+// What all engines read without locks (the QP table, and the memory keys
+// of package verbs) changes only under Do, which pauses every engine.
+type Group struct {
+	engines []*Engine
+	epoch   time.Time
+	doMu    sync.Mutex // one Do at a time: two could pause engines in opposite orders
+
+	// Changed under Do only.
+	qps     map[uint32]*QP
+	nextQPN uint32
+	// srqEngine is the engine of each SRQ's QPs: an SRQ's ring has one
+	// consumer.
+	srqEngine map[SharedRecvQueue]*Engine
+
+	// forward[i][j] carries packets engine i received for engine j's QPs;
+	// allocated on first use.
+	forward [][]atomic.Pointer[forwardRing]
+}
+
+// NewGroup returns a group of len(ports) engines; engine i sends through
+// ports[i], and wakes[i] makes its goroutine run Process soon.
+func NewGroup(ports []Port, wakes []func()) *Group {
+	if len(ports) == 0 || len(ports) != len(wakes) {
+		panic(fmt.Sprintf("ibtransport: NewGroup with %d ports and %d wake functions", len(ports), len(wakes)))
+	}
+	g := &Group{epoch: time.Now(), qps: map[uint32]*QP{}, nextQPN: 0x11 + randUint32()%0x10000,
+		srqEngine: map[SharedRecvQueue]*Engine{}}
+	g.forward = make([][]atomic.Pointer[forwardRing], len(ports))
+	for i := range ports {
+		g.forward[i] = make([]atomic.Pointer[forwardRing], len(ports))
+		g.engines = append(g.engines, &Engine{g: g, index: i, port: ports[i], wakeF: wakes[i]})
+	}
+	return g
+}
+
+// Engines returns the group's engines; engine i serves link queue i.
+func (g *Group) Engines() []*Engine { return g.engines }
+
+// Do runs fn while every engine is paused between passes, and returns its
+// error: state that all engines read without locks is changed that way.
+func (g *Group) Do(fn func() error) error {
+	if len(g.engines) == 1 {
+		return g.engines[0].Do(fn)
+	}
+	g.doMu.Lock()
+	defer g.doMu.Unlock()
+	release := make(chan struct{})
+	var paused sync.WaitGroup
+	for _, e := range g.engines[1:] {
+		paused.Add(1)
+		go e.Do(func() error {
+			paused.Done()
+			<-release
+			return nil
+		})
+	}
+	paused.Wait()
+	err := g.engines[0].Do(fn)
+	close(release)
+	return err
+}
+
+// Wake rings every engine's doorbell.
+func (g *Group) Wake() {
+	for _, e := range g.engines {
+		e.Wake()
+	}
+}
+
+// HandleEvents makes fn receive the QP events of every engine, on the
+// engine's goroutine: fn must not block, and may be called by several
+// engines at once. Without a handler events are dropped.
+func (g *Group) HandleEvents(fn func(*QP, QPEvent)) {
+	_ = g.Do(func() error {
+		for _, e := range g.engines {
+			e.onEvent = fn
+		}
+		return nil
+	})
+}
+
+// ActiveQPs returns how many QPs the engines visit on each pass, for
+// diagnostics.
+func (g *Group) ActiveQPs() int {
+	n := 0
+	_ = g.Do(func() error {
+		for _, e := range g.engines {
+			n += len(e.active)
+		}
+		return nil
+	})
+	return n
+}
+
+// Counters returns the sum of the engines' counters at the time of the
+// call.
+func (g *Group) Counters() *Counters {
+	if len(g.engines) == 1 {
+		return &g.engines[0].Ctr
+	}
+	var sum Counters
+	for _, e := range g.engines {
+		AddCounters(&sum, &e.Ctr)
+	}
+	return &sum
+}
+
+// AddCounters adds every atomic counter of *src to the same field of *dst,
+// going into nested structs: dst and src are pointers to the same struct
+// type, whose fields are atomic.Uint64, atomic.Int64 or such structs.
+func AddCounters(dst, src any) {
+	addCounters(reflect.ValueOf(dst).Elem(), reflect.ValueOf(src).Elem())
+}
+
+func addCounters(dst, src reflect.Value) {
+	for i := range dst.NumField() {
+		d, s := dst.Field(i).Addr().Interface(), src.Field(i).Addr().Interface()
+		switch d := d.(type) {
+		case *atomic.Uint64:
+			d.Add(s.(*atomic.Uint64).Load())
+		case *atomic.Int64:
+			d.Add(s.(*atomic.Int64).Load())
+		default:
+			if dst.Field(i).Kind() == reflect.Struct {
+				addCounters(dst.Field(i), src.Field(i))
+			}
+		}
+	}
+}
+
+// Lane returns which of n engines serves the connection between QPs a and
+// b: the same on both ends, since it depends only on the unordered pair.
+func Lane(a, b uint32, n int) int {
+	if n <= 1 {
+		return 0
+	}
+	lo, hi := min(a, b), max(a, b)
+	h := uint64(lo)<<32 | uint64(hi)
+	// splitmix64's finalizer: consecutive QP numbers spread evenly.
+	h ^= h >> 30
+	h *= 0xbf58476d1ce4e5b9
+	h ^= h >> 27
+	h *= 0x94d049bb133111eb
+	h ^= h >> 31
+	hi64, _ := bits.Mul64(h, uint64(n))
+	return int(hi64)
+}
+
+// place moves q to the engine of its connection to destQPN (or of its
+// SRQ's other QPs). Called under Do, before the INIT to RTR transition.
+func (g *Group) place(q *QP, destQPN uint32) {
+	to := g.engines[Lane(q.qpn, destQPN, len(g.engines))]
+	if q.srq != nil {
+		if e, ok := g.srqEngine[q.srq]; ok {
+			to = e
+		} else {
+			g.srqEngine[q.srq] = to
+		}
+	}
+	from := q.e
+	if to == from {
+		return
+	}
+	// Move the QP's share of the device window (none before RTR) without
+	// releaseCredit, which would leave it out of to's window until its
+	// first ACK: half of a thousand fresh QPs then sent unchecked and
+	// overran the peer's receive ring.
+	from.unacked -= q.req.credit
+	q.req.credit = 0
+	from.removeActive(q)
+	from.removeWindowWait(q)
+	q.e = to
+	q.home.Store(to)
+	// A kick still on from's list is passed on by from's takeKicks.
+}
+
+// forwardRing carries packets from one engine to another: one producer,
+// one consumer, copies of whole IB packets.
+type forwardRing struct {
+	slots [forwardSlots]forwardSlot
+	head  atomic.Uint32 // next to take
+	tail  atomic.Uint32 // next to fill
+}
+
+type forwardSlot struct {
+	n    int
+	info RecvInfo
+	buf  [maxForwardPacket]byte
+}
+
+const (
+	forwardSlots = 256
+	// The largest IB packet: BTH, RETH and ImmDt, 4096 bytes of payload,
+	// and pad.
+	maxForwardPacket = BTHLen + RETHLen + ImmDtLen + 4096 + 4
+)
+
+// forwardTo copies a packet that arrived at e for a QP of engine to into
+// to's ring from e. A full ring drops it, as a full receive ring would.
+func (e *Engine) forwardTo(to *Engine, ib []byte, info *RecvInfo) {
+	slot := &e.g.forward[e.index][to.index]
+	r := slot.Load()
+	if r == nil {
+		r = new(forwardRing) // once per pair of engines
+		slot.Store(r)
+	}
+	t := r.tail.Load()
+	h := r.head.Load()
+	if t-h >= forwardSlots || len(ib) > maxForwardPacket {
+		e.Ctr.ForwardDrops.Add(1)
+		return
+	}
+	s := &r.slots[t%forwardSlots]
+	s.n = copy(s.buf[:], ib)
+	s.info = *info
+	r.tail.Store(t + 1)
+	e.Ctr.Forwarded.Add(1)
+	// As with kicks: to set sleeping before its last look at the rings
+	// (PrepareSleep), so one of the two sees the other's store.
+	if to.sleeping.Load() {
+		to.Wake()
+	}
+}
+
+// takeForwarded receives the packets other engines forwarded to e.
+func (e *Engine) takeForwarded() {
+	if len(e.g.engines) == 1 {
+		return
+	}
+	for i := range e.g.forward {
+		r := e.g.forward[i][e.index].Load()
+		if r == nil {
+			continue
+		}
+		h, t := r.head.Load(), r.tail.Load()
+		for ; h != t; h++ {
+			s := &r.slots[h%forwardSlots]
+			e.receive(s.buf[:s.n], &s.info)
+		}
+		r.head.Store(h)
+	}
+}
+
+// hasForwarded reports whether packets wait in e's forward rings.
+func (e *Engine) hasForwarded() bool {
+	if len(e.g.engines) == 1 {
+		return false
+	}
+	for i := range e.g.forward {
+		if r := e.g.forward[i][e.index].Load(); r != nil && r.head.Load() != r.tail.Load() {
+			return true
+		}
+	}
+	return false
+}
