@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"syscall"
@@ -27,6 +28,7 @@ type suite struct {
 	maxIters          int
 	latIters          int
 	qpCounts          []int
+	queues            int // RX and TX queues of each veth end
 	res               Results
 	started           time.Time
 	env               runEnv
@@ -43,6 +45,7 @@ func main() {
 	flag.IntVar(&s.maxIters, "max-iters", 200000, "most iterations of a bandwidth run")
 	flag.IntVar(&s.latIters, "lat-iters", 2000, "round trips of a latency run")
 	qps := flag.String("qps", "1,16,256,1024", "QP counts of the aggregate write_bw figures")
+	flag.IntVar(&s.queues, "queues", runtime.NumCPU(), "RX and TX queues of each veth end, as a NIC has one per CPU: softnic runs one engine per queue")
 	memQPs := flag.Int("mem-qps", 1024, "QP pairs created to measure the memory of an idle QP")
 	flag.IntVar(&s.memSQ, "mem-sq", 128, "send queue size of the idle QPs (perftest's tx depth)")
 	only := flag.String("only", "", "comma-separated parts to run (ceiling,tcp,udp,xdplat,bw9000,bw1500,qps,lat,msgrate,qpmem,allocs); default all")
@@ -193,7 +196,7 @@ func (s *suite) withPair(ctx context.Context, mtu int, fn func(*netnstest.Pair))
 	if ctx.Err() != nil {
 		return
 	}
-	p, err := netnstest.New(netnstest.Config{MTU: mtu,
+	p, err := netnstest.New(netnstest.Config{MTU: mtu, Queues: s.queues,
 		AddrsA: []netip.Prefix{netip.MustParsePrefix("10.48.0.1/24")},
 		AddrsB: []netip.Prefix{netip.MustParsePrefix("10.48.0.2/24")}})
 	if err != nil {

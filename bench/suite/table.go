@@ -13,9 +13,9 @@ func (s *suite) markdown(elapsed time.Duration) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "### softnic benchmark, %s\n\n", s.started.Format("2006-01-02 15:04 UTC"))
 	fmt.Fprintf(&b, "`make bench`: %d CPUs, Linux %s, %s, commit %s; load average %s at the start, %s at the end; %v in all. "+
-		"Two network namespaces joined by a veth pair (AF_XDP in copy mode); softnic runs `softnic perf` with the server in one "+
-		"namespace and the client in the other. Ratios compare figures of this run only.\n\n",
-		s.env.cpus, s.env.kernel, goVersion(), s.env.commit, s.env.loadStart, s.env.loadEnd, elapsed)
+		"Two network namespaces joined by a veth pair of %d queues a side (AF_XDP in copy mode); softnic runs `softnic perf` with the server in one "+
+		"namespace and the client in the other, one engine per queue. Ratios compare figures of this run only.\n\n",
+		s.env.cpus, s.env.kernel, goVersion(), s.env.commit, s.env.loadStart, s.env.loadEnd, elapsed, s.queues)
 	b.WriteString("| | figure | value | × ceiling | × kernel | notes |\n|---|---|---:|---:|---:|---|\n")
 	for _, f := range s.res.Figures {
 		value := fmt.Sprintf("%s %s", fmtValue(f.Value), f.Unit)
