@@ -106,6 +106,8 @@ type Engine struct {
 	// sleeping is set while the engine goroutine may block waiting for
 	// packets: only then do posters ring the doorbell (a system call).
 	sleeping atomic.Bool
+	// nQPs counts the QPs on this engine (changed under Group.Do).
+	nQPs atomic.Int32
 	// unacked is the device-wide window in use: the sum of the QPs'
 	// requester credits (requester.go).
 	unacked int
@@ -375,6 +377,10 @@ func (e *Engine) PrepareSleep() bool {
 	}
 	return true
 }
+
+// HasQPs reports whether any QP lives on the engine: an application's
+// poll leaves the passes of an engine without QPs to its goroutine.
+func (e *Engine) HasQPs() bool { return e.nQPs.Load() > 0 }
 
 // HasWork reports whether verbs commands (Do) or packets from the group's
 // other engines wait for a pass: they wake the engine goroutine even from

@@ -192,6 +192,8 @@ func (g *Group) place(q *QP, destQPN uint32) {
 	from.removeWindowWait(q)
 	q.e = to
 	q.home.Store(to)
+	from.nQPs.Add(-1)
+	to.nQPs.Add(1)
 	// A kick still on from's list is passed on by from's takeKicks.
 }
 

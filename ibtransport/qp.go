@@ -332,6 +332,7 @@ func (g *Group) CreateQP(init *QPConfig) (*QP, error) {
 			}
 		}
 		g.qps[q.qpn] = q
+		e.nQPs.Add(1)
 		return nil
 	})
 	if err != nil {
@@ -373,6 +374,7 @@ func (q *QP) Destroy() error {
 		}
 		q.reset()
 		delete(g.qps, q.qpn)
+		q.e.nQPs.Add(-1)
 		q.destroyed = true // Process drops it from the active list
 		return nil
 	})

@@ -223,7 +223,10 @@ func (d *Device) Poll() bool {
 	}
 	worked := false
 	for _, ln := range d.lanes {
-		if ln.poll() {
+		// A lane without QPs is left to its goroutine: its passes would
+		// cost every poll, and the goroutine does not nap while no
+		// application polls it.
+		if (len(d.lanes) == 1 || ln.eng.HasQPs()) && ln.poll() {
 			worked = true
 		}
 	}

@@ -199,3 +199,45 @@ func TestEnginesRegisterDuringTraffic(t *testing.T) {
 	exchange(t, p, 16)
 	wg.Wait()
 }
+
+// With two engines a side, an application that polls drives the engine
+// of its QPs in its own goroutine (the other engine, without QPs, is left
+// to its goroutine): a ping-pong both sides run by polling their CQs.
+func TestEnginesPolledPingPong(t *testing.T) {
+	p := newMultiPair(t, memlink.Config{}, 2, 2)
+	o := defaultOpts()
+	x := newEndpoint(t, p.a, nil, o, nil)
+	y := newEndpoint(t, p.b, nil, o, nil)
+	connect(t, x, y, o)
+	const rounds, size = 300, 100
+	xmr, _ := regMR(t, x.pd, 2*size, verbs.AccessLocalWrite)
+	ymr, _ := regMR(t, y.pd, 2*size, verbs.AccessLocalWrite)
+	postRecv := func(e *endpoint, mr *verbs.MR) {
+		require.NoError(t, e.qp.PostRecv(&verbs.RecvWR{SGL: []verbs.SGE{mr.SGE(size, size)}}))
+	}
+	send := func(e *endpoint, mr *verbs.MR) {
+		require.NoError(t, e.qp.PostSend(&verbs.SendWR{Opcode: verbs.WRSend, SGL: []verbs.SGE{mr.SGE(0, size)}}))
+	}
+	postRecv(x, xmr)
+	postRecv(y, ymr)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for range rounds {
+			if wc := spin(t, y.rcq); wc.Status != verbs.WCSuccess {
+				t.Errorf("receive: %v", wc.Status)
+				return
+			}
+			postRecv(y, ymr)
+			send(y, ymr)
+		}
+	}()
+	for range rounds {
+		send(x, xmr)
+		require.Equal(t, verbs.WCSuccess, spin(t, x.rcq).Status)
+		postRecv(x, xmr)
+	}
+	<-done
+	require.NotZero(t, p.a.RoCE().Counters().PollPasses.Load())
+	require.NotZero(t, p.b.RoCE().Counters().PollPasses.Load())
+}
