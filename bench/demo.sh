@@ -27,10 +27,13 @@ cleanup() {
 trap cleanup EXIT INT TERM
 cleanup
 
-echo "== topology: $NS_A/$IF_A ($ADDR_A) <-- veth, MTU $MTU --> $NS_B/$IF_B ($ADDR_B)"
+# One queue per CPU, as a NIC has: softnic runs one engine per queue.
+QUEUES=$(nproc)
+echo "== topology: $NS_A/$IF_A ($ADDR_A) <-- veth, MTU $MTU, $QUEUES queues --> $NS_B/$IF_B ($ADDR_B)"
 ip netns add "$NS_A"
 ip netns add "$NS_B"
-ip link add "$IF_A" netns "$NS_A" mtu "$MTU" type veth peer name "$IF_B" netns "$NS_B" mtu "$MTU"
+ip link add "$IF_A" netns "$NS_A" mtu "$MTU" numtxqueues "$QUEUES" numrxqueues "$QUEUES" type veth \
+	peer name "$IF_B" netns "$NS_B" mtu "$MTU" numtxqueues "$QUEUES" numrxqueues "$QUEUES"
 ip -n "$NS_A" addr add "$ADDR_A/24" dev "$IF_A"
 ip -n "$NS_B" addr add "$ADDR_B/24" dev "$IF_B"
 for ns in "$NS_A" "$NS_B"; do ip -n "$ns" link set lo up; done
@@ -65,6 +68,8 @@ run_pair "RC ping-pong, 4 KiB messages, IB MTU 1024 (ibv_rc_pingpong-compatible)
 	pingpong -g 1 -m 1024 -s 4096 -n 1000
 run_pair "RDMA WRITE bandwidth, 64 KiB messages, IB MTU 4096 (ib_write_bw-compatible)" \
 	perf write_bw -x 1 -m 4096 -s 65536 -n 5000
+run_pair "RDMA WRITE bandwidth over 64 QPs, spread over the engines (ib_write_bw -q 64)" \
+	perf write_bw -x 1 -m 4096 -s 65536 -q 64 -n 500
 
 echo
 echo "== demo done; removing the namespaces"

@@ -25,14 +25,16 @@
 // Asynchronous events (QP fatal, SQ drained, SRQ limit, last WQE reached)
 // arrive on Device.Events.
 //
-// A Device runs one engine goroutine that owns all protocol state; verbs
-// calls hand it work through lock-free rings and a doorbell, so posting and
-// polling may happen from any goroutine. The packet path allocates nothing.
-// A goroutine that polls an empty CQ runs the engine itself (Device.Poll):
-// while a program keeps polling, as latency-bound programs do, frames are
-// received, sent and completed in its thread and the engine goroutine
-// naps, so a reply needs no hand-off between threads. CQ.Wait and
-// CompChannel.Get give the engine back before they block.
+// A Device runs an engine goroutine per receive queue of its link (up to
+// the number of CPUs; Config.Engines), each owning the protocol state of
+// the QPs placed on it when they connect; verbs calls hand work to a QP's
+// engine through lock-free rings and a doorbell, so posting and polling may
+// happen from any goroutine. The packet path allocates nothing. A
+// goroutine that polls an empty CQ runs the engines that have QPs itself
+// (Device.Poll): while a program keeps polling, as latency-bound programs
+// do, frames are received, sent and completed in its thread and the engine
+// goroutines nap, so a reply needs no hand-off between threads. CQ.Wait
+// and CompChannel.Get give the engines back before they block.
 //
 // This package implements the verbs objects: protection domains, memory
 // regions (random keys, the key table, bounds and access checks),
