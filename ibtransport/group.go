@@ -113,8 +113,8 @@ func (g *Group) ActiveQPs() int {
 	return n
 }
 
-// Counters returns the sum of the engines' counters at the time of the
-// call.
+// Counters returns the engines' counters: with one engine the live ones,
+// with several their sum at the time of the call.
 func (g *Group) Counters() *Counters {
 	if len(g.engines) == 1 {
 		return &g.engines[0].Ctr

@@ -91,7 +91,7 @@ type lane struct {
 	d    *Device
 	link Link
 	eng  *ibtransport.Engine
-	Ctr  DeviceCounters
+	ctr  DeviceCounters
 
 	rxFrame Frame
 	rxInfo  ibtransport.RecvInfo
@@ -240,7 +240,7 @@ func (ln *lane) poll() bool {
 	}
 	worked, _, _ := ln.pass()
 	ln.owner.Store(0)
-	ln.Ctr.PollPasses.Add(1)
+	ln.ctr.PollPasses.Add(1)
 	return worked
 }
 
@@ -276,7 +276,7 @@ func (ln *lane) appPolled() bool {
 // pass is one round of the engine: receive, process, transmit. The caller
 // holds owner.
 func (ln *lane) pass() (worked, busy bool, wait time.Duration) {
-	ln.Ctr.Passes.Add(1)
+	ln.ctr.Passes.Add(1)
 	sent := ln.eng.Ctr.TxPackets.Load()
 	n := ln.link.Receive(ln.onFrame, ln.d.batch)
 	busy, wait = ln.eng.Process()
@@ -295,14 +295,15 @@ func (d *Device) Group() *ibtransport.Group { return d.group }
 // Engines returns how many engines (and goroutines) run the device.
 func (d *Device) Engines() int { return len(d.lanes) }
 
-// Counters returns the sum of the lanes' counters at the time of the call.
+// Counters returns the device's counters: with one engine the live ones,
+// with several their sum at the time of the call.
 func (d *Device) Counters() *DeviceCounters {
 	if len(d.lanes) == 1 {
-		return &d.lanes[0].Ctr
+		return &d.lanes[0].ctr
 	}
 	var sum DeviceCounters
 	for _, ln := range d.lanes {
-		ibtransport.AddCounters(&sum, &ln.Ctr)
+		ibtransport.AddCounters(&sum, &ln.ctr)
 	}
 	return &sum
 }
@@ -440,7 +441,7 @@ func osYield() { syscall.Syscall(syscall.SYS_SCHED_YIELD, 0, 0, 0) }
 func (ln *lane) receive(frame []byte) {
 	f := &ln.rxFrame
 	err := ParseFrame(frame, f)
-	ln.Ctr.Rx.Count(err)
+	ln.ctr.Rx.Count(err)
 	if err != nil {
 		return
 	}
@@ -453,7 +454,7 @@ func (ln *lane) receive(frame []byte) {
 		}
 	}
 	if idx < 0 {
-		ln.Ctr.RxNotForUs.Add(1)
+		ln.ctr.RxNotForUs.Add(1)
 		return
 	}
 	ln.rxInfo.SGID = GIDFromAddr(f.Src)
@@ -566,7 +567,7 @@ func (p *path) Buffer() []byte {
 	ln := p.ln
 	if ln.txBuf == nil {
 		if ln.txBuf = ln.link.TxFrame(); ln.txBuf == nil {
-			ln.Ctr.TxNoBuffer.Add(1)
+			ln.ctr.TxNoBuffer.Add(1)
 			return nil
 		}
 	}
@@ -578,12 +579,12 @@ func (p *path) Send(n int) {
 	ln := p.ln
 	l, err := p.encap.Finish(ln.txBuf, n)
 	if err != nil {
-		ln.Ctr.TxErrors.Add(1)
+		ln.ctr.TxErrors.Add(1)
 		return // the buffer stays for the next packet
 	}
 	ln.link.Send(ln.txBuf[:l])
 	ln.txBuf = nil
-	ln.Ctr.TxFrames.Add(1)
+	ln.ctr.TxFrames.Add(1)
 	// Kick the link in the middle of a long pass too: the peer starts on
 	// the first frames while this side builds the rest, and it does not
 	// fall asleep waiting for a whole pass (each wake-up of a sleeping
@@ -626,5 +627,5 @@ func (p *loopPath) Send(n int) {
 	ln := p.ln
 	ln.loopQ = append(ln.loopQ, loopPacket{buf: ln.loopBuf, n: n, info: p.info})
 	ln.loopBuf = nil
-	ln.Ctr.Loopback.Add(1)
+	ln.ctr.Loopback.Add(1)
 }
