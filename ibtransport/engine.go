@@ -2,6 +2,7 @@ package ibtransport
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -270,15 +271,10 @@ func (e *Engine) removeActive(q *QP) {
 	if !q.inActive {
 		return
 	}
-	for i, a := range e.active {
-		if a == q {
-			copy(e.active[i:], e.active[i+1:])
-			e.active[len(e.active)-1] = nil
-			e.active = e.active[:len(e.active)-1]
-			if i < e.reqNext {
-				e.reqNext--
-			}
-			break
+	if i := slices.Index(e.active, q); i >= 0 {
+		e.active = slices.Delete(e.active, i, i+1)
+		if i < e.reqNext {
+			e.reqNext--
 		}
 	}
 	q.inActive = false
@@ -289,13 +285,8 @@ func (e *Engine) removeWindowWait(q *QP) {
 	if !q.waitsWindow {
 		return
 	}
-	for i, w := range e.windowWait {
-		if w == q {
-			copy(e.windowWait[i:], e.windowWait[i+1:])
-			e.windowWait[len(e.windowWait)-1] = nil
-			e.windowWait = e.windowWait[:len(e.windowWait)-1]
-			break
-		}
+	if i := slices.Index(e.windowWait, q); i >= 0 {
+		e.windowWait = slices.Delete(e.windowWait, i, i+1)
 	}
 	q.waitsWindow = false
 }

@@ -3,7 +3,6 @@ package verbs_test
 import (
 	"bytes"
 	"fmt"
-	"net/netip"
 	"sync"
 	"testing"
 
@@ -23,16 +22,7 @@ type multiPair struct {
 func newMultiPair(t testing.TB, cfg memlink.Config, enginesA, enginesB int) *multiPair {
 	t.Helper()
 	la, lb := memlink.PairQueues(cfg, 2)
-	a, err := verbs.Open(la, verbs.Config{Addrs: []netip.Addr{addrA}, Engines: enginesA})
-	require.NoError(t, err)
-	b, err := verbs.Open(lb, verbs.Config{Addrs: []netip.Addr{addrB}, Engines: enginesB})
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		a.Close()
-		b.Close()
-		la.Close()
-		lb.Close()
-	})
+	a, b := openPair(t, la, lb, verbs.Config{Engines: enginesA}, verbs.Config{Engines: enginesB})
 	require.Equal(t, enginesA, a.RoCE().Engines())
 	require.Equal(t, enginesB, b.RoCE().Engines())
 	return &multiPair{a: a, b: b, la: la, lb: lb}

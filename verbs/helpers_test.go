@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/softnic/softnic/roce"
 	"github.com/softnic/softnic/roce/memlink"
 	"github.com/softnic/softnic/verbs"
 )
@@ -33,11 +34,19 @@ func newPair(t testing.TB, cfg memlink.Config) *testPair {
 func newPairConfig(t testing.TB, cfg memlink.Config, dc verbs.Config) *testPair {
 	t.Helper()
 	la, lb := memlink.Pair(cfg)
-	dc.Addrs = []netip.Addr{addrA}
-	a, err := verbs.Open(la, dc)
+	a, b := openPair(t, la, lb, dc, dc)
+	return &testPair{a: a, b: b, la: la, lb: lb}
+}
+
+// openPair opens devices on both ends of a link (addrA and addrB), and
+// closes them and the links when the test ends.
+func openPair(t testing.TB, la, lb roce.Link, dcA, dcB verbs.Config) (a, b *verbs.Device) {
+	t.Helper()
+	dcA.Addrs = []netip.Addr{addrA}
+	a, err := verbs.Open(la, dcA)
 	require.NoError(t, err)
-	dc.Addrs = []netip.Addr{addrB}
-	b, err := verbs.Open(lb, dc)
+	dcB.Addrs = []netip.Addr{addrB}
+	b, err = verbs.Open(lb, dcB)
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		a.Close()
@@ -45,7 +54,7 @@ func newPairConfig(t testing.TB, cfg memlink.Config, dc verbs.Config) *testPair 
 		la.Close()
 		lb.Close()
 	})
-	return &testPair{a: a, b: b, la: la, lb: lb}
+	return a, b
 }
 
 // endpoint is one side's QP with its PD and CQs.
