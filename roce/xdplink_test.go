@@ -90,7 +90,7 @@ func openLinkT(t *testing.T, e *netnstest.End) *XDPLink {
 }
 
 // sendIB sends one RoCEv2 frame carrying ib through l.
-func sendIB(t *testing.T, l *XDPLink, e *Encap, ib []byte) {
+func sendIB(t *testing.T, l Link, e *Encap, ib []byte) {
 	t.Helper()
 	var buf []byte
 	for deadline := time.Now().Add(2 * time.Second); buf == nil; {
@@ -351,5 +351,72 @@ func TestXDPLinkNoFDLeak(t *testing.T) {
 	}
 	if after := count(); after > before+2 {
 		t.Errorf("%d file descriptors before 20 open/close cycles, %d after", before, after)
+	}
+}
+
+// Split divides the sockets of a 4-queue veth: link i of 2 receives what
+// arrives on queues i and i+2, and each of the peer's 4 links sends on its
+// own queue, which on veth is the queue the frame arrives on.
+func TestXDPLinkSplit(t *testing.T) {
+	netnstest.RequireRoot(t)
+	pair := netnstest.NewT(t, netnstest.Config{Queues: 4})
+	a, b := openLinkT(t, &pair.A), openLinkT(t, &pair.B)
+	if a.NumQueues() != 4 || b.NumQueues() != 4 {
+		t.Fatalf("%d and %d queues, want 4", a.NumQueues(), b.NumQueues())
+	}
+	if _, err := a.Split(5); !errors.Is(err, ErrSplit) {
+		t.Fatalf("Split(5) of 4 queues: %v", err)
+	}
+	as, err := a.Split(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Split(2); !errors.Is(err, ErrSplit) {
+		t.Fatalf("a second Split: %v", err)
+	}
+	bs, err := b.Split(4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := Encap{SrcMAC: b.HardwareAddr(), DstMAC: a.HardwareAddr(), Src: pair.B.Addr4(), Dst: pair.A.Addr4(), HopLimit: 64, SrcPort: SourcePort(17)}
+	for q, l := range bs {
+		ib := make([]byte, 64)
+		ib[0] = byte(ibtransport.OpRCSendOnly)
+		ib[20] = byte(q) // the payload says which queue sent it
+		sendIB(t, l, &e, ib)
+		if err := l.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := map[int]int{} // sending queue -> receiving link
+	var f Frame
+	for deadline := time.Now().Add(5 * time.Second); len(got) < 4 && time.Now().Before(deadline); {
+		for i, l := range as {
+			l.Receive(func(frame []byte) {
+				if err := ParseFrame(frame, &f); err != nil {
+					t.Errorf("link %d: %v", i, err)
+					return
+				}
+				got[int(f.IB[20])] = i
+			}, 64)
+		}
+		as[0].Wait(time.Millisecond)
+	}
+	for q := range 4 {
+		i, ok := got[q]
+		if !ok {
+			t.Errorf("the frame sent on queue %d did not arrive", q)
+		} else if i != q%2 {
+			t.Errorf("the frame sent on queue %d arrived at link %d, want %d", q, i, q%2)
+		}
+	}
+	st, err := a.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for q, s := range st.Sockets {
+		if s.RxPackets != 1 {
+			t.Errorf("socket of queue %d received %d frames, want 1", q, s.RxPackets)
+		}
 	}
 }
