@@ -140,13 +140,19 @@ func requireInteropHost(t *testing.T) {
 // startInterop builds softnic and the guest image, makes the network and
 // boots the guest with script (netem, if set, on the guest's eth0).
 func startInterop(t *testing.T, ctx context.Context, name, script, netem string, scriptTimeout time.Duration) *interopEnv {
+	return startInteropQueues(t, ctx, name, script, netem, scriptTimeout, 1)
+}
+
+// startInteropQueues is startInterop with softnic's veth of the given
+// number of queues.
+func startInteropQueues(t *testing.T, ctx context.Context, name, script, netem string, scriptTimeout time.Duration, queues int) *interopEnv {
 	img, err := rxeguest.Build(ctx, rxeguest.DefaultCacheDir())
 	if err != nil {
 		t.Fatalf("guest image: %v", err)
 	}
 	bin := buildSoftnic(t, ctx)
 	n, err := rxeguest.NewNetwork(ctx, rxeguest.NetworkConfig{Name: fmt.Sprintf("%s%d", name, os.Getpid()%100000),
-		Taps: 1, PeerAddr: netip.MustParsePrefix("10.77.0.1/24")})
+		Taps: 1, PeerAddr: netip.MustParsePrefix("10.77.0.1/24"), PeerQueues: queues})
 	if err != nil {
 		t.Fatal(err)
 	}

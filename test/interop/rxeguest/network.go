@@ -45,6 +45,9 @@ type NetworkConfig struct {
 	PeerAddr netip.Prefix
 	// MTU of the bridge ports; 1500 when zero.
 	MTU int
+	// PeerQueues is the number of RX and TX queues of each end of the
+	// veth pair (1 when zero): softnic runs one engine per queue.
+	PeerQueues int
 }
 
 // NewNetwork creates the namespaces and links. Namespaces left over from
@@ -83,8 +86,10 @@ func NewNetwork(ctx context.Context, cfg NetworkConfig) (*Network, error) {
 			[]string{"-n", n.BridgeNS, "tuntap", "add", "dev", tap, "mode", "tap"},
 			[]string{"-n", n.BridgeNS, "link", "set", tap, "mtu", mtu, "master", n.Bridge, "up"})
 	}
+	queues := fmt.Sprint(max(cfg.PeerQueues, 1))
 	steps = append(steps,
-		[]string{"-n", n.BridgeNS, "link", "add", n.BridgeLink, "mtu", mtu, "type", "veth", "peer", "name", n.PeerLink, "mtu", mtu, "netns", n.PeerNS},
+		[]string{"-n", n.BridgeNS, "link", "add", n.BridgeLink, "mtu", mtu, "numtxqueues", queues, "numrxqueues", queues, "type", "veth",
+			"peer", "name", n.PeerLink, "mtu", mtu, "numtxqueues", queues, "numrxqueues", queues, "netns", n.PeerNS},
 		[]string{"-n", n.BridgeNS, "link", "set", n.BridgeLink, "master", n.Bridge, "up"},
 		[]string{"-n", n.PeerNS, "link", "set", n.PeerLink, "up"})
 	if cfg.PeerAddr.IsValid() {
