@@ -148,8 +148,9 @@ func (e *Engine) now() int64 { return int64(time.Since(e.g.epoch)) }
 
 // Do runs fn on the engine goroutine and returns its error: state only
 // this engine reads (its QPs' protocol state) is changed that way; what
-// all the group's engines read goes through Group.Do. Once the engine stopped, fn runs on the
-// caller's goroutine, which is then the only one touching engine state.
+// all the group's engines read goes through Group.Do. Once the engine
+// stopped, fn runs on the caller's goroutine, which is then the only one
+// touching engine state.
 func (e *Engine) Do(fn func() error) error {
 	e.cmdMu.Lock()
 	if e.stopped {
@@ -262,10 +263,6 @@ func (e *Engine) Process() (busy bool, wait time.Duration) {
 	return busy, time.Duration(max(next-now, 0))
 }
 
-// ActiveQPs returns how many QPs the group's engines currently visit on
-// each pass, for diagnostics.
-func (e *Engine) ActiveQPs() int { return e.g.ActiveQPs() }
-
 // removeActive takes q off the active list (q moves to another engine).
 func (e *Engine) removeActive(q *QP) {
 	if !q.inActive {
@@ -278,17 +275,6 @@ func (e *Engine) removeActive(q *QP) {
 		}
 	}
 	q.inActive = false
-}
-
-// removeWindowWait takes q off the queue for the device window.
-func (e *Engine) removeWindowWait(q *QP) {
-	if !q.waitsWindow {
-		return
-	}
-	if i := slices.Index(e.windowWait, q); i >= 0 {
-		e.windowWait = slices.Delete(e.windowWait, i, i+1)
-	}
-	q.waitsWindow = false
 }
 
 // waitWindow queues q to start its next message when the device window

@@ -28,10 +28,6 @@ func (t QPEvent) String() string {
 	return "unknown QP event"
 }
 
-// HandleEvents makes fn receive the QP events of the engine's group (see
-// Group.HandleEvents).
-func (e *Engine) HandleEvents(fn func(*QP, QPEvent)) { e.g.HandleEvents(fn) }
-
 func (e *Engine) emit(q *QP, ev QPEvent) {
 	if e.onEvent != nil {
 		e.onEvent(q, ev)

@@ -182,14 +182,11 @@ func (g *Group) place(q *QP, destQPN uint32) {
 	if to == from {
 		return
 	}
-	// Move the QP's share of the device window (none before RTR) without
-	// releaseCredit, which would leave it out of to's window until its
-	// first ACK: half of a thousand fresh QPs then sent unchecked and
-	// overran the peer's receive ring.
-	from.unacked -= q.req.credit
-	q.req.credit = 0
+	// In INIT the QP holds no share of from's device window and waits for
+	// none. (Not releaseCredit: that would leave it out of to's window
+	// until its first ACK, and half of a thousand fresh QPs then sent
+	// unchecked and overran the peer's receive ring.)
 	from.removeActive(q)
-	from.removeWindowWait(q)
 	q.e = to
 	q.home.Store(to)
 	from.nQPs.Add(-1)
