@@ -178,7 +178,7 @@ func (d *decider) bindSocket(t testing.TB) {
 }
 
 func TestSteeringDecisionTable(t *testing.T) {
-	netnstest.RequireRoot(t)
+	netnstest.Integration(t)
 	d := newDecider(t)
 	cases := []struct {
 		name string
@@ -226,7 +226,7 @@ func TestSteeringDecisionTable(t *testing.T) {
 // FuzzSteeringDecision checks the program against the Go model on
 // arbitrary frames: the parser in the kernel and the model must agree.
 func FuzzSteeringDecision(f *testing.F) {
-	netnstest.RequireRoot(f)
+	netnstest.Integration(f)
 	for _, b := range [][]byte{
 		frame(localV4, 4791, false, nil), frame(localV6, 4791, true, nil),
 		frame(otherV4, 4791, true, nil), frame(localV4, 4791, false, func(b []byte) { b[14] = 0x46 }),

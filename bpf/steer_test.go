@@ -62,7 +62,7 @@ func waitStats(t *testing.T, p *Program, ok func(Stats) bool) Stats {
 }
 
 func TestSteeringDecisions(t *testing.T) {
-	netnstest.RequireRoot(t)
+	netnstest.Integration(t)
 	pair := netnstest.NewT(t, netnstest.Config{MTU: 9000})
 	p := attachT(t, &pair.A)
 	if err := p.AddAddr(pair.A.Addr4()); err != nil {
@@ -119,7 +119,7 @@ func assertNoXDP(t *testing.T, e *netnstest.End) {
 }
 
 func TestAttachErrors(t *testing.T) {
-	netnstest.RequireRoot(t)
+	netnstest.Integration(t)
 	pair := netnstest.NewT(t, netnstest.Config{})
 
 	err := pair.A.Do(func() error { _, err := Attach("nosuchif0", ModeAuto); return err })
@@ -179,7 +179,7 @@ func TestKilledProcessLeavesNoProgram(t *testing.T) {
 		childAttachAndHang(ns)
 		return
 	}
-	netnstest.RequireRoot(t)
+	netnstest.Integration(t)
 	pair := netnstest.NewT(t, netnstest.Config{})
 	cmd := exec.Command(os.Args[0], "-test.run=^TestKilledProcessLeavesNoProgram$")
 	cmd.Env = append(os.Environ(), "SOFTNIC_BPF_CHILD_NS="+pair.A.Namespace)
@@ -228,7 +228,7 @@ func childAttachAndHang(ns string) {
 }
 
 func TestAttachWithoutPrivileges(t *testing.T) {
-	netnstest.RequireRoot(t)
+	netnstest.Integration(t)
 	pair := netnstest.NewT(t, netnstest.Config{})
 	err := pair.A.Do(func() error {
 		return netnstest.WithoutCapabilities(nil, func() error {
@@ -250,7 +250,7 @@ func TestAttachWithoutPrivileges(t *testing.T) {
 // least as many RX queues as its peer has TX queues), ModeAuto falls back
 // to generic XDP and says why native mode was refused.
 func TestAutoFallsBackToGeneric(t *testing.T) {
-	netnstest.RequireRoot(t)
+	netnstest.Integration(t)
 	pair := netnstest.NewT(t, netnstest.Config{})
 	var p *Program
 	err := pair.A.Do(func() error {

@@ -156,7 +156,7 @@ func pattern(b []byte, seed byte) {
 // sockets, with IB MTU 1024 on a 1500-byte link and IB MTU 4096 on a
 // 9000-byte link, over IPv4 and IPv6 GIDs, while ping and TCP share the veth.
 func TestVerbsOverXDP(t *testing.T) {
-	netnstest.RequireRoot(t)
+	netnstest.Integration(t)
 	for _, tc := range []struct {
 		linkMTU int
 		mtu     verbs.MTU
@@ -288,7 +288,7 @@ func TestVerbsOverXDP(t *testing.T) {
 // the peer's queue k, and each connection stays on one engine a side, so
 // nothing is forwarded between engines.
 func TestVerbsOverXDPMultiQueue(t *testing.T) {
-	netnstest.RequireRoot(t)
+	netnstest.Integration(t)
 	pair := netnstest.NewT(t, netnstest.Config{MTU: 9000, Queues: 2})
 	x, y := openXDPSideEngines(t, &pair.A, 2), openXDPSideEngines(t, &pair.B, 2)
 	for _, s := range []*xdpSide{x, y} {
@@ -347,7 +347,7 @@ func TestVerbsOverXDPMultiQueue(t *testing.T) {
 // devices over AF_XDP on a veth pair (64 KiB messages, 16 in flight): the
 // figure to compare with bench/xdpblast's raw ceiling.
 func BenchmarkVerbsOverXDP(b *testing.B) {
-	netnstest.RequireRoot(b)
+	netnstest.Integration(b)
 	for _, tc := range []struct {
 		linkMTU int
 		mtu     verbs.MTU

@@ -18,7 +18,7 @@ import (
 )
 
 func TestNetdevAndNeighbors(t *testing.T) {
-	netnstest.RequireRoot(t)
+	netnstest.Integration(t)
 	pair := netnstest.NewT(t, netnstest.Config{MTU: 9000})
 	err := pair.A.Do(func() error {
 		nd, err := LookupNetdev(pair.A.Ifname)
@@ -114,7 +114,7 @@ func sendIB(t *testing.T, l Link, e *Encap, ib []byte) {
 }
 
 func TestXDPLinkFrames(t *testing.T) {
-	netnstest.RequireRoot(t)
+	netnstest.Integration(t)
 	for _, tc := range []struct {
 		mtu, ibMTU int
 	}{{1500, 1024}, {9000, 4096}} {
@@ -195,7 +195,7 @@ func TestXDPLinkFrames(t *testing.T) {
 }
 
 func TestXDPLinkWakeAndClose(t *testing.T) {
-	netnstest.RequireRoot(t)
+	netnstest.Integration(t)
 	pair := netnstest.NewT(t, netnstest.Config{})
 	l := openLinkT(t, &pair.A)
 	done := make(chan error, 1)
@@ -231,7 +231,7 @@ func TestXDPLinkWakeAndClose(t *testing.T) {
 }
 
 func TestOpenXDPLinkErrors(t *testing.T) {
-	netnstest.RequireRoot(t)
+	netnstest.Integration(t)
 	pair := netnstest.NewT(t, netnstest.Config{})
 	err := pair.A.Do(func() error { _, err := OpenXDPLink("nosuch0", XDPLinkConfig{}); return err })
 	if !errors.Is(err, bpf.ErrNoInterface) {
@@ -283,7 +283,7 @@ func TestOpenXDPLinkErrors(t *testing.T) {
 
 // The link's per-frame path (TxFrame, Send, Flush, Receive) allocates nothing.
 func TestXDPLinkHotPathAllocs(t *testing.T) {
-	netnstest.RequireRoot(t)
+	netnstest.Integration(t)
 	for _, mtu := range []int{1500, 9000} {
 		pair := netnstest.NewT(t, netnstest.Config{MTU: mtu})
 		a, b := openLinkT(t, &pair.A), openLinkT(t, &pair.B)
@@ -316,7 +316,7 @@ func TestXDPLinkHotPathAllocs(t *testing.T) {
 // Opening and closing links leaks no file descriptors (sockets, eventfds,
 // BPF objects), once closed links are garbage.
 func TestXDPLinkNoFDLeak(t *testing.T) {
-	netnstest.RequireRoot(t)
+	netnstest.Integration(t)
 	pair := netnstest.NewT(t, netnstest.Config{})
 	count := func() int {
 		entries, err := os.ReadDir("/proc/self/fd")
@@ -358,7 +358,7 @@ func TestXDPLinkNoFDLeak(t *testing.T) {
 // arrives on queues i and i+2, and each of the peer's 4 links sends on its
 // own queue, which on veth is the queue the frame arrives on.
 func TestXDPLinkSplit(t *testing.T) {
-	netnstest.RequireRoot(t)
+	netnstest.Integration(t)
 	pair := netnstest.NewT(t, netnstest.Config{Queues: 4})
 	a, b := openLinkT(t, &pair.A), openLinkT(t, &pair.B)
 	if a.NumQueues() != 4 || b.NumQueues() != 4 {

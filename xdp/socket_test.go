@@ -13,7 +13,7 @@ import (
 )
 
 func TestExchange(t *testing.T) {
-	netnstest.RequireRoot(t)
+	netnstest.Integration(t)
 	for _, tc := range []struct {
 		name       string
 		mtu        int
@@ -131,7 +131,7 @@ func TestExchange(t *testing.T) {
 }
 
 func TestOpenErrors(t *testing.T) {
-	netnstest.RequireRoot(t)
+	netnstest.Integration(t)
 	pair := netnstest.NewT(t, netnstest.Config{})
 	open := func(ifindex, queue int, cfg Config) (*Socket, error) {
 		var s *Socket
@@ -181,7 +181,7 @@ func TestOpenErrors(t *testing.T) {
 }
 
 func TestFrameOwnership(t *testing.T) {
-	netnstest.RequireRoot(t)
+	netnstest.Integration(t)
 	pair := netnstest.NewT(t, netnstest.Config{})
 	var s *Socket
 	if err := pair.A.Do(func() (err error) { s, err = Open(pair.A.Ifindex, 0, Config{NumFrames: 8}); return err }); err != nil {
@@ -236,7 +236,7 @@ func TestFrameOwnership(t *testing.T) {
 }
 
 func TestOpenWithoutPrivileges(t *testing.T) {
-	netnstest.RequireRoot(t)
+	netnstest.Integration(t)
 	pair := netnstest.NewT(t, netnstest.Config{})
 	err := pair.A.Do(func() error {
 		return netnstest.WithoutCapabilities(nil, func() error {
@@ -256,7 +256,7 @@ func TestOpenWithoutPrivileges(t *testing.T) {
 // Without CAP_IPC_LOCK the UMEM counts against RLIMIT_MEMLOCK; a UMEM above
 // the limit must fail with ErrUMEM and say why.
 func TestOpenLockedMemoryLimit(t *testing.T) {
-	netnstest.RequireRoot(t)
+	netnstest.Integration(t)
 	pair := netnstest.NewT(t, netnstest.Config{})
 	var old unix.Rlimit
 	if err := unix.Getrlimit(unix.RLIMIT_MEMLOCK, &old); err != nil {
@@ -287,7 +287,7 @@ func TestOpenLockedMemoryLimit(t *testing.T) {
 // (veth maps TX queue to RX queue) and reach that queue's socket; with no
 // socket on a queue its RoCEv2 frames go to the kernel instead.
 func TestSocketPerQueue(t *testing.T) {
-	netnstest.RequireRoot(t)
+	netnstest.Integration(t)
 	pair := netnstest.NewT(t, netnstest.Config{Queues: 2})
 	cfg := Config{NumFrames: 256}
 	b := setupSide(t, &pair.B, cfg) // program + socket on B's queue 0
@@ -348,7 +348,7 @@ func TestSocketPerQueue(t *testing.T) {
 // A socket opened right after the previous one on the same queue was closed
 // (the kernel frees the queue asynchronously) binds and works.
 func TestReopenAfterClose(t *testing.T) {
-	netnstest.RequireRoot(t)
+	netnstest.Integration(t)
 	pair := netnstest.NewT(t, netnstest.Config{})
 	cfg := Config{NumFrames: 256}
 	b := setupSide(t, &pair.B, cfg)

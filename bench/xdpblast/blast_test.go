@@ -17,7 +17,7 @@ import (
 // steered by the program, with no frame-ownership violations on either
 // side. Loss is allowed (the receiver may fall behind), silence is not.
 func TestBlastCounts(t *testing.T) {
-	netnstest.RequireRoot(t)
+	netnstest.Integration(t)
 	for _, tc := range []struct{ size, queues int }{{64, 1}, {1082, 1}, {4158, 1}, {9014, 1}, {1082, 2}} {
 		size := tc.size
 		t.Run(fmt.Sprintf("%dx%d", size, tc.queues), func(t *testing.T) {
@@ -62,7 +62,7 @@ func TestBlastCounts(t *testing.T) {
 // link). Each iteration is one frame; the setup of namespaces and sockets
 // is included in ns/op but not in the reported rates.
 func BenchmarkBlast(b *testing.B) {
-	netnstest.RequireRoot(b)
+	netnstest.Integration(b)
 	for _, size := range []int{64, 1082, 4158} {
 		b.Run(fmt.Sprintf("size=%d", size), func(b *testing.B) {
 			r, err := Run(context.Background(), Options{Size: size, Count: max(b.N, 1000)})
@@ -84,7 +84,7 @@ func TestInterruptCleansUp(t *testing.T) {
 		main()
 		os.Exit(0)
 	}
-	netnstest.RequireRoot(t)
+	netnstest.Integration(t)
 	cmd := exec.Command(os.Args[0], "-test.run=^TestInterruptCleansUp$")
 	cmd.Env = append(os.Environ(), "XDPBLAST_RUN_MAIN=1")
 	var out bytes.Buffer

@@ -15,7 +15,7 @@ import (
 // steering program into the other side's socket; so do the hand-off and
 // ACK experiments, with the frame counts they imply.
 func TestPingPongRoundTrips(t *testing.T) {
-	netnstest.RequireRoot(t)
+	netnstest.Integration(t)
 	const rounds, warm = 1000, 50
 	for _, tc := range []struct {
 		name         string

@@ -37,7 +37,7 @@ func TestDevinfoLayout(t *testing.T) {
 }
 
 func TestDevinfoOnInterface(t *testing.T) {
-	netnstest.RequireRoot(t)
+	netnstest.Integration(t)
 	pair := netnstest.NewT(t, netnstest.Config{MTU: 9000})
 	var code int
 	var out, errOut string

@@ -18,7 +18,7 @@ import (
 // client, stops it with SIGINT or SIGTERM, and checks that it exits promptly
 // and leaves no XDP program on the interface.
 func TestSignalsDetach(t *testing.T) {
-	netnstest.RequireRoot(t)
+	netnstest.Integration(t)
 	if testing.Short() {
 		t.Skip("builds the softnic binary; skipped in -short mode")
 	}

@@ -63,7 +63,7 @@ func indexOf(gids []netip.Addr, a netip.Addr) string {
 // TestSoftnicToSoftnicOverVeth runs softnic pingpong and softnic perf
 // between two namespaces over AF_XDP, with IPv4 and with IPv6 GIDs.
 func TestSoftnicToSoftnicOverVeth(t *testing.T) {
-	netnstest.RequireRoot(t)
+	netnstest.Integration(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	bin := buildSoftnic(t, ctx)

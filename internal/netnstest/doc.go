@@ -7,13 +7,13 @@
 // leaves no namespace or interface behind. Namespaces are named
 // snt<pid>-<n>a and snt<pid>-<n>b; New also deletes those of netnstest
 // processes that died without cleaning up (SIGKILL, test timeout). Creating namespaces needs root
-// (CAP_SYS_ADMIN and CAP_NET_ADMIN); RequireRoot skips a test with a message
+// (CAP_SYS_ADMIN and CAP_NET_ADMIN); Integration skips a test with -short, and as another user with a message
 // saying so.
 //
 // Typical use:
 //
 //	func TestSomething(t *testing.T) {
-//		netnstest.RequireRoot(t)
+//		netnstest.Integration(t)
 //		p := netnstest.NewT(t, netnstest.Config{MTU: 9000})
 //		err := p.A.Do(func() error {
 //			// Sockets created here live in namespace A, and stay

@@ -73,10 +73,15 @@ func sweepStale() {
 	}
 }
 
-// RequireRoot skips the test unless the process runs as root, which creating
-// namespaces, veth pairs, XDP programs and AF_XDP sockets requires.
-func RequireRoot(tb testing.TB) {
+// Integration marks a test that needs the real kernel: network namespaces,
+// veth pairs, XDP programs or AF_XDP sockets. It skips the test with -short
+// (make test-short runs unit tests only) and when the process is not root,
+// which creating those requires.
+func Integration(tb testing.TB) {
 	tb.Helper()
+	if testing.Short() {
+		tb.Skip("integration test (namespaces, veth, XDP): skipped with -short")
+	}
 	if os.Geteuid() != 0 {
 		tb.Skip("needs root (CAP_SYS_ADMIN, CAP_NET_ADMIN, CAP_BPF) to create network namespaces, veth pairs and XDP programs; run the tests as root")
 	}

@@ -12,7 +12,7 @@ import (
 )
 
 func TestPairConnectivityAndCleanup(t *testing.T) {
-	RequireRoot(t)
+	Integration(t)
 	p, err := New(Config{MTU: 9000})
 	if err != nil {
 		t.Fatal(err)
@@ -52,7 +52,7 @@ func TestPairConnectivityAndCleanup(t *testing.T) {
 }
 
 func TestNewFailureCleansUp(t *testing.T) {
-	RequireRoot(t)
+	Integration(t)
 	// An invalid MTU makes the veth creation fail after both namespaces exist.
 	p, err := New(Config{MTU: 1 << 20})
 	if err == nil {
@@ -82,7 +82,7 @@ func itoa(i int) string {
 }
 
 func TestNewSweepsNamespacesOfDeadProcesses(t *testing.T) {
-	RequireRoot(t)
+	Integration(t)
 	// PID 2^22+1 is above the kernel's pid_max limit, so it never runs.
 	stale := namePrefix + "4194305-1a"
 	h, err := newNamed(stale)
@@ -98,7 +98,7 @@ func TestNewSweepsNamespacesOfDeadProcesses(t *testing.T) {
 }
 
 func TestWithoutCapabilities(t *testing.T) {
-	RequireRoot(t)
+	Integration(t)
 	err := WithoutCapabilities([]int{unix.CAP_NET_RAW}, func() error {
 		_, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW, 0)
 		return err
