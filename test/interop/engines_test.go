@@ -1,10 +1,11 @@
-package main
+package interop
 
 import (
 	"context"
-	"strings"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
 )
 
 // TestInteropTwoEngines runs ib_write_bw and ib_read_bw over 8 QPs against
@@ -23,21 +24,14 @@ func TestInteropTwoEngines(t *testing.T) {
 		perfRun("write_bw-q8", "write_bw", "-q", "8", "-n", interopIters),
 		perfRun("read_bw-q8", "read_bw", "-q", "8", "-n", interopIters),
 	}
-	e := startInteropQueues(t, ctx, "sneng", interopScript(runs, runs, ""), "", 6*time.Minute, 2)
-	for _, client := range []bool{false, true} {
-		for _, r := range runs {
-			e.step(r, client, 2*time.Minute, "--softnic-engines", "2")
-		}
-	}
-	guestOut, _ := e.wait()
+	e := startInterop(t, ctx, "sneng", interopScript(runs, runs, ""), "", 6*time.Minute, 2)
+	guestOut, _ := e.runAll(runs, runs, 2*time.Minute, "--softnic-engines", "2")
 	forwarded := 0
 	for _, r := range e.results {
-		if !strings.Contains(r.out, "\nengines 2\n") {
-			t.Errorf("softnic %s did not run two engines:\n%s", r.name, r.out)
-		}
+		assert.Containsf(t, r.out, "\nengines 2\n", "softnic %s did not run two engines", r.name)
 		ctr := softnicCounters(r.out)
-		if ctr["Rx.BadICRC"] != 0 || ctr["RxBadPacket"] != 0 || ctr["RxNoQP"] != 0 {
-			t.Errorf("softnic %s: %d bad ICRCs, %d bad packets, %d for no QP", r.name, ctr["Rx.BadICRC"], ctr["RxBadPacket"], ctr["RxNoQP"])
+		for _, bad := range []string{"Rx.BadICRC", "RxBadPacket", "RxNoQP"} {
+			assert.Zerof(t, ctr[bad], "softnic %s: %s", r.name, bad)
 		}
 		forwarded += ctr["Forwarded"]
 		t.Logf("softnic %s: %d packets received, %d forwarded to the other engine, %d dropped there; %d retransmissions",
@@ -45,11 +39,6 @@ func TestInteropTwoEngines(t *testing.T) {
 	}
 	t.Logf("forwarded between engines over all runs: %d packets", forwarded)
 	for _, r := range runs {
-		for _, pair := range [][2]string{{r.name + " server", r.name + " client"}, {r.name + " client", r.name + " server"}} {
-			mine, theirs := bwRE.FindString(resultOf(e.results, pair[0])), bwRE.FindString(guestOut[pair[1]])
-			if mine == "" || mine != theirs {
-				t.Errorf("softnic %s printed %q, the real tool as %s %q", pair[0], mine, pair[1], theirs)
-			}
-		}
+		checkSameReport(t, e.results, guestOut, r.name)
 	}
 }

@@ -1,4 +1,4 @@
-package main
+package interop
 
 import (
 	"errors"
@@ -11,6 +11,8 @@ import (
 	"sort"
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
 
 	"github.com/softnic/softnic/ibtransport"
 	"github.com/softnic/softnic/internal/pcapfile"
@@ -33,11 +35,9 @@ func checkCaptures(t *testing.T, dir string, runs []interopRun) {
 			continue
 		}
 		summary, err := summarizeCapture(filepath.Join(dir, r.capture))
-		if err != nil {
-			t.Errorf("%s: %v", r.capture, err)
-			continue
+		if assert.NoError(t, err, r.capture) {
+			t.Logf("%s: %s", r.capture, summary)
 		}
-		t.Logf("%s: %s", r.capture, summary)
 	}
 }
 
@@ -177,8 +177,6 @@ func writeInteropTableTo(t *testing.T, env string, toServer, toClient []interopR
 	}
 	t.Logf("interop table:\n%s", b.String())
 	if path := os.Getenv(env); path != "" {
-		if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
-			t.Error(err)
-		}
+		assert.NoError(t, os.WriteFile(path, []byte(b.String()), 0o644))
 	}
 }

@@ -1,0 +1,318 @@
+package interop
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/vishvananda/netns"
+
+	"github.com/softnic/softnic/internal/netnstest"
+	"github.com/softnic/softnic/roce"
+	"github.com/softnic/softnic/test/interop/rxeguest"
+)
+
+// The harness that runs the softnic binary against the real tools in an
+// rdma_rxe guest: one guest boot serves a whole list of runs, because a
+// boot under TCG costs more than most runs.
+
+// interopTests are the perftest programs the interop test runs both ways.
+var interopTests = []string{"write_bw", "read_bw", "send_bw", "atomic_bw", "write_lat", "read_lat", "send_lat"}
+
+const interopIters = "50"
+
+// interopRun is one run of a real tool against softnic: the tool's
+// arguments in the guest and softnic's, without device, GID index and
+// server address, which the harness adds.
+type interopRun struct {
+	name    string
+	guest   string   // e.g. "ib_write_bw -F -a -n 5"
+	softnic []string // e.g. perf write_bw -a -n 5
+	// capture, when set, names a pcap of the run's RoCEv2 frames, taken on
+	// the bridge (see TestInteropWithRealTools).
+	capture string
+}
+
+// guestArgs puts the device and GID index options after the tool's name.
+func (r interopRun) guestArgs() string {
+	tool, rest, _ := strings.Cut(r.guest, " ")
+	gid := "-x 1"
+	if tool == "ibv_rc_pingpong" {
+		gid = "-g 1"
+	}
+	return strings.TrimSpace(tool + " -d rxe0 " + gid + " " + rest)
+}
+
+// perfRun is a perftest run: ib_<test> in the guest, softnic perf <test>
+// here, with the same options.
+func perfRun(name, test string, opts ...string) interopRun {
+	return interopRun{name: name, guest: "ib_" + test + " -F " + strings.Join(opts, " "),
+		softnic: append([]string{"perf", test}, opts...)}
+}
+
+func pingpongRun(size string) interopRun {
+	// -c: rdma-core 44's data check (the client marks each page, the
+	// server reports pages whose mark did not arrive).
+	return interopRun{name: "pingpong-s" + size, guest: "ibv_rc_pingpong -c -n " + interopIters + " -s " + size,
+		softnic: []string{"pingpong", "-c", "-n", interopIters, "-s", size}}
+}
+
+// interopScript runs the real tools in the rdma_rxe guest: first as
+// clients of softnic's servers (toSoftnicServer), then as servers for
+// softnic's clients (toSoftnicClient). A client retries while softnic's
+// next server starts. A failed run is marked "!! FAILED" and the script
+// goes on, as softnic's side does, so that one failure hides no other
+// result. after, if set, runs after each tool (e.g. to print rxe's
+// counters).
+func interopScript(toSoftnicServer, toSoftnicClient []interopRun, after string) string {
+	var b strings.Builder
+	b.WriteString(`retry() {
+	n=0
+	while :; do
+		out=$("$@" 2>&1) && { echo "$out"; return 0; }
+		case "$out" in
+		*"Couldn't connect to"*) ;;
+		*) echo "$out"; echo "!! FAILED: $*"; return 1 ;;
+		esac
+		n=$((n+1))
+		if [ $n -ge 40 ]; then echo "$out"; echo "!! FAILED: $*"; return 1; fi
+		sleep 1
+	done
+}
+`)
+	for _, r := range toSoftnicServer {
+		fmt.Fprintf(&b, "echo \"@@ %s as client\"\nretry %s 10.77.0.1\n%s", r.name, r.guestArgs(), after)
+	}
+	for _, r := range toSoftnicClient {
+		fmt.Fprintf(&b, "echo \"@@ %s as server\"\n%s 2>&1 || echo \"!! FAILED: %s\"\n%s", r.name, r.guestArgs(), r.guestArgs(), after)
+	}
+	b.WriteString("echo \"@@ all done\"\n")
+	return b.String()
+}
+
+// interopEnv is a bridge with one rdma_rxe guest on it and softnic's
+// interface (veth, AF_XDP) in its own namespace.
+type interopEnv struct {
+	t       *testing.T
+	ctx     context.Context
+	bin     string // the softnic binary
+	net     *rxeguest.Network
+	gidx    string // softnic's GID index of 10.77.0.1
+	guest   *rxeguest.Guest
+	gcancel context.CancelFunc
+	capDir  string // where captured pcaps go
+	results []interopResult
+	failed  bool
+}
+
+// interopResult is what one softnic run printed.
+type interopResult struct {
+	name string // run name + " server" or " client" (softnic's role)
+	run  interopRun
+	out  string
+	err  error
+	took time.Duration
+}
+
+// requireInteropHost skips the test where it cannot boot the guest: with
+// -short, when not root, or without the host tools.
+func requireInteropHost(t *testing.T) {
+	netnstest.Integration(t)
+	for _, tool := range []string{"qemu-system-x86_64", "apt-get", "dpkg-deb", "ip", "tcpdump"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("needs %s: run test/interop/install-deps.sh", tool)
+		}
+	}
+}
+
+// startInterop builds softnic and the guest image, makes the network
+// (softnic's veth of the given number of queues) and boots the guest with
+// script (netem, if set, on the guest's eth0).
+func startInterop(t *testing.T, ctx context.Context, name, script, netem string, scriptTimeout time.Duration, queues int) *interopEnv {
+	img, err := rxeguest.Build(ctx, rxeguest.DefaultCacheDir())
+	require.NoError(t, err, "guest image")
+	bin := buildSoftnic(t, ctx)
+	n, err := rxeguest.NewNetwork(ctx, rxeguest.NetworkConfig{Name: fmt.Sprintf("%s%d", name, os.Getpid()%100000),
+		Taps: 1, PeerAddr: netip.MustParsePrefix("10.77.0.1/24"), PeerQueues: queues})
+	require.NoError(t, err)
+	t.Cleanup(func() { n.Close() })
+	// Without IPv6 on the softnic side its GID table is just 10.77.0.1; a
+	// link-local address that comes or goes would shift the indexes.
+	out, err := exec.CommandContext(ctx, "ip", "netns", "exec", n.PeerNS, "sh", "-c",
+		"echo 1 > /proc/sys/net/ipv6/conf/"+n.PeerLink+"/disable_ipv6").CombinedOutput()
+	require.NoErrorf(t, err, "disable IPv6 on %s:\n%s", n.PeerLink, out)
+	gidx, err := gidIndexIn(n.PeerNS, n.PeerLink, netip.MustParseAddr("10.77.0.1"))
+	require.NoError(t, err)
+	gctx, gcancel := context.WithCancel(ctx)
+	t.Cleanup(gcancel)
+	guest, err := rxeguest.Start(gctx, img, rxeguest.Config{Name: name + "-peer", NetNS: n.BridgeNS, Tap: n.Taps[0],
+		Addr: netip.MustParsePrefix("10.77.0.11/24"), Script: script, Netem: netem, ScriptTimeout: scriptTimeout,
+		MemoryMiB: 1024})
+	require.NoError(t, err)
+	// SOFTNIC_INTEROP_PCAP_DIR keeps the captures (for roce/testdata).
+	capDir := os.Getenv("SOFTNIC_INTEROP_PCAP_DIR")
+	if capDir == "" {
+		capDir = t.TempDir()
+	}
+	return &interopEnv{t: t, ctx: ctx, bin: bin, net: n, gidx: fmt.Sprint(gidx), guest: guest, gcancel: gcancel, capDir: capDir}
+}
+
+// buildSoftnic builds the softnic binary the tests run in the namespace.
+func buildSoftnic(t *testing.T, ctx context.Context) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "softnic")
+	out, err := exec.CommandContext(ctx, filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", bin,
+		"github.com/softnic/softnic/cmd/softnic").CombinedOutput()
+	require.NoErrorf(t, err, "go build:\n%s", out)
+	return bin
+}
+
+// gidIndexIn returns the index of addr in the GID table softnic builds for
+// ifname in the named namespace, once that table holds no IPv6 address.
+func gidIndexIn(nsName, ifname string, addr netip.Addr) (int, error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	orig, err := netns.Get()
+	if err != nil {
+		return 0, err
+	}
+	defer orig.Close()
+	h, err := netns.GetFromName(nsName)
+	if err != nil {
+		return 0, err
+	}
+	defer h.Close()
+	if err := netns.Set(h); err != nil {
+		return 0, err
+	}
+	defer netns.Set(orig)
+	var gids []netip.Addr
+	for try := 0; try < 50; try++ {
+		if gids, err = roce.GIDTable(ifname); err != nil {
+			return 0, err
+		}
+		v6 := false
+		for _, a := range gids {
+			v6 = v6 || !a.Unmap().Is4()
+		}
+		if !v6 {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for i, a := range gids {
+		if a.Unmap() == addr {
+			return i, nil
+		}
+	}
+	return 0, fmt.Errorf("%v not in the GID table %v of %s", addr, gids, ifname)
+}
+
+// softnic runs softnic in its namespace with args; after timeout it gets
+// SIGTERM (softnic perf then still prints --softnic-stats).
+func (e *interopEnv) softnic(timeout time.Duration, args ...string) (string, error) {
+	cmd := exec.CommandContext(e.ctx, "ip", append([]string{"netns", "exec", e.net.PeerNS, e.bin}, args...)...)
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = 15 * time.Second
+	timer := time.AfterFunc(timeout, func() { cmd.Process.Signal(syscall.SIGTERM) })
+	defer timer.Stop()
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// runAll runs softnic's side of every run, as server of the guest's
+// clients (toServer) and then as client of its servers (toClient), and
+// waits for the guest (see wait). extra are added softnic options.
+func (e *interopEnv) runAll(toServer, toClient []interopRun, timeout time.Duration, extra ...string) (map[string]string, *rxeguest.Result) {
+	for _, r := range toServer {
+		e.step(r, false, timeout, extra...)
+	}
+	for _, r := range toClient {
+		e.step(r, true, timeout, extra...)
+	}
+	return e.wait()
+}
+
+// step runs softnic's side of r, as server without host or as client of
+// the guest. extra are added options.
+func (e *interopEnv) step(r interopRun, client bool, timeout time.Duration, extra ...string) {
+	args := append(append([]string(nil), r.softnic...), "-d", e.net.PeerLink)
+	if r.softnic[0] == "pingpong" {
+		args = append(args, "-g", e.gidx)
+	} else {
+		// The counters after each run tell how a failed one failed.
+		args = append(args, "-x", e.gidx, "--softnic-stats")
+	}
+	args = append(args, extra...)
+	role := " server"
+	if client {
+		role = " client"
+		args = append(args, "--connect-wait=2m", "10.77.0.11")
+	}
+	var capture *rxeguest.Capture
+	if r.capture != "" {
+		c, err := e.net.Capture(e.ctx, "br0", filepath.Join(e.capDir, r.capture), "udp port 4791")
+		if assert.NoErrorf(e.t, err, "capture %s", r.capture) {
+			capture = c
+		}
+	}
+	start := time.Now()
+	out, err := e.softnic(timeout, args...)
+	if capture != nil {
+		assert.NoErrorf(e.t, capture.Stop(), "capture %s", r.capture)
+	}
+	e.results = append(e.results, interopResult{name: r.name + role, run: r, out: out, err: err, took: time.Since(start)})
+	if !assert.NoErrorf(e.t, err, "softnic %s:\n%s", strings.Join(args, " "), out) {
+		e.failed = true
+	}
+}
+
+// wait waits for the guest and returns its script's output split into the
+// "@@ name as role" sections, keyed "name role" (the guest's role).
+func (e *interopEnv) wait() (map[string]string, *rxeguest.Result) {
+	t := e.t
+	if e.failed {
+		// Give the guest a minute to finish its side, then stop it.
+		time.AfterFunc(time.Minute, e.gcancel)
+	}
+	res, err := e.guest.Wait()
+	for _, r := range e.results {
+		t.Logf("softnic %s (%v):\n%s", r.name, r.took.Round(10*time.Millisecond), r.out)
+	}
+	// The output so far still tells which runs passed.
+	assert.NoError(t, err, "guest")
+	t.Logf("guest (status %d, %v):\n%s", res.ExitStatus, res.Duration.Round(time.Second), res.Output)
+	if err == nil {
+		require.Zerof(t, res.ExitStatus, "guest script failed; console tail:\n%s", tailLines(res.Console, 40))
+	}
+	guestOut := map[string]string{}
+	// perftest's clock calibration complains on stderr under TCG; the
+	// message can land inside a result line of stdout.
+	calib := regexp.MustCompile(`Correlation coefficient r\^2: [0-9.e+-]+ < 0\.9\n?`)
+	for _, sec := range strings.Split(calib.ReplaceAllString(res.Output, "\n"), "@@ ")[1:] {
+		name, body, _ := strings.Cut(sec, "\n")
+		name = strings.Replace(strings.Replace(name, " as client", " client", 1), " as server", " server", 1)
+		guestOut[name] = body
+		assert.NotContainsf(t, body, "!! FAILED", "the real tool failed in %s", name)
+	}
+	return guestOut, res
+}
+
+func tailLines(s string, n int) string {
+	l := strings.Split(s, "\n")
+	if len(l) > n {
+		l = l[len(l)-n:]
+	}
+	return strings.Join(l, "\n")
+}
