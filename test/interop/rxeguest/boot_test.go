@@ -12,17 +12,14 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/softnic/softnic/internal/netnstest"
 )
 
 // requireGuestTools skips unless the test can build and boot guests.
 func requireGuestTools(t *testing.T) {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("boots qemu guests (10 s or more each); skipped with -short")
-	}
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: network namespaces, tap devices and qemu's tap access (CI runs as root)")
-	}
+	netnstest.Integration(t)
 	for _, tool := range []string{"qemu-system-x86_64", "apt-get", "apt-cache", "dpkg-deb", "ip", "tcpdump"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Skipf("needs %s: run test/interop/install-deps.sh", tool)
@@ -56,27 +53,32 @@ func testNetwork(t *testing.T, ctx context.Context, taps int) *Network {
 	return n
 }
 
-// TestGuestBringsUpRxe boots one guest and checks that rxe0 is usable:
-// listed by ibv_devices, port ACTIVE, the IPv4 GID at index 1, netem
-// applied, softnic's side of the veth reachable, and the script's exit
-// status reported.
-func TestGuestBringsUpRxe(t *testing.T) {
+// bootOnNetwork boots one guest with cfg on a network of one tap, as
+// 10.77.0.11, and returns its result.
+func bootOnNetwork(t *testing.T, cfg Config) *Result {
+	t.Helper()
 	requireGuestTools(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	img := buildTestImage(t, ctx)
 	n := testNetwork(t, ctx, 1)
+	cfg.NetNS, cfg.Tap, cfg.Addr = n.BridgeNS, n.Taps[0], netip.MustParsePrefix("10.77.0.11/24")
+	res, err := Boot(ctx, img, cfg)
+	require.NoError(t, err)
+	return res
+}
 
-	res, err := Boot(ctx, img, Config{
+// TestGuestBringsUpRxe boots one guest and checks that rxe0 is usable:
+// listed by ibv_devices, port ACTIVE, the IPv4 GID at index 1, netem
+// applied, softnic's side of the veth reachable, and the script's exit
+// status reported.
+func TestGuestBringsUpRxe(t *testing.T) {
+	res := bootOnNetwork(t, Config{
 		Name:  "rxe-up",
-		NetNS: n.BridgeNS,
-		Tap:   n.Taps[0],
-		Addr:  netip.MustParsePrefix("10.77.0.11/24"),
 		Netem: "delay 1ms",
 		Script: "ibv_devices\nibv_devinfo -d rxe0 -v\nrdma link show\ntc qdisc show dev eth0\n" +
 			"ping -c 1 -W 5 10.77.0.1 && echo PEER-REACHABLE\nexit 42\n",
 	})
-	require.NoError(t, err)
 	t.Logf("guest ran in %v; output:\n%s", res.Duration.Round(time.Millisecond), res.Output)
 	require.Equal(t, 42, res.ExitStatus, "console:\n%s", res.Console)
 	require.Regexp(t, regexp.MustCompile(`(?m)^\s+rxe0\s+[0-9a-f]{16}$`), res.Output, "ibv_devices lists rxe0")
@@ -90,18 +92,11 @@ func TestGuestBringsUpRxe(t *testing.T) {
 // TestGuestReportsSetupFailure checks that a broken guest
 // setup is reported as such rather than as the script's result.
 func TestGuestReportsSetupFailure(t *testing.T) {
-	requireGuestTools(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	img := buildTestImage(t, ctx)
-	n := testNetwork(t, ctx, 1)
-	res, err := Boot(ctx, img, Config{
-		Name: "bad-netem", NetNS: n.BridgeNS, Tap: n.Taps[0],
-		Addr:   netip.MustParsePrefix("10.77.0.11/24"),
+	res := bootOnNetwork(t, Config{
+		Name:   "bad-netem",
 		Netem:  "no-such-netem-option",
 		Script: "echo must not run\n",
 	})
-	require.NoError(t, err)
 	require.Equal(t, SetupFailedStatus, res.ExitStatus)
 	require.Contains(t, res.Output, "setup failed: netem")
 	require.NotContains(t, res.Output, "must not run")

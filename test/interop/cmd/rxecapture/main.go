@@ -189,20 +189,12 @@ func capture(ctx context.Context, img *rxeguest.Image, s scenario, outDir string
 	if err != nil {
 		return err
 	}
-	server, err := rxeguest.Start(ctx, img, rxeguest.Config{
-		Name: "server", Script: s.server, NetNS: n.BridgeNS, Tap: n.Taps[0],
-		Addr: netip.MustParsePrefix(serverIP + "/24"), Netem: s.serverNetem,
-		ScriptTimeout: scenarioTimeout - 30*time.Second,
-	})
+	server, err := startGuest(ctx, img, n, "server", 0, serverIP, s.server, s.serverNetem)
 	if err != nil {
 		c.Stop()
 		return err
 	}
-	client, err := rxeguest.Start(ctx, img, rxeguest.Config{
-		Name: "client", Script: s.client, NetNS: n.BridgeNS, Tap: n.Taps[1],
-		Addr: netip.MustParsePrefix(clientIP + "/24"), Netem: s.clientNetem,
-		ScriptTimeout: scenarioTimeout - 30*time.Second,
-	})
+	client, err := startGuest(ctx, img, n, "client", 1, clientIP, s.client, s.clientNetem)
 	if err != nil {
 		cancel()
 		server.Wait()
@@ -233,4 +225,13 @@ func capture(ctx context.Context, img *rxeguest.Image, s scenario, outDir string
 	}
 	log.Printf("%s: wrote %s", s.name, file)
 	return nil
+}
+
+// startGuest starts one of a scenario's two guests on tap number tap of n.
+func startGuest(ctx context.Context, img *rxeguest.Image, n *rxeguest.Network, name string, tap int, ip, script, netem string) (*rxeguest.Guest, error) {
+	return rxeguest.Start(ctx, img, rxeguest.Config{
+		Name: name, Script: script, NetNS: n.BridgeNS, Tap: n.Taps[tap],
+		Addr: netip.MustParsePrefix(ip + "/24"), Netem: netem,
+		ScriptTimeout: scenarioTimeout - 30*time.Second,
+	})
 }
