@@ -86,47 +86,92 @@ func Run(ctx context.Context, o Options) (res Result, err error) {
 		return res, err
 	}
 	defer func() { err = errors.Join(err, pair.Close()) }()
-
-	cfg := xdp.Config{NumFrames: o.Frames, MultiBuffer: o.Size > 4096-256, BusyPoll: o.BusyPoll}
-	var prog *bpf.Program
-	if err := pair.B.Do(func() (err error) { prog, err = bpf.Attach(pair.B.Ifname, bpf.ModeAuto); return err }); err != nil {
-		return res, fmt.Errorf("receiver: %w", err)
-	}
-	defer prog.Close()
-	if err := prog.AddAddr(pair.B.Addr4()); err != nil {
+	r, err := openRig(pair, o)
+	if err != nil {
 		return res, err
 	}
-	// One socket per queue on each side: veth hands a frame sent on TX
-	// queue q to the peer's RX queue q.
-	rxs := make([]*xdp.Socket, o.Queues)
-	txs := make([]*xdp.Socket, o.Queues)
-	defer func() {
-		for _, s := range append(rxs, txs...) {
-			if s != nil {
-				s.Close()
-			}
-		}
-	}()
-	for q := range o.Queues {
-		if err := pair.B.Do(func() (err error) { rxs[q], err = xdp.Open(pair.B.Ifindex, q, cfg); return err }); err != nil {
-			return res, fmt.Errorf("receiver: %w", err)
-		}
-		if err := prog.SetSocket(q, rxs[q].FD()); err != nil {
-			return res, err
-		}
-		if err := pair.A.Do(func() (err error) { txs[q], err = xdp.Open(pair.A.Ifindex, q, cfg); return err }); err != nil {
-			return res, fmt.Errorf("sender: %w", err)
-		}
-	}
+	defer r.close()
 
 	frame := make([]byte, o.Size)
 	buildFrame(frame, pair.A.MAC, pair.B.MAC, pair.A.Addr4(), pair.B.Addr4())
+	c := r.run(ctx, frame, o)
+	if res, err = r.sum(c); err != nil {
+		return res, err
+	}
+	// veth drops what its peer's queue cannot take before XDP sees it.
+	if l, err := pair.A.Link(); err == nil && l.Attrs().Statistics != nil {
+		res.VethDropped = l.Attrs().Statistics.TxDropped
+	}
+	if res.Received == 0 {
+		return res, fmt.Errorf("no frame arrived (sent %d; receiver %+v)", res.Sent, res.ReceiverStats)
+	}
+	return res, nil
+}
 
+// rig is a run's sockets: one per queue on each side, because veth hands
+// a frame sent on TX queue q to the peer's RX queue q, and the receiving
+// side's steering program.
+type rig struct {
+	prog     *bpf.Program
+	rxs, txs []*xdp.Socket // on pair.B, pair.A
+}
+
+// openRig attaches the program on the receiving end and opens the sockets.
+func openRig(pair *netnstest.Pair, o Options) (*rig, error) {
+	r := &rig{rxs: make([]*xdp.Socket, o.Queues), txs: make([]*xdp.Socket, o.Queues)}
+	if err := pair.B.Do(func() (err error) { r.prog, err = bpf.Attach(pair.B.Ifname, bpf.ModeAuto); return err }); err != nil {
+		return nil, fmt.Errorf("receiver: %w", err)
+	}
+	if err := r.openSockets(pair, o); err != nil {
+		r.close()
+		return nil, err
+	}
+	return r, nil
+}
+
+func (r *rig) openSockets(pair *netnstest.Pair, o Options) error {
+	if err := r.prog.AddAddr(pair.B.Addr4()); err != nil {
+		return err
+	}
+	cfg := xdp.Config{NumFrames: o.Frames, MultiBuffer: o.Size > 4096-256, BusyPoll: o.BusyPoll}
+	for q := range o.Queues {
+		if err := pair.B.Do(func() (err error) { r.rxs[q], err = xdp.Open(pair.B.Ifindex, q, cfg); return err }); err != nil {
+			return fmt.Errorf("receiver: %w", err)
+		}
+		if err := r.prog.SetSocket(q, r.rxs[q].FD()); err != nil {
+			return err
+		}
+		if err := pair.A.Do(func() (err error) { r.txs[q], err = xdp.Open(pair.A.Ifindex, q, cfg); return err }); err != nil {
+			return fmt.Errorf("sender: %w", err)
+		}
+	}
+	return nil
+}
+
+// close closes the sockets, then detaches the program.
+func (r *rig) close() {
+	for _, s := range append(r.rxs, r.txs...) {
+		if s != nil {
+			s.Close()
+		}
+	}
+	r.prog.Close()
+}
+
+// queueCounts is what each queue's sender and receiver counted.
+type queueCounts struct {
+	sent     []atomic.Uint64
+	sendErrs []error
+	rx       []rxCount
+}
+
+// run blasts frame on every queue, a sender and a receiver goroutine each,
+// until the duration is over, the count is sent or ctx ends, and waits
+// for the receivers to drain.
+func (r *rig) run(ctx context.Context, frame []byte, o Options) *queueCounts {
 	var stop, sendersDone atomic.Bool
 	var senders, receivers sync.WaitGroup
-	sent := make([]atomic.Uint64, o.Queues)
-	sendErrs := make([]error, o.Queues)
-	counts := make([]rxCount, o.Queues)
+	c := &queueCounts{sent: make([]atomic.Uint64, o.Queues), sendErrs: make([]error, o.Queues), rx: make([]rxCount, o.Queues)}
 	for q := range o.Queues {
 		qo := o
 		if o.Count > 0 {
@@ -138,12 +183,12 @@ func Run(ctx context.Context, o Options) (res Result, err error) {
 		senders.Add(1)
 		go func() {
 			defer senders.Done()
-			sendErrs[q] = blast(txs[q], frame, qo, &stop, &sent[q])
+			c.sendErrs[q] = blast(r.txs[q], frame, qo, &stop, &c.sent[q])
 		}()
 		receivers.Add(1)
 		go func() {
 			defer receivers.Done()
-			counts[q] = receive(rxs[q], qo, &sendersDone)
+			c.rx[q] = receive(r.rxs[q], qo, &sendersDone)
 		}()
 	}
 	// Stop after the duration (or on interrupt); counted runs stop by themselves.
@@ -161,27 +206,33 @@ func Run(ctx context.Context, o Options) (res Result, err error) {
 	stop.Store(true)
 	<-done
 	receivers.Wait()
-	if err := errors.Join(sendErrs...); err != nil {
+	return c
+}
+
+// sum adds up the queues' counts and the sockets' and program's
+// statistics; the elapsed time runs from the first frame received on any
+// queue to the last.
+func (r *rig) sum(c *queueCounts) (res Result, err error) {
+	if err := errors.Join(c.sendErrs...); err != nil {
 		return res, fmt.Errorf("sender: %w", err)
 	}
 	var first, last time.Time
-	for q := range o.Queues {
-		c := counts[q]
-		if c.err != nil {
-			return res, c.err
+	for q, rc := range c.rx {
+		if rc.err != nil {
+			return res, rc.err
 		}
-		res.Sent += sent[q].Load()
-		res.Received += c.frames
-		res.PerQueue = append(res.PerQueue, c.frames)
-		res.Bytes += c.bytes
-		if !c.first.IsZero() && (first.IsZero() || c.first.Before(first)) {
-			first = c.first
+		res.Sent += c.sent[q].Load()
+		res.Received += rc.frames
+		res.PerQueue = append(res.PerQueue, rc.frames)
+		res.Bytes += rc.bytes
+		if !rc.first.IsZero() && (first.IsZero() || rc.first.Before(first)) {
+			first = rc.first
 		}
-		if c.last.After(last) {
-			last = c.last
+		if rc.last.After(last) {
+			last = rc.last
 		}
-		ts, _ := txs[q].Stats()
-		rs, _ := rxs[q].Stats()
+		ts, _ := r.txs[q].Stats()
+		rs, _ := r.rxs[q].Stats()
 		res.SenderStats = addStats(res.SenderStats, ts)
 		res.ReceiverStats = addStats(res.ReceiverStats, rs)
 	}
@@ -189,14 +240,7 @@ func Run(ctx context.Context, o Options) (res Result, err error) {
 	if res.Elapsed <= 0 {
 		res.Elapsed = time.Nanosecond
 	}
-	res.Program, _ = prog.Stats()
-	// veth drops what its peer's queue cannot take before XDP sees it.
-	if l, err := pair.A.Link(); err == nil && l.Attrs().Statistics != nil {
-		res.VethDropped = l.Attrs().Statistics.TxDropped
-	}
-	if res.Received == 0 {
-		return res, fmt.Errorf("no frame arrived (sent %d; receiver %+v)", res.Sent, res.ReceiverStats)
-	}
+	res.Program, _ = r.prog.Stats()
 	return res, nil
 }
 

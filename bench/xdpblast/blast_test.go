@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/softnic/softnic/internal/netnstest"
 )
 
@@ -22,36 +25,23 @@ func TestBlastCounts(t *testing.T) {
 		size := tc.size
 		t.Run(fmt.Sprintf("%dx%d", size, tc.queues), func(t *testing.T) {
 			r, err := Run(context.Background(), Options{Size: size, Count: 20000, Frames: 1024, Queues: tc.queues})
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			for q, n := range r.PerQueue {
-				if n == 0 {
-					t.Errorf("queue %d received nothing (per queue %v)", q, r.PerQueue)
-				}
+				assert.NotZerof(t, n, "queue %d received nothing (per queue %v)", q, r.PerQueue)
 			}
-			if r.Sent != 20000 {
-				t.Errorf("sent %d, want 20000", r.Sent)
-			}
-			if r.Received == 0 || r.Received > r.Sent {
-				t.Errorf("received %d of %d", r.Received, r.Sent)
-			}
+			assert.EqualValues(t, 20000, r.Sent, "sent")
+			assert.NotZero(t, r.Received, "received")
+			assert.LessOrEqual(t, r.Received, r.Sent, "received of sent")
 			// Frames the veth dropped never reach the program.
-			if r.Program.Steered+r.VethDropped != r.Sent {
-				t.Errorf("program steered %d and veth dropped %d of %d", r.Program.Steered, r.VethDropped, r.Sent)
-			}
-			if r.Bytes != r.Received*uint64(size) {
-				t.Errorf("received %d bytes in %d frames of %d", r.Bytes, r.Received, size)
-			}
-			if r.SenderStats.OwnershipErrors+r.ReceiverStats.OwnershipErrors != 0 ||
-				r.SenderStats.TxInvalidDescs != 0 || r.ReceiverStats.RxInvalidDescs != 0 {
-				t.Errorf("sender %+v receiver %+v", r.SenderStats, r.ReceiverStats)
-			}
+			assert.Equalf(t, r.Sent, r.Program.Steered+r.VethDropped, "program steered %d and veth dropped %d", r.Program.Steered, r.VethDropped)
+			assert.Equalf(t, r.Received*uint64(size), r.Bytes, "bytes received in %d frames of %d", r.Received, size)
+			assert.Zero(t, r.SenderStats.OwnershipErrors+r.ReceiverStats.OwnershipErrors, "ownership errors")
+			assert.Zerof(t, r.SenderStats.TxInvalidDescs, "sender %+v", r.SenderStats)
+			assert.Zerof(t, r.ReceiverStats.RxInvalidDescs, "receiver %+v", r.ReceiverStats)
 			// Every drop is accounted for by the kernel.
-			if lost := r.Sent - r.Received; lost != r.ReceiverStats.RxDropped+r.ReceiverStats.RxRingFull+r.VethDropped {
-				t.Errorf("lost %d frames, kernel counted %d dropped + %d ring full + %d at the veth",
-					lost, r.ReceiverStats.RxDropped, r.ReceiverStats.RxRingFull, r.VethDropped)
-			}
+			assert.Equalf(t, r.ReceiverStats.RxDropped+r.ReceiverStats.RxRingFull+r.VethDropped, r.Sent-r.Received,
+				"lost frames against the kernel's %d dropped + %d ring full + %d at the veth",
+				r.ReceiverStats.RxDropped, r.ReceiverStats.RxRingFull, r.VethDropped)
 		})
 	}
 }
@@ -66,9 +56,7 @@ func BenchmarkBlast(b *testing.B) {
 	for _, size := range []int{64, 1082, 4158} {
 		b.Run(fmt.Sprintf("size=%d", size), func(b *testing.B) {
 			r, err := Run(context.Background(), Options{Size: size, Count: max(b.N, 1000)})
-			if err != nil {
-				b.Fatal(err)
-			}
+			require.NoError(b, err)
 			b.ReportMetric(r.FramesPerSecond(), "frames/s")
 			b.ReportMetric(r.Gbps(), "Gb/s")
 			b.ReportMetric(float64(r.Sent-r.Received)/float64(r.Sent)*100, "%lost")
@@ -89,16 +77,14 @@ func TestInterruptCleansUp(t *testing.T) {
 	cmd.Env = append(os.Environ(), "XDPBLAST_RUN_MAIN=1")
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, cmd.Start())
 	prefix := fmt.Sprintf("snt%d-", cmd.Process.Pid)
 	// Wait for the run to have set up its namespaces.
 	for deadline := time.Now().Add(10 * time.Second); len(namespaces(prefix)) < 2; time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			cmd.Process.Kill()
 			cmd.Wait()
-			t.Fatalf("no namespaces appeared; output:\n%s", out.String())
+			require.FailNowf(t, "no namespaces appeared", "output:\n%s", out.String())
 		}
 	}
 	time.Sleep(300 * time.Millisecond)
@@ -107,19 +93,13 @@ func TestInterruptCleansUp(t *testing.T) {
 	go func() { done <- cmd.Wait() }()
 	select {
 	case err := <-done:
-		if err != nil {
-			t.Fatalf("exit after SIGINT: %v; output:\n%s", err, out.String())
-		}
+		require.NoErrorf(t, err, "exit after SIGINT; output:\n%s", out.String())
 	case <-time.After(10 * time.Second):
 		cmd.Process.Kill()
-		t.Fatalf("still running 10s after SIGINT; output:\n%s", out.String())
+		require.FailNowf(t, "still running 10s after SIGINT", "output:\n%s", out.String())
 	}
-	if left := namespaces(prefix); len(left) != 0 {
-		t.Errorf("namespaces left after SIGINT: %v", left)
-	}
-	if !strings.Contains(out.String(), "frames/s") {
-		t.Errorf("no result printed:\n%s", out.String())
-	}
+	assert.Empty(t, namespaces(prefix), "namespaces left after SIGINT")
+	assert.Contains(t, out.String(), "frames/s", "no result printed")
 	t.Logf("output:\n%s", out.String())
 }
 
