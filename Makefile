@@ -32,8 +32,9 @@ generate:
 
 # The side-by-side benchmark (root): the raw AF_XDP ceiling, kernel TCP and
 # UDP, and softnic's perftest figures between two namespaces, in one table
-# with ratios and targets; writes bench/results/latest.{md,png} and dated
-# copies. About 3-5 minutes. BENCHFLAGS passes options (e.g. -duration 2s).
+# with ratios and targets; writes bench/results/latest.{md,png} (CPU and heap
+# profiles go to a temporary directory: bin/benchsuite -h, -profile-dir).
+# About 3-5 minutes. BENCHFLAGS passes options (e.g. -duration 2s).
 bench:
 	$(GO) build -o $(BIN) ./cmd/softnic
 	$(GO) build -o bin/xdpblast ./bench/xdpblast

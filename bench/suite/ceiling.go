@@ -20,27 +20,33 @@ type blastResult struct {
 
 // blast runs xdpblast for one frame size on a link of mtu bytes.
 func (s *suite) blast(ctx context.Context, size, mtu int) (blastResult, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.duration+60*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, s.xdpblast, "-size", strconv.Itoa(size), "-mtu", strconv.Itoa(mtu),
+	out, err := s.runXDPBlast(ctx, s.duration+60*time.Second, "xdpblast", "-size", strconv.Itoa(size), "-mtu", strconv.Itoa(mtu),
 		"-duration", s.duration.String())
+	if err != nil {
+		return blastResult{}, err
+	}
+	return parseBlast(out)
+}
+
+// runXDPBlast runs xdpblast with args for at most timeout and returns its
+// output; what names the run in an error.
+func (s *suite) runXDPBlast(ctx context.Context, timeout time.Duration, what string, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, s.xdpblast, args...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	cmd.WaitDelay = time.Second
 	if err := cmd.Run(); err != nil {
-		return blastResult{}, fmt.Errorf("xdpblast: %v: %s", err, lastLine(out.String()))
+		return "", fmt.Errorf("%s: %v: %s", what, err, lastLine(out.String()))
 	}
-	return parseBlast(out.String())
+	return out.String(), nil
 }
 
 // parseBlast reads the result line of xdpblast's table
 // ("size mtu sent received frames/s Gb/s").
 func parseBlast(out string) (blastResult, error) {
-	f, err := reportFields(out, "frames/s")
-	if err != nil {
-		return blastResult{}, err
-	}
-	v, err := parseFloats(f, 6)
+	f, v, err := reportValues(out, "frames/s", 6)
 	if err != nil {
 		return blastResult{}, err
 	}
@@ -61,27 +67,18 @@ type pingResult struct {
 // xdpPingPong runs xdpblast's raw AF_XDP ping-pong of rounds round trips of
 // size-byte frames on a link of mtu bytes.
 func (s *suite) xdpPingPong(ctx context.Context, size, mtu, rounds int) (pingResult, error) {
-	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, s.xdpblast, "-pingpong", "-size", strconv.Itoa(size), "-mtu", strconv.Itoa(mtu),
+	out, err := s.runXDPBlast(ctx, 60*time.Second, "xdpblast -pingpong", "-pingpong", "-size", strconv.Itoa(size), "-mtu", strconv.Itoa(mtu),
 		"-rounds", strconv.Itoa(rounds))
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	cmd.WaitDelay = time.Second
-	if err := cmd.Run(); err != nil {
-		return pingResult{}, fmt.Errorf("xdpblast -pingpong: %v: %s", err, lastLine(out.String()))
+	if err != nil {
+		return pingResult{}, err
 	}
-	return parsePingPong(out.String())
+	return parsePingPong(out)
 }
 
 // parsePingPong reads the result line of xdpblast -pingpong
 // ("size mtu rounds lost median_us p99_us min_us max_us avg_us").
 func parsePingPong(out string) (pingResult, error) {
-	f, err := reportFields(out, "median_us")
-	if err != nil {
-		return pingResult{}, err
-	}
-	v, err := parseFloats(f, 9)
+	f, v, err := reportValues(out, "median_us", 9)
 	if err != nil {
 		return pingResult{}, err
 	}

@@ -59,34 +59,53 @@ type chartPanel struct {
 func (s *suite) chart() ([]byte, error) {
 	var panels []chartPanel
 	for _, unit := range []string{unitGbps, unitMpps, unitUsec, unitKiB} {
-		// Latency tails are 100 times the medians: a log scale shows both.
-		p := chartPanel{title: unitTitle(unit), log: unit == unitUsec}
-		for _, f := range s.res.Figures {
-			if f.Unit != unit {
-				continue
-			}
-			r := chartRow{label: f.Name, value: f.Value, col: groupColor(f.Group)}
-			if f.Err != "" {
-				r.err, r.text = true, "not measured: "+f.Err
-			} else {
-				r.text = fmt.Sprintf("%s %s", fmtValue(f.Value), f.Unit)
-				if f.Ceiling != "" {
-					if v, ok := s.res.Ratio(f.Key, f.Ceiling); ok {
-						r.text += fmt.Sprintf("  %.2fx ceil.", v)
-					}
-				}
-				if f.Kernel != "" {
-					if v, ok := s.res.Ratio(f.Key, f.Kernel); ok {
-						r.text += fmt.Sprintf("  %.2fx kernel", v)
-					}
-				}
-			}
-			p.rows = append(p.rows, r)
-		}
-		if len(p.rows) > 0 {
+		if p := s.unitPanel(unit); len(p.rows) > 0 {
 			panels = append(panels, p)
 		}
 	}
+	panels = append(panels, s.targetPanel())
+	img := s.drawChart(panels)
+	var buf bytes.Buffer
+	if err := png.Encode(&buf, img); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// unitPanel has a bar for each figure in unit, with its ratios to the
+// ceiling and the kernel.
+func (s *suite) unitPanel(unit string) chartPanel {
+	// Latency tails are 100 times the medians: a log scale shows both.
+	p := chartPanel{title: unitTitle(unit), log: unit == unitUsec}
+	for _, f := range s.res.Figures {
+		if f.Unit != unit {
+			continue
+		}
+		r := chartRow{label: f.Name, value: f.Value, col: groupColor(f.Group)}
+		if f.Err != "" {
+			r.err, r.text = true, "not measured: "+f.Err
+		} else {
+			r.text = fmt.Sprintf("%s %s", fmtValue(f.Value), f.Unit) + s.ratioText(f, f.Ceiling, "ceil.") + s.ratioText(f, f.Kernel, "kernel")
+		}
+		p.rows = append(p.rows, r)
+	}
+	return p
+}
+
+// ratioText is "  <ratio>x what" of f to ref, or nothing without one.
+func (s *suite) ratioText(f *Figure, ref, what string) string {
+	if ref == "" {
+		return ""
+	}
+	v, ok := s.res.Ratio(f.Key, ref)
+	if !ok {
+		return ""
+	}
+	return fmt.Sprintf("  %.2fx %s", v, what)
+}
+
+// targetPanel shows each target as the share of its goal reached.
+func (s *suite) targetPanel() chartPanel {
 	t := chartPanel{title: "Targets: share of the goal reached (line = goal met; capped at 2)", scale: 2}
 	for _, tg := range targets {
 		o := s.res.Evaluate(tg)
@@ -107,8 +126,11 @@ func (s *suite) chart() ([]byte, error) {
 		}
 		t.rows = append(t.rows, r)
 	}
-	panels = append(panels, t)
+	return t
+}
 
+// drawChart draws the header, the legend and the panels one below another.
+func (s *suite) drawChart(panels []chartPanel) *image.RGBA {
 	height := margin + headerLines*rowHeight
 	for _, p := range panels {
 		height += (len(p.rows)+1)*rowHeight + panelGap
@@ -120,50 +142,58 @@ func (s *suite) chart() ([]byte, error) {
 	y += rowHeight
 	drawLegend(img, margin, y)
 	for _, p := range panels {
-		y += panelGap
-		drawText(img, margin, y, p.title, colText)
-		y += 4
-		scale := p.scale
-		if scale == 0 {
-			for _, r := range p.rows {
-				if !r.err {
-					scale = math.Max(scale, r.value)
-				}
-			}
-			if scale <= 0 {
-				scale = 1
-			}
-			scale *= 1.05
-		}
-		x0 := margin + labelWidth
-		for _, r := range p.rows {
-			top := y + 2
-			drawText(img, margin, y+rowHeight-4, clip(r.label, labelWidth/7-1), colText)
-			if r.err {
-				drawText(img, x0, y+rowHeight-4, clip(r.text, (chartWidth-x0-margin)/7), colMissed)
-				y += rowHeight
-				continue
-			}
-			w := int(math.Min(r.value, scale) / scale * barWidth)
-			if p.log {
-				w = int(math.Log10(math.Max(1, math.Min(r.value, scale))) / math.Log10(math.Max(scale, 10)) * barWidth)
-			}
-			fill(img, image.Rect(x0, top, x0+w, top+rowHeight-4), r.col)
-			if r.mark > 0 {
-				mx := x0 + int(r.mark/scale*barWidth)
-				fill(img, image.Rect(mx, top-2, mx+2, top+rowHeight-2), colText)
-			}
-			drawText(img, x0+barWidth+6, y+rowHeight-4, clip(r.text, (chartWidth-x0-barWidth-margin-6)/7), colText)
+		y = drawPanel(img, y, p)
+	}
+	return img
+}
+
+// drawPanel draws p's title and bars below y and returns the y under it.
+func drawPanel(img *image.RGBA, y int, p chartPanel) int {
+	y += panelGap
+	drawText(img, margin, y, p.title, colText)
+	y += 4
+	scale := p.barScale()
+	x0 := margin + labelWidth
+	for _, r := range p.rows {
+		top := y + 2
+		drawText(img, margin, y+rowHeight-4, clip(r.label, labelWidth/7-1), colText)
+		if r.err {
+			drawText(img, x0, y+rowHeight-4, clip(r.text, (chartWidth-x0-margin)/7), colMissed)
 			y += rowHeight
+			continue
 		}
-		fill(img, image.Rect(x0, y+2, x0+barWidth, y+3), colGrid)
-		y += rowHeight / 2
+		w := int(math.Min(r.value, scale) / scale * barWidth)
+		if p.log {
+			w = int(math.Log10(math.Max(1, math.Min(r.value, scale))) / math.Log10(math.Max(scale, 10)) * barWidth)
+		}
+		fill(img, image.Rect(x0, top, x0+w, top+rowHeight-4), r.col)
+		if r.mark > 0 {
+			mx := x0 + int(r.mark/scale*barWidth)
+			fill(img, image.Rect(mx, top-2, mx+2, top+rowHeight-2), colText)
+		}
+		drawText(img, x0+barWidth+6, y+rowHeight-4, clip(r.text, (chartWidth-x0-barWidth-margin-6)/7), colText)
+		y += rowHeight
 	}
-	var buf bytes.Buffer
-	if err := png.Encode(&buf, img); err != nil {
-		return nil, err
+	fill(img, image.Rect(x0, y+2, x0+barWidth, y+3), colGrid)
+	return y + rowHeight/2
+}
+
+// barScale is the value at the right end of p's bars: its own scale, or
+// a little above its largest measured value.
+func (p chartPanel) barScale() float64 {
+	if p.scale != 0 {
+		return p.scale
 	}
-	return buf.Bytes(), nil
+	scale := 0.0
+	for _, r := range p.rows {
+		if !r.err {
+			scale = math.Max(scale, r.value)
+		}
+	}
+	if scale <= 0 {
+		scale = 1
+	}
+	return scale * 1.05
 }
 
 // achievement is how far a target is reached: 1 means exactly at the

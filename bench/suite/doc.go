@@ -14,7 +14,7 @@
 //
 // It prints one table with every figure, its ratio to the ceiling and to
 // the kernel, and the issue's targets, and writes the table (markdown) and
-// a PNG chart under bench/results: latest.md, latest.png and dated copies.
+// a PNG chart under bench/results: latest.md and latest.png.
 // A figure that cannot be measured shows the error in its cell. Bandwidth,
 // ceiling and TCP figures are the median of -repeat runs (default 5), each
 // sized by a probe run to last about -duration; -repeat 5 keeps the run
@@ -24,8 +24,10 @@
 // (the engine and link code of `softnic perf`) to count allocations per
 // packet, TX kicks per frame and retransmissions, and writes CPU profiles
 // (cpu-write_bw.pprof, cpu-write_bw_64B.pprof, cpu-write_bw_1024qp.pprof,
-// cpu-write_lat.pprof) and a heap profile of idle QPs (heap-idle-qps.pprof)
-// to -profile-dir. bench/results/ANALYSIS.md reads them.
+// cpu-write_bw_mtu1024.pprof, cpu-write_lat.pprof) and a heap profile of
+// idle QPs (heap-idle-qps.pprof) to -profile-dir, a temporary directory
+// unless set: they are for `go tool pprof`, not for the repository;
+// bench/results/ANALYSIS.md says what they showed.
 //
 //	make bench                                 # everything, about 3-4 minutes
 //	bin/benchsuite -only lat,udp,xdplat -out "" # some parts, no files written

@@ -93,24 +93,14 @@ type Outcome struct {
 func (r *Results) Evaluate(t Target) Outcome {
 	o := Outcome{Target: t}
 	f := r.Get(t.Key)
-	switch {
-	case f == nil:
-		o.Why = t.Key + " not run"
-		return o
-	case f.Err != "":
-		o.Why = t.Key + " failed"
+	if o.Why = r.missing(t.Key); o.Why != "" {
 		return o
 	}
 	if t.Ref == "" {
 		o.Value, o.Measured = f.Value, true
 	} else {
 		ref := r.Get(t.Ref)
-		switch {
-		case ref == nil:
-			o.Why = t.Ref + " not run"
-			return o
-		case ref.Err != "":
-			o.Why = t.Ref + " failed"
+		if o.Why = r.missing(t.Ref); o.Why != "" {
 			return o
 		}
 		v, ok := r.Ratio(t.Key, t.Ref)
@@ -126,6 +116,17 @@ func (r *Results) Evaluate(t Target) Outcome {
 		o.Met = o.Value >= t.Bound
 	}
 	return o
+}
+
+// missing says why the figure key has no value, or "" if it has one.
+func (r *Results) missing(key string) string {
+	switch f := r.Get(key); {
+	case f == nil:
+		return key + " not run"
+	case f.Err != "":
+		return key + " failed"
+	}
+	return ""
 }
 
 // targets are the goals of issue #6.

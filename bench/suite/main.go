@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"net/netip"
@@ -34,8 +35,48 @@ type suite struct {
 	env               runEnv
 }
 
+// options are the command line's settings that are not the suite's own.
+type options struct {
+	qps, only, echo    string
+	profileDir, outDir string
+	memQPs             int
+}
+
 func main() {
-	s := &suite{}
+	s, o := parseFlags()
+	if o.echo != "" {
+		if err := udpEcho(o.echo); err != nil {
+			fmt.Fprintf(os.Stderr, "suite: udp echo: %v\n", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if err := s.setup(o); err != nil {
+		fmt.Fprintln(os.Stderr, "suite:", err)
+		os.Exit(2)
+	}
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	s.started = time.Now().UTC()
+	s.env = collectEnv()
+	fmt.Printf("softnic benchmark suite, %s; %s\n", s.started.Format("2006-01-02 15:04 UTC"), s.env.summary())
+	s.run(ctx, parts(o.only), o)
+	elapsed := time.Since(s.started).Round(time.Second)
+	s.env.loadEnd = loadAverage()
+
+	table := s.markdown(elapsed)
+	fmt.Println()
+	fmt.Print(table)
+	if o.outDir != "" {
+		if err := s.write(o.outDir, table); err != nil {
+			fmt.Fprintf(os.Stderr, "suite: %v\n", err)
+			os.Exit(1)
+		}
+	}
+}
+
+func parseFlags() (*suite, options) {
+	s, o := &suite{}, options{}
 	flag.StringVar(&s.softnic, "softnic", "bin/softnic", "softnic binary")
 	flag.StringVar(&s.xdpblast, "xdpblast", "bin/xdpblast", "xdpblast binary")
 	flag.DurationVar(&s.duration, "duration", 2*time.Second, "target duration of each bandwidth run")
@@ -44,33 +85,32 @@ func main() {
 	flag.DurationVar(&s.perfTimeout, "perf-timeout", 60*time.Second, "limit of one softnic perf run")
 	flag.IntVar(&s.maxIters, "max-iters", 200000, "most iterations of a bandwidth run")
 	flag.IntVar(&s.latIters, "lat-iters", 2000, "round trips of a latency run")
-	qps := flag.String("qps", "1,16,256,1024", "QP counts of the aggregate write_bw figures")
+	flag.StringVar(&o.qps, "qps", "1,16,256,1024", "QP counts of the aggregate write_bw figures")
 	flag.IntVar(&s.queues, "queues", runtime.NumCPU(), "RX and TX queues of each veth end, as a NIC has one per CPU: softnic runs one engine per queue")
-	memQPs := flag.Int("mem-qps", 1024, "QP pairs created to measure the memory of an idle QP")
+	flag.IntVar(&o.memQPs, "mem-qps", 1024, "QP pairs created to measure the memory of an idle QP")
 	flag.IntVar(&s.memSQ, "mem-sq", 128, "send queue size of the idle QPs (perftest's tx depth)")
-	only := flag.String("only", "", "comma-separated parts to run (ceiling,tcp,udp,xdplat,bw9000,bw1500,qps,lat,msgrate,qpmem,allocs); default all")
-	profileDir := flag.String("profile-dir", "bench/results", "where the in-process runs write CPU profiles of write_bw (64 KiB, 64 B) and write_lat, and a heap profile of idle QPs (empty: none)")
-	outDir := flag.String("out", "bench/results", "directory for latest.md, latest.png and dated copies (empty: none)")
-	echo := flag.String("udp-echo", "", "internal: be the echo server of the UDP ping-pong at ADDR:PORT")
+	flag.StringVar(&o.only, "only", "", "comma-separated parts to run (ceiling,tcp,udp,xdplat,bw9000,bw1500,qps,lat,msgrate,qpmem,allocs); default all")
+	flag.StringVar(&o.profileDir, "profile-dir", filepath.Join(os.TempDir(), "softnic-bench-profiles"),
+		"where the in-process runs write CPU profiles of write_bw (64 KiB, 64 B, 1024 QPs, IB MTU 1024) and write_lat, and a heap profile of idle QPs (empty: none)")
+	flag.StringVar(&o.outDir, "out", "bench/results", "directory for latest.md and latest.png (empty: none)")
+	flag.StringVar(&o.echo, "udp-echo", "", "internal: be the echo server of the UDP ping-pong at ADDR:PORT")
 	flag.Parse()
-	if *echo != "" {
-		if err := udpEcho(*echo); err != nil {
-			fmt.Fprintf(os.Stderr, "suite: udp echo: %v\n", err)
-			os.Exit(1)
-		}
-		return
-	}
-	for _, f := range strings.Split(*qps, ",") {
+	return s, o
+}
+
+// setup reads the QP counts, checks that the suite can run (root, both
+// binaries present; their paths made absolute) and makes the profile
+// directory.
+func (s *suite) setup(o options) error {
+	for _, f := range strings.Split(o.qps, ",") {
 		var n int
 		if _, err := fmt.Sscan(strings.TrimSpace(f), &n); err != nil || n < 1 {
-			fmt.Fprintf(os.Stderr, "suite: bad QP count %q\n", f)
-			os.Exit(2)
+			return fmt.Errorf("bad QP count %q", f)
 		}
 		s.qpCounts = append(s.qpCounts, n)
 	}
 	if os.Geteuid() != 0 {
-		fmt.Fprintln(os.Stderr, "suite: needs root (network namespaces, veth, XDP and AF_XDP)")
-		os.Exit(2)
+		return errors.New("needs root (network namespaces, veth, XDP and AF_XDP)")
 	}
 	for _, bin := range []*string{&s.softnic, &s.xdpblast} {
 		abs, err := filepath.Abs(*bin)
@@ -78,24 +118,29 @@ func main() {
 			*bin = abs
 		}
 		if _, err := os.Stat(*bin); err != nil {
-			fmt.Fprintf(os.Stderr, "suite: %v (run make build, or make bench)\n", err)
-			os.Exit(2)
+			return fmt.Errorf("%v (run make build, or make bench)", err)
 		}
 	}
-	parts := map[string]bool{}
-	for _, p := range strings.Split(*only, ",") {
+	if o.profileDir != "" {
+		return os.MkdirAll(o.profileDir, 0o755)
+	}
+	return nil
+}
+
+// parts turns -only into the test of whether to run a part.
+func parts(only string) func(string) bool {
+	set := map[string]bool{}
+	for _, p := range strings.Split(only, ",") {
 		if p = strings.TrimSpace(p); p != "" {
-			parts[p] = true
+			set[p] = true
 		}
 	}
-	want := func(part string) bool { return len(parts) == 0 || parts[part] }
+	return func(part string) bool { return len(set) == 0 || set[part] }
+}
 
-	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer cancel()
-	s.started = time.Now().UTC()
-	s.env = collectEnv()
-	fmt.Printf("softnic benchmark suite, %s; %s\n", s.started.Format("2006-01-02 15:04 UTC"), s.env.summary())
-
+// run measures the parts want names: those on each veth, then the
+// in-process ones.
+func (s *suite) run(ctx context.Context, want func(string) bool, o options) {
 	wantAny := func(parts ...string) bool { return slices.ContainsFunc(parts, want) }
 	if wantAny("ceiling", "tcp", "bw9000", "qps") {
 		s.withPair(ctx, 9000, s.link9000(ctx, want))
@@ -104,22 +149,10 @@ func main() {
 		s.withPair(ctx, 1500, s.link1500(ctx, want))
 	}
 	if want("allocs") {
-		s.allocs(ctx, *profileDir)
+		s.allocs(ctx, o.profileDir)
 	}
 	if want("qpmem") {
-		s.qpMem(*memQPs, *profileDir)
-	}
-	elapsed := time.Since(s.started).Round(time.Second)
-	s.env.loadEnd = loadAverage()
-
-	table := s.markdown(elapsed)
-	fmt.Println()
-	fmt.Print(table)
-	if *outDir != "" {
-		if err := s.write(*outDir, table); err != nil {
-			fmt.Fprintf(os.Stderr, "suite: %v\n", err)
-			os.Exit(1)
-		}
+		s.qpMem(o.memQPs, o.profileDir)
 	}
 }
 

@@ -106,6 +106,17 @@ func reportFields(out, marker string) ([]string, error) {
 	return nil, errNoReport
 }
 
+// reportValues returns the fields of the result line under marker's
+// header and the first n of them as numbers.
+func reportValues(out, marker string, n int) ([]string, []float64, error) {
+	f, err := reportFields(out, marker)
+	if err != nil {
+		return nil, nil, err
+	}
+	v, err := parseFloats(f, n)
+	return f, v, err
+}
+
 func parseFloats(f []string, n int) ([]float64, error) {
 	if len(f) < n {
 		return nil, fmt.Errorf("result line %q: %d fields, want %d", strings.Join(f, " "), len(f), n)
@@ -123,11 +134,7 @@ func parseFloats(f []string, n int) ([]float64, error) {
 
 // parseBW reads the bandwidth line of a perftest report.
 func parseBW(out string) (bwResult, error) {
-	f, err := reportFields(out, "BW average")
-	if err != nil {
-		return bwResult{}, err
-	}
-	v, err := parseFloats(f, 5)
+	_, v, err := reportValues(out, "BW average", 5)
 	if err != nil {
 		return bwResult{}, err
 	}
@@ -136,11 +143,7 @@ func parseBW(out string) (bwResult, error) {
 
 // parseLat reads the latency line of a perftest report.
 func parseLat(out string) (latResult, error) {
-	f, err := reportFields(out, "t_typical")
-	if err != nil {
-		return latResult{}, err
-	}
-	v, err := parseFloats(f, 9)
+	_, v, err := reportValues(out, "t_typical", 9)
 	if err != nil {
 		return latResult{}, err
 	}

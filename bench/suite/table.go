@@ -85,7 +85,8 @@ func mdEscape(s string) string {
 	return strings.ReplaceAll(s, "\n", " ")
 }
 
-// write stores the table and the chart as latest.* and as dated copies.
+// write stores the table and the chart as latest.md and latest.png; git
+// keeps the earlier runs.
 func (s *suite) write(dir, table string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
@@ -94,17 +95,12 @@ func (s *suite) write(dir, table string) error {
 	if err != nil {
 		return fmt.Errorf("chart: %w", err)
 	}
-	stamp := s.started.Format("2006-01-02T1504Z")
-	md := table + fmt.Sprintf("\n![benchmark chart](%s.png)\n", stamp)
-	latestMD := table + "\n![benchmark chart](latest.png)\n"
-	for name, data := range map[string][]byte{
-		stamp + ".md": []byte(md), stamp + ".png": png,
-		"latest.md": []byte(latestMD), "latest.png": png,
-	} {
+	md := table + "\n![benchmark chart](latest.png)\n"
+	for name, data := range map[string][]byte{"latest.md": []byte(md), "latest.png": png} {
 		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
 			return err
 		}
 	}
-	fmt.Printf("\nwrote %s/latest.md, latest.png and %s.{md,png}\n", dir, stamp)
+	fmt.Printf("\nwrote %s/latest.md and latest.png\n", dir)
 	return nil
 }
