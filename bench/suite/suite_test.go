@@ -8,6 +8,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 const bwOutput = `---------------------------------------------------------------------------------------
@@ -32,42 +35,33 @@ const pingOutput = `    size    mtu   rounds   lost  median_us     p99_us     mi
 
 func TestParseReports(t *testing.T) {
 	bw, err := parseBW(bwOutput)
-	if err != nil || bw.Size != 65536 || bw.Iters != 5000 || bw.Peak != 5.16 || bw.Avg != 3.18 || bw.MsgRate != 0.006075 {
-		t.Fatalf("parseBW = %+v, %v", bw, err)
-	}
+	require.NoError(t, err)
+	require.Equal(t, bwResult{Size: 65536, Iters: 5000, Peak: 5.16, Avg: 3.18, MsgRate: 0.006075}, bw, "parseBW")
 	lat, err := parseLat(latOutput)
-	if err != nil || lat.Typical != 252.59 || lat.P99 != 7890.08 || lat.P999 != 11933.17 || lat.Min != 11.86 {
-		t.Fatalf("parseLat = %+v, %v", lat, err)
-	}
+	require.NoError(t, err)
+	require.Equal(t, []float64{252.59, 7890.08, 11933.17, 11.86}, []float64{lat.Typical, lat.P99, lat.P999, lat.Min}, "parseLat typical, p99, p99.9, min")
 	b, err := parseBlast(blastOutput)
-	if err != nil || b.Size != 138 || b.Received != 890107 || b.FramesPerSecond != 445272 {
-		t.Fatalf("parseBlast = %+v, %v", b, err)
-	}
+	require.NoError(t, err)
+	require.Equal(t, []float64{138, 890107, 445272}, []float64{float64(b.Size), float64(b.Received), b.FramesPerSecond}, "parseBlast size, received, frames/s")
 	pp, err := parsePingPong(pingOutput)
-	if err != nil || pp.Size != 82 || pp.Rounds != 5000 || pp.Lost != 1 || pp.Median != 1.58 || pp.P99 != 23.96 || pp.Min != 1.51 || pp.Avg != 2.74 {
-		t.Fatalf("parsePingPong = %+v, %v", pp, err)
-	}
-	if _, err := parsePingPong(strings.Replace(pingOutput, " 5000 ", " 0 ", 1)); err == nil {
-		t.Fatal("parsePingPong accepted a run without round trips")
-	}
-	if _, err := parsePingPong("xdpblast: ping-pong of 82-byte frames: 30 of 40 round trips lost\n"); err == nil {
-		t.Fatal("parsePingPong accepted output without a result line")
-	}
-	if _, err := parseBW("softnic perf: connection refused\n"); err == nil {
-		t.Fatal("parseBW accepted output without a report")
-	}
-	if _, err := parseLat(strings.Replace(latOutput, "252.59", "x", 1)); err == nil {
-		t.Fatal("parseLat accepted a malformed number")
-	}
-	if _, err := parseBlast(strings.Replace(blastOutput, "890107", "0", 1)); err == nil {
-		t.Fatal("parseBlast accepted a run that received nothing")
-	}
+	require.NoError(t, err)
+	require.Equal(t, []float64{82, 5000, 1, 1.58, 23.96, 1.51, 2.74},
+		[]float64{float64(pp.Size), float64(pp.Rounds), float64(pp.Lost), pp.Median, pp.P99, pp.Min, pp.Avg}, "parsePingPong size, rounds, lost, median, p99, min, avg")
+	_, err = parsePingPong(strings.Replace(pingOutput, " 5000 ", " 0 ", 1))
+	require.Error(t, err, "parsePingPong accepted a run without round trips")
+	_, err = parsePingPong("xdpblast: ping-pong of 82-byte frames: 30 of 40 round trips lost\n")
+	require.Error(t, err, "parsePingPong accepted output without a result line")
+	_, err = parseBW("softnic perf: connection refused\n")
+	require.Error(t, err, "parseBW accepted output without a report")
+	_, err = parseLat(strings.Replace(latOutput, "252.59", "x", 1))
+	require.Error(t, err, "parseLat accepted a malformed number")
+	_, err = parseBlast(strings.Replace(blastOutput, "890107", "0", 1))
+	require.Error(t, err, "parseBlast accepted a run that received nothing")
 }
 
 func TestFrameSizes(t *testing.T) {
-	if bulkFrame(4096) != 4154 || bulkFrame(1024) != 1082 || smallWriteFrame != 138 || latWriteFrame != 82 {
-		t.Fatalf("frames %d %d %d %d", bulkFrame(4096), bulkFrame(1024), smallWriteFrame, latWriteFrame)
-	}
+	require.Equal(t, []int{4154, 1082, 138, 82}, []int{bulkFrame(4096), bulkFrame(1024), smallWriteFrame, latWriteFrame},
+		"bulk frames at IB MTU 4096 and 1024, 64 B and 8 B WRITE frames")
 }
 
 func TestTargetsAndTable(t *testing.T) {
@@ -92,62 +86,49 @@ func TestTargetsAndTable(t *testing.T) {
 				continue
 			}
 			o := s.res.Evaluate(tg)
-			if o.Measured != measured || o.Met != met || (measured && o.Value != value) {
-				t.Errorf("%s: %+v", tg.Name, o)
+			assert.Equalf(t, measured, o.Measured, "%s measured: %+v", tg.Name, o)
+			assert.Equalf(t, met, o.Met, "%s met: %+v", tg.Name, o)
+			if measured {
+				assert.Equalf(t, value, o.Value, "%s value", tg.Name)
 			}
 			return
 		}
-		t.Errorf("no target for %s", key)
+		assert.Failf(t, "no target", "no target for %s", key)
 	}
 	check("softnic/write_bw/4096", true, false, 0.5)
 	check("softnic/write_lat/median", false, false, 0)
 	check("softnic/qpmem", true, true, 12)
 	tcp := s.res.Evaluate(Target{Key: "softnic/write_bw/4096", Ref: "kernel/tcp/9000", Bound: 1})
-	if !tcp.Met || tcp.Value != 1.25 {
-		t.Errorf("against TCP: %+v", tcp)
-	}
+	assert.Truef(t, tcp.Met, "against TCP: %+v", tcp)
+	assert.Equal(t, 1.25, tcp.Value, "against TCP")
 
 	md := s.markdown(time.Minute)
 	for _, want := range []string{"| 0.50 | 1.25 |", "| xdp ping-pong | 1.60 µs |  | 0.40 |", "| send_lat | 12.0 µs | 7.50 | 3.00 |", "**not measured**", `boom \| x`, "| memory per idle QP ≤ 16 KiB | 12.0 | yes |",
 		"not measured: softnic/msgrate not run"} {
-		if !strings.Contains(md, want) {
-			t.Errorf("table lacks %q:\n%s", want, md)
-		}
+		assert.Contains(t, md, want, "table")
 	}
 	img, err := s.chart()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := png.Decode(bytes.NewReader(img)); err != nil {
-		t.Fatalf("chart is not a PNG: %v", err)
-	}
+	require.NoError(t, err)
+	_, err = png.Decode(bytes.NewReader(img))
+	require.NoError(t, err, "chart is not a PNG")
 }
 
 func TestParseIperf3(t *testing.T) {
-	if v, err := parseIperf3([]byte(`{"end":{"sum_received":{"bits_per_second":6.5e9}}}`), nil); err != nil || v != 6.5 {
-		t.Fatalf("= %v, %v", v, err)
-	}
+	v, err := parseIperf3([]byte(`{"end":{"sum_received":{"bits_per_second":6.5e9}}}`), nil)
+	require.NoError(t, err)
+	require.Equal(t, 6.5, v)
 	// iperf3 -J may exit 0 after failing to connect: the JSON error counts.
-	if _, err := parseIperf3([]byte(`{"start":{},"end":{},"error":"unable to connect to server: Connection refused"}`), nil); err == nil ||
-		!strings.Contains(err.Error(), "Connection refused") {
-		t.Fatalf("error report accepted: %v", err)
-	}
-	if _, err := parseIperf3([]byte(`{"end":{}}`), nil); err == nil {
-		t.Fatal("report without received bytes accepted")
-	}
+	_, err = parseIperf3([]byte(`{"start":{},"end":{},"error":"unable to connect to server: Connection refused"}`), nil)
+	require.ErrorContains(t, err, "Connection refused", "error report accepted")
+	_, err = parseIperf3([]byte(`{"end":{}}`), nil)
+	require.Error(t, err, "report without received bytes accepted")
 }
 
 func TestMedianBy(t *testing.T) {
 	id := func(v float64) float64 { return v }
-	if m := medianBy([]float64{3, 1, 2}, id); m != 2 {
-		t.Fatalf("median of 3,1,2 = %v", m)
-	}
-	if m := medianBy([]float64{4, 1, 3, 2}, id); m != 2 {
-		t.Fatalf("median of 4,1,3,2 = %v (lower middle)", m)
-	}
-	if m := medianBy([]float64{7}, id); m != 7 {
-		t.Fatalf("median of 7 = %v", m)
-	}
+	require.Equal(t, 2.0, medianBy([]float64{3, 1, 2}, id), "median of 3,1,2")
+	require.Equal(t, 2.0, medianBy([]float64{4, 1, 3, 2}, id), "median of 4,1,3,2 (lower middle)")
+	require.Equal(t, 7.0, medianBy([]float64{7}, id), "median of 7")
 }
 
 // runs returns a measurement that yields vals one per call, failing with
@@ -171,20 +152,15 @@ func TestRoundsPairRatios(t *testing.T) {
 	b := &series{fig: &Figure{Key: "b", Name: "b", Unit: unitGbps}, measure: seq(1, 4, 3)}
 	c := &series{fig: &Figure{Key: "c", Name: "c", Unit: unitGbps}, measure: seq(-1, 5, 5)}
 	s.rounds(a, b, c)
-	if a.fig.Value != 3 || b.fig.Value != 3 {
-		t.Fatalf("medians %v %v, want 3 3", a.fig.Value, b.fig.Value)
-	}
+	require.Equal(t, []float64{3, 3}, []float64{a.fig.Value, b.fig.Value}, "medians")
 	// Round by round a/b is 2, 2, 1: the median is 2, not 3/3.
-	if r, ok := s.res.Ratio("a", "b"); !ok || r != 2 {
-		t.Fatalf("paired ratio a/b = %v, %v; want 2", r, ok)
-	}
+	r, ok := s.res.Ratio("a", "b")
+	require.True(t, ok, "paired ratio a/b")
+	require.Equal(t, 2.0, r, "paired ratio a/b")
 	// c timed out in its first round and was not run again.
-	if c.fig.Err == "" || !strings.Contains(c.fig.Err, "timed out") {
-		t.Fatalf("c: %+v", c.fig)
-	}
-	if _, ok := s.res.Ratio("a", "c"); ok {
-		t.Fatal("ratio to a failed figure")
-	}
+	require.Contains(t, c.fig.Err, "timed out", "c")
+	_, ok = s.res.Ratio("a", "c")
+	require.False(t, ok, "ratio to a failed figure")
 }
 
 // With five rounds the figure is the middle run and a ratio the middle of
@@ -197,21 +173,18 @@ func TestFiveRounds(t *testing.T) {
 	b := &series{fig: &Figure{Key: "b", Name: "b", Unit: unitGbps}, measure: seq(4, 2, 3, 1, 8)}
 	c := &series{fig: &Figure{Key: "c", Name: "c", Unit: unitGbps}, measure: seq(-1, 1, 3, 3, 1)}
 	s.rounds(a, b, c)
-	if a.fig.Value != 4 || b.fig.Value != 3 || c.fig.Value != 1 {
-		t.Fatalf("medians %v %v %v, want 4 3 1", a.fig.Value, b.fig.Value, c.fig.Value)
-	}
-	if !strings.Contains(a.fig.Note, "median of 8.00, 2.00, 9.00, 3.00, 4.00; median run: run 5") {
-		t.Errorf("note %q", a.fig.Note)
-	}
+	require.Equal(t, []float64{4, 3, 1}, []float64{a.fig.Value, b.fig.Value, c.fig.Value}, "medians")
+	assert.Contains(t, a.fig.Note, "median of 8.00, 2.00, 9.00, 3.00, 4.00; median run: run 5")
 	// a/b round by round: 2, 1, 3, 3, 0.5 -> 2 (not 4/3).
-	if r, ok := s.res.Ratio("a", "b"); !ok || r != 2 {
-		t.Errorf("a/b = %v, %v; want 2", r, ok)
+	r, ok := s.res.Ratio("a", "b")
+	if assert.True(t, ok, "a/b") {
+		assert.Equal(t, 2.0, r, "a/b")
 	}
 	// a/c over the four rounds c ran: 2, 3, 1, 4 -> lower middle 2.
-	if r, ok := s.res.Ratio("a", "c"); !ok || r != 2 {
-		t.Errorf("a/c = %v, %v; want 2", r, ok)
+	r, ok = s.res.Ratio("a", "c")
+	if assert.True(t, ok, "a/c") {
+		assert.Equal(t, 2.0, r, "a/c")
 	}
-	if !strings.Contains(c.fig.Note, "1 runs failed: boom") || c.fig.Err != "" {
-		t.Errorf("c: %+v", c.fig)
-	}
+	assert.Contains(t, c.fig.Note, "1 runs failed: boom", "c")
+	assert.Empty(t, c.fig.Err, "c")
 }
