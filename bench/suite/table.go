@@ -85,8 +85,8 @@ func mdEscape(s string) string {
 	return strings.ReplaceAll(s, "\n", " ")
 }
 
-// write stores the table and the chart as latest.md and latest.png; git
-// keeps the earlier runs.
+// write stores the table and the chart as latest.md and latest.png, in
+// place of the last run's.
 func (s *suite) write(dir, table string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
