@@ -293,7 +293,7 @@ func addModules(tr *tree, modDir string) error {
 }
 
 // addUserland copies busybox, the tools, the rxe verbs provider and the
-// shared libraries all of them need.
+// shared libraries all of them need, and the files a shell expects.
 func addUserland(tr *tree, root string) error {
 	busybox, err := os.ReadFile(filepath.Join(root, "bin/busybox"))
 	if err != nil {
@@ -302,10 +302,45 @@ func addUserland(tr *tree, root string) error {
 	tr.File("bin/busybox", 0o755, busybox)
 	tr.Symlink("bin/sh", "busybox")
 
-	var elfs []string
+	elfs, err := addTools(tr, root)
+	if err != nil {
+		return err
+	}
+	provider, err := addProvider(tr, root)
+	if err != nil {
+		return err
+	}
+	if err := addLibraries(tr, root, append(elfs, provider)); err != nil {
+		return err
+	}
+	// iproute2's tc reads netem distribution tables from here.
+	if tables, _ := filepath.Glob(filepath.Join(root, "usr/lib/x86_64-linux-gnu/tc/*.dist")); len(tables) > 0 {
+		for _, t := range tables {
+			data, err := os.ReadFile(t)
+			if err != nil {
+				return fmt.Errorf("read netem table: %w", err)
+			}
+			tr.File("usr/lib/x86_64-linux-gnu/tc/"+filepath.Base(t), 0o644, data)
+		}
+	}
+
+	for _, d := range []string{"proc", "sys", "dev", "tmp", "run", "root", "etc", "usr/sbin", "sbin"} {
+		tr.Dir(d)
+	}
+	tr.CharDev("dev/console", 0o600, 5, 1)
+	tr.CharDev("dev/null", 0o666, 1, 3)
+	tr.File("etc/passwd", 0o644, []byte("root:x:0:0:root:/root:/bin/sh\n"))
+	tr.File("etc/group", 0o644, []byte("root:x:0:\n"))
+	tr.File("etc/hosts", 0o644, []byte("127.0.0.1 localhost\n"))
+	return nil
+}
+
+// addTools copies the tools toolPattern and extraTools name and returns
+// their paths under root.
+func addTools(tr *tree, root string) ([]string, error) {
 	entries, err := os.ReadDir(filepath.Join(root, "usr/bin"))
 	if err != nil {
-		return fmt.Errorf("read usr/bin of the packages: %w", err)
+		return nil, fmt.Errorf("read usr/bin of the packages: %w", err)
 	}
 	var tools []string
 	for _, e := range entries {
@@ -320,31 +355,39 @@ func addUserland(tr *tree, root string) error {
 	for _, p := range tools {
 		data, err := os.ReadFile(p)
 		if err != nil {
-			return fmt.Errorf("read tool: %w", err)
+			return nil, fmt.Errorf("read tool: %w", err)
 		}
 		tr.File("usr/bin/"+filepath.Base(p), 0o755, data)
-		elfs = append(elfs, p)
 	}
+	return tools, nil
+}
 
+// addProvider copies the rxe verbs provider and its driver file and
+// returns the provider's path under root.
+func addProvider(tr *tree, root string) (string, error) {
 	// libibverbs finds providers through /etc/libibverbs.d/*.driver and
 	// dlopens lib<name>-rdmav<N>.so from its compiled-in directory.
 	const providerDir = "usr/lib/x86_64-linux-gnu/libibverbs"
 	drv, err := os.ReadFile(filepath.Join(root, "etc/libibverbs.d/rxe.driver"))
 	if err != nil {
-		return fmt.Errorf("ibverbs-providers: %w", err)
+		return "", fmt.Errorf("ibverbs-providers: %w", err)
 	}
 	tr.File("etc/libibverbs.d/rxe.driver", 0o644, drv)
 	providers, _ := filepath.Glob(filepath.Join(root, providerDir, "librxe-rdmav*.so"))
 	if len(providers) != 1 {
-		return fmt.Errorf("expected one rxe provider in %s, found %v", providerDir, providers)
+		return "", fmt.Errorf("expected one rxe provider in %s, found %v", providerDir, providers)
 	}
 	data, err := os.ReadFile(providers[0])
 	if err != nil {
-		return fmt.Errorf("read rxe provider: %w", err)
+		return "", fmt.Errorf("read rxe provider: %w", err)
 	}
 	tr.File(providerDir+"/"+filepath.Base(providers[0]), 0o755, data)
-	elfs = append(elfs, providers[0])
+	return providers[0], nil
+}
 
+// addLibraries copies the libraries that are dlopened and the shared
+// libraries elfs and those need, and links the dynamic loader.
+func addLibraries(tr *tree, root string, elfs []string) error {
 	for _, soname := range dlopenedLibs {
 		p, err := findLib(root, soname)
 		if err != nil {
@@ -372,25 +415,6 @@ func addUserland(tr *tree, root string) error {
 		return errors.New("dynamic loader ld-linux-x86-64.so.2 not found among the libraries")
 	}
 	tr.Symlink("lib64/ld-linux-x86-64.so.2", "/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2")
-	// iproute2's tc reads netem distribution tables from here.
-	if tables, _ := filepath.Glob(filepath.Join(root, "usr/lib/x86_64-linux-gnu/tc/*.dist")); len(tables) > 0 {
-		for _, t := range tables {
-			data, err := os.ReadFile(t)
-			if err != nil {
-				return fmt.Errorf("read netem table: %w", err)
-			}
-			tr.File("usr/lib/x86_64-linux-gnu/tc/"+filepath.Base(t), 0o644, data)
-		}
-	}
-
-	for _, d := range []string{"proc", "sys", "dev", "tmp", "run", "root", "etc", "usr/sbin", "sbin"} {
-		tr.Dir(d)
-	}
-	tr.CharDev("dev/console", 0o600, 5, 1)
-	tr.CharDev("dev/null", 0o666, 1, 3)
-	tr.File("etc/passwd", 0o644, []byte("root:x:0:0:root:/root:/bin/sh\n"))
-	tr.File("etc/group", 0o644, []byte("root:x:0:\n"))
-	tr.File("etc/hosts", 0o644, []byte("127.0.0.1 localhost\n"))
 	return nil
 }
 
