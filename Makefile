@@ -26,7 +26,9 @@ test:
 test-short:
 	$(GO) test -short -count=1 $(PKGS)
 
-# Rebuild the eBPF objects and their Go bindings (needs clang and libbpf-dev).
+# Rebuild the eBPF objects and their Go bindings, little- and big-endian
+# (needs clang, llvm-strip and libbpf-dev; bpf/gen.sh finds Debian's
+# multiarch include path on any architecture).
 generate:
 	$(GO) generate ./bpf/...
 

@@ -8,6 +8,8 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/softnic/softnic/internal/netnstest"
 	"github.com/softnic/softnic/xdp"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 const (
@@ -118,16 +120,10 @@ type decider struct {
 
 func newDecider(t testing.TB) *decider {
 	d := &decider{t: t}
-	if err := loadSoftnicObjects(&d.objs, nil); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, loadSoftnicObjects(&d.objs, nil))
 	t.Cleanup(func() { d.objs.Close() })
-	if err := d.objs.LocalV4.Put(localV4.As4(), uint8(1)); err != nil {
-		t.Fatal(err)
-	}
-	if err := d.objs.LocalV6.Put(softnicIn6Key{Addr: localV6.As16()}, uint8(1)); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, d.objs.LocalV4.Put(localV4.As4(), uint8(1)))
+	require.NoError(t, d.objs.LocalV6.Put(softnicIn6Key{Addr: localV6.As16()}, uint8(1)))
 	return d
 }
 
@@ -135,9 +131,7 @@ func (d *decider) counters() [softnicCounterCOUNTER_MAX]uint64 {
 	var out [softnicCounterCOUNTER_MAX]uint64
 	var perCPU []uint64
 	for c := range out {
-		if err := d.objs.Counters.Lookup(softnicCounter(c), &perCPU); err != nil {
-			d.t.Fatal(err)
-		}
+		require.NoError(d.t, d.objs.Counters.Lookup(softnicCounter(c), &perCPU))
 		for _, v := range perCPU {
 			out[c] += v
 		}
@@ -149,16 +143,12 @@ func (d *decider) counters() [softnicCounterCOUNTER_MAX]uint64 {
 func (d *decider) run(b []byte) (uint32, softnicCounter) {
 	before := d.counters()
 	ret, err := d.objs.SoftnicSteer.Run(&ebpf.RunOptions{Data: b})
-	if err != nil {
-		d.t.Fatalf("run on %d bytes: %v", len(b), err)
-	}
+	require.NoError(d.t, err, "run on %d bytes", len(b))
 	after := d.counters()
 	bumped := softnicCounter(255)
 	for c := range after {
 		if after[c] != before[c] {
-			if bumped != 255 || after[c] != before[c]+1 {
-				d.t.Fatalf("counters moved oddly: %v -> %v", before, after)
-			}
+			require.True(d.t, bumped == 255 && after[c] == before[c]+1, "counters moved oddly: %v -> %v", before, after)
 			bumped = softnicCounter(c)
 		}
 	}
@@ -168,13 +158,9 @@ func (d *decider) run(b []byte) (uint32, softnicCounter) {
 func (d *decider) bindSocket(t testing.TB) {
 	pair := netnstest.NewT(t, netnstest.Config{})
 	var s *xdp.Socket
-	if err := pair.A.Do(func() (err error) { s, err = xdp.Open(pair.A.Ifindex, 0, xdp.Config{NumFrames: 64}); return err }); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, pair.A.Do(func() (err error) { s, err = xdp.Open(pair.A.Ifindex, 0, xdp.Config{NumFrames: 64}); return err }))
 	t.Cleanup(func() { s.Close() })
-	if err := d.objs.Xsks.Put(uint32(0), uint32(s.FD())); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, d.objs.Xsks.Put(uint32(0), uint32(s.FD())))
 }
 
 func TestSteeringDecisionTable(t *testing.T) {
@@ -209,16 +195,12 @@ func TestSteeringDecisionTable(t *testing.T) {
 		for _, c := range cases {
 			want := decision(c.b, socket)
 			ret, got := d.run(c.b)
-			if got != want {
-				t.Errorf("socket=%v %s: counter %v, want %v", socket, c.name, got, want)
-			}
+			assert.Equal(t, want, got, "socket=%v %s: counter", socket, c.name)
 			wantRet := uint32(xdpPass)
 			if want == softnicCounterCOUNTER_STEERED {
 				wantRet = xdpRedirect
 			}
-			if ret != wantRet {
-				t.Errorf("socket=%v %s: action %d, want %d", socket, c.name, ret, wantRet)
-			}
+			assert.Equal(t, wantRet, ret, "socket=%v %s: action", socket, c.name)
 		}
 	}
 }
@@ -240,8 +222,7 @@ func FuzzSteeringDecision(f *testing.F) {
 		}
 		d.t = t
 		ret, got := d.run(b)
-		if want := decision(b, false); got != want || ret != xdpPass {
-			t.Fatalf("frame %x: counter %v action %d, model says %v and XDP_PASS", b, got, ret, want)
-		}
+		require.Equal(t, decision(b, false), got, "frame %x: counter", b)
+		require.Equal(t, uint32(xdpPass), ret, "frame %x: action", b)
 	})
 }

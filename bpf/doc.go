@@ -14,6 +14,7 @@
 // (driver) mode and falls back to generic XDP when the driver refuses the
 // program; Program.Mode and Program.NativeError say what happened.
 //
-// The compiled object and bpf2go's Go file are committed; `go generate
-// ./bpf` rebuilds them and needs clang (Debian's clang 14 works).
+// The compiled objects (little- and big-endian) and bpf2go's Go files are
+// committed; `go generate ./bpf` rebuilds them and needs clang (Debian's
+// clang 14 works).
 package bpf

@@ -1,6 +1,7 @@
 package bpf
 
-// The generated softnic_bpfel.go and softnic_bpfel.o are committed so that
-// go build needs no clang. Rebuild them with `go generate ./bpf` (or
-// `make generate`); Debian's clang 14 needs the multiarch include path.
-//go:generate go tool bpf2go -cc clang -cflags "-O2 -g -Wall -Werror -I/usr/include/x86_64-linux-gnu" -target bpfel -type counter softnic softnic.c
+// The generated softnic_bpfel.* (little-endian hosts) and softnic_bpfeb.*
+// (big-endian hosts) are committed so that go build needs no clang. Rebuild
+// them with `go generate ./bpf` (or `make generate`); gen.sh finds the
+// multiarch include path Debian's clang needs.
+//go:generate sh gen.sh

@@ -1,7 +1,6 @@
 package bpf
 
 import (
-	"errors"
 	"net"
 	"net/netip"
 	"os"
@@ -12,6 +11,8 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 	"github.com/softnic/softnic/internal/netnstest"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 )
@@ -19,9 +20,7 @@ import (
 func attachT(t *testing.T, e *netnstest.End) *Program {
 	t.Helper()
 	var p *Program
-	if err := e.Do(func() (err error) { p, err = Attach(e.Ifname, ModeAuto); return err }); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, e.Do(func() (err error) { p, err = Attach(e.Ifname, ModeAuto); return err }))
 	t.Cleanup(func() { p.Close() })
 	return p
 }
@@ -30,18 +29,15 @@ func sendUDP(t *testing.T, from *netnstest.End, to netip.Addr, port uint16, n in
 	t.Helper()
 	// Unconnected, so ICMP port-unreachable replies do not fail later writes.
 	var c net.PacketConn
-	if err := from.Do(func() (err error) {
+	require.NoError(t, from.Do(func() (err error) {
 		c, err = net.ListenPacket("udp", ":0")
 		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
+	}))
 	defer c.Close()
 	dst := net.UDPAddrFromAddrPort(netip.AddrPortFrom(to, port))
 	for i := 0; i < n; i++ {
-		if _, err := c.WriteTo([]byte("not really RoCE"), dst); err != nil {
-			t.Fatal(err)
-		}
+		_, err := c.WriteTo([]byte("not really RoCE"), dst)
+		require.NoError(t, err)
 	}
 }
 
@@ -50,14 +46,13 @@ func waitStats(t *testing.T, p *Program, ok func(Stats) bool) Stats {
 	var s Stats
 	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 		var err error
-		if s, err = p.Stats(); err != nil {
-			t.Fatal(err)
-		}
+		s, err = p.Stats()
+		require.NoError(t, err)
 		if ok(s) {
 			return s
 		}
 	}
-	t.Fatalf("counters never reached the expected values: %+v", s)
+	require.FailNowf(t, "timeout", "counters never reached the expected values: %+v", s)
 	return s
 }
 
@@ -65,19 +60,11 @@ func TestSteeringDecisions(t *testing.T) {
 	netnstest.Integration(t)
 	pair := netnstest.NewT(t, netnstest.Config{MTU: 9000})
 	p := attachT(t, &pair.A)
-	if err := p.AddAddr(pair.A.Addr4()); err != nil {
-		t.Fatal(err)
-	}
-	if err := p.AddAddr(pair.A.Addr6()); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, p.AddAddr(pair.A.Addr4()))
+	require.NoError(t, p.AddAddr(pair.A.Addr6()))
 	// Ordinary traffic reaches the kernel with the program attached.
-	if err := pair.B.Ping(pair.A.Addr4(), 2*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	if err := netnstest.TCPEcho(&pair.A, &pair.B, pair.A.Addr6(), make([]byte, 50000), 5*time.Second); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, pair.B.Ping(pair.A.Addr4(), 2*time.Second))
+	require.NoError(t, netnstest.TCPEcho(&pair.A, &pair.B, pair.A.Addr6(), make([]byte, 50000), 5*time.Second))
 	waitStats(t, p, func(s Stats) bool { return s.PassNotRoCE > 0 })
 
 	// RoCEv2 for softnic's addresses, but no socket bound on the queue.
@@ -86,35 +73,23 @@ func TestSteeringDecisions(t *testing.T) {
 	waitStats(t, p, func(s Stats) bool { return s.PassNoSocket == 5 })
 
 	// After removal the address is not softnic's any more.
-	if err := p.RemoveAddr(pair.A.Addr4()); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, p.RemoveAddr(pair.A.Addr4()))
 	sendUDP(t, &pair.B, pair.A.Addr4(), 4791, 4)
 	s := waitStats(t, p, func(s Stats) bool { return s.PassNotLocal == 4 })
-	if s.Steered != 0 {
-		t.Errorf("steered %d frames without a socket", s.Steered)
-	}
-	if err := p.AddAddr(netip.Addr{}); !errors.Is(err, ErrUnsupportedAddr) {
-		t.Errorf("AddAddr(zero) = %v, want ErrUnsupportedAddr", err)
-	}
-	if err := p.SetSocket(MaxQueues, 3); !errors.Is(err, ErrTooManyQueues) {
-		t.Errorf("SetSocket(MaxQueues) = %v, want ErrTooManyQueues", err)
-	}
+	assert.Zero(t, s.Steered, "frames steered without a socket")
+	assert.ErrorIs(t, p.AddAddr(netip.Addr{}), ErrUnsupportedAddr, "AddAddr(zero)")
+	assert.ErrorIs(t, p.SetSocket(MaxQueues, 3), ErrTooManyQueues, "SetSocket(MaxQueues)")
 
-	if err := p.Close(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, p.Close())
 	assertNoXDP(t, &pair.A)
 }
 
 func assertNoXDP(t *testing.T, e *netnstest.End) {
 	t.Helper()
 	l, err := e.Link()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if x := l.Attrs().Xdp; x != nil && x.Attached {
-		t.Errorf("XDP program %d still attached to %s", x.ProgId, e.Ifname)
+	require.NoError(t, err)
+	if x := l.Attrs().Xdp; x != nil {
+		assert.False(t, x.Attached, "XDP program %d still attached to %s", x.ProgId, e.Ifname)
 	}
 }
 
@@ -123,16 +98,12 @@ func TestAttachErrors(t *testing.T) {
 	pair := netnstest.NewT(t, netnstest.Config{})
 
 	err := pair.A.Do(func() error { _, err := Attach("nosuchif0", ModeAuto); return err })
-	if !errors.Is(err, ErrNoInterface) {
-		t.Errorf("missing interface: got %v, want ErrNoInterface", err)
-	}
+	assert.ErrorIs(t, err, ErrNoInterface, "missing interface")
 
 	// A second softnic program on the same interface.
 	first := attachT(t, &pair.A)
 	err = pair.A.Do(func() error { _, err := Attach(pair.A.Ifname, ModeAuto); return err })
-	if !errors.Is(err, ErrXDPBusy) {
-		t.Errorf("second attach: got %v, want ErrXDPBusy", err)
-	}
+	assert.ErrorIs(t, err, ErrXDPBusy, "second attach")
 	first.Close()
 	assertNoXDP(t, &pair.A)
 
@@ -143,32 +114,25 @@ func TestAttachErrors(t *testing.T) {
 		Instructions: asm.Instructions{asm.LoadImm(asm.R0, 2, asm.DWord), asm.Return()},
 		License:      "GPL",
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer other.Close()
-	if err := pair.B.Do(func() error {
+	require.NoError(t, pair.B.Do(func() error {
 		l, err := netlink.LinkByName(pair.B.Ifname)
 		if err != nil {
 			return err
 		}
 		return netlink.LinkSetXdpFd(l, other.FD())
-	}); err != nil {
-		t.Fatal(err)
-	}
+	}))
 	err = pair.B.Do(func() error { _, err := Attach(pair.B.Ifname, ModeAuto); return err })
-	if !errors.Is(err, ErrXDPBusy) {
-		t.Errorf("attach over a foreign program: got %v, want ErrXDPBusy", err)
-	}
+	assert.ErrorIs(t, err, ErrXDPBusy, "attach over a foreign program")
 	t.Logf("error shown to the user: %v", err)
 	l, err := pair.B.Link()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	info, _ := other.Info()
 	id, _ := info.ID()
-	if x := l.Attrs().Xdp; x == nil || !x.Attached || x.ProgId != uint32(id) {
-		t.Errorf("foreign XDP program was disturbed: %+v", l.Attrs().Xdp)
+	if x := l.Attrs().Xdp; assert.NotNil(t, x, "foreign XDP program was removed") {
+		assert.True(t, x.Attached, "foreign XDP program was disturbed: %+v", x)
+		assert.Equal(t, uint32(id), x.ProgId, "foreign XDP program was disturbed: %+v", x)
 	}
 }
 
@@ -184,22 +148,17 @@ func TestKilledProcessLeavesNoProgram(t *testing.T) {
 	cmd := exec.Command(os.Args[0], "-test.run=^TestKilledProcessLeavesNoProgram$")
 	cmd.Env = append(os.Environ(), "SOFTNIC_BPF_CHILD_NS="+pair.A.Namespace)
 	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
 	buf := make([]byte, 8)
 	if n, _ := out.Read(buf); string(buf[:n]) != "attached" {
 		cmd.Process.Kill()
 		cmd.Wait()
-		t.Fatalf("child did not attach: %q", buf[:n])
+		require.FailNowf(t, "child did not attach", "it wrote %q", buf[:n])
 	}
 	l, _ := pair.A.Link()
-	if x := l.Attrs().Xdp; x == nil || !x.Attached {
-		t.Fatal("child reported attached but no XDP program is on the link")
-	}
+	x := l.Attrs().Xdp
+	require.True(t, x != nil && x.Attached, "child reported attached but no XDP program is on the link")
 	cmd.Process.Kill()
 	cmd.Wait()
 	for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(10 * time.Millisecond) {
@@ -239,9 +198,7 @@ func TestAttachWithoutPrivileges(t *testing.T) {
 			return err
 		})
 	})
-	if !errors.Is(err, ErrPermission) {
-		t.Fatalf("attach without capabilities: %v, want ErrPermission", err)
-	}
+	require.ErrorIs(t, err, ErrPermission, "attach without capabilities")
 	t.Logf("error shown: %v", err)
 	assertNoXDP(t, &pair.A)
 }
@@ -273,13 +230,10 @@ func TestAutoFallsBackToGeneric(t *testing.T) {
 		p, err = Attach("vq0", ModeAuto)
 		return err
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer p.Close()
-	if p.Mode() != ModeGeneric || p.NativeError() == nil {
-		t.Fatalf("mode %v, native error %v: want the generic fallback", p.Mode(), p.NativeError())
-	}
+	require.Equal(t, ModeGeneric, p.Mode(), "want the generic fallback")
+	require.Error(t, p.NativeError(), "want the generic fallback's reason")
 	t.Logf("native refused: %v", p.NativeError())
 	// Native-only attachment must report the refusal instead.
 	err = pair.A.Do(func() error {
@@ -290,7 +244,5 @@ func TestAutoFallsBackToGeneric(t *testing.T) {
 		}
 		return err
 	})
-	if err == nil {
-		t.Fatal("native attach accepted on a veth with more peer TX queues than RX queues")
-	}
+	require.Error(t, err, "native attach accepted on a veth with more peer TX queues than RX queues")
 }

@@ -1,7 +1,6 @@
 package xdp
 
 import (
-	"bytes"
 	"encoding/binary"
 	"net"
 	"net/netip"
@@ -10,6 +9,7 @@ import (
 
 	"github.com/softnic/softnic/bpf"
 	"github.com/softnic/softnic/internal/netnstest"
+	"github.com/stretchr/testify/require"
 )
 
 // udpFrame writes an Ethernet/IP/UDP frame to port 4791 of total length
@@ -93,21 +93,15 @@ func setupSide(t *testing.T, e *netnstest.End, cfg Config) *side {
 		}
 		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(func() {
 		s.sock.Close()
 		s.prog.Close()
 	})
 	for _, a := range e.Addrs {
-		if err := s.prog.AddAddr(a.Addr()); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, s.prog.AddAddr(a.Addr()))
 	}
-	if err := s.prog.SetSocket(0, s.sock.FD()); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, s.prog.SetSocket(0, s.sock.FD()))
 	return s
 }
 
@@ -125,12 +119,8 @@ func sendFrame(t *testing.T, s *Socket, frame []byte) {
 			if d, buf, ok = s.NextTxFrame(); ok {
 				break
 			}
-			if err := s.Flush(); err != nil {
-				t.Fatal(err)
-			}
-			if time.Now().After(deadline) {
-				t.Fatal("no free transmit frame for 2s")
-			}
+			require.NoError(t, s.Flush())
+			require.False(t, time.Now().After(deadline), "no free transmit frame for 2s")
 		}
 		c := copy(buf, frame[off:])
 		off += c
@@ -144,13 +134,9 @@ func sendFrame(t *testing.T, s *Socket, frame []byte) {
 	}
 	for sent := 0; sent < len(descs); {
 		k, err := s.Transmit(descs[sent:])
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		sent += k
-		if err := s.Flush(); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, s.Flush())
 	}
 }
 
@@ -174,7 +160,7 @@ func receiveFramesSpans(t *testing.T, s *Socket, n int, timeout time.Duration) (
 		if k == 0 {
 			if time.Now().After(deadline) {
 				st, _ := s.Stats()
-				t.Fatalf("received %d of %d packets; stats %+v", len(out), n, st)
+				require.FailNowf(t, "timeout", "received %d of %d packets; stats %+v", len(out), n, st)
 			}
 			s.Wait(10*time.Millisecond, -1)
 			continue
@@ -182,9 +168,7 @@ func receiveFramesSpans(t *testing.T, s *Socket, n int, timeout time.Duration) (
 		first := 0
 		for i, d := range descs[:k] {
 			b := s.Frame(d)
-			if b == nil {
-				t.Fatalf("descriptor %+v outside the UMEM", d)
-			}
+			require.NotNil(t, b, "descriptor %+v outside the UMEM", d)
 			cur = append(cur, b...)
 			if d.More() {
 				continue
@@ -192,9 +176,7 @@ func receiveFramesSpans(t *testing.T, s *Socket, n int, timeout time.Duration) (
 			if i > first {
 				multi++
 				if span := s.Span(descs[first : i+1]); span != nil {
-					if !bytes.Equal(span, cur) {
-						t.Fatalf("Span of %d descriptors differs from their frames", i+1-first)
-					}
+					require.Equal(t, cur, span, "Span of %d descriptors differs from their frames", i+1-first)
 					contiguous++
 				}
 			}
@@ -202,9 +184,7 @@ func receiveFramesSpans(t *testing.T, s *Socket, n int, timeout time.Duration) (
 			cur = nil
 			first = i + 1
 		}
-		if err := s.Release(descs[:k]); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, s.Release(descs[:k]))
 	}
 	return out, multi, contiguous
 }
@@ -216,12 +196,11 @@ func waitProg(t *testing.T, s *side, ok func(bpf.Stats) bool) {
 	var st bpf.Stats
 	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
 		var err error
-		if st, err = s.prog.Stats(); err != nil {
-			t.Fatal(err)
-		}
+		st, err = s.prog.Stats()
+		require.NoError(t, err)
 		if ok(st) {
 			return
 		}
 	}
-	t.Fatalf("program counters never matched: %+v", st)
+	require.FailNowf(t, "timeout", "program counters never matched: %+v", st)
 }

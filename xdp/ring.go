@@ -108,8 +108,3 @@ type descRing struct {
 	ring
 	descs []Desc
 }
-
-func mapRing(fd int, pgoff int64, off unix.XDPRingOffset, size uint32, entrySize uintptr) ([]byte, error) {
-	length := int(off.Desc) + int(size)*int(entrySize)
-	return unix.Mmap(fd, pgoff, length, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_POPULATE)
-}

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"unsafe"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 )
 
@@ -24,32 +26,21 @@ func fakeRing(size uint32, entry uintptr, start uint32) ([]byte, unix.XDPRingOff
 func fakeSocket(t testing.TB, frames, frameSize int, start uint32) *Socket {
 	t.Helper()
 	cfg := Config{NumFrames: frames, FrameSize: frameSize}
-	if err := cfg.setDefaults(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, cfg.setDefaults())
 	s := &Socket{fd: -1, cfg: cfg, layout: cfg.layout()}
 	s.umem = make([]byte, frames*frameSize)
 	fakeRings(s, start)
 	return s
 }
 
-// fakeRings gives s its four rings in ordinary memory, both indexes of
-// each starting at start, and its frames (initFrames).
+// fakeRings gives s its four rings in ordinary memory, sized and attached
+// as Open does, both indexes of each starting at start, and its frames
+// (initFrames).
 func fakeRings(s *Socket, start uint32) {
-	mk := func(r *ring, size int, entry uintptr) []byte {
-		mem, off := fakeRing(uint32(size), entry, start)
-		r.init(mem, off, uint32(size))
-		return mem[off.Desc:]
+	for _, r := range s.ringSpecs() {
+		mem, off := fakeRing(uint32(r.n), r.esize, start)
+		r.attach(mem, off, r.n)
 	}
-	m := mk(&s.fill.ring, 2*s.rxCount, 8)
-	s.fill.addrs = unsafe.Slice((*uint64)(unsafe.Pointer(&m[0])), 2*s.rxCount)
-	compSize := nextPow2(s.txCount * s.txDescs)
-	m = mk(&s.comp.ring, compSize, 8)
-	s.comp.addrs = unsafe.Slice((*uint64)(unsafe.Pointer(&m[0])), compSize)
-	m = mk(&s.rx.ring, s.cfg.RxRingSize, 16)
-	s.rx.descs = unsafe.Slice((*Desc)(unsafe.Pointer(&m[0])), s.cfg.RxRingSize)
-	m = mk(&s.tx.ring, s.cfg.TxRingSize, 16)
-	s.tx.descs = unsafe.Slice((*Desc)(unsafe.Pointer(&m[0])), s.cfg.TxRingSize)
 	s.initFrames()
 }
 
@@ -137,31 +128,23 @@ func TestRingsAgainstSimulatedKernel(t *testing.T) {
 			k.deliver(1 + k.rng.IntN(3))
 			n := s.Receive(descs[:3+k.rng.IntN(len(descs)-2)]) // room for the largest packet (3 descriptors)
 			for i, d := range descs[:n] {
-				if i == n-1 && d.More() {
-					t.Fatalf("start %#x step %d: Receive split a packet", start, step)
+				if i == n-1 {
+					require.False(t, d.More(), "start %#x step %d: Receive split a packet", start, step)
 				}
-				if s.Frame(d) == nil {
-					t.Fatalf("descriptor %+v outside the UMEM", d)
-				}
-				if d.Len != uint32(100+got) {
-					t.Fatalf("start %#x step %d: descriptor of packet %d, want packet %d", start, step, d.Len-100, got)
-				}
+				require.NotNil(t, s.Frame(d), "descriptor %+v outside the UMEM", d)
+				require.Equal(t, uint32(100+got), d.Len, "start %#x step %d: descriptor of packet %d, want packet %d", start, step, d.Len-100, got)
 				if !d.More() {
 					got++
 				}
 			}
-			if err := s.Release(descs[:n]); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, s.Release(descs[:n]))
 			if d, _, ok := s.NextTxFrame(); ok {
-				if out[d.Addr] {
-					t.Fatalf("transmit frame %#x handed out twice", d.Addr)
-				}
+				require.False(t, out[d.Addr], "transmit frame %#x handed out twice", d.Addr)
 				out[d.Addr] = true
 				d.Len = 60
-				if n, err := s.Transmit([]Desc{d}); err != nil || n != 1 {
-					t.Fatalf("transmit: %d, %v", n, err)
-				}
+				n, err := s.Transmit([]Desc{d})
+				require.NoError(t, err)
+				require.Equal(t, 1, n, "transmit")
 				sentPk++
 			}
 			k.transmit()
@@ -174,30 +157,25 @@ func TestRingsAgainstSimulatedKernel(t *testing.T) {
 				}
 			}
 		}
-		if got < 1000 || sentPk < 1000 || s.ctr.ownershipErrors.Load() != 0 {
-			t.Fatalf("start %#x: received %d, sent %d, ownership errors %d", start, got, sentPk, s.ctr.ownershipErrors.Load())
-		}
+		require.GreaterOrEqual(t, got, 1000, "start %#x: packets received", start)
+		require.GreaterOrEqual(t, sentPk, 1000, "start %#x: packets sent", start)
+		require.Zero(t, s.ctr.ownershipErrors.Load(), "start %#x: ownership errors", start)
 		// Every receive frame is on the fill ring, in the kernel, or free.
 		rxPending := int(*s.rx.producer - *s.rx.consumer)
-		if total := len(k.held) + int(s.fill.prodOutstanding()-k.lazyFQ) + rxPending + len(s.freeRx); total != 32 {
-			t.Errorf("start %#x: %d receive frames accounted for, want 32", start, total)
-		}
+		total := len(k.held) + int(s.fill.prodOutstanding()-k.lazyFQ) + rxPending + len(s.freeRx)
+		assert.Equal(t, 32, total, "start %#x: receive frames accounted for", start)
 	}
 }
 
 func TestDescMore(t *testing.T) {
 	var d Desc
 	d.SetMore(true)
-	if !d.More() || d.Options != unix.XDP_PKT_CONTD {
-		t.Fatal("SetMore(true)")
-	}
+	require.True(t, d.More(), "SetMore(true)")
+	require.Equal(t, uint32(unix.XDP_PKT_CONTD), d.Options, "SetMore(true)")
 	d.SetMore(false)
-	if d.More() || d.Options != 0 {
-		t.Fatal("SetMore(false)")
-	}
-	if unsafe.Sizeof(Desc{}) != unsafe.Sizeof(unix.XDPDesc{}) {
-		t.Fatal("Desc does not have the layout of struct xdp_desc")
-	}
+	require.False(t, d.More(), "SetMore(false)")
+	require.Zero(t, d.Options, "SetMore(false)")
+	require.Equal(t, unsafe.Sizeof(unix.XDPDesc{}), unsafe.Sizeof(Desc{}), "Desc does not have the layout of struct xdp_desc")
 }
 
 func TestConfigValidation(t *testing.T) {
@@ -208,13 +186,13 @@ func TestConfigValidation(t *testing.T) {
 		{Contiguous: true, Mode: ModeZeroCopy}, {Contiguous: true, TxFrameSize: 5000},
 		{Contiguous: true, NumFrames: 8, TxFrameSize: 3 * 4096},
 	} {
-		if err := c.setDefaults(); err == nil {
-			t.Errorf("%+v accepted", c)
-		}
+		assert.Error(t, c.setDefaults(), "%+v accepted", c)
 	}
 	c := Config{}
-	if err := c.setDefaults(); err != nil || c.FrameSize != 4096 || c.NumFrames != 4096 || c.RxRingSize != 2048 {
-		t.Errorf("defaults: %+v, %v", c, err)
+	if assert.NoError(t, c.setDefaults(), "defaults") {
+		assert.Equal(t, 4096, c.FrameSize, "defaults")
+		assert.Equal(t, 4096, c.NumFrames, "defaults")
+		assert.Equal(t, 2048, c.RxRingSize, "defaults")
 	}
 }
 
@@ -224,29 +202,25 @@ func TestConfigValidation(t *testing.T) {
 // descriptors and freed once all of them complete.
 func TestContiguousLayout(t *testing.T) {
 	cfg := Config{NumFrames: 64, Contiguous: true, TxFrameSize: 3 * 4096}
-	if err := cfg.setDefaults(); err != nil {
-		t.Fatal(err)
-	}
-	if cfg.Mode != ModeCopy || !cfg.MultiBuffer {
-		t.Fatalf("contiguous layout did not imply copy mode and multi-buffer: %+v", cfg)
-	}
+	require.NoError(t, cfg.setDefaults())
+	require.Equal(t, ModeCopy, cfg.Mode, "contiguous layout did not imply copy mode")
+	require.True(t, cfg.MultiBuffer, "contiguous layout did not imply multi-buffer")
 	l := cfg.layout()
-	if l.rxStride != 4096-256 || l.rxCount != 32 || l.txBase%4096 != 0 ||
-		l.txBase < uint64(31*(4096-256)+4096) || l.txDescs != 3 {
-		t.Fatalf("layout %+v", l)
-	}
-	if end := l.txAddr(l.txCount-1) + l.txStride; end > 64*4096 {
-		t.Fatalf("last transmit frame ends at %d, past the UMEM", end)
-	}
+	require.Equal(t, uint64(4096-256), l.rxStride, "layout %+v", l)
+	require.Equal(t, 32, l.rxCount, "layout %+v", l)
+	require.Zero(t, l.txBase%4096, "layout %+v", l)
+	require.GreaterOrEqual(t, l.txBase, uint64(31*(4096-256)+4096), "layout %+v", l)
+	require.Equal(t, 3, l.txDescs, "layout %+v", l)
+	end := l.txAddr(l.txCount-1) + l.txStride
+	require.LessOrEqual(t, end, uint64(64*4096), "last transmit frame ends past the UMEM")
 	for i := 0; i < l.rxCount; i++ {
 		// The data of buffer i (256 bytes in) maps back to buffer i.
-		if c, ok := l.rxIndex(uint64(i)*l.rxStride + 256 + 100); !ok || c != i {
-			t.Fatalf("receive buffer %d maps to %d, %v", i, c, ok)
-		}
+		c, ok := l.rxIndex(uint64(i)*l.rxStride + 256 + 100)
+		require.True(t, ok, "receive buffer %d", i)
+		require.Equal(t, i, c, "receive buffer %d", i)
 	}
-	if _, ok := l.rxIndex(l.txBase); ok {
-		t.Fatal("a transmit address maps to a receive buffer")
-	}
+	_, ok := l.rxIndex(l.txBase)
+	require.False(t, ok, "a transmit address maps to a receive buffer")
 
 	s := &Socket{fd: -1, cfg: cfg, layout: l, umem: make([]byte, 64*4096)}
 	fakeRings(s, 0)
@@ -263,34 +237,28 @@ func TestContiguousLayout(t *testing.T) {
 		*rx.producer++
 	}
 	descs := make([]Desc, 4)
-	if n := s.Receive(descs); n != 2 {
-		t.Fatalf("received %d descriptors", n)
-	}
+	require.Equal(t, 2, s.Receive(descs), "descriptors received")
 	span := s.Span(descs[:2])
-	if len(span) != 5000 || descs[0].Addr != 256 {
-		t.Fatalf("descriptors %+v: span of %d bytes", descs[:2], len(span))
-	}
-	if err := s.Release(descs[:2]); err != nil {
-		t.Fatal(err)
-	}
+	require.Len(t, span, 5000, "descriptors %+v", descs[:2])
+	require.Equal(t, uint64(256), descs[0].Addr, "descriptors %+v", descs[:2])
+	require.NoError(t, s.Release(descs[:2]))
 	// Released buffers go back after the ones still on the fill ring.
 	prod := *fill.producer
-	if a, b := s.fill.addrs[(prod-2)&fill.mask], s.fill.addrs[(prod-1)&fill.mask]; a != 0 || b != l.rxStride {
-		t.Fatalf("refilled %#x, %#x; want 0 and %#x", a, b, l.rxStride)
-	}
+	require.Equal(t, []uint64{0, l.rxStride}, []uint64{s.fill.addrs[(prod-2)&fill.mask], s.fill.addrs[(prod-1)&fill.mask]}, "refilled")
 
 	d, buf, ok := s.NextTxFrame()
-	if !ok || len(buf) != 3*4096 || s.TxFrameSize() != 3*4096 {
-		t.Fatalf("transmit frame of %d bytes, %v", len(buf), ok)
-	}
+	require.True(t, ok, "no transmit frame")
+	require.Len(t, buf, 3*4096, "transmit frame")
+	require.Equal(t, 3*4096, s.TxFrameSize())
 	tx := s.AppendTx(nil, d, 9014)
-	if len(tx) != 3 || tx[0].Len != 4096 || !tx[0].More() || !tx[1].More() || tx[2].More() ||
-		tx[2].Addr != d.Addr+8192 || tx[2].Len != 9014-8192 {
-		t.Fatalf("AppendTx: %+v", tx)
-	}
-	if n, err := s.Transmit(tx); n != 3 || err != nil {
-		t.Fatalf("Transmit: %d, %v", n, err)
-	}
+	require.Len(t, tx, 3, "AppendTx: %+v", tx)
+	require.Equal(t, uint32(4096), tx[0].Len, "AppendTx: %+v", tx)
+	require.True(t, tx[0].More() && tx[1].More() && !tx[2].More(), "AppendTx: %+v", tx)
+	require.Equal(t, d.Addr+8192, tx[2].Addr, "AppendTx: %+v", tx)
+	require.Equal(t, uint32(9014-8192), tx[2].Len, "AppendTx: %+v", tx)
+	n, err := s.Transmit(tx)
+	require.NoError(t, err)
+	require.Equal(t, 3, n, "Transmit")
 	free := len(s.freeTx)
 	// Kernel: complete the descriptors one by one; the frame is free
 	// after the last.
@@ -298,15 +266,12 @@ func TestContiguousLayout(t *testing.T) {
 		s.comp.addrs[*s.comp.producer&s.comp.mask] = td.Addr
 		*s.comp.producer++
 		s.Complete()
-		if want := free + i/2; len(s.freeTx) != want {
-			t.Fatalf("after %d completions: %d free frames, want %d", i+1, len(s.freeTx), want)
-		}
+		require.Len(t, s.freeTx, free+i/2, "after %d completions", i+1)
 	}
 	// A descriptor that leaves its frame is refused.
 	d, _, _ = s.NextTxFrame()
-	if _, err := s.Transmit([]Desc{{Addr: d.Addr + 3*4096 - 100, Len: 200}}); err == nil {
-		t.Fatal("a descriptor past its transmit frame was queued")
-	}
+	_, err = s.Transmit([]Desc{{Addr: d.Addr + 3*4096 - 100, Len: 200}})
+	require.Error(t, err, "a descriptor past its transmit frame was queued")
 }
 
 // BenchmarkRingsReceiveRelease measures the socket's own cost per received
@@ -327,8 +292,8 @@ func BenchmarkRingsReceiveRelease(b *testing.B) {
 			*rx.producer++
 		}
 		n := s.Receive(descs)
-		if err := s.Release(descs[:n]); err != nil {
-			b.Fatal(err)
+		if err := s.Release(descs[:n]); err != nil { // testify only on failure, as below
+			require.NoError(b, err)
 		}
 		done += n
 	}
@@ -346,15 +311,15 @@ func BenchmarkRingsTransmitComplete(b *testing.B) {
 		descs = descs[:0]
 		for len(descs) < 64 {
 			d, _, ok := s.NextTxFrame()
-			if !ok {
-				b.Fatal("no free frame")
+			if !ok { // testify only on failure: its Helper call would dominate the loop
+				require.FailNow(b, "no free frame")
 			}
 			d.Len = 64
 			descs = append(descs, d)
 		}
 		n, err := s.Transmit(descs)
 		if err != nil || n != 64 {
-			b.Fatal(n, err)
+			require.FailNow(b, "transmit", "%d, %v", n, err)
 		}
 		// Kernel: send everything and complete it.
 		for *tx.consumer != *tx.producer {

@@ -3,12 +3,13 @@ package xdp
 import (
 	"bytes"
 	"encoding/binary"
-	"errors"
 	"net/netip"
 	"testing"
 	"time"
 
 	"github.com/softnic/softnic/internal/netnstest"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 )
 
@@ -64,10 +65,8 @@ func TestExchange(t *testing.T) {
 						contiguous += c
 						for k, g := range got {
 							want := udpFrame(buf, size, pair.A.MAC, pair.B.MAC, src, dst, uint32(first+k))
-							if !bytes.Equal(g, want) {
-								t.Fatalf("%v size %d packet %d: got %d bytes (seq %d), want %d bytes",
-									dst, size, first+k, len(g), binary.BigEndian.Uint32(g[len(g)-size+42:]), len(want))
-							}
+							require.True(t, bytes.Equal(g, want), "%v size %d packet %d: got %d bytes (seq %d), want %d bytes",
+								dst, size, first+k, len(g), binary.BigEndian.Uint32(g[len(g)-size+42:]), len(want))
 						}
 					}
 				}
@@ -75,56 +74,43 @@ func TestExchange(t *testing.T) {
 			// Buffers are handed back in the order the kernel took them, so
 			// only a packet that wraps around the receive area is split.
 			t.Logf("%d multi-buffer packets, %d contiguous", multi, contiguous)
-			if tc.contiguous && (multi == 0 || contiguous < multi*9/10) {
-				t.Errorf("%d of %d multi-buffer packets contiguous", contiguous, multi)
-			}
-			if !tc.contiguous && contiguous != 0 {
-				t.Errorf("%d multi-buffer packets contiguous without the contiguous layout", contiguous)
+			if tc.contiguous {
+				assert.NotZero(t, multi, "no multi-buffer packets")
+				assert.GreaterOrEqual(t, contiguous, multi*9/10, "%d of %d multi-buffer packets contiguous", contiguous, multi)
+			} else {
+				assert.Zero(t, contiguous, "multi-buffer packets contiguous without the contiguous layout")
 			}
 			// And back, so both directions are exercised.
 			buf := make([]byte, 1000)
 			for i := 0; i < 50; i++ {
 				sendFrame(t, b.sock, udpFrame(buf, 1000, pair.B.MAC, pair.A.MAC, pair.B.Addr4(), pair.A.Addr4(), uint32(i)))
 			}
-			if got := receiveFrames(t, a.sock, 50, 5*time.Second); len(got) != 50 {
-				t.Fatalf("got %d packets back", len(got))
-			}
+			require.Len(t, receiveFrames(t, a.sock, 50, 5*time.Second), 50, "packets back")
 
 			// Non-RoCE traffic still reaches the kernel on the same veth.
 			for _, dst := range []netip.Addr{pair.B.Addr4(), pair.B.Addr6()} {
-				if err := pair.A.Ping(dst, 2*time.Second); err != nil {
-					t.Error(err)
-				}
+				assert.NoError(t, pair.A.Ping(dst, 2*time.Second))
 			}
-			if err := netnstest.TCPEcho(&pair.B, &pair.A, pair.B.Addr4(), bytes.Repeat([]byte("tcp"), 100000), 5*time.Second); err != nil {
-				t.Error(err)
-			}
+			assert.NoError(t, netnstest.TCPEcho(&pair.B, &pair.A, pair.B.Addr4(), bytes.Repeat([]byte("tcp"), 100000), 5*time.Second))
 
 			ps, err := b.prog.Stats()
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			wantSteered := uint64(2 * perSize * len(tc.sizes))
-			if ps.Steered != wantSteered || ps.PassNotRoCE == 0 {
-				t.Errorf("program counters %+v: want %d steered and some passed", ps, wantSteered)
-			}
+			assert.Equal(t, wantSteered, ps.Steered, "program counters %+v", ps)
+			assert.NotZero(t, ps.PassNotRoCE, "program counters %+v: want some passed", ps)
 			ss, err := b.sock.Stats()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if ss.RxDropped != 0 || ss.RxInvalidDescs != 0 || ss.OwnershipErrors != 0 || ss.RxPackets != wantSteered {
-				t.Errorf("socket stats %+v", ss)
-			}
+			require.NoError(t, err)
+			assert.Zero(t, ss.RxDropped, "socket stats %+v", ss)
+			assert.Zero(t, ss.RxInvalidDescs, "socket stats %+v", ss)
+			assert.Zero(t, ss.OwnershipErrors, "socket stats %+v", ss)
+			assert.Equal(t, wantSteered, ss.RxPackets, "socket stats %+v", ss)
 			t.Logf("receiver: %+v", ss)
 			if tc.busy {
 				// An empty ring makes a busy-polling socket drive the
 				// driver with recvfrom.
-				if n := b.sock.Receive(make([]Desc, 4)); n != 0 {
-					t.Fatalf("received %d unexpected frames", n)
-				}
-				if ss, _ := b.sock.Stats(); ss.RxWakeups == 0 {
-					t.Error("busy polling socket did not wake the driver on an empty ring")
-				}
+				require.Zero(t, b.sock.Receive(make([]Desc, 4)), "unexpected frames received")
+				ss, _ := b.sock.Stats()
+				assert.NotZero(t, ss.RxWakeups, "busy polling socket did not wake the driver on an empty ring")
 			}
 		})
 	}
@@ -145,38 +131,38 @@ func TestOpenErrors(t *testing.T) {
 		queue   int
 		cfg     Config
 		want    error
+		errno   unix.Errno // the system call's error, when one failed
 	}{
-		{"missing interface", 4242, 0, small, ErrNoInterface},
-		{"missing queue", pair.A.Ifindex, 7, small, ErrNoQueue},
-		{"frame size", pair.A.Ifindex, 0, Config{FrameSize: 1000}, ErrConfig},
-		{"UMEM beyond any limit", pair.A.Ifindex, 0, Config{NumFrames: 1 << 30}, ErrUMEM},
-		{"UMEM beyond memory", pair.A.Ifindex, 0, Config{NumFrames: 1 << 26}, ErrUMEM}, // 256 GiB
-		{"zero-copy on veth", pair.A.Ifindex, 0, Config{NumFrames: 64, Mode: ModeZeroCopy}, ErrNoZeroCopy},
+		{"missing interface", 4242, 0, small, ErrNoInterface, unix.ENODEV},
+		{"missing queue", pair.A.Ifindex, 7, small, ErrNoQueue, unix.EINVAL},
+		{"frame size", pair.A.Ifindex, 0, Config{FrameSize: 1000}, ErrConfig, 0},
+		{"UMEM beyond any limit", pair.A.Ifindex, 0, Config{NumFrames: 1 << 30}, ErrUMEM, 0},
+		{"UMEM beyond memory", pair.A.Ifindex, 0, Config{NumFrames: 1 << 26}, ErrUMEM, unix.ENOMEM}, // 256 GiB
+		{"zero-copy on veth", pair.A.Ifindex, 0, Config{NumFrames: 64, Mode: ModeZeroCopy}, ErrNoZeroCopy, unix.EOPNOTSUPP},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s, err := open(tc.ifindex, tc.queue, tc.cfg)
 			if err == nil {
 				s.Close()
 			}
-			if !errors.Is(err, tc.want) {
-				t.Fatalf("got %v, want %v", err, tc.want)
+			require.ErrorIs(t, err, tc.want)
+			if tc.errno != 0 {
+				// The errno stays in the chain beside the sentinel.
+				require.ErrorIs(t, err, tc.errno)
 			}
 			t.Logf("error shown: %v", err)
 		})
 	}
 	t.Run("queue taken", func(t *testing.T) {
 		s, err := open(pair.A.Ifindex, 0, small)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		defer s.Close()
 		s2, err := open(pair.A.Ifindex, 0, small)
 		if err == nil {
 			s2.Close()
 		}
-		if !errors.Is(err, ErrQueueBusy) {
-			t.Fatalf("got %v, want ErrQueueBusy", err)
-		}
+		require.ErrorIs(t, err, ErrQueueBusy)
+		require.ErrorIs(t, err, unix.EBUSY)
 	})
 }
 
@@ -184,9 +170,7 @@ func TestFrameOwnership(t *testing.T) {
 	netnstest.Integration(t)
 	pair := netnstest.NewT(t, netnstest.Config{})
 	var s *Socket
-	if err := pair.A.Do(func() (err error) { s, err = Open(pair.A.Ifindex, 0, Config{NumFrames: 8}); return err }); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, pair.A.Do(func() (err error) { s, err = Open(pair.A.Ifindex, 0, Config{NumFrames: 8}); return err }))
 	defer s.Close()
 	seen := map[uint64]bool{}
 	var held []Desc
@@ -195,44 +179,29 @@ func TestFrameOwnership(t *testing.T) {
 		if !ok {
 			break
 		}
-		if seen[d.Addr] {
-			t.Fatalf("frame %#x handed out twice", d.Addr)
-		}
+		require.False(t, seen[d.Addr], "frame %#x handed out twice", d.Addr)
 		seen[d.Addr] = true
-		if len(buf) != s.FrameSize() {
-			t.Fatalf("frame buffer %d bytes", len(buf))
-		}
+		require.Len(t, buf, s.FrameSize(), "frame buffer")
 		held = append(held, d)
 	}
-	if len(held) != 4 {
-		t.Fatalf("%d transmit frames, want 4", len(held))
-	}
-	if err := s.FreeTxFrame(held[0]); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.FreeTxFrame(held[0]); !errors.Is(err, ErrFrameOwnership) {
-		t.Fatalf("double free: %v", err)
-	}
+	require.Len(t, held, 4, "transmit frames")
+	require.NoError(t, s.FreeTxFrame(held[0]))
+	require.ErrorIs(t, s.FreeTxFrame(held[0]), ErrFrameOwnership, "double free")
 	// A receive frame the caller never got cannot be released.
-	if err := s.Release([]Desc{{Addr: 0}}); !errors.Is(err, ErrFrameOwnership) {
-		t.Fatalf("release of a fill-ring frame: %v", err)
-	}
+	require.ErrorIs(t, s.Release([]Desc{{Addr: 0}}), ErrFrameOwnership, "release of a fill-ring frame")
 	// Nor can a transmit frame go out twice.
 	held[1].Len = 60
-	if n, err := s.Transmit(held[1:2]); n != 1 || err != nil {
-		t.Fatalf("transmit: %d, %v", n, err)
-	}
-	if n, err := s.Transmit(held[1:2]); n != 0 || !errors.Is(err, ErrFrameOwnership) {
-		t.Fatalf("second transmit of one frame: %d, %v", n, err)
-	}
+	n, err := s.Transmit(held[1:2])
+	require.NoError(t, err, "transmit")
+	require.Equal(t, 1, n, "transmit")
+	n, err = s.Transmit(held[1:2])
+	require.ErrorIs(t, err, ErrFrameOwnership, "second transmit of one frame")
+	require.Zero(t, n, "second transmit of one frame")
 	// A descriptor running past its chunk is refused.
 	held[2].Len = uint32(s.FrameSize() + 1)
-	if _, err := s.Transmit(held[2:3]); !errors.Is(err, ErrFrameOwnership) {
-		t.Fatalf("oversized descriptor: %v", err)
-	}
-	if s.Frame(Desc{Addr: 1 << 40, Len: 10}) != nil {
-		t.Fatal("Frame outside the UMEM returned memory")
-	}
+	_, err = s.Transmit(held[2:3])
+	require.ErrorIs(t, err, ErrFrameOwnership, "oversized descriptor")
+	require.Nil(t, s.Frame(Desc{Addr: 1 << 40, Len: 10}), "Frame outside the UMEM returned memory")
 }
 
 func TestOpenWithoutPrivileges(t *testing.T) {
@@ -247,9 +216,8 @@ func TestOpenWithoutPrivileges(t *testing.T) {
 			return err
 		})
 	})
-	if !errors.Is(err, ErrPermission) {
-		t.Fatalf("open without capabilities: %v, want ErrPermission", err)
-	}
+	require.ErrorIs(t, err, ErrPermission, "open without capabilities")
+	require.ErrorIs(t, err, unix.EPERM, "open without capabilities")
 	t.Logf("error shown: %v", err)
 }
 
@@ -259,14 +227,10 @@ func TestOpenLockedMemoryLimit(t *testing.T) {
 	netnstest.Integration(t)
 	pair := netnstest.NewT(t, netnstest.Config{})
 	var old unix.Rlimit
-	if err := unix.Getrlimit(unix.RLIMIT_MEMLOCK, &old); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, unix.Getrlimit(unix.RLIMIT_MEMLOCK, &old))
 	low := old
 	low.Cur = 1 << 20
-	if err := unix.Setrlimit(unix.RLIMIT_MEMLOCK, &low); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, unix.Setrlimit(unix.RLIMIT_MEMLOCK, &low))
 	defer unix.Setrlimit(unix.RLIMIT_MEMLOCK, &old)
 	err := pair.A.Do(func() error {
 		return netnstest.WithoutCapabilities([]int{unix.CAP_IPC_LOCK}, func() error {
@@ -277,9 +241,9 @@ func TestOpenLockedMemoryLimit(t *testing.T) {
 			return err
 		})
 	})
-	if !errors.Is(err, ErrMemlock) || !errors.Is(err, ErrUMEM) {
-		t.Fatalf("16 MiB UMEM with a 1 MiB memlock limit: %v, want ErrMemlock", err)
-	}
+	require.ErrorIs(t, err, ErrMemlock, "16 MiB UMEM with a 1 MiB memlock limit")
+	require.ErrorIs(t, err, ErrUMEM, "16 MiB UMEM with a 1 MiB memlock limit")
+	require.ErrorIs(t, err, unix.ENOBUFS, "16 MiB UMEM with a 1 MiB memlock limit")
 	t.Logf("error shown: %v", err)
 }
 
@@ -293,19 +257,16 @@ func TestSocketPerQueue(t *testing.T) {
 	b := setupSide(t, &pair.B, cfg) // program + socket on B's queue 0
 	var b1 *Socket
 	var a0, a1 *Socket
-	if err := pair.B.Do(func() (err error) { b1, err = Open(pair.B.Ifindex, 1, cfg); return err }); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, pair.B.Do(func() (err error) { b1, err = Open(pair.B.Ifindex, 1, cfg); return err }))
 	defer b1.Close()
-	if err := pair.A.Do(func() (err error) {
+	err := pair.A.Do(func() (err error) {
 		if a0, err = Open(pair.A.Ifindex, 0, cfg); err != nil {
 			return err
 		}
 		a1, err = Open(pair.A.Ifindex, 1, cfg)
 		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
+	})
+	require.NoError(t, err)
 	defer a0.Close()
 	defer a1.Close()
 	buf := make([]byte, 200)
@@ -318,13 +279,9 @@ func TestSocketPerQueue(t *testing.T) {
 		sendFrame(t, a1, frame(uint32(i)))
 	}
 	waitProg(t, b, func(s bpfStats) bool { return s.PassNoSocket == 10 })
-	if n := b.sock.Receive(make([]Desc, 16)); n != 0 {
-		t.Fatalf("queue 0 socket received %d frames sent to queue 1", n)
-	}
+	require.Zero(t, b.sock.Receive(make([]Desc, 16)), "queue 0 socket received frames sent to queue 1")
 
-	if err := b.prog.SetSocket(1, b1.FD()); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, b.prog.SetSocket(1, b1.FD()))
 	for i := 0; i < 20; i++ {
 		sendFrame(t, a1, frame(uint32(100+i)))
 		sendFrame(t, a0, frame(uint32(200+i)))
@@ -333,14 +290,10 @@ func TestSocketPerQueue(t *testing.T) {
 		got := receiveFrames(t, s, 20, 5*time.Second)
 		for i, g := range got {
 			want := uint32(200 - 100*q + i)
-			if seq := binary.BigEndian.Uint32(g[42:]); seq != want {
-				t.Fatalf("queue %d packet %d has sequence %d, want %d", q, i, seq, want)
-			}
+			require.Equal(t, want, binary.BigEndian.Uint32(g[42:]), "queue %d packet %d sequence", q, i)
 		}
 	}
-	if err := b.prog.ClearSocket(1); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, b.prog.ClearSocket(1))
 	sendFrame(t, a1, frame(999))
 	waitProg(t, b, func(s bpfStats) bool { return s.PassNoSocket == 11 })
 }
@@ -353,9 +306,7 @@ func TestReopenAfterClose(t *testing.T) {
 	cfg := Config{NumFrames: 256}
 	b := setupSide(t, &pair.B, cfg)
 	var a *Socket
-	if err := pair.A.Do(func() (err error) { a, err = Open(pair.A.Ifindex, 0, cfg); return err }); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, pair.A.Do(func() (err error) { a, err = Open(pair.A.Ifindex, 0, cfg); return err }))
 	defer a.Close()
 	buf := make([]byte, 300)
 	for round := 0; round < 5; round++ {
@@ -363,19 +314,14 @@ func TestReopenAfterClose(t *testing.T) {
 		old.Close()
 		var s *Socket
 		start := time.Now()
-		if err := pair.B.Do(func() (err error) { s, err = Open(pair.B.Ifindex, 0, cfg); return err }); err != nil {
-			t.Fatalf("round %d: %v", round, err)
-		}
+		err := pair.B.Do(func() (err error) { s, err = Open(pair.B.Ifindex, 0, cfg); return err })
+		require.NoError(t, err, "round %d", round)
 		b.sock = s
 		t.Logf("round %d: reopened after %v", round, time.Since(start))
-		if err := b.prog.SetSocket(0, s.FD()); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, b.prog.SetSocket(0, s.FD()))
 		for i := 0; i < 20; i++ {
 			sendFrame(t, a, udpFrame(buf, 300, pair.A.MAC, pair.B.MAC, pair.A.Addr4(), pair.B.Addr4(), uint32(i)))
 		}
-		if got := receiveFrames(t, s, 20, 5*time.Second); len(got) != 20 {
-			t.Fatalf("round %d: %d frames", round, len(got))
-		}
+		require.Len(t, receiveFrames(t, s, 20, 5*time.Second), 20, "round %d", round)
 	}
 }

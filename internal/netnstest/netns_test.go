@@ -2,52 +2,39 @@ package netnstest
 
 import (
 	"bytes"
-	"errors"
-	"golang.org/x/sys/unix"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 )
 
 func TestPairConnectivityAndCleanup(t *testing.T) {
 	Integration(t)
 	p, err := New(Config{MTU: 9000})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	names := []string{p.A.Namespace, p.B.Namespace}
 	t.Cleanup(func() { p.Close() })
 
 	l, err := p.A.Link()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if l.Attrs().MTU != 9000 {
-		t.Errorf("MTU = %d, want 9000", l.Attrs().MTU)
-	}
+	require.NoError(t, err)
+	assert.Equal(t, 9000, l.Attrs().MTU, "MTU")
 	for _, dst := range []netip.Addr{p.B.Addr4(), p.B.Addr6()} {
-		if err := p.A.Ping(dst, 2*time.Second); err != nil {
-			t.Errorf("ping: %v", err)
-		}
+		assert.NoError(t, p.A.Ping(dst, 2*time.Second), "ping")
 	}
-	if err := TCPEcho(&p.B, &p.A, p.B.Addr4(), bytes.Repeat([]byte("x"), 100000), 5*time.Second); err != nil {
-		t.Errorf("tcp: %v", err)
-	}
+	assert.NoError(t, TCPEcho(&p.B, &p.A, p.B.Addr4(), bytes.Repeat([]byte("x"), 100000), 5*time.Second), "tcp")
 	// A namespace that does not hold the address cannot ping it from itself
 	// over a different subnet: a negative check that Ping can fail.
-	if err := p.A.Ping(netip.MustParseAddr("10.48.0.9"), 200*time.Millisecond); err == nil {
-		t.Error("ping to an unreachable address succeeded")
-	}
+	assert.Error(t, p.A.Ping(netip.MustParseAddr("10.48.0.9"), 200*time.Millisecond), "ping to an unreachable address succeeded")
 
-	if err := p.Close(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, p.Close())
 	for _, n := range names {
-		if _, err := os.Stat(filepath.Join("/var/run/netns", n)); !os.IsNotExist(err) {
-			t.Errorf("namespace %s still exists after Close (stat: %v)", n, err)
-		}
+		_, err := os.Stat(filepath.Join("/var/run/netns", n))
+		assert.True(t, os.IsNotExist(err), "namespace %s still exists after Close (stat: %v)", n, err)
 	}
 }
 
@@ -57,14 +44,13 @@ func TestNewFailureCleansUp(t *testing.T) {
 	p, err := New(Config{MTU: 1 << 20})
 	if err == nil {
 		p.Close()
-		t.Fatal("New with MTU 1 MiB succeeded")
 	}
+	require.Error(t, err, "New with MTU 1 MiB succeeded")
 	entries, _ := os.ReadDir("/var/run/netns")
 	prefix := namePrefix + itoa(os.Getpid()) + "-"
 	for _, e := range entries {
-		if len(e.Name()) > len(prefix) && e.Name()[:len(prefix)] == prefix {
-			t.Errorf("namespace %s left behind after failed New: %v", e.Name(), err)
-		}
+		assert.False(t, len(e.Name()) > len(prefix) && e.Name()[:len(prefix)] == prefix,
+			"namespace %s left behind after failed New: %v", e.Name(), err)
 	}
 }
 
@@ -86,15 +72,12 @@ func TestNewSweepsNamespacesOfDeadProcesses(t *testing.T) {
 	// PID 2^22+1 is above the kernel's pid_max limit, so it never runs.
 	stale := namePrefix + "4194305-1a"
 	h, err := newNamed(stale)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	h.Close()
 	t.Cleanup(func() { os.Remove(filepath.Join("/var/run/netns", stale)) })
 	NewT(t, Config{})
-	if _, err := os.Stat(filepath.Join("/var/run/netns", stale)); !os.IsNotExist(err) {
-		t.Errorf("stale namespace %s survived New (stat: %v)", stale, err)
-	}
+	_, err = os.Stat(filepath.Join("/var/run/netns", stale))
+	assert.True(t, os.IsNotExist(err), "stale namespace %s survived New (stat: %v)", stale, err)
 }
 
 func TestWithoutCapabilities(t *testing.T) {
@@ -103,12 +86,8 @@ func TestWithoutCapabilities(t *testing.T) {
 		_, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW, 0)
 		return err
 	})
-	if !errors.Is(err, unix.EPERM) {
-		t.Fatalf("raw socket without CAP_NET_RAW: %v, want EPERM", err)
-	}
+	require.ErrorIs(t, err, unix.EPERM, "raw socket without CAP_NET_RAW")
 	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW, 0)
-	if err != nil {
-		t.Fatalf("capabilities not restored: %v", err)
-	}
+	require.NoError(t, err, "capabilities not restored")
 	unix.Close(fd)
 }
