@@ -17,8 +17,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/softnic/softnic/bench/perftest"
 	"github.com/softnic/softnic/internal/oob"
+	"github.com/softnic/softnic/internal/perftest"
 	"github.com/softnic/softnic/roce"
 	"github.com/softnic/softnic/verbs"
 )

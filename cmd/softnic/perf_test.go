@@ -10,7 +10,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/softnic/softnic/bench/perftest"
+	"github.com/softnic/softnic/internal/perftest"
 	"github.com/softnic/softnic/roce/memlink"
 	"github.com/softnic/softnic/verbs"
 )
