@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net/netip"
 	"os"
 	"time"
 
@@ -169,14 +168,4 @@ func invalidPages(buf []byte) []int {
 		}
 	}
 	return bad
-}
-
-// peerAddr returns the peer's IP address from its GID, refusing the zero
-// interface ID of an ibv_rc_pingpong run without -g.
-func peerAddr(gid [16]byte) (netip.Addr, error) {
-	var zero [8]byte
-	if [8]byte(gid[8:]) == zero {
-		return netip.Addr{}, errors.New("the peer sent no GID (interface ID zero); RoCE needs one: give ibv_rc_pingpong -g")
-	}
-	return netip.AddrFrom16(gid).Unmap(), nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"runtime"
 	"syscall"
 
@@ -254,4 +255,14 @@ func (c *pingpong) complete(wc *verbs.WC, rcnt, scnt *int) error {
 		return fmt.Errorf("Completion for unknown wr_id %d", wc.WRID)
 	}
 	return nil
+}
+
+// peerAddr returns the peer's IP address from its GID, refusing the zero
+// interface ID of an ibv_rc_pingpong run without -g.
+func peerAddr(gid [16]byte) (netip.Addr, error) {
+	var zero [8]byte
+	if [8]byte(gid[8:]) == zero {
+		return netip.Addr{}, errors.New("the peer sent no GID (interface ID zero); RoCE needs one: give ibv_rc_pingpong -g")
+	}
+	return netip.AddrFrom16(gid).Unmap(), nil
 }
