@@ -31,9 +31,7 @@ const goldenKeys = "0000:0001:000011:7f1a4b:00001234:00007f8ab7f41000:" +
 func TestPingpongGolden(t *testing.T) {
 	d := PingpongDest{LID: 0, QPN: 0x11, PSN: 0x7f1a4b, GID: testGID}
 	b, err := d.Format()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	if string(b) != goldenPingpong {
 		t.Fatalf("Format = %q, want %q", b, goldenPingpong)
 	}
@@ -138,9 +136,7 @@ func TestPingpongTimeout(t *testing.T) {
 func TestKeysGolden(t *testing.T) {
 	d := PerftestDest{OutReads: 1, QPN: 0x11, PSN: 0x7f1a4b, RKey: 0x1234, VAddr: 0x7f8ab7f41000, GID: testGID}
 	b, err := d.Format()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	if string(b) != goldenKeys {
 		t.Fatalf("Format = %q\nwant %q", b, goldenKeys)
 	}
@@ -431,9 +427,7 @@ func TestParseTest(t *testing.T) {
 func tcpPair(t *testing.T) (client, server net.Conn) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer ln.Close()
 	accepted := make(chan net.Conn, 1)
 	go func() {
@@ -441,9 +435,7 @@ func tcpPair(t *testing.T) (client, server net.Conn) {
 		accepted <- c
 	}()
 	client, err = net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	server = <-accepted
 	if server == nil {
 		t.Fatal("accept failed")

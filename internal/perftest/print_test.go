@@ -28,9 +28,7 @@ import (
 func TestPrintTestInfoWriteBWClient(t *testing.T) {
 	p := NewParams(oob.WriteBW)
 	p.Device, p.MTU, p.GIDIndex = "veth0", 1024, 0
-	if err := p.Finish(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, p.Finish())
 	want := ResultLine +
 		"                    RDMA_Write BW Test\n" +
 		" Dual-port       : OFF\t\tDevice         : veth0\n" +
@@ -262,9 +260,7 @@ func TestPrintSingleFigure(t *testing.T) {
 	if b.String() != "2.500000\n" {
 		t.Fatalf("latency output %q", b.String())
 	}
-	if err := l.Finish(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, l.Finish())
 	p.Output = OutputLatency
 	if err := p.Finish(); err == nil {
 		t.Fatal("--output=latency accepted for a bandwidth test")

@@ -29,13 +29,9 @@ func memPairLinks(t *testing.T) (a, b Device, la, lb *memlink.Endpoint) {
 	t.Helper()
 	la, lb = memlink.Pair(memlink.Config{})
 	da, err := verbs.Open(la, verbs.Config{Addrs: []netip.Addr{netip.MustParseAddr("10.0.0.1")}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	db, err := verbs.Open(lb, verbs.Config{Addrs: []netip.Addr{netip.MustParseAddr("10.0.0.2")}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(func() { da.Close(); db.Close(); la.Close(); lb.Close() })
 	return Device{Verbs: da, Name: "mem0", LinkMTU: la.MTU()}, Device{Verbs: db, Name: "mem1", LinkMTU: lb.MTU()}, la, lb
 }
@@ -47,9 +43,7 @@ func runBoth(t *testing.T, test oob.Test, tweak func(*Params)) (client, server s
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	ln, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer ln.Close()
 	var sout, cout bytes.Buffer
 	var serr error
@@ -69,9 +63,7 @@ func runBoth(t *testing.T, test oob.Test, tweak func(*Params)) (client, server s
 		serr = Run(ctx, a, conn, p, &sout)
 	}()
 	conn, err := net.Dial("tcp4", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	p := NewParams(test)
 	tweak(&p)
 	cerr := Run(ctx, b, conn, p, &cout)
@@ -160,9 +152,7 @@ func TestRunAllSizes(t *testing.T) {
 func TestStallEndsRun(t *testing.T) {
 	a, b, _, lb := memPairLinks(t)
 	ln, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer ln.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -179,9 +169,7 @@ func TestStallEndsRun(t *testing.T) {
 		serr <- Run(ctx, a, conn, p, io.Discard)
 	}()
 	conn, err := net.Dial("tcp4", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	p := NewParams(oob.WriteBW)
 	p.StallTimeout = 300 * time.Millisecond
 	lb.SetDown(true)
