@@ -11,10 +11,7 @@ import (
 
 // roundTrip checks that a message that parses formats back to itself, up
 // to hex case.
-func roundTrip[D interface {
-	comparable
-	Format() ([]byte, error)
-}](t *testing.T, parse func([]byte) (D, error), b []byte) {
+func roundTrip[D message](t *testing.T, parse func([]byte) (D, error), b []byte) {
 	d, err := parse(b)
 	if err != nil {
 		return

@@ -29,14 +29,26 @@ const goldenPingpong = "0000:000011:7f1a4b:00000000000000000000ffff0a000001\x00"
 const goldenKeys = "0000:0001:000011:7f1a4b:00001234:00007f8ab7f41000:" +
 	"00:00:00:00:00:00:00:00:00:00:ff:ff:0a:00:00:01:00000000:\x00"
 
-func TestPingpongGolden(t *testing.T) {
-	d := PingpongDest{LID: 0, QPN: 0x11, PSN: 0x7f1a4b, GID: testGID}
+// message is a message type of the exchanges.
+type message interface {
+	comparable
+	Format() ([]byte, error)
+}
+
+// golden checks that d formats to msg and msg parses back to d.
+func golden[D message](t *testing.T, d D, msg string, parse func([]byte) (D, error)) {
+	t.Helper()
 	b, err := d.Format()
 	require.NoError(t, err)
-	require.Equal(t, goldenPingpong, string(b), "Format")
-	got, err := ParsePingpongDest([]byte(goldenPingpong))
+	require.Equal(t, msg, string(b), "Format")
+	got, err := parse([]byte(msg))
 	require.NoError(t, err)
 	require.Equal(t, d, got, "Parse")
+}
+
+func TestPingpongGolden(t *testing.T) {
+	d := PingpongDest{LID: 0, QPN: 0x11, PSN: 0x7f1a4b, GID: testGID}
+	golden(t, d, goldenPingpong, ParsePingpongDest)
 	require.Equal(t, "LID 0x0000, QPN 0x000011, PSN 0x7f1a4b, GID ::ffff:10.0.0.1", d.String())
 }
 
@@ -70,34 +82,48 @@ func TestGIDText(t *testing.T) {
 	}
 }
 
+// pipe returns the two ends of a net.Pipe, closed when the test ends.
+func pipe(t *testing.T) (c, s net.Conn) {
+	c, s = net.Pipe()
+	t.Cleanup(func() { c.Close(); s.Close() })
+	return c, s
+}
+
+// bothSides runs server and client at once on the two ends of a pipe and
+// requires both to succeed.
+func bothSides[S, C any](t *testing.T, server func(net.Conn) (S, error), client func(net.Conn) (C, error)) (S, C) {
+	t.Helper()
+	c, s := pipe(t)
+	var sv S
+	var serr error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		sv, serr = server(s)
+	}()
+	cv, cerr := client(c)
+	<-done
+	require.NoError(t, cerr, "client")
+	require.NoError(t, serr, "server")
+	return sv, cv
+}
+
 func TestPingpongExchange(t *testing.T) {
-	c, s := net.Pipe()
-	defer c.Close()
-	defer s.Close()
 	cli := PingpongDest{LID: 1, QPN: 0x12, PSN: 0x345678, GID: testGID}
 	srv := PingpongDest{LID: 2, QPN: 0x13, PSN: 0xabcdef, GID: testGID}
-	var wg sync.WaitGroup
 	var connected PingpongDest
-	var srvGot PingpongDest
-	var srvErr error
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		srvGot, srvErr = PingpongServer(s, srv, func(r PingpongDest) error { connected = r; return nil }, time.Second)
-	}()
-	cliGot, err := PingpongClient(c, cli, time.Second)
-	wg.Wait()
-	require.NoError(t, err, "client")
-	require.NoError(t, srvErr, "server")
+	srvGot, cliGot := bothSides(t,
+		func(s net.Conn) (PingpongDest, error) {
+			return PingpongServer(s, srv, func(r PingpongDest) error { connected = r; return nil }, time.Second)
+		},
+		func(c net.Conn) (PingpongDest, error) { return PingpongClient(c, cli, time.Second) })
 	require.Equal(t, srv, cliGot, "client got")
 	require.Equal(t, cli, srvGot, "server got")
 	require.Equal(t, cli, connected, "server connected to")
 }
 
 func TestPingpongServerWantsDone(t *testing.T) {
-	c, s := net.Pipe()
-	defer c.Close()
-	defer s.Close()
+	c, s := pipe(t)
 	errc := make(chan error, 1)
 	go func() {
 		_, err := PingpongServer(s, PingpongDest{}, nil, time.Second)
@@ -112,9 +138,7 @@ func TestPingpongServerWantsDone(t *testing.T) {
 }
 
 func TestPingpongTimeout(t *testing.T) {
-	c, s := net.Pipe()
-	defer c.Close()
-	defer s.Close()
+	_, s := pipe(t)
 	_, err := PingpongServer(s, PingpongDest{}, nil, 20*time.Millisecond)
 	var ne net.Error
 	require.ErrorAs(t, err, &ne)
@@ -123,18 +147,13 @@ func TestPingpongTimeout(t *testing.T) {
 
 func TestKeysGolden(t *testing.T) {
 	d := PerftestDest{OutReads: 1, QPN: 0x11, PSN: 0x7f1a4b, RKey: 0x1234, VAddr: 0x7f8ab7f41000, GID: testGID}
-	b, err := d.Format()
-	require.NoError(t, err)
-	require.Equal(t, goldenKeys, string(b), "Format")
-	got, err := ParsePerftestDest([]byte(goldenKeys))
-	require.NoError(t, err)
-	require.Equal(t, d, got, "Parse")
+	golden(t, d, goldenKeys, ParsePerftestDest)
 	full := PerftestDest{LID: 0xffff, OutReads: 0x10, QPN: 0xffffff, PSN: 0xffffff, RKey: 0xffffffff, VAddr: ^uint64(0), SRQN: 0xdeadbeef}
 	for i := range full.GID {
 		full.GID[i] = byte(0xf0 + i)
 	}
-	b, _ = full.Format()
-	got, err = ParsePerftestDest(b)
+	b, _ := full.Format()
+	got, err := ParsePerftestDest(b)
 	require.NoError(t, err)
 	require.Equal(t, full, got, "round trip")
 }
@@ -200,51 +219,30 @@ func (r *recConn) Write(b []byte) (int, error) {
 }
 
 func TestSetup(t *testing.T) {
-	c, s := net.Pipe()
-	defer c.Close()
-	defer s.Close()
-	var wg sync.WaitGroup
-	var sn Negotiated
-	var serr error
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		sn, serr = NewSession(s, Server, time.Second).Setup("6.06", SysData{4096, 64}, 5)
-	}()
-	cn, cerr := NewSession(c, Client, time.Second).Setup("6.06", SysData{65536, 128}, 3)
-	wg.Wait()
-	require.NoError(t, cerr, "client")
-	require.NoError(t, serr, "server")
+	sn, cn := bothSides(t,
+		func(s net.Conn) (Negotiated, error) {
+			return NewSession(s, Server, time.Second).Setup("6.06", SysData{4096, 64}, 5)
+		},
+		func(c net.Conn) (Negotiated, error) {
+			return NewSession(c, Client, time.Second).Setup("6.06", SysData{65536, 128}, 3)
+		})
 	want := Negotiated{RemoteVersion: "6.06", SysData: SysData{65536, 128}, MTU: 3}
 	require.Equal(t, want, cn, "client")
 	require.Equal(t, want, sn, "server")
 }
 
 func TestSetupRejectsOldPeer(t *testing.T) {
-	c, s := net.Pipe()
-	defer c.Close()
-	defer s.Close()
+	c, s := pipe(t)
 	go NewSession(s, Server, time.Second).Setup("5.60", SysData{4096, 64}, 3)
 	_, err := NewSession(c, Client, time.Second).Setup(PerftestVersion, SysData{4096, 64}, 3)
 	require.ErrorIs(t, err, ErrVersion)
 }
 
 func TestReportExchange(t *testing.T) {
-	c, s := net.Pipe()
-	defer c.Close()
-	defer s.Close()
 	rep := BWReport{Size: 65536, Iters: 5000, BWPeak: 1234.5, BWAvg: 1200.25, MsgRate: 0.019204}
-	var got BWReport
-	var serr error
-	done := make(chan struct{})
-	go func() {
-		got, serr = NewSession(s, Server, time.Second).Report(BWReport{})
-		close(done)
-	}()
-	back, err := NewSession(c, Client, time.Second).Report(rep)
-	<-done
-	require.NoError(t, err, "client")
-	require.NoError(t, serr, "server")
+	got, back := bothSides(t,
+		func(s net.Conn) (BWReport, error) { return NewSession(s, Server, time.Second).Report(BWReport{}) },
+		func(c net.Conn) (BWReport, error) { return NewSession(c, Client, time.Second).Report(rep) })
 	require.Equal(t, rep, got, "server got")
 	require.Equal(t, BWReport{}, back, "client got")
 }
@@ -252,9 +250,7 @@ func TestReportExchange(t *testing.T) {
 // TestReportBytes checks the wire form: 8 big-endian bytes per value, the
 // doubles as IEEE 754 (hton_double = bswap_64 of the bits on x86).
 func TestReportBytes(t *testing.T) {
-	c, s := net.Pipe()
-	defer c.Close()
-	defer s.Close()
+	c, s := pipe(t)
 	go NewSession(c, Client, time.Second).Report(BWReport{Size: 2, Iters: 1000, BWPeak: 1, BWAvg: 0.5, MsgRate: 2})
 	want := [][]byte{
 		{0, 0, 0, 0, 0, 0, 0, 2},
@@ -410,9 +406,7 @@ func tcpPair(t *testing.T) (client, server net.Conn) {
 }
 
 func TestSetupRejectsHugeSysData(t *testing.T) {
-	c, s := net.Pipe()
-	defer c.Close()
-	defer s.Close()
+	c, s := pipe(t)
 	go NewSession(s, Server, time.Second).Setup(PerftestVersion, SysData{1 << 30, 64}, 3)
 	_, err := NewSession(c, Client, time.Second).Setup(PerftestVersion, SysData{4096, 64}, 3)
 	require.ErrorIs(t, err, ErrFieldRange)
