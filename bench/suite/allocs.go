@@ -12,9 +12,9 @@ import (
 	"runtime/pprof"
 	"sync"
 
-	"github.com/softnic/softnic/bench/perftest"
 	"github.com/softnic/softnic/internal/netnstest"
 	"github.com/softnic/softnic/internal/oob"
+	"github.com/softnic/softnic/internal/perftest"
 	"github.com/softnic/softnic/roce"
 	"github.com/softnic/softnic/verbs"
 	"github.com/softnic/softnic/xdp"

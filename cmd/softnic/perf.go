@@ -6,125 +6,18 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"math"
-	"net/netip"
 	"os"
 	"os/signal"
-	"reflect"
-	"strconv"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"time"
 
-	"github.com/softnic/softnic/bench/perftest"
 	"github.com/softnic/softnic/internal/oob"
-	"github.com/softnic/softnic/roce"
-	"github.com/softnic/softnic/verbs"
+	"github.com/softnic/softnic/internal/perftest"
 )
 
 func init() {
 	register("perf", "perftest-compatible RDMA tests (write_bw, read_bw, send_bw, atomic_bw, *_lat)", runPerf)
-}
-
-// openDevice opens softnic on the interface named ifname: the AF_XDP link
-// with softnic's XDP program, and a verbs device whose GID table is the
-// interface's addresses (roce.GIDTable order), run by engines engines (0:
-// one per receive queue, up to the number of CPUs). Tests replace it to
-// run over an in-memory link.
-var openDevice = func(ifname string, engines int) (perftest.Device, func(), error) {
-	nd, err := roce.LookupNetdev(ifname)
-	if err != nil {
-		return perftest.Device{}, nil, err
-	}
-	link, err := roce.OpenXDPLink(ifname, roce.XDPLinkConfig{Addrs: nd.GIDs})
-	if err != nil {
-		return perftest.Device{}, nil, fmt.Errorf("open AF_XDP link on %s: %w", ifname, err)
-	}
-	dev, err := verbs.Open(link, verbs.Config{Addrs: nd.GIDs, Engines: engines})
-	if err != nil {
-		link.Close()
-		return perftest.Device{}, nil, err
-	}
-	resolve := func(peer netip.Addr) error {
-		mac, err := roce.ResolveNeighbor(nd.Index, peer, 3*time.Second)
-		if err != nil {
-			return err
-		}
-		dev.RoCE().SetNeighbor(peer, mac)
-		return nil
-	}
-	closer := func() { dev.Close(); link.Close() }
-	return perftest.Device{Verbs: dev, Name: ifname, LinkMTU: nd.MTU, Resolve: resolve}, closer, nil
-}
-
-// dialWait is how long a client retries while the server is not yet
-// listening (perftest gives up at once; a short grace helps scripts).
-var dialWait = 2 * time.Second
-
-// flagSet registers each option under its short and its long perftest
-// name, so both "-s 4096" and "--size=4096" work.
-type flagSet struct{ *flag.FlagSet }
-
-func (f flagSet) intVar(p *int, short, long string, v int, usage string) {
-	f.IntVar(p, short, v, usage)
-	f.IntVar(p, long, v, "same as -"+short)
-}
-
-func (f flagSet) uint64Var(p *uint64, short, long string, v uint64, usage string) {
-	f.Uint64Var(p, short, v, usage)
-	f.Uint64Var(p, long, v, "same as -"+short)
-}
-
-func (f flagSet) stringVar(p *string, short, long string, v string, usage string) {
-	f.StringVar(p, short, v, usage)
-	f.StringVar(p, long, v, "same as -"+short)
-}
-
-func (f flagSet) boolVar(p *bool, short, long string, usage string) {
-	f.BoolVar(p, short, false, usage)
-	f.BoolVar(p, long, false, "same as -"+short)
-}
-
-// sizeFlag is perftest's -s: a number (strtol base 0) with an optional K
-// or M suffix, between 1 and UINT_MAX/2.
-type sizeFlag uint64
-
-func (s *sizeFlag) String() string { return strconv.FormatUint(uint64(*s), 10) }
-
-func (s *sizeFlag) Set(v string) error {
-	factor := uint64(1)
-	switch {
-	case strings.HasSuffix(v, "K"):
-		v, factor = strings.TrimSuffix(v, "K"), 1024
-	case strings.HasSuffix(v, "M"):
-		v, factor = strings.TrimSuffix(v, "M"), 1024*1024
-	}
-	n, err := strconv.ParseUint(v, 0, 64)
-	if err != nil {
-		return err
-	}
-	if n < 1 || n > math.MaxUint32/2/factor {
-		return fmt.Errorf("message size should be between 1 and %d", uint64(math.MaxUint32/2))
-	}
-	*s = sizeFlag(n * factor)
-	return nil
-}
-
-// parseInterleaved parses flags given before and after the positional
-// host, as getopt does for the C tools.
-func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return nil, err
-		}
-		if fs.NArg() == 0 {
-			return pos, nil
-		}
-		pos = append(pos, fs.Arg(0))
-		args = fs.Args()[1:]
-	}
 }
 
 const perfUsage = `usage: softnic perf TEST [flags] [host]
@@ -137,6 +30,145 @@ on (its RDMA device); -x picks the GID index in that interface's GID table.
 
 flags:
 `
+
+// perfFlags are softnic perf's flags: perftest's, under their short and
+// long names, and softnic's own.
+type perfFlags struct {
+	p                            perftest.Params // defaults of the test
+	ifname, atomic, conn, output string
+	ibPort, mtu, gidIndex, qps   int
+	tclass, duration, margin     int
+	txDepth, rxDepth, cqMod      int
+	inline, qpTimeout, engines   int
+	size, iters                  uint64
+	cpuFreq, rdmaCM, bidir       bool
+	useOld, noPeak, runAll       bool
+	gbits, server, reportBoth    bool
+	ipv6, unsorted, histogram    bool
+	stats                        bool
+	connectWait                  time.Duration
+}
+
+// definePerftest registers the flags perftest 4.5 has.
+func (o *perfFlags) definePerftest(f flagSet) {
+	p := &o.p
+	f.stringVar(&o.ifname, "d", "ib-dev", "", "network interface softnic runs on (required)")
+	f.intVar(&o.ibPort, "i", "ib-port", 1, "port of the device (softnic devices have port 1)")
+	f.intVar(&p.Port, "p", "port", p.Port, "TCP port of the out-of-band exchange")
+	o.size = p.Size
+	f.Var((*sizeFlag)(&o.size), "s", "message size (K and M suffixes allowed)")
+	f.Var((*sizeFlag)(&o.size), "size", "same as -s")
+	f.uint64Var(&o.iters, "n", "iters", p.Iters, "number of exchanges (at least 5)")
+	f.boolVar(&o.runAll, "a", "all", "run sizes from 2 to 2^23")
+	f.intVar(&o.mtu, "m", "mtu", 0, "path MTU (256..4096; default the port's active MTU)")
+	f.intVar(&o.gidIndex, "x", "gid-index", -1, "GID index (default: the first IPv4 GID, as perftest picks)")
+	f.intVar(&o.qps, "q", "qp", 1, "number of QPs (bandwidth tests)")
+	f.intVar(&o.txDepth, "t", "tx-depth", 0, "size of the send queue (perftest's default: 128, latency tests 1)")
+	f.intVar(&o.rxDepth, "r", "rx-depth", 0, "receives posted at a time (send tests; perftest's default: 512)")
+	f.intVar(&o.cqMod, "Q", "cq-mod", 0, "generate a completion every N sends (perftest's default: 100)")
+	f.intVar(&o.inline, "I", "inline_size", -1, "max size of inline sends (-1: perftest's default, 220 for write_lat, 236 for send_lat, else 0)")
+	f.intVar(&p.OutReads, "o", "outs", p.OutReads, "outstanding reads/atomics (read and atomic tests)")
+	f.stringVar(&o.atomic, "A", "atomic_type", "FETCH_AND_ADD", "atomic operation: FETCH_AND_ADD or CMP_AND_SWAP")
+	f.stringVar(&o.conn, "c", "connection", "RC", "connection type (softnic: RC only)")
+	f.boolVar(&o.cpuFreq, "F", "CPU-freq", "do not fail on CPU frequency warnings (softnic times with the monotonic clock)")
+	f.boolVar(&o.noPeak, "N", "noPeak", "do not compute the peak bandwidth")
+	f.boolVar(&o.rdmaCM, "R", "rdma_cm", "connect QPs with RDMA CM (not supported)")
+	f.intVar(&o.duration, "D", "duration", 0, "run for this many seconds instead of -n iterations")
+	f.intVar(&o.margin, "f", "margin", -1, "with -D, seconds left out of the measurement at each end (default duration/4)")
+	f.boolVar(&o.bidir, "b", "bidirectional", "bidirectional test: both sides send (bandwidth tests)")
+	f.BoolVar(&o.gbits, "report_gbits", false, "report bandwidth in Gb/sec instead of MB/sec")
+	f.BoolVar(&o.useOld, "use_old_post_send", false, "print the ibv_wr* API line as OFF (softnic has one post path)")
+	f.IntVar(&o.tclass, "tclass", 0, "GRH traffic class")
+	f.BoolVar(&o.reportBoth, "report-both", false, "with -b, also print each side's own figures")
+	f.BoolVar(&o.ipv6, "ipv6", false, "without -x, use the first IPv6 GID instead of the first IPv4 one")
+	f.boolVar(&o.unsorted, "U", "report-unsorted", "print the latency samples in measured order (latency tests)")
+	f.boolVar(&o.histogram, "H", "report-histogram", "print the sorted latency samples (latency tests)")
+	f.StringVar(&o.output, "output", "", "print only one figure: bandwidth, message_rate (bw tests) or latency (lat tests)")
+	f.intVar(&o.qpTimeout, "u", "qp-timeout", int(p.QPTimeout), "QP retransmit timeout exponent (4.096 us x 2^N)")
+	f.BoolVar(&o.server, "server", false, "be the server (the default without a host)")
+}
+
+// defineSoftnic registers the flags softnic adds.
+func (o *perfFlags) defineSoftnic(f flagSet) {
+	f.DurationVar(&o.connectWait, "connect-wait", dialWait, "softnic: how long a client retries while the server is not listening")
+	f.IntVar(&o.engines, "softnic-engines", 0, "softnic: engines (goroutines) that run the device's QPs; 0: one per receive queue of the interface, up to the number of CPUs")
+	f.BoolVar(&o.stats, "softnic-stats", false, "softnic: after the run, print the engine's counters (retransmissions, timeouts, sequence NAKs...) and the XDP link's ring statistics")
+}
+
+// check refuses what softnic perf cannot run, in perftest's order.
+func (o *perfFlags) check(pos []string) error {
+	switch {
+	case len(pos) > 1:
+		return fmt.Errorf("one host at most, got %q", pos)
+	case o.ifname == "":
+		return errors.New("-d INTERFACE is required")
+	case o.ibPort != 1:
+		return fmt.Errorf("softnic devices have one port (1), not %d", o.ibPort)
+	case o.conn != "RC":
+		return fmt.Errorf("connection type %q not supported: softnic speaks RC", o.conn)
+	case o.rdmaCM:
+		return errors.New("-R (RDMA CM) is not supported; use the default Ethernet exchange")
+	case o.duration < 0:
+		return fmt.Errorf("duration %d must be positive", o.duration)
+	case o.tclass < 0 || o.tclass > 255:
+		return fmt.Errorf("--tclass %d out of range", o.tclass)
+	case o.qpTimeout < 0 || o.qpTimeout > 31:
+		return fmt.Errorf("QP timeout %d out of range 0..31", o.qpTimeout)
+	}
+	return nil
+}
+
+// params turns the flags into the run's parameters.
+func (o *perfFlags) params(pos []string) (perftest.Params, error) {
+	p := o.p
+	p.QPTimeout = uint8(o.qpTimeout)
+	var err error
+	if o.output != "" {
+		if p.Output, err = perftest.ParseOutput(o.output); err != nil {
+			return p, err
+		}
+	}
+	switch o.atomic {
+	case "FETCH_AND_ADD":
+		p.Atomic = perftest.FetchAndAdd
+	case "CMP_AND_SWAP":
+		p.Atomic = perftest.CmpAndSwap
+	default:
+		return p, fmt.Errorf("unknown atomic type %q", o.atomic)
+	}
+	p.Server = len(pos) == 0 || o.server
+	p.Size, p.Iters, p.RunAll, p.MTU, p.GIDIndex = o.size, o.iters, o.runAll, o.mtu, o.gidIndex
+	p.NumQPs, p.ReportGbits, p.NoPeak, p.UseOldPostSend = o.qps, o.gbits, o.noPeak, o.useOld
+	p.TrafficClass = uint8(o.tclass)
+	p.ReportUnsorted, p.ReportHistogram = o.unsorted, o.histogram
+	p.Duplex = o.bidir
+	p.Duration = time.Duration(o.duration) * time.Second
+	if o.margin >= 0 {
+		p.Margin = time.Duration(o.margin) * time.Second
+	}
+	p.IPv6, p.ReportBoth = o.ipv6, o.reportBoth
+	return p, o.depths(&p)
+}
+
+// depths applies -t, -r, -Q and -I where given, then perftest's rules.
+func (o *perfFlags) depths(p *perftest.Params) error {
+	if o.txDepth < 0 || o.rxDepth < 0 || o.cqMod < 0 {
+		return errors.New("-t, -r and -Q must be positive")
+	}
+	if o.txDepth > 0 {
+		p.TxDepth = o.txDepth
+	}
+	if o.rxDepth > 0 {
+		p.RxDepth = o.rxDepth
+	}
+	if o.cqMod > 0 {
+		p.CQMod, p.ReqCQMod = o.cqMod, true
+	}
+	if o.inline >= 0 {
+		p.InlineSize = o.inline
+	}
+	return p.Finish()
+}
 
 func runPerf(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help") {
@@ -153,258 +185,56 @@ func runPerf(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "softnic perf: %v\n", err)
 		return 2
 	}
-	p := perftest.NewParams(test)
 	fs := flag.NewFlagSet("perf "+test.String(), flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	f := flagSet{fs}
-	var (
-		ibPort    = 1
-		atomic    string
-		conn      = "RC"
-		cpuFreq   bool
-		rdmaCM    bool
-		duration  int
-		bidir     bool
-		size      = p.Size
-		mtu       int
-		outReads  = p.OutReads
-		gidIndex  = -1
-		useOld    bool
-		tclass    int
-		txDepth   = 0
-		rxDepth   = 0
-		cqMod     = 0
-		inline    = -1
-		noPeak    bool
-		ifname    string
-		iters     = p.Iters
-		runAll    bool
-		qps       = 1
-		port      = p.Port
-		gbits     bool
-		serverArg bool
-	)
-	f.stringVar(&ifname, "d", "ib-dev", "", "network interface softnic runs on (required)")
-	f.intVar(&ibPort, "i", "ib-port", 1, "port of the device (softnic devices have port 1)")
-	f.intVar(&port, "p", "port", port, "TCP port of the out-of-band exchange")
-	fs.Var((*sizeFlag)(&size), "s", "message size (K and M suffixes allowed)")
-	fs.Var((*sizeFlag)(&size), "size", "same as -s")
-	f.uint64Var(&iters, "n", "iters", iters, "number of exchanges (at least 5)")
-	f.boolVar(&runAll, "a", "all", "run sizes from 2 to 2^23")
-	f.intVar(&mtu, "m", "mtu", 0, "path MTU (256..4096; default the port's active MTU)")
-	f.intVar(&gidIndex, "x", "gid-index", -1, "GID index (default: the first IPv4 GID, as perftest picks)")
-	f.intVar(&qps, "q", "qp", 1, "number of QPs (bandwidth tests)")
-	f.intVar(&txDepth, "t", "tx-depth", 0, "size of the send queue (perftest's default: 128, latency tests 1)")
-	f.intVar(&rxDepth, "r", "rx-depth", 0, "receives posted at a time (send tests; perftest's default: 512)")
-	f.intVar(&cqMod, "Q", "cq-mod", 0, "generate a completion every N sends (perftest's default: 100)")
-	f.intVar(&inline, "I", "inline_size", -1, "max size of inline sends (-1: perftest's default, 220 for write_lat, 236 for send_lat, else 0)")
-	f.intVar(&outReads, "o", "outs", outReads, "outstanding reads/atomics (read and atomic tests)")
-	f.stringVar(&atomic, "A", "atomic_type", "FETCH_AND_ADD", "atomic operation: FETCH_AND_ADD or CMP_AND_SWAP")
-	f.stringVar(&conn, "c", "connection", "RC", "connection type (softnic: RC only)")
-	f.boolVar(&cpuFreq, "F", "CPU-freq", "do not fail on CPU frequency warnings (softnic times with the monotonic clock)")
-	f.boolVar(&noPeak, "N", "noPeak", "do not compute the peak bandwidth")
-	f.boolVar(&rdmaCM, "R", "rdma_cm", "connect QPs with RDMA CM (not supported)")
-	f.intVar(&duration, "D", "duration", 0, "run for this many seconds instead of -n iterations")
-	margin := -1
-	f.intVar(&margin, "f", "margin", -1, "with -D, seconds left out of the measurement at each end (default duration/4)")
-	f.boolVar(&bidir, "b", "bidirectional", "bidirectional test: both sides send (bandwidth tests)")
-	f.BoolVar(&gbits, "report_gbits", false, "report bandwidth in Gb/sec instead of MB/sec")
-	f.BoolVar(&useOld, "use_old_post_send", false, "print the ibv_wr* API line as OFF (softnic has one post path)")
-	f.IntVar(&tclass, "tclass", 0, "GRH traffic class")
-	var reportBoth bool
-	f.BoolVar(&reportBoth, "report-both", false, "with -b, also print each side's own figures")
-	var ipv6 bool
-	f.BoolVar(&ipv6, "ipv6", false, "without -x, use the first IPv6 GID instead of the first IPv4 one")
-	var unsorted, histogram bool
-	f.boolVar(&unsorted, "U", "report-unsorted", "print the latency samples in measured order (latency tests)")
-	f.boolVar(&histogram, "H", "report-histogram", "print the sorted latency samples (latency tests)")
-	var output string
-	f.StringVar(&output, "output", "", "print only one figure: bandwidth, message_rate (bw tests) or latency (lat tests)")
-	qpTimeout := int(p.QPTimeout)
-	f.intVar(&qpTimeout, "u", "qp-timeout", qpTimeout, "QP retransmit timeout exponent (4.096 us x 2^N)")
-	f.BoolVar(&serverArg, "server", false, "be the server (the default without a host)")
-	connectWait := dialWait
-	f.DurationVar(&connectWait, "connect-wait", dialWait, "softnic: how long a client retries while the server is not listening")
-	var softnicStats bool
-	var engines int
-	f.IntVar(&engines, "softnic-engines", 0, "softnic: engines (goroutines) that run the device's QPs; 0: one per receive queue of the interface, up to the number of CPUs")
-	f.BoolVar(&softnicStats, "softnic-stats", false, "softnic: after the run, print the engine's counters (retransmissions, timeouts, sequence NAKs...) and the XDP link's ring statistics")
+	o := perfFlags{p: perftest.NewParams(test)}
+	o.definePerftest(flagSet{fs})
+	o.defineSoftnic(flagSet{fs})
 	fs.Usage = func() {
 		fmt.Fprint(stderr, perfUsage)
 		fs.PrintDefaults()
 	}
-	pos, err := parseInterleaved(fs, args[1:])
-	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	pos, status, ok := parseArgs(fs, args[1:], 2)
+	if !ok {
+		return status
 	}
-	fail := func(format string, a ...any) int {
-		fmt.Fprintf(stderr, "softnic perf: "+format+"\n", a...)
-		return 1
-	}
-	switch {
-	case len(pos) > 1:
-		return fail("one host at most, got %q", pos)
-	case ifname == "":
-		return fail("-d INTERFACE is required")
-	case ibPort != 1:
-		return fail("softnic devices have one port (1), not %d", ibPort)
-	case conn != "RC":
-		return fail("connection type %q not supported: softnic speaks RC", conn)
-	case rdmaCM:
-		return fail("-R (RDMA CM) is not supported; use the default Ethernet exchange")
-	case duration < 0:
-		return fail("duration %d must be positive", duration)
-	case tclass < 0 || tclass > 255:
-		return fail("--tclass %d out of range", tclass)
-	}
-	if qpTimeout < 0 || qpTimeout > 31 {
-		return fail("QP timeout %d out of range 0..31", qpTimeout)
-	}
-	p.QPTimeout = uint8(qpTimeout)
-	if output != "" {
-		if p.Output, err = perftest.ParseOutput(output); err != nil {
-			return fail("%v", err)
-		}
-	}
-	switch atomic {
-	case "FETCH_AND_ADD":
-		p.Atomic = perftest.FetchAndAdd
-	case "CMP_AND_SWAP":
-		p.Atomic = perftest.CmpAndSwap
-	default:
-		return fail("unknown atomic type %q", atomic)
-	}
-	p.Server = len(pos) == 0 || serverArg
-	p.Port, p.Size, p.Iters, p.RunAll, p.MTU, p.GIDIndex = port, size, iters, runAll, mtu, gidIndex
-	p.NumQPs, p.OutReads, p.ReportGbits, p.NoPeak, p.UseOldPostSend = qps, outReads, gbits, noPeak, useOld
-	p.TrafficClass = uint8(tclass)
-	p.ReportUnsorted, p.ReportHistogram = unsorted, histogram
-	p.Duplex = bidir
-	p.Duration = time.Duration(duration) * time.Second
-	if margin >= 0 {
-		p.Margin = time.Duration(margin) * time.Second
-	}
-	p.IPv6 = ipv6
-	p.ReportBoth = reportBoth
-	if txDepth < 0 || rxDepth < 0 || cqMod < 0 {
-		return fail("-t, -r and -Q must be positive")
-	}
-	if txDepth > 0 {
-		p.TxDepth = txDepth
-	}
-	if rxDepth > 0 {
-		p.RxDepth = rxDepth
-	}
-	if cqMod > 0 {
-		p.CQMod, p.ReqCQMod = cqMod, true
-	}
-	if inline >= 0 {
-		p.InlineSize = inline
-	}
-	if err := p.Finish(); err != nil {
+	fail := failer(stderr, "perf")
+	if err := o.check(pos); err != nil {
 		return fail("%v", err)
 	}
-
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	dev, closeDev, err := openDevice(ifname, engines)
+	p, err := o.params(pos)
 	if err != nil {
 		return fail("%v", err)
 	}
-	defer closeDev()
-	p.Device = ifname
-
-	var c interface{ Close() error }
-	var runErr error
-	if p.Server {
-		perftest.PrintWaiting(stdout, &p)
-		conn, err := perftest.Accept(ctx, p.Port, nil)
-		if err != nil {
-			return fail("%v", err)
-		}
-		c = conn
-		runErr = perftest.Run(ctx, dev, conn, p, stdout)
-	} else {
-		conn, err := perftest.Dial(ctx, pos[0], p.Port, connectWait)
-		if err != nil {
-			return fail("%v", err)
-		}
-		c = conn
-		runErr = perftest.Run(ctx, dev, conn, p, stdout)
+	host := ""
+	if len(pos) > 0 {
+		host = pos[0]
 	}
-	c.Close()
-	if softnicStats {
-		// Also after a failed run: the counters tell how it failed.
-		printSoftnicStats(stdout, dev.Verbs)
-	}
-	if runErr != nil {
-		return fail("%v", runErr)
+	if err := o.run(p, host, stdout); err != nil {
+		return fail("%v", err)
 	}
 	return 0
 }
 
-// printSoftnicStats prints, one "name value" line each, the transport
-// engine's counters, the RoCE device's frame counters and, on an AF_XDP
-// link, the XDP program's and each socket's ring statistics: the losses a
-// run met and how the engine recovered, next to its figures.
-func printSoftnicStats(w io.Writer, dev *verbs.Device) {
-	fmt.Fprintln(w, " softnic engine counters:")
-	writeCounters(w, "", reflect.ValueOf(dev.Counters()).Elem())
-	fmt.Fprintln(w, " softnic RoCE device counters:")
-	fmt.Fprintf(w, "engines %d\n", dev.RoCE().Engines())
-	writeCounters(w, "", reflect.ValueOf(dev.RoCE().Counters()).Elem())
-	type statser interface {
-		Stats() (roce.XDPLinkStats, error)
+// run opens the device and runs the test on it until done or signalled.
+func (o *perfFlags) run(p perftest.Params, host string, stdout io.Writer) error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	dev, closeDev, err := openDevice(o.ifname, o.engines)
+	if err != nil {
+		return err
 	}
-	if l, ok := dev.RoCE().Link().(statser); ok {
-		fmt.Fprintln(w, " softnic XDP link statistics:")
-		st, err := l.Stats()
-		writeCounters(w, "", reflect.ValueOf(&st).Elem())
-		if err != nil {
-			fmt.Fprintf(w, " (incomplete: %v)\n", err)
-		}
+	defer closeDev()
+	p.Device = o.ifname
+	conn, err := perftest.Connect(ctx, &p, host, o.connectWait, stdout)
+	if err != nil {
+		return err
 	}
-}
-
-var atomicUint64Type = reflect.TypeFor[atomic.Uint64]()
-
-// writeCounters prints every exported integer (or atomic.Uint64) field of
-// the struct v, descending into nested structs and slices of them with
-// dotted names, so that counters added later show without changes here.
-func writeCounters(w io.Writer, prefix string, v reflect.Value) {
-	t := v.Type()
-	for i := range t.NumField() {
-		f := t.Field(i)
-		if !f.IsExported() {
-			continue
-		}
-		name := prefix + f.Name
-		if f.Anonymous {
-			name = prefix
-		}
-		writeCounter(w, name, v.Field(i))
+	err = perftest.Run(ctx, dev, conn, p, stdout)
+	conn.Close()
+	if o.stats {
+		// Also after a failed run: the counters tell how it failed.
+		printSoftnicStats(stdout, dev.Verbs)
 	}
-}
-
-func writeCounter(w io.Writer, name string, fv reflect.Value) {
-	switch {
-	case fv.Type() == atomicUint64Type:
-		fmt.Fprintf(w, "  %-28s %d\n", name, fv.Addr().Interface().(*atomic.Uint64).Load())
-	case fv.CanUint():
-		fmt.Fprintf(w, "  %-28s %d\n", name, fv.Uint())
-	case fv.CanInt():
-		fmt.Fprintf(w, "  %-28s %d\n", name, fv.Int())
-	case fv.Kind() == reflect.Struct:
-		if name != "" && !strings.HasSuffix(name, ".") {
-			name += "."
-		}
-		writeCounters(w, name, fv)
-	case fv.Kind() == reflect.Slice:
-		for j := range fv.Len() {
-			writeCounter(w, fmt.Sprintf("%s[%d]", name, j), fv.Index(j))
-		}
-	}
+	return err
 }

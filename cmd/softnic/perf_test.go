@@ -6,13 +6,16 @@ import (
 	"net"
 	"net/netip"
 	"regexp"
-	"strings"
+	"strconv"
 	"sync"
 	"testing"
 
-	"github.com/softnic/softnic/bench/perftest"
+	"github.com/softnic/softnic/internal/perftest"
 	"github.com/softnic/softnic/roce/memlink"
 	"github.com/softnic/softnic/verbs"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // useMemDevices makes openDevice return two softnic devices joined by an
@@ -22,13 +25,9 @@ func useMemDevices(t *testing.T) {
 	t.Helper()
 	la, lb := memlink.Pair(memlink.Config{})
 	da, err := verbs.Open(la, verbs.Config{Addrs: []netip.Addr{netip.MustParseAddr("10.0.0.1")}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	db, err := verbs.Open(lb, verbs.Config{Addrs: []netip.Addr{netip.MustParseAddr("10.0.0.2")}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	devs := map[string]perftest.Device{
 		"memA": {Verbs: da, Name: "memA", LinkMTU: la.MTU()},
 		"memB": {Verbs: db, Name: "memB", LinkMTU: lb.MTU()},
@@ -54,9 +53,7 @@ func useMemDevices(t *testing.T) {
 func freePort(t *testing.T) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer ln.Close()
 	return fmt.Sprint(ln.Addr().(*net.TCPAddr).Port)
 }
@@ -74,9 +71,7 @@ func runPair(t *testing.T, server, client []string) (sout, cout string) {
 	}()
 	cstatus := run(client, &co, &ce)
 	wg.Wait()
-	if sstatus != 0 || cstatus != 0 {
-		t.Fatalf("server status %d: %s%s\nclient status %d: %s%s", sstatus, so.String(), se.String(), cstatus, co.String(), ce.String())
-	}
+	require.True(t, sstatus == 0 && cstatus == 0, "server status %d: %s%s\nclient status %d: %s%s", sstatus, so.String(), se.String(), cstatus, co.String(), ce.String())
 	return so.String(), co.String()
 }
 
@@ -88,17 +83,13 @@ func TestPerfWriteBWClientServer(t *testing.T) {
 		[]string{"perf", "ib_write_bw", "-d", "memB", "127.0.0.1", "--port=" + port, "-n", "300", "-s", "8192", "-F", "--report_gbits"})
 	line := regexp.MustCompile(`(?m)^ 8192 +300 +[0-9.]+ +[0-9.]+ *\t\t   [0-9.]+$`)
 	for side, out := range map[string]string{"server": sout, "client": cout} {
-		if !strings.Contains(out, "                    RDMA_Write BW Test\n") ||
-			!strings.Contains(out, "BW peak[Gb/sec]    BW average[Gb/sec]") || !line.MatchString(out) {
-			t.Errorf("%s output:\n%s", side, out)
-		}
+		assert.Contains(t, out, "                    RDMA_Write BW Test\n", side)
+		assert.Contains(t, out, "BW peak[Gb/sec]    BW average[Gb/sec]", side)
+		assert.Regexp(t, line, out, side)
 	}
-	if !strings.Contains(sout, "* Waiting for client to connect... *") || !strings.Contains(sout, "Device         : memA") {
-		t.Errorf("server output:\n%s", sout)
-	}
-	if line.FindString(sout) != line.FindString(cout) {
-		t.Errorf("server printed %q, the client %q", line.FindString(sout), line.FindString(cout))
-	}
+	assert.Contains(t, sout, "* Waiting for client to connect... *")
+	assert.Contains(t, sout, "Device         : memA")
+	assert.Equal(t, line.FindString(sout), line.FindString(cout), "server's and client's result lines")
 }
 
 func TestPerfSendLat(t *testing.T) {
@@ -107,13 +98,10 @@ func TestPerfSendLat(t *testing.T) {
 	sout, cout := runPair(t,
 		[]string{"perf", "send_lat", "-d", "memA", "-p", port, "-n", "50"},
 		[]string{"perf", "send_lat", "-d", "memB", "-p", port, "-n", "50", "-H", "127.0.0.1"})
-	if m := regexp.MustCompile(`(?m)^\d+, [0-9.e+-]+$`).FindAllString(cout, -1); len(m) != 47 {
-		t.Errorf("client printed %d sorted samples, want 47 (50 - 1 - 2):\n%s", len(m), cout)
-	}
+	m := regexp.MustCompile(`(?m)^\d+, [0-9.e+-]+$`).FindAllString(cout, -1)
+	assert.Len(t, m, 47, "sorted samples: 50 - 1 - 2; client output:\n%s", cout)
 	for side, out := range map[string]string{"server": sout, "client": cout} {
-		if !regexp.MustCompile(`(?m)^ 2       50 `).MatchString(out) {
-			t.Errorf("%s output:\n%s", side, out)
-		}
+		assert.Regexp(t, `(?m)^ 2       50 `, out, side)
 	}
 }
 
@@ -124,9 +112,8 @@ func TestPerfSingleFigure(t *testing.T) {
 		[]string{"perf", "read_bw", "-d", "memA", "-p", port, "-n", "100", "--output=bandwidth"},
 		[]string{"perf", "read_bw", "-d", "memB", "-p", port, "-n", "100", "--output=bandwidth", "-u", "10", "127.0.0.1"})
 	one := regexp.MustCompile(`^[0-9]+\.[0-9]{6}\n$`)
-	if !one.MatchString(sout) || sout != cout {
-		t.Errorf("server printed %q, client %q; want the same single figure", sout, cout)
-	}
+	assert.Regexp(t, one, sout)
+	assert.Equal(t, sout, cout, "want the same single figure")
 }
 
 func TestPerfBidirectionalReportBoth(t *testing.T) {
@@ -137,15 +124,15 @@ func TestPerfBidirectionalReportBoth(t *testing.T) {
 		[]string{"perf", "write_bw", "-d", "memB", "-p", port, "-n", "200", "-b", "--report-both", "127.0.0.1"})
 	line := regexp.MustCompile(`(?m)^ 65536 +200 .*$`)
 	for side, out := range map[string]string{"server": sout, "client": cout} {
-		if l := line.FindAllString(out, -1); len(l) != 3 || !strings.Contains(out, "\n Local results: \n") ||
-			!strings.Contains(out, "\n Remote results: \n") || !strings.Contains(out, "RDMA_Write Bidirectional BW Test") {
-			t.Errorf("%s output:\n%s", side, out)
-		}
+		assert.Len(t, line.FindAllString(out, -1), 3, "%s output:\n%s", side, out)
+		assert.Contains(t, out, "\n Local results: \n", side)
+		assert.Contains(t, out, "\n Remote results: \n", side)
+		assert.Contains(t, out, "RDMA_Write Bidirectional BW Test", side)
 	}
 	// Each side's local figures are the other's remote ones.
 	s, c := line.FindAllString(sout, -1), line.FindAllString(cout, -1)
-	if len(s) == 3 && len(c) == 3 && (s[0] != c[0] || s[1] != c[2] || s[2] != c[1]) {
-		t.Errorf("server lines %q, client lines %q", s, c)
+	if len(s) == 3 && len(c) == 3 {
+		assert.Equal(t, []string{c[0], c[2], c[1]}, s, "server lines against the client's")
 	}
 }
 
@@ -170,10 +157,8 @@ func TestPerfBadUsage(t *testing.T) {
 		{"perf", "write_bw", "-d", "x", "-s", "3000M"},
 	} {
 		var o, e bytes.Buffer
-		if st := run(args, &o, &e); st == 0 {
-			t.Errorf("%q: status 0, want failure", args)
-		} else if e.Len() == 0 {
-			t.Errorf("%q: no message on stderr", args)
+		if st := run(args, &o, &e); assert.NotZero(t, st, "%q: want failure", args) {
+			assert.NotZero(t, e.Len(), "%q: no message on stderr", args)
 		}
 	}
 }
@@ -181,8 +166,27 @@ func TestPerfBadUsage(t *testing.T) {
 func TestSizeFlag(t *testing.T) {
 	for in, want := range map[string]uint64{"4096": 4096, "64K": 65536, "2M": 2 << 20, "0x100": 256} {
 		var s sizeFlag
-		if err := s.Set(in); err != nil || uint64(s) != want {
-			t.Errorf("Set(%q) = %d, %v; want %d", in, s, err, want)
+		if assert.NoError(t, s.Set(in), in) {
+			assert.Equal(t, want, uint64(s), in)
 		}
+	}
+}
+
+func TestPerfSoftnicStats(t *testing.T) {
+	useMemDevices(t)
+	port := freePort(t)
+	sout, cout := runPair(t,
+		[]string{"perf", "write_bw", "-d", "memA", "-p", port, "-n", "20", "--softnic-stats"},
+		[]string{"perf", "write_bw", "-d", "memB", "-p", port, "-n", "20", "-s", "4096", "127.0.0.1"})
+	assert.NotRegexp(t, `softnic (engine|RoCE)`, cout, "client printed counters without --softnic-stats")
+	// The server received 20 writes of 4096 bytes at IB MTU 4096 (the
+	// memory link's 9000-byte MTU): at least 20 packets, after the table.
+	table := regexp.MustCompile(`(?m)^ 4096 +20 +`).FindStringIndex(sout)
+	m := regexp.MustCompile(`(?m)^ softnic engine counters:\n(?:  \S+ +\d+\n)*?  RxPackets +(\d+)\n`).FindStringSubmatchIndex(sout)
+	require.True(t, table != nil && m != nil && m[0] >= table[1], "want the counters after the result line:\n%s", sout)
+	n, _ := strconv.Atoi(sout[m[2]:m[3]])
+	assert.GreaterOrEqual(t, n, 20, "RxPackets")
+	for _, name := range []string{"Retransmits", "Timeouts", "RxOutOfSeq", "RxDuplicate", "TxNAKSeq", "Rx.Good", "Rx.BadICRC"} {
+		assert.Regexp(t, `(?m)^  `+regexp.QuoteMeta(name)+` +\d+$`, sout, "no %s line", name)
 	}
 }

@@ -53,7 +53,7 @@ func TestSignalsDetach(t *testing.T) {
 			for !xdpAttached() {
 				select {
 				case err := <-done:
-					t.Fatalf("softnic exited early: %v\n%s", err, output.String())
+					require.FailNowf(t, "softnic exited early", "%v\n%s", err, output.String())
 				default:
 				}
 				require.True(t, time.Now().Before(deadline), "XDP program never attached:\n%s", output.String())
@@ -65,7 +65,7 @@ func TestSignalsDetach(t *testing.T) {
 			case <-done:
 			case <-time.After(5 * time.Second):
 				_ = cmd.Process.Kill()
-				t.Fatalf("softnic did not exit within 5 s of %v:\n%s", tc.sig, output.String())
+				require.FailNowf(t, "softnic did not exit", "within 5 s of %v:\n%s", tc.sig, output.String())
 			}
 			assert.False(t, xdpAttached(), "XDP program left on %s after %v", pair.A.Ifname, tc.sig)
 		})

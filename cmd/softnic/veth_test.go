@@ -8,10 +8,12 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
-	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/softnic/softnic/internal/netnstest"
 	"github.com/softnic/softnic/roce"
@@ -22,9 +24,8 @@ import (
 func buildSoftnic(t *testing.T, ctx context.Context) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "softnic")
-	if out, err := exec.CommandContext(ctx, filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	out, err := exec.CommandContext(ctx, filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", bin, ".").CombinedOutput()
+	require.NoError(t, err, "go build: %s", out)
 	return bin
 }
 
@@ -39,15 +40,13 @@ func settledGIDs(t *testing.T, e *netnstest.End, want int) []netip.Addr {
 			gids, err = roce.GIDTable(e.Ifname)
 			return err
 		})
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		if len(gids) >= want {
 			return gids
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	t.Fatalf("GID table of %s: %v, want %d entries", e.Ifname, gids, want)
+	require.Failf(t, "GID table incomplete", "GID table of %s: %v, want %d entries", e.Ifname, gids, want)
 	return nil
 }
 
@@ -83,16 +82,13 @@ func TestSoftnicToSoftnicOverVeth(t *testing.T) {
 		}()
 		cout, cerr := p.B.Command(bin, append(client, "--connect-wait=20s", p.A.Addr4().String())...).CombinedOutput()
 		wg.Wait()
-		if serr != nil || cerr != nil {
-			t.Fatalf("%s: server %v:\n%s\nclient %v:\n%s", name, serr, sout, cerr, cout)
-		}
+		require.True(t, serr == nil && cerr == nil, "%s: server %v:\n%s\nclient %v:\n%s", name, serr, sout, cerr, cout)
 		return string(sout), string(cout)
 	}
 	// Without -g/-x both tools pick the first IPv4 GID (index 1 here).
 	sout, cout := run("defaults", []string{"pingpong", "-d", p.A.Ifname, "-n", "10"}, []string{"pingpong", "-d", p.B.Ifname, "-n", "10"})
-	if !strings.Contains(sout, "GID ::ffff:"+p.A.Addr4().String()) || !strings.Contains(cout, "GID ::ffff:"+p.B.Addr4().String()) {
-		t.Errorf("default GIDs: server\n%s\nclient\n%s", sout, cout)
-	}
+	assert.Contains(t, sout, "GID ::ffff:"+p.A.Addr4().String(), "server's default GID")
+	assert.Contains(t, cout, "GID ::ffff:"+p.B.Addr4().String(), "client's default GID")
 	for _, fam := range []struct {
 		name   string
 		ia, ib string
@@ -105,16 +101,15 @@ func TestSoftnicToSoftnicOverVeth(t *testing.T) {
 			sout, cout := run("pingpong", []string{"pingpong", "-d", p.A.Ifname, "-g", fam.ia, "-n", "300"},
 				[]string{"pingpong", "-d", p.B.Ifname, "-g", fam.ib, "-n", "300"})
 			for _, out := range []string{sout, cout} {
-				if !strings.Contains(out, "2457600 bytes in ") {
-					t.Errorf("pingpong output:\n%s", out)
-				}
+				assert.Contains(t, out, "2457600 bytes in ", "pingpong output")
 			}
 			sout, cout = run("write_bw", []string{"perf", "write_bw", "-d", p.A.Ifname, "-x", fam.ia, "-n", "500"},
 				[]string{"perf", "write_bw", "-d", p.B.Ifname, "-x", fam.ib, "-n", "500"})
 			line := regexp.MustCompile(`(?m)^ 65536      500 .*$`)
-			if l := line.FindString(cout); l == "" || l != line.FindString(sout) || !strings.Contains(cout, " GID: "+fam.gid) {
-				t.Errorf("write_bw: client\n%s\nserver\n%s", cout, sout)
-			}
+			l := line.FindString(cout)
+			assert.NotEmpty(t, l, "write_bw client:\n%s", cout)
+			assert.Equal(t, l, line.FindString(sout), "write_bw: the client's line against the server's:\n%s", sout)
+			assert.Contains(t, cout, " GID: "+fam.gid, "write_bw client")
 		})
 	}
 }

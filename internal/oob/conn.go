@@ -36,13 +36,6 @@ const (
 	Client
 )
 
-func (r Role) String() string {
-	if r == Client {
-		return "client"
-	}
-	return "server"
-}
-
 // stream wraps a connection with per-message deadlines. Each message goes
 // out in one Write because the C tools read each message with one read(2)
 // and fail on a short one.
@@ -95,6 +88,19 @@ func (s *stream) exchange(what string, mine, theirs []byte) error {
 		return err
 	}
 	return s.write(what, mine)
+}
+
+// swap exchanges mine for the peer's message of n bytes, unless making
+// mine failed with formatErr, which it then returns.
+func (s *stream) swap(what string, n int, mine []byte, formatErr error) ([]byte, error) {
+	if formatErr != nil {
+		return nil, formatErr
+	}
+	theirs := make([]byte, n)
+	if err := s.exchange(what, mine, theirs); err != nil {
+		return nil, err
+	}
+	return theirs, nil
 }
 
 // hexField parses exactly len(b) hexadecimal digits (either case).

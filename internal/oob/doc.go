@@ -8,8 +8,9 @@
 //     handshakes each test makes around its run (also in the bidirectional
 //     mode), the bandwidth report and the closing handshake.
 //
-// The package knows nothing of the RDMA engine: it formats and parses the
-// messages (typed errors, never a panic, on malformed input) and drives the
-// sequences over a net.Conn with deadlines, calling back into the caller
-// where the real tool would touch its QPs.
+// The package knows nothing of the RDMA engine: it makes the TCP connection
+// as the tools do (Dial, Accept), formats and parses the messages (typed
+// errors, never a panic, on malformed input) and drives the sequences over
+// a net.Conn with deadlines, calling back into the caller where the real
+// tool would touch its QPs.
 package oob

@@ -5,42 +5,33 @@ import (
 	"net"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/require"
 )
+
+// roundTrip checks that a message that parses formats back to itself, up
+// to hex case.
+func roundTrip[D message](t *testing.T, parse func([]byte) (D, error), b []byte) {
+	d, err := parse(b)
+	if err != nil {
+		return
+	}
+	out, err := d.Format()
+	require.NoError(t, err, "parsed %+v does not format", d)
+	d2, err := parse(out)
+	require.NoError(t, err)
+	require.Equal(t, d, d2, "round trip")
+}
 
 func FuzzParsePingpongDest(f *testing.F) {
 	f.Add([]byte(goldenPingpong))
 	f.Add([]byte("0000:000000:000000:00000000000000000000000000000000\x00"))
-	f.Fuzz(func(t *testing.T, b []byte) {
-		d, err := ParsePingpongDest(b)
-		if err != nil {
-			return
-		}
-		// A message that parses formats back to itself, up to hex case.
-		out, err := d.Format()
-		if err != nil {
-			t.Fatalf("parsed %+v does not format: %v", d, err)
-		}
-		if d2, err := ParsePingpongDest(out); err != nil || d2 != d {
-			t.Fatalf("round trip %+v -> %+v, %v", d, d2, err)
-		}
-	})
+	f.Fuzz(func(t *testing.T, b []byte) { roundTrip(t, ParsePingpongDest, b) })
 }
 
 func FuzzParsePerftestDest(f *testing.F) {
 	f.Add([]byte(goldenKeys))
-	f.Fuzz(func(t *testing.T, b []byte) {
-		d, err := ParsePerftestDest(b)
-		if err != nil {
-			return
-		}
-		out, err := d.Format()
-		if err != nil {
-			t.Fatalf("parsed %+v does not format: %v", d, err)
-		}
-		if d2, err := ParsePerftestDest(out); err != nil || d2 != d {
-			t.Fatalf("round trip %+v -> %+v, %v", d, d2, err)
-		}
-	})
+	f.Fuzz(func(t *testing.T, b []byte) { roundTrip(t, ParsePerftestDest, b) })
 }
 
 func FuzzParseSmallMessages(f *testing.F) {
@@ -48,8 +39,8 @@ func FuzzParseSmallMessages(f *testing.F) {
 	f.Add([]byte("3\x00"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		ParseVersion(b)
-		if m, err := ParseMTU(b); err == nil && (m < 1 || m > 5) {
-			t.Fatalf("ParseMTU accepted %d", m)
+		if m, err := ParseMTU(b); err == nil {
+			require.True(t, m >= 1 && m <= 5, "ParseMTU accepted %d", m)
 		}
 	})
 }

@@ -1,13 +1,14 @@
 package oob
 
 import (
-	"errors"
 	"net"
 	"net/netip"
-	"reflect"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 var testGID = netip.MustParseAddr("::ffff:10.0.0.1").As16()
@@ -28,22 +29,27 @@ const goldenPingpong = "0000:000011:7f1a4b:00000000000000000000ffff0a000001\x00"
 const goldenKeys = "0000:0001:000011:7f1a4b:00001234:00007f8ab7f41000:" +
 	"00:00:00:00:00:00:00:00:00:00:ff:ff:0a:00:00:01:00000000:\x00"
 
+// message is a message type of the exchanges.
+type message interface {
+	comparable
+	Format() ([]byte, error)
+}
+
+// golden checks that d formats to msg and msg parses back to d.
+func golden[D message](t *testing.T, d D, msg string, parse func([]byte) (D, error)) {
+	t.Helper()
+	b, err := d.Format()
+	require.NoError(t, err)
+	require.Equal(t, msg, string(b), "Format")
+	got, err := parse([]byte(msg))
+	require.NoError(t, err)
+	require.Equal(t, d, got, "Parse")
+}
+
 func TestPingpongGolden(t *testing.T) {
 	d := PingpongDest{LID: 0, QPN: 0x11, PSN: 0x7f1a4b, GID: testGID}
-	b, err := d.Format()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if string(b) != goldenPingpong {
-		t.Fatalf("Format = %q, want %q", b, goldenPingpong)
-	}
-	got, err := ParsePingpongDest([]byte(goldenPingpong))
-	if err != nil || got != d {
-		t.Fatalf("Parse = %+v, %v; want %+v", got, err, d)
-	}
-	if s := d.String(); s != "LID 0x0000, QPN 0x000011, PSN 0x7f1a4b, GID ::ffff:10.0.0.1" {
-		t.Fatalf("String = %q", s)
-	}
+	golden(t, d, goldenPingpong, ParsePingpongDest)
+	require.Equal(t, "LID 0x0000, QPN 0x000011, PSN 0x7f1a4b, GID ::ffff:10.0.0.1", d.String())
 }
 
 func TestPingpongParseErrors(t *testing.T) {
@@ -57,13 +63,11 @@ func TestPingpongParseErrors(t *testing.T) {
 		{"0000:000011:7f1a4b:00000000000000000000ffff0a000001x", ErrMessageFormat},
 		{"0000:000011:7f1a4b:0000000000000000000 ffff0a000001\x00", ErrMessageFormat},
 	} {
-		if _, err := ParsePingpongDest([]byte(tc.msg)); !errors.Is(err, tc.want) {
-			t.Errorf("Parse(%q) = %v, want %v", tc.msg, err, tc.want)
-		}
+		_, err := ParsePingpongDest([]byte(tc.msg))
+		assert.ErrorIs(t, err, tc.want, "Parse(%q)", tc.msg)
 	}
-	if _, err := (PingpongDest{QPN: 1 << 24}).Format(); !errors.Is(err, ErrFieldRange) {
-		t.Errorf("Format of a 25-bit QPN = %v", err)
-	}
+	_, err := (PingpongDest{QPN: 1 << 24}).Format()
+	assert.ErrorIs(t, err, ErrFieldRange, "Format of a 25-bit QPN")
 }
 
 func TestGIDText(t *testing.T) {
@@ -74,41 +78,52 @@ func TestGIDText(t *testing.T) {
 		{"::1", "::1"},
 		{"::1.2.3.4", "::1.2.3.4"}, // glibc's inet_ntop keeps the dotted tail
 	} {
-		if got := GIDText(netip.MustParseAddr(tc.in).As16()); got != tc.want {
-			t.Errorf("GIDText(%s) = %q, want %q", tc.in, got, tc.want)
-		}
+		assert.Equal(t, tc.want, GIDText(netip.MustParseAddr(tc.in).As16()), "GIDText(%s)", tc.in)
 	}
+}
+
+// pipe returns the two ends of a net.Pipe, closed when the test ends.
+func pipe(t *testing.T) (c, s net.Conn) {
+	c, s = net.Pipe()
+	t.Cleanup(func() { c.Close(); s.Close() })
+	return c, s
+}
+
+// bothSides runs server and client at once on the two ends of a pipe and
+// requires both to succeed.
+func bothSides[S, C any](t *testing.T, server func(net.Conn) (S, error), client func(net.Conn) (C, error)) (S, C) {
+	t.Helper()
+	c, s := pipe(t)
+	var sv S
+	var serr error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		sv, serr = server(s)
+	}()
+	cv, cerr := client(c)
+	<-done
+	require.NoError(t, cerr, "client")
+	require.NoError(t, serr, "server")
+	return sv, cv
 }
 
 func TestPingpongExchange(t *testing.T) {
-	c, s := net.Pipe()
-	defer c.Close()
-	defer s.Close()
 	cli := PingpongDest{LID: 1, QPN: 0x12, PSN: 0x345678, GID: testGID}
 	srv := PingpongDest{LID: 2, QPN: 0x13, PSN: 0xabcdef, GID: testGID}
-	var wg sync.WaitGroup
 	var connected PingpongDest
-	var srvGot PingpongDest
-	var srvErr error
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		srvGot, srvErr = PingpongServer(s, srv, func(r PingpongDest) error { connected = r; return nil }, time.Second)
-	}()
-	cliGot, err := PingpongClient(c, cli, time.Second)
-	wg.Wait()
-	if err != nil || srvErr != nil {
-		t.Fatalf("client %v, server %v", err, srvErr)
-	}
-	if cliGot != srv || srvGot != cli || connected != cli {
-		t.Fatalf("client got %+v, server got %+v (connect %+v)", cliGot, srvGot, connected)
-	}
+	srvGot, cliGot := bothSides(t,
+		func(s net.Conn) (PingpongDest, error) {
+			return PingpongServer(s, srv, func(r PingpongDest) error { connected = r; return nil }, time.Second)
+		},
+		func(c net.Conn) (PingpongDest, error) { return PingpongClient(c, cli, time.Second) })
+	require.Equal(t, srv, cliGot, "client got")
+	require.Equal(t, cli, srvGot, "server got")
+	require.Equal(t, cli, connected, "server connected to")
 }
 
 func TestPingpongServerWantsDone(t *testing.T) {
-	c, s := net.Pipe()
-	defer c.Close()
-	defer s.Close()
+	c, s := pipe(t)
 	errc := make(chan error, 1)
 	go func() {
 		_, err := PingpongServer(s, PingpongDest{}, nil, time.Second)
@@ -119,43 +134,28 @@ func TestPingpongServerWantsDone(t *testing.T) {
 	buf := make([]byte, PingpongMsgLen)
 	c.Read(buf)
 	c.Write([]byte("nope\x00"))
-	if err := <-errc; !errors.Is(err, ErrNotDone) {
-		t.Fatalf("server error %v, want ErrNotDone", err)
-	}
+	require.ErrorIs(t, <-errc, ErrNotDone)
 }
 
 func TestPingpongTimeout(t *testing.T) {
-	c, s := net.Pipe()
-	defer c.Close()
-	defer s.Close()
+	_, s := pipe(t)
 	_, err := PingpongServer(s, PingpongDest{}, nil, 20*time.Millisecond)
 	var ne net.Error
-	if !errors.As(err, &ne) || !ne.Timeout() {
-		t.Fatalf("server error %v, want a timeout", err)
-	}
+	require.ErrorAs(t, err, &ne)
+	require.True(t, ne.Timeout(), "server error %v, want a timeout", err)
 }
 
 func TestKeysGolden(t *testing.T) {
 	d := PerftestDest{OutReads: 1, QPN: 0x11, PSN: 0x7f1a4b, RKey: 0x1234, VAddr: 0x7f8ab7f41000, GID: testGID}
-	b, err := d.Format()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if string(b) != goldenKeys {
-		t.Fatalf("Format = %q\nwant %q", b, goldenKeys)
-	}
-	got, err := ParsePerftestDest([]byte(goldenKeys))
-	if err != nil || got != d {
-		t.Fatalf("Parse = %+v, %v; want %+v", got, err, d)
-	}
+	golden(t, d, goldenKeys, ParsePerftestDest)
 	full := PerftestDest{LID: 0xffff, OutReads: 0x10, QPN: 0xffffff, PSN: 0xffffff, RKey: 0xffffffff, VAddr: ^uint64(0), SRQN: 0xdeadbeef}
 	for i := range full.GID {
 		full.GID[i] = byte(0xf0 + i)
 	}
-	b, _ = full.Format()
-	if got, err := ParsePerftestDest(b); err != nil || got != full {
-		t.Fatalf("round trip of %+v = %+v, %v", full, got, err)
-	}
+	b, _ := full.Format()
+	got, err := ParsePerftestDest(b)
+	require.NoError(t, err)
+	require.Equal(t, full, got, "round trip")
 }
 
 func TestKeysParseErrors(t *testing.T) {
@@ -173,41 +173,34 @@ func TestKeysParseErrors(t *testing.T) {
 		{[]byte("0000:0001:00001z:7f1a4b:00001234:00007f8ab7f41000:" +
 			"00:00:00:00:00:00:00:00:00:00:ff:ff:0a:00:00:01:00000000:\x00"), ErrMessageFormat},
 	} {
-		if _, err := ParsePerftestDest(tc.msg); !errors.Is(err, tc.want) {
-			t.Errorf("Parse(%q) = %v, want %v", tc.msg, err, tc.want)
-		}
+		_, err := ParsePerftestDest(tc.msg)
+		assert.ErrorIs(t, err, tc.want, "Parse(%q)", tc.msg)
 	}
-	if _, err := ParsePerftestDest(upper); err != nil {
-		t.Errorf("upper-case hex refused: %v", err)
-	}
+	_, err := ParsePerftestDest(upper)
+	assert.NoError(t, err, "upper-case hex refused")
 }
 
 func TestVersionAndMTUMessages(t *testing.T) {
 	b, err := FormatVersion(PerftestVersion)
-	if err != nil || string(b) != "6.06\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00" {
-		t.Fatalf("FormatVersion = %q, %v", b, err)
-	}
-	if s, f, err := ParseVersion(b); err != nil || s != "6.06" || f != 6.06 {
-		t.Fatalf("ParseVersion = %q %v %v", s, f, err)
-	}
-	if _, _, err := ParseVersion([]byte("6.06xxxxxxxxxxxx")); !errors.Is(err, ErrMessageFormat) {
-		t.Errorf("unterminated version: %v", err)
-	}
-	if _, _, err := ParseVersion([]byte("abc\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00")); !errors.Is(err, ErrMessageFormat) {
-		t.Errorf("non-numeric version: %v", err)
-	}
+	require.NoError(t, err)
+	require.Equal(t, "6.06\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00", string(b), "FormatVersion")
+	s, f, err := ParseVersion(b)
+	require.NoError(t, err)
+	require.Equal(t, "6.06", s)
+	require.Equal(t, 6.06, f)
+	_, _, err = ParseVersion([]byte("6.06xxxxxxxxxxxx"))
+	assert.ErrorIs(t, err, ErrMessageFormat, "unterminated version")
+	_, _, err = ParseVersion([]byte("abc\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00"))
+	assert.ErrorIs(t, err, ErrMessageFormat, "non-numeric version")
 	m, _ := FormatMTU(3)
-	if string(m) != "3\x00" {
-		t.Fatalf("FormatMTU(3) = %q", m)
-	}
+	require.Equal(t, "3\x00", string(m), "FormatMTU(3)")
 	for _, bad := range []string{"0\x00", "6\x00", "3x", "33"} {
-		if _, err := ParseMTU([]byte(bad)); !errors.Is(err, ErrFieldRange) {
-			t.Errorf("ParseMTU(%q) = %v", bad, err)
-		}
+		_, err := ParseMTU([]byte(bad))
+		assert.ErrorIs(t, err, ErrFieldRange, "ParseMTU(%q)", bad)
 	}
-	if MTUBytes(3) != 1024 || MTUEnum(4096) != 5 || MTUEnum(1500) != 0 {
-		t.Error("MTU conversions")
-	}
+	assert.Equal(t, 1024, MTUBytes(3))
+	assert.Equal(t, 5, MTUEnum(4096))
+	assert.Equal(t, 0, MTUEnum(1500))
 }
 
 // recConn records the length of each Write, so a test can compare the
@@ -226,64 +219,38 @@ func (r *recConn) Write(b []byte) (int, error) {
 }
 
 func TestSetup(t *testing.T) {
-	c, s := net.Pipe()
-	defer c.Close()
-	defer s.Close()
-	var wg sync.WaitGroup
-	var sn Negotiated
-	var serr error
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		sn, serr = NewSession(s, Server, time.Second).Setup("6.06", SysData{4096, 64}, 5)
-	}()
-	cn, cerr := NewSession(c, Client, time.Second).Setup("6.06", SysData{65536, 128}, 3)
-	wg.Wait()
-	if cerr != nil || serr != nil {
-		t.Fatal(cerr, serr)
-	}
+	sn, cn := bothSides(t,
+		func(s net.Conn) (Negotiated, error) {
+			return NewSession(s, Server, time.Second).Setup("6.06", SysData{4096, 64}, 5)
+		},
+		func(c net.Conn) (Negotiated, error) {
+			return NewSession(c, Client, time.Second).Setup("6.06", SysData{65536, 128}, 3)
+		})
 	want := Negotiated{RemoteVersion: "6.06", SysData: SysData{65536, 128}, MTU: 3}
-	if cn != want || sn != want {
-		t.Fatalf("client %+v server %+v, want %+v", cn, sn, want)
-	}
+	require.Equal(t, want, cn, "client")
+	require.Equal(t, want, sn, "server")
 }
 
 func TestSetupRejectsOldPeer(t *testing.T) {
-	c, s := net.Pipe()
-	defer c.Close()
-	defer s.Close()
+	c, s := pipe(t)
 	go NewSession(s, Server, time.Second).Setup("5.60", SysData{4096, 64}, 3)
 	_, err := NewSession(c, Client, time.Second).Setup(PerftestVersion, SysData{4096, 64}, 3)
-	if !errors.Is(err, ErrVersion) {
-		t.Fatalf("got %v, want ErrVersion", err)
-	}
+	require.ErrorIs(t, err, ErrVersion)
 }
 
 func TestReportExchange(t *testing.T) {
-	c, s := net.Pipe()
-	defer c.Close()
-	defer s.Close()
 	rep := BWReport{Size: 65536, Iters: 5000, BWPeak: 1234.5, BWAvg: 1200.25, MsgRate: 0.019204}
-	var got BWReport
-	var serr error
-	done := make(chan struct{})
-	go func() {
-		got, serr = NewSession(s, Server, time.Second).Report(BWReport{})
-		close(done)
-	}()
-	back, err := NewSession(c, Client, time.Second).Report(rep)
-	<-done
-	if err != nil || serr != nil || got != rep || back != (BWReport{}) {
-		t.Fatalf("server got %+v (%v), client got %+v (%v)", got, serr, back, err)
-	}
+	got, back := bothSides(t,
+		func(s net.Conn) (BWReport, error) { return NewSession(s, Server, time.Second).Report(BWReport{}) },
+		func(c net.Conn) (BWReport, error) { return NewSession(c, Client, time.Second).Report(rep) })
+	require.Equal(t, rep, got, "server got")
+	require.Equal(t, BWReport{}, back, "client got")
 }
 
 // TestReportBytes checks the wire form: 8 big-endian bytes per value, the
 // doubles as IEEE 754 (hton_double = bswap_64 of the bits on x86).
 func TestReportBytes(t *testing.T) {
-	c, s := net.Pipe()
-	defer c.Close()
-	defer s.Close()
+	c, s := pipe(t)
 	go NewSession(c, Client, time.Second).Report(BWReport{Size: 2, Iters: 1000, BWPeak: 1, BWAvg: 0.5, MsgRate: 2})
 	want := [][]byte{
 		{0, 0, 0, 0, 0, 0, 0, 2},
@@ -294,12 +261,9 @@ func TestReportBytes(t *testing.T) {
 	}
 	for i, w := range want {
 		buf := make([]byte, 8)
-		if _, err := s.Read(buf); err != nil {
-			t.Fatal(err)
-		}
-		if !reflect.DeepEqual(buf, w) {
-			t.Fatalf("value %d = % x, want % x", i, buf, w)
-		}
+		_, err := s.Read(buf)
+		require.NoError(t, err)
+		require.Equal(t, w, buf, "value %d", i)
 		s.Write(make([]byte, 8))
 	}
 }
@@ -339,16 +303,14 @@ func runPairMode(t *testing.T, test Test, rounds, qps int, duplex bool) (cw, sw 
 				return BWReport{Size: 8, Iters: 10, BWAvg: 1}, nil
 			},
 			DuplexReport: func(mine, theirs BWReport) error {
-				if theirs.Iters != 10 || theirs.BWAvg != 1 {
-					t.Errorf("duplex peer report %+v", theirs)
-				}
+				assert.Equal(t, uint64(10), theirs.Iters, "duplex peer report %+v", theirs)
+				assert.Equal(t, 1.0, theirs.BWAvg, "duplex peer report %+v", theirs)
 				rec("both")
 				return nil
 			},
 			ServerReport: func(r BWReport) error {
-				if r.Iters != 10 || r.BWAvg != 1 {
-					t.Errorf("server got report %+v", r)
-				}
+				assert.Equal(t, uint64(10), r.Iters, "server got report %+v", r)
+				assert.Equal(t, 1.0, r.BWAvg, "server got report %+v", r)
 				rec("report")
 				return nil
 			},
@@ -361,9 +323,8 @@ func runPairMode(t *testing.T, test Test, rounds, qps int, duplex bool) (cw, sw 
 	go func() { defer wg.Done(); serr = side(rs, Server, &scalls) }()
 	cerr := side(rc, Client, &ccalls)
 	wg.Wait()
-	if cerr != nil || serr != nil {
-		t.Fatalf("%v: client %v, server %v", test, cerr, serr)
-	}
+	require.NoError(t, cerr, "%v: client", test)
+	require.NoError(t, serr, "%v: server", test)
 	return rc.writes, rs.writes, ccalls, scalls
 }
 
@@ -407,33 +368,29 @@ func TestRunSequences(t *testing.T) {
 			[]string{"connect", "connected", "prepare", "measure"}, []string{"connect", "connected", "prepare", "measure"}},
 	} {
 		cw, sw, cc, sc := runPair(t, tc.test, tc.rounds, tc.qps)
-		if !reflect.DeepEqual(cw, tc.client) || !reflect.DeepEqual(sw, tc.server) {
-			t.Errorf("%v rounds %d: client wrote %v, want %v; server wrote %v, want %v", tc.test, tc.rounds, cw, tc.client, sw, tc.server)
-		}
-		if !reflect.DeepEqual(cc, tc.ccalls) || !reflect.DeepEqual(sc, tc.scalls) {
-			t.Errorf("%v: client hooks %v want %v; server hooks %v want %v", tc.test, cc, tc.ccalls, sc, tc.scalls)
-		}
+		assert.Equal(t, tc.client, cw, "%v rounds %d: client wrote", tc.test, tc.rounds)
+		assert.Equal(t, tc.server, sw, "%v rounds %d: server wrote", tc.test, tc.rounds)
+		assert.Equal(t, tc.ccalls, cc, "%v: client hooks", tc.test)
+		assert.Equal(t, tc.scalls, sc, "%v: server hooks", tc.test)
 	}
 }
 
 func TestParseTest(t *testing.T) {
 	for i, n := range testNames {
-		if got, err := ParseTest("ib_" + n); err != nil || got != Test(i) {
-			t.Errorf("ParseTest(ib_%s) = %v, %v", n, got, err)
+		got, err := ParseTest("ib_" + n)
+		if assert.NoError(t, err, n) {
+			assert.Equal(t, Test(i), got, "ParseTest(ib_%s)", n)
 		}
 	}
-	if _, err := ParseTest("write_bandwidth"); err == nil {
-		t.Error("unknown name accepted")
-	}
+	_, err := ParseTest("write_bandwidth")
+	assert.Error(t, err, "unknown name accepted")
 }
 
 // tcpPair returns the two ends of a loopback TCP connection.
 func tcpPair(t *testing.T) (client, server net.Conn) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer ln.Close()
 	accepted := make(chan net.Conn, 1)
 	go func() {
@@ -441,26 +398,18 @@ func tcpPair(t *testing.T) (client, server net.Conn) {
 		accepted <- c
 	}()
 	client, err = net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	server = <-accepted
-	if server == nil {
-		t.Fatal("accept failed")
-	}
+	require.NotNil(t, server, "accept failed")
 	t.Cleanup(func() { client.Close(); server.Close() })
 	return client, server
 }
 
 func TestSetupRejectsHugeSysData(t *testing.T) {
-	c, s := net.Pipe()
-	defer c.Close()
-	defer s.Close()
+	c, s := pipe(t)
 	go NewSession(s, Server, time.Second).Setup(PerftestVersion, SysData{1 << 30, 64}, 3)
 	_, err := NewSession(c, Client, time.Second).Setup(PerftestVersion, SysData{4096, 64}, 3)
-	if !errors.Is(err, ErrFieldRange) {
-		t.Fatalf("got %v, want ErrFieldRange", err)
-	}
+	require.ErrorIs(t, err, ErrFieldRange)
 }
 
 // Bidirectional runs (perftest -b) follow write_bw.c and atomic_bw.c
@@ -479,9 +428,10 @@ func TestRunDuplexSequences(t *testing.T) {
 	calls := []string{"connect", "connected", "measure", "both"}
 	for _, test := range []Test{WriteBW, AtomicBW} {
 		cw, sw, cc, sc := runPairMode(t, test, 1, 1, true)
-		if !reflect.DeepEqual(cw, one) || !reflect.DeepEqual(sw, one) || !reflect.DeepEqual(cc, calls) || !reflect.DeepEqual(sc, calls) {
-			t.Errorf("%v -b: client %v %v, server %v %v; want %v %v", test, cw, cc, sw, sc, one, calls)
-		}
+		assert.Equal(t, one, cw, "%v -b: client wrote", test)
+		assert.Equal(t, one, sw, "%v -b: server wrote", test)
+		assert.Equal(t, calls, cc, "%v -b: client hooks", test)
+		assert.Equal(t, calls, sc, "%v -b: server hooks", test)
 	}
 	cw, _, cc, _ := runPairMode(t, ReadBW, 2, 1, true)
 	want := append([]int{}, setup...)
@@ -491,9 +441,8 @@ func TestRunDuplexSequences(t *testing.T) {
 		want = append(want, rep...)
 	}
 	want = append(want, k, 5)
-	if !reflect.DeepEqual(cw, want) || len(cc) != 6 {
-		t.Errorf("read_bw -b -a: client wrote %v, want %v; hooks %v", cw, want, cc)
-	}
+	assert.Equal(t, want, cw, "read_bw -b -a: client wrote")
+	assert.Len(t, cc, 6, "read_bw -b -a: hooks")
 	// send_bw -b: the post-connect K of send tests, Prepare before each
 	// round's K, the K after the reports with -a.
 	cw, _, cc, _ = runPairMode(t, SendBW, 2, 1, true)
@@ -505,11 +454,9 @@ func TestRunDuplexSequences(t *testing.T) {
 		want = append(want, k)
 	}
 	want = append(want, k, 5)
-	if !reflect.DeepEqual(cw, want) || !reflect.DeepEqual(cc, []string{"connect", "connected", "prepare", "measure", "both", "prepare", "measure", "both"}) {
-		t.Errorf("send_bw -b -a: client wrote %v, want %v; hooks %v", cw, want, cc)
-	}
+	assert.Equal(t, want, cw, "send_bw -b -a: client wrote")
+	assert.Equal(t, []string{"connect", "connected", "prepare", "measure", "both", "prepare", "measure", "both"}, cc, "send_bw -b -a: hooks")
 	c, _ := tcpPair(t)
-	if _, err := NewSession(c, Client, time.Second).RunDuplex(SendLat, []PerftestDest{{}}, 1, Hooks{Connect: func([]PerftestDest) error { return nil }}); err == nil {
-		t.Error("bidirectional send_lat accepted")
-	}
+	_, err := NewSession(c, Client, time.Second).RunDuplex(SendLat, []PerftestDest{{}}, 1, Hooks{Connect: func([]PerftestDest) error { return nil }})
+	assert.Error(t, err, "bidirectional send_lat accepted")
 }

@@ -229,73 +229,88 @@ func NewSession(conn net.Conn, role Role, timeout time.Duration) *Session {
 	return &Session{s: newStream(conn, role, timeout), WaitTimeout: 30 * time.Minute}
 }
 
-// Role returns the session's side.
-func (p *Session) Role() Role { return p.s.role }
-
 // Setup runs exchange_versions, check_version_compatibility,
 // check_sys_data and check_mtu, in that order (write_bw.c main and the
 // other tests alike). mtu is this side's ibv_mtu enum.
 func (p *Session) Setup(version string, sys SysData, mtu int) (Negotiated, error) {
 	var n Negotiated
-	mine, err := FormatVersion(version)
-	if err != nil {
+	var err error
+	if n.RemoteVersion, err = p.exchangeVersions(version); err != nil {
 		return n, err
 	}
-	theirs := make([]byte, VersionMsgLen)
-	if err := p.s.exchange("versions", mine, theirs); err != nil {
+	if n.SysData, err = p.exchangeSysData(sys); err != nil {
 		return n, err
+	}
+	n.MTU, err = p.exchangeMTU(mtu)
+	return n, err
+}
+
+// exchangeVersions is exchange_versions and check_version_compatibility:
+// it returns the peer's version string.
+func (p *Session) exchangeVersions(version string) (string, error) {
+	mine, err := FormatVersion(version)
+	theirs, err := p.s.swap("versions", VersionMsgLen, mine, err)
+	if err != nil {
+		return "", err
 	}
 	rv, f, err := ParseVersion(theirs)
 	if err != nil {
-		return n, err
+		return "", err
 	}
 	if f < MinPeerVersion {
-		return n, fmt.Errorf("%w: peer speaks %q, need %.2f or later", ErrVersion, rv, MinPeerVersion)
+		return "", fmt.Errorf("%w: peer speaks %q, need %.2f or later", ErrVersion, rv, MinPeerVersion)
 	}
-	n.RemoteVersion = rv
+	return rv, nil
+}
 
-	var m, r [4]byte
-	binary.BigEndian.PutUint32(m[:], sys.CycleBuffer)
-	if err := p.s.exchange("cycle buffer size", m[:], r[:]); err != nil {
+// exchangeSysData is check_sys_data: both sides keep the maxima.
+func (p *Session) exchangeSysData(sys SysData) (SysData, error) {
+	var n SysData
+	var err error
+	if n.CycleBuffer, err = p.exchangeMax("cycle buffer size", sys.CycleBuffer); err != nil {
 		return n, err
 	}
-	n.SysData.CycleBuffer = max(sys.CycleBuffer, binary.BigEndian.Uint32(r[:]))
-	binary.BigEndian.PutUint32(m[:], sys.CacheLineSize)
-	if err := p.s.exchange("cache line size", m[:], r[:]); err != nil {
+	if n.CacheLineSize, err = p.exchangeMax("cache line size", sys.CacheLineSize); err != nil {
 		return n, err
 	}
-	n.SysData.CacheLineSize = max(sys.CacheLineSize, binary.BigEndian.Uint32(r[:]))
 	// Both sides size their buffers from these: a peer's absurd values
 	// (perftest sends its page size and cache line size) must not make
 	// this side allocate gigabytes.
-	if n.SysData.CycleBuffer > MaxCycleBuffer || n.SysData.CacheLineSize > MaxCacheLine {
-		return n, fmt.Errorf("%w: system data %+v (at most %d and %d)", ErrFieldRange, n.SysData, MaxCycleBuffer, MaxCacheLine)
+	if n.CycleBuffer > MaxCycleBuffer || n.CacheLineSize > MaxCacheLine {
+		return n, fmt.Errorf("%w: system data %+v (at most %d and %d)", ErrFieldRange, n, MaxCycleBuffer, MaxCacheLine)
 	}
-
-	mm, err := FormatMTU(mtu)
-	if err != nil {
-		return n, err
-	}
-	rm := make([]byte, MTUMsgLen)
-	if err := p.s.exchange("MTU", mm, rm); err != nil {
-		return n, err
-	}
-	remoteMTU, err := ParseMTU(rm)
-	if err != nil {
-		return n, err
-	}
-	n.MTU = min(mtu, remoteMTU)
 	return n, nil
+}
+
+// exchangeMax exchanges one 4-byte big-endian value and returns the larger.
+func (p *Session) exchangeMax(what string, v uint32) (uint32, error) {
+	var m, r [4]byte
+	binary.BigEndian.PutUint32(m[:], v)
+	if err := p.s.exchange(what, m[:], r[:]); err != nil {
+		return 0, err
+	}
+	return max(v, binary.BigEndian.Uint32(r[:])), nil
+}
+
+// exchangeMTU is check_mtu: the smaller of both sides' ibv_mtu enums.
+func (p *Session) exchangeMTU(mtu int) (int, error) {
+	mine, err := FormatMTU(mtu)
+	theirs, err := p.s.swap("MTU", MTUMsgLen, mine, err)
+	if err != nil {
+		return 0, err
+	}
+	remote, err := ParseMTU(theirs)
+	if err != nil {
+		return 0, err
+	}
+	return min(mtu, remote), nil
 }
 
 // Keys is one ctx_hand_shake: the client writes its keys first.
 func (p *Session) Keys(local PerftestDest) (PerftestDest, error) {
 	mine, err := local.Format()
+	theirs, err := p.s.swap("keys", KeysMsgLen, mine, err)
 	if err != nil {
-		return PerftestDest{}, err
-	}
-	theirs := make([]byte, KeysMsgLen)
-	if err := p.s.exchange("keys", mine, theirs); err != nil {
 		return PerftestDest{}, err
 	}
 	return ParsePerftestDest(theirs)

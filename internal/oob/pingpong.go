@@ -95,11 +95,7 @@ func PingpongClient(conn net.Conn, local PingpongDest, timeout time.Duration) (P
 	if err := s.write("pingpong address", msg); err != nil {
 		return PingpongDest{}, err
 	}
-	buf := make([]byte, PingpongMsgLen)
-	if err := s.read("pingpong address", buf); err != nil {
-		return PingpongDest{}, err
-	}
-	remote, err := ParsePingpongDest(buf)
+	remote, err := s.readPingpongDest()
 	if err != nil {
 		return PingpongDest{}, err
 	}
@@ -119,11 +115,7 @@ func PingpongServer(conn net.Conn, local PingpongDest, connect func(remote Pingp
 	if err != nil {
 		return PingpongDest{}, err
 	}
-	buf := make([]byte, PingpongMsgLen)
-	if err := s.read("pingpong address", buf); err != nil {
-		return PingpongDest{}, err
-	}
-	remote, err := ParsePingpongDest(buf)
+	remote, err := s.readPingpongDest()
 	if err != nil {
 		return PingpongDest{}, err
 	}
@@ -143,4 +135,13 @@ func PingpongServer(conn net.Conn, local PingpongDest, connect func(remote Pingp
 		return remote, fmt.Errorf("%w: got %q", ErrNotDone, done)
 	}
 	return remote, nil
+}
+
+// readPingpongDest reads and parses the peer's address message.
+func (s *stream) readPingpongDest() (PingpongDest, error) {
+	buf := make([]byte, PingpongMsgLen)
+	if err := s.read("pingpong address", buf); err != nil {
+		return PingpongDest{}, err
+	}
+	return ParsePingpongDest(buf)
 }

@@ -108,6 +108,17 @@ func (p *Session) RunDuplex(test Test, local []PerftestDest, rounds int, h Hooks
 	return p.run(test, local, rounds, true, h)
 }
 
+// sequence is one run of Run or RunDuplex: the session, the test and
+// the caller's QPs and hooks.
+type sequence struct {
+	p      *Session
+	test   Test
+	local  []PerftestDest
+	remote []PerftestDest
+	rounds int
+	h      Hooks
+}
+
 func (p *Session) run(test Test, local []PerftestDest, rounds int, duplex bool, h Hooks) ([]PerftestDest, error) {
 	if h.Connect == nil {
 		return nil, ErrNoConnect
@@ -115,169 +126,220 @@ func (p *Session) run(test Test, local []PerftestDest, rounds int, duplex bool, 
 	if len(local) == 0 {
 		return nil, fmt.Errorf("oob: %v needs at least one QP", test)
 	}
-	if rounds < 1 {
-		rounds = 1
-	}
-	remote := make([]PerftestDest, len(local))
-	var err error
-	if test == WriteLat || test == ReadLat {
-		if _, err = p.Keys(local[0]); err != nil {
-			return nil, err
-		}
-	}
-	for i := range local {
-		if remote[i], err = p.Keys(local[i]); err != nil {
-			return nil, err
-		}
-	}
-	if err := h.Connect(remote); err != nil {
-		return remote, fmt.Errorf("oob: connect QPs: %w", err)
-	}
-	if test == SendBW || test == SendLat {
-		if _, err = p.Keys(local[0]); err != nil {
-			return remote, err
-		}
-	}
-	for i := range local {
-		if remote[i], err = p.Keys(local[i]); err != nil {
-			return remote, err
-		}
-	}
-	if test != SendBW && test != SendLat {
-		if _, err = p.Keys(local[0]); err != nil {
-			return remote, err
-		}
-	}
-	if h.Connected != nil {
-		if err := h.Connected(remote); err != nil {
-			return remote, err
-		}
+	sq := &sequence{p: p, test: test, local: local, rounds: max(rounds, 1), h: h}
+	if err := sq.connect(); err != nil {
+		return sq.remote, err
 	}
 	// From here on a handshake may wait for the peer's whole run.
 	p.s.timeout = p.WaitTimeout
-	server := p.s.role == Server
-	measure := func(r int) (BWReport, error) {
-		if h.Measure == nil {
-			return BWReport{}, nil
-		}
-		rep, err := h.Measure(r)
-		if err != nil {
-			return rep, fmt.Errorf("oob: %v round %d: %w", test, r, err)
-		}
-		return rep, nil
-	}
-	prepare := func(r int) error {
-		if h.Prepare == nil {
-			return nil
-		}
-		return h.Prepare(r)
-	}
+	return sq.remote, sq.rest(duplex)
+}
 
-	if duplex {
-		for r := 0; r < rounds; r++ {
-			if test == SendBW {
-				if err := prepare(r); err != nil {
-					return remote, err
-				}
-			}
-			if _, err := p.Keys(local[0]); err != nil {
-				return remote, err
-			}
-			mine, err := measure(r)
-			if err != nil {
-				return remote, err
-			}
-			if rounds > 1 && (test == WriteBW || test == ReadBW) {
-				if _, err := p.Keys(local[0]); err != nil {
-					return remote, err
-				}
-			}
-			theirs, err := p.Report(mine)
-			if err != nil {
-				return remote, err
-			}
-			if h.DuplexReport != nil {
-				if err := h.DuplexReport(mine, theirs); err != nil {
-					return remote, err
-				}
-			}
-			if rounds > 1 && test == SendBW {
-				if _, err := p.Keys(local[0]); err != nil {
-					return remote, err
-				}
-			}
-		}
-		return remote, p.Close(local[0])
-	}
+// handshake is the keys exchange perftest makes to synchronise the sides
+// (ctx_hand_shake with the first QP's keys); the peer's keys are dropped.
+func (sq *sequence) handshake() error {
+	_, err := sq.p.Keys(sq.local[0])
+	return err
+}
 
-	switch test {
-	case WriteBW, ReadBW, AtomicBW:
+// handshakeIf is handshake when cond holds.
+func (sq *sequence) handshakeIf(cond bool) error {
+	if !cond {
+		return nil
+	}
+	return sq.handshake()
+}
+
+// exchangeKeys is the per-QP keys exchange; it (re)fills remote.
+func (sq *sequence) exchangeKeys() error {
+	for i := range sq.local {
+		var err error
+		if sq.remote[i], err = sq.p.Keys(sq.local[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// connect runs the exchanges up to Connected: the keys, Connect, and the
+// handshakes around them that depend on the test.
+func (sq *sequence) connect() error {
+	test := sq.test
+	if err := sq.handshakeIf(test == WriteLat || test == ReadLat); err != nil {
+		return err
+	}
+	sq.remote = make([]PerftestDest, len(sq.local))
+	if err := sq.exchangeKeys(); err != nil {
+		sq.remote = nil
+		return err
+	}
+	if err := sq.h.Connect(sq.remote); err != nil {
+		return fmt.Errorf("oob: connect QPs: %w", err)
+	}
+	send := test == SendBW || test == SendLat
+	if err := sq.handshakeIf(send); err != nil {
+		return err
+	}
+	if err := sq.exchangeKeys(); err != nil {
+		return err
+	}
+	// Not send: "an additional handshake after moving qp to RTR".
+	if err := sq.handshakeIf(!send); err != nil {
+		return err
+	}
+	if sq.h.Connected != nil {
+		return sq.h.Connected(sq.remote)
+	}
+	return nil
+}
+
+// rest runs the rounds and the closing exchanges after Connected.
+func (sq *sequence) rest(duplex bool) error {
+	server := sq.p.s.role == Server
+	switch test := sq.test; {
+	case duplex:
+		return sq.roundsThenClose(sq.duplexRound)
+	case test == WriteBW || test == ReadBW || test == AtomicBW:
 		if server {
-			if _, err := p.Keys(local[0]); err != nil {
-				return remote, err
-			}
-			// perftest's server sends an uninitialised report; zeros here.
-			rep, err := p.Report(BWReport{})
-			if err != nil {
-				return remote, err
-			}
-			if h.ServerReport != nil {
-				if err := h.ServerReport(rep); err != nil {
-					return remote, err
-				}
-			}
-			return remote, p.Close(local[0])
+			return sq.bwServer()
 		}
-		var last BWReport
-		for r := 0; r < rounds; r++ {
-			if last, err = measure(r); err != nil {
-				return remote, err
-			}
-		}
-		if _, err := p.Keys(local[0]); err != nil {
-			return remote, err
-		}
-		if _, err := p.Report(last); err != nil {
-			return remote, err
-		}
-		return remote, p.Close(local[0])
-
-	case SendBW, SendLat:
-		for r := 0; r < rounds; r++ {
-			if err := prepare(r); err != nil {
-				return remote, err
-			}
-			if _, err := p.Keys(local[0]); err != nil {
-				return remote, err
-			}
-			if _, err := measure(r); err != nil {
-				return remote, err
-			}
-			if test == SendBW && rounds > 1 {
-				if _, err := p.Keys(local[0]); err != nil {
-					return remote, err
-				}
-			}
-		}
-		return remote, p.Close(local[0])
-
-	case WriteLat:
-		for r := 0; r < rounds; r++ {
-			if _, err := measure(r); err != nil {
-				return remote, err
-			}
-		}
-		return remote, nil
-
-	case ReadLat:
+		return sq.bwClient()
+	case test == SendBW || test == SendLat:
+		return sq.roundsThenClose(sq.sendRound)
+	case test == WriteLat:
+		_, err := sq.measureAll()
+		return err
+	case test == ReadLat:
 		if !server {
-			for r := 0; r < rounds; r++ {
-				if _, err := measure(r); err != nil {
-					return remote, err
-				}
+			if _, err := sq.measureAll(); err != nil {
+				return err
 			}
 		}
-		return remote, p.Close(local[0])
+		return sq.p.Close(sq.local[0])
 	}
-	return remote, fmt.Errorf("oob: unknown test %v", test)
+	return fmt.Errorf("oob: unknown test %v", sq.test)
+}
+
+// measure runs Hooks.Measure for round r, if set.
+func (sq *sequence) measure(r int) (BWReport, error) {
+	if sq.h.Measure == nil {
+		return BWReport{}, nil
+	}
+	rep, err := sq.h.Measure(r)
+	if err != nil {
+		return rep, fmt.Errorf("oob: %v round %d: %w", sq.test, r, err)
+	}
+	return rep, nil
+}
+
+// measureAll measures every round and returns the last round's report.
+func (sq *sequence) measureAll() (BWReport, error) {
+	var last BWReport
+	for r := 0; r < sq.rounds; r++ {
+		var err error
+		if last, err = sq.measure(r); err != nil {
+			return last, err
+		}
+	}
+	return last, nil
+}
+
+// prepare runs Hooks.Prepare for round r, if set.
+func (sq *sequence) prepare(r int) error {
+	if sq.h.Prepare == nil {
+		return nil
+	}
+	return sq.h.Prepare(r)
+}
+
+// bwServer is the server of write/read/atomic bw: it waits out the
+// client's run in one handshake, takes its report and closes.
+func (sq *sequence) bwServer() error {
+	if err := sq.handshake(); err != nil {
+		return err
+	}
+	// perftest's server sends an uninitialised report; zeros here.
+	rep, err := sq.p.Report(BWReport{})
+	if err != nil {
+		return err
+	}
+	if sq.h.ServerReport != nil {
+		if err := sq.h.ServerReport(rep); err != nil {
+			return err
+		}
+	}
+	return sq.p.Close(sq.local[0])
+}
+
+// bwClient is the client of write/read/atomic bw: its rounds, then a
+// handshake, its last report to the server, and close.
+func (sq *sequence) bwClient() error {
+	last, err := sq.measureAll()
+	if err != nil {
+		return err
+	}
+	if err := sq.handshake(); err != nil {
+		return err
+	}
+	if _, err := sq.p.Report(last); err != nil {
+		return err
+	}
+	return sq.p.Close(sq.local[0])
+}
+
+// roundsThenClose runs round for each round, then closes.
+func (sq *sequence) roundsThenClose(round func(r int) error) error {
+	for r := 0; r < sq.rounds; r++ {
+		if err := round(r); err != nil {
+			return err
+		}
+	}
+	return sq.p.Close(sq.local[0])
+}
+
+// sendRound is a round of send_bw and send_lat: Prepare, a handshake and
+// Measure, and with -a a handshake after each send_bw round.
+func (sq *sequence) sendRound(r int) error {
+	if err := sq.prepare(r); err != nil {
+		return err
+	}
+	if err := sq.handshake(); err != nil {
+		return err
+	}
+	if _, err := sq.measure(r); err != nil {
+		return err
+	}
+	return sq.handshakeIf(sq.test == SendBW && sq.rounds > 1)
+}
+
+// duplexRound is one round of RunDuplex: (Prepare for send_bw), a
+// handshake, Measure, (with -a a handshake for write and read), the report
+// exchange, DuplexReport, (with -a a handshake for send_bw).
+func (sq *sequence) duplexRound(r int) error {
+	test, multi := sq.test, sq.rounds > 1
+	if test == SendBW {
+		if err := sq.prepare(r); err != nil {
+			return err
+		}
+	}
+	if err := sq.handshake(); err != nil {
+		return err
+	}
+	mine, err := sq.measure(r)
+	if err != nil {
+		return err
+	}
+	if err := sq.handshakeIf(multi && (test == WriteBW || test == ReadBW)); err != nil {
+		return err
+	}
+	theirs, err := sq.p.Report(mine)
+	if err != nil {
+		return err
+	}
+	if sq.h.DuplexReport != nil {
+		if err := sq.h.DuplexReport(mine, theirs); err != nil {
+			return err
+		}
+	}
+	return sq.handshakeIf(multi && test == SendBW)
 }

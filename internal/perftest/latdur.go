@@ -49,6 +49,15 @@ func (r *runCtx) startDuration() *durationRun {
 	return d
 }
 
+// result is a run's figures: the sample window and the count in it, or
+// nothing after an error.
+func (d *durationRun) result(count uint64, err error) (BWTimes, error) {
+	if err != nil {
+		return BWTimes{}, err
+	}
+	return d.clock.times(count), nil
+}
+
 // waitUntilEnd waits for one successful completion; false when the run's
 // time ran out first.
 func (r *runCtx) waitUntilEnd(d *durationRun, cq *verbs.CQ, wc []verbs.WC, what string, done uint64) (bool, error) {
@@ -97,15 +106,11 @@ loop:
 		}
 		scnt++
 		buf[postAt] = byte(scnt)
-		ok, err := r.signaledOp(d, qp, &wr, sge, size, wc, scnt, &count)
-		if err != nil {
-			return BWTimes{}, err
-		}
-		if !ok {
-			break
+		if ok, err := r.signaledOp(d, qp, &wr, sge, size, wc, scnt, &count); !ok {
+			return d.result(count, err)
 		}
 	}
-	return d.clock.times(count), nil
+	return d.result(count, nil)
 }
 
 // signaledOp posts one signaled operation of size bytes on qp and waits for
@@ -139,15 +144,11 @@ func (r *runCtx) runLatReadDuration(size uint64) (BWTimes, error) {
 	defer d.stop()
 	var count uint64
 	for k := uint64(0); d.clock.phase(time.Now()) != phaseEnd; k++ {
-		ok, err := r.signaledOp(d, qp, &wr, sge, size, wc, k, &count)
-		if err != nil {
-			return BWTimes{}, err
-		}
-		if !ok {
-			break
+		if ok, err := r.signaledOp(d, qp, &wr, sge, size, wc, k, &count); !ok {
+			return d.result(count, err)
 		}
 	}
-	return d.clock.times(count), nil
+	return d.result(count, nil)
 }
 
 // runLatSendDuration is run_iter_lat_send with -D: the receives counted in
@@ -155,19 +156,15 @@ func (r *runCtx) runLatReadDuration(size uint64) (BWTimes, error) {
 // limit.
 func (r *runCtx) runLatSendDuration(size uint64) (BWTimes, error) {
 	p := r.p
-	qp := r.qps[0]
-	sge := make([]verbs.SGE, 1)
-	rsge := make([]verbs.SGE, 1)
-	var wr verbs.SendWR
-	wc := make([]verbs.WC, 1)
+	b := newLatBufs()
 	cqMod := uint64(max(p.CQMod, 1))
 	d := r.startDuration()
 	defer d.stop()
 	var scnt, rcnt, count uint64
-	rposted := uint64(p.RxDepth)
+	rposted := r.recvsPosted()
 	for d.clock.phase(time.Now()) != phaseEnd {
 		if !(scnt < 1 && !p.Server) {
-			ok, err := r.waitUntilEnd(d, r.rcq, wc, "receive", rcnt)
+			ok, err := r.waitUntilEnd(d, r.rcq, b.wc, "receive", rcnt)
 			if err != nil {
 				return BWTimes{}, err
 			}
@@ -178,22 +175,17 @@ func (r *runCtx) runLatSendDuration(size uint64) (BWTimes, error) {
 			if d.clock.phase(time.Now()) == phaseSample {
 				count++
 			}
-			if err := r.postRecv(qp, 0, rposted, size, rsge); err != nil {
+			if err := r.repost(0, rposted, size, b.rsge); err != nil {
 				return BWTimes{}, err
 			}
-			rposted++
 		}
 		scnt++
-		r.sendWR(&wr, sge, 0, 0, size)
 		signaled := scnt%cqMod == 0
-		if signaled {
-			wr.Flags |= verbs.SendSignaled
-		}
-		if err := r.postWait(qp, &wr); err != nil {
+		if err := r.postLatSend(&b.wr, b.sge, size, signaled); err != nil {
 			return BWTimes{}, err
 		}
 		if signaled {
-			ok, err := r.waitUntilEnd(d, r.scq, wc, "send", scnt)
+			ok, err := r.waitUntilEnd(d, r.scq, b.wc, "send", scnt)
 			if err != nil {
 				return BWTimes{}, err
 			}

@@ -3,7 +3,6 @@ package perftest
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -13,6 +12,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/softnic/softnic/internal/oob"
 	"github.com/softnic/softnic/roce/memlink"
@@ -29,13 +31,9 @@ func memPairLinks(t *testing.T) (a, b Device, la, lb *memlink.Endpoint) {
 	t.Helper()
 	la, lb = memlink.Pair(memlink.Config{})
 	da, err := verbs.Open(la, verbs.Config{Addrs: []netip.Addr{netip.MustParseAddr("10.0.0.1")}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	db, err := verbs.Open(lb, verbs.Config{Addrs: []netip.Addr{netip.MustParseAddr("10.0.0.2")}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(func() { da.Close(); db.Close(); la.Close(); lb.Close() })
 	return Device{Verbs: da, Name: "mem0", LinkMTU: la.MTU()}, Device{Verbs: db, Name: "mem1", LinkMTU: lb.MTU()}, la, lb
 }
@@ -47,9 +45,7 @@ func runBoth(t *testing.T, test oob.Test, tweak func(*Params)) (client, server s
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	ln, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer ln.Close()
 	var sout, cout bytes.Buffer
 	var serr error
@@ -69,17 +65,13 @@ func runBoth(t *testing.T, test oob.Test, tweak func(*Params)) (client, server s
 		serr = Run(ctx, a, conn, p, &sout)
 	}()
 	conn, err := net.Dial("tcp4", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	p := NewParams(test)
 	tweak(&p)
 	cerr := Run(ctx, b, conn, p, &cout)
 	conn.Close()
 	wg.Wait()
-	if cerr != nil || serr != nil {
-		t.Fatalf("%v: client %v, server %v\nclient output:\n%s\nserver output:\n%s", test, cerr, serr, cout.String(), sout.String())
-	}
+	require.True(t, cerr == nil && serr == nil, "%v: client %v, server %v\nclient output:\n%s\nserver output:\n%s", test, cerr, serr, cout.String(), sout.String())
 	return cout.String(), sout.String()
 }
 
@@ -103,23 +95,18 @@ func TestRunBandwidthTests(t *testing.T) {
 			cout, sout := runBoth(t, tc.test, func(p *Params) { p.Iters, p.Size, p.NumQPs = 200, tc.size, 2 })
 			for side, out := range map[string]string{"client": cout, "server": sout} {
 				m := bwLine.FindAllStringSubmatch(out, -1)
-				if len(m) != 1 {
-					t.Fatalf("%s printed %d result lines:\n%s", side, len(m), out)
-				}
-				if m[0][1] != fmt.Sprint(tc.size) || m[0][2] != "400" || m[0][4] == "0.00" {
-					t.Errorf("%s result line %q", side, m[0][0])
-				}
-				if !strings.Contains(out, " local address: LID 0000 QPN ") || !strings.Contains(out, " remote address: LID 0000 QPN ") ||
-					!strings.Contains(out, " GID: 00:00:00:00:00:00:00:00:00:00:255:255:10:00:00:0") {
-					t.Errorf("%s output lacks the address lines:\n%s", side, out)
-				}
-				if !strings.HasSuffix(out, ResultLine) {
-					t.Errorf("%s output does not end with the result line:\n%s", side, out)
-				}
+				require.Len(t, m, 1, "%s result lines:\n%s", side, out)
+				assert.Equal(t, fmt.Sprint(tc.size), m[0][1], "%s result line %q", side, m[0][0])
+				assert.Equal(t, "400", m[0][2], "%s result line %q", side, m[0][0])
+				assert.NotEqual(t, "0.00", m[0][4], "%s result line %q", side, m[0][0])
+				assert.Contains(t, out, " local address: LID 0000 QPN ", side)
+				assert.Contains(t, out, " remote address: LID 0000 QPN ", side)
+				assert.Contains(t, out, " GID: 00:00:00:00:00:00:00:00:00:00:255:255:10:00:00:0", side)
+				assert.True(t, strings.HasSuffix(out, ResultLine), "%s output does not end with the result line:\n%s", side, out)
 			}
 			// The server of write/read/atomic prints the client's figures.
-			if tc.test != oob.SendBW && bwLine.FindString(cout) != bwLine.FindString(sout) {
-				t.Errorf("server printed %q, client %q", bwLine.FindString(sout), bwLine.FindString(cout))
+			if tc.test != oob.SendBW {
+				assert.Equal(t, bwLine.FindString(cout), bwLine.FindString(sout), "server's line against the client's")
 			}
 		})
 	}
@@ -129,29 +116,27 @@ func TestRunLatencyTests(t *testing.T) {
 	for _, test := range []oob.Test{oob.WriteLat, oob.ReadLat, oob.SendLat} {
 		t.Run(test.String(), func(t *testing.T) {
 			cout, sout := runBoth(t, test, func(p *Params) { p.Iters, p.Size = 100, 64 })
-			if m := latLine.FindAllString(cout, -1); len(m) != 1 || !strings.HasPrefix(m[0], " 64      100") {
-				t.Fatalf("client latency lines %q in:\n%s", m, cout)
-			}
+			m := latLine.FindAllString(cout, -1)
+			require.Len(t, m, 1, "client latency lines in:\n%s", cout)
+			require.True(t, strings.HasPrefix(m[0], " 64      100"), "client latency line %q", m[0])
 			wantServer := 1
 			if test == oob.ReadLat {
 				wantServer = 0 // read_lat's server only serves the reads
 			}
-			if m := latLine.FindAllString(sout, -1); len(m) != wantServer {
-				t.Fatalf("server latency lines %q in:\n%s", m, sout)
-			}
+			require.Len(t, latLine.FindAllString(sout, -1), wantServer, "server latency lines in:\n%s", sout)
 		})
 	}
 }
 
 func TestRunAllSizes(t *testing.T) {
 	cout, sout := runBoth(t, oob.WriteBW, func(p *Params) { p.Iters, p.RunAll = 5, true })
-	if m := bwLine.FindAllStringSubmatch(cout, -1); len(m) != 23 || m[22][1] != "8388608" {
-		t.Fatalf("client printed %d lines:\n%s", len(m), cout)
-	}
+	m := bwLine.FindAllStringSubmatch(cout, -1)
+	require.Len(t, m, 23, "client lines:\n%s", cout)
+	require.Equal(t, "8388608", m[22][1])
 	// perftest's server prints the client's last report only.
-	if m := bwLine.FindAllStringSubmatch(sout, -1); len(m) != 1 || m[0][1] != "8388608" {
-		t.Fatalf("server printed:\n%s", sout)
-	}
+	m = bwLine.FindAllStringSubmatch(sout, -1)
+	require.Len(t, m, 1, "server lines:\n%s", sout)
+	require.Equal(t, "8388608", m[0][1])
 }
 
 // TestStallEndsRun cuts the link under a write_bw client: its writes are
@@ -160,9 +145,7 @@ func TestRunAllSizes(t *testing.T) {
 func TestStallEndsRun(t *testing.T) {
 	a, b, _, lb := memPairLinks(t)
 	ln, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer ln.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -179,20 +162,14 @@ func TestStallEndsRun(t *testing.T) {
 		serr <- Run(ctx, a, conn, p, io.Discard)
 	}()
 	conn, err := net.Dial("tcp4", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	p := NewParams(oob.WriteBW)
 	p.StallTimeout = 300 * time.Millisecond
 	lb.SetDown(true)
 	err = Run(ctx, b, conn, p, io.Discard)
 	conn.Close()
-	if !errors.Is(err, ErrStalled) {
-		t.Fatalf("client error %v, want ErrStalled", err)
-	}
-	if err := <-serr; err == nil {
-		t.Fatal("server finished without its client's report")
-	}
+	require.ErrorIs(t, err, ErrStalled, "client")
+	require.Error(t, <-serr, "server finished without its client's report")
 }
 
 func TestRunDuplex(t *testing.T) {
@@ -205,9 +182,8 @@ func TestRunDuplex(t *testing.T) {
 				}
 			})
 			for side, out := range map[string]string{"client": cout, "server": sout} {
-				if m := bwLine.FindAllString(out, -1); len(m) != 1 || !strings.Contains(out, "Bidirectional BW Test") {
-					t.Errorf("%s output:\n%s", side, out)
-				}
+				assert.Len(t, bwLine.FindAllString(out, -1), 1, "%s output:\n%s", side, out)
+				assert.Contains(t, out, "Bidirectional BW Test", side)
 			}
 		})
 	}
@@ -218,12 +194,8 @@ func TestRunDuplex(t *testing.T) {
 func TestRunSendOddIters(t *testing.T) {
 	for _, test := range []oob.Test{oob.SendBW, oob.SendLat} {
 		cout, sout := runBoth(t, test, func(p *Params) { p.Iters = 51 })
-		if !strings.Contains(sout, " RX depth        : 52\n") {
-			t.Errorf("%v server header:\n%s", test, sout)
-		}
-		if !strings.Contains(cout, " 51 ") {
-			t.Errorf("%v client output:\n%s", test, cout)
-		}
+		assert.Contains(t, sout, " RX depth        : 52\n", "%v server header", test)
+		assert.Contains(t, cout, " 51 ", "%v client output", test)
 	}
 }
 
@@ -234,13 +206,15 @@ func TestRunDuration(t *testing.T) {
 			cout, sout := runBoth(t, test, func(p *Params) {
 				p.Duration, p.Margin, p.Size = 600*time.Millisecond, 100*time.Millisecond, 4096
 			})
-			if d := time.Since(start); d < 600*time.Millisecond {
-				t.Errorf("a 600 ms run took %v", d)
-			}
+			assert.GreaterOrEqual(t, time.Since(start), 600*time.Millisecond, "a 600 ms run")
 			for side, out := range map[string]string{"client": cout, "server": sout} {
 				m := bwLine.FindStringSubmatch(out)
-				if m == nil || m[1] != "4096" || m[2] == "0" || m[3] != "0.00" || m[4] == "0.00" {
-					t.Errorf("%s (duration: iterations counted, no peak):\n%s", side, out)
+				if assert.NotNil(t, m, "%s output:\n%s", side, out) {
+					// duration: iterations counted, no peak
+					assert.Equal(t, "4096", m[1], side)
+					assert.NotEqual(t, "0", m[2], side)
+					assert.Equal(t, "0.00", m[3], side)
+					assert.NotEqual(t, "0.00", m[4], side)
 				}
 			}
 		})
@@ -260,9 +234,11 @@ func TestRunLatencyDuration(t *testing.T) {
 			}
 			for side, out := range sides {
 				m := latDur.FindStringSubmatch(out)
-				if m == nil || m[1] == "0" || m[2] == "0.00" || !strings.Contains(out, "t_avg[usec]    tps average") {
-					t.Errorf("%s output:\n%s", side, out)
+				if assert.NotNil(t, m, "%s output:\n%s", side, out) {
+					assert.NotEqual(t, "0", m[1], side)
+					assert.NotEqual(t, "0.00", m[2], side)
 				}
+				assert.Contains(t, out, "t_avg[usec]    tps average", side)
 			}
 		})
 	}
@@ -271,9 +247,9 @@ func TestRunLatencyDuration(t *testing.T) {
 func TestDurationParams(t *testing.T) {
 	p := NewParams(oob.WriteBW)
 	p.Duration = 5 * time.Second
-	if err := p.Finish(); err != nil || p.Margin != time.Second || !p.NoPeak {
-		t.Fatalf("-D 5: margin %v, no peak %v, %v", p.Margin, p.NoPeak, err)
-	}
+	require.NoError(t, p.Finish())
+	require.Equal(t, time.Second, p.Margin, "-D 5: margin")
+	require.True(t, p.NoPeak, "-D 5: no peak")
 	for _, bad := range []func(*Params){
 		func(p *Params) { p.RunAll = true },
 		func(p *Params) { p.Margin = time.Second },
@@ -281,8 +257,6 @@ func TestDurationParams(t *testing.T) {
 		q := NewParams(oob.WriteBW)
 		q.Duration = 2 * time.Second
 		bad(&q)
-		if err := q.Finish(); err == nil {
-			t.Errorf("accepted %+v", q)
-		}
+		assert.Error(t, q.Finish(), "accepted %+v", q)
 	}
 }

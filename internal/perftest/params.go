@@ -192,6 +192,31 @@ func (p *Params) Verb() Verb {
 // (force_dependecies in perftest_parameters.c) that softnic's flags can
 // reach. Call it after setting the flags, before the run.
 func (p *Params) Finish() error {
+	for _, check := range []func() error{p.checkModes, p.checkDuration, p.checkCounts} {
+		if err := check(); err != nil {
+			return err
+		}
+	}
+	p.fitDepths()
+	p.fitInline()
+	if p.RunAll {
+		p.Size = MaxSize
+	}
+	// perftest's "WA for a bug when rx_depth is odd in SEND".
+	if p.Verb() == VerbSend && p.RxDepth%2 == 1 && !p.RunAll {
+		p.RxDepth++
+	}
+	if p.Test.IsBW() && p.Iters > NoPeakIters {
+		p.NoPeak = true
+	}
+	if p.Test == oob.SendBW && p.Server && !p.Duplex {
+		p.NoPeak = true
+	}
+	return nil
+}
+
+// checkModes refuses an --output or -b the test does not have.
+func (p *Params) checkModes() error {
 	if p.Output != OutputFull {
 		if p.Test.IsBW() && p.Output == OutputLatency {
 			return fmt.Errorf("perftest: output verbosity level for BW can be: bandwidth, message_rate")
@@ -203,34 +228,50 @@ func (p *Params) Finish() error {
 	if p.Duplex && !p.Test.IsBW() {
 		return fmt.Errorf("perftest: -b (bidirectional) is for bandwidth tests")
 	}
-	if p.Duration > 0 {
-		switch {
-		case p.RunAll:
-			return fmt.Errorf("perftest: duration mode currently doesn't support running on all sizes")
-		case p.Duplex:
-			return fmt.Errorf("perftest: softnic does not combine -D with -b")
-		}
-		if p.Margin < 0 {
-			// DEF_INIT_MARGIN: duration / 4 in whole seconds.
-			p.Margin = time.Duration(int(p.Duration/time.Second)/4) * time.Second
-		}
-		if p.Duration <= 2*p.Margin {
-			return fmt.Errorf("perftest: please check that DURATION > 2*MARGIN")
-		}
-		p.NoPeak = true
+	return nil
+}
+
+// checkDuration checks -D and -f and sets the default margin; a timed
+// run has no peak.
+func (p *Params) checkDuration() error {
+	if p.Duration <= 0 {
+		return nil
 	}
-	if p.Iters < 5 && p.Duration == 0 {
+	switch {
+	case p.RunAll:
+		return fmt.Errorf("perftest: duration mode currently doesn't support running on all sizes")
+	case p.Duplex:
+		return fmt.Errorf("perftest: softnic does not combine -D with -b")
+	}
+	if p.Margin < 0 {
+		// DEF_INIT_MARGIN: duration / 4 in whole seconds.
+		p.Margin = time.Duration(int(p.Duration/time.Second)/4) * time.Second
+	}
+	if p.Duration <= 2*p.Margin {
+		return fmt.Errorf("perftest: please check that DURATION > 2*MARGIN")
+	}
+	p.NoPeak = true
+	return nil
+}
+
+// checkCounts checks the iterations, QPs and message size.
+func (p *Params) checkCounts() error {
+	switch {
+	case p.Iters < 5 && p.Duration == 0:
 		return fmt.Errorf("perftest: iterations must be at least 5")
-	}
-	if p.NumQPs < 1 {
+	case p.NumQPs < 1:
 		return fmt.Errorf("perftest: number of QPs must be at least 1")
-	}
-	if p.Test == oob.AtomicBW && p.Size != DefSizeAtomic {
+	case p.Test == oob.AtomicBW && p.Size != DefSizeAtomic:
 		return fmt.Errorf("perftest: message size cannot be changed for atomic tests")
-	}
-	if !p.Test.IsBW() && p.NumQPs != 1 {
+	case !p.Test.IsBW() && p.NumQPs != 1:
 		return fmt.Errorf("perftest: latency tests run one QP")
 	}
+	return nil
+}
+
+// fitDepths bounds the queue depths by the iterations and sets CQ
+// moderation as perftest does.
+func (p *Params) fitDepths() {
 	if p.Duration == 0 {
 		if uint64(p.TxDepth) > p.Iters {
 			p.TxDepth = int(p.Iters)
@@ -245,6 +286,11 @@ func (p *Params) Finish() error {
 	if p.CQMod > p.TxDepth {
 		p.CQMod = p.TxDepth
 	}
+}
+
+// fitInline resolves the default inline size and drops inline where the
+// verb cannot send inline.
+func (p *Params) fitInline() {
 	if p.InlineSize < 0 {
 		// ctx_set_max_inline for a device perftest recognises (softnic
 		// sends inline like ConnectX): DEF_INLINE_WRITE and
@@ -262,20 +308,6 @@ func (p *Params) Finish() error {
 	if p.Verb() == VerbRead || p.Verb() == VerbAtomic {
 		p.InlineSize = 0
 	}
-	if p.RunAll {
-		p.Size = MaxSize
-	}
-	// perftest's "WA for a bug when rx_depth is odd in SEND".
-	if p.Verb() == VerbSend && p.RxDepth%2 == 1 && !p.RunAll {
-		p.RxDepth++
-	}
-	if p.Test.IsBW() && p.Iters > NoPeakIters {
-		p.NoPeak = true
-	}
-	if p.Test == oob.SendBW && p.Server && !p.Duplex {
-		p.NoPeak = true
-	}
-	return nil
 }
 
 // Sizes returns the message sizes of the run: Size, or 2 .. 2^23 with -a.

@@ -21,8 +21,8 @@
 //
 // Differences a user may notice: the header says "PCIe relax order:
 // Unsupported" (softnic has no PCIe device; perftest built without HAVE_RO
-// prints the same); there is one port, RC only, no RDMA CM, no duration
-// mode, no bidirectional mode. write_lat polls its buffer for the peer's
-// RDMA WRITE as perftest does, which `go test -race` reports as a race with
-// the transport's copy.
+// prints the same); there is one port, RC only, no RDMA CM, and a duration
+// run (-D) cannot be bidirectional (-b). write_lat reads its buffer for the
+// peer's RDMA WRITE only after the region's remote-write sequence moved
+// (awaitWrite), so it does not race the transport's copy.
 package perftest

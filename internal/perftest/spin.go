@@ -33,11 +33,10 @@ func spinPoll(ctx context.Context, cq *verbs.CQ, wc []verbs.WC) (int, error) {
 }
 
 // bwSpin is how long the bandwidth loops poll an empty CQ before they block.
-// perftest busy-polls; blocking at once costs a goroutine wake-up per batch
-// of completions, long enough to drain the send queue: 64-byte write_bw ran
-// at 0.63 Mpps blocking at once and 0.78 Mpps spinning first, write_bw of
-// 64 KiB at IB MTU 1024 at 5.6 and 7.0 Gb/s. Spinning without end (0.74
-// Mpps, 6.5 Gb/s) took the CPU from the engines in read_bw.
+// perftest busy-polls. Blocking at once costs a goroutine wake-up per batch
+// of completions, long enough for the send queue to drain; spinning without
+// end takes the CPU from the engines (read_bw suffers most). The figures
+// are in bench/results/ANALYSIS.md.
 const bwSpin = 50 * time.Microsecond
 
 // spinWait polls cq, yielding the CPU between empty polls, for up to d,

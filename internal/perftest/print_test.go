@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"math"
 	"net/netip"
-	"reflect"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/softnic/softnic/internal/oob"
 	"github.com/softnic/softnic/verbs"
@@ -28,9 +30,7 @@ import (
 func TestPrintTestInfoWriteBWClient(t *testing.T) {
 	p := NewParams(oob.WriteBW)
 	p.Device, p.MTU, p.GIDIndex = "veth0", 1024, 0
-	if err := p.Finish(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, p.Finish())
 	want := ResultLine +
 		"                    RDMA_Write BW Test\n" +
 		" Dual-port       : OFF\t\tDevice         : veth0\n" +
@@ -49,9 +49,7 @@ func TestPrintTestInfoWriteBWClient(t *testing.T) {
 		ResultLine
 	var b bytes.Buffer
 	PrintTestInfo(&b, &p)
-	if b.String() != want {
-		t.Fatalf("got\n%s\nwant\n%s", b.String(), want)
-	}
+	require.Equal(t, want, b.String())
 }
 
 func TestPrintTestInfoAtomicAndSendServer(t *testing.T) {
@@ -76,9 +74,7 @@ func TestPrintTestInfoAtomicAndSendServer(t *testing.T) {
 		" rdma_cm QPs\t : OFF\n" +
 		" Data ex. method : Ethernet\n" +
 		ResultLine
-	if b.String() != want {
-		t.Fatalf("got\n%s\nwant\n%s", b.String(), want)
-	}
+	require.Equal(t, want, b.String())
 
 	s := NewParams(oob.SendLat)
 	s.Server, s.Device, s.MTU, s.GIDIndex = true, "eth0", 1024, -1
@@ -100,9 +96,7 @@ func TestPrintTestInfoAtomicAndSendServer(t *testing.T) {
 		" rdma_cm QPs\t : OFF\n" +
 		" Data ex. method : Ethernet\n" +
 		ResultLine
-	if b.String() != want {
-		t.Fatalf("got\n%s\nwant\n%s", b.String(), want)
-	}
+	require.Equal(t, want, b.String())
 }
 
 func TestPrintDest(t *testing.T) {
@@ -125,9 +119,7 @@ func TestPrintDest(t *testing.T) {
 		p.GIDIndex = 0
 		var b bytes.Buffer
 		PrintDest(&b, &p, "local", d)
-		if b.String() != tc.want {
-			t.Errorf("%v: got %q\nwant %q", tc.test, b.String(), tc.want)
-		}
+		assert.Equal(t, tc.want, b.String(), tc.test.String())
 	}
 }
 
@@ -137,9 +129,7 @@ func TestCHex(t *testing.T) {
 		width int
 		want  string
 	}{{0, 4, "0000"}, {0x11, 6, "0x0011"}, {0x7f1a4b, 6, "0x7f1a4b"}, {0x12345678, 8, "0x12345678"}, {1, 4, "0x01"}} {
-		if got := cHex(tc.v, tc.width); got != tc.want {
-			t.Errorf("cHex(%#x, %d) = %q, want %q", tc.v, tc.width, got, tc.want)
-		}
+		assert.Equal(t, tc.want, cHex(tc.v, tc.width), "cHex(%#x, %d)", tc.v, tc.width)
 	}
 }
 
@@ -152,9 +142,7 @@ func TestPrintBW(t *testing.T) {
 	want := ResultLine +
 		" #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]\n" +
 		" 65536  " + "    " + "5000      " + "       " + "1100.50" + "            " + "1095.25" + "\t\t   " + "0.017524" + "\n"
-	if b.String() != want {
-		t.Fatalf("got %q\nwant %q", b.String(), want)
-	}
+	require.Equal(t, want, b.String())
 	p.ReportGbits = true
 	b.Reset()
 	PrintBWHeader(&b, &p)
@@ -163,9 +151,7 @@ func TestPrintBW(t *testing.T) {
 	want = ResultLine +
 		" #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]\n" +
 		" 2      " + "    " + "1000" + "           " + "0.012346" + "            " + "0.010000" + "            " + "0.625000" + "\n"
-	if b.String() != want {
-		t.Fatalf("got %q\nwant %q", b.String(), want)
-	}
+	require.Equal(t, want, b.String())
 }
 
 func TestPrintLat(t *testing.T) {
@@ -179,9 +165,7 @@ func TestPrintLat(t *testing.T) {
 		" #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] \n" +
 		" 2      " + " 1000" + "          " + "1.50   " + "        " + "10.00  " + "      " + "2.25   " + "  \t       " +
 		"2.50   " + "     \t" + "0.50   " + "\t\t" + "5.00   " + " \t\t" + "10.00  " + "\n"
-	if b.String() != want {
-		t.Fatalf("got %q\nwant %q", b.String(), want)
-	}
+	require.Equal(t, want, b.String())
 }
 
 func TestBWReportFigures(t *testing.T) {
@@ -191,27 +175,21 @@ func TestBWReportFigures(t *testing.T) {
 	tm := BWTimes{Posted: []int64{0, 1000, 2000, 3000}, Completed: []int64{1000, 2000, 3000, 8000}}
 	r := BWReport(&p, size, 4, tm)
 	// Average: 4 MiB in 8 us = 500000 MiB/s; peak: one MiB in 1 us.
-	if r.BWAvg != 500000 || r.BWPeak != 1e6 || r.MsgRate != 0.5 || r.Iters != 4 || r.Size != size {
-		t.Fatalf("report %+v", r)
-	}
+	require.Equal(t, oob.BWReport{Size: size, Iters: 4, BWPeak: 1e6, BWAvg: 500000, MsgRate: 0.5}, r)
 	p.ReportGbits = true
-	if r := BWReport(&p, size, 4, tm); math.Abs(r.BWAvg-float64(4*size)*8/8000) > 1e-9 {
-		t.Fatalf("Gb/s average %v", r.BWAvg)
-	}
+	require.InDelta(t, float64(4*size)*8/8000, BWReport(&p, size, 4, tm).BWAvg, 1e-9, "Gb/s average")
 	// With moderation only every second completion carries a time.
 	p.ReportGbits, p.CQMod = false, 2
 	tm = BWTimes{Posted: []int64{0, 1000, 2000, 3000}, Completed: []int64{0, 4000, 0, 6000}}
 	r = BWReport(&p, size, 4, tm)
 	// Stretches end at the moderated completions 1 and 3 only; the best
 	// is posts 0..3: 6000/4 = 1500 ns a message, better than 2..3 (2000).
-	if r.BWPeak != 1e9/1500.0 || r.BWAvg != float64(4)*1e9/6000 {
-		t.Fatalf("moderated report %+v", r)
-	}
+	require.Equal(t, 1e9/1500.0, r.BWPeak, "moderated report %+v", r)
+	require.Equal(t, float64(4)*1e9/6000, r.BWAvg, "moderated report %+v", r)
 	p.NoPeak = true
 	r = BWReport(&p, size, 4, BWTimes{Posted: []int64{100}, Completed: []int64{4100}})
-	if r.BWPeak != 0 || r.BWAvg != 1e6 {
-		t.Fatalf("no-peak report %+v", r)
-	}
+	require.Zero(t, r.BWPeak, "no-peak report %+v", r)
+	require.Equal(t, 1e6, r.BWAvg, "no-peak report %+v", r)
 }
 
 func TestLatencyReportFigures(t *testing.T) {
@@ -225,13 +203,11 @@ func TestLatencyReportFigures(t *testing.T) {
 	// Sorted 10 20 30 40 50 | 1000 2000: five kept, median 30, average 30,
 	// deviations 20 10 0 10 20, t_max and both percentiles the sixth.
 	want := LatReport{Size: 2, Iters: 8, TMin: 10, TMax: 1000, TTypical: 30, TAvg: 30, TStdev: math.Sqrt(200), P99: 1000, P999: 1000}
-	if !reflect.DeepEqual(r, want) {
-		t.Fatalf("got %+v\nwant %+v", r, want)
-	}
+	require.Equal(t, want, r)
 	w := NewParams(oob.WriteLat) // write latency is half the round trip
-	if r := LatencyReport(&w, 2, posted); r.TTypical != 15 || r.TMin != 5 {
-		t.Fatalf("write latency %+v", r)
-	}
+	r = LatencyReport(&w, 2, posted)
+	require.Equal(t, 15.0, r.TTypical, "write latency %+v", r)
+	require.Equal(t, 5.0, r.TMin, "write latency %+v", r)
 }
 
 func TestPrintSingleFigure(t *testing.T) {
@@ -245,30 +221,20 @@ func TestPrintSingleFigure(t *testing.T) {
 	PrintBWReport(&b, &p, oob.BWReport{Size: 2, Iters: 5, BWPeak: 3, BWAvg: 1234.5, MsgRate: 0.25})
 	PrintEnd(&b, &p)
 	// print_full_bw_report: printf("%lf\n", bw_avg) and nothing else.
-	if b.String() != "1234.500000\n" {
-		t.Fatalf("bandwidth output %q", b.String())
-	}
+	require.Equal(t, "1234.500000\n", b.String())
 	p.Output = OutputMessageRate
 	b.Reset()
 	PrintBWReport(&b, &p, oob.BWReport{MsgRate: 0.25})
-	if b.String() != "0.250000\n" {
-		t.Fatalf("message rate output %q", b.String())
-	}
+	require.Equal(t, "0.250000\n", b.String())
 	l := NewParams(oob.SendLat)
 	l.Output = OutputLatency
 	b.Reset()
 	PrintLatHeader(&b, &l)
 	PrintLatReport(&b, &l, LatReport{TAvg: 2.5, TMin: 1})
-	if b.String() != "2.500000\n" {
-		t.Fatalf("latency output %q", b.String())
-	}
-	if err := l.Finish(); err != nil {
-		t.Fatal(err)
-	}
+	require.Equal(t, "2.500000\n", b.String())
+	require.NoError(t, l.Finish())
 	p.Output = OutputLatency
-	if err := p.Finish(); err == nil {
-		t.Fatal("--output=latency accepted for a bandwidth test")
-	}
+	require.Error(t, p.Finish(), "--output=latency accepted for a bandwidth test")
 }
 
 func TestNonFiniteLikeGlibc(t *testing.T) {
@@ -276,12 +242,9 @@ func TestNonFiniteLikeGlibc(t *testing.T) {
 	var b bytes.Buffer
 	PrintBWReport(&b, &p, oob.BWReport{Size: 65536, Iters: 50, BWPeak: math.Inf(1), BWAvg: math.NaN(), MsgRate: math.Copysign(math.NaN(), -1)})
 	want := " 65536  " + "    " + "50        " + "       " + "inf    " + "            " + "nan    " + "\t\t   " + "-nan   " + "\n"
-	if b.String() != want {
-		t.Fatalf("got %q\nwant %q", b.String(), want)
-	}
-	if cf(-1.005, 2) != fmt.Sprintf("%.2f", -1.005) || cf(0.0175244, 6) != "0.017524" {
-		t.Fatal("finite values must print as Printf does")
-	}
+	require.Equal(t, want, b.String())
+	require.Equal(t, fmt.Sprintf("%.2f", -1.005), cf(-1.005, 2), "finite values must print as Printf does")
+	require.Equal(t, "0.017524", cf(0.0175244, 6), "finite values must print as Printf does")
 }
 
 func TestLatencySamples(t *testing.T) {
@@ -296,12 +259,9 @@ func TestLatencySamples(t *testing.T) {
 	want := "#, usec\n1, 3\n2, 1\n3, 2.5\n4, 0.1\n5, 1000\n6, 0.1\n" +
 		"#, usec\n1, 0.1\n2, 0.1\n3, 1\n4, 2.5\n" +
 		ResultLine + resultFmtLat + "\n"
-	if got := b.String(); !strings.HasPrefix(got, want) {
-		t.Fatalf("got %q\nwant prefix %q", got, want)
-	}
-	if strconv.FormatFloat(1234567, 'g', 6, 64) != fmt.Sprintf("%.6g", 1234567.0) || strconv.FormatFloat(0.0000125, 'g', 6, 64) != "1.25e-05" {
-		t.Fatal("g formatting differs from C printf")
-	}
+	require.True(t, strings.HasPrefix(b.String(), want), "got %q\nwant prefix %q", b.String(), want)
+	require.Equal(t, fmt.Sprintf("%.6g", 1234567.0), strconv.FormatFloat(1234567, 'g', 6, 64), "g formatting differs from C printf")
+	require.Equal(t, "1.25e-05", strconv.FormatFloat(0.0000125, 'g', 6, 64), "g formatting differs from C printf")
 }
 
 func TestPrintDuplex(t *testing.T) {
@@ -311,21 +271,16 @@ func TestPrintDuplex(t *testing.T) {
 	var b bytes.Buffer
 	PrintTestInfo(&b, &p)
 	// "Bidirectional " after the verb; a duplex server prints its TX depth.
-	if !strings.Contains(b.String(), "                    RDMA_Read Bidirectional BW Test\n") || !strings.Contains(b.String(), " TX depth        : 128\n") {
-		t.Fatalf("header:\n%s", b.String())
-	}
+	require.Contains(t, b.String(), "                    RDMA_Read Bidirectional BW Test\n")
+	require.Contains(t, b.String(), " TX depth        : 128\n")
 	b.Reset()
 	PrintDuplexBWReport(&b, &p, oob.BWReport{Size: 65536, Iters: 1000, BWPeak: 100, BWAvg: 90, MsgRate: 0.0014},
 		oob.BWReport{Size: 65536, Iters: 1000, BWPeak: 110, BWAvg: 95.5, MsgRate: 0.0015})
 	want := " 65536  " + "    " + "1000      " + "       " + "210.00 " + "            " + "185.50 " + "\t\t   " + "0.002900" + "\n"
-	if b.String() != want {
-		t.Fatalf("got %q\nwant %q", b.String(), want)
-	}
+	require.Equal(t, want, b.String())
 	s := NewParams(oob.SendLat)
 	s.Duplex = true
-	if err := s.Finish(); err == nil {
-		t.Fatal("bidirectional send_lat accepted")
-	}
+	require.Error(t, s.Finish(), "bidirectional send_lat accepted")
 }
 
 func TestBestGIDIndex(t *testing.T) {
@@ -343,9 +298,7 @@ func TestBestGIDIndex(t *testing.T) {
 		{[]verbs.GID{ll, v6}, false, 0},
 		{nil, false, 0},
 	} {
-		if got := BestGIDIndex(tc.gids, tc.ipv6); got != tc.want {
-			t.Errorf("BestGIDIndex(%v, ipv6 %v) = %d, want %d", tc.gids, tc.ipv6, got, tc.want)
-		}
+		assert.Equal(t, tc.want, BestGIDIndex(tc.gids, tc.ipv6), "BestGIDIndex(%v, ipv6 %v)", tc.gids, tc.ipv6)
 	}
 }
 
@@ -365,9 +318,7 @@ func TestPrintReportBoth(t *testing.T) {
 		PrintReportBoth(&b, &p, mine, theirs)
 		want := ResultLine + "\n Local " + label + ResultLine + header + line(mine) +
 			ResultLine + "\n Remote " + label + ResultLine + header + line(theirs)
-		if b.String() != want {
-			t.Errorf("%v: got %q\nwant %q", test, b.String(), want)
-		}
+		assert.Equal(t, want, b.String(), test.String())
 	}
 }
 
@@ -376,15 +327,11 @@ func TestOddRxDepthRoundsUp(t *testing.T) {
 	p.Server, p.Iters = true, 51
 	p.Finish()
 	// rx_depth is capped to the 51 iterations, then made even.
-	if p.RxDepth != 52 {
-		t.Fatalf("RX depth %d, want 52", p.RxDepth)
-	}
+	require.Equal(t, 52, p.RxDepth)
 	p = NewParams(oob.SendBW)
 	p.Iters, p.RunAll = 51, true
 	p.Finish()
-	if p.RxDepth != 51 {
-		t.Fatalf("RX depth with -a %d, want 51", p.RxDepth)
-	}
+	require.Equal(t, 51, p.RxDepth, "RX depth with -a")
 }
 
 func TestPrintLatDuration(t *testing.T) {
@@ -398,7 +345,5 @@ func TestPrintLatDuration(t *testing.T) {
 	// RESULT_FMT_LAT_DUR and REPORT_FMT_LAT_DUR " %-7lu       %lu            %-7.2f        %-7.2f".
 	want := ResultLine + " #bytes        #iterations       t_avg[usec]    tps average\n" +
 		" 2      " + "       " + "1000" + "            " + "1500.00" + "        " + "333.33 " + "\n"
-	if b.String() != want {
-		t.Fatalf("got %q\nwant %q", b.String(), want)
-	}
+	require.Equal(t, want, b.String())
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/netip"
 	"os"
@@ -78,6 +79,9 @@ type runCtx struct {
 	cacheLine uint64
 	area      uint64 // BUFF_SIZE of the allocation size
 	gid       verbs.GID
+	mtu       verbs.MTU // the path MTU both sides agreed on
+	sizes     []uint64  // the message size of each round
+	out       io.Writer // where the run prints perftest's report
 	ctx       context.Context
 	// progress counts completions; the stall watchdog reads it.
 	progress atomic.Uint64

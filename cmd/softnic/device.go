@@ -1,0 +1,46 @@
+package main
+
+import (
+	"fmt"
+	"net/netip"
+	"time"
+
+	"github.com/softnic/softnic/internal/perftest"
+	"github.com/softnic/softnic/roce"
+	"github.com/softnic/softnic/verbs"
+)
+
+// openDevice opens softnic on the interface named ifname: the AF_XDP link
+// with softnic's XDP program, and a verbs device whose GID table is the
+// interface's addresses (roce.GIDTable order), run by engines engines (0:
+// one per receive queue, up to the number of CPUs). Tests replace it to
+// run over an in-memory link.
+var openDevice = func(ifname string, engines int) (perftest.Device, func(), error) {
+	nd, err := roce.LookupNetdev(ifname)
+	if err != nil {
+		return perftest.Device{}, nil, err
+	}
+	link, err := roce.OpenXDPLink(ifname, roce.XDPLinkConfig{Addrs: nd.GIDs})
+	if err != nil {
+		return perftest.Device{}, nil, fmt.Errorf("open AF_XDP link on %s: %w", ifname, err)
+	}
+	dev, err := verbs.Open(link, verbs.Config{Addrs: nd.GIDs, Engines: engines})
+	if err != nil {
+		link.Close()
+		return perftest.Device{}, nil, err
+	}
+	resolve := func(peer netip.Addr) error {
+		mac, err := roce.ResolveNeighbor(nd.Index, peer, 3*time.Second)
+		if err != nil {
+			return err
+		}
+		dev.RoCE().SetNeighbor(peer, mac)
+		return nil
+	}
+	closer := func() { dev.Close(); link.Close() }
+	return perftest.Device{Verbs: dev, Name: ifname, LinkMTU: nd.MTU, Resolve: resolve}, closer, nil
+}
+
+// dialWait is how long a client retries while the server is not yet
+// listening (perftest gives up at once; a short grace helps scripts).
+var dialWait = 2 * time.Second

@@ -1,0 +1,228 @@
+package perftest
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"time"
+
+	"github.com/softnic/softnic/internal/oob"
+	"github.com/softnic/softnic/verbs"
+)
+
+// LatencyLinger is how long a timed latency run keeps its QP after the
+// test, for a slower peer's last messages.
+var LatencyLinger = time.Second
+
+// Connect makes the out-of-band TCP connection of a run as perftest
+// does: a server (p.Server) prints the waiting banner and accepts on
+// p.Port, all IPv4 addresses; a client dials host (IPv4), retrying for up
+// to wait while the server is not listening yet.
+func Connect(ctx context.Context, p *Params, host string, wait time.Duration, out io.Writer) (net.Conn, error) {
+	if !p.Server {
+		return oob.Dial(ctx, "tcp4", host, p.Port, wait)
+	}
+	PrintWaiting(out, p)
+	return oob.Accept(ctx, "tcp4", p.Port, "accept")
+}
+
+// Run runs one perftest test on dev over conn, an established out-of-band
+// TCP connection (the client dialled, the server accepted), printing to
+// out what the perftest program prints. p is adjusted as perftest adjusts
+// its parameters (defaults, the negotiated MTU).
+func Run(ctx context.Context, dev Device, conn net.Conn, p Params, out io.Writer) error {
+	if err := p.Finish(); err != nil {
+		return err
+	}
+	if err := p.resolveDevice(dev, out); err != nil {
+		return err
+	}
+	role := oob.Client
+	if p.Server {
+		role = oob.Server
+	}
+	sess := oob.NewSession(conn, role, 0)
+	neg, err := sess.Setup(oob.PerftestVersion, oob.SysData{CycleBuffer: pageSize(), CacheLineSize: DefCacheLine}, oob.MTUEnum(p.MTU))
+	if err != nil {
+		return err
+	}
+	p.MTU = oob.MTUBytes(neg.MTU)
+
+	rctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	r := &runCtx{p: &p, dev: dev, ctx: rctx, out: out, sizes: p.Sizes(), mtu: verbs.MTU(neg.MTU),
+		cycle: uint64(neg.SysData.CycleBuffer), cacheLine: uint64(max(neg.SysData.CacheLineSize, 1))}
+	defer r.close()
+	if err := r.setup(); err != nil {
+		return err
+	}
+	PrintTestInfo(out, &p)
+	run := sess.Run
+	if p.Duplex {
+		run = sess.RunDuplex
+	}
+	if p.StallTimeout > 0 {
+		defer r.watch(cancel, p.StallTimeout)()
+	}
+	if _, err := run(p.Test, r.local, len(r.sizes), r.hooks()); err != nil {
+		return err
+	}
+	if p.Duration > 0 && !p.Test.IsBW() {
+		// Each side of a timed ping-pong stops on its own clock; a peer
+		// that lags may still send its answer to our last message, and
+		// perftest waits for that message's acknowledgement without a
+		// time limit. Keep the QP up a moment to acknowledge it.
+		time.Sleep(LatencyLinger)
+	}
+	PrintEnd(out, &p)
+	return nil
+}
+
+// resolveDevice fills in what comes from the device: its name, the
+// default GID index (set_up_connection without -x: get_best_gid_index) and
+// the path MTU, checked against the port's active MTU as perftest checks
+// -m, with its messages.
+func (p *Params) resolveDevice(dev Device, out io.Writer) error {
+	if p.Device == "" {
+		p.Device = dev.Name
+	}
+	if p.GIDIndex < 0 {
+		p.GIDIndex = BestGIDIndex(dev.Verbs.GIDTable(), p.IPv6)
+	}
+	gid, err := dev.Verbs.GID(p.GIDIndex)
+	if err != nil {
+		return fmt.Errorf("GID index %d: %w", p.GIDIndex, err)
+	}
+	active := ActiveMTU(dev.LinkMTU, !netip.AddrFrom16(gid).Unmap().Is4())
+	if active == 0 {
+		return fmt.Errorf("link MTU %d too small for RoCE", dev.LinkMTU)
+	}
+	switch {
+	case p.MTU == 0:
+		p.MTU = active
+	case oob.MTUEnum(p.MTU) == 0:
+		fmt.Fprintf(out, " Invalid MTU - %d \n Please choose mtu from {256,512,1024,2048,4096}\n Will run with the port active mtu - %d\n", p.MTU, oob.MTUEnum(active))
+		p.MTU = active
+	case p.MTU > active:
+		fmt.Fprintf(out, "Requested mtu is higher than active mtu \nChanging to active mtu - %d\n", oob.MTUEnum(active))
+		p.MTU = active
+	}
+	return nil
+}
+
+// hooks are the points where the out-of-band sequence hands the run back
+// to this side's QPs.
+func (r *runCtx) hooks() oob.Hooks {
+	p, out := r.p, r.out
+	return oob.Hooks{
+		Connect:   func(remote []oob.PerftestDest) error { return r.connect(remote, r.mtu) },
+		Connected: r.printConnected,
+		Prepare: func(round int) error {
+			if p.Test == oob.SendLat || (p.Test == oob.SendBW && (p.Server || p.Duplex)) {
+				return r.postRecvs(r.sizes[round])
+			}
+			return nil
+		},
+		Measure: r.measure,
+		ServerReport: func(rep oob.BWReport) error {
+			PrintBWReport(out, p, rep)
+			return nil
+		},
+		DuplexReport: func(mine, theirs oob.BWReport) error {
+			PrintDuplexBWReport(out, p, mine, theirs)
+			if p.ReportBoth && !p.RunAll {
+				PrintReportBoth(out, p, mine, theirs)
+			}
+			return nil
+		},
+	}
+}
+
+// printConnected prints both sides' keys and the table header, where
+// perftest prints them once the QPs are connected.
+func (r *runCtx) printConnected(remote []oob.PerftestDest) error {
+	p, out := r.p, r.out
+	for _, d := range r.local {
+		PrintDest(out, p, "local", d)
+	}
+	for _, d := range remote {
+		PrintDest(out, p, "remote", d)
+	}
+	switch {
+	case p.Test.IsBW():
+		PrintBWHeader(out, p)
+	case p.Test == oob.ReadLat && p.Server:
+	default:
+		PrintLatHeader(out, p)
+	}
+	return nil
+}
+
+// measure runs round round of the test on this side and prints its line;
+// a bandwidth test returns its report for the peer.
+func (r *runCtx) measure(round int) (oob.BWReport, error) {
+	size := r.sizes[round]
+	if r.p.Test.IsBW() {
+		return r.measureBW(size)
+	}
+	return oob.BWReport{}, r.measureLat(size)
+}
+
+// bwLoop picks the bandwidth loop this side runs.
+func (r *runCtx) bwLoop() func(uint64) (BWTimes, error) {
+	switch p := r.p; {
+	case p.Test == oob.SendBW && p.Duplex:
+		return r.runBi
+	case p.Test == oob.SendBW && p.Server:
+		return r.runBWServer
+	}
+	return r.runBW
+}
+
+func (r *runCtx) measureBW(size uint64) (oob.BWReport, error) {
+	p := r.p
+	t, err := r.bwLoop()(size)
+	if err != nil {
+		return oob.BWReport{}, err
+	}
+	n := int(p.Iters) * p.NumQPs
+	if t.Messages > 0 || p.Duration > 0 {
+		n = int(t.Messages)
+	}
+	rep := BWReport(p, size, n, t)
+	if !p.Duplex {
+		PrintBWReport(r.out, p, rep)
+	}
+	return rep, nil
+}
+
+// latLoops are the latency tests' loops, by iterations and for a
+// duration.
+var latLoops = map[oob.Test]struct {
+	iters    func(*runCtx, uint64) ([]int64, error)
+	duration func(*runCtx, uint64) (BWTimes, error)
+}{
+	oob.WriteLat: {(*runCtx).runLatWrite, (*runCtx).runLatWriteDuration},
+	oob.ReadLat:  {(*runCtx).runLatRead, (*runCtx).runLatReadDuration},
+	oob.SendLat:  {(*runCtx).runLatSend, (*runCtx).runLatSendDuration},
+}
+
+func (r *runCtx) measureLat(size uint64) error {
+	p, loops := r.p, latLoops[r.p.Test]
+	if p.Duration > 0 {
+		t, err := loops.duration(r, size)
+		if err != nil {
+			return err
+		}
+		PrintLatDurReport(r.out, p, LatencyDurationReport(p, size, t))
+		return nil
+	}
+	posted, err := loops.iters(r, size)
+	if err != nil {
+		return err
+	}
+	PrintLatReport(r.out, p, LatencyReport(p, size, posted))
+	return nil
+}

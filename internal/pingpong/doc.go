@@ -1,0 +1,9 @@
+// Package pingpong is rdma-core's ibv_rc_pingpong on softnic's verbs: one
+// RC QP, an address exchange over TCP in the tool's format (package
+// internal/oob), then Iters sends each way, one outstanding at a time, and
+// the tool's two result lines. Either end may be the real ibv_rc_pingpong.
+//
+// Run is rc_pingpong.c's main after option parsing; its steps keep the
+// names of the C functions they follow (pp_init_ctx, pp_connect_ctx, the
+// client and server address exchanges, the completion loop).
+package pingpong

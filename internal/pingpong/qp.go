@@ -1,0 +1,268 @@
+package pingpong
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"runtime"
+	"syscall"
+
+	"github.com/softnic/softnic/internal/oob"
+	"github.com/softnic/softnic/internal/perftest"
+	"github.com/softnic/softnic/verbs"
+)
+
+// pingpong is rc_pingpong.c's struct pingpong_context.
+type pingpong struct {
+	dev   perftest.Device
+	cfg   Config
+	buf   []byte
+	mr    *verbs.MR
+	ch    *verbs.CompChannel // with -e
+	cq    *verbs.CQ
+	qp    *verbs.QP
+	sge   []verbs.SGE
+	gidx  int
+	routs int // receives posted and not yet completed
+}
+
+// init is pp_init_ctx and the receives main posts: the buffer, MR, CQ
+// (with a completion channel for -e) and QP, moved to INIT.
+func (c *pingpong) init() error {
+	cfg := c.cfg
+	if c.gidx < 0 {
+		// ibv_rc_pingpong would send no GID, which RoCE cannot use;
+		// softnic picks the first IPv4 GID as perftest does.
+		c.gidx = perftest.BestGIDIndex(c.dev.Verbs.GIDTable(), false)
+	}
+	pd := c.dev.Verbs.AllocPD()
+	c.buf = make([]byte, cfg.Size)
+	for i := range c.buf {
+		c.buf[i] = fill
+	}
+	var err error
+	if c.mr, err = pd.RegMR(c.buf, verbs.AccessLocalWrite); err != nil {
+		return fmt.Errorf("Couldn't register MR: %w", err)
+	}
+	if cfg.Events {
+		c.ch = c.dev.Verbs.NewCompChannel()
+	}
+	if c.cq, err = c.dev.Verbs.CreateCQ(cfg.RxDepth+1, c.ch); err != nil {
+		return fmt.Errorf("Couldn't create CQ: %w", err)
+	}
+	if c.qp, err = pd.CreateQP(&verbs.QPInitAttr{SendCQ: c.cq, RecvCQ: c.cq,
+		Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: cfg.RxDepth, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
+		return fmt.Errorf("Couldn't create QP: %w", err)
+	}
+	if err := c.qp.Modify(&verbs.QPAttr{State: verbs.QPSInit, Port: 1},
+		verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags); err != nil {
+		return fmt.Errorf("Failed to modify QP to INIT: %w", err)
+	}
+	c.sge = []verbs.SGE{c.mr.SGE(0, cfg.Size)}
+	if c.routs = c.postRecv(cfg.RxDepth); c.routs < cfg.RxDepth {
+		return fmt.Errorf("Couldn't post receive (%d)", c.routs)
+	}
+	if cfg.Events {
+		if err := c.cq.RequestNotify(false); err != nil {
+			return fmt.Errorf("Couldn't request CQ notification: %w", err)
+		}
+	}
+	return nil
+}
+
+// close destroys the QP and deregisters the buffer.
+func (c *pingpong) close() {
+	if c.qp != nil {
+		c.qp.Destroy()
+	}
+	if c.mr != nil {
+		c.mr.Dereg()
+	}
+}
+
+// connect is pp_connect_ctx: RTR with the peer's QPN and PSN (GRH hop
+// limit 1, as the tool sets), then RTS with timeout 14 and infinite
+// retries.
+func (c *pingpong) connect(myPSN uint32, rem oob.PingpongDest) error {
+	peer, err := peerAddr(rem.GID)
+	if err != nil {
+		return err
+	}
+	if c.dev.Resolve != nil {
+		if err := c.dev.Resolve(peer); err != nil {
+			return fmt.Errorf("resolve %v: %w", peer, err)
+		}
+	}
+	mtu := oob.MTUEnum(c.cfg.MTU)
+	if err := c.qp.Modify(&verbs.QPAttr{State: verbs.QPSRTR, PathMTU: verbs.MTU(mtu), DestQPN: rem.QPN,
+		RQPSN: verbs.PSN(rem.PSN), MaxDestRdAtomic: 1, MinRNRTimer: 12,
+		AV: verbs.AddressVector{DGID: rem.GID, SGIDIndex: uint8(c.gidx), HopLimit: 1}},
+		verbs.QPAttrState|verbs.QPAttrAV|verbs.QPAttrPathMTU|verbs.QPAttrDestQPN|verbs.QPAttrRQPSN|
+			verbs.QPAttrMaxDestRdAtomic|verbs.QPAttrMinRNRTimer); err != nil {
+		return fmt.Errorf("Failed to modify QP to RTR: %w", err)
+	}
+	if err := c.qp.Modify(&verbs.QPAttr{State: verbs.QPSRTS, Timeout: 14, RetryCnt: 7, RNRRetry: 7,
+		SQPSN: verbs.PSN(myPSN), MaxRdAtomic: 1},
+		verbs.QPAttrState|verbs.QPAttrTimeout|verbs.QPAttrRetryCnt|verbs.QPAttrRNRRetry|verbs.QPAttrSQPSN|
+			verbs.QPAttrMaxQPRdAtomic); err != nil {
+		return fmt.Errorf("Failed to modify QP to RTS: %w", err)
+	}
+	return nil
+}
+
+// postRecv posts up to n receives and returns how many it posted.
+func (c *pingpong) postRecv(n int) int {
+	wr := verbs.RecvWR{ID: recvWRID, SGL: c.sge}
+	for i := 0; i < n; i++ {
+		if c.qp.PostRecv(&wr) != nil {
+			return i
+		}
+	}
+	return n
+}
+
+// postSend posts the one send. It retries while the send queue is full:
+// the engine may publish a send's completion a moment before it frees the
+// queue slot.
+func (c *pingpong) postSend(ctx context.Context) error {
+	wr := verbs.SendWR{ID: sendWRID, Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGL: c.sge}
+	for {
+		err := c.qp.PostSend(&wr)
+		if !errors.Is(err, verbs.ErrQueueFull) {
+			return err
+		}
+		if ctx.Err() != nil {
+			return err
+		}
+		runtime.Gosched()
+	}
+}
+
+// completions returns the next completions as rc_pingpong's loop gets
+// them: by default it busy-polls the CQ until there is one; with -e it
+// sleeps until the CQ's completion event, re-arms the CQ and polls once,
+// which may find nothing.
+//
+// Busy polling is also the shorter round trip: a goroutine asleep on the
+// completion channel needs the engine goroutine to wake it through the Go
+// scheduler, twice per iteration.
+func (c *pingpong) completions(ctx context.Context, wcs []verbs.WC) (int, error) {
+	if !c.cfg.Events {
+		return c.busyPoll(ctx, wcs)
+	}
+	cq, err := c.ch.Get(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("Failed to get cq_event: %w", err)
+	}
+	if cq != c.cq {
+		return 0, fmt.Errorf("CQ event for unknown CQ %p", cq)
+	}
+	if err := c.cq.RequestNotify(false); err != nil {
+		return 0, fmt.Errorf("Couldn't request CQ notification: %w", err)
+	}
+	n, err := c.cq.Poll(wcs)
+	if err != nil {
+		return 0, fmt.Errorf("poll CQ failed: %w", err)
+	}
+	return n, nil
+}
+
+// busyPoll polls the CQ until it returns completions or ctx ends.
+func (c *pingpong) busyPoll(ctx context.Context, wcs []verbs.WC) (int, error) {
+	for i := 0; ; i++ {
+		n, err := c.cq.Poll(wcs)
+		if err != nil {
+			return 0, fmt.Errorf("poll CQ failed: %w", err)
+		}
+		if n > 0 {
+			return n, nil
+		}
+		if i&63 == 63 && ctx.Err() != nil {
+			return 0, fmt.Errorf("poll CQ failed: %w", ctx.Err())
+		}
+		yieldCPU()
+	}
+}
+
+// yieldCPU gives the CPU to another runnable thread (sched_yield) between
+// polls. The engines of both ends run in threads of their own that need
+// the CPU to answer; a poller that never left it would make them wait for
+// the kernel scheduler's time slice, milliseconds per iteration on a
+// machine of two cores.
+func yieldCPU() { syscall.Syscall(syscall.SYS_SCHED_YIELD, 0, 0, 0) }
+
+// firstSend is the client's first send, which starts the ping-pong (with
+// -c after marking the pages); it returns the work requests pending.
+func (c *pingpong) firstSend(ctx context.Context) (int, error) {
+	pending := recvWRID
+	if c.cfg.Host == "" {
+		return pending, nil
+	}
+	if c.cfg.Validate {
+		markPages(c.buf)
+	}
+	if err := c.postSend(ctx); err != nil {
+		return 0, fmt.Errorf("Couldn't post send: %w", err)
+	}
+	return pending | sendWRID, nil
+}
+
+// loop is rc_pingpong's completion loop: each side sends again once both
+// its last send and a receive completed, until Iters of each.
+func (c *pingpong) loop(ctx context.Context, pending int) error {
+	var rcnt, scnt int
+	wcs := make([]verbs.WC, 2)
+	for rcnt < c.cfg.Iters || scnt < c.cfg.Iters {
+		n, err := c.completions(ctx, wcs)
+		if err != nil {
+			return err
+		}
+		for _, wc := range wcs[:n] {
+			if err := c.complete(&wc, &rcnt, &scnt); err != nil {
+				return err
+			}
+			pending &^= int(wc.WRID)
+			if scnt < c.cfg.Iters && pending == 0 {
+				if err := c.postSend(ctx); err != nil {
+					return fmt.Errorf("Couldn't post send: %w", err)
+				}
+				pending = recvWRID | sendWRID
+			}
+		}
+	}
+	return nil
+}
+
+// complete counts one completion, reposting receives when at most one is
+// left posted.
+func (c *pingpong) complete(wc *verbs.WC, rcnt, scnt *int) error {
+	if wc.Status != verbs.WCSuccess {
+		return fmt.Errorf("Failed status %v (%d) for wr_id %d", wc.Status, wc.Status, wc.WRID)
+	}
+	switch wc.WRID {
+	case sendWRID:
+		*scnt++
+	case recvWRID:
+		if c.routs--; c.routs <= 1 {
+			c.routs += c.postRecv(c.cfg.RxDepth - c.routs)
+			if c.routs < c.cfg.RxDepth {
+				return fmt.Errorf("Couldn't post receive (%d)", c.routs)
+			}
+		}
+		*rcnt++
+	default:
+		return fmt.Errorf("Completion for unknown wr_id %d", wc.WRID)
+	}
+	return nil
+}
+
+// peerAddr returns the peer's IP address from its GID, refusing the zero
+// interface ID of an ibv_rc_pingpong run without -g.
+func peerAddr(gid [16]byte) (netip.Addr, error) {
+	var zero [8]byte
+	if [8]byte(gid[8:]) == zero {
+		return netip.Addr{}, errors.New("the peer sent no GID (interface ID zero); RoCE needs one: give ibv_rc_pingpong -g")
+	}
+	return netip.AddrFrom16(gid).Unmap(), nil
+}
