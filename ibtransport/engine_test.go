@@ -40,7 +40,7 @@ type fuzzTarget struct {
 func newFuzzTarget(t testing.TB) *fuzzTarget {
 	port := &fakePort{}
 	e := NewEngine(port, func() {})
-	e.Stop() // no engine goroutine: calls run inline
+	e.Exit() // no engine goroutine: calls run inline
 	ft := &fuzzTarget{e: e, port: port, whole: make([]byte, 3*4096)}
 	for i := range ft.whole {
 		ft.whole[i] = byte(i * 31)

@@ -91,7 +91,7 @@ func TestEnginesSpreadConnections(t *testing.T) {
 	xs := exchange(t, p, 32)
 	perEngine := [2]int{}
 	for _, x := range xs {
-		perEngine[x.qp.Engine()]++
+		perEngine[x.qp.EngineIndex()]++
 	}
 	t.Logf("QPs per engine: %v", perEngine)
 	require.NotZero(t, perEngine[0])
@@ -147,7 +147,7 @@ func TestEnginesSRQKeepsItsQPsTogether(t *testing.T) {
 		x := newEndpoint(t, p.a, pd, o, srq)
 		y := newEndpoint(t, p.b, nil, o, nil)
 		connect(t, x, y, o)
-		engines[x.qp.Engine()] = true
+		engines[x.qp.EngineIndex()] = true
 		ys = append(ys, y)
 	}
 	require.Len(t, engines, 1, "the SRQ's QPs are on several engines")

@@ -177,7 +177,7 @@ func (pd *PD) RegMR(buf []byte, access Access) (*MR, error) {
 	}
 	populate(buf)
 	d := pd.dev
-	err := d.eng.Do(func() error {
+	err := d.group.Do(func() error {
 		for {
 			m.lkey = d.keys.next()
 			if _, dup := d.mrs.lkeys[m.lkey]; !dup {
@@ -204,7 +204,7 @@ func (pd *PD) RegMR(buf []byte, access Access) (*MR, error) {
 // no longer reads or writes the memory, and its keys are rejected.
 func (m *MR) Dereg() error {
 	d := m.pd.dev
-	return d.eng.Do(func() error {
+	return d.group.Do(func() error {
 		if !m.valid && d.mrs.lkeys[m.lkey] != m {
 			return fmt.Errorf("deregister MR: %w", ErrInvalidArgument)
 		}
