@@ -15,7 +15,7 @@
 // bounds- and access-checked Region, the responder and the completer push
 // work completions into a CompletionQueue, and the responder takes receives
 // from a QP's own RecvQueue or a SharedRecvQueue's. A QP is created with
-// Engine.CreateQP from a QPConfig naming them. The work request and
+// Group.CreateQP from a QPConfig naming them. The work request and
 // completion types (SendWR, RecvWR, SGE, WC) and the QP attributes are this
 // package's: they are the engine's vocabulary, and verbs gives them their
 // libibverbs names.

@@ -79,13 +79,6 @@ type Engine struct {
 	Ctr Counters
 }
 
-// NewEngine returns a device's only engine (a Group of one), sending
-// through port; wake must make the engine goroutine run Process soon (ring
-// the link's doorbell).
-func NewEngine(port Port, wake func()) *Engine {
-	return NewGroup([]Port{port}, []func(){wake}).engines[0]
-}
-
 // Group returns the engines of the device this engine belongs to.
 func (e *Engine) Group() *Group { return e.g }
 

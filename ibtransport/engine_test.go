@@ -130,9 +130,8 @@ func FuzzEngineReceive(f *testing.F) {
 			ft.e.Receive(pkt, info)
 			ft.e.Process()
 		}
-		if !bytes.Equal(ft.orig[:4096], ft.whole[:4096]) || !bytes.Equal(ft.orig[8192:], ft.whole[8192:]) {
-			t.Fatal("bytes outside the registered region changed")
-		}
+		require.True(t, bytes.Equal(ft.orig[:4096], ft.whole[:4096]) && bytes.Equal(ft.orig[8192:], ft.whole[8192:]),
+			"bytes outside the registered region changed")
 		require.LessOrEqual(t, ft.qp.State(), QPSErr)
 	})
 }

@@ -183,9 +183,9 @@ func (g *Group) place(q *QP, destQPN uint32) {
 		return
 	}
 	// In INIT the QP holds no share of from's device window and waits for
-	// none. (Not releaseCredit: that would leave it out of to's window
-	// until its first ACK, and half of a thousand fresh QPs then sent
-	// unchecked and overran the peer's receive ring.)
+	// none. Not releaseCredit: that would leave it out of to's window
+	// until its first ACK, and a thousand fresh QPs would send unchecked
+	// and overrun the peer's receive ring.
 	from.removeActive(q)
 	q.e = to
 	q.home.Store(to)

@@ -86,7 +86,7 @@ const (
 	// over all QPs (each counting at most maxUnackedPSNs); no QP starts a
 	// message while it is full. Without it 1024 QPs put 128 × 1024
 	// packets in flight, and the peer's AF_XDP receive ring (2048 chunks,
-	// 1024 frames on a 9000-byte link) overflows: go-back-N and 67 ms
+	// 1024 frames on a 9000-byte link) overflows: go-back-N and retransmit
 	// timeouts. A NIC should hold its own traffic back instead.
 	maxDeviceUnacked = 512
 	ackReqInterval   = 64 // AckReq at least every this many packets
@@ -144,10 +144,6 @@ type QP struct {
 	comp completer
 	resp responder
 }
-
-// CreateQP creates an RC queue pair (ibv_create_qp) in e's group. It
-// starts in RESET.
-func (e *Engine) CreateQP(init *QPConfig) (*QP, error) { return e.g.CreateQP(init) }
 
 // CreateQP creates an RC queue pair (ibv_create_qp). It starts in RESET,
 // on the group's first engine; connecting it (INIT to RTR) places it on

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/softnic/softnic/roce/memlink"
@@ -176,12 +177,10 @@ func TestEnginesRegisterDuringTraffic(t *testing.T) {
 		pd := p.b.AllocPD()
 		for range 200 {
 			mr, err := pd.RegMR(make([]byte, 4096), allAccess)
-			if err != nil {
-				t.Error(err)
+			if !assert.NoError(t, err) {
 				return
 			}
-			if err := mr.Dereg(); err != nil {
-				t.Error(err)
+			if !assert.NoError(t, mr.Dereg()) {
 				return
 			}
 		}
@@ -214,8 +213,7 @@ func TestEnginesPolledPingPong(t *testing.T) {
 	go func() {
 		defer close(done)
 		for range rounds {
-			if wc := spin(t, y.rcq); wc.Status != verbs.WCSuccess {
-				t.Errorf("receive: %v", wc.Status)
+			if wc := spin(t, y.rcq); !assert.Equal(t, verbs.WCSuccess, wc.Status, "receive") {
 				return
 			}
 			postRecv(y, ymr)

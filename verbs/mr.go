@@ -218,9 +218,9 @@ func (m *MR) Dereg() error {
 // populate faults in buf's pages, writable, as ibv_reg_mr's pinning does,
 // so that the data path meets no page fault: a fresh Go allocation is
 // mapped on first touch, and perftest's 64 KiB areas for 1024 QPs (128 MiB
-// a side) otherwise took 32,768 faults during the measured run. It is best
-// effort: kernels before 5.14 lack MADV_POPULATE_WRITE, and the memory
-// then faults in on use as before.
+// a side, 32,768 pages) would otherwise fault in while traffic runs. It is
+// best effort: kernels before 5.14 lack MADV_POPULATE_WRITE, and the memory
+// then faults in on use.
 func populate(buf []byte) {
 	if len(buf) == 0 {
 		return
