@@ -37,15 +37,18 @@ func (c *completer) resetRetries() {
 // none): the requester sent a packet.
 func (c *completer) armTimer() {
 	if c.retransAt == 0 && c.qp.attr.Timeout != 0 {
-		c.retransAt = c.qp.e.now() + c.qp.timeout()
+		c.startTimer()
 	}
 }
+
+// startTimer runs the retransmit timer from now.
+func (c *completer) startTimer() { c.retransAt = c.qp.e.now() + c.qp.timeout() }
 
 // restartTimer runs the retransmit timer anew while packets await their
 // ACK.
 func (c *completer) restartTimer() {
 	if c.qp.attr.Timeout != 0 && c.qp.awaitingAck() {
-		c.retransAt = c.qp.e.now() + c.qp.timeout()
+		c.startTimer()
 	}
 }
 

@@ -7,7 +7,7 @@ import (
 )
 
 // TestGroupPlacesConnections checks that connecting a QP moves it to the
-// engine Lane picks for its pair of QP numbers, that it then sends through
+// engine EngineFor picks for its pair of QP numbers, that it then sends through
 // that engine's port and counts in that engine's device window from its
 // first message (a moved QP left out of the window overran the peer's
 // receive ring), and that a response arriving at the other engine is
@@ -26,7 +26,7 @@ func TestGroupPlacesConnections(t *testing.T) {
 		dest := 0x5000 + uint32(i)
 		q := windowTestQP(t, g.Engines()[0], mr, cq, dest, perQP, msgLen)
 		require.Equal(t, EngineFor(q.QPN(), dest, 2), q.EngineIndex())
-		require.Equal(t, EngineFor(dest, q.QPN(), 2), q.EngineIndex(), "Lane depends on the order of the QPNs")
+		require.Equal(t, EngineFor(dest, q.QPN(), 2), q.EngineIndex(), "EngineFor depends on the order of the QPNs")
 		byPeer[dest] = q
 		perEngine[q.EngineIndex()]++
 	}
@@ -68,9 +68,9 @@ func TestGroupPlacesConnections(t *testing.T) {
 	require.Equal(t, uint64(acked[1]), g.Counters().Forwarded.Load())
 }
 
-// TestLaneSpreads checks that Lane spreads consecutive QP numbers, as
+// TestEngineForSpreads checks that EngineFor spreads consecutive QP numbers, as
 // perftest's QPs on both sides have, evenly over the engines.
-func TestLaneSpreads(t *testing.T) {
+func TestEngineForSpreads(t *testing.T) {
 	for _, n := range []int{2, 3, 4} {
 		count := make([]int, n)
 		for i := range uint32(1024) {

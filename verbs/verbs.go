@@ -163,7 +163,8 @@ type Config struct {
 }
 
 // Device is an opened RDMA device (ibv_context): a RoCE device, whose
-// engine runs the transport, and the verbs objects' device-wide state.
+// engines (group) run the transport, and the verbs objects' device-wide
+// state.
 type Device struct {
 	dev   *roce.Device
 	group *ibtransport.Group
