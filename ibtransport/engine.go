@@ -15,23 +15,23 @@ type command struct {
 // whoever calls Receive and Process, one goroutine at a time: the device's
 // engine goroutine, or an application that polls (roce.Device.Poll), the
 // two taking turns under the device's pass token. Verbs calls reach it
-// through lock-free work queue rings,
-// synchronous commands (Do: ModifyQP, memory registration) and the wake
-// doorbell. It reaches the verbs objects through small interfaces
-// (verbsobjects.go): registered memory through Memory and Region, and
-// completion queues through CompletionQueue.
+// through lock-free work queue rings, synchronous commands (Do: ModifyQP,
+// memory registration) and the wake doorbell. It reaches the verbs objects
+// through small interfaces (verbsobjects.go): registered memory through
+// Memory and Region, and completion queues through CompletionQueue.
 //
 // As in Linux rxe, each QP has three parts, each a type with its own state
 // that reaches the others through the QP:
-//   - the requester (requester.go, reqbuild.go) segments send work requests at the path
-//     MTU, assigns PSNs, sets AckReq on the last packet of a message and at
-//     least every 64 packets, and keeps at most 128 PSNs and max_rd_atomic
-//     READs/atomics unacknowledged;
-//   - the responder (responder.go, recv.go, responses.go) checks PSN, opcode sequence, lengths and
-//     keys, executes requests against registered memory, answers duplicates
-//     (ACK again for SEND/WRITE, replay from its resources for READ and
-//     atomics), sends one sequence NAK per gap and RNR NAKs when no receive
-//     is posted, and queues its responses so they leave in PSN order;
+//   - the requester (requester.go, reqbuild.go) segments send work requests
+//     at the path MTU, assigns PSNs, sets AckReq on the last packet of a
+//     message and at least every 64 packets, and keeps at most 128 PSNs and
+//     max_rd_atomic READs/atomics unacknowledged;
+//   - the responder (responder.go, recv.go, responses.go) checks PSN,
+//     opcode sequence, lengths and keys, executes requests against
+//     registered memory, answers duplicates (ACK again for SEND/WRITE,
+//     replay from its resources for READ and atomics), sends one sequence
+//     NAK per gap and RNR NAKs when no receive is posted, and queues its
+//     responses so they leave in PSN order;
 //   - the completer (completer.go) retires work requests on cumulative
 //     ACKs and READ responses, and restarts transmission go-back-N on a NAK,
 //     a gap in responses or the timeout (4.096 µs × 2^timeout), counting
