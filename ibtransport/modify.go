@@ -2,49 +2,6 @@ package ibtransport
 
 import "fmt"
 
-// QPAttrMask selects the attributes a ModifyQP call sets (ibv_qp_attr_mask).
-type QPAttrMask uint32
-
-// Attribute mask bits, with libibverbs' values.
-const (
-	QPAttrState           QPAttrMask = 1 << 0
-	QPAttrCurState        QPAttrMask = 1 << 1
-	QPAttrAccessFlags     QPAttrMask = 1 << 3
-	QPAttrPKeyIndex       QPAttrMask = 1 << 4
-	QPAttrPort            QPAttrMask = 1 << 5
-	QPAttrAV              QPAttrMask = 1 << 7
-	QPAttrPathMTU         QPAttrMask = 1 << 8
-	QPAttrTimeout         QPAttrMask = 1 << 9
-	QPAttrRetryCnt        QPAttrMask = 1 << 10
-	QPAttrRNRRetry        QPAttrMask = 1 << 11
-	QPAttrRQPSN           QPAttrMask = 1 << 12
-	QPAttrMaxQPRdAtomic   QPAttrMask = 1 << 13
-	QPAttrMinRNRTimer     QPAttrMask = 1 << 15
-	QPAttrSQPSN           QPAttrMask = 1 << 16
-	QPAttrMaxDestRdAtomic QPAttrMask = 1 << 17
-	QPAttrDestQPN         QPAttrMask = 1 << 20
-)
-
-// QPAttr holds QP attributes (ibv_qp_attr).
-type QPAttr struct {
-	State           QPState
-	CurState        QPState
-	AccessFlags     Access // remote access the QP allows as a responder
-	PKeyIndex       uint16
-	Port            uint8
-	AV              AddressVector
-	PathMTU         MTU
-	Timeout         uint8 // retransmit timeout 4.096 µs × 2^Timeout; 0 waits forever
-	RetryCnt        uint8 // 0..7; 7 retries forever
-	RNRRetry        uint8 // 0..7; 7 retries forever
-	RQPSN           PSN
-	SQPSN           PSN
-	MaxRdAtomic     uint8 // READ/atomic requests in flight as requester
-	MaxDestRdAtomic uint8 // READ/atomic responder resources
-	MinRNRTimer     uint8 // RNR NAK timer code this QP sends
-	DestQPN         uint32
-}
-
 // Transition rules (IBA table 93, as the kernel's ib_modify_qp_is_ok keeps
 // them for RC): the attributes a transition needs and those it allows.
 type transition struct {
