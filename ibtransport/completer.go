@@ -5,20 +5,60 @@ import (
 	"time"
 )
 
-// onResponse is the completer: it matches an ACK, NAK, READ response or
-// atomic ACK against the oldest outstanding WQEs, retires them in order and
-// triggers retransmission.
-func (q *QP) onResponse(p *Packet, oi *OpcodeInfo) {
-	if q.st != QPSRTS && q.st != QPSSQD {
-		q.e.Ctr.RxFiltered.Add(1)
-		return
+// completer is the part of a QP that retires send work requests
+// (rxe_comp.c): it matches ACKs, NAKs, READ responses and atomic ACKs
+// against the oldest outstanding WQEs, completes them in order, and
+// restarts the requester go-back-N on a NAK, a gap in responses or a
+// timeout, counting retry_cnt and rnr_retry.
+type completer struct {
+	qp        *QP
+	compIdx   uint32 // oldest WQE not retired
+	compPSN   PSN    // oldest unacknowledged PSN
+	retryLeft uint8
+	rnrLeft   uint8
+	retransAt int64 // retransmit deadline (engine clock), 0 when idle
+	rnrAt     int64 // end of an RNR wait, 0 when not waiting
+	// A go-back-N restart from retryPSN already happened and no progress
+	// came since: duplicated NAKs or gaps must not restart again.
+	retried  bool
+	retryPSN PSN
+}
+
+// start sets the first PSN the completer waits for (SQ PSN).
+func (c *completer) start(psn PSN) { c.compPSN = psn }
+
+// resetRetries refills the retry and RNR retry counts from the attributes.
+func (c *completer) resetRetries() {
+	c.retryLeft = c.qp.attr.RetryCnt
+	c.rnrLeft = c.qp.attr.RNRRetry
+}
+
+// armTimer starts the retransmit timer unless it runs (or the QP has
+// none): the requester sent a packet.
+func (c *completer) armTimer() {
+	if c.retransAt == 0 && c.qp.attr.Timeout != 0 {
+		c.startTimer()
 	}
-	r := &q.req
+}
+
+// startTimer runs the retransmit timer from now.
+func (c *completer) startTimer() { c.retransAt = c.qp.e.now() + c.qp.timeout() }
+
+// restartTimer runs the retransmit timer anew while packets await their
+// ACK.
+func (c *completer) restartTimer() {
+	if c.qp.attr.Timeout != 0 && c.qp.awaitingAck() {
+		c.startTimer()
+	}
+}
+
+// stopTimers stops the retransmit and RNR timers.
+func (c *completer) stopTimers() { c.retransAt, c.rnrAt = 0, 0 }
+
+// onResponse handles a response packet for the QP.
+func (c *completer) onResponse(p *Packet, oi *OpcodeInfo) {
 	psn := p.BTH.PSN()
-	if !psn.Before(r.sqPSN) {
-		// Nothing was sent with this PSN: a bogus or very stale response
-		// must not retire work requests.
-		q.e.Ctr.RxBadResponse.Add(1)
+	if !c.checkState() || !c.checkPSN(psn) {
 		return
 	}
 	// A response to something sent, even one discarded below, shows the
@@ -26,19 +66,55 @@ func (q *QP) onResponse(p *Packet, oi *OpcodeInfo) {
 	// rxe's completer does. Otherwise a responder still streaming an
 	// earlier READ response (or a replay of it) behind a slow link gets a
 	// timeout, and so yet another replay to queue, every timeout period.
-	if q.attr.Timeout != 0 && q.awaitingAck() {
-		r.retransAt = q.e.now() + q.timeout()
+	c.restartTimer()
+	w := c.getWQE(psn)
+	if w == nil {
+		return
 	}
+	switch oi.Kind {
+	case KindReadResponse:
+		c.doRead(p, oi, w, psn)
+	case KindAtomicAck:
+		c.doAtomic(p, w, psn)
+	case KindAck:
+		c.checkAck(p, w, psn)
+	}
+}
+
+// checkState drops responses unless the QP sends.
+func (c *completer) checkState() bool {
+	if st := c.qp.st; st != QPSRTS && st != QPSSQD {
+		c.qp.e.Ctr.RxFiltered.Add(1)
+		return false
+	}
+	return true
+}
+
+// checkPSN drops a response to a PSN never sent: a bogus or very stale
+// response must not retire work requests.
+func (c *completer) checkPSN(psn PSN) bool {
+	if !psn.Before(c.qp.req.sqPSN) {
+		c.qp.e.Ctr.RxBadResponse.Add(1)
+		return false
+	}
+	return true
+}
+
+// getWQE returns the outstanding WQE the response at psn belongs to,
+// retiring the WQEs before it that the response acknowledges; nil when
+// there is none or the response is dealt with.
+func (c *completer) getWQE(psn PSN) *sendWQE {
+	q := c.qp
 	var w *sendWQE
 	for {
-		if r.compIdx == q.sq.tail.Load() {
+		if c.compIdx == q.sq.tail.Load() {
 			q.e.Ctr.RxBadResponse.Add(1)
-			return
+			return nil
 		}
-		w = q.sqSlot(r.compIdx)
+		w = q.sqSlot(c.compIdx)
 		if w.state != wqeSending {
 			q.e.Ctr.RxBadResponse.Add(1)
-			return
+			return nil
 		}
 		if !psn.After(w.lastPSN) {
 			break
@@ -46,45 +122,44 @@ func (q *QP) onResponse(p *Packet, oi *OpcodeInfo) {
 		// A response beyond this WQE acknowledges it, unless it is a READ
 		// or atomic, whose own response must have been lost.
 		if w.opcode.isRead() || w.opcode.isAtomic() {
-			q.retryOnce()
-			return
+			c.retryOnce()
+			return nil
 		}
-		q.completeHead(WCSuccess)
+		c.completeHead(WCSuccess)
 	}
 	if psn.Before(w.firstPSN) {
 		q.e.Ctr.RxBadResponse.Add(1) // late duplicate of something already retired
-		return
+		return nil
 	}
-	switch oi.Kind {
-	case KindReadResponse:
-		q.onReadResponse(p, oi, w, psn)
-	case KindAtomicAck:
-		if !w.opcode.isAtomic() || psn != w.firstPSN || p.AtomicAckETH == nil {
-			q.e.Ctr.RxBadResponse.Add(1)
-			return
-		}
-		var b [8]byte
-		binary.NativeEndian.PutUint64(b[:], p.AtomicAckETH.OrigData())
-		if !q.scatter(r.compIdx, w, 0, b[:]) {
-			q.completeHead(WCLocProtErr)
-			q.fail()
-			return
-		}
-		q.completeHead(WCSuccess)
-	case KindAck:
-		q.onAck(p, w, psn)
-	}
+	return w
 }
 
-func (q *QP) onReadResponse(p *Packet, oi *OpcodeInfo, w *sendWQE, psn PSN) {
-	r := &q.req
+// doAtomic writes an atomic's original value into its SGL.
+func (c *completer) doAtomic(p *Packet, w *sendWQE, psn PSN) {
+	if !w.opcode.isAtomic() || psn != w.firstPSN || p.AtomicAckETH == nil {
+		c.qp.e.Ctr.RxBadResponse.Add(1)
+		return
+	}
+	var b [8]byte
+	binary.NativeEndian.PutUint64(b[:], p.AtomicAckETH.OrigData())
+	if !c.qp.sq.scatter(c.compIdx, w, 0, b[:]) {
+		c.failHead(WCLocProtErr)
+		return
+	}
+	c.completeHead(WCSuccess)
+}
+
+// doRead writes a READ response, the next one expected, into the READ's
+// SGL.
+func (c *completer) doRead(p *Packet, oi *OpcodeInfo, w *sendWQE, psn PSN) {
+	q := c.qp
 	if !w.opcode.isRead() {
 		q.e.Ctr.RxBadResponse.Add(1)
 		return
 	}
-	if psn != r.compPSN {
-		if psn.After(r.compPSN) {
-			q.retryOnce() // a response was lost
+	if psn != c.compPSN {
+		if psn.After(c.compPSN) {
+			c.retryOnce() // a response was lost
 		} else {
 			q.e.Ctr.RxBadResponse.Add(1)
 		}
@@ -98,117 +173,168 @@ func (q *QP) onReadResponse(p *Packet, oi *OpcodeInfo, w *sendWQE, psn PSN) {
 		q.e.Ctr.RxBadResponse.Add(1)
 		return
 	}
-	if !q.scatter(r.compIdx, w, off, p.Payload) {
-		q.completeHead(WCLocProtErr)
-		q.fail()
+	if !q.sq.scatter(c.compIdx, w, off, p.Payload) {
+		c.failHead(WCLocProtErr)
 		return
 	}
-	q.progress(psn.Add(1))
+	c.progress(psn.Add(1))
 	if psn == w.lastPSN {
-		q.completeHead(WCSuccess)
+		c.completeHead(WCSuccess)
 	}
 }
 
-func (q *QP) onAck(p *Packet, w *sendWQE, psn PSN) {
-	r := &q.req
+// checkAck handles an ACK, an RNR NAK or a NAK.
+func (c *completer) checkAck(p *Packet, w *sendWQE, psn PSN) {
 	syn := p.AETH.Syndrome()
-	if psn.Before(r.compPSN) && syn.Kind() != SyndromeACK {
-		q.e.Ctr.RxBadResponse.Add(1) // stale NAK
+	if psn.Before(c.compPSN) && syn.Kind() != SyndromeACK {
+		c.qp.e.Ctr.RxBadResponse.Add(1) // stale NAK
 		return
 	}
 	switch syn.Kind() {
 	case SyndromeACK:
-		if w.opcode.isRead() || w.opcode.isAtomic() || psn.Before(r.compPSN) {
-			return
-		}
-		q.progress(psn.Add(1))
-		if psn == w.lastPSN {
-			q.completeHead(WCSuccess)
-		}
+		c.completeAck(w, psn)
 	case SyndromeRNRNAK:
-		q.e.Ctr.RNRNAKsHandled.Add(1)
-		q.progress(psn)
-		if q.attr.RNRRetry != infiniteRetries {
-			if r.rnrLeft == 0 {
-				q.completeHead(WCRNRRetryExcErr)
-				q.fail()
-				return
-			}
-			r.rnrLeft--
-		}
-		q.goBack()
-		r.rnrAt = q.e.now() + int64(syn.RNRTimer().Duration()/time.Nanosecond)
+		c.onRNRNAK(syn, psn)
 	case SyndromeNAK:
-		switch syn.NAKCode() {
-		case NAKPSNSequenceError:
-			// The NAK acknowledges everything before its PSN.
-			q.progress(psn)
-			if r.rnrAt != 0 {
-				return
-			}
-			q.retryOnce()
-		case NAKInvalidRequest:
-			q.failHead(WCRemInvReqErr)
-		case NAKRemoteAccessError:
-			q.failHead(WCRemAccessErr)
-		case NAKRemoteOperationalError:
-			q.failHead(WCRemOpErr)
-		default:
-			q.failHead(WCRemInvRDReqErr)
-		}
+		c.onNAK(syn.NAKCode(), psn)
 	default:
-		q.e.Ctr.RxBadResponse.Add(1)
+		c.qp.e.Ctr.RxBadResponse.Add(1)
 	}
 }
 
-func (q *QP) failHead(st WCStatus) {
-	q.completeHead(st)
-	q.fail()
+// completeAck retires what a positive ACK acknowledges. READs and atomics
+// are retired by their responses only.
+func (c *completer) completeAck(w *sendWQE, psn PSN) {
+	if w.opcode.isRead() || w.opcode.isAtomic() || psn.Before(c.compPSN) {
+		return
+	}
+	c.progress(psn.Add(1))
+	if psn == w.lastPSN {
+		c.completeHead(WCSuccess)
+	}
+}
+
+// onRNRNAK waits the RNR timer, then sends again from psn.
+func (c *completer) onRNRNAK(syn Syndrome, psn PSN) {
+	q := c.qp
+	q.e.Ctr.RNRNAKsHandled.Add(1)
+	c.progress(psn)
+	if q.attr.RNRRetry != infiniteRetries {
+		if c.rnrLeft == 0 {
+			c.failHead(WCRNRRetryExcErr)
+			return
+		}
+		c.rnrLeft--
+	}
+	c.goBack()
+	c.rnrAt = q.e.now() + int64(syn.RNRTimer().Duration()/time.Nanosecond)
+}
+
+// onNAK handles a NAK: a sequence error restarts from its PSN, every other
+// code fails the head WQE and the QP.
+func (c *completer) onNAK(code NAKCode, psn PSN) {
+	switch code {
+	case NAKPSNSequenceError:
+		// The NAK acknowledges everything before its PSN.
+		c.progress(psn)
+		if c.rnrAt != 0 {
+			return
+		}
+		c.retryOnce()
+	case NAKInvalidRequest:
+		c.failHead(WCRemInvReqErr)
+	case NAKRemoteAccessError:
+		c.failHead(WCRemAccessErr)
+	case NAKRemoteOperationalError:
+		c.failHead(WCRemOpErr)
+	default:
+		c.failHead(WCRemInvRDReqErr)
+	}
+}
+
+// failHead completes the oldest WQE with st and fails the QP.
+func (c *completer) failHead(st WCStatus) {
+	c.completeHead(st)
+	c.qp.fail()
+}
+
+// goBack rewinds the requester to the oldest unacknowledged PSN, so that
+// everything from there is sent again (go-back-N).
+func (c *completer) goBack() {
+	c.qp.e.Ctr.Retransmits.Add(1)
+	c.qp.req.rewind(c.compIdx, c.compPSN)
+	c.retransAt = 0
+	c.retried = true
+	c.retryPSN = c.compPSN
+}
+
+// retry restarts transmission after a NAK, a gap in responses or a timeout,
+// counting against retry_cnt (7 means forever). It reports false, having
+// failed the QP, when the retries are exhausted.
+func (c *completer) retry() bool {
+	if c.qp.attr.RetryCnt != infiniteRetries {
+		if c.retryLeft == 0 {
+			c.failHead(WCRetryExcErr)
+			return false
+		}
+		c.retryLeft--
+	}
+	c.goBack()
+	return true
 }
 
 // retryOnce restarts from the oldest unacknowledged PSN unless a restart
 // from there already happened without progress since (duplicated NAKs,
 // several responses past one gap).
-func (q *QP) retryOnce() {
-	r := &q.req
-	if r.retried && r.retryPSN == r.compPSN {
+func (c *completer) retryOnce() {
+	if c.retried && c.retryPSN == c.compPSN {
 		return
 	}
-	q.retry()
+	c.retry()
+}
+
+// checkTimers handles an expired retransmit or RNR timer.
+func (c *completer) checkTimers(now int64) {
+	if c.rnrAt != 0 && now >= c.rnrAt {
+		c.rnrAt = 0
+	}
+	if c.retransAt != 0 && now >= c.retransAt {
+		c.retransAt = 0
+		if c.qp.awaitingAck() {
+			c.qp.e.Ctr.Timeouts.Add(1)
+			c.qp.req.releaseCredit()
+			c.retry()
+		}
+	}
 }
 
 // progress records that everything before psn is acknowledged.
-func (q *QP) progress(psn PSN) {
-	r := &q.req
-	if !psn.After(r.compPSN) {
+func (c *completer) progress(psn PSN) {
+	if !psn.After(c.compPSN) {
 		return
 	}
-	r.compPSN = psn
-	r.creditFreed = false
-	q.recount()
-	r.retried = false
-	r.retryLeft = q.attr.RetryCnt
-	r.rnrLeft = q.attr.RNRRetry
-	r.retransAt = 0
-	if q.attr.Timeout != 0 && q.awaitingAck() {
-		r.retransAt = q.e.now() + q.timeout()
-	}
+	c.compPSN = psn
+	c.qp.req.regainCredit()
+	c.retried = false
+	c.resetRetries()
+	c.retransAt = 0
+	c.restartTimer()
 }
 
 // completeHead retires the oldest WQE with status st, posting a completion
 // if it is signaled or failed.
-func (q *QP) completeHead(st WCStatus) {
-	r := &q.req
-	w := q.sqSlot(r.compIdx)
+func (c *completer) completeHead(st WCStatus) {
+	q := c.qp
+	w := q.sqSlot(c.compIdx)
 	if st == WCSuccess && w.state == wqeSending {
-		q.progress(w.lastPSN.Add(1))
+		c.progress(w.lastPSN.Add(1))
 	}
 	// Free the slot before the completion is visible: a poster that saw
 	// the completion may reuse the slot at once, as libibverbs allows.
 	signaled := st != WCSuccess || w.flags&SendSignaled != 0
 	var wc WC
 	if signaled {
-		wc = WC{WRID: w.id, Status: st, Opcode: wcOpcodeOf(w.opcode), QPN: q.qpn, SrcQP: q.destQPN}
+		wc = q.sendWC(w, st)
 		if st == WCSuccess {
 			wc.ByteLen = w.length
 			if w.opcode.isAtomic() {
@@ -216,18 +342,52 @@ func (q *QP) completeHead(st WCStatus) {
 			}
 		}
 	}
-	if r.reqIdx == r.compIdx {
-		// Retired before the requester re-sent it after a go-back.
-		r.reqIdx++
-	} else if w.opcode.isRead() || w.opcode.isAtomic() {
-		r.rdAtomicOut--
-	}
-	r.compIdx++
-	q.sq.head.Store(r.compIdx)
+	q.req.retire(c.compIdx, w)
+	c.retireHead()
 	if signaled {
 		q.complete(q.sendCQ, wc, false)
 	}
 	if !q.awaitingAck() {
-		r.retransAt = 0
+		c.retransAt = 0
 	}
+}
+
+// retireHead frees the oldest WQE's slot for posters.
+func (c *completer) retireHead() {
+	c.compIdx++
+	c.qp.sq.head.Store(c.compIdx)
+}
+
+// outstanding reports whether some sent packet awaits its response.
+func (c *completer) outstanding() bool {
+	q := c.qp
+	if c.compIdx == q.sq.tail.Load() {
+		return false
+	}
+	return q.sqSlot(c.compIdx).state == wqeSending
+}
+
+// completeLocalErrors completes a WQE that failed local checks once every
+// earlier WQE is retired, and fails the QP.
+func (c *completer) completeLocalErrors() {
+	q := c.qp
+	if !q.req.localErr || c.compIdx == q.sq.tail.Load() {
+		return
+	}
+	if w := q.sqSlot(c.compIdx); w.state == wqeError {
+		c.failHead(w.status)
+	}
+}
+
+// flush completes every outstanding send work request with WR_FLUSH_ERR.
+func (c *completer) flush() {
+	q := c.qp
+	tail := q.sq.tail.Load()
+	for c.compIdx != tail {
+		wc := q.sendWC(q.sqSlot(c.compIdx), WCWRFlushErr)
+		c.retireHead() // the slot is free before its completion shows
+		q.complete(q.sendCQ, wc, false)
+	}
+	q.req.restartAt(c.compIdx)
+	q.req.releaseCredit()
 }

@@ -15,7 +15,7 @@
 // bounds- and access-checked Region, the responder and the completer push
 // work completions into a CompletionQueue, and the responder takes receives
 // from a QP's own RecvQueue or a SharedRecvQueue's. A QP is created with
-// Engine.CreateQP from a QPConfig naming them. The work request and
+// Group.CreateQP from a QPConfig naming them. The work request and
 // completion types (SendWR, RecvWR, SGE, WC) and the QP attributes are this
 // package's: they are the engine's vocabulary, and verbs gives them their
 // libibverbs names.
@@ -23,7 +23,7 @@
 // A device runs one Engine per receive queue of its link, in a Group: each
 // engine is single-threaded and owns the QPs placed on it, which is where
 // both ends' engines pick the same from the connection's pair of QP
-// numbers (Lane), so that on links that pair their queues a connection
+// numbers (EngineFor), so that on links that pair their queues a connection
 // stays on one engine a side; a packet that arrives at another engine is
 // copied to its QP's. State every engine reads (the QP table, the memory
 // keys) changes only under Group.Do, with all engines paused.

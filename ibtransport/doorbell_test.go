@@ -12,7 +12,7 @@ import (
 func TestDoorbellOnlyWhenSleeping(t *testing.T) {
 	wakes := 0
 	e := NewEngine(&fakePort{}, func() { wakes++ })
-	e.Stop() // commands run inline
+	e.Exit() // commands run inline
 	mr := newTestRegion(make([]byte, 64), 1, AccessAll)
 	q, err := e.CreateQP(&QPConfig{Memory: &testMemory{mr}, SendCQ: &testCQ{}, RecvCQ: &testCQ{}, Cap: QPCap{MaxSendWR: 1, MaxRecvWR: 1}})
 	require.NoError(t, err)

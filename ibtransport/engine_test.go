@@ -40,7 +40,7 @@ type fuzzTarget struct {
 func newFuzzTarget(t testing.TB) *fuzzTarget {
 	port := &fakePort{}
 	e := NewEngine(port, func() {})
-	e.Stop() // no engine goroutine: calls run inline
+	e.Exit() // no engine goroutine: calls run inline
 	ft := &fuzzTarget{e: e, port: port, whole: make([]byte, 3*4096)}
 	for i := range ft.whole {
 		ft.whole[i] = byte(i * 31)
@@ -130,9 +130,8 @@ func FuzzEngineReceive(f *testing.F) {
 			ft.e.Receive(pkt, info)
 			ft.e.Process()
 		}
-		if !bytes.Equal(ft.orig[:4096], ft.whole[:4096]) || !bytes.Equal(ft.orig[8192:], ft.whole[8192:]) {
-			t.Fatal("bytes outside the registered region changed")
-		}
+		require.True(t, bytes.Equal(ft.orig[:4096], ft.whole[:4096]) && bytes.Equal(ft.orig[8192:], ft.whole[8192:]),
+			"bytes outside the registered region changed")
 		require.LessOrEqual(t, ft.qp.State(), QPSErr)
 	})
 }

@@ -12,7 +12,7 @@ import (
 // Group is the engines of one device: one per receive queue of its link,
 // each run by its own goroutine, so that QPs spread over cores. A QP
 // belongs to one engine at a time. It is placed when it connects (INIT to
-// RTR): on the engine both ends pick from the pair of QP numbers (Lane),
+// RTR): on the engine both ends pick from the pair of QP numbers (EngineFor),
 // so that between two softnic devices whose links pair their queues (veth:
 // a frame sent on queue k arrives on the peer's queue k) both directions
 // of a connection stay on one engine a side. A packet that arrives at
@@ -149,9 +149,9 @@ func addCounters(dst, src reflect.Value) {
 	}
 }
 
-// Lane returns which of n engines serves the connection between QPs a and
+// EngineFor returns which of n engines serves the connection between QPs a and
 // b: the same on both ends, since it depends only on the unordered pair.
-func Lane(a, b uint32, n int) int {
+func EngineFor(a, b uint32, n int) int {
 	if n <= 1 {
 		return 0
 	}
@@ -170,7 +170,7 @@ func Lane(a, b uint32, n int) int {
 // place moves q to the engine of its connection to destQPN (or of its
 // SRQ's other QPs). Called under Do, before the INIT to RTR transition.
 func (g *Group) place(q *QP, destQPN uint32) {
-	to := g.engines[Lane(q.qpn, destQPN, len(g.engines))]
+	to := g.engines[EngineFor(q.qpn, destQPN, len(g.engines))]
 	if q.srq != nil {
 		if e, ok := g.srqEngine[q.srq]; ok {
 			to = e
@@ -183,9 +183,9 @@ func (g *Group) place(q *QP, destQPN uint32) {
 		return
 	}
 	// In INIT the QP holds no share of from's device window and waits for
-	// none. (Not releaseCredit: that would leave it out of to's window
-	// until its first ACK, and half of a thousand fresh QPs then sent
-	// unchecked and overran the peer's receive ring.)
+	// none. Not releaseCredit: that would leave it out of to's window
+	// until its first ACK, and a thousand fresh QPs would send unchecked
+	// and overrun the peer's receive ring.
 	from.removeActive(q)
 	q.e = to
 	q.home.Store(to)

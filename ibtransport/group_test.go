@@ -7,7 +7,7 @@ import (
 )
 
 // TestGroupPlacesConnections checks that connecting a QP moves it to the
-// engine Lane picks for its pair of QP numbers, that it then sends through
+// engine EngineFor picks for its pair of QP numbers, that it then sends through
 // that engine's port and counts in that engine's device window from its
 // first message (a moved QP left out of the window overran the peer's
 // receive ring), and that a response arriving at the other engine is
@@ -16,7 +16,7 @@ func TestGroupPlacesConnections(t *testing.T) {
 	ports := []*fakePort{{keep: true}, {keep: true}}
 	g := NewGroup([]Port{ports[0], ports[1]}, []func(){func() {}, func() {}})
 	for _, e := range g.Engines() {
-		e.Stop() // the test drives Process itself
+		e.Exit() // the test drives Process itself
 	}
 	_, _, mr, cq := newWindowTestEngine()
 	const nQP, perQP, msgLen = 64, 16, 4096 // 16 packets of IB MTU 256 per message
@@ -25,10 +25,10 @@ func TestGroupPlacesConnections(t *testing.T) {
 	for i := range nQP {
 		dest := 0x5000 + uint32(i)
 		q := windowTestQP(t, g.Engines()[0], mr, cq, dest, perQP, msgLen)
-		require.Equal(t, Lane(q.QPN(), dest, 2), q.Engine())
-		require.Equal(t, Lane(dest, q.QPN(), 2), q.Engine(), "Lane depends on the order of the QPNs")
+		require.Equal(t, EngineFor(q.QPN(), dest, 2), q.EngineIndex())
+		require.Equal(t, EngineFor(dest, q.QPN(), 2), q.EngineIndex(), "EngineFor depends on the order of the QPNs")
 		byPeer[dest] = q
-		perEngine[q.Engine()]++
+		perEngine[q.EngineIndex()]++
 	}
 	require.NotZero(t, perEngine[0])
 	require.NotZero(t, perEngine[1])
@@ -45,7 +45,7 @@ func TestGroupPlacesConnections(t *testing.T) {
 		for _, raw := range ports[k].sent {
 			require.NoError(t, ParsePacket(raw, &p))
 			q := byPeer[p.BTH.DestQPN()]
-			require.Equal(t, k, q.Engine(), "engine %d sent a packet of another engine's QP", k)
+			require.Equal(t, k, q.EngineIndex(), "engine %d sent a packet of another engine's QP", k)
 			last[q] = p.BTH.PSN()
 		}
 	}
@@ -54,7 +54,7 @@ func TestGroupPlacesConnections(t *testing.T) {
 	acked := [2]int{}
 	for q, psn := range last {
 		receiveACK(t, g.Engines()[0], q, psn)
-		acked[q.Engine()]++
+		acked[q.EngineIndex()]++
 	}
 	require.NotZero(t, acked[1])
 	require.Equal(t, uint64(acked[1]), g.Engines()[0].Ctr.Forwarded.Load())
@@ -68,17 +68,17 @@ func TestGroupPlacesConnections(t *testing.T) {
 	require.Equal(t, uint64(acked[1]), g.Counters().Forwarded.Load())
 }
 
-// TestLaneSpreads checks that Lane spreads consecutive QP numbers, as
+// TestEngineForSpreads checks that EngineFor spreads consecutive QP numbers, as
 // perftest's QPs on both sides have, evenly over the engines.
-func TestLaneSpreads(t *testing.T) {
+func TestEngineForSpreads(t *testing.T) {
 	for _, n := range []int{2, 3, 4} {
 		count := make([]int, n)
 		for i := range uint32(1024) {
-			count[Lane(0x1234+i, 0x8800+i, n)]++
+			count[EngineFor(0x1234+i, 0x8800+i, n)]++
 		}
 		for k, c := range count {
 			require.InDelta(t, 1024/n, c, float64(1024/n)/4, "engine %d of %d: %v", k, n, count)
 		}
 	}
-	require.Zero(t, Lane(5, 7, 1))
+	require.Zero(t, EngineFor(5, 7, 1))
 }

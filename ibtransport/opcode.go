@@ -194,29 +194,22 @@ func init() {
 	opcodeTable[OpCNP] = OpcodeInfo{Name: "CNP", Transport: TransportCNP, Kind: KindCNP, HasPayload: true, HeaderLen: BTHLen}
 }
 
+// extLens are the extension headers with their lengths.
+var extLens = [...]struct {
+	ext Ext
+	n   int
+}{
+	{ExtDETH, DETHLen}, {ExtRETH, RETHLen}, {ExtAtomicETH, AtomicETHLen}, {ExtAETH, AETHLen},
+	{ExtAtomicAckETH, AtomicAckETHLen}, {ExtImmDt, ImmDtLen}, {ExtIETH, IETHLen},
+}
+
 // Len returns the total length of the extension headers in e.
 func (e Ext) Len() int {
 	n := 0
-	if e&ExtDETH != 0 {
-		n += DETHLen
-	}
-	if e&ExtRETH != 0 {
-		n += RETHLen
-	}
-	if e&ExtAtomicETH != 0 {
-		n += AtomicETHLen
-	}
-	if e&ExtAETH != 0 {
-		n += AETHLen
-	}
-	if e&ExtAtomicAckETH != 0 {
-		n += AtomicAckETHLen
-	}
-	if e&ExtImmDt != 0 {
-		n += ImmDtLen
-	}
-	if e&ExtIETH != 0 {
-		n += IETHLen
+	for _, x := range extLens {
+		if e&x.ext != 0 {
+			n += x.n
+		}
 	}
 	return n
 }

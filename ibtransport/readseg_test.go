@@ -13,7 +13,7 @@ import (
 func TestSegmentedRead(t *testing.T) {
 	port := &fakePort{keep: true}
 	e := NewEngine(port, func() {})
-	e.Stop()
+	e.Exit()
 	const pkts, mtu = 2*readSegmentPSNs + 44, 256
 	mr := newTestRegion(make([]byte, pkts*mtu), 0x77, AccessAll)
 	cq := &testCQ{}

@@ -5,27 +5,6 @@ import (
 	"unsafe"
 )
 
-type jobKind uint8
-
-const (
-	jobAck jobKind = iota
-	jobRead
-	jobAtomic
-)
-
-// respJob is a response waiting to be sent. Responses go out in PSN order,
-// so an ACK never overtakes the READ responses before it.
-type respJob struct {
-	mr        Region // read: the source
-	va        uint64 // read: the next source address; atomic: the original value
-	psn       PSN    // (next) PSN to send
-	msn       uint32
-	remaining uint32
-	kind      jobKind
-	syn       Syndrome
-	first     bool
-}
-
 // resource remembers an executed READ or atomic so that a duplicate request
 // can be answered again (responder resources, IBA 9.7.5.1.2).
 type resource struct {
@@ -47,8 +26,12 @@ const (
 	modeWrite
 )
 
-// responder is the receive side of a QP.
+// responder is the receive side of a QP (rxe_resp.c): it checks request
+// packets (PSN, opcode sequence, length, resources, keys), executes them
+// against registered memory and receives, and queues its responses, which
+// leave in PSN order (responses.go).
 type responder struct {
+	qp      *QP
 	ePSN    PSN // expected PSN
 	msn     uint32
 	nakSent bool // a PSN sequence NAK for the current gap went out
@@ -81,206 +64,180 @@ func (r *responder) initResources(n int) {
 	r.resNext = 0
 }
 
-func (r *responder) jobsFull() bool { return r.jobTail-r.jobHead >= uint32(len(r.jobs)) }
-
-// queueAck queues an ACK or NAK; a plain ACK merges into an ACK already
-// waiting at the tail, ACKs being cumulative.
-func (q *QP) queueAck(syn Syndrome, psn PSN) {
-	r := &q.resp
-	if syn.Kind() == SyndromeACK && r.jobTail != r.jobHead {
-		j := &r.jobs[(r.jobTail-1)%uint32(len(r.jobs))]
-		if j.kind == jobAck && j.syn.Kind() == SyndromeACK {
-			j.psn, j.msn = psn, r.msn
-			return
-		}
-	}
-	if r.jobsFull() {
-		return // the requester will time out and ask again
-	}
-	r.jobs[r.jobTail%uint32(len(r.jobs))] = respJob{kind: jobAck, syn: syn, psn: psn, msn: r.msn}
-	r.jobTail++
-}
-
-// nakError answers a request that cannot be executed with a NAK and moves
-// the QP to ERR after it (IBA class B/C errors).
-func (q *QP) nakError(psn PSN, code NAKCode, recvStatus WCStatus) {
-	q.e.Ctr.TxNAKError.Add(1)
-	if q.resp.recvActive {
-		q.completeRecv(recvStatus, 0)
-	}
-	q.resp.jobTail = q.resp.jobHead + min(q.resp.jobTail-q.resp.jobHead, uint32(len(q.resp.jobs)-1))
-	q.queueAck(NAKSyndrome(code), psn)
-	q.resp.errPending = true
-}
-
-func (q *QP) qpAllows(a Access) bool { return q.attr.AccessFlags&a != 0 }
-
 // lookupRKey finds the region behind rkey for n bytes at va with access a,
 // applying every check a remote access must pass: the QP's own access
 // flags here, the region's protection domain, rights and bounds in the
 // Memory of the QP's PD.
-func (q *QP) lookupRKey(rkey uint32, va uint64, n uint32, a Access) (Region, bool) {
-	if !q.qpAllows(a) {
+func (r *responder) lookupRKey(rkey uint32, va uint64, n uint32, a Access) (Region, bool) {
+	q := r.qp
+	if q.attr.AccessFlags&a == 0 {
 		return nil, false
 	}
 	mr := q.mem.RemoteRegion(rkey, va, n, a)
 	return mr, mr != nil
 }
 
-// onRequest is the responder: it checks a request packet's PSN, opcode
-// sequence, length and keys, executes it and queues the response.
-func (q *QP) onRequest(p *Packet, oi *OpcodeInfo) {
-	r := &q.resp
+// onRequest handles a request packet for the QP: named checks, then the
+// execution of the request, each answering with a NAK where it fails.
+func (r *responder) onRequest(p *Packet, oi *OpcodeInfo) {
 	if r.errPending {
 		return
 	}
 	psn := p.BTH.PSN()
-	if d := psn.Diff(r.ePSN); d > 0 {
-		q.e.Ctr.RxOutOfSeq.Add(1)
-		if !r.nakSent {
-			r.nakSent = true
-			q.e.Ctr.TxNAKSeq.Add(1)
-			q.queueAck(NAKSyndrome(NAKPSNSequenceError), r.ePSN)
-		}
-		return
-	} else if d < 0 {
-		q.e.Ctr.RxDuplicate.Add(1)
-		q.duplicate(p, oi, psn)
+	if !r.checkPSN(p, oi, psn) {
 		return
 	}
-	// Opcode sequence: a message in progress must go on; none may start
-	// in the middle.
-	mid := oi.Position == PositionMiddle || oi.Position == PositionLast
-	var ok bool
-	switch {
-	case oi.Kind == KindSend && mid:
-		ok = r.mode == modeSend
-	case oi.Kind == KindWrite && mid:
-		ok = r.mode == modeWrite
-	default:
-		ok = r.mode == modeIdle
-	}
-	plen := uint32(len(p.Payload))
-	switch oi.Position {
-	case PositionFirst, PositionMiddle:
-		ok = ok && plen == q.mtu
-	case PositionLast:
-		ok = ok && plen >= 1 && plen <= q.mtu
-	case PositionOnly:
-		ok = ok && plen <= q.mtu
-	}
-	if !ok {
-		q.nakError(psn, NAKInvalidRequest, WCRemInvReqErr)
+	if !r.checkOpSeq(oi) || !r.checkLength(oi, uint32(len(p.Payload))) {
+		r.nakError(psn, NAKInvalidRequest, WCRemInvReqErr)
 		return
 	}
 	switch oi.Kind {
 	case KindSend:
-		q.executeSend(p, oi, psn)
+		r.executeSend(p, oi, psn)
 	case KindWrite:
-		q.executeWrite(p, oi, psn)
+		r.executeWrite(p, oi, psn)
 	case KindReadRequest:
-		q.executeRead(p, psn)
+		r.executeRead(p, psn)
 	case KindAtomicRequest:
-		q.executeAtomic(p, psn)
+		r.executeAtomic(p, psn)
 	}
 }
 
-// advance accepts the in-order packet psn.
-func (q *QP) advance(psn PSN, n uint32) {
-	q.resp.ePSN = psn.Add(n)
-	q.resp.nakSent = false
+// checkPSN accepts the expected PSN. Ahead of it, the first packet of a
+// gap gets a sequence NAK; behind it, a duplicate is answered again.
+func (r *responder) checkPSN(p *Packet, oi *OpcodeInfo, psn PSN) bool {
+	ctr := &r.qp.e.Ctr
+	if d := psn.Diff(r.ePSN); d > 0 {
+		ctr.RxOutOfSeq.Add(1)
+		if !r.nakSent {
+			r.nakSent = true
+			ctr.TxNAKSeq.Add(1)
+			r.queueAck(NAKSyndrome(NAKPSNSequenceError), r.ePSN)
+		}
+		return false
+	} else if d < 0 {
+		ctr.RxDuplicate.Add(1)
+		r.duplicate(p, oi, psn)
+		return false
+	}
+	return true
 }
 
-func (q *QP) executeSend(p *Packet, oi *OpcodeInfo, psn PSN) {
-	r := &q.resp
-	if oi.Position == PositionFirst || oi.Position == PositionOnly {
-		if !q.takeRecv() {
-			q.rnrNAK(psn)
-			return
-		}
+// checkOpSeq: a message in progress must go on; none may start in the
+// middle.
+func (r *responder) checkOpSeq(oi *OpcodeInfo) bool {
+	mid := oi.Position == PositionMiddle || oi.Position == PositionLast
+	switch {
+	case oi.Kind == KindSend && mid:
+		return r.mode == modeSend
+	case oi.Kind == KindWrite && mid:
+		return r.mode == modeWrite
+	default:
+		return r.mode == modeIdle
+	}
+}
+
+// checkLength: FIRST and MIDDLE packets carry a whole MTU, LAST at least
+// a byte, none more than an MTU.
+func (r *responder) checkLength(oi *OpcodeInfo, plen uint32) bool {
+	mtu := r.qp.mtu
+	switch oi.Position {
+	case PositionFirst, PositionMiddle:
+		return plen == mtu
+	case PositionLast:
+		return plen >= 1 && plen <= mtu
+	case PositionOnly:
+		return plen <= mtu
+	}
+	return true
+}
+
+// advance accepts the in-order packet psn, which uses n PSNs.
+func (r *responder) advance(psn PSN, n uint32) {
+	r.ePSN = psn.Add(n)
+	r.nakSent = false
+}
+
+// ackIfRequested queues an ACK of psn if the requester asked for one.
+func (r *responder) ackIfRequested(p *Packet, psn PSN) {
+	if p.BTH.AckReq() {
+		r.queueAck(ACKSyndrome(UnlimitedCredits), psn)
+	}
+}
+
+func (r *responder) executeSend(p *Packet, oi *OpcodeInfo, psn PSN) {
+	if (oi.Position == PositionFirst || oi.Position == PositionOnly) && !r.checkResource(psn) {
+		return
 	}
 	if r.recvBad != WCSuccess {
-		q.nakError(psn, NAKRemoteOperationalError, r.recvBad)
+		r.nakError(psn, NAKRemoteOperationalError, r.recvBad)
 		return
 	}
-	if st := q.scatterRecv(p.Payload); st != WCSuccess {
+	if st := r.scatterRecv(p.Payload); st != WCSuccess {
 		if st == WCLocLenErr {
-			q.nakError(psn, NAKInvalidRequest, st)
+			r.nakError(psn, NAKInvalidRequest, st)
 		} else {
-			q.nakError(psn, NAKRemoteOperationalError, st)
+			r.nakError(psn, NAKRemoteOperationalError, st)
 		}
 		return
 	}
-	q.advance(psn, 1)
+	r.advance(psn, 1)
 	if oi.Position == PositionFirst || oi.Position == PositionMiddle {
 		r.mode = modeSend
-	} else {
-		r.mode = modeIdle
-		var flags WCFlags
-		var imm, inv uint32
-		if p.ImmDt != nil {
-			flags, imm = WCWithImm, p.ImmDt.Imm()
-		}
-		if p.IETH != nil {
-			inv = p.IETH.RKey()
-			if !q.mem.InvalidateRKey(inv) {
-				q.nakError(psn, NAKInvalidRequest, WCRemInvReqErr)
-				return
-			}
-			flags = WCWithInv
-		}
-		r.msn++
-		q.finishRecv(WCRecv, r.recvOff, flags, imm, inv, p.BTH.SolicitedEvent())
-	}
-	if p.BTH.AckReq() {
-		q.queueAck(ACKSyndrome(UnlimitedCredits), psn)
-	}
-}
-
-func (q *QP) executeWrite(p *Packet, oi *OpcodeInfo, psn PSN) {
-	r := &q.resp
-	plen := uint32(len(p.Payload))
-	if p.RETH != nil {
-		n := p.RETH.DMALength()
-		r.wMR, r.wVA, r.wRemaining, r.wTotal = nil, p.RETH.VA(), n, n
-		if n > 0 {
-			mr, ok := q.lookupRKey(p.RETH.RKey(), r.wVA, n, AccessRemoteWrite)
-			if !ok {
-				q.nakError(psn, NAKRemoteAccessError, WCRemAccessErr)
-				return
-			}
-			r.wMR = mr
-		}
-		if (oi.Position == PositionOnly && plen != n) || (oi.Position == PositionFirst && n <= q.mtu) {
-			q.nakError(psn, NAKInvalidRequest, WCRemInvReqErr)
-			return
-		}
-	}
-	if plen > r.wRemaining || (oi.Position == PositionLast && plen != r.wRemaining) {
-		q.nakError(psn, NAKInvalidRequest, WCRemInvReqErr)
+	} else if !r.finishSend(p, psn) {
 		return
 	}
+	r.ackIfRequested(p, psn)
+}
+
+// finishSend completes the receive a SEND's last packet filled,
+// invalidating the rkey a SEND_WITH_INV names.
+func (r *responder) finishSend(p *Packet, psn PSN) bool {
+	r.mode = modeIdle
+	var flags WCFlags
+	var imm, inv uint32
 	if p.ImmDt != nil {
-		if !q.takeRecv() {
-			q.rnrNAK(psn)
-			return
-		}
+		flags, imm = WCWithImm, p.ImmDt.Imm()
 	}
-	if plen > 0 {
-		if r.wMR == nil {
-			q.nakError(psn, NAKRemoteAccessError, WCRemAccessErr)
-			return
+	if p.IETH != nil {
+		inv = p.IETH.RKey()
+		if !r.qp.mem.InvalidateRKey(inv) {
+			r.nakError(psn, NAKInvalidRequest, WCRemInvReqErr)
+			return false
 		}
-		dst, ok := r.wMR.Slice(r.wVA, plen)
-		if !ok {
-			q.nakError(psn, NAKRemoteAccessError, WCRemAccessErr)
-			return
-		}
-		copy(dst, p.Payload)
-		r.wVA += uint64(plen)
-		r.wRemaining -= plen
+		flags = WCWithInv
 	}
-	q.advance(psn, 1)
+	r.msn++
+	r.finishRecv(WCRecv, r.recvOff, flags, imm, inv, p.BTH.SolicitedEvent())
+	return true
+}
+
+// checkResource takes the receive a SEND or WRITE with immediate
+// consumes, or answers with an RNR NAK when none is posted.
+func (r *responder) checkResource(psn PSN) bool {
+	if !r.takeRecv() {
+		r.rnrNAK(psn)
+		return false
+	}
+	return true
+}
+
+func (r *responder) executeWrite(p *Packet, oi *OpcodeInfo, psn PSN) {
+	plen := uint32(len(p.Payload))
+	if p.RETH != nil && !r.startWrite(p, oi, psn) {
+		return
+	}
+	if plen > r.wRemaining || (oi.Position == PositionLast && plen != r.wRemaining) {
+		r.nakError(psn, NAKInvalidRequest, WCRemInvReqErr)
+		return
+	}
+	if p.ImmDt != nil && !r.checkResource(psn) {
+		return
+	}
+	if plen > 0 && !r.writeData(p.Payload, psn) {
+		return
+	}
+	r.advance(psn, 1)
 	if oi.Position == PositionFirst || oi.Position == PositionMiddle {
 		r.mode = modeWrite
 	} else {
@@ -291,87 +248,128 @@ func (q *QP) executeWrite(p *Packet, oi *OpcodeInfo, psn PSN) {
 		r.wMR = nil
 		r.msn++
 		if p.ImmDt != nil {
-			q.finishRecv(WCRecvRDMAWithImm, r.wTotal, WCWithImm, p.ImmDt.Imm(), 0, p.BTH.SolicitedEvent())
+			r.finishRecv(WCRecvRDMAWithImm, r.wTotal, WCWithImm, p.ImmDt.Imm(), 0, p.BTH.SolicitedEvent())
 		}
 	}
-	if p.BTH.AckReq() {
-		q.queueAck(ACKSyndrome(UnlimitedCredits), psn)
-	}
+	r.ackIfRequested(p, psn)
 }
 
-func (q *QP) executeRead(p *Packet, psn PSN) {
-	r := &q.resp
-	if q.attr.MaxDestRdAtomic == 0 {
-		q.nakError(psn, NAKInvalidRequest, WCRemInvReqErr)
-		return
+// startWrite checks the rkey and length of a WRITE's RETH and makes it the
+// WRITE in progress.
+func (r *responder) startWrite(p *Packet, oi *OpcodeInfo, psn PSN) bool {
+	n := p.RETH.DMALength()
+	r.wMR, r.wVA, r.wRemaining, r.wTotal = nil, p.RETH.VA(), n, n
+	if n > 0 {
+		mr, ok := r.lookupRKey(p.RETH.RKey(), r.wVA, n, AccessRemoteWrite)
+		if !ok {
+			r.nakError(psn, NAKRemoteAccessError, WCRemAccessErr)
+			return false
+		}
+		r.wMR = mr
 	}
-	if r.jobsFull() {
-		return // no room to answer; the requester will retry
+	plen := uint32(len(p.Payload))
+	if (oi.Position == PositionOnly && plen != n) || (oi.Position == PositionFirst && n <= r.qp.mtu) {
+		r.nakError(psn, NAKInvalidRequest, WCRemInvReqErr)
+		return false
+	}
+	return true
+}
+
+// writeData copies a WRITE packet's payload into the target region.
+func (r *responder) writeData(payload []byte, psn PSN) bool {
+	plen := uint32(len(payload))
+	if r.wMR == nil {
+		r.nakError(psn, NAKRemoteAccessError, WCRemAccessErr)
+		return false
+	}
+	dst, ok := r.wMR.Slice(r.wVA, plen)
+	if !ok {
+		r.nakError(psn, NAKRemoteAccessError, WCRemAccessErr)
+		return false
+	}
+	copy(dst, payload)
+	r.wVA += uint64(plen)
+	r.wRemaining -= plen
+	return true
+}
+
+// checkRdAtomic: a READ or atomic needs responder resources, and room in
+// the job ring to answer (without it the requester retries).
+func (r *responder) checkRdAtomic(psn PSN) bool {
+	if r.qp.attr.MaxDestRdAtomic == 0 {
+		r.nakError(psn, NAKInvalidRequest, WCRemInvReqErr)
+		return false
+	}
+	return !r.jobsFull()
+}
+
+func (r *responder) executeRead(p *Packet, psn PSN) {
+	if !r.checkRdAtomic(psn) {
+		return
 	}
 	n, va, rkey := p.RETH.DMALength(), p.RETH.VA(), p.RETH.RKey()
 	var mr Region
 	if n > 0 {
 		var ok bool
-		if mr, ok = q.lookupRKey(rkey, va, n, AccessRemoteRead); !ok {
-			q.nakError(psn, NAKRemoteAccessError, WCRemAccessErr)
+		if mr, ok = r.lookupRKey(rkey, va, n, AccessRemoteRead); !ok {
+			r.nakError(psn, NAKRemoteAccessError, WCRemAccessErr)
 			return
 		}
 	}
-	pkts := max((n+q.mtu-1)/q.mtu, 1)
-	res := q.allocResource()
-	*res = resource{used: true, firstPSN: psn, lastPSN: psn.Add(pkts - 1), rkey: rkey, va: va, length: n}
+	pkts := packetCount(n, r.qp.mtu)
+	*r.allocResource() = resource{used: true, firstPSN: psn, lastPSN: psn.Add(pkts - 1), rkey: rkey, va: va, length: n}
 	r.msn++
-	q.advance(psn, pkts)
-	r.jobs[r.jobTail%uint32(len(r.jobs))] = respJob{kind: jobRead, psn: psn, msn: r.msn, mr: mr, va: va, remaining: n, first: true}
-	r.jobTail++
+	r.advance(psn, pkts)
+	r.pushJob(respJob{kind: jobRead, psn: psn, msn: r.msn, mr: mr, va: va, remaining: n, first: true})
 }
 
-func (q *QP) executeAtomic(p *Packet, psn PSN) {
-	r := &q.resp
-	if q.attr.MaxDestRdAtomic == 0 {
-		q.nakError(psn, NAKInvalidRequest, WCRemInvReqErr)
-		return
-	}
-	if r.jobsFull() {
+func (r *responder) executeAtomic(p *Packet, psn PSN) {
+	if !r.checkRdAtomic(psn) {
 		return
 	}
 	a := p.AtomicETH
 	va := a.VA()
 	if va&7 != 0 {
-		q.nakError(psn, NAKInvalidRequest, WCRemInvReqErr)
+		r.nakError(psn, NAKInvalidRequest, WCRemInvReqErr)
 		return
 	}
-	mr, ok := q.lookupRKey(a.RKey(), va, 8, AccessRemoteAtomic)
+	mr, ok := r.lookupRKey(a.RKey(), va, 8, AccessRemoteAtomic)
 	if !ok {
-		q.nakError(psn, NAKRemoteAccessError, WCRemAccessErr)
+		r.nakError(psn, NAKRemoteAccessError, WCRemAccessErr)
 		return
 	}
-	b, _ := mr.Slice(va, 8)
-	var orig uint64
-	if len(b) == 8 && uintptr(unsafe.Pointer(&b[0]))&7 == 0 {
-		ptr := (*uint64)(unsafe.Pointer(&b[0]))
-		if p.BTH.Opcode() == OpRCCompareSwap {
-			for {
-				orig = atomic.LoadUint64(ptr)
-				if orig != a.Compare() || atomic.CompareAndSwapUint64(ptr, orig, a.SwapAdd()) {
-					break
-				}
-			}
-		} else {
-			orig = atomic.AddUint64(ptr, a.SwapAdd()) - a.SwapAdd()
-		}
-		mr.RemoteWritten()
-	}
-	res := q.allocResource()
-	*res = resource{used: true, atomic: true, firstPSN: psn, lastPSN: psn, rkey: a.RKey(), va: va, length: 8, orig: orig}
+	orig := doAtomic(mr, va, p.BTH.Opcode() == OpRCCompareSwap, a.Compare(), a.SwapAdd())
+	*r.allocResource() = resource{used: true, atomic: true, firstPSN: psn, lastPSN: psn, rkey: a.RKey(), va: va, length: 8, orig: orig}
 	r.msn++
-	q.advance(psn, 1)
-	r.jobs[r.jobTail%uint32(len(r.jobs))] = respJob{kind: jobAtomic, psn: psn, msn: r.msn, va: orig}
-	r.jobTail++
+	r.advance(psn, 1)
+	r.pushJob(atomicJob(psn, r.msn, orig))
 }
 
-func (q *QP) allocResource() *resource {
-	r := &q.resp
+// doAtomic executes a CompareSwap (cas) or FetchAdd on the 8 bytes at va
+// of mr and returns the original value. The word is changed with the CPU's
+// atomics, since the application may touch it at the same time.
+func doAtomic(mr Region, va uint64, cas bool, compare, swapAdd uint64) uint64 {
+	b, _ := mr.Slice(va, 8)
+	if len(b) != 8 || uintptr(unsafe.Pointer(&b[0]))&7 != 0 {
+		return 0
+	}
+	ptr := (*uint64)(unsafe.Pointer(&b[0]))
+	var orig uint64
+	if cas {
+		for {
+			orig = atomic.LoadUint64(ptr)
+			if orig != compare || atomic.CompareAndSwapUint64(ptr, orig, swapAdd) {
+				break
+			}
+		}
+	} else {
+		orig = atomic.AddUint64(ptr, swapAdd) - swapAdd
+	}
+	mr.RemoteWritten()
+	return orig
+}
+
+func (r *responder) allocResource() *resource {
 	if len(r.res) == 0 {
 		r.initResources(1)
 	}
@@ -383,42 +381,13 @@ func (q *QP) allocResource() *resource {
 // duplicate answers a request whose PSN was already accepted: SEND and WRITE
 // are acknowledged again, READ and atomic answered again from the responder
 // resources without executing them twice.
-func (q *QP) duplicate(p *Packet, oi *OpcodeInfo, psn PSN) {
-	r := &q.resp
+func (r *responder) duplicate(p *Packet, oi *OpcodeInfo, psn PSN) {
 	switch oi.Kind {
 	case KindSend, KindWrite:
-		q.queueAck(ACKSyndrome(UnlimitedCredits), r.ePSN.Add(PSNMask))
+		r.queueAck(ACKSyndrome(UnlimitedCredits), r.ePSN.Add(PSNMask))
 	case KindReadRequest:
-		if r.jobsFull() {
-			return
-		}
-		for i := range r.res {
-			res := &r.res[i]
-			if !res.used || res.atomic || !psn.InWindow(res.firstPSN, uint32(res.lastPSN.Diff(res.firstPSN))+1) {
-				continue
-			}
-			va, n := p.RETH.VA(), p.RETH.DMALength()
-			if p.RETH.RKey() != res.rkey || va < res.va || uint64(n) > uint64(res.length) ||
-				va-res.va > uint64(res.length-n) {
-				return
-			}
-			if max((n+q.mtu-1)/q.mtu, 1) != uint32(res.lastPSN.Diff(psn))+1 {
-				return
-			}
-			var mr Region
-			if n > 0 {
-				var ok bool
-				if mr, ok = q.lookupRKey(res.rkey, va, n, AccessRemoteRead); !ok {
-					return
-				}
-			}
-			// Like rxe, a replay from inside the original READ continues
-			// with MIDDLE and LAST responses, which is what a requester that
-			// kept the first part expects.
-			r.jobs[r.jobTail%uint32(len(r.jobs))] = respJob{kind: jobRead, psn: psn, msn: r.msn, mr: mr, va: va, remaining: n,
-				first: psn == res.firstPSN}
-			r.jobTail++
-			return
+		if !r.jobsFull() {
+			r.replayRead(p, psn)
 		}
 	case KindAtomicRequest:
 		if r.jobsFull() {
@@ -427,183 +396,40 @@ func (q *QP) duplicate(p *Packet, oi *OpcodeInfo, psn PSN) {
 		for i := range r.res {
 			res := &r.res[i]
 			if res.used && res.atomic && res.firstPSN == psn {
-				r.jobs[r.jobTail%uint32(len(r.jobs))] = respJob{kind: jobAtomic, psn: psn, msn: r.msn, va: res.orig}
-				r.jobTail++
+				r.pushJob(atomicJob(psn, r.msn, res.orig))
 				return
 			}
 		}
 	}
 }
 
-func (q *QP) rnrNAK(psn PSN) {
-	q.e.Ctr.TxRNRNAK.Add(1)
-	q.resp.nakSent = true // the retry after the RNR wait fills the gap
-	q.queueAck(RNRNAKSyndrome(RNRTimer(q.attr.MinRNRTimer)), psn)
-}
-
-// takeRecv starts filling the next posted receive, from the SRQ or the
-// QP's own receive queue.
-func (q *QP) takeRecv() bool {
-	rq := &q.rq
-	if q.srq != nil {
-		rq = q.srqRQ
-	}
-	w := rq.peek()
-	if w == nil {
-		return false
-	}
-	r := &q.resp
-	r.recv.id = w.id
-	r.recv.sge = append(r.recv.sge[:0], w.sge...)
-	rq.pop()
-	if q.srq != nil {
-		q.srq.Consumed()
-	}
-	r.recvActive = true
-	r.recvOff = 0
-	r.recvBad = WCSuccess
-	r.recvCap = 0
-	for i, s := range r.recv.sge {
-		r.recvCap += uint64(s.Length)
-		r.recvMRs[i] = nil
-		if s.Length == 0 {
+// replayRead answers a duplicate READ request from the resource of the
+// READ it repeats, if it asks for a part of that READ's data.
+func (r *responder) replayRead(p *Packet, psn PSN) {
+	for i := range r.res {
+		res := &r.res[i]
+		if !res.used || res.atomic || !psn.InWindow(res.firstPSN, uint32(res.lastPSN.Diff(res.firstPSN))+1) {
 			continue
 		}
-		mr := q.mem.LocalRegion(s.LKey, s.Addr, s.Length, AccessLocalWrite)
-		if mr == nil {
-			r.recvBad = WCLocProtErr
-			continue
+		va, n := p.RETH.VA(), p.RETH.DMALength()
+		if p.RETH.RKey() != res.rkey || va < res.va || uint64(n) > uint64(res.length) ||
+			va-res.va > uint64(res.length-n) {
+			return
 		}
-		r.recvMRs[i] = mr
-	}
-	return true
-}
-
-// scatterRecv copies a SEND payload into the active receive.
-func (q *QP) scatterRecv(src []byte) WCStatus {
-	r := &q.resp
-	off := r.recvOff
-	if uint64(off)+uint64(len(src)) > r.recvCap {
-		return WCLocLenErr // checked first: nothing is written
-	}
-	r.recvOff += uint32(len(src))
-	for i, s := range r.recv.sge {
-		if len(src) == 0 {
-			break
+		if packetCount(n, r.qp.mtu) != uint32(res.lastPSN.Diff(psn))+1 {
+			return
 		}
-		if off >= s.Length {
-			off -= s.Length
-			continue
-		}
-		mr := r.recvMRs[i]
-		if mr == nil {
-			return WCLocProtErr
-		}
-		dst, ok := mr.Slice(s.Addr+uint64(off), min(s.Length-off, uint32(len(src))))
-		if !ok {
-			return WCLocProtErr
-		}
-		src = src[copy(dst, src):]
-		off = 0
-	}
-	if len(src) != 0 {
-		return WCLocLenErr
-	}
-	return WCSuccess
-}
-
-func (q *QP) finishRecv(op WCOpcode, n uint32, flags WCFlags, imm, inv uint32, solicited bool) {
-	r := &q.resp
-	wc := WC{WRID: r.recv.id, Status: WCSuccess, Opcode: op, Flags: flags, ByteLen: n, Imm: imm,
-		InvalidatedRKey: inv, QPN: q.qpn, SrcQP: q.destQPN}
-	r.recvActive = false
-	q.complete(q.recvCQ, wc, solicited)
-}
-
-func (q *QP) completeRecv(st WCStatus, n uint32) {
-	r := &q.resp
-	wc := WC{WRID: r.recv.id, Status: st, Opcode: WCRecv, ByteLen: n, QPN: q.qpn, SrcQP: q.destQPN}
-	r.recvActive = false
-	q.complete(q.recvCQ, wc, false)
-}
-
-// sendResponses sends queued responses in order. It reports whether it
-// stopped for the packet budget with responses left.
-func (q *QP) sendResponses() bool {
-	r := &q.resp
-	if q.path == nil {
-		r.jobHead = r.jobTail
-		return false
-	}
-	for budget := packetBudget; r.jobHead != r.jobTail; budget-- {
-		if budget == 0 {
-			return true
-		}
-		buf := q.path.Buffer()
-		if buf == nil {
-			return false
-		}
-		j := &r.jobs[r.jobHead%uint32(len(r.jobs))]
-		p := &q.e.tx
-		var n int
-		done := true
-		switch j.kind {
-		case jobAck:
-			n, _ = LayoutPacket(buf, OpRCAcknowledge, 0, p)
-			p.AETH.SetSyndrome(j.syn)
-			p.AETH.SetMSN(j.msn)
-		case jobAtomic:
-			n, _ = LayoutPacket(buf, OpRCAtomicAcknowledge, 0, p)
-			p.AETH.SetSyndrome(ACKSyndrome(UnlimitedCredits))
-			p.AETH.SetMSN(j.msn)
-			p.AtomicAckETH.SetOrigData(j.va) // the original value
-		case jobRead:
-			payload := min(j.remaining, q.mtu)
-			last := j.remaining <= q.mtu
-			op := OpRCReadResponseMiddle
-			switch {
-			case j.first && last:
-				op = OpRCReadResponseOnly
-			case j.first:
-				op = OpRCReadResponseFirst
-			case last:
-				op = OpRCReadResponseLast
+		var mr Region
+		if n > 0 {
+			var ok bool
+			if mr, ok = r.lookupRKey(res.rkey, va, n, AccessRemoteRead); !ok {
+				return
 			}
-			n, _ = LayoutPacket(buf, op, int(payload), p)
-			if p.AETH != nil {
-				p.AETH.SetSyndrome(ACKSyndrome(UnlimitedCredits))
-				p.AETH.SetMSN(j.msn)
-			}
-			if payload > 0 {
-				src, ok := j.mr.Slice(j.va, payload)
-				if !ok {
-					// Deregistered while answering: stop; a retried READ
-					// will be NAKed.
-					r.jobHead++
-					continue
-				}
-				copy(p.Payload, src)
-			}
-			p.BTH.SetDestQPN(q.destQPN)
-			p.BTH.SetPSN(j.psn)
-			j.va += uint64(payload)
-			j.remaining -= payload
-			j.psn = j.psn.Add(1)
-			j.first = false
-			done = last
 		}
-		if j.kind != jobRead {
-			p.BTH.SetDestQPN(q.destQPN)
-			p.BTH.SetPSN(j.psn)
-		}
-		q.path.Send(n)
-		q.e.Ctr.TxPackets.Add(1)
-		if done {
-			r.jobHead++
-		}
+		// Like rxe, a replay from inside the original READ continues with
+		// MIDDLE and LAST responses, which is what a requester that kept
+		// the first part expects.
+		r.pushJob(respJob{kind: jobRead, psn: psn, msn: r.msn, mr: mr, va: va, remaining: n, first: psn == res.firstPSN})
+		return
 	}
-	if r.errPending {
-		q.fail()
-	}
-	return false
 }

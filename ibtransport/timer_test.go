@@ -14,7 +14,7 @@ import (
 func TestResponsesHoldOffRetransmitTimer(t *testing.T) {
 	port := &fakePort{}
 	e := NewEngine(port, func() {})
-	e.Stop()
+	e.Exit()
 	mr := newTestRegion(make([]byte, 4096), 0x77, AccessAll)
 	q, err := e.CreateQP(&QPConfig{Memory: &testMemory{mr}, SendCQ: &testCQ{}, RecvCQ: &testCQ{}, Cap: QPCap{MaxSendWR: 4, MaxRecvWR: 1}})
 	require.NoError(t, err)
@@ -26,16 +26,16 @@ func TestResponsesHoldOffRetransmitTimer(t *testing.T) {
 	// A READ of 4 PSNs (100..103).
 	require.NoError(t, q.PostSend(&SendWR{ID: 1, Opcode: WRRDMARead, SGL: []SGE{mr.SGE(0, 1024)}, RemoteAddr: 0x1000, RKey: 1}))
 	e.Process()
-	require.NotZero(t, q.req.retransAt)
+	require.NotZero(t, q.comp.retransAt)
 	response := func(op Opcode, psn PSN) { receiveResponse(t, e, q, op, psn, 256) }
 	response(OpRCReadResponseFirst, 100)
-	require.Equal(t, PSN(101), q.req.compPSN)
+	require.Equal(t, PSN(101), q.comp.compPSN)
 	// The same response again, discarded, still pushes the timeout out.
-	before := q.req.retransAt
+	before := q.comp.retransAt
 	time.Sleep(time.Millisecond)
 	response(OpRCReadResponseFirst, 100)
-	require.Equal(t, PSN(101), q.req.compPSN)
-	require.Greater(t, q.req.retransAt, before)
+	require.Equal(t, PSN(101), q.comp.compPSN)
+	require.Greater(t, q.comp.retransAt, before)
 	// Nothing more: the timeout restarts the READ from PSN 101.
 	time.Sleep(5 * time.Millisecond)
 	e.Process()

@@ -213,6 +213,6 @@ func receiveResponse(t *testing.T, e *Engine, q *QP, op Opcode, psn PSN, payload
 func newWindowTestEngine() (*fakePort, *Engine, *testRegion, *testCQ) {
 	port := &fakePort{keep: true}
 	e := NewEngine(port, func() {})
-	e.Stop()
+	e.Exit()
 	return port, e, newTestRegion(make([]byte, 1<<16), 0x77, AccessAll), &testCQ{}
 }

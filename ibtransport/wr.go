@@ -20,12 +20,7 @@ const (
 var wrOpcodeNames = [...]string{"SEND", "SEND_WITH_IMM", "SEND_WITH_INV", "RDMA_WRITE",
 	"RDMA_WRITE_WITH_IMM", "RDMA_READ", "ATOMIC_CMP_AND_SWP", "ATOMIC_FETCH_AND_ADD"}
 
-func (o WROpcode) String() string {
-	if int(o) < len(wrOpcodeNames) {
-		return wrOpcodeNames[o]
-	}
-	return fmt.Sprintf("WROpcode(%d)", uint8(o))
-}
+func (o WROpcode) String() string { return nameOf(wrOpcodeNames[:], o, "WROpcode") }
 
 func (o WROpcode) isSend() bool  { return o <= WRSendWithInv }
 func (o WROpcode) isWrite() bool { return o == WRRDMAWrite || o == WRRDMAWriteWithImm }
@@ -124,11 +119,14 @@ var wcStatusNames = [...]string{"SUCCESS", "LOC_LEN_ERR", "LOC_QP_OP_ERR", "LOC_
 	"LOC_RDD_VIOL_ERR", "REM_INV_RD_REQ_ERR", "REM_ABORT_ERR", "INV_EECN_ERR",
 	"INV_EEC_STATE_ERR", "FATAL_ERR", "RESP_TIMEOUT_ERR", "GENERAL_ERR"}
 
-func (s WCStatus) String() string {
-	if int(s) < len(wcStatusNames) {
-		return wcStatusNames[s]
+func (s WCStatus) String() string { return nameOf(wcStatusNames[:], s, "WCStatus") }
+
+// nameOf returns names[v], or typ(v) for a value without a name.
+func nameOf[T ~uint8](names []string, v T, typ string) string {
+	if int(v) < len(names) {
+		return names[v]
 	}
-	return fmt.Sprintf("WCStatus(%d)", uint8(s))
+	return fmt.Sprintf("%s(%d)", typ, uint8(v))
 }
 
 // WCOpcode says what a completion completed (ibv_wc_opcode).

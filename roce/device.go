@@ -360,7 +360,7 @@ const defaultPollHold = time.Millisecond
 
 func (ln *lane) run() {
 	defer close(ln.done)
-	defer ln.eng.Stop()
+	defer ln.eng.Exit()
 	// On the way out, keep owner for good: an application's Poll then
 	// never runs a pass on a stopped engine.
 	defer func() {

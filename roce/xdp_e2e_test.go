@@ -300,7 +300,7 @@ func TestVerbsOverXDPMultiQueue(t *testing.T) {
 	perEngine := [2]int{}
 	for i := range conns {
 		connectXDP(t, x, y, false, verbs.MTU4096)
-		perEngine[x.qp.Engine()]++
+		perEngine[x.qp.EngineIndex()]++
 		src, dst := make([]byte, size), make([]byte, size)
 		pattern(src, byte(i))
 		lmr, err := x.pd.RegMR(src, verbs.AccessLocalWrite)

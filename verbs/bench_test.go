@@ -90,6 +90,17 @@ func newStreamer(tb testing.TB, op verbs.WROpcode, size, window int, mtu verbs.M
 	return s
 }
 
+// runRate warms s up, then sends b.N messages and reports their rate.
+func (s *streamer) runRate(b *testing.B) {
+	s.run(b, 256)
+	b.ReportAllocs()
+	start := time.Now()
+	b.ResetTimer()
+	s.run(b, b.N)
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msgs/s")
+}
+
 // BenchmarkWrite64KiB measures RDMA WRITE throughput of 64 KiB messages
 // over the in-memory link (MTU 4096). GB/s-per-core divides the bytes by
 // the CPU time of the whole process: both devices' engines and the poster.
@@ -133,13 +144,7 @@ func BenchmarkSmallMessageRate(b *testing.B) {
 // BenchmarkWrite64B measures small RDMA WRITE message rate.
 func BenchmarkWrite64B(b *testing.B) {
 	s := newStreamer(b, verbs.WRRDMAWrite, 64, 64, verbs.MTU1024)
-	s.run(b, 256)
-	b.ReportAllocs()
-	start := time.Now()
-	b.ResetTimer()
-	s.run(b, b.N)
-	b.StopTimer()
-	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msgs/s")
+	s.runRate(b)
 }
 
 // TestSteadyStateZeroAllocs checks that moving packets allocates nothing:
@@ -222,11 +227,5 @@ func BenchmarkWrite64BWithIdleQPs(b *testing.B) {
 	s := &streamer{x: x, window: 64, ctx: context.Background(),
 		wr: verbs.SendWR{Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled, SGL: []verbs.SGE{lmr.SGE(0, 64)},
 			RemoteAddr: rmr.Addr(), RKey: rmr.RKey()}}
-	s.run(b, 256)
-	b.ReportAllocs()
-	start := time.Now()
-	b.ResetTimer()
-	s.run(b, b.N)
-	b.StopTimer()
-	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msgs/s")
+	s.runRate(b)
 }

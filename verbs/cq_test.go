@@ -154,7 +154,7 @@ func nextEvent(t *testing.T, d *verbs.Device) verbs.Event {
 	case ev := <-d.Events():
 		return ev
 	case <-time.After(5 * time.Second):
-		t.Fatal("no asynchronous event")
+		require.FailNow(t, "no asynchronous event")
 	}
 	return verbs.Event{}
 }

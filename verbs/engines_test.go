@@ -6,6 +6,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/softnic/softnic/roce/memlink"
@@ -91,7 +92,7 @@ func TestEnginesSpreadConnections(t *testing.T) {
 	xs := exchange(t, p, 32)
 	perEngine := [2]int{}
 	for _, x := range xs {
-		perEngine[x.qp.Engine()]++
+		perEngine[x.qp.EngineIndex()]++
 	}
 	t.Logf("QPs per engine: %v", perEngine)
 	require.NotZero(t, perEngine[0])
@@ -147,7 +148,7 @@ func TestEnginesSRQKeepsItsQPsTogether(t *testing.T) {
 		x := newEndpoint(t, p.a, pd, o, srq)
 		y := newEndpoint(t, p.b, nil, o, nil)
 		connect(t, x, y, o)
-		engines[x.qp.Engine()] = true
+		engines[x.qp.EngineIndex()] = true
 		ys = append(ys, y)
 	}
 	require.Len(t, engines, 1, "the SRQ's QPs are on several engines")
@@ -176,12 +177,10 @@ func TestEnginesRegisterDuringTraffic(t *testing.T) {
 		pd := p.b.AllocPD()
 		for range 200 {
 			mr, err := pd.RegMR(make([]byte, 4096), allAccess)
-			if err != nil {
-				t.Error(err)
+			if !assert.NoError(t, err) {
 				return
 			}
-			if err := mr.Dereg(); err != nil {
-				t.Error(err)
+			if !assert.NoError(t, mr.Dereg()) {
 				return
 			}
 		}
@@ -214,8 +213,7 @@ func TestEnginesPolledPingPong(t *testing.T) {
 	go func() {
 		defer close(done)
 		for range rounds {
-			if wc := spin(t, y.rcq); wc.Status != verbs.WCSuccess {
-				t.Errorf("receive: %v", wc.Status)
+			if wc := spin(t, y.rcq); !assert.Equal(t, verbs.WCSuccess, wc.Status, "receive") {
 				return
 			}
 			postRecv(y, ymr)

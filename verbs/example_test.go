@@ -16,46 +16,41 @@ func Example() {
 	linkA, linkB := memlink.Pair(memlink.Config{})
 	defer linkA.Close()
 	defer linkB.Close()
-	devA, _ := verbs.Open(linkA, verbs.Config{Addrs: []netip.Addr{netip.MustParseAddr("192.0.2.1")}})
+	devA, err := verbs.Open(linkA, verbs.Config{Addrs: []netip.Addr{netip.MustParseAddr("192.0.2.1")}})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	defer devA.Close()
-	devB, _ := verbs.Open(linkB, verbs.Config{Addrs: []netip.Addr{netip.MustParseAddr("192.0.2.2")}})
+	devB, err := verbs.Open(linkB, verbs.Config{Addrs: []netip.Addr{netip.MustParseAddr("192.0.2.2")}})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	defer devB.Close()
 
-	type side struct {
-		pd  *verbs.PD
-		cq  *verbs.CQ
-		qp  *verbs.QP
-		mr  *verbs.MR
-		buf []byte
+	a, err := openSide(devA)
+	if err != nil {
+		fmt.Println(err)
+		return
 	}
-	open := func(dev *verbs.Device) *side {
-		s := &side{pd: dev.AllocPD(), buf: make([]byte, 4096)}
-		s.mr, _ = s.pd.RegMR(s.buf, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
-		s.cq, _ = dev.CreateCQ(16, nil)
-		s.qp, _ = s.pd.CreateQP(&verbs.QPInitAttr{SendCQ: s.cq, RecvCQ: s.cq,
-			Cap: verbs.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}})
-		return s
+	b, err := openSide(devB)
+	if err != nil {
+		fmt.Println(err)
+		return
 	}
-	a, b := open(devA), open(devB)
-
 	// Out of band, the sides would exchange QPN, PSN, GID, address and rkey.
-	connect := func(me, peer *side, peerDev *verbs.Device, myPSN, peerPSN verbs.PSN) {
-		gid, _ := peerDev.GID(0)
-		me.qp.Modify(&verbs.QPAttr{State: verbs.QPSInit, AccessFlags: verbs.AccessRemoteWrite},
-			verbs.QPAttrState|verbs.QPAttrAccessFlags)
-		me.qp.Modify(&verbs.QPAttr{State: verbs.QPSRTR, PathMTU: verbs.MTU1024, DestQPN: peer.qp.QPN(),
-			RQPSN: peerPSN, MaxDestRdAtomic: 1, MinRNRTimer: 12, AV: verbs.AddressVector{DGID: gid, HopLimit: 64}},
-			verbs.QPAttrState|verbs.QPAttrAV|verbs.QPAttrPathMTU|verbs.QPAttrDestQPN|verbs.QPAttrRQPSN|
-				verbs.QPAttrMaxDestRdAtomic|verbs.QPAttrMinRNRTimer)
-		me.qp.Modify(&verbs.QPAttr{State: verbs.QPSRTS, SQPSN: myPSN, Timeout: 14, RetryCnt: 7, RNRRetry: 7,
-			MaxRdAtomic: 1}, verbs.QPAttrState|verbs.QPAttrSQPSN|verbs.QPAttrTimeout|verbs.QPAttrRetryCnt|
-			verbs.QPAttrRNRRetry|verbs.QPAttrMaxQPRdAtomic)
+	if err := a.connect(b, devB, 100, 200); err != nil {
+		fmt.Println(err)
+		return
 	}
-	connect(a, b, devB, 100, 200)
-	connect(b, a, devA, 200, 100)
+	if err := b.connect(a, devA, 200, 100); err != nil {
+		fmt.Println(err)
+		return
+	}
 
 	copy(a.buf, "hello, remote memory")
-	err := a.qp.PostSend(&verbs.SendWR{ID: 1, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
+	err = a.qp.PostSend(&verbs.SendWR{ID: 1, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
 		SGL: []verbs.SGE{a.mr.SGE(0, 20)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
 	if err != nil {
 		fmt.Println(err)
@@ -73,4 +68,54 @@ func Example() {
 	// Output:
 	// SUCCESS RDMA_WRITE 20
 	// hello, remote memory
+}
+
+// exampleSide is one end of Example: a QP with its CQ and a registered
+// buffer.
+type exampleSide struct {
+	pd  *verbs.PD
+	cq  *verbs.CQ
+	qp  *verbs.QP
+	mr  *verbs.MR
+	buf []byte
+}
+
+func openSide(dev *verbs.Device) (*exampleSide, error) {
+	s := &exampleSide{pd: dev.AllocPD(), buf: make([]byte, 4096)}
+	var err error
+	if s.mr, err = s.pd.RegMR(s.buf, verbs.AccessLocalWrite|verbs.AccessRemoteWrite); err != nil {
+		return nil, err
+	}
+	if s.cq, err = dev.CreateCQ(16, nil); err != nil {
+		return nil, err
+	}
+	s.qp, err = s.pd.CreateQP(&verbs.QPInitAttr{SendCQ: s.cq, RecvCQ: s.cq,
+		Cap: verbs.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// connect takes s's QP through INIT and RTR to RTS, connected to peer's.
+func (s *exampleSide) connect(peer *exampleSide, peerDev *verbs.Device, myPSN, peerPSN verbs.PSN) error {
+	gid, err := peerDev.GID(0)
+	if err != nil {
+		return err
+	}
+	err = s.qp.Modify(&verbs.QPAttr{State: verbs.QPSInit, AccessFlags: verbs.AccessRemoteWrite},
+		verbs.QPAttrState|verbs.QPAttrAccessFlags)
+	if err != nil {
+		return err
+	}
+	err = s.qp.Modify(&verbs.QPAttr{State: verbs.QPSRTR, PathMTU: verbs.MTU1024, DestQPN: peer.qp.QPN(),
+		RQPSN: peerPSN, MaxDestRdAtomic: 1, MinRNRTimer: 12, AV: verbs.AddressVector{DGID: gid, HopLimit: 64}},
+		verbs.QPAttrState|verbs.QPAttrAV|verbs.QPAttrPathMTU|verbs.QPAttrDestQPN|verbs.QPAttrRQPSN|
+			verbs.QPAttrMaxDestRdAtomic|verbs.QPAttrMinRNRTimer)
+	if err != nil {
+		return err
+	}
+	return s.qp.Modify(&verbs.QPAttr{State: verbs.QPSRTS, SQPSN: myPSN, Timeout: 14, RetryCnt: 7, RNRRetry: 7,
+		MaxRdAtomic: 1}, verbs.QPAttrState|verbs.QPAttrSQPSN|verbs.QPAttrTimeout|verbs.QPAttrRetryCnt|
+		verbs.QPAttrRNRRetry|verbs.QPAttrMaxQPRdAtomic)
 }

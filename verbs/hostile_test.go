@@ -233,7 +233,7 @@ func (r *rawPeer) response() (ibtransport.Opcode, ibtransport.PSN, ibtransport.S
 		}
 		r.link.Wait(10 * time.Millisecond)
 	}
-	r.t.Fatal("no response from the victim")
+	require.FailNow(r.t, "no response from the victim")
 	return 0, 0, 0, nil
 }
 

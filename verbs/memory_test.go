@@ -29,7 +29,7 @@ func TestMemoryChecks(t *testing.T) {
 	require.NoError(t, err)
 	mem, otherMem := (*pdMemory)(pd), (*pdMemory)(other)
 	a := mr.Addr()
-	onEngine := func(fn func()) { require.NoError(t, d.eng.Do(func() error { fn(); return nil })) }
+	onEngine := func(fn func()) { require.NoError(t, d.group.Do(func() error { fn(); return nil })) }
 	onEngine(func() {
 		require.NotNil(t, mem.LocalRegion(mr.LKey(), a, 2048, AccessLocalWrite))
 		require.NotNil(t, mem.RemoteRegion(mr.RKey(), a+2047, 1, AccessRemoteWrite))

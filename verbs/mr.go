@@ -177,7 +177,7 @@ func (pd *PD) RegMR(buf []byte, access Access) (*MR, error) {
 	}
 	populate(buf)
 	d := pd.dev
-	err := d.eng.Do(func() error {
+	err := d.group.Do(func() error {
 		for {
 			m.lkey = d.keys.next()
 			if _, dup := d.mrs.lkeys[m.lkey]; !dup {
@@ -204,7 +204,7 @@ func (pd *PD) RegMR(buf []byte, access Access) (*MR, error) {
 // no longer reads or writes the memory, and its keys are rejected.
 func (m *MR) Dereg() error {
 	d := m.pd.dev
-	return d.eng.Do(func() error {
+	return d.group.Do(func() error {
 		if !m.valid && d.mrs.lkeys[m.lkey] != m {
 			return fmt.Errorf("deregister MR: %w", ErrInvalidArgument)
 		}
@@ -218,9 +218,9 @@ func (m *MR) Dereg() error {
 // populate faults in buf's pages, writable, as ibv_reg_mr's pinning does,
 // so that the data path meets no page fault: a fresh Go allocation is
 // mapped on first touch, and perftest's 64 KiB areas for 1024 QPs (128 MiB
-// a side) otherwise took 32,768 faults during the measured run. It is best
-// effort: kernels before 5.14 lack MADV_POPULATE_WRITE, and the memory
-// then faults in on use as before.
+// a side, 32,768 pages) would otherwise fault in while traffic runs. It is
+// best effort: kernels before 5.14 lack MADV_POPULATE_WRITE, and the memory
+// then faults in on use.
 func populate(buf []byte) {
 	if len(buf) == 0 {
 		return

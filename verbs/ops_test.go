@@ -48,7 +48,7 @@ func transfer(t *testing.T, x, y *endpoint, op verbs.WROpcode, size int, seed by
 		require.Equal(t, x.qp.QPN(), rwc.SrcQP)
 	}
 	if !bytesEqual(want, dst) {
-		t.Fatalf("%v of %d bytes: data differs at byte %d", op, size, firstDiff(want, dst))
+		require.FailNowf(t, "data differs", "%v of %d bytes: at byte %d", op, size, firstDiff(want, dst))
 	}
 }
 

@@ -45,7 +45,7 @@ func (pd *PD) CreateQP(init *QPInitAttr) (*QP, error) {
 		}
 		cfg.SRQ = (*srqRing)(init.SRQ)
 	}
-	return pd.dev.eng.CreateQP(&cfg)
+	return pd.dev.group.CreateQP(&cfg)
 }
 
 // pdMemory is the PD as the engine sees it (ibtransport.Memory): it

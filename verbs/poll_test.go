@@ -34,7 +34,7 @@ func spin(t *testing.T, cq *verbs.CQ) verbs.WC {
 			return wc[0]
 		}
 	}
-	t.Fatal("no completion within 10s of polling")
+	require.FailNow(t, "no completion within 10s of polling")
 	return verbs.WC{}
 }
 
@@ -176,7 +176,7 @@ func TestCloseWhilePolling(t *testing.T) {
 	select {
 	case <-done:
 	case <-time.After(5 * time.Second):
-		t.Fatal("Close hung while goroutines polled")
+		require.FailNow(t, "Close hung while goroutines polled")
 	}
 	passes := p.a.RoCE().Counters().Passes.Load()
 	time.Sleep(20 * time.Millisecond)

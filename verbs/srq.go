@@ -31,7 +31,7 @@ func (s *SRQ) PostRecv(wr *RecvWR) error {
 	if err := s.rq.Post(wr); err != nil {
 		return err
 	}
-	s.pd.dev.eng.Wake()
+	s.pd.dev.group.Wake()
 	return nil
 }
 
@@ -40,7 +40,7 @@ func (s *SRQ) PostRecv(wr *RecvWR) error {
 func (s *SRQ) PostRecvList(wrs []RecvWR) (int, error) {
 	n, err := s.rq.PostList(wrs)
 	if n > 0 {
-		s.pd.dev.eng.Wake()
+		s.pd.dev.group.Wake()
 	}
 	return n, err
 }

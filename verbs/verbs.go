@@ -163,10 +163,11 @@ type Config struct {
 }
 
 // Device is an opened RDMA device (ibv_context): a RoCE device, whose
-// engine runs the transport, and the verbs objects' device-wide state.
+// engines (group) run the transport, and the verbs objects' device-wide
+// state.
 type Device struct {
-	dev *roce.Device
-	eng *ibtransport.Group
+	dev   *roce.Device
+	group *ibtransport.Group
 	// keys and mrs are the memory keys of all the device's regions: the
 	// engines read mrs without locks (see keyTable).
 	keys   *keySource
@@ -182,8 +183,8 @@ func Open(link roce.Link, cfg Config) (*Device, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open device: %w", err)
 	}
-	dev := &Device{dev: d, eng: d.Group(), keys: newKeySource(), mrs: newKeyTable(), events: make(chan Event, 256)}
-	dev.eng.HandleEvents(dev.onQPEvent)
+	dev := &Device{dev: d, group: d.Group(), keys: newKeySource(), mrs: newKeyTable(), events: make(chan Event, 256)}
+	dev.group.HandleEvents(dev.onQPEvent)
 	return dev, nil
 }
 
@@ -209,7 +210,7 @@ func (d *Device) RoCE() *roce.Device { return d.dev }
 
 // Counters returns the transport engines' counters (their sum at the time
 // of the call when the device has several).
-func (d *Device) Counters() *ibtransport.Counters { return d.eng.Counters() }
+func (d *Device) Counters() *ibtransport.Counters { return d.group.Counters() }
 
 // GID returns entry index of the GID table (ibv_query_gid).
 func (d *Device) GID(index int) (GID, error) { return d.dev.GID(index) }

@@ -1,0 +1,52 @@
+package ibtransport
+
+import "sync/atomic"
+
+// Port is what an Engine sends through: the RoCE device, which knows the
+// link, the addresses and the framing.
+type Port interface {
+	// Path prepares transmission for local QP qpn to av, with IB packets of
+	// up to pathMTU bytes of payload. It fails when av cannot be reached or
+	// such packets do not fit the link.
+	Path(av *AddressVector, qpn uint32, pathMTU int) (TxPath, error)
+}
+
+// TxPath sends the IB packets of one QP. The engine builds each packet in
+// place in the buffer Buffer returns; the port wraps it and queues it.
+type TxPath interface {
+	// Buffer returns room for one IB packet (BTH through pad, ICRC
+	// excluded), or nil when the link has no free buffer now.
+	Buffer() []byte
+	// Send sends the first n bytes of the buffer last returned.
+	Send(n int)
+}
+
+// RecvInfo describes where a received IB packet came from.
+type RecvInfo struct {
+	SGID, DGID GID
+	// DGIDIndex is the index of DGID in the device's GID table.
+	DGIDIndex int
+}
+
+// Counters count engine events; they may be read while the engine runs.
+type Counters struct {
+	RxPackets      atomic.Uint64
+	RxBadPacket    atomic.Uint64 // failed ParsePacket
+	RxUnsupported  atomic.Uint64 // not an RC opcode
+	RxNoQP         atomic.Uint64 // unknown destination QP
+	RxFiltered     atomic.Uint64 // QP not ready, or GIDs not the QP's path
+	RxBadPKey      atomic.Uint64 // P_Key not the default partition
+	RxDuplicate    atomic.Uint64 // duplicate requests (re-ACKed or replayed)
+	RxOutOfSeq     atomic.Uint64 // requests ahead of the expected PSN
+	RxBadResponse  atomic.Uint64 // responses that fit no outstanding request
+	TxPackets      atomic.Uint64
+	TxNAKSeq       atomic.Uint64
+	TxRNRNAK       atomic.Uint64
+	TxNAKError     atomic.Uint64 // NAKs for invalid request, access and operational errors
+	Retransmits    atomic.Uint64 // go-back-N restarts (timeout, NAK, response gap, RNR)
+	Timeouts       atomic.Uint64
+	TxWindowStalls atomic.Uint64 // new requests held back by the device-wide window
+	RNRNAKsHandled atomic.Uint64
+	Forwarded      atomic.Uint64 // packets received for another engine's QP, passed on to it
+	ForwardDrops   atomic.Uint64 // such packets dropped: the engines' ring was full
+}

@@ -1,0 +1,161 @@
+package ibtransport
+
+import "fmt"
+
+// PostSend posts a send work request (ibv_post_send). The request's SGL and
+// inline data are copied, so wr may be reused when PostSend returns.
+func (q *QP) PostSend(wr *SendWR) error {
+	if err := q.checkPostSend(); err != nil {
+		return err
+	}
+	q.sq.mu.Lock()
+	err := q.postSendLocked(wr)
+	q.sq.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	q.home.Load().kick(q)
+	return nil
+}
+
+// PostSendList posts several send work requests at once, in order, with one
+// doorbell (ibv_post_send with a list). It returns how many were posted; on
+// an error, wrs[n] is the request that failed (libibverbs' bad_wr).
+func (q *QP) PostSendList(wrs []SendWR) (int, error) {
+	if err := q.checkPostSend(); err != nil {
+		return 0, err
+	}
+	q.sq.mu.Lock()
+	n := 0
+	var err error
+	for i := range wrs {
+		if err = q.postSendLocked(&wrs[i]); err != nil {
+			break
+		}
+		n++
+	}
+	q.sq.mu.Unlock()
+	if n > 0 {
+		q.home.Load().kick(q)
+	}
+	return n, err
+}
+
+func (q *QP) checkPostSend() error {
+	switch q.State() {
+	case QPSReset, QPSInit, QPSRTR:
+		return fmt.Errorf("post send on QP %d: %w (%v)", q.qpn, ErrInvalidState, q.State())
+	}
+	return nil
+}
+
+// checkSendWR checks wr against the QP's limits.
+func (q *QP) checkSendWR(wr *SendWR) error {
+	if wr.Opcode > WRAtomicFetchAndAdd {
+		return fmt.Errorf("post send: opcode %v: %w", wr.Opcode, ErrInvalidArgument)
+	}
+	if wr.Flags&SendInline != 0 {
+		if !(wr.Opcode.isSend() || wr.Opcode.isWrite()) || len(wr.InlineData) > q.sq.maxInline {
+			return fmt.Errorf("post send: inline %v of %d bytes (max %d): %w", wr.Opcode, len(wr.InlineData), q.sq.maxInline, ErrInvalidArgument)
+		}
+	} else if len(wr.SGL) > q.sq.maxSGE {
+		return fmt.Errorf("post send: %d SGEs, at most %d: %w", len(wr.SGL), q.sq.maxSGE, ErrInvalidArgument)
+	}
+	return nil
+}
+
+// postSendLocked validates wr and copies it into the next SQ slot; sq.mu is
+// held.
+func (q *QP) postSendLocked(wr *SendWR) error {
+	if err := q.checkSendWR(wr); err != nil {
+		return err
+	}
+	sq := &q.sq
+	t := sq.tail.Load()
+	if t-sq.head.Load() >= uint32(len(sq.slots)) {
+		return fmt.Errorf("post send on QP %d: %w", q.qpn, ErrQueueFull)
+	}
+	i := t & sq.mask
+	s := &sq.slots[i]
+	*s = sendWQE{id: wr.ID, remoteAddr: wr.RemoteAddr, rkey: wr.RKey, imm: wr.Imm, opcode: wr.Opcode, flags: wr.Flags}
+	if wr.Opcode == WRSendWithInv {
+		s.imm = wr.InvalidateRKey // read back through invalidateRKey
+	}
+	if q.sigAll {
+		s.flags |= SendSignaled
+	}
+	n := sq.copyData(i, s, wr)
+	if wr.Opcode.isAtomic() {
+		if sq.atomics == nil {
+			sq.atomics = make([]atomicOperands, len(sq.slots))
+		}
+		sq.atomics[i] = atomicOperands{compareAdd: wr.CompareAdd, swap: wr.Swap}
+	}
+	s.length = uint32(min(n, 1<<32-1))
+	s.state = wqeNew
+	s.status = WCSuccess
+	if n > 1<<31 {
+		s.state = wqeError
+		s.status = WCLocLenErr
+	}
+	sq.tail.Store(t + 1)
+	return nil
+}
+
+// copyData copies wr's inline data or SGL into slot i and returns the
+// message length.
+func (sq *sendQueue) copyData(i uint32, s *sendWQE, wr *SendWR) uint64 {
+	if wr.Flags&SendInline != 0 {
+		if sq.inline == nil {
+			sq.inline = make([]byte, len(sq.slots)*sq.maxInline)
+		}
+		copy(sq.inline[int(i)*sq.maxInline:], wr.InlineData)
+		return uint64(len(wr.InlineData))
+	}
+	var n uint64
+	s.nsge = uint16(len(wr.SGL))
+	for j, g := range wr.SGL {
+		p, _ := sq.sge(i, s, j)
+		*p = g
+		n += uint64(g.Length)
+	}
+	return n
+}
+
+func (q *QP) checkPostRecv() error {
+	if q.srq != nil {
+		return fmt.Errorf("post receive on QP %d: the QP uses an SRQ: %w", q.qpn, ErrInvalidArgument)
+	}
+	if q.State() == QPSReset {
+		return fmt.Errorf("post receive on QP %d: %w (RESET)", q.qpn, ErrInvalidState)
+	}
+	return nil
+}
+
+// PostRecv posts a receive work request (ibv_post_recv).
+func (q *QP) PostRecv(wr *RecvWR) error {
+	if err := q.checkPostRecv(); err != nil {
+		return err
+	}
+	if err := q.rq.Post(wr); err != nil {
+		return fmt.Errorf("QP %d: %w", q.qpn, err)
+	}
+	q.home.Load().kick(q)
+	return nil
+}
+
+// PostRecvList posts several receives with one doorbell; it returns how many
+// it posted (on an error, wrs[n] failed).
+func (q *QP) PostRecvList(wrs []RecvWR) (int, error) {
+	if err := q.checkPostRecv(); err != nil {
+		return 0, err
+	}
+	n, err := q.rq.PostList(wrs)
+	if n > 0 {
+		q.home.Load().kick(q)
+	}
+	if err != nil {
+		return n, fmt.Errorf("QP %d: %w", q.qpn, err)
+	}
+	return n, nil
+}

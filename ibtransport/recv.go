@@ -1,0 +1,90 @@
+package ibtransport
+
+// takeRecv starts filling the next posted receive, from the SRQ or the
+// QP's own receive queue.
+func (r *responder) takeRecv() bool {
+	q := r.qp
+	rq := &q.rq
+	if q.srq != nil {
+		rq = q.srqRQ
+	}
+	w := rq.peek()
+	if w == nil {
+		return false
+	}
+	r.recv.id = w.id
+	r.recv.sge = append(r.recv.sge[:0], w.sge...)
+	rq.pop()
+	if q.srq != nil {
+		q.srq.Consumed()
+	}
+	r.recvActive = true
+	r.recvOff = 0
+	r.recvBad = WCSuccess
+	r.recvCap = 0
+	for i, s := range r.recv.sge {
+		r.recvCap += uint64(s.Length)
+		r.recvMRs[i] = nil
+		if s.Length == 0 {
+			continue
+		}
+		mr := q.mem.LocalRegion(s.LKey, s.Addr, s.Length, AccessLocalWrite)
+		if mr == nil {
+			r.recvBad = WCLocProtErr
+			continue
+		}
+		r.recvMRs[i] = mr
+	}
+	return true
+}
+
+// scatterRecv copies a SEND payload into the active receive.
+func (r *responder) scatterRecv(src []byte) WCStatus {
+	off := r.recvOff
+	if uint64(off)+uint64(len(src)) > r.recvCap {
+		return WCLocLenErr // checked first: nothing is written
+	}
+	r.recvOff += uint32(len(src))
+	for i, s := range r.recv.sge {
+		if len(src) == 0 {
+			break
+		}
+		if off >= s.Length {
+			off -= s.Length
+			continue
+		}
+		mr := r.recvMRs[i]
+		if mr == nil {
+			return WCLocProtErr
+		}
+		dst, ok := mr.Slice(s.Addr+uint64(off), min(s.Length-off, uint32(len(src))))
+		if !ok {
+			return WCLocProtErr
+		}
+		src = src[copy(dst, src):]
+		off = 0
+	}
+	if len(src) != 0 {
+		return WCLocLenErr
+	}
+	return WCSuccess
+}
+
+// finishRecv completes the active receive successfully.
+func (r *responder) finishRecv(op WCOpcode, n uint32, flags WCFlags, imm, inv uint32, solicited bool) {
+	wc := r.recvWC(WCSuccess, op, n)
+	wc.Flags, wc.Imm, wc.InvalidatedRKey = flags, imm, inv
+	r.recvActive = false
+	r.qp.complete(r.qp.recvCQ, wc, solicited)
+}
+
+// completeRecv completes the active receive with st.
+func (r *responder) completeRecv(st WCStatus, n uint32) {
+	wc := r.recvWC(st, WCRecv, n)
+	r.recvActive = false
+	r.qp.complete(r.qp.recvCQ, wc, false)
+}
+
+func (r *responder) recvWC(st WCStatus, op WCOpcode, n uint32) WC {
+	return WC{WRID: r.recv.id, Status: st, Opcode: op, ByteLen: n, QPN: r.qp.qpn, SrcQP: r.qp.destQPN}
+}

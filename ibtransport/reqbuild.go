@@ -1,0 +1,145 @@
+package ibtransport
+
+var sendOps = [2][4][3]Opcode{ // [write][position first,middle,last,only][plain,imm,inv]
+	{
+		{OpRCSendFirst, OpRCSendFirst, OpRCSendFirst},
+		{OpRCSendMiddle, OpRCSendMiddle, OpRCSendMiddle},
+		{OpRCSendLast, OpRCSendLastImm, OpRCSendLastInv},
+		{OpRCSendOnly, OpRCSendOnlyImm, OpRCSendOnlyInv},
+	},
+	{
+		{OpRCWriteFirst, OpRCWriteFirst, OpRCWriteFirst},
+		{OpRCWriteMiddle, OpRCWriteMiddle, OpRCWriteMiddle},
+		{OpRCWriteLast, OpRCWriteLastImm, OpRCWriteLast},
+		{OpRCWriteOnly, OpRCWriteOnlyImm, OpRCWriteOnly},
+	},
+}
+
+// sendOpcode returns the opcode of the SEND or WRITE packet psn of w.
+func sendOpcode(w *sendWQE, psn PSN) Opcode {
+	first, last := psn == w.firstPSN, psn == w.lastPSN
+	pos := 1
+	switch {
+	case first && last:
+		pos = 3
+	case first:
+		pos = 0
+	case last:
+		pos = 2
+	}
+	variant := 0
+	switch w.opcode {
+	case WRSendWithImm, WRRDMAWriteWithImm:
+		variant = 1
+	case WRSendWithInv:
+		variant = 2
+	}
+	wi := 0
+	if w.opcode.isWrite() {
+		wi = 1
+	}
+	return sendOps[wi][pos][variant]
+}
+
+// buildRequest writes the packet of the WQE in slot i at its nextPSN into
+// buf and advances the WQE.
+func (r *requester) buildRequest(buf []byte, i uint32, w *sendWQE) (int, bool) {
+	psn := w.nextPSN
+	op := w.opcode
+	var n int
+	last := true
+	switch {
+	case op.isSend() || op.isWrite():
+		var ok bool
+		if n, ok = r.buildSendWrite(buf, i, w); !ok {
+			return 0, false
+		}
+		last = psn == w.lastPSN
+	case op.isRead():
+		n = r.buildRead(buf, w)
+	default:
+		n = r.buildAtomic(buf, i, w)
+	}
+	ackReq := last || r.sinceAckReq+1 >= ackReqInterval
+	if ackReq {
+		r.sinceAckReq = 0
+	} else {
+		r.sinceAckReq++
+	}
+	q := r.qp
+	p := &q.e.tx
+	p.BTH.SetDestQPN(q.destQPN)
+	p.BTH.SetPSN(psn)
+	p.BTH.SetAckReq(ackReq)
+	p.BTH.SetMigReq(true)
+	p.BTH.SetSolicitedEvent(last && w.flags&SendSolicited != 0 && (op.isSend() || op == WRRDMAWriteWithImm))
+	return n, true
+}
+
+// buildSendWrite lays out a SEND or WRITE packet with its payload. Every
+// packet of a message but the last carries a whole MTU.
+func (r *requester) buildSendWrite(buf []byte, i uint32, w *sendWQE) (int, bool) {
+	q := r.qp
+	p := &q.e.tx
+	psn := w.nextPSN
+	offset := uint32(psn.Diff(w.firstPSN)) * q.mtu
+	payload := min(w.length-offset, q.mtu)
+	n, _ := LayoutPacket(buf, sendOpcode(w, psn), int(payload), p)
+	if p.RETH != nil {
+		p.RETH.SetVA(w.remoteAddr)
+		p.RETH.SetRKey(w.rkey)
+		p.RETH.SetDMALength(w.length)
+	}
+	if p.ImmDt != nil {
+		p.ImmDt.SetImm(w.imm)
+	}
+	if p.IETH != nil {
+		p.IETH.SetRKey(w.invalidateRKey())
+	}
+	if !q.sq.gather(i, w, offset, p.Payload) {
+		return 0, false
+	}
+	w.nextPSN = psn.Add(1)
+	return n, true
+}
+
+// buildRead lays out a READ request. A responder streams a READ's whole
+// response at once, and one of megabytes (thousands of packets) overflows
+// this side's receive ring. So a READ of more than readSegmentPSNs
+// response packets goes out as several READ requests, each up to the next
+// multiple of readSegmentPSNs, paced by the window in sendRequests.
+func (r *requester) buildRead(buf []byte, w *sendWQE) int {
+	q := r.qp
+	p := &q.e.tx
+	idx := uint32(w.nextPSN.Diff(w.firstPSN))
+	end := min((idx/readSegmentPSNs+1)*readSegmentPSNs, uint32(w.lastPSN.Diff(w.firstPSN))+1)
+	off := idx * q.mtu
+	n, _ := LayoutPacket(buf, OpRCReadRequest, 0, p)
+	p.RETH.SetVA(w.remoteAddr + uint64(off))
+	p.RETH.SetRKey(w.rkey)
+	p.RETH.SetDMALength(min(w.length-off, (end-idx)*q.mtu))
+	w.nextPSN = w.firstPSN.Add(end)
+	return n
+}
+
+// buildAtomic lays out a CompareSwap or FetchAdd request.
+func (r *requester) buildAtomic(buf []byte, i uint32, w *sendWQE) int {
+	q := r.qp
+	p := &q.e.tx
+	opc := OpRCFetchAdd
+	if w.opcode == WRAtomicCmpAndSwp {
+		opc = OpRCCompareSwap
+	}
+	a := &q.sq.atomics[i&q.sq.mask]
+	n, _ := LayoutPacket(buf, opc, 0, p)
+	p.AtomicETH.SetVA(w.remoteAddr)
+	p.AtomicETH.SetRKey(w.rkey)
+	if w.opcode == WRAtomicCmpAndSwp {
+		p.AtomicETH.SetSwapAdd(a.swap)
+		p.AtomicETH.SetCompare(a.compareAdd)
+	} else {
+		p.AtomicETH.SetSwapAdd(a.compareAdd)
+	}
+	w.nextPSN = w.nextPSN.Add(1)
+	return n
+}

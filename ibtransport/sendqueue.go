@@ -1,0 +1,167 @@
+package ibtransport
+
+import (
+	"sync"
+	"sync/atomic"
+)
+
+type wqeState uint8
+
+const (
+	wqeNew     wqeState = iota // posted, not yet started
+	wqeSending                 // PSNs assigned; packets (re)transmitting
+	wqeError                   // failed a local check; completes with status when it reaches the head
+)
+
+// sendWQE is a posted send work request with the requester's progress. An
+// idle QP holds MaxSendWR of them, so a slot keeps only what the engine
+// needs of the SendWR, and its first SGE: further SGEs, inline data and
+// atomic operands live in arrays of the send queue (sendQueue.moreSGE,
+// inline, atomics), indexed by slot.
+type sendWQE struct {
+	id         uint64
+	remoteAddr uint64
+	rkey       uint32
+	// imm is the immediate data; a SEND_WITH_INV keeps the rkey to
+	// invalidate there instead (invalidateRKey), the two never meeting in
+	// one request.
+	imm    uint32
+	length uint32
+	nsge   uint16 // SGEs in the SGL (0 with SendInline)
+	opcode WROpcode
+	flags  SendFlags
+	// Engine-owned.
+	state    wqeState
+	status   WCStatus
+	firstPSN PSN
+	lastPSN  PSN
+	nextPSN  PSN // next PSN to transmit; its payload starts (nextPSN-firstPSN) × MTU bytes in
+	sge0     SGE
+	mr0      Region // the region behind sge0, resolved before the first packet
+}
+
+// invalidateRKey returns the rkey a SEND_WITH_INV invalidates.
+func (w *sendWQE) invalidateRKey() uint32 { return w.imm }
+
+// atomicOperands are the operands of an atomic work request.
+type atomicOperands struct {
+	compareAdd, swap uint64
+}
+
+// sendQueue is a QP's ring of send WQEs: posters fill it under mu and
+// publish through tail; the engine goroutine consumes it, and the
+// completer frees slots through head.
+type sendQueue struct {
+	mu        sync.Mutex
+	slots     []sendWQE
+	mask      uint32
+	maxSGE    int
+	maxInline int
+	// SGEs 1..maxSGE-1 of each slot and the regions behind them
+	// (maxSGE-1 per slot), allocated with the queue when maxSGE > 1.
+	moreSGE []SGE
+	moreMR  []Region
+	// Allocated on the first post that needs them, so that QPs that never
+	// send inline data or atomics do not pay for them: maxInline bytes and
+	// one atomicOperands per slot. Posters set them under mu before
+	// publishing the slot through tail.
+	inline  []byte
+	atomics []atomicOperands
+	tail    atomic.Uint32 // posted
+	head    atomic.Uint32 // retired by the completer
+}
+
+// init allocates the ring for size (a power of two) WQEs.
+func (sq *sendQueue) init(size, maxSGE, maxInline int) {
+	sq.slots = make([]sendWQE, size)
+	sq.mask = uint32(size - 1)
+	sq.maxSGE = maxSGE
+	sq.maxInline = maxInline
+	if maxSGE > 1 {
+		sq.moreSGE = make([]SGE, size*(maxSGE-1))
+		sq.moreMR = make([]Region, size*(maxSGE-1))
+	}
+}
+
+// sge returns SGE j of the WQE in slot i, and where its region is kept.
+func (sq *sendQueue) sge(i uint32, w *sendWQE, j int) (*SGE, *Region) {
+	if j == 0 {
+		return &w.sge0, &w.mr0
+	}
+	k := int(i&sq.mask)*(sq.maxSGE-1) + j - 1
+	return &sq.moreSGE[k], &sq.moreMR[k]
+}
+
+// inlineData returns the inline payload of the WQE in slot i.
+func (sq *sendQueue) inlineData(i uint32, w *sendWQE) []byte {
+	off := int(i&sq.mask) * sq.maxInline
+	return sq.inline[off : off+int(w.length)]
+}
+
+// gather copies the message bytes at offset off of the WQE in slot i into
+// dst.
+func (sq *sendQueue) gather(i uint32, w *sendWQE, off uint32, dst []byte) bool {
+	if w.flags&SendInline != 0 {
+		copy(dst, sq.inlineData(i, w)[off:])
+		return true
+	}
+	_, ok := sq.copySGL(i, w, off, dst, false)
+	return ok
+}
+
+// scatter copies src into the SGL of the WQE in slot i at offset off (READ
+// responses and atomic results).
+func (sq *sendQueue) scatter(i uint32, w *sendWQE, off uint32, src []byte) bool {
+	left, ok := sq.copySGL(i, w, off, src, true)
+	return ok && left == 0
+}
+
+// copySGL copies between buf and the SGL of the WQE in slot i from offset
+// off: into the SGL if toSGL, out of it otherwise. It returns how many
+// bytes of buf the SGL had no room for, and false if a region is missing
+// or too short.
+func (sq *sendQueue) copySGL(i uint32, w *sendWQE, off uint32, buf []byte, toSGL bool) (int, bool) {
+	for j := range int(w.nsge) {
+		if len(buf) == 0 {
+			break
+		}
+		s, mr := sq.sge(i, w, j)
+		if off >= s.Length {
+			off -= s.Length
+			continue
+		}
+		if *mr == nil {
+			return len(buf), false
+		}
+		mem, ok := (*mr).Slice(s.Addr+uint64(off), min(s.Length-off, uint32(len(buf))))
+		if !ok {
+			return len(buf), false
+		}
+		if toSGL {
+			buf = buf[copy(mem, buf):]
+		} else {
+			buf = buf[copy(buf, mem):]
+		}
+		off = 0
+	}
+	return len(buf), true
+}
+
+// packetCount returns how many packets of up to mtu bytes carry n bytes:
+// at least one, even for no data.
+func packetCount(n, mtu uint32) uint32 { return max((n+mtu-1)/mtu, 1) }
+
+// packets returns how many PSNs a WQE uses.
+func (q *QP) packets(w *sendWQE) uint32 {
+	if w.opcode.isAtomic() {
+		return 1
+	}
+	return packetCount(w.length, q.mtu)
+}
+
+func (q *QP) sqSlot(i uint32) *sendWQE { return &q.sq.slots[i&q.sq.mask] }
+
+// sendWC returns the completion of w with status st.
+func (q *QP) sendWC(w *sendWQE, st WCStatus) WC {
+	return WC{WRID: w.id, Status: st, Opcode: wcOpcodeOf(w.opcode), QPN: q.qpn, SrcQP: q.destQPN}
+}
