@@ -25,7 +25,7 @@ type DeviceConfig struct {
 	// (default 64).
 	RxBatch int
 	// Resolve finds the MAC address of a peer when a QP is connected to it
-	// and SetNeighbor has no entry (for example roce.ResolveNeighbor over the
+	// and SetNeighbor has no entry (for example xdplink.ResolveNeighbor over the
 	// kernel's neighbour table). Without it such peers get the broadcast
 	// address.
 	Resolve func(netip.Addr) ([6]byte, error)

@@ -9,10 +9,12 @@
 // per-packet path.
 //
 // The package also holds RoCEv2 GIDs (IP addresses in GID form), the UDP
-// source port a queue pair uses, and the device that joins a link to the
-// transport. A Device runs one engine of package ibtransport per share of
-// the link's receive queues (a Splitter, such as XDPLink on a multi-queue
-// interface, divides them), each in its own goroutine with the link it
-// drives: a lane. The path of one frame: the lane's link receives it,
-// ParseFrame checks it, and the lane's engine runs the IB packet.
+// source port a queue pair uses, and the device that joins a Link to the
+// transport. Links plug in from their own packages: roce/xdplink over
+// AF_XDP on a real interface, roce/memlink in memory for tests. A Device
+// runs one engine of package ibtransport per share of the link's receive
+// queues (a Splitter, such as an xdplink.Link on a multi-queue interface,
+// divides them), each in its own goroutine with the link it drives: a lane.
+// The path of one frame: the lane's link receives it, ParseFrame checks it,
+// and the lane's engine runs the IB packet.
 package roce

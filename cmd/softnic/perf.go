@@ -19,7 +19,7 @@ import (
 
 	"github.com/softnic/softnic/bench/perftest"
 	"github.com/softnic/softnic/internal/oob"
-	"github.com/softnic/softnic/roce"
+	"github.com/softnic/softnic/roce/xdplink"
 	"github.com/softnic/softnic/verbs"
 )
 
@@ -29,15 +29,15 @@ func init() {
 
 // openDevice opens softnic on the interface named ifname: the AF_XDP link
 // with softnic's XDP program, and a verbs device whose GID table is the
-// interface's addresses (roce.GIDTable order), run by engines engines (0:
+// interface's addresses (xdplink.GIDTable order), run by engines engines (0:
 // one per receive queue, up to the number of CPUs). Tests replace it to
 // run over an in-memory link.
 var openDevice = func(ifname string, engines int) (perftest.Device, func(), error) {
-	nd, err := roce.LookupNetdev(ifname)
+	nd, err := xdplink.LookupNetdev(ifname)
 	if err != nil {
 		return perftest.Device{}, nil, err
 	}
-	link, err := roce.OpenXDPLink(ifname, roce.XDPLinkConfig{Addrs: nd.GIDs})
+	link, err := xdplink.Open(ifname, xdplink.Config{Addrs: nd.GIDs})
 	if err != nil {
 		return perftest.Device{}, nil, fmt.Errorf("open AF_XDP link on %s: %w", ifname, err)
 	}
@@ -47,7 +47,7 @@ var openDevice = func(ifname string, engines int) (perftest.Device, func(), erro
 		return perftest.Device{}, nil, err
 	}
 	resolve := func(peer netip.Addr) error {
-		mac, err := roce.ResolveNeighbor(nd.Index, peer, 3*time.Second)
+		mac, err := xdplink.ResolveNeighbor(nd.Index, peer, 3*time.Second)
 		if err != nil {
 			return err
 		}
@@ -357,7 +357,7 @@ func printSoftnicStats(w io.Writer, dev *verbs.Device) {
 	fmt.Fprintf(w, "engines %d\n", dev.RoCE().Engines())
 	writeCounters(w, "", reflect.ValueOf(dev.RoCE().Counters()).Elem())
 	type statser interface {
-		Stats() (roce.XDPLinkStats, error)
+		Stats() (xdplink.Stats, error)
 	}
 	if l, ok := dev.RoCE().Link().(statser); ok {
 		fmt.Fprintln(w, " softnic XDP link statistics:")

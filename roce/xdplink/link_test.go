@@ -1,4 +1,4 @@
-package roce
+package xdplink
 
 import (
 	"bytes"
@@ -13,6 +13,7 @@ import (
 	"github.com/softnic/softnic/bpf"
 	"github.com/softnic/softnic/ibtransport"
 	"github.com/softnic/softnic/internal/netnstest"
+	"github.com/softnic/softnic/roce"
 	"github.com/softnic/softnic/xdp"
 	"github.com/vishvananda/netlink"
 )
@@ -29,7 +30,7 @@ func TestNetdevAndNeighbors(t *testing.T) {
 			t.Errorf("netdev %+v, want MTU 9000, MAC %v, index %d", nd, pair.A.MAC, pair.A.Ifindex)
 		}
 		// Link-local first, then IPv4, then global IPv6.
-		if len(nd.GIDs) != 3 || nd.GIDs[0] != DefaultGID(nd.MAC) {
+		if len(nd.GIDs) != 3 || nd.GIDs[0] != roce.DefaultGID(nd.MAC) {
 			t.Fatalf("GIDs %v, want the link-local address first and 3 in all", nd.GIDs)
 		}
 		want := []netip.Addr{nd.GIDs[0], pair.A.Addr4(), pair.A.Addr6()}
@@ -61,25 +62,15 @@ func TestNetdevAndNeighbors(t *testing.T) {
 	}
 }
 
-func TestActiveIBMTU(t *testing.T) {
-	for _, c := range []struct{ link, ib int }{
-		{9000, 4096}, {4176, 4096}, {4175, 2048}, {1500, 1024}, {1104, 1024}, {1103, 512}, {576, 256}, {68, 256},
-	} {
-		if got := ActiveIBMTU(c.link); got != c.ib {
-			t.Errorf("ActiveIBMTU(%d) = %d, want %d", c.link, got, c.ib)
-		}
-	}
-}
-
-func openLinkT(t *testing.T, e *netnstest.End) *XDPLink {
+func openLinkT(t *testing.T, e *netnstest.End) *Link {
 	t.Helper()
-	var l *XDPLink
+	var l *Link
 	err := e.Do(func() (err error) {
 		var addrs []netip.Addr
 		for _, p := range e.Addrs {
 			addrs = append(addrs, p.Addr())
 		}
-		l, err = OpenXDPLink(e.Ifname, XDPLinkConfig{Addrs: addrs})
+		l, err = Open(e.Ifname, Config{Addrs: addrs})
 		return err
 	})
 	if err != nil {
@@ -90,7 +81,7 @@ func openLinkT(t *testing.T, e *netnstest.End) *XDPLink {
 }
 
 // sendIB sends one RoCEv2 frame carrying ib through l.
-func sendIB(t *testing.T, l Link, e *Encap, ib []byte) {
+func sendIB(t *testing.T, l roce.Link, e *roce.Encap, ib []byte) {
 	t.Helper()
 	var buf []byte
 	for deadline := time.Now().Add(2 * time.Second); buf == nil; {
@@ -125,21 +116,21 @@ func TestXDPLinkFrames(t *testing.T) {
 				t.Fatalf("link MTU %d, want %d", a.MTU(), tc.mtu)
 			}
 			for _, v6 := range []bool{false, true} {
-				e := Encap{SrcMAC: a.HardwareAddr(), DstMAC: b.HardwareAddr(), Src: pair.A.Addr4(), Dst: pair.B.Addr4(), HopLimit: 64, SrcPort: SourcePort(17)}
+				e := roce.Encap{SrcMAC: a.HardwareAddr(), DstMAC: b.HardwareAddr(), Src: pair.A.Addr4(), Dst: pair.B.Addr4(), HopLimit: 64, SrcPort: roce.SourcePort(17)}
 				if v6 {
 					e.Src, e.Dst = pair.A.Addr6(), pair.B.Addr6()
 				}
 				const n = 300
 				sent := make([][]byte, 0, n)
 				got := 0
-				var f Frame
+				var f roce.Frame
 				// receiveUpTo takes frames until want have arrived; sending in
 				// batches of 32 keeps the veth's 256-frame queue from overflowing
 				// on a loaded machine.
 				receiveUpTo := func(want int) {
 					for deadline := time.Now().Add(5 * time.Second); got < want && time.Now().Before(deadline); {
 						b.Receive(func(frame []byte) {
-							if err := ParseFrame(frame, &f); err != nil {
+							if err := roce.ParseFrame(frame, &f); err != nil {
 								t.Errorf("frame %d: %v", got, err)
 							} else if f.Dst != e.Dst || !bytes.Equal(f.IB, sent[got]) {
 								t.Errorf("frame %d differs (dst %v, %d IB bytes)", got, f.Dst, len(f.IB))
@@ -217,7 +208,7 @@ func TestXDPLinkWakeAndClose(t *testing.T) {
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if err := l.Wait(0); !errors.Is(err, ErrLinkClosed) {
+	if err := l.Wait(0); !errors.Is(err, roce.ErrLinkClosed) {
 		t.Fatalf("Wait after Close: %v", err)
 	}
 	// The interface is as it was: no XDP program left.
@@ -233,13 +224,13 @@ func TestXDPLinkWakeAndClose(t *testing.T) {
 func TestOpenXDPLinkErrors(t *testing.T) {
 	netnstest.Integration(t)
 	pair := netnstest.NewT(t, netnstest.Config{})
-	err := pair.A.Do(func() error { _, err := OpenXDPLink("nosuch0", XDPLinkConfig{}); return err })
+	err := pair.A.Do(func() error { _, err := Open("nosuch0", Config{}); return err })
 	if !errors.Is(err, bpf.ErrNoInterface) {
 		t.Errorf("missing interface: %v", err)
 	}
 	first := openLinkT(t, &pair.A)
 	_ = first
-	err = pair.A.Do(func() error { _, err := OpenXDPLink(pair.A.Ifname, XDPLinkConfig{}); return err })
+	err = pair.A.Do(func() error { _, err := Open(pair.A.Ifname, Config{}); return err })
 	if !errors.Is(err, bpf.ErrXDPBusy) {
 		t.Errorf("second link on one interface: %v", err)
 	}
@@ -247,7 +238,7 @@ func TestOpenXDPLinkErrors(t *testing.T) {
 	// program must be gone again.
 	umem := netnstest.NewT(t, netnstest.Config{})
 	err = umem.A.Do(func() error {
-		_, err := OpenXDPLink(umem.A.Ifname, XDPLinkConfig{Socket: xdp.Config{NumFrames: 1 << 26}})
+		_, err := Open(umem.A.Ifname, Config{Socket: xdp.Config{NumFrames: 1 << 26}})
 		return err
 	})
 	if !errors.Is(err, xdp.ErrUMEM) {
@@ -266,7 +257,7 @@ func TestOpenXDPLinkErrors(t *testing.T) {
 		if err := netlink.LinkSetDown(nl); err != nil {
 			return err
 		}
-		_, err = OpenXDPLink(down.A.Ifname, XDPLinkConfig{})
+		_, err = Open(down.A.Ifname, Config{})
 		return err
 	})
 	if !errors.Is(err, ErrLinkDown) {
@@ -287,7 +278,7 @@ func TestXDPLinkHotPathAllocs(t *testing.T) {
 	for _, mtu := range []int{1500, 9000} {
 		pair := netnstest.NewT(t, netnstest.Config{MTU: mtu})
 		a, b := openLinkT(t, &pair.A), openLinkT(t, &pair.B)
-		e := Encap{SrcMAC: a.HardwareAddr(), DstMAC: b.HardwareAddr(), Src: pair.A.Addr4(), Dst: pair.B.Addr4(), HopLimit: 64, SrcPort: SourcePort(1)}
+		e := roce.Encap{SrcMAC: a.HardwareAddr(), DstMAC: b.HardwareAddr(), Src: pair.A.Addr4(), Dst: pair.B.Addr4(), HopLimit: 64, SrcPort: roce.SourcePort(1)}
 		ib := make([]byte, ibtransport.BTHLen+mtu-100)
 		ibtransport.BTH(ib).SetOpcode(ibtransport.OpRCSendOnly)
 		received := 0
@@ -326,9 +317,9 @@ func TestXDPLinkNoFDLeak(t *testing.T) {
 		return len(entries)
 	}
 	cycle := func() {
-		var l *XDPLink
+		var l *Link
 		if err := pair.A.Do(func() (err error) {
-			l, err = OpenXDPLink(pair.A.Ifname, XDPLinkConfig{Addrs: []netip.Addr{pair.A.Addr4()}, Socket: xdp.Config{NumFrames: 64}})
+			l, err = Open(pair.A.Ifname, Config{Addrs: []netip.Addr{pair.A.Addr4()}, Socket: xdp.Config{NumFrames: 64}})
 			return err
 		}); err != nil {
 			t.Fatal(err)
@@ -364,21 +355,21 @@ func TestXDPLinkSplit(t *testing.T) {
 	if a.NumQueues() != 4 || b.NumQueues() != 4 {
 		t.Fatalf("%d and %d queues, want 4", a.NumQueues(), b.NumQueues())
 	}
-	if _, err := a.Split(5); !errors.Is(err, ErrSplit) {
+	if _, err := a.Split(5); !errors.Is(err, roce.ErrSplit) {
 		t.Fatalf("Split(5) of 4 queues: %v", err)
 	}
 	as, err := a.Split(2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.Split(2); !errors.Is(err, ErrSplit) {
+	if _, err := a.Split(2); !errors.Is(err, roce.ErrSplit) {
 		t.Fatalf("a second Split: %v", err)
 	}
 	bs, err := b.Split(4)
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := Encap{SrcMAC: b.HardwareAddr(), DstMAC: a.HardwareAddr(), Src: pair.B.Addr4(), Dst: pair.A.Addr4(), HopLimit: 64, SrcPort: SourcePort(17)}
+	e := roce.Encap{SrcMAC: b.HardwareAddr(), DstMAC: a.HardwareAddr(), Src: pair.B.Addr4(), Dst: pair.A.Addr4(), HopLimit: 64, SrcPort: roce.SourcePort(17)}
 	for q, l := range bs {
 		ib := make([]byte, 64)
 		ib[0] = byte(ibtransport.OpRCSendOnly)
@@ -389,11 +380,11 @@ func TestXDPLinkSplit(t *testing.T) {
 		}
 	}
 	got := map[int]int{} // sending queue -> receiving link
-	var f Frame
+	var f roce.Frame
 	for deadline := time.Now().Add(5 * time.Second); len(got) < 4 && time.Now().Before(deadline); {
 		for i, l := range as {
 			l.Receive(func(frame []byte) {
-				if err := ParseFrame(frame, &f); err != nil {
+				if err := roce.ParseFrame(frame, &f); err != nil {
 					t.Errorf("link %d: %v", i, err)
 					return
 				}

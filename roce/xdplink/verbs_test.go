@@ -1,4 +1,4 @@
-package roce_test
+package xdplink_test
 
 import (
 	"bytes"
@@ -10,16 +10,16 @@ import (
 	"time"
 
 	"github.com/softnic/softnic/internal/netnstest"
-	"github.com/softnic/softnic/roce"
+	"github.com/softnic/softnic/roce/xdplink"
 	"github.com/softnic/softnic/verbs"
 )
 
 // xdpSide is one softnic device on an AF_XDP link in a namespace.
 type xdpSide struct {
 	end  *netnstest.End
-	link *roce.XDPLink
+	link *xdplink.Link
 	dev  *verbs.Device
-	nd   *roce.Netdev
+	nd   *xdplink.Netdev
 	pd   *verbs.PD
 	scq  *verbs.CQ
 	rcq  *verbs.CQ
@@ -37,10 +37,10 @@ func openXDPSideEngines(t testing.TB, e *netnstest.End, engines int) *xdpSide {
 	t.Helper()
 	s := &xdpSide{end: e}
 	err := e.Do(func() (err error) {
-		if s.nd, err = roce.LookupNetdev(e.Ifname); err != nil {
+		if s.nd, err = xdplink.LookupNetdev(e.Ifname); err != nil {
 			return err
 		}
-		if s.link, err = roce.OpenXDPLink(e.Ifname, roce.XDPLinkConfig{Addrs: s.nd.GIDs}); err != nil {
+		if s.link, err = xdplink.Open(e.Ifname, xdplink.Config{Addrs: s.nd.GIDs}); err != nil {
 			return err
 		}
 		s.dev, err = verbs.Open(s.link, verbs.Config{Addrs: s.nd.GIDs, Engines: engines})
@@ -103,7 +103,7 @@ func connectXDP(t testing.TB, x, y *xdpSide, v6 bool, mtu verbs.MTU) {
 		me, peer := pr[0], pr[1]
 		var mac [6]byte
 		if err := me.end.Do(func() (err error) {
-			mac, err = roce.ResolveNeighbor(me.nd.Index, addr(peer), 3*time.Second)
+			mac, err = xdplink.ResolveNeighbor(me.nd.Index, addr(peer), 3*time.Second)
 			return err
 		}); err != nil {
 			t.Fatal(err)
