@@ -344,19 +344,26 @@ func (e *Endpoint) Wait(timeout time.Duration) error {
 		return nil
 	default:
 	}
+	return sleep(e.closed, e.wake, e.timer, timeout)
+}
+
+// sleep waits until closed is closed, wake has a token, or timeout passes
+// (a negative timeout waits without limit, 0 not at all). t is the
+// caller's stopped timer, reused so that a timed wait allocates nothing.
+func sleep(closed, wake <-chan struct{}, t *time.Timer, timeout time.Duration) error {
 	if timeout == 0 {
 		return nil
 	}
 	var tc <-chan time.Time
 	if timeout > 0 {
-		e.timer.Reset(timeout)
-		tc = e.timer.C
-		defer e.timer.Stop()
+		t.Reset(timeout)
+		tc = t.C
+		defer t.Stop()
 	}
 	select {
-	case <-e.closed:
+	case <-closed:
 		return roce.ErrLinkClosed
-	case <-e.wake:
+	case <-wake:
 	case <-tc:
 	}
 	return nil
