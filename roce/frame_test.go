@@ -86,9 +86,7 @@ func TestFrameRoundTrip(t *testing.T) {
 				assert.Equal(t, uint32(0x11), p.BTH.DestQPN())
 				require.Len(t, p.Payload, size)
 				for i, c := range p.Payload {
-					if c != byte(i*7) {
-						t.Fatalf("payload byte %d = %d", i, c)
-					}
+					require.Equal(t, byte(i*7), c, "payload byte %d", i)
 				}
 			}
 		}
@@ -275,16 +273,13 @@ func TestParseAndFinishAllocateNothing(t *testing.T) {
 		b := buildFrame(t, e, ibtransport.OpRCWriteMiddle, 1024)
 		var f Frame
 		allocs := testing.AllocsPerRun(500, func() {
-			if err := ParseFrame(b, &f); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, ParseFrame(b, &f))
 		})
 		assert.Zero(t, allocs, name)
 		ibLen := len(f.IB)
 		allocs = testing.AllocsPerRun(500, func() {
-			if _, err := e.Finish(b, ibLen); err != nil {
-				t.Fatal(err)
-			}
+			_, err := e.Finish(b, ibLen)
+			require.NoError(t, err)
 		})
 		assert.Zero(t, allocs, name)
 	}
@@ -307,17 +302,14 @@ func FuzzParseFrame(f *testing.F) {
 		var c RxCounters
 		c.Count(err)
 		if err != nil {
-			if c.OtherErrors.Load() != 0 {
-				t.Fatalf("untyped error %v", err)
-			}
+			require.Zero(t, c.OtherErrors.Load(), "untyped error %v", err)
 			return
 		}
 		var p ibtransport.Packet
 		_ = ibtransport.ParsePacket(fr.IB, &p)
 		// A frame that parsed must re-encode to the same bytes' ICRC.
-		if ICRC(b[fr.IPOffset:fr.IPOffset+len(fr.IB)+ibtransport.ICRCLen+udpHeaderLen+ipHeaderLen(fr)]) != fr.ICRC {
-			t.Fatal("ICRC disagrees with itself")
-		}
+		require.Equal(t, fr.ICRC, ICRC(b[fr.IPOffset:fr.IPOffset+len(fr.IB)+ibtransport.ICRCLen+udpHeaderLen+ipHeaderLen(fr)]),
+			"ICRC disagrees with itself")
 	})
 }
 
@@ -349,9 +341,7 @@ func BenchmarkParseFrame(b *testing.B) {
 	b.SetBytes(int64(len(frame)))
 	b.ReportAllocs()
 	for b.Loop() {
-		if err := ParseFrame(frame, &f); err != nil {
-			b.Fatal(err)
-		}
+		require.NoError(b, ParseFrame(frame, &f))
 	}
 }
 
@@ -397,9 +387,8 @@ func BenchmarkFinish(b *testing.B) {
 			b.SetBytes(int64(len(frame)))
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := e.Finish(frame, ibLen); err != nil {
-					b.Fatal(err)
-				}
+				_, err := e.Finish(frame, ibLen)
+				require.NoError(b, err)
 			}
 		})
 	}
