@@ -119,6 +119,24 @@ func connectXDP(t testing.TB, x, y *xdpSide, v6 bool, mtu verbs.MTU) {
 	}
 }
 
+// linkMTUs are the link MTUs the tests run on, each with the largest IB MTU
+// that fits it.
+var linkMTUs = []struct {
+	linkMTU int
+	mtu     verbs.MTU
+}{{1500, verbs.MTU1024}, {9000, verbs.MTU4096}}
+
+// regWrite registers src at x as the source and dst at y as the target of
+// RDMA WRITEs.
+func regWrite(t testing.TB, x, y *xdpSide, src, dst []byte) (lmr, rmr *verbs.MR) {
+	t.Helper()
+	lmr, err := x.pd.RegMR(src, verbs.AccessLocalWrite)
+	require.NoError(t, err)
+	rmr, err = y.pd.RegMR(dst, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+	require.NoError(t, err)
+	return lmr, rmr
+}
+
 func waitWC(t testing.TB, cq *verbs.CQ, id uint64) verbs.WC {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -143,10 +161,7 @@ func pattern(b []byte, seed byte) {
 // 9000-byte link, over IPv4 and IPv6 GIDs, while ping and TCP share the veth.
 func TestVerbsOverXDP(t *testing.T) {
 	netnstest.Integration(t)
-	for _, tc := range []struct {
-		linkMTU int
-		mtu     verbs.MTU
-	}{{1500, verbs.MTU1024}, {9000, verbs.MTU4096}} {
+	for _, tc := range linkMTUs {
 		for _, v6 := range []bool{false, true} {
 			t.Run(fmt.Sprintf("link%d-ib%d-v6=%v", tc.linkMTU, tc.mtu.Bytes(), v6), func(t *testing.T) {
 				pair := netnstest.NewT(t, netnstest.Config{MTU: tc.linkMTU})
@@ -259,10 +274,7 @@ func TestVerbsOverXDPMultiQueue(t *testing.T) {
 		perEngine[x.qp.Engine()]++
 		src, dst := make([]byte, size), make([]byte, size)
 		pattern(src, byte(i))
-		lmr, err := x.pd.RegMR(src, verbs.AccessLocalWrite)
-		require.NoError(t, err)
-		rmr, err := y.pd.RegMR(dst, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
-		require.NoError(t, err)
+		lmr, rmr := regWrite(t, x, y, src, dst)
 		require.NoError(t, x.qp.PostSend(&verbs.SendWR{ID: uint64(i), Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
 			SGL: []verbs.SGE{lmr.SGE(0, size)}, RemoteAddr: rmr.Addr(), RKey: rmr.RKey()}))
 		waitWC(t, x.scq, uint64(i))
@@ -290,20 +302,14 @@ func TestVerbsOverXDPMultiQueue(t *testing.T) {
 // figure to compare with bench/xdpblast's raw ceiling.
 func BenchmarkVerbsOverXDP(b *testing.B) {
 	netnstest.Integration(b)
-	for _, tc := range []struct {
-		linkMTU int
-		mtu     verbs.MTU
-	}{{1500, verbs.MTU1024}, {9000, verbs.MTU4096}} {
+	for _, tc := range linkMTUs {
 		b.Run(fmt.Sprintf("write64KiB/link%d-ib%d", tc.linkMTU, tc.mtu.Bytes()), func(b *testing.B) {
 			pair := netnstest.NewT(b, netnstest.Config{MTU: tc.linkMTU})
 			x, y := openXDPSide(b, &pair.A), openXDPSide(b, &pair.B)
 			connectXDP(b, x, y, false, tc.mtu)
 			const size, window = 64 << 10, 16
 			lbuf, rbuf := make([]byte, size), make([]byte, size)
-			lmr, err := x.pd.RegMR(lbuf, verbs.AccessLocalWrite)
-			require.NoError(b, err)
-			rmr, err := y.pd.RegMR(rbuf, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
-			require.NoError(b, err)
+			lmr, rmr := regWrite(b, x, y, lbuf, rbuf)
 			wr := &verbs.SendWR{Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
 				SGL: []verbs.SGE{lmr.SGE(0, size)}, RemoteAddr: rmr.Addr(), RKey: rmr.RKey()}
 			var wcs [window]verbs.WC
