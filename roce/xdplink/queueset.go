@@ -264,8 +264,23 @@ func (q *queueSet) Wait(timeout time.Duration) error {
 	for i, s := range q.socks {
 		fds[1+i] = unix.PollFd{Fd: int32(s.FD()), Events: unix.POLLIN}
 	}
-	// ppoll, not poll: the engine's retransmission timers are finer than
-	// poll's milliseconds.
+	if err := q.ppoll(fds[:1+len(q.socks)], timeout); err != nil {
+		return err
+	}
+	if fds[0].Revents&unix.POLLIN != 0 {
+		var v [8]byte
+		unix.Read(q.wakeFD, v[:])
+	}
+	if q.l.closed.Load() {
+		return roce.ErrLinkClosed
+	}
+	return nil
+}
+
+// ppoll waits for fds for up to timeout (negative: without limit). It uses
+// ppoll, not poll: the engine's retransmission timers are finer than poll's
+// milliseconds.
+func (q *queueSet) ppoll(fds []unix.PollFd, timeout time.Duration) error {
 	var deadline time.Time
 	if timeout > 0 {
 		deadline = time.Now().Add(timeout)
@@ -276,9 +291,9 @@ func (q *queueSet) Wait(timeout time.Duration) error {
 			t := unix.NsecToTimespec(int64(timeout))
 			ts = &t
 		}
-		_, err := unix.Ppoll(fds[:1+len(q.socks)], ts, nil)
+		_, err := unix.Ppoll(fds, ts, nil)
 		if err == nil {
-			break
+			return nil
 		}
 		if err != unix.EINTR {
 			return fmt.Errorf("AF_XDP link on %q: poll: %w", q.l.ifname, err)
@@ -290,20 +305,12 @@ func (q *queueSet) Wait(timeout time.Duration) error {
 		}
 		if timeout > 0 {
 			if timeout = time.Until(deadline); timeout <= 0 {
-				break
+				return nil
 			}
 		} else if timeout == 0 {
-			break
+			return nil
 		}
 	}
-	if fds[0].Revents&unix.POLLIN != 0 {
-		var v [8]byte
-		unix.Read(q.wakeFD, v[:])
-	}
-	if q.l.closed.Load() {
-		return roce.ErrLinkClosed
-	}
-	return nil
 }
 
 // Wake implements roce.Link; any goroutine may call it.
