@@ -51,6 +51,7 @@ func (h etherHeader) EtherType() uint16 { return binary.BigEndian.Uint16(h[ethTy
 
 // encode writes the addresses and the EtherType.
 func (h etherHeader) encode(dst, src [6]byte, etherType uint16) {
+	h = h[:ethHeaderLen] // one bounds check for all the fields
 	copy(h[ethDst:], dst[:])
 	copy(h[ethSrc:], src[:])
 	binary.BigEndian.PutUint16(h[ethType:], etherType)
@@ -75,6 +76,7 @@ func (t vlanTag) EtherType() uint16 { return binary.BigEndian.Uint16(t[vlanEther
 
 // encode writes the TCI and the payload's EtherType.
 func (t vlanTag) encode(tci, etherType uint16) {
+	t = t[:vlanTagLen]
 	binary.BigEndian.PutUint16(t[vlanTCI:], tci)
 	binary.BigEndian.PutUint16(t[vlanEtherType:], etherType)
 }
@@ -172,6 +174,7 @@ func (h ipv4Header) check() error {
 // encode writes a header without options for a UDP packet of totalLen bytes
 // with DF set (so no identification is needed), checksum included.
 func (h ipv4Header) encode(tos, ttl uint8, totalLen int, src, dst netip.Addr) {
+	h = h[:ipv4HeaderLen]
 	h[ipv4VersionIHL] = 4<<4 | ipv4HeaderLen/4
 	h[ipv4TOS] = tos
 	binary.BigEndian.PutUint16(h[ipv4TotalLen:], uint16(totalLen))
@@ -183,7 +186,7 @@ func (h ipv4Header) encode(tos, ttl uint8, totalLen int, src, dst netip.Addr) {
 	s, d := src.As4(), dst.As4()
 	copy(h[ipv4SrcAddr:], s[:])
 	copy(h[ipv4DstAddr:], d[:])
-	binary.BigEndian.PutUint16(h[ipv4Checksum:], ipChecksum(h[:ipv4HeaderLen]))
+	binary.BigEndian.PutUint16(h[ipv4Checksum:], ipChecksum(h))
 }
 
 // ipChecksum returns the Internet checksum of h; over a header that holds
@@ -263,6 +266,7 @@ func (h ipv6Header) check() error {
 
 // encode writes a header for a UDP payload of payloadLen bytes.
 func (h ipv6Header) encode(tc uint8, flow uint32, hopLimit uint8, payloadLen int, src, dst netip.Addr) {
+	h = h[:ipv6HeaderLen]
 	binary.BigEndian.PutUint32(h[ipv6VersionTCFlow:], 6<<28|uint32(tc)<<20|flow&0xfffff)
 	binary.BigEndian.PutUint16(h[ipv6PayloadLen:], uint16(payloadLen))
 	h[ipv6NextHeader] = ipProtoUDP
@@ -298,6 +302,7 @@ func (h udpHeader) Length() int { return int(binary.BigEndian.Uint16(h[udpLength
 
 // encode writes a header with no checksum: RoCEv2 relies on the ICRC.
 func (h udpHeader) encode(srcPort, dstPort uint16, length int) {
+	h = h[:udpHeaderLen]
 	binary.BigEndian.PutUint16(h[udpSrcPort:], srcPort)
 	binary.BigEndian.PutUint16(h[udpDstPort:], dstPort)
 	binary.BigEndian.PutUint16(h[udpLength:], uint16(length))
