@@ -52,17 +52,19 @@ func (e *Encap) FrameLen(ibLen int) int { return e.HeaderLen() + ibLen + ibtrans
 // protects the data); IPv6 frames also carry a zero UDP checksum, which RoCEv2
 // receivers accept.
 func (e *Encap) Finish(frame []byte, ibLen int) (int, error) {
-	if e.Src.Is4() != e.Dst.Is4() || !e.Src.IsValid() || !e.Dst.IsValid() {
+	is4 := e.Src.Is4()
+	if is4 != e.Dst.Is4() || !e.Src.IsValid() || !e.Dst.IsValid() {
 		return 0, ErrAddressFamily
 	}
-	total := e.FrameLen(ibLen)
+	ipOff, ipLen := e.ipOffset(), e.ipHeaderLen()
+	udpLen := udpHeaderLen + ibLen + ibtransport.ICRCLen
+	total := ipOff + ipLen + udpLen
 	if len(frame) < total {
 		return 0, ibtransport.ErrTruncated
 	}
 	frame = frame[:total]
-	ipOff := e.ipOffset()
 	etherType := uint16(etherTypeIPv6)
-	if e.Src.Is4() {
+	if is4 {
 		etherType = etherTypeIPv4
 	}
 	if e.HasVLAN {
@@ -71,14 +73,15 @@ func (e *Encap) Finish(frame []byte, ibLen int) (int, error) {
 	} else {
 		etherHeader(frame).encode(e.DstMAC, e.SrcMAC, etherType)
 	}
-	udpLen := udpHeaderLen + ibLen + ibtransport.ICRCLen
 	ip := frame[ipOff:]
-	if e.Src.Is4() {
-		ipv4Header(ip).encode(e.TrafficClass, e.HopLimit, ipv4HeaderLen+udpLen, e.Src, e.Dst)
+	if is4 {
+		ip4 := ipv4Header(ip)
+		ip4.encode(e.TrafficClass, e.HopLimit, ipv4HeaderLen+udpLen, e.Src.As4(), e.Dst.As4())
+		ip4.setChecksum()
 	} else {
-		ipv6Header(ip).encode(e.TrafficClass, e.FlowLabel, e.HopLimit, udpLen, e.Src, e.Dst)
+		ipv6Header(ip).encode(e.TrafficClass, e.FlowLabel, e.HopLimit, udpLen, e.Src.As16(), e.Dst.As16())
 	}
-	udpHeader(ip[e.ipHeaderLen():]).encode(e.SrcPort, UDPPort, udpLen)
+	udpHeader(ip[ipLen:]).encode(e.SrcPort, UDPPort, udpLen)
 	putICRC(ip)
 	return total, nil
 }

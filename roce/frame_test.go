@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
+	"math/rand/v2"
 	"net/netip"
 	"testing"
 
@@ -394,5 +395,34 @@ func BenchmarkFinish(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// ipChecksum agrees with the plain RFC 1071 sum of 16-bit words.
+func TestIPChecksum(t *testing.T) {
+	plain := func(h []byte) uint16 {
+		var sum uint32
+		for i := 0; i+1 < len(h); i += 2 {
+			sum += uint32(h[i])<<8 | uint32(h[i+1])
+		}
+		for sum > 0xffff {
+			sum = sum>>16 + sum&0xffff
+		}
+		return ^uint16(sum)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for n := range 64 {
+		for range 200 {
+			h := make([]byte, n)
+			for i := range h {
+				h[i] = byte(rng.IntN(256))
+			}
+			if n > 0 && rng.IntN(4) == 0 {
+				for i := range h {
+					h[i] = 0xff // all ones: the sum that folds to 0xffff
+				}
+			}
+			require.Equal(t, plain(h), ipChecksum(h), "% x", h)
+		}
 	}
 }

@@ -172,8 +172,9 @@ func (h ipv4Header) check() error {
 }
 
 // encode writes a header without options for a UDP packet of totalLen bytes
-// with DF set (so no identification is needed), checksum included.
-func (h ipv4Header) encode(tos, ttl uint8, totalLen int, src, dst netip.Addr) {
+// with DF set (so no identification is needed), and a zero checksum for
+// setChecksum to fill in.
+func (h ipv4Header) encode(tos, ttl uint8, totalLen int, src, dst [4]byte) {
 	h = h[:ipv4HeaderLen]
 	h[ipv4VersionIHL] = 4<<4 | ipv4HeaderLen/4
 	h[ipv4TOS] = tos
@@ -183,18 +184,30 @@ func (h ipv4Header) encode(tos, ttl uint8, totalLen int, src, dst netip.Addr) {
 	h[ipv4TTL] = ttl
 	h[ipv4Protocol] = ipProtoUDP
 	binary.BigEndian.PutUint16(h[ipv4Checksum:], 0)
-	s, d := src.As4(), dst.As4()
-	copy(h[ipv4SrcAddr:], s[:])
-	copy(h[ipv4DstAddr:], d[:])
+	copy(h[ipv4SrcAddr:], src[:])
+	copy(h[ipv4DstAddr:], dst[:])
+}
+
+// setChecksum computes the checksum of a header without options whose
+// checksum field is zero, as encode leaves it, and stores it.
+func (h ipv4Header) setChecksum() {
+	h = h[:ipv4HeaderLen]
 	binary.BigEndian.PutUint16(h[ipv4Checksum:], ipChecksum(h))
 }
 
-// ipChecksum returns the Internet checksum of h; over a header that holds
-// its own checksum it returns 0 when the header is intact.
+// ipChecksum returns the Internet checksum of h (a trailing odd byte is
+// left out); over a header that holds its own checksum it returns 0 when
+// the header is intact. It adds 32-bit words into a 64-bit sum and folds
+// the carries at the end (RFC 1071), which gives the same one's complement
+// sum as adding 16-bit words, in a quarter of the loads.
 func ipChecksum(h []byte) uint16 {
-	var sum uint32
-	for i := 0; i+1 < len(h); i += 2 {
-		sum += uint32(h[i])<<8 | uint32(h[i+1])
+	var sum uint64
+	for len(h) >= 4 {
+		sum += uint64(binary.BigEndian.Uint32(h))
+		h = h[4:]
+	}
+	if len(h) >= 2 {
+		sum += uint64(binary.BigEndian.Uint16(h))
 	}
 	for sum > 0xffff {
 		sum = sum>>16 + sum&0xffff
@@ -265,15 +278,14 @@ func (h ipv6Header) check() error {
 }
 
 // encode writes a header for a UDP payload of payloadLen bytes.
-func (h ipv6Header) encode(tc uint8, flow uint32, hopLimit uint8, payloadLen int, src, dst netip.Addr) {
+func (h ipv6Header) encode(tc uint8, flow uint32, hopLimit uint8, payloadLen int, src, dst [16]byte) {
 	h = h[:ipv6HeaderLen]
 	binary.BigEndian.PutUint32(h[ipv6VersionTCFlow:], 6<<28|uint32(tc)<<20|flow&0xfffff)
 	binary.BigEndian.PutUint16(h[ipv6PayloadLen:], uint16(payloadLen))
 	h[ipv6NextHeader] = ipProtoUDP
 	h[ipv6HopLimit] = hopLimit
-	s, d := src.As16(), dst.As16()
-	copy(h[ipv6SrcAddr:], s[:])
-	copy(h[ipv6DstAddr:], d[:])
+	copy(h[ipv6SrcAddr:], src[:])
+	copy(h[ipv6DstAddr:], dst[:])
 }
 
 // udpHeader is a UDP header.
