@@ -28,9 +28,9 @@ type lane struct {
 	txBuf   []byte
 	// unflushed counts the bytes of frames sent since the last Flush.
 	unflushed int
-	// Loopback: packets to one of the device's own GIDs never reach the
-	// link; they wait in loopQ, in buffers of the device's own, until the
-	// engine loop hands them back to the engine.
+	// Loopback (loopback.go): packets to one of the device's own GIDs
+	// never reach the link; they wait in loopQ, in the lane's own buffers,
+	// until its next pass hands them back to the engine.
 	loopFree [][]byte
 	loopBuf  []byte
 	loopQ    []loopPacket
