@@ -30,7 +30,7 @@ func (c *RxCounters) Count(err error) {
 		c.Good.Add(1)
 	case errors.Is(err, ErrNotRoCE):
 		c.NotRoCE.Add(1)
-	case errors.Is(err, ErrTruncated), errors.Is(err, ibtransport.ErrTruncated):
+	case errors.Is(err, ibtransport.ErrTruncated):
 		c.Truncated.Add(1)
 	case errors.Is(err, ErrBadIPHeader), errors.Is(err, ErrAddressFamily):
 		c.BadIPHeader.Add(1)

@@ -2,17 +2,24 @@
 // Ethernet (optionally 802.1Q tagged), IPv4 or IPv6, UDP to port 4791, the
 // IB packet, and the invariant CRC (ICRC) of IBA Annex 17.
 //
-// ParseFrame checks a received frame's encapsulation and ICRC and returns
-// views of its fields and of the IB packet inside, for package ibtransport to
-// parse. Encap builds the headers around an IB packet written in place. Both
-// work on caller-owned buffers and allocate nothing, so they sit on the
-// per-packet path.
+// ParseFrame checks a received frame's encapsulation and ICRC, one layer a
+// step over typed views of the Ethernet, 802.1Q, IPv4, IPv6 and UDP headers
+// (header.go), and returns views of its fields and of the IB packet inside,
+// for package ibtransport to parse. Encap builds the headers around an IB
+// packet written in place. Both work on caller-owned buffers and allocate
+// nothing, so they sit on the per-packet path.
+//
+// The files: frame.go, encap.go, header.go and icrc.go the framing;
+// device.go the Device; lane.go an engine's goroutine and receive path;
+// txpath.go and loopback.go the transmit paths.
 //
 // The package also holds RoCEv2 GIDs (IP addresses in GID form), the UDP
-// source port a queue pair uses, and the device that joins a link to the
-// transport. A Device runs one engine of package ibtransport per share of
-// the link's receive queues (a Splitter, such as XDPLink on a multi-queue
-// interface, divides them), each in its own goroutine with the link it
-// drives: a lane. The path of one frame: the lane's link receives it,
-// ParseFrame checks it, and the lane's engine runs the IB packet.
+// source port a queue pair uses, and the device that joins a Link to the
+// transport. Links plug in from their own packages: roce/xdplink over
+// AF_XDP on a real interface, roce/memlink in memory for tests. A Device
+// runs one engine of package ibtransport per share of the link's receive
+// queues (a Splitter, such as an xdplink.Link on a multi-queue interface,
+// divides them), each in its own goroutine with the link it drives: a lane.
+// The path of one frame: the lane's link receives it, ParseFrame checks it,
+// and the lane's engine runs the IB packet.
 package roce

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
+	"math/rand/v2"
 	"net/netip"
 	"testing"
 
@@ -86,9 +87,7 @@ func TestFrameRoundTrip(t *testing.T) {
 				assert.Equal(t, uint32(0x11), p.BTH.DestQPN())
 				require.Len(t, p.Payload, size)
 				for i, c := range p.Payload {
-					if c != byte(i*7) {
-						t.Fatalf("payload byte %d = %d", i, c)
-					}
+					require.Equal(t, byte(i*7), c, "payload byte %d", i)
 				}
 			}
 		}
@@ -165,7 +164,7 @@ func TestMalformedFrames(t *testing.T) {
 			binary.BigEndian.PutUint16(b[16:], uint16(len(b)))
 			fixIPv4(b)
 			return b
-		}, ErrTruncated},
+		}, ibtransport.ErrTruncated},
 		{"bad udp length", func(b []byte) []byte { b[38]++; return b }, ErrBadUDPLength},
 		{"bad icrc", func(b []byte) []byte { b[len(b)-1] ^= 0x80; return b }, ErrBadICRC},
 		{"payload bit flip", func(b []byte) []byte { b[100] ^= 4; return b }, ErrBadICRC},
@@ -187,7 +186,7 @@ func TestMalformedFrames(t *testing.T) {
 		for cut := 0; cut < len(b); cut++ {
 			err := ParseFrame(b[:cut], &f)
 			require.Error(t, err)
-			require.ErrorIs(t, err, ErrTruncated, "cut at %d of %d", cut, len(b))
+			require.ErrorIs(t, err, ibtransport.ErrTruncated, "cut at %d of %d", cut, len(b))
 			counters.Count(err)
 		}
 	}
@@ -231,7 +230,7 @@ func TestEncapErrors(t *testing.T) {
 	assert.ErrorIs(t, err, ErrAddressFamily)
 	e = testEncaps()["ipv4"]
 	_, err = e.Finish(make([]byte, 40), 16)
-	assert.ErrorIs(t, err, ErrTruncated)
+	assert.ErrorIs(t, err, ibtransport.ErrTruncated)
 }
 
 func TestGIDs(t *testing.T) {
@@ -275,16 +274,13 @@ func TestParseAndFinishAllocateNothing(t *testing.T) {
 		b := buildFrame(t, e, ibtransport.OpRCWriteMiddle, 1024)
 		var f Frame
 		allocs := testing.AllocsPerRun(500, func() {
-			if err := ParseFrame(b, &f); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, ParseFrame(b, &f))
 		})
 		assert.Zero(t, allocs, name)
 		ibLen := len(f.IB)
 		allocs = testing.AllocsPerRun(500, func() {
-			if _, err := e.Finish(b, ibLen); err != nil {
-				t.Fatal(err)
-			}
+			_, err := e.Finish(b, ibLen)
+			require.NoError(t, err)
 		})
 		assert.Zero(t, allocs, name)
 	}
@@ -307,17 +303,14 @@ func FuzzParseFrame(f *testing.F) {
 		var c RxCounters
 		c.Count(err)
 		if err != nil {
-			if c.OtherErrors.Load() != 0 {
-				t.Fatalf("untyped error %v", err)
-			}
+			require.Zero(t, c.OtherErrors.Load(), "untyped error %v", err)
 			return
 		}
 		var p ibtransport.Packet
 		_ = ibtransport.ParsePacket(fr.IB, &p)
 		// A frame that parsed must re-encode to the same bytes' ICRC.
-		if ICRC(b[fr.IPOffset:fr.IPOffset+len(fr.IB)+ibtransport.ICRCLen+udpHeaderLen+ipHeaderLen(fr)]) != fr.ICRC {
-			t.Fatal("ICRC disagrees with itself")
-		}
+		require.Equal(t, fr.ICRC, ICRC(b[fr.IPOffset:fr.IPOffset+len(fr.IB)+ibtransport.ICRCLen+udpHeaderLen+ipHeaderLen(fr)]),
+			"ICRC disagrees with itself")
 	})
 }
 
@@ -350,7 +343,86 @@ func BenchmarkParseFrame(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		if err := ParseFrame(frame, &f); err != nil {
-			b.Fatal(err)
+			require.NoError(b, err) // only on failure: testify's t.Helper would weigh on every iteration
+		}
+	}
+}
+
+// Whatever encapsulation Finish writes, ParseFrame reads back: every header
+// view's encode and accessors agree, for both families, with and without a
+// VLAN tag.
+func FuzzEncapRoundTrip(f *testing.F) {
+	f.Add(true, false, uint16(0), uint8(0x68), uint8(64), uint32(0), uint16(0xc011), []byte("0123456789abcdef"))
+	f.Add(false, true, uint16(0x6064), uint8(0xff), uint8(1), uint32(0xfffff), uint16(1), []byte("0123456789abcdefghij"))
+	f.Fuzz(func(t *testing.T, v4, vlan bool, tci uint16, tc, hop uint8, flow uint32, sport uint16, ib []byte) {
+		if len(ib) < ibtransport.BTHLen || len(ib) > 4096 {
+			return
+		}
+		if !vlan {
+			tci = 0 // not on the wire, so not parsed back
+		}
+		e := Encap{SrcMAC: [6]byte{2, 0, 0, 0, 0, 1}, DstMAC: [6]byte{2, 0, 0, 0, 0, 2}, HasVLAN: vlan, VLAN: tci,
+			Src: netip.MustParseAddr("fd00::1"), Dst: netip.MustParseAddr("fd00::2"),
+			TrafficClass: tc, HopLimit: hop, FlowLabel: flow & 0xfffff, SrcPort: sport}
+		if v4 {
+			e.Src, e.Dst, e.FlowLabel = netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2"), 0
+		}
+		frame := make([]byte, e.FrameLen(len(ib)))
+		copy(frame[e.HeaderLen():], ib)
+		n, err := e.Finish(frame, len(ib))
+		require.NoError(t, err)
+		var fr Frame
+		require.NoError(t, ParseFrame(frame[:n], &fr))
+		got := Encap{SrcMAC: fr.SrcMAC, DstMAC: fr.DstMAC, HasVLAN: fr.HasVLAN, VLAN: fr.VLAN, Src: fr.Src, Dst: fr.Dst,
+			TrafficClass: fr.TrafficClass, HopLimit: fr.HopLimit, FlowLabel: fr.FlowLabel, SrcPort: fr.SrcPort}
+		require.Equal(t, e, got)
+		require.Equal(t, ib, fr.IB)
+		require.Equal(t, e.ipOffset(), fr.IPOffset)
+	})
+}
+
+func BenchmarkFinish(b *testing.B) {
+	for _, name := range []string{"ipv4", "ipv6-vlan"} {
+		e := testEncaps()[name]
+		frame := buildFrame(b, e, ibtransport.OpRCWriteMiddle, 1024)
+		ibLen := len(frame) - e.HeaderLen() - ibtransport.ICRCLen
+		b.Run(name, func(b *testing.B) {
+			b.SetBytes(int64(len(frame)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := e.Finish(frame, ibLen); err != nil {
+					require.NoError(b, err) // only on failure, as in BenchmarkParseFrame
+				}
+			}
+		})
+	}
+}
+
+// ipChecksum agrees with the plain RFC 1071 sum of 16-bit words.
+func TestIPChecksum(t *testing.T) {
+	plain := func(h []byte) uint16 {
+		var sum uint32
+		for i := 0; i+1 < len(h); i += 2 {
+			sum += uint32(h[i])<<8 | uint32(h[i+1])
+		}
+		for sum > 0xffff {
+			sum = sum>>16 + sum&0xffff
+		}
+		return ^uint16(sum)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for n := range 64 {
+		for range 200 {
+			h := make([]byte, n)
+			for i := range h {
+				h[i] = byte(rng.IntN(256))
+			}
+			if n > 0 && rng.IntN(4) == 0 {
+				for i := range h {
+					h[i] = 0xff // all ones: the sum that folds to 0xffff
+				}
+			}
+			require.Equal(t, plain(h), ipChecksum(h), "% x", h)
 		}
 	}
 }

@@ -14,11 +14,17 @@ var lrhState = crc32.Update(0, crc32.IEEETable, []byte{0xff, 0xff, 0xff, 0xff, 0
 // variantFields holds the bytes of a packet that the ICRC does not cover, so
 // they can be masked in place and put back.
 type variantFields struct {
-	ip   [8]byte // IPv4 bytes 0..7 of interest, or IPv6 bytes 0..7
-	ipv4 [3]byte // IPv4 TTL and header checksum
-	udp  [2]byte
-	bth4 byte
+	ipv6     [ipv6SrcAddr]byte // IPv6: version through hop limit
+	ipv4TOS  byte
+	ipv4TTL  byte
+	ipv4Sum  [2]byte
+	udpSum   [2]byte
+	bthFlags byte
 }
+
+// bthFlags is the BTH byte of FECN, BECN and reserved bits, which switches
+// may set on the way.
+const bthFlags = 4
 
 // ICRC computes the invariant CRC of the RoCEv2 packet whose IP header starts
 // at pkt[0] and whose ICRC occupies the last four bytes of pkt (they are not
@@ -40,38 +46,37 @@ func ICRC(pkt []byte) uint32 {
 }
 
 func maskVariant(pkt []byte, s *variantFields) (ipLen int) {
-	if pkt[0]>>4 == 6 {
+	if pkt[ipv4VersionIHL]>>4 == 6 {
 		ipLen = ipv6HeaderLen
-		copy(s.ip[:], pkt[:8])
-		pkt[0] |= 0x0f                            // traffic class, high nibble
-		pkt[1], pkt[2], pkt[3] = 0xff, 0xff, 0xff // traffic class low nibble, flow label
-		pkt[7] = 0xff                             // hop limit
+		copy(s.ipv6[:], pkt)
+		vtf := binary.BigEndian.Uint32(pkt[ipv6VersionTCFlow:])
+		binary.BigEndian.PutUint32(pkt[ipv6VersionTCFlow:], vtf|0x0fffffff) // traffic class, flow label
+		pkt[ipv6HopLimit] = 0xff
 	} else {
 		ipLen = ipv4HeaderLen
-		s.ip[1] = pkt[1]
-		s.ipv4 = [3]byte{pkt[8], pkt[10], pkt[11]}
-		pkt[1] = 0xff                 // TOS
-		pkt[8] = 0xff                 // TTL
-		pkt[10], pkt[11] = 0xff, 0xff // header checksum
+		s.ipv4TOS, s.ipv4TTL = pkt[ipv4TOS], pkt[ipv4TTL]
+		s.ipv4Sum = [2]byte(pkt[ipv4Checksum:])
+		pkt[ipv4TOS], pkt[ipv4TTL] = 0xff, 0xff
+		pkt[ipv4Checksum], pkt[ipv4Checksum+1] = 0xff, 0xff
 	}
 	udp := pkt[ipLen:]
-	s.udp = [2]byte{udp[6], udp[7]}
-	s.bth4 = udp[udpHeaderLen+4]
-	udp[6], udp[7] = 0xff, 0xff // UDP checksum
-	udp[udpHeaderLen+4] = 0xff  // BTH FECN, BECN, reserved
+	s.udpSum = [2]byte(udp[udpChecksum:])
+	s.bthFlags = udp[udpHeaderLen+bthFlags]
+	udp[udpChecksum], udp[udpChecksum+1] = 0xff, 0xff
+	udp[udpHeaderLen+bthFlags] = 0xff
 	return ipLen
 }
 
 func restoreVariant(pkt []byte, ipLen int, s *variantFields) {
 	if ipLen == ipv6HeaderLen {
-		copy(pkt[:8], s.ip[:])
+		copy(pkt, s.ipv6[:])
 	} else {
-		pkt[1] = s.ip[1]
-		pkt[8], pkt[10], pkt[11] = s.ipv4[0], s.ipv4[1], s.ipv4[2]
+		pkt[ipv4TOS], pkt[ipv4TTL] = s.ipv4TOS, s.ipv4TTL
+		pkt[ipv4Checksum], pkt[ipv4Checksum+1] = s.ipv4Sum[0], s.ipv4Sum[1]
 	}
 	udp := pkt[ipLen:]
-	udp[6], udp[7] = s.udp[0], s.udp[1]
-	udp[udpHeaderLen+4] = s.bth4
+	udp[udpChecksum], udp[udpChecksum+1] = s.udpSum[0], s.udpSum[1]
+	udp[udpHeaderLen+bthFlags] = s.bthFlags
 }
 
 // putICRC computes the ICRC of pkt (IP header onward) and stores it in the

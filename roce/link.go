@@ -9,8 +9,8 @@ import (
 var ErrLinkClosed = errors.New("roce: link closed")
 
 // Link moves whole Ethernet frames (without FCS) between a Device and the
-// wire. The AF_XDP datapath implements it on a real interface; package
-// memlink implements it in memory for tests.
+// wire. Package xdplink implements it over AF_XDP on a real interface;
+// package memlink implements it in memory for tests.
 //
 // A Link is driven by one goroutine, the device's engine, except Wake, which
 // any goroutine may call. Frames are built in place in buffers the link lends
@@ -44,7 +44,7 @@ type Link interface {
 
 // Splitter is a Link over several receive queues that can be divided into
 // several Links, so that a Device runs one engine, in its own goroutine,
-// on each (XDPLink over a multi-queue interface).
+// on each (an xdplink.Link over a multi-queue interface).
 type Splitter interface {
 	Link
 	// NumQueues returns the number of receive queues.
@@ -59,3 +59,20 @@ type Splitter interface {
 // ErrSplit is returned by Split for a number of links the queues cannot
 // be divided into.
 var ErrSplit = errors.New("cannot split the link's queues so")
+
+// maxRoCEHeaders is what rxe reserves below the link MTU for the headers of
+// a RoCEv2 packet (RXE_MAX_HDR_LENGTH) when choosing the active IB MTU.
+const maxRoCEHeaders = 80
+
+// ActiveIBMTU returns a port's active IB MTU in bytes (256..4096) on a link
+// of MTU linkMTU, chosen like Linux rxe does: the largest IB MTU that fits
+// the link MTU less 80 bytes of headers; 1500 gives 1024 and 9000 gives 4096.
+func ActiveIBMTU(linkMTU int) int {
+	room := linkMTU - maxRoCEHeaders
+	for mtu := 4096; mtu > 256; mtu /= 2 {
+		if mtu <= room {
+			return mtu
+		}
+	}
+	return 256
+}

@@ -15,7 +15,7 @@ import (
 	"github.com/softnic/softnic/internal/netnstest"
 	"github.com/softnic/softnic/internal/oob"
 	"github.com/softnic/softnic/internal/perftest"
-	"github.com/softnic/softnic/roce"
+	"github.com/softnic/softnic/roce/xdplink"
 	"github.com/softnic/softnic/verbs"
 	"github.com/softnic/softnic/xdp"
 )
@@ -27,7 +27,7 @@ import (
 type inproc struct {
 	pair  *netnstest.Pair
 	devs  [2]perftest.Device // server (A), client (B)
-	links []*roce.XDPLink
+	links []*xdplink.Link
 	done  []func()
 }
 
@@ -48,11 +48,11 @@ func openInproc(mtu int, busyPoll bool) (h *inproc, err error) {
 	for i, end := range ends {
 		peer := ends[1-i]
 		if err := end.Do(func() error {
-			nd, err := roce.LookupNetdev(end.Ifname)
+			nd, err := xdplink.LookupNetdev(end.Ifname)
 			if err != nil {
 				return err
 			}
-			link, err := roce.OpenXDPLink(end.Ifname, roce.XDPLinkConfig{Addrs: nd.GIDs, Socket: xdp.Config{BusyPoll: busyPoll}})
+			link, err := xdplink.Open(end.Ifname, xdplink.Config{Addrs: nd.GIDs, Socket: xdp.Config{BusyPoll: busyPoll}})
 			if err != nil {
 				return fmt.Errorf("AF_XDP link on %s: %w", end.Ifname, err)
 			}

@@ -6,21 +6,21 @@ import (
 	"time"
 
 	"github.com/softnic/softnic/internal/perftest"
-	"github.com/softnic/softnic/roce"
+	"github.com/softnic/softnic/roce/xdplink"
 	"github.com/softnic/softnic/verbs"
 )
 
 // openDevice opens softnic on the interface named ifname: the AF_XDP link
 // with softnic's XDP program, and a verbs device whose GID table is the
-// interface's addresses (roce.GIDTable order), run by engines engines (0:
+// interface's addresses (xdplink.GIDTable order), run by engines engines (0:
 // one per receive queue, up to the number of CPUs). Tests replace it to
 // run over an in-memory link.
 var openDevice = func(ifname string, engines int) (perftest.Device, func(), error) {
-	nd, err := roce.LookupNetdev(ifname)
+	nd, err := xdplink.LookupNetdev(ifname)
 	if err != nil {
 		return perftest.Device{}, nil, err
 	}
-	link, err := roce.OpenXDPLink(ifname, roce.XDPLinkConfig{Addrs: nd.GIDs})
+	link, err := xdplink.Open(ifname, xdplink.Config{Addrs: nd.GIDs})
 	if err != nil {
 		return perftest.Device{}, nil, fmt.Errorf("open AF_XDP link on %s: %w", ifname, err)
 	}
@@ -30,7 +30,7 @@ var openDevice = func(ifname string, engines int) (perftest.Device, func(), erro
 		return perftest.Device{}, nil, err
 	}
 	resolve := func(peer netip.Addr) error {
-		mac, err := roce.ResolveNeighbor(nd.Index, peer, 3*time.Second)
+		mac, err := xdplink.ResolveNeighbor(nd.Index, peer, 3*time.Second)
 		if err != nil {
 			return err
 		}

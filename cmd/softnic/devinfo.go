@@ -8,7 +8,7 @@ import (
 	"strings"
 
 	"github.com/softnic/softnic/ibtransport"
-	"github.com/softnic/softnic/roce"
+	"github.com/softnic/softnic/roce/xdplink"
 	"github.com/softnic/softnic/verbs"
 )
 
@@ -37,7 +37,7 @@ func runDevinfo(args []string, stdout, stderr io.Writer) int {
 		fs.Usage()
 		return 2
 	}
-	nd, err := roce.LookupNetdev(*ifname)
+	nd, err := xdplink.LookupNetdev(*ifname)
 	if err != nil {
 		fmt.Fprintf(stderr, "softnic devinfo: %v\n", err)
 		return 1
@@ -62,7 +62,7 @@ func nodeGUID(mac [6]byte) string {
 
 // formatDevinfo lays out nd as ibv_devinfo (rdma-core 44) prints an rxe
 // device, with softnic's own limits.
-func formatDevinfo(nd *roce.Netdev, verbose bool) string {
+func formatDevinfo(nd *xdplink.Netdev, verbose bool) string {
 	var b strings.Builder
 	kv := func(indent, key string, tabs int, format string, a ...any) {
 		fmt.Fprintf(&b, "%s%s:%s%s\n", indent, key, strings.Repeat("\t", tabs), fmt.Sprintf(format, a...))

@@ -9,11 +9,12 @@ import (
 
 	"github.com/softnic/softnic/internal/netnstest"
 	"github.com/softnic/softnic/roce"
+	"github.com/softnic/softnic/roce/xdplink"
 )
 
 func TestDevinfoLayout(t *testing.T) {
 	mac := [6]byte{0x52, 0x54, 0x0a, 0x42, 0x00, 0x0b}
-	nd := &roce.Netdev{Name: "eth0", MTU: 1500, MAC: mac, Up: true,
+	nd := &xdplink.Netdev{Name: "eth0", MTU: 1500, MAC: mac, Up: true,
 		GIDs: []netip.Addr{roce.DefaultGID(mac), netip.MustParseAddr("10.66.0.11")}}
 	out := formatDevinfo(nd, true)
 	// The lines an rdma_rxe device on the same MAC and address prints

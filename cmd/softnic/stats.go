@@ -7,7 +7,7 @@ import (
 	"strings"
 	"sync/atomic"
 
-	"github.com/softnic/softnic/roce"
+	"github.com/softnic/softnic/roce/xdplink"
 	"github.com/softnic/softnic/verbs"
 )
 
@@ -22,7 +22,7 @@ func printSoftnicStats(w io.Writer, dev *verbs.Device) {
 	fmt.Fprintf(w, "engines %d\n", dev.RoCE().Engines())
 	writeCounters(w, "", reflect.ValueOf(dev.RoCE().Counters()).Elem())
 	type statser interface {
-		Stats() (roce.XDPLinkStats, error)
+		Stats() (xdplink.Stats, error)
 	}
 	if l, ok := dev.RoCE().Link().(statser); ok {
 		fmt.Fprintln(w, " softnic XDP link statistics:")

@@ -16,7 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/softnic/softnic/internal/netnstest"
-	"github.com/softnic/softnic/roce"
+	"github.com/softnic/softnic/roce/xdplink"
 )
 
 // buildSoftnic builds the softnic binary for tests that run it in
@@ -37,7 +37,7 @@ func settledGIDs(t *testing.T, e *netnstest.End, want int) []netip.Addr {
 	for try := 0; try < 100; try++ {
 		err := e.Do(func() error {
 			var err error
-			gids, err = roce.GIDTable(e.Ifname)
+			gids, err = xdplink.GIDTable(e.Ifname)
 			return err
 		})
 		require.NoError(t, err)
@@ -67,7 +67,7 @@ func TestSoftnicToSoftnicOverVeth(t *testing.T) {
 	defer cancel()
 	bin := buildSoftnic(t, ctx)
 	p := netnstest.NewT(t, netnstest.Config{MTU: 1500})
-	// Link-local, IPv4, then the fd47:: address (roce.GIDTable's order).
+	// Link-local, IPv4, then the fd47:: address (xdplink.GIDTable's order).
 	ga, gb := settledGIDs(t, &p.A, 3), settledGIDs(t, &p.B, 3)
 	run := func(name string, server, client []string) (string, string) {
 		t.Helper()

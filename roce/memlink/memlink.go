@@ -235,19 +235,7 @@ func (e *Endpoint) Flush() error {
 			continue
 		}
 		it.at = now
-		if e.roll(f.Corrupt) && it.n > f.CorruptFrom {
-			bit := f.CorruptFrom*8 + e.rng.IntN((it.n-f.CorruptFrom)*8)
-			it.buf[bit/8] ^= 1 << (bit % 8)
-			e.stats.Corrupted.Add(1)
-		}
-		if e.roll(f.Delay) {
-			it.at += int64(e.rng.Int64N(int64(f.MaxDelay)) + 1)
-			e.stats.Delayed.Add(1)
-		}
-		if e.roll(f.Reorder) {
-			it.at += int64(f.ReorderDelay)
-			e.stats.Reordered.Add(1)
-		}
+		e.corruptAndDelay(&it)
 		out = append(out, it)
 		if e.roll(f.Duplicate) {
 			if dup := e.pool.get(); dup != nil {
@@ -266,6 +254,25 @@ func (e *Endpoint) Flush() error {
 	clear(e.pending)
 	e.out, e.dropped, e.pending = out[:0], dropped[:0], e.pending[:0]
 	return nil
+}
+
+// corruptAndDelay applies the faults that keep a frame but change it or
+// its arrival time, drawing from the generator in a fixed order.
+func (e *Endpoint) corruptAndDelay(it *item) {
+	f := &e.faults
+	if e.roll(f.Corrupt) && it.n > f.CorruptFrom {
+		bit := f.CorruptFrom*8 + e.rng.IntN((it.n-f.CorruptFrom)*8)
+		it.buf[bit/8] ^= 1 << (bit % 8)
+		e.stats.Corrupted.Add(1)
+	}
+	if e.roll(f.Delay) {
+		it.at += int64(e.rng.Int64N(int64(f.MaxDelay)) + 1)
+		e.stats.Delayed.Add(1)
+	}
+	if e.roll(f.Reorder) {
+		it.at += int64(f.ReorderDelay)
+		e.stats.Reordered.Add(1)
+	}
 }
 
 func (e *Endpoint) roll(p float64) bool { return p > 0 && e.rng.Float64() < p }
@@ -344,19 +351,26 @@ func (e *Endpoint) Wait(timeout time.Duration) error {
 		return nil
 	default:
 	}
+	return sleep(e.closed, e.wake, e.timer, timeout)
+}
+
+// sleep waits until closed is closed, wake has a token, or timeout passes
+// (a negative timeout waits without limit, 0 not at all). t is the
+// caller's stopped timer, reused so that a timed wait allocates nothing.
+func sleep(closed, wake <-chan struct{}, t *time.Timer, timeout time.Duration) error {
 	if timeout == 0 {
 		return nil
 	}
 	var tc <-chan time.Time
 	if timeout > 0 {
-		e.timer.Reset(timeout)
-		tc = e.timer.C
-		defer e.timer.Stop()
+		t.Reset(timeout)
+		tc = t.C
+		defer t.Stop()
 	}
 	select {
-	case <-e.closed:
+	case <-closed:
 		return roce.ErrLinkClosed
-	case <-e.wake:
+	case <-wake:
 	case <-tc:
 	}
 	return nil

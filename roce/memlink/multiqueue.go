@@ -15,6 +15,7 @@ import (
 type MultiQueue struct {
 	queues []*Endpoint
 	any    chan struct{} // a frame arrived on some queue, or Wake
+	timer  *time.Timer   // Wait's, stopped between waits
 	next   int
 	split  bool
 }
@@ -24,8 +25,10 @@ var _ roce.Splitter = (*MultiQueue)(nil)
 // PairQueues returns the two ends of a new link of n queues. Queue k's
 // faults are seeded with cfg.Seed+k.
 func PairQueues(cfg Config, n int) (a, b *MultiQueue) {
-	a = &MultiQueue{any: make(chan struct{}, 1)}
-	b = &MultiQueue{any: make(chan struct{}, 1)}
+	a = &MultiQueue{any: make(chan struct{}, 1), timer: time.NewTimer(time.Hour)}
+	b = &MultiQueue{any: make(chan struct{}, 1), timer: time.NewTimer(time.Hour)}
+	a.timer.Stop()
+	b.timer.Stop()
 	for k := range n {
 		c := cfg
 		c.Seed += uint64(k)
@@ -103,22 +106,7 @@ func (m *MultiQueue) Wait(timeout time.Duration) error {
 			}
 		}
 	}
-	if timeout == 0 {
-		return nil
-	}
-	var tc <-chan time.Time
-	if timeout > 0 {
-		t := time.NewTimer(timeout)
-		defer t.Stop()
-		tc = t.C
-	}
-	select {
-	case <-m.queues[0].closed:
-		return roce.ErrLinkClosed
-	case <-m.any:
-	case <-tc:
-	}
-	return nil
+	return sleep(m.queues[0].closed, m.any, m.timer, timeout)
 }
 
 // Wake implements roce.Link.

@@ -15,7 +15,7 @@ import (
 	"github.com/vishvananda/netns"
 
 	"github.com/softnic/softnic/internal/netnstest"
-	"github.com/softnic/softnic/roce"
+	"github.com/softnic/softnic/roce/xdplink"
 	"github.com/softnic/softnic/test/interop/rxeguest"
 )
 
@@ -108,7 +108,7 @@ func gidIndexIn(nsName, ifname string, addr netip.Addr) (int, error) {
 	defer netns.Set(orig)
 	var gids []netip.Addr
 	for try := 0; try < 50; try++ {
-		if gids, err = roce.GIDTable(ifname); err != nil {
+		if gids, err = xdplink.GIDTable(ifname); err != nil {
 			return 0, err
 		}
 		v6 := false

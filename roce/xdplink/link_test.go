@@ -1,8 +1,7 @@
-package roce
+package xdplink
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -10,11 +9,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/vishvananda/netlink"
+
 	"github.com/softnic/softnic/bpf"
 	"github.com/softnic/softnic/ibtransport"
 	"github.com/softnic/softnic/internal/netnstest"
+	"github.com/softnic/softnic/roce"
 	"github.com/softnic/softnic/xdp"
-	"github.com/vishvananda/netlink"
 )
 
 func TestNetdevAndNeighbors(t *testing.T) {
@@ -25,91 +28,64 @@ func TestNetdevAndNeighbors(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if nd.MTU != 9000 || !bytes.Equal(nd.MAC[:], pair.A.MAC) || nd.Index != pair.A.Ifindex || !nd.Up || nd.ActiveMTU() != 4096 {
-			t.Errorf("netdev %+v, want MTU 9000, MAC %v, index %d", nd, pair.A.MAC, pair.A.Ifindex)
-		}
+		assert.Equal(t, 9000, nd.MTU)
+		assert.Equal(t, []byte(pair.A.MAC), nd.MAC[:])
+		assert.Equal(t, pair.A.Ifindex, nd.Index)
+		assert.True(t, nd.Up)
+		assert.Equal(t, 4096, nd.ActiveMTU())
 		// Link-local first, then IPv4, then global IPv6.
-		if len(nd.GIDs) != 3 || nd.GIDs[0] != DefaultGID(nd.MAC) {
-			t.Fatalf("GIDs %v, want the link-local address first and 3 in all", nd.GIDs)
-		}
-		want := []netip.Addr{nd.GIDs[0], pair.A.Addr4(), pair.A.Addr6()}
-		if fmt.Sprint(nd.GIDs) != fmt.Sprint(want) {
-			t.Errorf("GIDs %v, want %v", nd.GIDs, want)
-		}
+		require.Len(t, nd.GIDs, 3)
+		require.Equal(t, roce.DefaultGID(nd.MAC), nd.GIDs[0], "the link-local address first")
+		assert.Equal(t, []netip.Addr{nd.GIDs[0], pair.A.Addr4(), pair.A.Addr6()}, nd.GIDs)
 
 		for _, dst := range []netip.Addr{pair.B.Addr4(), pair.B.Addr6()} {
 			mac, err := ResolveNeighbor(pair.A.Ifindex, dst, 3*time.Second)
-			if err != nil {
-				t.Errorf("resolve %v: %v", dst, err)
-			} else if !bytes.Equal(mac[:], pair.B.MAC) {
-				t.Errorf("resolve %v = %x, want %v", dst, mac, pair.B.MAC)
+			if assert.NoError(t, err, "resolve %v", dst) {
+				assert.Equal(t, []byte(pair.B.MAC), mac[:], "resolve %v", dst)
 			}
 		}
 		start := time.Now()
 		_, err = ResolveNeighbor(pair.A.Ifindex, netip.MustParseAddr("10.47.0.99"), 300*time.Millisecond)
-		if !errors.Is(err, ErrNeighborUnresolved) || time.Since(start) > 2*time.Second {
-			t.Errorf("absent neighbour: %v after %v", err, time.Since(start))
-		}
+		assert.ErrorIs(t, err, ErrNeighborUnresolved, "absent neighbour")
+		assert.LessOrEqual(t, time.Since(start), 2*time.Second, "absent neighbour")
 		_, err = ResolveNeighbor(pair.A.Ifindex, netip.MustParseAddr("192.0.2.1"), 300*time.Millisecond)
-		if !errors.Is(err, ErrNoRoute) {
-			t.Errorf("unroutable address: %v", err)
-		}
+		assert.ErrorIs(t, err, ErrNoRoute, "unroutable address")
 		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 }
 
-func TestActiveIBMTU(t *testing.T) {
-	for _, c := range []struct{ link, ib int }{
-		{9000, 4096}, {4176, 4096}, {4175, 2048}, {1500, 1024}, {1104, 1024}, {1103, 512}, {576, 256}, {68, 256},
-	} {
-		if got := ActiveIBMTU(c.link); got != c.ib {
-			t.Errorf("ActiveIBMTU(%d) = %d, want %d", c.link, got, c.ib)
-		}
-	}
-}
-
-func openLinkT(t *testing.T, e *netnstest.End) *XDPLink {
+func openLinkT(t *testing.T, e *netnstest.End) *Link {
 	t.Helper()
-	var l *XDPLink
+	var l *Link
 	err := e.Do(func() (err error) {
 		var addrs []netip.Addr
 		for _, p := range e.Addrs {
 			addrs = append(addrs, p.Addr())
 		}
-		l, err = OpenXDPLink(e.Ifname, XDPLinkConfig{Addrs: addrs})
+		l, err = Open(e.Ifname, Config{Addrs: addrs})
 		return err
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(func() { l.Close() })
 	return l
 }
 
 // sendIB sends one RoCEv2 frame carrying ib through l.
-func sendIB(t *testing.T, l Link, e *Encap, ib []byte) {
+func sendIB(t *testing.T, l roce.Link, e *roce.Encap, ib []byte) {
 	t.Helper()
 	var buf []byte
 	for deadline := time.Now().Add(2 * time.Second); buf == nil; {
 		if buf = l.TxFrame(); buf == nil {
-			if time.Now().After(deadline) {
-				t.Fatal("no TX buffer for 2s")
-			}
+			require.False(t, time.Now().After(deadline), "no TX buffer for 2s")
 			l.Flush()
 			l.Wait(time.Millisecond)
 		}
 	}
-	if len(buf) < l.MTU()+22 {
-		t.Fatalf("TxFrame gave %d bytes, want at least %d", len(buf), l.MTU()+22)
-	}
+	require.GreaterOrEqual(t, len(buf), l.MTU()+22, "TxFrame's buffer")
 	copy(buf[e.HeaderLen():], ib)
 	n, err := e.Finish(buf, len(ib))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	l.Send(buf[:n])
 }
 
@@ -121,28 +97,25 @@ func TestXDPLinkFrames(t *testing.T) {
 		t.Run(fmt.Sprintf("mtu%d-ib%d", tc.mtu, tc.ibMTU), func(t *testing.T) {
 			pair := netnstest.NewT(t, netnstest.Config{MTU: tc.mtu})
 			a, b := openLinkT(t, &pair.A), openLinkT(t, &pair.B)
-			if a.MTU() != tc.mtu {
-				t.Fatalf("link MTU %d, want %d", a.MTU(), tc.mtu)
-			}
+			require.Equal(t, tc.mtu, a.MTU(), "link MTU")
 			for _, v6 := range []bool{false, true} {
-				e := Encap{SrcMAC: a.HardwareAddr(), DstMAC: b.HardwareAddr(), Src: pair.A.Addr4(), Dst: pair.B.Addr4(), HopLimit: 64, SrcPort: SourcePort(17)}
+				e := roce.Encap{SrcMAC: a.HardwareAddr(), DstMAC: b.HardwareAddr(), Src: pair.A.Addr4(), Dst: pair.B.Addr4(), HopLimit: 64, SrcPort: roce.SourcePort(17)}
 				if v6 {
 					e.Src, e.Dst = pair.A.Addr6(), pair.B.Addr6()
 				}
 				const n = 300
 				sent := make([][]byte, 0, n)
 				got := 0
-				var f Frame
+				var f roce.Frame
 				// receiveUpTo takes frames until want have arrived; sending in
 				// batches of 32 keeps the veth's 256-frame queue from overflowing
 				// on a loaded machine.
 				receiveUpTo := func(want int) {
 					for deadline := time.Now().Add(5 * time.Second); got < want && time.Now().Before(deadline); {
 						b.Receive(func(frame []byte) {
-							if err := ParseFrame(frame, &f); err != nil {
-								t.Errorf("frame %d: %v", got, err)
-							} else if f.Dst != e.Dst || !bytes.Equal(f.IB, sent[got]) {
-								t.Errorf("frame %d differs (dst %v, %d IB bytes)", got, f.Dst, len(f.IB))
+							if assert.NoError(t, roce.ParseFrame(frame, &f), "frame %d", got) {
+								assert.Equal(t, e.Dst, f.Dst, "frame %d", got)
+								assert.True(t, bytes.Equal(f.IB, sent[got]), "frame %d differs (%d IB bytes)", got, len(f.IB))
 							}
 							got++
 						}, 64)
@@ -152,7 +125,7 @@ func TestXDPLinkFrames(t *testing.T) {
 					}
 					if got != want {
 						st, _ := b.Stats()
-						t.Fatalf("received %d of %d frames; stats %+v", got, want, st)
+						require.Failf(t, "frames missing", "received %d of %d frames; stats %+v", got, want, st)
 					}
 				}
 				for i := 0; i < n; i++ {
@@ -169,27 +142,19 @@ func TestXDPLinkFrames(t *testing.T) {
 					sent = append(sent, ib)
 					sendIB(t, a, &e, ib)
 					if i%32 == 31 || i == n-1 {
-						if err := a.Flush(); err != nil {
-							t.Fatal(err)
-						}
+						require.NoError(t, a.Flush())
 						receiveUpTo(i + 1)
 					}
 				}
 			}
 			// Ordinary traffic still flows while both links are open.
-			if err := pair.A.Ping(pair.B.Addr4(), 2*time.Second); err != nil {
-				t.Error(err)
-			}
-			if err := netnstest.TCPEcho(&pair.B, &pair.A, pair.B.Addr6(), make([]byte, 100000), 5*time.Second); err != nil {
-				t.Error(err)
-			}
+			assert.NoError(t, pair.A.Ping(pair.B.Addr4(), 2*time.Second))
+			assert.NoError(t, netnstest.TCPEcho(&pair.B, &pair.A, pair.B.Addr6(), make([]byte, 100000), 5*time.Second))
 			st, err := b.Stats()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if st.RxOversized+st.RxBadDesc != 0 || st.Sockets[0].RxDropped != 0 || st.Program.Steered != 600 {
-				t.Errorf("receiver stats %+v", st)
-			}
+			require.NoError(t, err)
+			assert.Zero(t, st.RxOversized+st.RxBadDesc, "receiver stats %+v", st)
+			assert.Zero(t, st.Sockets[0].RxDropped, "receiver stats %+v", st)
+			assert.Equal(t, uint64(600), st.Program.Steered, "receiver stats %+v", st)
 		})
 	}
 }
@@ -204,58 +169,41 @@ func TestXDPLinkWakeAndClose(t *testing.T) {
 	l.Wake()
 	select {
 	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 	case <-time.After(2 * time.Second):
-		t.Fatal("Wake did not interrupt Wait")
+		require.Fail(t, "Wake did not interrupt Wait")
 	}
 	start := time.Now()
-	if err := l.Wait(30 * time.Millisecond); err != nil || time.Since(start) < 25*time.Millisecond {
-		t.Fatalf("timed Wait: %v after %v", err, time.Since(start))
-	}
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Wait(0); !errors.Is(err, ErrLinkClosed) {
-		t.Fatalf("Wait after Close: %v", err)
-	}
+	require.NoError(t, l.Wait(30*time.Millisecond), "timed Wait")
+	require.GreaterOrEqual(t, time.Since(start), 25*time.Millisecond, "timed Wait")
+	require.NoError(t, l.Close())
+	require.ErrorIs(t, l.Wait(0), roce.ErrLinkClosed, "Wait after Close")
 	// The interface is as it was: no XDP program left.
 	nl, err := pair.A.Link()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if x := nl.Attrs().Xdp; x != nil && x.Attached {
-		t.Fatalf("XDP program %d left on the interface", x.ProgId)
+	require.NoError(t, err)
+	if x := nl.Attrs().Xdp; x != nil {
+		require.False(t, x.Attached, "XDP program %d left on the interface", x.ProgId)
 	}
 }
 
 func TestOpenXDPLinkErrors(t *testing.T) {
 	netnstest.Integration(t)
 	pair := netnstest.NewT(t, netnstest.Config{})
-	err := pair.A.Do(func() error { _, err := OpenXDPLink("nosuch0", XDPLinkConfig{}); return err })
-	if !errors.Is(err, bpf.ErrNoInterface) {
-		t.Errorf("missing interface: %v", err)
-	}
+	err := pair.A.Do(func() error { _, err := Open("nosuch0", Config{}); return err })
+	assert.ErrorIs(t, err, bpf.ErrNoInterface, "missing interface")
 	first := openLinkT(t, &pair.A)
 	_ = first
-	err = pair.A.Do(func() error { _, err := OpenXDPLink(pair.A.Ifname, XDPLinkConfig{}); return err })
-	if !errors.Is(err, bpf.ErrXDPBusy) {
-		t.Errorf("second link on one interface: %v", err)
-	}
+	err = pair.A.Do(func() error { _, err := Open(pair.A.Ifname, Config{}); return err })
+	assert.ErrorIs(t, err, bpf.ErrXDPBusy, "second link on one interface")
 	// A UMEM that cannot be had fails after the program was attached: the
 	// program must be gone again.
 	umem := netnstest.NewT(t, netnstest.Config{})
 	err = umem.A.Do(func() error {
-		_, err := OpenXDPLink(umem.A.Ifname, XDPLinkConfig{Socket: xdp.Config{NumFrames: 1 << 26}})
+		_, err := Open(umem.A.Ifname, Config{Socket: xdp.Config{NumFrames: 1 << 26}})
 		return err
 	})
-	if !errors.Is(err, xdp.ErrUMEM) {
-		t.Errorf("huge UMEM: %v", err)
-	}
-	if nl, _ := umem.A.Link(); nl.Attrs().Xdp != nil && nl.Attrs().Xdp.Attached {
-		t.Error("XDP program left on the interface after the UMEM failed")
-	}
+	assert.ErrorIs(t, err, xdp.ErrUMEM, "huge UMEM")
+	assert.False(t, xdpAttached(t, &umem.A), "XDP program left on the interface after the UMEM failed")
 	// An interface that is down is refused before anything is attached.
 	down := netnstest.NewT(t, netnstest.Config{})
 	err = down.A.Do(func() error {
@@ -266,19 +214,19 @@ func TestOpenXDPLinkErrors(t *testing.T) {
 		if err := netlink.LinkSetDown(nl); err != nil {
 			return err
 		}
-		_, err = OpenXDPLink(down.A.Ifname, XDPLinkConfig{})
+		_, err = Open(down.A.Ifname, Config{})
 		return err
 	})
-	if !errors.Is(err, ErrLinkDown) {
-		t.Errorf("interface down: %v", err)
-	}
-	if nl, _ := down.A.Link(); nl.Attrs().Xdp != nil && nl.Attrs().Xdp.Attached {
-		t.Error("XDP program left on the interface that was down")
-	}
+	assert.ErrorIs(t, err, ErrLinkDown, "interface down")
+	assert.False(t, xdpAttached(t, &down.A), "XDP program left on the interface that was down")
 	// The first link still works after the refused second one.
-	if nl, _ := pair.A.Link(); nl.Attrs().Xdp == nil || !nl.Attrs().Xdp.Attached {
-		t.Error("the refused second link detached the first one's program")
-	}
+	assert.True(t, xdpAttached(t, &pair.A), "the refused second link detached the first one's program")
+}
+
+// xdpAttached reports whether an XDP program is attached to e's interface.
+func xdpAttached(t *testing.T, e *netnstest.End) bool {
+	nl, _ := e.Link()
+	return nl.Attrs().Xdp != nil && nl.Attrs().Xdp.Attached
 }
 
 // The link's per-frame path (TxFrame, Send, Flush, Receive) allocates nothing.
@@ -287,7 +235,7 @@ func TestXDPLinkHotPathAllocs(t *testing.T) {
 	for _, mtu := range []int{1500, 9000} {
 		pair := netnstest.NewT(t, netnstest.Config{MTU: mtu})
 		a, b := openLinkT(t, &pair.A), openLinkT(t, &pair.B)
-		e := Encap{SrcMAC: a.HardwareAddr(), DstMAC: b.HardwareAddr(), Src: pair.A.Addr4(), Dst: pair.B.Addr4(), HopLimit: 64, SrcPort: SourcePort(1)}
+		e := roce.Encap{SrcMAC: a.HardwareAddr(), DstMAC: b.HardwareAddr(), Src: pair.A.Addr4(), Dst: pair.B.Addr4(), HopLimit: 64, SrcPort: roce.SourcePort(1)}
 		ib := make([]byte, ibtransport.BTHLen+mtu-100)
 		ibtransport.BTH(ib).SetOpcode(ibtransport.OpRCSendOnly)
 		received := 0
@@ -304,12 +252,8 @@ func TestXDPLinkHotPathAllocs(t *testing.T) {
 		for range 100 {
 			step() // warm up
 		}
-		if allocs := testing.AllocsPerRun(2000, step); allocs != 0 {
-			t.Errorf("MTU %d: %v allocations per frame", mtu, allocs)
-		}
-		if received == 0 {
-			t.Errorf("MTU %d: nothing received", mtu)
-		}
+		assert.Zero(t, testing.AllocsPerRun(2000, step), "MTU %d: allocations per frame", mtu)
+		assert.NotZero(t, received, "MTU %d: nothing received", mtu)
 	}
 }
 
@@ -320,23 +264,17 @@ func TestXDPLinkNoFDLeak(t *testing.T) {
 	pair := netnstest.NewT(t, netnstest.Config{})
 	count := func() int {
 		entries, err := os.ReadDir("/proc/self/fd")
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		return len(entries)
 	}
 	cycle := func() {
-		var l *XDPLink
-		if err := pair.A.Do(func() (err error) {
-			l, err = OpenXDPLink(pair.A.Ifname, XDPLinkConfig{Addrs: []netip.Addr{pair.A.Addr4()}, Socket: xdp.Config{NumFrames: 64}})
+		var l *Link
+		require.NoError(t, pair.A.Do(func() (err error) {
+			l, err = Open(pair.A.Ifname, Config{Addrs: []netip.Addr{pair.A.Addr4()}, Socket: xdp.Config{NumFrames: 64}})
 			return err
-		}); err != nil {
-			t.Fatal(err)
-		}
+		}))
 		l.Wake()
-		if err := l.Close(); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, l.Close())
 	}
 	cycle()
 	runtime.GC()
@@ -349,9 +287,7 @@ func TestXDPLinkNoFDLeak(t *testing.T) {
 		runtime.GC()
 		time.Sleep(10 * time.Millisecond)
 	}
-	if after := count(); after > before+2 {
-		t.Errorf("%d file descriptors before 20 open/close cycles, %d after", before, after)
-	}
+	assert.LessOrEqual(t, count(), before+2, "file descriptors after 20 open/close cycles, %d before", before)
 }
 
 // Split divides the sockets of a 4-queue veth: link i of 2 receives what
@@ -361,40 +297,30 @@ func TestXDPLinkSplit(t *testing.T) {
 	netnstest.Integration(t)
 	pair := netnstest.NewT(t, netnstest.Config{Queues: 4})
 	a, b := openLinkT(t, &pair.A), openLinkT(t, &pair.B)
-	if a.NumQueues() != 4 || b.NumQueues() != 4 {
-		t.Fatalf("%d and %d queues, want 4", a.NumQueues(), b.NumQueues())
-	}
-	if _, err := a.Split(5); !errors.Is(err, ErrSplit) {
-		t.Fatalf("Split(5) of 4 queues: %v", err)
-	}
+	require.Equal(t, 4, a.NumQueues())
+	require.Equal(t, 4, b.NumQueues())
+	_, err := a.Split(5)
+	require.ErrorIs(t, err, roce.ErrSplit, "Split(5) of 4 queues")
 	as, err := a.Split(2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := a.Split(2); !errors.Is(err, ErrSplit) {
-		t.Fatalf("a second Split: %v", err)
-	}
+	require.NoError(t, err)
+	_, err = a.Split(2)
+	require.ErrorIs(t, err, roce.ErrSplit, "a second Split")
 	bs, err := b.Split(4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := Encap{SrcMAC: b.HardwareAddr(), DstMAC: a.HardwareAddr(), Src: pair.B.Addr4(), Dst: pair.A.Addr4(), HopLimit: 64, SrcPort: SourcePort(17)}
+	require.NoError(t, err)
+	e := roce.Encap{SrcMAC: b.HardwareAddr(), DstMAC: a.HardwareAddr(), Src: pair.B.Addr4(), Dst: pair.A.Addr4(), HopLimit: 64, SrcPort: roce.SourcePort(17)}
 	for q, l := range bs {
 		ib := make([]byte, 64)
 		ib[0] = byte(ibtransport.OpRCSendOnly)
 		ib[20] = byte(q) // the payload says which queue sent it
 		sendIB(t, l, &e, ib)
-		if err := l.Flush(); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, l.Flush())
 	}
 	got := map[int]int{} // sending queue -> receiving link
-	var f Frame
+	var f roce.Frame
 	for deadline := time.Now().Add(5 * time.Second); len(got) < 4 && time.Now().Before(deadline); {
 		for i, l := range as {
 			l.Receive(func(frame []byte) {
-				if err := ParseFrame(frame, &f); err != nil {
-					t.Errorf("link %d: %v", i, err)
+				if !assert.NoError(t, roce.ParseFrame(frame, &f), "link %d", i) {
 					return
 				}
 				got[int(f.IB[20])] = i
@@ -404,19 +330,13 @@ func TestXDPLinkSplit(t *testing.T) {
 	}
 	for q := range 4 {
 		i, ok := got[q]
-		if !ok {
-			t.Errorf("the frame sent on queue %d did not arrive", q)
-		} else if i != q%2 {
-			t.Errorf("the frame sent on queue %d arrived at link %d, want %d", q, i, q%2)
+		if assert.True(t, ok, "the frame sent on queue %d did not arrive", q) {
+			assert.Equal(t, q%2, i, "the link the frame sent on queue %d arrived at", q)
 		}
 	}
 	st, err := a.Stats()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	for q, s := range st.Sockets {
-		if s.RxPackets != 1 {
-			t.Errorf("socket of queue %d received %d frames, want 1", q, s.RxPackets)
-		}
+		assert.Equal(t, uint64(1), s.RxPackets, "frames the socket of queue %d received", q)
 	}
 }

@@ -1,4 +1,4 @@
-package roce
+package xdplink
 
 import (
 	"errors"
@@ -10,6 +10,8 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/softnic/softnic/roce"
 )
 
 // Errors of the interface helpers.
@@ -32,25 +34,9 @@ type Netdev struct {
 	Up bool
 }
 
-// maxRoCEHeaders is what rxe reserves below the link MTU for the headers of
-// a RoCEv2 packet (RXE_MAX_HDR_LENGTH) when choosing the active IB MTU.
-const maxRoCEHeaders = 80
-
-// ActiveMTU returns the port's active IB MTU in bytes (256..4096), chosen
-// like Linux rxe does: the largest IB MTU that fits the link MTU less 80
-// bytes of headers; 1500 gives 1024 and 9000 gives 4096.
-func (nd *Netdev) ActiveMTU() int { return ActiveIBMTU(nd.MTU) }
-
-// ActiveIBMTU is ActiveMTU for a link MTU.
-func ActiveIBMTU(linkMTU int) int {
-	room := linkMTU - maxRoCEHeaders
-	for mtu := 4096; mtu > 256; mtu /= 2 {
-		if mtu <= room {
-			return mtu
-		}
-	}
-	return 256
-}
+// ActiveMTU returns the port's active IB MTU in bytes (roce.ActiveIBMTU of
+// the link MTU).
+func (nd *Netdev) ActiveMTU() int { return roce.ActiveIBMTU(nd.MTU) }
 
 // LookupNetdev reads the interface named ifname in the calling thread's
 // network namespace.
@@ -84,16 +70,6 @@ func GIDTable(ifname string) ([]netip.Addr, error) {
 	return gidTable(l)
 }
 
-// DefaultGID returns the link-local IPv6 address derived from mac: the
-// modified EUI-64 interface identifier under fe80::/64.
-func DefaultGID(mac [6]byte) netip.Addr {
-	a := [16]byte{0: 0xfe, 1: 0x80}
-	a[8], a[9], a[10] = mac[0]^0x02, mac[1], mac[2]
-	a[11], a[12] = 0xff, 0xfe
-	a[13], a[14], a[15] = mac[3], mac[4], mac[5]
-	return netip.AddrFrom16(a)
-}
-
 func gidTable(l netlink.Link) ([]netip.Addr, error) {
 	addrs, err := netlink.AddrList(l, netlink.FAMILY_ALL)
 	if err != nil {
@@ -117,7 +93,7 @@ func gidTable(l netlink.Link) ([]netip.Addr, error) {
 	}
 	var gids []netip.Addr
 	if mac := l.Attrs().HardwareAddr; len(mac) == 6 {
-		def := DefaultGID([6]byte(mac))
+		def := roce.DefaultGID([6]byte(mac))
 		gids = append(gids, def)
 		v6 = slices.DeleteFunc(v6, func(a netip.Addr) bool { return a == def })
 	}

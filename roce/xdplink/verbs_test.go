@@ -1,4 +1,4 @@
-package roce_test
+package xdplink_test
 
 import (
 	"bytes"
@@ -9,17 +9,20 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/softnic/softnic/internal/netnstest"
-	"github.com/softnic/softnic/roce"
+	"github.com/softnic/softnic/roce/xdplink"
 	"github.com/softnic/softnic/verbs"
 )
 
 // xdpSide is one softnic device on an AF_XDP link in a namespace.
 type xdpSide struct {
 	end  *netnstest.End
-	link *roce.XDPLink
+	link *xdplink.Link
 	dev  *verbs.Device
-	nd   *roce.Netdev
+	nd   *xdplink.Netdev
 	pd   *verbs.PD
 	scq  *verbs.CQ
 	rcq  *verbs.CQ
@@ -37,10 +40,10 @@ func openXDPSideEngines(t testing.TB, e *netnstest.End, engines int) *xdpSide {
 	t.Helper()
 	s := &xdpSide{end: e}
 	err := e.Do(func() (err error) {
-		if s.nd, err = roce.LookupNetdev(e.Ifname); err != nil {
+		if s.nd, err = xdplink.LookupNetdev(e.Ifname); err != nil {
 			return err
 		}
-		if s.link, err = roce.OpenXDPLink(e.Ifname, roce.XDPLinkConfig{Addrs: s.nd.GIDs}); err != nil {
+		if s.link, err = xdplink.Open(e.Ifname, xdplink.Config{Addrs: s.nd.GIDs}); err != nil {
 			return err
 		}
 		s.dev, err = verbs.Open(s.link, verbs.Config{Addrs: s.nd.GIDs, Engines: engines})
@@ -49,9 +52,7 @@ func openXDPSideEngines(t testing.TB, e *netnstest.End, engines int) *xdpSide {
 		}
 		return err
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(func() {
 		s.dev.Close()
 		s.link.Close()
@@ -66,7 +67,7 @@ func gidIndex(t testing.TB, s *xdpSide, a netip.Addr) int {
 			return i
 		}
 	}
-	t.Fatalf("%v not in the GID table %v", a, s.nd.GIDs)
+	require.Failf(t, "address not in the GID table", "%v not in %v", a, s.nd.GIDs)
 	return -1
 }
 
@@ -77,21 +78,16 @@ func connectXDP(t testing.TB, x, y *xdpSide, v6 bool, mtu verbs.MTU) {
 	for _, s := range []*xdpSide{x, y} {
 		s.pd = s.dev.AllocPD()
 		var err error
-		if s.scq, err = s.dev.CreateCQ(1024, nil); err != nil {
-			t.Fatal(err)
-		}
-		if s.rcq, err = s.dev.CreateCQ(1024, nil); err != nil {
-			t.Fatal(err)
-		}
-		if s.qp, err = s.pd.CreateQP(&verbs.QPInitAttr{SendCQ: s.scq, RecvCQ: s.rcq, Cap: verbs.QPCap{
-			MaxSendWR: 256, MaxRecvWR: 256, MaxSendSGE: 4, MaxRecvSGE: 4}}); err != nil {
-			t.Fatal(err)
-		}
-		if err := s.qp.Modify(&verbs.QPAttr{State: verbs.QPSInit, Port: 1,
+		s.scq, err = s.dev.CreateCQ(1024, nil)
+		require.NoError(t, err)
+		s.rcq, err = s.dev.CreateCQ(1024, nil)
+		require.NoError(t, err)
+		s.qp, err = s.pd.CreateQP(&verbs.QPInitAttr{SendCQ: s.scq, RecvCQ: s.rcq, Cap: verbs.QPCap{
+			MaxSendWR: 256, MaxRecvWR: 256, MaxSendSGE: 4, MaxRecvSGE: 4}})
+		require.NoError(t, err)
+		require.NoError(t, s.qp.Modify(&verbs.QPAttr{State: verbs.QPSInit, Port: 1,
 			AccessFlags: verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic},
-			verbs.QPAttrState|verbs.QPAttrAccessFlags|verbs.QPAttrPort|verbs.QPAttrPKeyIndex); err != nil {
-			t.Fatal(err)
-		}
+			verbs.QPAttrState|verbs.QPAttrAccessFlags|verbs.QPAttrPort|verbs.QPAttrPKeyIndex))
 	}
 	addr := func(s *xdpSide) netip.Addr {
 		if v6 {
@@ -102,33 +98,43 @@ func connectXDP(t testing.TB, x, y *xdpSide, v6 bool, mtu verbs.MTU) {
 	for _, pr := range [][2]*xdpSide{{x, y}, {y, x}} {
 		me, peer := pr[0], pr[1]
 		var mac [6]byte
-		if err := me.end.Do(func() (err error) {
-			mac, err = roce.ResolveNeighbor(me.nd.Index, addr(peer), 3*time.Second)
+		require.NoError(t, me.end.Do(func() (err error) {
+			mac, err = xdplink.ResolveNeighbor(me.nd.Index, addr(peer), 3*time.Second)
 			return err
-		}); err != nil {
-			t.Fatal(err)
-		}
+		}))
 		me.dev.RoCE().SetNeighbor(addr(peer), mac)
 		peerGID, err := peer.dev.GID(gidIndex(t, peer, addr(peer)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := me.qp.Modify(&verbs.QPAttr{State: verbs.QPSRTR, PathMTU: mtu, DestQPN: peer.qp.QPN(),
+		require.NoError(t, err)
+		require.NoError(t, me.qp.Modify(&verbs.QPAttr{State: verbs.QPSRTR, PathMTU: mtu, DestQPN: peer.qp.QPN(),
 			RQPSN: 100, MaxDestRdAtomic: 16, MinRNRTimer: 1,
 			AV: verbs.AddressVector{DGID: peerGID, SGIDIndex: uint8(gidIndex(t, me, addr(me))), HopLimit: 64}},
 			verbs.QPAttrState|verbs.QPAttrAV|verbs.QPAttrPathMTU|verbs.QPAttrDestQPN|verbs.QPAttrRQPSN|
-				verbs.QPAttrMaxDestRdAtomic|verbs.QPAttrMinRNRTimer); err != nil {
-			t.Fatal(err)
-		}
+				verbs.QPAttrMaxDestRdAtomic|verbs.QPAttrMinRNRTimer))
 	}
 	for _, s := range []*xdpSide{x, y} {
-		if err := s.qp.Modify(&verbs.QPAttr{State: verbs.QPSRTS, SQPSN: 100, Timeout: 14, RetryCnt: 7,
+		require.NoError(t, s.qp.Modify(&verbs.QPAttr{State: verbs.QPSRTS, SQPSN: 100, Timeout: 14, RetryCnt: 7,
 			RNRRetry: 7, MaxRdAtomic: 16},
 			verbs.QPAttrState|verbs.QPAttrSQPSN|verbs.QPAttrTimeout|verbs.QPAttrRetryCnt|verbs.QPAttrRNRRetry|
-				verbs.QPAttrMaxQPRdAtomic); err != nil {
-			t.Fatal(err)
-		}
+				verbs.QPAttrMaxQPRdAtomic))
 	}
+}
+
+// linkMTUs are the link MTUs the tests run on, each with the largest IB MTU
+// that fits it.
+var linkMTUs = []struct {
+	linkMTU int
+	mtu     verbs.MTU
+}{{1500, verbs.MTU1024}, {9000, verbs.MTU4096}}
+
+// regWrite registers src at x as the source and dst at y as the target of
+// RDMA WRITEs.
+func regWrite(t testing.TB, x, y *xdpSide, src, dst []byte) (lmr, rmr *verbs.MR) {
+	t.Helper()
+	lmr, err := x.pd.RegMR(src, verbs.AccessLocalWrite)
+	require.NoError(t, err)
+	rmr, err = y.pd.RegMR(dst, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+	require.NoError(t, err)
+	return lmr, rmr
 }
 
 func waitWC(t testing.TB, cq *verbs.CQ, id uint64) verbs.WC {
@@ -137,12 +143,10 @@ func waitWC(t testing.TB, cq *verbs.CQ, id uint64) verbs.WC {
 	defer cancel()
 	var wc [1]verbs.WC
 	n, err := cq.Wait(ctx, wc[:])
-	if err != nil || n != 1 {
-		t.Fatalf("waiting for completion %d: %d, %v", id, n, err)
-	}
-	if wc[0].Status != verbs.WCSuccess || wc[0].WRID != id {
-		t.Fatalf("completion %+v, want success of %d", wc[0], id)
-	}
+	require.NoError(t, err, "waiting for completion %d", id)
+	require.Equal(t, 1, n, "waiting for completion %d", id)
+	require.Equal(t, verbs.WCSuccess, wc[0].Status, "completion %+v, want success of %d", wc[0], id)
+	require.Equal(t, id, wc[0].WRID, "completion %+v, want success of %d", wc[0], id)
 	return wc[0]
 }
 
@@ -157,10 +161,7 @@ func pattern(b []byte, seed byte) {
 // 9000-byte link, over IPv4 and IPv6 GIDs, while ping and TCP share the veth.
 func TestVerbsOverXDP(t *testing.T) {
 	netnstest.Integration(t)
-	for _, tc := range []struct {
-		linkMTU int
-		mtu     verbs.MTU
-	}{{1500, verbs.MTU1024}, {9000, verbs.MTU4096}} {
+	for _, tc := range linkMTUs {
 		for _, v6 := range []bool{false, true} {
 			t.Run(fmt.Sprintf("link%d-ib%d-v6=%v", tc.linkMTU, tc.mtu.Bytes(), v6), func(t *testing.T) {
 				pair := netnstest.NewT(t, netnstest.Config{MTU: tc.linkMTU})
@@ -194,36 +195,25 @@ func TestVerbsOverXDP(t *testing.T) {
 						want := append([]byte(nil), dst...)
 						copy(want[guard:guard+size], src[guard:guard+size])
 						lmr, err := x.pd.RegMR(lbuf, verbs.AccessLocalWrite)
-						if err != nil {
-							t.Fatal(err)
-						}
+						require.NoError(t, err)
 						rmr, err := y.pd.RegMR(rbuf, verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead)
-						if err != nil {
-							t.Fatal(err)
-						}
+						require.NoError(t, err)
 						wr := &verbs.SendWR{ID: id, Opcode: op, Flags: verbs.SendSignaled,
 							SGL: []verbs.SGE{lmr.SGE(guard, size)}}
 						if op == verbs.WRSend {
-							if err := y.qp.PostRecv(&verbs.RecvWR{ID: id, SGL: []verbs.SGE{rmr.SGE(guard, size)}}); err != nil {
-								t.Fatal(err)
-							}
+							require.NoError(t, y.qp.PostRecv(&verbs.RecvWR{ID: id, SGL: []verbs.SGE{rmr.SGE(guard, size)}}))
 						} else {
 							wr.RemoteAddr, wr.RKey = rmr.Addr()+guard, rmr.RKey()
 						}
-						if err := x.qp.PostSend(wr); err != nil {
-							t.Fatal(err)
-						}
-						if wc := waitWC(t, x.scq, id); int(wc.ByteLen) != size {
-							t.Fatalf("%v %d bytes: completion says %d", op, size, wc.ByteLen)
-						}
+						require.NoError(t, x.qp.PostSend(wr))
+						wc := waitWC(t, x.scq, id)
+						require.Equal(t, size, int(wc.ByteLen), "%v %d bytes: completion's byte count", op, size)
 						if op == verbs.WRSend {
 							waitWC(t, y.rcq, id)
 						}
 						lmr.Dereg()
 						rmr.Dereg()
-						if !bytes.Equal(want, dst) {
-							t.Fatalf("%v of %d bytes: data differs", op, size)
-						}
+						require.True(t, bytes.Equal(want, dst), "%v of %d bytes: data differs", op, size)
 					}
 				}
 
@@ -233,50 +223,33 @@ func TestVerbsOverXDP(t *testing.T) {
 				lmr, _ := x.pd.RegMR(lbuf, verbs.AccessLocalWrite)
 				rmr, _ := y.pd.RegMR(rbuf, verbs.AccessLocalWrite|verbs.AccessRemoteAtomic)
 				id++
-				if err := x.qp.PostSend(&verbs.SendWR{ID: id, Opcode: verbs.WRAtomicFetchAndAdd, Flags: verbs.SendSignaled,
-					SGL: []verbs.SGE{lmr.SGE(0, 8)}, RemoteAddr: rmr.Addr(), RKey: rmr.RKey(), CompareAdd: 2}); err != nil {
-					t.Fatal(err)
-				}
+				require.NoError(t, x.qp.PostSend(&verbs.SendWR{ID: id, Opcode: verbs.WRAtomicFetchAndAdd, Flags: verbs.SendSignaled,
+					SGL: []verbs.SGE{lmr.SGE(0, 8)}, RemoteAddr: rmr.Addr(), RKey: rmr.RKey(), CompareAdd: 2}))
 				waitWC(t, x.scq, id)
-				if old := binary.NativeEndian.Uint64(lbuf); old != 40 {
-					t.Fatalf("fetch-and-add returned %d, want 40", old)
-				}
+				require.Equal(t, uint64(40), binary.NativeEndian.Uint64(lbuf), "fetch-and-add's original value")
 				id++
-				if err := x.qp.PostSend(&verbs.SendWR{ID: id, Opcode: verbs.WRAtomicCmpAndSwp, Flags: verbs.SendSignaled,
-					SGL: []verbs.SGE{lmr.SGE(0, 8)}, RemoteAddr: rmr.Addr(), RKey: rmr.RKey(), CompareAdd: 42, Swap: 7}); err != nil {
-					t.Fatal(err)
-				}
+				require.NoError(t, x.qp.PostSend(&verbs.SendWR{ID: id, Opcode: verbs.WRAtomicCmpAndSwp, Flags: verbs.SendSignaled,
+					SGL: []verbs.SGE{lmr.SGE(0, 8)}, RemoteAddr: rmr.Addr(), RKey: rmr.RKey(), CompareAdd: 42, Swap: 7}))
 				waitWC(t, x.scq, id)
 				rmr.Dereg()
-				if old, now := binary.NativeEndian.Uint64(lbuf), binary.NativeEndian.Uint64(rbuf); old != 42 || now != 7 {
-					t.Fatalf("compare-and-swap: returned %d (want 42), memory %d (want 7)", old, now)
-				}
+				require.Equal(t, uint64(42), binary.NativeEndian.Uint64(lbuf), "compare-and-swap's original value")
+				require.Equal(t, uint64(7), binary.NativeEndian.Uint64(rbuf), "memory after compare-and-swap")
 
-				if err := <-tcpDone; err != nil {
-					t.Errorf("TCP beside softnic: %v", err)
-				}
-				if err := pair.A.Ping(pair.B.Addr6(), 2*time.Second); err != nil {
-					t.Errorf("ping beside softnic: %v", err)
-				}
+				assert.NoError(t, <-tcpDone, "TCP beside softnic")
+				assert.NoError(t, pair.A.Ping(pair.B.Addr6(), 2*time.Second), "ping beside softnic")
 				for _, s := range []*xdpSide{x, y} {
 					st := s.dev.RoCE()
-					if bad := st.Counters().Rx.BadICRC.Load(); bad != 0 {
-						t.Errorf("%s: %d frames with a bad ICRC", s.end.Namespace, bad)
-					}
+					assert.Zero(t, st.Counters().Rx.BadICRC.Load(), "%s: frames with a bad ICRC", s.end.Namespace)
 					ls, err := s.link.Stats()
-					if err != nil {
-						t.Fatal(err)
-					}
-					if ls.Program.Steered == 0 || ls.Sockets[0].RxPackets == 0 {
-						t.Errorf("%s: nothing went through AF_XDP: %+v", s.end.Namespace, ls)
-					}
+					require.NoError(t, err)
+					assert.NotZero(t, ls.Program.Steered, "%s: nothing went through AF_XDP: %+v", s.end.Namespace, ls)
+					assert.NotZero(t, ls.Sockets[0].RxPackets, "%s: nothing went through AF_XDP: %+v", s.end.Namespace, ls)
 					t.Logf("%s: program %+v, link staged %d, joined %d", s.end.Namespace, ls.Program, ls.TxStaged, ls.RxJoined)
 					// veth is copy mode: frames of several chunks are built
 					// and delivered in place (contiguous layout); only one
 					// wrapping around the receive area is joined.
-					if ls.TxStaged != 0 || ls.RxJoined > ls.Sockets[0].RxPackets/20 {
-						t.Errorf("%s: %d frames staged, %d of %d joined", s.end.Namespace, ls.TxStaged, ls.RxJoined, ls.Sockets[0].RxPackets)
-					}
+					assert.Zero(t, ls.TxStaged, "%s: frames staged", s.end.Namespace)
+					assert.LessOrEqual(t, ls.RxJoined, ls.Sockets[0].RxPackets/20, "%s: frames joined of %d", s.end.Namespace, ls.Sockets[0].RxPackets)
 				}
 			})
 		}
@@ -292,9 +265,7 @@ func TestVerbsOverXDPMultiQueue(t *testing.T) {
 	pair := netnstest.NewT(t, netnstest.Config{MTU: 9000, Queues: 2})
 	x, y := openXDPSideEngines(t, &pair.A, 2), openXDPSideEngines(t, &pair.B, 2)
 	for _, s := range []*xdpSide{x, y} {
-		if n := s.dev.RoCE().Engines(); n != 2 {
-			t.Fatalf("%s: %d engines on 2 queues", s.end.Namespace, n)
-		}
+		require.Equal(t, 2, s.dev.RoCE().Engines(), "%s: engines on 2 queues", s.end.Namespace)
 	}
 	const conns, size = 16, 256 << 10
 	perEngine := [2]int{}
@@ -303,42 +274,25 @@ func TestVerbsOverXDPMultiQueue(t *testing.T) {
 		perEngine[x.qp.EngineIndex()]++
 		src, dst := make([]byte, size), make([]byte, size)
 		pattern(src, byte(i))
-		lmr, err := x.pd.RegMR(src, verbs.AccessLocalWrite)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rmr, err := y.pd.RegMR(dst, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := x.qp.PostSend(&verbs.SendWR{ID: uint64(i), Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
-			SGL: []verbs.SGE{lmr.SGE(0, size)}, RemoteAddr: rmr.Addr(), RKey: rmr.RKey()}); err != nil {
-			t.Fatal(err)
-		}
+		lmr, rmr := regWrite(t, x, y, src, dst)
+		require.NoError(t, x.qp.PostSend(&verbs.SendWR{ID: uint64(i), Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
+			SGL: []verbs.SGE{lmr.SGE(0, size)}, RemoteAddr: rmr.Addr(), RKey: rmr.RKey()}))
 		waitWC(t, x.scq, uint64(i))
 		rmr.Dereg() // orders the engines' writes before the comparison
-		if !bytes.Equal(src, dst) {
-			t.Fatalf("connection %d: data differs", i)
-		}
+		require.True(t, bytes.Equal(src, dst), "connection %d: data differs", i)
 	}
 	t.Logf("connections per engine: %v", perEngine)
 	for _, s := range []*xdpSide{x, y} {
 		for k, e := range s.dev.RoCE().Group().Engines() {
-			if e.Ctr.TxPackets.Load() == 0 || e.Ctr.RxPackets.Load() == 0 {
-				t.Errorf("%s: engine %d sent %d and received %d packets", s.end.Namespace, k, e.Ctr.TxPackets.Load(), e.Ctr.RxPackets.Load())
-			}
+			assert.NotZero(t, e.Ctr.TxPackets.Load(), "%s: engine %d sent nothing", s.end.Namespace, k)
+			assert.NotZero(t, e.Ctr.RxPackets.Load(), "%s: engine %d received nothing", s.end.Namespace, k)
 		}
-		if f := s.dev.Counters().Forwarded.Load(); f != 0 {
-			t.Errorf("%s: %d packets arrived at another engine than their QP's", s.end.Namespace, f)
-		}
+		assert.Zero(t, s.dev.Counters().Forwarded.Load(), "%s: packets that arrived at another engine than their QP's", s.end.Namespace)
 		ls, err := s.link.Stats()
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		for q, ss := range ls.Sockets {
-			if ss.RxPackets == 0 || ss.TxPackets == 0 {
-				t.Errorf("%s: queue %d's socket received %d and sent %d frames", s.end.Namespace, q, ss.RxPackets, ss.TxPackets)
-			}
+			assert.NotZero(t, ss.RxPackets, "%s: queue %d's socket received nothing", s.end.Namespace, q)
+			assert.NotZero(t, ss.TxPackets, "%s: queue %d's socket sent nothing", s.end.Namespace, q)
 		}
 	}
 }
@@ -348,24 +302,14 @@ func TestVerbsOverXDPMultiQueue(t *testing.T) {
 // figure to compare with bench/xdpblast's raw ceiling.
 func BenchmarkVerbsOverXDP(b *testing.B) {
 	netnstest.Integration(b)
-	for _, tc := range []struct {
-		linkMTU int
-		mtu     verbs.MTU
-	}{{1500, verbs.MTU1024}, {9000, verbs.MTU4096}} {
+	for _, tc := range linkMTUs {
 		b.Run(fmt.Sprintf("write64KiB/link%d-ib%d", tc.linkMTU, tc.mtu.Bytes()), func(b *testing.B) {
 			pair := netnstest.NewT(b, netnstest.Config{MTU: tc.linkMTU})
 			x, y := openXDPSide(b, &pair.A), openXDPSide(b, &pair.B)
 			connectXDP(b, x, y, false, tc.mtu)
 			const size, window = 64 << 10, 16
 			lbuf, rbuf := make([]byte, size), make([]byte, size)
-			lmr, err := x.pd.RegMR(lbuf, verbs.AccessLocalWrite)
-			if err != nil {
-				b.Fatal(err)
-			}
-			rmr, err := y.pd.RegMR(rbuf, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
-			if err != nil {
-				b.Fatal(err)
-			}
+			lmr, rmr := regWrite(b, x, y, lbuf, rbuf)
 			wr := &verbs.SendWR{Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
 				SGL: []verbs.SGE{lmr.SGE(0, size)}, RemoteAddr: rmr.Addr(), RKey: rmr.RKey()}
 			var wcs [window]verbs.WC
@@ -376,18 +320,14 @@ func BenchmarkVerbsOverXDP(b *testing.B) {
 			for done < b.N {
 				for posted < b.N && posted-done < window {
 					wr.ID = uint64(posted)
-					if err := x.qp.PostSend(wr); err != nil {
-						b.Fatal(err)
-					}
+					require.NoError(b, x.qp.PostSend(wr))
 					posted++
 				}
 				n, err := x.scq.Wait(ctx, wcs[:])
-				if err != nil {
-					b.Fatal(err)
-				}
+				require.NoError(b, err)
 				for _, wc := range wcs[:n] {
-					if wc.Status != verbs.WCSuccess {
-						b.Fatalf("completion %+v", wc)
+					if wc.Status != verbs.WCSuccess { // no testify call per completion: it would allocate
+						require.Failf(b, "completion failed", "%+v", wc)
 					}
 				}
 				done += n

@@ -1,0 +1,228 @@
+package roce
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/softnic/softnic/ibtransport"
+)
+
+// lane is one engine of a device with the link it drives and the state of
+// the goroutine that runs it.
+type lane struct {
+	d    *Device
+	link Link
+	eng  *ibtransport.Engine
+	ctr  DeviceCounters
+
+	rxFrame Frame
+	rxInfo  ibtransport.RecvInfo
+	onFrame func([]byte)
+	txBuf   []byte
+	// unflushed counts the bytes of frames sent since the last Flush.
+	unflushed int
+	// Loopback (loopback.go): packets to one of the device's own GIDs
+	// never reach the link; they wait in loopQ, in the lane's own buffers,
+	// until its next pass hands them back to the engine.
+	loopFree [][]byte
+	loopBuf  []byte
+	loopQ    []loopPacket
+
+	// owner is held (1) by whichever goroutine runs an engine pass: the
+	// engine goroutine or an application in Poll. It orders all the
+	// engine-side state above and the engine's between them.
+	owner atomic.Int32
+	// polls counts applications' Poll calls; the engine goroutine naps
+	// while it keeps changing (seenPolls is its last look), until Unpoll
+	// sets handBack. The device's pollHold is the length of one nap.
+	polls     atomic.Uint64
+	seenPolls uint64
+	handBack  atomic.Bool
+	napping   atomic.Bool
+	napFD     int
+	// working is set while the engine goroutine's passes find work: an
+	// application's Poll then leaves the passes to it.
+	working atomic.Bool
+
+	done chan struct{}
+}
+
+// newLane makes d's lane on link l; NewDevice sets its engine and starts it.
+func newLane(d *Device, l Link) (*lane, error) {
+	ln := &lane{d: d, link: l, done: make(chan struct{}), napFD: -1}
+	ln.onFrame = ln.receive
+	var err error
+	if ln.napFD, err = unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC); err != nil {
+		return nil, fmt.Errorf("eventfd: %w", err)
+	}
+	return ln, nil
+}
+
+// wake is the engine's doorbell: it ends the engine goroutine's wait for
+// packets, or its nap while an application polls.
+func (ln *lane) wake() {
+	ln.link.Wake()
+	if ln.napping.Load() {
+		ln.endNap()
+	}
+}
+
+func (ln *lane) endNap() {
+	var one [8]byte
+	binary.NativeEndian.PutUint64(one[:], 1)
+	unix.Write(ln.napFD, one[:])
+}
+
+func (ln *lane) poll() bool {
+	ln.polls.Add(1) // no clock: a clock read costs as much as a pass's other checks
+	if ln.working.Load() || !ln.owner.CompareAndSwap(0, 1) {
+		return false
+	}
+	worked, _, _ := ln.pass()
+	ln.owner.Store(0)
+	ln.ctr.PollPasses.Add(1)
+	return worked
+}
+
+// appPolled reports whether an application called Poll since the engine
+// goroutine last looked, and has not called Unpoll since.
+func (ln *lane) appPolled() bool {
+	if ln.d.pollHold < 0 {
+		return false
+	}
+	p := ln.polls.Load()
+	polled := p != ln.seenPolls
+	ln.seenPolls = p
+	if ln.handBack.Swap(false) {
+		return false
+	}
+	return polled
+}
+
+// pass is one round of the engine: receive, process, transmit. The caller
+// holds owner.
+func (ln *lane) pass() (worked, busy bool, wait time.Duration) {
+	ln.ctr.Passes.Add(1)
+	sent := ln.eng.Ctr.TxPackets.Load()
+	n := ln.link.Receive(ln.onFrame, ln.d.batch)
+	busy, wait = ln.eng.Process()
+	ln.unflushed = 0
+	if err := ln.link.Flush(); errors.Is(err, ErrLinkClosed) {
+		ln.d.stop.Store(true)
+	}
+	looped := ln.deliverLoopback()
+	worked = n > 0 || busy || looped || ln.eng.Ctr.TxPackets.Load() != sent
+	return worked, busy, wait
+}
+
+func (ln *lane) run() {
+	defer close(ln.done)
+	defer ln.eng.Exit()
+	// On the way out, keep owner for good: an application's Poll then
+	// never runs a pass on a stopped engine.
+	defer func() {
+		for !ln.owner.CompareAndSwap(0, 1) {
+			osYield()
+		}
+	}()
+	var lastWork time.Time
+	for !ln.d.stop.Load() {
+		if !ln.owner.CompareAndSwap(0, 1) {
+			osYield() // an application is in a pass
+			continue
+		}
+		worked, _, wait := ln.pass()
+		ln.working.Store(worked)
+		if worked {
+			ln.owner.Store(0)
+			lastWork = time.Now()
+			continue
+		}
+		if ln.appPolled() {
+			ln.owner.Store(0)
+			ln.nap()
+			continue
+		}
+		if ln.d.spin > 0 && time.Since(lastWork) < ln.d.spin {
+			ln.owner.Store(0)
+			// Poll again soon, but let other threads (a poller of this
+			// process or of the peer) have the CPU meanwhile. Gosched
+			// first runs the goroutines this one readied (a CQ.Wait or
+			// completion channel reader): the runtime queues them on
+			// this goroutine's P, and while it spins here another thread
+			// steals them only much later.
+			runtime.Gosched()
+			osYield()
+			continue
+		}
+		// The wait keeps owner: the link's Wait looks at its TX state.
+		// An application's Poll meanwhile returns at once; its posts ring
+		// the doorbell.
+		if ln.eng.PrepareSleep() {
+			err := ln.link.Wait(wait)
+			ln.eng.Awake()
+			if errors.Is(err, ErrLinkClosed) {
+				ln.owner.Store(0)
+				return
+			}
+		}
+		ln.owner.Store(0)
+	}
+}
+
+// nap sleeps while an application polls: until Unpoll, a command or the
+// doorbell, or for pollHold, after which run looks again whether the
+// application still polls.
+func (ln *lane) nap() {
+	ln.napping.Store(true)
+	// A command or Unpoll that came before napping was set did not end
+	// the nap: look for them after setting it.
+	if ln.eng.HasWork() || ln.handBack.Load() {
+		ln.napping.Store(false)
+		return
+	}
+	fds := [1]unix.PollFd{{Fd: int32(ln.napFD), Events: unix.POLLIN}}
+	ts := unix.NsecToTimespec(int64(ln.d.pollHold))
+	unix.Ppoll(fds[:], &ts, nil) // EINTR just ends the nap early
+	ln.napping.Store(false)
+	if fds[0].Revents&unix.POLLIN != 0 {
+		var v [8]byte
+		unix.Read(ln.napFD, v[:])
+	}
+}
+
+// osYield gives the CPU to another runnable thread, if any (sched_yield).
+func osYield() { syscall.Syscall(syscall.SYS_SCHED_YIELD, 0, 0, 0) }
+
+// receive handles one frame from the link.
+func (ln *lane) receive(frame []byte) {
+	f := &ln.rxFrame
+	err := ParseFrame(frame, f)
+	ln.ctr.Rx.Count(err)
+	if err != nil {
+		return
+	}
+	dst := GIDFromAddr(f.Dst)
+	idx := -1
+	for i := range ln.d.gids {
+		if ln.d.gids[i] == dst {
+			idx = i
+			break
+		}
+	}
+	if idx < 0 {
+		ln.ctr.RxNotForUs.Add(1)
+		return
+	}
+	ln.rxInfo.SGID = GIDFromAddr(f.Src)
+	ln.rxInfo.DGID = dst
+	ln.rxInfo.DGIDIndex = idx
+	ln.eng.Receive(f.IB, &ln.rxInfo)
+}

@@ -1,0 +1,117 @@
+package roce
+
+import (
+	"fmt"
+	"net/netip"
+
+	"github.com/softnic/softnic/ibtransport"
+)
+
+// maxPayloadHeaders is the largest header before a payload: BTH + RETH +
+// ImmDt (WRITE ONLY with immediate).
+const maxPayloadHeaders = ibtransport.BTHLen + ibtransport.RETHLen + ibtransport.ImmDtLen
+
+// Path implements ibtransport.Port: it prepares transmission to av, as
+// connecting a QP does. A destination among the device's own addresses gets
+// a loopPath, any other a path over the link, with the neighbour resolved
+// and the MTU checked now, off the packet path.
+func (ln *lane) Path(av *ibtransport.AddressVector, qpn uint32, pathMTU int) (ibtransport.TxPath, error) {
+	if int(av.SGIDIndex) >= len(ln.d.addrs) {
+		return nil, fmt.Errorf("source GID index %d of %d: %w", av.SGIDIndex, len(ln.d.addrs), ibtransport.ErrInvalidArgument)
+	}
+	src := ln.d.addrs[av.SGIDIndex]
+	dst := AddrFromGID(av.DGID)
+	if src.Is4() != dst.Is4() {
+		return nil, fmt.Errorf("GIDs %v and %v: %w", src, dst, ErrAddressFamily)
+	}
+	for i, a := range ln.d.addrs {
+		if a == dst {
+			return ln.loopPath(int(av.SGIDIndex), i), nil
+		}
+	}
+	p := &path{ln: ln, encap: Encap{SrcMAC: ln.d.mac, Src: src, Dst: dst, TrafficClass: av.TrafficClass,
+		HopLimit: av.HopLimit, FlowLabel: av.FlowLabel, SrcPort: SourcePort(qpn)}}
+	if p.encap.HopLimit == 0 {
+		p.encap.HopLimit = 64
+	}
+	var err error
+	if p.encap.DstMAC, err = ln.d.neighbor(dst); err != nil {
+		return nil, err
+	}
+	p.hl = p.encap.HeaderLen()
+	ipLen := p.hl - ethHeaderLen
+	p.maxIB = ln.link.MTU() - ipLen - ibtransport.ICRCLen
+	if maxPayloadHeaders+pathMTU > p.maxIB {
+		return nil, fmt.Errorf("path MTU %d does not fit the link MTU %d: %w", pathMTU, ln.link.MTU(), ibtransport.ErrInvalidArgument)
+	}
+	return p, nil
+}
+
+// neighbor returns the MAC address to send to dst: SetNeighbor's entry,
+// else what DeviceConfig.Resolve finds (then kept as an entry), else the
+// broadcast address.
+func (d *Device) neighbor(dst netip.Addr) ([6]byte, error) {
+	d.neighMu.Lock()
+	mac, ok := d.neigh[dst]
+	d.neighMu.Unlock()
+	switch {
+	case ok:
+		return mac, nil
+	case d.resolve != nil:
+		// Runs on the engine goroutine, during ModifyQP to RTR: resolution
+		// is not on the packet path.
+		mac, err := d.resolve(dst)
+		if err != nil {
+			return mac, fmt.Errorf("resolve %v: %w", dst, err)
+		}
+		d.SetNeighbor(dst, mac)
+		return mac, nil
+	}
+	return [6]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, nil
+}
+
+// path sends one QP's packets: it caches the QP's encapsulation.
+type path struct {
+	ln    *lane
+	encap Encap
+	hl    int
+	maxIB int
+}
+
+// Buffer implements ibtransport.TxPath: room after the headers in a TX frame.
+func (p *path) Buffer() []byte {
+	ln := p.ln
+	if ln.txBuf == nil {
+		if ln.txBuf = ln.link.TxFrame(); ln.txBuf == nil {
+			ln.ctr.TxNoBuffer.Add(1)
+			return nil
+		}
+	}
+	return ln.txBuf[p.hl : p.hl+p.maxIB]
+}
+
+// Send implements ibtransport.TxPath.
+func (p *path) Send(n int) {
+	ln := p.ln
+	l, err := p.encap.Finish(ln.txBuf, n)
+	if err != nil {
+		ln.ctr.TxErrors.Add(1)
+		return // the buffer stays for the next packet
+	}
+	ln.link.Send(ln.txBuf[:l])
+	ln.txBuf = nil
+	ln.ctr.TxFrames.Add(1)
+	// Kick the link in the middle of a long pass too: the peer starts on
+	// the first frames while this side builds the rest, and it does not
+	// fall asleep waiting for a whole pass (a wake-up of a sleeping peer
+	// makes this side's sendto slower). Small frames still go in one kick
+	// per pass.
+	if ln.unflushed += l; ln.unflushed >= flushBytes {
+		ln.link.Flush()
+		ln.unflushed = 0
+	}
+}
+
+// flushBytes is how many bytes of frames Send queues before it kicks the
+// link, even in the middle of a pass.
+const flushBytes = 128 << 10
