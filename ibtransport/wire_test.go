@@ -361,7 +361,7 @@ func BenchmarkParsePacket(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		if err := ParsePacket(buf[:n], &p); err != nil {
-			b.Fatal(err)
+			require.NoError(b, err)
 		}
 	}
 }

@@ -188,21 +188,21 @@ func BenchmarkWrite64BList(b *testing.B) {
 	for posted := 0; posted < lists; {
 		for inflight < 4 && posted < lists {
 			if _, err := s.x.qp.PostSendList(wrs); err != nil {
-				b.Fatal(err)
+				require.NoError(b, err)
 			}
 			posted++
 			inflight++
 		}
 		got, err := s.x.scq.Wait(s.ctx, s.wcs[:])
 		if err != nil {
-			b.Fatal(err)
+			require.NoError(b, err)
 		}
 		inflight -= got
 	}
 	for inflight > 0 {
 		got, err := s.x.scq.Wait(s.ctx, s.wcs[:])
 		if err != nil {
-			b.Fatal(err)
+			require.NoError(b, err)
 		}
 		inflight -= got
 	}

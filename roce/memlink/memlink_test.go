@@ -33,10 +33,24 @@ func drain(b *Endpoint, d time.Duration) [][]byte {
 	return got
 }
 
+// drainN receives until b has got want frames, and then for settle more
+// in case others follow, or until 10 s have passed. Delayed and reordered
+// frames arrive on timers, so a fixed window would lose some of them when
+// the machine is loaded.
+func drainN(b *Endpoint, want int, settle time.Duration) [][]byte {
+	var got [][]byte
+	limit := time.Now().Add(10 * time.Second)
+	for len(got) < want && time.Now().Before(limit) {
+		b.Receive(func(f []byte) { got = append(got, append([]byte(nil), f...)) }, 64)
+		b.Wait(time.Millisecond)
+	}
+	return append(got, drain(b, settle)...)
+}
+
 func TestDeliveryInOrderWithoutFaults(t *testing.T) {
 	a, b := Pair(Config{Buffers: 64})
 	sendN(t, a, 50)
-	got := drain(b, 10*time.Millisecond)
+	got := drainN(b, 50, 5*time.Millisecond)
 	require.Len(t, got, 50)
 	for i, f := range got {
 		require.Equal(t, byte(i), f[0])
@@ -52,8 +66,8 @@ func TestFaultsAreSeededAndDeterministic(t *testing.T) {
 		f := Faults{Loss: 0.1, Duplicate: 0.1, Reorder: 0.1, Corrupt: 0.1, Delay: 0.05, CorruptFrom: 2}
 		a, b := Pair(Config{Buffers: 512, Seed: seed, AtoB: f})
 		sendN(t, a, 300)
-		got := drain(b, 30*time.Millisecond)
 		s := a.Stats()
+		got := drainN(b, 300-int(s.Lost.Load())+int(s.Duplicated.Load()), 10*time.Millisecond)
 		return got, [5]uint64{s.Lost.Load(), s.Duplicated.Load(), s.Reordered.Load(), s.Corrupted.Load(), s.Delayed.Load()}
 	}
 	got1, st1 := run(7)
@@ -89,7 +103,7 @@ func TestFaultsAreSeededAndDeterministic(t *testing.T) {
 func TestReorderLetsLaterFramesOvertake(t *testing.T) {
 	a, b := Pair(Config{Seed: 1, AtoB: Faults{Reorder: 0.3, ReorderDelay: 5 * time.Millisecond}})
 	sendN(t, a, 100)
-	got := drain(b, 30*time.Millisecond)
+	got := drainN(b, 100, 10*time.Millisecond)
 	require.Len(t, got, 100)
 	inversions := 0
 	for i := 1; i < len(got); i++ {
