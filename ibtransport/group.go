@@ -100,19 +100,6 @@ func (g *Group) HandleEvents(fn func(*QP, QPEvent)) {
 	})
 }
 
-// ActiveQPs returns how many QPs the engines visit on each pass, for
-// diagnostics.
-func (g *Group) ActiveQPs() int {
-	n := 0
-	_ = g.Do(func() error {
-		for _, e := range g.engines {
-			n += len(e.active)
-		}
-		return nil
-	})
-	return n
-}
-
 // Counters returns the engines' counters: with one engine the live ones,
 // with several their sum at the time of the call.
 func (g *Group) Counters() *Counters {

@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -470,20 +469,4 @@ func TestPostRecvList(t *testing.T) {
 		waitOK(t, y.rcq, uint64(i))
 		require.Equal(t, lbuf, rbuf[i*64:(i+1)*64])
 	}
-}
-
-// TestQuietQPsLeaveEngineLoop checks that the engine stops visiting QPs
-// that have nothing to do, and that traffic brings them back.
-func TestQuietQPsLeaveEngineLoop(t *testing.T) {
-	o := defaultOpts()
-	p, x, y := connectedPair(t, memlink.Config{}, o)
-	for range 8 {
-		connect(t, newEndpoint(t, p.a, nil, o, nil), newEndpoint(t, p.b, nil, o, nil), o)
-	}
-	active := func() int { return p.a.RoCE().Group().ActiveQPs() + p.b.RoCE().Group().ActiveQPs() }
-	require.Eventually(t, func() bool { return active() == 0 }, 5*time.Second, time.Millisecond)
-	for i, op := range dataOps {
-		transfer(t, x, y, op, 100_000, byte(i))
-	}
-	require.Eventually(t, func() bool { return active() == 0 }, 5*time.Second, time.Millisecond)
 }
