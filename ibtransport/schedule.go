@@ -47,10 +47,6 @@ func (e *Engine) admitWaiting() {
 	}
 }
 
-// onlyWaitsWindow reports whether the QP's only work is a message waiting
-// for the device window: nothing in flight, no response, no timer. It can
-// leave the active list until admitWaiting brings it back.
-
 // activate puts q on the active list; engine goroutine only.
 func (e *Engine) activate(q *QP) {
 	if !q.inActive && !q.destroyed {
