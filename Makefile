@@ -41,6 +41,7 @@ bench:
 	$(GO) build -o $(BIN) ./cmd/softnic
 	$(GO) build -o bin/xdpblast ./bench/xdpblast
 	$(GO) build -o bin/benchsuite ./bench/suite
+	bash bench/install-deps.sh
 	bin/benchsuite -softnic $(BIN) -xdpblast bin/xdpblast -out bench/results $(BENCHFLAGS)
 
 # Go micro-benchmarks of the engine, framing and verbs (in-memory link).
