@@ -186,7 +186,7 @@ func TestXDPLinkWakeAndClose(t *testing.T) {
 	}
 }
 
-func TestOpenXDPLinkErrors(t *testing.T) {
+func TestOpenErrors(t *testing.T) {
 	netnstest.Integration(t)
 	pair := netnstest.NewT(t, netnstest.Config{})
 	err := pair.A.Do(func() error { _, err := Open("nosuch0", Config{}); return err })
