@@ -63,11 +63,27 @@ func copyPath(p, src mad.Path) {
 	p.SetLocalACKTimeout(src.LocalACKTimeout())
 }
 
+// commMessage is what every message but REQ has: two communication IDs and
+// private data.
+type commMessage interface {
+	LocalCommID() uint32
+	SetLocalCommID(uint32)
+	RemoteCommID() uint32
+	SetRemoteCommID(uint32)
+	PrivateData() []byte
+	SetPrivateData([]byte) error
+}
+
+func copyComm(dst, src commMessage) {
+	dst.SetLocalCommID(src.LocalCommID())
+	dst.SetRemoteCommID(src.RemoteCommID())
+	must(dst.SetPrivateData(src.PrivateData()))
+}
+
 func buildREP(src mad.REP) mad.MAD {
 	m := newMAD(mad.MAD(src))
 	r := mad.REP(m)
-	r.SetLocalCommID(src.LocalCommID())
-	r.SetRemoteCommID(src.RemoteCommID())
+	copyComm(r, src)
 	r.SetLocalQKey(src.LocalQKey())
 	r.SetLocalQPN(src.LocalQPN())
 	r.SetStartingPSN(src.StartingPSN())
@@ -79,35 +95,23 @@ func buildREP(src mad.REP) mad.MAD {
 	r.SetRNRRetryCount(src.RNRRetryCount())
 	r.SetSRQ(src.SRQ())
 	r.SetLocalCAGUID(src.LocalCAGUID())
-	must(r.SetPrivateData(src.PrivateData()))
-	return m
-}
-
-func buildRTU(src mad.RTU) mad.MAD {
-	m := newMAD(mad.MAD(src))
-	r := mad.RTU(m)
-	r.SetLocalCommID(src.LocalCommID())
-	r.SetRemoteCommID(src.RemoteCommID())
-	must(r.SetPrivateData(src.PrivateData()))
 	return m
 }
 
 func buildDREQ(src mad.DREQ) mad.MAD {
 	m := newMAD(mad.MAD(src))
-	d := mad.DREQ(m)
-	d.SetLocalCommID(src.LocalCommID())
-	d.SetRemoteCommID(src.RemoteCommID())
-	d.SetRemoteQPN(src.RemoteQPN())
-	must(d.SetPrivateData(src.PrivateData()))
+	copyComm(mad.DREQ(m), src)
+	mad.DREQ(m).SetRemoteQPN(src.RemoteQPN())
 	return m
 }
 
-func buildDREP(src mad.DREP) mad.MAD {
+// buildComm builds an RTU or a DREP, which hold nothing else.
+func buildComm[T interface {
+	~[]byte
+	commMessage
+}](src T) mad.MAD {
 	m := newMAD(mad.MAD(src))
-	d := mad.DREP(m)
-	d.SetLocalCommID(src.LocalCommID())
-	d.SetRemoteCommID(src.RemoteCommID())
-	must(d.SetPrivateData(src.PrivateData()))
+	copyComm(T(m), src)
 	return m
 }
 
@@ -123,9 +127,9 @@ func TestRpingRoundTrip(t *testing.T) {
 	x := loadRping(t)
 	assert.Equal(t, []byte(x.req), []byte(buildREQ(mad.REQ(x.req))), "REQ")
 	assert.Equal(t, []byte(x.rep), []byte(buildREP(mad.REP(x.rep))), "REP")
-	assert.Equal(t, []byte(x.rtu), []byte(buildRTU(mad.RTU(x.rtu))), "RTU")
+	assert.Equal(t, []byte(x.rtu), []byte(buildComm(mad.RTU(x.rtu))), "RTU")
 	assert.Equal(t, []byte(x.dreq), []byte(buildDREQ(mad.DREQ(x.dreq))), "DREQ")
-	assert.Equal(t, []byte(x.drep), []byte(buildDREP(mad.DREP(x.drep))), "DREP")
+	assert.Equal(t, []byte(x.drep), []byte(buildComm(mad.DREP(x.drep))), "DREP")
 	for _, m := range []mad.MAD{x.req, x.rep, x.rtu, x.dreq, x.drep} {
 		_, err := mad.Parse(m)
 		require.NoError(t, err)
