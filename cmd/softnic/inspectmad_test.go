@@ -10,7 +10,6 @@ import (
 
 	"github.com/softnic/softnic/ibtransport"
 	"github.com/softnic/softnic/ibtransport/mad"
-	"github.com/softnic/softnic/roce"
 )
 
 // TestInspectRpingMADs checks the lines of rxe's rping exchange: the CM
@@ -41,11 +40,7 @@ func TestInspectRpingMADs(t *testing.T) {
 
 // udFrame returns a RoCEv2 frame of a UD SEND ONLY to destQPN from QP1.
 func udFrame(t testing.TB, destQPN uint32, payload []byte) []byte {
-	e := roce.Encap{
-		SrcMAC: [6]byte{2, 0, 0, 0, 0, 1}, DstMAC: [6]byte{2, 0, 0, 0, 0, 2},
-		Src: netip.MustParseAddr("10.1.0.1"), Dst: netip.MustParseAddr("10.1.0.2"),
-		HopLimit: 64, SrcPort: roce.SourcePort(1),
-	}
+	e := testEncap(mad.GSIQPN)
 	b := make([]byte, 2048)
 	var p ibtransport.Packet
 	n, err := ibtransport.LayoutPacket(b[e.HeaderLen():], ibtransport.OpUDSendOnly, len(payload), &p)
