@@ -9,6 +9,10 @@ import (
 // CMAHeaderLen is the length of the rdma_cm header in a REQ's private data.
 const CMAHeaderLen = 36
 
+// CMAUserDataLen is the room a REQ leaves for an rdma_cm application's
+// private data after the rdma_cm header.
+const CMAUserDataLen = REQPrivateDataLen - CMAHeaderLen
+
 // CMAVersion is the only rdma_cm header version.
 const CMAVersion = 0
 

@@ -176,6 +176,7 @@ func TestREJ(t *testing.T) {
 }
 
 func TestCMAHeader(t *testing.T) {
+	assert.Equal(t, 56, mad.CMAUserDataLen, "librdmacm's limit for a connect's private data")
 	b := make(mad.CMAHeader, mad.CMAHeaderLen)
 	src, dst := netip.MustParseAddr("fd00::1"), netip.MustParseAddr("fd00::2")
 	b.SetAddrs(src, dst)

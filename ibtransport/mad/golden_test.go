@@ -38,15 +38,16 @@ func loadRping(t *testing.T) *rpingExchange {
 	return x
 }
 
-// firstRequest returns the first RC request packet sent to addr's side.
-func (x *rpingExchange) firstRequest(t *testing.T, to *roce.Frame) *capturedPacket {
+// firstRequest returns the first RC request (no DETH, no AETH) sent to the
+// side MAD frame m went to.
+func (x *rpingExchange) firstRequest(t *testing.T, m *roce.Frame) *capturedPacket {
 	for i := range x.pkts {
 		c := &x.pkts[i]
-		if c.pkt.DETH == nil && c.frame.Dst == to.Dst && c.pkt.AETH == nil {
+		if c.pkt.DETH == nil && c.pkt.AETH == nil && c.frame.Dst == m.Dst {
 			return c
 		}
 	}
-	t.Fatalf("no RC request to %v", to.Dst)
+	t.Fatalf("no RC request to %v", m.Dst)
 	return nil
 }
 

@@ -204,7 +204,10 @@ func (r REQ) PrivateData() []byte { return r[reqPrivateData:Len:Len] }
 func (r REQ) SetPrivateData(p []byte) error { return setPrivateData(r.PrivateData(), p) }
 
 // CMAHeader returns the rdma_cm header at the start of the private data.
-func (r REQ) CMAHeader() CMAHeader { return CMAHeader(r[reqPrivateData : reqPrivateData+CMAHeaderLen]) }
+func (r REQ) CMAHeader() CMAHeader {
+	const end = reqPrivateData + CMAHeaderLen
+	return CMAHeader(r[reqPrivateData:end:end])
+}
 
 // PathLen is the length of a path description in a REQ.
 const PathLen = 44
