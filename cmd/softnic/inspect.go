@@ -29,8 +29,9 @@ func runInspect(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: softnic inspect FILE.pcap|FILE.pcapng")
-		fmt.Fprintln(stderr, "\nPrints one line per RoCEv2 frame and verifies each ICRC.")
-		fmt.Fprintln(stderr, "Exit status: 0 every ICRC good, 1 a frame bad, 2 unreadable input.")
+		fmt.Fprintln(stderr, "\nPrints one line per RoCEv2 frame and verifies each ICRC. CM MADs on QP1 are")
+		fmt.Fprintln(stderr, "decoded: the message, communication IDs, service ID and rdma_cm addresses.")
+		fmt.Fprintln(stderr, "Exit status: 0 every frame good, 1 a frame bad (ICRC, headers or MAD), 2 unreadable input.")
 	}
 	if err := fs.Parse(args); err != nil {
 		return inspectBadInput
@@ -134,6 +135,10 @@ func describeFrame(w *strings.Builder, data []byte, origLen int) (good, isRoCE b
 	if perr != nil {
 		fmt.Fprintf(w, "[%v] ", perr)
 	}
+	var merr error
+	if perr == nil && carriesMAD(&p) {
+		merr = describeMAD(w, p.Payload)
+	}
 	switch {
 	case errors.Is(err, roce.ErrBadICRC):
 		fmt.Fprintf(w, "icrc=%08x BAD (expected %08x)", f.ICRC, roce.ICRC(data[f.IPOffset:f.IPOffset+ipPayloadEnd(&f)]))
@@ -143,6 +148,9 @@ func describeFrame(w *strings.Builder, data []byte, origLen int) (good, isRoCE b
 		return false, true
 	case perr != nil:
 		fmt.Fprintf(w, "icrc=%08x ok, transport header BAD", f.ICRC)
+		return false, true
+	case merr != nil:
+		fmt.Fprintf(w, "icrc=%08x ok, MAD BAD", f.ICRC)
 		return false, true
 	}
 	fmt.Fprintf(w, "icrc=%08x ok", f.ICRC)

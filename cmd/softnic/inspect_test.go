@@ -13,16 +13,22 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/ibtransport/mad"
 	"github.com/softnic/softnic/internal/pcapfile"
 	"github.com/softnic/softnic/roce"
 )
 
-func roceFrame(t testing.TB, op ibtransport.Opcode, size int) []byte {
-	e := roce.Encap{
+// testEncap frames packets from 10.1.0.1 to 10.1.0.2 for a QP.
+func testEncap(qpn uint32) roce.Encap {
+	return roce.Encap{
 		SrcMAC: [6]byte{2, 0, 0, 0, 0, 1}, DstMAC: [6]byte{2, 0, 0, 0, 0, 2},
 		Src: netip.MustParseAddr("10.1.0.1"), Dst: netip.MustParseAddr("10.1.0.2"),
-		HopLimit: 64, SrcPort: roce.SourcePort(0x12),
+		HopLimit: 64, SrcPort: roce.SourcePort(qpn),
 	}
+}
+
+func roceFrame(t testing.TB, op ibtransport.Opcode, size int) []byte {
+	e := testEncap(0x12)
 	b := make([]byte, 9000)
 	var p ibtransport.Packet
 	n, err := ibtransport.LayoutPacket(b[e.HeaderLen():], op, size, &p)
@@ -124,6 +130,13 @@ func FuzzInspect(f *testing.F) {
 	w, _ := pcapfile.NewWriter(&buf)
 	_ = w.WritePacket(time.Unix(0, 0), roceFrame(f, ibtransport.OpRCReadResponseFirst, 32))
 	_ = w.WritePacket(time.Unix(0, 0), roceFrame(f, ibtransport.OpRCCompareSwap, 0))
+	f.Add(buf.Bytes())
+	rping, err := os.ReadFile("../../roce/testdata/rxe-rping.pcap")
+	require.NoError(f, err)
+	f.Add(rping)
+	buf.Reset()
+	w, _ = pcapfile.NewWriter(&buf)
+	_ = w.WritePacket(time.Unix(0, 0), udFrame(f, mad.GSIQPN, cmMAD(mad.AttrREJ)))
 	f.Add(buf.Bytes())
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var out bytes.Buffer
