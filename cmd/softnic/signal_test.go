@@ -4,6 +4,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -44,7 +45,7 @@ func TestSignalsDetach(t *testing.T) {
 			args := append([]string{"netns", "exec", pair.A.Namespace, bin}, tc.args...)
 			args = append(args, "-d", pair.A.Ifname)
 			cmd := exec.Command("ip", args...)
-			var output strings.Builder
+			var output syncBuffer
 			cmd.Stdout, cmd.Stderr = &output, &output
 			require.NoError(t, cmd.Start())
 			done := make(chan error, 1)
@@ -70,4 +71,23 @@ func TestSignalsDetach(t *testing.T) {
 			assert.False(t, xdpAttached(), "XDP program left on %s after %v", pair.A.Ifname, tc.sig)
 		})
 	}
+}
+
+// syncBuffer collects a process's output, written by exec's copying
+// goroutines while the test reads it for its failure messages.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf strings.Builder
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
