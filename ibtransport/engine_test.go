@@ -16,6 +16,7 @@ type fakePort struct {
 
 func (f *fakePort) Path(*AddressVector, uint32, int) (TxPath, error) { return f, nil }
 func (f *fakePort) Buffer() []byte                                   { return f.buf[:] }
+func (f *fakePort) ActiveMTU() int                                   { return 1024 }
 func (f *fakePort) Send(n int) {
 	if f.keep {
 		f.sent = append(f.sent, append([]byte(nil), f.buf[:n]...))
