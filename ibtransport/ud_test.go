@@ -1,0 +1,56 @@
+package ibtransport
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestUDReceive checks the UD receive path at the packet level: the GRH
+// and payload land in the receive, a packet of the wrong service or Q_Key
+// is dropped and counted.
+func TestUDReceive(t *testing.T) {
+	ft := newFuzzTarget(t)
+	ft.cq.wcs = nil
+	ip4 := make([]byte, 20)
+	for i := range ip4 {
+		ip4[i] = byte(0x40 + i)
+	}
+	info := &RecvInfo{SGID: peerGID, NetHeader: ip4}
+	send := func(op Opcode, dst *QP, qkey uint32, n int) {
+		pkt := ft.packet(op, 5, n, func(p *Packet) {
+			p.BTH.SetDestQPN(dst.QPN())
+			if p.DETH != nil {
+				p.DETH.SetQKey(qkey)
+				p.DETH.SetSrcQP(peerQPN)
+			}
+			if p.ImmDt != nil {
+				p.ImmDt.SetImm(0x01020304)
+			}
+			for i := range p.Payload {
+				p.Payload[i] = byte(i)
+			}
+		})
+		ft.e.Receive(pkt, info)
+	}
+	send(OpUDSendOnlyImm, ft.ud, fuzzQKey, 300)
+	require.Len(t, ft.cq.wcs, 1)
+	wc := ft.cq.wcs[0]
+	assert.Equal(t, WC{WRID: 10, Opcode: WCRecv, Flags: WCWithGRH | WCWithImm, ByteLen: GRHLen + 300, Imm: 0x01020304,
+		QPN: ft.ud.QPN(), SrcQP: peerQPN, NetworkHdrType: NetworkIPv4}, wc)
+	mem := ft.whole[4096:]
+	assert.Equal(t, make([]byte, 20), mem[:20])
+	assert.Equal(t, ip4, mem[20:40])
+	assert.Equal(t, byte(0), mem[40])
+	assert.Equal(t, byte(255), mem[40+255])
+
+	send(OpUDSendOnly, ft.ud, fuzzQKey+1, 10)
+	assert.Equal(t, uint64(1), ft.e.Ctr.RxBadQKey.Load())
+	send(OpUDSendOnly, ft.qp, fuzzQKey, 10)
+	send(OpRCSendOnly, ft.ud, 0, 10)
+	assert.Equal(t, uint64(2), ft.e.Ctr.RxWrongService.Load())
+	require.Len(t, ft.cq.wcs, 1)
+	assert.Equal(t, QPSRTS, ft.ud.State())
+	assert.Equal(t, QPSRTS, ft.qp.State())
+}
