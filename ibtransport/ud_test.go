@@ -54,3 +54,43 @@ func TestUDReceive(t *testing.T) {
 	assert.Equal(t, QPSRTS, ft.ud.State())
 	assert.Equal(t, QPSRTS, ft.qp.State())
 }
+
+// TestUDForwarded checks that a UD QP stays on the engine it was created
+// on, and that a datagram arriving at another engine reaches it with its
+// network header intact, though the frame it came in is reused at once.
+func TestUDForwarded(t *testing.T) {
+	ports := []*fakePort{{}, {}}
+	g := NewGroup([]Port{ports[0], ports[1]}, []func(){func() {}, func() {}})
+	for _, e := range g.Engines() {
+		e.Exit()
+	}
+	mem := make([]byte, 4096)
+	mr := newTestRegion(mem, 0x77, AccessAll)
+	cq := &testCQ{}
+	q := newUDTarget(t, g.Engines()[0], &testMemory{mr}, cq, mr)
+	require.Equal(t, 0, q.EngineIndex())
+
+	frame := make([]byte, 4200)
+	var p Packet
+	n, err := LayoutPacket(frame, OpUDSendOnly, 64, &p)
+	require.NoError(t, err)
+	p.BTH.SetDestQPN(q.QPN())
+	p.DETH.SetQKey(fuzzQKey)
+	p.DETH.SetSrcQP(peerQPN)
+	ip6 := make([]byte, 40)
+	for i := range ip6 {
+		ip6[i] = byte(0x60 + i)
+	}
+	want := append([]byte(nil), ip6...)
+	g.Engines()[1].Receive(frame[:n], &RecvInfo{SGID: peerGID, NetHeader: ip6})
+	clear(ip6)
+	clear(frame)
+	require.Equal(t, uint64(1), g.Engines()[1].Ctr.Forwarded.Load())
+	require.Empty(t, cq.wcs)
+	g.Engines()[0].Process()
+	require.Len(t, cq.wcs, 1)
+	assert.Equal(t, WCSuccess, cq.wcs[0].Status)
+	assert.Equal(t, NetworkIPv6, cq.wcs[0].NetworkHdrType)
+	assert.Equal(t, uint32(GRHLen+64), cq.wcs[0].ByteLen)
+	assert.Equal(t, want, mem[:GRHLen])
+}
