@@ -11,7 +11,7 @@ type command struct {
 	done chan error
 }
 
-// Engine runs the RC transport of one device. All protocol state belongs to
+// Engine runs the RC and UD transport of one device. All protocol state belongs to
 // whoever calls Receive and Process, one goroutine at a time: the device's
 // engine goroutine, or an application that polls (roce.Device.Poll), the
 // two taking turns under the device's pass token. Verbs calls reach it
