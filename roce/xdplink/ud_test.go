@@ -4,13 +4,11 @@ import (
 	"fmt"
 	"net/netip"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/softnic/softnic/internal/netnstest"
-	"github.com/softnic/softnic/roce/xdplink"
 	"github.com/softnic/softnic/verbs"
 )
 
@@ -71,21 +69,8 @@ func TestUDOverXDP(t *testing.T) {
 			const size, count = 1024, 64
 			x := newUDSide(t, openXDPSide(t, &pair.A), 16, size+verbs.GRHLen)
 			y := newUDSide(t, openXDPSide(t, &pair.B), 16, size+verbs.GRHLen)
-			addr := func(s *udSide) netip.Addr {
-				if v6 {
-					return s.end.Addr6()
-				}
-				return s.end.Addr4()
-			}
-			for _, pr := range [][2]*udSide{{x, y}, {y, x}} {
-				me, peer := pr[0], pr[1]
-				var mac [6]byte
-				require.NoError(t, me.end.Do(func() (err error) {
-					mac, err = xdplink.ResolveNeighbor(me.nd.Index, addr(peer), 3*time.Second)
-					return err
-				}))
-				me.dev.RoCE().SetNeighbor(addr(peer), mac)
-			}
+			addr := func(s *udSide) netip.Addr { return sideAddr(s.xdpSide, v6) }
+			resolvePeers(t, x.xdpSide, y.xdpSide, v6)
 			peerGID, err := y.dev.GID(gidIndex(t, y.xdpSide, addr(y)))
 			require.NoError(t, err)
 			ah, err := x.pd.CreateAH(&verbs.AddressVector{DGID: peerGID, SGIDIndex: uint8(gidIndex(t, x.xdpSide, addr(x))), HopLimit: 64})

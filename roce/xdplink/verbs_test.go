@@ -89,20 +89,10 @@ func connectXDP(t testing.TB, x, y *xdpSide, v6 bool, mtu verbs.MTU) {
 			AccessFlags: verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic},
 			verbs.QPAttrState|verbs.QPAttrAccessFlags|verbs.QPAttrPort|verbs.QPAttrPKeyIndex))
 	}
-	addr := func(s *xdpSide) netip.Addr {
-		if v6 {
-			return s.end.Addr6()
-		}
-		return s.end.Addr4()
-	}
+	addr := func(s *xdpSide) netip.Addr { return sideAddr(s, v6) }
+	resolvePeers(t, x, y, v6)
 	for _, pr := range [][2]*xdpSide{{x, y}, {y, x}} {
 		me, peer := pr[0], pr[1]
-		var mac [6]byte
-		require.NoError(t, me.end.Do(func() (err error) {
-			mac, err = xdplink.ResolveNeighbor(me.nd.Index, addr(peer), 3*time.Second)
-			return err
-		}))
-		me.dev.RoCE().SetNeighbor(addr(peer), mac)
 		peerGID, err := peer.dev.GID(gidIndex(t, peer, addr(peer)))
 		require.NoError(t, err)
 		require.NoError(t, me.qp.Modify(&verbs.QPAttr{State: verbs.QPSRTR, PathMTU: mtu, DestQPN: peer.qp.QPN(),
@@ -116,6 +106,29 @@ func connectXDP(t testing.TB, x, y *xdpSide, v6 bool, mtu verbs.MTU) {
 			RNRRetry: 7, MaxRdAtomic: 16},
 			verbs.QPAttrState|verbs.QPAttrSQPSN|verbs.QPAttrTimeout|verbs.QPAttrRetryCnt|verbs.QPAttrRNRRetry|
 				verbs.QPAttrMaxQPRdAtomic))
+	}
+}
+
+// sideAddr returns s's IPv6 or IPv4 address.
+func sideAddr(s *xdpSide, v6 bool) netip.Addr {
+	if v6 {
+		return s.end.Addr6()
+	}
+	return s.end.Addr4()
+}
+
+// resolvePeers gives each side the other's MAC address from the kernel's
+// neighbour table.
+func resolvePeers(t testing.TB, x, y *xdpSide, v6 bool) {
+	t.Helper()
+	for _, pr := range [][2]*xdpSide{{x, y}, {y, x}} {
+		me, peer := pr[0], pr[1]
+		var mac [6]byte
+		require.NoError(t, me.end.Do(func() (err error) {
+			mac, err = xdplink.ResolveNeighbor(me.nd.Index, sideAddr(peer, v6), 3*time.Second)
+			return err
+		}))
+		me.dev.RoCE().SetNeighbor(sideAddr(peer, v6), mac)
 	}
 }
 
