@@ -59,6 +59,20 @@ func indexOf(gids []netip.Addr, a netip.Addr) string {
 	return "-1"
 }
 
+// vethSoftnic builds softnic and makes a veth pair of 1500-byte MTU
+// between two namespaces; it returns the binary, the pair and the GID
+// tables of its ends once settled: link-local, IPv4, then the fd47::
+// address (xdplink.GIDTable's order).
+func vethSoftnic(t *testing.T) (string, *netnstest.Pair, []netip.Addr, []netip.Addr) {
+	t.Helper()
+	netnstest.Integration(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	bin := buildSoftnic(t, ctx)
+	p := netnstest.NewT(t, netnstest.Config{MTU: 1500})
+	return bin, p, settledGIDs(t, &p.A, 3), settledGIDs(t, &p.B, 3)
+}
+
 // runVethPair runs softnic (bin) with the server's arguments in p's
 // namespace A and the client's, aimed at A's IPv4 address, in B, and
 // returns their outputs; both must succeed.
@@ -82,13 +96,7 @@ func runVethPair(t *testing.T, p *netnstest.Pair, bin, name string, server, clie
 // TestSoftnicToSoftnicOverVeth runs softnic pingpong and softnic perf
 // between two namespaces over AF_XDP, with IPv4 and with IPv6 GIDs.
 func TestSoftnicToSoftnicOverVeth(t *testing.T) {
-	netnstest.Integration(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	bin := buildSoftnic(t, ctx)
-	p := netnstest.NewT(t, netnstest.Config{MTU: 1500})
-	// Link-local, IPv4, then the fd47:: address (xdplink.GIDTable's order).
-	ga, gb := settledGIDs(t, &p.A, 3), settledGIDs(t, &p.B, 3)
+	bin, p, ga, gb := vethSoftnic(t)
 	run := func(name string, server, client []string) (string, string) {
 		t.Helper()
 		return runVethPair(t, p, bin, name, server, client)
@@ -126,12 +134,7 @@ func TestSoftnicToSoftnicOverVeth(t *testing.T) {
 // between two namespaces over AF_XDP, with IPv4 and IPv6 GIDs, messages of
 // the active MTU and -c.
 func TestUDPingpongOverVeth(t *testing.T) {
-	netnstest.Integration(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	bin := buildSoftnic(t, ctx)
-	p := netnstest.NewT(t, netnstest.Config{MTU: 1500})
-	ga, gb := settledGIDs(t, &p.A, 3), settledGIDs(t, &p.B, 3)
+	bin, p, ga, gb := vethSoftnic(t)
 	for _, fam := range []struct {
 		name   string
 		ia, ib string
