@@ -24,20 +24,13 @@ type udSide struct {
 const udXDPQKey = 0x22222222
 
 func newUDSide(t *testing.T, s *xdpSide, slots, slot int) *udSide {
-	s.pd = s.dev.AllocPD()
-	var err error
-	s.scq, err = s.dev.CreateCQ(1024, nil)
-	require.NoError(t, err)
-	s.rcq, err = s.dev.CreateCQ(1024, nil)
-	require.NoError(t, err)
-	s.qp, err = s.pd.CreateQP(&verbs.QPInitAttr{SendCQ: s.scq, RecvCQ: s.rcq, Type: verbs.QPTypeUD,
-		Cap: verbs.QPCap{MaxSendWR: 256, MaxRecvWR: slots}})
-	require.NoError(t, err)
+	s.createQP(t, &verbs.QPInitAttr{Type: verbs.QPTypeUD, Cap: verbs.QPCap{MaxSendWR: 256, MaxRecvWR: slots}})
 	require.NoError(t, s.qp.Modify(&verbs.QPAttr{State: verbs.QPSInit, Port: 1, QKey: udXDPQKey},
 		verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrQKey))
 	require.NoError(t, s.qp.Modify(&verbs.QPAttr{State: verbs.QPSRTR}, verbs.QPAttrState))
 	require.NoError(t, s.qp.Modify(&verbs.QPAttr{State: verbs.QPSRTS, SQPSN: 7}, verbs.QPAttrState|verbs.QPAttrSQPSN))
 	u := &udSide{xdpSide: s, buf: make([]byte, (slots+1)*slot), slot: slot}
+	var err error
 	u.mr, err = s.pd.RegMR(u.buf, verbs.AccessLocalWrite)
 	require.NoError(t, err)
 	for i := range slots {

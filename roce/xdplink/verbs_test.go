@@ -60,6 +60,21 @@ func openXDPSideEngines(t testing.TB, e *netnstest.End, engines int) *xdpSide {
 	return s
 }
 
+// createQP gives s a new PD, send and receive CQs of 1024 entries, and a
+// QP on them created with init's other attributes.
+func (s *xdpSide) createQP(t testing.TB, init *verbs.QPInitAttr) {
+	t.Helper()
+	s.pd = s.dev.AllocPD()
+	var err error
+	s.scq, err = s.dev.CreateCQ(1024, nil)
+	require.NoError(t, err)
+	s.rcq, err = s.dev.CreateCQ(1024, nil)
+	require.NoError(t, err)
+	init.SendCQ, init.RecvCQ = s.scq, s.rcq
+	s.qp, err = s.pd.CreateQP(init)
+	require.NoError(t, err)
+}
+
 func gidIndex(t testing.TB, s *xdpSide, a netip.Addr) int {
 	t.Helper()
 	for i, g := range s.nd.GIDs {
@@ -76,15 +91,7 @@ func gidIndex(t testing.TB, s *xdpSide, a netip.Addr) int {
 func connectXDP(t testing.TB, x, y *xdpSide, v6 bool, mtu verbs.MTU) {
 	t.Helper()
 	for _, s := range []*xdpSide{x, y} {
-		s.pd = s.dev.AllocPD()
-		var err error
-		s.scq, err = s.dev.CreateCQ(1024, nil)
-		require.NoError(t, err)
-		s.rcq, err = s.dev.CreateCQ(1024, nil)
-		require.NoError(t, err)
-		s.qp, err = s.pd.CreateQP(&verbs.QPInitAttr{SendCQ: s.scq, RecvCQ: s.rcq, Cap: verbs.QPCap{
-			MaxSendWR: 256, MaxRecvWR: 256, MaxSendSGE: 4, MaxRecvSGE: 4}})
-		require.NoError(t, err)
+		s.createQP(t, &verbs.QPInitAttr{Cap: verbs.QPCap{MaxSendWR: 256, MaxRecvWR: 256, MaxSendSGE: 4, MaxRecvSGE: 4}})
 		require.NoError(t, s.qp.Modify(&verbs.QPAttr{State: verbs.QPSInit, Port: 1,
 			AccessFlags: verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic},
 			verbs.QPAttrState|verbs.QPAttrAccessFlags|verbs.QPAttrPort|verbs.QPAttrPKeyIndex))
