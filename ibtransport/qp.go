@@ -268,6 +268,9 @@ func (g *Group) CreateQP(init *QPConfig) (*QP, error) {
 		}
 		g.qps[q.qpn] = q
 		e.nQPs.Add(1)
+		if q.typ == QPTypeUD && q.srq != nil {
+			g.placeUD(q)
+		}
 		return nil
 	})
 	if err != nil {

@@ -71,6 +71,21 @@ func (q *QP) initUD(e *Engine) {
 	q.mtu = uint32(e.port.ActiveMTU())
 }
 
+// placeUD puts a new UD QP with an SRQ on the engine of the SRQ's other
+// QPs, or makes its engine the SRQ's: an SRQ is consumed by one engine.
+// Called under Do.
+func (g *Group) placeUD(q *QP) {
+	to, ok := g.srqEngine[q.srq]
+	if !ok {
+		g.srqEngine[q.srq] = q.e
+		return
+	}
+	q.e.nQPs.Add(-1)
+	q.e = to
+	q.home.Store(to)
+	to.nQPs.Add(1)
+}
+
 // checkUDSendWR checks what a UD send work request adds to checkSendWR.
 func (q *QP) checkUDSendWR(wr *SendWR) error {
 	switch {

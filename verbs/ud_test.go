@@ -315,3 +315,53 @@ func TestUDFanIn(t *testing.T) {
 	}
 	assert.Equal(t, uint64(senders*each-recvs), p.b.Counters().RxNoRecv.Load())
 }
+
+// TestUDSharedSRQMultiEngine gives a UD QP the SRQ of an RC QP placed on
+// engine 1 of two: the UD QP joins it there, and datagrams that arrive at
+// engine 0 are forwarded to it and fill the SRQ's receives behind a GRH.
+func TestUDSharedSRQMultiEngine(t *testing.T) {
+	p := newMultiPair(t, memlink.Config{}, 2, 2)
+	var pd *verbs.PD
+	var srq *verbs.SRQ
+	o := defaultOpts()
+	for i := 0; ; i++ {
+		// The first QP of an SRQ decides its engine.
+		require.Less(t, i, 64, "no RC QP landed on engine 1")
+		pd = p.b.AllocPD()
+		var err error
+		srq, err = pd.NewSRQ(64, 1)
+		require.NoError(t, err)
+		y := newEndpoint(t, p.b, pd, o, srq)
+		connect(t, newEndpoint(t, p.a, nil, o, nil), y, o)
+		if y.qp.EngineIndex() == 1 {
+			break
+		}
+	}
+	cq, err := p.b.CreateCQ(64, nil)
+	require.NoError(t, err)
+	qp, err := pd.CreateQP(&verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, SRQ: srq, Type: verbs.QPTypeUD, Cap: verbs.QPCap{MaxSendWR: 4}})
+	require.NoError(t, err)
+	require.Equal(t, 1, qp.EngineIndex(), "the UD QP is on its SRQ's engine")
+	require.NoError(t, qp.Modify(&verbs.QPAttr{State: verbs.QPSInit, Port: 1, QKey: udQKey},
+		verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrQKey))
+	require.NoError(t, qp.Modify(&verbs.QPAttr{State: verbs.QPSRTR}, verbs.QPAttrState))
+	mr, buf := regMR(t, pd, 8*128, allAccess)
+	for i := range 8 {
+		require.NoError(t, srq.PostRecv(&verbs.RecvWR{ID: uint64(i), SGL: []verbs.SGE{mr.SGE(i*128, 128)}}))
+	}
+	a := newUDEndpoint(t, p.a, 1, 64, udQKey)
+	require.Equal(t, 0, a.qp.EngineIndex())
+	gid, err := p.b.GID(0)
+	require.NoError(t, err)
+	ah, err := a.pd.CreateAH(&verbs.AddressVector{DGID: gid, HopLimit: 64})
+	require.NoError(t, err)
+	for i := range 8 {
+		fill(a.buf[64:], byte(i))
+		a.send(t, ah, qp.QPN(), udQKey, uint64(i), 64, verbs.WRSend, 0)
+		waitOK(t, a.scq, uint64(i))
+		wc := waitOK(t, cq, uint64(i))
+		assert.Equal(t, a.qp.QPN(), wc.SrcQP)
+		assert.Equal(t, a.buf[64:], buf[i*128+verbs.GRHLen:i*128+verbs.GRHLen+64])
+	}
+	assert.NotZero(t, p.b.Counters().Forwarded.Load(), "datagrams forwarded from engine 0")
+}
