@@ -281,10 +281,12 @@ func TestUDFanIn(t *testing.T) {
 	for range senders {
 		a := newUDEndpoint(t, p.a, 1, 64, udQKey)
 		qpns = append(qpns, a.qp.QPN())
+		ah := a.ahTo(t, b)
 		go func() {
-			ah := a.ahTo(t, b)
+			// Not a.send: require must not stop a goroutine of its own.
 			for i := range each {
-				a.send(t, ah, b.qp.QPN(), udQKey, uint64(i), 64, verbs.WRSend, 0)
+				assert.NoError(t, a.qp.PostSend(&verbs.SendWR{ID: uint64(i), Opcode: verbs.WRSend, Flags: verbs.SendSignaled,
+					SGL: []verbs.SGE{a.mr.SGE(64, 64)}, AH: ah, RemoteQPN: b.qp.QPN(), RemoteQKey: udQKey}))
 			}
 			done <- a
 		}()
