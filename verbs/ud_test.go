@@ -367,3 +367,31 @@ func TestUDSharedSRQMultiEngine(t *testing.T) {
 	}
 	assert.NotZero(t, p.b.Counters().Forwarded.Load(), "datagrams forwarded from engine 0")
 }
+
+// TestUDLoopback sends datagrams between two UD QPs of one device: they
+// never reach the link, and still arrive behind the GRH a link would have
+// given them.
+func TestUDLoopback(t *testing.T) {
+	p := newPair(t, memlink.Config{})
+	a := newUDEndpoint(t, p.a, 2, 256+verbs.GRHLen, udQKey)
+	b := newUDEndpoint(t, p.a, 2, 256+verbs.GRHLen, udQKey)
+	b.postRecvs(t, 0, 1)
+	ah, err := a.pd.CreateAH(&verbs.AddressVector{DGID: b.gid, HopLimit: 5, TrafficClass: 8})
+	require.NoError(t, err)
+	a.send(t, ah, b.qp.QPN(), udQKey, 1, 200, verbs.WRSendWithImm, 9)
+	waitOK(t, a.scq, 1)
+	wc := waitOK(t, b.rcq, 0)
+	assert.Equal(t, a.qp.QPN(), wc.SrcQP)
+	assert.Equal(t, uint32(9), wc.Imm)
+	ip := b.buf[20:verbs.GRHLen]
+	assert.Equal(t, byte(0x45), ip[0])
+	assert.Equal(t, byte(8), ip[1], "TOS")
+	assert.Equal(t, uint16(20+8+12+8+4+200+4), binary.BigEndian.Uint16(ip[2:]))
+	assert.Equal(t, byte(5), ip[8], "TTL")
+	assert.Equal(t, addrA.As4(), [4]byte(ip[12:16]))
+	assert.Equal(t, addrA.As4(), [4]byte(ip[16:20]))
+	assert.Zero(t, p.la.Stats().Sent.Load(), "loopback reached the link")
+	av, err := p.a.InitAHFromWC(&wc, b.buf[:verbs.GRHLen])
+	require.NoError(t, err)
+	assert.Equal(t, verbs.AddressVector{DGID: a.gid, HopLimit: 5, TrafficClass: 8}, av)
+}
