@@ -94,3 +94,41 @@ func TestUDForwarded(t *testing.T) {
 	assert.Equal(t, uint32(GRHLen+64), cq.wcs[0].ByteLen)
 	assert.Equal(t, want, mem[:GRHLen])
 }
+
+// TestUDAllocatesNothing checks a UD QP's packet path: posting a send,
+// sending it, and receiving a datagram into a posted receive allocate
+// nothing.
+func TestUDAllocatesNothing(t *testing.T) {
+	ft := newFuzzTarget(t)
+	ah, err := ft.e.g.CreateAH(&AddressVector{DGID: peerGID})
+	require.NoError(t, err)
+	in := ft.packet(OpUDSendOnlyImm, 1, 200, func(p *Packet) {
+		p.BTH.SetDestQPN(ft.ud.QPN())
+		p.DETH.SetQKey(fuzzQKey)
+		p.DETH.SetSrcQP(peerQPN)
+	})
+	info := &RecvInfo{SGID: peerGID, NetHeader: make([]byte, 20)}
+	wr := SendWR{ID: 5, Opcode: WRSendWithImm, Flags: SendSignaled, SGL: []SGE{ft.mr.SGE(2000, 300)},
+		AH: ah, RemoteQPN: peerQPN, RemoteQKey: fuzzQKey}
+	recv := RecvWR{ID: 10, SGL: []SGE{ft.mr.SGE(0, 500)}}
+	ft.cq.wcs = make([]WC, 0, 8)
+	var postErr error
+	steps, sent := 0, ft.e.Ctr.TxPackets.Load()
+	step := func() {
+		steps++
+		if err := ft.ud.PostSend(&wr); err != nil {
+			postErr = err
+		}
+		ft.e.Process()
+		ft.e.Receive(in, info)
+		if err := ft.ud.PostRecv(&recv); err != nil {
+			postErr = err
+		}
+		ft.cq.wcs = ft.cq.wcs[:0]
+	}
+	step()
+	assert.Zero(t, testing.AllocsPerRun(1000, step))
+	require.NoError(t, postErr)
+	assert.Equal(t, uint64(steps), ft.e.Ctr.TxPackets.Load()-sent, "one packet a step")
+	assert.Zero(t, ft.e.Ctr.RxNoRecv.Load()+ft.e.Ctr.RxBadQKey.Load(), "every datagram received")
+}
