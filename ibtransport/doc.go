@@ -1,11 +1,13 @@
 // Package ibtransport implements the InfiniBand transport layer that softnic
 // speaks inside RoCEv2 frames: typed views over the transport headers (BTH,
 // RETH, AETH, AtomicETH, AtomicAckETH, ImmDt, IETH, DETH), the opcode table,
-// 24-bit PSN arithmetic, AETH syndromes, and the reliable-connected protocol
-// engine split, as in Linux rxe, into requester, responder and completer.
+// 24-bit PSN arithmetic, AETH syndromes, and the protocol engine: reliable
+// connected QPs split, as in Linux rxe, into requester, responder and
+// completer, and unreliable-datagram QPs (ud.go, udrecv.go).
 //
 // The package knows nothing of Ethernet, IP or UDP: it sees IB packets that
-// start with the BTH and end before the ICRC, and GIDs. Package roce wraps
+// start with the BTH and end before the ICRC, and GIDs; UD receives copy
+// the IP header roce hands up, unparsed, into the GRH. Package roce wraps
 // and unwraps them.
 //
 // Nor does it own the verbs objects the protocol works with: protection

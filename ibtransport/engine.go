@@ -11,7 +11,7 @@ type command struct {
 	done chan error
 }
 
-// Engine runs the RC transport of one device. All protocol state belongs to
+// Engine runs the RC and UD transport of one device. All protocol state belongs to
 // whoever calls Receive and Process, one goroutine at a time: the device's
 // engine goroutine, or an application that polls (roce.Device.Poll), the
 // two taking turns under the device's pass token. Verbs calls reach it
@@ -76,6 +76,7 @@ type Engine struct {
 
 	rx  Packet // parse scratch
 	tx  Packet // build scratch
+	ud  udReceiver
 	Ctr Counters
 }
 
@@ -229,7 +230,7 @@ func (e *Engine) receive(ib []byte, info *RecvInfo) {
 		return
 	}
 	oi := p.Info()
-	if oi.Transport != TransportRC {
+	if oi.Transport != TransportRC && oi.Transport != TransportUD {
 		e.Ctr.RxUnsupported.Add(1)
 		return
 	}
@@ -246,6 +247,14 @@ func (e *Engine) receive(ib []byte, info *RecvInfo) {
 	}
 	if q.e != e {
 		e.forwardTo(q.e, ib, info)
+		return
+	}
+	if oi.Transport == TransportUD {
+		e.ud.receive(q, p, info)
+		return
+	}
+	if q.typ != QPTypeRC {
+		e.Ctr.RxWrongService.Add(1)
 		return
 	}
 	if q.st < QPSRTR || q.st == QPSErr || info.SGID != q.attr.AV.DGID || info.DGIDIndex != int(q.attr.AV.SGIDIndex) {

@@ -16,6 +16,7 @@ type fakePort struct {
 
 func (f *fakePort) Path(*AddressVector, uint32, int) (TxPath, error) { return f, nil }
 func (f *fakePort) Buffer() []byte                                   { return f.buf[:] }
+func (f *fakePort) ActiveMTU() int                                   { return 1024 }
 func (f *fakePort) Send(n int) {
 	if f.keep {
 		f.sent = append(f.sent, append([]byte(nil), f.buf[:n]...))
@@ -31,6 +32,7 @@ type fuzzTarget struct {
 	e     *Engine
 	port  *fakePort
 	qp    *QP
+	ud    *QP // a UD QP in RTS with receives posted
 	mr    *testRegion
 	whole []byte
 	orig  []byte
@@ -66,7 +68,25 @@ func newFuzzTarget(t testing.TB) *fuzzTarget {
 	require.NoError(t, q.PostSend(&SendWR{ID: 1, Opcode: WRRDMARead, Flags: SendSignaled,
 		SGL: []SGE{ft.mr.SGE(0, 600)}, RemoteAddr: 0x1000, RKey: 1}))
 	e.Process()
+	ft.ud = newUDTarget(t, e, &testMemory{ft.mr}, ft.cq, ft.mr)
 	return ft
+}
+
+// fuzzQKey is the Q_Key of the fuzz target's UD QP.
+const fuzzQKey = 0x1234567
+
+// newUDTarget creates a UD QP in RTS on e with Q_Key fuzzQKey and four
+// receives of 500 bytes in mr.
+func newUDTarget(t testing.TB, e *Engine, mem Memory, cq CompletionQueue, mr *testRegion) *QP {
+	q, err := e.CreateQP(&QPConfig{Memory: mem, SendCQ: cq, RecvCQ: cq, Type: QPTypeUD, Cap: QPCap{MaxSendWR: 4, MaxRecvWR: 4}})
+	require.NoError(t, err)
+	require.NoError(t, q.Modify(&QPAttr{State: QPSInit, Port: 1, QKey: fuzzQKey}, QPAttrState|QPAttrPKeyIndex|QPAttrPort|QPAttrQKey))
+	require.NoError(t, q.Modify(&QPAttr{State: QPSRTR}, QPAttrState))
+	require.NoError(t, q.Modify(&QPAttr{State: QPSRTS, SQPSN: 1}, QPAttrState|QPAttrSQPSN))
+	for i := range 4 {
+		require.NoError(t, q.PostRecv(&RecvWR{ID: uint64(10 + i), SGL: []SGE{mr.SGE(i*500, 500)}}))
+	}
+	return q
 }
 
 // packet builds a request or response aimed at the target's QP.
@@ -110,9 +130,20 @@ func FuzzEngineReceive(f *testing.F) {
 	f.Add(ft.packet(OpRCReadResponseFirst, 500, 256, nil))
 	f.Add(ft.packet(OpRCAcknowledge, 500, 0, func(p *Packet) { p.AETH.SetSyndrome(NAKSyndrome(NAKPSNSequenceError)) }))
 	f.Add(ft.packet(OpRCSendLastInv, 100, 4, func(p *Packet) { p.IETH.SetRKey(ft.mr.RKey()) }))
+	deth := func(qkey uint32) func(p *Packet) {
+		return func(p *Packet) {
+			p.DETH.SetQKey(qkey)
+			p.DETH.SetSrcQP(peerQPN)
+		}
+	}
+	f.Add(ft.packet(OpUDSendOnly, 7, 300, deth(fuzzQKey)))
+	f.Add(ft.packet(OpUDSendOnlyImm, 8, 460, deth(fuzzQKey)))
+	f.Add(ft.packet(OpUDSendOnly, 9, 20, deth(fuzzQKey+1)))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		ft := newFuzzTarget(t)
-		info := &RecvInfo{SGID: peerGID}
+		ip4 := make([]byte, 20)
+		ip4[0] = 0x45
+		info := &RecvInfo{SGID: peerGID, NetHeader: ip4}
 		// The input may hold several packets, each preceded by its length.
 		for len(data) > 0 {
 			n := int(data[0])<<4 + 12
@@ -123,6 +154,9 @@ func FuzzEngineReceive(f *testing.F) {
 				// Aim at the QP and keep the PSN near the expected one, or
 				// everything is just out of sequence.
 				BTH(pkt).SetDestQPN(ft.qp.QPN())
+				if pkt[0]&0xe0 == 0x60 {
+					BTH(pkt).SetDestQPN(ft.ud.QPN())
+				}
 				if pkt[9]&0x80 == 0 {
 					BTH(pkt).SetPSN(100 + PSN(pkt[11]&3))
 				}
@@ -133,6 +167,7 @@ func FuzzEngineReceive(f *testing.F) {
 		require.True(t, bytes.Equal(ft.orig[:4096], ft.whole[:4096]) && bytes.Equal(ft.orig[8192:], ft.whole[8192:]),
 			"bytes outside the registered region changed")
 		require.LessOrEqual(t, ft.qp.State(), QPSErr)
+		require.Equal(t, QPSRTS, ft.ud.State(), "a UD QP stays up whatever it receives")
 	})
 }
 

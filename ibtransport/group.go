@@ -49,7 +49,9 @@ func NewGroup(ports []Port, wakes []func()) *Group {
 	g.forward = make([][]atomic.Pointer[forwardRing], len(ports))
 	for i := range ports {
 		g.forward[i] = make([]atomic.Pointer[forwardRing], len(ports))
-		g.engines = append(g.engines, &Engine{g: g, index: i, port: ports[i], wakeF: wakes[i]})
+		e := &Engine{g: g, index: i, port: ports[i], wakeF: wakes[i]}
+		e.ud.e = e
+		g.engines = append(g.engines, e)
 	}
 	return g
 }
@@ -193,6 +195,7 @@ type forwardSlot struct {
 	n    int
 	info RecvInfo
 	buf  [maxForwardPacket]byte
+	net  [GRHLen]byte // info.NetHeader's copy
 }
 
 const (
@@ -220,6 +223,7 @@ func (e *Engine) forwardTo(to *Engine, ib []byte, info *RecvInfo) {
 	s := &r.slots[t%forwardSlots]
 	s.n = copy(s.buf[:], ib)
 	s.info = *info
+	s.info.NetHeader = s.net[:copy(s.net[:], info.NetHeader)]
 	r.tail.Store(t + 1)
 	e.Ctr.Forwarded.Add(1)
 	// As with kicks: to set sleeping before its last look at the rings

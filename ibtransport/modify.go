@@ -23,13 +23,28 @@ var transitions = map[[2]QPState]transition{
 	{QPSSQE, QPSRTS}: {0, QPAttrCurState | QPAttrAccessFlags},
 }
 
+// udTransitions are IBA table 93's rules for UD QPs, as the kernel's
+// ib_modify_qp_is_ok keeps them: no address vector, destination QP or
+// receive PSN, a Q_Key from INIT on.
+var udTransitions = map[[2]QPState]transition{
+	{QPSReset, QPSInit}: {QPAttrPKeyIndex | QPAttrPort | QPAttrQKey, 0},
+	{QPSInit, QPSInit}:  {0, QPAttrPKeyIndex | QPAttrPort | QPAttrQKey},
+	{QPSInit, QPSRTR}:   {0, QPAttrPKeyIndex | QPAttrQKey},
+	{QPSRTR, QPSRTS}:    {QPAttrSQPSN, QPAttrCurState | QPAttrQKey},
+	{QPSRTS, QPSRTS}:    {0, QPAttrCurState | QPAttrQKey},
+	{QPSRTS, QPSSQD}:    {0, 0},
+	{QPSSQD, QPSRTS}:    {0, QPAttrCurState | QPAttrQKey},
+	{QPSSQD, QPSSQD}:    {0, QPAttrPKeyIndex | QPAttrQKey},
+	{QPSSQE, QPSRTS}:    {0, QPAttrCurState | QPAttrQKey},
+}
+
 // Modify changes the QP's attributes and state (ibv_modify_qp). Only the
 // attributes in mask are read. A transition the QP state machine does not
 // have, a missing required attribute or an out-of-range value is an error
 // and changes nothing.
 func (q *QP) Modify(attr *QPAttr, mask QPAttrMask) error {
 	var err error
-	if g := q.home.Load().g; len(g.engines) > 1 && mask&QPAttrState != 0 && attr.State == QPSRTR && mask&QPAttrDestQPN != 0 {
+	if g := q.home.Load().g; len(g.engines) > 1 && q.typ == QPTypeRC && mask&QPAttrState != 0 && attr.State == QPSRTR && mask&QPAttrDestQPN != 0 {
 		// Connecting: the QP moves to its connection's engine first, so
 		// that its path is that engine's.
 		err = g.Do(func() error {
@@ -86,7 +101,7 @@ func (q *QP) modify(attr *QPAttr, mask QPAttrMask) error {
 		}
 		return nil
 	}
-	if err := checkTransition(cur, next, mask); err != nil {
+	if err := checkTransition(q.typ, cur, next, mask); err != nil {
 		return err
 	}
 	if err := validateAttr(attr, mask); err != nil {
@@ -108,10 +123,15 @@ func (q *QP) modify(attr *QPAttr, mask QPAttrMask) error {
 	return nil
 }
 
-// checkTransition checks that the state machine has the transition from
-// cur to next and that mask gives the attributes it needs and no others.
-func checkTransition(cur, next QPState, mask QPAttrMask) error {
-	tr, ok := transitions[[2]QPState{cur, next}]
+// checkTransition checks that the state machine of QPs of type typ has the
+// transition from cur to next and that mask gives the attributes it needs
+// and no others.
+func checkTransition(typ QPType, cur, next QPState, mask QPAttrMask) error {
+	table := transitions
+	if typ == QPTypeUD {
+		table = udTransitions
+	}
+	tr, ok := table[[2]QPState{cur, next}]
 	if !ok {
 		return fmt.Errorf("no transition from %v to %v: %w", cur, next, ErrInvalidState)
 	}
@@ -165,6 +185,7 @@ var attrSetters = [...]struct {
 	{QPAttrMaxDestRdAtomic, func(d, s *QPAttr) { d.MaxDestRdAtomic = s.MaxDestRdAtomic }},
 	{QPAttrMinRNRTimer, func(d, s *QPAttr) { d.MinRNRTimer = s.MinRNRTimer }},
 	{QPAttrDestQPN, func(d, s *QPAttr) { d.DestQPN = s.DestQPN }},
+	{QPAttrQKey, func(d, s *QPAttr) { d.QKey = s.QKey }},
 }
 
 // setAttr copies the attributes of src that mask selects into dst.
@@ -184,6 +205,7 @@ func (q *QP) applyAttr(path TxPath, mask QPAttrMask) {
 		q.mtu = uint32(q.attr.PathMTU.Bytes())
 	}
 	q.destQPN = q.attr.DestQPN
+	q.qkey = q.attr.QKey
 	if mask&QPAttrRQPSN != 0 {
 		q.resp.ePSN = q.attr.RQPSN
 	}

@@ -9,6 +9,9 @@ type Port interface {
 	// up to pathMTU bytes of payload. It fails when av cannot be reached or
 	// such packets do not fit the link.
 	Path(av *AddressVector, qpn uint32, pathMTU int) (TxPath, error)
+	// ActiveMTU is the port's active IB MTU in bytes: the largest message
+	// a UD QP sends.
+	ActiveMTU() int
 }
 
 // TxPath sends the IB packets of one QP. The engine builds each packet in
@@ -26,13 +29,21 @@ type RecvInfo struct {
 	SGID, DGID GID
 	// DGIDIndex is the index of DGID in the device's GID table.
 	DGIDIndex int
+	// NetHeader is the packet's network header as received: an IPv4
+	// header (20 bytes) or an IPv6 header (40). UD receives copy it into
+	// the GRH; it is valid only during the Receive call.
+	NetHeader []byte
 }
 
 // Counters count engine events; they may be read while the engine runs.
 type Counters struct {
 	RxPackets      atomic.Uint64
 	RxBadPacket    atomic.Uint64 // failed ParsePacket
-	RxUnsupported  atomic.Uint64 // not an RC opcode
+	RxUnsupported  atomic.Uint64 // not an RC or UD opcode
+	RxWrongService atomic.Uint64 // an opcode of another transport service than the QP's
+	RxBadQKey      atomic.Uint64 // UD packets whose Q_Key is not the QP's (IBA 10.2.4)
+	RxNoRecv       atomic.Uint64 // UD packets dropped for lack of a posted receive
+	TxUDTooLong    atomic.Uint64 // UD sends longer than the MTU, completed without a packet (C10-93.1.1)
 	RxNoQP         atomic.Uint64 // unknown destination QP
 	RxFiltered     atomic.Uint64 // QP not ready, or GIDs not the QP's path
 	RxBadPKey      atomic.Uint64 // P_Key not the default partition

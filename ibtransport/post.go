@@ -51,6 +51,11 @@ func (q *QP) checkPostSend() error {
 
 // checkSendWR checks wr against the QP's limits.
 func (q *QP) checkSendWR(wr *SendWR) error {
+	if q.typ == QPTypeUD {
+		if err := q.checkUDSendWR(wr); err != nil {
+			return err
+		}
+	}
 	if wr.Opcode > WRAtomicFetchAndAdd {
 		return fmt.Errorf("post send: opcode %v: %w", wr.Opcode, ErrInvalidArgument)
 	}
@@ -85,6 +90,9 @@ func (q *QP) postSendLocked(wr *SendWR) error {
 		s.flags |= SendSignaled
 	}
 	n := sq.copyData(i, s, wr)
+	if sq.ud != nil {
+		sq.ud[i] = udDest{ah: wr.AH, qpn: wr.RemoteQPN, qkey: wr.RemoteQKey}
+	}
 	if wr.Opcode.isAtomic() {
 		if sq.atomics == nil {
 			sq.atomics = make([]atomicOperands, len(sq.slots))

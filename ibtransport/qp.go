@@ -64,6 +64,7 @@ const (
 	QPAttrAccessFlags     QPAttrMask = 1 << 3
 	QPAttrPKeyIndex       QPAttrMask = 1 << 4
 	QPAttrPort            QPAttrMask = 1 << 5
+	QPAttrQKey            QPAttrMask = 1 << 6
 	QPAttrAV              QPAttrMask = 1 << 7
 	QPAttrPathMTU         QPAttrMask = 1 << 8
 	QPAttrTimeout         QPAttrMask = 1 << 9
@@ -95,7 +96,22 @@ type QPAttr struct {
 	MaxDestRdAtomic uint8 // READ/atomic responder resources
 	MinRNRTimer     uint8 // RNR NAK timer code this QP sends
 	DestQPN         uint32
+	QKey            uint32 // UD: the Q_Key received packets must carry
 }
+
+// QPType is a QP's transport service (ibv_qp_type). RC is the zero value.
+type QPType uint8
+
+// QP types. UC is reserved: CreateQP refuses it until it exists.
+const (
+	QPTypeRC QPType = iota
+	QPTypeUC
+	QPTypeUD
+)
+
+var qpTypeNames = [...]string{"RC", "UC", "UD"}
+
+func (t QPType) String() string { return nameOf(qpTypeNames[:], t, "QPType") }
 
 // QPCap are the queue sizes of a QP (ibv_qp_cap).
 type QPCap struct {
@@ -116,6 +132,8 @@ type QPConfig struct {
 	Cap QPCap
 	// SigAll makes every send work request signaled.
 	SigAll bool
+	// Type is the transport service; the zero value is RC.
+	Type QPType
 }
 
 // Limits of this implementation.
@@ -145,7 +163,8 @@ const (
 	infiniteRetries = 7
 )
 
-// QP is a reliable-connected queue pair.
+// QP is a queue pair: reliable connected (RC) or unreliable datagram (UD,
+// ud.go).
 type QP struct {
 	// e is the engine that owns the QP's protocol state; the QP moves to
 	// another engine of the group only under Group.Do (place), which is
@@ -159,6 +178,7 @@ type QP struct {
 	srq    SharedRecvQueue
 	srqRQ  *RecvQueue // srq's ring
 	sigAll bool
+	typ    QPType
 	cap    QPCap
 
 	state  atomic.Uint32 // mirror of st for posters
@@ -181,6 +201,7 @@ type QP struct {
 	path      TxPath
 	mtu       uint32
 	destQPN   uint32
+	qkey      uint32 // UD: the Q_Key attribute
 	// The three roles, as in rxe, each with its own state; they reach one
 	// another through q.
 	req  requester
@@ -188,9 +209,9 @@ type QP struct {
 	resp responder
 }
 
-// CreateQP creates an RC queue pair (ibv_create_qp). It starts in RESET,
-// on the group's first engine; connecting it (INIT to RTR) places it on
-// the engine of its connection.
+// CreateQP creates a queue pair (ibv_create_qp). It starts in RESET, on
+// the group's first engine; connecting an RC QP (INIT to RTR) places it on
+// the engine of its connection, a UD QP stays where it is.
 func (g *Group) CreateQP(init *QPConfig) (*QP, error) {
 	c := init.Cap
 	if init.Memory == nil || init.SendCQ == nil || init.RecvCQ == nil {
@@ -200,6 +221,9 @@ func (g *Group) CreateQP(init *QPConfig) (*QP, error) {
 		c.MaxSendSGE < 0 || c.MaxSendSGE > MaxSGE || c.MaxRecvSGE < 0 || c.MaxRecvSGE > MaxSGE ||
 		c.MaxInlineData < 0 || c.MaxInlineData > MaxInline {
 		return nil, fmt.Errorf("create QP: capabilities %+v out of range: %w", c, ErrInvalidArgument)
+	}
+	if init.Type != QPTypeRC && init.Type != QPTypeUD {
+		return nil, fmt.Errorf("create QP: type %v: %w", init.Type, ErrInvalidArgument)
 	}
 	if init.SRQ == nil && c.MaxRecvWR == 0 {
 		return nil, fmt.Errorf("create QP: no SRQ and no receive queue: %w", ErrInvalidArgument)
@@ -211,12 +235,15 @@ func (g *Group) CreateQP(init *QPConfig) (*QP, error) {
 		c.MaxRecvSGE = 1
 	}
 	e := g.engines[0]
-	q := &QP{e: e, mem: init.Memory, sendCQ: init.SendCQ, recvCQ: init.RecvCQ, srq: init.SRQ, sigAll: init.SigAll}
+	q := &QP{e: e, mem: init.Memory, sendCQ: init.SendCQ, recvCQ: init.RecvCQ, srq: init.SRQ, sigAll: init.SigAll, typ: init.Type}
 	if init.SRQ != nil {
 		q.srqRQ = init.SRQ.RecvQueue()
 	}
 	size := 1 << bits.Len(uint(c.MaxSendWR-1))
 	q.sq.init(size, c.MaxSendSGE, c.MaxInlineData)
+	if q.typ == QPTypeUD {
+		q.initUD(e)
+	}
 	if init.SRQ == nil {
 		q.rq.Init(c.MaxRecvWR, c.MaxRecvSGE)
 		c.MaxRecvWR = q.rq.Cap()
@@ -241,6 +268,9 @@ func (g *Group) CreateQP(init *QPConfig) (*QP, error) {
 		}
 		g.qps[q.qpn] = q
 		e.nQPs.Add(1)
+		if q.typ == QPTypeUD && q.srq != nil {
+			g.placeUD(q)
+		}
 		return nil
 	})
 	if err != nil {
@@ -248,6 +278,9 @@ func (g *Group) CreateQP(init *QPConfig) (*QP, error) {
 	}
 	return q, nil
 }
+
+// Type returns the QP's transport service.
+func (q *QP) Type() QPType { return q.typ }
 
 // QPN returns the queue pair number.
 func (q *QP) QPN() uint32 { return q.qpn }
@@ -318,6 +351,7 @@ func (q *QP) reset() {
 	q.attr = QPAttr{}
 	q.attrMu.Unlock()
 	q.path = nil
+	q.qkey = 0
 }
 
 // DebugState describes the QP's protocol state (PSNs, queue positions,

@@ -67,8 +67,10 @@ type sendQueue struct {
 	// publishing the slot through tail.
 	inline  []byte
 	atomics []atomicOperands
-	tail    atomic.Uint32 // posted
-	head    atomic.Uint32 // retired by the completer
+	// ud holds each slot's destination on UD QPs (nil on RC).
+	ud   []udDest
+	tail atomic.Uint32 // posted
+	head atomic.Uint32 // retired by the completer
 }
 
 // init allocates the ring for size (a power of two) WQEs.

@@ -4,6 +4,9 @@ package ibtransport
 // timers and local errors, then new requests. It reports whether the QP
 // has more to send right now.
 func (q *QP) service(now int64) bool {
+	if q.typ == QPTypeUD {
+		return q.serviceUD()
+	}
 	switch q.st {
 	case QPSReset, QPSInit:
 		return false

@@ -75,6 +75,12 @@ type SendWR struct {
 	// FETCH_AND_ADD; Swap is the swap value of CMP_AND_SWP.
 	CompareAdd uint64
 	Swap       uint64
+	// AH, RemoteQPN and RemoteQKey address a UD send (ibv_send_wr.wr.ud).
+	// A RemoteQKey with the high bit set sends the QP's own Q_Key
+	// (IBA 10.2.4).
+	AH         *AH
+	RemoteQPN  uint32
+	RemoteQKey uint32
 }
 
 // RecvWR is a receive work request (ibv_recv_wr).
@@ -184,7 +190,26 @@ type WC struct {
 	InvalidatedRKey uint32 // with WCWithInv
 	QPN             uint32 // the local QP
 	SrcQP           uint32 // the remote QP
+	// UD receives: the P_Key index, the source LID, service level and
+	// destination LID path bits (all 0 on RoCE), and which network header
+	// the GRH holds.
+	PKeyIndex      uint16
+	SLID           uint16
+	SL             uint8
+	DLIDPathBits   uint8
+	NetworkHdrType NetworkType
 }
+
+// NetworkType is the network header of a received packet
+// (rdma_network_type).
+type NetworkType uint8
+
+// Network header types, with the kernel's values.
+const (
+	NetworkIB   NetworkType = 0
+	NetworkIPv4 NetworkType = 2
+	NetworkIPv6 NetworkType = 3
+)
 
 func wcOpcodeOf(o WROpcode) WCOpcode {
 	switch o {

@@ -74,14 +74,20 @@ func (e *Encap) Finish(frame []byte, ibLen int) (int, error) {
 		etherHeader(frame).encode(e.DstMAC, e.SrcMAC, etherType)
 	}
 	ip := frame[ipOff:]
-	if is4 {
-		ip4 := ipv4Header(ip)
-		ip4.encode(e.TrafficClass, e.HopLimit, ipv4HeaderLen+udpLen, e.Src.As4(), e.Dst.As4())
-		ip4.setChecksum()
-	} else {
-		ipv6Header(ip).encode(e.TrafficClass, e.FlowLabel, e.HopLimit, udpLen, e.Src.As16(), e.Dst.As16())
-	}
+	e.writeIPHeader(ip, udpLen)
 	udpHeader(ip[ipLen:]).encode(e.SrcPort, UDPPort, udpLen)
 	putICRC(ip)
 	return total, nil
+}
+
+// writeIPHeader writes the IPv4 or IPv6 header of a packet of udpLen bytes
+// of UDP datagram at the start of ip.
+func (e *Encap) writeIPHeader(ip []byte, udpLen int) {
+	if e.Src.Is4() {
+		ip4 := ipv4Header(ip)
+		ip4.encode(e.TrafficClass, e.HopLimit, ipv4HeaderLen+udpLen, e.Src.As4(), e.Dst.As4())
+		ip4.setChecksum()
+		return
+	}
+	ipv6Header(ip).encode(e.TrafficClass, e.FlowLabel, e.HopLimit, udpLen, e.Src.As16(), e.Dst.As16())
 }

@@ -12,6 +12,9 @@ type loopPacket struct {
 	buf  []byte
 	n    int
 	info ibtransport.RecvInfo
+	// net is the IP header the packet would have had on the link, for
+	// the GRH of UD receives.
+	net [ipv6HeaderLen]byte
 }
 
 // loopBuffers is the number of loopback packets that may wait at once.
@@ -19,14 +22,15 @@ const loopBuffers = 256
 
 // loopPath sends one QP's packets to another QP of the same device.
 type loopPath struct {
-	ln   *lane
-	info ibtransport.RecvInfo
+	ln    *lane
+	info  ibtransport.RecvInfo
+	encap Encap // for the IP header only
 }
 
 // loopPath returns the path from the device's address src to its address
 // dst (indexes in the GID table), allocating the lane's loopback buffers
 // the first time.
-func (ln *lane) loopPath(src, dst int) *loopPath {
+func (ln *lane) loopPath(src, dst int, encap Encap) *loopPath {
 	if ln.loopFree == nil && ln.loopQ == nil {
 		size := maxPayloadHeaders + ibtransport.MTU4096.Bytes() + 8
 		backing := make([]byte, loopBuffers*size)
@@ -35,7 +39,7 @@ func (ln *lane) loopPath(src, dst int) *loopPath {
 		}
 		ln.loopQ = make([]loopPacket, 0, loopBuffers)
 	}
-	return &loopPath{ln: ln, info: ibtransport.RecvInfo{SGID: ln.d.gids[src], DGID: ln.d.gids[dst], DGIDIndex: dst}}
+	return &loopPath{ln: ln, info: ibtransport.RecvInfo{SGID: ln.d.gids[src], DGID: ln.d.gids[dst], DGIDIndex: dst}, encap: encap}
 }
 
 // Buffer implements ibtransport.TxPath.
@@ -55,6 +59,9 @@ func (p *loopPath) Buffer() []byte {
 func (p *loopPath) Send(n int) {
 	ln := p.ln
 	ln.loopQ = append(ln.loopQ, loopPacket{buf: ln.loopBuf, n: n, info: p.info})
+	lp := &ln.loopQ[len(ln.loopQ)-1]
+	p.encap.writeIPHeader(lp.net[:], udpHeaderLen+n+ibtransport.ICRCLen)
+	lp.info.NetHeader = lp.net[:p.encap.ipHeaderLen()]
 	ln.loopBuf = nil
 	ln.ctr.Loopback.Add(1)
 }

@@ -24,15 +24,15 @@ func (ln *lane) Path(av *ibtransport.AddressVector, qpn uint32, pathMTU int) (ib
 	if src.Is4() != dst.Is4() {
 		return nil, fmt.Errorf("GIDs %v and %v: %w", src, dst, ErrAddressFamily)
 	}
-	for i, a := range ln.d.addrs {
-		if a == dst {
-			return ln.loopPath(int(av.SGIDIndex), i), nil
-		}
-	}
 	p := &path{ln: ln, encap: Encap{SrcMAC: ln.d.mac, Src: src, Dst: dst, TrafficClass: av.TrafficClass,
 		HopLimit: av.HopLimit, FlowLabel: av.FlowLabel, SrcPort: SourcePort(qpn)}}
 	if p.encap.HopLimit == 0 {
 		p.encap.HopLimit = 64
+	}
+	for i, a := range ln.d.addrs {
+		if a == dst {
+			return ln.loopPath(int(av.SGIDIndex), i, p.encap), nil
+		}
 	}
 	var err error
 	if p.encap.DstMAC, err = ln.d.neighbor(dst); err != nil {
@@ -46,6 +46,10 @@ func (ln *lane) Path(av *ibtransport.AddressVector, qpn uint32, pathMTU int) (ib
 	}
 	return p, nil
 }
+
+// ActiveMTU implements ibtransport.Port: the largest IB MTU the link
+// carries, as rxe chooses it.
+func (ln *lane) ActiveMTU() int { return ActiveIBMTU(ln.link.MTU()) }
 
 // neighbor returns the MAC address to send to dst: SetNeighbor's entry,
 // else what DeviceConfig.Resolve finds (then kept as an entry), else the

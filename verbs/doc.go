@@ -1,8 +1,11 @@
 // Package verbs is softnic's RDMA API, shaped after libibverbs so that RDMA
 // programmers find their way: open a Device on a link, allocate a protection
 // domain, register memory regions, create completion queues and
-// reliable-connected queue pairs, move the QPs through INIT, RTR and RTS with
-// Modify, then post work requests and poll completions.
+// reliable-connected (RC) or unreliable-datagram (UD) queue pairs, move the
+// QPs through INIT, RTR and RTS with Modify, then post work requests and
+// poll completions. UD sends name an address handle (PD.CreateAH, or
+// PD.CreateAHFromWC to answer a receive), and every UD receive buffer
+// starts with the 40-byte GRH.
 //
 //	dev, _ := verbs.Open(link, verbs.Config{Addrs: []netip.Addr{addr}})
 //	pd := dev.AllocPD()

@@ -19,16 +19,18 @@ func (d *Device) AllocPD() *PD { return &PD{dev: d, id: d.nextPD.Add(1)} }
 // Device returns the device the PD belongs to.
 func (pd *PD) Device() *Device { return pd.dev }
 
-// QPInitAttr describes a QP to create (ibv_qp_init_attr). Only RC QPs exist.
+// QPInitAttr describes a QP to create (ibv_qp_init_attr): RC (the
+// default) or UD.
 type QPInitAttr struct {
 	SendCQ, RecvCQ *CQ
 	SRQ            *SRQ
 	Cap            QPCap
 	// SigAll makes every send work request signaled.
 	SigAll bool
+	Type   QPType
 }
 
-// CreateQP creates an RC queue pair in pd (ibv_create_qp). It starts in
+// CreateQP creates a queue pair in pd (ibv_create_qp). It starts in
 // RESET.
 func (pd *PD) CreateQP(init *QPInitAttr) (*QP, error) {
 	if init.SendCQ == nil || init.RecvCQ == nil {
@@ -38,7 +40,7 @@ func (pd *PD) CreateQP(init *QPInitAttr) (*QP, error) {
 		return nil, fmt.Errorf("create QP: CQ of another device: %w", ErrInvalidArgument)
 	}
 	cfg := ibtransport.QPConfig{Memory: (*pdMemory)(pd), SendCQ: (*cqSink)(init.SendCQ), RecvCQ: (*cqSink)(init.RecvCQ),
-		Cap: init.Cap, SigAll: init.SigAll}
+		Cap: init.Cap, SigAll: init.SigAll, Type: init.Type}
 	if init.SRQ != nil {
 		if init.SRQ.pd != pd {
 			return nil, fmt.Errorf("create QP: SRQ of another protection domain: %w", ErrInvalidArgument)

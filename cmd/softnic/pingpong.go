@@ -13,14 +13,16 @@ import (
 )
 
 func init() {
-	register("pingpong", "ibv_rc_pingpong-compatible RC ping-pong (server without a host)", runPingpongCmd)
+	register("pingpong", "ibv_rc_pingpong-compatible RC ping-pong, or ibv_ud_pingpong's with --ud (server without a host)", runPingpongCmd)
 }
 
 const pingpongUsage = `usage:
   softnic pingpong -d IFACE [flags]          start a server and wait for connection
   softnic pingpong -d IFACE [flags] HOST     connect to server at HOST
 
-Either side may be rdma-core's ibv_rc_pingpong. -d names the network
+Either side may be rdma-core's ibv_rc_pingpong, or with --ud its
+ibv_ud_pingpong (messages of at most the port's active MTU, 1024 bytes by
+default, as that tool sends). -d names the network
 interface softnic runs on; -g the GID index in its GID table (give the real
 tool -g too: RoCE needs GIDs).
 
@@ -51,6 +53,7 @@ func (o *pingpongFlags) define(f flagSet) {
 	f.boolVar(&cfg.Events, "e", "events", "sleep on CQ events (default poll)")
 	f.BoolVar(&o.stats, "softnic-stats", false, "softnic: after the run, print the engine's counters (retransmissions, timeouts, RNR NAKs...) and the XDP link's ring statistics")
 	f.DurationVar(&cfg.ConnectWait, "connect-wait", dialWait, "softnic: how long a client retries while the server is not listening")
+	f.BoolVar(&cfg.UD, "ud", false, "softnic: be ibv_ud_pingpong (UD QPs) instead of ibv_rc_pingpong")
 }
 
 func runPingpongCmd(args []string, stdout, stderr io.Writer) int {
@@ -65,6 +68,9 @@ func runPingpongCmd(args []string, stdout, stderr io.Writer) int {
 	pos, status, ok := parseArgs(fs, args, 1)
 	if !ok {
 		return status
+	}
+	if o.cfg.UD && !flagGiven(fs, "s", "size") {
+		o.cfg.Size = pingpong.UDDefaultSize
 	}
 	fail := failer(stderr, "pingpong")
 	switch {
@@ -104,4 +110,15 @@ func (o *pingpongFlags) run(stdout io.Writer) error {
 		printSoftnicStats(stdout, dev.Verbs)
 	}
 	return err
+}
+
+// flagGiven reports whether one of names was set on the command line.
+func flagGiven(fs *flag.FlagSet, names ...string) bool {
+	given := false
+	fs.Visit(func(f *flag.Flag) {
+		for _, n := range names {
+			given = given || f.Name == n
+		}
+	})
+	return given
 }

@@ -56,3 +56,30 @@ func TestPingpongEvents(t *testing.T) {
 	assert.Regexp(t, `(?m)^ softnic engine counters:\n  RxPackets +1800$`, cout, "client counters")
 	assert.NotContains(t, sout, "softnic engine counters", "server printed counters it was not asked for")
 }
+
+// TestPingpongUD runs the --ud mode (ibv_ud_pingpong) on both sides, with
+// -c: each message travels behind the GRH's room, and ud_pingpong's
+// address lines (a colon before the local GID) come out.
+func TestPingpongUD(t *testing.T) {
+	useMemDevices(t)
+	port := freePort(t)
+	sout, cout := runPair(t,
+		[]string{"pingpong", "--ud", "-c", "-d", "memA", "-g", "0", "-p", port, "-n", "200", "-r", "8"},
+		[]string{"pingpong", "--ud", "-c", "-d", "memB", "-g", "0", "-p", port, "-n", "200", "-r", "8", "127.0.0.1"})
+	local := regexp.MustCompile(`(?m)^  local address:  LID 0x0000, QPN 0x[0-9a-f]{6}, PSN 0x[0-9a-f]{6}: GID ::ffff:10\.0\.0\.[12]$`)
+	rate := regexp.MustCompile(`(?m)^409600 bytes in [0-9.]+ seconds = [0-9.]+ Mbit/sec\n200 iters in [0-9.]+ seconds = [0-9.]+ usec/iter$`)
+	for side, out := range map[string]string{"server": sout, "client": cout} {
+		assert.Regexp(t, local, out, side)
+		assert.Regexp(t, rate, out, side)
+		assert.NotContains(t, out, "invalid data", side)
+	}
+}
+
+// TestPingpongUDTooLarge checks ud_pingpong's refusal of messages larger
+// than the port's active MTU.
+func TestPingpongUDTooLarge(t *testing.T) {
+	useMemDevices(t)
+	var o, e bytes.Buffer
+	assert.NotZero(t, run([]string{"pingpong", "--ud", "-d", "memA", "-s", "5000"}, &o, &e))
+	assert.Contains(t, e.String(), "Requested size larger than port MTU (4096)")
+}

@@ -59,31 +59,47 @@ func indexOf(gids []netip.Addr, a netip.Addr) string {
 	return "-1"
 }
 
-// TestSoftnicToSoftnicOverVeth runs softnic pingpong and softnic perf
-// between two namespaces over AF_XDP, with IPv4 and with IPv6 GIDs.
-func TestSoftnicToSoftnicOverVeth(t *testing.T) {
+// vethSoftnic builds softnic and makes a veth pair of 1500-byte MTU
+// between two namespaces; it returns the binary, the pair and the GID
+// tables of its ends once settled: link-local, IPv4, then the fd47::
+// address (xdplink.GIDTable's order).
+func vethSoftnic(t *testing.T) (string, *netnstest.Pair, []netip.Addr, []netip.Addr) {
+	t.Helper()
 	netnstest.Integration(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	bin := buildSoftnic(t, ctx)
 	p := netnstest.NewT(t, netnstest.Config{MTU: 1500})
-	// Link-local, IPv4, then the fd47:: address (xdplink.GIDTable's order).
-	ga, gb := settledGIDs(t, &p.A, 3), settledGIDs(t, &p.B, 3)
+	return bin, p, settledGIDs(t, &p.A, 3), settledGIDs(t, &p.B, 3)
+}
+
+// runVethPair runs softnic (bin) with the server's arguments in p's
+// namespace A and the client's, aimed at A's IPv4 address, in B, and
+// returns their outputs; both must succeed.
+func runVethPair(t *testing.T, p *netnstest.Pair, bin, name string, server, client []string) (string, string) {
+	t.Helper()
+	var sout []byte
+	var serr error
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		cmd := p.A.Command(bin, server...)
+		sout, serr = cmd.CombinedOutput()
+	}()
+	cout, cerr := p.B.Command(bin, append(client, "--connect-wait=20s", p.A.Addr4().String())...).CombinedOutput()
+	wg.Wait()
+	require.True(t, serr == nil && cerr == nil, "%s: server %v:\n%s\nclient %v:\n%s", name, serr, sout, cerr, cout)
+	return string(sout), string(cout)
+}
+
+// TestSoftnicToSoftnicOverVeth runs softnic pingpong and softnic perf
+// between two namespaces over AF_XDP, with IPv4 and with IPv6 GIDs.
+func TestSoftnicToSoftnicOverVeth(t *testing.T) {
+	bin, p, ga, gb := vethSoftnic(t)
 	run := func(name string, server, client []string) (string, string) {
 		t.Helper()
-		var sout []byte
-		var serr error
-		var wg sync.WaitGroup
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			cmd := p.A.Command(bin, server...)
-			sout, serr = cmd.CombinedOutput()
-		}()
-		cout, cerr := p.B.Command(bin, append(client, "--connect-wait=20s", p.A.Addr4().String())...).CombinedOutput()
-		wg.Wait()
-		require.True(t, serr == nil && cerr == nil, "%s: server %v:\n%s\nclient %v:\n%s", name, serr, sout, cerr, cout)
-		return string(sout), string(cout)
+		return runVethPair(t, p, bin, name, server, client)
 	}
 	// Without -g/-x both tools pick the first IPv4 GID (index 1 here).
 	sout, cout := run("defaults", []string{"pingpong", "-d", p.A.Ifname, "-n", "10"}, []string{"pingpong", "-d", p.B.Ifname, "-n", "10"})
@@ -110,6 +126,30 @@ func TestSoftnicToSoftnicOverVeth(t *testing.T) {
 			assert.NotEmpty(t, l, "write_bw client:\n%s", cout)
 			assert.Equal(t, l, line.FindString(sout), "write_bw: the client's line against the server's:\n%s", sout)
 			assert.Contains(t, cout, " GID: "+fam.gid, "write_bw client")
+		})
+	}
+}
+
+// TestUDPingpongOverVeth runs softnic pingpong --ud (ibv_ud_pingpong)
+// between two namespaces over AF_XDP, with IPv4 and IPv6 GIDs, messages of
+// the active MTU and -c.
+func TestUDPingpongOverVeth(t *testing.T) {
+	bin, p, ga, gb := vethSoftnic(t)
+	for _, fam := range []struct {
+		name   string
+		ia, ib string
+	}{
+		{"IPv4", indexOf(ga, p.A.Addr4()), indexOf(gb, p.B.Addr4())},
+		{"IPv6", indexOf(ga, p.A.Addr6()), indexOf(gb, p.B.Addr6())},
+	} {
+		t.Run(fam.name, func(t *testing.T) {
+			sout, cout := runVethPair(t, p, bin, "ud pingpong",
+				[]string{"pingpong", "--ud", "-c", "-d", p.A.Ifname, "-g", fam.ia, "-n", "300", "-r", "16"},
+				[]string{"pingpong", "--ud", "-c", "-d", p.B.Ifname, "-g", fam.ib, "-n", "300", "-r", "16"})
+			for _, out := range []string{sout, cout} {
+				assert.Contains(t, out, "614400 bytes in ", "ud pingpong output")
+				assert.NotContains(t, out, "invalid data")
+			}
 		})
 	}
 }

@@ -33,6 +33,9 @@ type Config struct {
 	Events bool
 	// ConnectWait is how long the client retries connecting.
 	ConnectWait time.Duration
+	// UD runs ibv_ud_pingpong instead: UD QPs, an address handle to the
+	// peer, and messages of at most the port's active MTU (ud.go).
+	UD bool
 }
 
 // DefaultConfig returns ibv_rc_pingpong's defaults.
@@ -75,7 +78,11 @@ func Run(ctx context.Context, dev perftest.Device, cfg Config, out io.Writer) er
 		return fmt.Errorf("can't read sgid of index %d: %w", c.gidx, err)
 	}
 	my := oob.PingpongDest{QPN: c.qp.QPN(), PSN: rand.Uint32() & 0xffffff, GID: gid}
-	fmt.Fprintf(out, "  local address:  LID 0x%04x, QPN 0x%06x, PSN 0x%06x, GID %s\n", my.LID, my.QPN, my.PSN, oob.GIDText(my.GID))
+	sep := "," // ud_pingpong prints a colon before its own GID
+	if cfg.UD {
+		sep = ":"
+	}
+	fmt.Fprintf(out, "  local address:  LID 0x%04x, QPN 0x%06x, PSN 0x%06x%s GID %s\n", my.LID, my.QPN, my.PSN, sep, oob.GIDText(my.GID))
 	rem, err := c.exchange(ctx, my)
 	if err != nil {
 		return err
@@ -96,7 +103,7 @@ func Run(ctx context.Context, dev perftest.Device, cfg Config, out io.Writer) er
 	}
 	c.report(out, time.Since(start))
 	if cfg.Host == "" && cfg.Validate {
-		return c.validate(out)
+		return c.validate(out, c.buf[c.dataOff():])
 	}
 	return nil
 }
@@ -138,15 +145,15 @@ func (c *pingpong) report(out io.Writer, elapsed time.Duration) {
 }
 
 // validate is the server's -c check of the client's page marks.
-func (c *pingpong) validate(out io.Writer) error {
-	bad := invalidPages(c.buf)
+func (c *pingpong) validate(out io.Writer, data []byte) error {
+	bad := invalidPages(data)
 	if len(bad) == 0 {
 		return nil
 	}
 	for _, page := range bad {
 		fmt.Fprintf(out, "invalid data in page %d\n", page)
 	}
-	return fmt.Errorf("received data failed validation in %d of %d pages", len(bad), (len(c.buf)+os.Getpagesize()-1)/os.Getpagesize())
+	return fmt.Errorf("received data failed validation in %d of %d pages", len(bad), (len(data)+os.Getpagesize()-1)/os.Getpagesize())
 }
 
 // markPages writes the client's -c marks: as rdma-core 44, the first byte

@@ -22,9 +22,10 @@ type pingpong struct {
 	ch    *verbs.CompChannel // with -e
 	cq    *verbs.CQ
 	qp    *verbs.QP
-	sge   []verbs.SGE
+	sge   []verbs.SGE // the receives'; the sends' too on RC
 	gidx  int
-	routs int // receives posted and not yet completed
+	ud    udPeer // with Config.UD
+	routs int    // receives posted and not yet completed
 }
 
 // init is pp_init_ctx and the receives main posts: the buffer, MR, CQ
@@ -36,8 +37,14 @@ func (c *pingpong) init() error {
 		// softnic picks the first IPv4 GID as perftest does.
 		c.gidx = perftest.BestGIDIndex(c.dev.Verbs.GIDTable(), false)
 	}
+	if cfg.UD {
+		if err := c.checkUDSize(); err != nil {
+			return err
+		}
+	}
 	pd := c.dev.Verbs.AllocPD()
-	c.buf = make([]byte, cfg.Size)
+	c.ud.pd = pd
+	c.buf = make([]byte, c.dataOff()+cfg.Size)
 	for i := range c.buf {
 		c.buf[i] = fill
 	}
@@ -51,15 +58,10 @@ func (c *pingpong) init() error {
 	if c.cq, err = c.dev.Verbs.CreateCQ(cfg.RxDepth+1, c.ch); err != nil {
 		return fmt.Errorf("Couldn't create CQ: %w", err)
 	}
-	if c.qp, err = pd.CreateQP(&verbs.QPInitAttr{SendCQ: c.cq, RecvCQ: c.cq,
-		Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: cfg.RxDepth, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
-		return fmt.Errorf("Couldn't create QP: %w", err)
+	if err := c.createQP(pd); err != nil {
+		return err
 	}
-	if err := c.qp.Modify(&verbs.QPAttr{State: verbs.QPSInit, Port: 1},
-		verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags); err != nil {
-		return fmt.Errorf("Failed to modify QP to INIT: %w", err)
-	}
-	c.sge = []verbs.SGE{c.mr.SGE(0, cfg.Size)}
+	c.sge = []verbs.SGE{c.mr.SGE(0, len(c.buf))}
 	if c.routs = c.postRecv(cfg.RxDepth); c.routs < cfg.RxDepth {
 		return fmt.Errorf("Couldn't post receive (%d)", c.routs)
 	}
@@ -71,10 +73,30 @@ func (c *pingpong) init() error {
 	return nil
 }
 
+// createQP creates the QP (RC, or UD with Config.UD) and moves it to INIT.
+func (c *pingpong) createQP(pd *verbs.PD) error {
+	typ, mask, attr := verbs.QPTypeRC, verbs.QPAttrAccessFlags, verbs.QPAttr{State: verbs.QPSInit, Port: 1}
+	if c.cfg.UD {
+		typ, mask, attr.QKey = verbs.QPTypeUD, verbs.QPAttrQKey, udQKey
+	}
+	var err error
+	if c.qp, err = pd.CreateQP(&verbs.QPInitAttr{SendCQ: c.cq, RecvCQ: c.cq, Type: typ,
+		Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: c.cfg.RxDepth, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
+		return fmt.Errorf("Couldn't create QP: %w", err)
+	}
+	if err := c.qp.Modify(&attr, verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|mask); err != nil {
+		return fmt.Errorf("Failed to modify QP to INIT: %w", err)
+	}
+	return nil
+}
+
 // close destroys the QP and deregisters the buffer.
 func (c *pingpong) close() {
 	if c.qp != nil {
 		c.qp.Destroy()
+	}
+	if c.ud.ah != nil {
+		c.ud.ah.Destroy()
 	}
 	if c.mr != nil {
 		c.mr.Dereg()
@@ -93,6 +115,9 @@ func (c *pingpong) connect(myPSN uint32, rem oob.PingpongDest) error {
 		if err := c.dev.Resolve(peer); err != nil {
 			return fmt.Errorf("resolve %v: %w", peer, err)
 		}
+	}
+	if c.cfg.UD {
+		return c.connectUD(myPSN, rem)
 	}
 	mtu := oob.MTUEnum(c.cfg.MTU)
 	if err := c.qp.Modify(&verbs.QPAttr{State: verbs.QPSRTR, PathMTU: verbs.MTU(mtu), DestQPN: rem.QPN,
@@ -127,6 +152,9 @@ func (c *pingpong) postRecv(n int) int {
 // queue slot.
 func (c *pingpong) postSend(ctx context.Context) error {
 	wr := verbs.SendWR{ID: sendWRID, Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGL: c.sge}
+	if c.cfg.UD {
+		c.ud.sendWR(&wr)
+	}
 	for {
 		err := c.qp.PostSend(&wr)
 		if !errors.Is(err, verbs.ErrQueueFull) {
@@ -200,7 +228,7 @@ func (c *pingpong) firstSend(ctx context.Context) (int, error) {
 		return pending, nil
 	}
 	if c.cfg.Validate {
-		markPages(c.buf)
+		markPages(c.buf[c.dataOff():])
 	}
 	if err := c.postSend(ctx); err != nil {
 		return 0, fmt.Errorf("Couldn't post send: %w", err)

@@ -60,6 +60,21 @@ func openXDPSideEngines(t testing.TB, e *netnstest.End, engines int) *xdpSide {
 	return s
 }
 
+// createQP gives s a new PD, send and receive CQs of 1024 entries, and a
+// QP on them created with init's other attributes.
+func (s *xdpSide) createQP(t testing.TB, init *verbs.QPInitAttr) {
+	t.Helper()
+	s.pd = s.dev.AllocPD()
+	var err error
+	s.scq, err = s.dev.CreateCQ(1024, nil)
+	require.NoError(t, err)
+	s.rcq, err = s.dev.CreateCQ(1024, nil)
+	require.NoError(t, err)
+	init.SendCQ, init.RecvCQ = s.scq, s.rcq
+	s.qp, err = s.pd.CreateQP(init)
+	require.NoError(t, err)
+}
+
 func gidIndex(t testing.TB, s *xdpSide, a netip.Addr) int {
 	t.Helper()
 	for i, g := range s.nd.GIDs {
@@ -76,33 +91,15 @@ func gidIndex(t testing.TB, s *xdpSide, a netip.Addr) int {
 func connectXDP(t testing.TB, x, y *xdpSide, v6 bool, mtu verbs.MTU) {
 	t.Helper()
 	for _, s := range []*xdpSide{x, y} {
-		s.pd = s.dev.AllocPD()
-		var err error
-		s.scq, err = s.dev.CreateCQ(1024, nil)
-		require.NoError(t, err)
-		s.rcq, err = s.dev.CreateCQ(1024, nil)
-		require.NoError(t, err)
-		s.qp, err = s.pd.CreateQP(&verbs.QPInitAttr{SendCQ: s.scq, RecvCQ: s.rcq, Cap: verbs.QPCap{
-			MaxSendWR: 256, MaxRecvWR: 256, MaxSendSGE: 4, MaxRecvSGE: 4}})
-		require.NoError(t, err)
+		s.createQP(t, &verbs.QPInitAttr{Cap: verbs.QPCap{MaxSendWR: 256, MaxRecvWR: 256, MaxSendSGE: 4, MaxRecvSGE: 4}})
 		require.NoError(t, s.qp.Modify(&verbs.QPAttr{State: verbs.QPSInit, Port: 1,
 			AccessFlags: verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic},
 			verbs.QPAttrState|verbs.QPAttrAccessFlags|verbs.QPAttrPort|verbs.QPAttrPKeyIndex))
 	}
-	addr := func(s *xdpSide) netip.Addr {
-		if v6 {
-			return s.end.Addr6()
-		}
-		return s.end.Addr4()
-	}
+	addr := func(s *xdpSide) netip.Addr { return sideAddr(s, v6) }
+	resolvePeers(t, x, y, v6)
 	for _, pr := range [][2]*xdpSide{{x, y}, {y, x}} {
 		me, peer := pr[0], pr[1]
-		var mac [6]byte
-		require.NoError(t, me.end.Do(func() (err error) {
-			mac, err = xdplink.ResolveNeighbor(me.nd.Index, addr(peer), 3*time.Second)
-			return err
-		}))
-		me.dev.RoCE().SetNeighbor(addr(peer), mac)
 		peerGID, err := peer.dev.GID(gidIndex(t, peer, addr(peer)))
 		require.NoError(t, err)
 		require.NoError(t, me.qp.Modify(&verbs.QPAttr{State: verbs.QPSRTR, PathMTU: mtu, DestQPN: peer.qp.QPN(),
@@ -116,6 +113,29 @@ func connectXDP(t testing.TB, x, y *xdpSide, v6 bool, mtu verbs.MTU) {
 			RNRRetry: 7, MaxRdAtomic: 16},
 			verbs.QPAttrState|verbs.QPAttrSQPSN|verbs.QPAttrTimeout|verbs.QPAttrRetryCnt|verbs.QPAttrRNRRetry|
 				verbs.QPAttrMaxQPRdAtomic))
+	}
+}
+
+// sideAddr returns s's IPv6 or IPv4 address.
+func sideAddr(s *xdpSide, v6 bool) netip.Addr {
+	if v6 {
+		return s.end.Addr6()
+	}
+	return s.end.Addr4()
+}
+
+// resolvePeers gives each side the other's MAC address from the kernel's
+// neighbour table.
+func resolvePeers(t testing.TB, x, y *xdpSide, v6 bool) {
+	t.Helper()
+	for _, pr := range [][2]*xdpSide{{x, y}, {y, x}} {
+		me, peer := pr[0], pr[1]
+		var mac [6]byte
+		require.NoError(t, me.end.Do(func() (err error) {
+			mac, err = xdplink.ResolveNeighbor(me.nd.Index, sideAddr(peer, v6), 3*time.Second)
+			return err
+		}))
+		me.dev.RoCE().SetNeighbor(sideAddr(peer, v6), mac)
 	}
 }
 

@@ -1,0 +1,209 @@
+package ibtransport
+
+import (
+	"fmt"
+	"sync/atomic"
+)
+
+// A UD QP shares the RC QP's queues and its state machine (with
+// udTransitions), but has no requester window, completer or responder
+// protocol: each send work request is one packet to the address handle it
+// names, completed as soon as the packet is handed to the link, and each
+// packet received fills one receive, behind a GRH.
+
+// GRHLen is the size of the Global Route Header a UD receive buffer starts
+// with.
+const GRHLen = 40
+
+// controlledQKey is the Q_Key bit that makes a send use the QP's own Q_Key
+// instead of the work request's (IBA 10.2.4).
+const controlledQKey = 0x80000000
+
+// AH is an address handle (ibv_ah): where UD packets go. It keeps a
+// transmit path on every engine of its device, made when it is created, so
+// that sending to it resolves nothing.
+type AH struct {
+	g         *Group
+	av        AddressVector
+	paths     []TxPath // by engine index; used by that engine only
+	destroyed atomic.Bool
+}
+
+// CreateAH creates an address handle for av (ibv_create_ah). It fails when
+// av's destination cannot be reached from its source GID.
+func (g *Group) CreateAH(av *AddressVector) (*AH, error) {
+	ah := &AH{g: g, av: *av, paths: make([]TxPath, len(g.engines))}
+	for i, e := range g.engines {
+		err := e.Do(func() error {
+			p, err := e.port.Path(&ah.av, 0, e.port.ActiveMTU())
+			ah.paths[i] = p
+			return err
+		})
+		if err != nil {
+			return nil, fmt.Errorf("create AH: %w", err)
+		}
+	}
+	return ah, nil
+}
+
+// AV returns the address vector the AH was created with.
+func (ah *AH) AV() AddressVector { return ah.av }
+
+// Destroy destroys the AH (ibv_destroy_ah): later posts naming it fail.
+// Sends already posted still go out.
+func (ah *AH) Destroy() error {
+	if ah.destroyed.Swap(true) {
+		return fmt.Errorf("destroy AH: already destroyed: %w", ErrInvalidArgument)
+	}
+	return nil
+}
+
+// udDest is where one UD send goes (ibv_send_wr.wr.ud).
+type udDest struct {
+	ah   *AH
+	qpn  uint32
+	qkey uint32
+}
+
+// initUD gives a new UD QP its destinations ring and its MTU, the port's.
+func (q *QP) initUD(e *Engine) {
+	q.sq.ud = make([]udDest, len(q.sq.slots))
+	q.mtu = uint32(e.port.ActiveMTU())
+}
+
+// placeUD puts a new UD QP with an SRQ on the engine of the SRQ's other
+// QPs, or makes its engine the SRQ's: an SRQ is consumed by one engine.
+// Called under Do.
+func (g *Group) placeUD(q *QP) {
+	to, ok := g.srqEngine[q.srq]
+	if !ok {
+		g.srqEngine[q.srq] = q.e
+		return
+	}
+	q.e.nQPs.Add(-1)
+	q.e = to
+	q.home.Store(to)
+	to.nQPs.Add(1)
+}
+
+// checkUDSendWR checks what a UD send work request adds to checkSendWR.
+func (q *QP) checkUDSendWR(wr *SendWR) error {
+	switch {
+	case wr.Opcode != WRSend && wr.Opcode != WRSendWithImm:
+		return fmt.Errorf("post send: opcode %v on a UD QP: %w", wr.Opcode, ErrInvalidArgument)
+	case wr.AH == nil || wr.AH.destroyed.Load():
+		return fmt.Errorf("post send: UD send without a valid AH: %w", ErrInvalidArgument)
+	case wr.AH.g != q.home.Load().g:
+		return fmt.Errorf("post send: AH of another device: %w", ErrInvalidArgument)
+	case wr.RemoteQPN > PSNMask:
+		return fmt.Errorf("post send: remote QPN %#x: %w", wr.RemoteQPN, ErrInvalidArgument)
+	}
+	return nil
+}
+
+// serviceUD is a UD QP's share of Process: it sends what was posted.
+func (q *QP) serviceUD() bool {
+	switch q.st {
+	case QPSRTS:
+		return q.sendDatagrams()
+	case QPSSQD:
+		if !q.sqDrained && q.comp.compIdx == q.sq.tail.Load() {
+			q.sqDrained = true
+			q.e.emit(q, QPEventSQDrained)
+		}
+	case QPSErr:
+		q.flush()
+	}
+	return false
+}
+
+// sendDatagrams sends and completes posted UD sends, one packet each,
+// until the queue is empty, the budget is spent or the link has no buffer.
+// It reports whether it stopped only for the budget. Work requests
+// complete in order, so the completer's index is the next to send.
+func (q *QP) sendDatagrams() bool {
+	c := &q.comp
+	tail := q.sq.tail.Load()
+	for budget := packetBudget; budget > 0; budget-- {
+		if c.compIdx == tail {
+			return false
+		}
+		if q.e.passLeft <= 0 {
+			return true
+		}
+		w := q.sqSlot(c.compIdx)
+		st, done := q.sendDatagram(c.compIdx, w)
+		if !done {
+			return false
+		}
+		if st != WCSuccess {
+			c.failHead(st)
+			return false
+		}
+		c.completeHead(WCSuccess)
+	}
+	return true
+}
+
+// sendDatagram sends the WQE in slot i. It reports false when the link
+// has no buffer now; otherwise the WQE is done, with the status returned.
+func (q *QP) sendDatagram(i uint32, w *sendWQE) (WCStatus, bool) {
+	if w.state == wqeError {
+		return w.status, true
+	}
+	psn := q.req.sqPSN
+	if w.length > q.mtu {
+		// C10-93.1.1: no packet and no error; the PSN is spent, as rxe
+		// spends it.
+		q.e.Ctr.TxUDTooLong.Add(1)
+		q.req.sqPSN = psn.Add(1)
+		return WCSuccess, true
+	}
+	if st := q.req.prepare(i, w); st != WCSuccess {
+		return st, true
+	}
+	d := &q.sq.ud[i&q.sq.mask]
+	path := d.ah.paths[q.e.index]
+	buf := path.Buffer()
+	if buf == nil {
+		return WCSuccess, false
+	}
+	n, ok := q.buildDatagram(buf, i, w, d)
+	if !ok {
+		return WCLocProtErr, true // the memory was deregistered under the WQE
+	}
+	q.req.sqPSN = psn.Add(1)
+	path.Send(n)
+	q.e.passLeft--
+	q.e.Ctr.TxPackets.Add(1)
+	return WCSuccess, true
+}
+
+// buildDatagram lays out the UD SEND packet of the WQE in slot i for d.
+func (q *QP) buildDatagram(buf []byte, i uint32, w *sendWQE, d *udDest) (int, bool) {
+	op := OpUDSendOnly
+	if w.opcode == WRSendWithImm {
+		op = OpUDSendOnlyImm
+	}
+	p := &q.e.tx
+	n, err := LayoutPacket(buf, op, int(w.length), p)
+	if err != nil {
+		return 0, false
+	}
+	p.BTH.SetDestQPN(d.qpn)
+	p.BTH.SetPSN(q.req.sqPSN)
+	p.BTH.SetSolicitedEvent(w.flags&SendSolicited != 0)
+	qkey := d.qkey
+	if qkey&controlledQKey != 0 {
+		qkey = q.qkey
+	}
+	p.DETH.SetQKey(qkey)
+	p.DETH.SetSrcQP(q.qpn)
+	if p.ImmDt != nil {
+		p.ImmDt.SetImm(w.imm)
+	}
+	if !q.sq.gather(i, w, 0, p.Payload) {
+		return 0, false
+	}
+	return n, true
+}

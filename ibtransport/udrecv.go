@@ -1,0 +1,83 @@
+package ibtransport
+
+// udReceiver is the receive side of UD QPs, one per engine: it checks a
+// datagram against its QP, fills the next receive with the GRH and the
+// payload, and completes it. It has no per-QP state: every datagram is a
+// whole message.
+type udReceiver struct {
+	e   *Engine
+	grh [GRHLen]byte // scratch
+}
+
+// receive handles a UD packet for q, an engine's QP.
+func (u *udReceiver) receive(q *QP, p *Packet, info *RecvInfo) {
+	e := u.e
+	switch {
+	case q.typ != QPTypeUD:
+		e.Ctr.RxWrongService.Add(1)
+		return
+	case q.st < QPSRTR || q.st == QPSErr:
+		e.Ctr.RxFiltered.Add(1)
+		return
+	case p.DETH.QKey() != q.qkey:
+		e.Ctr.RxBadQKey.Add(1)
+		return
+	}
+	r := &q.resp
+	if !r.takeRecv() {
+		// UD has no RNR NAK: the datagram is lost.
+		e.Ctr.RxNoRecv.Add(1)
+		return
+	}
+	st := r.recvBad
+	if st == WCSuccess && uint64(GRHLen+len(p.Payload)) > r.recvCap {
+		// Like rxe: the receive completes in error and the QP goes on
+		// (class D; with an SRQ, class E).
+		st = WCLocLenErr
+		if q.srq != nil {
+			st = WCRemInvReqErr
+		}
+	}
+	if st == WCSuccess {
+		u.fillGRH(info)
+		if st = r.scatterRecv(u.grh[:]); st == WCSuccess {
+			st = r.scatterRecv(p.Payload)
+		}
+	}
+	u.complete(q, p, info, st)
+}
+
+// fillGRH writes the GRH of a received datagram into u.grh as rxe and
+// mlx5 do: an IPv6 header as it came, or an IPv4 header in the last 20
+// bytes after 20 zero bytes.
+func (u *udReceiver) fillGRH(info *RecvInfo) {
+	clear(u.grh[:])
+	h := info.NetHeader
+	if len(h) >= GRHLen {
+		copy(u.grh[:], h)
+		return
+	}
+	copy(u.grh[GRHLen-20:], h)
+}
+
+// complete completes the receive the datagram filled, with status st.
+func (u *udReceiver) complete(q *QP, p *Packet, info *RecvInfo, st WCStatus) {
+	r := &q.resp
+	wc := WC{WRID: r.recv.id, Status: st, Opcode: WCRecv, QPN: q.qpn}
+	if st == WCSuccess {
+		wc.ByteLen = uint32(GRHLen + len(p.Payload))
+		wc.SrcQP = p.DETH.SrcQP()
+		wc.Flags = WCWithGRH
+		wc.PKeyIndex = q.attr.PKeyIndex
+		wc.NetworkHdrType = NetworkIPv6
+		if len(info.NetHeader) < GRHLen {
+			wc.NetworkHdrType = NetworkIPv4
+		}
+		if p.ImmDt != nil {
+			wc.Flags |= WCWithImm
+			wc.Imm = p.ImmDt.Imm()
+		}
+	}
+	r.recvActive = false
+	q.complete(q.recvCQ, wc, st == WCSuccess && p.BTH.SolicitedEvent())
+}
