@@ -15,6 +15,10 @@ import (
 // (its default path MTU, 1024, makes 65536 a 64-packet message).
 var interopPingpongSizes = []string{"1", "1024", "4096", "65536"}
 
+// interopUDPingpongSizes are those of the ibv_ud_pingpong runs: a UD
+// message fits the path MTU (1024 in the guest).
+var interopUDPingpongSizes = []string{"1", "512", "1024"}
+
 // TestInteropWithRealTools runs softnic perf and softnic pingpong on a
 // veth (AF_XDP) against perftest 4.5 and ibv_rc_pingpong over rdma_rxe in
 // a Debian guest, with either side as server: pingpong at 1 to 65536
@@ -39,7 +43,8 @@ func TestInteropWithRealTools(t *testing.T) {
 		}
 		assert.Regexpf(t, r.run.resultRE(), r.out, "softnic %s printed no result line", r.name)
 	}
-	checkPingpongs(t, results, guestOut)
+	checkPingpongs(t, results, guestOut, "pingpong-s", interopPingpongSizes)
+	checkPingpongs(t, results, guestOut, "ud-pingpong-s", interopUDPingpongSizes)
 	// The server of write/read/atomic bw prints the client's figures, which
 	// travel in the report exchange: each side must print the other's.
 	for _, tt := range []string{"write_bw", "read_bw", "atomic_bw", "write_bw-q2", "atomic_bw-cas", "write_bw-D", "read", "write", "atomic-fadd"} {
@@ -66,6 +71,10 @@ func realToolRuns() (toServer, toClient []interopRun) {
 	for _, s := range interopPingpongSizes {
 		toServer = append(toServer, pingpongRun(s))
 		toClient = append(toClient, pingpongRun(s))
+	}
+	for _, s := range interopUDPingpongSizes {
+		toServer = append(toServer, udPingpongRun(s))
+		toClient = append(toClient, udPingpongRun(s))
 	}
 	for _, tt := range interopTests {
 		toServer = append(toServer, perfRun(tt, tt, "-n", interopIters))
@@ -101,17 +110,18 @@ func realToolRuns() (toServer, toClient []interopRun) {
 	return toServer, toClient
 }
 
-// checkPingpongs checks the pingpong runs: both sides count 2 × iterations
-// × size bytes, and -c found no page with bad data.
-func checkPingpongs(t *testing.T, results []interopResult, guestOut map[string]string) {
+// checkPingpongs checks the pingpong runs named prefix+size: both sides
+// count 2 × iterations × size bytes, and -c found no page with bad data.
+func checkPingpongs(t *testing.T, results []interopResult, guestOut map[string]string, prefix string, sizes []string) {
 	t.Helper()
-	for _, s := range interopPingpongSizes {
+	for _, s := range sizes {
 		want := fmt.Sprint(2 * 50 * atoi(t, s))
+		run := prefix + s
 		for name, out := range map[string]string{
-			"softnic pingpong-s" + s + " server": resultOf(results, "pingpong-s"+s+" server"),
-			"softnic pingpong-s" + s + " client": resultOf(results, "pingpong-s"+s+" client"),
-			"guest pingpong-s" + s + " client":   guestOut["pingpong-s"+s+" client"],
-			"guest pingpong-s" + s + " server":   guestOut["pingpong-s"+s+" server"]} {
+			"softnic " + run + " server": resultOf(results, run+" server"),
+			"softnic " + run + " client": resultOf(results, run+" client"),
+			"guest " + run + " client":   guestOut[run+" client"],
+			"guest " + run + " server":   guestOut[run+" server"]} {
 			m := ppRE.FindStringSubmatch(out)
 			if assert.NotNilf(t, m, "%s: no result line, want %s bytes", name, want) {
 				assert.Equalf(t, want, m[1], "%s: bytes in the result", name)

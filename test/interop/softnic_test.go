@@ -40,7 +40,7 @@ type interopRun struct {
 func (r interopRun) guestArgs() string {
 	tool, rest, _ := strings.Cut(r.guest, " ")
 	gid := "-x 1"
-	if tool == "ibv_rc_pingpong" {
+	if tool == "ibv_rc_pingpong" || tool == "ibv_ud_pingpong" {
 		gid = "-g 1"
 	}
 	return strings.TrimSpace(tool + " -d rxe0 " + gid + " " + rest)
@@ -58,6 +58,13 @@ func pingpongRun(size string) interopRun {
 	// server reports pages whose mark did not arrive).
 	return interopRun{name: "pingpong-s" + size, guest: "ibv_rc_pingpong -c -n " + interopIters + " -s " + size,
 		softnic: []string{"pingpong", "-c", "-n", interopIters, "-s", size}}
+}
+
+// udPingpongRun is pingpongRun over UD: ibv_ud_pingpong against softnic
+// pingpong --ud.
+func udPingpongRun(size string) interopRun {
+	return interopRun{name: "ud-pingpong-s" + size, guest: "ibv_ud_pingpong -c -n " + interopIters + " -s " + size,
+		softnic: []string{"pingpong", "--ud", "-c", "-n", interopIters, "-s", size}}
 }
 
 // interopScript runs the real tools in the rdma_rxe guest: first as
