@@ -62,9 +62,10 @@ func TestDeviceIPv6AndCounters(t *testing.T) {
 	a, b, qa, qb, ca, cb, err := devicePair(t, memlink.Config{}, netip.MustParseAddr("fd00::1"), netip.MustParseAddr("fd00::2"),
 		ibtransport.MTU4096)
 	require.NoError(t, err)
-	// A zero-length SEND and its ACK, over IPv6.
-	require.NoError(t, qa.PostSend(&ibtransport.SendWR{ID: 1, Opcode: ibtransport.WRSend, Flags: ibtransport.SendSignaled | ibtransport.SendInline}))
+	// A zero-length SEND and its ACK, over IPv6. The receive goes first:
+	// a SEND that found none would get an RNR NAK, one more frame for A.
 	require.NoError(t, qb.PostRecv(&ibtransport.RecvWR{ID: 2}))
+	require.NoError(t, qa.PostSend(&ibtransport.SendWR{ID: 1, Opcode: ibtransport.WRSend, Flags: ibtransport.SendSignaled | ibtransport.SendInline}))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	var wc [1]ibtransport.WC
