@@ -101,10 +101,14 @@ func (q *QP) checkUDSendWR(wr *SendWR) error {
 	return nil
 }
 
-// serviceUD is a UD QP's share of Process: it sends what was posted.
-func (q *QP) serviceUD() bool {
+// serviceUnacked is a UD or UC QP's share of Process: it sends what was
+// posted, with nothing to wait for.
+func (q *QP) serviceUnacked() bool {
 	switch q.st {
 	case QPSRTS:
+		if q.typ == QPTypeUC {
+			return q.sendUnreliable()
+		}
 		return q.sendDatagrams()
 	case QPSSQD:
 		if !q.sqDrained && q.comp.compIdx == q.sq.tail.Load() {
