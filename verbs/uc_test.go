@@ -149,3 +149,29 @@ func TestUCLoss(t *testing.T) {
 	assert.Equal(t, verbs.QPSRTS, x.qp.State())
 	assert.Equal(t, verbs.QPSRTS, y.qp.State())
 }
+
+// TestUCEnginesSpread: UC QPs connect like RC ones, each placed on the
+// engine of its connection on both ends, so that nothing is forwarded.
+func TestUCEnginesSpread(t *testing.T) {
+	p := newMultiPair(t, memlink.Config{}, 2, 2)
+	perEngine := [2]int{}
+	for i := range 16 {
+		x, y := ucEndpoint(t, p.a), ucEndpoint(t, p.b)
+		connectUC(t, x, y, verbs.MTU1024)
+		perEngine[x.qp.EngineIndex()]++
+		xmr, xbuf := regMR(t, x.pd, 3000, 0)
+		ymr, ybuf := regMR(t, y.pd, 3000, verbs.AccessLocalWrite)
+		fill(xbuf, byte(i))
+		require.NoError(t, y.qp.PostRecv(&verbs.RecvWR{ID: 1, SGL: []verbs.SGE{ymr.SGE(0, 3000)}}))
+		require.NoError(t, x.qp.PostSend(&verbs.SendWR{ID: 2, Opcode: verbs.WRSend, Flags: verbs.SendSignaled,
+			SGL: []verbs.SGE{xmr.SGE(0, 3000)}}))
+		waitOK(t, x.scq, 2)
+		waitOK(t, y.rcq, 1)
+		require.Equal(t, xbuf, ybuf)
+	}
+	require.NotZero(t, perEngine[0])
+	require.NotZero(t, perEngine[1])
+	for _, d := range []*verbs.Device{p.a, p.b} {
+		require.Zero(t, d.Counters().Forwarded.Load(), "a packet arrived at another engine than its QP's")
+	}
+}
