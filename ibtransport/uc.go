@@ -55,6 +55,9 @@ func (q *QP) sendUnreliable() bool {
 		}
 		w := q.sqSlot(c.compIdx)
 		if w.state == wqeNew {
+			if q.st == QPSSQD {
+				return false // draining: no new message starts
+			}
 			q.startUC(c.compIdx, w)
 		}
 		if w.state == wqeError {

@@ -197,6 +197,30 @@ func TestUCSendPackets(t *testing.T) {
 	assert.True(t, q.quiet(), "nothing awaits an ACK")
 }
 
+// TestUCDrain: moving to SQD lets the message in progress out whole and
+// starts no other; the SQ then reports drained.
+func TestUCDrain(t *testing.T) {
+	f := newUCFeed(t)
+	q := f.ft.uc
+	var events []QPEvent
+	f.ft.e.onEvent = func(_ *QP, ev QPEvent) { events = append(events, ev) }
+	for id := range uint64(2) {
+		require.NoError(t, q.PostSend(&SendWR{ID: id, Opcode: WRSend, Flags: SendSignaled, SGL: []SGE{f.ft.mr.SGE(0, 600)}}))
+	}
+	f.ft.e.passLeft = 1 // one packet, then the pass ends
+	q.service(0)
+	require.Len(t, f.ft.port.sent, 1)
+	require.NoError(t, q.Modify(&QPAttr{State: QPSSQD}, QPAttrState))
+	f.ft.e.Process()
+	require.Equal(t, 3, len(f.ft.port.sent), "the first message whole, nothing of the second")
+	require.Len(t, f.ft.cq.wcs, 1)
+	assert.Equal(t, []QPEvent{QPEventSQDrained}, events)
+	require.NoError(t, q.Modify(&QPAttr{State: QPSRTS}, QPAttrState))
+	f.ft.e.Process()
+	require.Equal(t, 6, len(f.ft.port.sent))
+	require.Len(t, f.ft.cq.wcs, 2)
+}
+
 // TestUCRules: UC's modify masks and send opcodes.
 func TestUCRules(t *testing.T) {
 	ft := newFuzzTarget(t)

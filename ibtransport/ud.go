@@ -111,10 +111,18 @@ func (q *QP) serviceUnacked() bool {
 		}
 		return q.sendDatagrams()
 	case QPSSQD:
-		if !q.sqDrained && q.comp.compIdx == q.sq.tail.Load() {
+		busy, drained := false, q.comp.compIdx == q.sq.tail.Load()
+		if q.typ == QPTypeUC {
+			// The message in progress goes out whole; those not started
+			// wait for RTS.
+			busy = q.sendUnreliable()
+			drained = !q.comp.outstanding()
+		}
+		if !q.sqDrained && drained {
 			q.sqDrained = true
 			q.e.emit(q, QPEventSQDrained)
 		}
+		return busy
 	case QPSErr:
 		q.flush()
 	}
