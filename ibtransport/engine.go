@@ -230,7 +230,7 @@ func (e *Engine) receive(ib []byte, info *RecvInfo) {
 		return
 	}
 	oi := p.Info()
-	if oi.Transport != TransportRC && oi.Transport != TransportUD {
+	if oi.Transport == TransportCNP || oi.Transport == 0 {
 		e.Ctr.RxUnsupported.Add(1)
 		return
 	}
@@ -253,7 +253,7 @@ func (e *Engine) receive(ib []byte, info *RecvInfo) {
 		e.ud.receive(q, p, info)
 		return
 	}
-	if q.typ != QPTypeRC {
+	if q.typ != serviceOf[oi.Transport] {
 		e.Ctr.RxWrongService.Add(1)
 		return
 	}
@@ -262,6 +262,10 @@ func (e *Engine) receive(ib []byte, info *RecvInfo) {
 		return
 	}
 	e.activate(q)
+	if q.typ == QPTypeUC {
+		q.resp.onUCRequest(p, oi)
+		return
+	}
 	switch oi.Kind {
 	case KindSend, KindWrite, KindReadRequest, KindAtomicRequest:
 		q.resp.onRequest(p, oi)

@@ -33,6 +33,7 @@ type fuzzTarget struct {
 	port  *fakePort
 	qp    *QP
 	ud    *QP // a UD QP in RTS with receives posted
+	uc    *QP // a UC QP in RTS with receives posted
 	mr    *testRegion
 	whole []byte
 	orig  []byte
@@ -69,6 +70,7 @@ func newFuzzTarget(t testing.TB) *fuzzTarget {
 		SGL: []SGE{ft.mr.SGE(0, 600)}, RemoteAddr: 0x1000, RKey: 1}))
 	e.Process()
 	ft.ud = newUDTarget(t, e, &testMemory{ft.mr}, ft.cq, ft.mr)
+	ft.uc = newUCTarget(t, e, &testMemory{ft.mr}, ft.cq, ft.mr)
 	return ft
 }
 
@@ -139,6 +141,13 @@ func FuzzEngineReceive(f *testing.F) {
 	f.Add(ft.packet(OpUDSendOnly, 7, 300, deth(fuzzQKey)))
 	f.Add(ft.packet(OpUDSendOnlyImm, 8, 460, deth(fuzzQKey)))
 	f.Add(ft.packet(OpUDSendOnly, 9, 20, deth(fuzzQKey+1)))
+	f.Add(ft.packet(OpUCSendFirst, 100, 256, nil))
+	f.Add(ft.packet(OpUCSendOnlyImm, 100, 200, nil))
+	f.Add(ft.packet(OpUCWriteFirst, 100, 256, reth(3800, 512)))
+	f.Add(ft.packet(OpUCWriteOnlyImm, 100, 64, reth(0, 64)))
+	// A UC message with a PSN gap, as two length-prefixed packets.
+	gap := append([]byte{16}, ft.packet(OpUCSendFirst, 100, 256, nil)...)
+	f.Add(append(append(gap, 1), ft.packet(OpUCSendLast, 102, 10, nil)...))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		ft := newFuzzTarget(t)
 		ip4 := make([]byte, 20)
@@ -154,8 +163,11 @@ func FuzzEngineReceive(f *testing.F) {
 				// Aim at the QP and keep the PSN near the expected one, or
 				// everything is just out of sequence.
 				BTH(pkt).SetDestQPN(ft.qp.QPN())
-				if pkt[0]&0xe0 == 0x60 {
+				switch pkt[0] & 0xe0 {
+				case 0x60:
 					BTH(pkt).SetDestQPN(ft.ud.QPN())
+				case 0x20:
+					BTH(pkt).SetDestQPN(ft.uc.QPN())
 				}
 				if pkt[9]&0x80 == 0 {
 					BTH(pkt).SetPSN(100 + PSN(pkt[11]&3))
@@ -168,6 +180,7 @@ func FuzzEngineReceive(f *testing.F) {
 			"bytes outside the registered region changed")
 		require.LessOrEqual(t, ft.qp.State(), QPSErr)
 		require.Equal(t, QPSRTS, ft.ud.State(), "a UD QP stays up whatever it receives")
+		require.Equal(t, QPSRTS, ft.uc.State(), "a UC QP stays up whatever it receives")
 	})
 }
 

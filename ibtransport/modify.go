@@ -44,7 +44,7 @@ var udTransitions = map[[2]QPState]transition{
 // and changes nothing.
 func (q *QP) Modify(attr *QPAttr, mask QPAttrMask) error {
 	var err error
-	if g := q.home.Load().g; len(g.engines) > 1 && q.typ == QPTypeRC && mask&QPAttrState != 0 && attr.State == QPSRTR && mask&QPAttrDestQPN != 0 {
+	if g := q.home.Load().g; len(g.engines) > 1 && q.typ != QPTypeUD && mask&QPAttrState != 0 && attr.State == QPSRTR && mask&QPAttrDestQPN != 0 {
 		// Connecting: the QP moves to its connection's engine first, so
 		// that its path is that engine's.
 		err = g.Do(func() error {
@@ -128,8 +128,11 @@ func (q *QP) modify(attr *QPAttr, mask QPAttrMask) error {
 // and no others.
 func checkTransition(typ QPType, cur, next QPState, mask QPAttrMask) error {
 	table := transitions
-	if typ == QPTypeUD {
+	switch typ {
+	case QPTypeUD:
 		table = udTransitions
+	case QPTypeUC:
+		table = ucTransitions
 	}
 	tr, ok := table[[2]QPState{cur, next}]
 	if !ok {

@@ -39,10 +39,15 @@ type RecvInfo struct {
 type Counters struct {
 	RxPackets      atomic.Uint64
 	RxBadPacket    atomic.Uint64 // failed ParsePacket
-	RxUnsupported  atomic.Uint64 // not an RC or UD opcode
+	RxUnsupported  atomic.Uint64 // not an RC, UC or UD opcode
 	RxWrongService atomic.Uint64 // an opcode of another transport service than the QP's
 	RxBadQKey      atomic.Uint64 // UD packets whose Q_Key is not the QP's (IBA 10.2.4)
-	RxNoRecv       atomic.Uint64 // UD packets dropped for lack of a posted receive
+	RxNoRecv       atomic.Uint64 // UD and UC messages dropped for lack of a posted receive
+	RxUCPSNGap     atomic.Uint64 // UC packets after a PSN gap: the message in progress is dropped
+	RxUCOpSeq      atomic.Uint64 // UC packets out of the opcode sequence: the message in progress is dropped
+	RxUCResync     atomic.Uint64 // UC packets dropped while waiting for a FIRST or ONLY
+	RxUCAccess     atomic.Uint64 // UC WRITEs dropped for an rkey, bounds or access violation
+	RxUCLength     atomic.Uint64 // UC packets dropped for a payload length the message does not allow
 	TxUDTooLong    atomic.Uint64 // UD sends longer than the MTU, completed without a packet (C10-93.1.1)
 	RxNoQP         atomic.Uint64 // unknown destination QP
 	RxFiltered     atomic.Uint64 // QP not ready, or GIDs not the QP's path

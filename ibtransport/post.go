@@ -56,6 +56,11 @@ func (q *QP) checkSendWR(wr *SendWR) error {
 			return err
 		}
 	}
+	if q.typ == QPTypeUC {
+		if err := q.checkUCSendWR(wr); err != nil {
+			return err
+		}
+	}
 	if wr.Opcode > WRAtomicFetchAndAdd {
 		return fmt.Errorf("post send: opcode %v: %w", wr.Opcode, ErrInvalidArgument)
 	}

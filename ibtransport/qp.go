@@ -102,7 +102,7 @@ type QPAttr struct {
 // QPType is a QP's transport service (ibv_qp_type). RC is the zero value.
 type QPType uint8
 
-// QP types. UC is reserved: CreateQP refuses it until it exists.
+// QP types.
 const (
 	QPTypeRC QPType = iota
 	QPTypeUC
@@ -210,7 +210,7 @@ type QP struct {
 }
 
 // CreateQP creates a queue pair (ibv_create_qp). It starts in RESET, on
-// the group's first engine; connecting an RC QP (INIT to RTR) places it on
+// the group's first engine; connecting an RC or UC QP (INIT to RTR) places it on
 // the engine of its connection, a UD QP stays where it is.
 func (g *Group) CreateQP(init *QPConfig) (*QP, error) {
 	c := init.Cap
@@ -222,7 +222,7 @@ func (g *Group) CreateQP(init *QPConfig) (*QP, error) {
 		c.MaxInlineData < 0 || c.MaxInlineData > MaxInline {
 		return nil, fmt.Errorf("create QP: capabilities %+v out of range: %w", c, ErrInvalidArgument)
 	}
-	if init.Type != QPTypeRC && init.Type != QPTypeUD {
+	if init.Type > QPTypeUD {
 		return nil, fmt.Errorf("create QP: type %v: %w", init.Type, ErrInvalidArgument)
 	}
 	if init.SRQ == nil && c.MaxRecvWR == 0 {

@@ -84,7 +84,11 @@ func (r *requester) buildSendWrite(buf []byte, i uint32, w *sendWQE) (int, bool)
 	psn := w.nextPSN
 	offset := uint32(psn.Diff(w.firstPSN)) * q.mtu
 	payload := min(w.length-offset, q.mtu)
-	n, _ := LayoutPacket(buf, sendOpcode(w, psn), int(payload), p)
+	op := sendOpcode(w, psn)
+	if q.typ == QPTypeUC {
+		op |= ucOpcodeBase
+	}
+	n, _ := LayoutPacket(buf, op, int(payload), p)
 	if p.RETH != nil {
 		p.RETH.SetVA(w.remoteAddr)
 		p.RETH.SetRKey(w.rkey)

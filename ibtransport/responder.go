@@ -36,6 +36,9 @@ type responder struct {
 	msn     uint32
 	nakSent bool // a PSN sequence NAK for the current gap went out
 	mode    respMode
+	// UC: a message was dropped; packets are dropped until a FIRST or
+	// ONLY starts the next one.
+	ucDropping bool
 
 	// The receive WQE a SEND (or WRITE with immediate) is filling.
 	recvActive bool
@@ -241,17 +244,23 @@ func (r *responder) executeWrite(p *Packet, oi *OpcodeInfo, psn PSN) {
 	if oi.Position == PositionFirst || oi.Position == PositionMiddle {
 		r.mode = modeWrite
 	} else {
-		r.mode = modeIdle
-		if r.wMR != nil {
-			r.wMR.RemoteWritten()
-		}
-		r.wMR = nil
-		r.msn++
-		if p.ImmDt != nil {
-			r.finishRecv(WCRecvRDMAWithImm, r.wTotal, WCWithImm, p.ImmDt.Imm(), 0, p.BTH.SolicitedEvent())
-		}
+		r.finishWrite(p)
 	}
 	r.ackIfRequested(p, psn)
+}
+
+// finishWrite ends the WRITE whose last packet p was placed, completing
+// the receive a WRITE with immediate consumed.
+func (r *responder) finishWrite(p *Packet) {
+	r.mode = modeIdle
+	if r.wMR != nil {
+		r.wMR.RemoteWritten()
+	}
+	r.wMR = nil
+	r.msn++
+	if p.ImmDt != nil {
+		r.finishRecv(WCRecvRDMAWithImm, r.wTotal, WCWithImm, p.ImmDt.Imm(), 0, p.BTH.SolicitedEvent())
+	}
 }
 
 // startWrite checks the rkey and length of a WRITE's RETH and makes it the

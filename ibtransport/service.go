@@ -4,8 +4,8 @@ package ibtransport
 // timers and local errors, then new requests. It reports whether the QP
 // has more to send right now.
 func (q *QP) service(now int64) bool {
-	if q.typ == QPTypeUD {
-		return q.serviceUD()
+	if q.typ != QPTypeRC {
+		return q.serviceUnacked()
 	}
 	switch q.st {
 	case QPSReset, QPSInit:

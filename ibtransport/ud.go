@@ -101,16 +101,28 @@ func (q *QP) checkUDSendWR(wr *SendWR) error {
 	return nil
 }
 
-// serviceUD is a UD QP's share of Process: it sends what was posted.
-func (q *QP) serviceUD() bool {
+// serviceUnacked is a UD or UC QP's share of Process: it sends what was
+// posted, with nothing to wait for.
+func (q *QP) serviceUnacked() bool {
 	switch q.st {
 	case QPSRTS:
+		if q.typ == QPTypeUC {
+			return q.sendUnreliable()
+		}
 		return q.sendDatagrams()
 	case QPSSQD:
-		if !q.sqDrained && q.comp.compIdx == q.sq.tail.Load() {
+		busy, drained := false, q.comp.compIdx == q.sq.tail.Load()
+		if q.typ == QPTypeUC {
+			// The message in progress goes out whole; those not started
+			// wait for RTS.
+			busy = q.sendUnreliable()
+			drained = !q.comp.outstanding()
+		}
+		if !q.sqDrained && drained {
 			q.sqDrained = true
 			q.e.emit(q, QPEventSQDrained)
 		}
+		return busy
 	case QPSErr:
 		q.flush()
 	}

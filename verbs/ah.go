@@ -19,6 +19,7 @@ type QPType = ibtransport.QPType
 // QP types: RC is the default.
 const (
 	QPTypeRC = ibtransport.QPTypeRC
+	QPTypeUC = ibtransport.QPTypeUC
 	QPTypeUD = ibtransport.QPTypeUD
 )
 

@@ -13,7 +13,7 @@ import (
 )
 
 func init() {
-	register("pingpong", "ibv_rc_pingpong-compatible RC ping-pong, or ibv_ud_pingpong's with --ud (server without a host)", runPingpongCmd)
+	register("pingpong", "ibv_rc_pingpong-compatible RC ping-pong, or ibv_ud_pingpong's with --ud, ibv_uc_pingpong's with --uc (server without a host)", runPingpongCmd)
 }
 
 const pingpongUsage = `usage:
@@ -22,7 +22,8 @@ const pingpongUsage = `usage:
 
 Either side may be rdma-core's ibv_rc_pingpong, or with --ud its
 ibv_ud_pingpong (messages of at most the port's active MTU, 1024 bytes by
-default, as that tool sends). -d names the network
+default, as that tool sends), or with --uc its ibv_uc_pingpong (UC QPs;
+a lost message stalls the run, as it does the real tool). -d names the network
 interface softnic runs on; -g the GID index in its GID table (give the real
 tool -g too: RoCE needs GIDs).
 
@@ -54,6 +55,7 @@ func (o *pingpongFlags) define(f flagSet) {
 	f.BoolVar(&o.stats, "softnic-stats", false, "softnic: after the run, print the engine's counters (retransmissions, timeouts, RNR NAKs...) and the XDP link's ring statistics")
 	f.DurationVar(&cfg.ConnectWait, "connect-wait", dialWait, "softnic: how long a client retries while the server is not listening")
 	f.BoolVar(&cfg.UD, "ud", false, "softnic: be ibv_ud_pingpong (UD QPs) instead of ibv_rc_pingpong")
+	f.BoolVar(&cfg.UC, "uc", false, "softnic: be ibv_uc_pingpong (UC QPs) instead of ibv_rc_pingpong")
 }
 
 func runPingpongCmd(args []string, stdout, stderr io.Writer) int {

@@ -83,3 +83,30 @@ func TestPingpongUDTooLarge(t *testing.T) {
 	assert.NotZero(t, run([]string{"pingpong", "--ud", "-d", "memA", "-s", "5000"}, &o, &e))
 	assert.Contains(t, e.String(), "Requested size larger than port MTU (4096)")
 }
+
+// TestPingpongUC runs the --uc mode (ibv_uc_pingpong) on both sides with
+// -c and messages of several packets.
+func TestPingpongUC(t *testing.T) {
+	useMemDevices(t)
+	port := freePort(t)
+	sout, cout := runPair(t,
+		[]string{"pingpong", "--uc", "-c", "-d", "memA", "-g", "0", "-p", port, "-n", "200", "-r", "8", "-s", "10000", "-m", "1024"},
+		[]string{"pingpong", "--uc", "-c", "-d", "memB", "-g", "0", "-p", port, "-n", "200", "-r", "8", "-s", "10000", "-m", "1024", "--softnic-stats", "127.0.0.1"})
+	local := regexp.MustCompile(`(?m)^  local address:  LID 0x0000, QPN 0x[0-9a-f]{6}, PSN 0x[0-9a-f]{6}, GID ::ffff:10\.0\.0\.[12]$`)
+	rate := regexp.MustCompile(`(?m)^4000000 bytes in [0-9.]+ seconds = [0-9.]+ Mbit/sec\n200 iters in [0-9.]+ seconds = [0-9.]+ usec/iter$`)
+	for side, out := range map[string]string{"server": sout, "client": cout} {
+		assert.Regexp(t, local, out, side)
+		assert.Regexp(t, rate, out, side)
+		assert.NotContains(t, out, "invalid data", side)
+	}
+	// 200 messages of ten packets, and no ACKs.
+	assert.Regexp(t, `(?m)^  RxPackets +2000$`, cout, "client counters")
+}
+
+// TestPingpongUDAndUC: the two modes exclude each other.
+func TestPingpongUDAndUC(t *testing.T) {
+	useMemDevices(t)
+	var o, e bytes.Buffer
+	assert.NotZero(t, run([]string{"pingpong", "--ud", "--uc", "-d", "memA"}, &o, &e))
+	assert.Contains(t, e.String(), "UD and UC: choose one")
+}

@@ -153,3 +153,23 @@ func TestUDPingpongOverVeth(t *testing.T) {
 		})
 	}
 }
+
+// TestUCPingpongOverVeth runs softnic pingpong --uc (ibv_uc_pingpong)
+// between two namespaces over AF_XDP, with messages of several packets
+// and -c.
+func TestUCPingpongOverVeth(t *testing.T) {
+	netnstest.Integration(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	bin := buildSoftnic(t, ctx)
+	p := netnstest.NewT(t, netnstest.Config{MTU: 1500})
+	ga, gb := settledGIDs(t, &p.A, 3), settledGIDs(t, &p.B, 3)
+	args := []string{"pingpong", "--uc", "-c", "-m", "1024", "-s", "8192", "-n", "300", "-r", "16"}
+	sout, cout := runVethPair(t, p, bin, "uc pingpong",
+		append(args, "-d", p.A.Ifname, "-g", indexOf(ga, p.A.Addr4())),
+		append(args, "-d", p.B.Ifname, "-g", indexOf(gb, p.B.Addr4())))
+	for _, out := range []string{sout, cout} {
+		assert.Contains(t, out, "4915200 bytes in ", "uc pingpong output")
+		assert.NotContains(t, out, "invalid data")
+	}
+}

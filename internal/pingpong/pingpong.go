@@ -36,6 +36,10 @@ type Config struct {
 	// UD runs ibv_ud_pingpong instead: UD QPs, an address handle to the
 	// peer, and messages of at most the port's active MTU (ud.go).
 	UD bool
+	// UC runs ibv_uc_pingpong instead: rc_pingpong's exchange over UC
+	// QPs, connected with UC's attributes (no READ resources, no retry
+	// counts).
+	UC bool
 }
 
 // DefaultConfig returns ibv_rc_pingpong's defaults.
@@ -52,6 +56,8 @@ func (c *Config) Check() error {
 		return fmt.Errorf("MTU %d is not one of 256, 512, 1024, 2048, 4096", c.MTU)
 	case c.Size < 1 || c.RxDepth < 2 || c.Iters < 1:
 		return errors.New("size, rx-depth (at least 2) and iters must be positive")
+	case c.UD && c.UC:
+		return errors.New("UD and UC: choose one")
 	}
 	return nil
 }

@@ -73,11 +73,15 @@ func (c *pingpong) init() error {
 	return nil
 }
 
-// createQP creates the QP (RC, or UD with Config.UD) and moves it to INIT.
+// createQP creates the QP (RC, UD with Config.UD, UC with Config.UC) and
+// moves it to INIT.
 func (c *pingpong) createQP(pd *verbs.PD) error {
 	typ, mask, attr := verbs.QPTypeRC, verbs.QPAttrAccessFlags, verbs.QPAttr{State: verbs.QPSInit, Port: 1}
-	if c.cfg.UD {
+	switch {
+	case c.cfg.UD:
 		typ, mask, attr.QKey = verbs.QPTypeUD, verbs.QPAttrQKey, udQKey
+	case c.cfg.UC:
+		typ = verbs.QPTypeUC
 	}
 	var err error
 	if c.qp, err = pd.CreateQP(&verbs.QPInitAttr{SendCQ: c.cq, RecvCQ: c.cq, Type: typ,
@@ -119,18 +123,21 @@ func (c *pingpong) connect(myPSN uint32, rem oob.PingpongDest) error {
 	if c.cfg.UD {
 		return c.connectUD(myPSN, rem)
 	}
+	// uc_pingpong gives RTR and RTS only what a UC QP takes.
+	rtrMask := verbs.QPAttrState | verbs.QPAttrAV | verbs.QPAttrPathMTU | verbs.QPAttrDestQPN | verbs.QPAttrRQPSN
+	rtsMask := verbs.QPAttrState | verbs.QPAttrSQPSN
+	if !c.cfg.UC {
+		rtrMask |= verbs.QPAttrMaxDestRdAtomic | verbs.QPAttrMinRNRTimer
+		rtsMask |= verbs.QPAttrTimeout | verbs.QPAttrRetryCnt | verbs.QPAttrRNRRetry | verbs.QPAttrMaxQPRdAtomic
+	}
 	mtu := oob.MTUEnum(c.cfg.MTU)
 	if err := c.qp.Modify(&verbs.QPAttr{State: verbs.QPSRTR, PathMTU: verbs.MTU(mtu), DestQPN: rem.QPN,
 		RQPSN: verbs.PSN(rem.PSN), MaxDestRdAtomic: 1, MinRNRTimer: 12,
-		AV: verbs.AddressVector{DGID: rem.GID, SGIDIndex: uint8(c.gidx), HopLimit: 1}},
-		verbs.QPAttrState|verbs.QPAttrAV|verbs.QPAttrPathMTU|verbs.QPAttrDestQPN|verbs.QPAttrRQPSN|
-			verbs.QPAttrMaxDestRdAtomic|verbs.QPAttrMinRNRTimer); err != nil {
+		AV: verbs.AddressVector{DGID: rem.GID, SGIDIndex: uint8(c.gidx), HopLimit: 1}}, rtrMask); err != nil {
 		return fmt.Errorf("Failed to modify QP to RTR: %w", err)
 	}
 	if err := c.qp.Modify(&verbs.QPAttr{State: verbs.QPSRTS, Timeout: 14, RetryCnt: 7, RNRRetry: 7,
-		SQPSN: verbs.PSN(myPSN), MaxRdAtomic: 1},
-		verbs.QPAttrState|verbs.QPAttrTimeout|verbs.QPAttrRetryCnt|verbs.QPAttrRNRRetry|verbs.QPAttrSQPSN|
-			verbs.QPAttrMaxQPRdAtomic); err != nil {
+		SQPSN: verbs.PSN(myPSN), MaxRdAtomic: 1}, rtsMask); err != nil {
 		return fmt.Errorf("Failed to modify QP to RTS: %w", err)
 	}
 	return nil

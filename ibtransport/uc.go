@@ -1,0 +1,116 @@
+package ibtransport
+
+import "fmt"
+
+// A UC QP is connected like an RC QP (a path, a destination QP, PSNs in
+// both directions) but unreliable: its packets ask for no ACK, nothing is
+// retransmitted and no window holds them back, so a send work request
+// completes as soon as its last packet is handed to the link. The receive
+// side (ucrecv.go) drops a message it cannot take whole.
+
+// ucTransitions are IBA table 93's rules for UC QPs, as the kernel's
+// ib_modify_qp_is_ok keeps them: RC's without the READ/atomic resources,
+// the RNR timer and the retry counts.
+var ucTransitions = map[[2]QPState]transition{
+	{QPSReset, QPSInit}: {QPAttrPKeyIndex | QPAttrPort | QPAttrAccessFlags, 0},
+	{QPSInit, QPSInit}:  {0, QPAttrPKeyIndex | QPAttrPort | QPAttrAccessFlags},
+	{QPSInit, QPSRTR}:   {QPAttrAV | QPAttrPathMTU | QPAttrDestQPN | QPAttrRQPSN, QPAttrPKeyIndex | QPAttrAccessFlags},
+	{QPSRTR, QPSRTS}:    {QPAttrSQPSN, QPAttrCurState | QPAttrAccessFlags},
+	{QPSRTS, QPSRTS}:    {0, QPAttrCurState | QPAttrAccessFlags},
+	{QPSRTS, QPSSQD}:    {0, 0},
+	{QPSSQD, QPSRTS}:    {0, QPAttrCurState | QPAttrAccessFlags},
+	{QPSSQD, QPSSQD}:    {0, QPAttrAV | QPAttrAccessFlags | QPAttrPKeyIndex},
+	{QPSSQE, QPSRTS}:    {0, QPAttrCurState | QPAttrAccessFlags},
+}
+
+// serviceOf is the QP type a connected transport's packets are for.
+var serviceOf = [...]QPType{TransportRC: QPTypeRC, TransportUC: QPTypeUC, TransportUD: QPTypeUD}
+
+// ucOpcodeBase turns an RC SEND or WRITE opcode into its UC twin.
+const ucOpcodeBase Opcode = 0x20
+
+// checkUCSendWR refuses what UC does not carry: READ, atomics and SEND
+// with invalidate.
+func (q *QP) checkUCSendWR(wr *SendWR) error {
+	switch wr.Opcode {
+	case WRSend, WRSendWithImm, WRRDMAWrite, WRRDMAWriteWithImm:
+		return nil
+	}
+	return fmt.Errorf("post send: opcode %v on a UC QP: %w", wr.Opcode, ErrInvalidArgument)
+}
+
+// sendUnreliable sends the packets of posted UC work requests, in order,
+// until the queue is empty, the budget is spent or the link has no buffer,
+// and completes each after its last packet. It reports whether it stopped
+// only for the budget. The WQE being sent is always the completer's head.
+func (q *QP) sendUnreliable() bool {
+	c := &q.comp
+	tail := q.sq.tail.Load()
+	for budget := packetBudget; budget > 0; budget-- {
+		if c.compIdx == tail || q.path == nil {
+			return false
+		}
+		if q.e.passLeft <= 0 {
+			return true
+		}
+		w := q.sqSlot(c.compIdx)
+		if w.state == wqeNew {
+			if q.st == QPSSQD {
+				return false // draining: no new message starts
+			}
+			q.startUC(c.compIdx, w)
+		}
+		if w.state == wqeError {
+			c.failHead(w.status)
+			return false
+		}
+		if !q.transmitUC(c.compIdx, w) {
+			return false
+		}
+		if w.nextPSN == w.lastPSN.Add(1) {
+			c.completeHead(WCSuccess)
+		}
+	}
+	return true
+}
+
+// startUC checks the SGL of the new WQE in slot i and assigns its PSNs.
+func (q *QP) startUC(i uint32, w *sendWQE) {
+	r := &q.req
+	if st := r.prepare(i, w); st != WCSuccess {
+		w.state, w.status = wqeError, st
+		return
+	}
+	w.firstPSN = r.sqPSN
+	w.lastPSN = r.sqPSN.Add(q.packets(w) - 1)
+	w.nextPSN = w.firstPSN
+	w.state = wqeSending
+	r.sqPSN = w.lastPSN.Add(1)
+}
+
+// transmitUC sends the next packet of the WQE in slot i. It reports false
+// when the link has no buffer now, or when the WQE failed.
+func (q *QP) transmitUC(i uint32, w *sendWQE) bool {
+	buf := q.path.Buffer()
+	if buf == nil {
+		return false
+	}
+	psn := w.nextPSN
+	n, ok := q.req.buildSendWrite(buf, i, w)
+	if !ok {
+		// The memory behind the SGL was deregistered under the WQE.
+		w.state, w.status = wqeError, WCLocProtErr
+		return false
+	}
+	last := psn == w.lastPSN
+	p := &q.e.tx
+	p.BTH.SetDestQPN(q.destQPN)
+	p.BTH.SetPSN(psn)
+	p.BTH.SetAckReq(false)
+	p.BTH.SetMigReq(true)
+	p.BTH.SetSolicitedEvent(last && w.flags&SendSolicited != 0 && (w.opcode.isSend() || w.opcode == WRRDMAWriteWithImm))
+	q.path.Send(n)
+	q.e.passLeft--
+	q.e.Ctr.TxPackets.Add(1)
+	return true
+}
