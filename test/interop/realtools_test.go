@@ -19,6 +19,10 @@ var interopPingpongSizes = []string{"1", "1024", "4096", "65536"}
 // message fits the path MTU (1024 in the guest).
 var interopUDPingpongSizes = []string{"1", "512", "1024"}
 
+// interopUCPingpongSizes are those of the ibv_uc_pingpong runs, up to four
+// packets a message.
+var interopUCPingpongSizes = []string{"1", "1024", "4096"}
+
 // TestInteropWithRealTools runs softnic perf and softnic pingpong on a
 // veth (AF_XDP) against perftest 4.5 and ibv_rc_pingpong over rdma_rxe in
 // a Debian guest, with either side as server: pingpong at 1 to 65536
@@ -45,6 +49,7 @@ func TestInteropWithRealTools(t *testing.T) {
 	}
 	checkPingpongs(t, results, guestOut, "pingpong-s", interopPingpongSizes)
 	checkPingpongs(t, results, guestOut, "ud-pingpong-s", interopUDPingpongSizes)
+	checkPingpongs(t, results, guestOut, "uc-pingpong-s", interopUCPingpongSizes)
 	// The server of write/read/atomic bw prints the client's figures, which
 	// travel in the report exchange: each side must print the other's.
 	for _, tt := range []string{"write_bw", "read_bw", "atomic_bw", "write_bw-q2", "atomic_bw-cas", "write_bw-D", "read", "write", "atomic-fadd"} {
@@ -73,8 +78,12 @@ func realToolRuns() (toServer, toClient []interopRun) {
 		toClient = append(toClient, pingpongRun(s))
 	}
 	for _, s := range interopUDPingpongSizes {
-		toServer = append(toServer, udPingpongRun(s))
-		toClient = append(toClient, udPingpongRun(s))
+		toServer = append(toServer, otherPingpongRun("ud", s))
+		toClient = append(toClient, otherPingpongRun("ud", s))
+	}
+	for _, s := range interopUCPingpongSizes {
+		toServer = append(toServer, otherPingpongRun("uc", s))
+		toClient = append(toClient, otherPingpongRun("uc", s))
 	}
 	for _, tt := range interopTests {
 		toServer = append(toServer, perfRun(tt, tt, "-n", interopIters))

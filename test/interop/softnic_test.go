@@ -40,7 +40,7 @@ type interopRun struct {
 func (r interopRun) guestArgs() string {
 	tool, rest, _ := strings.Cut(r.guest, " ")
 	gid := "-x 1"
-	if tool == "ibv_rc_pingpong" || tool == "ibv_ud_pingpong" {
+	if strings.HasPrefix(tool, "ibv_") && strings.HasSuffix(tool, "_pingpong") {
 		gid = "-g 1"
 	}
 	return strings.TrimSpace(tool + " -d rxe0 " + gid + " " + rest)
@@ -60,11 +60,12 @@ func pingpongRun(size string) interopRun {
 		softnic: []string{"pingpong", "-c", "-n", interopIters, "-s", size}}
 }
 
-// udPingpongRun is pingpongRun over UD: ibv_ud_pingpong against softnic
-// pingpong --ud.
-func udPingpongRun(size string) interopRun {
-	return interopRun{name: "ud-pingpong-s" + size, guest: "ibv_ud_pingpong -c -n " + interopIters + " -s " + size,
-		softnic: []string{"pingpong", "--ud", "-c", "-n", interopIters, "-s", size}}
+// otherPingpongRun is pingpongRun over another transport ("ud" or "uc"):
+// ibv_ud_pingpong or ibv_uc_pingpong against softnic pingpong --ud or --uc.
+func otherPingpongRun(transport, size string) interopRun {
+	return interopRun{name: transport + "-pingpong-s" + size,
+		guest:   "ibv_" + transport + "_pingpong -c -n " + interopIters + " -s " + size,
+		softnic: []string{"pingpong", "--" + transport, "-c", "-n", interopIters, "-s", size}}
 }
 
 // interopScript runs the real tools in the rdma_rxe guest: first as
