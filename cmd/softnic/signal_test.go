@@ -19,10 +19,7 @@ import (
 // client, stops it with SIGINT or SIGTERM, and checks that it exits promptly
 // and leaves no XDP program on the interface.
 func TestSignalsDetach(t *testing.T) {
-	netnstest.Integration(t)
-	if testing.Short() {
-		t.Skip("builds the softnic binary; skipped in -short mode")
-	}
+	netnstest.Integration(t) // also skips with -short, which this test's go build would slow
 	bin := filepath.Join(t.TempDir(), "softnic")
 	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
 	require.NoError(t, err, string(out))

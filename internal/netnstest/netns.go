@@ -75,16 +75,40 @@ func sweepStale() {
 
 // Integration marks a test that needs the real kernel: network namespaces,
 // veth pairs, XDP programs or AF_XDP sockets. It skips the test with -short
-// (make test-short runs unit tests only) and when the process is not root,
-// which creating those requires.
+// (make test-short runs unit tests only); without root, which creating
+// those requires, it skips it saying so, or fails it under CI (see Need).
 func Integration(tb testing.TB) {
 	tb.Helper()
 	if testing.Short() {
-		tb.Skip("integration test (namespaces, veth, XDP): skipped with -short")
+		tb.Skip("integration test (namespaces, veth, XDP): needs a run without -short")
 	}
 	if os.Geteuid() != 0 {
-		tb.Skip("needs root (CAP_SYS_ADMIN, CAP_NET_ADMIN, CAP_BPF) to create network namespaces, veth pairs and XDP programs; run the tests as root")
+		Need(tb, "needs root (CAP_SYS_ADMIN, CAP_NET_ADMIN, CAP_BPF) to create network namespaces, veth pairs and XDP programs; run the tests as root")
 	}
+}
+
+// RequireCommands checks that every command in names is on PATH; for a
+// missing one it calls Need with install, what installs it.
+func RequireCommands(tb testing.TB, install string, names ...string) {
+	tb.Helper()
+	for _, name := range names {
+		if _, err := exec.LookPath(name); err != nil {
+			Need(tb, fmt.Sprintf("needs %s: run %s", name, install))
+		}
+	}
+}
+
+// Need ends a test that cannot run here for want of what missing says:
+// it skips it, or, when the CI environment variable is set, fails it,
+// because CI runs as root with every tool installed (.ci/run) and an
+// integration or interop test it skipped would pass unseen.
+func Need(tb testing.TB, missing string) {
+	tb.Helper()
+	if os.Getenv("CI") != "" {
+		tb.Fatalf("%s (CI must run every integration and interop test)", missing)
+		return
+	}
+	tb.Skip(missing)
 }
 
 // NewT builds a pair like New, fails the test on error, and registers

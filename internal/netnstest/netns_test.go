@@ -2,6 +2,7 @@ package netnstest
 
 import (
 	"bytes"
+	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -90,4 +91,28 @@ func TestWithoutCapabilities(t *testing.T) {
 	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW, 0)
 	require.NoError(t, err, "capabilities not restored")
 	unix.Close(fd)
+}
+
+// recordTB records how Need ends a test instead of ending it.
+type recordTB struct {
+	testing.TB
+	fatal, skip string
+}
+
+func (r *recordTB) Helper()                           {}
+func (r *recordTB) Fatalf(format string, args ...any) { r.fatal = fmt.Sprintf(format, args...) }
+func (r *recordTB) Skip(args ...any)                  { r.skip = fmt.Sprint(args...) }
+
+func TestNeedFailsUnderCI(t *testing.T) {
+	t.Setenv("CI", "true")
+	r := &recordTB{TB: t}
+	Need(r, "needs qemu")
+	assert.Contains(t, r.fatal, "needs qemu")
+	assert.Empty(t, r.skip)
+
+	t.Setenv("CI", "")
+	r = &recordTB{TB: t}
+	RequireCommands(r, "install-deps.sh", "sh", "softnic-no-such-command")
+	assert.Equal(t, "needs softnic-no-such-command: run install-deps.sh", r.skip)
+	assert.Empty(t, r.fatal)
 }

@@ -38,11 +38,7 @@ type interopEnv struct {
 // -short, when not root, or without the host tools.
 func requireInteropHost(t *testing.T) {
 	netnstest.Integration(t)
-	for _, tool := range []string{"qemu-system-x86_64", "apt-get", "dpkg-deb", "ip", "tcpdump"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("needs %s: run test/interop/install-deps.sh", tool)
-		}
-	}
+	netnstest.RequireCommands(t, "test/interop/install-deps.sh", rxeguest.HostCommands...)
 }
 
 // startInterop builds softnic and the guest image, makes the network

@@ -20,11 +20,7 @@ import (
 func requireGuestTools(t *testing.T) {
 	t.Helper()
 	netnstest.Integration(t)
-	for _, tool := range []string{"qemu-system-x86_64", "apt-get", "apt-cache", "dpkg-deb", "ip", "tcpdump"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("needs %s: run test/interop/install-deps.sh", tool)
-		}
-	}
+	netnstest.RequireCommands(t, "test/interop/install-deps.sh", HostCommands...)
 }
 
 func buildTestImage(t *testing.T, ctx context.Context) *Image {

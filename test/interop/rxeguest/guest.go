@@ -236,3 +236,7 @@ func writeInitrd(img *Image, cfg Config, path string) error {
 func shellQuote(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
+
+// HostCommands are the host's commands that Build, NewNetwork and Boot
+// run: test/interop/install-deps.sh installs those apt does not bring.
+var HostCommands = []string{"qemu-system-x86_64", "apt-get", "apt-cache", "dpkg-deb", "ip", "tcpdump"}
