@@ -1,8 +1,8 @@
 package main
 
 import (
+	"context"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -20,9 +20,9 @@ import (
 // and leaves no XDP program on the interface.
 func TestSignalsDetach(t *testing.T) {
 	netnstest.Integration(t) // also skips with -short, which this test's go build would slow
-	bin := filepath.Join(t.TempDir(), "softnic")
-	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
-	require.NoError(t, err, string(out))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	bin := buildSoftnic(t, ctx)
 	pair := netnstest.NewT(t, netnstest.Config{})
 	xdpAttached := func() bool {
 		out, err := pair.A.Command("ip", "link", "show", "dev", pair.A.Ifname).CombinedOutput()

@@ -158,12 +158,7 @@ func TestUDPingpongOverVeth(t *testing.T) {
 // between two namespaces over AF_XDP, with messages of several packets
 // and -c.
 func TestUCPingpongOverVeth(t *testing.T) {
-	netnstest.Integration(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	bin := buildSoftnic(t, ctx)
-	p := netnstest.NewT(t, netnstest.Config{MTU: 1500})
-	ga, gb := settledGIDs(t, &p.A, 3), settledGIDs(t, &p.B, 3)
+	bin, p, ga, gb := vethSoftnic(t)
 	args := []string{"pingpong", "--uc", "-c", "-m", "1024", "-s", "8192", "-n", "300", "-r", "16"}
 	sout, cout := runVethPair(t, p, bin, "uc pingpong",
 		append(args, "-d", p.A.Ifname, "-g", indexOf(ga, p.A.Addr4())),
