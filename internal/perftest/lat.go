@@ -10,7 +10,7 @@ import (
 
 // waitOne waits for one completion on cq.
 func (r *runCtx) waitOne(cq *verbs.CQ, wc []verbs.WC, what string, done uint64) error {
-	if _, err := spinPoll(r.ctx, cq, wc[:1]); err != nil {
+	if _, err := SpinPoll(r.ctx, cq, wc[:1]); err != nil {
 		return fmt.Errorf("poll %s CQ: %w", what, context.Cause(r.ctx))
 	}
 	if wc[0].Status != verbs.WCSuccess {

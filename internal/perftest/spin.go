@@ -17,10 +17,10 @@ import (
 // and lets the engine run at once.
 func osYield() { syscall.Syscall(syscall.SYS_SCHED_YIELD, 0, 0, 0) }
 
-// spinPoll polls cq until it returns a completion, like perftest's busy
+// SpinPoll polls cq until it returns a completion, like perftest's busy
 // polling of ibv_poll_cq, yielding the CPU between polls; it gives up when
 // ctx ends.
-func spinPoll(ctx context.Context, cq *verbs.CQ, wc []verbs.WC) (int, error) {
+func SpinPoll(ctx context.Context, cq *verbs.CQ, wc []verbs.WC) (int, error) {
 	for i := 0; ; i++ {
 		if n, err := cq.Poll(wc); n > 0 || err != nil {
 			return n, err

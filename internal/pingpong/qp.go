@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/netip"
 	"runtime"
-	"syscall"
 
 	"github.com/softnic/softnic/internal/oob"
 	"github.com/softnic/softnic/internal/perftest"
@@ -203,29 +202,16 @@ func (c *pingpong) completions(ctx context.Context, wcs []verbs.WC) (int, error)
 	return n, nil
 }
 
-// busyPoll polls the CQ until it returns completions or ctx ends.
+// busyPoll polls the CQ until it returns completions or ctx ends, as
+// ibv_rc_pingpong busy-polls, yielding the CPU between polls (the engines
+// of both ends need it to answer).
 func (c *pingpong) busyPoll(ctx context.Context, wcs []verbs.WC) (int, error) {
-	for i := 0; ; i++ {
-		n, err := c.cq.Poll(wcs)
-		if err != nil {
-			return 0, fmt.Errorf("poll CQ failed: %w", err)
-		}
-		if n > 0 {
-			return n, nil
-		}
-		if i&63 == 63 && ctx.Err() != nil {
-			return 0, fmt.Errorf("poll CQ failed: %w", ctx.Err())
-		}
-		yieldCPU()
+	n, err := perftest.SpinPoll(ctx, c.cq, wcs)
+	if err != nil {
+		return 0, fmt.Errorf("poll CQ failed: %w", err)
 	}
+	return n, nil
 }
-
-// yieldCPU gives the CPU to another runnable thread (sched_yield) between
-// polls. The engines of both ends run in threads of their own that need
-// the CPU to answer; a poller that never left it would make them wait for
-// the kernel scheduler's time slice, milliseconds per iteration on a
-// machine of two cores.
-func yieldCPU() { syscall.Syscall(syscall.SYS_SCHED_YIELD, 0, 0, 0) }
 
 // firstSend is the client's first send, which starts the ping-pong (with
 // -c after marking the pages); it returns the work requests pending.
