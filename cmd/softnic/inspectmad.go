@@ -96,9 +96,9 @@ func portSpaceName(ps mad.PortSpace) string {
 }
 
 // pathMTU formats an IB MTU enum as bytes.
-func pathMTU(m uint8) string {
-	if m < 1 || m > 5 {
+func pathMTU(m ibtransport.MTU) string {
+	if m.Bytes() == 0 {
 		return fmt.Sprintf("invalid(%d)", m)
 	}
-	return fmt.Sprint(128 << m)
+	return fmt.Sprint(m.Bytes())
 }

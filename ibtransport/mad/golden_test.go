@@ -118,7 +118,7 @@ func TestRpingREQ(t *testing.T) {
 	assert.Equal(t, uint8(mad.TransportRC), r.TransportServiceType())
 	assert.False(t, r.EndToEndFlowControl())
 	assert.Equal(t, uint16(0xffff), r.PKey())
-	assert.Equal(t, uint8(3), r.PathMTU(), "path MTU 1024")
+	assert.Equal(t, ibtransport.MTU1024, r.PathMTU(), "path MTU 1024")
 	assert.False(t, r.RDCExists())
 	assert.False(t, r.SRQ())
 	assert.Zero(t, r.ExtendedTransportType())

@@ -147,11 +147,11 @@ func (r REQ) PKey() uint16 { return u16(r, reqPKey) }
 // SetPKey sets the partition key.
 func (r REQ) SetPKey(k uint16) { putU16(r, reqPKey, k) }
 
-// PathMTU returns the path MTU as the IB enum (1 = 256 ... 5 = 4096).
-func (r REQ) PathMTU() uint8 { return bits(r, reqByte74, 4, 4) }
+// PathMTU returns the path MTU (the IB enum: 1 = 256 ... 5 = 4096).
+func (r REQ) PathMTU() ibtransport.MTU { return ibtransport.MTU(bits(r, reqByte74, 4, 4)) }
 
-// SetPathMTU sets the path MTU enum.
-func (r REQ) SetPathMTU(m uint8) { putBits(r, reqByte74, 4, 4, m) }
+// SetPathMTU sets the path MTU.
+func (r REQ) SetPathMTU(m ibtransport.MTU) { putBits(r, reqByte74, 4, 4, uint8(m)) }
 
 // RDCExists reports the RD channel bit (RD only).
 func (r REQ) RDCExists() bool { return flag(r, reqByte74, 3) }
