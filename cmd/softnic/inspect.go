@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/ibtransport/mad"
 	"github.com/softnic/softnic/internal/pcapfile"
 	"github.com/softnic/softnic/roce"
 )
@@ -136,7 +137,7 @@ func describeFrame(w *strings.Builder, data []byte, origLen int) (good, isRoCE b
 		fmt.Fprintf(w, "[%v] ", perr)
 	}
 	var merr error
-	if perr == nil && carriesMAD(&p) {
+	if perr == nil && mad.ToGSI(&p) {
 		merr = describeMAD(w, p.Payload)
 	}
 	switch {

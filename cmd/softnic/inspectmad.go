@@ -9,12 +9,6 @@ import (
 	"github.com/softnic/softnic/ibtransport/mad"
 )
 
-// carriesMAD reports whether a parsed packet is a datagram to the GSI QP,
-// whose payload is a management datagram.
-func carriesMAD(p *ibtransport.Packet) bool {
-	return p.DETH != nil && p.BTH.DestQPN() == mad.GSIQPN
-}
-
 // describeMAD writes what a CM MAD says: the attribute, the communication
 // IDs and the fields a reader of a connection exchange looks for. It
 // returns Parse's error for a MAD it cannot read, after writing why.

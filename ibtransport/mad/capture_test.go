@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/ibtransport/mad"
 	"github.com/softnic/softnic/internal/pcapfile"
 	"github.com/softnic/softnic/roce"
 )
@@ -21,7 +22,7 @@ type capturedPacket struct {
 }
 
 // isMAD reports whether the packet is a datagram to the GSI QP.
-func (c *capturedPacket) isMAD() bool { return c.pkt.DETH != nil && c.pkt.BTH.DestQPN() == 1 }
+func (c *capturedPacket) isMAD() bool { return mad.ToGSI(&c.pkt) }
 
 // loadCapture parses every frame of a golden capture; each must be a good
 // RoCEv2 frame.

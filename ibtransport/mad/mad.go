@@ -3,6 +3,8 @@ package mad
 import (
 	"encoding/binary"
 	"errors"
+
+	"github.com/softnic/softnic/ibtransport"
 )
 
 // Sizes of a MAD and its parts, in bytes.
@@ -26,6 +28,10 @@ const (
 	GSIQKey = 0x80010000
 	GSIPKey = 0xffff
 )
+
+// ToGSI reports whether a parsed packet is a datagram to the GSI QP, whose
+// payload is a MAD.
+func ToGSI(p *ibtransport.Packet) bool { return p.DETH != nil && p.BTH.DestQPN() == GSIQPN }
 
 // Errors from Parse. Plain sentinels, so a receive path can count them with
 // errors.Is without allocating.
