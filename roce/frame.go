@@ -27,7 +27,7 @@ var (
 	ErrAddressFamily = errors.New("roce: source and destination address families differ")
 )
 
-// Frame is a parsed RoCEv2 frame. IB aliases the parsed buffer.
+// Frame is a parsed RoCEv2 frame. IPHeader and IB alias the parsed buffer.
 type Frame struct {
 	DstMAC, SrcMAC [6]byte
 	VLAN           uint16 // VLAN ID and priority (the whole TCI) when HasVLAN
@@ -39,6 +39,8 @@ type Frame struct {
 	SrcPort        uint16
 	// IPOffset is where the IP header starts in the frame.
 	IPOffset int
+	// IPHeader is the IP header: 20 bytes of IPv4 or 40 of IPv6.
+	IPHeader []byte
 	// IB is the IB packet: BTH through the pad bytes, without the ICRC.
 	IB []byte
 	// ICRC is the ICRC the frame carries.
@@ -111,8 +113,9 @@ func parseEthernet(b []byte, f *Frame) (uint16, error) {
 }
 
 // parseIPv4 checks the IPv4 header that starts ip, the rest of the frame,
-// and sets f's IP fields. It returns the IP packet, which ends where the
-// header's length says (Ethernet pads short frames), and its UDP part.
+// and sets f's IP fields, IPHeader among them. It returns the IP packet,
+// which ends where the header's length says (Ethernet pads short frames),
+// and its UDP part.
 func parseIPv4(ip ipv4Header, f *Frame) (pkt, udp []byte, err error) {
 	if err := ip.check(); err != nil {
 		return nil, nil, err
@@ -120,6 +123,7 @@ func parseIPv4(ip ipv4Header, f *Frame) (pkt, udp []byte, err error) {
 	f.TrafficClass = ip.TOS()
 	f.HopLimit = ip.TTL()
 	f.Src, f.Dst = ip.Src(), ip.Dst()
+	f.IPHeader = ip[:ipv4HeaderLen]
 	pkt = ip[:ip.TotalLen()]
 	return pkt, pkt[ipv4HeaderLen:], nil
 }
@@ -133,6 +137,7 @@ func parseIPv6(ip ipv6Header, f *Frame) (pkt, udp []byte, err error) {
 	f.FlowLabel = ip.FlowLabel()
 	f.HopLimit = ip.HopLimit()
 	f.Src, f.Dst = ip.Src(), ip.Dst()
+	f.IPHeader = ip[:ipv6HeaderLen]
 	pkt = ip[:ipv6HeaderLen+ip.PayloadLen()]
 	return pkt, pkt[ipv6HeaderLen:], nil
 }

@@ -311,6 +311,7 @@ func FuzzParseFrame(f *testing.F) {
 		// A frame that parsed must re-encode to the same bytes' ICRC.
 		require.Equal(t, fr.ICRC, ICRC(b[fr.IPOffset:fr.IPOffset+len(fr.IB)+ibtransport.ICRCLen+udpHeaderLen+ipHeaderLen(fr)]),
 			"ICRC disagrees with itself")
+		require.Equal(t, b[fr.IPOffset:fr.IPOffset+ipHeaderLen(fr)], fr.IPHeader, "IPHeader")
 	})
 }
 
@@ -378,6 +379,7 @@ func FuzzEncapRoundTrip(f *testing.F) {
 		require.Equal(t, e, got)
 		require.Equal(t, ib, fr.IB)
 		require.Equal(t, e.ipOffset(), fr.IPOffset)
+		require.Equal(t, frame[fr.IPOffset:fr.IPOffset+ipHeaderLen(fr)], fr.IPHeader)
 	})
 }
 

@@ -224,10 +224,6 @@ func (ln *lane) receive(frame []byte) {
 	ln.rxInfo.SGID = GIDFromAddr(f.Src)
 	ln.rxInfo.DGID = dst
 	ln.rxInfo.DGIDIndex = idx
-	hl := ipv6HeaderLen
-	if f.Dst.Is4() {
-		hl = ipv4HeaderLen
-	}
-	ln.rxInfo.NetHeader = frame[f.IPOffset : f.IPOffset+hl]
+	ln.rxInfo.NetHeader = f.IPHeader
 	ln.eng.Receive(f.IB, &ln.rxInfo)
 }

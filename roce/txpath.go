@@ -24,27 +24,26 @@ func (ln *lane) Path(av *ibtransport.AddressVector, qpn uint32, pathMTU int) (ib
 	if src.Is4() != dst.Is4() {
 		return nil, fmt.Errorf("GIDs %v and %v: %w", src, dst, ErrAddressFamily)
 	}
-	p := &path{ln: ln, encap: Encap{SrcMAC: ln.d.mac, Src: src, Dst: dst, TrafficClass: av.TrafficClass,
-		HopLimit: av.HopLimit, FlowLabel: av.FlowLabel, SrcPort: SourcePort(qpn)}}
-	if p.encap.HopLimit == 0 {
-		p.encap.HopLimit = 64
+	encap := Encap{SrcMAC: ln.d.mac, Src: src, Dst: dst, TrafficClass: av.TrafficClass,
+		HopLimit: av.HopLimit, FlowLabel: av.FlowLabel, SrcPort: SourcePort(qpn)}
+	if encap.HopLimit == 0 {
+		encap.HopLimit = 64
 	}
 	for i, a := range ln.d.addrs {
 		if a == dst {
-			return ln.loopPath(int(av.SGIDIndex), i, p.encap), nil
+			return ln.loopPath(int(av.SGIDIndex), i, encap), nil
 		}
 	}
 	var err error
-	if p.encap.DstMAC, err = ln.d.neighbor(dst); err != nil {
+	if encap.DstMAC, err = ln.d.neighbor(dst); err != nil {
 		return nil, err
 	}
-	p.hl = p.encap.HeaderLen()
-	ipLen := p.hl - ethHeaderLen
-	p.maxIB = ln.link.MTU() - ipLen - ibtransport.ICRCLen
-	if maxPayloadHeaders+pathMTU > p.maxIB {
+	hl := encap.HeaderLen()
+	maxIB := ln.link.MTU() - (hl - ethHeaderLen) - ibtransport.ICRCLen
+	if maxPayloadHeaders+pathMTU > maxIB {
 		return nil, fmt.Errorf("path MTU %d does not fit the link MTU %d: %w", pathMTU, ln.link.MTU(), ibtransport.ErrInvalidArgument)
 	}
-	return p, nil
+	return &path{ln: ln, encap: encap, hl: hl, maxIB: maxIB}, nil
 }
 
 // ActiveMTU implements ibtransport.Port: the largest IB MTU the link

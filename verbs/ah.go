@@ -1,9 +1,7 @@
 package verbs
 
 import (
-	"encoding/binary"
 	"fmt"
-	"net/netip"
 
 	"github.com/softnic/softnic/ibtransport"
 	"github.com/softnic/softnic/roce"
@@ -39,12 +37,10 @@ const (
 )
 
 // CreateAH creates an address handle for av (ibv_create_ah). Its source
-// GID index must be in the device's GID table; the destination must be
+// GID index must be in the device's GID table, else the error is
+// ErrInvalidArgument (the RoCE path checks it); the destination must be
 // reachable from it.
 func (pd *PD) CreateAH(av *AddressVector) (*AH, error) {
-	if _, err := pd.dev.GID(int(av.SGIDIndex)); err != nil {
-		return nil, fmt.Errorf("create AH: source GID index %d: %w", av.SGIDIndex, ErrInvalidArgument)
-	}
 	return pd.dev.group.CreateAH(av)
 }
 
@@ -68,24 +64,12 @@ func (d *Device) InitAHFromWC(wc *WC, grh []byte) (AddressVector, error) {
 	if wc.Flags&WCWithGRH == 0 || len(grh) < GRHLen {
 		return av, fmt.Errorf("AH from WC: no GRH: %w", ErrInvalidArgument)
 	}
-	var local GID
-	switch grhVersion(grh) {
-	case 4:
-		ip := grh[GRHLen-20:]
-		av.DGID = roce.GIDFromAddr(netip.AddrFrom4([4]byte(ip[12:16])))
-		local = roce.GIDFromAddr(netip.AddrFrom4([4]byte(ip[16:20])))
-		av.HopLimit = ip[8]
-		av.TrafficClass = ip[1]
-	case 6:
-		copy(av.DGID[:], grh[8:24])
-		copy(local[:], grh[24:40])
-		flow := binary.BigEndian.Uint32(grh)
-		av.HopLimit = grh[7]
-		av.TrafficClass = uint8(flow >> 20)
-		av.FlowLabel = flow & 0xfffff
-	default:
+	h, ok := roce.ParseGRH(grh)
+	if !ok {
 		return av, fmt.Errorf("AH from WC: GRH of no known IP version: %w", ErrInvalidArgument)
 	}
+	local := h.DGID
+	av.DGID, av.TrafficClass, av.HopLimit, av.FlowLabel = h.SGID, h.TrafficClass, h.HopLimit, h.FlowLabel
 	for i, g := range d.GIDTable() {
 		if g == local {
 			av.SGIDIndex = uint8(i)
@@ -93,31 +77,4 @@ func (d *Device) InitAHFromWC(wc *WC, grh []byte) (AddressVector, error) {
 		}
 	}
 	return av, fmt.Errorf("AH from WC: destination GID %v is not the device's: %w", local, ErrInvalidArgument)
-}
-
-// grhVersion tells which IP header a GRH holds, as libibverbs does: an
-// IPv6 header unless the last 20 bytes are an IPv4 header with a valid
-// checksum; 0 if neither.
-func grhVersion(grh []byte) int {
-	ip := grh[GRHLen-20 : GRHLen]
-	if grh[0]>>4 != 6 {
-		if ip[0]>>4 == 4 {
-			return 4
-		}
-		return 0
-	}
-	if ip[0] != 0x45 {
-		return 6
-	}
-	var sum uint32
-	for i := 0; i < 20; i += 2 {
-		sum += uint32(binary.BigEndian.Uint16(ip[i:]))
-	}
-	for sum > 0xffff {
-		sum = sum&0xffff + sum>>16
-	}
-	if sum == 0xffff {
-		return 4
-	}
-	return 6
 }
