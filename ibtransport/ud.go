@@ -75,15 +75,9 @@ func (q *QP) initUD(e *Engine) {
 // QPs, or makes its engine the SRQ's: an SRQ is consumed by one engine.
 // Called under Do.
 func (g *Group) placeUD(q *QP) {
-	to, ok := g.srqEngine[q.srq]
-	if !ok {
-		g.srqEngine[q.srq] = q.e
-		return
+	if to := g.srqEngineOr(q.srq, q.e); to != q.e {
+		moveQP(q, to)
 	}
-	q.e.nQPs.Add(-1)
-	q.e = to
-	q.home.Store(to)
-	to.nQPs.Add(1)
 }
 
 // checkUDSendWR checks what a UD send work request adds to checkSendWR.
