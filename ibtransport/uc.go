@@ -81,11 +81,7 @@ func (q *QP) startUC(i uint32, w *sendWQE) {
 		w.state, w.status = wqeError, st
 		return
 	}
-	w.firstPSN = r.sqPSN
-	w.lastPSN = r.sqPSN.Add(q.packets(w) - 1)
-	w.nextPSN = w.firstPSN
-	w.state = wqeSending
-	r.sqPSN = w.lastPSN.Add(1)
+	r.assignPSNs(w)
 }
 
 // transmitUC sends the next packet of the WQE in slot i. It reports false
