@@ -201,7 +201,7 @@ func (q *QP) buildDatagram(buf []byte, i uint32, w *sendWQE, d *udDest) (int, bo
 	p.BTH.SetSolicitedEvent(w.flags&SendSolicited != 0)
 	qkey := d.qkey
 	if qkey&controlledQKey != 0 {
-		qkey = q.qkey
+		qkey = q.attr.QKey
 	}
 	p.DETH.SetQKey(qkey)
 	p.DETH.SetSrcQP(q.qpn)

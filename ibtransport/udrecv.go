@@ -19,7 +19,7 @@ func (u *udReceiver) receive(q *QP, p *Packet, info *RecvInfo) {
 	case q.st < QPSRTR || q.st == QPSErr:
 		e.Ctr.RxFiltered.Add(1)
 		return
-	case p.DETH.QKey() != q.qkey:
+	case p.DETH.QKey() != q.attr.QKey:
 		e.Ctr.RxBadQKey.Add(1)
 		return
 	}
