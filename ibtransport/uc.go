@@ -44,10 +44,13 @@ func (q *QP) checkUCSendWR(wr *SendWR) error {
 // and completes each after its last packet. It reports whether it stopped
 // only for the budget. The WQE being sent is always the completer's head.
 func (q *QP) sendUnreliable() bool {
+	if q.path == nil {
+		return false
+	}
 	c := &q.comp
 	tail := q.sq.tail.Load()
 	for budget := packetBudget; budget > 0; budget-- {
-		if c.compIdx == tail || q.path == nil {
+		if c.compIdx == tail {
 			return false
 		}
 		if q.e.passLeft <= 0 {
