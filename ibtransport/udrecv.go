@@ -9,17 +9,11 @@ type udReceiver struct {
 	grh [GRHLen]byte // scratch
 }
 
-// receive handles a UD packet for q, an engine's QP.
+// receive handles a UD packet for q, an engine's UD QP in a state that
+// receives (Engine.receive checked both).
 func (u *udReceiver) receive(q *QP, p *Packet, info *RecvInfo) {
 	e := u.e
-	switch {
-	case q.typ != QPTypeUD:
-		e.Ctr.RxWrongService.Add(1)
-		return
-	case q.st < QPSRTR || q.st == QPSErr:
-		e.Ctr.RxFiltered.Add(1)
-		return
-	case p.DETH.QKey() != q.attr.QKey:
+	if p.DETH.QKey() != q.attr.QKey {
 		e.Ctr.RxBadQKey.Add(1)
 		return
 	}
