@@ -249,15 +249,20 @@ func (e *Engine) receive(ib []byte, info *RecvInfo) {
 		e.forwardTo(q.e, ib, info)
 		return
 	}
-	if oi.Transport == TransportUD {
-		e.ud.receive(q, p, info)
-		return
-	}
 	if q.typ != serviceOf[oi.Transport] {
 		e.Ctr.RxWrongService.Add(1)
 		return
 	}
-	if q.st < QPSRTR || q.st == QPSErr || info.SGID != q.attr.AV.DGID || info.DGIDIndex != int(q.attr.AV.SGIDIndex) {
+	if q.st < QPSRTR || q.st == QPSErr {
+		e.Ctr.RxFiltered.Add(1)
+		return
+	}
+	if oi.Transport == TransportUD {
+		// Datagrams come from anywhere: no path to match.
+		e.ud.receive(q, p, info)
+		return
+	}
+	if info.SGID != q.attr.AV.DGID || info.DGIDIndex != int(q.attr.AV.SGIDIndex) {
 		e.Ctr.RxFiltered.Add(1)
 		return
 	}

@@ -161,11 +161,7 @@ func EngineFor(a, b uint32, n int) int {
 func (g *Group) place(q *QP, destQPN uint32) {
 	to := g.engines[EngineFor(q.qpn, destQPN, len(g.engines))]
 	if q.srq != nil {
-		if e, ok := g.srqEngine[q.srq]; ok {
-			to = e
-		} else {
-			g.srqEngine[q.srq] = to
-		}
+		to = g.srqEngineOr(q.srq, to)
 	}
 	from := q.e
 	if to == from {
@@ -176,11 +172,27 @@ func (g *Group) place(q *QP, destQPN uint32) {
 	// until its first ACK, and a thousand fresh QPs would send unchecked
 	// and overrun the peer's receive ring.
 	from.removeActive(q)
+	moveQP(q, to)
+	// A kick still on from's list is passed on by from's takeKicks.
+}
+
+// srqEngineOr returns the engine of srq's QPs, making it e if srq has
+// none yet. Called under Do.
+func (g *Group) srqEngineOr(srq SharedRecvQueue, e *Engine) *Engine {
+	if to, ok := g.srqEngine[srq]; ok {
+		return to
+	}
+	g.srqEngine[srq] = e
+	return e
+}
+
+// moveQP moves q from its engine to engine to, another. Called under Do.
+func moveQP(q *QP, to *Engine) {
+	from := q.e
 	q.e = to
 	q.home.Store(to)
 	from.nQPs.Add(-1)
 	to.nQPs.Add(1)
-	// A kick still on from's list is passed on by from's takeKicks.
 }
 
 // forwardRing carries packets from one engine to another: one producer,

@@ -208,7 +208,6 @@ func (q *QP) applyAttr(path TxPath, mask QPAttrMask) {
 		q.mtu = uint32(q.attr.PathMTU.Bytes())
 	}
 	q.destQPN = q.attr.DestQPN
-	q.qkey = q.attr.QKey
 	if mask&QPAttrRQPSN != 0 {
 		q.resp.ePSN = q.attr.RQPSN
 	}

@@ -201,7 +201,6 @@ type QP struct {
 	path      TxPath
 	mtu       uint32
 	destQPN   uint32
-	qkey      uint32 // UD: the Q_Key attribute
 	// The three roles, as in rxe, each with its own state; they reach one
 	// another through q.
 	req  requester
@@ -351,7 +350,6 @@ func (q *QP) reset() {
 	q.attr = QPAttr{}
 	q.attrMu.Unlock()
 	q.path = nil
-	q.qkey = 0
 }
 
 // DebugState describes the QP's protocol state (PSNs, queue positions,

@@ -51,7 +51,7 @@ func (r *requester) buildRequest(buf []byte, i uint32, w *sendWQE) (int, bool) {
 	switch {
 	case op.isSend() || op.isWrite():
 		var ok bool
-		if n, ok = r.buildSendWrite(buf, i, w); !ok {
+		if n, ok = r.buildSendWrite(buf, i, w, sendOpcode(w, psn)); !ok {
 			return 0, false
 		}
 		last = psn == w.lastPSN
@@ -66,28 +66,32 @@ func (r *requester) buildRequest(buf []byte, i uint32, w *sendWQE) (int, bool) {
 	} else {
 		r.sinceAckReq++
 	}
-	q := r.qp
+	r.qp.setRequestBTH(w, psn, last, ackReq)
+	return n, true
+}
+
+// setRequestBTH sets the BTH of the request packet psn of w just laid out
+// in q.e.tx: the destination QP, the PSN, AckReq, MigReq and, on the last
+// packet of a SEND or WRITE with immediate that asks for it, the solicited
+// event. RC and UC requests share it; UC passes ackReq false.
+func (q *QP) setRequestBTH(w *sendWQE, psn PSN, last, ackReq bool) {
 	p := &q.e.tx
 	p.BTH.SetDestQPN(q.destQPN)
 	p.BTH.SetPSN(psn)
 	p.BTH.SetAckReq(ackReq)
 	p.BTH.SetMigReq(true)
-	p.BTH.SetSolicitedEvent(last && w.flags&SendSolicited != 0 && (op.isSend() || op == WRRDMAWriteWithImm))
-	return n, true
+	p.BTH.SetSolicitedEvent(last && w.flags&SendSolicited != 0 && (w.opcode.isSend() || w.opcode == WRRDMAWriteWithImm))
 }
 
-// buildSendWrite lays out a SEND or WRITE packet with its payload. Every
-// packet of a message but the last carries a whole MTU.
-func (r *requester) buildSendWrite(buf []byte, i uint32, w *sendWQE) (int, bool) {
+// buildSendWrite lays out the SEND or WRITE packet of w at its nextPSN,
+// with opcode op, and its payload. Every packet of a message but the last
+// carries a whole MTU.
+func (r *requester) buildSendWrite(buf []byte, i uint32, w *sendWQE, op Opcode) (int, bool) {
 	q := r.qp
 	p := &q.e.tx
 	psn := w.nextPSN
 	offset := uint32(psn.Diff(w.firstPSN)) * q.mtu
 	payload := min(w.length-offset, q.mtu)
-	op := sendOpcode(w, psn)
-	if q.typ == QPTypeUC {
-		op |= ucOpcodeBase
-	}
 	n, _ := LayoutPacket(buf, op, int(payload), p)
 	if p.RETH != nil {
 		p.RETH.SetVA(w.remoteAddr)

@@ -163,13 +163,19 @@ func (r *requester) startWQE(w *sendWQE) bool {
 		r.failWQE(w, st)
 		return false
 	}
+	r.assignPSNs(w)
+	r.recount()
+	return true
+}
+
+// assignPSNs gives w, a WQE starting, the next PSNs of the send queue, one
+// a packet, and marks it sending.
+func (r *requester) assignPSNs(w *sendWQE) {
 	w.firstPSN = r.sqPSN
-	w.lastPSN = r.sqPSN.Add(q.packets(w) - 1)
+	w.lastPSN = r.sqPSN.Add(r.qp.packets(w) - 1)
 	w.nextPSN = w.firstPSN
 	w.state = wqeSending
 	r.sqPSN = w.lastPSN.Add(1)
-	r.recount()
-	return true
 }
 
 // failWQE marks w failed with st; the completer completes it at the head.

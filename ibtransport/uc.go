@@ -26,8 +26,8 @@ var ucTransitions = map[[2]QPState]transition{
 // serviceOf is the QP type a connected transport's packets are for.
 var serviceOf = [...]QPType{TransportRC: QPTypeRC, TransportUC: QPTypeUC, TransportUD: QPTypeUD}
 
-// ucOpcodeBase turns an RC SEND or WRITE opcode into its UC twin.
-const ucOpcodeBase Opcode = 0x20
+// ucOpcodeBase added to an RC SEND or WRITE opcode makes its UC twin.
+const ucOpcodeBase = OpUCSendFirst - OpRCSendFirst
 
 // checkUCSendWR refuses what UC does not carry: READ, atomics and SEND
 // with invalidate.
@@ -44,10 +44,13 @@ func (q *QP) checkUCSendWR(wr *SendWR) error {
 // and completes each after its last packet. It reports whether it stopped
 // only for the budget. The WQE being sent is always the completer's head.
 func (q *QP) sendUnreliable() bool {
+	if q.path == nil {
+		return false
+	}
 	c := &q.comp
 	tail := q.sq.tail.Load()
 	for budget := packetBudget; budget > 0; budget-- {
-		if c.compIdx == tail || q.path == nil {
+		if c.compIdx == tail {
 			return false
 		}
 		if q.e.passLeft <= 0 {
@@ -81,11 +84,7 @@ func (q *QP) startUC(i uint32, w *sendWQE) {
 		w.state, w.status = wqeError, st
 		return
 	}
-	w.firstPSN = r.sqPSN
-	w.lastPSN = r.sqPSN.Add(q.packets(w) - 1)
-	w.nextPSN = w.firstPSN
-	w.state = wqeSending
-	r.sqPSN = w.lastPSN.Add(1)
+	r.assignPSNs(w)
 }
 
 // transmitUC sends the next packet of the WQE in slot i. It reports false
@@ -96,19 +95,13 @@ func (q *QP) transmitUC(i uint32, w *sendWQE) bool {
 		return false
 	}
 	psn := w.nextPSN
-	n, ok := q.req.buildSendWrite(buf, i, w)
+	n, ok := q.req.buildSendWrite(buf, i, w, sendOpcode(w, psn)+ucOpcodeBase)
 	if !ok {
 		// The memory behind the SGL was deregistered under the WQE.
 		w.state, w.status = wqeError, WCLocProtErr
 		return false
 	}
-	last := psn == w.lastPSN
-	p := &q.e.tx
-	p.BTH.SetDestQPN(q.destQPN)
-	p.BTH.SetPSN(psn)
-	p.BTH.SetAckReq(false)
-	p.BTH.SetMigReq(true)
-	p.BTH.SetSolicitedEvent(last && w.flags&SendSolicited != 0 && (w.opcode.isSend() || w.opcode == WRRDMAWriteWithImm))
+	q.setRequestBTH(w, psn, psn == w.lastPSN, false)
 	q.path.Send(n)
 	q.e.passLeft--
 	q.e.Ctr.TxPackets.Add(1)

@@ -75,15 +75,9 @@ func (q *QP) initUD(e *Engine) {
 // QPs, or makes its engine the SRQ's: an SRQ is consumed by one engine.
 // Called under Do.
 func (g *Group) placeUD(q *QP) {
-	to, ok := g.srqEngine[q.srq]
-	if !ok {
-		g.srqEngine[q.srq] = q.e
-		return
+	if to := g.srqEngineOr(q.srq, q.e); to != q.e {
+		moveQP(q, to)
 	}
-	q.e.nQPs.Add(-1)
-	q.e = to
-	q.home.Store(to)
-	to.nQPs.Add(1)
 }
 
 // checkUDSendWR checks what a UD send work request adds to checkSendWR.
@@ -207,7 +201,7 @@ func (q *QP) buildDatagram(buf []byte, i uint32, w *sendWQE, d *udDest) (int, bo
 	p.BTH.SetSolicitedEvent(w.flags&SendSolicited != 0)
 	qkey := d.qkey
 	if qkey&controlledQKey != 0 {
-		qkey = q.qkey
+		qkey = q.attr.QKey
 	}
 	p.DETH.SetQKey(qkey)
 	p.DETH.SetSrcQP(q.qpn)

@@ -9,17 +9,11 @@ type udReceiver struct {
 	grh [GRHLen]byte // scratch
 }
 
-// receive handles a UD packet for q, an engine's QP.
+// receive handles a UD packet for q, an engine's UD QP in a state that
+// receives (Engine.receive checked both).
 func (u *udReceiver) receive(q *QP, p *Packet, info *RecvInfo) {
 	e := u.e
-	switch {
-	case q.typ != QPTypeUD:
-		e.Ctr.RxWrongService.Add(1)
-		return
-	case q.st < QPSRTR || q.st == QPSErr:
-		e.Ctr.RxFiltered.Add(1)
-		return
-	case p.DETH.QKey() != q.qkey:
+	if p.DETH.QKey() != q.attr.QKey {
 		e.Ctr.RxBadQKey.Add(1)
 		return
 	}
@@ -38,30 +32,33 @@ func (u *udReceiver) receive(q *QP, p *Packet, info *RecvInfo) {
 			st = WCRemInvReqErr
 		}
 	}
+	var net NetworkType
 	if st == WCSuccess {
-		u.fillGRH(info)
+		net = u.fillGRH(info)
 		if st = r.scatterRecv(u.grh[:]); st == WCSuccess {
 			st = r.scatterRecv(p.Payload)
 		}
 	}
-	u.complete(q, p, info, st)
+	u.complete(q, p, net, st)
 }
 
 // fillGRH writes the GRH of a received datagram into u.grh as rxe and
 // mlx5 do: an IPv6 header as it came, or an IPv4 header in the last 20
-// bytes after 20 zero bytes.
-func (u *udReceiver) fillGRH(info *RecvInfo) {
+// bytes after 20 zero bytes. It returns which of the two it was.
+func (u *udReceiver) fillGRH(info *RecvInfo) NetworkType {
 	clear(u.grh[:])
 	h := info.NetHeader
 	if len(h) >= GRHLen {
 		copy(u.grh[:], h)
-		return
+		return NetworkIPv6
 	}
 	copy(u.grh[GRHLen-20:], h)
+	return NetworkIPv4
 }
 
-// complete completes the receive the datagram filled, with status st.
-func (u *udReceiver) complete(q *QP, p *Packet, info *RecvInfo, st WCStatus) {
+// complete completes the receive the datagram filled, with status st; net
+// is the network header's type fillGRH returned when st is WCSuccess.
+func (u *udReceiver) complete(q *QP, p *Packet, net NetworkType, st WCStatus) {
 	r := &q.resp
 	wc := WC{WRID: r.recv.id, Status: st, Opcode: WCRecv, QPN: q.qpn}
 	if st == WCSuccess {
@@ -69,10 +66,7 @@ func (u *udReceiver) complete(q *QP, p *Packet, info *RecvInfo, st WCStatus) {
 		wc.SrcQP = p.DETH.SrcQP()
 		wc.Flags = WCWithGRH
 		wc.PKeyIndex = q.attr.PKeyIndex
-		wc.NetworkHdrType = NetworkIPv6
-		if len(info.NetHeader) < GRHLen {
-			wc.NetworkHdrType = NetworkIPv4
-		}
+		wc.NetworkHdrType = net
 		if p.ImmDt != nil {
 			wc.Flags |= WCWithImm
 			wc.Imm = p.ImmDt.Imm()
