@@ -1,5 +1,3 @@
-//go:build rdmacm
-
 package perftest
 
 import (
