@@ -37,8 +37,20 @@ type cmConnector struct {
 }
 
 // createQPs is create_rdma_cm_connection. perftest's handshakes around
-// the connection carry its still zeroed keys; so do these.
+// the connection carry its still zeroed keys; so do these. perftest's
+// server listens after the first handshake, racing the client's requests
+// (which it retries); this one listens before it, which the client cannot
+// tell apart except that its first attempt finds the listener.
 func (c *cmConnector) createQPs(r *runCtx) error {
+	c.ch = c.cm.NewEventChannel()
+	var listen *rdmacm.ID
+	if r.p.Server {
+		var err error
+		if listen, err = listenCM(c.cm, c.ch, r.p.Port, r.p.NumQPs); err != nil {
+			return err
+		}
+		defer listen.Destroy()
+	}
 	if err := c.sess.Handshake(oob.PerftestDest{}); err != nil {
 		return fmt.Errorf("sync before the rdma_cm connection: %w", err)
 	}
@@ -100,7 +112,9 @@ func (c *cmConnector) clientConnection(r *runCtx) error {
 // events (rdma_cm_connect_events): each resolved route gets its QP
 // (create_qp_main) and connects; done when all are established.
 func (c *cmConnector) tryClientConnection(r *runCtx) error {
-	c.ch = c.cm.NewEventChannel()
+	if c.ch == nil {
+		c.ch = c.cm.NewEventChannel()
+	}
 	for i := 0; i < r.p.NumQPs; i++ {
 		id, err := c.cm.CreateID(c.ch, rdmacm.PortSpaceTCP)
 		if err != nil {
@@ -157,48 +171,80 @@ func (c *cmConnector) createQP(r *runCtx, id *rdmacm.ID) (*verbs.QP, error) {
 	return qp, nil
 }
 
-// serverConnection is rdma_cm_server_connection: listen on the port
-// (backlog: the QPs), accept as many requests as QPs, rejecting any more,
-// then stop listening. Each accepted RC QP gets perftest's min RNR timer.
+// serverConnection is rdma_cm_server_connection once it listens on the
+// port (backlog: the QPs): accept as many requests as QPs, rejecting any
+// more; the caller then stops listening. Each accepted RC QP gets perftest's min RNR timer.
 // perftest goes on once it accepted; this side also waits until every
-// connection is established, so its QPs can send.
+// connection is established, so its QPs can send. A client whose attempt
+// failed halfway (its first request came before this side listened)
+// disconnects what was accepted of it and tries again: such connections
+// are dropped and their places freed for the next attempt.
 func (c *cmConnector) serverConnection(r *runCtx) error {
-	c.ch = c.cm.NewEventChannel()
-	listen, err := listenCM(c.cm, c.ch, r.p.Port, r.p.NumQPs)
-	if err != nil {
-		return err
-	}
-	defer listen.Destroy()
 	n := r.p.NumQPs
-	for accepted := 0; accepted < n || len(c.up) < n; {
-		ev, err := waitCMEvent(r.ctx, c.ch, cmEventTimeout, rdmacm.EventConnectRequest, rdmacm.EventEstablished)
+	for len(c.ids) < n || len(c.up) < n {
+		ev, err := waitCMEvent(r.ctx, c.ch, cmEventTimeout, rdmacm.EventConnectRequest, rdmacm.EventEstablished,
+			rdmacm.EventDisconnected, rdmacm.EventRejected, rdmacm.EventUnreachable, rdmacm.EventConnectError,
+			rdmacm.EventTimewaitExit)
 		if err != nil {
 			return err
 		}
-		if ev.Type == rdmacm.EventEstablished {
-			c.up = append(c.up, ev.ID)
-			continue
+		switch ev.Type {
+		case rdmacm.EventConnectRequest:
+			if len(c.ids) == n {
+				ev.ID.Reject(nil)
+			} else if err := c.accept(r, ev.ID); err != nil {
+				return err
+			}
+		case rdmacm.EventEstablished:
+			if c.index(ev.ID) >= 0 {
+				c.up = append(c.up, ev.ID)
+			}
+		case rdmacm.EventTimewaitExit:
+			// of a connection dropped already
+		default:
+			c.drop(r, ev.ID)
 		}
-		if accepted == n {
-			ev.ID.Reject(nil)
-			continue
-		}
-		if err := c.accept(r, ev.ID); err != nil {
-			return err
-		}
-		accepted++
 	}
 	return nil
 }
 
+// index returns where id is in c.ids and r.qps, -1 if not there.
+func (c *cmConnector) index(id *rdmacm.ID) int {
+	for i, x := range c.ids {
+		if x == id {
+			return i
+		}
+	}
+	return -1
+}
+
+// drop destroys an accepted connection that ended before the test and
+// forgets it.
+func (c *cmConnector) drop(r *runCtx, id *rdmacm.ID) {
+	i := c.index(id)
+	if i < 0 {
+		return
+	}
+	id.Destroy()
+	c.ids = append(c.ids[:i], c.ids[i+1:]...)
+	r.qps = append(r.qps[:i], r.qps[i+1:]...)
+	for j, x := range c.up {
+		if x == id {
+			c.up = append(c.up[:j], c.up[j+1:]...)
+			break
+		}
+	}
+}
+
 // accept is rdma_cm_connection_request_handler for one request.
 func (c *cmConnector) accept(r *runCtx, id *rdmacm.ID) error {
-	c.ids = append(c.ids, id)
 	qp, err := c.createQP(r, id)
 	if err != nil {
 		id.Reject(nil)
+		id.Destroy()
 		return err
 	}
+	c.ids = append(c.ids, id)
 	if err := id.Accept(testConnParam(r.p)); err != nil {
 		return fmt.Errorf("rdma_accept: %w", err)
 	}

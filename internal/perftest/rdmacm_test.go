@@ -92,3 +92,57 @@ func TestRDMACMNoServer(t *testing.T) {
 	assert.GreaterOrEqual(t, time.Since(start), 300*time.Millisecond, "gave up before the wait")
 	assert.Zero(t, cmb.IDs(), "IDs left")
 }
+
+// TestRDMACMServerDropsAbandoned has a client of 2 QPs connect one test
+// QP and destroy it (as after an attempt whose other request was
+// rejected), then connect two: the server forgets the first and ends with
+// the other two.
+func TestRDMACMServerDropsAbandoned(t *testing.T) {
+	a, b, cma, cmb := cmPair(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	p := NewParams(oob.WriteBW)
+	p.Server, p.NumQPs = true, 2
+	require.NoError(t, p.prepare(a, &bytes.Buffer{}))
+	r := &runCtx{p: &p, dev: a, ctx: ctx, cycle: 4096, cacheLine: 64, sizes: p.Sizes()}
+	defer r.close()
+	require.NoError(t, r.allocate())
+	c := &cmConnector{cm: cma, ch: cma.NewEventChannel()}
+	defer c.release(r)
+	listen, err := listenCM(cma, c.ch, p.Port, 2)
+	require.NoError(t, err)
+	defer listen.Destroy()
+	done := make(chan error, 1)
+	go func() { done <- c.serverConnection(r) }()
+
+	cq, err := b.Verbs.CreateCQ(4, nil)
+	require.NoError(t, err)
+	connect := func() *rdmacm.ID {
+		ch := cmb.NewEventChannel()
+		id, err := cmb.CreateID(ch, rdmacm.PortSpaceTCP)
+		require.NoError(t, err)
+		require.NoError(t, resolve(ctx, ch, id, netip.AddrPortFrom(netip.MustParseAddr("10.0.0.1"), uint16(p.Port))))
+		_, err = id.CreateQP(nil, &verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}})
+		require.NoError(t, err)
+		require.NoError(t, id.Connect(&rdmacm.ConnParam{RetryCount: 7, RNRRetryCount: 7}))
+		_, err = awaitCMEvent(ctx, ch, rdmacm.EventEstablished)
+		select {
+		case serr := <-done:
+			require.NoError(t, serr, "server, while the client connects")
+		default:
+		}
+		require.NoError(t, err)
+		return id
+	}
+	abandoned := connect()
+	require.NoError(t, abandoned.Destroy())
+	kept := []*rdmacm.ID{connect(), connect()}
+	defer kept[0].Destroy()
+	defer kept[1].Destroy()
+	require.NoError(t, <-done)
+	require.Len(t, r.qps, 2)
+	require.Len(t, c.up, 2)
+	for i, id := range c.up {
+		assert.NotEqual(t, abandoned.LocalAddr(), id.PeerAddr(), "server connection %d is the abandoned one", i)
+	}
+}
