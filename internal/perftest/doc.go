@@ -38,16 +38,20 @@
 //     18515) of the server's IPv4 address; the server binds INADDR_ANY.
 //     First the exchange connection (establish_connection:
 //     rdma_client_connect / rdma_server_connect, listen backlog 1; the
-//     server destroys its listening ID once it accepted), then,
-//     after versions, system data and MTU went over it, one connection per
-//     test QP (create_rdma_cm_connection), on a new listening ID on the same
-//     port (backlog NumQPs; requests beyond NumQPs are rejected), between two keys handshakes on the exchange (carrying zeroed
-//     keys). The client resolves every test ID at once (address and route,
-//     2000 ms each, up to NUM_OF_RETRIES 10 ADDR/ROUTE_ERROR events); a
-//     QP is created when its route resolves and connected at once; QP
-//     indices follow the order of events. The client makes 10 attempts of the
-//     test connections 100 ms apart (4.5-0.17 reuses freed IDs on a retry;
-//     softnic starts afresh), but only one of the exchange connection
+//     server destroys its listening ID once it accepted). Then, after
+//     versions, system data and MTU went over it, one connection per test
+//     QP (create_rdma_cm_connection) on a new listening ID on the same port
+//     (backlog NumQPs; requests beyond NumQPs are rejected), between two
+//     keys handshakes on the exchange that carry zeroed keys. perftest's
+//     server listens after the first handshake, racing the client's
+//     requests; softnic's listens before it, and drops connections that a
+//     half-failed client attempt abandons.
+//   - The client resolves every test ID at once (address and route, 2000
+//     ms each, up to NUM_OF_RETRIES 10 ADDR/ROUTE_ERROR events); a QP is
+//     created when its route resolves and connected at once, so QP indices
+//     follow the order of events. It makes 10 attempts at the test
+//     connections, 100 ms apart (4.5-0.17 reuses freed IDs on a retry;
+//     softnic starts afresh), but one only at the exchange connection
 //     (softnic retries while --connect-wait lasts).
 //   - Private data: none from perftest in REQ or REP (librdmacm adds its
 //     36-byte header to the REQ; rdma_getaddrinfo gives no ai_connect for
