@@ -99,7 +99,7 @@ func TestRDMACMNoServer(t *testing.T) {
 // the other two.
 func TestRDMACMServerDropsAbandoned(t *testing.T) {
 	a, b, cma, cmb := cmPair(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	p := NewParams(oob.WriteBW)
 	p.Server, p.NumQPs = true, 2
@@ -126,11 +126,6 @@ func TestRDMACMServerDropsAbandoned(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, id.Connect(&rdmacm.ConnParam{RetryCount: 7, RNRRetryCount: 7}))
 		_, err = awaitCMEvent(ctx, ch, rdmacm.EventEstablished)
-		select {
-		case serr := <-done:
-			require.NoError(t, serr, "server, while the client connects")
-		default:
-		}
 		require.NoError(t, err)
 		return id
 	}
