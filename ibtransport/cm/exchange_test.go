@@ -12,7 +12,9 @@ import (
 )
 
 // padded returns p followed by zeros up to n bytes: a private data field.
-func padded(p []byte, n int) []byte { return append(append([]byte(nil), p...), make([]byte, n-len(p))...) }
+func padded(p []byte, n int) []byte {
+	return append(append([]byte(nil), p...), make([]byte, n-len(p))...)
+}
 
 // TestFullExchange runs REQ, REP, RTU, DREQ, DREP and checks every field of
 // every message and event.

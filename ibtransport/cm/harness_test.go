@@ -178,7 +178,7 @@ func (p *pair) reqParams() REQParams {
 		pd[i] = byte(i + 1)
 	}
 	return REQParams{
-		Peer: ibtransport.AddressVector{DGID: p.w.gids[1], HopLimit: 64},
+		Peer:     ibtransport.AddressVector{DGID: p.w.gids[1], HopLimit: 64},
 		LocalGID: p.w.gids[0], PeerGID: p.w.gids[1], ServiceID: testSvcID,
 		LocalQPN: 0x11, StartingPSN: 0xabcdef, ResponderResources: 1, InitiatorDepth: 2,
 		PathMTU: ibtransport.MTU1024, RetryCount: 7, RNRRetryCount: 6,
