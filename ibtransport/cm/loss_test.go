@@ -164,7 +164,7 @@ func TestUnlistenedService(t *testing.T) {
 	c, err := p.a.Connect(rp, func(e Event) { p.aEv <- e })
 	require.NoError(t, err)
 	ev := expect(t, p.aEv, EventREJReceived)
-	assert.Less(t, time.Since(start), 50*time.Millisecond, "before the first retry")
+	assert.Less(t, time.Since(start), 250*time.Millisecond, "before the first retry, at 307 ms")
 	assert.Equal(t, mad.RejectInvalidServiceID, ev.Reason)
 	assert.Equal(t, uint8(mad.MsgREQ), ev.MessageRejected)
 	assert.Equal(t, StateIdle, c.State())
@@ -216,8 +216,8 @@ func TestPeerVanishesDuringHandshake(t *testing.T) {
 	c, err := p.a.Connect(rp, func(e Event) { p.aEv <- e })
 	require.NoError(t, err)
 	expect(t, p.aEv, EventTimeout)
-	// Four waits of (2×2^10 + 2^12) × 10 µs.
-	assert.GreaterOrEqual(t, time.Since(start), 4*61*time.Millisecond)
+	// Four waits of (2×2^10 + 2^12) × 50 µs.
+	assert.GreaterOrEqual(t, time.Since(start), 4*307*time.Millisecond)
 	assert.Equal(t, uint64(3), p.a.Counters().Retransmissions.Load())
 	assert.Equal(t, uint64(1), p.a.Counters().Timeouts.Load())
 	assert.Len(t, p.w.sentBy(0, mad.AttrREQ), 4)
@@ -262,7 +262,7 @@ func TestActiveVanishesAfterREQ(t *testing.T) {
 // TestEstablishedPeerVanishes: the DREQ goes unanswered; after the retries
 // EventDisconnected (timed out), TIMEWAIT, and nothing left.
 func TestEstablishedPeerVanishes(t *testing.T) {
-	p := newPair(t)
+	p := newScaledPair(t, fastMillisecond)
 	active, _ := p.establish(t)
 	p.w.setFilter(func(sent, int) verdict { return drop })
 	require.NoError(t, active.Disconnect(nil))
@@ -277,14 +277,14 @@ func TestEstablishedPeerVanishes(t *testing.T) {
 // TestMRAExtendsWait: an MRA for the REQ makes the active side wait the
 // service timeout on top of the packet lifetime before resending.
 func TestMRAExtendsWait(t *testing.T) {
-	p := newPair(t)
+	p := newScaledPair(t, fastMillisecond)
 	active := p.connect(t)
 	ev := expect(t, p.bEv, EventREQReceived)
 	require.NoError(t, ev.Conn.MRA(24, nil)) // 2^16 × 10 µs = 655 ms
 	mra := expect(t, p.aEv, EventMRAReceived)
 	assert.Equal(t, uint8(24), mra.ServiceTimeout)
 	assert.Equal(t, StateMRAREQRcvd, active.State())
-	time.Sleep(150 * time.Millisecond) // past two REQ timeouts
+	time.Sleep(150 * time.Millisecond) // past two REQ timeouts of 61 ms
 	assert.Zero(t, p.a.Counters().Retransmissions.Load())
 	require.NoError(t, ev.Conn.Accept(repParams()))
 	expect(t, p.aEv, EventREPReceived)
