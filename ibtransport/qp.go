@@ -134,6 +134,9 @@ type QPConfig struct {
 	SigAll bool
 	// Type is the transport service; the zero value is RC.
 	Type QPType
+	// GSI makes the QP the device's general services QP, QP1 (a UD QP
+	// that carries management datagrams); a group has at most one.
+	GSI bool
 }
 
 // Limits of this implementation.
@@ -224,6 +227,9 @@ func (g *Group) CreateQP(init *QPConfig) (*QP, error) {
 	if init.Type > QPTypeUD {
 		return nil, fmt.Errorf("create QP: type %v: %w", init.Type, ErrInvalidArgument)
 	}
+	if init.GSI && init.Type != QPTypeUD {
+		return nil, fmt.Errorf("create QP: the GSI QP is a UD QP: %w", ErrInvalidArgument)
+	}
 	if init.SRQ == nil && c.MaxRecvWR == 0 {
 		return nil, fmt.Errorf("create QP: no SRQ and no receive queue: %w", ErrInvalidArgument)
 	}
@@ -258,12 +264,8 @@ func (g *Group) CreateQP(init *QPConfig) (*QP, error) {
 	q.resp.recvMRs = make([]Region, recvSGE)
 	q.home.Store(e)
 	err := g.Do(func() error {
-		for {
-			q.qpn = g.nextQPN & PSNMask
-			g.nextQPN++
-			if _, used := g.qps[q.qpn]; !used && q.qpn > 1 {
-				break
-			}
+		if err := g.numberQP(q, init.GSI); err != nil {
+			return err
 		}
 		g.qps[q.qpn] = q
 		e.nQPs.Add(1)
@@ -276,6 +278,29 @@ func (g *Group) CreateQP(init *QPConfig) (*QP, error) {
 		return nil, fmt.Errorf("create QP: %w", err)
 	}
 	return q, nil
+}
+
+// gsiQPN is the number of the general services QP.
+const gsiQPN = 1
+
+// numberQP gives q the next free QP number, or QP1 for the GSI QP.
+// QP0 (subnet management) has no meaning on RoCE and is never given.
+// Called under Do.
+func (g *Group) numberQP(q *QP, gsi bool) error {
+	if gsi {
+		if g.qps[gsiQPN] != nil {
+			return fmt.Errorf("the group has a GSI QP already: %w", ErrInvalidArgument)
+		}
+		q.qpn = gsiQPN
+		return nil
+	}
+	for {
+		q.qpn = g.nextQPN & PSNMask
+		g.nextQPN++
+		if _, used := g.qps[q.qpn]; !used && q.qpn > gsiQPN {
+			return nil
+		}
+	}
 }
 
 // Type returns the QP's transport service.

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/ibtransport/cm"
 	"github.com/softnic/softnic/roce"
 )
 
@@ -160,12 +161,17 @@ type Config struct {
 	// goroutine (see roce.DeviceConfig.Engines; 0: one per receive queue
 	// of the link, up to the number of CPUs).
 	Engines int
+	// CMMillisecond is how long one millisecond of the connection
+	// manager's timeouts lasts (see cm.Config.Millisecond); zero is a
+	// millisecond. Tests shrink it to see retries run out quickly.
+	CMMillisecond time.Duration
 }
 
 // Device is an opened RDMA device (ibv_context): a RoCE device, whose
 // engines (group) run the transport, and the verbs objects' device-wide
 // state.
 type Device struct {
+	cfg   Config
 	dev   *roce.Device
 	group *ibtransport.Group
 	// keys and mrs are the memory keys of all the device's regions: the
@@ -174,6 +180,8 @@ type Device struct {
 	mrs    keyTable
 	nextPD atomic.Uint32
 	events chan Event
+	gsi    *gsi
+	cm     *cm.Manager
 }
 
 // Open opens a device on link (ibv_open_device). The device runs an engine
@@ -183,8 +191,13 @@ func Open(link roce.Link, cfg Config) (*Device, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open device: %w", err)
 	}
-	dev := &Device{dev: d, group: d.Group(), keys: newKeySource(), mrs: newKeyTable(), events: make(chan Event, 256)}
+	dev := &Device{cfg: cfg, dev: d, group: d.Group(), keys: newKeySource(), mrs: newKeyTable(), events: make(chan Event, 256)}
 	dev.group.HandleEvents(dev.onQPEvent)
+	if dev.gsi, err = openGSI(dev); err != nil {
+		d.Close()
+		return nil, fmt.Errorf("open device: QP1: %w", err)
+	}
+	dev.startCM()
 	return dev, nil
 }
 
@@ -203,7 +216,14 @@ func (d *Device) Poll() bool { return d.dev.Poll() }
 func (d *Device) Unpoll() { d.dev.Unpoll() }
 
 // Close stops the device; the link stays open.
-func (d *Device) Close() error { return d.dev.Close() }
+func (d *Device) Close() error {
+	d.cm.Close()
+	d.gsi.close()
+	return d.dev.Close()
+}
+
+// GSICounters returns the counters of the device's QP1.
+func (d *Device) GSICounters() *GSICounters { return &d.gsi.ctr }
 
 // RoCE returns the underlying RoCE device (counters, neighbours).
 func (d *Device) RoCE() *roce.Device { return d.dev }
@@ -246,4 +266,15 @@ func (d *Device) Query() DeviceAttr {
 	return DeviceAttr{MaxQPWR: ibtransport.MaxQPWR, MaxSGE: ibtransport.MaxSGE, MaxCQE: MaxCQE,
 		MaxInlineData: ibtransport.MaxInline, MaxQPRdAtom: ibtransport.MaxRdAtomic, MaxMsgSize: 1 << 31,
 		AtomicHostOrder: true, PhysPortCnt: 1}
+}
+
+// ActiveMTU returns the port's active MTU (ibv_port_attr.active_mtu): the
+// largest IB MTU whose packets fit the link.
+func (d *Device) ActiveMTU() MTU {
+	room := roce.ActiveIBMTU(d.dev.Link().MTU())
+	m := MTU4096
+	for m > MTU256 && m.Bytes() > room {
+		m--
+	}
+	return m
 }

@@ -1,0 +1,166 @@
+package rdmacm
+
+import (
+	"fmt"
+	"math/rand/v2"
+
+	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/ibtransport/cm"
+	"github.com/softnic/softnic/ibtransport/mad"
+	"github.com/softnic/softnic/verbs"
+)
+
+// The active side: Connect sends a REQ; the REP moves the QP to RTS and
+// answers with an RTU (onREP); a REJ or the REQ's retries running out end
+// the attempt.
+
+// hopLimit is the GRH hop limit (IPv4 TTL) of connections, the kernel's
+// default TTL, as rxe's rdma_cm connections carry it.
+const hopLimit = 64
+
+// Connect connects to the peer resolved by ResolveAddr and ResolveRoute
+// (rdma_connect). It returns once the REQ is sent; EventEstablished,
+// EventRejected (ErrRefused when nobody listens on the port),
+// EventUnreachable (no answer after the CM's retries) or EventConnectError
+// follows.
+func (id *ID) Connect(p *ConnParam) error {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	if id.state != stateRouteResolved || id.qp == nil {
+		return fmt.Errorf("connect: %w", ErrState)
+	}
+	if len(p.PrivateData) > mad.CMAUserDataLen {
+		return fmt.Errorf("connect: %d bytes of private data, at most %d: %w", len(p.PrivateData), mad.CMAUserDataLen, ErrInvalidArgument)
+	}
+	id.param = *p
+	id.ourPSN = rand.Uint32() & ibtransport.PSNMask
+	local, err := id.dev.GID(id.gidIndex)
+	if err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
+	req := cm.REQParams{
+		Peer:        id.peerAV(),
+		LocalGID:    local,
+		PeerGID:     gidOf(id.peer.Addr()),
+		ServiceID:   mad.ServiceID(id.ps, id.peer.Port()),
+		LocalQPN:    id.qp.QPN(),
+		StartingPSN: id.ourPSN,
+		// The REQ's resources are the sender's: what it lets the peer
+		// issue, and how many it issues itself.
+		ResponderResources: p.ResponderResources,
+		InitiatorDepth:     p.InitiatorDepth,
+		PathMTU:            id.pathMTU(),
+		RetryCount:         retryCount(p),
+		RNRRetryCount:      p.RNRRetryCount,
+		Transport:          mad.TransportRC,
+		PrivateData:        id.cmaPrivateData(p.PrivateData),
+		HopLimit:           hopLimit,
+	}
+	conn, err := id.dev.CM().Connect(req, id.onActiveEvent)
+	if err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
+	id.conn, id.state = conn, stateConnect
+	return nil
+}
+
+// peerAV is the address vector of the peer. Called under mu.
+func (id *ID) peerAV() verbs.AddressVector {
+	return verbs.AddressVector{DGID: gidOf(id.peer.Addr()), SGIDIndex: uint8(id.gidIndex), HopLimit: hopLimit}
+}
+
+// pathMTU is the largest MTU of the device's link. Called under mu.
+func (id *ID) pathMTU() verbs.MTU { return id.dev.ActiveMTU() }
+
+func retryCount(p *ConnParam) uint8 {
+	if p.RetryCount == 0 {
+		return defaultRetryCount
+	}
+	return min(p.RetryCount, 7)
+}
+
+// cmaPrivateData is a REQ's private data: the rdma_cm header with both
+// addresses and our port, then the caller's. Called under mu.
+func (id *ID) cmaPrivateData(user []byte) []byte {
+	b := make([]byte, mad.CMAHeaderLen+len(user))
+	h := mad.CMAHeader(b[:mad.CMAHeaderLen])
+	h.SetVersion(mad.CMAVersion)
+	ipv := uint8(6)
+	if id.local.Addr().Is4() {
+		ipv = 4
+	}
+	h.SetIPVersion(ipv)
+	h.SetSrcPort(id.local.Port())
+	h.SetAddrs(id.local.Addr(), id.peer.Addr())
+	copy(b[mad.CMAHeaderLen:], user)
+	return b
+}
+
+// onActiveEvent is the IB CM's news of a connection this ID asked for.
+func (id *ID) onActiveEvent(ev cm.Event) {
+	switch ev.Type {
+	case cm.EventREPReceived:
+		id.onREP(ev)
+	case cm.EventREJReceived:
+		id.failConnect(Event{Type: EventRejected, Reason: ev.Reason, Param: ConnParam{PrivateData: ev.PrivateData},
+			Err: rejectError(ev.Reason)})
+	case cm.EventTimeout:
+		id.failConnect(Event{Type: EventUnreachable, Err: ErrTimedOut})
+	default:
+		id.onConnectedEvent(ev)
+	}
+}
+
+// onREP connects the QP to the replying QP and confirms with an RTU.
+func (id *ID) onREP(ev cm.Event) {
+	id.mu.Lock()
+	if id.state != stateConnect {
+		id.mu.Unlock()
+		return
+	}
+	p := path{av: id.peerAV(), mtu: id.pathMTU(), destQPN: ev.RemoteQPN, recvPSN: id.ourPSN, sendPSN: ev.StartingPSN,
+		responderResources: min(id.param.ResponderResources, ev.InitiatorDepth),
+		initiatorDepth:     min(id.param.InitiatorDepth, ev.ResponderResources),
+		retryCount:         retryCount(&id.param), rnrRetryCount: ev.RNRRetryCount}
+	qp, conn := id.qp, id.conn
+	err := toRTS(qp, &p)
+	if err == nil {
+		id.state = stateEstablished
+	}
+	id.mu.Unlock()
+	if err != nil {
+		conn.Reject(mad.RejectConsumer, nil)
+		id.failConnect(Event{Type: EventConnectError, Err: err})
+		return
+	}
+	if err := conn.ReadyToUse(nil); err != nil {
+		id.failConnect(Event{Type: EventConnectError, Err: err})
+		return
+	}
+	id.ch.post(Event{Type: EventEstablished, ID: id, Param: ConnParam{PrivateData: ev.PrivateData,
+		ResponderResources: ev.ResponderResources, InitiatorDepth: ev.InitiatorDepth, RNRRetryCount: ev.RNRRetryCount}})
+}
+
+// failConnect ends a connection attempt: the QP goes to ERR and the ID
+// back to the state it could connect from, as librdmacm leaves it.
+func (id *ID) failConnect(ev Event) {
+	id.mu.Lock()
+	if id.state == stateDestroying {
+		id.mu.Unlock()
+		return
+	}
+	toError(id.qp)
+	id.conn = nil
+	id.state = stateRouteResolved
+	id.mu.Unlock()
+	ev.ID = id
+	id.ch.post(ev)
+}
+
+// rejectError is the error of a rejected connection.
+func rejectError(r mad.RejectReason) error {
+	if r == mad.RejectInvalidServiceID {
+		return fmt.Errorf("%w (nobody listens on the port)", ErrRefused)
+	}
+	return fmt.Errorf("rdmacm: connection rejected, reason %d", r)
+}

@@ -1,0 +1,57 @@
+package rdmacm
+
+import (
+	"fmt"
+
+	"github.com/softnic/softnic/ibtransport/cm"
+)
+
+// Disconnect ends the connection (rdma_disconnect): the QP goes to ERR,
+// flushing what is posted, and a DREQ goes to the peer. EventDisconnected
+// follows on the DREP (or when the DREQ's retries run out), and on the
+// peer's side on the DREQ. After the peer disconnected first, Disconnect
+// has nothing left to do and returns nil.
+func (id *ID) Disconnect() error {
+	id.mu.Lock()
+	switch id.state {
+	case stateDisconnect:
+		id.mu.Unlock()
+		return nil
+	case stateConnect, stateAccepted, stateEstablished:
+	default:
+		id.mu.Unlock()
+		return fmt.Errorf("disconnect: %w", ErrState)
+	}
+	id.state = stateDisconnect
+	toError(id.qp)
+	conn := id.conn
+	id.mu.Unlock()
+	return conn.Disconnect(nil)
+}
+
+// onConnectedEvent handles the events of a connection that both sides
+// share: disconnection and the end of TIMEWAIT.
+func (id *ID) onConnectedEvent(ev cm.Event) {
+	var out EventType
+	switch ev.Type {
+	case cm.EventDREQReceived:
+		// The IB CM answered with a DREP already.
+		id.mu.Lock()
+		id.state = stateDisconnect
+		toError(id.qp)
+		id.mu.Unlock()
+		out = EventDisconnected
+	case cm.EventDisconnected:
+		out = EventDisconnected
+	case cm.EventTimewaitExit:
+		out = EventTimewaitExit
+	default:
+		return
+	}
+	id.mu.Lock()
+	gone := id.state == stateDestroying
+	id.mu.Unlock()
+	if !gone {
+		id.ch.post(Event{Type: out, ID: id})
+	}
+}

@@ -1,0 +1,148 @@
+package rdmacm
+
+import (
+	"context"
+	"errors"
+	"sync"
+
+	"github.com/softnic/softnic/ibtransport/mad"
+)
+
+// EventType is what happened to an ID (enum rdma_cm_event_type), numbered
+// as in librdmacm.
+type EventType uint8
+
+// Event types.
+const (
+	EventAddrResolved   EventType = 0
+	EventAddrError      EventType = 1
+	EventRouteResolved  EventType = 2
+	EventRouteError     EventType = 3
+	EventConnectRequest EventType = 4
+	EventConnectError   EventType = 6
+	EventUnreachable    EventType = 7
+	EventRejected       EventType = 8
+	EventEstablished    EventType = 9
+	EventDisconnected   EventType = 10
+	EventTimewaitExit   EventType = 15
+)
+
+var eventNames = map[EventType]string{
+	EventAddrResolved:   "RDMA_CM_EVENT_ADDR_RESOLVED",
+	EventAddrError:      "RDMA_CM_EVENT_ADDR_ERROR",
+	EventRouteResolved:  "RDMA_CM_EVENT_ROUTE_RESOLVED",
+	EventRouteError:     "RDMA_CM_EVENT_ROUTE_ERROR",
+	EventConnectRequest: "RDMA_CM_EVENT_CONNECT_REQUEST",
+	EventConnectError:   "RDMA_CM_EVENT_CONNECT_ERROR",
+	EventUnreachable:    "RDMA_CM_EVENT_UNREACHABLE",
+	EventRejected:       "RDMA_CM_EVENT_REJECTED",
+	EventEstablished:    "RDMA_CM_EVENT_ESTABLISHED",
+	EventDisconnected:   "RDMA_CM_EVENT_DISCONNECTED",
+	EventTimewaitExit:   "RDMA_CM_EVENT_TIMEWAIT_EXIT",
+}
+
+// String returns librdmacm's name of the event (rdma_event_str).
+func (t EventType) String() string {
+	if s, ok := eventNames[t]; ok {
+		return s
+	}
+	return "UNKNOWN EVENT"
+}
+
+// Event is one event of an ID (struct rdma_cm_event).
+type Event struct {
+	Type EventType
+	// ID is the ID the event is about; for EventConnectRequest, the new ID
+	// of the connection, whose Listen is the listening ID.
+	ID     *ID
+	Listen *ID
+	// Param is what the peer sent: its private data (for a connect
+	// request, what follows the rdma_cm header) and its resources.
+	Param ConnParam
+	// Reason is a REJ's reason (EventRejected): mad.RejectInvalidServiceID
+	// when nobody listens on the port, mad.RejectConsumer when the peer's
+	// program rejected.
+	Reason mad.RejectReason
+	// Err says why, for the error events.
+	Err error
+}
+
+// Errors of events and of calls.
+var (
+	ErrClosed          = errors.New("rdmacm: closed")
+	ErrRefused         = errors.New("rdmacm: connection refused")
+	ErrTimedOut        = errors.New("rdmacm: connection timed out")
+	ErrInvalidArgument = errors.New("rdmacm: invalid argument")
+	ErrAddrInUse       = errors.New("rdmacm: address in use")
+	ErrNoDevice        = errors.New("rdmacm: no device has the address")
+	ErrState           = errors.New("rdmacm: not allowed in the ID's state")
+)
+
+// EventChannel delivers the events of the IDs created on it, in order
+// (struct rdma_event_channel). Events queue without bound: an ID's events
+// are few.
+type EventChannel struct {
+	mu     sync.Mutex
+	queue  []Event
+	wake   chan struct{} // one token while queue is not empty
+	closed bool
+}
+
+// NewEventChannel creates an event channel (rdma_create_event_channel).
+func (c *CM) NewEventChannel() *EventChannel {
+	return &EventChannel{wake: make(chan struct{}, 1)}
+}
+
+// Get waits for the next event (rdma_get_cm_event). Events need no
+// acknowledgement.
+func (ch *EventChannel) Get(ctx context.Context) (Event, error) {
+	for {
+		ch.mu.Lock()
+		if len(ch.queue) > 0 {
+			ev := ch.queue[0]
+			ch.queue[0] = Event{}
+			ch.queue = ch.queue[1:]
+			if len(ch.queue) > 0 {
+				ch.signal()
+			}
+			ch.mu.Unlock()
+			return ev, nil
+		}
+		closed := ch.closed
+		ch.mu.Unlock()
+		if closed {
+			return Event{}, ErrClosed
+		}
+		select {
+		case <-ch.wake:
+		case <-ctx.Done():
+			return Event{}, ctx.Err()
+		}
+	}
+}
+
+// Close makes Get return ErrClosed once the queued events are taken
+// (rdma_destroy_event_channel).
+func (ch *EventChannel) Close() {
+	ch.mu.Lock()
+	ch.closed = true
+	ch.signal()
+	ch.mu.Unlock()
+}
+
+func (ch *EventChannel) post(ev Event) {
+	ch.mu.Lock()
+	if !ch.closed {
+		ch.queue = append(ch.queue, ev)
+		ch.signal()
+	}
+	ch.mu.Unlock()
+}
+
+// signal leaves a token in wake. Called under mu.
+func (ch *EventChannel) signal() {
+	select {
+	case ch.wake <- struct{}{}:
+	default:
+	}
+}

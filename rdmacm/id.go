@@ -1,0 +1,297 @@
+package rdmacm
+
+import (
+	"fmt"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/softnic/softnic/ibtransport/cm"
+	"github.com/softnic/softnic/ibtransport/mad"
+	"github.com/softnic/softnic/verbs"
+)
+
+// ID is a connection identifier (struct rdma_cm_id): bound to an address,
+// it listens or connects, and moves its QP through the states the
+// connection needs.
+type ID struct {
+	c  *CM
+	ch *EventChannel
+	ps mad.PortSpace
+
+	mu       sync.Mutex
+	state    idState
+	dev      *verbs.Device
+	gidIndex int
+	local    netip.AddrPort // bound (a port reserved in c.ports when valid)
+	peer     netip.AddrPort
+	qp       *verbs.QP
+	pd       *verbs.PD
+	conn     *cm.Conn // the IB CM connection once connecting or requested
+	listens  []*cm.Listener
+	listen   *ID       // for an ID made by a connect request: the listening ID
+	req      cm.Event  // the connect request, until Accept
+	ourPSN   uint32    // the PSN our receive queue expects
+	param    ConnParam // ours, from Connect or Accept
+	backlog  int
+	pending  int // connect requests not yet accepted or rejected (listening IDs)
+}
+
+type idState uint8
+
+const (
+	stateIdle idState = iota
+	stateAddrQuery
+	stateAddrResolved
+	stateRouteResolved
+	stateListen
+	stateConnect   // REQ sent
+	stateRequested // REQ received, not yet accepted
+	stateAccepted  // REP sent
+	stateEstablished
+	stateDisconnect // DREQ sent or received
+	stateDestroying
+)
+
+// ConnParam are the parameters of a connection (struct rdma_conn_param).
+type ConnParam struct {
+	// PrivateData goes to the peer in the REQ (after the 36-byte rdma_cm
+	// header: at most mad.CMAUserDataLen bytes), the REP or the REJ.
+	PrivateData []byte
+	// ResponderResources is how many RDMA READs and atomics the peer may
+	// have outstanding at this side; InitiatorDepth how many this side
+	// issues at once.
+	ResponderResources, InitiatorDepth uint8
+	// RetryCount and RNRRetryCount are the QP's retry counts (7: forever
+	// for RNR). Zero RetryCount is taken as 7 as librdmacm's users mostly
+	// mean it; RNRRetryCount is used as given.
+	RetryCount, RNRRetryCount uint8
+}
+
+// CreateID creates an ID whose events go to ch (rdma_create_id).
+func (c *CM) CreateID(ch *EventChannel, ps mad.PortSpace) (*ID, error) {
+	if ch == nil || ps != PortSpaceTCP {
+		return nil, fmt.Errorf("create ID: port space %#x: %w", uint16(ps), ErrInvalidArgument)
+	}
+	id := &ID{c: c, ch: ch, ps: ps}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, ErrClosed
+	}
+	c.ids[id] = struct{}{}
+	return id, nil
+}
+
+// Device returns the device the ID is bound to (its verbs context); nil
+// until its address is resolved or bound to a device's address.
+func (id *ID) Device() *verbs.Device {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	return id.dev
+}
+
+// QP returns the ID's QP (CreateQP), or nil.
+func (id *ID) QP() *verbs.QP {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	return id.qp
+}
+
+// LocalAddr returns the address and port the ID is bound to.
+func (id *ID) LocalAddr() netip.AddrPort {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	return id.local
+}
+
+// PeerAddr returns the peer's address and port once known.
+func (id *ID) PeerAddr() netip.AddrPort {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	return id.peer
+}
+
+// Bind binds the ID to a local address and port (rdma_bind_addr); port 0
+// picks a free one. An unspecified address binds every device, for
+// Listen.
+func (id *ID) Bind(ap netip.AddrPort) error {
+	ap = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+	var dev *verbs.Device
+	var gi int
+	if !ap.Addr().IsUnspecified() {
+		var err error
+		if dev, gi, err = id.c.device(ap.Addr()); err != nil {
+			return fmt.Errorf("bind %v: %w", ap, err)
+		}
+	}
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	if id.state != stateIdle || id.local.IsValid() {
+		return fmt.Errorf("bind %v: %w", ap, ErrState)
+	}
+	bound, err := id.c.bind(id, ap)
+	if err != nil {
+		return err
+	}
+	id.local, id.dev, id.gidIndex = bound, dev, gi
+	return nil
+}
+
+// ResolveAddr finds the device and local address that reach dst
+// (rdma_resolve_addr): src if valid, else the bound address, else the
+// route's. It returns at once; EventAddrResolved or EventAddrError follows
+// within timeout.
+func (id *ID) ResolveAddr(src netip.Addr, dst netip.AddrPort, timeout time.Duration) error {
+	dst = netip.AddrPortFrom(dst.Addr().Unmap(), dst.Port())
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	if id.state != stateIdle || !dst.IsValid() || dst.Addr().IsUnspecified() {
+		return fmt.Errorf("resolve address %v: %w", dst, ErrState)
+	}
+	if !src.IsValid() && id.local.IsValid() && !id.local.Addr().IsUnspecified() {
+		src = id.local.Addr()
+	}
+	id.state, id.peer = stateAddrQuery, dst
+	go id.resolveAddr(src.Unmap(), dst.Addr(), timeout)
+	return nil
+}
+
+// resolveAddr is ResolveAddr's work: the route, the device, the port, the
+// neighbour.
+func (id *ID) resolveAddr(src, dst netip.Addr, timeout time.Duration) {
+	err := id.bindFor(src, dst)
+	if err == nil && id.c.cfg.Neighbor != nil {
+		err = id.c.cfg.Neighbor(id.dev, dst, timeout)
+	}
+	id.mu.Lock()
+	if id.state != stateAddrQuery { // destroyed meanwhile
+		id.mu.Unlock()
+		return
+	}
+	ev := Event{Type: EventAddrResolved, ID: id}
+	if err != nil {
+		id.state = stateIdle
+		ev = Event{Type: EventAddrError, ID: id, Err: fmt.Errorf("resolve address %v: %w", dst, err)}
+	} else {
+		id.state = stateAddrResolved
+	}
+	id.mu.Unlock()
+	id.ch.post(ev)
+}
+
+// bindFor binds the ID, if it is not yet, to the local address that
+// reaches dst, on a free port.
+func (id *ID) bindFor(src, dst netip.Addr) error {
+	var err error
+	if !src.IsValid() {
+		if src, err = id.c.route(dst); err != nil {
+			return err
+		}
+	}
+	dev, gi, err := id.c.device(src)
+	if err != nil {
+		return err
+	}
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	if id.local.IsValid() && !id.local.Addr().IsUnspecified() {
+		id.dev, id.gidIndex = dev, gi
+		return nil
+	}
+	port := id.local.Port()
+	if id.local.IsValid() {
+		id.c.unbind(id, id.local)
+	}
+	bound, err := id.c.bind(id, netip.AddrPortFrom(src, port))
+	if err != nil {
+		return err
+	}
+	id.local, id.dev, id.gidIndex = bound, dev, gi
+	return nil
+}
+
+// ResolveRoute finds the path to the resolved address
+// (rdma_resolve_route). On RoCE the path is the GIDs themselves, so
+// EventRouteResolved follows at once.
+func (id *ID) ResolveRoute(timeout time.Duration) error {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	if id.state != stateAddrResolved {
+		return fmt.Errorf("resolve route: %w", ErrState)
+	}
+	id.state = stateRouteResolved
+	id.ch.post(Event{Type: EventRouteResolved, ID: id})
+	return nil
+}
+
+// CreateQP creates the ID's RC QP on pd (nil: a PD of the ID's own) and
+// moves it to INIT (rdma_create_qp); Connect or Accept take it on to RTS.
+func (id *ID) CreateQP(pd *verbs.PD, init *verbs.QPInitAttr) (*verbs.QP, error) {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	if id.dev == nil || id.qp != nil {
+		return nil, fmt.Errorf("create QP: %w", ErrState)
+	}
+	if init.Type != verbs.QPTypeRC {
+		return nil, fmt.Errorf("create QP: only RC QPs connect: %w", ErrInvalidArgument)
+	}
+	if pd == nil {
+		pd = id.dev.AllocPD()
+	} else if pd.Device() != id.dev {
+		return nil, fmt.Errorf("create QP: PD of another device: %w", ErrInvalidArgument)
+	}
+	qp, err := pd.CreateQP(init)
+	if err != nil {
+		return nil, err
+	}
+	if err := toInit(qp); err != nil {
+		qp.Destroy()
+		return nil, err
+	}
+	id.qp, id.pd = qp, pd
+	return qp, nil
+}
+
+// DestroyQP destroys the ID's QP (rdma_destroy_qp).
+func (id *ID) DestroyQP() error {
+	id.mu.Lock()
+	qp := id.qp
+	id.qp = nil
+	id.mu.Unlock()
+	if qp == nil {
+		return fmt.Errorf("destroy QP: no QP: %w", ErrState)
+	}
+	return qp.Destroy()
+}
+
+// Destroy destroys the ID (rdma_destroy_id): a connection still up is
+// disconnected first, as the kernel does; a listening ID stops listening.
+// The ID's QP, if any, is destroyed too.
+func (id *ID) Destroy() error {
+	id.mu.Lock()
+	if id.state == stateDestroying {
+		id.mu.Unlock()
+		return fmt.Errorf("destroy ID: %w", ErrState)
+	}
+	id.state = stateDestroying
+	conn, listens, qp, local := id.conn, id.listens, id.qp, id.local
+	id.conn, id.listens, id.qp = nil, nil, nil
+	id.mu.Unlock()
+	for _, l := range listens {
+		l.Close()
+	}
+	if conn != nil {
+		conn.Destroy()
+	}
+	if qp != nil {
+		qp.Destroy()
+	}
+	if local.IsValid() {
+		id.c.unbind(id, local)
+	}
+	id.c.mu.Lock()
+	delete(id.c.ids, id)
+	id.c.mu.Unlock()
+	return nil
+}

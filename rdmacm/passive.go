@@ -1,0 +1,200 @@
+package rdmacm
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+
+	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/ibtransport/cm"
+	"github.com/softnic/softnic/ibtransport/mad"
+	"github.com/softnic/softnic/verbs"
+)
+
+// The passive side: Listen registers the port's service ID with the IB CM
+// of each device the ID is bound to; each REQ becomes a new ID and an
+// EventConnectRequest (onREQ); Accept moves its QP to RTS and replies with
+// a REP; the RTU makes it established.
+
+// Listen listens for connection requests on the bound port (rdma_listen);
+// an ID not yet bound is bound to every device on a free port. backlog
+// bounds the requests not yet accepted or rejected; more are rejected.
+func (id *ID) Listen(backlog int) error {
+	if !id.LocalAddr().IsValid() {
+		if err := id.Bind(netip.AddrPortFrom(netip.IPv6Unspecified(), 0)); err != nil {
+			return err
+		}
+	}
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	if id.state != stateIdle {
+		return fmt.Errorf("listen: %w", ErrState)
+	}
+	devs := id.c.cfg.Devices
+	if id.dev != nil {
+		devs = []*verbs.Device{id.dev}
+	}
+	sid := mad.ServiceID(id.ps, id.local.Port())
+	for _, d := range devs {
+		l, err := d.CM().Listen(sid, func(ev cm.Event) { id.onREQ(d, ev) })
+		if err != nil {
+			for _, l := range id.listens {
+				l.Close()
+			}
+			id.listens = nil
+			return fmt.Errorf("listen on %v: %w", id.local, err)
+		}
+		id.listens = append(id.listens, l)
+	}
+	id.state, id.backlog = stateListen, max(backlog, 1)
+	return nil
+}
+
+// onREQ turns a REQ that came to the listener on dev into a new ID and an
+// EventConnectRequest, or rejects it.
+func (id *ID) onREQ(dev *verbs.Device, ev cm.Event) {
+	if ev.Type != cm.EventREQReceived {
+		return
+	}
+	child, err := id.newChild(dev, ev)
+	if err != nil {
+		// As cma.c: a request the listener cannot take is a consumer
+		// reject.
+		ev.Conn.Reject(mad.RejectConsumer, nil)
+		return
+	}
+	ev.Conn.SetHandler(child.onPassiveEvent)
+	id.ch.post(Event{Type: EventConnectRequest, ID: child, Listen: id, Param: ConnParam{
+		PrivateData:        ev.PrivateData[mad.CMAHeaderLen:],
+		ResponderResources: ev.ResponderResources, InitiatorDepth: ev.InitiatorDepth,
+		RetryCount: ev.RetryCount, RNRRetryCount: ev.RNRRetryCount}})
+}
+
+// newChild makes the ID of a connection request, if the listener takes it.
+func (id *ID) newChild(dev *verbs.Device, ev cm.Event) (*ID, error) {
+	if len(ev.PrivateData) < mad.CMAHeaderLen {
+		return nil, fmt.Errorf("REQ without an rdma_cm header: %w", ErrInvalidArgument)
+	}
+	h := mad.CMAHeader(ev.PrivateData[:mad.CMAHeaderLen])
+	if err := h.Check(); err != nil {
+		return nil, err
+	}
+	gi := -1
+	for i, g := range dev.GIDTable() {
+		if g == ev.LocalGID {
+			gi = i
+		}
+	}
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	switch {
+	case id.state != stateListen:
+		return nil, ErrState
+	case gi < 0:
+		return nil, fmt.Errorf("REQ to GID %v, not the device's: %w", ev.LocalGID, ErrNoDevice)
+	case !id.local.Addr().IsUnspecified() && id.local.Addr() != h.DstAddr().Unmap():
+		return nil, fmt.Errorf("REQ to %v, listening on %v: %w", h.DstAddr(), id.local, ErrInvalidArgument)
+	case id.pending >= id.backlog:
+		return nil, fmt.Errorf("backlog of %d full: %w", id.backlog, ErrInvalidArgument)
+	}
+	id.pending++
+	child := &ID{c: id.c, ch: id.ch, ps: id.ps, state: stateRequested, dev: dev, gidIndex: gi,
+		local: netip.AddrPortFrom(h.DstAddr().Unmap(), id.local.Port()),
+		peer:  netip.AddrPortFrom(h.SrcAddr().Unmap(), h.SrcPort()),
+		conn:  ev.Conn, listen: id, req: ev}
+	child.local = netip.AddrPortFrom(child.local.Addr(), id.local.Port())
+	id.c.mu.Lock()
+	id.c.ids[child] = struct{}{}
+	id.c.mu.Unlock()
+	return child, nil
+}
+
+// settled tells the listening ID that one of its requests was accepted,
+// rejected or dropped.
+func (id *ID) settled() {
+	id.mu.Lock()
+	if id.pending > 0 {
+		id.pending--
+	}
+	id.mu.Unlock()
+}
+
+// Accept accepts a connection request (rdma_accept): the ID's QP goes to
+// RTS and a REP goes to the peer; EventEstablished follows on the RTU.
+func (id *ID) Accept(p *ConnParam) error {
+	id.mu.Lock()
+	if id.state != stateRequested || id.qp == nil {
+		id.mu.Unlock()
+		return fmt.Errorf("accept: %w", ErrState)
+	}
+	if len(p.PrivateData) > mad.REPPrivateDataLen {
+		id.mu.Unlock()
+		return fmt.Errorf("accept: %d bytes of private data: %w", len(p.PrivateData), ErrInvalidArgument)
+	}
+	r := &id.req
+	id.param = *p
+	id.ourPSN = rand.Uint32() & ibtransport.PSNMask
+	pa := path{
+		av:      verbs.AddressVector{DGID: r.PeerGID, SGIDIndex: uint8(id.gidIndex), HopLimit: hopLimit, TrafficClass: r.TrafficClass, FlowLabel: r.FlowLabel},
+		mtu:     min(r.PathMTU, id.dev.ActiveMTU()),
+		destQPN: r.RemoteQPN, recvPSN: id.ourPSN, sendPSN: r.StartingPSN,
+		responderResources: min(p.ResponderResources, r.InitiatorDepth),
+		initiatorDepth:     min(p.InitiatorDepth, r.ResponderResources),
+		retryCount:         r.RetryCount, rnrRetryCount: r.RNRRetryCount,
+	}
+	err := toRTS(id.qp, &pa)
+	rep := cm.REPParams{LocalQPN: id.qp.QPN(), StartingPSN: id.ourPSN, ResponderResources: pa.responderResources,
+		InitiatorDepth: pa.initiatorDepth, RNRRetryCount: p.RNRRetryCount, PrivateData: p.PrivateData}
+	conn, listen := id.conn, id.listen
+	if err == nil {
+		id.state = stateAccepted
+	}
+	id.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("accept: %w", err)
+	}
+	listen.settled()
+	if err := conn.Accept(rep); err != nil {
+		return fmt.Errorf("accept: %w", err)
+	}
+	return nil
+}
+
+// Reject rejects a connection request (rdma_reject) with a consumer
+// reject carrying privateData.
+func (id *ID) Reject(privateData []byte) error {
+	id.mu.Lock()
+	if id.state != stateRequested {
+		id.mu.Unlock()
+		return fmt.Errorf("reject: %w", ErrState)
+	}
+	conn, listen := id.conn, id.listen
+	id.state, id.conn = stateIdle, nil
+	id.mu.Unlock()
+	listen.settled()
+	return conn.Reject(mad.RejectConsumer, privateData)
+}
+
+// onPassiveEvent is the IB CM's news of a connection this ID was asked
+// for.
+func (id *ID) onPassiveEvent(ev cm.Event) {
+	switch ev.Type {
+	case cm.EventRTUReceived, cm.EventEstablished:
+		id.mu.Lock()
+		ok := id.state == stateAccepted
+		if ok {
+			id.state = stateEstablished
+		}
+		id.mu.Unlock()
+		if ok {
+			id.ch.post(Event{Type: EventEstablished, ID: id})
+		}
+	case cm.EventTimeout:
+		id.failConnect(Event{Type: EventUnreachable, Err: ErrTimedOut})
+	case cm.EventREJReceived:
+		id.failConnect(Event{Type: EventRejected, Reason: ev.Reason, Param: ConnParam{PrivateData: ev.PrivateData},
+			Err: rejectError(ev.Reason)})
+	default:
+		id.onConnectedEvent(ev)
+	}
+}

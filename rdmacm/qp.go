@@ -1,0 +1,79 @@
+package rdmacm
+
+import (
+	"fmt"
+
+	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/verbs"
+)
+
+// The QP attributes the connection manager sets, where the exchange does
+// not decide them.
+const (
+	// minRNRTimer is what RTR sets: 0.64 ms, perftest's value; cm.c's
+	// default of 0 means 655 ms, which turns one receive not yet posted
+	// into a long stall.
+	minRNRTimer = 12
+	// ackTimeout is the RTS local ACK timeout (4.096 µs × 2^14 = 67 ms):
+	// a RoCE path's round trip is far shorter, and a short timeout heals
+	// a lost packet fast.
+	ackTimeout = 14
+	// defaultRetryCount is used when ConnParam.RetryCount is 0.
+	defaultRetryCount = 7
+)
+
+// path is what the QP of a connection needs to know of the other side.
+type path struct {
+	av                 verbs.AddressVector
+	mtu                verbs.MTU
+	destQPN            uint32
+	recvPSN, sendPSN   uint32
+	responderResources uint8 // READs and atomics the peer may have outstanding here
+	initiatorDepth     uint8 // READs and atomics issued at once
+	retryCount         uint8
+	rnrRetryCount      uint8
+}
+
+// toInit moves a new QP to INIT on port 1, default partition, no remote
+// access yet (cma.c: access comes with the connection).
+func toInit(qp *verbs.QP) error {
+	attr := verbs.QPAttr{State: verbs.QPSInit, Port: 1}
+	mask := verbs.QPAttrState | verbs.QPAttrPKeyIndex | verbs.QPAttrPort | verbs.QPAttrAccessFlags
+	if err := qp.Modify(&attr, mask); err != nil {
+		return fmt.Errorf("QP to INIT: %w", err)
+	}
+	return nil
+}
+
+// toRTS connects qp along p: INIT to RTR to RTS. Remote writes are always
+// allowed, reads and atomics when the peer may issue them, as cm.c's
+// ib_cm_init_qp_attr grants them.
+func toRTS(qp *verbs.QP, p *path) error {
+	access := verbs.AccessRemoteWrite
+	if p.responderResources > 0 {
+		access |= verbs.AccessRemoteRead | verbs.AccessRemoteAtomic
+	}
+	rtr := verbs.QPAttr{State: verbs.QPSRTR, AccessFlags: access, AV: p.av, PathMTU: p.mtu, DestQPN: p.destQPN,
+		RQPSN: ibtransport.PSN(p.recvPSN), MaxDestRdAtomic: max(p.responderResources, 1), MinRNRTimer: minRNRTimer}
+	mask := verbs.QPAttrState | verbs.QPAttrAccessFlags | verbs.QPAttrAV | verbs.QPAttrPathMTU | verbs.QPAttrDestQPN |
+		verbs.QPAttrRQPSN | verbs.QPAttrMaxDestRdAtomic | verbs.QPAttrMinRNRTimer
+	if err := qp.Modify(&rtr, mask); err != nil {
+		return fmt.Errorf("QP to RTR: %w", err)
+	}
+	rts := verbs.QPAttr{State: verbs.QPSRTS, SQPSN: ibtransport.PSN(p.sendPSN), Timeout: ackTimeout,
+		RetryCnt: p.retryCount, RNRRetry: p.rnrRetryCount, MaxRdAtomic: max(p.initiatorDepth, 1)}
+	mask = verbs.QPAttrState | verbs.QPAttrSQPSN | verbs.QPAttrTimeout | verbs.QPAttrRetryCnt |
+		verbs.QPAttrRNRRetry | verbs.QPAttrMaxQPRdAtomic
+	if err := qp.Modify(&rts, mask); err != nil {
+		return fmt.Errorf("QP to RTS: %w", err)
+	}
+	return nil
+}
+
+// toError moves qp to ERR, flushing its work requests, as the kernel does
+// when a connection ends.
+func toError(qp *verbs.QP) {
+	if qp != nil {
+		qp.Modify(&verbs.QPAttr{State: verbs.QPSErr}, verbs.QPAttrState)
+	}
+}
