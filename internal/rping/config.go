@@ -1,6 +1,7 @@
 package rping
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -105,4 +106,16 @@ func ExitStatus(err error) int {
 	default:
 		return 255
 	}
+}
+
+// interrupted is the failure of a run stopped from outside: rping dies of
+// the signal, which a shell reports as 128+SIGINT.
+func interrupted(err error) error { return &Failure{Status: 130, Reason: err.Error()} }
+
+// loopFailure is the failure of a test loop that ended with err.
+func loopFailure(err error) error {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return interrupted(err)
+	}
+	return failed(err.Error())
 }

@@ -54,6 +54,9 @@ func (s *session) testServer() error {
 			return s.loopResult(err)
 		}
 		s.log.debugf("server received sink adv\n")
+		if err := s.checkSource(); err != nil {
+			return s.loopResult(err)
+		}
 		s.setRDMA(verbs.WRRDMARead, s.remote.size)
 		if err := s.post(&s.rdmaWR); err != nil {
 			return s.loopResult(err)
@@ -90,9 +93,19 @@ func (s *session) testServer() error {
 	}
 }
 
+// checkSource refuses a source larger than the sink, which the READ could
+// not land in. rping posts the READ anyway and its QP fails it with a
+// local protection error; refusing first says why.
+func (s *session) checkSource() error {
+	if int64(s.remote.size) <= int64(len(s.rdmaBuf)) {
+		return nil
+	}
+	s.log.errorf("client's buffer of %d bytes does not fit the rdma buffer of %d (-S)\n", s.remote.size, len(s.rdmaBuf))
+	s.state = stateError
+	return errLoop
+}
+
 // setRDMA aims the RDMA request at the buffer the client advertised last.
-// A length beyond the sink is posted as rping posts it: the QP fails the
-// request with a local error, which ends the loop.
 func (s *session) setRDMA(op verbs.WROpcode, n uint32) {
 	s.rdmaWR.Opcode = op
 	s.rdmaWR.RKey = s.remote.rkey
