@@ -43,7 +43,7 @@ func runClient(ctx context.Context, cm *rdmacm.CM, cfg *Config, log *logger) err
 	defer life.cancel()
 	s := newSession(cfg, log, life, c.state)
 	defer s.freeBuffers()
-	if err := s.setupQP(c.id.Device(), c.id.CreateQP, c.id.DestroyQP); err != nil {
+	if err := s.setupQP(c.id.Device(), c.id.CreateQP); err != nil {
 		log.errorf("setup_qp failed: %d\n", errCode(err))
 		return failed(err.Error())
 	}

@@ -12,7 +12,14 @@
 //
 // The steps keep the names of rping.c's functions (setup_qp,
 // setup_buffers, test_server, test_client...) and print its lines, on the
-// same streams, with its exit statuses. The loops of session.go and
-// loops.go run over any connected QP; client.go and server.go connect one
-// with package rdmacm.
+// same streams, with its exit statuses. The loops (loops.go, with the CQ
+// handler in completion.go) run over any connected QP; client.go and
+// server.go connect one with package rdmacm.
+//
+// Where it differs from rping, on purpose: the one-connection server
+// rejects a second client's request (rping leaves it unanswered for
+// good); the server refuses a source larger than its sink before reading
+// it (rping's READ fails locally); with -q the CM still creates and moves
+// the QP, and only the server's accept parameters change as with rping's
+// -q; a run stopped by a signal returns status 130.
 package rping

@@ -56,10 +56,10 @@ func newSide(t *testing.T, ctx context.Context, dev *verbs.Device, cfg Config) *
 			AccessFlags: verbs.AccessRemoteRead | verbs.AccessRemoteWrite},
 			verbs.QPAttrState|verbs.QPAttrAccessFlags|verbs.QPAttrPort|verbs.QPAttrPKeyIndex)
 	}
-	require.NoError(t, sd.s.setupQP(dev, create, func() error { return sd.s.qp.Destroy() }))
+	require.NoError(t, sd.s.setupQP(dev, create))
 	require.NoError(t, sd.s.setupBuffers())
 	require.NoError(t, sd.s.postRecv())
-	t.Cleanup(func() { sd.s.freeBuffers(); sd.s.freeQP() })
+	t.Cleanup(func() { sd.s.freeBuffers(); sd.s.qp.Destroy() })
 	return sd
 }
 

@@ -19,7 +19,7 @@ func (srv *server) serve(ctx context.Context, conn *serverConn) error {
 		s.freeBuffers()
 		conn.id.Destroy() // and its QP
 	}()
-	if err := s.setupQP(conn.id.Device(), conn.id.CreateQP, conn.id.DestroyQP); err != nil {
+	if err := s.setupQP(conn.id.Device(), conn.id.CreateQP); err != nil {
 		log.errorf("setup_qp failed: %d\n", errCode(err))
 		return failed(err.Error())
 	}

@@ -19,21 +19,20 @@ type session struct {
 	cq *verbs.CQ
 	qp *verbs.QP
 
-	recvBuf, sendBuf   []byte // one rping_rdma_info each
-	rdmaBuf, startBuf  []byte // the sink (both sides), the source (client)
-	recvMR, sendMR     *verbs.MR
-	rdmaMR, startMR    *verbs.MR
-	recvSGL, sendSGL   [1]verbs.SGE
-	rdmaSGL            [1]verbs.SGE
-	recvWR             verbs.RecvWR
-	sendWR, rdmaWR     verbs.SendWR
-	remote             rdmaInfo // the buffer the peer advertised last
-	state              state
-	wcs                [cqDepth]verbs.WC
-	nwc, iwc           int    // completions in wcs, and the next to handle
-	line               []byte // a -v line, built without allocating
-	destroyQP          func() error
-	freedQP, freedBufs bool
+	recvBuf, sendBuf  []byte // one rping_rdma_info each
+	rdmaBuf, startBuf []byte // the sink (both sides), the source (client)
+	recvMR, sendMR    *verbs.MR
+	rdmaMR, startMR   *verbs.MR
+	recvSGL, sendSGL  [1]verbs.SGE
+	rdmaSGL           [1]verbs.SGE
+	recvWR            verbs.RecvWR
+	sendWR, rdmaWR    verbs.SendWR
+	remote            rdmaInfo // the buffer the peer advertised last
+	state             state
+	wcs               [cqDepth]verbs.WC
+	nwc, iwc          int    // completions in wcs, and the next to handle
+	line              []byte // a -v line, built without allocating
+	freedBufs         bool
 }
 
 func newSession(cfg *Config, log *logger, life *lifetime, st state) *session {
@@ -45,9 +44,10 @@ func newSession(cfg *Config, log *logger, life *lifetime, st state) *session {
 type createQPFunc func(pd *verbs.PD, init *verbs.QPInitAttr) (*verbs.QP, error)
 
 // setupQP is rping_setup_qp: a PD, one CQ for both queues, and the QP
-// (16 sends, 2 receives, one SGE each). rping sleeps on a completion
-// channel; this waits on the CQ, which needs none.
-func (s *session) setupQP(dev *verbs.Device, create createQPFunc, destroy func() error) error {
+// (16 sends, 2 receives, one SGE each), which its creator owns: the CM ID
+// destroys it with itself. rping sleeps on a completion channel; this
+// waits on the CQ, which needs none.
+func (s *session) setupQP(dev *verbs.Device, create createQPFunc) error {
 	s.pd = dev.AllocPD()
 	s.log.debugf("created pd %p\n", s.pd)
 	var err error
@@ -62,7 +62,6 @@ func (s *session) setupQP(dev *verbs.Device, create createQPFunc, destroy func()
 		s.log.errorf("rdma_create_qp: %v\n", err)
 		return err
 	}
-	s.destroyQP = destroy
 	s.log.debugf("created qp %p\n", s.qp)
 	return nil
 }
@@ -125,16 +124,6 @@ func (s *session) freeBuffers() {
 			mr.Dereg()
 		}
 	}
-}
-
-// freeQP is rping_free_qp: the QP goes (the CQ and PD are the garbage
-// collector's).
-func (s *session) freeQP() {
-	if s.freedQP || s.qp == nil {
-		return
-	}
-	s.freedQP = true
-	s.destroyQP()
 }
 
 // postRecv posts the one receive rping keeps posted.
