@@ -56,7 +56,9 @@ func runClient(ctx context.Context, cm *rdmacm.CM, cfg *Config, log *logger) err
 		return failed(err.Error())
 	}
 	if err := c.connect(ctx); err != nil {
-		log.errorf("connect error %d\n", -1)
+		if ctx.Err() == nil {
+			log.errorf("connect error %d\n", -1)
+		}
 		return err
 	}
 	s.state = c.state
@@ -156,12 +158,19 @@ func (c *client) ping(s *session) error {
 	c.id.Disconnect()
 	timer := time.AfterFunc(disconnectWait, s.life.cancel)
 	defer timer.Stop()
-	fatal := <-watch
+	return clientResult(err, <-watch)
+}
+
+// clientResult is the client's end: an error event's failure, else the
+// loop's (which already counts a disconnect by the server as success, as
+// rping). The disconnect the client itself asked for after a failed loop
+// does not make the failure a success.
+func clientResult(loopErr, fatal error) error {
 	switch {
 	case fatal != nil:
 		return fatal
-	case err != nil && !s.life.disconnected.Load():
-		return loopFailure(err)
+	case loopErr != nil:
+		return loopFailure(loopErr)
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package rping
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -109,4 +110,14 @@ func TestAcceptParam(t *testing.T) {
 		acceptParam(&Config{}, req, 16))
 	assert.Equal(t, connParam(), acceptParam(&Config{SelfCreateQP: true}, req, 16))
 	assert.Equal(t, &rdmacm.ConnParam{ResponderResources: 1, InitiatorDepth: 1, RetryCount: 7, RNRRetryCount: 7}, connParam())
+}
+
+// TestClientResult: a failed loop fails the client even though the
+// disconnect it asks for afterwards is confirmed; an error event wins.
+func TestClientResult(t *testing.T) {
+	assert.NoError(t, clientResult(nil, nil))
+	assert.Equal(t, 255, ExitStatus(clientResult(errors.New("rping: data mismatch"), nil)))
+	assert.Equal(t, 130, ExitStatus(clientResult(context.Canceled, nil)))
+	fatal := failed("rping: RDMA_CM_EVENT_CONNECT_ERROR")
+	assert.Equal(t, fatal, clientResult(context.Canceled, fatal))
 }
