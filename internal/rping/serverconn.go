@@ -32,7 +32,9 @@ func (srv *server) serve(ctx context.Context, conn *serverConn) error {
 		return failed(err.Error())
 	}
 	if err := srv.accept(ctx, conn); err != nil {
-		log.errorf("connect error %d\n", -1)
+		if ctx.Err() == nil {
+			log.errorf("connect error %d\n", -1)
+		}
 		return err
 	}
 	err := s.testServer()
