@@ -189,3 +189,30 @@ func TestRunPersistent(t *testing.T) {
 	assert.Zero(t, scm.IDs(), "the server's IDs left")
 	assert.Zero(t, ccm.IDs(), "the clients' IDs left")
 }
+
+// TestRunSecondClientRejected: the one-connection server rejects a second
+// client while it serves the first (a consumer reject, reason 28), and the
+// first goes on.
+func TestRunSecondClientRejected(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	scm, ccm := cmPair(t)
+	waitServer := start(ctx, scm, serverConfig())
+	waitListening(t, scm)
+	firstCtx, stopFirst := context.WithCancel(ctx)
+	ccfg := clientConfig()
+	ccfg.Verbose = true
+	first := start(firstCtx, ccm, ccfg)
+	for i := 0; scm.IDs() < 2; i++ { // the first client's connection is there
+		require.Less(t, i, 5000, "the first client did not connect")
+		time.Sleep(time.Millisecond)
+	}
+	ccfg.Verbose, ccfg.Count = false, 1
+	second := start(ctx, ccm, ccfg)()
+	assert.Equal(t, 255, ExitStatus(second.err), "%v", second)
+	assert.Equal(t, "cma event RDMA_CM_EVENT_REJECTED, error 28\nwait for CONNECTED state 4\nconnect error -1\n", second.stderr.String())
+	stopFirst()
+	assert.Equal(t, 130, ExitStatus(first().err))
+	srv := waitServer()
+	assert.NoError(t, srv.err, "%v", srv)
+}
