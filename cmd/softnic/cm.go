@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/softnic/softnic/internal/perftest"
 	"github.com/softnic/softnic/rdmacm"
 	"github.com/softnic/softnic/roce/xdplink"
 	"github.com/softnic/softnic/verbs"
@@ -23,7 +24,19 @@ var openCM = func(addr netip.Addr) (*rdmacm.CM, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	c, err := rdmacm.New(rdmacm.Config{
+	c, err := newCM(dev)
+	if err != nil {
+		closeDev()
+		return nil, nil, err
+	}
+	return c, func() { c.Close(); closeDev() }, nil
+}
+
+// newCM returns a connection manager over dev whose routes and neighbours
+// come from the kernel; a route through another interface than dev's is
+// an error.
+func newCM(dev perftest.Device) (*rdmacm.CM, error) {
+	return rdmacm.New(rdmacm.Config{
 		Devices: []*verbs.Device{dev.Verbs},
 		Route: func(dst netip.Addr) (netip.Addr, error) {
 			r, err := xdplink.RouteTo(dst)
@@ -34,9 +47,4 @@ var openCM = func(addr netip.Addr) (*rdmacm.CM, func(), error) {
 		},
 		Neighbor: func(_ *verbs.Device, peer netip.Addr, _ time.Duration) error { return dev.Resolve(peer) },
 	})
-	if err != nil {
-		closeDev()
-		return nil, nil, err
-	}
-	return c, func() { c.Close(); closeDev() }, nil
 }

@@ -25,8 +25,10 @@ const perfUsage = `usage: softnic perf TEST [flags] [host]
 TEST is write_bw, read_bw, send_bw, atomic_bw, write_lat, read_lat or
 send_lat (an "ib_" prefix is accepted). Without a host softnic is the
 server; with one it connects to the server there. Either side may be
-perftest 4.5's ib_* program. -d names the network interface softnic runs
-on (its RDMA device); -x picks the GID index in that interface's GID table.
+perftest 4.5's ib_* program, also in its rdma_cm mode (-R). -d names the
+network interface softnic runs on (its RDMA device; with -R, by default the
+interface that routes to the host); -x picks the GID index in that
+interface's GID table.
 
 flags:
 `
@@ -40,6 +42,7 @@ type perfFlags struct {
 	tclass, duration, margin     int
 	txDepth, rxDepth, cqMod      int
 	inline, qpTimeout, engines   int
+	retryCount                   int
 	size, iters                  uint64
 	cpuFreq, rdmaCM, bidir       bool
 	useOld, noPeak, runAll       bool
@@ -52,9 +55,9 @@ type perfFlags struct {
 // definePerftest registers the flags perftest 4.5 has.
 func (o *perfFlags) definePerftest(f flagSet) {
 	p := &o.p
-	f.stringVar(&o.ifname, "d", "ib-dev", "", "network interface softnic runs on (required)")
+	f.stringVar(&o.ifname, "d", "ib-dev", "", "network interface softnic runs on (required without -R)")
 	f.intVar(&o.ibPort, "i", "ib-port", 1, "port of the device (softnic devices have port 1)")
-	f.intVar(&p.Port, "p", "port", p.Port, "TCP port of the out-of-band exchange")
+	f.intVar(&p.Port, "p", "port", p.Port, "port of the exchange: TCP, or with -R rdma_cm's")
 	o.size = p.Size
 	f.Var((*sizeFlag)(&o.size), "s", "message size (K and M suffixes allowed)")
 	f.Var((*sizeFlag)(&o.size), "size", "same as -s")
@@ -72,7 +75,9 @@ func (o *perfFlags) definePerftest(f flagSet) {
 	f.stringVar(&o.conn, "c", "connection", "RC", "connection type (softnic: RC only)")
 	f.boolVar(&o.cpuFreq, "F", "CPU-freq", "do not fail on CPU frequency warnings (softnic times with the monotonic clock)")
 	f.boolVar(&o.noPeak, "N", "noPeak", "do not compute the peak bandwidth")
-	f.boolVar(&o.rdmaCM, "R", "rdma_cm", "connect QPs with RDMA CM (not supported)")
+	f.boolVar(&o.rdmaCM, "R", "rdma_cm", "connect QPs with rdma_cm and run the test on them; the exchange goes over an rdma_cm QP too (-p: its port)")
+	o.retryCount = int(p.RetryCount)
+	f.IntVar(&o.retryCount, "retry_count", o.retryCount, "with -R, the retry and RNR retry count of the test QPs (0..7)")
 	f.intVar(&o.duration, "D", "duration", 0, "run for this many seconds instead of -n iterations")
 	f.intVar(&o.margin, "f", "margin", -1, "with -D, seconds left out of the measurement at each end (default duration/4)")
 	f.boolVar(&o.bidir, "b", "bidirectional", "bidirectional test: both sides send (bandwidth tests)")
@@ -100,14 +105,14 @@ func (o *perfFlags) check(pos []string) error {
 	switch {
 	case len(pos) > 1:
 		return fmt.Errorf("one host at most, got %q", pos)
-	case o.ifname == "":
-		return errors.New("-d INTERFACE is required")
+	case o.ifname == "" && !o.rdmaCM:
+		return errors.New("-d INTERFACE is required (with -R softnic can find it by route)")
 	case o.ibPort != 1:
 		return fmt.Errorf("softnic devices have one port (1), not %d", o.ibPort)
 	case o.conn != "RC":
 		return fmt.Errorf("connection type %q not supported: softnic speaks RC", o.conn)
-	case o.rdmaCM:
-		return errors.New("-R (RDMA CM) is not supported; use the default Ethernet exchange")
+	case o.retryCount < 0 || o.retryCount > 7:
+		return fmt.Errorf("--retry_count %d out of range 0..7", o.retryCount)
 	case o.duration < 0:
 		return fmt.Errorf("duration %d must be positive", o.duration)
 	case o.tclass < 0 || o.tclass > 255:
@@ -122,6 +127,7 @@ func (o *perfFlags) check(pos []string) error {
 func (o *perfFlags) params(pos []string) (perftest.Params, error) {
 	p := o.p
 	p.QPTimeout = uint8(o.qpTimeout)
+	p.RDMACM, p.RetryCount = o.rdmaCM, uint8(o.retryCount)
 	var err error
 	if o.output != "" {
 		if p.Output, err = perftest.ParseOutput(o.output); err != nil {
@@ -220,6 +226,9 @@ func runPerf(args []string, stdout, stderr io.Writer) int {
 func (o *perfFlags) run(p perftest.Params, host string, stdout io.Writer) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if o.rdmaCM {
+		return o.runCM(ctx, p, host, stdout)
+	}
 	dev, closeDev, err := openDevice(o.ifname, o.engines)
 	if err != nil {
 		return err

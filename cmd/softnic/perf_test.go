@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/softnic/softnic/internal/perftest"
+	"github.com/softnic/softnic/rdmacm"
 	"github.com/softnic/softnic/roce/memlink"
 	"github.com/softnic/softnic/verbs"
 
@@ -155,6 +156,7 @@ func TestPerfBadUsage(t *testing.T) {
 		{"perf", "write_bw", "-d", "x", "-D", "2", "-f", "1"},
 		{"perf", "write_bw", "-d", "x", "-s", "4G"},
 		{"perf", "write_bw", "-d", "x", "-s", "3000M"},
+		{"perf", "write_bw", "-R", "-d", "x", "--retry_count", "8"},
 	} {
 		var o, e bytes.Buffer
 		if st := run(args, &o, &e); assert.NotZero(t, st, "%q: want failure", args) {
@@ -188,5 +190,59 @@ func TestPerfSoftnicStats(t *testing.T) {
 	assert.GreaterOrEqual(t, n, 20, "RxPackets")
 	for _, name := range []string{"Retransmits", "Timeouts", "RxOutOfSeq", "RxDuplicate", "TxNAKSeq", "Rx.Good", "Rx.BadICRC"} {
 		assert.Regexp(t, `(?m)^  `+regexp.QuoteMeta(name)+` +\d+$`, sout, "no %s line", name)
+	}
+}
+
+// useMemCM makes openPerfCM return the memory devices of useMemDevices,
+// each with a connection manager of its own (two hosts).
+func useMemCM(t *testing.T) {
+	t.Helper()
+	useMemDevices(t)
+	saved := openPerfCM
+	openPerfCM = func(ifname string, engines int, _ netip.Addr) (perftest.Device, *rdmacm.CM, func(), error) {
+		dev, closeDev, err := openDevice(ifname, engines)
+		if err != nil {
+			return perftest.Device{}, nil, nil, err
+		}
+		c, err := rdmacm.New(rdmacm.Config{Devices: []*verbs.Device{dev.Verbs}})
+		if err != nil {
+			return perftest.Device{}, nil, nil, err
+		}
+		return dev, c, func() { c.Close(); closeDev() }, nil
+	}
+	t.Cleanup(func() { openPerfCM = saved })
+}
+
+// TestPerfRDMACM runs write_bw, send_bw and read_lat with -R (and
+// --rdma_cm) between memA and memB, checking what the TCP mode's tests
+// check: the result lines, equal on both sides for write_bw.
+func TestPerfRDMACM(t *testing.T) {
+	useMemCM(t)
+	for _, tc := range []struct {
+		test string
+		line *regexp.Regexp
+		same bool // the server prints the client's figures
+	}{
+		{"write_bw", regexp.MustCompile(`(?m)^ 8192 +300 +[0-9.]+ +[0-9.]+ *\t\t   [0-9.]+$`), true},
+		{"send_bw", regexp.MustCompile(`(?m)^ 8192 +300 +[0-9.]+ +[0-9.]+ *\t\t   [0-9.]+$`), false},
+		{"read_lat", regexp.MustCompile(`(?m)^ 8192 +300 +[0-9.]+`), false},
+	} {
+		t.Run(tc.test, func(t *testing.T) {
+			port := freePort(t)
+			sout, cout := runPair(t,
+				[]string{"perf", tc.test, "-R", "-d", "memA", "-p", port, "-n", "300", "-s", "8192"},
+				[]string{"perf", "ib_" + tc.test, "--rdma_cm", "-d", "memB", "--port=" + port, "-n", "300", "-s", "8192", "10.0.0.1"})
+			assert.Regexp(t, tc.line, cout, "client")
+			assert.Contains(t, cout, "Data ex. method : rdma_cm", "client")
+			assert.Contains(t, sout, "Device         : memA")
+			assert.Contains(t, sout, " Waiting for client rdma_cm QP to connect\n")
+			if tc.test == "read_lat" {
+				return // its server prints no figures
+			}
+			assert.Regexp(t, tc.line, sout, "server")
+			if tc.same {
+				assert.Equal(t, tc.line.FindString(sout), tc.line.FindString(cout), "server's and client's result lines")
+			}
+		})
 	}
 }

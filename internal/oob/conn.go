@@ -36,37 +36,37 @@ const (
 	Client
 )
 
-// stream wraps a connection with per-message deadlines. Each message goes
-// out in one Write because the C tools read each message with one read(2)
-// and fail on a short one.
-type stream struct {
-	conn    net.Conn
-	role    Role
-	timeout time.Duration
+// Messenger carries the messages of an exchange, each whole: the TCP
+// connection of the default mode, or with perftest's -R the SENDs of the
+// QP that rdma_cm connected for the exchange.
+type Messenger interface {
+	// Send sends msg as one message, within timeout.
+	Send(what string, msg []byte, timeout time.Duration) error
+	// Recv receives one message of exactly len(buf) bytes into buf,
+	// within timeout.
+	Recv(what string, buf []byte, timeout time.Duration) error
 }
 
-func newStream(conn net.Conn, role Role, timeout time.Duration) *stream {
-	if timeout <= 0 {
-		timeout = DefaultTimeout
-	}
-	return &stream{conn: conn, role: role, timeout: timeout}
-}
+// connMessenger is a Messenger over a TCP connection with per-message
+// deadlines. Each message goes out in one Write because the C tools read
+// each message with one read(2) and fail on a short one.
+type connMessenger struct{ conn net.Conn }
 
-func (s *stream) write(what string, msg []byte) error {
-	if err := s.conn.SetWriteDeadline(time.Now().Add(s.timeout)); err != nil {
+func (c connMessenger) Send(what string, msg []byte, timeout time.Duration) error {
+	if err := c.conn.SetWriteDeadline(time.Now().Add(timeout)); err != nil {
 		return fmt.Errorf("oob: set deadline for %s: %w", what, err)
 	}
-	if _, err := s.conn.Write(msg); err != nil {
+	if _, err := c.conn.Write(msg); err != nil {
 		return fmt.Errorf("oob: send %s: %w", what, err)
 	}
 	return nil
 }
 
-func (s *stream) read(what string, buf []byte) error {
-	if err := s.conn.SetReadDeadline(time.Now().Add(s.timeout)); err != nil {
+func (c connMessenger) Recv(what string, buf []byte, timeout time.Duration) error {
+	if err := c.conn.SetReadDeadline(time.Now().Add(timeout)); err != nil {
 		return fmt.Errorf("oob: set deadline for %s: %w", what, err)
 	}
-	if _, err := io.ReadFull(s.conn, buf); err != nil {
+	if _, err := io.ReadFull(c.conn, buf); err != nil {
 		if errors.Is(err, io.ErrUnexpectedEOF) {
 			err = fmt.Errorf("%w: short %s", ErrMessageLength, what)
 		}
@@ -74,6 +74,28 @@ func (s *stream) read(what string, buf []byte) error {
 	}
 	return nil
 }
+
+// stream is one side of a lock-step exchange over a Messenger.
+type stream struct {
+	m       Messenger
+	role    Role
+	timeout time.Duration
+}
+
+func newStream(conn net.Conn, role Role, timeout time.Duration) *stream {
+	return newMessageStream(connMessenger{conn}, role, timeout)
+}
+
+func newMessageStream(m Messenger, role Role, timeout time.Duration) *stream {
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
+	return &stream{m: m, role: role, timeout: timeout}
+}
+
+func (s *stream) write(what string, msg []byte) error { return s.m.Send(what, msg, s.timeout) }
+
+func (s *stream) read(what string, buf []byte) error { return s.m.Recv(what, buf, s.timeout) }
 
 // exchange sends mine and receives the peer's message of len(theirs) bytes,
 // in the order the role dictates.

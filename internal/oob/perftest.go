@@ -221,6 +221,10 @@ type Session struct {
 	// WaitTimeout bounds handshakes that wait for the peer's test run
 	// (the server of a bandwidth test waits out the client's whole run).
 	WaitTimeout time.Duration
+	// binaryKeys is perftest's -R exchange (NewRDMACMSession): keys as
+	// the binary struct, no "done" at the close.
+	binaryKeys bool
+	gidIndex   int // the last field of a binary keys message
 }
 
 // NewSession wraps an established connection. timeout bounds each
@@ -308,6 +312,13 @@ func (p *Session) exchangeMTU(mtu int) (int, error) {
 
 // Keys is one ctx_hand_shake: the client writes its keys first.
 func (p *Session) Keys(local PerftestDest) (PerftestDest, error) {
+	if p.binaryKeys {
+		theirs, err := p.s.swap("keys", KeysBinLen, local.FormatBinary(p.gidIndex), nil)
+		if err != nil {
+			return PerftestDest{}, err
+		}
+		return ParseBinaryDest(theirs)
+	}
 	mine, err := local.Format()
 	theirs, err := p.s.swap("keys", KeysMsgLen, mine, err)
 	if err != nil {
@@ -337,11 +348,15 @@ func (p *Session) Report(local BWReport) (BWReport, error) {
 	return r, nil
 }
 
-// Close is ctx_close_connection: one more keys exchange, then "done".
-// Neither side reads the peer's "done"; the caller closes the connection.
+// Close is ctx_close_connection: one more keys exchange, then "done"
+// (not in the -R mode). Neither side reads the peer's "done"; the caller
+// closes the connection.
 func (p *Session) Close(local PerftestDest) error {
 	if _, err := p.Keys(local); err != nil {
 		return fmt.Errorf("oob: closing handshake: %w", err)
+	}
+	if p.binaryKeys {
+		return nil
 	}
 	return p.s.write("done", []byte(DoneMsg))
 }

@@ -59,6 +59,8 @@ const (
 	DefCQMod      = 100
 	DefOutReads   = 16 // MAX_OUT_READ_HERMON: what ConnectX reports as max_qp_rd_atom
 	DefCacheLine  = 64
+	// DefRetryCount is DEF_RETRY_COUNT, the -R mode's rdma_cm retry count.
+	DefRetryCount = 7
 	// DefInlineWrite and DefInlineSend are the inline sizes of the
 	// latency tests (DEF_INLINE_WRITE, DEF_INLINE_SEND_RC_UC_XRC).
 	DefInlineWrite = 220
@@ -120,6 +122,12 @@ type Params struct {
 	// ReportUnsorted and ReportHistogram print the latency samples before
 	// the figures (-U, -H).
 	ReportUnsorted, ReportHistogram bool
+	// RDMACM is perftest's -R: the exchange and the test QPs are
+	// connected with rdma_cm (RunRDMACM) instead of the TCP exchange.
+	RDMACM bool
+	// RetryCount is the retry count the -R mode gives rdma_cm for the
+	// test QPs, also as their RNR retry count (--retry_count, default 7).
+	RetryCount uint8
 	// StallTimeout ends a run that makes no progress for this long, as
 	// perftest's check_alive does after 60 s (default 60 s).
 	StallTimeout time.Duration
@@ -131,14 +139,15 @@ func (p *Params) full() bool { return p.Output == OutputFull }
 // NewParams returns perftest's defaults for test (init_perftest_params).
 func NewParams(test oob.Test) Params {
 	p := Params{
-		Test:     test,
-		Port:     oob.DefaultPort,
-		NumQPs:   1,
-		Iters:    DefIters,
-		CQMod:    DefCQMod,
-		GIDIndex: -1,
-		OutReads: DefOutReads,
-		RxDepth:  1,
+		Test:       test,
+		Port:       oob.DefaultPort,
+		RetryCount: DefRetryCount,
+		NumQPs:     1,
+		Iters:      DefIters,
+		CQMod:      DefCQMod,
+		GIDIndex:   -1,
+		OutReads:   DefOutReads,
+		RxDepth:    1,
 		// DEF_INLINE: resolved by Finish.
 		InlineSize: -1,
 		// DEF_QP_TIME

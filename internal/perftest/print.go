@@ -81,8 +81,19 @@ func PrintTestInfo(w io.Writer, p *Params) {
 	} else {
 		fmt.Fprintf(&b, " Outstand reads  : %d\n", p.OutReads)
 	}
-	fmt.Fprintf(&b, " rdma_cm QPs\t : %s\n", "OFF")
-	fmt.Fprintf(&b, " Data ex. method : %s", "Ethernet")
+	fmt.Fprintf(&b, " rdma_cm QPs\t : %s\n", onOff(p.RDMACM))
+	method := "Ethernet"
+	if p.RDMACM {
+		method = "rdma_cm"
+	}
+	fmt.Fprintf(&b, " Data ex. method : %s", method)
+	if p.RDMACM && p.Server {
+		// perftest prints this after the client connected (the test info
+		// comes after create_rdma_cm_connection).
+		b.WriteString("\n" + ResultLine)
+		b.WriteString(" Waiting for client rdma_cm QP to connect\n")
+		b.WriteString(" Please run the same command with the IB/RoCE interface IP")
+	}
 	b.WriteString("\n")
 	b.WriteString(ResultLine)
 	io.WriteString(w, b.String())

@@ -100,9 +100,9 @@ func (r *runCtx) access() verbs.Access {
 	return a
 }
 
-// setup allocates the buffer, CQs and QPs (alloc_ctx and ctx_init) and
-// moves the QPs to INIT; it fills the local keys (set_up_connection).
-func (r *runCtx) setup() error {
+// allocate allocates the buffer and CQs (alloc_ctx and ctx_init up to
+// the QPs), on the device of the run.
+func (r *runCtx) allocate() error {
 	p := r.p
 	gid, err := r.dev.Verbs.GID(p.GIDIndex)
 	if err != nil {
@@ -132,27 +132,49 @@ func (r *runCtx) setup() error {
 	} else if r.rcq, err = r.dev.Verbs.CreateCQ(p.NumQPs*p.RxDepth+16, nil); err != nil {
 		return fmt.Errorf("create receive CQ: %w", err)
 	}
-	for i := 0; i < p.NumQPs; i++ {
-		qp, err := r.pd.CreateQP(&verbs.QPInitAttr{SendCQ: r.scq, RecvCQ: r.rcq, Cap: verbs.QPCap{
-			MaxSendWR: p.TxDepth, MaxRecvWR: p.RxDepth, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: p.InlineSize}})
+	return nil
+}
+
+// qpInitAttr is the creation attributes of the test QPs
+// (create_qp_main), whoever creates them.
+func (r *runCtx) qpInitAttr() *verbs.QPInitAttr {
+	p := r.p
+	return &verbs.QPInitAttr{SendCQ: r.scq, RecvCQ: r.rcq, Cap: verbs.QPCap{
+		MaxSendWR: p.TxDepth, MaxRecvWR: p.RxDepth, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: p.InlineSize}}
+}
+
+// createQPs creates the test QPs and moves them to INIT (the rest of
+// ctx_init without -R).
+func (r *runCtx) createQPs() error {
+	for i := 0; i < r.p.NumQPs; i++ {
+		qp, err := r.pd.CreateQP(r.qpInitAttr())
 		if err != nil {
 			return fmt.Errorf("create QP: %w", err)
 		}
+		r.qps = append(r.qps, qp)
 		if err := qp.Modify(&verbs.QPAttr{State: verbs.QPSInit, AccessFlags: r.access(), Port: 1},
 			verbs.QPAttrState|verbs.QPAttrAccessFlags|verbs.QPAttrPort|verbs.QPAttrPKeyIndex); err != nil {
 			return fmt.Errorf("QP to INIT: %w", err)
 		}
-		r.qps = append(r.qps, qp)
+	}
+	return nil
+}
+
+// setUpConnection fills the local keys of each QP (set_up_connection).
+// With -R the PSN is random as perftest's, though rdma_cm chose the QP's
+// real starting PSN; nobody uses it then.
+func (r *runCtx) setUpConnection() {
+	p := r.p
+	for i, qp := range r.qps {
 		r.local = append(r.local, oob.PerftestDest{
 			OutReads: uint16(p.OutReads),
 			QPN:      qp.QPN(),
 			PSN:      rand.Uint32() & 0xffffff,
 			RKey:     r.mr.RKey(),
 			VAddr:    r.mr.Addr() + uint64(p.NumQPs+i)*r.area,
-			GID:      gid,
+			GID:      r.gid,
 		})
 	}
-	return nil
 }
 
 func (r *runCtx) close() {

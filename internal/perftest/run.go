@@ -33,17 +33,57 @@ func Connect(ctx context.Context, p *Params, host string, wait time.Duration, ou
 // out what the perftest program prints. p is adjusted as perftest adjusts
 // its parameters (defaults, the negotiated MTU).
 func Run(ctx context.Context, dev Device, conn net.Conn, p Params, out io.Writer) error {
+	if err := p.prepare(dev, out); err != nil {
+		return err
+	}
+	sess := oob.NewSession(conn, p.role(), 0)
+	return runSession(ctx, dev, sess, p, out, ethernetConnector{})
+}
+
+// prepare completes p as perftest's parser and check_link do.
+func (p *Params) prepare(dev Device, out io.Writer) error {
 	if err := p.Finish(); err != nil {
 		return err
 	}
-	if err := p.resolveDevice(dev, out); err != nil {
-		return err
-	}
-	role := oob.Client
+	return p.resolveDevice(dev, out)
+}
+
+func (p *Params) role() oob.Role {
 	if p.Server {
-		role = oob.Server
+		return oob.Server
 	}
-	sess := oob.NewSession(conn, role, 0)
+	return oob.Client
+}
+
+// qpConnector is the step of a run that creates the test QPs and brings
+// them to RTS, the one that differs between perftest's modes: over the
+// Ethernet exchange ctx_init creates them and ctx_connect connects them
+// with the peer's keys; with -R create_rdma_cm_connection does both
+// through rdma_cm, before any keys are exchanged.
+type qpConnector interface {
+	// createQPs fills r.qps, once the buffer and CQs exist.
+	createQPs(r *runCtx) error
+	// connectQPs runs where perftest calls ctx_connect, with the peer's
+	// keys for each QP.
+	connectQPs(r *runCtx, remote []oob.PerftestDest) error
+	// release tears the QPs' connections down before r closes.
+	release(r *runCtx)
+}
+
+// ethernetConnector is the default mode's qpConnector.
+type ethernetConnector struct{}
+
+func (ethernetConnector) createQPs(r *runCtx) error { return r.createQPs() }
+
+func (ethernetConnector) connectQPs(r *runCtx, remote []oob.PerftestDest) error {
+	return r.connect(remote, r.mtu)
+}
+
+func (ethernetConnector) release(*runCtx) {}
+
+// runSession is a run after the exchange is up: the negotiation, the
+// resources, the test sequence and its report.
+func runSession(ctx context.Context, dev Device, sess *oob.Session, p Params, out io.Writer, qc qpConnector) error {
 	neg, err := sess.Setup(oob.PerftestVersion, oob.SysData{CycleBuffer: pageSize(), CacheLineSize: DefCacheLine}, oob.MTUEnum(p.MTU))
 	if err != nil {
 		return err
@@ -55,9 +95,14 @@ func Run(ctx context.Context, dev Device, conn net.Conn, p Params, out io.Writer
 	r := &runCtx{p: &p, dev: dev, ctx: rctx, out: out, sizes: p.Sizes(), mtu: verbs.MTU(neg.MTU),
 		cycle: uint64(neg.SysData.CycleBuffer), cacheLine: uint64(max(neg.SysData.CacheLineSize, 1))}
 	defer r.close()
-	if err := r.setup(); err != nil {
+	if err := r.allocate(); err != nil {
 		return err
 	}
+	defer qc.release(r)
+	if err := qc.createQPs(r); err != nil {
+		return err
+	}
+	r.setUpConnection()
 	PrintTestInfo(out, &p)
 	run := sess.Run
 	if p.Duplex {
@@ -66,7 +111,7 @@ func Run(ctx context.Context, dev Device, conn net.Conn, p Params, out io.Writer
 	if p.StallTimeout > 0 {
 		defer r.watch(cancel, p.StallTimeout)()
 	}
-	if _, err := run(p.Test, r.local, len(r.sizes), r.hooks()); err != nil {
+	if _, err := run(p.Test, r.local, len(r.sizes), r.hooks(qc)); err != nil {
 		return err
 	}
 	if p.Duration > 0 && !p.Test.IsBW() {
@@ -114,10 +159,10 @@ func (p *Params) resolveDevice(dev Device, out io.Writer) error {
 
 // hooks are the points where the out-of-band sequence hands the run back
 // to this side's QPs.
-func (r *runCtx) hooks() oob.Hooks {
+func (r *runCtx) hooks(qc qpConnector) oob.Hooks {
 	p, out := r.p, r.out
 	return oob.Hooks{
-		Connect:   func(remote []oob.PerftestDest) error { return r.connect(remote, r.mtu) },
+		Connect:   func(remote []oob.PerftestDest) error { return qc.connectQPs(r, remote) },
 		Connected: r.printConnected,
 		Prepare: func(round int) error {
 			if p.Test == oob.SendLat || (p.Test == oob.SendBW && (p.Server || p.Duplex)) {

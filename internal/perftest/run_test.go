@@ -80,7 +80,14 @@ var (
 	latLine = regexp.MustCompile(`(?m)^ (\d+)\s+(\d+)(\s+[0-9.]+){7}\s*$`)
 )
 
-func TestRunBandwidthTests(t *testing.T) {
+// runner runs a test's server and client and returns their outputs.
+type runner func(t *testing.T, test oob.Test, tweak func(*Params)) (client, server string)
+
+func TestRunBandwidthTests(t *testing.T) { testBandwidth(t, runBoth) }
+
+// testBandwidth runs each bandwidth test with 2 QPs and checks both
+// sides' reports.
+func testBandwidth(t *testing.T, run runner) {
 	for _, tc := range []struct {
 		test        oob.Test
 		size        uint64
@@ -92,7 +99,7 @@ func TestRunBandwidthTests(t *testing.T) {
 		{oob.AtomicBW, 8, 1},
 	} {
 		t.Run(tc.test.String(), func(t *testing.T) {
-			cout, sout := runBoth(t, tc.test, func(p *Params) { p.Iters, p.Size, p.NumQPs = 200, tc.size, 2 })
+			cout, sout := run(t, tc.test, func(p *Params) { p.Iters, p.Size, p.NumQPs = 200, tc.size, 2 })
 			for side, out := range map[string]string{"client": cout, "server": sout} {
 				m := bwLine.FindAllStringSubmatch(out, -1)
 				require.Len(t, m, 1, "%s result lines:\n%s", side, out)
@@ -112,10 +119,13 @@ func TestRunBandwidthTests(t *testing.T) {
 	}
 }
 
-func TestRunLatencyTests(t *testing.T) {
+func TestRunLatencyTests(t *testing.T) { testLatency(t, runBoth) }
+
+// testLatency runs each latency test and checks both sides' reports.
+func testLatency(t *testing.T, run runner) {
 	for _, test := range []oob.Test{oob.WriteLat, oob.ReadLat, oob.SendLat} {
 		t.Run(test.String(), func(t *testing.T) {
-			cout, sout := runBoth(t, test, func(p *Params) { p.Iters, p.Size = 100, 64 })
+			cout, sout := run(t, test, func(p *Params) { p.Iters, p.Size = 100, 64 })
 			m := latLine.FindAllString(cout, -1)
 			require.Len(t, m, 1, "client latency lines in:\n%s", cout)
 			require.True(t, strings.HasPrefix(m[0], " 64      100"), "client latency line %q", m[0])
