@@ -102,6 +102,14 @@ func (g *Group) HandleEvents(fn func(*QP, QPEvent)) {
 	})
 }
 
+// QPs returns how many QPs the group has (QP1 included), for leak checks
+// and statistics.
+func (g *Group) QPs() int {
+	var n int
+	g.Do(func() error { n = len(g.qps); return nil })
+	return n
+}
+
 // Counters returns the engines' counters: with one engine the live ones,
 // with several their sum at the time of the call.
 func (g *Group) Counters() *Counters {

@@ -149,6 +149,9 @@ func (id *ID) failConnect(ev Event) {
 		id.mu.Unlock()
 		return
 	}
+	if id.state == stateRequested {
+		defer id.listen.settled() // the peer gave up before Accept
+	}
 	toError(id.qp)
 	id.conn = nil
 	id.state = stateRouteResolved

@@ -274,6 +274,9 @@ func (id *ID) Destroy() error {
 		id.mu.Unlock()
 		return fmt.Errorf("destroy ID: %w", ErrState)
 	}
+	if id.state == stateRequested {
+		defer id.listen.settled() // rejected by conn.Destroy below
+	}
 	id.state = stateDestroying
 	conn, listens, qp, local := id.conn, id.listens, id.qp, id.local
 	id.conn, id.listens, id.qp = nil, nil, nil

@@ -102,7 +102,6 @@ func (id *ID) newChild(dev *verbs.Device, ev cm.Event) (*ID, error) {
 		local: netip.AddrPortFrom(h.DstAddr().Unmap(), id.local.Port()),
 		peer:  netip.AddrPortFrom(h.SrcAddr().Unmap(), h.SrcPort()),
 		conn:  ev.Conn, listen: id, req: ev}
-	child.local = netip.AddrPortFrom(child.local.Addr(), id.local.Port())
 	id.c.mu.Lock()
 	id.c.ids[child] = struct{}{}
 	id.c.mu.Unlock()

@@ -2,11 +2,13 @@ package verbs_test
 
 import (
 	"bytes"
+	"context"
 	"math/rand/v2"
 	"net/netip"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/softnic/softnic/ibtransport"
@@ -556,4 +558,25 @@ func TestHostileResponder(t *testing.T) {
 	require.Equal(t, uint64(2), wc.WRID)
 	require.Equal(t, verbs.WCRemOpErr, wc.Status)
 	g.unchanged(t)
+}
+
+// TestLocalErrorAloneCompletes posts one RDMA READ whose local SGE runs past
+// its MR, and nothing else: the requester fails it while sending, and its
+// LOC_PROT_ERR completion must come though no packet, timer or post ever
+// brings the engine back to the QP.
+func TestLocalErrorAloneCompletes(t *testing.T) {
+	_, x, y := connectedPair(t, memlink.Config{}, defaultOpts())
+	local, _ := regMR(t, x.pd, 100, allAccess)
+	remote, _ := regMR(t, y.pd, 4096, allAccess)
+	require.NoError(t, x.qp.PostSend(&verbs.SendWR{ID: 7, Opcode: verbs.WRRDMARead, Flags: verbs.SendSignaled,
+		SGL:        []verbs.SGE{{Addr: local.Addr(), Length: 200, LKey: local.LKey()}},
+		RemoteAddr: remote.Addr(), RKey: remote.RKey()}))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	var wc [1]verbs.WC
+	n, err := x.scq.Wait(ctx, wc[:])
+	require.NoError(t, err, "the failed READ never completed")
+	require.Equal(t, 1, n)
+	assert.Equal(t, uint64(7), wc[0].WRID)
+	assert.Equal(t, verbs.WCLocProtErr, wc[0].Status)
 }

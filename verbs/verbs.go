@@ -222,6 +222,9 @@ func (d *Device) Close() error {
 	return d.dev.Close()
 }
 
+// QPs returns how many QPs the device has, QP1 included.
+func (d *Device) QPs() int { return d.group.QPs() }
+
 // GSICounters returns the counters of the device's QP1.
 func (d *Device) GSICounters() *GSICounters { return &d.gsi.ctr }
 

@@ -24,7 +24,11 @@ var openDevice = func(ifname string, engines int) (perftest.Device, func(), erro
 	if err != nil {
 		return perftest.Device{}, nil, fmt.Errorf("open AF_XDP link on %s: %w", ifname, err)
 	}
-	dev, err := verbs.Open(link, verbs.Config{Addrs: nd.GIDs, Engines: engines})
+	// Peers the tools resolve before connecting (Resolve below) are known
+	// already; the others, such as the peer a connection manager answers,
+	// are looked up when first sent to.
+	neighbor := func(peer netip.Addr) ([6]byte, error) { return xdplink.ResolveNeighbor(nd.Index, peer, 3*time.Second) }
+	dev, err := verbs.Open(link, verbs.Config{Addrs: nd.GIDs, Engines: engines, Resolve: neighbor})
 	if err != nil {
 		link.Close()
 		return perftest.Device{}, nil, err

@@ -193,9 +193,9 @@ func TestPerfSoftnicStats(t *testing.T) {
 	}
 }
 
-// useMemCM makes openPerfCM return the memory devices of useMemDevices,
+// useMemPerfCM makes openPerfCM return the memory devices of useMemDevices,
 // each with a connection manager of its own (two hosts).
-func useMemCM(t *testing.T) {
+func useMemPerfCM(t *testing.T) {
 	t.Helper()
 	useMemDevices(t)
 	saved := openPerfCM
@@ -217,7 +217,7 @@ func useMemCM(t *testing.T) {
 // --rdma_cm) between memA and memB, checking what the TCP mode's tests
 // check: the result lines, equal on both sides for write_bw.
 func TestPerfRDMACM(t *testing.T) {
-	useMemCM(t)
+	useMemPerfCM(t)
 	for _, tc := range []struct {
 		test string
 		line *regexp.Regexp

@@ -11,12 +11,13 @@ import (
 func (m *Manager) receiveDREQ(from ibtransport.AddressVector, r mad.DREQ) {
 	tid := mad.MAD(r).Header().TID()
 	c := m.conns[r.RemoteCommID()]
-	if c == nil {
+	if c == nil || !c.remoteKnown || c.remoteID != r.LocalCommID() {
+		// Not a connection of ours, as cm_acquire_id sees it.
 		m.counters.UnknownConn.Add(1)
 		m.queue(from, buildDREP(tid, r.RemoteCommID(), r.LocalCommID()))
 		return
 	}
-	if !c.remoteKnown || c.remoteID != r.LocalCommID() || c.localQPN != r.RemoteQPN() {
+	if c.localQPN != r.RemoteQPN() {
 		m.counters.IDMismatch.Add(1)
 		return
 	}

@@ -143,11 +143,9 @@ func (m *Manager) receiveRTU(r mad.RTU) {
 		return
 	}
 	if !c.state.waitingForRTU() || c.active {
-		if c.state == StateEstablished {
-			m.counters.Duplicates.Add(1)
-		} else {
-			m.counters.WrongState.Add(1)
-		}
+		// A late RTU (after Established, or crossing our DREQ) is a
+		// duplicate to cm.c's cm_rtu_handler too.
+		m.counters.Duplicates.Add(1)
 		return
 	}
 	c.stopTimer()

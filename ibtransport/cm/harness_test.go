@@ -11,9 +11,16 @@ import (
 	"github.com/softnic/softnic/ibtransport/mad"
 )
 
-// testMillisecond makes cm.c's timeouts 100 times shorter: the REQ waits
-// (2×2^10 + 2^12) × 10 µs = 61 ms, TIMEWAIT 2^11 × 10 µs = 20 ms.
-const testMillisecond = 10 * time.Microsecond
+// testMillisecond makes cm.c's timeouts 20 times shorter: the REQ waits
+// (2×2^10 + 2^12) × 50 µs = 307 ms, the REP 205 ms, TIMEWAIT 102 ms; long
+// enough that a loaded machine causes no retransmission the tests do not
+// expect. fastMillisecond, 5 times shorter still, is for the tests that run
+// through many waits and count no exact retransmissions of the wire's
+// delivery.
+const (
+	testMillisecond = 50 * time.Microsecond
+	fastMillisecond = 10 * time.Microsecond
+)
 
 // verdict is what the wire does with one MAD.
 type verdict uint8
@@ -143,12 +150,14 @@ const (
 	testSvcID = 0x0106<<16 | 7174
 )
 
-func newPair(t *testing.T) *pair {
+func newPair(t *testing.T) *pair { return newScaledPair(t, testMillisecond) }
+
+func newScaledPair(t *testing.T, ms time.Duration) *pair {
 	t.Helper()
 	p := &pair{w: newWire(), aEv: make(chan Event, 1024), bEv: make(chan Event, 1024)}
-	p.a = New(Config{CAGUID: guidA, Millisecond: testMillisecond,
+	p.a = New(Config{CAGUID: guidA, Millisecond: ms,
 		Send: func(_ ibtransport.AddressVector, m mad.MAD) error { return p.w.send(0, m) }})
-	p.b = New(Config{CAGUID: guidB, Millisecond: testMillisecond,
+	p.b = New(Config{CAGUID: guidB, Millisecond: ms,
 		Send: func(_ ibtransport.AddressVector, m mad.MAD) error { return p.w.send(1, m) }})
 	p.w.ends = [2]*Manager{p.a, p.b}
 	p.w.stopped.Add(1)
@@ -178,7 +187,7 @@ func (p *pair) reqParams() REQParams {
 		pd[i] = byte(i + 1)
 	}
 	return REQParams{
-		Peer: ibtransport.AddressVector{DGID: p.w.gids[1], HopLimit: 64},
+		Peer:     ibtransport.AddressVector{DGID: p.w.gids[1], HopLimit: 64},
 		LocalGID: p.w.gids[0], PeerGID: p.w.gids[1], ServiceID: testSvcID,
 		LocalQPN: 0x11, StartingPSN: 0xabcdef, ResponderResources: 1, InitiatorDepth: 2,
 		PathMTU: ibtransport.MTU1024, RetryCount: 7, RNRRetryCount: 6,

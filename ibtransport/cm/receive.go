@@ -45,8 +45,7 @@ func (m *Manager) Receive(from ibtransport.AddressVector, b []byte) {
 
 // lookup finds the connection a reply is for by the receiver's ID, ours, and
 // checks the sender's ID against the one we know, as cm.c's cm_acquire_id.
-// known is false while we have not learnt the peer's ID yet (a REJ or MRA
-// of our REQ), which then matches any.
+// Before we learn the peer's ID (an MRA or REJ of our REQ) any matches.
 func (m *Manager) lookup(ours, theirs uint32) *Conn {
 	c := m.conns[ours]
 	if c == nil {

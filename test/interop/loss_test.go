@@ -20,6 +20,8 @@ const rxeCounters = "echo '-- rxe0 counters'; (cd /sys/class/infiniband/rxe0/por
 // recovery: as WRITE responder it saw PSN gaps and sent sequence NAKs; as
 // READ requester it restarted after gaps in the responses. One small lossy
 // WRITE run is captured (roce/testdata/softnic-rxe-write-loss.pcap).
+// rping, 100 pings either side as server, must connect through the loss
+// (the CM retries lost MADs) and complete.
 func TestInteropUnderLoss(t *testing.T) {
 	requireInteropHost(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
@@ -28,14 +30,18 @@ func TestInteropUnderLoss(t *testing.T) {
 	runs := []interopRun{perfRun("write_bw", "write_bw", "-n", interopIters), perfRun("read_bw", "read_bw", "-n", interopIters)}
 	capture := perfRun("write-loss", "write_bw", "-s", "4000", "-n", "20")
 	capture.capture = "softnic-rxe-write-loss.pcap"
-	toServer := append(append([]interopRun(nil), runs...), capture)
-	toClient := runs
+	toServer := append(append([]interopRun(nil), runs...), capture, rpingRun("64"))
+	toClient := append(runs, rpingRun("64"))
 
 	e := startInterop(t, ctx, "snloss", interopScript(toServer, toClient, rxeCounters), "loss 2%", 6*time.Minute, 1)
 	guestOut, _ := e.runAll(toServer, toClient, 2*time.Minute)
 
 	prevRxe := map[string]int{}
+	checkRpings(t, e.results, guestOut, []string{"64"})
 	for _, r := range e.results {
+		if r.run.rping {
+			continue // connected by the CM through the loss: checkRpings
+		}
 		ctr := softnicCounters(r.out)
 		if !assert.NotEmptyf(t, ctr, "softnic %s printed no counters", r.name) {
 			continue

@@ -34,10 +34,18 @@ type interopRun struct {
 	// capture, when set, names a pcap of the run's RoCEv2 frames, taken on
 	// the bridge (see TestInteropWithRealTools).
 	capture string
+	// rping marks an rping run: like rdma_cm's tools, neither side names
+	// a device or GID; each names its address (-a) or the server's.
+	rping bool
+	// guestBefore is shell the guest runs before its side of the run.
+	guestBefore string
 }
 
 // guestArgs puts the device and GID index options after the tool's name.
 func (r interopRun) guestArgs() string {
+	if r.rping {
+		return r.guest
+	}
 	tool, rest, _ := strings.Cut(r.guest, " ")
 	gid := "-x 1"
 	if strings.HasPrefix(tool, "ibv_") && strings.HasSuffix(tool, "_pingpong") {
@@ -82,7 +90,7 @@ func interopScript(toSoftnicServer, toSoftnicClient []interopRun, after string) 
 	while :; do
 		out=$("$@" 2>&1) && { echo "$out"; return 0; }
 		case "$out" in
-		*"Couldn't connect to"*) ;;
+		*"Couldn't connect to"*|*"RDMA_CM_EVENT_REJECTED"*|*"RDMA_CM_EVENT_UNREACHABLE"*) ;;
 		*) echo "$out"; echo "!! FAILED: $*"; return 1 ;;
 		esac
 		n=$((n+1))
@@ -92,10 +100,18 @@ func interopScript(toSoftnicServer, toSoftnicClient []interopRun, after string) 
 }
 `)
 	for _, r := range toSoftnicServer {
-		fmt.Fprintf(&b, "echo \"@@ %s as client\"\nretry %s 10.77.0.1\n%s", r.name, r.guestArgs(), after)
+		server := "10.77.0.1"
+		if r.rping {
+			server = "-c -a 10.77.0.1"
+		}
+		fmt.Fprintf(&b, "echo \"@@ %s as client\"\n%sretry %s %s\n%s", r.name, r.guestBefore, r.guestArgs(), server, after)
 	}
 	for _, r := range toSoftnicClient {
-		fmt.Fprintf(&b, "echo \"@@ %s as server\"\n%s 2>&1 || echo \"!! FAILED: %s\"\n%s", r.name, r.guestArgs(), r.guestArgs(), after)
+		args := r.guestArgs()
+		if r.rping {
+			args += " -s -a 10.77.0.11"
+		}
+		fmt.Fprintf(&b, "echo \"@@ %s as server\"\n%s%s 2>&1 || echo \"!! FAILED: %s\"\n%s", r.name, r.guestBefore, args, args, after)
 	}
 	b.WriteString("echo \"@@ all done\"\n")
 	return b.String()
@@ -138,19 +154,7 @@ func (e *interopEnv) runAll(toServer, toClient []interopRun, timeout time.Durati
 // step runs softnic's side of r, as server without host or as client of
 // the guest. extra are added options.
 func (e *interopEnv) step(r interopRun, client bool, timeout time.Duration, extra ...string) {
-	args := append(append([]string(nil), r.softnic...), "-d", e.net.PeerLink)
-	if r.softnic[0] == "pingpong" {
-		args = append(args, "-g", e.gidx)
-	} else {
-		// The counters after each run tell how a failed one failed.
-		args = append(args, "-x", e.gidx, "--softnic-stats")
-	}
-	args = append(args, extra...)
-	role := " server"
-	if client {
-		role = " client"
-		args = append(args, "--connect-wait=2m", "10.77.0.11")
-	}
+	args, role := e.softnicArgs(r, client, extra)
 	var capture *rxeguest.Capture
 	if r.capture != "" {
 		c, err := e.net.Capture(e.ctx, "br0", filepath.Join(e.capDir, r.capture), "udp port 4791")
@@ -160,6 +164,11 @@ func (e *interopEnv) step(r interopRun, client bool, timeout time.Duration, extr
 	}
 	start := time.Now()
 	out, err := e.softnic(timeout, args...)
+	for r.rping && client && err != nil && strings.Contains(out, "RDMA_CM_EVENT_REJECTED") && time.Since(start) < 2*time.Minute {
+		// rping has no connect-wait: the guest's server is not up yet.
+		time.Sleep(time.Second)
+		out, err = e.softnic(timeout, args...)
+	}
 	if capture != nil {
 		assert.NoErrorf(e.t, capture.Stop(), "capture %s", r.capture)
 	}
@@ -167,6 +176,27 @@ func (e *interopEnv) step(r interopRun, client bool, timeout time.Duration, extr
 	if !assert.NoErrorf(e.t, err, "softnic %s:\n%s", strings.Join(args, " "), out) {
 		e.failed = true
 	}
+}
+
+// softnicArgs are softnic's arguments for its side of r, and its role.
+func (e *interopEnv) softnicArgs(r interopRun, client bool, extra []string) ([]string, string) {
+	args := append([]string(nil), r.softnic...)
+	switch {
+	case r.rping && client:
+		return append(append(args, extra...), "-c", "-a", "10.77.0.11"), " client"
+	case r.rping:
+		return append(append(args, extra...), "-s", "-a", "10.77.0.1"), " server"
+	case r.softnic[0] == "pingpong":
+		args = append(args, "-d", e.net.PeerLink, "-g", e.gidx)
+	default:
+		// The counters after each run tell how a failed one failed.
+		args = append(args, "-d", e.net.PeerLink, "-x", e.gidx, "--softnic-stats")
+	}
+	args = append(args, extra...)
+	if client {
+		return append(args, "--connect-wait=2m", "10.77.0.11"), " client"
+	}
+	return args, " server"
 }
 
 // wait waits for the guest and returns its script's output split into the

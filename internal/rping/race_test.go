@@ -1,0 +1,5 @@
+//go:build race
+
+package rping
+
+const raceEnabled = true
