@@ -35,9 +35,11 @@ const refusedPort = "7199"
 // nobody listens on at softnic's, once softnic's device is up (until then
 // a REQ finds no QP1 and gets no answer: those attempts are cut short),
 // and prints how long the REJECTED took.
-const refusedProbe = `for i in $(seq 60); do
-	s=$(date +%s%N); out=$(timeout 3 rping -c -a 10.77.0.1 -p ` + refusedPort + ` -C 1 2>&1); e=$(date +%s%N)
-	case "$out" in *REJECTED*) echo "refused-probe: $(( (e-s)/1000000 )) ms: $out"; break ;; esac
+// The guest's date has no %N: /proc/uptime counts in centiseconds.
+const refusedProbe = `cs() { read up _ < /proc/uptime; echo "${up%.*}${up#*.}"; }
+for i in $(seq 60); do
+	s=$(cs); out=$(timeout 3 rping -c -a 10.77.0.1 -p ` + refusedPort + ` -C 1 2>&1); e=$(cs)
+	case "$out" in *REJECTED*) echo "refused-probe: $(( (e-s)*10 )) ms: $out"; break ;; esac
 	sleep 0.2
 done
 `

@@ -119,6 +119,9 @@ func interopOutcome(r interopRun, softnicRole string, results []interopResult, g
 	case res.err != nil || strings.Contains(out, "!! FAILED"):
 		return "**fail**"
 	}
+	if r.rping {
+		return rpingOutcome(softnicRole, res.out, out)
+	}
 	fig, by := toolFigure(r, out), ""
 	if fig == "" {
 		// read_lat's server prints nothing: softnic's client measured.
@@ -128,6 +131,20 @@ func interopOutcome(r interopRun, softnicRole string, results []interopResult, g
 		return "**fail** (no result line)"
 	}
 	return "pass, " + fig + by
+}
+
+// rpingOutcome counts the pings the client of an rping run printed (with
+// -V each was verified).
+func rpingOutcome(softnicRole, softnicOut, guestOut string) string {
+	client := guestOut
+	if softnicRole == "client" {
+		client = softnicOut
+	}
+	n := len(pingDataRE.FindAllString(client, -1))
+	if n == 0 {
+		return "**fail** (no ping data)"
+	}
+	return fmt.Sprintf("pass, %d pings", n)
 }
 
 // toolFigure picks the figure of a run's output: BW average of the last
