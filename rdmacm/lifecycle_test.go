@@ -19,12 +19,14 @@ import (
 const cmMillisecond = time.Millisecond / 1000
 
 // TestLeak200 opens and closes 200 connections in a row and finds no ID,
-// QP, CM connection or goroutine left over.
+// QP, IB CM connection (once TIMEWAIT is over), goroutine or memory left
+// over.
 func TestLeak200(t *testing.T) {
 	if testing.Short() {
 		t.Skip("200 connections: not in -short")
 	}
-	a, b := newSides(t, memlink.Config{}, 0)
+	// TIMEWAIT (2 s) lasts 40 ms.
+	a, b := newSides(t, memlink.Config{}, time.Millisecond/50)
 	srvAddr := netip.AddrPortFrom(addrB, 7174)
 	lid, lch := listen(t, b, srvAddr)
 	qpsA, qpsB := a.dev.QPs(), b.dev.QPs()
@@ -42,10 +44,17 @@ func TestLeak200(t *testing.T) {
 		nextEvent(t, other.ch, rdmacm.EventDisconnected)
 		require.NoError(t, cli.id.Destroy())
 		require.NoError(t, srv.id.Destroy())
+		require.NoError(t, cli.mr.Dereg())
+		require.NoError(t, srv.mr.Dereg())
 		cli.ch.Close()
 	}
-	oneConnection(0) // the first starts what stays: timers' goroutines, pools
+	// The first connections start what stays: timers' goroutines, pools,
+	// the tables' room.
+	for i := range 50 {
+		oneConnection(i)
+	}
 	before := runtime.NumGoroutine()
+	heapBefore := heapInUse(t, a, b)
 	for i := 1; i <= 200; i++ {
 		oneConnection(i)
 	}
@@ -57,6 +66,13 @@ func TestLeak200(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	assert.LessOrEqual(t, after, before, "goroutines")
+	heapAfter := heapInUse(t, a, b)
+	t.Logf("heap in use: %d KiB before the 200 connections, %d KiB after", heapBefore>>10, heapAfter>>10)
+	// A connection's state is over 8 KiB (QP rings, a CQ of 64, a 4 KiB
+	// MR, CM state): 200 left behind would hold 1.6 MiB. The heap grows
+	// some 100-200 KiB anyway (maps keep their room, spans fragment;
+	// 1000 connections grew it 330 KiB, not five times that).
+	assert.Less(t, int64(heapAfter)-int64(heapBefore), int64(512<<10), "heap growth over 200 connections")
 	require.NoError(t, lid.Destroy())
 }
 
@@ -117,4 +133,18 @@ func TestConnectUnderLoss(t *testing.T) {
 		require.NoError(t, cli.id.Destroy())
 		require.NoError(t, srv.id.Destroy())
 	}
+}
+
+// heapInUse waits until both devices' IB CMs forgot every connection (their
+// TIMEWAIT over) and returns the heap in use after a collection.
+func heapInUse(t *testing.T, sides ...*side) uint64 {
+	t.Helper()
+	for _, s := range sides {
+		require.Eventually(t, func() bool { return s.dev.CM().Conns() == 0 }, 10*time.Second, time.Millisecond,
+			"IB CM connections left")
+	}
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapInuse
 }

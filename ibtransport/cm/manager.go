@@ -117,6 +117,14 @@ func New(cfg Config) *Manager {
 // Counters returns the Manager's statistics.
 func (m *Manager) Counters() *Counters { return &m.counters }
 
+// Conns returns how many connections the manager knows, those in TIMEWAIT
+// included (for statistics and leak checks).
+func (m *Manager) Conns() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.conns)
+}
+
 // Close stops every timer and the dispatch goroutine and forgets every
 // connection, sending nothing. Events not yet delivered are dropped. It must
 // not be called from a Handler.
