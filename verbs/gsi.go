@@ -38,10 +38,10 @@ type gsi struct {
 	sendWCs  [gsiSendSlots]WC
 }
 
-// GSI's well-known values (IBA 9.6.1.1 and 13.4.3).
+// QP1's number and the Q_Key every MAD to it carries.
 const (
 	GSIQPN  = mad.GSIQPN
-	GSIQKey = 0x80010000
+	GSIQKey = mad.GSIQKey
 )
 
 const (

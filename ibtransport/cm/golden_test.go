@@ -239,3 +239,21 @@ func TestGoldenPassiveSide(t *testing.T) {
 	assert.Equal(t, wantD.RemoteCommID(), drep.RemoteCommID())
 	assert.Equal(t, wantD.PrivateData(), drep.PrivateData())
 }
+
+// TestGoldenReject feeds rxe's REQ to port 7199 (rxe-cm-reject.pcap) to a
+// Manager that listens on nothing: its REJ is rxe's kernel CM's, byte for
+// byte (reason 8, the REQ rejected, the REQ's ID and transaction ID).
+func TestGoldenReject(t *testing.T) {
+	mads := loadMADs(t, "../../roce/testdata/rxe-cm-reject.pcap")
+	require.Len(t, mads, 2)
+	req, want := mads[0], mad.REJ(mads[1].msg)
+	require.Equal(t, mad.AttrREJ, mad.MAD(want).Header().AttrID())
+	out := &sink{}
+	m := New(Config{Send: out.send})
+	defer m.Close()
+	m.Receive(ibtransport.AddressVector{DGID: req.frame.SrcGID()}, req.msg)
+	got := mad.REJ(out.last(t, mad.AttrREJ))
+	assert.Equal(t, mad.RejectInvalidServiceID, got.Reason())
+	assert.Equal(t, mad.REQ(req.msg).LocalCommID(), got.RemoteCommID())
+	assert.Equal(t, []byte(want), []byte(got))
+}

@@ -46,7 +46,7 @@ retry() {
 	while :; do
 		# (an if keeps set -e from ending the script on the failed attempt)
 		if out=$("$@" 2>&1); then rc=0; else rc=$?; fi
-		if [ $rc -ne 0 ] && [ $i -lt 100 ] && echo "$out" | grep -qiE "couldn't connect|unable to connect|REJECTED|connection refused"; then
+		if [ $rc -ne 0 ] && [ $i -lt 100 ] && echo "$out" | grep -qiE "couldn't connect|unable to connect|REJECTED|connection refused|Unexpected CM event"; then
 			i=$((i + 1)); sleep 0.3; continue
 		fi
 		echo "$out"; return $rc
@@ -119,6 +119,20 @@ var scenarios = []scenario{
 		about:  "rping -C 2 -S 64: RDMA CM MADs (REQ/REP/RTU, DREQ/DREP) on QP1, SEND, READ and WRITE",
 		server: "rping -s -a " + serverIP + " -C 2 -S 64 -v\n",
 		client: retryConnect + "retry rping -c -a " + serverIP + " -C 2 -S 64 -v\n",
+	},
+	{
+		name:  "rxe-cm-reject",
+		about: "rping -c to port 7199, where nothing listens: REQ and the CM's REJ, reason 8 (invalid service ID)",
+		// The server guest only has to be up: its kernel's CM answers. The
+		// client waits for that (a REQ before it goes unanswered).
+		server: "sleep 25\n",
+		client: "sleep 8\nrping -c -a " + serverIP + " -p 7199 -C 1 -v || true\n",
+	},
+	{
+		name:   "rxe-write-bw-rdmacm",
+		about:  "ib_write_bw -R -s 2500 -n 5: perftest connecting with RDMA CM, its exchange as SENDs on a CM-connected QP",
+		server: "ib_write_bw -d rxe0 -R -m 1024 -s 2500 -n 5\n",
+		client: retryConnect + "retry ib_write_bw -d rxe0 -R -m 1024 -s 2500 -n 5 " + serverIP + "\n",
 	},
 }
 
