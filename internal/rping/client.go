@@ -43,17 +43,8 @@ func runClient(ctx context.Context, cm *rdmacm.CM, cfg *Config, log *logger) err
 	defer life.cancel()
 	s := newSession(cfg, log, life, c.state)
 	defer s.freeBuffers()
-	if err := s.setupQP(c.id.Device(), c.id.CreateQP); err != nil {
-		log.errorf("setup_qp failed: %d\n", errCode(err))
-		return failed(err.Error())
-	}
-	if err := s.setupBuffers(); err != nil {
-		log.errorf("rping_setup_buffers failed: %d\n", errCode(err))
-		return failed(err.Error())
-	}
-	if err := s.postRecv(); err != nil {
-		log.errorf("ibv_post_recv failed: %d\n", errCode(err))
-		return failed(err.Error())
+	if err := s.prepare(c.id.Device(), c.id.CreateQP); err != nil {
+		return err
 	}
 	if err := c.connect(ctx); err != nil {
 		if ctx.Err() == nil {
@@ -73,19 +64,8 @@ func (c *client) bind(ctx context.Context) error {
 		c.log.errorf("rdma_resolve_addr: %v\n", err)
 		return failed(err.Error())
 	}
-	fatal := c.waitEvent(ctx)
-	if ctx.Err() != nil {
-		return fatal
-	}
-	if c.state != stateRouteResolved {
-		c.log.errorf("waiting for addr/route resolution state %d\n", c.state)
-		if fatal == nil {
-			fatal = failed("rping: address and route not resolved")
-		}
-		return fatal
-	}
-	c.log.debugf("rdma_resolve_addr - rdma_resolve_route successful\n")
-	return fatal
+	return c.await(ctx, stateRouteResolved, "waiting for addr/route resolution state %d\n",
+		"address and route not resolved", "rdma_resolve_addr - rdma_resolve_route successful\n")
 }
 
 // connect is rping_connect_client.
@@ -94,18 +74,25 @@ func (c *client) connect(ctx context.Context) error {
 		c.log.errorf("rdma_connect: %v\n", err)
 		return failed(err.Error())
 	}
+	return c.await(ctx, stateConnected, "wait for CONNECTED state %d\n", "not connected", "rdma_connect successful\n")
+}
+
+// await waits for the CM event that wakes rping's main thread and checks it
+// brought state want, logging as rping does: complaint (with the state
+// reached) when it did not, success (with -d) when it did.
+func (c *client) await(ctx context.Context, want state, complaint, what, success string) error {
 	fatal := c.waitEvent(ctx)
 	if ctx.Err() != nil {
 		return fatal
 	}
-	if c.state != stateConnected {
-		c.log.errorf("wait for CONNECTED state %d\n", c.state)
+	if c.state != want {
+		c.log.errorf(complaint, c.state)
 		if fatal == nil {
-			fatal = failed("rping: not connected")
+			fatal = failed("rping: " + what)
 		}
 		return fatal
 	}
-	c.log.debugf("rdma_connect successful\n")
+	c.log.debugf("%s", success)
 	return fatal
 }
 

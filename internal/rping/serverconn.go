@@ -19,17 +19,8 @@ func (srv *server) serve(ctx context.Context, conn *serverConn) error {
 		s.freeBuffers()
 		conn.id.Destroy() // and its QP
 	}()
-	if err := s.setupQP(conn.id.Device(), conn.id.CreateQP); err != nil {
-		log.errorf("setup_qp failed: %d\n", errCode(err))
-		return failed(err.Error())
-	}
-	if err := s.setupBuffers(); err != nil {
-		log.errorf("rping_setup_buffers failed: %d\n", errCode(err))
-		return failed(err.Error())
-	}
-	if err := s.postRecv(); err != nil {
-		log.errorf("ibv_post_recv failed: %d\n", errCode(err))
-		return failed(err.Error())
+	if err := s.prepare(conn.id.Device(), conn.id.CreateQP); err != nil {
+		return err
 	}
 	if err := srv.accept(ctx, conn); err != nil {
 		if ctx.Err() == nil {

@@ -129,6 +129,25 @@ func (s *session) freeBuffers() {
 // postRecv posts the one receive rping keeps posted.
 func (s *session) postRecv() error { return s.qp.PostRecv(&s.recvWR) }
 
+// prepare is what rping's client and server do before connecting: the QP
+// and its CQ, the buffers, and the first receive; a failure is logged in
+// rping's words.
+func (s *session) prepare(dev *verbs.Device, create createQPFunc) error {
+	if err := s.setupQP(dev, create); err != nil {
+		s.log.errorf("setup_qp failed: %d\n", errCode(err))
+		return failed(err.Error())
+	}
+	if err := s.setupBuffers(); err != nil {
+		s.log.errorf("rping_setup_buffers failed: %d\n", errCode(err))
+		return failed(err.Error())
+	}
+	if err := s.postRecv(); err != nil {
+		s.log.errorf("ibv_post_recv failed: %d\n", errCode(err))
+		return failed(err.Error())
+	}
+	return nil
+}
+
 // formatSend is rping_format_send: it advertises mr, of the ping size, in
 // the send buffer.
 func (s *session) formatSend(mr *verbs.MR) {
