@@ -1,8 +1,6 @@
 package cm
 
 import (
-	"io"
-	"os"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -10,8 +8,8 @@ import (
 
 	"github.com/softnic/softnic/ibtransport"
 	"github.com/softnic/softnic/ibtransport/mad"
-	"github.com/softnic/softnic/internal/pcapfile"
 	"github.com/softnic/softnic/roce"
+	"github.com/softnic/softnic/roce/rocetest"
 )
 
 const rpingCapture = "../../roce/testdata/rxe-rping.pcap"
@@ -24,27 +22,15 @@ type capturedMAD struct {
 
 // loadMADs returns the MADs of a capture, in order.
 func loadMADs(t testing.TB, path string) []capturedMAD {
-	f, err := os.Open(path)
-	require.NoError(t, err)
-	defer f.Close()
-	rd, err := pcapfile.NewReader(f)
+	pkts, err := rocetest.ReadFile(path)
 	require.NoError(t, err)
 	var out []capturedMAD
-	for {
-		p, err := rd.Next()
-		if err == io.EOF {
-			return out
-		}
-		require.NoError(t, err)
-		var c capturedMAD
-		var pkt ibtransport.Packet
-		require.NoError(t, roce.ParseFrame(append([]byte(nil), p.Data...), &c.frame))
-		require.NoError(t, ibtransport.ParsePacket(c.frame.IB, &pkt))
-		if mad.ToGSI(&pkt) {
-			c.msg = mad.MAD(append([]byte(nil), pkt.Payload...))
-			out = append(out, c)
+	for _, p := range pkts {
+		if mad.ToGSI(&p.IB) {
+			out = append(out, capturedMAD{frame: p.Frame, msg: mad.MAD(p.IB.Payload)})
 		}
 	}
+	return out
 }
 
 // rxeExchange is rxe's REQ, REP, RTU, DREQ and DREP from rxe-rping.pcap.

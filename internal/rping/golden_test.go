@@ -1,10 +1,7 @@
 package rping
 
 import (
-	"errors"
-	"io"
 	"net/netip"
-	"os"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -12,8 +9,7 @@ import (
 
 	"github.com/softnic/softnic/ibtransport"
 	"github.com/softnic/softnic/ibtransport/mad"
-	"github.com/softnic/softnic/internal/pcapfile"
-	"github.com/softnic/softnic/roce"
+	"github.com/softnic/softnic/roce/rocetest"
 )
 
 // capturedPacket is one RoCEv2 packet of a capture: who sent it, and its
@@ -26,24 +22,13 @@ type capturedPacket struct {
 // readCapture returns the RoCEv2 packets of a pcap file, in order.
 func readCapture(t *testing.T, path string) []capturedPacket {
 	t.Helper()
-	f, err := os.Open(path)
+	pkts, err := rocetest.ReadFile(path)
 	require.NoError(t, err)
-	defer f.Close()
-	rd, err := pcapfile.NewReader(f)
-	require.NoError(t, err)
-	var out []capturedPacket
-	for {
-		p, err := rd.Next()
-		if errors.Is(err, io.EOF) {
-			return out
-		}
-		require.NoError(t, err)
-		var fr roce.Frame // the reader reuses its buffer: keep a copy
-		require.NoError(t, roce.ParseFrame(append([]byte(nil), p.Data...), &fr))
-		c := capturedPacket{src: fr.Src.Unmap()}
-		require.NoError(t, ibtransport.ParsePacket(fr.IB, &c.pkt))
-		out = append(out, c)
+	out := make([]capturedPacket, len(pkts))
+	for i, p := range pkts {
+		out[i] = capturedPacket{src: p.Frame.Src.Unmap(), pkt: p.IB}
 	}
+	return out
 }
 
 // TestCapturedRping holds this package's rping to the real one, as Linux
