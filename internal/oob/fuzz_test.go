@@ -76,3 +76,19 @@ func FuzzSessionAgainstHostilePeer(f *testing.F) {
 		})
 	})
 }
+
+// FuzzParseBinaryDest: perftest -R's 56-byte keys from a hostile peer parse
+// or fail without a panic, and what parses formats back to the same keys.
+func FuzzParseBinaryDest(f *testing.F) {
+	f.Add(PerftestDest{LID: 0, OutReads: 16, QPN: 0x11, PSN: 0xabcdef, RKey: 0x1234, VAddr: 0x7f0000001000}.FormatBinary(1))
+	f.Add(make([]byte, KeysBinLen))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		d, err := ParseBinaryDest(b)
+		if err != nil {
+			return
+		}
+		d2, err := ParseBinaryDest(d.FormatBinary(0))
+		require.NoError(t, err)
+		require.Equal(t, d, d2, "round trip")
+	})
+}
