@@ -148,3 +148,20 @@ func heapInUse(t *testing.T, sides ...*side) uint64 {
 	runtime.ReadMemStats(&ms)
 	return ms.HeapInuse
 }
+
+// TestTimewaitExit: after a disconnection both IDs, still open, hear
+// EventTimewaitExit once the IB CM's TIMEWAIT (2 s, shrunk here) is over.
+func TestTimewaitExit(t *testing.T) {
+	a, b := newSides(t, memlink.Config{}, cmMillisecond)
+	srvAddr := netip.AddrPortFrom(addrB, 7174)
+	_, lch := listen(t, b, srvAddr)
+	cli := dial(t, a, srvAddr, &rdmacm.ConnParam{})
+	srv, _ := accept(t, lch, &rdmacm.ConnParam{})
+	nextEvent(t, cli.ch, rdmacm.EventEstablished)
+	nextEvent(t, lch, rdmacm.EventEstablished)
+	require.NoError(t, srv.id.Disconnect())
+	nextEvent(t, cli.ch, rdmacm.EventDisconnected)
+	nextEvent(t, lch, rdmacm.EventDisconnected)
+	assert.Same(t, cli.id, nextEvent(t, cli.ch, rdmacm.EventTimewaitExit).ID)
+	assert.Same(t, srv.id, nextEvent(t, lch, rdmacm.EventTimewaitExit).ID)
+}
