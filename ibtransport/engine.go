@@ -267,6 +267,10 @@ func (e *Engine) receive(ib []byte, info *RecvInfo) {
 		return
 	}
 	e.activate(q)
+	if !q.commEst {
+		q.commEst = true
+		e.emit(q, QPEventCommEst)
+	}
 	if q.typ == QPTypeUC {
 		q.resp.onUCRequest(p, oi)
 		return

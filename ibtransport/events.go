@@ -14,6 +14,11 @@ const (
 	// QPEventLastWQEReached: a QP attached to an SRQ went to ERR and will
 	// consume no more of its receives.
 	QPEventLastWQEReached
+	// QPEventCommEst: a connected QP received its first packet from its
+	// peer since it entered RTR, in RTR or later (IBA's communication
+	// established, which IBA raises in RTR only): a connection manager
+	// still waiting for its RTU may take the connection as up.
+	QPEventCommEst
 )
 
 func (t QPEvent) String() string {
@@ -24,6 +29,8 @@ func (t QPEvent) String() string {
 		return "SQ_DRAINED"
 	case QPEventLastWQEReached:
 		return "QP_LAST_WQE_REACHED"
+	case QPEventCommEst:
+		return "COMM_EST"
 	}
 	return "unknown QP event"
 }

@@ -201,9 +201,12 @@ type QP struct {
 	st          QPState
 	// sqDrained: the SQ drained event for the current SQD state went out.
 	sqDrained bool
-	path      TxPath
-	mtu       uint32
-	destQPN   uint32
+	// commEst: the QP received a packet since it entered RTR and raised
+	// QPEventCommEst for it.
+	commEst bool
+	path    TxPath
+	mtu     uint32
+	destQPN uint32
 	// The three roles, as in rxe, each with its own state; they reach one
 	// another through q.
 	req  requester
@@ -346,6 +349,9 @@ func (q *QP) Destroy() error {
 }
 
 func (q *QP) setState(s QPState) {
+	if s == QPSRTR {
+		q.commEst = false
+	}
 	q.st = s
 	q.state.Store(uint32(s))
 }

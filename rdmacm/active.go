@@ -153,6 +153,9 @@ func (id *ID) failConnect(ev Event) {
 		defer id.listen.settled() // the peer gave up before Accept
 	}
 	toError(id.qp)
+	if id.qp != nil {
+		id.dev.OnCommEst(id.qp, nil)
+	}
 	id.conn = nil
 	id.state = stateRouteResolved
 	id.mu.Unlock()

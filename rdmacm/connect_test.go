@@ -3,14 +3,17 @@ package rdmacm_test
 import (
 	"bytes"
 	"net/netip"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/softnic/softnic/ibtransport"
 	"github.com/softnic/softnic/ibtransport/mad"
 	"github.com/softnic/softnic/rdmacm"
+	"github.com/softnic/softnic/roce"
 	"github.com/softnic/softnic/roce/memlink"
 	"github.com/softnic/softnic/verbs"
 )
@@ -117,4 +120,36 @@ func TestBindConflicts(t *testing.T) {
 	id, err := b.cm.CreateID(ch, rdmacm.PortSpaceTCP)
 	require.NoError(t, err)
 	assert.ErrorIs(t, id.Bind(netip.AddrPortFrom(addrA, 1)), rdmacm.ErrNoDevice, "not an address of the device")
+}
+
+// TestLostRTU drops the client's RTU: the server's QP, in RTS since
+// Accept, receives the client's first SEND, and that packet establishes
+// the connection (COMM_EST) at once, long before the REP's retry (4 s)
+// would bring another RTU.
+func TestLostRTU(t *testing.T) {
+	a, b := newSides(t, memlink.Config{}, 0)
+	var dropped atomic.Int32
+	a.link.SetTap(func(frame []byte) bool {
+		var fr roce.Frame
+		var p ibtransport.Packet
+		if roce.ParseFrame(append([]byte(nil), frame...), &fr) != nil || ibtransport.ParsePacket(fr.IB, &p) != nil ||
+			!mad.ToGSI(&p) || mad.MAD(p.Payload).Header().AttrID() != mad.AttrRTU {
+			return true
+		}
+		dropped.Add(1)
+		return false
+	})
+	srvAddr := netip.AddrPortFrom(addrB, 7174)
+	_, lch := listen(t, b, srvAddr)
+	cli := dial(t, a, srvAddr, &rdmacm.ConnParam{})
+	srv, _ := accept(t, lch, &rdmacm.ConnParam{})
+	nextEvent(t, cli.ch, rdmacm.EventEstablished)
+	start := time.Now()
+	copy(cli.mr.Bytes(), "first")
+	require.NoError(t, cli.qp.PostSend(&verbs.SendWR{Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGL: []verbs.SGE{cli.mr.SGE(0, 5)}}))
+	nextEvent(t, lch, rdmacm.EventEstablished)
+	assert.Less(t, time.Since(start), time.Second, "the first packet, not the REP's retry, established the connection")
+	assert.Equal(t, int32(1), dropped.Load(), "RTUs dropped")
+	srv.waitWC(t)
+	cli.waitWC(t)
 }

@@ -262,6 +262,7 @@ func (id *ID) DestroyQP() error {
 	if qp == nil {
 		return fmt.Errorf("destroy QP: no QP: %w", ErrState)
 	}
+	id.dev.OnCommEst(qp, nil)
 	return qp.Destroy()
 }
 
@@ -288,6 +289,7 @@ func (id *ID) Destroy() error {
 		conn.Destroy()
 	}
 	if qp != nil {
+		id.dev.OnCommEst(qp, nil)
 		qp.Destroy()
 	}
 	if local.IsValid() {

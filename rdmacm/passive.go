@@ -153,6 +153,10 @@ func (id *ID) Accept(p *ConnParam) error {
 		return fmt.Errorf("accept: %w", err)
 	}
 	listen.settled()
+	// Data from the peer before its RTU means the RTU was lost: take the
+	// connection as up, as cma.c does on IB_EVENT_COMM_EST, rather than
+	// wait for the REP's retry to bring another RTU.
+	id.dev.OnCommEst(id.qp, func() { go conn.Established() }) // not on the engine goroutine
 	if err := conn.Accept(rep); err != nil {
 		return fmt.Errorf("accept: %w", err)
 	}
@@ -183,6 +187,7 @@ func (id *ID) onPassiveEvent(ev cm.Event) {
 		ok := id.state == stateAccepted
 		if ok {
 			id.state = stateEstablished
+			id.dev.OnCommEst(id.qp, nil)
 		}
 		id.mu.Unlock()
 		if ok {

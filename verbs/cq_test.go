@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/softnic/softnic/roce/memlink"
@@ -220,4 +221,44 @@ func TestAsyncEvents(t *testing.T) {
 	}
 	require.Equal(t, map[verbs.EventType]bool{verbs.EventQPFatal: true, verbs.EventQPLastWQEReached: true}, got)
 	require.Equal(t, 0, srq.Len(), "no receive was left")
+}
+
+// TestCommEstEvent: a QP still in RTR that receives its first packet
+// raises COMM_EST, once; OnCommEst hears it too.
+func TestCommEstEvent(t *testing.T) {
+	o := defaultOpts()
+	p := newPair(t, memlink.Config{})
+	x, y := newEndpoint(t, p.a, nil, o, nil), newEndpoint(t, p.b, nil, o, nil)
+	connect(t, x, y, o)
+	// y back to a fresh connection left in RTR: reset, INIT, RTR.
+	require.NoError(t, y.qp.Modify(&verbs.QPAttr{State: verbs.QPSReset}, verbs.QPAttrState))
+	require.NoError(t, y.qp.Modify(&verbs.QPAttr{State: verbs.QPSInit, AccessFlags: y.access, Port: 1},
+		verbs.QPAttrState|verbs.QPAttrAccessFlags|verbs.QPAttrPort|verbs.QPAttrPKeyIndex))
+	require.NoError(t, y.qp.Modify(&verbs.QPAttr{State: verbs.QPSRTR, PathMTU: o.mtu, DestQPN: x.qp.QPN(),
+		RQPSN: x.sqPSN, MaxDestRdAtomic: o.maxRd, MinRNRTimer: o.minRNR, AV: verbs.AddressVector{DGID: x.gid, HopLimit: 64}},
+		verbs.QPAttrState|verbs.QPAttrAV|verbs.QPAttrPathMTU|verbs.QPAttrDestQPN|verbs.QPAttrRQPSN|
+			verbs.QPAttrMaxDestRdAtomic|verbs.QPAttrMinRNRTimer))
+	heard := make(chan struct{}, 2)
+	p.b.OnCommEst(y.qp, func() { heard <- struct{}{} })
+	mr, _ := regMR(t, x.pd, 64, allAccess)
+	ymr, _ := regMR(t, y.pd, 64, allAccess)
+	for i := range 2 {
+		require.NoError(t, y.qp.PostRecv(&verbs.RecvWR{ID: uint64(i), SGL: []verbs.SGE{ymr.SGE(0, 64)}}))
+		require.NoError(t, x.qp.PostSend(&verbs.SendWR{ID: uint64(i), Opcode: verbs.WRSend, Flags: verbs.SendSignaled,
+			SGL: []verbs.SGE{mr.SGE(0, 8)}}))
+		waitOK(t, y.rcq, uint64(i))
+	}
+	select {
+	case ev := <-p.b.Events():
+		assert.Equal(t, verbs.EventCommEst, ev.Type)
+		assert.Same(t, y.qp, ev.QP)
+	case <-time.After(5 * time.Second):
+		t.Fatal("no COMM_EST")
+	}
+	assert.Len(t, heard, 1, "OnCommEst's function ran once")
+	select {
+	case ev := <-p.b.Events():
+		t.Fatalf("a second event: %v", ev.Type)
+	default:
+	}
 }

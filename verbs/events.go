@@ -19,6 +19,9 @@ const (
 	EventQPLastWQEReached
 	// EventCQErr: a CQ overran; completions were lost.
 	EventCQErr
+	// EventCommEst: a connected QP still in RTR received its first packet
+	// (communication established).
+	EventCommEst
 )
 
 func (t EventType) String() string {
@@ -33,6 +36,8 @@ func (t EventType) String() string {
 		return "QP_LAST_WQE_REACHED"
 	case EventCQErr:
 		return "CQ_ERR"
+	case EventCommEst:
+		return "COMM_EST"
 	}
 	return "unknown event"
 }
@@ -63,11 +68,34 @@ var qpEventTypes = [...]EventType{
 	ibtransport.QPEventFatal:          EventQPFatal,
 	ibtransport.QPEventSQDrained:      EventSQDrained,
 	ibtransport.QPEventLastWQEReached: EventQPLastWQEReached,
+	ibtransport.QPEventCommEst:        EventCommEst,
 }
 
 // onQPEvent receives the engine's QP events.
 func (d *Device) onQPEvent(q *QP, ev ibtransport.QPEvent) {
+	if ev == ibtransport.QPEventCommEst {
+		if fn, ok := d.commEst.LoadAndDelete(q); ok {
+			fn.(func())()
+		}
+		if q.State() != QPSRTR {
+			// IBA raises it for a QP still in RTR only; OnCommEst also
+			// hears of a QP that went to RTS first, as rdmacm's do.
+			return
+		}
+	}
 	if int(ev) < len(qpEventTypes) && qpEventTypes[ev] != 0 {
 		d.emit(Event{Type: qpEventTypes[ev], QP: q})
 	}
+}
+
+// OnCommEst makes fn run once, on the engine goroutine, when qp next raises
+// EventCommEst; nil forgets a pending fn. A connection manager waiting for
+// an RTU takes the first packet as the connection's start, as Linux's
+// rdma_cm does on IB_EVENT_COMM_EST. fn must not block.
+func (d *Device) OnCommEst(qp *QP, fn func()) {
+	if fn == nil {
+		d.commEst.Delete(qp)
+		return
+	}
+	d.commEst.Store(qp, fn)
 }

@@ -3,6 +3,7 @@ package verbs
 import (
 	"fmt"
 	"net/netip"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -182,6 +183,8 @@ type Device struct {
 	events chan Event
 	gsi    *gsi
 	cm     *cm.Manager
+	// commEst holds OnCommEst's functions by *QP.
+	commEst sync.Map
 }
 
 // Open opens a device on link (ibv_open_device). The device runs an engine
