@@ -166,7 +166,11 @@ func (id *ID) resolveAddr(src, dst netip.Addr, timeout time.Duration) {
 	}
 	id.mu.Lock()
 	if id.state != stateAddrQuery { // destroyed meanwhile
+		local := id.local
 		id.mu.Unlock()
+		if local.IsValid() {
+			id.c.unbind(id, local) // bindFor may have bound it after Destroy
+		}
 		return
 	}
 	ev := Event{Type: EventAddrResolved, ID: id}
