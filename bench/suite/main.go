@@ -113,6 +113,9 @@ func parseFlags() (*suite, options) {
 			os.Exit(2)
 		}
 		o.vmOpts.configs = shapes
+		if f := strings.TrimSpace(o.vmOpts.softnicFlags); f != "" {
+			o.vmOpts.softnicFlags = " " + f
+		}
 	}
 	return s, o
 }
@@ -124,12 +127,13 @@ func vmFlags(o *options) {
 	flag.BoolVar(&o.vm, "vm", false, "bench-vm: softnic against rdma_rxe in two qemu guests (writes vm.md and vm.png under -out; -softnic must be a static build)")
 	flag.StringVar(&o.vmShapes, "vm-shapes", "1:1,1:2,2:1,2:4", "bench-vm: guest shapes, vCPUs:virtio-net queue pairs, comma-separated")
 	flag.IntVar(&v.rounds, "vm-rounds", 3, "bench-vm: runs per figure (the median counts)")
-	flag.IntVar(&v.bwIters, "vm-bw-iters", 400, "bench-vm: iterations of write_bw 64 KiB")
-	flag.IntVar(&v.latIters, "vm-lat-iters", 500, "bench-vm: iterations of write_lat 8 B")
-	flag.IntVar(&v.rateIters, "vm-rate-iters", 4000, "bench-vm: iterations of write_bw 64 B")
+	flag.IntVar(&v.bwIters, "vm-bw-iters", 800, "bench-vm: iterations of write_bw 64 KiB")
+	flag.IntVar(&v.latIters, "vm-lat-iters", 1000, "bench-vm: iterations of write_lat 8 B")
+	flag.IntVar(&v.rateIters, "vm-rate-iters", 8000, "bench-vm: iterations of write_bw 64 B")
 	flag.DurationVar(&v.runTimeout, "vm-run-timeout", 90*time.Second, "bench-vm: limit of one tool run in a guest")
 	flag.IntVar(&v.memMiB, "vm-mem", 1024, "bench-vm: MiB of RAM per guest")
 	flag.StringVar(&v.cache, "vm-cache", rxeguest.DefaultCacheDir(), "bench-vm: guest image cache directory")
+	flag.StringVar(&v.softnicFlags, "vm-softnic-flags", "--softnic-stats", "bench-vm: options added to softnic's runs (--softnic-stats: the counters the table sums)")
 	flag.StringVar(&v.logDir, "vm-log-dir", filepath.Join(os.TempDir(), "softnic-bench-vm"), "bench-vm: where the guests' whole output and consoles go (empty: nowhere)")
 }
 

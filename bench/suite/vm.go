@@ -62,6 +62,7 @@ type vmOptions struct {
 	memMiB                       int
 	cache                        string
 	logDir                       string // the guests' whole output, per shape (empty: not kept)
+	softnicFlags                 string // added to softnic's runs, with a leading space
 }
 
 var vmTests = []*vmTest{

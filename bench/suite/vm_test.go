@@ -54,7 +54,7 @@ func vmTestRun(steps []vmStep) *vmRun {
 	r := &vmRun{cfg: vmConfig{cpus: 1, queues: 2}, server: map[int]string{}, client: map[int]string{}, took: time.Minute}
 	r.client[0] = fmt.Sprintf(vmBW, "20.00")
 	r.client[1] = "latency output\n"
-	r.client[3] = fmt.Sprintf(vmBW, "10.00")
+	r.client[3] = fmt.Sprintf(vmBW, "10.00") + " softnic engine counters:\n  RxPackets                    460\n  Timeouts                     18\n  Forwarded                    460\n"
 	r.server[3] = "XDP-MODE: xdpgeneric\n"
 	r.client[4] = "softnic perf: boom\n!! FAILED\n"
 	r.server[4] = "XDP-MODE: xdp\n"
@@ -84,7 +84,8 @@ func TestVMFiguresAndTable(t *testing.T) {
 	md := s.vmMarkdown([]*vmRun{run}, steps, o, time.Minute)
 	for _, want := range []string{"| 1 vCPU, 2 queue pairs | write_bw 64 KiB | 20.0 MB/s | 10.0 MB/s | 0.50 |",
 		"| write_bw 64 KiB ≥ 1.0 × rxe, 1 vCPU, 2 queue pairs | 0.50 × | **no** |",
-		"user 33%, sys 17%, softirq 17%, idle 33%", "XDP request 2 queues but max is 1."} {
+		"user 33%, sys 17%, softirq 17%, idle 33%", "XDP request 2 queues but max is 1.",
+		"| 1 vCPU, 2 queue pairs | write_bw 64 KiB | 18 | 460 | 460 |", "| 1 vCPU, 2 queue pairs | write_bw 64 B message rate | — | — | — |"} {
 		assert.Contains(t, md, want)
 	}
 	img, err := s.chart()

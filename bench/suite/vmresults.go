@@ -191,3 +191,32 @@ func vmCPU(secs map[int]string, steps []vmStep, impl string, t *vmTest) cpuSplit
 	}
 	return sum
 }
+
+var vmCounterRE = regexp.MustCompile(`(?m)^  (Timeouts|Forwarded|RxPackets) +(\d+)$`)
+
+// vmCounters sums the engine counters softnic printed (--softnic-stats)
+// in impl's runs of test t, on both sides and over the rounds: timeouts
+// (each costs a retransmit timeout), packets handed from the engine that
+// received them to the one running their QP, and packets received.
+func vmCounters(r *vmRun, steps []vmStep, t *vmTest) (timeouts, forwarded, received int, ok bool) {
+	for _, st := range steps {
+		if st.impl != "softnic" || st.test != t {
+			continue
+		}
+		for _, sec := range []string{r.server[st.index], r.client[st.index]} {
+			for _, m := range vmCounterRE.FindAllStringSubmatch(sec, -1) {
+				n, _ := strconv.Atoi(m[2])
+				ok = true
+				switch m[1] {
+				case "Timeouts":
+					timeouts += n
+				case "Forwarded":
+					forwarded += n
+				case "RxPackets":
+					received += n
+				}
+			}
+		}
+	}
+	return timeouts, forwarded, received, ok
+}

@@ -130,9 +130,9 @@ func vmScript(steps []vmStep, o vmOptions, server bool, serverIP string) string 
 		case st.impl == "rxe":
 			fmt.Fprintf(&b, "retry_tool ib_%s -d rxe0 %s %s", st.test.tool, args, serverIP)
 		case server:
-			fmt.Fprintf(&b, "run_softnic perf %s -d eth0 %s", st.test.tool, args)
+			fmt.Fprintf(&b, "run_softnic perf %s -d eth0 %s%s", st.test.tool, args, o.softnicFlags)
 		default:
-			fmt.Fprintf(&b, "run_softnic perf %s -d eth0 %s --connect-wait=%ds %s", st.test.tool, args,
+			fmt.Fprintf(&b, "run_softnic perf %s -d eth0 %s%s --connect-wait=%ds %s", st.test.tool, args, o.softnicFlags,
 				int(o.runTimeout.Seconds()), serverIP)
 		}
 		b.WriteString(" || echo '!! FAILED'\ncpu AFTER\n")

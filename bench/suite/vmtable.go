@@ -112,6 +112,18 @@ func (s *suite) vmMarkdown(runs []*vmRun, steps []vmStep, o vmOptions, elapsed t
 				vmCPU(r.client, steps, "rxe", t), vmCPU(r.server, steps, "softnic", t), vmCPU(r.client, steps, "softnic", t))
 		}
 	}
+	b.WriteString("\nsoftnic's engine counters (`--softnic-stats`), both guests, all rounds: retransmit timeouts (4.096 µs × 2^14 ≈ 67 ms each), " +
+		"packets that arrived on another queue's engine than their QP's and were handed over, and packets received:\n\n" +
+		"| guests | test | timeouts | handed over | received |\n|---|---|---:|---:|---:|\n")
+	for _, r := range runs {
+		for _, t := range vmTests {
+			if to, fw, rx, ok := vmCounters(r, steps, t); ok {
+				fmt.Fprintf(&b, "| %s | %s | %d | %d | %d |\n", r.cfg.label(), t.name, to, fw, rx)
+			} else {
+				fmt.Fprintf(&b, "| %s | %s | — | — | — |\n", r.cfg.label(), t.name)
+			}
+		}
+	}
 	b.WriteString("\n| goal | measured | met |\n|---|---:|---|\n")
 	for _, t := range s.look.goals() {
 		out := s.res.Evaluate(t)
