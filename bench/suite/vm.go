@@ -63,6 +63,7 @@ type vmOptions struct {
 	cache                        string
 	logDir                       string // the guests' whole output, per shape (empty: not kept)
 	softnicFlags                 string // added to softnic's runs, with a leading space
+	softnicEnv                   string // NAME=value ... for softnic's runs (experiments)
 }
 
 var vmTests = []*vmTest{

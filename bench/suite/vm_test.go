@@ -31,10 +31,11 @@ func TestVMStepsAlternate(t *testing.T) {
 func TestVMScript(t *testing.T) {
 	o := vmOptions{rounds: 1, bwIters: 400, latIters: 500, rateIters: 4000, runTimeout: 90 * time.Second}
 	steps := vmSteps(vmTests, 1)
+	o.softnicEnv = "GOMAXPROCS=1"
 	server := vmScript(steps, o, true, vmServerIP)
 	client := vmScript(steps, o, false, vmServerIP)
 	for _, want := range []string{"@@ step 0 rxe write_bw 1'\nrxe_on", "timeout -s TERM $RUN_TIMEOUT ib_write_bw -d rxe0 -x 1 -m 1024 -F -s 65536 -n 400 -p 18600 2>&1",
-		"@@ step 4 softnic write_lat 1'\nrxe_off", "run_softnic perf write_lat -d eth0 -x 1 -m 1024 -F -s 8 -n 500 -p 18604 ||"} {
+		"@@ step 4 softnic write_lat 1'\nrxe_off", "SOFTNIC_ENV='GOMAXPROCS=1'\n", "run_softnic perf write_lat -d eth0 -x 1 -m 1024 -F -s 8 -n 500 -p 18604 ||"} {
 		assert.Contains(t, server, want)
 	}
 	for _, want := range []string{"retry_tool ib_write_bw -d rxe0 -x 1 -m 1024 -F -s 64 -n 4000 -p 18602 10.77.0.11",

@@ -5,6 +5,11 @@ import (
 	"strings"
 )
 
+// shellQuote quotes s for sh.
+func shellQuote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
 // The guest side of bench-vm: each guest runs one shell script that walks
 // the same list of steps, the server guest serving and the client guest
 // connecting. Each step has its own TCP port, so a client can never reach
@@ -91,7 +96,7 @@ cpu() { echo "CPU-$1: $(head -n 1 /proc/stat)"; }
 # mode is printed after the run, where it cannot split softnic's report.
 run_softnic() {
 	xdp_watch >/tmp/xdp-mode & w=$!
-	timeout -s TERM $RUN_TIMEOUT softnic "$@" 2>&1; rc=$?
+	timeout -s TERM $RUN_TIMEOUT env $SOFTNIC_ENV softnic "$@" 2>&1; rc=$?
 	kill $w 2>/dev/null; wait $w 2>/dev/null
 	cat /tmp/xdp-mode; rm -f /tmp/xdp-mode
 	return $rc
@@ -114,7 +119,7 @@ retry_tool() {
 // vmScript is the server's (server true) or the client's script.
 func vmScript(steps []vmStep, o vmOptions, server bool, serverIP string) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "RUN_TIMEOUT=%d\n%s", int(o.runTimeout.Seconds()), vmPrelude)
+	fmt.Fprintf(&b, "RUN_TIMEOUT=%d\nSOFTNIC_ENV=%s\n%s", int(o.runTimeout.Seconds()), shellQuote(o.softnicEnv), vmPrelude)
 	for _, st := range steps {
 		b.WriteString("echo '" + st.marker() + "'\n")
 		if st.impl == "rxe" {
