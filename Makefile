@@ -48,7 +48,7 @@ bench:
 # qemu TCG on a bridge, rxe and a static softnic build taking turns on the
 # same guests (write_bw 64 KiB, write_lat 8 B, 64 B message rate; one vCPU
 # and two, each with one virtio-net queue pair and with twice as many as
-# vCPUs); writes bench/results/vm.{md,png}. About 12 minutes. BENCHVMFLAGS passes options (bin/benchsuite -h: -vm-*).
+# vCPUs); writes bench/results/vm.{md,png}. About 6-7 minutes here. BENCHVMFLAGS passes options (bin/benchsuite -h: -vm-*).
 bench-vm:
 	CGO_ENABLED=0 $(GO) build -o bin/softnic-static ./cmd/softnic
 	$(GO) build -o bin/benchsuite ./bench/suite
