@@ -6,7 +6,7 @@ GO ?= go
 PKGS := ./...
 BIN := bin/softnic
 
-.PHONY: all build test test-short generate bench microbench lint fuzz demo clean
+.PHONY: all build test test-short generate bench bench-vm microbench lint fuzz demo clean
 
 all: build
 
@@ -43,6 +43,17 @@ bench:
 	$(GO) build -o bin/benchsuite ./bench/suite
 	bash bench/install-deps.sh
 	bin/benchsuite -softnic $(BIN) -xdpblast bin/xdpblast -out bench/results $(BENCHFLAGS)
+
+# softnic against Linux rdma_rxe (root, qemu): two Debian 12 guests under
+# qemu TCG on a bridge, rxe and a static softnic build taking turns on the
+# same guests (write_bw 64 KiB, write_lat 8 B, 64 B message rate; one vCPU
+# and two, each with one virtio-net queue pair and with twice as many as
+# vCPUs); writes bench/results/vm.{md,png}. About 6-7 minutes here. BENCHVMFLAGS passes options (bin/benchsuite -h: -vm-*).
+bench-vm:
+	CGO_ENABLED=0 $(GO) build -o bin/softnic-static ./cmd/softnic
+	$(GO) build -o bin/benchsuite ./bench/suite
+	bash test/interop/install-deps.sh
+	bin/benchsuite -vm -softnic bin/softnic-static -out bench/results $(BENCHVMFLAGS)
 
 # Go micro-benchmarks of the engine, framing and verbs (in-memory link).
 microbench:

@@ -58,7 +58,7 @@ type chartPanel struct {
 // fractions of their goal.
 func (s *suite) chart() ([]byte, error) {
 	var panels []chartPanel
-	for _, unit := range []string{unitGbps, unitMpps, unitUsec, unitKiB} {
+	for _, unit := range []string{unitGbps, unitMBps, unitMpps, unitUsec, unitKiB} {
 		if p := s.unitPanel(unit); len(p.rows) > 0 {
 			panels = append(panels, p)
 		}
@@ -85,7 +85,7 @@ func (s *suite) unitPanel(unit string) chartPanel {
 		if f.Err != "" {
 			r.err, r.text = true, "not measured: "+f.Err
 		} else {
-			r.text = fmt.Sprintf("%s %s", fmtValue(f.Value), f.Unit) + s.ratioText(f, f.Ceiling, "ceil.") + s.ratioText(f, f.Kernel, "kernel")
+			r.text = fmt.Sprintf("%s %s", fmtValue(f.Value), f.Unit) + s.ratioText(f, f.Ceiling, "ceil.") + s.ratioText(f, f.Kernel, s.look.kernelWord())
 		}
 		p.rows = append(p.rows, r)
 	}
@@ -107,7 +107,7 @@ func (s *suite) ratioText(f *Figure, ref, what string) string {
 // targetPanel shows each target as the share of its goal reached.
 func (s *suite) targetPanel() chartPanel {
 	t := chartPanel{title: "Targets: share of the goal reached (line = goal met; capped at 2)", scale: 2}
-	for _, tg := range targets {
+	for _, tg := range s.look.goals() {
 		o := s.res.Evaluate(tg)
 		r := chartRow{label: tg.Name, mark: 1}
 		if !o.Measured {
@@ -138,9 +138,9 @@ func (s *suite) drawChart(panels []chartPanel) *image.RGBA {
 	img := image.NewRGBA(image.Rect(0, 0, chartWidth, height))
 	draw.Draw(img, img.Bounds(), &image.Uniform{colBackground}, image.Point{}, draw.Src)
 	y := margin + rowHeight
-	drawText(img, margin, y, fmt.Sprintf("softnic benchmark %s  (%s)", s.started.Format("2006-01-02 15:04 UTC"), s.env.kernelAndCPUs()), colText)
+	drawText(img, margin, y, fmt.Sprintf("%s %s  (%s)", s.look.chartTitle(), s.started.Format("2006-01-02 15:04 UTC"), s.env.kernelAndCPUs()), colText)
 	y += rowHeight
-	drawLegend(img, margin, y)
+	drawLegend(img, margin, y, s.look.legendItems())
 	for _, p := range panels {
 		y = drawPanel(img, y, p)
 	}
@@ -217,6 +217,8 @@ func unitTitle(unit string) string {
 	switch unit {
 	case unitGbps:
 		return "Bandwidth, Gb/s (RDMA payload; ceilings: frames/s x IB MTU)"
+	case unitMBps:
+		return "Bandwidth, MB/s (RDMA payload, as perftest reports it)"
 	case unitMpps:
 		return "Message / frame rate, millions per second"
 	case unitUsec:
@@ -237,11 +239,8 @@ func groupColor(g string) color.RGBA {
 	return colSoftnic
 }
 
-func drawLegend(img *image.RGBA, x, y int) {
-	for _, l := range []struct {
-		name string
-		col  color.RGBA
-	}{{"raw AF_XDP ceiling", colCeiling}, {"kernel TCP/UDP", colKernel}, {"softnic", colSoftnic}, {"target met", colMet}, {"target missed", colMissed}} {
+func drawLegend(img *image.RGBA, x, y int, items []legendItem) {
+	for _, l := range items {
 		fill(img, image.Rect(x, y-10, x+12, y), l.col)
 		drawText(img, x+16, y, l.name, colText)
 		x += 16 + 7*len(l.name) + 20

@@ -32,6 +32,15 @@
 //	make bench                                 # everything, about 3-4 minutes
 //	bin/benchsuite -only lat,udp,xdplat -out "" # some parts, no files written
 //
+// With -vm (make bench-vm) it instead compares softnic with Linux
+// rdma_rxe on two identical qemu TCG guests on a bridge (rxeguest's image,
+// a static softnic build in it): for each guest shape of -vm-shapes
+// (vCPUs:virtio-net queue pairs) it boots the pair once and the guests'
+// scripts run rxe's and softnic's write_bw 64 KiB, write_lat 8 B and 64 B
+// message rate in -vm-rounds rounds, the two taking turns (vmscript.go).
+// It records the XDP mode softnic got on eth0 and each run's CPU split,
+// and writes vm.md and vm.png.
+//
 // It needs root (namespaces, XDP, AF_XDP). Figures are only comparable
 // within one run: the machine is shared and noisy, which is why every
 // target is a ratio to a baseline measured minutes apart in the same run.

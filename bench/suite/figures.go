@@ -34,6 +34,7 @@ const (
 const (
 	unitGbps = "Gb/s"
 	unitMpps = "Mpps"
+	unitMBps = "MB/s"
 	unitUsec = "µs"
 	unitKiB  = "KiB"
 	unitPkt  = "allocs/packet"

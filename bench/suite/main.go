@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/softnic/softnic/internal/netnstest"
+	"github.com/softnic/softnic/test/interop/rxeguest"
 )
 
 // suite holds the run's settings.
@@ -33,6 +34,7 @@ type suite struct {
 	res               Results
 	started           time.Time
 	env               runEnv
+	look              look // the table's and chart's words; zero: make bench's
 }
 
 // options are the command line's settings that are not the suite's own.
@@ -40,6 +42,9 @@ type options struct {
 	qps, only, echo    string
 	profileDir, outDir string
 	memQPs             int
+	vm                 bool // bench-vm instead
+	vmShapes           string
+	vmOpts             vmOptions
 }
 
 func main() {
@@ -50,6 +55,11 @@ func main() {
 			os.Exit(1)
 		}
 		return
+	}
+	if o.vm {
+		ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer cancel()
+		os.Exit(vmMain(ctx, s, o.vmOpts, o.outDir))
 	}
 	if err := s.setup(o); err != nil {
 		fmt.Fprintln(os.Stderr, "suite:", err)
@@ -68,7 +78,7 @@ func main() {
 	fmt.Println()
 	fmt.Print(table)
 	if o.outDir != "" {
-		if err := s.write(o.outDir, table); err != nil {
+		if err := s.write(o.outDir, "latest", table); err != nil {
 			fmt.Fprintf(os.Stderr, "suite: %v\n", err)
 			os.Exit(1)
 		}
@@ -94,8 +104,38 @@ func parseFlags() (*suite, options) {
 		"where the in-process runs write CPU profiles of write_bw (64 KiB, 64 B, 1024 QPs, IB MTU 1024) and write_lat, and a heap profile of idle QPs (empty: none)")
 	flag.StringVar(&o.outDir, "out", "bench/results", "directory for latest.md and latest.png (empty: none)")
 	flag.StringVar(&o.echo, "udp-echo", "", "internal: be the echo server of the UDP ping-pong at ADDR:PORT")
+	vmFlags(&o)
 	flag.Parse()
+	if o.vm {
+		shapes, err := parseVMConfigs(o.vmShapes)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "suite:", err)
+			os.Exit(2)
+		}
+		o.vmOpts.configs = shapes
+		if f := strings.TrimSpace(o.vmOpts.softnicFlags); f != "" {
+			o.vmOpts.softnicFlags = " " + f
+		}
+	}
 	return s, o
+}
+
+// vmFlags defines bench-vm's flags (-vm); TCG runs guests about 50 times
+// slower than the host, so the iteration counts are small.
+func vmFlags(o *options) {
+	v := &o.vmOpts
+	flag.BoolVar(&o.vm, "vm", false, "bench-vm: softnic against rdma_rxe in two qemu guests (writes vm.md and vm.png under -out; -softnic must be a static build)")
+	flag.StringVar(&o.vmShapes, "vm-shapes", "1:1,1:2,2:1,2:4", "bench-vm: guest shapes, vCPUs:virtio-net queue pairs, comma-separated")
+	flag.IntVar(&v.rounds, "vm-rounds", 3, "bench-vm: runs per figure (the median counts)")
+	flag.IntVar(&v.bwIters, "vm-bw-iters", 800, "bench-vm: iterations of write_bw 64 KiB")
+	flag.IntVar(&v.latIters, "vm-lat-iters", 1000, "bench-vm: iterations of write_lat 8 B")
+	flag.IntVar(&v.rateIters, "vm-rate-iters", 8000, "bench-vm: iterations of write_bw 64 B")
+	flag.DurationVar(&v.runTimeout, "vm-run-timeout", 90*time.Second, "bench-vm: limit of one tool run in a guest")
+	flag.IntVar(&v.memMiB, "vm-mem", 1024, "bench-vm: MiB of RAM per guest")
+	flag.StringVar(&v.cache, "vm-cache", rxeguest.DefaultCacheDir(), "bench-vm: guest image cache directory")
+	flag.StringVar(&v.softnicFlags, "vm-softnic-flags", "--softnic-stats", "bench-vm: options added to softnic's runs (--softnic-stats: the counters the table sums)")
+	flag.StringVar(&v.softnicEnv, "vm-softnic-env", "", "bench-vm: environment of softnic's runs, NAME=value separated by spaces (e.g. GOMAXPROCS=1)")
+	flag.StringVar(&v.logDir, "vm-log-dir", filepath.Join(os.TempDir(), "softnic-bench-vm"), "bench-vm: where the guests' whole output and consoles go (empty: nowhere)")
 }
 
 // setup reads the QP counts, checks that the suite can run (root, both

@@ -41,6 +41,13 @@ func (s *suite) rounds(list ...*series) {
 			fmt.Printf("    round %d: %-50s %.3f %s\n", r+1, se.fig.Name, v, se.fig.Unit)
 		}
 	}
+	s.settle(list...)
+}
+
+// settle turns each series' per-round values into its figure (the median,
+// the runs in its note), pairs the ratios of series measured in the same
+// rounds, and reports the figures.
+func (s *suite) settle(list ...*series) {
 	for _, se := range list {
 		var ok []float64
 		var figs []string

@@ -28,7 +28,7 @@ func (s *suite) markdown(elapsed time.Duration) string {
 			s.ratioCell(f, f.Ceiling), s.ratioCell(f, f.Kernel), mdEscape(note))
 	}
 	b.WriteString("\n| target | measured | met |\n|---|---:|---|\n")
-	for _, t := range targets {
+	for _, t := range s.look.goals() {
 		o := s.res.Evaluate(t)
 		measured, met := "—", "not measured: "+o.Why
 		if o.Measured {
@@ -85,9 +85,9 @@ func mdEscape(s string) string {
 	return strings.ReplaceAll(s, "\n", " ")
 }
 
-// write stores the table and the chart as latest.md and latest.png, in
-// place of the last run's.
-func (s *suite) write(dir, table string) error {
+// write stores the table and the chart as <name>.md and <name>.png
+// (latest for make bench), in place of the last run's.
+func (s *suite) write(dir, name, table string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
@@ -95,12 +95,12 @@ func (s *suite) write(dir, table string) error {
 	if err != nil {
 		return fmt.Errorf("chart: %w", err)
 	}
-	md := table + "\n![benchmark chart](latest.png)\n"
-	for name, data := range map[string][]byte{"latest.md": []byte(md), "latest.png": png} {
-		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
+	md := table + "\n![benchmark chart](" + name + ".png)\n"
+	for file, data := range map[string][]byte{name + ".md": []byte(md), name + ".png": png} {
+		if err := os.WriteFile(filepath.Join(dir, file), data, 0o644); err != nil {
 			return err
 		}
 	}
-	fmt.Printf("\nwrote %s/latest.md and latest.png\n", dir)
+	fmt.Printf("\nwrote %s/%s.md and %s.png\n", dir, name, name)
 	return nil
 }

@@ -45,6 +45,17 @@ type Config struct {
 	MemoryMiB int
 	// Files are extra files placed into the guest (absolute paths).
 	Files map[string][]byte
+	// Programs are like Files but executable, e.g. a static binary at
+	// /usr/bin/softnic (on the script's PATH).
+	Programs map[string][]byte
+	// CPUs is the number of vCPUs; 1 when zero.
+	CPUs int
+	// Queues is the number of queue pairs of eth0 (virtio-net multiqueue);
+	// 1 when zero. More than one needs a tap made with
+	// NetworkConfig.Queues at least as large. The guest's driver uses one
+	// pair per vCPU and leaves the others free, which native XDP wants for
+	// XDP_TX (one pair per CPU beyond those in use).
+	Queues int
 }
 
 // Result is what a finished guest reported.
@@ -99,6 +110,7 @@ func Start(ctx context.Context, img *Image, cfg Config) (*Guest, error) {
 	if cfg.MemoryMiB == 0 {
 		cfg.MemoryMiB = 512
 	}
+	cfg.CPUs, cfg.Queues = max(cfg.CPUs, 1), max(cfg.Queues, 1)
 	qemu, err := exec.LookPath("qemu-system-x86_64")
 	if err != nil {
 		return nil, fmt.Errorf("guest %s: %w (apt-get install qemu-system-x86)", cfg.Name, err)
@@ -113,7 +125,7 @@ func Start(ctx context.Context, img *Image, cfg Config) (*Guest, error) {
 		return nil, fmt.Errorf("guest %s: %w", cfg.Name, err)
 	}
 	args := []string{
-		"-accel", "tcg", "-machine", "pc", "-cpu", "max", "-smp", "1",
+		"-accel", "tcg", "-machine", "pc", "-cpu", "max", "-smp", strconv.Itoa(cfg.CPUs),
 		"-m", strconv.Itoa(cfg.MemoryMiB),
 		"-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
 		"-kernel", img.Kernel, "-initrd", initrd,
@@ -123,9 +135,7 @@ func Start(ctx context.Context, img *Image, cfg Config) (*Guest, error) {
 		"-device", "virtio-rng-pci",
 	}
 	if cfg.Tap != "" {
-		args = append(args,
-			"-netdev", "tap,id=n0,ifname="+cfg.Tap+",script=no,downscript=no",
-			"-device", "virtio-net-pci,netdev=n0,mac="+cfg.MAC.String())
+		args = append(args, netArgs(cfg)...)
 	}
 	var cmd *exec.Cmd
 	if cfg.NetNS != "" {
@@ -184,6 +194,20 @@ func (g *Guest) Wait() (*Result, error) {
 	return res, nil
 }
 
+// netArgs are qemu's options for eth0: a virtio-net device on cfg.Tap,
+// with cfg.Queues queue pairs.
+func netArgs(cfg Config) []string {
+	netdev := "tap,id=n0,ifname=" + cfg.Tap + ",script=no,downscript=no"
+	device := "virtio-net-pci,netdev=n0,mac=" + cfg.MAC.String()
+	if cfg.Queues > 1 {
+		// An MSI-X vector per queue (RX and TX of each pair), one for the
+		// control queue and one for configuration changes.
+		netdev += ",queues=" + strconv.Itoa(cfg.Queues)
+		device += fmt.Sprintf(",mq=on,vectors=%d", 2*cfg.Queues+2)
+	}
+	return []string{"-netdev", netdev, "-device", device}
+}
+
 func tail(s string, n int) string {
 	if len(s) > n {
 		return s[len(s)-n:]
@@ -222,6 +246,9 @@ func writeInitrd(img *Image, cfg Config, path string) error {
 	tr.File("script.sh", 0o755, []byte(cfg.Script))
 	for name, data := range cfg.Files {
 		tr.File(name, 0o644, data)
+	}
+	for name, data := range cfg.Programs {
+		tr.File(name, 0o755, data)
 	}
 	var extra bytes.Buffer
 	if err := tr.Write(&extra); err != nil {

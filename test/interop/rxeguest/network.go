@@ -48,6 +48,9 @@ type NetworkConfig struct {
 	// PeerQueues is the number of RX and TX queues of each end of the
 	// veth pair (1 when zero): softnic runs one engine per queue.
 	PeerQueues int
+	// TapQueues above 1 makes multi-queue taps, for guests whose
+	// Config.Queues is at most this.
+	TapQueues int
 }
 
 // NewNetwork creates the namespaces and links. Namespaces left over from
@@ -81,9 +84,14 @@ func NewNetwork(ctx context.Context, cfg NetworkConfig) (*Network, error) {
 		{"-n", n.BridgeNS, "link", "add", n.Bridge, "type", "bridge", "stp_state", "0", "forward_delay", "0"},
 		{"-n", n.BridgeNS, "link", "set", n.Bridge, "mtu", mtu, "up"},
 	}
+	tapMode := []string{"mode", "tap"}
+	if cfg.TapQueues > 1 {
+		// qemu opens one file descriptor per queue of such a tap.
+		tapMode = append(tapMode, "multi_queue")
+	}
 	for _, tap := range n.Taps {
 		steps = append(steps,
-			[]string{"-n", n.BridgeNS, "tuntap", "add", "dev", tap, "mode", "tap"},
+			append([]string{"-n", n.BridgeNS, "tuntap", "add", "dev", tap}, tapMode...),
 			[]string{"-n", n.BridgeNS, "link", "set", tap, "mtu", mtu, "master", n.Bridge, "up"})
 	}
 	queues := fmt.Sprint(max(cfg.PeerQueues, 1))

@@ -1,0 +1,237 @@
+package main
+
+import (
+	"context"
+	"debug/elf"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/softnic/softnic/test/interop/rxeguest"
+)
+
+// bench-vm: softnic against Linux rdma_rxe on two identical qemu (TCG)
+// guests on a bridge, the two taking turns on the same guests, once per
+// guest shape (vCPUs, virtio-net queue pairs).
+
+// vmConfig is one guest shape; both guests get it.
+type vmConfig struct {
+	cpus, queues int
+}
+
+func (c vmConfig) label() string {
+	cpus := "1 vCPU"
+	if c.cpus > 1 {
+		cpus = fmt.Sprintf("%d vCPUs", c.cpus)
+	}
+	if c.queues == 1 {
+		return cpus + ", 1 queue pair"
+	}
+	return fmt.Sprintf("%s, %d queue pairs", cpus, c.queues)
+}
+
+func (c vmConfig) key() string { return fmt.Sprintf("%dcpu%dq", c.cpus, c.queues) }
+
+// parseVMConfigs reads "1:2,2:4": vCPUs:queue pairs, comma-separated.
+func parseVMConfigs(s string) ([]vmConfig, error) {
+	var cs []vmConfig
+	for _, f := range strings.Split(s, ",") {
+		cpus, queues, ok := strings.Cut(strings.TrimSpace(f), ":")
+		c, err1 := strconv.Atoi(cpus)
+		q, err2 := strconv.Atoi(queues)
+		if !ok || err1 != nil || err2 != nil || c < 1 || q < 1 {
+			return nil, fmt.Errorf("bad guest shape %q: want vCPUs:queues, e.g. 1:2", f)
+		}
+		cs = append(cs, vmConfig{cpus: c, queues: q})
+	}
+	return cs, nil
+}
+
+// vmOptions are bench-vm's settings.
+type vmOptions struct {
+	configs                      []vmConfig
+	rounds                       int
+	bwIters, latIters, rateIters int
+	runTimeout                   time.Duration // one tool run in a guest
+	memMiB                       int
+	cache                        string
+	logDir                       string // the guests' whole output, per shape (empty: not kept)
+	softnicFlags                 string // added to softnic's runs, with a leading space
+	softnicEnv                   string // NAME=value ... for softnic's runs (experiments)
+}
+
+var vmTests = []*vmTest{
+	{key: "write_bw", name: "write_bw 64 KiB", unit: unitMBps, tool: "write_bw", size: 64 << 10,
+		itersFlag: func(o vmOptions) int { return o.bwIters }, resultFrom: vmBandwidth},
+	{key: "write_lat", name: "write_lat 8 B, t_typical", unit: unitUsec, lower: true, tool: "write_lat", size: 8,
+		itersFlag: func(o vmOptions) int { return o.latIters }, resultFrom: vmLatency},
+	{key: "msgrate", name: "write_bw 64 B message rate", unit: unitMpps, tool: "write_bw", size: 64,
+		itersFlag: func(o vmOptions) int { return o.rateIters }, resultFrom: vmMsgRate},
+}
+
+func vmBandwidth(out string) (float64, error) {
+	if !strings.Contains(out, "BW average[MB/sec]") {
+		return 0, errors.New("no bandwidth report in MB/sec")
+	}
+	r, err := parseBW(out)
+	return r.Avg, err
+}
+
+func vmMsgRate(out string) (float64, error) {
+	r, err := parseBW(out)
+	return r.MsgRate, err
+}
+
+func vmLatency(out string) (float64, error) {
+	r, err := parseLat(out)
+	return r.Typical, err
+}
+
+const (
+	vmServerIP = "10.77.0.11"
+	vmClientIP = "10.77.0.12"
+)
+
+// vmRun is what one guest shape produced: each step's section of both
+// guests' output, keyed by step index.
+type vmRun struct {
+	cfg            vmConfig
+	server, client map[int]string
+	serverEnd      string // after the last step: virtio_net's messages
+	clientEnd      string
+	took           time.Duration
+	err            error  // the run as a whole failed (no guest output)
+	logs           string // where the guests' whole output went
+}
+
+// runVMConfig boots the two guests with cfg and runs steps.
+func runVMConfig(ctx context.Context, img *rxeguest.Image, bin []byte, cfg vmConfig, steps []vmStep, o vmOptions) *vmRun {
+	run := &vmRun{cfg: cfg}
+	start := time.Now()
+	defer func() { run.took = time.Since(start) }()
+	limit := time.Duration(len(steps)+2) * o.runTimeout
+	ctx, cancel := context.WithTimeout(ctx, limit+time.Minute)
+	defer cancel()
+	if err := rxeguest.SweepNetworks("benchvm"); err != nil {
+		run.err = err
+		return run
+	}
+	n, err := rxeguest.NewNetwork(ctx, rxeguest.NetworkConfig{Name: fmt.Sprintf("benchvm%d", os.Getpid()), Taps: 2, TapQueues: cfg.queues})
+	if err != nil {
+		run.err = err
+		return run
+	}
+	defer n.Close()
+	guest := func(name string, tap int, addr string, server bool) (*rxeguest.Guest, error) {
+		return rxeguest.Start(ctx, img, rxeguest.Config{
+			Name: name, NetNS: n.BridgeNS, Tap: n.Taps[tap], Addr: netip.MustParsePrefix(addr + "/24"),
+			Script: vmScript(steps, o, server, vmServerIP), ScriptTimeout: limit,
+			MemoryMiB: o.memMiB, CPUs: cfg.cpus, Queues: cfg.queues,
+			Programs: map[string][]byte{"/usr/bin/softnic": bin},
+		})
+	}
+	server, err := guest("vmserver", 0, vmServerIP, true)
+	if err != nil {
+		run.err = err
+		return run
+	}
+	client, err := guest("vmclient", 1, vmClientIP, false)
+	if err != nil {
+		cancel()
+		server.Wait()
+		run.err = err
+		return run
+	}
+	cres, cerr := client.Wait()
+	sres, serr := server.Wait()
+	run.server, run.serverEnd = vmSections(sres)
+	run.client, run.clientEnd = vmSections(cres)
+	run.logs = vmKeepLogs(o.logDir, cfg, sres, cres)
+	run.err = errors.Join(guestErr("server", sres, serr), guestErr("client", cres, cerr))
+	return run
+}
+
+// guestErr says how a guest failed, if it did.
+func guestErr(who string, res *rxeguest.Result, err error) error {
+	if err != nil {
+		return fmt.Errorf("%s guest: %w", who, err)
+	}
+	if res.ExitStatus != 0 {
+		return fmt.Errorf("%s guest: script exit status %d: %s", who, res.ExitStatus, lastLine(res.Output))
+	}
+	return nil
+}
+
+var stepRE = regexp.MustCompile(`(?m)^@@ (step (\d+) .*|end)$`)
+
+// vmSections splits a guest's output at the step markers.
+func vmSections(res *rxeguest.Result) (map[int]string, string) {
+	secs := map[int]string{}
+	if res == nil {
+		return secs, ""
+	}
+	out := res.Output
+	marks := stepRE.FindAllStringSubmatchIndex(out, -1)
+	end := ""
+	for i, m := range marks {
+		stop := len(out)
+		if i+1 < len(marks) {
+			stop = marks[i+1][0]
+		}
+		body := out[m[1]:stop]
+		if m[4] < 0 {
+			end = body
+			continue
+		}
+		idx, _ := strconv.Atoi(out[m[4]:m[5]])
+		secs[idx] = body
+	}
+	return secs, end
+}
+
+// requireStatic refuses a dynamically linked softnic binary: the guest's
+// libraries are Debian 12's, not the host's, and a static build
+// (CGO_ENABLED=0) needs none of them.
+func requireStatic(path string) ([]byte, error) {
+	f, err := elf.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("softnic binary: %w", err)
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			return nil, fmt.Errorf("softnic binary %s is dynamically linked: build it with CGO_ENABLED=0", path)
+		}
+	}
+	return os.ReadFile(path)
+}
+
+// vmKeepLogs writes both guests' whole output and console under dir and
+// returns where, or why not.
+func vmKeepLogs(dir string, cfg vmConfig, results ...*rxeguest.Result) string {
+	if dir == "" {
+		return ""
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err.Error()
+	}
+	var errs []error
+	for i, who := range []string{"server", "client"} {
+		if results[i] == nil {
+			continue
+		}
+		base := filepath.Join(dir, cfg.key()+"-"+who)
+		errs = append(errs, os.WriteFile(base+".out", []byte(results[i].Output), 0o644),
+			os.WriteFile(base+".console", []byte(results[i].Console), 0o644))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err.Error()
+	}
+	return filepath.Join(dir, cfg.key()+"-*")
+}

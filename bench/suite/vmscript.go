@@ -1,0 +1,148 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+)
+
+// shellQuote quotes s for sh.
+func shellQuote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// The guest side of bench-vm: each guest runs one shell script that walks
+// the same list of steps, the server guest serving and the client guest
+// connecting. Each step has its own TCP port, so a client can never reach
+// the server of another step, and a failed step costs only itself: both
+// scripts go on with the next one.
+
+// vmTest is one of the compared tests.
+type vmTest struct {
+	key, name  string
+	unit       string
+	lower      bool   // lower is better (latency)
+	tool       string // perftest's test: write_bw, write_lat
+	size       int
+	itersFlag  func(o vmOptions) int
+	resultFrom func(out string) (float64, error)
+}
+
+// vmStep is one run: an implementation ("rxe" or "softnic"), a test, a
+// round, and the exchange port both sides use.
+type vmStep struct {
+	index int
+	impl  string
+	test  *vmTest
+	round int
+}
+
+func (st vmStep) port() int { return vmBasePort + st.index }
+
+// vmBasePort is the first step's port (perftest's default is 18515).
+const vmBasePort = 18600
+
+// stepMarker starts a step's section of a guest's output.
+func (st vmStep) marker() string {
+	return fmt.Sprintf("@@ step %d %s %s %d", st.index, st.impl, st.test.key, st.round)
+}
+
+// vmSteps orders the runs: in odd rounds rxe's block of tests comes
+// first, in even rounds softnic's (ABBA), so that drift over the run
+// falls on both alike and each guest switches between rxe and softnic
+// once a round.
+func vmSteps(tests []*vmTest, rounds int) []vmStep {
+	var steps []vmStep
+	for r := 1; r <= rounds; r++ {
+		impls := []string{"rxe", "softnic"}
+		if r%2 == 0 {
+			impls = []string{"softnic", "rxe"}
+		}
+		for _, impl := range impls {
+			for _, t := range tests {
+				steps = append(steps, vmStep{index: len(steps), impl: impl, test: t, round: r})
+			}
+		}
+	}
+	return steps
+}
+
+// vmPrelude defines the scripts' helpers. rxe_on and rxe_off give the
+// port to rdma_rxe or take it away (softnic's runs must not share UDP
+// 4791 with it); xdp_watch reports which XDP mode eth0 got while softnic
+// runs; cpu prints the guest's aggregate CPU counters (jiffies) so the
+// host can tell where a run's time went.
+const vmPrelude = `
+rxe_on() {
+	[ -e /sys/class/infiniband/rxe0 ] && return 0
+	rdma link add rxe0 type rxe netdev eth0 || return 1
+	i=0
+	until grep -q ACTIVE /sys/class/infiniband/rxe0/ports/1/state 2>/dev/null; do
+		i=$((i + 1)); [ $i -gt 100 ] && return 1; sleep 0.1
+	done
+}
+rxe_off() {
+	[ -e /sys/class/infiniband/rxe0 ] || return 0
+	rdma link delete rxe0
+}
+xdp_watch() {
+	while :; do
+		m=$(ip -d link show eth0 | grep -o -E ' xdp[a-z]*' | head -n 1)
+		if [ -n "$m" ]; then echo "XDP-MODE:$m"; return; fi
+		sleep 0.2
+	done
+}
+cpu() { echo "CPU-$1: $(head -n 1 /proc/stat)"; }
+# run_softnic runs softnic with a time limit, watching the XDP mode; the
+# mode is printed after the run, where it cannot split softnic's report.
+run_softnic() {
+	xdp_watch >/tmp/xdp-mode & w=$!
+	timeout -s TERM $RUN_TIMEOUT env $SOFTNIC_ENV softnic "$@" 2>&1; rc=$?
+	kill $w 2>/dev/null; wait $w 2>/dev/null
+	cat /tmp/xdp-mode; rm -f /tmp/xdp-mode
+	return $rc
+}
+# retry_tool runs a perftest client until the server listens.
+retry_tool() {
+	n=0
+	while :; do
+		out=$(timeout -s TERM $RUN_TIMEOUT "$@" 2>&1) && { echo "$out"; return 0; }
+		case "$out" in
+		*"Couldn't connect to"*) ;;
+		*) echo "$out"; return 1 ;;
+		esac
+		n=$((n + 1)); [ $n -ge 240 ] && { echo "$out"; return 1; }
+		sleep 0.5
+	done
+}
+`
+
+// vmScript is the server's (server true) or the client's script.
+func vmScript(steps []vmStep, o vmOptions, server bool, serverIP string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "RUN_TIMEOUT=%d\nSOFTNIC_ENV=%s\n%s", int(o.runTimeout.Seconds()), shellQuote(o.softnicEnv), vmPrelude)
+	for _, st := range steps {
+		b.WriteString("echo '" + st.marker() + "'\n")
+		if st.impl == "rxe" {
+			b.WriteString("rxe_on || echo '!! FAILED: rxe0 not up'\n")
+		} else {
+			b.WriteString("rxe_off || echo '!! FAILED: rxe0 not removed'\n")
+		}
+		b.WriteString("cpu BEFORE\n")
+		args := fmt.Sprintf("-x 1 -m 1024 -F -s %d -n %d -p %d", st.test.size, st.test.itersFlag(o), st.port())
+		switch {
+		case st.impl == "rxe" && server:
+			fmt.Fprintf(&b, "timeout -s TERM $RUN_TIMEOUT ib_%s -d rxe0 %s 2>&1", st.test.tool, args)
+		case st.impl == "rxe":
+			fmt.Fprintf(&b, "retry_tool ib_%s -d rxe0 %s %s", st.test.tool, args, serverIP)
+		case server:
+			fmt.Fprintf(&b, "run_softnic perf %s -d eth0 %s%s", st.test.tool, args, o.softnicFlags)
+		default:
+			fmt.Fprintf(&b, "run_softnic perf %s -d eth0 %s%s --connect-wait=%ds %s", st.test.tool, args, o.softnicFlags,
+				int(o.runTimeout.Seconds()), serverIP)
+		}
+		b.WriteString(" || echo '!! FAILED'\ncpu AFTER\n")
+	}
+	// virtio_net says why native XDP was refused or degraded, if it was.
+	b.WriteString("echo '@@ end'\ndmesg | grep -i -E 'xdp|virtio_net' | tail -n 20\n")
+	return b.String()
+}
