@@ -31,10 +31,11 @@ type DeviceConfig struct {
 	// reply that comes within it needs no wake-up of a sleeping thread,
 	// and posts need no doorbell system call.
 	Spin time.Duration
-	// PollHold is how long the engine goroutine naps at a time while an
+	// PollHold is how long the engine goroutine's first nap lasts while an
 	// application polls (Poll) and its own passes find nothing; it naps
-	// again as long as the application polled meanwhile (default 1ms;
-	// negative: Poll never runs the engine). An application that polls
+	// again, each time twice as long up to 64 ms, as long as the
+	// application polled meanwhile (default 1ms; negative: Poll never runs
+	// the engine). An application that polls
 	// drives the engine in its own thread, so a reply needs no hand-off
 	// between threads.
 	PollHold time.Duration
@@ -254,3 +255,8 @@ const defaultSpin = 50 * time.Microsecond
 // application that stops polling without Unpoll waits up to this long for
 // the engine goroutine.
 const defaultPollHold = time.Millisecond
+
+// maxNap bounds the engine goroutine's naps while an application keeps
+// polling (see lane.nap): an application that stops polling without
+// Unpoll, CQ.Wait or a post waits up to this long for the engine.
+const maxNap = 64 * time.Millisecond

@@ -41,9 +41,12 @@ type lane struct {
 	owner atomic.Int32
 	// polls counts applications' Poll calls; the engine goroutine naps
 	// while it keeps changing (seenPolls is its last look), until Unpoll
-	// sets handBack. The device's pollHold is the length of one nap.
+	// sets handBack. The first nap lasts the device's pollHold, each next
+	// one twice the last, up to maxNap (napLen: the last nap's length; 0
+	// once the application stopped polling).
 	polls     atomic.Uint64
 	seenPolls uint64
+	napLen    time.Duration
 	handBack  atomic.Bool
 	napping   atomic.Bool
 	napFD     int
@@ -150,6 +153,7 @@ func (ln *lane) run() {
 			ln.nap()
 			continue
 		}
+		ln.napLen = 0
 		if ln.d.spin > 0 && time.Since(lastWork) < ln.d.spin {
 			ln.owner.Store(0)
 			// Poll again soon, but let other threads (a poller of this
@@ -178,8 +182,12 @@ func (ln *lane) run() {
 }
 
 // nap sleeps while an application polls: until Unpoll, a command or the
-// doorbell, or for pollHold, after which run looks again whether the
-// application still polls.
+// doorbell, or for napLen, after which run looks again whether the
+// application still polls. The naps lengthen while it does: each nap's end
+// wakes this goroutine, and where CPUs are scarce (one vCPU for the
+// application and the engine) the wake-up takes the CPU from the polling
+// thread; 1 ms naps made write_lat 4x rdma_rxe's in a one-vCPU guest, 50 ms
+// ones 1.5x (bench/results/ANALYSIS.md).
 func (ln *lane) nap() {
 	ln.napping.Store(true)
 	// A command or Unpoll that came before napping was set did not end
@@ -189,7 +197,8 @@ func (ln *lane) nap() {
 		return
 	}
 	fds := [1]unix.PollFd{{Fd: int32(ln.napFD), Events: unix.POLLIN}}
-	ts := unix.NsecToTimespec(int64(ln.d.pollHold))
+	ln.napLen = max(ln.d.pollHold, min(2*ln.napLen, maxNap))
+	ts := unix.NsecToTimespec(int64(ln.napLen))
 	unix.Ppoll(fds[:], &ts, nil) // EINTR just ends the nap early
 	ln.napping.Store(false)
 	if fds[0].Revents&unix.POLLIN != 0 {
