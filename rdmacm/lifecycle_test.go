@@ -23,7 +23,7 @@ const cmMillisecond = time.Millisecond / 1000
 // over.
 func TestLeak200(t *testing.T) {
 	if testing.Short() {
-		t.Skip("200 connections: not in -short")
+		t.Skip("needs a run without -short: 200 connections opened and closed")
 	}
 	// TIMEWAIT (2 s) lasts 40 ms.
 	a, b := newSides(t, memlink.Config{}, time.Millisecond/50)
