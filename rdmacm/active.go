@@ -7,6 +7,7 @@ import (
 	"github.com/softnic/softnic/ibtransport"
 	"github.com/softnic/softnic/ibtransport/cm"
 	"github.com/softnic/softnic/ibtransport/mad"
+	"github.com/softnic/softnic/roce"
 	"github.com/softnic/softnic/verbs"
 )
 
@@ -41,7 +42,7 @@ func (id *ID) Connect(p *ConnParam) error {
 	req := cm.REQParams{
 		Peer:        id.peerAV(),
 		LocalGID:    local,
-		PeerGID:     gidOf(id.peer.Addr()),
+		PeerGID:     roce.GIDFromAddr(id.peer.Addr()),
 		ServiceID:   mad.ServiceID(id.ps, id.peer.Port()),
 		LocalQPN:    id.qp.QPN(),
 		StartingPSN: id.ourPSN,
@@ -66,7 +67,7 @@ func (id *ID) Connect(p *ConnParam) error {
 
 // peerAV is the address vector of the peer. Called under mu.
 func (id *ID) peerAV() verbs.AddressVector {
-	return verbs.AddressVector{DGID: gidOf(id.peer.Addr()), SGIDIndex: uint8(id.gidIndex), HopLimit: hopLimit}
+	return verbs.AddressVector{DGID: roce.GIDFromAddr(id.peer.Addr()), SGIDIndex: uint8(id.gidIndex), HopLimit: hopLimit}
 }
 
 // pathMTU is the largest MTU of the device's link. Called under mu.

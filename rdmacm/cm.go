@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/softnic/softnic/ibtransport/mad"
+	"github.com/softnic/softnic/roce"
 	"github.com/softnic/softnic/verbs"
 )
 
@@ -74,7 +75,7 @@ func (c *CM) IDs() int {
 
 // device returns the device whose GID table holds a, and a's GID index.
 func (c *CM) device(a netip.Addr) (*verbs.Device, int, error) {
-	g := gidOf(a)
+	g := roce.GIDFromAddr(a)
 	for _, d := range c.cfg.Devices {
 		for i, dg := range d.GIDTable() {
 			if dg == g {
@@ -92,7 +93,7 @@ func (c *CM) route(dst netip.Addr) (netip.Addr, error) {
 	}
 	for _, d := range c.cfg.Devices {
 		for _, g := range d.GIDTable() {
-			if a := addrOf(g); a.Is4() == dst.Unmap().Is4() {
+			if a := roce.AddrFromGID(g); a.Is4() == dst.Unmap().Is4() {
 				return a, nil
 			}
 		}
@@ -145,10 +146,3 @@ func (c *CM) unbind(id *ID, ap netip.AddrPort) {
 	}
 	c.mu.Unlock()
 }
-
-// gidOf returns the GID of an address: IPv4 as an IPv4-mapped IPv6
-// address, as RoCEv2 GID tables hold it.
-func gidOf(a netip.Addr) verbs.GID { return verbs.GID(netip.AddrFrom16(a.As16()).As16()) }
-
-// addrOf returns the address a GID holds (IPv4 unmapped).
-func addrOf(g verbs.GID) netip.Addr { return netip.AddrFrom16(g).Unmap() }

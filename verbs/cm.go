@@ -1,8 +1,11 @@
 package verbs
 
 import (
+	"encoding/binary"
+
 	"github.com/softnic/softnic/ibtransport/cm"
 	"github.com/softnic/softnic/ibtransport/mad"
+	"github.com/softnic/softnic/roce"
 )
 
 // CM returns the device's InfiniBand connection manager: it answers every
@@ -11,11 +14,10 @@ import (
 func (d *Device) CM() *cm.Manager { return d.cm }
 
 // NodeGUID returns the device's node GUID: the EUI-64 of its MAC address,
-// as Linux gives RoCE devices.
+// as Linux gives RoCE devices, which also ends the MAC's link-local GID.
 func (d *Device) NodeGUID() uint64 {
-	m := d.dev.Link().HardwareAddr()
-	return uint64(m[0]^0x02)<<56 | uint64(m[1])<<48 | uint64(m[2])<<40 | 0xff<<32 | 0xfe<<24 |
-		uint64(m[3])<<16 | uint64(m[4])<<8 | uint64(m[5])
+	g := roce.DefaultGID(d.dev.Link().HardwareAddr()).As16()
+	return binary.BigEndian.Uint64(g[8:])
 }
 
 // startCM starts the connection manager on QP1.
