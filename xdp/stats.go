@@ -14,6 +14,7 @@ type Counters struct {
 	TxPackets, TxDescs, TxBytes uint64
 	TxCompleted                 uint64
 	Kicks, KickErrors           uint64 // sendto wakeups of the TX path
+	KicksRefused                uint64 // kicks that sent nothing: the driver's queue was full
 	RxWakeups                   uint64 // recvfrom wakeups (need_wakeup on fill, busy poll)
 	OwnershipErrors             uint64 // frames returned that the caller did not own
 }
@@ -24,6 +25,7 @@ type counters struct {
 	rxPackets, rxDescs, rxBytes    atomic.Uint64
 	txPackets, txDescs, txBytes    atomic.Uint64
 	txCompleted, kicks, kickErrors atomic.Uint64
+	kicksRefused                   atomic.Uint64
 	rxWakeups, ownershipErrors     atomic.Uint64
 	freeTx, freeRx                 atomic.Int64 // as of the last batch
 }
@@ -46,7 +48,7 @@ func (s *Socket) Stats() (Stats, error) {
 	st := Stats{Counters: Counters{
 		RxPackets: c.rxPackets.Load(), RxDescs: c.rxDescs.Load(), RxBytes: c.rxBytes.Load(),
 		TxPackets: c.txPackets.Load(), TxDescs: c.txDescs.Load(), TxBytes: c.txBytes.Load(),
-		TxCompleted: c.txCompleted.Load(), Kicks: c.kicks.Load(), KickErrors: c.kickErrors.Load(),
+		TxCompleted: c.txCompleted.Load(), Kicks: c.kicks.Load(), KickErrors: c.kickErrors.Load(), KicksRefused: c.kicksRefused.Load(),
 		RxWakeups: c.rxWakeups.Load(), OwnershipErrors: c.ownershipErrors.Load(),
 	}, FreeTxFrames: int(c.freeTx.Load()), FreeRxFrames: int(c.freeRx.Load())}
 	if s.closed {

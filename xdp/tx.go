@@ -108,6 +108,7 @@ func (s *Socket) Flush() error {
 	// more is left, so kick until the ring drains or the kernel pushes back.
 	for i := 0; i < 64 && s.tx.prodOutstanding() > 0 && s.tx.needWakeup(); i++ {
 		s.ctr.kicks.Add(1)
+		before := s.tx.prodOutstanding()
 		// A raw system call: the kick never sleeps (MSG_DONTWAIT), but in
 		// copy mode it does the wire's work for a whole batch, often past
 		// the Go runtime's 20µs mark, after which a regular Syscall has
@@ -118,6 +119,12 @@ func (s *Socket) Flush() error {
 			continue
 		}
 		if errno == unix.EAGAIN {
+			// More left after a batch, or the driver's queue is full:
+			// only the first is worth another kick now.
+			if s.tx.prodOutstanding() == before {
+				s.ctr.kicksRefused.Add(1)
+				break
+			}
 			continue
 		}
 		if errno == unix.EBUSY || errno == unix.ENOBUFS {

@@ -41,6 +41,7 @@ type Stats struct {
 	TxStaged    uint64 // frames copied from a staging buffer into several chunks
 	TxNoBuffer  uint64 // TxFrame calls that found no free buffer
 	TxQueued    int    // frames sent but not yet on the TX ring (ring full)
+	TxBusyWaits uint64 // engine waits that began with frames the kernel had not taken
 }
 
 // Link is a roce.Link over AF_XDP on a real interface: softnic's XDP program
@@ -75,7 +76,7 @@ type Link struct {
 	inPlace bool
 
 	// Read by Stats from other goroutines.
-	rxOversized, rxBadDesc, rxJoined, txStaged, txNoBuffer atomic.Uint64
+	rxOversized, rxBadDesc, rxJoined, txStaged, txNoBuffer, txBusyWaits atomic.Uint64
 }
 
 var _ roce.Splitter = (*Link)(nil)
@@ -264,7 +265,7 @@ func (l *Link) Program() *bpf.Program { return l.prog }
 // goroutine may call it while the link runs (not concurrently with Close).
 func (l *Link) Stats() (Stats, error) {
 	st := Stats{RxOversized: l.rxOversized.Load(), RxBadDesc: l.rxBadDesc.Load(), RxJoined: l.rxJoined.Load(), TxStaged: l.txStaged.Load(),
-		TxNoBuffer: l.txNoBuffer.Load()}
+		TxNoBuffer: l.txNoBuffer.Load(), TxBusyWaits: l.txBusyWaits.Load()}
 	for _, q := range l.sets {
 		st.TxQueued += int(q.txQueued.Load())
 	}

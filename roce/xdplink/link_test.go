@@ -186,6 +186,35 @@ func TestXDPLinkWakeAndClose(t *testing.T) {
 	}
 }
 
+// Frames the kernel has not taken (copy mode refuses them while the
+// driver's queue is full) must not wait for the next packet or timer: Wait
+// returns soon so that the next Flush kicks them.
+func TestXDPLinkWaitWithFramesQueued(t *testing.T) {
+	netnstest.Integration(t)
+	pair := netnstest.NewT(t, netnstest.Config{})
+	l := openLinkT(t, &pair.A)
+	frame := l.TxFrame()
+	require.NotNil(t, frame)
+	l.Send(frame[:60]) // queued until Flush
+	done := make(chan error, 1)
+	go func() { done <- l.Wait(-1) }()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(2 * time.Second):
+		l.Wake()
+		require.Fail(t, "Wait without limit slept with a frame queued")
+	}
+	st, err := l.Stats()
+	require.NoError(t, err)
+	require.Equal(t, uint64(1), st.TxBusyWaits)
+	require.NoError(t, l.Flush())
+	require.NoError(t, l.Wait(time.Millisecond))
+	st, err = l.Stats()
+	require.NoError(t, err)
+	require.Equal(t, uint64(1), st.TxBusyWaits, "a Wait after the frame left")
+}
+
 func TestOpenErrors(t *testing.T) {
 	netnstest.Integration(t)
 	pair := netnstest.NewT(t, netnstest.Config{})

@@ -259,6 +259,18 @@ func (q *queueSet) Wait(timeout time.Duration) error {
 			timeout = time.Millisecond
 		}
 	}
+	if len(q.txq) > 0 || q.tx.TxPending() > 0 {
+		// Frames wait on the TX ring that the kernel refused (copy mode:
+		// the driver's queue was full). Nothing wakes poll when the
+		// driver frees room, and the receiver may have nothing left to
+		// answer, so sleeping until the next timer left them there until
+		// the retransmit timeout (bench/results/ANALYSIS.md). Look again
+		// soon; the next Flush kicks them.
+		q.l.txBusyWaits.Add(1)
+		if timeout < 0 || timeout > txRetry {
+			timeout = txRetry
+		}
+	}
 	var fds [1 + bpf.MaxQueues]unix.PollFd
 	fds[0] = unix.PollFd{Fd: int32(q.wakeFD), Events: unix.POLLIN}
 	for i, s := range q.socks {
@@ -276,6 +288,10 @@ func (q *queueSet) Wait(timeout time.Duration) error {
 	}
 	return nil
 }
+
+// txRetry is how long Wait sleeps while frames wait on the TX ring: a
+// virtio-net queue of 256 frames holds milliseconds of a guest's wire.
+const txRetry = 200 * time.Microsecond
 
 // ppoll waits for fds for up to timeout (negative: without limit). It uses
 // ppoll, not poll: the engine's retransmission timers are finer than poll's
