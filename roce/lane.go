@@ -138,7 +138,11 @@ func (ln *lane) run() {
 	var lastWork time.Time
 	for !ln.d.stop.Load() {
 		if !ln.owner.CompareAndSwap(0, 1) {
-			osYield() // an application is in a pass
+			// An application is in a pass: it polls. Waiting for the
+			// pass to end in a loop of yields took a whole second CPU
+			// from a two-vCPU guest (bench/results/ANALYSIS.md), as
+			// the application begins its next pass at once.
+			ln.nap()
 			continue
 		}
 		worked, _, wait := ln.pass()
