@@ -73,6 +73,7 @@ type Engine struct {
 	windowWait []*QP
 
 	onEvent func(*QP, QPEvent)
+	clock   engineClock
 
 	rx  Packet // parse scratch
 	tx  Packet // build scratch
@@ -88,7 +89,7 @@ func (e *Engine) Group() *Group { return e.g }
 // it.
 func (e *Engine) Wake() { e.wakeF() }
 
-func (e *Engine) now() int64 { return int64(time.Since(e.g.epoch)) }
+func (e *Engine) now() int64 { return e.clock.now() }
 
 // Do runs fn on the engine goroutine and returns its error: state only
 // this engine reads (its QPs' protocol state) is changed that way; what
@@ -144,12 +145,20 @@ func (e *Engine) runCommands() {
 // transmission of requests and responses. It returns busy when it stopped
 // for fairness with work left, and otherwise how long the caller may wait
 // for packets before the next timer (negative: no timer).
-func (e *Engine) Process() (busy bool, wait time.Duration) {
+func (e *Engine) Process() (busy bool, wait time.Duration) { return e.process(false) }
+
+// ProcessPolled is Process for a pass an application's poll loop runs: it
+// may look for expired timers with a reading of the clock up to a few
+// polled passes old (clock.go).
+func (e *Engine) ProcessPolled() (busy bool, wait time.Duration) { return e.process(true) }
+
+func (e *Engine) process(polled bool) (busy bool, wait time.Duration) {
 	e.runCommands()
 	e.takeForwarded()
 	e.takeKicks()
 	e.admitWaiting()
-	now := e.now()
+	now := e.clock.forTimers(polled)
+	defer e.clock.endPass()
 	next := int64(-1)
 	// The pass starts where the last one spent its budget (passBudget), so
 	// that every QP gets its turn to send however many share the device.
@@ -215,7 +224,9 @@ func (e *Engine) compactActive() {
 
 // Receive handles one received IB packet (BTH through pad, ICRC checked and
 // removed). It never panics on bad input: malformed packets are counted and
-// dropped.
+// dropped. The packets received before a Process call share one reading of
+// the clock (for the timers they restart): a driver calls Process after
+// each batch it receives.
 func (e *Engine) Receive(ib []byte, info *RecvInfo) {
 	e.Ctr.RxPackets.Add(1)
 	e.receive(ib, info)

@@ -49,7 +49,7 @@ func NewGroup(ports []Port, wakes []func()) *Group {
 	g.forward = make([][]atomic.Pointer[forwardRing], len(ports))
 	for i := range ports {
 		g.forward[i] = make([]atomic.Pointer[forwardRing], len(ports))
-		e := &Engine{g: g, index: i, port: ports[i], wakeF: wakes[i]}
+		e := &Engine{g: g, index: i, port: ports[i], wakeF: wakes[i], clock: newEngineClock(g.epoch)}
 		e.ud.e = e
 		g.engines = append(g.engines, e)
 	}

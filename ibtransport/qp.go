@@ -5,6 +5,7 @@ import (
 	"math/bits"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // QPState is the state of a queue pair (ibv_qp_state).
@@ -392,7 +393,7 @@ func (q *QP) DebugState() string {
 		s = fmt.Sprintf("QP %d %v: sq tail %d req %d comp %d sqPSN %d compPSN %d rdAtomic %d retries %d/%d retransAt %d rnrAt %d retried %v@%d; "+
 			"resp ePSN %d msn %d mode %d nakSent %v jobs %d errPending %v; now %d",
 			q.qpn, q.st, q.sq.tail.Load(), r.reqIdx, c.compIdx, r.sqPSN, c.compPSN, r.rdAtomicOut, c.retryLeft, c.rnrLeft,
-			c.retransAt, c.rnrAt, c.retried, c.retryPSN, p.ePSN, p.msn, p.mode, p.nakSent, p.jobTail-p.jobHead, p.errPending, q.e.now())
+			c.retransAt, c.rnrAt, c.retried, c.retryPSN, p.ePSN, p.msn, p.mode, p.nakSent, p.jobTail-p.jobHead, p.errPending, int64(time.Since(q.e.g.epoch)))
 		if c.compIdx != q.sq.tail.Load() {
 			w := q.sqSlot(c.compIdx)
 			s += fmt.Sprintf("; head WQE %v len %d state %d PSNs %d..%d next %d", w.opcode, w.length, w.state, w.firstPSN, w.lastPSN, w.nextPSN)

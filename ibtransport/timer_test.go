@@ -31,6 +31,7 @@ func TestResponsesHoldOffRetransmitTimer(t *testing.T) {
 	response(OpRCReadResponseFirst, 100)
 	require.Equal(t, PSN(101), q.comp.compPSN)
 	// The same response again, discarded, still pushes the timeout out.
+	e.Process() // end of the first batch
 	before := q.comp.retransAt
 	time.Sleep(time.Millisecond)
 	response(OpRCReadResponseFirst, 100)

@@ -88,7 +88,7 @@ func (ln *lane) poll() bool {
 	if ln.working.Load() || !ln.owner.CompareAndSwap(0, 1) {
 		return false
 	}
-	worked, _, _ := ln.pass()
+	worked, _, _ := ln.pass(true)
 	ln.owner.Store(0)
 	ln.ctr.PollPasses.Add(1)
 	return worked
@@ -109,13 +109,17 @@ func (ln *lane) appPolled() bool {
 	return polled
 }
 
-// pass is one round of the engine: receive, process, transmit. The caller
-// holds owner.
-func (ln *lane) pass() (worked, busy bool, wait time.Duration) {
+// pass is one round of the engine: receive, process, transmit; polled
+// when an application's Poll runs it. The caller holds owner.
+func (ln *lane) pass(polled bool) (worked, busy bool, wait time.Duration) {
 	ln.ctr.Passes.Add(1)
 	sent := ln.eng.Ctr.TxPackets.Load()
 	n := ln.link.Receive(ln.onFrame, ln.d.batch)
-	busy, wait = ln.eng.Process()
+	if polled {
+		busy, wait = ln.eng.ProcessPolled()
+	} else {
+		busy, wait = ln.eng.Process()
+	}
 	ln.unflushed = 0
 	if err := ln.link.Flush(); errors.Is(err, ErrLinkClosed) {
 		ln.d.stop.Store(true)
@@ -136,6 +140,7 @@ func (ln *lane) run() {
 		}
 	}()
 	var lastWork time.Time
+	spins := 0
 	for !ln.d.stop.Load() {
 		if !ln.owner.CompareAndSwap(0, 1) {
 			// An application is in a pass: it polls. Waiting for the
@@ -145,11 +150,11 @@ func (ln *lane) run() {
 			ln.nap()
 			continue
 		}
-		worked, _, wait := ln.pass()
+		worked, _, wait := ln.pass(false)
 		ln.working.Store(worked)
 		if worked {
 			ln.owner.Store(0)
-			lastWork = time.Now()
+			lastWork, spins = time.Now(), 0
 			continue
 		}
 		if ln.appPolled() {
@@ -158,7 +163,9 @@ func (ln *lane) run() {
 			continue
 		}
 		ln.napLen = 0
-		if ln.d.spin > 0 && time.Since(lastWork) < ln.d.spin {
+		// The clock is read every few spins only: where it is slow (a
+		// guest on the HPET) reading it was most of an idle spin.
+		if spins++; ln.d.spin > 0 && (spins&7 != 0 || time.Since(lastWork) < ln.d.spin) {
 			ln.owner.Store(0)
 			// Poll again soon, but let other threads (a poller of this
 			// process or of the peer) have the CPU meanwhile. Gosched

@@ -1,0 +1,56 @@
+package ibtransport
+
+import "time"
+
+// clockReuse is how many polled passes in a row may check timers against
+// the last clock reading instead of a new one, when nothing in them read
+// the clock.
+const clockReuse = 16
+
+// engineClock is an engine's view of the time, for its timers. Reading
+// the clock is cheap where the kernel has a fast clocksource (TSC: 0.25 µs
+// in a TCG guest), and a system call that reads an emulated device
+// where it has not (the same guest with two vCPUs marks the TSC unstable
+// and uses the HPET: 2-12 µs a read, under qemu's big lock), and a polling
+// application runs a pass every few microseconds. So a pass reads the
+// clock at most once, and an application's polled passes (ProcessPolled)
+// that only look for expired timers reuse the last reading for up to
+// clockReuse passes: a timer then expires up to that many polls late,
+// never early, since whatever arms a timer reads the clock anew.
+type engineClock struct {
+	epoch time.Time
+	last  int64 // the last reading, ns since epoch
+	read  bool  // last was read in this pass
+	stale int   // passes in a row that reused last
+}
+
+// newEngineClock returns a clock whose first timer check reads it.
+func newEngineClock(epoch time.Time) engineClock {
+	return engineClock{epoch: epoch, stale: clockReuse}
+}
+
+// now returns the time, reading the clock once per pass.
+func (c *engineClock) now() int64 {
+	if !c.read {
+		c.last = int64(time.Since(c.epoch))
+		c.read = true
+	}
+	return c.last
+}
+
+// forTimers returns the time to check timers against: in a polled pass,
+// the last reading when it may stand in for a new one.
+func (c *engineClock) forTimers(polled bool) int64 {
+	if !polled {
+		c.read = false // what received packets read may be older
+	}
+	if !polled || c.read || c.stale >= clockReuse {
+		c.stale = 0
+		return c.now()
+	}
+	c.stale++
+	return c.last
+}
+
+// endPass marks the end of a pass: the next reads the clock again.
+func (c *engineClock) endPass() { c.read = false }
