@@ -142,7 +142,10 @@ func vmScript(steps []vmStep, o vmOptions, server bool, serverIP string) string 
 		}
 		b.WriteString(" || echo '!! FAILED'\ncpu AFTER\n")
 	}
-	// virtio_net says why native XDP was refused or degraded, if it was.
-	b.WriteString("echo '@@ end'\ndmesg | grep -i -E 'xdp|virtio_net' | tail -n 20\n")
+	// virtio_net says why native XDP was refused or degraded, if it was;
+	// the clocksource is what a clock read costs (the HPET: a system call
+	// and an emulated device read, against a few instructions for the TSC).
+	b.WriteString("echo '@@ end'\ndmesg | grep -i -E 'xdp|virtio_net|tsc unstable' | tail -n 20\n" +
+		"echo \"clocksource $(cat /sys/devices/system/clocksource/clocksource0/current_clocksource)\"\n")
 	return b.String()
 }

@@ -141,7 +141,7 @@ func (s *suite) vmMarkdown(runs []*vmRun, steps []vmStep, o vmOptions, elapsed t
 			fmt.Fprintf(&b, "\n%s: %s\n", r.cfg.label(), mdEscape(r.err.Error()))
 		}
 		if msgs := vmKernelMessages(r); msgs != "" {
-			fmt.Fprintf(&b, "\n%s, guest kernel messages about XDP and virtio_net: %s\n", r.cfg.label(), mdEscape(msgs))
+			fmt.Fprintf(&b, "\n%s, guest kernel messages about XDP, virtio_net and the clock: %s\n", r.cfg.label(), mdEscape(msgs))
 		}
 	}
 	return b.String()
