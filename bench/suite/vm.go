@@ -62,6 +62,7 @@ type vmOptions struct {
 	memMiB                       int
 	cache                        string
 	logDir                       string // the guests' whole output, per shape (empty: not kept)
+	kernelArgs                   string // added to both guests' kernel command line
 	softnicFlags                 string // added to softnic's runs, with a leading space
 	softnicEnv                   string // NAME=value ... for softnic's runs (experiments)
 }
@@ -132,7 +133,7 @@ func runVMConfig(ctx context.Context, img *rxeguest.Image, bin []byte, cfg vmCon
 		return rxeguest.Start(ctx, img, rxeguest.Config{
 			Name: name, NetNS: n.BridgeNS, Tap: n.Taps[tap], Addr: netip.MustParsePrefix(addr + "/24"),
 			Script: vmScript(steps, o, server, vmServerIP), ScriptTimeout: limit,
-			MemoryMiB: o.memMiB, CPUs: cfg.cpus, Queues: cfg.queues,
+			MemoryMiB: o.memMiB, CPUs: cfg.cpus, Queues: cfg.queues, KernelArgs: o.kernelArgs,
 			Programs: map[string][]byte{"/usr/bin/softnic": bin},
 		})
 	}

@@ -92,6 +92,10 @@ func (s *suite) vmMarkdown(runs []*vmRun, steps []vmStep, o vmOptions, elapsed t
 		"round-by-round ratios. Compare within this run only.\n\n",
 		s.env.cpus, s.env.kernel, goVersion(), s.env.commit, s.env.loadStart, s.env.loadEnd, elapsed,
 		o.memMiB, vmServerIP, vmClientIP, o.rounds, o.bwIters, o.latIters, o.rateIters)
+	if o.kernelArgs != "" || o.softnicEnv != "" || strings.TrimSpace(o.softnicFlags) != "--softnic-stats" {
+		fmt.Fprintf(&b, "Not the defaults: guest kernel arguments %q, softnic's environment %q and options %q.\n\n",
+			o.kernelArgs, o.softnicEnv, o.softnicFlags)
+	}
 	b.WriteString("| guests | test | rdma_rxe | softnic | softnic ÷ rxe | runs (rxe; softnic) |\n|---|---|---:|---:|---:|---|\n")
 	for _, r := range runs {
 		for _, t := range vmTests {

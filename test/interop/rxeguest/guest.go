@@ -50,6 +50,9 @@ type Config struct {
 	Programs map[string][]byte
 	// CPUs is the number of vCPUs; 1 when zero.
 	CPUs int
+	// KernelArgs are added to the guest kernel's command line (e.g.
+	// tsc=reliable, which keeps TCG guests of several vCPUs on the TSC).
+	KernelArgs string
 	// Queues is the number of queue pairs of eth0 (virtio-net multiqueue);
 	// 1 when zero. More than one needs a tap made with
 	// NetworkConfig.Queues at least as large. The guest's driver uses one
@@ -129,7 +132,7 @@ func Start(ctx context.Context, img *Image, cfg Config) (*Guest, error) {
 		"-m", strconv.Itoa(cfg.MemoryMiB),
 		"-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
 		"-kernel", img.Kernel, "-initrd", initrd,
-		"-append", "console=ttyS0 panic=-1 loglevel=4 mitigations=off",
+		"-append", strings.TrimSpace("console=ttyS0 panic=-1 loglevel=4 mitigations=off " + cfg.KernelArgs),
 		"-serial", "file:" + filepath.Join(dir, "console.log"),
 		"-serial", "file:" + filepath.Join(dir, "output.log"),
 		"-device", "virtio-rng-pci",
