@@ -229,12 +229,12 @@ func (e *Engine) compactActive() {
 // each batch it receives.
 func (e *Engine) Receive(ib []byte, info *RecvInfo) {
 	e.Ctr.RxPackets.Add(1)
-	e.receive(ib, info)
+	e.receive(ib, info, false)
 }
 
 // receive is Receive without the count: packets another engine of the
-// group forwarded were counted there.
-func (e *Engine) receive(ib []byte, info *RecvInfo) {
+// group forwarded (forwarded) were counted there.
+func (e *Engine) receive(ib []byte, info *RecvInfo, forwarded bool) {
 	p := &e.rx
 	if err := ParsePacket(ib, p); err != nil {
 		e.Ctr.RxBadPacket.Add(1)
@@ -258,7 +258,11 @@ func (e *Engine) receive(ib []byte, info *RecvInfo) {
 	}
 	if q.e != e {
 		e.forwardTo(q.e, ib, info)
+		e.noteStray(q)
 		return
+	}
+	if !forwarded && q.strays.Load() != 0 {
+		q.strays.Store(0) // a packet that came in at q's engine ends a run of strays
 	}
 	if q.typ != serviceOf[oi.Transport] {
 		e.Ctr.RxWrongService.Add(1)

@@ -17,7 +17,9 @@ import (
 // a frame sent on queue k arrives on the peer's queue k) both directions
 // of a connection stay on one engine a side. A packet that arrives at
 // another engine than its QP's (a peer that picks its queues otherwise, an
-// RSS hash) is copied over to the right one: correct, only slower.
+// RSS hash) is copied over to the right one: correct, only slower; a
+// connected QP whose packets keep arriving at another engine moves there
+// (noteStray, follow).
 //
 // What all engines read without locks (the QP table, and the memory keys
 // of package verbs) changes only under Do, which pauses every engine.
@@ -194,13 +196,70 @@ func (g *Group) srqEngineOr(srq SharedRecvQueue, e *Engine) *Engine {
 	return e
 }
 
-// moveQP moves q from its engine to engine to, another. Called under Do.
+// moveQP moves q from its engine to engine to, another, with its share of
+// the device window. Called under Do.
 func moveQP(q *QP, to *Engine) {
 	from := q.e
+	from.unacked -= q.req.credit
+	to.unacked += q.req.credit
 	q.e = to
 	q.home.Store(to)
 	from.nQPs.Add(-1)
 	to.nQPs.Add(1)
+}
+
+// followAfter is how many packets in a row of a connected QP may arrive at
+// another engine than the QP's before the QP moves there.
+const followAfter = 64
+
+// noteStray counts a packet of q that arrived at e, not at q's engine. A
+// peer's packets for one connected QP keep to one receive queue (the NIC's
+// flow hash of their fixed addresses and UDP ports, which softnic does not
+// choose), so after followAfter of them in a row the QP follows its
+// packets to e: handing each over costs a copy and a wake-up of the other
+// engine (in a two-vCPU guest with four queues, write_lat 11.5 x rxe's
+// with two engines against 6.2 x with one: bench/results/ANALYSIS.md).
+// Datagram QPs hear from many peers and stay; so do QPs on an SRQ, which
+// keeps its QPs on one engine.
+func (e *Engine) noteStray(q *QP) {
+	if q.typ == QPTypeUD || q.srq != nil {
+		return
+	}
+	if q.strays.Add(1) == followAfter {
+		go e.g.follow(q, e) // Do waits for every engine; e's goroutine must go on
+	}
+}
+
+// follow moves connected QP q to engine to, at which its packets arrive.
+func (g *Group) follow(q *QP, to *Engine) {
+	_ = g.Do(func() error {
+		from := q.e
+		if g.qps[q.qpn] != q || from == to || q.srq != nil {
+			return nil
+		}
+		// The QP's packets leave through its engine's port: a path on
+		// to's. The neighbour is known since the QP connected.
+		var path TxPath
+		if q.path != nil {
+			var err error
+			if path, err = to.port.Path(&q.attr.AV, q.qpn, q.attr.PathMTU.Bytes()); err != nil {
+				return nil
+			}
+		}
+		// The packets to already handed to from wait in from's forward
+		// rings: from receives them now, or those that to receives
+		// after the move would overtake them.
+		from.takeForwarded()
+		from.removeActive(q)
+		from.leaveWindowWait(q)
+		moveQP(q, to)
+		if path != nil {
+			q.path = path
+		}
+		to.activate(q)
+		to.Ctr.Followed.Add(1)
+		return nil
+	})
 }
 
 // forwardRing carries packets from one engine to another: one producer,
@@ -266,7 +325,7 @@ func (e *Engine) takeForwarded() {
 		h, t := r.head.Load(), r.tail.Load()
 		for ; h != t; h++ {
 			s := &r.slots[h%forwardSlots]
-			e.receive(s.buf[:s.n], &s.info)
+			e.receive(s.buf[:s.n], &s.info, true)
 		}
 		r.head.Store(h)
 	}

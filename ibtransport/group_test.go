@@ -82,3 +82,44 @@ func TestEngineForSpreads(t *testing.T) {
 	}
 	require.Zero(t, EngineFor(5, 7, 1))
 }
+
+// TestFollowKeepsOrder checks that a QP moving to the engine its packets
+// arrive at first receives what that engine already handed over to it:
+// a request forwarded before the move is not overtaken by the next one,
+// which the new engine receives itself.
+func TestFollowKeepsOrder(t *testing.T) {
+	ports := []*fakePort{{keep: true}, {keep: true}}
+	g := NewGroup([]Port{ports[0], ports[1]}, []func(){func() {}, func() {}})
+	for _, e := range g.Engines() {
+		e.Exit() // the test drives the engines itself
+	}
+	_, _, mr, cq := newWindowTestEngine()
+	var q *QP
+	for dest := uint32(0x5000); q == nil || q.EngineIndex() != 1; dest++ {
+		q = windowTestQP(t, g.Engines()[0], mr, cq, dest, 1, 8)
+	}
+	e0, e1 := g.Engines()[0], g.Engines()[1]
+	write := func(psn PSN) {
+		b := make([]byte, 128)
+		var p Packet
+		n, err := LayoutPacket(b, OpRCWriteOnly, 8, &p)
+		require.NoError(t, err)
+		p.BTH.SetDestQPN(q.QPN())
+		p.BTH.SetPSN(psn)
+		p.RETH.SetVA(mr.Addr() + 8*uint64(psn))
+		p.RETH.SetRKey(mr.RKey())
+		p.RETH.SetDMALength(8)
+		e0.Receive(b[:n], &RecvInfo{SGID: peerGID})
+	}
+	write(0) // arrives at engine 0: handed over to engine 1
+	require.Equal(t, uint64(1), e0.Ctr.Forwarded.Load())
+	g.follow(q, e0)
+	require.Equal(t, 0, q.EngineIndex())
+	write(1) // now engine 0's own
+	e0.Process()
+	e1.Process()
+	require.Zero(t, e0.Ctr.RxOutOfSeq.Load()+e1.Ctr.RxOutOfSeq.Load(), "the request after the move overtook the one before")
+	require.Equal(t, PSN(2), q.resp.ePSN)
+	require.Equal(t, uint64(1), e0.Ctr.Followed.Load())
+	require.Equal(t, uint64(1), e0.Ctr.Forwarded.Load(), "handed over after the move")
+}

@@ -65,4 +65,5 @@ type Counters struct {
 	RNRNAKsHandled atomic.Uint64
 	Forwarded      atomic.Uint64 // packets received for another engine's QP, passed on to it
 	ForwardDrops   atomic.Uint64 // such packets dropped: the engines' ring was full
+	Followed       atomic.Uint64 // QPs moved to this engine, at which their packets arrived
 }

@@ -171,8 +171,8 @@ const (
 // ud.go).
 type QP struct {
 	// e is the engine that owns the QP's protocol state; the QP moves to
-	// another engine of the group only under Group.Do (place), which is
-	// when e changes. home is e for posters' goroutines.
+	// another engine of the group only under Group.Do (place, follow),
+	// which is when e changes. home is e for posters' goroutines.
 	e      *Engine
 	home   atomic.Pointer[Engine]
 	mem    Memory
@@ -187,6 +187,9 @@ type QP struct {
 
 	state  atomic.Uint32 // mirror of st for posters
 	kicked atomic.Bool   // on the engine's kick list
+	// strays counts the QP's packets in a row that arrived at another
+	// engine than e (noteStray).
+	strays atomic.Uint32
 	attrMu sync.Mutex
 	attr   QPAttr // last attributes set, for Query
 

@@ -25,6 +25,18 @@ func (e *Engine) waitWindow(q *QP) {
 	}
 }
 
+// leaveWindowWait takes q off the windowWait queue (q moves to another
+// engine, whose passes queue it again if it still waits).
+func (e *Engine) leaveWindowWait(q *QP) {
+	if !q.waitsWindow {
+		return
+	}
+	if i := slices.Index(e.windowWait, q); i >= 0 {
+		e.windowWait = slices.Delete(e.windowWait, i, i+1)
+	}
+	q.waitsWindow = false
+}
+
 // admitWaiting moves QPs waiting for the device window back to the end of
 // the active list, first come first, as many as the free window could take
 // messages of (counting a message as 16 packets: a 64 KiB message at IB

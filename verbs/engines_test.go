@@ -121,6 +121,59 @@ func TestEnginesForwardToTheQPsEngine(t *testing.T) {
 	require.Zero(t, p.a.Counters().RxNoQP.Load())
 }
 
+// A connected QP whose packets keep arriving at another engine (the
+// peer's frames all come in on queue 0) moves to that engine with a
+// stream of SENDs under way: every message arrives, in order, the
+// responder never sees a gap, and after the move nothing is handed over.
+func TestEnginesQPFollowsItsPackets(t *testing.T) {
+	p := newMultiPair(t, memlink.Config{}, 2, 1)
+	o := defaultOpts()
+	o.timeout = 14 // 67 ms: no retransmission from a slow run (-race)
+	var x, y *endpoint
+	for range 64 { // until a connection lands on engine 1
+		x, y = newEndpoint(t, p.a, nil, o, nil), newEndpoint(t, p.b, nil, o, nil)
+		connect(t, x, y, o)
+		if x.qp.EngineIndex() == 1 {
+			break
+		}
+	}
+	require.Equal(t, 1, x.qp.EngineIndex(), "no connection placed on engine 1")
+	const msgs, size, batch = 200, 32, 50
+	rmr, rbuf := regMR(t, x.pd, msgs*size, allAccess)
+	smr, sbuf := regMR(t, y.pd, msgs*size, allAccess)
+	stream := func() {
+		clear(rbuf)
+		for i := range msgs {
+			require.NoError(t, x.qp.PostRecv(&verbs.RecvWR{ID: uint64(i), SGL: []verbs.SGE{rmr.SGE(i*size, size)}}))
+			copy(sbuf[i*size:], fmt.Sprintf("message %d", i))
+		}
+		for i := range msgs {
+			require.NoError(t, y.qp.PostSend(&verbs.SendWR{ID: uint64(i), Opcode: verbs.WRSend, Flags: verbs.SendSignaled,
+				SGL: []verbs.SGE{smr.SGE(i*size, size)}}))
+			if i%batch == batch-1 {
+				for k := i - batch + 1; k <= i; k++ {
+					waitOK(t, y.scq, uint64(k))
+				}
+			}
+		}
+		for i := range msgs {
+			wc := waitOK(t, x.rcq, uint64(i))
+			require.Equal(t, uint32(size), wc.ByteLen)
+		}
+		require.Equal(t, sbuf, rbuf)
+	}
+	stream()
+	require.Equal(t, 0, x.qp.EngineIndex(), "the QP stayed on the engine its packets do not arrive at")
+	require.Equal(t, uint64(1), p.a.RoCE().Group().Engines()[0].Ctr.Followed.Load())
+	fwd := p.a.Counters().Forwarded.Load()
+	t.Logf("forwarded %d of %d packets before the move", fwd, p.a.Counters().RxPackets.Load())
+	stream()
+	require.Equal(t, fwd, p.a.Counters().Forwarded.Load(), "packets handed over after the move")
+	require.Zero(t, p.a.Counters().ForwardDrops.Load())
+	require.Zero(t, p.a.Counters().RxOutOfSeq.Load(), "a packet overtook another around the move")
+	require.Zero(t, p.b.Counters().Retransmits.Load())
+}
+
 // Loss, duplicates and reordering on both queues: every engine recovers
 // its own QPs.
 func TestEnginesUnderFaults(t *testing.T) {
