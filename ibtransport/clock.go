@@ -54,8 +54,3 @@ func (c *engineClock) forTimers(polled bool) int64 {
 
 // endPass marks the end of a pass: the next reads the clock again.
 func (c *engineClock) endPass() { c.read = false }
-
-// Clock returns the engine clock as its last pass read it, as time since
-// the group's start: a pass the engine goroutine runs reads it, so the
-// goroutine needs no reading of its own. Engine goroutine only.
-func (e *Engine) Clock() time.Duration { return time.Duration(e.clock.last) }

@@ -139,7 +139,8 @@ func (ln *lane) run() {
 			osYield()
 		}
 	}()
-	var lastWork time.Duration
+	var lastWork time.Time
+	spins := 0
 	for !ln.d.stop.Load() {
 		if !ln.owner.CompareAndSwap(0, 1) {
 			// An application is in a pass: it polls. Waiting for the
@@ -152,8 +153,8 @@ func (ln *lane) run() {
 		worked, _, wait := ln.pass(false)
 		ln.working.Store(worked)
 		if worked {
-			lastWork = ln.eng.Clock() // while owner is held: a Poll writes it
 			ln.owner.Store(0)
+			lastWork, spins = time.Now(), 0
 			continue
 		}
 		if ln.appPolled() {
@@ -162,10 +163,9 @@ func (ln *lane) run() {
 			continue
 		}
 		ln.napLen = 0
-		// The engine's own reading of the clock in the pass: where the
-		// clock is slow (a guest on the HPET) reading it again here was
-		// a tenth of a busy engine's time.
-		if ln.d.spin > 0 && ln.eng.Clock()-lastWork < ln.d.spin {
+		// The clock is read every few spins only: where it is slow (a
+		// guest on the HPET) reading it was most of an idle spin.
+		if spins++; ln.d.spin > 0 && (spins&7 != 0 || time.Since(lastWork) < ln.d.spin) {
 			ln.owner.Store(0)
 			// Poll again soon, but let other threads (a poller of this
 			// process or of the peer) have the CPU meanwhile. Gosched
