@@ -27,7 +27,6 @@ func (r *runCtx) waitOne(cq *verbs.CQ, wc []verbs.WC, what string, done uint64) 
 // side answered). It runs the device's engine between looks, yields the
 // CPU when that found nothing, and gives up when ctx ends.
 func (r *runCtx) awaitWrite(ctx context.Context, seen *uint64, buf []byte, at int, want byte) error {
-	y := newYielder()
 	for i := 0; ; i++ {
 		if s := r.mr.RemoteWriteSeq(); s != *seen {
 			*seen = s
@@ -43,7 +42,7 @@ func (r *runCtx) awaitWrite(ctx context.Context, seen *uint64, buf []byte, at in
 		// hand-off from the engine goroutine. Yield only when it had
 		// nothing to do.
 		if !r.dev.Verbs.Poll() {
-			y.yield()
+			pollYield()
 		}
 	}
 }

@@ -3,6 +3,7 @@ package perftest
 import (
 	"context"
 	"runtime"
+	"sync"
 	"syscall"
 	"time"
 
@@ -18,7 +19,7 @@ import (
 // and lets the engine run at once.
 func osYield() { syscall.Syscall(syscall.SYS_SCHED_YIELD, 0, 0, 0) }
 
-// yielder gives the CPU away between empty polls: to other threads
+// pollYield gives the CPU away between empty polls: to other threads
 // (osYield) and, when the process has a single P, to its other goroutines
 // as well. With one P those (the engine goroutine back from a nap, the
 // runtime's timers) run only when the poller enters the Go scheduler,
@@ -26,22 +27,22 @@ func osYield() { syscall.Syscall(syscall.SYS_SCHED_YIELD, 0, 0, 0) }
 // typical round trip was 1.7-1.9 x rdma_rxe's without runtime.Gosched and
 // 1.1-1.2 x with it (bench/results/ANALYSIS.md). With more Ps, Gosched
 // would wake an idle P's thread at every poll.
-type yielder struct{ oneP bool }
-
-func newYielder() yielder { return yielder{oneP: runtime.GOMAXPROCS(0) == 1} }
-
-func (y yielder) yield() {
-	if y.oneP {
+func pollYield() {
+	if oneP() {
 		runtime.Gosched()
 	}
 	osYield()
 }
 
+// oneP reports whether the process runs goroutines on a single P, as of
+// the first poll: runtime.GOMAXPROCS takes the scheduler's lock, and the
+// latency loops ask once per round trip.
+var oneP = sync.OnceValue(func() bool { return runtime.GOMAXPROCS(0) == 1 })
+
 // SpinPoll polls cq until it returns a completion, like perftest's busy
 // polling of ibv_poll_cq, yielding the CPU between polls; it gives up when
 // ctx ends.
 func SpinPoll(ctx context.Context, cq *verbs.CQ, wc []verbs.WC) (int, error) {
-	y := newYielder()
 	for i := 0; ; i++ {
 		if n, err := cq.Poll(wc); n > 0 || err != nil {
 			return n, err
@@ -49,7 +50,7 @@ func SpinPoll(ctx context.Context, cq *verbs.CQ, wc []verbs.WC) (int, error) {
 		if i&63 == 63 && ctx.Err() != nil {
 			return 0, ctx.Err()
 		}
-		y.yield()
+		pollYield()
 	}
 }
 
