@@ -43,13 +43,12 @@ func (c *engineClock) now() int64 {
 func (c *engineClock) forTimers(polled bool) int64 {
 	if !polled {
 		c.read = false // what received packets read may be older
+	} else if !c.read && c.stale < clockReuse {
+		c.stale++
+		return c.last
 	}
-	if !polled || c.read || c.stale >= clockReuse {
-		c.stale = 0
-		return c.now()
-	}
-	c.stale++
-	return c.last
+	c.stale = 0
+	return c.now()
 }
 
 // endPass marks the end of a pass: the next reads the clock again.
