@@ -106,9 +106,12 @@ func (s *Socket) Flush() error {
 	}
 	// Copy mode sends a bounded batch per sendto and reports EAGAIN when
 	// more is left, so kick until the ring drains or the kernel pushes back.
-	for i := 0; i < 64 && s.tx.prodOutstanding() > 0 && s.tx.needWakeup(); i++ {
-		s.ctr.kicks.Add(1)
+	for i := 0; i < 64; i++ {
 		before := s.tx.prodOutstanding()
+		if before == 0 || !s.tx.needWakeup() {
+			break
+		}
+		s.ctr.kicks.Add(1)
 		// A raw system call: the kick never sleeps (MSG_DONTWAIT), but in
 		// copy mode it does the wire's work for a whole batch, often past
 		// the Go runtime's 20µs mark, after which a regular Syscall has
