@@ -255,9 +255,7 @@ func (q *queueSet) Wait(timeout time.Duration) error {
 			q.starved = false
 			return nil
 		}
-		if timeout < 0 || timeout > time.Millisecond {
-			timeout = time.Millisecond
-		}
+		timeout = atMost(timeout, time.Millisecond)
 	}
 	if len(q.txq) > 0 || q.tx.TxPending() > 0 {
 		// Frames wait on the TX ring that the kernel refused (copy mode:
@@ -267,9 +265,7 @@ func (q *queueSet) Wait(timeout time.Duration) error {
 		// the retransmit timeout (bench/results/ANALYSIS.md). Look again
 		// soon; the next Flush kicks them.
 		q.l.txBusyWaits.Add(1)
-		if timeout < 0 || timeout > txRetry {
-			timeout = txRetry
-		}
+		timeout = atMost(timeout, txRetry)
 	}
 	var fds [1 + bpf.MaxQueues]unix.PollFd
 	fds[0] = unix.PollFd{Fd: int32(q.wakeFD), Events: unix.POLLIN}
@@ -287,6 +283,15 @@ func (q *queueSet) Wait(timeout time.Duration) error {
 		return roce.ErrLinkClosed
 	}
 	return nil
+}
+
+// atMost returns timeout shortened to limit; a negative timeout (no limit)
+// becomes limit.
+func atMost(timeout, limit time.Duration) time.Duration {
+	if timeout < 0 || timeout > limit {
+		return limit
+	}
+	return timeout
 }
 
 // txRetry is how long Wait sleeps while frames wait on the TX ring: a
