@@ -100,16 +100,11 @@ func TestFollowKeepsOrder(t *testing.T) {
 	}
 	e0, e1 := g.Engines()[0], g.Engines()[1]
 	write := func(psn PSN) {
-		b := make([]byte, 128)
-		var p Packet
-		n, err := LayoutPacket(b, OpRCWriteOnly, 8, &p)
-		require.NoError(t, err)
-		p.BTH.SetDestQPN(q.QPN())
-		p.BTH.SetPSN(psn)
-		p.RETH.SetVA(mr.Addr() + 8*uint64(psn))
-		p.RETH.SetRKey(mr.RKey())
-		p.RETH.SetDMALength(8)
-		e0.Receive(b[:n], &RecvInfo{SGID: peerGID})
+		receiveFromPeer(t, e0, q, OpRCWriteOnly, psn, 8, func(p *Packet) {
+			p.RETH.SetVA(mr.Addr() + 8*uint64(psn))
+			p.RETH.SetRKey(mr.RKey())
+			p.RETH.SetDMALength(8)
+		})
 	}
 	write(0) // arrives at engine 0: handed over to engine 1
 	require.Equal(t, uint64(1), e0.Ctr.Forwarded.Load())

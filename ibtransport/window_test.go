@@ -195,15 +195,25 @@ func receiveACK(t *testing.T, e *Engine, q *QP, psn PSN) {
 // opcode has an AETH.
 func receiveResponse(t *testing.T, e *Engine, q *QP, op Opcode, psn PSN, payload int) {
 	t.Helper()
+	receiveFromPeer(t, e, q, op, psn, payload, func(p *Packet) {
+		if p.AETH != nil {
+			p.AETH.SetSyndrome(ACKSyndrome(UnlimitedCredits))
+		}
+	})
+}
+
+// receiveFromPeer hands the engine a packet for q from the peer: opcode
+// op, PSN psn, payload bytes of payload, the rest of its headers set by
+// fill.
+func receiveFromPeer(t *testing.T, e *Engine, q *QP, op Opcode, psn PSN, payload int, fill func(p *Packet)) {
+	t.Helper()
 	b := make([]byte, 64+payload)
 	var p Packet
 	n, err := LayoutPacket(b, op, payload, &p)
 	require.NoError(t, err)
 	p.BTH.SetDestQPN(q.QPN())
 	p.BTH.SetPSN(psn)
-	if p.AETH != nil {
-		p.AETH.SetSyndrome(ACKSyndrome(UnlimitedCredits))
-	}
+	fill(&p)
 	e.Receive(b[:n], &RecvInfo{SGID: peerGID})
 }
 
