@@ -19,8 +19,11 @@ demo: build
 	bash bench/demo.sh
 
 # The whole suite: unit, fault-injection, integration (root) and interop (root + qemu).
+# The interop tests run last, alone: their qemu TCG guests need the host's CPUs
+# (in CI a guest's NIC once stalled while the other packages' tests ran beside it).
 test:
-	$(GO) test -count=1 -timeout 30m $(PKGS)
+	$(GO) test -count=1 -timeout 30m $$($(GO) list $(PKGS) | grep -v /test/interop)
+	$(GO) test -count=1 -timeout 30m ./test/interop/...
 
 # Unit tests only, quick.
 test-short:

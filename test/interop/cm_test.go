@@ -64,7 +64,7 @@ func TestInteropRDMACM(t *testing.T) {
 		toServer = append(toServer, perfRun(tt+"-R", tt, "-R", "-n", interopIters))
 		toClient = append(toClient, perfRun(tt+"-R", tt, "-R", "-n", interopIters))
 	}
-	e := startInterop(t, ctx, "sncm", interopScript(toServer, toClient, ""), "", 10*time.Minute, 1)
+	e := startInterop(t, ctx, "sncm", interopPlan{toServer: toServer, toClient: toClient, scriptTimeout: 10 * time.Minute, queues: 1})
 	for _, r := range toServer {
 		e.step(r, false, 3*time.Minute)
 	}

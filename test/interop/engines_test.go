@@ -24,7 +24,7 @@ func TestInteropTwoEngines(t *testing.T) {
 		perfRun("write_bw-q8", "write_bw", "-q", "8", "-n", interopIters),
 		perfRun("read_bw-q8", "read_bw", "-q", "8", "-n", interopIters),
 	}
-	e := startInterop(t, ctx, "sneng", interopScript(runs, runs, ""), "", 6*time.Minute, 2)
+	e := startInterop(t, ctx, "sneng", interopPlan{toServer: runs, toClient: runs, scriptTimeout: 6 * time.Minute, queues: 2})
 	guestOut, _ := e.runAll(runs, runs, 2*time.Minute, "--softnic-engines", "2")
 	forwarded := 0
 	for _, r := range e.results {

@@ -24,6 +24,9 @@ import (
 type interopEnv struct {
 	t       *testing.T
 	ctx     context.Context
+	name    string
+	plan    interopPlan
+	img     *rxeguest.Image
 	bin     string // the softnic binary
 	net     *rxeguest.Network
 	gidx    string // softnic's GID index of 10.77.0.1
@@ -32,6 +35,20 @@ type interopEnv struct {
 	capDir  string // where captured pcaps go
 	results []interopResult
 	failed  bool
+	// rebooted is set once a guest whose NIC stalled was replaced (see
+	// rebootIfStalled); earlier holds what that guest's tools printed.
+	rebooted bool
+	earlier  map[string]string
+}
+
+// interopPlan is what the guest runs: the real tools as clients of
+// softnic's servers (toServer), then as servers of its clients (toClient).
+type interopPlan struct {
+	toServer, toClient []interopRun
+	after              string        // shell after each tool (see interopScript)
+	netem              string        // on the guest's eth0, if set
+	scriptTimeout      time.Duration // for the guest's whole script
+	queues             int           // of softnic's veth
 }
 
 // requireInteropHost skips the test where it cannot boot the guest: with
@@ -42,14 +59,14 @@ func requireInteropHost(t *testing.T) {
 }
 
 // startInterop builds softnic and the guest image, makes the network
-// (softnic's veth of the given number of queues) and boots the guest with
-// script (netem, if set, on the guest's eth0).
-func startInterop(t *testing.T, ctx context.Context, name, script, netem string, scriptTimeout time.Duration, queues int) *interopEnv {
+// (softnic's veth of plan.queues queues) and boots the guest with plan's
+// script.
+func startInterop(t *testing.T, ctx context.Context, name string, plan interopPlan) *interopEnv {
 	img, err := rxeguest.Build(ctx, rxeguest.DefaultCacheDir())
 	require.NoError(t, err, "guest image")
 	bin := buildSoftnic(t, ctx)
 	n, err := rxeguest.NewNetwork(ctx, rxeguest.NetworkConfig{Name: fmt.Sprintf("%s%d", name, os.Getpid()%100000),
-		Taps: 1, PeerAddr: netip.MustParsePrefix("10.77.0.1/24"), PeerQueues: queues})
+		Taps: 1, PeerAddr: netip.MustParsePrefix("10.77.0.1/24"), PeerQueues: plan.queues})
 	require.NoError(t, err)
 	t.Cleanup(func() { n.Close() })
 	// Without IPv6 on the softnic side its GID table is just 10.77.0.1; a
@@ -59,18 +76,54 @@ func startInterop(t *testing.T, ctx context.Context, name, script, netem string,
 	require.NoErrorf(t, err, "disable IPv6 on %s:\n%s", n.PeerLink, out)
 	gidx, err := gidIndexIn(n.PeerNS, n.PeerLink, netip.MustParseAddr("10.77.0.1"))
 	require.NoError(t, err)
-	gctx, gcancel := context.WithCancel(ctx)
-	t.Cleanup(gcancel)
-	guest, err := rxeguest.Start(gctx, img, rxeguest.Config{Name: name + "-peer", NetNS: n.BridgeNS, Tap: n.Taps[0],
-		Addr: netip.MustParsePrefix("10.77.0.11/24"), Script: script, Netem: netem, ScriptTimeout: scriptTimeout,
-		MemoryMiB: 1024})
-	require.NoError(t, err)
 	// SOFTNIC_INTEROP_PCAP_DIR keeps the captures (for roce/testdata).
 	capDir := os.Getenv("SOFTNIC_INTEROP_PCAP_DIR")
 	if capDir == "" {
 		capDir = t.TempDir()
 	}
-	return &interopEnv{t: t, ctx: ctx, bin: bin, net: n, gidx: fmt.Sprint(gidx), guest: guest, gcancel: gcancel, capDir: capDir}
+	e := &interopEnv{t: t, ctx: ctx, name: name, plan: plan, img: img, bin: bin, net: n, gidx: fmt.Sprint(gidx), capDir: capDir}
+	e.boot(plan.toServer, plan.toClient)
+	return e
+}
+
+// boot starts a guest that runs the real tools of toServer and toClient.
+func (e *interopEnv) boot(toServer, toClient []interopRun) {
+	gctx, gcancel := context.WithCancel(e.ctx)
+	e.t.Cleanup(gcancel)
+	guest, err := rxeguest.Start(gctx, e.img, rxeguest.Config{Name: e.name + "-peer", NetNS: e.net.BridgeNS, Tap: e.net.Taps[0],
+		Addr: netip.MustParsePrefix("10.77.0.11/24"), Script: interopScript(toServer, toClient, e.plan.after),
+		Netem: e.plan.netem, ScriptTimeout: e.plan.scriptTimeout, MemoryMiB: 1024})
+	require.NoError(e.t, err)
+	e.guest, e.gcancel = guest, gcancel
+}
+
+// rebootIfStalled replaces the guest by a fresh one running the runs left
+// (toServer, then toClient) if the guest kernel reported its NIC stalled,
+// once per test: that fault is qemu's and the guest's (see
+// rxeguest.Guest.NICStalled), and every run after it would fail. It reports
+// whether it did; the stalled guest's output and console go to the log.
+func (e *interopEnv) rebootIfStalled(toServer, toClient []interopRun) bool {
+	if e.rebooted {
+		return false
+	}
+	stall := e.guest.NICStalled()
+	if stall == "" {
+		return false
+	}
+	e.rebooted = true
+	e.t.Logf("the guest's NIC stalled (%q): booting a fresh guest for the %d runs left", stall, len(toServer)+len(toClient))
+	e.gcancel()
+	res, err := e.guest.Wait()
+	e.t.Logf("the stalled guest (%v):\n%s\nconsole tail:\n%s", err, res.Output, tailLines(res.Console, 60))
+	e.earlier = splitSections(res.Output)
+	for _, r := range toServer {
+		delete(e.earlier, r.name+" client")
+	}
+	for _, r := range toClient {
+		delete(e.earlier, r.name+" server")
+	}
+	e.boot(toServer, toClient)
+	return true
 }
 
 // buildSoftnic builds the softnic binary the tests run in the namespace.

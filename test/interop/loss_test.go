@@ -33,7 +33,8 @@ func TestInteropUnderLoss(t *testing.T) {
 	toServer := append(append([]interopRun(nil), runs...), capture, rpingRun("64"))
 	toClient := append(runs, rpingRun("64"))
 
-	e := startInterop(t, ctx, "snloss", interopScript(toServer, toClient, rxeCounters), "loss 2%", 6*time.Minute, 1)
+	e := startInterop(t, ctx, "snloss", interopPlan{toServer: toServer, toClient: toClient, after: rxeCounters,
+		netem: "loss 2%", scriptTimeout: 6 * time.Minute, queues: 1})
 	guestOut, _ := e.runAll(toServer, toClient, 2*time.Minute)
 
 	prevRxe := map[string]int{}

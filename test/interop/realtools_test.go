@@ -37,7 +37,7 @@ func TestInteropWithRealTools(t *testing.T) {
 	defer cancel()
 
 	toServer, toClient := realToolRuns()
-	e := startInterop(t, ctx, "snperf", interopScript(toServer, toClient, ""), "", 12*time.Minute, 1)
+	e := startInterop(t, ctx, "snperf", interopPlan{toServer: toServer, toClient: toClient, scriptTimeout: 12 * time.Minute, queues: 1})
 	guestOut, _ := e.runAll(toServer, toClient, 3*time.Minute)
 	results := e.results
 	checkSections(t, guestOut, toServer, toClient)
@@ -160,7 +160,7 @@ func TestInteropAllSizes(t *testing.T) {
 		}
 	}
 	toClient = append(toClient, last...)
-	e := startInterop(t, ctx, "snall", interopScript(toServer, toClient, ""), "", 15*time.Minute, 1)
+	e := startInterop(t, ctx, "snall", interopPlan{toServer: toServer, toClient: toClient, scriptTimeout: 15 * time.Minute, queues: 1})
 	guestOut, _ := e.runAll(toServer, toClient, 3*time.Minute)
 	checkSections(t, guestOut, toServer, toClient)
 	checkRunAll(t, e.results, guestOut)

@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -126,6 +127,7 @@ const retryShell = `retry() {
 type interopResult struct {
 	name string // run name + " server" or " client" (softnic's role)
 	run  interopRun
+	args []string // softnic's
 	out  string
 	err  error
 	took time.Duration
@@ -145,20 +147,33 @@ func (e *interopEnv) softnic(timeout time.Duration, args ...string) (string, err
 
 // runAll runs softnic's side of every run, as server of the guest's
 // clients (toServer) and then as client of its servers (toClient), and
-// waits for the guest (see wait). extra are added softnic options.
+// waits for the guest (see wait). extra are added softnic options. A guest
+// whose NIC stalls is replaced once (rebootIfStalled), and the run it
+// failed is run again.
 func (e *interopEnv) runAll(toServer, toClient []interopRun, timeout time.Duration, extra ...string) (map[string]string, *rxeguest.Result) {
-	for _, r := range toServer {
-		e.step(r, false, timeout, extra...)
-	}
-	for _, r := range toClient {
-		e.step(r, true, timeout, extra...)
+	all := append(slices.Clone(toServer), toClient...)
+	for i, r := range all {
+		client := i >= len(toServer)
+		restServer, restClient := toServer[min(i, len(toServer)):], toClient[max(i-len(toServer), 0):]
+		e.rebootIfStalled(restServer, restClient)
+		res := e.attempt(r, client, timeout, extra...)
+		if res.err != nil && e.rebootIfStalled(restServer, restClient) {
+			e.t.Logf("softnic %s, failed on the stalled guest (%v):\n%s", res.name, res.err, res.out)
+			res = e.attempt(r, client, timeout, extra...)
+		}
+		e.record(res)
 	}
 	return e.wait()
 }
 
 // step runs softnic's side of r, as server without host or as client of
-// the guest. extra are added options.
+// the guest, and records the result. extra are added options.
 func (e *interopEnv) step(r interopRun, client bool, timeout time.Duration, extra ...string) {
+	e.record(e.attempt(r, client, timeout, extra...))
+}
+
+// attempt runs softnic's side of r and returns what it printed.
+func (e *interopEnv) attempt(r interopRun, client bool, timeout time.Duration, extra ...string) interopResult {
 	args, role := e.softnicArgs(r, client, extra)
 	var capture *rxeguest.Capture
 	if r.capture != "" {
@@ -177,8 +192,13 @@ func (e *interopEnv) step(r interopRun, client bool, timeout time.Duration, extr
 	if capture != nil {
 		assert.NoErrorf(e.t, capture.Stop(), "capture %s", r.capture)
 	}
-	e.results = append(e.results, interopResult{name: r.name + role, run: r, out: out, err: err, took: time.Since(start)})
-	if !assert.NoErrorf(e.t, err, "softnic %s:\n%s", strings.Join(args, " "), out) {
+	return interopResult{name: r.name + role, run: r, args: args, out: out, err: err, took: time.Since(start)}
+}
+
+// record keeps res and fails the test if softnic failed.
+func (e *interopEnv) record(res interopResult) {
+	e.results = append(e.results, res)
+	if !assert.NoErrorf(e.t, res.err, "softnic %s:\n%s", strings.Join(res.args, " "), res.out) {
 		e.failed = true
 	}
 }
@@ -222,13 +242,36 @@ func (e *interopEnv) wait() (map[string]string, *rxeguest.Result) {
 	if err == nil {
 		require.Zerof(t, res.ExitStatus, "guest script failed; console tail:\n%s", tailLines(res.Console, 40))
 	}
-	return guestSections(t, res.Output), res
+	guestOut := splitSections(res.Output)
+	for name, body := range e.earlier {
+		if _, ok := guestOut[name]; !ok {
+			guestOut[name] = body
+		}
+	}
+	checkNoneFailed(t, guestOut)
+	return guestOut, res
 }
 
 // guestSections splits a guest script's output into its "@@ name as role"
 // sections, keyed "name role", and checks that none failed.
 func guestSections(t *testing.T, output string) map[string]string {
 	t.Helper()
+	guestOut := splitSections(output)
+	checkNoneFailed(t, guestOut)
+	return guestOut
+}
+
+// checkNoneFailed checks that no tool of the guest's script failed.
+func checkNoneFailed(t *testing.T, sections map[string]string) {
+	t.Helper()
+	for name, body := range sections {
+		assert.NotContainsf(t, body, "!! FAILED", "the tool failed in %s", name)
+	}
+}
+
+// splitSections splits a guest script's output into its "@@ name as role"
+// sections, keyed "name role".
+func splitSections(output string) map[string]string {
 	guestOut := map[string]string{}
 	// perftest's clock calibration complains on stderr under TCG; the
 	// message can land inside a result line of stdout.
@@ -237,7 +280,6 @@ func guestSections(t *testing.T, output string) map[string]string {
 		name, body, _ := strings.Cut(sec, "\n")
 		name = strings.Replace(strings.Replace(name, " as client", " client", 1), " as server", " server", 1)
 		guestOut[name] = body
-		assert.NotContainsf(t, body, "!! FAILED", "the tool failed in %s", name)
 	}
 	return guestOut
 }

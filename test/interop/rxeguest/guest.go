@@ -197,6 +197,22 @@ func (g *Guest) Wait() (*Result, error) {
 	return res, nil
 }
 
+// NICStalled returns the guest kernel's first report, so far, that eth0's
+// transmit queue made no progress for seconds ("NETDEV WATCHDOG ... transmit
+// queue 0 timed out"), or "" if there is none. Such a stall is between the
+// guest's virtio-net driver and qemu's emulated device: nothing a peer on the
+// bridge sends can cause it, and the guest's tools cannot reach the network
+// until it ends (TCG guests on a loaded host have shown it, rarely).
+func (g *Guest) NICStalled() string {
+	console, _ := os.ReadFile(filepath.Join(g.dir, "console.log"))
+	for _, line := range strings.Split(string(console), "\n") {
+		if strings.Contains(line, "NETDEV WATCHDOG") {
+			return strings.TrimSpace(line)
+		}
+	}
+	return ""
+}
+
 // netArgs are qemu's options for eth0: a virtio-net device on cfg.Tap,
 // with cfg.Queues queue pairs.
 func netArgs(cfg Config) []string {
