@@ -6,6 +6,7 @@ const (
 	jobAck jobKind = iota
 	jobRead
 	jobAtomic
+	jobCancelled // a READ response a replay superseded: skipped
 )
 
 // respJob is a response waiting to be sent. Responses go out in PSN order,
@@ -94,6 +95,10 @@ func (r *responder) sendResponses() bool {
 			return false
 		}
 		j := &r.jobs[r.jobHead%uint32(len(r.jobs))]
+		if j.kind == jobCancelled {
+			r.jobHead++
+			continue
+		}
 		n, done, ok := r.buildResponse(buf, j)
 		if !ok {
 			// Deregistered while answering: stop; a retried READ will be
