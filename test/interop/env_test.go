@@ -3,6 +3,7 @@ package interop
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -35,10 +36,10 @@ type interopEnv struct {
 	capDir  string // where captured pcaps go
 	results []interopResult
 	failed  bool
-	// rebooted is set once a guest whose NIC stalled was replaced (see
-	// rebootIfStalled); earlier holds what that guest's tools printed.
-	rebooted bool
-	earlier  map[string]string
+	// reboots counts the guests whose NIC stalled and that were replaced
+	// (rebootIfStalled); earlier holds what their tools printed.
+	reboots int
+	earlier map[string]string
 }
 
 // interopPlan is what the guest runs: the real tools as clients of
@@ -92,30 +93,36 @@ func (e *interopEnv) boot(toServer, toClient []interopRun) {
 	e.t.Cleanup(gcancel)
 	guest, err := rxeguest.Start(gctx, e.img, rxeguest.Config{Name: e.name + "-peer", NetNS: e.net.BridgeNS, Tap: e.net.Taps[0],
 		Addr: netip.MustParsePrefix("10.77.0.11/24"), Script: interopScript(toServer, toClient, e.plan.after),
-		Netem: e.plan.netem, ScriptTimeout: e.plan.scriptTimeout, MemoryMiB: 1024})
+		Netem: e.plan.netem, ScriptTimeout: e.plan.scriptTimeout, MemoryMiB: 1024, WatchTX: true})
 	require.NoError(e.t, err)
 	e.guest, e.gcancel = guest, gcancel
 }
 
+// maxReboots is how many stalled guests a test replaces.
+const maxReboots = 2
+
 // rebootIfStalled replaces the guest by a fresh one running the runs left
-// (toServer, then toClient) if the guest kernel reported its NIC stalled,
-// once per test: that fault is qemu's and the guest's (see
+// (toServer, then toClient) if the guest reported its NIC stalled, up to
+// maxReboots times per test: that fault is qemu's and the guest's (see
 // rxeguest.Guest.NICStalled), and every run after it would fail. It reports
 // whether it did; the stalled guest's output and console go to the log.
 func (e *interopEnv) rebootIfStalled(toServer, toClient []interopRun) bool {
-	if e.rebooted {
+	if e.reboots == maxReboots {
 		return false
 	}
 	stall := e.guest.NICStalled()
 	if stall == "" {
 		return false
 	}
-	e.rebooted = true
+	e.reboots++
 	e.t.Logf("the guest's NIC stalled (%q): booting a fresh guest for the %d runs left", stall, len(toServer)+len(toClient))
 	e.gcancel()
 	res, err := e.guest.Wait()
 	e.t.Logf("the stalled guest (%v):\n%s\nconsole tail:\n%s", err, res.Output, tailLines(res.Console, 60))
-	e.earlier = splitSections(res.Output)
+	if e.earlier == nil {
+		e.earlier = map[string]string{}
+	}
+	maps.Copy(e.earlier, splitSections(res.Output))
 	for _, r := range toServer {
 		delete(e.earlier, r.name+" client")
 	}

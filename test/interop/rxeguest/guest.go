@@ -53,6 +53,11 @@ type Config struct {
 	// KernelArgs are added to the guest kernel's command line (e.g.
 	// tsc=reliable, which keeps TCG guests of several vCPUs on the TSC).
 	KernelArgs string
+	// WatchTX makes the guest report, within seconds, frames it handed to
+	// eth0 that the device does not take (see Guest.NICStalled). It
+	// costs the guest a tc and a sysfs read a second, so benchmarks leave
+	// it off.
+	WatchTX bool
 	// Queues is the number of queue pairs of eth0 (virtio-net multiqueue);
 	// 1 when zero. More than one needs a tap made with
 	// NetworkConfig.Queues at least as large. The guest's driver uses one
@@ -197,21 +202,28 @@ func (g *Guest) Wait() (*Result, error) {
 	return res, nil
 }
 
-// NICStalled returns the guest kernel's first report, so far, that eth0's
-// transmit queue made no progress for seconds ("NETDEV WATCHDOG ... transmit
-// queue 0 timed out"), or "" if there is none. Such a stall is between the
-// guest's virtio-net driver and qemu's emulated device: nothing a peer on the
-// bridge sends can cause it, and the guest's tools cannot reach the network
-// until it ends (TCG guests on a loaded host have shown it, rarely).
+// NICStalled returns the guest's first report, so far, that eth0 stopped
+// transmitting, or "" if there is none: the kernel's TX watchdog ("NETDEV
+// WATCHDOG ... transmit queue 0 timed out"), or, with Config.WatchTX, the
+// guest's own watcher (txStalledMarker), which speaks within seconds where
+// the watchdog waits until the ring is full, minutes later under little
+// traffic. Such a stall lies between the guest's virtio-net driver and
+// qemu's device (qemu stops taking frames from the ring while its main
+// loop sleeps): nothing a peer on the bridge sends can cause it, and the
+// guest cannot reach the network until it ends. TCG guests under heavy
+// traffic have shown it, rarely.
 func (g *Guest) NICStalled() string {
 	console, _ := os.ReadFile(filepath.Join(g.dir, "console.log"))
 	for _, line := range strings.Split(string(console), "\n") {
-		if strings.Contains(line, "NETDEV WATCHDOG") {
+		if strings.Contains(line, "NETDEV WATCHDOG") || strings.Contains(line, txStalledMarker) {
 			return strings.TrimSpace(line)
 		}
 	}
 	return ""
 }
+
+// txStalledMarker begins the watcher's report (init.sh).
+const txStalledMarker = "rxeguest: eth0 transmit stalled"
 
 // netArgs are qemu's options for eth0: a virtio-net device on cfg.Tap,
 // with cfg.Queues queue pairs.
@@ -256,6 +268,9 @@ func writeInitrd(img *Image, cfg Config, path string) error {
 			fmt.Fprintf(&env, "GUEST_MTU=%d\n", cfg.MTU)
 		}
 		fmt.Fprintf(&env, "GUEST_NETEM=%s\n", shellQuote(cfg.Netem))
+	}
+	if cfg.WatchTX {
+		env.WriteString("GUEST_WATCH_TX=1\n")
 	}
 	if cfg.ScriptTimeout > 0 {
 		fmt.Fprintf(&env, "GUEST_TIMEOUT=%d\n", int(cfg.ScriptTimeout.Seconds()+0.5))

@@ -22,6 +22,9 @@ import (
 //go:embed init.sh
 var initScript []byte
 
+//go:embed txwatch.sh
+var txWatchScript []byte
+
 // kernelMetaPackage pulls the current Debian kernel; Build resolves it to
 // the versioned linux-image package it depends on.
 const kernelMetaPackage = "linux-image-amd64"
@@ -82,6 +85,7 @@ func recipeKey() string {
 	fmt.Fprintln(h, strings.Join(imageModules, ","))
 	fmt.Fprintln(h, toolPattern.String(), strings.Join(extraTools, ","), strings.Join(dlopenedLibs, ","))
 	h.Write(initScript)
+	h.Write(txWatchScript)
 	return hex.EncodeToString(h.Sum(nil))[:16]
 }
 
@@ -255,6 +259,7 @@ func buildImage(ctx context.Context, work, out string) error {
 		return err
 	}
 	tr.File("init", 0o755, initScript)
+	tr.File("bin/txwatch", 0o755, txWatchScript)
 	if err := writeTreeFile(tr, filepath.Join(out, "initramfs.cpio")); err != nil {
 		return err
 	}

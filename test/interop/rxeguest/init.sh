@@ -58,6 +58,10 @@ if [ -n "$GUEST_ADDR" ]; then
 	echo "rxeguest: rxe0 up on eth0 $GUEST_ADDR"
 fi
 
+if [ -n "$GUEST_WATCH_TX" ]; then
+	/bin/txwatch &
+fi
+
 if [ -n "$GUEST_TIMEOUT" ]; then
 	# Watchdog: report what every process waits on, then give up.
 	(

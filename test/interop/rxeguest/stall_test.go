@@ -9,7 +9,8 @@ import (
 )
 
 // TestNICStalled finds the kernel's TX watchdog report in a console as a
-// CI run's guest printed it, and nothing in a console without one.
+// CI run's guest printed it, and the TX watcher's report (txwatch.sh), and
+// nothing in a console without either.
 func TestNICStalled(t *testing.T) {
 	g := &Guest{dir: t.TempDir()}
 	console := filepath.Join(g.dir, "console.log")
@@ -19,4 +20,7 @@ func TestNICStalled(t *testing.T) {
 		"[  874.222091] virtio_net virtio1 eth0: NETDEV WATCHDOG: CPU: 0: transmit queue 0 timed out 163608 ms\r\n"+
 		"[  874.222311] virtio_net virtio1 eth0: TX timeout on queue: 0, sq: output.0, vq: 0x1, name: output.0, 163608000 usecs ago\r\n"), 0o644))
 	require.Equal(t, "[  874.222091] virtio_net virtio1 eth0: NETDEV WATCHDOG: CPU: 0: transmit queue 0 timed out 163608 ms", g.NICStalled())
+	require.NoError(t, os.WriteFile(console, []byte("[    1.2] virtio_net virtio1 eth0: renamed\r\n"+
+		"[  541.2] rxeguest: eth0 transmit stalled: 6 frames handed to the device since it last completed one, 5 intervals ago\r\n"), 0o644))
+	require.Equal(t, "[  541.2] rxeguest: eth0 transmit stalled: 6 frames handed to the device since it last completed one, 5 intervals ago", g.NICStalled())
 }
