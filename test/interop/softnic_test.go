@@ -148,8 +148,8 @@ func (e *interopEnv) softnic(timeout time.Duration, args ...string) (string, err
 // runAll runs softnic's side of every run, as server of the guest's
 // clients (toServer) and then as client of its servers (toClient), and
 // waits for the guest (see wait). extra are added softnic options. A guest
-// whose NIC stalls is replaced once (rebootIfStalled), and the run it
-// failed is run again.
+// whose NIC stalls is replaced (rebootIfStalled, up to maxReboots times),
+// and the run it failed is run again.
 func (e *interopEnv) runAll(toServer, toClient []interopRun, timeout time.Duration, extra ...string) (map[string]string, *rxeguest.Result) {
 	all := append(slices.Clone(toServer), toClient...)
 	for i, r := range all {
