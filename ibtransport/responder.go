@@ -18,6 +18,11 @@ type resource struct {
 	orig     uint64
 }
 
+// holds reports whether psn is one of the PSNs the request took.
+func (res *resource) holds(psn PSN) bool {
+	return psn.InWindow(res.firstPSN, uint32(res.lastPSN.Diff(res.firstPSN))+1)
+}
+
 type respMode uint8
 
 const (
@@ -417,7 +422,7 @@ func (r *responder) duplicate(p *Packet, oi *OpcodeInfo, psn PSN) {
 func (r *responder) replayRead(p *Packet, psn PSN) {
 	for i := range r.res {
 		res := &r.res[i]
-		if !res.used || res.atomic || !psn.InWindow(res.firstPSN, uint32(res.lastPSN.Diff(res.firstPSN))+1) {
+		if !res.used || res.atomic || !res.holds(psn) {
 			continue
 		}
 		va, n := p.RETH.VA(), p.RETH.DMALength()
@@ -452,10 +457,9 @@ func (r *responder) replayRead(p *Packet, psn PSN) {
 // softnic's responses. rxe does the same, answering a repeated READ from
 // the resource in place of the response in progress.
 func (r *responder) cancelReadJobs(res *resource) {
-	span := uint32(res.lastPSN.Diff(res.firstPSN)) + 1
 	for i := r.jobHead; i != r.jobTail; i++ {
 		j := &r.jobs[i%uint32(len(r.jobs))]
-		if j.kind == jobRead && j.psn.InWindow(res.firstPSN, span) {
+		if j.kind == jobRead && res.holds(j.psn) {
 			j.kind = jobCancelled
 		}
 	}
