@@ -20,7 +20,7 @@ demo: build
 
 # The whole suite: unit, fault-injection, integration (root) and interop (root + qemu).
 # The interop tests run last, alone: their qemu TCG guests need the host's CPUs
-# (in CI a guest's NIC once stalled while the other packages' tests ran beside it).
+# (a guest whose NIC stalls is replaced: test/interop/README.md).
 test:
 	$(GO) test -count=1 -timeout 30m $$($(GO) list $(PKGS) | grep -v /test/interop)
 	$(GO) test -count=1 -timeout 30m ./test/interop/...
