@@ -187,6 +187,17 @@ func (d *Device) Unpoll() {
 	}
 }
 
+// EngineCPU returns the CPU engine i (a QP's EngineIndex) runs on and
+// takes its link's interrupts on, or -1 when its link has no such CPU
+// (CPULink). An application that polls the engine's QPs does best to keep
+// its polling thread there (see package cpupin).
+func (d *Device) EngineCPU(i int) int {
+	if i < 0 || i >= len(d.lanes) {
+		return -1
+	}
+	return d.lanes[i].cpu
+}
+
 // Group returns the device's transport engines.
 func (d *Device) Group() *ibtransport.Group { return d.group }
 

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/internal/cpupin"
 )
 
 // lane is one engine of a device with the link it drives and the state of
@@ -54,12 +55,19 @@ type lane struct {
 	// application's Poll then leaves the passes to it.
 	working atomic.Bool
 
+	// cpu is where the link's interrupts arrive (CPULink), -1 if nowhere
+	// known: the engine goroutine's thread stays there.
+	cpu int
+
 	done chan struct{}
 }
 
 // newLane makes d's lane on link l; NewDevice sets its engine and starts it.
 func newLane(d *Device, l Link) (*lane, error) {
-	ln := &lane{d: d, link: l, done: make(chan struct{}), napFD: -1}
+	ln := &lane{d: d, link: l, done: make(chan struct{}), napFD: -1, cpu: -1}
+	if c, ok := l.(CPULink); ok {
+		ln.cpu = c.CPU()
+	}
 	ln.onFrame = ln.receive
 	var err error
 	if ln.napFD, err = unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC); err != nil {
@@ -139,9 +147,18 @@ func (ln *lane) run() {
 			osYield()
 		}
 	}()
+	// Where the link's interrupts have a CPU, the engine runs on it, as a
+	// NIC driver's NAPI does: in copy mode the receive softirq has just
+	// copied the frames there (package cpupin says why moving hurts).
+	var pin *cpupin.Pin
+	if ln.cpu >= 0 {
+		pin = cpupin.StartOn(ln.cpu)
+		defer pin.Stop()
+	}
 	var lastWork time.Time
 	spins := 0
 	for !ln.d.stop.Load() {
+		pin.Check()
 		if !ln.owner.CompareAndSwap(0, 1) {
 			// An application is in a pass: it polls. Waiting for the
 			// pass to end in a loop of yields took a whole second CPU

@@ -56,6 +56,17 @@ type Splitter interface {
 	Split(n int) ([]Link, error)
 }
 
+// CPULink is a Link whose frames arrive by interrupts on a known CPU (an
+// xdplink set of queues on a NIC with MSI vectors). The engine that drives
+// it runs on that CPU, and an application that polls the device keeps its
+// thread there (Device.EngineCPU).
+type CPULink interface {
+	Link
+	// CPU returns the CPU, or -1 when there is none (veth) or it is
+	// unknown.
+	CPU() int
+}
+
 // ErrSplit is returned by Split for a number of links the queues cannot
 // be divided into.
 var ErrSplit = errors.New("cannot split the link's queues so")

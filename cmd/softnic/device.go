@@ -20,7 +20,7 @@ var openDevice = func(ifname string, engines int) (perftest.Device, func(), erro
 	if err != nil {
 		return perftest.Device{}, nil, err
 	}
-	link, err := xdplink.Open(ifname, xdplink.Config{Addrs: nd.GIDs})
+	link, err := xdplink.Open(ifname, xdplink.Config{Addrs: nd.GIDs, KeepIRQs: keepIRQs})
 	if err != nil {
 		return perftest.Device{}, nil, fmt.Errorf("open AF_XDP link on %s: %w", ifname, err)
 	}
@@ -44,6 +44,11 @@ var openDevice = func(ifname string, engines int) (perftest.Device, func(), erro
 	closer := func() { dev.Close(); link.Close() }
 	return perftest.Device{Verbs: dev, Name: ifname, LinkMTU: nd.MTU, Resolve: resolve}, closer, nil
 }
+
+// keepIRQs is --softnic-keep-irqs (xdplink.Config.KeepIRQs).
+var keepIRQs bool
+
+const keepIRQsUsage = "softnic: leave the interface's interrupt vectors where they are (by default each engine's queue vectors move to one CPU, where the engine and the latency loops then run, and move back at exit)"
 
 // dialWait is how long a client retries while the server is not yet
 // listening (perftest gives up at once; a short grace helps scripts).

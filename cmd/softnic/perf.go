@@ -98,6 +98,7 @@ func (o *perfFlags) defineSoftnic(f flagSet) {
 	f.DurationVar(&o.connectWait, "connect-wait", dialWait, "softnic: how long a client retries while the server is not listening")
 	f.IntVar(&o.engines, "softnic-engines", 0, "softnic: engines (goroutines) that run the device's QPs; 0: one per receive queue of the interface, up to the number of CPUs")
 	f.BoolVar(&o.stats, "softnic-stats", false, "softnic: after the run, print the engine's counters (retransmissions, timeouts, sequence NAKs...) and the XDP link's ring statistics")
+	f.BoolVar(&keepIRQs, "softnic-keep-irqs", false, keepIRQsUsage)
 }
 
 // check refuses what softnic perf cannot run, in perftest's order.

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync/atomic"
 
+	"github.com/softnic/softnic/internal/cpupin"
 	"github.com/softnic/softnic/roce/xdplink"
 	"github.com/softnic/softnic/verbs"
 )
@@ -21,6 +22,8 @@ func printSoftnicStats(w io.Writer, dev *verbs.Device) {
 	fmt.Fprintln(w, " softnic RoCE device counters:")
 	fmt.Fprintf(w, "engines %d\n", dev.RoCE().Engines())
 	writeCounters(w, "", reflect.ValueOf(dev.RoCE().Counters()).Elem())
+	fmt.Fprintln(w, " softnic polling threads kept on one CPU (latency loops):")
+	writeCounters(w, "Pin", reflect.ValueOf(&cpupin.Stats).Elem())
 	type statser interface {
 		Stats() (xdplink.Stats, error)
 	}

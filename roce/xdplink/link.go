@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"runtime"
+	"sync"
 	"sync/atomic"
 
 	"github.com/vishvananda/netlink"
@@ -29,6 +30,11 @@ type Config struct {
 	Socket xdp.Config
 	// Mode selects native or generic XDP (default: whatever the driver offers).
 	Mode bpf.Mode
+	// KeepIRQs leaves the interrupt vectors of the queues where they are.
+	// By default each engine's queues have their vectors moved to one
+	// CPU, the one their first receive vector was on (see CPU), and moved
+	// back on Close.
+	KeepIRQs bool
 }
 
 // Stats gathers the link's counters.
@@ -75,6 +81,12 @@ type Link struct {
 	bufLen  int // MTU+26: largest frame plus slack, as TxFrame promises
 	inPlace bool
 
+	keepIRQs   bool
+	irqMu      sync.Mutex
+	irqsMoved  []irqAffinity
+	irqCPUs    unix.CPUSet // the CPUs alignIRQs chose so far
+	irqsClosed bool
+
 	// Read by Stats from other goroutines.
 	rxOversized, rxBadDesc, rxJoined, txStaged, txNoBuffer, txBusyWaits atomic.Uint64
 }
@@ -98,7 +110,7 @@ func Open(ifname string, cfg Config) (l *Link, err error) {
 		return nil, fmt.Errorf("AF_XDP link on %q: %w", ifname, ErrLinkDown)
 	}
 	queues := rxQueues(ifc.Index)
-	l = &Link{ifname: ifname, mtu: ifc.MTU, bufLen: ifc.MTU + 26}
+	l = &Link{ifname: ifname, mtu: ifc.MTU, bufLen: ifc.MTU + 26, keepIRQs: cfg.KeepIRQs}
 	copy(l.mac[:], ifc.HardwareAddr)
 	defer func() {
 		if err != nil {
@@ -298,6 +310,10 @@ func (l *Link) Close() error {
 	for _, s := range l.socks {
 		errs = append(errs, s.Close())
 	}
+	l.irqMu.Lock()
+	restoreIRQs(l.irqsMoved)
+	l.irqsMoved, l.irqsClosed = nil, true
+	l.irqMu.Unlock()
 	for _, q := range l.sets {
 		var one [8]byte
 		binary.NativeEndian.PutUint64(one[:], 1)

@@ -3,6 +3,7 @@ package xdplink
 import (
 	"encoding/binary"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -32,6 +33,25 @@ type queueSet struct {
 	rxDescs []xdp.Desc
 	rxBuf   []byte
 	next    int // socket to receive from first, for fairness
+
+	cpuOnce sync.Once
+	cpu     int
+}
+
+// CPU returns the CPU that takes the interrupts of the set's queues, -1
+// when they have none (veth) or it is unknown. Its first call moves the
+// queues' vectors to the CPU of the first queue's receive vector, unless
+// Config.KeepIRQs: the engine that drives the set runs best beside them
+// (irq.go says why). The Device asks only for the links its engines use.
+func (q *queueSet) CPU() int {
+	q.cpuOnce.Do(func() {
+		queues := make([]int, len(q.socks))
+		for i, s := range q.socks {
+			queues[i] = s.Queue()
+		}
+		q.cpu = q.l.alignIRQs(queues)
+	})
+	return q.cpu
 }
 
 // MTU implements roce.Link.
