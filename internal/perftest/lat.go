@@ -10,7 +10,7 @@ import (
 
 // waitOne waits for one completion on cq.
 func (r *runCtx) waitOne(cq *verbs.CQ, wc []verbs.WC, what string, done uint64) error {
-	if _, err := SpinPoll(r.ctx, cq, wc[:1]); err != nil {
+	if _, err := SpinPoll(r.ctx, cq, wc[:1], r.pin); err != nil {
 		return fmt.Errorf("poll %s CQ: %w", what, context.Cause(r.ctx))
 	}
 	if wc[0].Status != verbs.WCSuccess {
@@ -42,7 +42,7 @@ func (r *runCtx) awaitWrite(ctx context.Context, seen *uint64, buf []byte, at in
 		// hand-off from the engine goroutine. Yield only when it had
 		// nothing to do.
 		if !r.dev.Verbs.Poll() {
-			pollYield()
+			pollYield(r.pin)
 		}
 	}
 }

@@ -61,7 +61,7 @@ func (d *durationRun) result(count uint64, err error) (BWTimes, error) {
 // waitUntilEnd waits for one successful completion; false when the run's
 // time ran out first.
 func (r *runCtx) waitUntilEnd(d *durationRun, cq *verbs.CQ, wc []verbs.WC, what string, done uint64) (bool, error) {
-	if _, err := SpinPoll(d.end, cq, wc[:1]); err != nil {
+	if _, err := SpinPoll(d.end, cq, wc[:1], r.pin); err != nil {
 		if r.ctx.Err() == nil && d.end.Err() != nil {
 			return false, nil
 		}

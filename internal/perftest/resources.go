@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/internal/cpupin"
 	"github.com/softnic/softnic/internal/oob"
 	"github.com/softnic/softnic/verbs"
 )
@@ -85,6 +86,8 @@ type runCtx struct {
 	ctx       context.Context
 	// progress counts completions; the stall watchdog reads it.
 	progress atomic.Uint64
+	// pin keeps a latency loop's thread on its CPU (measureLat).
+	pin *cpupin.Pin
 }
 
 func (r *runCtx) access() verbs.Access {

@@ -7,6 +7,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/softnic/softnic/internal/cpupin"
 	"github.com/softnic/softnic/verbs"
 )
 
@@ -27,7 +28,8 @@ func osYield() { syscall.Syscall(syscall.SYS_SCHED_YIELD, 0, 0, 0) }
 // typical round trip was 1.7-1.9 x rdma_rxe's without runtime.Gosched and
 // 1.1-1.2 x with it (bench/results/ANALYSIS.md). With more Ps, Gosched
 // would wake an idle P's thread at every poll.
-func pollYield() {
+func pollYield(pin *cpupin.Pin) {
+	pin.Check()
 	if oneP() {
 		runtime.Gosched()
 	}
@@ -41,8 +43,8 @@ var oneP = sync.OnceValue(func() bool { return runtime.GOMAXPROCS(0) == 1 })
 
 // SpinPoll polls cq until it returns a completion, like perftest's busy
 // polling of ibv_poll_cq, yielding the CPU between polls; it gives up when
-// ctx ends.
-func SpinPoll(ctx context.Context, cq *verbs.CQ, wc []verbs.WC) (int, error) {
+// ctx ends. pin, if not nil, is the caller's hold on its CPU.
+func SpinPoll(ctx context.Context, cq *verbs.CQ, wc []verbs.WC, pin *cpupin.Pin) (int, error) {
 	for i := 0; ; i++ {
 		if n, err := cq.Poll(wc); n > 0 || err != nil {
 			return n, err
@@ -50,7 +52,7 @@ func SpinPoll(ctx context.Context, cq *verbs.CQ, wc []verbs.WC) (int, error) {
 		if i&63 == 63 && ctx.Err() != nil {
 			return 0, ctx.Err()
 		}
-		pollYield()
+		pollYield(pin)
 	}
 }
 
@@ -63,7 +65,7 @@ const bwSpin = 50 * time.Microsecond
 
 // spinWait polls cq, yielding the CPU between empty polls, for up to d,
 // then blocks in Wait until a completion arrives or ctx ends.
-func spinWait(ctx context.Context, cq *verbs.CQ, wc []verbs.WC, d time.Duration) (int, error) {
+func spinWait(ctx context.Context, cq *verbs.CQ, wc []verbs.WC, d time.Duration, pin *cpupin.Pin) (int, error) {
 	start := time.Now()
 	for i := 0; ; i++ {
 		if n, err := cq.Poll(wc); n > 0 || err != nil {
@@ -72,6 +74,7 @@ func spinWait(ctx context.Context, cq *verbs.CQ, wc []verbs.WC, d time.Duration)
 		if i&15 == 15 && time.Since(start) > d {
 			return cq.Wait(ctx, wc)
 		}
+		pin.Check()
 		osYield()
 	}
 }

@@ -206,7 +206,7 @@ func (c *pingpong) completions(ctx context.Context, wcs []verbs.WC) (int, error)
 // ibv_rc_pingpong busy-polls, yielding the CPU between polls (the engines
 // of both ends need it to answer).
 func (c *pingpong) busyPoll(ctx context.Context, wcs []verbs.WC) (int, error) {
-	n, err := perftest.SpinPoll(ctx, c.cq, wcs)
+	n, err := perftest.SpinPoll(ctx, c.cq, wcs, nil)
 	if err != nil {
 		return 0, fmt.Errorf("poll CQ failed: %w", err)
 	}
