@@ -235,8 +235,11 @@ func (ln *lane) nap() {
 	}
 }
 
-// osYield gives the CPU to another runnable thread, if any (sched_yield).
-func osYield() { syscall.Syscall(syscall.SYS_SCHED_YIELD, 0, 0, 0) }
+// osYield gives the CPU to another runnable thread, if any (sched_yield),
+// as a raw system call: it never blocks, and sysmon, finding a goroutine
+// in a system call, takes its P and polls again every 20 µs (see
+// internal/perftest's osYield).
+func osYield() { syscall.RawSyscall(syscall.SYS_SCHED_YIELD, 0, 0, 0) }
 
 // receive handles one frame from the link.
 func (ln *lane) receive(frame []byte) {
