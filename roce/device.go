@@ -8,8 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/softnic/softnic/ibtransport"
 )
 
@@ -116,7 +114,7 @@ func NewDevice(link Link, cfg DeviceConfig) (*Device, error) {
 		ln, err := newLane(d, l)
 		if err != nil {
 			for _, o := range d.lanes {
-				unix.Close(o.napFD)
+				o.napFile.Close()
 			}
 			return nil, fmt.Errorf("new RoCE device: %w", err)
 		}
@@ -250,7 +248,7 @@ func (d *Device) Close() error {
 	}
 	for _, ln := range d.lanes {
 		<-ln.done
-		unix.Close(ln.napFD)
+		ln.napFile.Close()
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"os"
 	"runtime"
 	"sync/atomic"
 	"syscall"
@@ -51,6 +52,9 @@ type lane struct {
 	handBack  atomic.Bool
 	napping   atomic.Bool
 	napFD     int
+	// napFile is napFD in the runtime's network poller: a nap parks the
+	// goroutine instead of holding its P in a system call.
+	napFile *os.File
 	// working is set while the engine goroutine's passes find work: an
 	// application's Poll then leaves the passes to it.
 	working atomic.Bool
@@ -73,6 +77,7 @@ func newLane(d *Device, l Link) (*lane, error) {
 	if ln.napFD, err = unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC); err != nil {
 		return nil, fmt.Errorf("eventfd: %w", err)
 	}
+	ln.napFile = os.NewFile(uintptr(ln.napFD), "softnic-nap")
 	return ln, nil
 }
 
@@ -224,15 +229,16 @@ func (ln *lane) nap() {
 		ln.napping.Store(false)
 		return
 	}
-	fds := [1]unix.PollFd{{Fd: int32(ln.napFD), Events: unix.POLLIN}}
 	ln.napLen = max(ln.d.pollHold, min(2*ln.napLen, maxNap))
-	ts := unix.NsecToTimespec(int64(ln.napLen))
-	unix.Ppoll(fds[:], &ts, nil) // EINTR just ends the nap early
+	// In the network poller, not ppoll: a goroutine in a system call keeps
+	// its P, and with one P (a one-vCPU guest) the polling application
+	// then waited for sysmon to take it back; each take also restarts
+	// sysmon's 20 µs polling. The read returns at the doorbell (eventfd)
+	// or at the deadline.
+	ln.napFile.SetReadDeadline(time.Now().Add(ln.napLen))
+	var v [8]byte
+	ln.napFile.Read(v[:])
 	ln.napping.Store(false)
-	if fds[0].Revents&unix.POLLIN != 0 {
-		var v [8]byte
-		unix.Read(ln.napFD, v[:])
-	}
 }
 
 // osYield gives the CPU to another runnable thread, if any (sched_yield),
