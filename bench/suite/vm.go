@@ -81,17 +81,27 @@ func vmBandwidth(out string) (float64, error) {
 		return 0, errors.New("no bandwidth report in MB/sec")
 	}
 	r, err := parseBW(out)
-	return r.Avg, err
+	return positive(r.Avg, err)
 }
 
 func vmMsgRate(out string) (float64, error) {
 	r, err := parseBW(out)
-	return r.MsgRate, err
+	return positive(r.MsgRate, err)
 }
 
 func vmLatency(out string) (float64, error) {
 	r, err := parseLat(out)
-	return r.Typical, err
+	return positive(r.Typical, err)
+}
+
+// positive refuses a figure of zero or less: perftest prints zeros when
+// it could not calibrate its cycle counter in the guest ("Correlation
+// coefficient r^2 < 0.9"), and one such run made a ratio infinite.
+func positive(v float64, err error) (float64, error) {
+	if err == nil && !(v > 0) {
+		err = fmt.Errorf("the report gives %v", v)
+	}
+	return v, err
 }
 
 const (

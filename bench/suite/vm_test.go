@@ -113,3 +113,22 @@ func TestParseVMConfigs(t *testing.T) {
 		assert.Errorf(t, err, "%q", bad)
 	}
 }
+
+func TestVMFiguresRefuseZero(t *testing.T) {
+	v, err := vmMsgRate(bwOutput)
+	require.NoError(t, err)
+	require.Equal(t, 0.006075, v)
+	_, err = vmMsgRate(strings.Replace(bwOutput, "0.006075", "0.000000", 1))
+	require.Error(t, err, "a rate of zero: perftest could not calibrate its clock")
+	mbs := strings.ReplaceAll(bwOutput, "Gb/sec", "MB/sec")
+	v, err = vmBandwidth(mbs)
+	require.NoError(t, err)
+	require.Equal(t, 3.18, v)
+	_, err = vmBandwidth(strings.Replace(mbs, "3.18", "0.00", 1))
+	require.Error(t, err)
+	_, err = vmLatency(strings.Replace(latOutput, "252.59", "0.00", 1))
+	require.Error(t, err)
+	v, err = vmLatency(latOutput)
+	require.NoError(t, err)
+	require.Equal(t, 252.59, v)
+}
