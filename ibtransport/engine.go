@@ -145,19 +145,14 @@ func (e *Engine) runCommands() {
 // transmission of requests and responses. It returns busy when it stopped
 // for fairness with work left, and otherwise how long the caller may wait
 // for packets before the next timer (negative: no timer).
-func (e *Engine) Process() (busy bool, wait time.Duration) { return e.process(false) }
+func (e *Engine) Process() (busy bool, wait time.Duration) { return e.process() }
 
-// ProcessPolled is Process for a pass an application's poll loop runs: it
-// may look for expired timers with a reading of the clock up to a few
-// polled passes old (clock.go).
-func (e *Engine) ProcessPolled() (busy bool, wait time.Duration) { return e.process(true) }
-
-func (e *Engine) process(polled bool) (busy bool, wait time.Duration) {
+func (e *Engine) process() (busy bool, wait time.Duration) {
 	e.runCommands()
 	e.takeForwarded()
 	e.takeKicks()
 	e.admitWaiting()
-	now := e.clock.forTimers(polled)
+	now := e.clock.forTimers()
 	defer e.clock.endPass()
 	next := int64(-1)
 	// The pass starts where the last one spent its budget (passBudget), so

@@ -106,8 +106,13 @@ func (e *Engine) HasQPs() bool { return e.nQPs.Load() > 0 }
 // a nap while an application polls.
 func (e *Engine) HasWork() bool { return e.hasCmds.Load() || e.hasForwarded() }
 
-// Awake is called by the engine goroutine when it stopped waiting.
-func (e *Engine) Awake() { e.sleeping.Store(false) }
+// Awake is called by the engine goroutine when it stopped waiting (for
+// packets, or in a nap while an application polled): the next pass reads
+// the clock.
+func (e *Engine) Awake() {
+	e.sleeping.Store(false)
+	e.clock.slept()
+}
 
 func (e *Engine) takeKicks() {
 	if !e.hasKick.Load() {

@@ -101,7 +101,7 @@ func (ln *lane) poll() bool {
 	if ln.working.Load() || !ln.owner.CompareAndSwap(0, 1) {
 		return false
 	}
-	worked, _, _ := ln.pass(true)
+	worked, _, _ := ln.pass()
 	ln.owner.Store(0)
 	ln.ctr.PollPasses.Add(1)
 	return worked
@@ -122,17 +122,13 @@ func (ln *lane) appPolled() bool {
 	return polled
 }
 
-// pass is one round of the engine: receive, process, transmit; polled
-// when an application's Poll runs it. The caller holds owner.
-func (ln *lane) pass(polled bool) (worked, busy bool, wait time.Duration) {
+// pass is one round of the engine: receive, process, transmit. The caller
+// (the engine goroutine, or an application in Poll) holds owner.
+func (ln *lane) pass() (worked, busy bool, wait time.Duration) {
 	ln.ctr.Passes.Add(1)
 	sent := ln.eng.Ctr.TxPackets.Load()
 	n := ln.link.Receive(ln.onFrame, ln.d.batch)
-	if polled {
-		busy, wait = ln.eng.ProcessPolled()
-	} else {
-		busy, wait = ln.eng.Process()
-	}
+	busy, wait = ln.eng.Process()
 	ln.unflushed = 0
 	if err := ln.link.Flush(); errors.Is(err, ErrLinkClosed) {
 		ln.d.stop.Store(true)
@@ -160,8 +156,8 @@ func (ln *lane) run() {
 		pin = cpupin.StartOn(ln.cpu)
 		defer pin.Stop()
 	}
-	var lastWork time.Time
-	spins := 0
+	var idleSince time.Time
+	spins, napped := 0, false
 	for !ln.d.stop.Load() {
 		pin.Check()
 		if !ln.owner.CompareAndSwap(0, 1) {
@@ -170,32 +166,50 @@ func (ln *lane) run() {
 			// from a two-vCPU guest (bench/results/ANALYSIS.md), as
 			// the application begins its next pass at once.
 			ln.nap()
+			napped = true
 			continue
 		}
-		worked, _, wait := ln.pass(false)
+		if napped {
+			// The application's passes may have stopped long ago.
+			ln.eng.Awake()
+			napped = false
+		}
+		worked, _, wait := ln.pass()
 		ln.working.Store(worked)
 		if worked {
 			ln.owner.Store(0)
-			lastWork, spins = time.Now(), 0
+			spins = 0
 			continue
 		}
 		if ln.appPolled() {
 			ln.owner.Store(0)
 			ln.nap()
+			napped = true
 			continue
 		}
 		ln.napLen = 0
-		// The clock is read every few spins only: where it is slow (a
-		// guest on the HPET) reading it was most of an idle spin.
-		if spins++; ln.d.spin > 0 && (spins&7 != 0 || time.Since(lastWork) < ln.d.spin) {
+		// The spin is timed from the first idle pass, and the clock read
+		// then and every few spins only: where it is slow (a guest on the
+		// HPET) a reading after every pass that worked took 5 % of a
+		// write_bw client's CPU time.
+		if spins == 0 {
+			idleSince = time.Now()
+		}
+		if spins++; ln.d.spin > 0 && (spins&7 != 0 || time.Since(idleSince) < ln.d.spin) {
 			ln.owner.Store(0)
 			// Poll again soon, but let other threads (a poller of this
-			// process or of the peer) have the CPU meanwhile. Gosched
-			// first runs the goroutines this one readied (a CQ.Wait or
-			// completion channel reader): the runtime queues them on
-			// this goroutine's P, and while it spins here another thread
-			// steals them only much later.
-			runtime.Gosched()
+			// process or of the peer) have the CPU meanwhile. The first
+			// spin after work also runs the goroutines the work readied
+			// (a CQ.Wait or completion channel reader): the runtime
+			// queues them on this goroutine's P, and while it spins here
+			// another thread steals them only much later. Only the
+			// first: with several Ps each Gosched wakes an idle one's
+			// thread, and on a goroutine locked to its thread (pinned)
+			// hands the P over and back; in a two-vCPU guest those
+			// wake-ups were a quarter of a write_bw server's CPU time.
+			if spins == 1 {
+				runtime.Gosched()
+			}
 			osYield()
 			continue
 		}
