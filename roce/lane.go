@@ -62,6 +62,12 @@ type lane struct {
 	// cpu is where the link's interrupts arrive (CPULink), -1 if nowhere
 	// known: the engine goroutine's thread stays there.
 	cpu int
+	// The engine goroutine's own: its idle passes in a row since the last
+	// that worked, when the first was (spin), and whether it napped since
+	// its last pass.
+	spins     int
+	idleSince time.Time
+	napped    bool
 
 	done chan struct{}
 }
@@ -141,23 +147,9 @@ func (ln *lane) pass() (worked, busy bool, wait time.Duration) {
 func (ln *lane) run() {
 	defer close(ln.done)
 	defer ln.eng.Exit()
-	// On the way out, keep owner for good: an application's Poll then
-	// never runs a pass on a stopped engine.
-	defer func() {
-		for !ln.owner.CompareAndSwap(0, 1) {
-			osYield()
-		}
-	}()
-	// Where the link's interrupts have a CPU, the engine runs on it, as a
-	// NIC driver's NAPI does: in copy mode the receive softirq has just
-	// copied the frames there (package cpupin says why moving hurts).
-	var pin *cpupin.Pin
-	if ln.cpu >= 0 {
-		pin = cpupin.StartOn(ln.cpu)
-		defer pin.Stop()
-	}
-	var idleSince time.Time
-	spins, napped := 0, false
+	defer ln.keepOwner()
+	pin := ln.pinToCPU()
+	defer pin.Stop()
 	for !ln.d.stop.Load() {
 		pin.Check()
 		if !ln.owner.CompareAndSwap(0, 1) {
@@ -166,66 +158,92 @@ func (ln *lane) run() {
 			// from a two-vCPU guest (bench/results/ANALYSIS.md), as
 			// the application begins its next pass at once.
 			ln.nap()
-			napped = true
 			continue
 		}
-		if napped {
+		if ln.napped {
 			// The application's passes may have stopped long ago.
 			ln.eng.Awake()
-			napped = false
+			ln.napped = false
 		}
 		worked, _, wait := ln.pass()
 		ln.working.Store(worked)
-		if worked {
+		switch {
+		case worked:
 			ln.owner.Store(0)
-			spins = 0
-			continue
-		}
-		if ln.appPolled() {
+			ln.spins = 0
+		case ln.appPolled():
 			ln.owner.Store(0)
 			ln.nap()
-			napped = true
-			continue
+		case ln.spin():
+		case ln.sleep(wait):
+			return
 		}
-		ln.napLen = 0
-		// The spin is timed from the first idle pass, and the clock read
-		// then and every few spins only: where it is slow (a guest on the
-		// HPET) a reading after every pass that worked took 5 % of a
-		// write_bw client's CPU time.
-		if spins == 0 {
-			idleSince = time.Now()
-		}
-		if spins++; ln.d.spin > 0 && (spins&7 != 0 || time.Since(idleSince) < ln.d.spin) {
-			ln.owner.Store(0)
-			// Poll again soon, but let other threads (a poller of this
-			// process or of the peer) have the CPU meanwhile. The first
-			// spin after work also runs the goroutines the work readied
-			// (a CQ.Wait or completion channel reader): the runtime
-			// queues them on this goroutine's P, and while it spins here
-			// another thread steals them only much later. Only the
-			// first: with several Ps each Gosched wakes an idle one's
-			// thread, and on a goroutine locked to its thread (pinned)
-			// hands the P over and back; in a two-vCPU guest those
-			// wake-ups were a quarter of a write_bw server's CPU time.
-			if spins == 1 {
-				runtime.Gosched()
-			}
-			osYield()
-			continue
-		}
-		// The wait keeps owner: the link's Wait looks at its TX state.
-		// An application's Poll meanwhile returns at once; its posts ring
-		// the doorbell.
-		if ln.eng.PrepareSleep() {
-			err := ln.link.Wait(wait)
-			ln.eng.Awake()
-			if errors.Is(err, ErrLinkClosed) {
-				ln.owner.Store(0)
-				return
-			}
-		}
-		ln.owner.Store(0)
 	}
+}
+
+// keepOwner takes owner for good as the engine stops: an application's
+// Poll then never runs a pass on a stopped engine.
+func (ln *lane) keepOwner() {
+	for !ln.owner.CompareAndSwap(0, 1) {
+		osYield()
+	}
+}
+
+// pinToCPU keeps the engine goroutine on the CPU of the link's interrupts,
+// if it has one, as a NIC driver's NAPI runs: in copy mode the receive
+// softirq has just copied the frames there (package cpupin says why moving
+// hurts). The Pin is nil otherwise.
+func (ln *lane) pinToCPU() *cpupin.Pin {
+	if ln.cpu < 0 {
+		return nil
+	}
+	return cpupin.StartOn(ln.cpu)
+}
+
+// spin, after a pass that found nothing, gives owner back and yields if
+// the engine has not been idle for the device's spin yet, and reports
+// whether it did. The spin is timed from the first idle pass, and the
+// clock read then and every few spins only: where it is slow (a guest on
+// the HPET) a reading after every pass that worked took 5 % of a write_bw
+// client's CPU time.
+func (ln *lane) spin() bool {
+	ln.napLen = 0
+	if ln.spins == 0 {
+		ln.idleSince = time.Now()
+	}
+	ln.spins++
+	if ln.d.spin <= 0 || (ln.spins&7 == 0 && time.Since(ln.idleSince) >= ln.d.spin) {
+		return false
+	}
+	ln.owner.Store(0)
+	// Poll again soon, but let other threads (a poller of this process or
+	// of the peer) have the CPU meanwhile. The first spin after work also
+	// runs the goroutines the work readied (a CQ.Wait or completion
+	// channel reader): the runtime queues them on this goroutine's P, and
+	// while it spins here another thread steals them only much later.
+	// Only the first: with several Ps each Gosched wakes an idle one's
+	// thread, and on a goroutine locked to its thread (pinned) hands the P
+	// over and back; in a two-vCPU guest those wake-ups were a quarter of
+	// a write_bw server's CPU time.
+	if ln.spins == 1 {
+		runtime.Gosched()
+	}
+	osYield()
+	return true
+}
+
+// sleep waits for packets, the doorbell or the next timer (wait), then
+// gives owner back; it reports whether the link closed. The wait keeps
+// owner: the link's Wait looks at its TX state. An application's Poll
+// meanwhile returns at once; its posts ring the doorbell.
+func (ln *lane) sleep(wait time.Duration) (closed bool) {
+	if ln.eng.PrepareSleep() {
+		err := ln.link.Wait(wait)
+		ln.eng.Awake()
+		closed = errors.Is(err, ErrLinkClosed)
+	}
+	ln.owner.Store(0)
+	return closed
 }
 
 // nap sleeps while an application polls: until Unpoll, a command or the
@@ -253,6 +271,7 @@ func (ln *lane) nap() {
 	var v [8]byte
 	ln.napFile.Read(v[:])
 	ln.napping.Store(false)
+	ln.napped = true
 }
 
 // osYield gives the CPU to another runnable thread, if any (sched_yield),
