@@ -80,37 +80,47 @@ const checkEvery = 4096
 const minWindow = 5e6
 
 // StartOn locks the calling goroutine to its thread and the thread to cpu,
-// or to the CPU it runs on when cpu < 0 or is not one it may run on. It
-// pins nothing when the thread may run on one CPU only. Stop undoes both.
+// or to the CPU it runs on when cpu < 0 or is not one it may run on. When
+// the thread may run on one CPU only, or pinning fails, it does neither.
+// Stop undoes both.
 func StartOn(cpu int) *Pin {
 	p := &Pin{cpu: -1, stat: -1}
-	runtime.LockOSThread()
-	p.locked = true
+	// Lock only to pin: a goroutine locked to its thread costs a hand-over
+	// of its P to another thread and back at every Gosched or block (in a
+	// one-vCPU guest that was half of write_lat's CPU time).
 	if err := unix.SchedGetaffinity(0, &p.orig); err != nil || p.orig.Count() < 2 {
 		return p
 	}
+	runtime.LockOSThread()
+	if !p.pin(cpu) {
+		runtime.UnlockOSThread()
+		return p
+	}
+	p.locked = true
+	Stats.Pinned.Add(1)
+	return p
+}
+
+// pin keeps the locked thread on cpu, or on the CPU it runs on when cpu is
+// not one it may run on, and opens its schedstat.
+func (p *Pin) pin(cpu int) bool {
 	fd, err := unix.Open("/proc/thread-self/schedstat", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return p
+		return false
 	}
 	ok := true
 	if cpu < 0 || cpu >= 1024 || !p.orig.IsSet(cpu) {
 		cpu, ok = currentCPU()
 	}
-	if !ok || !p.orig.IsSet(cpu) {
-		unix.Close(fd)
-		return p
-	}
 	var one unix.CPUSet
 	one.Set(cpu)
-	if unix.SchedSetaffinity(0, &one) != nil {
+	if !ok || !p.orig.IsSet(cpu) || unix.SchedSetaffinity(0, &one) != nil {
 		unix.Close(fd)
-		return p
+		return false
 	}
 	p.cpu, p.stat = cpu, fd
-	Stats.Pinned.Add(1)
 	p.last, _ = readSchedStat(fd)
-	return p
+	return true
 }
 
 // CPU returns the CPU the thread is kept on, or -1 when it is not (never
