@@ -14,9 +14,10 @@
 // the same reasons.
 //
 // Pinned where it happened to run, a thread can share a CPU with another
-// poller, the other end of a test on one host for instance. A Pin watches its thread's run-queue
-// delay (/proc/thread-self/schedstat) and gives the CPU set back once the
-// thread waited for its CPU more than a third of the time, twice in a row.
+// poller, the other end of a test on one host for instance. A Pin watches
+// its thread's run-queue delay (/proc/thread-self/schedstat) and gives the
+// CPU set back once the thread waited for its CPU more than a third of the
+// time, twice in a row.
 //
 //	pin := cpupin.StartOn(cpu) // the CPU of the queue's interrupts
 //	defer pin.Stop()
@@ -49,7 +50,7 @@ var Stats Counts
 type Pin struct {
 	// cpu is the CPU the thread was kept on, -1 when it was not.
 	cpu int
-	// orig is the thread's CPU set before Start, restored by release.
+	// orig is the thread's CPU set before StartOn, restored by release.
 	orig unix.CPUSet
 	// stat is the thread's /proc schedstat, open while pinned.
 	stat int
@@ -109,18 +110,28 @@ func (p *Pin) pin(cpu int) bool {
 		return false
 	}
 	ok := true
-	if cpu < 0 || cpu >= 1024 || !p.orig.IsSet(cpu) {
+	if !p.allows(cpu) {
 		cpu, ok = currentCPU()
 	}
-	var one unix.CPUSet
-	one.Set(cpu)
-	if !ok || !p.orig.IsSet(cpu) || unix.SchedSetaffinity(0, &one) != nil {
+	if !ok || !p.allows(cpu) || keepOn(cpu) != nil {
 		unix.Close(fd)
 		return false
 	}
 	p.cpu, p.stat = cpu, fd
 	p.last, _ = readSchedStat(fd)
 	return true
+}
+
+// allows reports whether the thread may run on cpu (it was in its set).
+func (p *Pin) allows(cpu int) bool {
+	return cpu >= 0 && cpu < 8*int(unsafe.Sizeof(p.orig)) && p.orig.IsSet(cpu)
+}
+
+// keepOn makes cpu the only one the calling thread may run on.
+func keepOn(cpu int) error {
+	var one unix.CPUSet
+	one.Set(cpu)
+	return unix.SchedSetaffinity(0, &one)
 }
 
 // CPU returns the CPU the thread is kept on, or -1 when it is not (never
@@ -187,19 +198,14 @@ func (p *Pin) Follow(target func() int) {
 
 // move keeps the thread on cpu from now on, if it may run there.
 func (p *Pin) move(cpu int) {
-	if cpu < 0 || cpu == p.cpu || cpu >= 1024 || !p.orig.IsSet(cpu) {
-		return
-	}
-	var one unix.CPUSet
-	one.Set(cpu)
-	if unix.SchedSetaffinity(0, &one) == nil {
+	if cpu != p.cpu && p.allows(cpu) && keepOn(cpu) == nil {
 		p.cpu = cpu
 		Stats.Moved.Add(1)
 	}
 }
 
 // Stop gives the thread its CPU set back and unlocks the goroutine from it.
-// Call it from the goroutine that called Start.
+// Call it from the goroutine that called StartOn.
 func (p *Pin) Stop() {
 	if p == nil {
 		return
