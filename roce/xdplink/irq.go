@@ -35,11 +35,11 @@ type irqAffinity struct {
 	prev string
 }
 
-// queueIRQs returns the MSI vectors of the interface's device that serve
-// queue q (their names end in the queue's number: virtio1-input.0,
-// eth0-TxRx-0, mlx5_comp0@pci...), the receive vector first. Devices
-// without MSI vectors (veth, loopback) have none.
-func queueIRQs(ifname string, q int) []int {
+// queueVectors returns the MSI vectors of the interface's device by the
+// queue they serve (their names end in the queue's number:
+// virtio1-input.0, eth0-TxRx-0, mlx5_comp0@pci...), each queue's receive
+// vector first. Devices without MSI vectors (veth, loopback) have none.
+func queueVectors(ifname string) map[int][]int {
 	dev, err := filepath.EvalSymlinks(filepath.Join(sysNet, ifname, "device"))
 	if err != nil {
 		return nil
@@ -52,29 +52,57 @@ func queueIRQs(ifname string, q int) []int {
 			return nil
 		}
 	}
-	var rx, other []int
+	rx, other := map[int][]int{}, map[int][]int{}
 	for _, e := range ents {
 		irq, err := strconv.Atoi(e.Name())
 		if err != nil {
 			continue
 		}
 		name := irqName(irq)
-		if n, ok := queueOfIRQ(name); !ok || n != q {
+		q, ok := queueOfIRQ(name)
+		if !ok {
 			continue
 		}
 		if strings.Contains(name, "input") || strings.Contains(strings.ToLower(name), "rx") {
-			rx = append(rx, irq)
+			rx[q] = append(rx[q], irq)
 		} else {
-			other = append(other, irq)
+			other[q] = append(other[q], irq)
 		}
 	}
-	return append(rx, other...)
+	for q, irqs := range other {
+		rx[q] = append(rx[q], irqs...)
+	}
+	return rx
+}
+
+// vectorsOf returns the vectors of the queues, the first queue's receive
+// vector first, and the CPU that vector is on now (-1 when the queues have
+// no vectors or it is unknown).
+func vectorsOf(ifname string, queues []int) ([]int, int) {
+	byQueue := queueVectors(ifname)
+	var irqs []int
+	for _, q := range queues {
+		irqs = append(irqs, byQueue[q]...)
+	}
+	if len(irqs) == 0 {
+		return nil, -1
+	}
+	cpu, ok := irqCPU(irqs[0])
+	if !ok {
+		return irqs, -1
+	}
+	return irqs, cpu
+}
+
+// irqFile is the path of file under /proc/irq/N.
+func irqFile(irq int, file string) string {
+	return filepath.Join(procIRQ, strconv.Itoa(irq), file)
 }
 
 // irqName returns the name of the interrupt's handler: /proc/irq/N holds a
 // directory of that name.
 func irqName(irq int) string {
-	ents, err := os.ReadDir(filepath.Join(procIRQ, strconv.Itoa(irq)))
+	ents, err := os.ReadDir(irqFile(irq, ""))
 	if err != nil {
 		return ""
 	}
@@ -112,7 +140,7 @@ func queueOfIRQ(name string) (int, bool) {
 // effective affinity, or of its requested one.
 func irqCPU(irq int) (int, bool) {
 	for _, f := range []string{"effective_affinity_list", "smp_affinity_list"} {
-		b, err := os.ReadFile(filepath.Join(procIRQ, strconv.Itoa(irq), f))
+		b, err := os.ReadFile(irqFile(irq, f))
 		if err != nil {
 			continue
 		}
@@ -140,15 +168,8 @@ func firstCPU(b []byte) (int, bool) {
 // restore. A vector the kernel refuses to move (managed affinity, no
 // privilege) stays where it is.
 func alignIRQs(ifname string, queues []int, taken *unix.CPUSet) (int, []irqAffinity) {
-	var irqs []int
-	for _, q := range queues {
-		irqs = append(irqs, queueIRQs(ifname, q)...)
-	}
-	if len(irqs) == 0 {
-		return -1, nil
-	}
-	cpu, ok := irqCPU(irqs[0])
-	if !ok {
+	irqs, cpu := vectorsOf(ifname, queues)
+	if cpu < 0 {
 		return -1, nil
 	}
 	if taken.IsSet(cpu) {
@@ -160,7 +181,7 @@ func alignIRQs(ifname string, queues []int, taken *unix.CPUSet) (int, []irqAffin
 		if c, ok := irqCPU(irq); ok && c == cpu {
 			continue
 		}
-		f := filepath.Join(procIRQ, strconv.Itoa(irq), "smp_affinity_list")
+		f := irqFile(irq, "smp_affinity_list")
 		prev, err := os.ReadFile(f)
 		if err != nil {
 			continue
@@ -190,7 +211,7 @@ func freeCPU(taken *unix.CPUSet, cpu int) int {
 // restoreIRQs gives moved vectors back the affinity they had.
 func restoreIRQs(moved []irqAffinity) {
 	for _, m := range moved {
-		os.WriteFile(filepath.Join(procIRQ, strconv.Itoa(m.irq), "smp_affinity_list"), []byte(m.prev), 0)
+		os.WriteFile(irqFile(m.irq, "smp_affinity_list"), []byte(m.prev), 0)
 	}
 }
 
@@ -203,14 +224,7 @@ func (l *Link) alignIRQs(queues []int) int {
 		return -1
 	}
 	if l.keepIRQs {
-		irqs := queueIRQs(l.ifname, queues[0])
-		if len(irqs) == 0 {
-			return -1
-		}
-		cpu, ok := irqCPU(irqs[0])
-		if !ok {
-			return -1
-		}
+		_, cpu := vectorsOf(l.ifname, queues)
 		return cpu
 	}
 	cpu, moved := alignIRQs(l.ifname, queues, &l.irqCPUs)

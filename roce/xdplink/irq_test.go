@@ -49,7 +49,7 @@ func fakeIRQTree(t *testing.T, irqs []fakeIRQ) {
 }
 
 func affinityOf(t *testing.T, irq int) string {
-	b, err := os.ReadFile(filepath.Join(procIRQ, strconv.Itoa(irq), "smp_affinity_list"))
+	b, err := os.ReadFile(irqFile(irq, "smp_affinity_list"))
 	require.NoError(t, err)
 	return strings.TrimSpace(string(b))
 }
@@ -64,13 +64,13 @@ var virtioIRQs = []fakeIRQ{
 	{28, "virtio1-output.1", 1},
 }
 
-func TestQueueIRQs(t *testing.T) {
+func TestQueueVectors(t *testing.T) {
 	fakeIRQTree(t, virtioIRQs)
-	assert.Equal(t, []int{25, 26}, queueIRQs("eth0", 0), "receive vector first, no config vector")
-	assert.Equal(t, []int{27, 28}, queueIRQs("eth0", 1))
-	assert.Empty(t, queueIRQs("eth0", 2))
-	assert.Empty(t, queueIRQs("veth0", 0), "a device without MSI vectors")
-	assert.Empty(t, queueIRQs("nosuch", 0))
+	assert.Equal(t, []int{25, 26}, queueVectors("eth0")[0], "receive vector first, no config vector")
+	assert.Equal(t, []int{27, 28}, queueVectors("eth0")[1])
+	assert.Empty(t, queueVectors("eth0")[2])
+	assert.Empty(t, queueVectors("veth0")[0], "a device without MSI vectors")
+	assert.Empty(t, queueVectors("nosuch")[0])
 }
 
 func TestAlignIRQsMovesTheQueuesVectorsAndRestores(t *testing.T) {
