@@ -145,9 +145,7 @@ func (e *Engine) runCommands() {
 // transmission of requests and responses. It returns busy when it stopped
 // for fairness with work left, and otherwise how long the caller may wait
 // for packets before the next timer (negative: no timer).
-func (e *Engine) Process() (busy bool, wait time.Duration) { return e.process() }
-
-func (e *Engine) process() (busy bool, wait time.Duration) {
+func (e *Engine) Process() (busy bool, wait time.Duration) {
 	e.runCommands()
 	e.takeForwarded()
 	e.takeKicks()

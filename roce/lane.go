@@ -51,9 +51,8 @@ type lane struct {
 	napLen    time.Duration
 	handBack  atomic.Bool
 	napping   atomic.Bool
-	napFD     int
-	// napFile is napFD in the runtime's network poller: a nap parks the
-	// goroutine instead of holding its P in a system call.
+	// napFile is an eventfd in the runtime's network poller: a nap parks
+	// the goroutine instead of holding its P in a system call.
 	napFile *os.File
 	// working is set while the engine goroutine's passes find work: an
 	// application's Poll then leaves the passes to it.
@@ -74,16 +73,16 @@ type lane struct {
 
 // newLane makes d's lane on link l; NewDevice sets its engine and starts it.
 func newLane(d *Device, l Link) (*lane, error) {
-	ln := &lane{d: d, link: l, done: make(chan struct{}), napFD: -1, cpu: -1}
+	ln := &lane{d: d, link: l, done: make(chan struct{}), cpu: -1}
 	if c, ok := l.(CPULink); ok {
 		ln.cpu = c.CPU()
 	}
 	ln.onFrame = ln.receive
-	var err error
-	if ln.napFD, err = unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC); err != nil {
+	fd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
+	if err != nil {
 		return nil, fmt.Errorf("eventfd: %w", err)
 	}
-	ln.napFile = os.NewFile(uintptr(ln.napFD), "softnic-nap")
+	ln.napFile = os.NewFile(uintptr(fd), "softnic-nap")
 	return ln, nil
 }
 
@@ -99,7 +98,7 @@ func (ln *lane) wake() {
 func (ln *lane) endNap() {
 	var one [8]byte
 	binary.NativeEndian.PutUint64(one[:], 1)
-	unix.Write(ln.napFD, one[:])
+	ln.napFile.Write(one[:])
 }
 
 func (ln *lane) poll() bool {
