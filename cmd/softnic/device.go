@@ -48,7 +48,7 @@ var openDevice = func(ifname string, engines int) (perftest.Device, func(), erro
 // keepIRQs is --softnic-keep-irqs (xdplink.Config.KeepIRQs).
 var keepIRQs bool
 
-const keepIRQsUsage = "softnic: leave the interface's interrupt vectors where they are (by default each engine's queue vectors move to one CPU, where the engine and the latency loops then run, and move back at exit)"
+const keepIRQsUsage = "softnic: leave the interface's interrupt vectors where they are (by default each engine's queue vectors move to one CPU, where the engine and the tool's polling loops then run, and move back at exit)"
 
 // dialWait is how long a client retries while the server is not yet
 // listening (perftest gives up at once; a short grace helps scripts).

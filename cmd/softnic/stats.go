@@ -22,7 +22,7 @@ func printSoftnicStats(w io.Writer, dev *verbs.Device) {
 	fmt.Fprintln(w, " softnic RoCE device counters:")
 	fmt.Fprintf(w, "engines %d\n", dev.RoCE().Engines())
 	writeCounters(w, "", reflect.ValueOf(dev.RoCE().Counters()).Elem())
-	fmt.Fprintln(w, " softnic polling threads kept on one CPU (latency loops):")
+	fmt.Fprintln(w, " softnic threads kept on one CPU (engines, the tools' polling loops):")
 	writeCounters(w, "Pin", reflect.ValueOf(&cpupin.Stats).Elem())
 	type statser interface {
 		Stats() (xdplink.Stats, error)

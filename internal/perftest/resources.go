@@ -86,7 +86,8 @@ type runCtx struct {
 	ctx       context.Context
 	// progress counts completions; the stall watchdog reads it.
 	progress atomic.Uint64
-	// pin keeps a latency loop's thread on its CPU (measureLat).
+	// pin keeps a latency or bandwidth loop's thread on its QP's engine
+	// CPU (startPin).
 	pin *cpupin.Pin
 }
 

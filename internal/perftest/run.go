@@ -267,10 +267,11 @@ var latLoops = map[oob.Test]struct {
 func (r *runCtx) startPin() {
 	dev, qp := r.dev.Verbs.RoCE(), r.qps[0]
 	cpu := func() int { return dev.EngineCPU(qp.EngineIndex()) }
-	if cpu() < 0 {
+	c := cpu()
+	if c < 0 {
 		return
 	}
-	r.pin = cpupin.StartOn(cpu())
+	r.pin = cpupin.StartOn(c)
 	r.pin.Follow(cpu)
 }
 
@@ -281,7 +282,6 @@ func (r *runCtx) stopPin() {
 
 func (r *runCtx) measureLat(size uint64) error {
 	p, loops := r.p, latLoops[r.p.Test]
-	// The loops poll without pause.
 	r.startPin()
 	defer r.stopPin()
 	if p.Duration > 0 {
