@@ -49,7 +49,7 @@ func TestEngineRunsOnItsLinksCPU(t *testing.T) {
 	var allowed unix.CPUSet
 	require.NoError(t, unix.SchedGetaffinity(0, &allowed))
 	if allowed.Count() < 2 || !allowed.IsSet(1) {
-		t.Skip("needs CPU 1 and another")
+		t.Skip("missing: CPU 1 and a second CPU in this process's affinity mask (the engine is pinned to CPU 1)")
 	}
 	before := threadsOnlyOn(t, 1)
 	la, lb := memlink.Pair(memlink.Config{})

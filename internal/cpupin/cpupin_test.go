@@ -21,7 +21,7 @@ func needCPUs(t *testing.T) {
 	var s unix.CPUSet
 	require.NoError(t, unix.SchedGetaffinity(0, &s))
 	if s.Count() < 2 {
-		t.Skip("the test process may run on one CPU only")
+		t.Skip("missing: a second CPU in this process's affinity mask (a thread allowed on one CPU is never pinned)")
 	}
 }
 

@@ -98,7 +98,7 @@ func TestAlignIRQsSpreadsEnginesOverCPUs(t *testing.T) {
 	var allowed unix.CPUSet
 	require.NoError(t, unix.SchedGetaffinity(0, &allowed))
 	if allowed.Count() < 2 || !allowed.IsSet(0) || !allowed.IsSet(1) {
-		t.Skip("needs CPUs 0 and 1")
+		t.Skip("missing: CPUs 0 and 1 in this process's affinity mask (the second engine is spread to CPU 0)")
 	}
 	// Both receive vectors on CPU 1.
 	fakeIRQTree(t, []fakeIRQ{
