@@ -1,0 +1,94 @@
+package procmem
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"strconv"
+)
+
+// Mapping is one line of /proc/PID/maps: the addresses [Start, End) and
+// whether they may be read and written.
+type Mapping struct {
+	Start, End      uint64
+	Readable, Write bool
+}
+
+// CheckMapped reports ErrFault unless every byte of [addr, addr+n) is mapped
+// readable in the process, and writable too if write is set: registering
+// memory checks this, as the kernel's ibv_reg_mr fails with EFAULT on memory
+// it cannot pin.
+func (p *Process) CheckMapped(addr, n uint64, write bool) error {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", p.pid))
+	if err != nil || !p.Alive() {
+		return ErrGone // the file read may be a later process's
+	}
+	maps, err := ParseMaps(data)
+	if err != nil {
+		return err
+	}
+	if !Covered(maps, addr, n, write) {
+		return ErrFault
+	}
+	return nil
+}
+
+// Covered reports whether maps, sorted by address as the kernel lists them,
+// cover [addr, addr+n) without a gap with the rights asked for.
+func Covered(maps []Mapping, addr, n uint64, write bool) bool {
+	end := addr + n
+	if end < addr {
+		return false
+	}
+	for _, m := range maps {
+		if addr >= end {
+			break
+		}
+		if m.End <= addr {
+			continue
+		}
+		if m.Start > addr || !m.Readable || (write && !m.Write) {
+			return false
+		}
+		addr = m.End
+	}
+	return addr >= end
+}
+
+// ParseMaps parses the text of /proc/PID/maps.
+func ParseMaps(data []byte) ([]Mapping, error) {
+	var maps []Mapping
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		m, err := parseMapsLine(sc.Bytes())
+		if err != nil {
+			return nil, err
+		}
+		maps = append(maps, m)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("procmem: maps: %w", err)
+	}
+	return maps, nil
+}
+
+// parseMapsLine parses "start-end perms offset dev inode path".
+func parseMapsLine(line []byte) (Mapping, error) {
+	bad := func() (Mapping, error) { return Mapping{}, fmt.Errorf("procmem: maps line %q", line) }
+	rng, rest, ok := bytes.Cut(line, []byte(" "))
+	if !ok || len(rest) < 4 {
+		return bad()
+	}
+	lo, hi, ok := bytes.Cut(rng, []byte("-"))
+	if !ok {
+		return bad()
+	}
+	start, err1 := strconv.ParseUint(string(lo), 16, 64)
+	end, err2 := strconv.ParseUint(string(hi), 16, 64)
+	if err1 != nil || err2 != nil || end < start {
+		return bad()
+	}
+	return Mapping{Start: start, End: end, Readable: rest[0] == 'r', Write: rest[1] == 'w'}, nil
+}
