@@ -57,11 +57,11 @@ func (r *responder) scatterRecv(src []byte) WCStatus {
 		if mr == nil {
 			return WCLocProtErr
 		}
-		dst, ok := mr.Slice(s.Addr+uint64(off), min(s.Length-off, uint32(len(src))))
-		if !ok {
+		n := min(s.Length-off, uint32(len(src)))
+		if !mr.WriteAt(src[:n], s.Addr+uint64(off)) {
 			return WCLocProtErr
 		}
-		src = src[copy(dst, src):]
+		src = src[n:]
 		off = 0
 	}
 	if len(src) != 0 {

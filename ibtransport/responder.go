@@ -296,12 +296,10 @@ func (r *responder) writeData(payload []byte, psn PSN) bool {
 		r.nakError(psn, NAKRemoteAccessError, WCRemAccessErr)
 		return false
 	}
-	dst, ok := r.wMR.Slice(r.wVA, plen)
-	if !ok {
+	if !r.wMR.WriteAt(payload, r.wVA) {
 		r.nakError(psn, NAKRemoteAccessError, WCRemAccessErr)
 		return false
 	}
-	copy(dst, payload)
 	r.wVA += uint64(plen)
 	r.wRemaining -= plen
 	return true
@@ -360,27 +358,31 @@ func (r *responder) executeAtomic(p *Packet, psn PSN) {
 }
 
 // doAtomic executes a CompareSwap (cas) or FetchAdd on the 8 bytes at va
-// of mr and returns the original value. The word is changed with the CPU's
-// atomics, since the application may touch it at the same time.
+// of mr and returns the original value (0 if the word cannot be reached).
 func doAtomic(mr Region, va uint64, cas bool, compare, swapAdd uint64) uint64 {
-	b, _ := mr.Slice(va, 8)
-	if len(b) != 8 || uintptr(unsafe.Pointer(&b[0]))&7 != 0 {
-		return 0
-	}
-	ptr := (*uint64)(unsafe.Pointer(&b[0]))
-	var orig uint64
-	if cas {
-		for {
-			orig = atomic.LoadUint64(ptr)
-			if orig != compare || atomic.CompareAndSwapUint64(ptr, orig, swapAdd) {
-				break
-			}
-		}
-	} else {
-		orig = atomic.AddUint64(ptr, swapAdd) - swapAdd
-	}
+	orig, _ := mr.Atomic(va, cas, compare, swapAdd)
 	mr.RemoteWritten()
 	return orig
+}
+
+// AtomicWord executes a CompareSwap (cas) or FetchAdd on the 8 bytes of b,
+// for a Region whose memory is in this process, and returns the original
+// value; false if b is not an aligned word. The word is changed with the
+// CPU's atomics, since the application may touch it at the same time.
+func AtomicWord(b []byte, cas bool, compare, swapAdd uint64) (uint64, bool) {
+	if len(b) != 8 || uintptr(unsafe.Pointer(&b[0]))&7 != 0 {
+		return 0, false
+	}
+	ptr := (*uint64)(unsafe.Pointer(&b[0]))
+	if !cas {
+		return atomic.AddUint64(ptr, swapAdd) - swapAdd, true
+	}
+	for {
+		orig := atomic.LoadUint64(ptr)
+		if orig != compare || atomic.CompareAndSwapUint64(ptr, orig, swapAdd) {
+			return orig, true
+		}
+	}
 }
 
 func (r *responder) allocResource() *resource {

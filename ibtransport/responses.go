@@ -160,12 +160,8 @@ func (r *responder) buildReadResponse(buf []byte, j *respJob) (n int, done, ok b
 		p.AETH.SetSyndrome(ACKSyndrome(UnlimitedCredits))
 		p.AETH.SetMSN(j.msn)
 	}
-	if payload > 0 {
-		src, ok := j.mr.Slice(j.va, payload)
-		if !ok {
-			return 0, false, false
-		}
-		copy(p.Payload, src)
+	if payload > 0 && !j.mr.ReadAt(p.Payload[:payload], j.va) {
+		return 0, false, false
 	}
 	p.BTH.SetDestQPN(q.destQPN)
 	p.BTH.SetPSN(j.psn)

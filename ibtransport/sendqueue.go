@@ -135,15 +135,18 @@ func (sq *sendQueue) copySGL(i uint32, w *sendWQE, off uint32, buf []byte, toSGL
 		if *mr == nil {
 			return len(buf), false
 		}
-		mem, ok := (*mr).Slice(s.Addr+uint64(off), min(s.Length-off, uint32(len(buf))))
+		n := min(s.Length-off, uint32(len(buf)))
+		va := s.Addr + uint64(off)
+		var ok bool
+		if toSGL {
+			ok = (*mr).WriteAt(buf[:n], va)
+		} else {
+			ok = (*mr).ReadAt(buf[:n], va)
+		}
 		if !ok {
 			return len(buf), false
 		}
-		if toSGL {
-			buf = buf[copy(mem, buf):]
-		} else {
-			buf = buf[copy(buf, mem):]
-		}
+		buf = buf[n:]
 		off = 0
 	}
 	return len(buf), true

@@ -129,12 +129,10 @@ func (r *responder) ucWrite(p *Packet, oi *OpcodeInfo) {
 		return
 	}
 	if plen > 0 {
-		dst, ok := r.wMR.Slice(r.wVA, plen)
-		if !ok {
+		if !r.wMR.WriteAt(payload, r.wVA) {
 			r.ucDrop(&ctr.RxUCAccess)
 			return
 		}
-		copy(dst, payload)
 		r.wVA += uint64(plen)
 		r.wRemaining -= plen
 	}

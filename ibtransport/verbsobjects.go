@@ -25,12 +25,22 @@ type Memory interface {
 }
 
 // Region is a registered memory region as the engine holds it between
-// packets: the only way the engine touches registered memory.
+// packets: the only way the engine touches registered memory. The memory
+// may be another process's (the daemon's clients'), so the engine copies
+// through the region rather than holding its bytes.
+//
+// Each method reports false, having copied nothing or part, if the bytes
+// lie outside the region, the region was deregistered since it was looked
+// up (or, found by rkey, its rkey invalidated), or its memory cannot be
+// reached any more (its process exited).
 type Region interface {
-	// Slice returns the n bytes at virtual address va, or false if they
-	// lie outside the region, or the region was deregistered since it was
-	// looked up (or, found by rkey, its rkey invalidated).
-	Slice(va uint64, n uint32) ([]byte, bool)
+	// ReadAt copies the len(dst) bytes at virtual address va into dst.
+	ReadAt(dst []byte, va uint64) bool
+	// WriteAt copies src to virtual address va.
+	WriteAt(src []byte, va uint64) bool
+	// Atomic executes a CompareSwap (cas) or FetchAdd on the 8-byte word
+	// at va, which is aligned, and returns the word's original value.
+	Atomic(va uint64, cas bool, compare, swapAdd uint64) (uint64, bool)
 	// RemoteWritten is called after a peer's RDMA WRITE message (its last
 	// packet) or atomic has changed bytes of the region, so that a local
 	// poller watching the region can learn it without racing the engine.

@@ -28,6 +28,24 @@ func (m *testRegion) SGE(off, n int) SGE {
 
 func (m *testRegion) RemoteWritten() { m.remoteWrites++ }
 
+func (m *testRegion) ReadAt(dst []byte, va uint64) bool {
+	b, ok := m.Slice(va, uint32(len(dst)))
+	copy(dst, b)
+	return ok
+}
+
+func (m *testRegion) WriteAt(src []byte, va uint64) bool {
+	b, ok := m.Slice(va, uint32(len(src)))
+	copy(b, src)
+	return ok
+}
+
+func (m *testRegion) Atomic(va uint64, cas bool, compare, swapAdd uint64) (uint64, bool) {
+	b, _ := m.Slice(va, 8)
+	return AtomicWord(b, cas, compare, swapAdd)
+}
+
+// Slice returns the region's n bytes at va, if it holds them.
 func (m *testRegion) Slice(va uint64, n uint32) ([]byte, bool) {
 	if va < m.addr {
 		return nil, false

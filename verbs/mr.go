@@ -98,12 +98,30 @@ func (m *MR) grants(pd *PD, va uint64, n uint32, a Access) bool {
 // (ibtransport.Region).
 type localView MR
 
-func (v *localView) Slice(va uint64, n uint32) ([]byte, bool) {
+func (v *localView) ReadAt(dst []byte, va uint64) bool {
+	b, ok := v.reach(va, len(dst))
+	copy(dst, b)
+	return ok
+}
+
+func (v *localView) WriteAt(src []byte, va uint64) bool {
+	b, ok := v.reach(va, len(src))
+	copy(b, src)
+	return ok
+}
+
+func (v *localView) Atomic(va uint64, cas bool, compare, swapAdd uint64) (uint64, bool) {
+	b, _ := v.reach(va, 8)
+	return ibtransport.AtomicWord(b, cas, compare, swapAdd)
+}
+
+// reach returns the region's n bytes at va while it is registered.
+func (v *localView) reach(va uint64, n int) ([]byte, bool) {
 	m := (*MR)(v)
 	if !m.valid {
 		return nil, false
 	}
-	return m.slice(va, n)
+	return m.slice(va, uint32(n))
 }
 
 func (v *localView) RemoteWritten() { v.remoteWrites.Add(1) }
@@ -112,12 +130,19 @@ func (v *localView) RemoteWritten() { v.remoteWrites.Add(1) }
 // invalidating the rkey ends the peer's access, not local work requests'.
 type remoteView MR
 
-func (v *remoteView) Slice(va uint64, n uint32) ([]byte, bool) {
-	m := (*MR)(v)
-	if !m.valid || !m.rkeyValid.Load() {
-		return nil, false
+func (v *remoteView) ReadAt(dst []byte, va uint64) bool {
+	return v.rkeyValid.Load() && (*localView)(v).ReadAt(dst, va)
+}
+
+func (v *remoteView) WriteAt(src []byte, va uint64) bool {
+	return v.rkeyValid.Load() && (*localView)(v).WriteAt(src, va)
+}
+
+func (v *remoteView) Atomic(va uint64, cas bool, compare, swapAdd uint64) (uint64, bool) {
+	if !v.rkeyValid.Load() {
+		return 0, false
 	}
-	return m.slice(va, n)
+	return (*localView)(v).Atomic(va, cas, compare, swapAdd)
 }
 
 func (v *remoteView) RemoteWritten() { v.remoteWrites.Add(1) }
