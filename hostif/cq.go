@@ -1,0 +1,156 @@
+package hostif
+
+import (
+	"encoding/binary"
+	"sync/atomic"
+
+	"github.com/softnic/softnic/ibtransport"
+)
+
+// CQEntrySize is the size of a completion queue entry.
+const CQEntrySize = 64
+
+// Completion entry layout (docs/HOST-INTERFACE.md).
+const (
+	offCQWRID     = 0
+	offCQSeq      = 8
+	offCQStatus   = 12
+	offCQOpcode   = 13
+	offCQFlags    = 14
+	offCQSL       = 15
+	offCQByteLen  = 16
+	offCQImm      = 20
+	offCQQPN      = 24
+	offCQSrcQP    = 28
+	offCQPKeyIdx  = 32
+	offCQSLID     = 34
+	offCQPathBits = 36
+	offCQNetType  = 37
+)
+
+// Armed values of a completion queue.
+const (
+	ArmNone      = 0
+	ArmNext      = 1
+	ArmSolicited = 2
+)
+
+// CompletionQueue is a completion queue in shared memory: the daemon
+// writes entries, the client polls them. Each side uses its own methods;
+// the daemon's side has one writer at a time (its caller serialises the
+// engines).
+type CompletionQueue struct {
+	mem  []byte
+	mask uint32
+	// next is the daemon's next entry to write, or the client's next to
+	// poll.
+	next uint32
+}
+
+// NewCompletionQueue returns the queue in mem, of depth entries.
+func NewCompletionQueue(mem []byte, depth int) (*CompletionQueue, error) {
+	if err := checkRing(mem, depth, CQEntrySize); err != nil {
+		return nil, err
+	}
+	return &CompletionQueue{mem: mem, mask: uint32(depth - 1)}, nil
+}
+
+// Depth returns the number of entries.
+func (c *CompletionQueue) Depth() int { return int(c.mask) + 1 }
+
+func (c *CompletionQueue) entry(i uint32) []byte {
+	off := HeaderSize + int(i&c.mask)*CQEntrySize
+	return c.mem[off : off+CQEntrySize : off+CQEntrySize]
+}
+
+// Daemon side.
+
+// Push writes wc as the next entry and reports false when the CQ has no
+// room, or when the client's consumer index is ahead of what was written
+// (it broke its queue): the CQ overran.
+func (c *CompletionQueue) Push(wc *ibtransport.WC) bool {
+	if c.next-atomic.LoadUint32(word(c.mem, offCQCons)) > c.mask {
+		return false
+	}
+	e := c.entry(c.next)
+	le := binary.LittleEndian
+	le.PutUint64(e[offCQWRID:], wc.WRID)
+	e[offCQStatus], e[offCQOpcode], e[offCQFlags], e[offCQSL] = uint8(wc.Status), uint8(wc.Opcode), uint8(wc.Flags), wc.SL
+	le.PutUint32(e[offCQByteLen:], wc.ByteLen)
+	if wc.Flags&ibtransport.WCWithInv != 0 {
+		le.PutUint32(e[offCQImm:], wc.InvalidatedRKey)
+	} else {
+		binary.BigEndian.PutUint32(e[offCQImm:], wc.Imm)
+	}
+	le.PutUint32(e[offCQQPN:], wc.QPN)
+	le.PutUint32(e[offCQSrcQP:], wc.SrcQP)
+	le.PutUint16(e[offCQPKeyIdx:], wc.PKeyIndex)
+	le.PutUint16(e[offCQSLID:], wc.SLID)
+	e[offCQPathBits], e[offCQNetType] = wc.DLIDPathBits, uint8(wc.NetworkHdrType)
+	c.next++
+	atomic.StoreUint32(word(e, offCQSeq), c.next)
+	return true
+}
+
+// SetOverrun marks the CQ overrun for the client.
+func (c *CompletionQueue) SetOverrun() { atomic.StoreUint32(word(c.mem, offOverrun), 1) }
+
+// TakeArm reports whether the CQ is armed for a completion that is
+// solicited or not, and disarms it if so: the daemon then notifies the
+// channel once. Errors notify like solicited completions.
+func (c *CompletionQueue) TakeArm(solicited bool) bool {
+	a := word(c.mem, offArmed)
+	v := atomic.LoadUint32(a)
+	if v == ArmNone || (v == ArmSolicited && !solicited) {
+		return false
+	}
+	return atomic.CompareAndSwapUint32(a, v, ArmNone)
+}
+
+// Client side.
+
+// Poll moves up to len(wcs) completions into wcs, returns how many, and
+// publishes the new consumer index.
+func (c *CompletionQueue) Poll(wcs []ibtransport.WC) int {
+	n := 0
+	for n < len(wcs) {
+		e := c.entry(c.next)
+		if atomic.LoadUint32(word(e, offCQSeq)) != c.next+1 {
+			break
+		}
+		decodeWC(e, &wcs[n])
+		c.next++
+		n++
+	}
+	if n > 0 {
+		atomic.StoreUint32(word(c.mem, offCQCons), c.next)
+	}
+	return n
+}
+
+func decodeWC(e []byte, wc *ibtransport.WC) {
+	le := binary.LittleEndian
+	*wc = ibtransport.WC{WRID: le.Uint64(e[offCQWRID:]), Status: ibtransport.WCStatus(e[offCQStatus]),
+		Opcode: ibtransport.WCOpcode(e[offCQOpcode]), Flags: ibtransport.WCFlags(e[offCQFlags]), SL: e[offCQSL],
+		ByteLen: le.Uint32(e[offCQByteLen:]), QPN: le.Uint32(e[offCQQPN:]), SrcQP: le.Uint32(e[offCQSrcQP:]),
+		PKeyIndex: le.Uint16(e[offCQPKeyIdx:]), SLID: le.Uint16(e[offCQSLID:]), DLIDPathBits: e[offCQPathBits],
+		NetworkHdrType: ibtransport.NetworkType(e[offCQNetType])}
+	if wc.Flags&ibtransport.WCWithInv != 0 {
+		wc.InvalidatedRKey = le.Uint32(e[offCQImm:])
+	} else {
+		wc.Imm = binary.BigEndian.Uint32(e[offCQImm:])
+	}
+}
+
+// Arm asks for a notification of the next completion, or with
+// solicitedOnly of the next solicited or error one (ibv_req_notify_cq).
+func (c *CompletionQueue) Arm(solicitedOnly bool) {
+	v := uint32(ArmNext)
+	if solicitedOnly {
+		v = ArmSolicited
+	}
+	atomic.StoreUint32(word(c.mem, offArmed), v)
+}
+
+// Overrun reports whether the daemon marked the CQ overrun.
+func (c *CompletionQueue) Overrun() bool { return atomic.LoadUint32(word(c.mem, offOverrun)) != 0 }

@@ -1,0 +1,124 @@
+package hostif
+
+import (
+	"errors"
+	"fmt"
+	"math/bits"
+	"sync/atomic"
+	"unsafe"
+)
+
+// HeaderSize is the size of a ring's header, before its entries.
+const HeaderSize = 4096
+
+// Header words: each on its own cache line, so that the two sides' stores do
+// not contend.
+const (
+	offProducer = 0   // work queues: client
+	offConsumer = 64  // work queues: daemon
+	offState    = 128 // work queues: daemon
+	offCQCons   = 0   // completion queues: client
+	offArmed    = 64  // completion queues: client sets, daemon clears
+	offOverrun  = 128 // completion queues: daemon
+)
+
+// ErrLayout is returned for a ring whose memory does not fit its depth and
+// stride.
+var ErrLayout = errors.New("hostif: ring does not fit its memory")
+
+// word returns the u32 at off of mem for atomic access. mem comes from mmap
+// or a large allocation, so every header offset is aligned.
+func word(mem []byte, off int) *uint32 {
+	return (*uint32)(unsafe.Pointer(&mem[off]))
+}
+
+// checkRing checks that mem holds a header and depth entries of stride
+// bytes, depth a power of two.
+func checkRing(mem []byte, depth, stride int) error {
+	if depth <= 0 || bits.OnesCount(uint(depth)) != 1 || stride < 16 || stride%8 != 0 ||
+		len(mem) < HeaderSize || (len(mem)-HeaderSize)/stride < depth ||
+		uintptr(unsafe.Pointer(unsafe.SliceData(mem)))%8 != 0 {
+		return fmt.Errorf("%w: %d bytes for %d entries of %d", ErrLayout, len(mem), depth, stride)
+	}
+	return nil
+}
+
+// RingSize returns the bytes a ring of depth entries of stride bytes needs.
+func RingSize(depth, stride int) int { return HeaderSize + depth*stride }
+
+// WorkQueue is a send or receive queue in shared memory: the client fills
+// entries and moves the producer index; the daemon takes them and moves the
+// consumer index.
+type WorkQueue struct {
+	mem    []byte
+	mask   uint32
+	stride int
+	// next is the client's next entry to fill, published by Publish.
+	next uint32
+}
+
+// NewWorkQueue returns the queue in mem.
+func NewWorkQueue(mem []byte, depth, stride int) (*WorkQueue, error) {
+	if err := checkRing(mem, depth, stride); err != nil {
+		return nil, err
+	}
+	q := &WorkQueue{mem: mem, mask: uint32(depth - 1), stride: stride}
+	q.next = atomic.LoadUint32(word(mem, offProducer))
+	return q, nil
+}
+
+// Depth returns the number of entries.
+func (q *WorkQueue) Depth() int { return int(q.mask) + 1 }
+
+// Stride returns the size of an entry.
+func (q *WorkQueue) Stride() int { return q.stride }
+
+// Entry returns the entry of index i (the slot i mod depth).
+func (q *WorkQueue) Entry(i uint32) []byte {
+	off := HeaderSize + int(i&q.mask)*q.stride
+	return q.mem[off : off+q.stride : off+q.stride]
+}
+
+// Producer returns the published producer index (acquire).
+func (q *WorkQueue) Producer() uint32 { return atomic.LoadUint32(word(q.mem, offProducer)) }
+
+// Consumer returns the consumer index (acquire).
+func (q *WorkQueue) Consumer() uint32 { return atomic.LoadUint32(word(q.mem, offConsumer)) }
+
+// Client side.
+
+// Next returns the next entry to fill, or false if the queue is full. The
+// entry is the client's until Publish.
+func (q *WorkQueue) Next() ([]byte, bool) {
+	if q.next-q.Consumer() > q.mask {
+		return nil, false
+	}
+	e := q.Entry(q.next)
+	q.next++
+	return e, true
+}
+
+// Publish makes the entries Next returned visible to the daemon (release).
+func (q *WorkQueue) Publish() { atomic.StoreUint32(word(q.mem, offProducer), q.next) }
+
+// Daemon side.
+
+// Pending returns how many published entries the daemon has not taken, and
+// false if the producer index cannot be right (more than depth ahead): the
+// client broke its queue.
+func (q *WorkQueue) Pending() (uint32, bool) {
+	n := q.Producer() - q.Consumer()
+	return n, n <= q.mask+1
+}
+
+// Take moves the consumer index past n entries (release): their slots are
+// the client's again.
+func (q *WorkQueue) Take(n uint32) {
+	atomic.StoreUint32(word(q.mem, offConsumer), q.Consumer()+n)
+}
+
+// SetState publishes the QP's state for the client (ibv_qp_state).
+func (q *WorkQueue) SetState(s uint32) { atomic.StoreUint32(word(q.mem, offState), s) }
+
+// State returns the QP's state as the daemon published it.
+func (q *WorkQueue) State() uint32 { return atomic.LoadUint32(word(q.mem, offState)) }

@@ -1,0 +1,217 @@
+package hostif
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/softnic/softnic/ibtransport"
+)
+
+// Send entry layout (docs/HOST-INTERFACE.md).
+const (
+	sendHeader   = 64
+	sgeSize      = 16
+	offWRID      = 0
+	offOpcode    = 8
+	offFlags     = 9
+	offCount     = 10
+	offImm       = 12
+	offRemote    = 16
+	offRKey      = 24
+	offReserved1 = 28
+	offCompare   = 32
+	offSwap      = 40
+	offAH        = 48
+	offRemoteQPN = 52
+	offQKey      = 56
+	offReserved2 = 60
+)
+
+// ErrBadEntry is returned for a work queue entry the daemon cannot execute.
+var ErrBadEntry = errors.New("hostif: bad work queue entry")
+
+// ibvFromWR is libibverbs' ibv_wr_opcode value of each opcode, as the
+// entries carry them.
+var ibvFromWR = [...]uint8{
+	ibtransport.WRRDMAWrite:         0,
+	ibtransport.WRRDMAWriteWithImm:  1,
+	ibtransport.WRSend:              2,
+	ibtransport.WRSendWithImm:       3,
+	ibtransport.WRRDMARead:          4,
+	ibtransport.WRAtomicCmpAndSwp:   5,
+	ibtransport.WRAtomicFetchAndAdd: 6,
+	ibtransport.WRSendWithInv:       9,
+}
+
+// wrFromIBV maps an entry's opcode back; ok is false for values no opcode
+// has.
+var wrFromIBV = func() (t [256]struct {
+	op ibtransport.WROpcode
+	ok bool
+}) {
+	for op, ibv := range ibvFromWR {
+		t[ibv].op, t[ibv].ok = ibtransport.WROpcode(op), true
+	}
+	return t
+}()
+
+// sendFlagsMask is the ibv_send_flags an entry may carry (FENCE, SIGNALED,
+// SOLICITED, INLINE), which have ibtransport.SendFlags' values.
+const sendFlagsMask = 0xf
+
+// SendStride returns the stride of send entries for maxSGE SGEs and
+// maxInline bytes of inline data.
+func SendStride(maxSGE, maxInline int) int {
+	return pow2(sendHeader + max(sgeSize*maxSGE, maxInline, sgeSize))
+}
+
+// RecvStride returns the stride of receive entries for maxSGE SGEs.
+func RecvStride(maxSGE int) int { return pow2(recvHeader + sgeSize*max(maxSGE, 1)) }
+
+func pow2(n int) int {
+	p := 16
+	for p < n {
+		p <<= 1
+	}
+	return p
+}
+
+// EncodeSend writes wr into the send entry e; ah is the daemon's handle of
+// wr.AH for a UD QP.
+func EncodeSend(e []byte, wr *ibtransport.SendWR, ah uint32) error {
+	if int(wr.Opcode) >= len(ibvFromWR) {
+		return fmt.Errorf("%w: opcode %v", ErrBadEntry, wr.Opcode)
+	}
+	count := len(wr.SGL)
+	if wr.Flags&ibtransport.SendInline != 0 {
+		count = len(wr.InlineData)
+		if sendHeader+count > len(e) {
+			return fmt.Errorf("%w: %d inline bytes in entries of %d", ErrBadEntry, count, len(e))
+		}
+		copy(e[sendHeader:], wr.InlineData)
+	} else {
+		if sendHeader+sgeSize*count > len(e) {
+			return fmt.Errorf("%w: %d SGEs in entries of %d", ErrBadEntry, count, len(e))
+		}
+		putSGL(e[sendHeader:], wr.SGL)
+	}
+	le := binary.LittleEndian
+	le.PutUint64(e[offWRID:], wr.ID)
+	e[offOpcode] = ibvFromWR[wr.Opcode]
+	e[offFlags] = uint8(wr.Flags) & sendFlagsMask
+	le.PutUint16(e[offCount:], uint16(count))
+	if wr.Opcode == ibtransport.WRSendWithInv {
+		le.PutUint32(e[offImm:], wr.InvalidateRKey)
+	} else {
+		binary.BigEndian.PutUint32(e[offImm:], wr.Imm)
+	}
+	le.PutUint64(e[offRemote:], wr.RemoteAddr)
+	le.PutUint32(e[offRKey:], wr.RKey)
+	le.PutUint32(e[offReserved1:], 0)
+	le.PutUint64(e[offCompare:], wr.CompareAdd)
+	le.PutUint64(e[offSwap:], wr.Swap)
+	le.PutUint32(e[offAH:], ah)
+	le.PutUint32(e[offRemoteQPN:], wr.RemoteQPN)
+	le.PutUint32(e[offQKey:], wr.RemoteQKey)
+	le.PutUint32(e[offReserved2:], 0)
+	return nil
+}
+
+func putSGL(b []byte, sgl []ibtransport.SGE) {
+	for i, s := range sgl {
+		binary.LittleEndian.PutUint64(b[i*sgeSize:], s.Addr)
+		binary.LittleEndian.PutUint32(b[i*sgeSize+8:], s.Length)
+		binary.LittleEndian.PutUint32(b[i*sgeSize+12:], s.LKey)
+	}
+}
+
+// SendDecoder decodes one QP's send entries for the daemon. A decoded
+// request points into the decoder's buffers until the next Decode; the
+// QP's PostSend copies what it keeps.
+type SendDecoder struct {
+	entry     []byte
+	sgl       []ibtransport.SGE
+	maxInline int
+	// ah resolves a UD entry's AH handle; nil for other QPs, whose entries'
+	// UD fields are ignored.
+	ah func(handle uint32) *ibtransport.AH
+}
+
+// NewSendDecoder returns a decoder for entries of stride bytes with up to
+// maxSGE SGEs or maxInline bytes inline.
+func NewSendDecoder(stride, maxSGE, maxInline int, ah func(uint32) *ibtransport.AH) *SendDecoder {
+	return &SendDecoder{entry: make([]byte, stride), sgl: make([]ibtransport.SGE, maxSGE), maxInline: maxInline, ah: ah}
+}
+
+// Decode copies the entry e out of shared memory and decodes the copy into
+// wr; it returns ErrBadEntry if a field is out of range.
+func (d *SendDecoder) Decode(e []byte, wr *ibtransport.SendWR) error {
+	b := d.entry
+	if len(e) != len(b) {
+		return fmt.Errorf("%w: entry of %d bytes, stride %d", ErrBadEntry, len(e), len(b))
+	}
+	copy(b, e)
+	le := binary.LittleEndian
+	op, ok := wrFromIBV[b[offOpcode]].op, wrFromIBV[b[offOpcode]].ok
+	flags := b[offFlags]
+	count := int(le.Uint16(b[offCount:]))
+	switch {
+	case !ok:
+		return fmt.Errorf("%w: opcode %d", ErrBadEntry, b[offOpcode])
+	case flags&^sendFlagsMask != 0:
+		return fmt.Errorf("%w: flags %#x", ErrBadEntry, flags)
+	case le.Uint32(b[offReserved1:]) != 0 || le.Uint32(b[offReserved2:]) != 0:
+		return fmt.Errorf("%w: reserved bytes set", ErrBadEntry)
+	}
+	*wr = ibtransport.SendWR{ID: le.Uint64(b[offWRID:]), Opcode: op, Flags: ibtransport.SendFlags(flags),
+		RemoteAddr: le.Uint64(b[offRemote:]), RKey: le.Uint32(b[offRKey:]),
+		CompareAdd: le.Uint64(b[offCompare:]), Swap: le.Uint64(b[offSwap:])}
+	if op == ibtransport.WRSendWithInv {
+		wr.InvalidateRKey = le.Uint32(b[offImm:])
+	} else {
+		wr.Imm = binary.BigEndian.Uint32(b[offImm:])
+	}
+	if err := d.decodeData(b, count, wr); err != nil {
+		return err
+	}
+	return d.decodeUD(b, wr)
+}
+
+// decodeData points wr at the entry's inline bytes or SGEs.
+func (d *SendDecoder) decodeData(b []byte, count int, wr *ibtransport.SendWR) error {
+	if wr.Flags&ibtransport.SendInline != 0 {
+		if count > d.maxInline || sendHeader+count > len(b) {
+			return fmt.Errorf("%w: %d inline bytes, at most %d", ErrBadEntry, count, d.maxInline)
+		}
+		wr.InlineData = b[sendHeader : sendHeader+count]
+		return nil
+	}
+	if count > len(d.sgl) || sendHeader+sgeSize*count > len(b) {
+		return fmt.Errorf("%w: %d SGEs, at most %d", ErrBadEntry, count, len(d.sgl))
+	}
+	wr.SGL = getSGL(d.sgl[:count], b[sendHeader:])
+	return nil
+}
+
+func getSGL(sgl []ibtransport.SGE, b []byte) []ibtransport.SGE {
+	for i := range sgl {
+		sgl[i] = ibtransport.SGE{Addr: binary.LittleEndian.Uint64(b[i*sgeSize:]),
+			Length: binary.LittleEndian.Uint32(b[i*sgeSize+8:]), LKey: binary.LittleEndian.Uint32(b[i*sgeSize+12:])}
+	}
+	return sgl
+}
+
+// decodeUD resolves a UD entry's address handle and destination.
+func (d *SendDecoder) decodeUD(b []byte, wr *ibtransport.SendWR) error {
+	if d.ah == nil {
+		return nil
+	}
+	le := binary.LittleEndian
+	h := le.Uint32(b[offAH:])
+	if wr.AH = d.ah(h); wr.AH == nil {
+		return fmt.Errorf("%w: no AH %d", ErrBadEntry, h)
+	}
+	wr.RemoteQPN, wr.RemoteQKey = le.Uint32(b[offRemoteQPN:]), le.Uint32(b[offQKey:])
+	return nil
+}
