@@ -17,10 +17,15 @@ import (
 
 // MR is a registered memory region (ibv_mr): a byte slice the transport may
 // read and write on behalf of local work requests (through LKey) and of
-// remote peers (through RKey), as its access rights allow.
+// remote peers (through RKey), as its access rights allow. For the daemon it
+// may be another process's memory instead (RegProcessMemory).
 type MR struct {
-	pd     *PD
+	pd *PD
+	// buf is the memory of a region of this process; proc reaches that of
+	// another process, where size bytes start at addr.
 	buf    []byte
+	proc   ProcessMemory
+	size   uint64
 	addr   uint64
 	access Access
 	lkey   uint32
@@ -55,9 +60,9 @@ func (m *MR) RKey() uint32 { return m.rkey }
 func (m *MR) Addr() uint64 { return m.addr }
 
 // Len returns the length of the region.
-func (m *MR) Len() int { return len(m.buf) }
+func (m *MR) Len() int { return int(m.size) }
 
-// Bytes returns the registered memory.
+// Bytes returns the registered memory; nil for another process's.
 func (m *MR) Bytes() []byte { return m.buf }
 
 // Access returns the region's access rights.
@@ -71,27 +76,16 @@ func (m *MR) SGE(off, n int) SGE {
 	return SGE{Addr: m.addr + uint64(off), Length: uint32(n), LKey: m.lkey}
 }
 
-// slice returns the n bytes at virtual address va, if they lie inside the
+// holds reports whether the n bytes at virtual address va lie inside the
 // region: the bounds check of every access.
-func (m *MR) slice(va uint64, n uint32) ([]byte, bool) {
-	if va < m.addr {
-		return nil, false
-	}
-	off := va - m.addr
-	if off > uint64(len(m.buf)) || uint64(n) > uint64(len(m.buf))-off {
-		return nil, false
-	}
-	return m.buf[off : off+uint64(n)], true
+func (m *MR) holds(va uint64, n uint32) bool {
+	return va >= m.addr && va-m.addr <= m.size && uint64(n) <= m.size-(va-m.addr)
 }
 
 // grants reports whether an access by a QP of pd to n bytes at va with
 // rights a is allowed; engine goroutine only.
 func (m *MR) grants(pd *PD, va uint64, n uint32, a Access) bool {
-	if !m.valid || m.pd != pd || m.access&a != a {
-		return false
-	}
-	_, ok := m.slice(va, n)
-	return ok
+	return m.valid && m.pd == pd && m.access&a == a && m.holds(va, n)
 }
 
 // localView is the region as the engine holds it after an lkey lookup
@@ -99,29 +93,39 @@ func (m *MR) grants(pd *PD, va uint64, n uint32, a Access) bool {
 type localView MR
 
 func (v *localView) ReadAt(dst []byte, va uint64) bool {
-	b, ok := v.reach(va, len(dst))
-	copy(dst, b)
-	return ok
+	m := (*MR)(v)
+	switch {
+	case !m.valid || !m.holds(va, uint32(len(dst))):
+		return false
+	case m.proc != nil:
+		return m.proc.ReadAt(dst, va) == nil
+	}
+	copy(dst, m.buf[va-m.addr:])
+	return true
 }
 
 func (v *localView) WriteAt(src []byte, va uint64) bool {
-	b, ok := v.reach(va, len(src))
-	copy(b, src)
-	return ok
+	m := (*MR)(v)
+	switch {
+	case !m.valid || !m.holds(va, uint32(len(src))):
+		return false
+	case m.proc != nil:
+		return m.proc.WriteAt(src, va) == nil
+	}
+	copy(m.buf[va-m.addr:], src)
+	return true
 }
 
 func (v *localView) Atomic(va uint64, cas bool, compare, swapAdd uint64) (uint64, bool) {
-	b, _ := v.reach(va, 8)
-	return ibtransport.AtomicWord(b, cas, compare, swapAdd)
-}
-
-// reach returns the region's n bytes at va while it is registered.
-func (v *localView) reach(va uint64, n int) ([]byte, bool) {
 	m := (*MR)(v)
-	if !m.valid {
-		return nil, false
+	switch {
+	case !m.valid || !m.holds(va, 8):
+		return 0, false
+	case m.proc != nil:
+		return m.pd.dev.atomics.apply(m.proc, va, cas, compare, swapAdd)
 	}
-	return m.slice(va, uint32(n))
+	off := va - m.addr
+	return ibtransport.AtomicWord(m.buf[off:off+8], cas, compare, swapAdd)
 }
 
 func (v *localView) RemoteWritten() { v.remoteWrites.Add(1) }
@@ -189,18 +193,31 @@ func (k *keySource) next() uint32 {
 // Remote write and remote atomic access need local write access, as in
 // libibverbs.
 func (pd *PD) RegMR(buf []byte, access Access) (*MR, error) {
-	if access&^ibtransport.AccessAll != 0 {
-		return nil, fmt.Errorf("register MR: unknown access flags %#x: %w", access, ErrInvalidArgument)
+	if err := checkAccess(access); err != nil {
+		return nil, err
 	}
-	if access&(AccessRemoteWrite|AccessRemoteAtomic) != 0 && access&AccessLocalWrite == 0 {
-		return nil, fmt.Errorf("register MR: remote write/atomic access needs local write: %w", ErrInvalidArgument)
-	}
-	m := &MR{pd: pd, buf: buf, access: access, valid: true}
-	m.rkeyValid.Store(true)
+	m := &MR{pd: pd, buf: buf, size: uint64(len(buf)), access: access}
 	if len(buf) > 0 {
 		m.addr = uint64(uintptr(unsafe.Pointer(unsafe.SliceData(buf))))
 	}
 	populate(buf)
+	return pd.register(m)
+}
+
+func checkAccess(access Access) error {
+	if access&^ibtransport.AccessAll != 0 {
+		return fmt.Errorf("register MR: unknown access flags %#x: %w", access, ErrInvalidArgument)
+	}
+	if access&(AccessRemoteWrite|AccessRemoteAtomic) != 0 && access&AccessLocalWrite == 0 {
+		return fmt.Errorf("register MR: remote write/atomic access needs local write: %w", ErrInvalidArgument)
+	}
+	return nil
+}
+
+// register gives m its keys and makes them known to the engines.
+func (pd *PD) register(m *MR) (*MR, error) {
+	m.valid = true
+	m.rkeyValid.Store(true)
 	d := pd.dev
 	err := d.group.Do(func() error {
 		for {

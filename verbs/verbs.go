@@ -177,12 +177,14 @@ type Device struct {
 	group *ibtransport.Group
 	// keys and mrs are the memory keys of all the device's regions: the
 	// engines read mrs without locks (see keyTable).
-	keys   *keySource
-	mrs    keyTable
-	nextPD atomic.Uint32
-	events chan Event
-	gsi    *gsi
-	cm     *cm.Manager
+	keys *keySource
+	mrs  keyTable
+	// atomics serialises the atomics on other processes' memory.
+	atomics atomicUnit
+	nextPD  atomic.Uint32
+	events  chan Event
+	gsi     *gsi
+	cm      *cm.Manager
 	// commEst holds OnCommEst's functions by *QP.
 	commEst sync.Map
 }

@@ -28,11 +28,14 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
+// childBuffer is on the heap: a stack may move.
+var childBuffer = make([]byte, 1<<20)
+
 // serveChild answers "buf" (the address of a 1 MiB buffer), "ro" (the
 // address of a read-only page), "dump OFF N" (the buffer's bytes in hex)
 // and "fill OFF N BYTE".
 func serveChild() {
-	buf := make([]byte, 1<<20)
+	buf := childBuffer
 	ro, err := unix.Mmap(-1, 0, 4096, unix.PROT_READ, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
 	if err != nil {
 		panic(err)

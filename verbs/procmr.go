@@ -1,0 +1,57 @@
+package verbs
+
+import (
+	"encoding/binary"
+	"fmt"
+	"sync"
+)
+
+// ProcessMemory is another process's memory, as the daemon reaches its
+// clients' (internal/procmem.Process). Its methods return an error when
+// the bytes cannot be reached: unmapped, or the process gone.
+type ProcessMemory interface {
+	ReadAt(dst []byte, addr uint64) error
+	WriteAt(src []byte, addr uint64) error
+}
+
+// RegProcessMemory registers length bytes at address addr of another
+// process's memory in pd (the daemon's ibv_reg_mr on a client's behalf).
+// The engines copy between frames and that memory directly; the caller
+// checks beforehand that the range is mapped with the rights asked for.
+func (pd *PD) RegProcessMemory(mem ProcessMemory, addr, length uint64, access Access) (*MR, error) {
+	if err := checkAccess(access); err != nil {
+		return nil, err
+	}
+	if mem == nil || addr+length < addr {
+		return nil, fmt.Errorf("register MR: %d bytes at %#x: %w", length, addr, ErrInvalidArgument)
+	}
+	return pd.register(&MR{pd: pd, proc: mem, addr: addr, size: length, access: access})
+}
+
+// atomicUnit executes the atomics on other processes' memory. They are
+// atomic with respect to each other, not to the process's own CPU accesses
+// (IBV_ATOMIC_HCA, what ConnectX reports): a read and a write of the word
+// under one lock, as process_vm_readv/writev have no atomic operation.
+type atomicUnit struct{ mu sync.Mutex }
+
+func (u *atomicUnit) apply(mem ProcessMemory, va uint64, cas bool, compare, swapAdd uint64) (uint64, bool) {
+	if va&7 != 0 {
+		return 0, false
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	var b [8]byte
+	if mem.ReadAt(b[:], va) != nil {
+		return 0, false
+	}
+	orig := binary.LittleEndian.Uint64(b[:])
+	next := orig + swapAdd
+	if cas {
+		if orig != compare {
+			return orig, true
+		}
+		next = swapAdd
+	}
+	binary.LittleEndian.PutUint64(b[:], next)
+	return orig, mem.WriteAt(b[:], va) == nil
+}
