@@ -103,7 +103,10 @@ func (ln *lane) endNap() {
 
 func (ln *lane) poll() bool {
 	ln.polls.Add(1) // no clock: a clock read costs as much as a pass's other checks
-	if ln.working.Load() || !ln.owner.CompareAndSwap(0, 1) {
+	// Once the device stops, no poll takes owner: the stopping engine
+	// goroutine waits to take it for good (keepOwner), and pollers that
+	// kept taking it between passes starved it (Close hung in a test).
+	if ln.d.stop.Load() || ln.working.Load() || !ln.owner.CompareAndSwap(0, 1) {
 		return false
 	}
 	worked, _, _ := ln.pass()
