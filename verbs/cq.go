@@ -7,6 +7,8 @@ import (
 	"math/bits"
 	"sync"
 	"sync/atomic"
+
+	"github.com/softnic/softnic/hostif"
 )
 
 // MaxCQE is the most completions a CQ holds.
@@ -64,6 +66,11 @@ type CQ struct {
 	notify   chan struct{}
 	channel  *CompChannel
 	armed    atomic.Uint32 // 0 not armed, 1 any completion, 2 solicited only
+	// ring, if set, holds the completions instead of slots: memory shared
+	// with a client of the daemon, who polls and arms it there; onArmed is
+	// called when an armed ring gets its completion.
+	ring    *hostif.CompletionQueue
+	onArmed func()
 	// Context is free for the user (ibv_cq's cq_context).
 	Context any
 }
@@ -80,8 +87,21 @@ func (d *Device) CreateCQ(n int, ch *CompChannel) (*CQ, error) {
 		shared: d.dev.Engines() > 1}, nil
 }
 
+// CreateSharedCQ creates a completion queue whose completions go to ring,
+// in memory shared with another process, which polls and arms it (the
+// daemon's side of a client's CQ, docs/HOST-INTERFACE.md). notify is called
+// on the engine goroutine when the ring was armed and its completion came.
+func (d *Device) CreateSharedCQ(ring *hostif.CompletionQueue, notify func()) *CQ {
+	return &CQ{dev: d, ring: ring, onArmed: notify, shared: d.dev.Engines() > 1}
+}
+
 // Cap returns the number of completions the CQ holds.
-func (c *CQ) Cap() int { return len(c.slots) }
+func (c *CQ) Cap() int {
+	if c.ring != nil {
+		return c.ring.Depth()
+	}
+	return len(c.slots)
+}
 
 // cqSink is the CQ as the engine sees it (ibtransport.CompletionQueue).
 type cqSink CQ
@@ -92,6 +112,9 @@ func (s *cqSink) Push(wc WC, solicited bool) bool {
 	if c.shared {
 		c.pushMu.Lock()
 		defer c.pushMu.Unlock()
+	}
+	if c.ring != nil {
+		return c.pushShared(&wc, solicited)
 	}
 	t := c.tail.Load()
 	if t-c.head.Load() >= uint64(len(c.slots)) {
@@ -115,6 +138,21 @@ func (s *cqSink) Push(wc WC, solicited bool) bool {
 			default:
 			}
 		}
+	}
+	return true
+}
+
+// pushShared adds a completion to the shared ring.
+func (c *CQ) pushShared(wc *WC, solicited bool) bool {
+	if !c.ring.Push(wc) {
+		c.ring.SetOverrun()
+		if c.overflow.CompareAndSwap(false, true) {
+			c.dev.emit(Event{Type: EventCQErr, CQ: c})
+		}
+		return false
+	}
+	if c.ring.TakeArm(solicited || wc.Status != WCSuccess) && c.onArmed != nil {
+		c.onArmed()
 	}
 	return true
 }
@@ -143,6 +181,11 @@ func (c *CQ) take(wcs []WC) (int, error) {
 		return 0, ErrCQOverflow
 	}
 	c.mu.Lock()
+	if c.ring != nil {
+		n := c.ring.Poll(wcs)
+		c.mu.Unlock()
+		return n, nil
+	}
 	h := c.head.Load()
 	n := int(min(c.tail.Load()-h, uint64(len(wcs))))
 	for i := range n {
