@@ -68,6 +68,9 @@ type lane struct {
 	idleSince time.Time
 	napped    bool
 
+	// host, if set, are the daemon's clients' queues (first lane only).
+	host atomic.Pointer[HostQueues]
+
 	done chan struct{}
 }
 
@@ -135,6 +138,7 @@ func (ln *lane) appPolled() bool {
 func (ln *lane) pass() (worked, busy bool, wait time.Duration) {
 	ln.ctr.Passes.Add(1)
 	sent := ln.eng.Ctr.TxPackets.Load()
+	posted := ln.pollHost()
 	n := ln.link.Receive(ln.onFrame, ln.d.batch)
 	busy, wait = ln.eng.Process()
 	ln.unflushed = 0
@@ -142,7 +146,7 @@ func (ln *lane) pass() (worked, busy bool, wait time.Duration) {
 		ln.d.stop.Store(true)
 	}
 	looped := ln.deliverLoopback()
-	worked = n > 0 || busy || looped || ln.eng.Ctr.TxPackets.Load() != sent
+	worked = n > 0 || busy || looped || posted || ln.eng.Ctr.TxPackets.Load() != sent
 	return worked, busy, wait
 }
 
@@ -240,10 +244,14 @@ func (ln *lane) spin() bool {
 // meanwhile returns at once; its posts ring the doorbell.
 func (ln *lane) sleep(wait time.Duration) (closed bool) {
 	if ln.eng.PrepareSleep() {
-		err := ln.link.Wait(wait)
+		var err error
+		if ln.hostSleep() {
+			err = ln.link.Wait(wait)
+		}
 		ln.eng.Awake()
 		closed = errors.Is(err, ErrLinkClosed)
 	}
+	ln.hostAwake()
 	ln.owner.Store(0)
 	return closed
 }

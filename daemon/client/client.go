@@ -1,0 +1,175 @@
+// Package client is the Go side of softnic's host interface
+// (docs/HOST-INTERFACE.md): it opens a session with a running daemon,
+// creates objects through the control socket, and posts and polls through
+// the shared rings without system calls while the daemon polls.
+//
+//	c, err := client.Dial("/run/softnic/softnic_eth0.sock")
+//	if err != nil {
+//		return err
+//	}
+//	defer c.Close()
+//	pd, err := c.AllocPD()
+package client
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/softnic/softnic/hostif"
+)
+
+// Conn is a session with the daemon. Its control calls are not safe for
+// concurrent use.
+type Conn struct {
+	c        *net.UnixConn
+	seq      uint32
+	page     []byte
+	doorbell int
+	// Async is the session's async event pipe (16-byte records).
+	Async *os.File
+	// Device is the device's limits, from the hello exchange.
+	Device   hostif.HelloReply
+	in, out  []byte
+	oob      []byte
+	sleeping *uint32
+	rung     *uint32
+}
+
+// Error is a command the daemon refused, with its errno.
+type Error struct {
+	Op    hostif.Op
+	Errno unix.Errno
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("softnic daemon: %v: %v", e.Op, e.Errno) }
+
+// Unwrap lets errors.Is match the errno.
+func (e *Error) Unwrap() error { return e.Errno }
+
+// Dial opens a session with the daemon listening on socket.
+func Dial(socket string) (*Conn, error) {
+	uc, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: socket, Net: "unixpacket"})
+	if err != nil {
+		return nil, fmt.Errorf("softnic daemon at %s: %w", socket, err)
+	}
+	c := &Conn{c: uc, in: make([]byte, hostif.MaxMessage), out: make([]byte, hostif.MaxMessage),
+		oob: make([]byte, unix.CmsgSpace(4*4))}
+	fds, err := c.call(hostif.OpHello, hostif.HelloRequest{Version: hostif.Version}, &c.Device)
+	if err == nil && len(fds) != 3 {
+		err = fmt.Errorf("softnic daemon: hello passed %d descriptors: %w", len(fds), hostif.ErrMessage)
+	}
+	if err != nil {
+		closeAll(fds)
+		uc.Close()
+		return nil, err
+	}
+	c.page, err = unix.Mmap(fds[0], 0, 4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	unix.Close(fds[0])
+	if err != nil {
+		closeAll(fds[1:])
+		uc.Close()
+		return nil, fmt.Errorf("softnic daemon: session page: %w", err)
+	}
+	c.Async, c.doorbell = os.NewFile(uintptr(fds[1]), "softnic-async"), fds[2]
+	c.rung, c.sleeping = (*uint32)(unsafe.Pointer(&c.page[0])), (*uint32)(unsafe.Pointer(&c.page[64]))
+	return c, nil
+}
+
+// Close ends the session: the daemon destroys its objects.
+func (c *Conn) Close() error {
+	err := c.c.Close()
+	unix.Munmap(c.page)
+	c.Async.Close()
+	unix.Close(c.doorbell)
+	return err
+}
+
+// call sends a command and decodes its reply into reply, returning the
+// descriptors that came with it.
+func (c *Conn) call(op hostif.Op, body, reply any) ([]int, error) {
+	c.seq++
+	msg, err := hostif.Encode(c.out, hostif.Header{Op: op, Seq: c.seq}, body)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := c.c.Write(msg); err != nil {
+		return nil, fmt.Errorf("softnic daemon: %w", err)
+	}
+	n, oobn, _, _, err := c.c.ReadMsgUnix(c.in, c.oob)
+	if err != nil {
+		return nil, fmt.Errorf("softnic daemon: %w", err)
+	}
+	fds := parseRights(c.oob[:oobn])
+	h, err := hostif.DecodeHeader(c.in[:n])
+	switch {
+	case err != nil:
+	case h.Op != op || h.Seq != c.seq:
+		err = fmt.Errorf("%w: reply %v/%d to %v/%d", hostif.ErrMessage, h.Op, h.Seq, op, c.seq)
+	case h.Status != 0:
+		err = &Error{Op: op, Errno: unix.Errno(-h.Status)}
+	default:
+		err = hostif.DecodeBody(c.in[:n], reply)
+	}
+	if err != nil {
+		closeAll(fds)
+		return nil, err
+	}
+	return fds, nil
+}
+
+func parseRights(oob []byte) []int {
+	msgs, err := unix.ParseSocketControlMessage(oob)
+	if err != nil {
+		return nil
+	}
+	var fds []int
+	for _, m := range msgs {
+		if r, err := unix.ParseUnixRights(&m); err == nil {
+			fds = append(fds, r...)
+		}
+	}
+	return fds
+}
+
+func closeAll(fds []int) {
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
+}
+
+// ring tells the daemon that work was posted: the doorbell word, and the
+// eventfd only when the daemon sleeps (the full fences of sync/atomic
+// order the increment before the read).
+func (c *Conn) ring() {
+	atomic.AddUint32(c.rung, 1)
+	if atomic.LoadUint32(c.sleeping) != 0 {
+		var one = [8]byte{1}
+		unix.Write(c.doorbell, one[:])
+	}
+}
+
+// ErrQueueFull is returned by a post to a full queue.
+var ErrQueueFull = errors.New("softnic daemon: work queue full")
+
+// Raw sends msg as it is and waits up to timeout for any reply: for tests
+// that speak to the daemon out of protocol.
+func (c *Conn) Raw(msg []byte, timeout time.Duration) error {
+	if _, err := c.c.Write(msg); err != nil {
+		return err
+	}
+	c.c.SetReadDeadline(time.Now().Add(timeout))
+	defer c.c.SetReadDeadline(time.Time{})
+	n, oobn, _, _, err := c.c.ReadMsgUnix(c.in, c.oob)
+	closeAll(parseRights(c.oob[:oobn]))
+	if err == nil && n == 0 {
+		err = net.ErrClosed
+	}
+	return err
+}

@@ -1,0 +1,215 @@
+package client
+
+import (
+	"fmt"
+	"os"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/softnic/softnic/hostif"
+	"github.com/softnic/softnic/ibtransport"
+)
+
+// AllocPD allocates a protection domain and returns its handle.
+func (c *Conn) AllocPD() (uint32, error) {
+	var r hostif.HandleReply
+	_, err := c.call(hostif.OpAllocPD, hostif.Empty{}, &r)
+	return r.Handle, err
+}
+
+// MR is a registered region of this process's memory.
+type MR struct {
+	Handle, LKey, RKey uint32
+	Addr               uint64
+	Len                int
+}
+
+// SGE returns the SGE for n bytes at offset off of the region.
+func (m MR) SGE(off, n int) ibtransport.SGE {
+	return ibtransport.SGE{Addr: m.Addr + uint64(off), Length: uint32(n), LKey: m.LKey}
+}
+
+// RegMR registers buf in pd. The daemon reads and writes buf's memory
+// directly: keep buf alive (and the Go runtime does not move heap memory).
+func (c *Conn) RegMR(pd uint32, buf []byte, access ibtransport.Access) (MR, error) {
+	addr := uint64(uintptr(unsafe.Pointer(unsafe.SliceData(buf))))
+	var r hostif.RegMRReply
+	_, err := c.call(hostif.OpRegMR, hostif.RegMRRequest{PD: pd, Access: uint32(access), Addr: addr, Length: uint64(len(buf))}, &r)
+	return MR{Handle: r.Handle, LKey: r.LKey, RKey: r.RKey, Addr: addr, Len: len(buf)}, err
+}
+
+// Channel is a completion channel: CQ user handles arrive on File.
+type Channel struct {
+	Handle uint32
+	File   *os.File
+}
+
+// CreateCompChannel creates a completion channel.
+func (c *Conn) CreateCompChannel() (*Channel, error) {
+	var r hostif.HandleReply
+	fds, err := c.call(hostif.OpCreateCompChannel, hostif.Empty{}, &r)
+	if err != nil {
+		return nil, err
+	}
+	if len(fds) != 1 {
+		closeAll(fds)
+		return nil, fmt.Errorf("%w: channel with %d descriptors", hostif.ErrMessage, len(fds))
+	}
+	return &Channel{Handle: r.Handle, File: os.NewFile(uintptr(fds[0]), "softnic-channel")}, nil
+}
+
+// CQ is a completion queue the daemon fills.
+type CQ struct {
+	Handle uint32
+	ring   *hostif.CompletionQueue
+	mem    []byte
+}
+
+// CreateCQ creates a CQ of at least entries completions, notifying ch (if
+// not nil) with userHandle when armed.
+func (c *Conn) CreateCQ(entries int, ch *Channel, userHandle uint64) (*CQ, error) {
+	req := hostif.CreateCQRequest{Entries: uint32(entries), UserHandle: userHandle}
+	if ch != nil {
+		req.Channel = ch.Handle
+	}
+	var r hostif.CreateCQReply
+	fds, err := c.call(hostif.OpCreateCQ, req, &r)
+	if err != nil {
+		return nil, err
+	}
+	mem, err := mapRing(fds, hostif.RingSize(int(r.Depth), hostif.CQEntrySize))
+	if err != nil {
+		return nil, err
+	}
+	ring, err := hostif.NewCompletionQueue(mem, int(r.Depth))
+	if err != nil {
+		unix.Munmap(mem)
+		return nil, err
+	}
+	return &CQ{Handle: r.Handle, ring: ring, mem: mem}, nil
+}
+
+// mapRing maps the one descriptor a reply passed and closes it.
+func mapRing(fds []int, size int) ([]byte, error) {
+	if len(fds) != 1 {
+		closeAll(fds)
+		return nil, fmt.Errorf("%w: ring with %d descriptors", hostif.ErrMessage, len(fds))
+	}
+	mem, err := unix.Mmap(fds[0], 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	unix.Close(fds[0])
+	if err != nil {
+		return nil, fmt.Errorf("softnic daemon: map ring: %w", err)
+	}
+	return mem, nil
+}
+
+// Poll moves up to len(wcs) completions into wcs (ibv_poll_cq).
+func (cq *CQ) Poll(wcs []ibtransport.WC) (int, error) {
+	n := cq.ring.Poll(wcs)
+	if n == 0 && cq.ring.Overrun() {
+		return 0, fmt.Errorf("softnic daemon: CQ %d overran", cq.Handle)
+	}
+	return n, nil
+}
+
+// Arm asks for a completion event (ibv_req_notify_cq).
+func (cq *CQ) Arm(solicitedOnly bool) { cq.ring.Arm(solicitedOnly) }
+
+// QP is a queue pair the daemon runs.
+type QP struct {
+	Handle, QPN uint32
+	c           *Conn
+	mem         []byte
+	sq, rq      *hostif.WorkQueue
+}
+
+// CreateQP creates a QP (ibv_create_qp).
+func (c *Conn) CreateQP(req hostif.CreateQPRequest) (*QP, error) {
+	var r hostif.CreateQPReply
+	fds, err := c.call(hostif.OpCreateQP, req, &r)
+	if err != nil {
+		return nil, err
+	}
+	size := int(r.RQOffset) + hostif.RingSize(int(r.RQDepth), int(r.RQStride))
+	mem, err := mapRing(fds, size)
+	if err != nil {
+		return nil, err
+	}
+	q := &QP{Handle: r.Handle, QPN: r.QPN, c: c, mem: mem}
+	if q.sq, err = hostif.NewWorkQueue(mem[:r.RQOffset], int(r.SQDepth), int(r.SQStride)); err == nil {
+		q.rq, err = hostif.NewWorkQueue(mem[r.RQOffset:], int(r.RQDepth), int(r.RQStride))
+	}
+	if err != nil {
+		unix.Munmap(mem)
+		return nil, err
+	}
+	return q, nil
+}
+
+// Modify changes the QP's attributes (ibv_modify_qp).
+func (q *QP) Modify(attr *ibtransport.QPAttr, mask ibtransport.QPAttrMask) error {
+	req := hostif.ModifyQPRequest{Handle: q.Handle, Mask: uint32(mask), State: uint8(attr.State),
+		CurState: uint8(attr.CurState), PathMTU: uint8(attr.PathMTU), Port: attr.Port, Timeout: attr.Timeout,
+		RetryCnt: attr.RetryCnt, RNRRetry: attr.RNRRetry, MinRNR: attr.MinRNRTimer, MaxRdAtomic: attr.MaxRdAtomic,
+		MaxDestRdAtomic: attr.MaxDestRdAtomic, SGIDIndex: attr.AV.SGIDIndex, HopLimit: attr.AV.HopLimit,
+		TrafficClass: attr.AV.TrafficClass, PKeyIndex: attr.PKeyIndex, Access: uint32(attr.AccessFlags),
+		QKey: attr.QKey, DestQPN: attr.DestQPN, RQPSN: uint32(attr.RQPSN), SQPSN: uint32(attr.SQPSN),
+		FlowLabel: attr.AV.FlowLabel, DGID: attr.AV.DGID}
+	_, err := q.c.call(hostif.OpModifyQP, req, &hostif.Empty{})
+	return err
+}
+
+// State returns the QP's state as the daemon last published it.
+func (q *QP) State() ibtransport.QPState { return ibtransport.QPState(q.sq.State()) }
+
+// PostSend posts wr (ibv_post_send): it is encoded into the send queue and
+// the doorbell rung, with no system call while the daemon polls.
+func (q *QP) PostSend(wr *ibtransport.SendWR) error {
+	e, ok := q.sq.Next()
+	if !ok {
+		return ErrQueueFull
+	}
+	if err := hostif.EncodeSend(e, wr, 0); err != nil {
+		return err
+	}
+	q.sq.Publish()
+	q.c.ring()
+	return nil
+}
+
+// PostRecv posts wr to the receive queue (ibv_post_recv).
+func (q *QP) PostRecv(wr *ibtransport.RecvWR) error {
+	e, ok := q.rq.Next()
+	if !ok {
+		return ErrQueueFull
+	}
+	if err := hostif.EncodeRecv(e, wr); err != nil {
+		return err
+	}
+	q.rq.Publish()
+	q.c.ring()
+	return nil
+}
+
+// Destroy destroys the QP (ibv_destroy_qp).
+func (q *QP) Destroy() error {
+	_, err := q.c.call(hostif.OpDestroyQP, hostif.HandleRequest{Handle: q.Handle}, &hostif.Empty{})
+	if err == nil {
+		unix.Munmap(q.mem)
+	}
+	return err
+}
+
+// PostSendEntry posts a send entry that fill writes, unchecked: for tests
+// that play a client that breaks the host interface's rules.
+func (q *QP) PostSendEntry(fill func(e []byte)) error {
+	e, ok := q.sq.Next()
+	if !ok {
+		return ErrQueueFull
+	}
+	fill(e)
+	q.sq.Publish()
+	q.c.ring()
+	return nil
+}

@@ -1,0 +1,96 @@
+package daemon
+
+import (
+	"fmt"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/softnic/softnic/hostif"
+)
+
+// run executes one command and returns its reply body and descriptors.
+func (ss *session) run(op hostif.Op, msg []byte) (any, []int, error) {
+	switch op {
+	case hostif.OpHello:
+		var req hostif.HelloRequest
+		if err := hostif.DecodeBody(msg, &req); err != nil {
+			return nil, nil, err
+		}
+		return ss.hello(req)
+	case hostif.OpAllocPD:
+		if err := hostif.DecodeBody(msg, &hostif.Empty{}); err != nil {
+			return nil, nil, err
+		}
+		h := ss.handle()
+		ss.pds[h] = ss.s.dev.AllocPD()
+		return hostif.HandleReply{Handle: h}, nil, nil
+	case hostif.OpRegMR:
+		var req hostif.RegMRRequest
+		if err := hostif.DecodeBody(msg, &req); err != nil {
+			return nil, nil, err
+		}
+		body, err := ss.regMR(req)
+		return body, nil, err
+	case hostif.OpCreateCompChannel:
+		if err := hostif.DecodeBody(msg, &hostif.Empty{}); err != nil {
+			return nil, nil, err
+		}
+		return ss.createChannel()
+	case hostif.OpCreateCQ:
+		var req hostif.CreateCQRequest
+		if err := hostif.DecodeBody(msg, &req); err != nil {
+			return nil, nil, err
+		}
+		return ss.createCQ(req)
+	case hostif.OpCreateQP:
+		var req hostif.CreateQPRequest
+		if err := hostif.DecodeBody(msg, &req); err != nil {
+			return nil, nil, err
+		}
+		return ss.createQP(req)
+	case hostif.OpModifyQP:
+		var req hostif.ModifyQPRequest
+		if err := hostif.DecodeBody(msg, &req); err != nil {
+			return nil, nil, err
+		}
+		return hostif.Empty{}, nil, ss.modifyQP(req)
+	case hostif.OpDeallocPD, hostif.OpDeregMR, hostif.OpDestroyCQ, hostif.OpDestroyQP:
+		var req hostif.HandleRequest
+		if err := hostif.DecodeBody(msg, &req); err != nil {
+			return nil, nil, err
+		}
+		return hostif.Empty{}, nil, ss.destroy(op, req.Handle)
+	}
+	return nil, nil, fmt.Errorf("%w: %v", hostif.ErrMessage, op)
+}
+
+// hello starts the session: the device's limits, the session page, the
+// async event pipe and the doorbell.
+func (ss *session) hello(req hostif.HelloRequest) (any, []int, error) {
+	if req.Version != hostif.Version {
+		return nil, nil, unix.EPROTONOSUPPORT
+	}
+	if ss.page != nil {
+		return nil, nil, errProto
+	}
+	page, err := newRing("session", pageSize)
+	if err != nil {
+		return nil, nil, err
+	}
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+		page.close()
+		return nil, nil, err
+	}
+	unix.SetNonblock(p[1], true) // the write end only: a full pipe loses events
+	ss.page, ss.async = page, p[1]
+	ss.s.mu.Lock()
+	ss.s.host.add(ss)
+	ss.s.mu.Unlock()
+	a := ss.s.dev.Query()
+	ss.s.cfg.Log.Info("session started", "pid", ss.proc.Pid())
+	ss.closeAfterReply = append(ss.closeAfterReply, p[0])
+	return hostif.HelloReply{Version: hostif.Version, MaxQPWR: uint32(a.MaxQPWR), MaxSGE: uint32(a.MaxSGE),
+		MaxCQE: uint32(a.MaxCQE), MaxInline: uint32(a.MaxInlineData), MaxRdAtomic: uint32(a.MaxQPRdAtom),
+		ActiveMTU: uint32(ss.s.dev.ActiveMTU()), Engines: uint32(ss.s.dev.RoCE().Engines())}, []int{page.fd, p[0], int(ss.s.doorbell.Fd())}, nil
+}

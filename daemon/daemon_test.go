@@ -1,0 +1,275 @@
+package daemon_test
+
+import (
+	"context"
+	"net/netip"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+
+	"github.com/softnic/softnic/daemon"
+	"github.com/softnic/softnic/daemon/client"
+	"github.com/softnic/softnic/hostif"
+	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/roce/memlink"
+	"github.com/softnic/softnic/verbs"
+)
+
+var addrA, addrB = netip.MustParseAddr("10.9.0.1"), netip.MustParseAddr("10.9.0.2")
+
+// rig is a daemon serving device A of an in-memory link, and an
+// in-process device B at the link's other end with one QP.
+type rig struct {
+	srv    *daemon.Server
+	socket string
+	a, b   *verbs.Device
+	peer   *verbs.QP
+	pscq   *verbs.CQ
+	prcq   *verbs.CQ
+	pmr    *verbs.MR
+	pbuf   []byte
+}
+
+func newRig(t testing.TB) *rig {
+	la, lb := memlink.Pair(memlink.Config{})
+	a, err := verbs.Open(la, verbs.Config{Addrs: []netip.Addr{addrA}})
+	require.NoError(t, err)
+	b, err := verbs.Open(lb, verbs.Config{Addrs: []netip.Addr{addrB}})
+	require.NoError(t, err)
+	r := &rig{a: a, b: b, socket: filepath.Join(t.TempDir(), "softnic_test.sock")}
+	r.srv, err = daemon.Serve(a, daemon.Config{Socket: r.socket})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		r.srv.Close()
+		a.Close()
+		b.Close()
+		la.Close()
+		lb.Close()
+	})
+	pd := b.AllocPD()
+	r.pscq, err = b.CreateCQ(64, nil)
+	require.NoError(t, err)
+	r.prcq, err = b.CreateCQ(64, nil)
+	require.NoError(t, err)
+	r.peer, err = pd.CreateQP(&verbs.QPInitAttr{SendCQ: r.pscq, RecvCQ: r.prcq,
+		Cap: verbs.QPCap{MaxSendWR: 32, MaxRecvWR: 32, MaxSendSGE: 2, MaxRecvSGE: 2, MaxInlineData: 64}})
+	require.NoError(t, err)
+	r.pbuf = make([]byte, 1<<16)
+	r.pmr, err = pd.RegMR(r.pbuf, verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead)
+	require.NoError(t, err)
+	return r
+}
+
+const allAccess = ibtransport.AccessLocalWrite | ibtransport.AccessRemoteWrite | ibtransport.AccessRemoteRead
+
+// toRTS moves a QP through INIT and RTR to RTS, aimed at dest on gid.
+func toRTS(t *testing.T, modify func(*ibtransport.QPAttr, ibtransport.QPAttrMask) error, dest uint32, gid ibtransport.GID) {
+	require.NoError(t, modify(&ibtransport.QPAttr{State: ibtransport.QPSInit, AccessFlags: allAccess, Port: 1},
+		ibtransport.QPAttrState|ibtransport.QPAttrAccessFlags|ibtransport.QPAttrPort|ibtransport.QPAttrPKeyIndex))
+	require.NoError(t, modify(&ibtransport.QPAttr{State: ibtransport.QPSRTR, PathMTU: ibtransport.MTU1024, DestQPN: dest,
+		RQPSN: 100, MaxDestRdAtomic: 4, MinRNRTimer: 1, AV: ibtransport.AddressVector{DGID: gid, HopLimit: 64}},
+		ibtransport.QPAttrState|ibtransport.QPAttrAV|ibtransport.QPAttrPathMTU|ibtransport.QPAttrDestQPN|
+			ibtransport.QPAttrRQPSN|ibtransport.QPAttrMaxDestRdAtomic|ibtransport.QPAttrMinRNRTimer))
+	require.NoError(t, modify(&ibtransport.QPAttr{State: ibtransport.QPSRTS, SQPSN: 100, Timeout: 10, RetryCnt: 7,
+		RNRRetry: 7, MaxRdAtomic: 4},
+		ibtransport.QPAttrState|ibtransport.QPAttrSQPSN|ibtransport.QPAttrTimeout|ibtransport.QPAttrRetryCnt|
+			ibtransport.QPAttrRNRRetry|ibtransport.QPAttrMaxQPRdAtomic))
+}
+
+// clientQP is a QP made through the daemon and connected to the rig's peer.
+type clientQP struct {
+	c   *client.Conn
+	pd  uint32
+	cq  *client.CQ
+	qp  *client.QP
+	buf []byte
+	mr  client.MR
+}
+
+func connectClient(t *testing.T, r *rig) *clientQP {
+	c, err := client.Dial(r.socket)
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	q := &clientQP{c: c, buf: make([]byte, 1<<16)}
+	q.pd, err = c.AllocPD()
+	require.NoError(t, err)
+	q.mr, err = c.RegMR(q.pd, q.buf, allAccess)
+	require.NoError(t, err)
+	q.cq, err = c.CreateCQ(64, nil, 0)
+	require.NoError(t, err)
+	q.qp, err = c.CreateQP(hostif.CreateQPRequest{PD: q.pd, SendCQ: q.cq.Handle, RecvCQ: q.cq.Handle,
+		MaxSendWR: 32, MaxRecvWR: 32, MaxSendSGE: 2, MaxRecvSGE: 2, MaxInline: 64})
+	require.NoError(t, err)
+	gidA, err := r.a.GID(0)
+	require.NoError(t, err)
+	gidB, err := r.b.GID(0)
+	require.NoError(t, err)
+	toRTS(t, q.qp.Modify, r.peer.QPN(), gidB)
+	toRTS(t, r.peer.Modify, q.qp.QPN, gidA)
+	require.Equal(t, ibtransport.QPSRTS, q.qp.State())
+	return q
+}
+
+// poll waits for one completion on the client's CQ.
+func (q *clientQP) poll(t *testing.T) ibtransport.WC {
+	wcs := make([]ibtransport.WC, 1)
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		n, err := q.cq.Poll(wcs)
+		require.NoError(t, err)
+		if n == 1 {
+			return wcs[0]
+		}
+		time.Sleep(50 * time.Microsecond)
+	}
+	t.Fatal("no completion from the daemon")
+	return ibtransport.WC{}
+}
+
+// waitWrites waits until n WRITEs changed the peer's region: reading the
+// sequence orders the test's reads after the engine's writes (the client's
+// completion comes through shared memory, which the race detector does not
+// see as ordering).
+func (r *rig) waitWrites(t *testing.T, n uint64) {
+	require.Eventually(t, func() bool { return r.pmr.RemoteWriteSeq() >= n }, 10*time.Second, 10*time.Microsecond)
+}
+
+func waitPeer(t *testing.T, cq *verbs.CQ) verbs.WC {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	wcs := make([]verbs.WC, 1)
+	_, err := cq.Wait(ctx, wcs)
+	require.NoError(t, err)
+	return wcs[0]
+}
+
+// A client's work goes through the daemon's shared rings both ways: its
+// WRITE and SEND leave from its memory, a peer's WRITE and SEND land in it,
+// and its completions come back through the CQ ring.
+func TestClientThroughDaemon(t *testing.T) {
+	r := newRig(t)
+	q := connectClient(t, r)
+	for i := range q.buf {
+		q.buf[i] = byte(i * 3)
+	}
+
+	require.NoError(t, q.qp.PostSend(&ibtransport.SendWR{ID: 1, Opcode: ibtransport.WRRDMAWrite, Flags: ibtransport.SendSignaled,
+		SGL: []ibtransport.SGE{q.mr.SGE(0, 5000)}, RemoteAddr: r.pmr.Addr(), RKey: r.pmr.RKey()}))
+	wc := q.poll(t)
+	require.Equal(t, ibtransport.WCSuccess, wc.Status)
+	require.EqualValues(t, 1, wc.WRID)
+	require.Equal(t, ibtransport.WCRDMAWrite, wc.Opcode)
+	r.waitWrites(t, 1)
+	require.Equal(t, q.buf[:5000], r.pbuf[:5000])
+
+	// The peer writes into the client's buffer and sends to its receive.
+	for i := range r.pbuf {
+		r.pbuf[i] = byte(i * 5)
+	}
+	require.NoError(t, r.peer.PostSend(&verbs.SendWR{ID: 2, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
+		SGL: []verbs.SGE{r.pmr.SGE(0, 3000)}, RemoteAddr: q.mr.Addr + 10000, RKey: q.mr.RKey}))
+	require.Equal(t, verbs.WCSuccess, waitPeer(t, r.pscq).Status)
+	require.Equal(t, r.pbuf[:3000], q.buf[10000:13000])
+
+	require.NoError(t, q.qp.PostRecv(&ibtransport.RecvWR{ID: 3, SGL: []ibtransport.SGE{q.mr.SGE(20000, 100), q.mr.SGE(30000, 1000)}}))
+	require.NoError(t, r.peer.PostSend(&verbs.SendWR{ID: 4, Opcode: verbs.WRSendWithImm, Imm: 0x01020304, Flags: verbs.SendSignaled,
+		SGL: []verbs.SGE{r.pmr.SGE(100, 600)}}))
+	require.Equal(t, verbs.WCSuccess, waitPeer(t, r.pscq).Status)
+	wc = q.poll(t)
+	require.Equal(t, ibtransport.WCSuccess, wc.Status)
+	require.Equal(t, ibtransport.WCRecv, wc.Opcode)
+	require.EqualValues(t, 3, wc.WRID)
+	require.EqualValues(t, 600, wc.ByteLen)
+	require.EqualValues(t, 0x01020304, wc.Imm)
+	require.Equal(t, r.pbuf[100:200], q.buf[20000:20100])
+	require.Equal(t, r.pbuf[200:700], q.buf[30000:30500])
+
+	// The client's SEND, gathered from two pieces of its memory.
+	require.NoError(t, r.peer.PostRecv(&verbs.RecvWR{ID: 5, SGL: []verbs.SGE{r.pmr.SGE(40000, 2000)}}))
+	require.NoError(t, q.qp.PostSend(&ibtransport.SendWR{ID: 6, Opcode: ibtransport.WRSend, Flags: ibtransport.SendSignaled,
+		SGL: []ibtransport.SGE{q.mr.SGE(0, 10), q.mr.SGE(500, 20)}}))
+	require.Equal(t, ibtransport.WCSuccess, q.poll(t).Status)
+	rwc := waitPeer(t, r.prcq)
+	require.Equal(t, verbs.WCSuccess, rwc.Status)
+	require.EqualValues(t, 30, rwc.ByteLen)
+	require.Equal(t, append(append([]byte{}, q.buf[:10]...), q.buf[500:520]...), r.pbuf[40000:40030])
+
+	// A READ from the peer into the client's memory, and inline data.
+	require.NoError(t, q.qp.PostSend(&ibtransport.SendWR{ID: 7, Opcode: ibtransport.WRRDMARead, Flags: ibtransport.SendSignaled,
+		SGL: []ibtransport.SGE{q.mr.SGE(50000, 4000)}, RemoteAddr: r.pmr.Addr() + 8000, RKey: r.pmr.RKey()}))
+	require.Equal(t, ibtransport.WCSuccess, q.poll(t).Status)
+	require.Equal(t, r.pbuf[8000:12000], q.buf[50000:54000])
+	require.NoError(t, q.qp.PostSend(&ibtransport.SendWR{ID: 8, Opcode: ibtransport.WRRDMAWrite, Flags: ibtransport.SendSignaled | ibtransport.SendInline,
+		InlineData: []byte("inline!"), RemoteAddr: r.pmr.Addr() + 60000, RKey: r.pmr.RKey()}))
+	require.Equal(t, ibtransport.WCSuccess, q.poll(t).Status)
+	r.waitWrites(t, 2)
+	require.Equal(t, []byte("inline!"), r.pbuf[60000:60007])
+}
+
+// Closing the session destroys what it made: its QP is gone (the peer's
+// requests to it go unanswered) and the daemon has no session left.
+func TestSessionEndDestroysObjects(t *testing.T) {
+	r := newRig(t)
+	q := connectClient(t, r)
+	require.Equal(t, 1, r.srv.Sessions())
+	before := r.a.QPs()
+	require.NoError(t, q.c.Close())
+	require.Eventually(t, func() bool { return r.srv.Sessions() == 0 }, 5*time.Second, time.Millisecond)
+	require.Equal(t, before-1, r.a.QPs(), "the client's QP is destroyed")
+}
+
+// Commands on handles the session does not have, or out of order, get the
+// errno a kernel driver gives.
+func TestBadCommands(t *testing.T) {
+	r := newRig(t)
+	q := connectClient(t, r)
+	_, err := q.c.RegMR(999, q.buf, allAccess)
+	require.ErrorIs(t, err, unix.ENOENT)
+	_, err = q.c.RegMR(q.pd, make([]byte, 0), allAccess)
+	require.NoError(t, err, "an empty region")
+	_, err = q.c.CreateCQ(0, nil, 0)
+	require.ErrorIs(t, err, unix.EINVAL)
+	_, err = q.c.CreateQP(hostif.CreateQPRequest{PD: q.pd, SendCQ: q.cq.Handle, RecvCQ: 77, MaxSendWR: 1, MaxRecvWR: 1})
+	require.ErrorIs(t, err, unix.ENOENT)
+	_, err = q.c.CreateQP(hostif.CreateQPRequest{PD: q.pd, Type: 2, SendCQ: q.cq.Handle, RecvCQ: q.cq.Handle, MaxSendWR: 1, MaxRecvWR: 1})
+	require.ErrorIs(t, err, unix.EOPNOTSUPP, "UD needs address handles")
+
+	// A second client cannot use the first one's handles.
+	other, err := client.Dial(r.socket)
+	require.NoError(t, err)
+	defer other.Close()
+	_, err = other.RegMR(q.pd, q.buf, allAccess)
+	require.ErrorIs(t, err, unix.ENOENT)
+}
+
+// A client that writes garbage into its own send queue gets an error
+// completion and its QP in the error state; the daemon and the other
+// client's QP go on.
+func TestGarbageInSendQueue(t *testing.T) {
+	r := newRig(t)
+	q := connectClient(t, r)
+	require.NoError(t, q.qp.PostSendEntry(func(e []byte) {
+		for i := range e {
+			e[i] = 0xee
+		}
+		copy(e, []byte{42, 0, 0, 0, 0, 0, 0, 0}) // wr_id 42
+	}))
+	wc := q.poll(t)
+	require.EqualValues(t, 42, wc.WRID)
+	require.Equal(t, ibtransport.WCLocProtErr, wc.Status)
+	require.NoError(t, q.qp.PostSend(&ibtransport.SendWR{ID: 43, Opcode: ibtransport.WRRDMAWrite, Flags: ibtransport.SendSignaled,
+		SGL: []ibtransport.SGE{q.mr.SGE(0, 8)}, RemoteAddr: r.pmr.Addr(), RKey: r.pmr.RKey()}))
+	wc = q.poll(t)
+	require.EqualValues(t, 43, wc.WRID)
+	require.Equal(t, ibtransport.WCWRFlushErr, wc.Status, "the QP is in the error state")
+
+	// The daemon still serves.
+	other, err := client.Dial(r.socket)
+	require.NoError(t, err)
+	defer other.Close()
+	_, err = other.AllocPD()
+	require.NoError(t, err)
+}

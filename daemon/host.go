@@ -1,0 +1,197 @@
+package daemon
+
+import (
+	"encoding/binary"
+	"errors"
+	"sync/atomic"
+
+	"github.com/softnic/softnic/hostif"
+	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/verbs"
+)
+
+// hostQueues is the clients' side of the engine (roce.HostQueues): on
+// every pass of the first engine it looks at each session's doorbell and
+// takes the work posted to that session's QPs. Only the first engine's
+// goroutine calls its methods; the sessions change the list it reads by
+// swapping it whole.
+type hostQueues struct {
+	list atomic.Pointer[[]*session]
+	// backlog are QPs whose engine queue was full: their remaining
+	// entries are taken on the next passes without a doorbell.
+	backlog []*hostQP
+}
+
+func (h *hostQueues) init() { h.list.Store(&[]*session{}) }
+
+// add and remove change the session list; the server's mu is held.
+func (h *hostQueues) add(ss *session) {
+	old := *h.list.Load()
+	next := append(append(make([]*session, 0, len(old)+1), old...), ss)
+	h.list.Store(&next)
+}
+
+func (h *hostQueues) remove(ss *session) {
+	var next []*session
+	for _, o := range *h.list.Load() {
+		if o != ss {
+			next = append(next, o)
+		}
+	}
+	h.list.Store(&next)
+}
+
+func (h *hostQueues) Poll() bool {
+	worked := h.retryBacklog()
+	for _, ss := range *h.list.Load() {
+		db := atomic.LoadUint32(ss.word(offDoorbell))
+		if db == ss.seenDoorbell {
+			continue
+		}
+		ss.seenDoorbell = db
+		worked = true
+		for _, q := range *ss.qpList.Load() {
+			if q.fetch() && !q.backlogged {
+				q.backlogged = true
+				h.backlog = append(h.backlog, q)
+			}
+		}
+	}
+	return worked
+}
+
+func (h *hostQueues) retryBacklog() bool {
+	if len(h.backlog) == 0 {
+		return false
+	}
+	left := h.backlog[:0]
+	for _, q := range h.backlog {
+		if q.backlogged = !q.gone.Load() && q.fetch(); q.backlogged {
+			left = append(left, q)
+		}
+	}
+	clear(h.backlog[len(left):])
+	h.backlog = left
+	return true
+}
+
+// Sleep tells every session to ring the doorbell eventfd, then looks at
+// the doorbells once more (the client increments its doorbell, then reads
+// sleeping; the engine sets sleeping, then reads the doorbell: one of the
+// two sees the other's store).
+func (h *hostQueues) Sleep() bool {
+	if len(h.backlog) > 0 {
+		return false
+	}
+	list := *h.list.Load()
+	for _, ss := range list {
+		atomic.StoreUint32(ss.word(offSleeping), 1)
+	}
+	for _, ss := range list {
+		if atomic.LoadUint32(ss.word(offDoorbell)) != ss.seenDoorbell {
+			return false
+		}
+	}
+	return true
+}
+
+func (h *hostQueues) Awake() {
+	for _, ss := range *h.list.Load() {
+		atomic.StoreUint32(ss.word(offSleeping), 0)
+	}
+}
+
+// hostQP is a session's QP as the daemon holds it: the verbs QP that runs
+// it and the rings its client posts to.
+type hostQP struct {
+	handle uint32
+	qp     *verbs.QP
+	ring   *ring
+	sq, rq *hostif.WorkQueue
+	sdec   *hostif.SendDecoder
+	rdec   *hostif.RecvDecoder
+	send   ibtransport.SendWR
+	recv   ibtransport.RecvWR
+	// Engine goroutine only: the client broke a queue's indices; the QP
+	// waits in the backlog.
+	broken, backlogged bool
+	gone               atomic.Bool
+	pd, sc, rc         uint32
+}
+
+// fetch takes the QP's posted entries to the engine and reports whether
+// some must wait for room in the engine's queues.
+func (q *hostQP) fetch() (full bool) {
+	if q.broken {
+		return false
+	}
+	full = q.fetchSends()
+	if q.rq != nil && q.fetchRecvs() {
+		full = true
+	}
+	return full
+}
+
+func (q *hostQP) fetchSends() (full bool) {
+	n, ok := q.sq.Pending()
+	if !ok {
+		q.breakQP()
+		return false
+	}
+	cons := q.sq.Consumer()
+	for i := range n {
+		e := q.sq.Entry(cons + i)
+		if err := q.sdec.Decode(e, &q.send); err != nil {
+			q.send = poisonedSend(e)
+		}
+		if err := q.qp.PostSend(&q.send); errors.Is(err, verbs.ErrQueueFull) {
+			q.sq.Take(i)
+			return true
+		}
+		// Other errors (a QP not yet in RTS) drop the entry: the client's
+		// provider checks the QP's state before it posts.
+	}
+	q.sq.Take(n)
+	return false
+}
+
+func (q *hostQP) fetchRecvs() (full bool) {
+	n, ok := q.rq.Pending()
+	if !ok {
+		q.breakQP()
+		return false
+	}
+	cons := q.rq.Consumer()
+	for i := range n {
+		e := q.rq.Entry(cons + i)
+		if err := q.rdec.Decode(e, &q.recv); err != nil {
+			q.recv = ibtransport.RecvWR{ID: binary.LittleEndian.Uint64(e), SGL: poisonSGL[:]}
+		}
+		if err := q.qp.PostRecv(&q.recv); errors.Is(err, verbs.ErrQueueFull) {
+			q.rq.Take(i)
+			return true
+		}
+	}
+	q.rq.Take(n)
+	return false
+}
+
+// poisonSGL names memory no region has (keys are never 0): a work request
+// the daemon could not decode is executed with it, so that the engine
+// completes it with a local protection error and moves the QP to the
+// error state, as a NIC does with a malformed descriptor.
+var poisonSGL = [1]ibtransport.SGE{{Length: 1}}
+
+func poisonedSend(e []byte) ibtransport.SendWR {
+	return ibtransport.SendWR{ID: binary.LittleEndian.Uint64(e), Opcode: ibtransport.WRSend,
+		Flags: ibtransport.SendSignaled, SGL: poisonSGL[:]}
+}
+
+// breakQP handles a queue whose indices the client broke: one poisoned
+// request moves the QP to the error state, and the queues are not looked
+// at again.
+func (q *hostQP) breakQP() {
+	q.broken = true
+	wr := ibtransport.SendWR{Opcode: ibtransport.WRSend, Flags: ibtransport.SendSignaled, SGL: poisonSGL[:]}
+	q.qp.PostSend(&wr)
+}

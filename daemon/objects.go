@@ -1,0 +1,230 @@
+package daemon
+
+import (
+	"fmt"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/softnic/softnic/hostif"
+	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/verbs"
+)
+
+// regMR registers the client's own memory, after checking that it is
+// mapped with the rights asked for (the kernel's EFAULT).
+func (ss *session) regMR(req hostif.RegMRRequest) (any, error) {
+	pd := ss.pds[req.PD]
+	if pd == nil {
+		return nil, fmt.Errorf("PD %d: %w", req.PD, errNoObject)
+	}
+	access := verbs.Access(req.Access)
+	write := access&(verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteAtomic) != 0
+	if err := ss.proc.CheckMapped(req.Addr, req.Length, write); err != nil {
+		return nil, err
+	}
+	mr, err := pd.RegProcessMemory(ss.proc, req.Addr, req.Length, access)
+	if err != nil {
+		return nil, err
+	}
+	h := ss.handle()
+	ss.mrs[h], ss.mrPD[h] = mr, req.PD
+	return hostif.RegMRReply{Handle: h, LKey: mr.LKey(), RKey: mr.RKey()}, nil
+}
+
+// createChannel makes a completion channel: a pipe whose read end the
+// client gets.
+func (ss *session) createChannel() (any, []int, error) {
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+		return nil, nil, err
+	}
+	unix.SetNonblock(p[1], true)
+	h := ss.handle()
+	ss.channels[h] = p[1]
+	ss.closeAfterReply = append(ss.closeAfterReply, p[0])
+	return hostif.HandleReply{Handle: h}, []int{p[0]}, nil
+}
+
+func (ss *session) createCQ(req hostif.CreateCQRequest) (any, []int, error) {
+	if req.Entries == 0 || req.Entries > verbs.MaxCQE {
+		return nil, nil, fmt.Errorf("CQ of %d entries: %w", req.Entries, unix.EINVAL)
+	}
+	notify := func() {}
+	if req.Channel != 0 {
+		fd, ok := ss.channels[req.Channel]
+		if !ok {
+			return nil, nil, fmt.Errorf("channel %d: %w", req.Channel, errNoObject)
+		}
+		notify = func() { writeHandle(fd, req.UserHandle) }
+	}
+	depth := pow2(int(req.Entries))
+	r, err := newRing("cq", hostif.RingSize(depth, hostif.CQEntrySize))
+	if err != nil {
+		return nil, nil, err
+	}
+	ring, err := hostif.NewCompletionQueue(r.mem, depth)
+	if err != nil {
+		r.close()
+		return nil, nil, err
+	}
+	h := ss.handle()
+	ss.cqs[h] = &hostCQ{cq: ss.s.dev.CreateSharedCQ(ring, notify), ring: r}
+	return hostif.CreateCQReply{Handle: h, Depth: uint32(depth)}, []int{r.fd}, nil
+}
+
+// writeHandle writes a completion event (the CQ's user handle, as
+// ibv_get_cq_event reads it) without blocking.
+func writeHandle(fd int, handle uint64) {
+	var b [8]byte
+	for i := range b {
+		b[i] = byte(handle >> (8 * i))
+	}
+	unix.Write(fd, b[:])
+}
+
+func pow2(n int) int {
+	p := 1
+	for p < n {
+		p <<= 1
+	}
+	return p
+}
+
+func (ss *session) createQP(req hostif.CreateQPRequest) (any, []int, error) {
+	pd, scq, rcq := ss.pds[req.PD], ss.cqs[req.SendCQ], ss.cqs[req.RecvCQ]
+	if pd == nil || scq == nil || rcq == nil {
+		return nil, nil, fmt.Errorf("PD %d, CQs %d and %d: %w", req.PD, req.SendCQ, req.RecvCQ, errNoObject)
+	}
+	if req.SRQ != 0 || req.Type > uint32(verbs.QPTypeUC) {
+		// SRQs and UD's address handles are not in the host interface yet.
+		return nil, nil, fmt.Errorf("QP type %d with SRQ %d: %w", req.Type, req.SRQ, unix.EOPNOTSUPP)
+	}
+	if req.MaxSendWR == 0 || req.MaxRecvWR == 0 || req.MaxSendWR > ibtransport.MaxQPWR || req.MaxRecvWR > ibtransport.MaxQPWR {
+		return nil, nil, fmt.Errorf("QP of %d and %d work requests: %w", req.MaxSendWR, req.MaxRecvWR, unix.EINVAL)
+	}
+	sDepth, rDepth := pow2(int(req.MaxSendWR)), pow2(int(req.MaxRecvWR))
+	cap := verbs.QPCap{MaxSendWR: sDepth, MaxRecvWR: rDepth, MaxSendSGE: int(req.MaxSendSGE), MaxRecvSGE: int(req.MaxRecvSGE),
+		MaxInlineData: int(req.MaxInline)}
+	qp, err := pd.CreateQP(&verbs.QPInitAttr{SendCQ: scq.cq, RecvCQ: rcq.cq, Cap: cap, Type: verbs.QPType(req.Type)})
+	if err != nil {
+		return nil, nil, err
+	}
+	q, err := newHostQP(qp, sDepth, rDepth, cap)
+	if err != nil {
+		qp.Destroy()
+		return nil, nil, err
+	}
+	q.handle, q.pd, q.sc, q.rc = ss.handle(), req.PD, req.SendCQ, req.RecvCQ
+	ss.qps[q.handle] = q
+	ss.publishQPs()
+	return hostif.CreateQPReply{Handle: q.handle, QPN: qp.QPN(), SQDepth: uint32(sDepth), SQStride: uint32(q.sq.Stride()),
+		RQOffset: uint32(hostif.RingSize(sDepth, q.sq.Stride())), RQDepth: uint32(rDepth), RQStride: uint32(q.rq.Stride()),
+		MaxSendSGE: req.MaxSendSGE, MaxRecvSGE: req.MaxRecvSGE, MaxInline: req.MaxInline}, []int{q.ring.fd}, nil
+}
+
+// newHostQP makes the QP's rings: its send queue, then its receive queue,
+// in one memfd.
+func newHostQP(qp *verbs.QP, sDepth, rDepth int, cap verbs.QPCap) (*hostQP, error) {
+	sStride, rStride := hostif.SendStride(cap.MaxSendSGE, cap.MaxInlineData), hostif.RecvStride(cap.MaxRecvSGE)
+	sSize, rSize := hostif.RingSize(sDepth, sStride), hostif.RingSize(rDepth, rStride)
+	r, err := newRing("qp", sSize+rSize)
+	if err != nil {
+		return nil, err
+	}
+	q := &hostQP{qp: qp, ring: r, sdec: hostif.NewSendDecoder(sStride, cap.MaxSendSGE, cap.MaxInlineData, nil),
+		rdec: hostif.NewRecvDecoder(rStride, cap.MaxRecvSGE)}
+	if q.sq, err = hostif.NewWorkQueue(r.mem[:sSize], sDepth, sStride); err == nil {
+		q.rq, err = hostif.NewWorkQueue(r.mem[sSize:], rDepth, rStride)
+	}
+	if err != nil {
+		r.close()
+		return nil, err
+	}
+	return q, nil
+}
+
+// publishQPs gives the engine the session's QP list anew.
+func (ss *session) publishQPs() {
+	list := make([]*hostQP, 0, len(ss.qps))
+	for _, q := range ss.qps {
+		list = append(list, q)
+	}
+	ss.qpList.Store(&list)
+}
+
+func (ss *session) modifyQP(req hostif.ModifyQPRequest) error {
+	q := ss.qps[req.Handle]
+	if q == nil {
+		return fmt.Errorf("QP %d: %w", req.Handle, errNoObject)
+	}
+	attr := ibtransport.QPAttr{State: ibtransport.QPState(req.State), CurState: ibtransport.QPState(req.CurState),
+		AccessFlags: ibtransport.Access(req.Access), PKeyIndex: req.PKeyIndex, Port: req.Port,
+		AV: ibtransport.AddressVector{DGID: req.DGID, SGIDIndex: req.SGIDIndex, FlowLabel: req.FlowLabel,
+			HopLimit: req.HopLimit, TrafficClass: req.TrafficClass},
+		PathMTU: ibtransport.MTU(req.PathMTU), Timeout: req.Timeout, RetryCnt: req.RetryCnt, RNRRetry: req.RNRRetry,
+		RQPSN: ibtransport.PSN(req.RQPSN), SQPSN: ibtransport.PSN(req.SQPSN), MaxRdAtomic: req.MaxRdAtomic,
+		MaxDestRdAtomic: req.MaxDestRdAtomic, MinRNRTimer: req.MinRNR, DestQPN: req.DestQPN, QKey: req.QKey}
+	err := q.qp.Modify(&attr, ibtransport.QPAttrMask(req.Mask))
+	q.sq.SetState(uint32(q.qp.State()))
+	return err
+}
+
+// destroy destroys the object op names, if nothing uses it.
+func (ss *session) destroy(op hostif.Op, h uint32) error {
+	switch op {
+	case hostif.OpDestroyQP:
+		if ss.qps[h] == nil {
+			return errNoObject
+		}
+		ss.destroyQP(h)
+	case hostif.OpDestroyCQ:
+		cq := ss.cqs[h]
+		if cq == nil {
+			return errNoObject
+		}
+		for _, q := range ss.qps {
+			if q.sc == h || q.rc == h {
+				return errBusy
+			}
+		}
+		cq.ring.close()
+		delete(ss.cqs, h)
+	case hostif.OpDeregMR:
+		mr := ss.mrs[h]
+		if mr == nil {
+			return errNoObject
+		}
+		delete(ss.mrs, h)
+		delete(ss.mrPD, h)
+		return mr.Dereg()
+	case hostif.OpDeallocPD:
+		if ss.pds[h] == nil {
+			return errNoObject
+		}
+		for mh, pd := range ss.mrPD {
+			if pd == h && ss.mrs[mh] != nil {
+				return errBusy
+			}
+		}
+		for _, q := range ss.qps {
+			if q.pd == h {
+				return errBusy
+			}
+		}
+		delete(ss.pds, h)
+	}
+	return nil
+}
+
+// destroyQP destroys a QP. The verbs QP's destroy runs while every engine
+// is between passes (Group.Do): when it returns, a pass of the first
+// engine that had the old QP list has ended, the backlog drops gone QPs,
+// and no engine takes the QP's work or writes its rings again.
+func (ss *session) destroyQP(h uint32) {
+	q := ss.qps[h]
+	delete(ss.qps, h)
+	ss.publishQPs()
+	q.gone.Store(true)
+	q.qp.Destroy()
+	q.ring.close()
+}

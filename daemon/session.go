@@ -1,0 +1,202 @@
+package daemon
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"sync/atomic"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/softnic/softnic/hostif"
+	"github.com/softnic/softnic/internal/procmem"
+	"github.com/softnic/softnic/verbs"
+)
+
+// session is one client connection and the objects it made.
+type session struct {
+	s    *Server
+	conn *net.UnixConn
+	proc *procmem.Process
+	page *ring
+	// async is the write end of the client's async event pipe.
+	async int
+
+	// seenDoorbell is the doorbell value the engine took work for (first
+	// engine's goroutine only); qpList is what it walks, swapped whole.
+	seenDoorbell uint32
+	qpList       atomic.Pointer[[]*hostQP]
+
+	// closeAfterReply are descriptors passed in the reply being sent that
+	// the daemon does not keep.
+	closeAfterReply []int
+
+	// The tables: only the session's goroutine touches them.
+	next     uint32
+	pds      map[uint32]*verbs.PD
+	mrs      map[uint32]*verbs.MR
+	mrPD     map[uint32]uint32
+	channels map[uint32]int // handle: the pipe's write end
+	cqs      map[uint32]*hostCQ
+	qps      map[uint32]*hostQP
+}
+
+// hostCQ is a session's CQ: the verbs CQ the engines fill and its ring.
+type hostCQ struct {
+	cq   *verbs.CQ
+	ring *ring
+}
+
+// newSession identifies the peer process (SO_PEERPIDFD: the process that
+// connected, whatever its pid becomes) and opens its memory.
+func newSession(s *Server, c *net.UnixConn) (*session, error) {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	pidfd, serr := -1, error(nil)
+	raw.Control(func(fd uintptr) { pidfd, serr = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_PEERPIDFD) })
+	if serr != nil {
+		return nil, fmt.Errorf("peer pidfd: %w", serr)
+	}
+	proc, err := procmem.FromPidfd(pidfd)
+	if err != nil {
+		return nil, err
+	}
+	ss := &session{s: s, conn: c, proc: proc, async: -1, pds: map[uint32]*verbs.PD{}, mrs: map[uint32]*verbs.MR{},
+		mrPD: map[uint32]uint32{}, channels: map[uint32]int{}, cqs: map[uint32]*hostCQ{}, qps: map[uint32]*hostQP{}}
+	ss.qpList.Store(&[]*hostQP{})
+	return ss, nil
+}
+
+// word returns a u32 of the session page.
+func (ss *session) word(off int) *uint32 { return (*uint32)(unsafe.Pointer(&ss.page.mem[off])) }
+
+func (ss *session) handle() uint32 {
+	ss.next++
+	return ss.next
+}
+
+// serve answers the client's commands until it goes, then ends the
+// session.
+func (ss *session) serve() {
+	defer ss.end()
+	buf := make([]byte, hostif.MaxMessage)
+	out := make([]byte, hostif.MaxMessage)
+	for {
+		n, _, _, _, err := ss.conn.ReadMsgUnix(buf, nil)
+		if err != nil || n == 0 {
+			return
+		}
+		reply, fds := ss.answer(buf[:n], out)
+		if reply == nil {
+			return // not a message of ours: the peer is not a client
+		}
+		var oob []byte
+		if len(fds) > 0 {
+			oob = unix.UnixRights(fds...)
+		}
+		_, _, err = ss.conn.WriteMsgUnix(reply, oob, nil)
+		for _, fd := range ss.closeAfterReply {
+			unix.Close(fd)
+		}
+		ss.closeAfterReply = ss.closeAfterReply[:0]
+		if err != nil {
+			return
+		}
+	}
+}
+
+// answer runs one command and encodes its reply, with the descriptors to
+// pass.
+func (ss *session) answer(msg, out []byte) ([]byte, []int) {
+	h, err := hostif.DecodeHeader(msg)
+	if err != nil {
+		return nil, nil
+	}
+	if h.Op != hostif.OpHello && ss.page == nil {
+		return ss.reply(out, h, nil, errProto), nil
+	}
+	body, fds, err := ss.run(h.Op, msg)
+	if err != nil {
+		fds = nil
+	}
+	return ss.reply(out, h, body, err), fds
+}
+
+var (
+	errProto    = errors.New("hello first")
+	errNoObject = errors.New("no such object")
+	errBusy     = errors.New("object in use")
+)
+
+// reply encodes the reply to h: body on success, the errno of err otherwise.
+func (ss *session) reply(out []byte, h hostif.Header, body any, err error) []byte {
+	h.Status = 0
+	if err != nil {
+		h.Status = -int32(errnoOf(err))
+		body = hostif.Empty{}
+		ss.s.cfg.Log.Debug("command failed", "op", h.Op, "pid", ss.proc.Pid(), "err", err)
+	}
+	b, _ := hostif.Encode(out, h, body)
+	return b
+}
+
+func errnoOf(err error) unix.Errno {
+	var errno unix.Errno
+	switch {
+	case errors.As(err, &errno):
+		return errno
+	case errors.Is(err, errNoObject):
+		return unix.ENOENT
+	case errors.Is(err, errBusy):
+		return unix.EBUSY
+	case errors.Is(err, errProto), errors.Is(err, hostif.ErrMessage):
+		return unix.EPROTO
+	case errors.Is(err, procmem.ErrFault):
+		return unix.EFAULT
+	case errors.Is(err, procmem.ErrGone):
+		return unix.ESRCH
+	}
+	return unix.EINVAL
+}
+
+// end destroys what the session made, in the order a driver's release of
+// a uverbs file does: QPs first (after which no engine takes their work or
+// writes their rings), then regions (after which no engine touches the
+// process's memory), then CQs and the rest.
+func (ss *session) end() {
+	ss.conn.Close()
+	s := ss.s
+	s.mu.Lock()
+	s.host.remove(ss)
+	s.mu.Unlock()
+	// A pass of the first engine that began before the removal may still
+	// read the session page: Group.Do returns once every engine is between
+	// passes.
+	s.dev.RoCE().Group().Do(func() error { return nil })
+	for h := range ss.qps {
+		ss.destroyQP(h)
+	}
+	for h, mr := range ss.mrs {
+		mr.Dereg()
+		delete(ss.mrs, h)
+	}
+	ss.proc.Close()
+	for h, cq := range ss.cqs {
+		cq.ring.close()
+		delete(ss.cqs, h)
+	}
+	for h, fd := range ss.channels {
+		unix.Close(fd)
+		delete(ss.channels, h)
+	}
+	if ss.async >= 0 {
+		unix.Close(ss.async)
+	}
+	ss.page.close()
+	if ss.page != nil {
+		s.cfg.Log.Info("session ended", "pid", ss.proc.Pid())
+	}
+}

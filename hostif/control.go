@@ -1,0 +1,155 @@
+package hostif
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+)
+
+// Version is the host interface version this package speaks.
+const Version = 1
+
+// Op is a control command (docs/HOST-INTERFACE.md).
+type Op uint16
+
+// Control commands.
+const (
+	OpHello Op = iota + 1
+	OpAllocPD
+	OpDeallocPD
+	OpRegMR
+	OpDeregMR
+	OpCreateCompChannel
+	OpCreateCQ
+	OpDestroyCQ
+	OpCreateQP
+	OpModifyQP
+	OpDestroyQP
+)
+
+var opNames = [...]string{"", "hello", "alloc_pd", "dealloc_pd", "reg_mr", "dereg_mr", "create_comp_channel",
+	"create_cq", "destroy_cq", "create_qp", "modify_qp", "destroy_qp"}
+
+func (o Op) String() string {
+	if int(o) < len(opNames) && o != 0 {
+		return opNames[o]
+	}
+	return fmt.Sprintf("op(%d)", uint16(o))
+}
+
+// HeaderLen is the size of a control message's header.
+const HeaderLen = 16
+
+// MaxMessage is the largest control message either side sends.
+const MaxMessage = 4096
+
+// Header starts every control message.
+type Header struct {
+	Op      Op
+	Version uint16
+	Length  uint32 // header and body
+	Seq     uint32
+	Status  int32 // replies: 0 or a negative errno
+}
+
+// ErrMessage is returned for a control message that cannot be decoded.
+var ErrMessage = errors.New("hostif: bad control message")
+
+// Bodies of the requests and replies: fixed-size little-endian fields in
+// the order given, no padding. Handles are per session; 0 is none.
+type (
+	HelloRequest struct{ Version uint32 }
+	HelloReply   struct {
+		Version, MaxQPWR, MaxSGE, MaxCQE  uint32
+		MaxInline, MaxRdAtomic, ActiveMTU uint32
+		Engines                           uint32
+	}
+	HandleRequest struct{ Handle uint32 }
+	HandleReply   struct{ Handle uint32 }
+	RegMRRequest  struct {
+		PD, Access   uint32
+		Addr, Length uint64
+	}
+	RegMRReply      struct{ Handle, LKey, RKey uint32 }
+	CreateCQRequest struct {
+		Entries, Channel uint32
+		UserHandle       uint64
+	}
+	CreateCQReply   struct{ Handle, Depth uint32 }
+	CreateQPRequest struct {
+		PD, Type, SendCQ, RecvCQ, SRQ     uint32
+		MaxSendWR, MaxRecvWR              uint32
+		MaxSendSGE, MaxRecvSGE, MaxInline uint32
+		UserHandle                        uint64
+	}
+	CreateQPReply struct {
+		Handle, QPN                       uint32
+		SQDepth, SQStride                 uint32
+		RQOffset, RQDepth, RQStride       uint32
+		MaxSendSGE, MaxRecvSGE, MaxInline uint32
+	}
+	// ModifyQPRequest carries struct ibv_qp_attr's fields that softnic
+	// uses, with libibverbs' mask bits and values.
+	ModifyQPRequest struct {
+		Handle, Mask                        uint32
+		State, CurState, PathMTU, Port      uint8
+		Timeout, RetryCnt, RNRRetry, MinRNR uint8
+		MaxRdAtomic, MaxDestRdAtomic        uint8
+		SGIDIndex, HopLimit, TrafficClass   uint8
+		Reserved                            [3]uint8
+		PKeyIndex                           uint16
+		Reserved2                           uint16
+		Access, QKey, DestQPN, RQPSN, SQPSN uint32
+		FlowLabel                           uint32
+		DGID                                [16]byte
+	}
+	Empty struct{}
+)
+
+// Encode writes a message of op with body into buf and returns its bytes.
+func Encode(buf []byte, h Header, body any) ([]byte, error) {
+	n := binary.Size(body)
+	if n < 0 || HeaderLen+n > len(buf) {
+		return nil, fmt.Errorf("%w: %T does not fit", ErrMessage, body)
+	}
+	h.Version, h.Length = Version, uint32(HeaderLen+n)
+	le := binary.LittleEndian
+	le.PutUint16(buf[0:], uint16(h.Op))
+	le.PutUint16(buf[2:], h.Version)
+	le.PutUint32(buf[4:], h.Length)
+	le.PutUint32(buf[8:], h.Seq)
+	le.PutUint32(buf[12:], uint32(h.Status))
+	if _, err := binary.Encode(buf[HeaderLen:], le, body); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrMessage, err)
+	}
+	return buf[:h.Length], nil
+}
+
+// DecodeHeader reads the header of msg and checks its version and length.
+func DecodeHeader(msg []byte) (Header, error) {
+	if len(msg) < HeaderLen {
+		return Header{}, fmt.Errorf("%w: %d bytes", ErrMessage, len(msg))
+	}
+	le := binary.LittleEndian
+	h := Header{Op: Op(le.Uint16(msg)), Version: le.Uint16(msg[2:]), Length: le.Uint32(msg[4:]),
+		Seq: le.Uint32(msg[8:]), Status: int32(le.Uint32(msg[12:]))}
+	switch {
+	case h.Version != Version:
+		return h, fmt.Errorf("%w: version %d", ErrMessage, h.Version)
+	case int(h.Length) != len(msg):
+		return h, fmt.Errorf("%w: length %d in a message of %d bytes", ErrMessage, h.Length, len(msg))
+	}
+	return h, nil
+}
+
+// DecodeBody reads msg's body into body, which must be exactly its size.
+func DecodeBody(msg []byte, body any) error {
+	n := binary.Size(body)
+	if n < 0 || len(msg) != HeaderLen+n {
+		return fmt.Errorf("%w: body of %d bytes for %T", ErrMessage, len(msg)-HeaderLen, body)
+	}
+	if _, err := binary.Decode(msg[HeaderLen:], binary.LittleEndian, body); err != nil {
+		return fmt.Errorf("%w: %v", ErrMessage, err)
+	}
+	return nil
+}
