@@ -229,5 +229,9 @@ func (l *Link) alignIRQs(queues []int) int {
 	}
 	cpu, moved := alignIRQs(l.ifname, queues, &l.irqCPUs)
 	l.irqsMoved = append(l.irqsMoved, moved...)
+	if l.irqState != "" && len(moved) > 0 {
+		// Best effort: without the file a killed process leaves them moved.
+		saveIRQState(l.irqState, l.irqsMoved)
+	}
 	return cpu
 }

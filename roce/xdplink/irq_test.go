@@ -167,3 +167,54 @@ func FuzzQueueOfIRQ(f *testing.F) {
 		}
 	})
 }
+
+// A process killed after moving vectors leaves the IRQ state file; the
+// next Open with it (restoreIRQState) gives the vectors back.
+func TestIRQStateSurvivesAKill(t *testing.T) {
+	fakeIRQTree(t, virtioIRQs)
+	state := filepath.Join(t.TempDir(), "softnic_eth0.irqs")
+	l := &Link{ifname: "eth0", irqState: state}
+	l.alignIRQs([]int{0})
+	l.alignIRQs([]int{1})
+	require.Equal(t, "1", affinityOf(t, 26))
+	require.Equal(t, "0", affinityOf(t, 28))
+	data, err := os.ReadFile(state)
+	require.NoError(t, err)
+	require.Equal(t, "26 0-1\n28 0-1\n", string(data))
+
+	// The process dies here: no Close. The next start restores.
+	require.NoError(t, restoreIRQState(state))
+	for _, irq := range []int{25, 26, 27, 28} {
+		assert.Equal(t, "0-1", affinityOf(t, irq), "vector %d restored", irq)
+	}
+	_, err = os.Stat(state)
+	require.True(t, os.IsNotExist(err), "the file is gone once restored")
+	require.NoError(t, restoreIRQState(state), "no file: nothing to do")
+
+	// A clean Close removes the file too.
+	l = &Link{ifname: "eth0", irqState: state}
+	l.alignIRQs([]int{0})
+	require.FileExists(t, state)
+	require.NoError(t, l.Close())
+	require.NoFileExists(t, state)
+	require.Equal(t, "0-1", affinityOf(t, 26))
+
+	require.NoError(t, os.WriteFile(state, []byte("26 0-1; rm -rf /\n"), 0o644))
+	require.Error(t, restoreIRQState(state), "a line that is no CPU list")
+}
+
+func FuzzParseIRQState(f *testing.F) {
+	f.Add([]byte("26 0-1\n28 3,5-7\n"))
+	f.Add([]byte("x y\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		moved, err := parseIRQState(data)
+		if err != nil {
+			return
+		}
+		for _, m := range moved {
+			if m.irq < 0 || strings.Trim(m.prev, "0123456789,-") != "" {
+				t.Fatalf("parsed %+v", m)
+			}
+		}
+	})
+}

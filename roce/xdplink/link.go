@@ -35,6 +35,10 @@ type Config struct {
 	// CPU, the one their first receive vector was on (see CPU), and moved
 	// back on Close.
 	KeepIRQs bool
+	// IRQState, if set, is a file where the link records the vectors it
+	// moved: Open first gives back what a killed process recorded there,
+	// and Close removes it (a daemon's /run/softnic/DEVICE.irqs).
+	IRQState string
 }
 
 // Stats gathers the link's counters.
@@ -82,6 +86,7 @@ type Link struct {
 	inPlace bool
 
 	keepIRQs   bool
+	irqState   string
 	irqMu      sync.Mutex
 	irqsMoved  []irqAffinity
 	irqCPUs    unix.CPUSet // the CPUs alignIRQs chose so far
@@ -110,7 +115,12 @@ func Open(ifname string, cfg Config) (l *Link, err error) {
 		return nil, fmt.Errorf("AF_XDP link on %q: %w", ifname, ErrLinkDown)
 	}
 	queues := rxQueues(ifc.Index)
-	l = &Link{ifname: ifname, mtu: ifc.MTU, bufLen: ifc.MTU + 26, keepIRQs: cfg.KeepIRQs}
+	if cfg.IRQState != "" {
+		if err := restoreIRQState(cfg.IRQState); err != nil {
+			return nil, fmt.Errorf("AF_XDP link on %q: restore interrupt vectors: %w", ifname, err)
+		}
+	}
+	l = &Link{ifname: ifname, mtu: ifc.MTU, bufLen: ifc.MTU + 26, keepIRQs: cfg.KeepIRQs, irqState: cfg.IRQState}
 	copy(l.mac[:], ifc.HardwareAddr)
 	defer func() {
 		if err != nil {
@@ -313,6 +323,9 @@ func (l *Link) Close() error {
 	l.irqMu.Lock()
 	restoreIRQs(l.irqsMoved)
 	l.irqsMoved, l.irqsClosed = nil, true
+	if l.irqState != "" {
+		errs = append(errs, saveIRQState(l.irqState, nil))
+	}
 	l.irqMu.Unlock()
 	for _, q := range l.sets {
 		var one [8]byte
