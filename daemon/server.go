@@ -133,6 +133,9 @@ func (s *Server) ringDoorbell() {
 	}
 }
 
+// Socket returns the control socket's path.
+func (s *Server) Socket() string { return s.cfg.Socket }
+
 // Sessions returns how many clients are connected.
 func (s *Server) Sessions() int {
 	s.mu.Lock()

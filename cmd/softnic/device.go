@@ -16,11 +16,18 @@ import (
 // one per receive queue, up to the number of CPUs). Tests replace it to
 // run over an in-memory link.
 var openDevice = func(ifname string, engines int) (perftest.Device, func(), error) {
+	return openInterface(ifname, engines, xdplink.Config{KeepIRQs: keepIRQs})
+}
+
+// openInterface is openDevice with the link's configuration (its Addrs
+// are the interface's).
+func openInterface(ifname string, engines int, xcfg xdplink.Config) (perftest.Device, func(), error) {
 	nd, err := xdplink.LookupNetdev(ifname)
 	if err != nil {
 		return perftest.Device{}, nil, err
 	}
-	link, err := xdplink.Open(ifname, xdplink.Config{Addrs: nd.GIDs, KeepIRQs: keepIRQs})
+	xcfg.Addrs = nd.GIDs
+	link, err := xdplink.Open(ifname, xcfg)
 	if err != nil {
 		return perftest.Device{}, nil, fmt.Errorf("open AF_XDP link on %s: %w", ifname, err)
 	}

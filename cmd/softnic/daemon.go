@@ -1,0 +1,192 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/softnic/softnic/daemon"
+	"github.com/softnic/softnic/roce/xdplink"
+	"github.com/softnic/softnic/verbs"
+)
+
+func init() {
+	register("daemon", "run softnic as a standing adapter that local processes share", runDaemon)
+}
+
+// listFlag collects a repeated flag's values.
+type listFlag []string
+
+func (l *listFlag) String() string     { return strings.Join(*l, ",") }
+func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
+
+type daemonOptions struct {
+	ifaces   listFlag
+	runDir   string
+	group    string
+	mode     string
+	logLevel string
+}
+
+// openServed opens the device the daemon serves on an interface, with the
+// file that lets the next daemon restore what this one moved; tests
+// replace it.
+var openServed = func(ifname, irqState string) (*verbs.Device, func(), error) {
+	dev, closeDev, err := openInterface(ifname, 0, xdplink.Config{IRQState: irqState})
+	return dev.Verbs, closeDev, err
+}
+
+func runDaemon(args []string, stdout, stderr io.Writer) int {
+	var o daemonOptions
+	fs := flag.NewFlagSet("daemon", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Var(&o.ifaces, "d", "interface to serve as device softnic_IFACE (repeat for several)")
+	fs.StringVar(&o.runDir, "run-dir", "/run/softnic", "directory of the control sockets (DEVICE.sock) and the daemon's state")
+	fs.StringVar(&o.group, "group", "", "group owning the control sockets (default: root's; with --mode 0660, only its members may use the devices)")
+	fs.StringVar(&o.mode, "mode", "0666", "permission bits of the control sockets (0666: every local user, as /dev/infiniband/uverbs* is)")
+	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: softnic daemon -d IFACE [-d IFACE ...] [flags]")
+		fmt.Fprintln(stderr, "\nServes each interface as an RDMA device to local processes until SIGTERM or SIGINT.")
+		fs.PrintDefaults()
+	}
+	if _, status, ok := parseArgs(fs, args, 2); !ok {
+		return status
+	}
+	cfg, log, err := o.config(stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "softnic daemon: %v\n", err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := serveDevices(ctx, o, cfg, log); err != nil {
+		fmt.Fprintf(stderr, "softnic daemon: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// config checks the options and turns them into the sessions' settings.
+func (o *daemonOptions) config(stderr io.Writer) (daemon.Config, *slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
+		return daemon.Config{}, nil, fmt.Errorf("--log-level %q: %w", o.logLevel, err)
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	if len(o.ifaces) == 0 {
+		return daemon.Config{}, nil, errors.New("no interface: name one with -d IFACE")
+	}
+	mode, err := strconv.ParseUint(o.mode, 8, 32)
+	if err != nil || mode > 0o777 || mode == 0 {
+		return daemon.Config{}, nil, fmt.Errorf("--mode %q: not permission bits such as 0660", o.mode)
+	}
+	cfg := daemon.Config{Mode: os.FileMode(mode), Group: -1, Log: log}
+	if o.group != "" {
+		g, err := user.LookupGroup(o.group)
+		if err != nil {
+			return daemon.Config{}, nil, fmt.Errorf("--group: %w", err)
+		}
+		cfg.Group, _ = strconv.Atoi(g.Gid)
+	}
+	return cfg, log, nil
+}
+
+// served is one interface the daemon serves, and what to undo at exit.
+type served struct {
+	name     string
+	lock     *os.File
+	srv      *daemon.Server
+	closeDev func()
+}
+
+// serveDevices serves every interface until ctx ends, then undoes
+// everything in reverse.
+func serveDevices(ctx context.Context, o daemonOptions, cfg daemon.Config, log *slog.Logger) error {
+	if err := os.MkdirAll(o.runDir, 0o755); err != nil {
+		return fmt.Errorf("run directory: %w (the daemon needs root, or --run-dir)", err)
+	}
+	var all []*served
+	defer func() {
+		for i := len(all) - 1; i >= 0; i-- {
+			all[i].stop()
+		}
+	}()
+	for _, ifname := range o.ifaces {
+		s, err := serveDevice(o.runDir, ifname, cfg)
+		if err != nil {
+			return err
+		}
+		all = append(all, s)
+		log.Info("serving", "device", s.name, "interface", ifname, "socket", s.srv.Socket())
+	}
+	<-ctx.Done()
+	log.Info("stopping")
+	return nil
+}
+
+// serveDevice takes the device's lock, cleans up after a killed
+// predecessor, opens the interface and serves it.
+func serveDevice(runDir, ifname string, cfg daemon.Config) (*served, error) {
+	s := &served{name: "softnic_" + ifname}
+	base := filepath.Join(runDir, s.name)
+	var err error
+	if s.lock, err = takeLock(base + ".lock"); err != nil {
+		return nil, err
+	}
+	dev, closeDev, err := openServed(ifname, base+".irqs")
+	if err != nil {
+		s.unlock()
+		return nil, fmt.Errorf("%s: %w", ifname, err)
+	}
+	s.closeDev = closeDev
+	cfg.Socket = base + ".sock"
+	if s.srv, err = daemon.Serve(dev, cfg); err != nil {
+		s.closeDev()
+		s.unlock()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *served) stop() {
+	s.srv.Close()
+	s.closeDev()
+	s.unlock()
+}
+
+// takeLock locks the device's lock file for this process, and writes its
+// pid there. The lock dies with the process, so a killed daemon's file
+// does not keep the next one out.
+func takeLock(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("lock file: %w (the daemon needs root, or --run-dir)", err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		pid, _ := io.ReadAll(f)
+		f.Close()
+		return nil, fmt.Errorf("another softnic daemon serves this device (pid %s, lock %s): stop it first",
+			strings.TrimSpace(string(pid)), path)
+	}
+	f.Truncate(0)
+	f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	return f, nil
+}
+
+func (s *served) unlock() {
+	os.Remove(s.lock.Name())
+	s.lock.Close()
+}
