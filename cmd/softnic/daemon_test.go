@@ -45,7 +45,9 @@ func TestDaemonCommandLifecycle(t *testing.T) {
 	cfg := daemon.Config{Mode: 0o666, Group: -1, Log: slog.New(slog.NewTextHandler(&logs, nil))}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- serveDevices(ctx, daemonOptions{ifaces: listFlag{"memA", "memB"}, runDir: dir}, cfg, cfg.Log) }()
+	go func() {
+		done <- serveDevices(ctx, daemonOptions{ifaces: listFlag{"memA", "memB"}, runDir: dir}, cfg, cfg.Log)
+	}()
 	sock := filepath.Join(dir, "softnic_memA.sock")
 	var c *client.Conn
 	require.Eventually(t, func() bool {
