@@ -2,6 +2,7 @@ package daemon_test
 
 import (
 	"context"
+	"log/slog"
 	"net/netip"
 	"path/filepath"
 	"testing"
@@ -27,6 +28,7 @@ type rig struct {
 	socket string
 	a, b   *verbs.Device
 	peer   *verbs.QP
+	ppd    *verbs.PD
 	pscq   *verbs.CQ
 	prcq   *verbs.CQ
 	pmr    *verbs.MR
@@ -40,7 +42,7 @@ func newRig(t testing.TB) *rig {
 	b, err := verbs.Open(lb, verbs.Config{Addrs: []netip.Addr{addrB}})
 	require.NoError(t, err)
 	r := &rig{a: a, b: b, socket: filepath.Join(t.TempDir(), "softnic_test.sock")}
-	r.srv, err = daemon.Serve(a, daemon.Config{Socket: r.socket})
+	r.srv, err = daemon.Serve(a, daemon.Config{Socket: r.socket, Log: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		r.srv.Close()
@@ -50,6 +52,7 @@ func newRig(t testing.TB) *rig {
 		lb.Close()
 	})
 	pd := b.AllocPD()
+	r.ppd = pd
 	r.pscq, err = b.CreateCQ(64, nil)
 	require.NoError(t, err)
 	r.prcq, err = b.CreateCQ(64, nil)
@@ -66,7 +69,7 @@ func newRig(t testing.TB) *rig {
 const allAccess = ibtransport.AccessLocalWrite | ibtransport.AccessRemoteWrite | ibtransport.AccessRemoteRead
 
 // toRTS moves a QP through INIT and RTR to RTS, aimed at dest on gid.
-func toRTS(t *testing.T, modify func(*ibtransport.QPAttr, ibtransport.QPAttrMask) error, dest uint32, gid ibtransport.GID) {
+func toRTS(t testing.TB, modify func(*ibtransport.QPAttr, ibtransport.QPAttrMask) error, dest uint32, gid ibtransport.GID) {
 	require.NoError(t, modify(&ibtransport.QPAttr{State: ibtransport.QPSInit, AccessFlags: allAccess, Port: 1},
 		ibtransport.QPAttrState|ibtransport.QPAttrAccessFlags|ibtransport.QPAttrPort|ibtransport.QPAttrPKeyIndex))
 	require.NoError(t, modify(&ibtransport.QPAttr{State: ibtransport.QPSRTR, PathMTU: ibtransport.MTU1024, DestQPN: dest,
@@ -89,7 +92,7 @@ type clientQP struct {
 	mr  client.MR
 }
 
-func connectClient(t *testing.T, r *rig) *clientQP {
+func connectClient(t testing.TB, r *rig) *clientQP {
 	c, err := client.Dial(r.socket)
 	require.NoError(t, err)
 	t.Cleanup(func() { c.Close() })

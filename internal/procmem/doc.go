@@ -17,8 +17,7 @@
 // reaches a later process with the same pid unless the kernel handed the
 // pid out again between that check and the call, which needs the pid
 // allocator to go once around its whole space (it allocates cyclically)
-// in that moment. Reads are checked again afterwards, and what they read
-// is not used if the process exited meanwhile.
+// in that moment.
 //
 //	p, err := procmem.Open(pid)
 //	if err != nil {

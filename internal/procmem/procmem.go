@@ -109,13 +109,7 @@ func (p *Process) WriteAt(src []byte, addr uint64) error {
 // ReadV fills the pieces in order from the contiguous bytes at addr in the
 // process: the payloads of several frames from one buffer, in one call.
 func (p *Process) ReadV(pieces [][]byte, addr uint64) error {
-	if err := p.access(pieces, addr, false); err != nil {
-		return err
-	}
-	if !p.Alive() {
-		return ErrGone // what was read may be another process's
-	}
-	return nil
+	return p.access(pieces, addr, false)
 }
 
 // WriteV writes the pieces in order to the contiguous bytes at addr in the
