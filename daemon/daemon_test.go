@@ -2,8 +2,11 @@ package daemon_test
 
 import (
 	"context"
+	"encoding/binary"
+	"io"
 	"log/slog"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -275,4 +278,50 @@ func TestGarbageInSendQueue(t *testing.T) {
 	defer other.Close()
 	_, err = other.AllocPD()
 	require.NoError(t, err)
+}
+
+// A completion channel gets the CQ's user handle when an armed CQ gets a
+// completion (what ibv_get_cq_event reads), and a CQ that overruns sends
+// IBV_EVENT_CQ_ERR with its user handle down the async pipe (what
+// ibv_get_async_event reads).
+func TestEventsThroughDaemon(t *testing.T) {
+	r := newRig(t)
+	q := connectClient(t, r)
+	ch, err := q.c.CreateCompChannel()
+	require.NoError(t, err)
+	defer ch.File.Close()
+	cq, err := q.c.CreateCQ(1, ch, 0xcafe)
+	require.NoError(t, err)
+	qp, err := q.c.CreateQP(hostif.CreateQPRequest{PD: q.pd, SendCQ: cq.Handle, RecvCQ: q.cq.Handle,
+		MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1, UserHandle: 0xbeef})
+	require.NoError(t, err)
+	gidA, _ := r.a.GID(0)
+	gidB, _ := r.b.GID(0)
+	r.peer.Modify(&verbs.QPAttr{State: verbs.QPSReset}, verbs.QPAttrState)
+	toRTS(t, qp.Modify, r.peer.QPN(), gidB)
+	toRTS(t, r.peer.Modify, qp.QPN, gidA)
+
+	write := func(id uint64) {
+		require.NoError(t, qp.PostSend(&ibtransport.SendWR{ID: id, Opcode: ibtransport.WRRDMAWrite, Flags: ibtransport.SendSignaled,
+			SGL: []ibtransport.SGE{q.mr.SGE(0, 8)}, RemoteAddr: r.pmr.Addr(), RKey: r.pmr.RKey()}))
+	}
+	read := func(f *os.File, n int) []byte {
+		f.SetReadDeadline(time.Now().Add(10 * time.Second))
+		b := make([]byte, n)
+		_, err := io.ReadFull(f, b)
+		require.NoError(t, err)
+		return b
+	}
+	cq.Arm(false)
+	write(1)
+	require.Equal(t, uint64(0xcafe), binary.LittleEndian.Uint64(read(ch.File, 8)))
+
+	// The CQ holds one completion, unpolled: the second overruns it.
+	write(2)
+	rec := read(q.c.Async, 16)
+	require.Equal(t, uint64(0xcafe), binary.LittleEndian.Uint64(rec[0:]))
+	require.EqualValues(t, 0, binary.LittleEndian.Uint32(rec[8:]), "IBV_EVENT_CQ_ERR")
+	rec = read(q.c.Async, 16)
+	require.Equal(t, uint64(0xbeef), binary.LittleEndian.Uint64(rec[0:]))
+	require.EqualValues(t, 1, binary.LittleEndian.Uint32(rec[8:]), "IBV_EVENT_QP_FATAL: the overrun moved the QP to ERR")
 }

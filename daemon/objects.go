@@ -68,7 +68,9 @@ func (ss *session) createCQ(req hostif.CreateCQRequest) (any, []int, error) {
 		return nil, nil, err
 	}
 	h := ss.handle()
-	ss.cqs[h] = &hostCQ{cq: ss.s.dev.CreateSharedCQ(ring, notify), ring: r}
+	cq := ss.s.dev.CreateSharedCQ(ring, notify)
+	ss.cqs[h] = &hostCQ{cq: cq, ring: r}
+	ss.s.own(cq, ss, req.UserHandle)
 	return hostif.CreateCQReply{Handle: h, Depth: uint32(depth)}, []int{r.fd}, nil
 }
 
@@ -116,6 +118,7 @@ func (ss *session) createQP(req hostif.CreateQPRequest) (any, []int, error) {
 	}
 	q.handle, q.pd, q.sc, q.rc = ss.handle(), req.PD, req.SendCQ, req.RecvCQ
 	ss.qps[q.handle] = q
+	ss.s.own(qp, ss, req.UserHandle)
 	ss.publishQPs()
 	return hostif.CreateQPReply{Handle: q.handle, QPN: qp.QPN(), SQDepth: uint32(sDepth), SQStride: uint32(q.sq.Stride()),
 		RQOffset: uint32(hostif.RingSize(sDepth, q.sq.Stride())), RQDepth: uint32(rDepth), RQStride: uint32(q.rq.Stride()),
@@ -187,6 +190,7 @@ func (ss *session) destroy(op hostif.Op, h uint32) error {
 				return errBusy
 			}
 		}
+		ss.s.disown(cq.cq)
 		cq.ring.close()
 		delete(ss.cqs, h)
 	case hostif.OpDeregMR:
@@ -226,5 +230,6 @@ func (ss *session) destroyQP(h uint32) {
 	ss.publishQPs()
 	q.gone.Store(true)
 	q.qp.Destroy()
+	ss.s.disown(q.qp)
 	q.ring.close()
 }

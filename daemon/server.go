@@ -37,8 +37,11 @@ type Server struct {
 
 	mu       sync.Mutex
 	sessions map[*session]struct{}
-	closed   bool
-	wg       sync.WaitGroup
+	// owners maps the sessions' CQs and QPs to their owners, for events.
+	owners map[any]owner
+	closed bool
+	quit   chan struct{}
+	wg     sync.WaitGroup
 }
 
 // Serve starts serving dev on cfg.Socket; the device must stay open until
@@ -65,12 +68,13 @@ func Serve(dev *verbs.Device, cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("daemon: eventfd: %w", err)
 	}
 	s := &Server{dev: dev, cfg: cfg, ln: ln, doorbell: os.NewFile(uintptr(efd), "softnic-doorbell"),
-		sessions: map[*session]struct{}{}}
+		sessions: map[*session]struct{}{}, owners: map[any]owner{}, quit: make(chan struct{})}
 	s.host.init()
 	dev.RoCE().SetHostQueues(&s.host)
-	s.wg.Add(2)
+	s.wg.Add(3)
 	go s.accept()
 	go s.ringDoorbell()
+	go s.deliverEvents()
 	return s, nil
 }
 
@@ -154,6 +158,7 @@ func (s *Server) Close() error {
 	s.mu.Unlock()
 	s.ln.Close()
 	s.doorbell.Close()
+	close(s.quit)
 	s.wg.Wait()
 	s.dev.RoCE().SetHostQueues(nil)
 	os.Remove(s.cfg.Socket)

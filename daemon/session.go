@@ -185,6 +185,7 @@ func (ss *session) end() {
 	}
 	ss.proc.Close()
 	for h, cq := range ss.cqs {
+		s.disown(cq.cq)
 		cq.ring.close()
 		delete(ss.cqs, h)
 	}
@@ -192,9 +193,12 @@ func (ss *session) end() {
 		unix.Close(fd)
 		delete(ss.channels, h)
 	}
+	s.mu.Lock() // deliver writes to async under it
 	if ss.async >= 0 {
 		unix.Close(ss.async)
+		ss.async = -1
 	}
+	s.mu.Unlock()
 	ss.page.close()
 	if ss.page != nil {
 		s.cfg.Log.Info("session ended", "pid", ss.proc.Pid())

@@ -1,0 +1,80 @@
+package daemon
+
+import (
+	"encoding/binary"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/softnic/softnic/verbs"
+)
+
+// owner is the session an object belongs to and the user handle its client
+// gave it, which async events carry.
+type owner struct {
+	ss     *session
+	handle uint64
+}
+
+// ibvEventType is libibverbs' enum ibv_event_type value of each event.
+var ibvEventType = map[verbs.EventType]uint32{
+	verbs.EventCQErr:            0,
+	verbs.EventQPFatal:          1,
+	verbs.EventCommEst:          4,
+	verbs.EventSQDrained:        5,
+	verbs.EventSRQLimitReached:  15,
+	verbs.EventQPLastWQEReached: 16,
+}
+
+// own records the owner of a CQ or QP (the server's mu is taken).
+func (s *Server) own(obj any, ss *session, handle uint64) {
+	s.mu.Lock()
+	s.owners[obj] = owner{ss: ss, handle: handle}
+	s.mu.Unlock()
+}
+
+func (s *Server) disown(obj any) {
+	s.mu.Lock()
+	delete(s.owners, obj)
+	s.mu.Unlock()
+}
+
+// deliverEvents writes each of the device's async events to the session
+// that owns its object, as the 16-byte record ibv_get_async_event reads:
+// the user handle, the event type, 0.
+func (s *Server) deliverEvents() {
+	defer s.wg.Done()
+	for {
+		select {
+		case ev := <-s.dev.Events():
+			s.deliver(ev)
+		case <-s.quit:
+			return
+		}
+	}
+}
+
+func (s *Server) deliver(ev verbs.Event) {
+	var obj any
+	switch {
+	case ev.QP != nil:
+		obj = ev.QP
+	case ev.CQ != nil:
+		obj = ev.CQ
+	default:
+		return // SRQs are not served yet
+	}
+	typ, ok := ibvEventType[ev.Type]
+	if !ok {
+		return
+	}
+	var rec [16]byte
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	o, ok := s.owners[obj]
+	if !ok || o.ss.async < 0 {
+		return
+	}
+	binary.LittleEndian.PutUint64(rec[0:], o.handle)
+	binary.LittleEndian.PutUint32(rec[8:], typ)
+	unix.Write(o.ss.async, rec[:]) // non-blocking: a full pipe loses the event
+}
