@@ -325,3 +325,36 @@ func TestEventsThroughDaemon(t *testing.T) {
 	require.Equal(t, uint64(0xbeef), binary.LittleEndian.Uint64(rec[0:]))
 	require.EqualValues(t, 1, binary.LittleEndian.Uint32(rec[8:]), "IBV_EVENT_QP_FATAL: the overrun moved the QP to ERR")
 }
+
+// One client's lkey means nothing in another client's work requests: the
+// request completes with a local protection error, as with a key of
+// another process on a kernel driver, and the first client's memory is
+// not read.
+func TestLKeysArePerSession(t *testing.T) {
+	r := newRig(t)
+	victim := connectClient(t, r)
+	copy(victim.buf, "secret")
+
+	c, err := client.Dial(r.socket)
+	require.NoError(t, err)
+	defer c.Close()
+	pd, err := c.AllocPD()
+	require.NoError(t, err)
+	cq, err := c.CreateCQ(8, nil, 0)
+	require.NoError(t, err)
+	qp, err := c.CreateQP(hostif.CreateQPRequest{PD: pd, SendCQ: cq.Handle, RecvCQ: cq.Handle,
+		MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1})
+	require.NoError(t, err)
+	gidA, _ := r.a.GID(0)
+	gidB, _ := r.b.GID(0)
+	r.peer.Modify(&verbs.QPAttr{State: verbs.QPSReset}, verbs.QPAttrState)
+	toRTS(t, qp.Modify, r.peer.QPN(), gidB)
+	toRTS(t, r.peer.Modify, qp.QPN, gidA)
+
+	require.NoError(t, qp.PostSend(&ibtransport.SendWR{ID: 1, Opcode: ibtransport.WRRDMAWrite, Flags: ibtransport.SendSignaled,
+		SGL: []ibtransport.SGE{victim.mr.SGE(0, 6)}, RemoteAddr: r.pmr.Addr(), RKey: r.pmr.RKey()}))
+	wcs := make([]ibtransport.WC, 1)
+	require.Eventually(t, func() bool { n, _ := cq.Poll(wcs); return n == 1 }, 10*time.Second, 50*time.Microsecond)
+	require.Equal(t, ibtransport.WCLocProtErr, wcs[0].Status)
+	require.NotEqual(t, []byte("secret"), r.pbuf[:6])
+}
