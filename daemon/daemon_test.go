@@ -358,3 +358,26 @@ func TestLKeysArePerSession(t *testing.T) {
 	require.Equal(t, ibtransport.WCLocProtErr, wcs[0].Status)
 	require.NotEqual(t, []byte("secret"), r.pbuf[:6])
 }
+
+// A session's rings are bounded: a client cannot take the daemon's memory.
+func TestSessionRingLimit(t *testing.T) {
+	r := newRig(t)
+	q := connectClient(t, r)
+	var err error
+	for i := 0; i < 100 && err == nil; i++ {
+		_, err = q.c.CreateCQ(verbs.MaxCQE, nil, 0) // 256 MiB each
+	}
+	require.ErrorIs(t, err, unix.ENOMEM)
+	_, err = q.c.CreateCQ(16, nil, 0)
+	require.NoError(t, err, "small rings still fit")
+}
+
+// A message that is not one of ours gets an error reply, and the session
+// goes on.
+func TestGarbageMessage(t *testing.T) {
+	r := newRig(t)
+	q := connectClient(t, r)
+	require.NoError(t, q.c.Raw([]byte("hello, daemon"), 5*time.Second))
+	_, err := q.c.AllocPD()
+	require.NoError(t, err)
+}

@@ -58,13 +58,13 @@ func (ss *session) createCQ(req hostif.CreateCQRequest) (any, []int, error) {
 		notify = func() { writeHandle(fd, req.UserHandle) }
 	}
 	depth := pow2(int(req.Entries))
-	r, err := newRing("cq", hostif.RingSize(depth, hostif.CQEntrySize))
+	r, err := ss.newRing("cq", hostif.RingSize(depth, hostif.CQEntrySize))
 	if err != nil {
 		return nil, nil, err
 	}
 	ring, err := hostif.NewCompletionQueue(r.mem, depth)
 	if err != nil {
-		r.close()
+		ss.freeRing(r)
 		return nil, nil, err
 	}
 	h := ss.handle()
@@ -105,13 +105,15 @@ func (ss *session) createQP(req hostif.CreateQPRequest) (any, []int, error) {
 		return nil, nil, fmt.Errorf("QP of %d and %d work requests: %w", req.MaxSendWR, req.MaxRecvWR, unix.EINVAL)
 	}
 	sDepth, rDepth := pow2(int(req.MaxSendWR)), pow2(int(req.MaxRecvWR))
-	cap := verbs.QPCap{MaxSendWR: sDepth, MaxRecvWR: rDepth, MaxSendSGE: int(req.MaxSendSGE), MaxRecvSGE: int(req.MaxRecvSGE),
-		MaxInlineData: int(req.MaxInline)}
+	// At least one SGE each way in the engine, whatever the client asked:
+	// the poisoned request of a bad entry carries one.
+	cap := verbs.QPCap{MaxSendWR: sDepth, MaxRecvWR: rDepth, MaxSendSGE: max(int(req.MaxSendSGE), 1),
+		MaxRecvSGE: max(int(req.MaxRecvSGE), 1), MaxInlineData: int(req.MaxInline)}
 	qp, err := pd.CreateQP(&verbs.QPInitAttr{SendCQ: scq.cq, RecvCQ: rcq.cq, Cap: cap, Type: verbs.QPType(req.Type)})
 	if err != nil {
 		return nil, nil, err
 	}
-	q, err := newHostQP(qp, sDepth, rDepth, cap)
+	q, err := ss.newHostQP(qp, sDepth, rDepth, cap)
 	if err != nil {
 		qp.Destroy()
 		return nil, nil, err
@@ -127,10 +129,10 @@ func (ss *session) createQP(req hostif.CreateQPRequest) (any, []int, error) {
 
 // newHostQP makes the QP's rings: its send queue, then its receive queue,
 // in one memfd.
-func newHostQP(qp *verbs.QP, sDepth, rDepth int, cap verbs.QPCap) (*hostQP, error) {
+func (ss *session) newHostQP(qp *verbs.QP, sDepth, rDepth int, cap verbs.QPCap) (*hostQP, error) {
 	sStride, rStride := hostif.SendStride(cap.MaxSendSGE, cap.MaxInlineData), hostif.RecvStride(cap.MaxRecvSGE)
 	sSize, rSize := hostif.RingSize(sDepth, sStride), hostif.RingSize(rDepth, rStride)
-	r, err := newRing("qp", sSize+rSize)
+	r, err := ss.newRing("qp", sSize+rSize)
 	if err != nil {
 		return nil, err
 	}
@@ -140,7 +142,7 @@ func newHostQP(qp *verbs.QP, sDepth, rDepth int, cap verbs.QPCap) (*hostQP, erro
 		q.rq, err = hostif.NewWorkQueue(r.mem[sSize:], rDepth, rStride)
 	}
 	if err != nil {
-		r.close()
+		ss.freeRing(r)
 		return nil, err
 	}
 	return q, nil
@@ -191,7 +193,7 @@ func (ss *session) destroy(op hostif.Op, h uint32) error {
 			}
 		}
 		ss.s.disown(cq.cq)
-		cq.ring.close()
+		ss.freeRing(cq.ring)
 		delete(ss.cqs, h)
 	case hostif.OpDeregMR:
 		mr := ss.mrs[h]
@@ -231,5 +233,5 @@ func (ss *session) destroyQP(h uint32) {
 	q.gone.Store(true)
 	q.qp.Destroy()
 	ss.s.disown(q.qp)
-	q.ring.close()
+	ss.freeRing(q.ring)
 }

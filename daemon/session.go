@@ -31,6 +31,8 @@ type session struct {
 	// closeAfterReply are descriptors passed in the reply being sent that
 	// the daemon does not keep.
 	closeAfterReply []int
+	// ringBytes is the shared memory of the session's CQ and QP rings.
+	ringBytes int
 
 	// The tables: only the session's goroutine touches them.
 	next     uint32
@@ -56,7 +58,7 @@ func newSession(s *Server, c *net.UnixConn) (*session, error) {
 		return nil, err
 	}
 	pidfd, serr := -1, error(nil)
-	raw.Control(func(fd uintptr) { pidfd, serr = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_PEERPIDFD) })
+	raw.Control(func(fd uintptr) { pidfd, serr = peerPidfd(int(fd)) })
 	if serr != nil {
 		return nil, fmt.Errorf("peer pidfd: %w", serr)
 	}
@@ -68,6 +70,22 @@ func newSession(s *Server, c *net.UnixConn) (*session, error) {
 		mrPD: map[uint32]uint32{}, channels: map[uint32]int{}, cqs: map[uint32]*hostCQ{}, qps: map[uint32]*hostQP{}}
 	ss.qpList.Store(&[]*hostQP{})
 	return ss, nil
+}
+
+// peerPidfd returns a pidfd of the process at the other end of the socket:
+// SO_PEERPIDFD (Linux 6.5) names the process that connected, whatever
+// happens to its pid; older kernels give the pid (SO_PEERCRED), opened as
+// a pidfd at once.
+func peerPidfd(fd int) (int, error) {
+	pidfd, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_PEERPIDFD)
+	if err == nil {
+		return pidfd, nil
+	}
+	cred, cerr := unix.GetsockoptUcred(fd, unix.SOL_SOCKET, unix.SO_PEERCRED)
+	if cerr != nil {
+		return -1, err
+	}
+	return unix.PidfdOpen(int(cred.Pid), 0)
 }
 
 // word returns a u32 of the session page.
@@ -90,9 +108,6 @@ func (ss *session) serve() {
 			return
 		}
 		reply, fds := ss.answer(buf[:n], out)
-		if reply == nil {
-			return // not a message of ours: the peer is not a client
-		}
 		var oob []byte
 		if len(fds) > 0 {
 			oob = unix.UnixRights(fds...)
@@ -113,7 +128,8 @@ func (ss *session) serve() {
 func (ss *session) answer(msg, out []byte) ([]byte, []int) {
 	h, err := hostif.DecodeHeader(msg)
 	if err != nil {
-		return nil, nil
+		// Answered all the same, with what could be read of the header.
+		return ss.reply(out, h, nil, err), nil
 	}
 	if h.Op != hostif.OpHello && ss.page == nil {
 		return ss.reply(out, h, nil, errProto), nil
@@ -186,7 +202,7 @@ func (ss *session) end() {
 	ss.proc.Close()
 	for h, cq := range ss.cqs {
 		s.disown(cq.cq)
-		cq.ring.close()
+		ss.freeRing(cq.ring)
 		delete(ss.cqs, h)
 	}
 	for h, fd := range ss.channels {

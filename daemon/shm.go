@@ -44,6 +44,29 @@ func (r *ring) close() {
 	unix.Close(r.fd)
 }
 
+// maxSessionRings bounds the shared memory one session's rings take, the
+// daemon's memory that a client could otherwise exhaust (a kernel driver
+// charges its pinned queues to the user's RLIMIT_MEMLOCK).
+const maxSessionRings = 1 << 30
+
+// newRing makes a ring for the session within its share.
+func (ss *session) newRing(name string, size int) (*ring, error) {
+	if size <= 0 || ss.ringBytes+size > maxSessionRings {
+		return nil, fmt.Errorf("%s ring of %d bytes, %d in use: %w", name, size, ss.ringBytes, unix.ENOMEM)
+	}
+	r, err := newRing(name, size)
+	if err == nil {
+		ss.ringBytes += size
+	}
+	return r, err
+}
+
+// freeRing closes a ring of the session.
+func (ss *session) freeRing(r *ring) {
+	ss.ringBytes -= len(r.mem)
+	r.close()
+}
+
 // pageSize is the session page's size.
 const pageSize = 4096
 
