@@ -119,6 +119,19 @@ func connectClient(t testing.TB, r *rig) *clientQP {
 	return q
 }
 
+// reconnect makes a QP through c and connects the rig's peer QP to it
+// instead (from RESET).
+func (r *rig) reconnect(t *testing.T, c *client.Conn, req hostif.CreateQPRequest) *client.QP {
+	qp, err := c.CreateQP(req)
+	require.NoError(t, err)
+	gidA, _ := r.a.GID(0)
+	gidB, _ := r.b.GID(0)
+	require.NoError(t, r.peer.Modify(&verbs.QPAttr{State: verbs.QPSReset}, verbs.QPAttrState))
+	toRTS(t, qp.Modify, r.peer.QPN(), gidB)
+	toRTS(t, r.peer.Modify, qp.QPN, gidA)
+	return qp
+}
+
 // poll waits for one completion on the client's CQ.
 func (q *clientQP) poll(t *testing.T) ibtransport.WC {
 	wcs := make([]ibtransport.WC, 1)
@@ -292,14 +305,8 @@ func TestEventsThroughDaemon(t *testing.T) {
 	defer ch.File.Close()
 	cq, err := q.c.CreateCQ(1, ch, 0xcafe)
 	require.NoError(t, err)
-	qp, err := q.c.CreateQP(hostif.CreateQPRequest{PD: q.pd, SendCQ: cq.Handle, RecvCQ: q.cq.Handle,
+	qp := r.reconnect(t, q.c, hostif.CreateQPRequest{PD: q.pd, SendCQ: cq.Handle, RecvCQ: q.cq.Handle,
 		MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1, UserHandle: 0xbeef})
-	require.NoError(t, err)
-	gidA, _ := r.a.GID(0)
-	gidB, _ := r.b.GID(0)
-	r.peer.Modify(&verbs.QPAttr{State: verbs.QPSReset}, verbs.QPAttrState)
-	toRTS(t, qp.Modify, r.peer.QPN(), gidB)
-	toRTS(t, r.peer.Modify, qp.QPN, gidA)
 
 	write := func(id uint64) {
 		require.NoError(t, qp.PostSend(&ibtransport.SendWR{ID: id, Opcode: ibtransport.WRRDMAWrite, Flags: ibtransport.SendSignaled,
@@ -342,14 +349,8 @@ func TestLKeysArePerSession(t *testing.T) {
 	require.NoError(t, err)
 	cq, err := c.CreateCQ(8, nil, 0)
 	require.NoError(t, err)
-	qp, err := c.CreateQP(hostif.CreateQPRequest{PD: pd, SendCQ: cq.Handle, RecvCQ: cq.Handle,
+	qp := r.reconnect(t, c, hostif.CreateQPRequest{PD: pd, SendCQ: cq.Handle, RecvCQ: cq.Handle,
 		MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1})
-	require.NoError(t, err)
-	gidA, _ := r.a.GID(0)
-	gidB, _ := r.b.GID(0)
-	r.peer.Modify(&verbs.QPAttr{State: verbs.QPSReset}, verbs.QPAttrState)
-	toRTS(t, qp.Modify, r.peer.QPN(), gidB)
-	toRTS(t, r.peer.Modify, qp.QPN, gidA)
 
 	require.NoError(t, qp.PostSend(&ibtransport.SendWR{ID: 1, Opcode: ibtransport.WRRDMAWrite, Flags: ibtransport.SendSignaled,
 		SGL: []ibtransport.SGE{victim.mr.SGE(0, 6)}, RemoteAddr: r.pmr.Addr(), RKey: r.pmr.RKey()}))

@@ -1,93 +1,24 @@
 package verbs_test
 
 import (
-	"bufio"
-	"encoding/hex"
-	"fmt"
-	"io"
 	"os"
-	"os/exec"
-	"strconv"
-	"strings"
 	"testing"
-	"unsafe"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/softnic/softnic/internal/procmem"
+	"github.com/softnic/softnic/internal/procmem/memchild"
 	"github.com/softnic/softnic/roce/memlink"
 	"github.com/softnic/softnic/verbs"
 )
 
 // Some tests reach into another process, as the daemon does into its
-// clients: this test binary run again with SOFTNIC_VERBS_CHILD set.
+// clients: this test binary run again (memchild).
 func TestMain(m *testing.M) {
-	if os.Getenv("SOFTNIC_VERBS_CHILD") != "" {
-		serveMemory()
+	if memchild.Serve() {
 		return
 	}
 	os.Exit(m.Run())
-}
-
-// childMemory is the child's buffer: on the heap (a stack may move), and
-// 8-byte aligned for atomics.
-var childMemory = make([]uint64, 8<<10)
-
-// serveMemory answers "buf" (the address of a 64 KiB buffer), "dump OFF
-// N" (bytes in hex) and "fill OFF N SEED".
-func serveMemory() {
-	buf := unsafe.Slice((*byte)(unsafe.Pointer(&childMemory[0])), 64<<10)
-	in := bufio.NewScanner(os.Stdin)
-	for in.Scan() {
-		f := strings.Fields(in.Text())
-		arg := func(i int) int { v, _ := strconv.Atoi(f[i]); return v }
-		switch f[0] {
-		case "buf":
-			fmt.Println(uintptr(unsafe.Pointer(&buf[0])))
-		case "dump":
-			fmt.Println(hex.EncodeToString(buf[arg(1) : arg(1)+arg(2)]))
-		case "fill":
-			fill(buf[arg(1):arg(1)+arg(2)], byte(arg(3)))
-			fmt.Println("ok")
-		}
-	}
-}
-
-type memoryChild struct {
-	cmd  *exec.Cmd
-	in   io.WriteCloser
-	out  *bufio.Scanner
-	addr uint64
-}
-
-func startMemoryChild(t *testing.T) *memoryChild {
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "SOFTNIC_VERBS_CHILD=1")
-	in, err := cmd.StdinPipe()
-	require.NoError(t, err)
-	out, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
-	c := &memoryChild{cmd: cmd, in: in, out: bufio.NewScanner(out)}
-	c.out.Buffer(nil, 1<<20)
-	t.Cleanup(func() { c.in.Close(); c.cmd.Process.Kill(); c.cmd.Wait() })
-	c.addr, err = strconv.ParseUint(c.ask(t, "buf"), 10, 64)
-	require.NoError(t, err)
-	return c
-}
-
-func (c *memoryChild) ask(t *testing.T, format string, args ...any) string {
-	t.Helper()
-	_, err := fmt.Fprintf(c.in, format+"\n", args...)
-	require.NoError(t, err)
-	require.True(t, c.out.Scan(), "the child did not answer %q", format)
-	return c.out.Text()
-}
-
-func (c *memoryChild) bytes(t *testing.T, off, n int) []byte {
-	b, err := hex.DecodeString(c.ask(t, "dump %d %d", off, n))
-	require.NoError(t, err)
-	return b
 }
 
 // A region in another process's memory serves every operation, both as the
@@ -99,14 +30,14 @@ func TestProcessMemoryRegion(t *testing.T) {
 	lmr, lbuf := regMR(t, x.pd, 64<<10, allAccess)
 	fill(lbuf, 1)
 
-	child := startMemoryChild(t)
-	mem, err := procmem.Open(child.cmd.Process.Pid)
+	child := memchild.Start(t)
+	mem, err := procmem.Open(child.Pid())
 	require.NoError(t, err)
 	defer mem.Close()
-	require.NoError(t, mem.CheckMapped(child.addr, 64<<10, true))
-	rmr, err := y.pd.RegProcessMemory(mem, child.addr, 64<<10, allAccess)
+	require.NoError(t, mem.CheckMapped(child.Buf, 64<<10, true))
+	rmr, err := y.pd.RegProcessMemory(mem, child.Buf, 64<<10, allAccess)
 	require.NoError(t, err)
-	require.Equal(t, child.addr, rmr.Addr())
+	require.Equal(t, child.Buf, rmr.Addr())
 	require.Equal(t, 64<<10, rmr.Len())
 	require.Nil(t, rmr.Bytes())
 
@@ -118,14 +49,14 @@ func TestProcessMemoryRegion(t *testing.T) {
 	// WRITE: five packets land in the child.
 	wc := post(verbs.SendWR{ID: 1, Opcode: verbs.WRRDMAWrite, SGL: []verbs.SGE{lmr.SGE(0, 5000)}, RemoteAddr: rmr.Addr() + 100, RKey: rmr.RKey()})
 	require.Equal(t, verbs.WCSuccess, wc.Status)
-	require.Equal(t, lbuf[:5000], child.bytes(t, 100, 5000))
+	require.Equal(t, lbuf[:5000], child.Bytes(t, 100, 5000))
 	require.EqualValues(t, 1, rmr.RemoteWriteSeq())
 
 	// READ: what the child wrote comes back.
-	require.Equal(t, "ok", child.ask(t, "fill 8192 3000 9"))
+	child.Fill(t, 8192, 3000, 9)
 	wc = post(verbs.SendWR{ID: 2, Opcode: verbs.WRRDMARead, SGL: []verbs.SGE{lmr.SGE(20000, 3000)}, RemoteAddr: rmr.Addr() + 8192, RKey: rmr.RKey()})
 	require.Equal(t, verbs.WCSuccess, wc.Status)
-	require.Equal(t, child.bytes(t, 8192, 3000), lbuf[20000:23000])
+	require.Equal(t, child.Bytes(t, 8192, 3000), lbuf[20000:23000])
 
 	// Atomics on the child's word.
 	wc = post(verbs.SendWR{ID: 3, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendInline, InlineData: make([]byte, 8), RemoteAddr: rmr.Addr() + 16384, RKey: rmr.RKey()})
@@ -135,7 +66,7 @@ func TestProcessMemoryRegion(t *testing.T) {
 	wc = post(verbs.SendWR{ID: 5, Opcode: verbs.WRAtomicCmpAndSwp, SGL: []verbs.SGE{lmr.SGE(30008, 8)}, RemoteAddr: rmr.Addr() + 16384, RKey: rmr.RKey(), CompareAdd: 5, Swap: 77})
 	require.Equal(t, verbs.WCSuccess, wc.Status)
 	require.Equal(t, []byte{0, 0, 0, 0, 0, 0, 0, 0, 5, 0, 0, 0, 0, 0, 0, 0}, lbuf[30000:30016], "the original values")
-	require.Equal(t, []byte{77, 0, 0, 0, 0, 0, 0, 0}, child.bytes(t, 16384, 8))
+	require.Equal(t, []byte{77, 0, 0, 0, 0, 0, 0, 0}, child.Bytes(t, 16384, 8))
 
 	// The child's memory in local work requests: a receive scattered into
 	// it, a send gathered from it.
@@ -143,17 +74,16 @@ func TestProcessMemoryRegion(t *testing.T) {
 	wc = post(verbs.SendWR{ID: 7, Opcode: verbs.WRSend, SGL: []verbs.SGE{lmr.SGE(1000, 1500)}})
 	require.Equal(t, verbs.WCSuccess, wc.Status)
 	waitOK(t, y.rcq, 6)
-	require.Equal(t, lbuf[1000:2000], child.bytes(t, 40000, 1000))
-	require.Equal(t, lbuf[2000:2500], child.bytes(t, 50000, 500))
+	require.Equal(t, lbuf[1000:2000], child.Bytes(t, 40000, 1000))
+	require.Equal(t, lbuf[2000:2500], child.Bytes(t, 50000, 500))
 	require.NoError(t, x.qp.PostRecv(&verbs.RecvWR{ID: 8, SGL: []verbs.SGE{lmr.SGE(60000, 2000)}}))
 	require.NoError(t, y.qp.PostSend(&verbs.SendWR{ID: 9, Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGL: []verbs.SGE{rmr.SGE(8192, 2000)}}))
 	waitOK(t, y.scq, 9)
 	waitOK(t, x.rcq, 8)
-	require.Equal(t, child.bytes(t, 8192, 2000), lbuf[60000:62000])
+	require.Equal(t, child.Bytes(t, 8192, 2000), lbuf[60000:62000])
 
 	// Gone: the peer's WRITE is refused with a remote access error.
-	child.cmd.Process.Kill()
-	child.cmd.Wait()
+	child.Kill()
 	wc = post(verbs.SendWR{ID: 10, Opcode: verbs.WRRDMAWrite, SGL: []verbs.SGE{lmr.SGE(0, 100)}, RemoteAddr: rmr.Addr(), RKey: rmr.RKey()})
 	require.Equal(t, verbs.WCRemAccessErr, wc.Status)
 }
@@ -161,14 +91,14 @@ func TestProcessMemoryRegion(t *testing.T) {
 func TestRegProcessMemoryChecks(t *testing.T) {
 	p := newPair(t, memlink.Config{})
 	pd := p.a.AllocPD()
-	child := startMemoryChild(t)
-	mem, err := procmem.Open(child.cmd.Process.Pid)
+	child := memchild.Start(t)
+	mem, err := procmem.Open(child.Pid())
 	require.NoError(t, err)
 	defer mem.Close()
-	_, err = pd.RegProcessMemory(mem, child.addr, 100, verbs.AccessRemoteWrite)
+	_, err = pd.RegProcessMemory(mem, child.Buf, 100, verbs.AccessRemoteWrite)
 	require.ErrorIs(t, err, verbs.ErrInvalidArgument, "remote write without local write")
 	_, err = pd.RegProcessMemory(mem, ^uint64(0)-10, 100, verbs.AccessLocalWrite)
 	require.ErrorIs(t, err, verbs.ErrInvalidArgument, "a range that wraps")
-	_, err = pd.RegProcessMemory(nil, child.addr, 100, verbs.AccessLocalWrite)
+	_, err = pd.RegProcessMemory(nil, child.Buf, 100, verbs.AccessLocalWrite)
 	require.ErrorIs(t, err, verbs.ErrInvalidArgument)
 }
