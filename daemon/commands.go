@@ -54,7 +54,14 @@ func (ss *session) run(op hostif.Op, msg []byte) (any, []int, error) {
 			return nil, nil, err
 		}
 		return hostif.Empty{}, nil, ss.modifyQP(req)
-	case hostif.OpDeallocPD, hostif.OpDeregMR, hostif.OpDestroyCQ, hostif.OpDestroyQP:
+	case hostif.OpCreateAH:
+		var req hostif.CreateAHRequest
+		if err := hostif.DecodeBody(msg, &req); err != nil {
+			return nil, nil, err
+		}
+		body, err := ss.createAH(req)
+		return body, nil, err
+	case hostif.OpDeallocPD, hostif.OpDeregMR, hostif.OpDestroyCQ, hostif.OpDestroyQP, hostif.OpDestroyAH:
 		var req hostif.HandleRequest
 		if err := hostif.DecodeBody(msg, &req); err != nil {
 			return nil, nil, err

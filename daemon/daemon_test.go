@@ -253,8 +253,10 @@ func TestBadCommands(t *testing.T) {
 	require.ErrorIs(t, err, unix.EINVAL)
 	_, err = q.c.CreateQP(hostif.CreateQPRequest{PD: q.pd, SendCQ: q.cq.Handle, RecvCQ: 77, MaxSendWR: 1, MaxRecvWR: 1})
 	require.ErrorIs(t, err, unix.ENOENT)
-	_, err = q.c.CreateQP(hostif.CreateQPRequest{PD: q.pd, Type: 2, SendCQ: q.cq.Handle, RecvCQ: q.cq.Handle, MaxSendWR: 1, MaxRecvWR: 1})
-	require.ErrorIs(t, err, unix.EOPNOTSUPP, "UD needs address handles")
+	_, err = q.c.CreateQP(hostif.CreateQPRequest{PD: q.pd, Type: 3, SendCQ: q.cq.Handle, RecvCQ: q.cq.Handle, MaxSendWR: 1, MaxRecvWR: 1})
+	require.ErrorIs(t, err, unix.EINVAL, "no QP type 3")
+	_, err = q.c.CreateQP(hostif.CreateQPRequest{PD: q.pd, SRQ: 1, SendCQ: q.cq.Handle, RecvCQ: q.cq.Handle, MaxSendWR: 1, MaxRecvWR: 1})
+	require.ErrorIs(t, err, unix.EOPNOTSUPP, "no SRQs yet")
 
 	// A second client cannot use the first one's handles.
 	other, err := client.Dial(r.socket)
@@ -278,7 +280,7 @@ func TestGarbageInSendQueue(t *testing.T) {
 	}))
 	wc := q.poll(t)
 	require.EqualValues(t, 42, wc.WRID)
-	require.Equal(t, ibtransport.WCLocProtErr, wc.Status)
+	require.Equal(t, ibtransport.WCLocQPOpErr, wc.Status)
 	require.NoError(t, q.qp.PostSend(&ibtransport.SendWR{ID: 43, Opcode: ibtransport.WRRDMAWrite, Flags: ibtransport.SendSignaled,
 		SGL: []ibtransport.SGE{q.mr.SGE(0, 8)}, RemoteAddr: r.pmr.Addr(), RKey: r.pmr.RKey()}))
 	wc = q.poll(t)
@@ -381,4 +383,66 @@ func TestGarbageMessage(t *testing.T) {
 	require.NoError(t, q.c.Raw([]byte("hello, daemon"), 5*time.Second))
 	_, err := q.c.AllocPD()
 	require.NoError(t, err)
+}
+
+// UD through the daemon: a client's datagram to the peer's UD QP through an
+// address handle, and the peer's answer into the client's receive buffer,
+// behind the GRH.
+func TestUDThroughDaemon(t *testing.T) {
+	r := newRig(t)
+	q := connectClient(t, r)
+	const qkey = 0x1234
+	gidA, _ := r.a.GID(0)
+	gidB, _ := r.b.GID(0)
+
+	peer, err := r.ppd.CreateQP(&verbs.QPInitAttr{Type: verbs.QPTypeUD, SendCQ: r.pscq, RecvCQ: r.prcq,
+		Cap: verbs.QPCap{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	require.NoError(t, err)
+	udReady(t, peer.Modify, qkey)
+	qp, err := q.c.CreateQP(hostif.CreateQPRequest{PD: q.pd, Type: uint32(verbs.QPTypeUD), SendCQ: q.cq.Handle, RecvCQ: q.cq.Handle,
+		MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1})
+	require.NoError(t, err)
+	udReady(t, qp.Modify, qkey)
+
+	require.NoError(t, peer.PostRecv(&verbs.RecvWR{ID: 1, SGL: []verbs.SGE{r.pmr.SGE(0, verbs.GRHLen+100)}}))
+	ah, err := q.c.CreateAH(q.pd, &ibtransport.AddressVector{DGID: gidB, HopLimit: 64})
+	require.NoError(t, err)
+	copy(q.buf, "datagram")
+	require.NoError(t, qp.PostSendTo(&ibtransport.SendWR{ID: 2, Opcode: ibtransport.WRSend, Flags: ibtransport.SendSignaled,
+		SGL: []ibtransport.SGE{q.mr.SGE(0, 8)}, RemoteQPN: peer.QPN(), RemoteQKey: qkey}, ah))
+	require.Equal(t, ibtransport.WCSuccess, q.poll(t).Status)
+	wc := waitPeer(t, r.prcq)
+	require.Equal(t, verbs.WCSuccess, wc.Status)
+	require.Equal(t, qp.QPN, wc.SrcQP)
+	require.Equal(t, []byte("datagram"), r.pbuf[verbs.GRHLen:verbs.GRHLen+8])
+
+	require.NoError(t, qp.PostRecv(&ibtransport.RecvWR{ID: 3, SGL: []ibtransport.SGE{q.mr.SGE(1000, verbs.GRHLen+100)}}))
+	pah, err := r.ppd.CreateAH(&verbs.AddressVector{DGID: gidA, HopLimit: 64})
+	require.NoError(t, err)
+	copy(r.pbuf[500:], "answer")
+	require.NoError(t, peer.PostSend(&verbs.SendWR{ID: 4, Opcode: verbs.WRSend, Flags: verbs.SendSignaled,
+		SGL: []verbs.SGE{r.pmr.SGE(500, 6)}, AH: pah, RemoteQPN: qp.QPN, RemoteQKey: qkey}))
+	wc = q.poll(t)
+	require.Equal(t, ibtransport.WCSuccess, wc.Status)
+	require.EqualValues(t, 3, wc.WRID)
+	require.NotZero(t, wc.Flags&ibtransport.WCWithGRH)
+	require.Equal(t, []byte("answer"), q.buf[1000+verbs.GRHLen:1000+verbs.GRHLen+6])
+
+	// A send naming an AH the session does not have fails, as does one
+	// after the AH is destroyed.
+	require.NoError(t, q.c.DestroyAH(ah))
+	require.NoError(t, qp.PostSendTo(&ibtransport.SendWR{ID: 5, Opcode: ibtransport.WRSend, Flags: ibtransport.SendSignaled,
+		SGL: []ibtransport.SGE{q.mr.SGE(0, 8)}, RemoteQPN: peer.QPN(), RemoteQKey: qkey}, ah))
+	wc = q.poll(t)
+	require.EqualValues(t, 5, wc.WRID)
+	require.Equal(t, ibtransport.WCLocQPOpErr, wc.Status)
+	require.ErrorIs(t, q.c.DestroyAH(ah), unix.ENOENT)
+}
+
+// udReady moves a UD QP to RTS with Q_Key qkey.
+func udReady(t *testing.T, modify func(*ibtransport.QPAttr, ibtransport.QPAttrMask) error, qkey uint32) {
+	require.NoError(t, modify(&ibtransport.QPAttr{State: ibtransport.QPSInit, Port: 1, QKey: qkey},
+		ibtransport.QPAttrState|ibtransport.QPAttrPort|ibtransport.QPAttrPKeyIndex|ibtransport.QPAttrQKey))
+	require.NoError(t, modify(&ibtransport.QPAttr{State: ibtransport.QPSRTR}, ibtransport.QPAttrState))
+	require.NoError(t, modify(&ibtransport.QPAttr{State: ibtransport.QPSRTS, SQPSN: 1}, ibtransport.QPAttrState|ibtransport.QPAttrSQPSN))
 }

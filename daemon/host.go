@@ -141,15 +141,22 @@ func (q *hostQP) fetchSends() (full bool) {
 	cons := q.sq.Consumer()
 	for i := range n {
 		e := q.sq.Entry(cons + i)
-		if err := q.sdec.Decode(e, &q.send); err != nil {
-			q.send = poisonedSend(e)
+		err := q.sdec.Decode(e, &q.send)
+		if err == nil {
+			err = q.qp.PostSend(&q.send)
 		}
-		if err := q.qp.PostSend(&q.send); errors.Is(err, verbs.ErrQueueFull) {
+		if err != nil && !errors.Is(err, verbs.ErrQueueFull) && !errors.Is(err, verbs.ErrInvalidState) {
+			// An entry the daemon cannot decode, or one the QP refuses
+			// (too many SGEs, an AH destroyed...): a LOC_QP_OP_ERR
+			// completion and the QP in the error state.
+			err = q.qp.PostSendError(binary.LittleEndian.Uint64(e), verbs.WCLocQPOpErr)
+		}
+		if errors.Is(err, verbs.ErrQueueFull) {
 			q.sq.Take(i)
 			return true
 		}
-		// Other errors (a QP not yet in RTS) drop the entry: the client's
-		// provider checks the QP's state before it posts.
+		// A QP not yet in RTS drops the entry: the client's provider
+		// checks the QP's state before it posts.
 	}
 	q.sq.Take(n)
 	return false
@@ -176,22 +183,15 @@ func (q *hostQP) fetchRecvs() (full bool) {
 	return false
 }
 
-// poisonSGL names memory no region has (keys are never 0): a work request
-// the daemon could not decode is executed with it, so that the engine
-// completes it with a local protection error and moves the QP to the
-// error state, as a NIC does with a malformed descriptor.
+// poisonSGL names memory no region has (keys are never 0): a receive the
+// daemon could not decode takes it, and completes with a local protection
+// error when a message arrives for it.
 var poisonSGL = [1]ibtransport.SGE{{Length: 1}}
 
-func poisonedSend(e []byte) ibtransport.SendWR {
-	return ibtransport.SendWR{ID: binary.LittleEndian.Uint64(e), Opcode: ibtransport.WRSend,
-		Flags: ibtransport.SendSignaled, SGL: poisonSGL[:]}
-}
-
-// breakQP handles a queue whose indices the client broke: one poisoned
-// request moves the QP to the error state, and the queues are not looked
-// at again.
+// breakQP handles a queue whose indices the client broke: an error
+// completion (wr_id 0) moves the QP to the error state, and its queues are
+// not looked at again.
 func (q *hostQP) breakQP() {
 	q.broken = true
-	wr := ibtransport.SendWR{Opcode: ibtransport.WRSend, Flags: ibtransport.SendSignaled, SGL: poisonSGL[:]}
-	q.qp.PostSend(&wr)
+	q.qp.PostSendError(0, verbs.WCLocQPOpErr)
 }

@@ -97,9 +97,12 @@ func (ss *session) createQP(req hostif.CreateQPRequest) (any, []int, error) {
 	if pd == nil || scq == nil || rcq == nil {
 		return nil, nil, fmt.Errorf("PD %d, CQs %d and %d: %w", req.PD, req.SendCQ, req.RecvCQ, errNoObject)
 	}
-	if req.SRQ != 0 || req.Type > uint32(verbs.QPTypeUC) {
-		// SRQs and UD's address handles are not in the host interface yet.
-		return nil, nil, fmt.Errorf("QP type %d with SRQ %d: %w", req.Type, req.SRQ, unix.EOPNOTSUPP)
+	if req.Type > uint32(verbs.QPTypeUD) {
+		return nil, nil, fmt.Errorf("QP type %d: %w", req.Type, unix.EINVAL)
+	}
+	if req.SRQ != 0 {
+		// SRQs are not in the host interface yet.
+		return nil, nil, fmt.Errorf("QP with SRQ %d: %w", req.SRQ, unix.EOPNOTSUPP)
 	}
 	if req.MaxSendWR == 0 || req.MaxRecvWR == 0 || req.MaxSendWR > ibtransport.MaxQPWR || req.MaxRecvWR > ibtransport.MaxQPWR {
 		return nil, nil, fmt.Errorf("QP of %d and %d work requests: %w", req.MaxSendWR, req.MaxRecvWR, unix.EINVAL)
@@ -113,7 +116,11 @@ func (ss *session) createQP(req hostif.CreateQPRequest) (any, []int, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	q, err := ss.newHostQP(qp, sDepth, rDepth, cap)
+	var ahs func(uint32) *ibtransport.AH
+	if qp.Type() == verbs.QPTypeUD {
+		ahs = ss.lookupAH
+	}
+	q, err := ss.newHostQP(qp, sDepth, rDepth, cap, ahs)
 	if err != nil {
 		qp.Destroy()
 		return nil, nil, err
@@ -129,14 +136,14 @@ func (ss *session) createQP(req hostif.CreateQPRequest) (any, []int, error) {
 
 // newHostQP makes the QP's rings: its send queue, then its receive queue,
 // in one memfd.
-func (ss *session) newHostQP(qp *verbs.QP, sDepth, rDepth int, cap verbs.QPCap) (*hostQP, error) {
+func (ss *session) newHostQP(qp *verbs.QP, sDepth, rDepth int, cap verbs.QPCap, ahs func(uint32) *ibtransport.AH) (*hostQP, error) {
 	sStride, rStride := hostif.SendStride(cap.MaxSendSGE, cap.MaxInlineData), hostif.RecvStride(cap.MaxRecvSGE)
 	sSize, rSize := hostif.RingSize(sDepth, sStride), hostif.RingSize(rDepth, rStride)
 	r, err := ss.newRing("qp", sSize+rSize)
 	if err != nil {
 		return nil, err
 	}
-	q := &hostQP{qp: qp, ring: r, sdec: hostif.NewSendDecoder(sStride, cap.MaxSendSGE, cap.MaxInlineData, nil),
+	q := &hostQP{qp: qp, ring: r, sdec: hostif.NewSendDecoder(sStride, cap.MaxSendSGE, cap.MaxInlineData, ahs),
 		rdec: hostif.NewRecvDecoder(rStride, cap.MaxRecvSGE)}
 	if q.sq, err = hostif.NewWorkQueue(r.mem[:sSize], sDepth, sStride); err == nil {
 		q.rq, err = hostif.NewWorkQueue(r.mem[sSize:], rDepth, rStride)
@@ -203,9 +210,22 @@ func (ss *session) destroy(op hostif.Op, h uint32) error {
 		delete(ss.mrs, h)
 		delete(ss.mrPD, h)
 		return mr.Dereg()
+	case hostif.OpDestroyAH:
+		ahs := *ss.ahs.Load()
+		ah := ahs[h]
+		if ah == nil {
+			return errNoObject
+		}
+		ss.publishAHs(h, nil)
+		return ah.Destroy()
 	case hostif.OpDeallocPD:
 		if ss.pds[h] == nil {
 			return errNoObject
+		}
+		for _, pd := range ss.ahPD {
+			if pd == h {
+				return errBusy
+			}
 		}
 		for mh, pd := range ss.mrPD {
 			if pd == h && ss.mrs[mh] != nil {
@@ -235,3 +255,41 @@ func (ss *session) destroyQP(h uint32) {
 	ss.s.disown(q.qp)
 	ss.freeRing(q.ring)
 }
+
+// createAH makes an address handle for UD sends.
+func (ss *session) createAH(req hostif.CreateAHRequest) (any, error) {
+	pd := ss.pds[req.PD]
+	if pd == nil {
+		return nil, fmt.Errorf("PD %d: %w", req.PD, errNoObject)
+	}
+	ah, err := pd.CreateAH(&verbs.AddressVector{DGID: req.DGID, SGIDIndex: req.SGIDIndex, FlowLabel: req.FlowLabel,
+		HopLimit: req.HopLimit, TrafficClass: req.TrafficClass})
+	if err != nil {
+		return nil, err
+	}
+	h := ss.handle()
+	ss.ahPD[h] = req.PD
+	ss.publishAHs(h, ah)
+	return hostif.HandleReply{Handle: h}, nil
+}
+
+// publishAHs sets (or with nil removes) the AH of handle h. The engine
+// resolves the handles of UD entries (lookupAH) while the session changes
+// them, so the table is replaced whole.
+func (ss *session) publishAHs(h uint32, ah *verbs.AH) {
+	old := *ss.ahs.Load()
+	next := make(map[uint32]*verbs.AH, len(old)+1)
+	for k, v := range old {
+		next[k] = v
+	}
+	if ah == nil {
+		delete(next, h)
+		delete(ss.ahPD, h)
+	} else {
+		next[h] = ah
+	}
+	ss.ahs.Store(&next)
+}
+
+// lookupAH resolves a UD entry's AH handle (the engine's goroutine).
+func (ss *session) lookupAH(h uint32) *ibtransport.AH { return (*ss.ahs.Load())[h] }

@@ -42,6 +42,9 @@ type session struct {
 	channels map[uint32]int // handle: the pipe's write end
 	cqs      map[uint32]*hostCQ
 	qps      map[uint32]*hostQP
+	ahPD     map[uint32]uint32
+	// ahs is read by the engine (UD entries name AHs): replaced whole.
+	ahs atomic.Pointer[map[uint32]*verbs.AH]
 }
 
 // hostCQ is a session's CQ: the verbs CQ the engines fill and its ring.
@@ -67,8 +70,10 @@ func newSession(s *Server, c *net.UnixConn) (*session, error) {
 		return nil, err
 	}
 	ss := &session{s: s, conn: c, proc: proc, async: -1, pds: map[uint32]*verbs.PD{}, mrs: map[uint32]*verbs.MR{},
-		mrPD: map[uint32]uint32{}, channels: map[uint32]int{}, cqs: map[uint32]*hostCQ{}, qps: map[uint32]*hostQP{}}
+		mrPD: map[uint32]uint32{}, channels: map[uint32]int{}, cqs: map[uint32]*hostCQ{}, qps: map[uint32]*hostQP{},
+		ahPD: map[uint32]uint32{}}
 	ss.qpList.Store(&[]*hostQP{})
+	ss.ahs.Store(&map[uint32]*verbs.AH{})
 	return ss, nil
 }
 

@@ -25,10 +25,12 @@ const (
 	OpCreateQP
 	OpModifyQP
 	OpDestroyQP
+	OpCreateAH
+	OpDestroyAH
 )
 
 var opNames = [...]string{"", "hello", "alloc_pd", "dealloc_pd", "reg_mr", "dereg_mr", "create_comp_channel",
-	"create_cq", "destroy_cq", "create_qp", "modify_qp", "destroy_qp"}
+	"create_cq", "destroy_cq", "create_qp", "modify_qp", "destroy_qp", "create_ah", "destroy_ah"}
 
 func (o Op) String() string {
 	if int(o) < len(opNames) && o != 0 {
@@ -102,6 +104,15 @@ type (
 		Access, QKey, DestQPN, RQPSN, SQPSN uint32
 		FlowLabel                           uint32
 		DGID                                [16]byte
+	}
+	// CreateAHRequest carries struct ibv_ah_attr's global route.
+	CreateAHRequest struct {
+		PD                                      uint32
+		Port, SGIDIndex, HopLimit, TrafficClass uint8
+		SL                                      uint8
+		Reserved                                [3]uint8
+		FlowLabel                               uint32
+		DGID                                    [16]byte
 	}
 	Empty struct{}
 )

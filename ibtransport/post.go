@@ -41,6 +41,32 @@ func (q *QP) PostSendList(wrs []SendWR) (int, error) {
 	return n, err
 }
 
+// PostSendError posts a work request that completes with status st and
+// takes the QP to the error state, as a NIC completes a descriptor it
+// cannot execute: the daemon's answer to a client's entry it could not
+// decode or post. The completion comes whatever the QP's signaling.
+func (q *QP) PostSendError(id uint64, st WCStatus) error {
+	if err := q.checkPostSend(); err != nil {
+		return err
+	}
+	sq := &q.sq
+	sq.mu.Lock()
+	t := sq.tail.Load()
+	if t-sq.head.Load() >= uint32(len(sq.slots)) {
+		sq.mu.Unlock()
+		return fmt.Errorf("post send on QP %d: %w", q.qpn, ErrQueueFull)
+	}
+	i := t & sq.mask
+	sq.slots[i] = sendWQE{id: id, opcode: WRSend, flags: SendSignaled, state: wqeError, status: st}
+	if sq.ud != nil {
+		sq.ud[i] = udDest{}
+	}
+	sq.tail.Store(t + 1)
+	sq.mu.Unlock()
+	q.home.Load().kick(q)
+	return nil
+}
+
 func (q *QP) checkPostSend() error {
 	switch q.State() {
 	case QPSReset, QPSInit, QPSRTR:

@@ -165,18 +165,7 @@ func (q *QP) State() ibtransport.QPState { return ibtransport.QPState(q.sq.State
 
 // PostSend posts wr (ibv_post_send): it is encoded into the send queue and
 // the doorbell rung, with no system call while the daemon polls.
-func (q *QP) PostSend(wr *ibtransport.SendWR) error {
-	e, ok := q.sq.Next()
-	if !ok {
-		return ErrQueueFull
-	}
-	if err := hostif.EncodeSend(e, wr, 0); err != nil {
-		return err
-	}
-	q.sq.Publish()
-	q.c.ring()
-	return nil
-}
+func (q *QP) PostSend(wr *ibtransport.SendWR) error { return q.PostSendTo(wr, 0) }
 
 // PostRecv posts wr to the receive queue (ibv_post_recv).
 func (q *QP) PostRecv(wr *ibtransport.RecvWR) error {
@@ -209,6 +198,36 @@ func (q *QP) PostSendEntry(fill func(e []byte)) error {
 		return ErrQueueFull
 	}
 	fill(e)
+	q.sq.Publish()
+	q.c.ring()
+	return nil
+}
+
+// CreateAH creates an address handle for UD sends to av (ibv_create_ah)
+// and returns its handle.
+func (c *Conn) CreateAH(pd uint32, av *ibtransport.AddressVector) (uint32, error) {
+	var r hostif.HandleReply
+	_, err := c.call(hostif.OpCreateAH, hostif.CreateAHRequest{PD: pd, Port: 1, SGIDIndex: av.SGIDIndex, HopLimit: av.HopLimit,
+		TrafficClass: av.TrafficClass, FlowLabel: av.FlowLabel, DGID: av.DGID}, &r)
+	return r.Handle, err
+}
+
+// DestroyAH destroys an address handle (ibv_destroy_ah).
+func (c *Conn) DestroyAH(ah uint32) error {
+	_, err := c.call(hostif.OpDestroyAH, hostif.HandleRequest{Handle: ah}, &hostif.Empty{})
+	return err
+}
+
+// PostSendTo posts a UD send to the address handle ah (PostSend of other
+// QPs: ah 0); wr's RemoteQPN and RemoteQKey name the destination QP.
+func (q *QP) PostSendTo(wr *ibtransport.SendWR, ah uint32) error {
+	e, ok := q.sq.Next()
+	if !ok {
+		return ErrQueueFull
+	}
+	if err := hostif.EncodeSend(e, wr, ah); err != nil {
+		return err
+	}
 	q.sq.Publish()
 	q.c.ring()
 	return nil
