@@ -6,6 +6,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/softnic/softnic/hostif"
+	"github.com/softnic/softnic/verbs"
 )
 
 // run executes one command and returns its reply body and descriptors.
@@ -61,6 +62,21 @@ func (ss *session) run(op hostif.Op, msg []byte) (any, []int, error) {
 		}
 		body, err := ss.createAH(req)
 		return body, nil, err
+	case hostif.OpQueryPort:
+		if err := hostif.DecodeBody(msg, &hostif.HandleRequest{}); err != nil {
+			return nil, nil, err
+		}
+		return ss.queryPort(), nil, nil
+	case hostif.OpQueryGID:
+		var req hostif.QueryGIDRequest
+		if err := hostif.DecodeBody(msg, &req); err != nil {
+			return nil, nil, err
+		}
+		gid, err := ss.s.dev.GID(int(req.Index))
+		if err != nil {
+			return nil, nil, fmt.Errorf("GID %d: %w", req.Index, unix.EINVAL)
+		}
+		return hostif.QueryGIDReply{GID: gid, Type: ibvGIDTypeRoCEv2}, nil, nil
 	case hostif.OpDeallocPD, hostif.OpDeregMR, hostif.OpDestroyCQ, hostif.OpDestroyQP, hostif.OpDestroyAH:
 		var req hostif.HandleRequest
 		if err := hostif.DecodeBody(msg, &req); err != nil {
@@ -99,5 +115,19 @@ func (ss *session) hello(req hostif.HelloRequest) (any, []int, error) {
 	ss.closeAfterReply = append(ss.closeAfterReply, p[0])
 	return hostif.HelloReply{Version: hostif.Version, MaxQPWR: uint32(a.MaxQPWR), MaxSGE: uint32(a.MaxSGE),
 		MaxCQE: uint32(a.MaxCQE), MaxInline: uint32(a.MaxInlineData), MaxRdAtomic: uint32(a.MaxQPRdAtom),
-		ActiveMTU: uint32(ss.s.dev.ActiveMTU()), Engines: uint32(ss.s.dev.RoCE().Engines())}, []int{page.fd, p[0], int(ss.s.doorbell.Fd())}, nil
+		ActiveMTU: uint32(ss.s.dev.ActiveMTU()), Engines: uint32(ss.s.dev.RoCE().Engines()),
+		NodeGUID: ss.s.dev.NodeGUID()}, []int{page.fd, p[0], int(ss.s.doorbell.Fd())}, nil
+}
+
+// ibvGIDTypeRoCEv2 is enum ibv_gid_type's IBV_GID_TYPE_ROCE_V2: every GID
+// of a softnic device is a RoCE v2 GID.
+const ibvGIDTypeRoCEv2 = 2
+
+// queryPort answers for port 1, the device's only port (the request's
+// handle is the port number, which libibverbs checks itself).
+func (ss *session) queryPort() hostif.QueryPortReply {
+	d := ss.s.dev
+	return hostif.QueryPortReply{State: 4, MaxMTU: uint8(verbs.MTU4096), ActiveMTU: uint8(d.ActiveMTU()), LinkLayer: 2,
+		GIDTableLen: uint32(len(d.GIDTable())), PKeyTableLen: 1, LinkMTU: uint32(d.RoCE().Link().MTU()),
+		MaxMsgSize: uint32(d.Query().MaxMsgSize)}
 }

@@ -446,3 +446,23 @@ func udReady(t *testing.T, modify func(*ibtransport.QPAttr, ibtransport.QPAttrMa
 	require.NoError(t, modify(&ibtransport.QPAttr{State: ibtransport.QPSRTR}, ibtransport.QPAttrState))
 	require.NoError(t, modify(&ibtransport.QPAttr{State: ibtransport.QPSRTS, SQPSN: 1}, ibtransport.QPAttrState|ibtransport.QPAttrSQPSN))
 }
+
+// The port and GID queries answer what the device is, as ibv_query_port
+// and ibv_query_gid report a RoCE port.
+func TestQueries(t *testing.T) {
+	r := newRig(t)
+	q := connectClient(t, r)
+	require.Equal(t, r.a.NodeGUID(), q.c.Device.NodeGUID)
+	port, err := q.c.QueryPort()
+	require.NoError(t, err)
+	require.EqualValues(t, 4, port.State, "ACTIVE")
+	require.EqualValues(t, 2, port.LinkLayer, "Ethernet")
+	require.EqualValues(t, r.a.ActiveMTU(), port.ActiveMTU)
+	require.EqualValues(t, len(r.a.GIDTable()), port.GIDTableLen)
+	gid, err := q.c.QueryGID(0)
+	require.NoError(t, err)
+	want, _ := r.a.GID(0)
+	require.Equal(t, want, gid)
+	_, err = q.c.QueryGID(99)
+	require.ErrorIs(t, err, unix.EINVAL)
+}

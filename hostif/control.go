@@ -27,10 +27,12 @@ const (
 	OpDestroyQP
 	OpCreateAH
 	OpDestroyAH
+	OpQueryPort
+	OpQueryGID
 )
 
 var opNames = [...]string{"", "hello", "alloc_pd", "dealloc_pd", "reg_mr", "dereg_mr", "create_comp_channel",
-	"create_cq", "destroy_cq", "create_qp", "modify_qp", "destroy_qp", "create_ah", "destroy_ah"}
+	"create_cq", "destroy_cq", "create_qp", "modify_qp", "destroy_qp", "create_ah", "destroy_ah", "query_port", "query_gid"}
 
 func (o Op) String() string {
 	if int(o) < len(opNames) && o != 0 {
@@ -65,6 +67,7 @@ type (
 		Version, MaxQPWR, MaxSGE, MaxCQE  uint32
 		MaxInline, MaxRdAtomic, ActiveMTU uint32
 		Engines                           uint32
+		NodeGUID                          uint64
 	}
 	HandleRequest struct{ Handle uint32 }
 	HandleReply   struct{ Handle uint32 }
@@ -113,6 +116,19 @@ type (
 		Reserved                                [3]uint8
 		FlowLabel                               uint32
 		DGID                                    [16]byte
+	}
+	// QueryPortReply carries struct ibv_port_attr's fields, with
+	// libibverbs' values (state 4 is ACTIVE, link layer 2 Ethernet).
+	QueryPortReply struct {
+		State, MaxMTU, ActiveMTU, LinkLayer uint8
+		GIDTableLen, PKeyTableLen, LinkMTU  uint32
+		MaxMsgSize                          uint32
+	}
+	QueryGIDRequest struct{ Index uint32 }
+	// QueryGIDReply's Type is enum ibv_gid_type's: 2 for RoCE v2.
+	QueryGIDReply struct {
+		GID  [16]byte
+		Type uint32
 	}
 	Empty struct{}
 )

@@ -232,3 +232,17 @@ func (q *QP) PostSendTo(wr *ibtransport.SendWR, ah uint32) error {
 	q.c.ring()
 	return nil
 }
+
+// QueryPort returns the attributes of the device's port (ibv_query_port).
+func (c *Conn) QueryPort() (hostif.QueryPortReply, error) {
+	var r hostif.QueryPortReply
+	_, err := c.call(hostif.OpQueryPort, hostif.HandleRequest{Handle: 1}, &r)
+	return r, err
+}
+
+// QueryGID returns the GID at index i of the port's table (ibv_query_gid).
+func (c *Conn) QueryGID(i int) (ibtransport.GID, error) {
+	var r hostif.QueryGIDReply
+	_, err := c.call(hostif.OpQueryGID, hostif.QueryGIDRequest{Index: uint32(i)}, &r)
+	return r.GID, err
+}
