@@ -77,7 +77,19 @@ func (ss *session) run(op hostif.Op, msg []byte) (any, []int, error) {
 			return nil, nil, fmt.Errorf("GID %d: %w", req.Index, unix.EINVAL)
 		}
 		return hostif.QueryGIDReply{GID: gid, Type: ibvGIDTypeRoCEv2}, nil, nil
-	case hostif.OpDeallocPD, hostif.OpDeregMR, hostif.OpDestroyCQ, hostif.OpDestroyQP, hostif.OpDestroyAH:
+	case hostif.OpCreateSRQ:
+		var req hostif.CreateSRQRequest
+		if err := hostif.DecodeBody(msg, &req); err != nil {
+			return nil, nil, err
+		}
+		return ss.createSRQ(req)
+	case hostif.OpModifySRQ:
+		var req hostif.ModifySRQRequest
+		if err := hostif.DecodeBody(msg, &req); err != nil {
+			return nil, nil, err
+		}
+		return hostif.Empty{}, nil, ss.modifySRQ(req)
+	case hostif.OpDeallocPD, hostif.OpDeregMR, hostif.OpDestroyCQ, hostif.OpDestroyQP, hostif.OpDestroyAH, hostif.OpDestroySRQ:
 		var req hostif.HandleRequest
 		if err := hostif.DecodeBody(msg, &req); err != nil {
 			return nil, nil, err

@@ -256,7 +256,7 @@ func TestBadCommands(t *testing.T) {
 	_, err = q.c.CreateQP(hostif.CreateQPRequest{PD: q.pd, Type: 3, SendCQ: q.cq.Handle, RecvCQ: q.cq.Handle, MaxSendWR: 1, MaxRecvWR: 1})
 	require.ErrorIs(t, err, unix.EINVAL, "no QP type 3")
 	_, err = q.c.CreateQP(hostif.CreateQPRequest{PD: q.pd, SRQ: 1, SendCQ: q.cq.Handle, RecvCQ: q.cq.Handle, MaxSendWR: 1, MaxRecvWR: 1})
-	require.ErrorIs(t, err, unix.EOPNOTSUPP, "no SRQs yet")
+	require.ErrorIs(t, err, unix.ENOENT, "an SRQ the session does not have")
 
 	// A second client cannot use the first one's handles.
 	other, err := client.Dial(r.socket)
@@ -465,4 +465,40 @@ func TestQueries(t *testing.T) {
 	require.Equal(t, want, gid)
 	_, err = q.c.QueryGID(99)
 	require.ErrorIs(t, err, unix.EINVAL)
+}
+
+// An SRQ through the daemon: the QP attached to it consumes the receives
+// the client posted to the SRQ, the limit event comes down the async pipe,
+// and an SRQ in use cannot be destroyed.
+func TestSRQThroughDaemon(t *testing.T) {
+	r := newRig(t)
+	q := connectClient(t, r)
+	srq, err := q.c.CreateSRQ(q.pd, 8, 1, 0, 0x5a5a)
+	require.NoError(t, err)
+	qp := r.reconnect(t, q.c, hostif.CreateQPRequest{PD: q.pd, SendCQ: q.cq.Handle, RecvCQ: q.cq.Handle, SRQ: srq.Handle,
+		MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1})
+	require.Error(t, qp.PostRecv(&ibtransport.RecvWR{ID: 9}), "the QP has no receive queue of its own")
+	for i := range 3 {
+		require.NoError(t, srq.PostRecv(&ibtransport.RecvWR{ID: uint64(10 + i), SGL: []ibtransport.SGE{q.mr.SGE(i*100, 100)}}))
+	}
+	require.NoError(t, srq.Modify(3))
+	copy(r.pbuf, "via the SRQ")
+	require.NoError(t, r.peer.PostSend(&verbs.SendWR{ID: 1, Opcode: verbs.WRSend, Flags: verbs.SendSignaled,
+		SGL: []verbs.SGE{r.pmr.SGE(0, 11)}}))
+	require.Equal(t, verbs.WCSuccess, waitPeer(t, r.pscq).Status)
+	wc := q.poll(t)
+	require.Equal(t, ibtransport.WCSuccess, wc.Status)
+	require.EqualValues(t, 10, wc.WRID)
+	require.Equal(t, []byte("via the SRQ"), q.buf[:11])
+
+	q.c.Async.SetReadDeadline(time.Now().Add(10 * time.Second))
+	rec := make([]byte, 16)
+	_, err = io.ReadFull(q.c.Async, rec)
+	require.NoError(t, err)
+	require.Equal(t, uint64(0x5a5a), binary.LittleEndian.Uint64(rec))
+	require.EqualValues(t, 15, binary.LittleEndian.Uint32(rec[8:]), "IBV_EVENT_SRQ_LIMIT_REACHED")
+
+	require.ErrorIs(t, srq.Destroy(), unix.EBUSY)
+	require.NoError(t, qp.Destroy())
+	require.NoError(t, srq.Destroy())
 }

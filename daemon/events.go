@@ -60,8 +60,10 @@ func (s *Server) deliver(ev verbs.Event) {
 		obj = ev.QP
 	case ev.CQ != nil:
 		obj = ev.CQ
+	case ev.SRQ != nil:
+		obj = ev.SRQ
 	default:
-		return // SRQs are not served yet
+		return
 	}
 	typ, ok := ibvEventType[ev.Type]
 	if !ok {

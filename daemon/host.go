@@ -17,10 +17,30 @@ import (
 // swapping it whole.
 type hostQueues struct {
 	list atomic.Pointer[[]*session]
-	// backlog are QPs whose engine queue was full: their remaining
+	// backlog are queues whose engine queue was full: their remaining
 	// entries are taken on the next passes without a doorbell.
-	backlog []*hostQP
+	backlog []fetcher
 }
+
+// fetcher is a client's work queue the engine takes entries from: a QP's
+// send and receive queues, or an SRQ.
+type fetcher interface {
+	// fetch takes the queue's posted entries to the engine and reports
+	// whether some must wait for room there.
+	fetch() (full bool)
+	state() *fetchState
+}
+
+// fetchState is what the engine keeps about a fetcher.
+type fetchState struct {
+	// gone is set before the queue's ring is unmapped.
+	gone atomic.Bool
+	// Engine goroutine only: the client broke a queue's indices; the
+	// queue waits in the backlog.
+	broken, backlogged bool
+}
+
+func (f *fetchState) state() *fetchState { return f }
 
 func (h *hostQueues) init() { h.list.Store(&[]*session{}) }
 
@@ -50,10 +70,10 @@ func (h *hostQueues) Poll() bool {
 		}
 		ss.seenDoorbell = db
 		worked = true
-		for _, q := range *ss.qpList.Load() {
-			if q.fetch() && !q.backlogged {
-				q.backlogged = true
-				h.backlog = append(h.backlog, q)
+		for _, f := range *ss.fetchers.Load() {
+			if st := f.state(); f.fetch() && !st.backlogged {
+				st.backlogged = true
+				h.backlog = append(h.backlog, f)
 			}
 		}
 	}
@@ -65,9 +85,10 @@ func (h *hostQueues) retryBacklog() bool {
 		return false
 	}
 	left := h.backlog[:0]
-	for _, q := range h.backlog {
-		if q.backlogged = !q.gone.Load() && q.fetch(); q.backlogged {
-			left = append(left, q)
+	for _, f := range h.backlog {
+		st := f.state()
+		if st.backlogged = !st.gone.Load() && f.fetch(); st.backlogged {
+			left = append(left, f)
 		}
 	}
 	clear(h.backlog[len(left):])
@@ -112,11 +133,8 @@ type hostQP struct {
 	rdec   *hostif.RecvDecoder
 	send   ibtransport.SendWR
 	recv   ibtransport.RecvWR
-	// Engine goroutine only: the client broke a queue's indices; the QP
-	// waits in the backlog.
-	broken, backlogged bool
-	gone               atomic.Bool
-	pd, sc, rc         uint32
+	fetchState
+	pd, sc, rc, srq uint32
 }
 
 // fetch takes the QP's posted entries to the engine and reports whether
@@ -163,24 +181,56 @@ func (q *hostQP) fetchSends() (full bool) {
 }
 
 func (q *hostQP) fetchRecvs() (full bool) {
-	n, ok := q.rq.Pending()
+	full, ok := fetchRecvs(q.rq, q.rdec, &q.recv, q.qp.PostRecv)
 	if !ok {
 		q.breakQP()
+	}
+	return full
+}
+
+// fetchRecvs takes the receive entries of wq to post, and reports whether
+// some must wait for room in the engine's queue, and false if the client
+// broke wq's indices. An entry that cannot be decoded is posted with
+// memory no region has (poisonSGL).
+func fetchRecvs(wq *hostif.WorkQueue, dec *hostif.RecvDecoder, wr *ibtransport.RecvWR, post func(*ibtransport.RecvWR) error) (full, ok bool) {
+	n, ok := wq.Pending()
+	if !ok {
+		return false, false
+	}
+	cons := wq.Consumer()
+	for i := range n {
+		e := wq.Entry(cons + i)
+		if err := dec.Decode(e, wr); err != nil {
+			*wr = ibtransport.RecvWR{ID: binary.LittleEndian.Uint64(e), SGL: poisonSGL[:]}
+		}
+		if err := post(wr); errors.Is(err, verbs.ErrQueueFull) {
+			wq.Take(i)
+			return true, true
+		}
+	}
+	wq.Take(n)
+	return false, true
+}
+
+// hostSRQ is a session's shared receive queue: the verbs SRQ the engines
+// take receives from, and the ring its client posts to.
+type hostSRQ struct {
+	srq  *verbs.SRQ
+	ring *ring
+	wq   *hostif.WorkQueue
+	dec  *hostif.RecvDecoder
+	recv ibtransport.RecvWR
+	pd   uint32
+	fetchState
+}
+
+func (s *hostSRQ) fetch() (full bool) {
+	if s.broken {
 		return false
 	}
-	cons := q.rq.Consumer()
-	for i := range n {
-		e := q.rq.Entry(cons + i)
-		if err := q.rdec.Decode(e, &q.recv); err != nil {
-			q.recv = ibtransport.RecvWR{ID: binary.LittleEndian.Uint64(e), SGL: poisonSGL[:]}
-		}
-		if err := q.qp.PostRecv(&q.recv); errors.Is(err, verbs.ErrQueueFull) {
-			q.rq.Take(i)
-			return true
-		}
-	}
-	q.rq.Take(n)
-	return false
+	full, ok := fetchRecvs(s.wq, s.dec, &s.recv, s.srq.PostRecv)
+	s.broken = !ok // its QPs go on with the receives already posted
+	return full
 }
 
 // poisonSGL names memory no region has (keys are never 0): a receive the

@@ -100,19 +100,29 @@ func (ss *session) createQP(req hostif.CreateQPRequest) (any, []int, error) {
 	if req.Type > uint32(verbs.QPTypeUD) {
 		return nil, nil, fmt.Errorf("QP type %d: %w", req.Type, unix.EINVAL)
 	}
+	var srq *hostSRQ
 	if req.SRQ != 0 {
-		// SRQs are not in the host interface yet.
-		return nil, nil, fmt.Errorf("QP with SRQ %d: %w", req.SRQ, unix.EOPNOTSUPP)
+		if srq = ss.srqs[req.SRQ]; srq == nil {
+			return nil, nil, fmt.Errorf("SRQ %d: %w", req.SRQ, errNoObject)
+		}
+		req.MaxRecvWR = 0 // the SRQ's receives serve the QP
 	}
-	if req.MaxSendWR == 0 || req.MaxRecvWR == 0 || req.MaxSendWR > ibtransport.MaxQPWR || req.MaxRecvWR > ibtransport.MaxQPWR {
+	if req.MaxSendWR == 0 || (req.MaxRecvWR == 0) != (srq != nil) || req.MaxSendWR > ibtransport.MaxQPWR || req.MaxRecvWR > ibtransport.MaxQPWR {
 		return nil, nil, fmt.Errorf("QP of %d and %d work requests: %w", req.MaxSendWR, req.MaxRecvWR, unix.EINVAL)
 	}
-	sDepth, rDepth := pow2(int(req.MaxSendWR)), pow2(int(req.MaxRecvWR))
+	sDepth, rDepth := pow2(int(req.MaxSendWR)), 0
+	if srq == nil {
+		rDepth = pow2(int(req.MaxRecvWR))
+	}
 	// At least one SGE each way in the engine, whatever the client asked:
 	// the poisoned request of a bad entry carries one.
 	cap := verbs.QPCap{MaxSendWR: sDepth, MaxRecvWR: rDepth, MaxSendSGE: max(int(req.MaxSendSGE), 1),
 		MaxRecvSGE: max(int(req.MaxRecvSGE), 1), MaxInlineData: int(req.MaxInline)}
-	qp, err := pd.CreateQP(&verbs.QPInitAttr{SendCQ: scq.cq, RecvCQ: rcq.cq, Cap: cap, Type: verbs.QPType(req.Type)})
+	init := verbs.QPInitAttr{SendCQ: scq.cq, RecvCQ: rcq.cq, Cap: cap, Type: verbs.QPType(req.Type)}
+	if srq != nil {
+		init.SRQ = srq.srq
+	}
+	qp, err := pd.CreateQP(&init)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -125,27 +135,34 @@ func (ss *session) createQP(req hostif.CreateQPRequest) (any, []int, error) {
 		qp.Destroy()
 		return nil, nil, err
 	}
-	q.handle, q.pd, q.sc, q.rc = ss.handle(), req.PD, req.SendCQ, req.RecvCQ
+	q.handle, q.pd, q.sc, q.rc, q.srq = ss.handle(), req.PD, req.SendCQ, req.RecvCQ, req.SRQ
 	ss.qps[q.handle] = q
 	ss.s.own(qp, ss, req.UserHandle)
-	ss.publishQPs()
-	return hostif.CreateQPReply{Handle: q.handle, QPN: qp.QPN(), SQDepth: uint32(sDepth), SQStride: uint32(q.sq.Stride()),
-		RQOffset: uint32(hostif.RingSize(sDepth, q.sq.Stride())), RQDepth: uint32(rDepth), RQStride: uint32(q.rq.Stride()),
-		MaxSendSGE: req.MaxSendSGE, MaxRecvSGE: req.MaxRecvSGE, MaxInline: req.MaxInline}, []int{q.ring.fd}, nil
+	ss.publishFetchers()
+	reply := hostif.CreateQPReply{Handle: q.handle, QPN: qp.QPN(), SQDepth: uint32(sDepth), SQStride: uint32(q.sq.Stride()),
+		RQOffset: uint32(hostif.RingSize(sDepth, q.sq.Stride())), RQDepth: uint32(rDepth),
+		MaxSendSGE: req.MaxSendSGE, MaxRecvSGE: req.MaxRecvSGE, MaxInline: req.MaxInline}
+	if q.rq != nil {
+		reply.RQStride = uint32(q.rq.Stride())
+	}
+	return reply, []int{q.ring.fd}, nil
 }
 
-// newHostQP makes the QP's rings: its send queue, then its receive queue,
-// in one memfd.
+// newHostQP makes the QP's rings: its send queue, then its receive queue
+// (none when rDepth is 0: the QP has an SRQ), in one memfd.
 func (ss *session) newHostQP(qp *verbs.QP, sDepth, rDepth int, cap verbs.QPCap, ahs func(uint32) *ibtransport.AH) (*hostQP, error) {
 	sStride, rStride := hostif.SendStride(cap.MaxSendSGE, cap.MaxInlineData), hostif.RecvStride(cap.MaxRecvSGE)
-	sSize, rSize := hostif.RingSize(sDepth, sStride), hostif.RingSize(rDepth, rStride)
+	sSize, rSize := hostif.RingSize(sDepth, sStride), 0
+	if rDepth > 0 {
+		rSize = hostif.RingSize(rDepth, rStride)
+	}
 	r, err := ss.newRing("qp", sSize+rSize)
 	if err != nil {
 		return nil, err
 	}
 	q := &hostQP{qp: qp, ring: r, sdec: hostif.NewSendDecoder(sStride, cap.MaxSendSGE, cap.MaxInlineData, ahs),
 		rdec: hostif.NewRecvDecoder(rStride, cap.MaxRecvSGE)}
-	if q.sq, err = hostif.NewWorkQueue(r.mem[:sSize], sDepth, sStride); err == nil {
+	if q.sq, err = hostif.NewWorkQueue(r.mem[:sSize], sDepth, sStride); err == nil && rDepth > 0 {
 		q.rq, err = hostif.NewWorkQueue(r.mem[sSize:], rDepth, rStride)
 	}
 	if err != nil {
@@ -155,13 +172,16 @@ func (ss *session) newHostQP(qp *verbs.QP, sDepth, rDepth int, cap verbs.QPCap, 
 	return q, nil
 }
 
-// publishQPs gives the engine the session's QP list anew.
-func (ss *session) publishQPs() {
-	list := make([]*hostQP, 0, len(ss.qps))
+// publishFetchers gives the engine the session's QPs and SRQs anew.
+func (ss *session) publishFetchers() {
+	list := make([]fetcher, 0, len(ss.qps)+len(ss.srqs))
 	for _, q := range ss.qps {
 		list = append(list, q)
 	}
-	ss.qpList.Store(&list)
+	for _, s := range ss.srqs {
+		list = append(list, s)
+	}
+	ss.fetchers.Store(&list)
 }
 
 func (ss *session) modifyQP(req hostif.ModifyQPRequest) error {
@@ -237,7 +257,22 @@ func (ss *session) destroy(op hostif.Op, h uint32) error {
 				return errBusy
 			}
 		}
+		for _, s := range ss.srqs {
+			if s.pd == h {
+				return errBusy
+			}
+		}
 		delete(ss.pds, h)
+	case hostif.OpDestroySRQ:
+		if ss.srqs[h] == nil {
+			return errNoObject
+		}
+		for _, q := range ss.qps {
+			if q.srq == h {
+				return errBusy
+			}
+		}
+		ss.destroySRQ(h)
 	}
 	return nil
 }
@@ -249,7 +284,7 @@ func (ss *session) destroy(op hostif.Op, h uint32) error {
 func (ss *session) destroyQP(h uint32) {
 	q := ss.qps[h]
 	delete(ss.qps, h)
-	ss.publishQPs()
+	ss.publishFetchers()
 	q.gone.Store(true)
 	q.qp.Destroy()
 	ss.s.disown(q.qp)
@@ -293,3 +328,59 @@ func (ss *session) publishAHs(h uint32, ah *verbs.AH) {
 
 // lookupAH resolves a UD entry's AH handle (the engine's goroutine).
 func (ss *session) lookupAH(h uint32) *ibtransport.AH { return (*ss.ahs.Load())[h] }
+
+// createSRQ makes a shared receive queue and its ring.
+func (ss *session) createSRQ(req hostif.CreateSRQRequest) (any, []int, error) {
+	pd := ss.pds[req.PD]
+	if pd == nil {
+		return nil, nil, fmt.Errorf("PD %d: %w", req.PD, errNoObject)
+	}
+	if req.MaxWR == 0 || req.MaxWR > 1<<16 {
+		return nil, nil, fmt.Errorf("SRQ of %d receives: %w", req.MaxWR, unix.EINVAL)
+	}
+	depth, maxSGE := pow2(int(req.MaxWR)), max(int(req.MaxSGE), 1)
+	srq, err := pd.NewSRQ(depth, maxSGE)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := srq.Modify(int(req.Limit)); err != nil {
+		return nil, nil, err
+	}
+	stride := hostif.RecvStride(maxSGE)
+	r, err := ss.newRing("srq", hostif.RingSize(depth, stride))
+	if err != nil {
+		return nil, nil, err
+	}
+	wq, err := hostif.NewWorkQueue(r.mem, depth, stride)
+	if err != nil {
+		ss.freeRing(r)
+		return nil, nil, err
+	}
+	h := ss.handle()
+	ss.srqs[h] = &hostSRQ{srq: srq, ring: r, wq: wq, dec: hostif.NewRecvDecoder(stride, maxSGE), pd: req.PD}
+	ss.publishFetchers()
+	ss.s.own(srq, ss, req.UserHandle)
+	return hostif.CreateSRQReply{Handle: h, Depth: uint32(depth), Stride: uint32(stride)}, []int{r.fd}, nil
+}
+
+// modifySRQ sets and arms the SRQ's limit.
+func (ss *session) modifySRQ(req hostif.ModifySRQRequest) error {
+	s := ss.srqs[req.Handle]
+	if s == nil {
+		return fmt.Errorf("SRQ %d: %w", req.Handle, errNoObject)
+	}
+	return s.srq.Modify(int(req.Limit))
+}
+
+// destroySRQ drops an SRQ no QP uses any more. The engine may be taking
+// its entries in a pass: the ring is unmapped after Group.Do, once every
+// engine is between passes.
+func (ss *session) destroySRQ(h uint32) {
+	s := ss.srqs[h]
+	delete(ss.srqs, h)
+	ss.publishFetchers()
+	s.gone.Store(true)
+	ss.s.dev.RoCE().Group().Do(func() error { return nil })
+	ss.s.disown(s.srq)
+	ss.freeRing(s.ring)
+}

@@ -24,9 +24,10 @@ type session struct {
 	async int
 
 	// seenDoorbell is the doorbell value the engine took work for (first
-	// engine's goroutine only); qpList is what it walks, swapped whole.
+	// engine's goroutine only); fetchers are the session's QPs and SRQs it
+	// walks, swapped whole.
 	seenDoorbell uint32
-	qpList       atomic.Pointer[[]*hostQP]
+	fetchers     atomic.Pointer[[]fetcher]
 
 	// closeAfterReply are descriptors passed in the reply being sent that
 	// the daemon does not keep.
@@ -42,6 +43,7 @@ type session struct {
 	channels map[uint32]int // handle: the pipe's write end
 	cqs      map[uint32]*hostCQ
 	qps      map[uint32]*hostQP
+	srqs     map[uint32]*hostSRQ
 	ahPD     map[uint32]uint32
 	// ahs is read by the engine (UD entries name AHs): replaced whole.
 	ahs atomic.Pointer[map[uint32]*verbs.AH]
@@ -71,8 +73,8 @@ func newSession(s *Server, c *net.UnixConn) (*session, error) {
 	}
 	ss := &session{s: s, conn: c, proc: proc, async: -1, pds: map[uint32]*verbs.PD{}, mrs: map[uint32]*verbs.MR{},
 		mrPD: map[uint32]uint32{}, channels: map[uint32]int{}, cqs: map[uint32]*hostCQ{}, qps: map[uint32]*hostQP{},
-		ahPD: map[uint32]uint32{}}
-	ss.qpList.Store(&[]*hostQP{})
+		srqs: map[uint32]*hostSRQ{}, ahPD: map[uint32]uint32{}}
+	ss.fetchers.Store(&[]fetcher{})
 	ss.ahs.Store(&map[uint32]*verbs.AH{})
 	return ss, nil
 }
@@ -199,6 +201,9 @@ func (ss *session) end() {
 	s.dev.RoCE().Group().Do(func() error { return nil })
 	for h := range ss.qps {
 		ss.destroyQP(h)
+	}
+	for h := range ss.srqs {
+		ss.destroySRQ(h)
 	}
 	for h, mr := range ss.mrs {
 		mr.Dereg()

@@ -29,10 +29,13 @@ const (
 	OpDestroyAH
 	OpQueryPort
 	OpQueryGID
+	OpCreateSRQ
+	OpModifySRQ
+	OpDestroySRQ
 )
 
 var opNames = [...]string{"", "hello", "alloc_pd", "dealloc_pd", "reg_mr", "dereg_mr", "create_comp_channel",
-	"create_cq", "destroy_cq", "create_qp", "modify_qp", "destroy_qp", "create_ah", "destroy_ah", "query_port", "query_gid"}
+	"create_cq", "destroy_cq", "create_qp", "modify_qp", "destroy_qp", "create_ah", "destroy_ah", "query_port", "query_gid", "create_srq", "modify_srq", "destroy_srq"}
 
 func (o Op) String() string {
 	if int(o) < len(opNames) && o != 0 {
@@ -130,7 +133,13 @@ type (
 		GID  [16]byte
 		Type uint32
 	}
-	Empty struct{}
+	CreateSRQRequest struct {
+		PD, MaxWR, MaxSGE, Limit uint32
+		UserHandle               uint64
+	}
+	CreateSRQReply   struct{ Handle, Depth, Stride uint32 }
+	ModifySRQRequest struct{ Handle, Limit uint32 }
+	Empty            struct{}
 )
 
 // Encode writes a message of op with body into buf and returns its bytes.

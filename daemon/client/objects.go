@@ -131,13 +131,16 @@ func (c *Conn) CreateQP(req hostif.CreateQPRequest) (*QP, error) {
 	if err != nil {
 		return nil, err
 	}
-	size := int(r.RQOffset) + hostif.RingSize(int(r.RQDepth), int(r.RQStride))
+	size := int(r.RQOffset)
+	if r.RQDepth > 0 { // none with an SRQ
+		size += hostif.RingSize(int(r.RQDepth), int(r.RQStride))
+	}
 	mem, err := mapRing(fds, size)
 	if err != nil {
 		return nil, err
 	}
 	q := &QP{Handle: r.Handle, QPN: r.QPN, c: c, mem: mem}
-	if q.sq, err = hostif.NewWorkQueue(mem[:r.RQOffset], int(r.SQDepth), int(r.SQStride)); err == nil {
+	if q.sq, err = hostif.NewWorkQueue(mem[:r.RQOffset], int(r.SQDepth), int(r.SQStride)); err == nil && r.RQDepth > 0 {
 		q.rq, err = hostif.NewWorkQueue(mem[r.RQOffset:], int(r.RQDepth), int(r.RQStride))
 	}
 	if err != nil {
@@ -167,17 +170,25 @@ func (q *QP) State() ibtransport.QPState { return ibtransport.QPState(q.sq.State
 // the doorbell rung, with no system call while the daemon polls.
 func (q *QP) PostSend(wr *ibtransport.SendWR) error { return q.PostSendTo(wr, 0) }
 
-// PostRecv posts wr to the receive queue (ibv_post_recv).
+// PostRecv posts wr to the receive queue (ibv_post_recv); a QP with an
+// SRQ has none.
 func (q *QP) PostRecv(wr *ibtransport.RecvWR) error {
-	e, ok := q.rq.Next()
+	if q.rq == nil {
+		return fmt.Errorf("softnic daemon: post receive on QP %d: it has an SRQ", q.QPN)
+	}
+	return postRecv(q.c, q.rq, wr)
+}
+
+func postRecv(c *Conn, wq *hostif.WorkQueue, wr *ibtransport.RecvWR) error {
+	e, ok := wq.Next()
 	if !ok {
 		return ErrQueueFull
 	}
 	if err := hostif.EncodeRecv(e, wr); err != nil {
 		return err
 	}
-	q.rq.Publish()
-	q.c.ring()
+	wq.Publish()
+	c.ring()
 	return nil
 }
 
@@ -245,4 +256,51 @@ func (c *Conn) QueryGID(i int) (ibtransport.GID, error) {
 	var r hostif.QueryGIDReply
 	_, err := c.call(hostif.OpQueryGID, hostif.QueryGIDRequest{Index: uint32(i)}, &r)
 	return r.GID, err
+}
+
+// SRQ is a shared receive queue the daemon's engines take receives from.
+type SRQ struct {
+	Handle uint32
+	c      *Conn
+	mem    []byte
+	wq     *hostif.WorkQueue
+}
+
+// CreateSRQ creates a shared receive queue of at least maxWR receives of
+// up to maxSGE SGEs, armed at limit (0: not armed) (ibv_create_srq).
+func (c *Conn) CreateSRQ(pd uint32, maxWR, maxSGE, limit int, userHandle uint64) (*SRQ, error) {
+	var r hostif.CreateSRQReply
+	fds, err := c.call(hostif.OpCreateSRQ, hostif.CreateSRQRequest{PD: pd, MaxWR: uint32(maxWR), MaxSGE: uint32(maxSGE),
+		Limit: uint32(limit), UserHandle: userHandle}, &r)
+	if err != nil {
+		return nil, err
+	}
+	mem, err := mapRing(fds, hostif.RingSize(int(r.Depth), int(r.Stride)))
+	if err != nil {
+		return nil, err
+	}
+	wq, err := hostif.NewWorkQueue(mem, int(r.Depth), int(r.Stride))
+	if err != nil {
+		unix.Munmap(mem)
+		return nil, err
+	}
+	return &SRQ{Handle: r.Handle, c: c, mem: mem, wq: wq}, nil
+}
+
+// PostRecv posts a receive to the SRQ (ibv_post_srq_recv).
+func (s *SRQ) PostRecv(wr *ibtransport.RecvWR) error { return postRecv(s.c, s.wq, wr) }
+
+// Modify sets and arms the SRQ's limit (ibv_modify_srq).
+func (s *SRQ) Modify(limit int) error {
+	_, err := s.c.call(hostif.OpModifySRQ, hostif.ModifySRQRequest{Handle: s.Handle, Limit: uint32(limit)}, &hostif.Empty{})
+	return err
+}
+
+// Destroy destroys the SRQ (ibv_destroy_srq).
+func (s *SRQ) Destroy() error {
+	_, err := s.c.call(hostif.OpDestroySRQ, hostif.HandleRequest{Handle: s.Handle}, &hostif.Empty{})
+	if err == nil {
+		unix.Munmap(s.mem)
+	}
+	return err
 }
