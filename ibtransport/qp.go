@@ -170,6 +170,9 @@ const (
 // QP is a queue pair: reliable connected (RC) or unreliable datagram (UD,
 // ud.go).
 type QP struct {
+	// Owner is free for the layer above (ib_qp's qp_context): package verbs
+	// keeps its QP there, which the events it receives name.
+	Owner any
 	// e is the engine that owns the QP's protocol state; the QP moves to
 	// another engine of the group only under Group.Do (place, follow),
 	// which is when e changes. home is e for posters' goroutines.

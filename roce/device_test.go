@@ -18,7 +18,7 @@ import (
 // devicePair returns two devices on a memlink pair with a connected QP each.
 // The QPs, CQs and PDs are verbs objects: the RoCE device only carries
 // their packets.
-func devicePair(t *testing.T, cfg memlink.Config, addrA, addrB netip.Addr, mtu ibtransport.MTU) (*roce.Device, *roce.Device, *ibtransport.QP, *ibtransport.QP, *verbs.CQ, *verbs.CQ, error) {
+func devicePair(t *testing.T, cfg memlink.Config, addrA, addrB netip.Addr, mtu ibtransport.MTU) (*roce.Device, *roce.Device, *verbs.QP, *verbs.QP, *verbs.CQ, *verbs.CQ, error) {
 	t.Helper()
 	la, lb := memlink.Pair(cfg)
 	a, err := verbs.Open(la, verbs.Config{Addrs: []netip.Addr{addrA}})
@@ -26,7 +26,7 @@ func devicePair(t *testing.T, cfg memlink.Config, addrA, addrB netip.Addr, mtu i
 	b, err := verbs.Open(lb, verbs.Config{Addrs: []netip.Addr{addrB}})
 	require.NoError(t, err)
 	t.Cleanup(func() { a.Close(); b.Close(); la.Close(); lb.Close() })
-	mk := func(d *verbs.Device) (*ibtransport.QP, *verbs.CQ) {
+	mk := func(d *verbs.Device) (*verbs.QP, *verbs.CQ) {
 		cq, err := d.CreateCQ(64, nil)
 		require.NoError(t, err)
 		qp, err := d.AllocPD().CreateQP(&verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq,
@@ -38,7 +38,7 @@ func devicePair(t *testing.T, cfg memlink.Config, addrA, addrB netip.Addr, mtu i
 	qb, cb := mk(b)
 	var firstErr error
 	for _, s := range []struct {
-		q, peer *ibtransport.QP
+		q, peer *verbs.QP
 		gid     ibtransport.GID
 	}{{qa, qb, roce.GIDFromAddr(addrB)}, {qb, qa, roce.GIDFromAddr(addrA)}} {
 		require.NoError(t, s.q.Modify(&ibtransport.QPAttr{State: ibtransport.QPSInit, AccessFlags: ibtransport.AccessRemoteWrite},

@@ -72,7 +72,8 @@ var qpEventTypes = [...]EventType{
 }
 
 // onQPEvent receives the engine's QP events.
-func (d *Device) onQPEvent(q *QP, ev ibtransport.QPEvent) {
+func (d *Device) onQPEvent(t *ibtransport.QP, ev ibtransport.QPEvent) {
+	q := qpOf(t)
 	if ev == ibtransport.QPEventCommEst {
 		if fn, ok := d.commEst.LoadAndDelete(q); ok {
 			fn.(func())()

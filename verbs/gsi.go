@@ -83,9 +83,11 @@ func openGSI(d *Device) (*gsi, error) {
 	cfg := ibtransport.QPConfig{Memory: (*pdMemory)(s.pd), SendCQ: (*cqSink)(s.scq), RecvCQ: (*cqSink)(s.rcq),
 		Cap:    QPCap{MaxSendWR: gsiSendSlots, MaxRecvWR: gsiRecvSlots, MaxSendSGE: 1, MaxRecvSGE: 1},
 		SigAll: true, Type: QPTypeUD, GSI: true}
-	if s.qp, err = d.group.CreateQP(&cfg); err != nil {
+	t, err := d.group.CreateQP(&cfg)
+	if err != nil {
 		return nil, err
 	}
+	s.qp = newQP(t)
 	if err := s.connect(); err != nil {
 		s.qp.Destroy()
 		return nil, err

@@ -47,7 +47,11 @@ func (pd *PD) CreateQP(init *QPInitAttr) (*QP, error) {
 		}
 		cfg.SRQ = (*srqRing)(init.SRQ)
 	}
-	return pd.dev.group.CreateQP(&cfg)
+	t, err := pd.dev.group.CreateQP(&cfg)
+	if err != nil {
+		return nil, err
+	}
+	return newQP(t), nil
 }
 
 // pdMemory is the PD as the engine sees it (ibtransport.Memory): it

@@ -16,7 +16,6 @@ import (
 // attributes are the transport engine's; they keep their libibverbs names
 // here. PD, MR, CQ, CompChannel and SRQ are this package's own.
 type (
-	QP            = ibtransport.QP
 	QPAttr        = ibtransport.QPAttr
 	QPAttrMask    = ibtransport.QPAttrMask
 	QPCap         = ibtransport.QPCap
