@@ -128,7 +128,7 @@ func (ss *session) hello(req hostif.HelloRequest) (any, []int, error) {
 	return hostif.HelloReply{Version: hostif.Version, MaxQPWR: uint32(a.MaxQPWR), MaxSGE: uint32(a.MaxSGE),
 		MaxCQE: uint32(a.MaxCQE), MaxInline: uint32(a.MaxInlineData), MaxRdAtomic: uint32(a.MaxQPRdAtom),
 		ActiveMTU: uint32(ss.s.dev.ActiveMTU()), Engines: uint32(ss.s.dev.RoCE().Engines()),
-		NodeGUID: ss.s.dev.NodeGUID()}, []int{page.fd, p[0], int(ss.s.doorbell.Fd())}, nil
+		NodeGUID: ss.s.dev.NodeGUID()}, []int{page.fd, p[0], ss.s.doorbellFD}, nil
 }
 
 // ibvGIDTypeRoCEv2 is enum ibv_gid_type's IBV_GID_TYPE_ROCE_V2: every GID

@@ -502,3 +502,24 @@ func TestSRQThroughDaemon(t *testing.T) {
 	require.NoError(t, qp.Destroy())
 	require.NoError(t, srq.Destroy())
 }
+
+// A client that rings the doorbell eventfd (the engine slept) wakes the
+// engine, and the daemon still closes promptly afterwards.
+func TestDoorbellWakesSleepingEngine(t *testing.T) {
+	r := newRig(t)
+	q := connectClient(t, r)
+	for i := range 3 {
+		time.Sleep(20 * time.Millisecond) // the engine's spin ends: it sleeps
+		require.NoError(t, q.qp.PostSend(&ibtransport.SendWR{ID: uint64(i), Opcode: ibtransport.WRRDMAWrite, Flags: ibtransport.SendSignaled,
+			SGL: []ibtransport.SGE{q.mr.SGE(0, 8)}, RemoteAddr: r.pmr.Addr(), RKey: r.pmr.RKey()}))
+		require.Equal(t, ibtransport.WCSuccess, q.poll(t).Status)
+	}
+	require.NotZero(t, r.srv.Doorbells(), "the engine never slept, or the client never rang")
+	done := make(chan struct{})
+	go func() { r.srv.Close(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close hung after the doorbell rang")
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 
@@ -31,9 +32,13 @@ type Server struct {
 	dev *verbs.Device
 	cfg Config
 	ln  *net.UnixListener
-	// doorbell is the eventfd clients write when the engine sleeps.
-	doorbell *os.File
-	host     hostQueues
+	// doorbell is the eventfd clients write when the engine sleeps
+	// (doorbellFD, passed to them: os.File.Fd would make it blocking);
+	// rings counts the wake-ups it brought.
+	doorbell   *os.File
+	doorbellFD int
+	rings      atomic.Uint64
+	host       hostQueues
 
 	mu       sync.Mutex
 	sessions map[*session]struct{}
@@ -67,7 +72,7 @@ func Serve(dev *verbs.Device, cfg Config) (*Server, error) {
 		ln.Close()
 		return nil, fmt.Errorf("daemon: eventfd: %w", err)
 	}
-	s := &Server{dev: dev, cfg: cfg, ln: ln, doorbell: os.NewFile(uintptr(efd), "softnic-doorbell"),
+	s := &Server{dev: dev, cfg: cfg, ln: ln, doorbell: os.NewFile(uintptr(efd), "softnic-doorbell"), doorbellFD: efd,
 		sessions: map[*session]struct{}{}, owners: map[any]owner{}, quit: make(chan struct{})}
 	s.host.init()
 	dev.RoCE().SetHostQueues(&s.host)
@@ -133,9 +138,13 @@ func (s *Server) ringDoorbell() {
 			}
 			continue
 		}
+		s.rings.Add(1)
 		s.dev.RoCE().Wake()
 	}
 }
+
+// Doorbells returns how many times clients woke the sleeping engine.
+func (s *Server) Doorbells() uint64 { return s.rings.Load() }
 
 // Socket returns the control socket's path.
 func (s *Server) Socket() string { return s.cfg.Socket }
@@ -151,6 +160,10 @@ func (s *Server) Sessions() int {
 // regions dropped) and removes the socket.
 func (s *Server) Close() error {
 	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
 	s.closed = true
 	for ss := range s.sessions {
 		ss.conn.Close()
