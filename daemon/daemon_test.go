@@ -523,3 +523,57 @@ func TestDoorbellWakesSleepingEngine(t *testing.T) {
 		t.Fatal("Close hung after the doorbell rang")
 	}
 }
+
+// The verbs API on a device reached through the daemon (verbs.Dial): the
+// same calls as in-process, two sessions at once.
+func TestVerbsThroughDaemon(t *testing.T) {
+	r := newRig(t)
+	gidA, _ := r.a.GID(0)
+	gidB, _ := r.b.GID(0)
+	for round := range 2 {
+		dev, err := verbs.Dial(r.socket)
+		require.NoError(t, err)
+		g, err := dev.GID(0)
+		require.NoError(t, err)
+		require.Equal(t, gidA, g)
+		require.Equal(t, r.a.ActiveMTU(), dev.ActiveMTU())
+		require.Nil(t, dev.RoCE(), "no engine in this process")
+
+		pd := dev.AllocPD()
+		buf := make([]byte, 1<<16)
+		for i := range buf {
+			buf[i] = byte(i + round)
+		}
+		mr, err := pd.RegMR(buf, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+		require.NoError(t, err)
+		cq, err := dev.CreateCQ(32, nil)
+		require.NoError(t, err)
+		qp, err := pd.CreateQP(&verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, Cap: verbs.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}})
+		require.NoError(t, err)
+		require.NoError(t, r.peer.Modify(&verbs.QPAttr{State: verbs.QPSReset}, verbs.QPAttrState))
+		toRTS(t, qp.Modify, r.peer.QPN(), gidB)
+		toRTS(t, r.peer.Modify, qp.QPN(), gidA)
+		require.Equal(t, verbs.QPSRTS, qp.State())
+
+		require.NoError(t, qp.PostSend(&verbs.SendWR{ID: 1, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
+			SGL: []verbs.SGE{mr.SGE(0, 20000)}, RemoteAddr: r.pmr.Addr(), RKey: r.pmr.RKey()}))
+		wc := waitPeer(t, cq)
+		require.Equal(t, verbs.WCSuccess, wc.Status)
+		require.Equal(t, qp.QPN(), wc.QPN)
+		r.waitWrites(t, uint64(round+1))
+		require.Equal(t, buf[:20000], r.pbuf[:20000])
+
+		require.NoError(t, qp.PostRecv(&verbs.RecvWR{ID: 2, SGL: []verbs.SGE{mr.SGE(30000, 100)}}))
+		require.NoError(t, r.peer.PostSend(&verbs.SendWR{ID: 3, Opcode: verbs.WRSend, Flags: verbs.SendSignaled,
+			SGL: []verbs.SGE{r.pmr.SGE(0, 100)}}))
+		require.Equal(t, verbs.WCSuccess, waitPeer(t, r.pscq).Status)
+		wc = waitPeer(t, cq)
+		require.Equal(t, verbs.WCRecv, wc.Opcode)
+		require.Equal(t, r.pbuf[:100], buf[30000:30100])
+
+		require.NoError(t, qp.Destroy())
+		require.NoError(t, mr.Dereg())
+		require.NoError(t, dev.Close())
+	}
+	require.Eventually(t, func() bool { return r.srv.Sessions() == 0 }, 5*time.Second, time.Millisecond)
+}

@@ -7,6 +7,7 @@ import (
 	"math/bits"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/softnic/softnic/hostif"
 )
@@ -38,7 +39,7 @@ func (ch *CompChannel) Get(ctx context.Context) (*CQ, error) {
 		return cq, nil
 	default:
 	}
-	ch.dev.dev.Unpoll() // the engine goroutine must deliver the event
+	ch.dev.Unpoll() // the engine goroutine must deliver the event
 	select {
 	case cq := <-ch.C:
 		return cq, nil
@@ -71,6 +72,8 @@ type CQ struct {
 	// called when an armed ring gets its completion.
 	ring    *hostif.CompletionQueue
 	onArmed func()
+	// handle is the daemon's, for a CQ of a device reached through one.
+	handle uint32
 	// Context is free for the user (ibv_cq's cq_context).
 	Context any
 }
@@ -81,6 +84,12 @@ type CQ struct {
 func (d *Device) CreateCQ(n int, ch *CompChannel) (*CQ, error) {
 	if n <= 0 || n > MaxCQE {
 		return nil, fmt.Errorf("create CQ of %d entries: %w", n, ErrInvalidArgument)
+	}
+	if d.remote != nil {
+		if ch != nil {
+			return nil, fmt.Errorf("create CQ: completion channels through the daemon are not there yet: %w", ErrInvalidArgument)
+		}
+		return d.remoteCQ(n)
 	}
 	size := 1 << bits.Len(uint(n-1))
 	return &CQ{dev: d, slots: make([]WC, size), mask: uint64(size - 1), notify: make(chan struct{}, 1), channel: ch,
@@ -167,7 +176,7 @@ func (c *CQ) Poll(wcs []WC) (int, error) {
 	// Like the engine goroutine, go on while the passes find work: a
 	// sender that polls right after a burst of posts transmits the burst
 	// here and takes the first completions as soon as they come.
-	for i := 0; n == 0 && err == nil && len(wcs) > 0 && i < maxPollPasses && c.dev.dev.Poll(); i++ {
+	for i := 0; n == 0 && err == nil && len(wcs) > 0 && i < maxPollPasses && c.dev.Poll(); i++ {
 		n, err = c.take(wcs)
 	}
 	return n, err
@@ -184,6 +193,9 @@ func (c *CQ) take(wcs []WC) (int, error) {
 	if c.ring != nil {
 		n := c.ring.Poll(wcs)
 		c.mu.Unlock()
+		if n == 0 && c.ring.Overrun() {
+			return 0, ErrCQOverflow
+		}
 		return n, nil
 	}
 	h := c.head.Load()
@@ -199,12 +211,15 @@ func (c *CQ) take(wcs []WC) (int, error) {
 // Wait polls like Poll but blocks until at least one completion is there or
 // ctx ends.
 func (c *CQ) Wait(ctx context.Context, wcs []WC) (int, error) {
+	if c.dev.remote != nil {
+		return c.waitRing(ctx, wcs)
+	}
 	for {
 		if n, err := c.take(wcs); n > 0 || err != nil {
 			return n, err
 		}
 		c.waiters.Add(1)
-		c.dev.dev.Unpoll() // the engine goroutine must fill the CQ
+		c.dev.Unpoll() // the engine goroutine must fill the CQ
 		if n, err := c.take(wcs); n > 0 || err != nil {
 			c.waiters.Add(-1)
 			return n, err
@@ -215,6 +230,22 @@ func (c *CQ) Wait(ctx context.Context, wcs []WC) (int, error) {
 		case <-ctx.Done():
 			c.waiters.Add(-1)
 			return 0, ctx.Err()
+		}
+	}
+}
+
+// waitRing waits for completions of a CQ the daemon fills: it polls the
+// ring, sleeping between looks from 10 µs up to 1 ms (no completion channel
+// is at hand to sleep on).
+func (c *CQ) waitRing(ctx context.Context, wcs []WC) (int, error) {
+	for pause := 10 * time.Microsecond; ; pause = min(2*pause, time.Millisecond) {
+		if n, err := c.take(wcs); n > 0 || err != nil {
+			return n, err
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(pause):
 		}
 	}
 }

@@ -28,6 +28,8 @@ type MR struct {
 	size   uint64
 	addr   uint64
 	access Access
+	// handle is the daemon's, on a device reached through one.
+	handle uint32
 	lkey   uint32
 	rkey   uint32
 	// valid is false once deregistered, which every access checks; it
@@ -196,6 +198,9 @@ func (pd *PD) RegMR(buf []byte, access Access) (*MR, error) {
 	if err := checkAccess(access); err != nil {
 		return nil, err
 	}
+	if pd.dev.remote != nil {
+		return pd.remoteMR(buf, access)
+	}
 	m := &MR{pd: pd, buf: buf, size: uint64(len(buf)), access: access}
 	if len(buf) > 0 {
 		m.addr = uint64(uintptr(unsafe.Pointer(unsafe.SliceData(buf))))
@@ -246,6 +251,9 @@ func (pd *PD) register(m *MR) (*MR, error) {
 // no longer reads or writes the memory, and its keys are rejected.
 func (m *MR) Dereg() error {
 	d := m.pd.dev
+	if d.remote != nil {
+		return m.remoteDereg()
+	}
 	return d.group.Do(func() error {
 		if !m.valid && d.mrs.lkeys[m.lkey] != m {
 			return fmt.Errorf("deregister MR: %w", ErrInvalidArgument)

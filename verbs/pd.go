@@ -11,10 +11,17 @@ import (
 type PD struct {
 	dev *Device
 	id  uint32
+	// handle is the daemon's, on a device reached through one.
+	handle uint32
 }
 
 // AllocPD allocates a protection domain (ibv_alloc_pd).
-func (d *Device) AllocPD() *PD { return &PD{dev: d, id: d.nextPD.Add(1)} }
+func (d *Device) AllocPD() *PD {
+	if d.remote != nil {
+		return d.remotePD()
+	}
+	return &PD{dev: d, id: d.nextPD.Add(1)}
+}
 
 // Device returns the device the PD belongs to.
 func (pd *PD) Device() *Device { return pd.dev }
@@ -38,6 +45,9 @@ func (pd *PD) CreateQP(init *QPInitAttr) (*QP, error) {
 	}
 	if init.SendCQ.dev != pd.dev || init.RecvCQ.dev != pd.dev {
 		return nil, fmt.Errorf("create QP: CQ of another device: %w", ErrInvalidArgument)
+	}
+	if pd.dev.remote != nil {
+		return pd.remoteQP(init)
 	}
 	cfg := ibtransport.QPConfig{Memory: (*pdMemory)(pd), SendCQ: (*cqSink)(init.SendCQ), RecvCQ: (*cqSink)(init.RecvCQ),
 		Cap: init.Cap, SigAll: init.SigAll, Type: init.Type}

@@ -186,6 +186,9 @@ type Device struct {
 	cm      *cm.Manager
 	// commEst holds OnCommEst's functions by *QP.
 	commEst sync.Map
+	// remote is set, and dev, group, gsi and cm are not, on a device
+	// reached through a daemon (Dial).
+	remote *remote
 }
 
 // Open opens a device on link (ibv_open_device). The device runs an engine
@@ -213,14 +216,21 @@ func Open(link roce.Link, cfg Config) (*Device, error) {
 // engine goroutine leaves the work to it (roce.Device.Poll); before
 // blocking on something other than CQ.Wait or CompChannel.Get, call
 // Unpoll.
-func (d *Device) Poll() bool { return d.dev.Poll() }
+func (d *Device) Poll() bool { return d.remote == nil && d.dev.Poll() }
 
 // Unpoll hands the engine back to the engine goroutine at once: the
 // application stops polling.
-func (d *Device) Unpoll() { d.dev.Unpoll() }
+func (d *Device) Unpoll() {
+	if d.remote == nil {
+		d.dev.Unpoll()
+	}
+}
 
 // Close stops the device; the link stays open.
 func (d *Device) Close() error {
+	if d.remote != nil {
+		return d.remote.c.Close()
+	}
 	d.cm.Close()
 	d.gsi.close()
 	return d.dev.Close()
@@ -232,7 +242,8 @@ func (d *Device) QPs() int { return d.group.QPs() }
 // GSICounters returns the counters of the device's QP1.
 func (d *Device) GSICounters() *GSICounters { return &d.gsi.ctr }
 
-// RoCE returns the underlying RoCE device (counters, neighbours).
+// RoCE returns the underlying RoCE device (counters, neighbours); nil on
+// a device reached through a daemon.
 func (d *Device) RoCE() *roce.Device { return d.dev }
 
 // Counters returns the transport engines' counters (their sum at the time
@@ -240,7 +251,12 @@ func (d *Device) RoCE() *roce.Device { return d.dev }
 func (d *Device) Counters() *ibtransport.Counters { return d.group.Counters() }
 
 // GID returns entry index of the GID table (ibv_query_gid).
-func (d *Device) GID(index int) (GID, error) { return d.dev.GID(index) }
+func (d *Device) GID(index int) (GID, error) {
+	if d.remote != nil {
+		return d.remoteGID(index)
+	}
+	return d.dev.GID(index)
+}
 
 // GIDTable returns the whole GID table (ibv_query_gid_table): the entries
 // GID returns, from index 0 up to the first that fails.
@@ -270,6 +286,9 @@ type DeviceAttr struct {
 
 // Query returns the device's limits (ibv_query_device).
 func (d *Device) Query() DeviceAttr {
+	if d.remote != nil {
+		return d.remoteQuery()
+	}
 	return DeviceAttr{MaxQPWR: ibtransport.MaxQPWR, MaxSGE: ibtransport.MaxSGE, MaxCQE: MaxCQE,
 		MaxInlineData: ibtransport.MaxInline, MaxQPRdAtom: ibtransport.MaxRdAtomic, MaxMsgSize: 1 << 31,
 		AtomicHostOrder: true, PhysPortCnt: 1}
@@ -278,6 +297,9 @@ func (d *Device) Query() DeviceAttr {
 // ActiveMTU returns the port's active MTU (ibv_port_attr.active_mtu): the
 // largest IB MTU whose packets fit the link.
 func (d *Device) ActiveMTU() MTU {
+	if d.remote != nil {
+		return MTU(d.remote.c.Device.ActiveMTU)
+	}
 	room := roce.ActiveIBMTU(d.dev.Link().MTU())
 	m := MTU4096
 	for m > MTU256 && m.Bytes() > room {

@@ -304,3 +304,12 @@ func (s *SRQ) Destroy() error {
 	}
 	return err
 }
+
+// DeregMR deregisters a region (ibv_dereg_mr).
+func (c *Conn) DeregMR(mr uint32) error {
+	_, err := c.call(hostif.OpDeregMR, hostif.HandleRequest{Handle: mr}, &hostif.Empty{})
+	return err
+}
+
+// Ring returns the CQ's shared ring, which the caller polls.
+func (cq *CQ) Ring() *hostif.CompletionQueue { return cq.ring }
