@@ -27,6 +27,11 @@ func Dial(socket string) (*Device, error) {
 	return &Device{remote: &remote{c: c}, events: make(chan Event, 256)}, nil
 }
 
+// Remote reports whether the device is reached through a daemon (Dial):
+// its transport runs in another process, and MR.RemoteWriteSeq does not
+// move.
+func (d *Device) Remote() bool { return d.remote != nil }
+
 // call runs a control call under the device's lock.
 func (r *remote) call(fn func(c *client.Conn) error) error {
 	r.mu.Lock()

@@ -24,6 +24,10 @@ var openCM = func(addr netip.Addr) (*rdmacm.CM, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	if dev.Verbs.Remote() {
+		closeDev()
+		return nil, nil, fmt.Errorf("%s is served by the softnic daemon, and the connection manager does not work through it yet: stop the daemon to use rdma_cm", r.Ifname)
+	}
 	c, err := newCM(dev)
 	if err != nil {
 		closeDev()

@@ -81,6 +81,7 @@ func TestDaemonOnVeth(t *testing.T) {
 		var out syncBuffer
 		cmd.Stdout, cmd.Stderr = &out, &out
 		require.NoError(t, cmd.Start())
+		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() }) // a failed test leaves no daemon running
 		require.Eventually(t, func() bool { return strings.Contains(out.String(), "serving") }, 10*time.Second,
 			20*time.Millisecond, "the daemon did not start:\n%s", out.String())
 		return cmd, &out

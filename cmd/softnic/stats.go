@@ -17,6 +17,10 @@ import (
 // link, the XDP program's and each socket's ring statistics: the losses a
 // run met and how the engine recovered, next to its figures.
 func printSoftnicStats(w io.Writer, dev *verbs.Device) {
+	if dev.Remote() {
+		fmt.Fprintln(w, " softnic: the device is the daemon's; its counters are there")
+		return
+	}
 	fmt.Fprintln(w, " softnic engine counters:")
 	writeCounters(w, "", reflect.ValueOf(dev.Counters()).Elem())
 	fmt.Fprintln(w, " softnic RoCE device counters:")

@@ -2,8 +2,11 @@ package perftest
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
+	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/softnic/softnic/verbs"
 )
@@ -27,6 +30,9 @@ func (r *runCtx) waitOne(cq *verbs.CQ, wc []verbs.WC, what string, done uint64) 
 // side answered). It runs the device's engine between looks, yields the
 // CPU when that found nothing, and gives up when ctx ends.
 func (r *runCtx) awaitWrite(ctx context.Context, seen *uint64, buf []byte, at int, want byte) error {
+	if r.dev.Verbs.Remote() {
+		return r.awaitRemoteWrite(ctx, buf, at, want)
+	}
 	for i := 0; ; i++ {
 		if s := r.mr.RemoteWriteSeq(); s != *seen {
 			*seen = s
@@ -44,6 +50,25 @@ func (r *runCtx) awaitWrite(ctx context.Context, seen *uint64, buf []byte, at in
 		if !r.dev.Verbs.Poll() {
 			pollYield(r.pin)
 		}
+	}
+}
+
+// awaitRemoteWrite is awaitWrite on a device reached through the daemon,
+// which writes buf from its own process: there is no sequence to watch, so
+// it reads the byte itself, as perftest does, with an atomic load of its
+// word (buf is 8-byte aligned).
+func (r *runCtx) awaitRemoteWrite(ctx context.Context, buf []byte, at int, want byte) error {
+	word := (*uint32)(unsafe.Pointer(&buf[at&^3]))
+	var b [4]byte
+	for i := 0; ; i++ {
+		binary.NativeEndian.PutUint32(b[:], atomic.LoadUint32(word))
+		if b[at&3] == want {
+			return nil
+		}
+		if i&63 == 63 && ctx.Err() != nil {
+			return ctx.Err()
+		}
+		pollYield(r.pin)
 	}
 }
 

@@ -266,6 +266,9 @@ var latLoops = map[oob.Test]struct {
 // and a run is over before a contested pin gives up.
 func (r *runCtx) startPin() {
 	dev, qp := r.dev.Verbs.RoCE(), r.qps[0]
+	if dev == nil {
+		return // the daemon's engines run in another process
+	}
 	cpu := func() int { return dev.EngineCPU(qp.EngineIndex()) }
 	c := cpu()
 	if c < 0 {
