@@ -9,94 +9,77 @@ import (
 	"github.com/softnic/softnic/verbs"
 )
 
+// handler runs one command on its decoded body and returns the reply's
+// body and descriptors.
+type handler func(ss *session, msg []byte) (any, []int, error)
+
+// handlers are the commands by op.
+var handlers = map[hostif.Op]handler{
+	hostif.OpHello:             with((*session).hello),
+	hostif.OpAllocPD:           with((*session).allocPD),
+	hostif.OpRegMR:             with(noFDs((*session).regMR)),
+	hostif.OpCreateCompChannel: with((*session).createChannel),
+	hostif.OpCreateCQ:          with((*session).createCQ),
+	hostif.OpCreateQP:          with((*session).createQP),
+	hostif.OpModifyQP:          with(noReply((*session).modifyQP)),
+	hostif.OpCreateAH:          with(noFDs((*session).createAH)),
+	hostif.OpQueryPort:         with((*session).queryPort),
+	hostif.OpQueryGID:          with((*session).queryGID),
+	hostif.OpCreateSRQ:         with((*session).createSRQ),
+	hostif.OpModifySRQ:         with(noReply((*session).modifySRQ)),
+	hostif.OpDeallocPD:         with(noReply((*session).deallocPD)),
+	hostif.OpDeregMR:           with(noReply((*session).deregMR)),
+	hostif.OpDestroyCQ:         with(noReply((*session).destroyCQ)),
+	hostif.OpDestroyQP:         with(noReply((*session).destroyQPHandle)),
+	hostif.OpDestroyAH:         with(noReply((*session).destroyAH)),
+	hostif.OpDestroySRQ:        with(noReply((*session).destroySRQHandle)),
+}
+
+// with decodes the body of type T a command takes before running it.
+func with[T any](fn func(*session, T) (any, []int, error)) handler {
+	return func(ss *session, msg []byte) (any, []int, error) {
+		var req T
+		if err := hostif.DecodeBody(msg, &req); err != nil {
+			return nil, nil, err
+		}
+		return fn(ss, req)
+	}
+}
+
+// noFDs adapts a command that passes no descriptors.
+func noFDs[T any](fn func(*session, T) (any, error)) func(*session, T) (any, []int, error) {
+	return func(ss *session, req T) (any, []int, error) {
+		body, err := fn(ss, req)
+		return body, nil, err
+	}
+}
+
+// noReply adapts a command whose reply has no body.
+func noReply[T any](fn func(*session, T) error) func(*session, T) (any, []int, error) {
+	return func(ss *session, req T) (any, []int, error) { return hostif.Empty{}, nil, fn(ss, req) }
+}
+
 // run executes one command and returns its reply body and descriptors.
 func (ss *session) run(op hostif.Op, msg []byte) (any, []int, error) {
-	switch op {
-	case hostif.OpHello:
-		var req hostif.HelloRequest
-		if err := hostif.DecodeBody(msg, &req); err != nil {
-			return nil, nil, err
-		}
-		return ss.hello(req)
-	case hostif.OpAllocPD:
-		if err := hostif.DecodeBody(msg, &hostif.Empty{}); err != nil {
-			return nil, nil, err
-		}
-		h := ss.handle()
-		ss.pds[h] = ss.s.dev.AllocPD()
-		return hostif.HandleReply{Handle: h}, nil, nil
-	case hostif.OpRegMR:
-		var req hostif.RegMRRequest
-		if err := hostif.DecodeBody(msg, &req); err != nil {
-			return nil, nil, err
-		}
-		body, err := ss.regMR(req)
-		return body, nil, err
-	case hostif.OpCreateCompChannel:
-		if err := hostif.DecodeBody(msg, &hostif.Empty{}); err != nil {
-			return nil, nil, err
-		}
-		return ss.createChannel()
-	case hostif.OpCreateCQ:
-		var req hostif.CreateCQRequest
-		if err := hostif.DecodeBody(msg, &req); err != nil {
-			return nil, nil, err
-		}
-		return ss.createCQ(req)
-	case hostif.OpCreateQP:
-		var req hostif.CreateQPRequest
-		if err := hostif.DecodeBody(msg, &req); err != nil {
-			return nil, nil, err
-		}
-		return ss.createQP(req)
-	case hostif.OpModifyQP:
-		var req hostif.ModifyQPRequest
-		if err := hostif.DecodeBody(msg, &req); err != nil {
-			return nil, nil, err
-		}
-		return hostif.Empty{}, nil, ss.modifyQP(req)
-	case hostif.OpCreateAH:
-		var req hostif.CreateAHRequest
-		if err := hostif.DecodeBody(msg, &req); err != nil {
-			return nil, nil, err
-		}
-		body, err := ss.createAH(req)
-		return body, nil, err
-	case hostif.OpQueryPort:
-		if err := hostif.DecodeBody(msg, &hostif.HandleRequest{}); err != nil {
-			return nil, nil, err
-		}
-		return ss.queryPort(), nil, nil
-	case hostif.OpQueryGID:
-		var req hostif.QueryGIDRequest
-		if err := hostif.DecodeBody(msg, &req); err != nil {
-			return nil, nil, err
-		}
-		gid, err := ss.s.dev.GID(int(req.Index))
-		if err != nil {
-			return nil, nil, fmt.Errorf("GID %d: %w", req.Index, unix.EINVAL)
-		}
-		return hostif.QueryGIDReply{GID: gid, Type: ibvGIDTypeRoCEv2}, nil, nil
-	case hostif.OpCreateSRQ:
-		var req hostif.CreateSRQRequest
-		if err := hostif.DecodeBody(msg, &req); err != nil {
-			return nil, nil, err
-		}
-		return ss.createSRQ(req)
-	case hostif.OpModifySRQ:
-		var req hostif.ModifySRQRequest
-		if err := hostif.DecodeBody(msg, &req); err != nil {
-			return nil, nil, err
-		}
-		return hostif.Empty{}, nil, ss.modifySRQ(req)
-	case hostif.OpDeallocPD, hostif.OpDeregMR, hostif.OpDestroyCQ, hostif.OpDestroyQP, hostif.OpDestroyAH, hostif.OpDestroySRQ:
-		var req hostif.HandleRequest
-		if err := hostif.DecodeBody(msg, &req); err != nil {
-			return nil, nil, err
-		}
-		return hostif.Empty{}, nil, ss.destroy(op, req.Handle)
+	h, ok := handlers[op]
+	if !ok {
+		return nil, nil, fmt.Errorf("%w: %v", hostif.ErrMessage, op)
 	}
-	return nil, nil, fmt.Errorf("%w: %v", hostif.ErrMessage, op)
+	return h(ss, msg)
+}
+
+func (ss *session) allocPD(hostif.Empty) (any, []int, error) {
+	h := ss.handle()
+	ss.pds[h] = ss.s.dev.AllocPD()
+	return hostif.HandleReply{Handle: h}, nil, nil
+}
+
+func (ss *session) queryGID(req hostif.QueryGIDRequest) (any, []int, error) {
+	gid, err := ss.s.dev.GID(int(req.Index))
+	if err != nil {
+		return nil, nil, fmt.Errorf("GID %d: %w", req.Index, unix.EINVAL)
+	}
+	return hostif.QueryGIDReply{GID: gid, Type: ibvGIDTypeRoCEv2}, nil, nil
 }
 
 // hello starts the session: the device's limits, the session page, the
@@ -137,9 +120,9 @@ const ibvGIDTypeRoCEv2 = 2
 
 // queryPort answers for port 1, the device's only port (the request's
 // handle is the port number, which libibverbs checks itself).
-func (ss *session) queryPort() hostif.QueryPortReply {
+func (ss *session) queryPort(hostif.HandleRequest) (any, []int, error) {
 	d := ss.s.dev
 	return hostif.QueryPortReply{State: 4, MaxMTU: uint8(verbs.MTU4096), ActiveMTU: uint8(d.ActiveMTU()), LinkLayer: 2,
 		GIDTableLen: uint32(len(d.GIDTable())), PKeyTableLen: 1, LinkMTU: uint32(d.RoCE().Link().MTU()),
-		MaxMsgSize: uint32(d.Query().MaxMsgSize)}
+		MaxMsgSize: uint32(d.Query().MaxMsgSize)}, nil, nil
 }

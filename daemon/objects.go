@@ -33,7 +33,7 @@ func (ss *session) regMR(req hostif.RegMRRequest) (any, error) {
 
 // createChannel makes a completion channel: a pipe whose read end the
 // client gets.
-func (ss *session) createChannel() (any, []int, error) {
+func (ss *session) createChannel(hostif.Empty) (any, []int, error) {
 	var p [2]int
 	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
 		return nil, nil, err
@@ -201,79 +201,100 @@ func (ss *session) modifyQP(req hostif.ModifyQPRequest) error {
 	return err
 }
 
-// destroy destroys the object op names, if nothing uses it.
-func (ss *session) destroy(op hostif.Op, h uint32) error {
-	switch op {
-	case hostif.OpDestroyQP:
-		if ss.qps[h] == nil {
-			return errNoObject
-		}
-		ss.destroyQP(h)
-	case hostif.OpDestroyCQ:
-		cq := ss.cqs[h]
-		if cq == nil {
-			return errNoObject
-		}
-		for _, q := range ss.qps {
-			if q.sc == h || q.rc == h {
-				return errBusy
-			}
-		}
-		ss.s.disown(cq.cq)
-		ss.freeRing(cq.ring)
-		delete(ss.cqs, h)
-	case hostif.OpDeregMR:
-		mr := ss.mrs[h]
-		if mr == nil {
-			return errNoObject
-		}
-		delete(ss.mrs, h)
-		delete(ss.mrPD, h)
-		return mr.Dereg()
-	case hostif.OpDestroyAH:
-		ahs := *ss.ahs.Load()
-		ah := ahs[h]
-		if ah == nil {
-			return errNoObject
-		}
-		ss.publishAHs(h, nil)
-		return ah.Destroy()
-	case hostif.OpDeallocPD:
-		if ss.pds[h] == nil {
-			return errNoObject
-		}
-		for _, pd := range ss.ahPD {
-			if pd == h {
-				return errBusy
-			}
-		}
-		for mh, pd := range ss.mrPD {
-			if pd == h && ss.mrs[mh] != nil {
-				return errBusy
-			}
-		}
-		for _, q := range ss.qps {
-			if q.pd == h {
-				return errBusy
-			}
-		}
-		for _, s := range ss.srqs {
-			if s.pd == h {
-				return errBusy
-			}
-		}
-		delete(ss.pds, h)
-	case hostif.OpDestroySRQ:
-		if ss.srqs[h] == nil {
-			return errNoObject
-		}
-		for _, q := range ss.qps {
-			if q.srq == h {
-				return errBusy
-			}
-		}
-		ss.destroySRQ(h)
+// The destroy commands: each object goes if nothing of the session uses
+// it (EBUSY otherwise), as with a kernel driver.
+
+func (ss *session) destroyQPHandle(req hostif.HandleRequest) error {
+	if ss.qps[req.Handle] == nil {
+		return errNoObject
 	}
+	ss.destroyQP(req.Handle)
+	return nil
+}
+
+func (ss *session) destroyCQ(req hostif.HandleRequest) error {
+	h := req.Handle
+	cq := ss.cqs[h]
+	if cq == nil {
+		return errNoObject
+	}
+	for _, q := range ss.qps {
+		if q.sc == h || q.rc == h {
+			return errBusy
+		}
+	}
+	ss.s.disown(cq.cq)
+	ss.freeRing(cq.ring)
+	delete(ss.cqs, h)
+	return nil
+}
+
+func (ss *session) deregMR(req hostif.HandleRequest) error {
+	mr := ss.mrs[req.Handle]
+	if mr == nil {
+		return errNoObject
+	}
+	delete(ss.mrs, req.Handle)
+	delete(ss.mrPD, req.Handle)
+	return mr.Dereg()
+}
+
+func (ss *session) destroyAH(req hostif.HandleRequest) error {
+	ah := (*ss.ahs.Load())[req.Handle]
+	if ah == nil {
+		return errNoObject
+	}
+	ss.publishAHs(req.Handle, nil)
+	return ah.Destroy()
+}
+
+func (ss *session) deallocPD(req hostif.HandleRequest) error {
+	h := req.Handle
+	if ss.pds[h] == nil {
+		return errNoObject
+	}
+	if ss.pdInUse(h) {
+		return errBusy
+	}
+	delete(ss.pds, h)
+	return nil
+}
+
+// pdInUse reports whether an AH, MR, QP or SRQ of the session is in PD h.
+func (ss *session) pdInUse(h uint32) bool {
+	for _, pd := range ss.ahPD {
+		if pd == h {
+			return true
+		}
+	}
+	for mh, pd := range ss.mrPD {
+		if pd == h && ss.mrs[mh] != nil {
+			return true
+		}
+	}
+	for _, q := range ss.qps {
+		if q.pd == h {
+			return true
+		}
+	}
+	for _, s := range ss.srqs {
+		if s.pd == h {
+			return true
+		}
+	}
+	return false
+}
+
+func (ss *session) destroySRQHandle(req hostif.HandleRequest) error {
+	if ss.srqs[req.Handle] == nil {
+		return errNoObject
+	}
+	for _, q := range ss.qps {
+		if q.srq == req.Handle {
+			return errBusy
+		}
+	}
+	ss.destroySRQ(req.Handle)
 	return nil
 }
 
