@@ -51,10 +51,10 @@ func (q *QP) PostSendError(id uint64, st WCStatus) error {
 	}
 	sq := &q.sq
 	sq.mu.Lock()
-	t := sq.tail.Load()
-	if t-sq.head.Load() >= uint32(len(sq.slots)) {
+	t, err := q.nextSendSlot()
+	if err != nil {
 		sq.mu.Unlock()
-		return fmt.Errorf("post send on QP %d: %w", q.qpn, ErrQueueFull)
+		return err
 	}
 	i := t & sq.mask
 	sq.slots[i] = sendWQE{id: id, opcode: WRSend, flags: SendSignaled, state: wqeError, status: st}
@@ -100,6 +100,16 @@ func (q *QP) checkSendWR(wr *SendWR) error {
 	return nil
 }
 
+// nextSendSlot returns the send queue's tail, the index of the slot the
+// next post fills, or ErrQueueFull; sq.mu is held.
+func (q *QP) nextSendSlot() (uint32, error) {
+	t := q.sq.tail.Load()
+	if t-q.sq.head.Load() >= uint32(len(q.sq.slots)) {
+		return 0, fmt.Errorf("post send on QP %d: %w", q.qpn, ErrQueueFull)
+	}
+	return t, nil
+}
+
 // postSendLocked validates wr and copies it into the next SQ slot; sq.mu is
 // held.
 func (q *QP) postSendLocked(wr *SendWR) error {
@@ -107,9 +117,9 @@ func (q *QP) postSendLocked(wr *SendWR) error {
 		return err
 	}
 	sq := &q.sq
-	t := sq.tail.Load()
-	if t-sq.head.Load() >= uint32(len(sq.slots)) {
-		return fmt.Errorf("post send on QP %d: %w", q.qpn, ErrQueueFull)
+	t, err := q.nextSendSlot()
+	if err != nil {
+		return err
 	}
 	i := t & sq.mask
 	s := &sq.slots[i]
