@@ -223,10 +223,16 @@ func (ss *session) destroyCQ(req hostif.HandleRequest) error {
 			return errBusy
 		}
 	}
+	ss.dropCQ(h)
+	return nil
+}
+
+// dropCQ forgets CQ h and unmaps its ring; no QP of the session uses it.
+func (ss *session) dropCQ(h uint32) {
+	cq := ss.cqs[h]
 	ss.s.disown(cq.cq)
 	ss.freeRing(cq.ring)
 	delete(ss.cqs, h)
-	return nil
 }
 
 func (ss *session) deregMR(req hostif.HandleRequest) error {
@@ -401,7 +407,7 @@ func (ss *session) destroySRQ(h uint32) {
 	delete(ss.srqs, h)
 	ss.publishFetchers()
 	s.gone.Store(true)
-	ss.s.dev.RoCE().Group().Do(func() error { return nil })
+	ss.s.betweenPasses()
 	ss.s.disown(s.srq)
 	ss.freeRing(s.ring)
 }

@@ -146,6 +146,11 @@ func (s *Server) ringDoorbell() {
 // Doorbells returns how many times clients woke the sleeping engine.
 func (s *Server) Doorbells() uint64 { return s.rings.Load() }
 
+// betweenPasses returns once every engine has finished the pass it was in,
+// if any (Group.Do runs while all are between passes): a pass that read a
+// ring or page before it was taken off the engine's lists has ended.
+func (s *Server) betweenPasses() { s.dev.RoCE().Group().Do(func() error { return nil }) }
+
 // Socket returns the control socket's path.
 func (s *Server) Socket() string { return s.cfg.Socket }
 

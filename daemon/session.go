@@ -196,24 +196,20 @@ func (ss *session) end() {
 	s.host.remove(ss)
 	s.mu.Unlock()
 	// A pass of the first engine that began before the removal may still
-	// read the session page: Group.Do returns once every engine is between
-	// passes.
-	s.dev.RoCE().Group().Do(func() error { return nil })
+	// read the session page.
+	s.betweenPasses()
 	for h := range ss.qps {
 		ss.destroyQP(h)
 	}
 	for h := range ss.srqs {
 		ss.destroySRQ(h)
 	}
-	for h, mr := range ss.mrs {
-		mr.Dereg()
-		delete(ss.mrs, h)
+	for h := range ss.mrs {
+		ss.deregMR(hostif.HandleRequest{Handle: h})
 	}
 	ss.proc.Close()
-	for h, cq := range ss.cqs {
-		s.disown(cq.cq)
-		ss.freeRing(cq.ring)
-		delete(ss.cqs, h)
+	for h := range ss.cqs {
+		ss.dropCQ(h)
 	}
 	for h, fd := range ss.channels {
 		unix.Close(fd)
