@@ -52,11 +52,11 @@ func (c *Conn) CreateCompChannel() (*Channel, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(fds) != 1 {
-		closeAll(fds)
-		return nil, fmt.Errorf("%w: channel with %d descriptors", hostif.ErrMessage, len(fds))
+	fd, err := oneFD(fds, "channel")
+	if err != nil {
+		return nil, err
 	}
-	return &Channel{Handle: r.Handle, File: os.NewFile(uintptr(fds[0]), "softnic-channel")}, nil
+	return &Channel{Handle: r.Handle, File: os.NewFile(uintptr(fd), "softnic-channel")}, nil
 }
 
 // CQ is a completion queue the daemon fills.
@@ -90,14 +90,24 @@ func (c *Conn) CreateCQ(entries int, ch *Channel, userHandle uint64) (*CQ, error
 	return &CQ{Handle: r.Handle, ring: ring, mem: mem}, nil
 }
 
-// mapRing maps the one descriptor a reply passed and closes it.
-func mapRing(fds []int, size int) ([]byte, error) {
+// oneFD returns the one descriptor a reply for what passed, or closes them
+// all and fails.
+func oneFD(fds []int, what string) (int, error) {
 	if len(fds) != 1 {
 		closeAll(fds)
-		return nil, fmt.Errorf("%w: ring with %d descriptors", hostif.ErrMessage, len(fds))
+		return -1, fmt.Errorf("%w: %s with %d descriptors", hostif.ErrMessage, what, len(fds))
 	}
-	mem, err := unix.Mmap(fds[0], 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
-	unix.Close(fds[0])
+	return fds[0], nil
+}
+
+// mapRing maps the one descriptor a reply passed and closes it.
+func mapRing(fds []int, size int) ([]byte, error) {
+	fd, err := oneFD(fds, "ring")
+	if err != nil {
+		return nil, err
+	}
+	mem, err := unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	unix.Close(fd)
 	if err != nil {
 		return nil, fmt.Errorf("softnic daemon: map ring: %w", err)
 	}
