@@ -3,9 +3,7 @@ package main
 import (
 	"context"
 	"net/netip"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -27,13 +25,7 @@ import (
 func TestDaemonDataOnVeth(t *testing.T) {
 	bin, p, ga, gb := vethSoftnic(t)
 	runDir := worldDir(t)
-	d := exec.Command("ip", "netns", "exec", p.A.Namespace, bin, "daemon", "-d", p.A.Ifname, "--run-dir", runDir)
-	var dout syncBuffer
-	d.Stdout, d.Stderr = &dout, &dout
-	require.NoError(t, d.Start())
-	t.Cleanup(func() { d.Process.Kill(); d.Wait() })
-	require.Eventually(t, func() bool { return strings.Contains(dout.String(), "serving") }, 10*time.Second,
-		20*time.Millisecond, "the daemon did not start:\n%s", dout.String())
+	_, dout := startDaemon(t, bin, &p.A, runDir)
 
 	// The peer: a device on B opened in B's namespace; it knows A's MAC
 	// beforehand (its neighbour lookups would run outside the namespace).

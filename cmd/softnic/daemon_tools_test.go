@@ -2,7 +2,6 @@ package main
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -25,16 +24,8 @@ func TestToolsThroughDaemon(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(open, self, 0o755))
 	var logs [2]*syncBuffer
-	for i, end := range []string{p.A.Namespace, p.B.Namespace} {
-		ifname := []string{p.A.Ifname, p.B.Ifname}[i]
-		d := exec.Command("ip", "netns", "exec", end, open, "daemon", "-d", ifname, "--run-dir", runDir)
-		logs[i] = &syncBuffer{}
-		d.Stdout, d.Stderr = logs[i], logs[i]
-		require.NoError(t, d.Start())
-		t.Cleanup(func() { d.Process.Kill(); d.Wait() })
-		require.Eventually(t, func() bool { return strings.Contains(logs[i].String(), "serving") }, 10*time.Second,
-			20*time.Millisecond, "the daemon did not start:\n%s", logs[i].String())
-	}
+	_, logs[0] = startDaemon(t, open, &p.A, runDir)
+	_, logs[1] = startDaemon(t, open, &p.B, runDir)
 	dout := logs[0]
 	ia, ib := indexOf(ga, p.A.Addr4()), indexOf(gb, p.B.Addr4())
 	type run struct{ name, server, client string }

@@ -76,16 +76,7 @@ func TestDaemonOnVeth(t *testing.T) {
 		require.NoError(t, err, string(out))
 		return strings.Contains(string(out), "xdp")
 	}
-	start := func() (*exec.Cmd, *syncBuffer) {
-		cmd := exec.Command("ip", "netns", "exec", pair.A.Namespace, bin, "daemon", "-d", pair.A.Ifname, "--run-dir", runDir)
-		var out syncBuffer
-		cmd.Stdout, cmd.Stderr = &out, &out
-		require.NoError(t, cmd.Start())
-		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() }) // a failed test leaves no daemon running
-		require.Eventually(t, func() bool { return strings.Contains(out.String(), "serving") }, 10*time.Second,
-			20*time.Millisecond, "the daemon did not start:\n%s", out.String())
-		return cmd, &out
-	}
+	start := func() (*exec.Cmd, *syncBuffer) { return startDaemon(t, bin, &pair.A, runDir) }
 	d, dout := start()
 	require.True(t, xdpAttached())
 
@@ -132,6 +123,20 @@ func TestDaemonOnVeth(t *testing.T) {
 	left, err := os.ReadDir(runDir)
 	require.NoError(t, err)
 	assert.Empty(t, left, "files left in the run directory")
+}
+
+// startDaemon runs bin as `softnic daemon` on end's interface with run
+// directory runDir, returns once it serves, and kills it when the test
+// ends (a failed test leaves no daemon running).
+func startDaemon(t *testing.T, bin string, end *netnstest.End, runDir string) (*exec.Cmd, *syncBuffer) {
+	cmd := exec.Command("ip", "netns", "exec", end.Namespace, bin, "daemon", "-d", end.Ifname, "--run-dir", runDir)
+	out := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	require.Eventually(t, func() bool { return strings.Contains(out.String(), "serving") }, 10*time.Second,
+		20*time.Millisecond, "the daemon did not start:\n%s", out.String())
+	return cmd, out
 }
 
 // worldDir is a temporary directory every user may enter.
