@@ -65,14 +65,14 @@ func runDaemon(args []string, stdout, stderr io.Writer) int {
 	if _, status, ok := parseArgs(fs, args, 2); !ok {
 		return status
 	}
-	cfg, log, err := o.config(stderr)
+	cfg, err := o.config(stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "softnic daemon: %v\n", err)
 		return 2
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := serveDevices(ctx, o, cfg, log); err != nil {
+	if err := serveDevices(ctx, o, cfg); err != nil {
 		fmt.Fprintf(stderr, "softnic daemon: %v\n", err)
 		return 1
 	}
@@ -80,28 +80,28 @@ func runDaemon(args []string, stdout, stderr io.Writer) int {
 }
 
 // config checks the options and turns them into the sessions' settings.
-func (o *daemonOptions) config(stderr io.Writer) (daemon.Config, *slog.Logger, error) {
+func (o *daemonOptions) config(stderr io.Writer) (daemon.Config, error) {
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
-		return daemon.Config{}, nil, fmt.Errorf("--log-level %q: %w", o.logLevel, err)
+		return daemon.Config{}, fmt.Errorf("--log-level %q: %w", o.logLevel, err)
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	if len(o.ifaces) == 0 {
-		return daemon.Config{}, nil, errors.New("no interface: name one with -d IFACE")
+		return daemon.Config{}, errors.New("no interface: name one with -d IFACE")
 	}
 	mode, err := strconv.ParseUint(o.mode, 8, 32)
 	if err != nil || mode > 0o777 || mode == 0 {
-		return daemon.Config{}, nil, fmt.Errorf("--mode %q: not permission bits such as 0660", o.mode)
+		return daemon.Config{}, fmt.Errorf("--mode %q: not permission bits such as 0660", o.mode)
 	}
 	cfg := daemon.Config{Mode: os.FileMode(mode), Group: -1, Log: log}
 	if o.group != "" {
 		g, err := user.LookupGroup(o.group)
 		if err != nil {
-			return daemon.Config{}, nil, fmt.Errorf("--group: %w", err)
+			return daemon.Config{}, fmt.Errorf("--group: %w", err)
 		}
 		cfg.Group, _ = strconv.Atoi(g.Gid)
 	}
-	return cfg, log, nil
+	return cfg, nil
 }
 
 // served is one interface the daemon serves, and what to undo at exit.
@@ -114,7 +114,7 @@ type served struct {
 
 // serveDevices serves every interface until ctx ends, then undoes
 // everything in reverse.
-func serveDevices(ctx context.Context, o daemonOptions, cfg daemon.Config, log *slog.Logger) error {
+func serveDevices(ctx context.Context, o daemonOptions, cfg daemon.Config) error {
 	if err := os.MkdirAll(o.runDir, 0o755); err != nil {
 		return fmt.Errorf("run directory: %w (the daemon needs root, or --run-dir)", err)
 	}
@@ -130,10 +130,10 @@ func serveDevices(ctx context.Context, o daemonOptions, cfg daemon.Config, log *
 			return err
 		}
 		all = append(all, s)
-		log.Info("serving", "device", s.name, "interface", ifname, "socket", s.srv.Socket())
+		cfg.Log.Info("serving", "device", s.name, "interface", ifname, "socket", s.srv.Socket())
 	}
 	<-ctx.Done()
-	log.Info("stopping")
+	cfg.Log.Info("stopping")
 	return nil
 }
 

@@ -46,7 +46,7 @@ func TestDaemonCommandLifecycle(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- serveDevices(ctx, daemonOptions{ifaces: listFlag{"memA", "memB"}, runDir: dir}, cfg, cfg.Log)
+		done <- serveDevices(ctx, daemonOptions{ifaces: listFlag{"memA", "memB"}, runDir: dir}, cfg)
 	}()
 	sock := filepath.Join(dir, "softnic_memA.sock")
 	var c *client.Conn
