@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"encoding/binary"
 	"fmt"
 
 	"golang.org/x/sys/unix"
@@ -57,7 +58,7 @@ func (ss *session) createCQ(req hostif.CreateCQRequest) (any, []int, error) {
 		}
 		notify = func() { writeHandle(fd, req.UserHandle) }
 	}
-	depth := pow2(int(req.Entries))
+	depth := hostif.Pow2(int(req.Entries))
 	r, err := ss.newRing("cq", hostif.RingSize(depth, hostif.CQEntrySize))
 	if err != nil {
 		return nil, nil, err
@@ -78,18 +79,8 @@ func (ss *session) createCQ(req hostif.CreateCQRequest) (any, []int, error) {
 // ibv_get_cq_event reads it) without blocking.
 func writeHandle(fd int, handle uint64) {
 	var b [8]byte
-	for i := range b {
-		b[i] = byte(handle >> (8 * i))
-	}
+	binary.LittleEndian.PutUint64(b[:], handle)
 	unix.Write(fd, b[:])
-}
-
-func pow2(n int) int {
-	p := 1
-	for p < n {
-		p <<= 1
-	}
-	return p
 }
 
 func (ss *session) createQP(req hostif.CreateQPRequest) (any, []int, error) {
@@ -110,9 +101,9 @@ func (ss *session) createQP(req hostif.CreateQPRequest) (any, []int, error) {
 	if req.MaxSendWR == 0 || (req.MaxRecvWR == 0) != (srq != nil) || req.MaxSendWR > ibtransport.MaxQPWR || req.MaxRecvWR > ibtransport.MaxQPWR {
 		return nil, nil, fmt.Errorf("QP of %d and %d work requests: %w", req.MaxSendWR, req.MaxRecvWR, unix.EINVAL)
 	}
-	sDepth, rDepth := pow2(int(req.MaxSendWR)), 0
+	sDepth, rDepth := hostif.Pow2(int(req.MaxSendWR)), 0
 	if srq == nil {
-		rDepth = pow2(int(req.MaxRecvWR))
+		rDepth = hostif.Pow2(int(req.MaxRecvWR))
 	}
 	// At least one SGE each way in the engine, whatever the client asked:
 	// the poisoned request of a bad entry carries one.
@@ -365,7 +356,7 @@ func (ss *session) createSRQ(req hostif.CreateSRQRequest) (any, []int, error) {
 	if req.MaxWR == 0 || req.MaxWR > 1<<16 {
 		return nil, nil, fmt.Errorf("SRQ of %d receives: %w", req.MaxWR, unix.EINVAL)
 	}
-	depth, maxSGE := pow2(int(req.MaxWR)), max(int(req.MaxSGE), 1)
+	depth, maxSGE := hostif.Pow2(int(req.MaxWR)), max(int(req.MaxSGE), 1)
 	srq, err := pd.NewSRQ(depth, maxSGE)
 	if err != nil {
 		return nil, nil, err

@@ -43,6 +43,10 @@ func checkRing(mem []byte, depth, stride int) error {
 	return nil
 }
 
+// Pow2 returns the least power of two not below n (1 for n below 1): ring
+// depths and entry strides are powers of two.
+func Pow2(n int) int { return 1 << bits.Len(uint(max(n, 1)-1)) }
+
 // RingSize returns the bytes a ring of depth entries of stride bytes needs.
 func RingSize(depth, stride int) int { return HeaderSize + depth*stride }
 

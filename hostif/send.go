@@ -63,19 +63,11 @@ const sendFlagsMask = 0xf
 // SendStride returns the stride of send entries for maxSGE SGEs and
 // maxInline bytes of inline data.
 func SendStride(maxSGE, maxInline int) int {
-	return pow2(sendHeader + max(sgeSize*maxSGE, maxInline, sgeSize))
+	return Pow2(sendHeader + max(sgeSize*maxSGE, maxInline, sgeSize))
 }
 
 // RecvStride returns the stride of receive entries for maxSGE SGEs.
-func RecvStride(maxSGE int) int { return pow2(recvHeader + sgeSize*max(maxSGE, 1)) }
-
-func pow2(n int) int {
-	p := 16
-	for p < n {
-		p <<= 1
-	}
-	return p
-}
+func RecvStride(maxSGE int) int { return Pow2(recvHeader + sgeSize*max(maxSGE, 1)) }
 
 // EncodeSend writes wr into the send entry e; ah is the daemon's handle of
 // wr.AH for a UD QP.
