@@ -75,10 +75,15 @@ type Engine struct {
 	onEvent func(*QP, QPEvent)
 	clock   engineClock
 
-	rx  Packet // parse scratch
-	tx  Packet // build scratch
-	ud  udReceiver
-	Ctr Counters
+	rx Packet // parse scratch
+	tx Packet // build scratch
+	// lazy holds the payload reads queued since the last SettleReads, vec
+	// the batch of one call (lazyread.go).
+	lazy       []lazyRead
+	vec        []VecRead
+	readFailed []*QP
+	ud         udReceiver
+	Ctr        Counters
 }
 
 // Group returns the engines of the device this engine belongs to.
@@ -146,6 +151,7 @@ func (e *Engine) runCommands() {
 // for fairness with work left, and otherwise how long the caller may wait
 // for packets before the next timer (negative: no timer).
 func (e *Engine) Process() (busy bool, wait time.Duration) {
+	e.failReadQPs()
 	e.runCommands()
 	e.takeForwarded()
 	e.takeKicks()

@@ -15,7 +15,10 @@ type Port interface {
 }
 
 // TxPath sends the IB packets of one QP. The engine builds each packet in
-// place in the buffer Buffer returns; the port wraps it and queues it.
+// place in the buffer Buffer returns; the port wraps it and queues it. A
+// packet sent while Engine.ReadsPending is true may still lack its payload:
+// the port holds it, and those after it, until it has called
+// Engine.SettleReads (lazyread.go).
 type TxPath interface {
 	// Buffer returns room for one IB packet (BTH through pad, ICRC
 	// excluded), or nil when the link has no free buffer now.

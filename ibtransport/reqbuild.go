@@ -104,7 +104,7 @@ func (r *requester) buildSendWrite(buf []byte, i uint32, w *sendWQE, op Opcode) 
 	if p.IETH != nil {
 		p.IETH.SetRKey(w.invalidateRKey())
 	}
-	if !q.sq.gather(i, w, offset, p.Payload) {
+	if !q.gather(i, w, offset, p.Payload) {
 		return 0, false
 	}
 	w.nextPSN = psn.Add(1)

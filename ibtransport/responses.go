@@ -160,7 +160,7 @@ func (r *responder) buildReadResponse(buf []byte, j *respJob) (n int, done, ok b
 		p.AETH.SetSyndrome(ACKSyndrome(UnlimitedCredits))
 		p.AETH.SetMSN(j.msn)
 	}
-	if payload > 0 && !j.mr.ReadAt(p.Payload[:payload], j.va) {
+	if payload > 0 && !q.readPayload(j.mr, p.Payload[:payload], j.va) {
 		return 0, false, false
 	}
 	p.BTH.SetDestQPN(q.destQPN)

@@ -101,55 +101,64 @@ func (sq *sendQueue) inlineData(i uint32, w *sendWQE) []byte {
 }
 
 // gather copies the message bytes at offset off of the WQE in slot i into
-// dst.
-func (sq *sendQueue) gather(i uint32, w *sendWQE, off uint32, dst []byte) bool {
+// dst, a packet's payload: now, or at SettleReads from a region that
+// defers its reads.
+func (q *QP) gather(i uint32, w *sendWQE, off uint32, dst []byte) bool {
+	sq := &q.sq
 	if w.flags&SendInline != 0 {
 		copy(dst, sq.inlineData(i, w)[off:])
 		return true
 	}
-	_, ok := sq.copySGL(i, w, off, dst, false)
-	return ok
+	for j := range int(w.nsge) {
+		if len(dst) == 0 {
+			break
+		}
+		mr, n, va := sq.sgePiece(i, w, j, &off, len(dst))
+		if n == 0 {
+			continue
+		}
+		if *mr == nil || !q.readPayload(*mr, dst[:n], va) {
+			return false
+		}
+		dst = dst[n:]
+	}
+	return true
 }
 
 // scatter copies src into the SGL of the WQE in slot i at offset off (READ
-// responses and atomic results).
+// responses and atomic results). It reports false if a region is missing
+// or the SGL too short.
 func (sq *sendQueue) scatter(i uint32, w *sendWQE, off uint32, src []byte) bool {
-	left, ok := sq.copySGL(i, w, off, src, true)
-	return ok && left == 0
-}
-
-// copySGL copies between buf and the SGL of the WQE in slot i from offset
-// off: into the SGL if toSGL, out of it otherwise. It returns how many
-// bytes of buf the SGL had no room for, and false if a region is missing
-// or too short.
-func (sq *sendQueue) copySGL(i uint32, w *sendWQE, off uint32, buf []byte, toSGL bool) (int, bool) {
 	for j := range int(w.nsge) {
-		if len(buf) == 0 {
+		if len(src) == 0 {
 			break
 		}
-		s, mr := sq.sge(i, w, j)
-		if off >= s.Length {
-			off -= s.Length
+		mr, n, va := sq.sgePiece(i, w, j, &off, len(src))
+		if n == 0 {
 			continue
 		}
-		if *mr == nil {
-			return len(buf), false
+		if *mr == nil || !(*mr).WriteAt(src[:n], va) {
+			return false
 		}
-		n := min(s.Length-off, uint32(len(buf)))
-		va := s.Addr + uint64(off)
-		var ok bool
-		if toSGL {
-			ok = (*mr).WriteAt(buf[:n], va)
-		} else {
-			ok = (*mr).ReadAt(buf[:n], va)
-		}
-		if !ok {
-			return len(buf), false
-		}
-		buf = buf[n:]
-		off = 0
+		src = src[n:]
 	}
-	return len(buf), true
+	return len(src) == 0
+}
+
+// sgePiece returns the region of SGE j of the WQE in slot i and the part
+// of up to want bytes of the message at *off that falls in that SGE: n
+// bytes at va. It moves *off past the SGE, or to 0 once the part begins
+// inside it.
+func (sq *sendQueue) sgePiece(i uint32, w *sendWQE, j int, off *uint32, want int) (*Region, uint32, uint64) {
+	s, mr := sq.sge(i, w, j)
+	if *off >= s.Length {
+		*off -= s.Length
+		return mr, 0, 0
+	}
+	n := min(s.Length-*off, uint32(want))
+	va := s.Addr + uint64(*off)
+	*off = 0
+	return mr, n, va
 }
 
 // packetCount returns how many packets of up to mtu bytes carry n bytes:

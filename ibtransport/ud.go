@@ -208,7 +208,7 @@ func (q *QP) buildDatagram(buf []byte, i uint32, w *sendWQE, d *udDest) (int, bo
 	if p.ImmDt != nil {
 		p.ImmDt.SetImm(w.imm)
 	}
-	if !q.sq.gather(i, w, 0, p.Payload) {
+	if !q.gather(i, w, 0, p.Payload) {
 		return 0, false
 	}
 	return n, true

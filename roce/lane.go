@@ -30,6 +30,10 @@ type lane struct {
 	txBuf   []byte
 	// unflushed counts the bytes of frames sent since the last Flush.
 	unflushed int
+	// held are the frames waiting for their payloads (held.go); spare the
+	// TX buffers of frames not sent, used before the link's.
+	held  []heldFrame
+	spare [][]byte
 	// Loopback (loopback.go): packets to one of the device's own GIDs
 	// never reach the link; they wait in loopQ, in the lane's own buffers,
 	// until its next pass hands them back to the engine.
@@ -141,6 +145,7 @@ func (ln *lane) pass() (worked, busy bool, wait time.Duration) {
 	posted := ln.pollHost()
 	n := ln.link.Receive(ln.onFrame, ln.d.batch)
 	busy, wait = ln.eng.Process()
+	ln.release()
 	ln.unflushed = 0
 	if err := ln.link.Flush(); errors.Is(err, ErrLinkClosed) {
 		ln.d.stop.Store(true)

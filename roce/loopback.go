@@ -9,9 +9,11 @@ import "github.com/softnic/softnic/ibtransport"
 
 // loopPacket is a packet waiting in loopQ.
 type loopPacket struct {
-	buf  []byte
-	n    int
-	info ibtransport.RecvInfo
+	buf []byte
+	n   int
+	// dropped is set when the engine could not read the payload.
+	dropped bool
+	info    ibtransport.RecvInfo
 	// net is the IP header the packet would have had on the link, for
 	// the GRH of UD receives.
 	net [ipv6HeaderLen]byte
@@ -76,7 +78,9 @@ func (ln *lane) deliverLoopback() bool {
 	// the queue does not grow while it is walked.
 	for i := range ln.loopQ {
 		lp := &ln.loopQ[i]
-		ln.eng.Receive(lp.buf[:lp.n], &lp.info)
+		if !lp.dropped {
+			ln.eng.Receive(lp.buf[:lp.n], &lp.info)
+		}
 		ln.loopFree = append(ln.loopFree, lp.buf)
 		lp.buf = nil
 	}

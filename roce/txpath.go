@@ -85,7 +85,9 @@ type path struct {
 func (p *path) Buffer() []byte {
 	ln := p.ln
 	if ln.txBuf == nil {
-		if ln.txBuf = ln.link.TxFrame(); ln.txBuf == nil {
+		if k := len(ln.spare); k > 0 {
+			ln.txBuf, ln.spare = ln.spare[k-1], ln.spare[:k-1]
+		} else if ln.txBuf = ln.link.TxFrame(); ln.txBuf == nil {
 			ln.ctr.TxNoBuffer.Add(1)
 			return nil
 		}
@@ -96,23 +98,38 @@ func (p *path) Buffer() []byte {
 // Send implements ibtransport.TxPath.
 func (p *path) Send(n int) {
 	ln := p.ln
-	l, err := p.encap.Finish(ln.txBuf, n)
-	if err != nil {
-		ln.ctr.TxErrors.Add(1)
-		return // the buffer stays for the next packet
+	ln.unflushed += p.hl + n
+	if ln.holding() {
+		p.hold(n)
+	} else {
+		buf := ln.txBuf
+		ln.txBuf = nil
+		p.finish(buf, n)
 	}
-	ln.link.Send(ln.txBuf[:l])
-	ln.txBuf = nil
-	ln.ctr.TxFrames.Add(1)
 	// Kick the link in the middle of a long pass too: the peer starts on
 	// the first frames while this side builds the rest, and it does not
 	// fall asleep waiting for a whole pass (a wake-up of a sleeping peer
 	// makes this side's sendto slower). Small frames still go in one kick
 	// per pass.
-	if ln.unflushed += l; ln.unflushed >= flushBytes {
+	if ln.unflushed >= flushBytes {
+		ln.release()
 		ln.link.Flush()
 		ln.unflushed = 0
 	}
+}
+
+// finish completes the frame in buf around its n-byte IB packet and queues
+// it on the link; a frame that cannot be finished is kept for the next.
+func (p *path) finish(buf []byte, n int) {
+	ln := p.ln
+	l, err := p.encap.Finish(buf, n)
+	if err != nil {
+		ln.ctr.TxErrors.Add(1)
+		ln.spare = append(ln.spare, buf)
+		return
+	}
+	ln.link.Send(buf[:l])
+	ln.ctr.TxFrames.Add(1)
 }
 
 // flushBytes is how many bytes of frames Send queues before it kicks the

@@ -23,8 +23,11 @@ type MR struct {
 	pd *PD
 	// buf is the memory of a region of this process; proc reaches that of
 	// another process, where size bytes start at addr.
-	buf    []byte
-	proc   ProcessMemory
+	buf  []byte
+	proc ProcessMemory
+	// vec is proc when it reads many ranges in one go: packets' payloads
+	// are then read in batches (procLocalView).
+	vec    ibtransport.VectorReader
 	size   uint64
 	addr   uint64
 	access Access

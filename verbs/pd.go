@@ -74,6 +74,9 @@ func (m *pdMemory) LocalRegion(lkey uint32, va uint64, n uint32, a Access) ibtra
 	if mr == nil || !mr.grants((*PD)(m), va, n, a) {
 		return nil
 	}
+	if mr.vec != nil {
+		return (*procLocalView)(mr)
+	}
 	return (*localView)(mr)
 }
 
@@ -81,6 +84,9 @@ func (m *pdMemory) RemoteRegion(rkey uint32, va uint64, n uint32, a Access) ibtr
 	mr := m.dev.mrs.rkeys[rkey]
 	if mr == nil || !mr.rkeyValid.Load() || !mr.grants((*PD)(m), va, n, a) {
 		return nil
+	}
+	if mr.vec != nil {
+		return (*procRemoteView)(mr)
 	}
 	return (*remoteView)(mr)
 }

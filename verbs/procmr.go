@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"sync"
+
+	"github.com/softnic/softnic/ibtransport"
 )
 
 // ProcessMemory is another process's memory, as the daemon reaches its
@@ -25,8 +27,49 @@ func (pd *PD) RegProcessMemory(mem ProcessMemory, addr, length uint64, access Ac
 	if mem == nil || addr+length < addr {
 		return nil, fmt.Errorf("register MR: %d bytes at %#x: %w", length, addr, ErrInvalidArgument)
 	}
-	return pd.register(&MR{pd: pd, proc: mem, addr: addr, size: length, access: access})
+	mr := &MR{pd: pd, proc: mem, addr: addr, size: length, access: access}
+	mr.vec, _ = mem.(ibtransport.VectorReader)
+	return pd.register(mr)
 }
+
+// procLocalView and procRemoteView are localView and remoteView of a
+// region in another process's memory that reads many ranges in one system
+// call: the engine queues packets' payload reads from them
+// (ibtransport.DeferredRegion).
+type (
+	procLocalView  MR
+	procRemoteView MR
+)
+
+func (v *procLocalView) Deferred(n int, va uint64) (ibtransport.VectorReader, uint64, bool) {
+	m := (*MR)(v)
+	return m.vec, va, m.valid && m.holds(va, uint32(n))
+}
+
+func (v *procLocalView) ReadAt(dst []byte, va uint64) bool { return (*localView)(v).ReadAt(dst, va) }
+func (v *procLocalView) WriteAt(src []byte, va uint64) bool {
+	return (*localView)(v).WriteAt(src, va)
+}
+func (v *procLocalView) Atomic(va uint64, cas bool, compare, swapAdd uint64) (uint64, bool) {
+	return (*localView)(v).Atomic(va, cas, compare, swapAdd)
+}
+func (v *procLocalView) RemoteWritten() { v.remoteWrites.Add(1) }
+
+func (v *procRemoteView) Deferred(n int, va uint64) (ibtransport.VectorReader, uint64, bool) {
+	if !v.rkeyValid.Load() {
+		return nil, 0, false
+	}
+	return (*procLocalView)(v).Deferred(n, va)
+}
+
+func (v *procRemoteView) ReadAt(dst []byte, va uint64) bool { return (*remoteView)(v).ReadAt(dst, va) }
+func (v *procRemoteView) WriteAt(src []byte, va uint64) bool {
+	return (*remoteView)(v).WriteAt(src, va)
+}
+func (v *procRemoteView) Atomic(va uint64, cas bool, compare, swapAdd uint64) (uint64, bool) {
+	return (*remoteView)(v).Atomic(va, cas, compare, swapAdd)
+}
+func (v *procRemoteView) RemoteWritten() { v.remoteWrites.Add(1) }
 
 // atomicUnit executes the atomics on other processes' memory. They are
 // atomic with respect to each other, not to the process's own CPU accesses

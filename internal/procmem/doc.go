@@ -12,12 +12,13 @@
 //
 // process_vm_* name the process by pid, and a pid is reused once its
 // process is gone and reaped. A Process therefore holds a pidfd, which
-// always means the process it was opened for, and checks it before every
-// access: once the process has exited no access is made, and none ever
-// reaches a later process with the same pid unless the kernel handed the
-// pid out again between that check and the call, which needs the pid
-// allocator to go once around its whole space (it allocates cyclically)
-// in that moment.
+// always means the process it was opened for, and consults it before an
+// access, at most once in 50 µs (a poll costs as much as a small copy):
+// once the process is known to have exited no access is made, and none
+// reaches a later process with the same pid unless, within those 50 µs,
+// the process exited, was reaped and the kernel handed its pid out again,
+// which needs the pid allocator to go once around its whole space (it
+// allocates cyclically).
 //
 //	p, err := procmem.Open(pid)
 //	if err != nil {

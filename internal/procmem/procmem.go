@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -27,7 +28,22 @@ type Process struct {
 	pidfd  int
 	gone   atomic.Bool
 	closed atomic.Bool
+	// seenAlive is when (on the monotonic clock, as time since epoch) the
+	// pidfd last said the process runs.
+	seenAlive atomic.Int64
 }
+
+// trustAlive is how long an access relies on the pidfd's last answer
+// instead of asking again: a poll costs as much as a small copy, and a
+// packet's access should not pay it. Within it, an access reaches a later
+// process with the same pid only if the process exited, was reaped, and the
+// pid allocator went once around its whole space: no machine forks that
+// fast. (A process that exited but was not yet reaped keeps its pid and has
+// no memory: process_vm_* fail with ESRCH.)
+const trustAlive = 50 * time.Microsecond
+
+// epoch anchors seenAlive to the monotonic clock.
+var epoch = time.Now()
 
 // Open opens the memory of process pid. The caller needs the right to
 // ptrace it (the same user without YAMA restrictions, or CAP_SYS_PTRACE).
@@ -87,6 +103,19 @@ func (p *Process) Alive() bool {
 	return false
 }
 
+// recentlyAlive is Alive, asking the pidfd at most once in trustAlive.
+func (p *Process) recentlyAlive() bool {
+	now := int64(time.Since(epoch))
+	if seen := p.seenAlive.Load(); seen != 0 && now-seen < int64(trustAlive) {
+		return !p.gone.Load()
+	}
+	if !p.Alive() {
+		return false
+	}
+	p.seenAlive.Store(now)
+	return true
+}
+
 // Close releases the pidfd; every access after it returns ErrGone.
 func (p *Process) Close() error {
 	p.gone.Store(true)
@@ -140,7 +169,7 @@ func (p *Process) access(pieces [][]byte, addr uint64, write bool) error {
 	if addr+n < addr {
 		return ErrFault
 	}
-	if !p.Alive() {
+	if !p.recentlyAlive() {
 		return ErrGone
 	}
 	remote := []unix.RemoteIovec{{Base: uintptr(addr), Len: int(n)}}
