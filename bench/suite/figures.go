@@ -78,7 +78,9 @@ type Target struct {
 	Key    string // the figure
 	Ref    string // the baseline figure; empty for an absolute bound
 	AtMost bool   // the ratio (or value) must be at most Bound, not at least
-	Bound  float64
+	// Diff compares Key minus Ref, not their ratio, with Bound.
+	Diff  bool
+	Bound float64
 }
 
 // Outcome is a target's measured ratio and whether it is met.
@@ -105,6 +107,9 @@ func (r *Results) Evaluate(t Target) Outcome {
 			return o
 		}
 		v, ok := r.Ratio(t.Key, t.Ref)
+		if t.Diff {
+			v, ok = r.Get(t.Key).Value-ref.Value, true
+		}
 		if !ok {
 			o.Why = fmt.Sprintf("%s is %v", t.Ref, ref.Value)
 			return o
@@ -141,4 +146,12 @@ var targets = []Target{
 	{Name: "write_bw over 1024 QPs ≥ 0.9 × one QP", Key: "softnic/qps/1024", Ref: "softnic/qps/1", Bound: 0.9},
 	{Name: "no allocation per packet in steady state (≤ 0.01 per packet)", Key: "softnic/allocs", AtMost: true, Bound: 0.01},
 	{Name: "memory per idle QP ≤ 16 KiB", Key: "softnic/qpmem", AtMost: true, Bound: 16},
+	{Name: "through the daemon: write_bw 64 KiB ≥ 0.9 × in-process (9000-byte link)", Key: "daemon/daemon/write_bw",
+		Ref: "daemon/inproc/write_bw", Bound: 0.9},
+	{Name: "through the daemon: write_lat 8 B median ≤ in-process + 1 µs (9000-byte link)", Key: "daemon/daemon/write_lat",
+		Ref: "daemon/inproc/write_lat", Diff: true, AtMost: true, Bound: 1},
+	{Name: "through the daemon: 64 B message rate ≥ 0.8 × in-process (9000-byte link)", Key: "daemon/daemon/msgrate",
+		Ref: "daemon/inproc/msgrate", Bound: 0.8},
+	{Name: "through the daemon: 8 processes of one QP ≥ 0.9 × one in-process process of 8 QPs", Key: "daemon/daemon/procs8",
+		Ref: "daemon/inproc/qps8", Bound: 0.9},
 }

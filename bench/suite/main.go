@@ -35,6 +35,9 @@ type suite struct {
 	started           time.Time
 	env               runEnv
 	look              look // the table's and chart's words; zero: make bench's
+	// runDir is the tools' $SOFTNIC_RUN_DIR: the daemon part's daemons put
+	// their sockets there, and no daemon of the host's serves the tools.
+	runDir string
 }
 
 // options are the command line's settings that are not the suite's own.
@@ -69,6 +72,13 @@ func main() {
 	defer cancel()
 	s.started = time.Now().UTC()
 	s.env = collectEnv()
+	dir, err := os.MkdirTemp("", "softnic-bench-run")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "suite:", err)
+		os.Exit(2)
+	}
+	defer os.RemoveAll(dir)
+	s.runDir = dir
 	fmt.Printf("softnic benchmark suite, %s; %s\n", s.started.Format("2006-01-02 15:04 UTC"), s.env.summary())
 	s.run(ctx, parts(o.only), o)
 	elapsed := time.Since(s.started).Round(time.Second)
@@ -99,7 +109,7 @@ func parseFlags() (*suite, options) {
 	flag.IntVar(&s.queues, "queues", runtime.NumCPU(), "RX and TX queues of each veth end, as a NIC has one per CPU: softnic runs one engine per queue")
 	flag.IntVar(&o.memQPs, "mem-qps", 1024, "QP pairs created to measure the memory of an idle QP")
 	flag.IntVar(&s.memSQ, "mem-sq", 128, "send queue size of the idle QPs (perftest's tx depth)")
-	flag.StringVar(&o.only, "only", "", "comma-separated parts to run (ceiling,tcp,udp,xdplat,bw9000,bw1500,qps,lat,msgrate,qpmem,allocs); default all")
+	flag.StringVar(&o.only, "only", "", "comma-separated parts to run (ceiling,tcp,udp,xdplat,bw9000,bw1500,qps,lat,msgrate,daemon,qpmem,allocs); default all")
 	flag.StringVar(&o.profileDir, "profile-dir", filepath.Join(os.TempDir(), "softnic-bench-profiles"),
 		"where the in-process runs write CPU profiles of write_bw (64 KiB, 64 B, 1024 QPs, IB MTU 1024) and write_lat, and a heap profile of idle QPs (empty: none)")
 	flag.StringVar(&o.outDir, "out", "bench/results", "directory for latest.md and latest.png (empty: none)")
@@ -188,6 +198,9 @@ func (s *suite) run(ctx context.Context, want func(string) bool, o options) {
 	}
 	if wantAny("ceiling", "tcp", "bw1500", "udp", "xdplat", "lat", "msgrate") {
 		s.withPair(ctx, 1500, s.link1500(ctx, want))
+	}
+	if want("daemon") {
+		s.withPair(ctx, 9000, func(p *netnstest.Pair) { s.daemonRounds(ctx, p) })
 	}
 	if want("allocs") {
 		s.allocs(ctx, o.profileDir)

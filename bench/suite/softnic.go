@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"slices"
 	"strconv"
@@ -40,13 +41,16 @@ func (s *suite) runPerf(ctx context.Context, p *netnstest.Pair, r perfRun) (perf
 		return append(a, "-d", end.Ifname)
 	}
 	var serverOut, clientOut bytes.Buffer
+	env := append(os.Environ(), "SOFTNIC_RUN_DIR="+s.runDir)
 	server := exec.CommandContext(ctx, "ip", args(&p.A)...)
+	server.Env = env
 	server.Stdout, server.Stderr = &serverOut, &serverOut
 	server.WaitDelay = time.Second
 	if err := server.Start(); err != nil {
 		return out, fmt.Errorf("start server: %w", err)
 	}
 	client := exec.CommandContext(ctx, "ip", append(args(&p.B), "-connect-wait", "10s", p.A.Addr4().String())...)
+	client.Env = env
 	client.Stdout, client.Stderr = &clientOut, &clientOut
 	client.WaitDelay = time.Second
 	start := time.Now()

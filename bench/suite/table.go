@@ -32,9 +32,12 @@ func (s *suite) markdown(elapsed time.Duration) string {
 		o := s.res.Evaluate(t)
 		measured, met := "—", "not measured: "+o.Why
 		if o.Measured {
-			if t.Ref == "" {
+			switch {
+			case t.Ref == "":
 				measured = fmtValue(o.Value)
-			} else {
+			case t.Diff:
+				measured = fmt.Sprintf("%+.2f", o.Value)
+			default:
 				measured = fmt.Sprintf("%.2f ×", o.Value)
 			}
 			met = "**no**"
