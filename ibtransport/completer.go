@@ -142,6 +142,7 @@ func (c *completer) doAtomic(p *Packet, w *sendWQE, psn PSN) {
 	}
 	var b [8]byte
 	binary.NativeEndian.PutUint64(b[:], p.AtomicAckETH.OrigData())
+	c.qp.e.SettleWrites() // b is written now, after what came before
 	if !c.qp.sq.scatter(c.compIdx, w, 0, b[:]) {
 		c.failHead(WCLocProtErr)
 		return
@@ -173,7 +174,7 @@ func (c *completer) doRead(p *Packet, oi *OpcodeInfo, w *sendWQE, psn PSN) {
 		q.e.Ctr.RxBadResponse.Add(1)
 		return
 	}
-	if !q.sq.scatter(c.compIdx, w, off, p.Payload) {
+	if !q.scatterPayload(c.compIdx, w, off, p.Payload) {
 		c.failHead(WCLocProtErr)
 		return
 	}

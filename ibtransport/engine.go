@@ -77,13 +77,13 @@ type Engine struct {
 
 	rx Packet // parse scratch
 	tx Packet // build scratch
-	// lazy holds the payload reads queued since the last SettleReads, vec
-	// the batch of one call (lazyread.go).
-	lazy       []lazyRead
-	vec        []VecRead
-	readFailed []*QP
-	ud         udReceiver
-	Ctr        Counters
+	// reads and writes are the copies to and from memory that defers them,
+	// queued until the port settles them (deferred.go); copyFailed the QPs
+	// of failed ones.
+	reads, writes copyQueue
+	copyFailed    []*QP
+	ud            udReceiver
+	Ctr           Counters
 }
 
 // Group returns the engines of the device this engine belongs to.
@@ -151,7 +151,7 @@ func (e *Engine) runCommands() {
 // for fairness with work left, and otherwise how long the caller may wait
 // for packets before the next timer (negative: no timer).
 func (e *Engine) Process() (busy bool, wait time.Duration) {
-	e.failReadQPs()
+	e.failCopyQPs()
 	e.runCommands()
 	e.takeForwarded()
 	e.takeKicks()

@@ -53,6 +53,7 @@ func (q *QP) fail() {
 // complete posts a completion; a CQ overrun fails the QP, as IBA makes it
 // an error of the QPs using the CQ.
 func (q *QP) complete(cq CompletionQueue, wc WC, solicited bool) {
+	q.e.SettleWrites() // a completion says the data is in place
 	if !cq.Push(wc, solicited) {
 		q.fail()
 	}

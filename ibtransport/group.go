@@ -327,6 +327,7 @@ func (e *Engine) takeForwarded() {
 			s := &r.slots[h%forwardSlots]
 			e.receive(s.buf[:s.n], &s.info, true)
 		}
+		e.SettleWrites() // before the slots go back to the sender
 		r.head.Store(h)
 	}
 }

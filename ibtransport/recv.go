@@ -58,7 +58,7 @@ func (r *responder) scatterRecv(src []byte) WCStatus {
 			return WCLocProtErr
 		}
 		n := min(s.Length-off, uint32(len(src)))
-		if !mr.WriteAt(src[:n], s.Addr+uint64(off)) {
+		if !r.qp.writePayload(mr, src[:n], s.Addr+uint64(off)) {
 			return WCLocProtErr
 		}
 		src = src[n:]

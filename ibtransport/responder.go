@@ -296,7 +296,7 @@ func (r *responder) writeData(payload []byte, psn PSN) bool {
 		r.nakError(psn, NAKRemoteAccessError, WCRemAccessErr)
 		return false
 	}
-	if !r.wMR.WriteAt(payload, r.wVA) {
+	if !r.qp.writePayload(r.wMR, payload, r.wVA) {
 		r.nakError(psn, NAKRemoteAccessError, WCRemAccessErr)
 		return false
 	}
@@ -350,6 +350,7 @@ func (r *responder) executeAtomic(p *Packet, psn PSN) {
 		r.nakError(psn, NAKRemoteAccessError, WCRemAccessErr)
 		return
 	}
+	r.qp.e.SettleWrites() // the atomic reads what earlier WRITEs wrote
 	orig := doAtomic(mr, va, p.BTH.Opcode() == OpRCCompareSwap, a.Compare(), a.SwapAdd())
 	*r.allocResource() = resource{used: true, atomic: true, firstPSN: psn, lastPSN: psn, rkey: a.RKey(), va: va, length: 8, orig: orig}
 	r.msn++

@@ -125,10 +125,22 @@ func (q *QP) gather(i uint32, w *sendWQE, off uint32, dst []byte) bool {
 	return true
 }
 
-// scatter copies src into the SGL of the WQE in slot i at offset off (READ
-// responses and atomic results). It reports false if a region is missing
-// or the SGL too short.
+// scatter copies src into the SGL of the WQE in slot i at offset off, now
+// (atomic results). It reports false if a region is missing or the SGL
+// too short.
 func (sq *sendQueue) scatter(i uint32, w *sendWQE, off uint32, src []byte) bool {
+	return sq.scatterWith(i, w, off, src, Region.WriteAt)
+}
+
+// scatterPayload is scatter for a READ response's payload: into a region
+// that defers its copies, at SettleWrites.
+func (q *QP) scatterPayload(i uint32, w *sendWQE, off uint32, src []byte) bool {
+	return q.sq.scatterWith(i, w, off, src, func(mr Region, b []byte, va uint64) bool {
+		return q.writePayload(mr, b, va)
+	})
+}
+
+func (sq *sendQueue) scatterWith(i uint32, w *sendWQE, off uint32, src []byte, write func(Region, []byte, uint64) bool) bool {
 	for j := range int(w.nsge) {
 		if len(src) == 0 {
 			break
@@ -137,7 +149,7 @@ func (sq *sendQueue) scatter(i uint32, w *sendWQE, off uint32, src []byte) bool 
 		if n == 0 {
 			continue
 		}
-		if *mr == nil || !(*mr).WriteAt(src[:n], va) {
+		if *mr == nil || !write(*mr, src[:n], va) {
 			return false
 		}
 		src = src[n:]

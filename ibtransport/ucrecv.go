@@ -129,7 +129,7 @@ func (r *responder) ucWrite(p *Packet, oi *OpcodeInfo) {
 		return
 	}
 	if plen > 0 {
-		if !r.wMR.WriteAt(payload, r.wVA) {
+		if !r.qp.writePayload(r.wMR, payload, r.wVA) {
 			r.ucDrop(&ctr.RxUCAccess)
 			return
 		}

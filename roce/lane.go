@@ -297,6 +297,10 @@ func osYield() { syscall.RawSyscall(syscall.SYS_SCHED_YIELD, 0, 0, 0) }
 
 // receive handles one frame from the link.
 func (ln *lane) receive(frame []byte) {
+	if frame == nil {
+		ln.eng.SettleWrites() // the link reuses the frames' buffers next
+		return
+	}
 	f := &ln.rxFrame
 	err := ParseFrame(frame, f)
 	ln.ctr.Rx.Count(err)

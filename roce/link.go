@@ -29,7 +29,10 @@ type Link interface {
 	// Flush pushes the queued frames onto the wire.
 	Flush() error
 	// Receive calls fn for up to max arrived frames and returns how many
-	// it delivered. frame is valid only during the call.
+	// it delivered. A frame stays valid after its call until Receive calls
+	// fn(nil), which it does before it reuses the buffers of the frames
+	// delivered so far, and before it returns if it delivered any: the
+	// engine settles its deferred writes of their payloads then.
 	Receive(fn func(frame []byte), max int) int
 	// Wait blocks until frames may have arrived, a TX buffer freed up, Wake
 	// was called, or timeout passed. A negative timeout waits without limit.

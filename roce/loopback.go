@@ -81,6 +81,10 @@ func (ln *lane) deliverLoopback() bool {
 		if !lp.dropped {
 			ln.eng.Receive(lp.buf[:lp.n], &lp.info)
 		}
+	}
+	ln.eng.SettleWrites() // before the buffers are reused
+	for i := range ln.loopQ {
+		lp := &ln.loopQ[i]
 		ln.loopFree = append(ln.loopFree, lp.buf)
 		lp.buf = nil
 	}

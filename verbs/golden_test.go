@@ -139,6 +139,9 @@ func replay(t *testing.T, c *goldenConn) []string {
 		// machine can at worst move some into the next drain.
 		for quiet := time.Now(); time.Since(quiet) < idle; {
 			n := la.Receive(func(frame []byte) {
+				if frame == nil {
+					return // the end of a batch
+				}
 				var fr roce.Frame
 				require.NoError(t, roce.ParseFrame(frame, &fr))
 				var q ibtransport.Packet
@@ -323,6 +326,9 @@ func requesterReplay(t *testing.T, name string, c *goldenConn) {
 	deadline := time.Now().Add(10 * time.Second)
 	for quiet := time.Now(); time.Now().Before(deadline) && (len(got) < len(want) || time.Since(quiet) < 20*time.Millisecond); {
 		n := lb.Receive(func(frame []byte) {
+			if frame == nil {
+				return // the end of a batch
+			}
 			var fr roce.Frame
 			require.NoError(t, roce.ParseFrame(frame, &fr))
 			require.NoError(t, ibtransport.ParsePacket(fr.IB, &p))

@@ -219,6 +219,9 @@ func (r *rawPeer) response() (ibtransport.Opcode, ibtransport.PSN, ibtransport.S
 	var payload []byte
 	for time.Now().Before(deadline) {
 		got := r.link.Receive(func(frame []byte) {
+			if frame == nil {
+				return // the end of a batch
+			}
 			var f roce.Frame
 			require.NoError(r.t, roce.ParseFrame(frame, &f))
 			var p ibtransport.Packet

@@ -25,9 +25,9 @@ type MR struct {
 	// another process, where size bytes start at addr.
 	buf  []byte
 	proc ProcessMemory
-	// vec is proc when it reads many ranges in one go: packets' payloads
-	// are then read in batches (procLocalView).
-	vec    ibtransport.VectorReader
+	// vec is proc when it copies many ranges in one go: packets' payloads
+	// are then copied in batches (procLocalView).
+	vec    vectorMemory
 	size   uint64
 	addr   uint64
 	access Access

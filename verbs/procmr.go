@@ -28,22 +28,31 @@ func (pd *PD) RegProcessMemory(mem ProcessMemory, addr, length uint64, access Ac
 		return nil, fmt.Errorf("register MR: %d bytes at %#x: %w", length, addr, ErrInvalidArgument)
 	}
 	mr := &MR{pd: pd, proc: mem, addr: addr, size: length, access: access}
-	mr.vec, _ = mem.(ibtransport.VectorReader)
+	mr.vec, _ = mem.(vectorMemory)
 	return pd.register(mr)
 }
 
+// vectorMemory is process memory that copies many ranges in one system
+// call, and tells cheaply whether its process is still there.
+type vectorMemory interface {
+	ibtransport.VectorMemory
+	Reachable() bool
+}
+
 // procLocalView and procRemoteView are localView and remoteView of a
-// region in another process's memory that reads many ranges in one system
-// call: the engine queues packets' payload reads from them
-// (ibtransport.DeferredRegion).
+// region in another process's memory that copies many ranges in one system
+// call: the engine queues packets' payload copies to and from them
+// (ibtransport.DeferredRegion). A process known to be gone fails the
+// check now, as ReadAt and WriteAt would: a peer's WRITE is NAKed rather
+// than accepted and lost.
 type (
 	procLocalView  MR
 	procRemoteView MR
 )
 
-func (v *procLocalView) Deferred(n int, va uint64) (ibtransport.VectorReader, uint64, bool) {
+func (v *procLocalView) Deferred(n int, va uint64) (ibtransport.VectorMemory, uint64, bool) {
 	m := (*MR)(v)
-	return m.vec, va, m.valid && m.holds(va, uint32(n))
+	return m.vec, va, m.valid && m.holds(va, uint32(n)) && m.vec.Reachable()
 }
 
 func (v *procLocalView) ReadAt(dst []byte, va uint64) bool { return (*localView)(v).ReadAt(dst, va) }
@@ -55,7 +64,7 @@ func (v *procLocalView) Atomic(va uint64, cas bool, compare, swapAdd uint64) (ui
 }
 func (v *procLocalView) RemoteWritten() { v.remoteWrites.Add(1) }
 
-func (v *procRemoteView) Deferred(n int, va uint64) (ibtransport.VectorReader, uint64, bool) {
+func (v *procRemoteView) Deferred(n int, va uint64) (ibtransport.VectorMemory, uint64, bool) {
 	if !v.rkeyValid.Load() {
 		return nil, 0, false
 	}

@@ -19,18 +19,26 @@ import (
 // memory.
 type countingMemory struct {
 	*procmem.Process
-	calls, reads atomic.Int64
+	calls, reads   atomic.Int64
+	wcalls, writes atomic.Int64
 }
 
-func (m *countingMemory) ReadVec(reads []ibtransport.VecRead) error {
+func (m *countingMemory) WriteVec(pieces []ibtransport.Piece) error {
+	m.wcalls.Add(1)
+	m.writes.Add(int64(len(pieces)))
+	return m.Process.WriteVec(pieces)
+}
+
+func (m *countingMemory) ReadVec(pieces []ibtransport.Piece) error {
 	m.calls.Add(1)
-	m.reads.Add(int64(len(reads)))
-	return m.Process.ReadVec(reads)
+	m.reads.Add(int64(len(pieces)))
+	return m.Process.ReadVec(pieces)
 }
 
 // The packets of a message sent from another process's memory take their
-// payloads in batches, in order; once that process is gone, nothing read
-// from it leaves, and the QP that was sending fails instead.
+// payloads in batches, in order, and those received into it are placed in
+// batches; once that process is gone, nothing read from it leaves, and the
+// QP that was sending fails instead.
 func TestProcessMemoryPayloadsInBatches(t *testing.T) {
 	o := defaultOpts()
 	_, x, y := connectedPair(t, memlink.Config{}, o)
@@ -51,6 +59,16 @@ func TestProcessMemoryPayloadsInBatches(t *testing.T) {
 	t.Logf("64 packets read in %d calls", mem.calls.Load())
 	require.EqualValues(t, 64, mem.reads.Load(), "one read a packet")
 	require.Less(t, mem.calls.Load(), int64(32), "the reads come in batches")
+
+	// The other way: the peer's WRITE lands in the child in batches.
+	fill(dbuf, 8)
+	require.NoError(t, y.qp.PostSend(&verbs.SendWR{ID: 4, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
+		SGL: []verbs.SGE{dmr.SGE(0, 64<<10)}, RemoteAddr: smr.Addr(), RKey: smr.RKey()}))
+	waitOK(t, y.scq, 4)
+	require.Equal(t, dbuf, child.Bytes(t, 0, 64<<10))
+	t.Logf("64 packets placed in %d calls", mem.wcalls.Load())
+	require.EqualValues(t, 64, mem.writes.Load(), "one write a packet")
+	require.Less(t, mem.wcalls.Load(), int64(32), "the writes come in batches")
 
 	// The peer's receive must stay empty: nothing of a gone process's
 	// memory (or in its place) is sent.

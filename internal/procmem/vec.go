@@ -9,44 +9,55 @@ import (
 	"github.com/softnic/softnic/ibtransport"
 )
 
-// vecChunk is how many reads one system call of ReadVec takes: its iovec
-// arrays live on the stack.
+// vecChunk is how many pieces one system call of ReadVec or WriteVec
+// takes: its iovec arrays live on the stack.
 const vecChunk = 64
 
-// ReadVec does every read of reads, len(Dst) bytes at Addr each, in one
-// process_vm_readv per 64 reads (ibtransport.VectorReader: the engine reads
-// a pass's packet payloads so). Reads of adjacent ranges, a message's
-// packets, share one remote iovec.
-func (p *Process) ReadVec(reads []ibtransport.VecRead) error {
-	for len(reads) > 0 {
-		k := min(len(reads), vecChunk)
-		if err := p.readChunk(reads[:k]); err != nil {
+// ReadVec copies, for each piece, len(Buf) bytes at Addr in the process
+// into Buf, in one process_vm_readv per 64 pieces
+// (ibtransport.VectorMemory: the engine reads a pass's packet payloads
+// so). Pieces of adjacent ranges, a message's packets, share one remote
+// iovec.
+func (p *Process) ReadVec(pieces []ibtransport.Piece) error { return p.vec(pieces, false) }
+
+// WriteVec copies each piece's Buf to Addr in the process, as ReadVec
+// reads.
+func (p *Process) WriteVec(pieces []ibtransport.Piece) error { return p.vec(pieces, true) }
+
+// Reachable reports whether the process was alive when last asked, asking
+// its pidfd at most once in 50 µs.
+func (p *Process) Reachable() bool { return p.recentlyAlive() }
+
+func (p *Process) vec(pieces []ibtransport.Piece, write bool) error {
+	for len(pieces) > 0 {
+		k := min(len(pieces), vecChunk)
+		if err := p.vecChunk(pieces[:k], write); err != nil {
 			return err
 		}
-		reads = reads[k:]
+		pieces = pieces[k:]
 	}
 	return nil
 }
 
-func (p *Process) readChunk(reads []ibtransport.VecRead) error {
+func (p *Process) vecChunk(pieces []ibtransport.Piece, write bool) error {
 	var local [vecChunk]unix.Iovec
 	var remote [vecChunk]unix.RemoteIovec
 	nl, nr := 0, 0
 	var want uint64
-	for _, r := range reads {
-		n := uint64(len(r.Dst))
+	for _, pc := range pieces {
+		n := uint64(len(pc.Buf))
 		if n == 0 {
 			continue
 		}
-		if r.Addr+n < r.Addr {
+		if pc.Addr+n < pc.Addr {
 			return ErrFault
 		}
-		local[nl] = unix.Iovec{Base: unsafe.SliceData(r.Dst), Len: n}
+		local[nl] = unix.Iovec{Base: unsafe.SliceData(pc.Buf), Len: n}
 		nl++
-		if nr > 0 && uint64(remote[nr-1].Base)+uint64(remote[nr-1].Len) == r.Addr {
+		if nr > 0 && uint64(remote[nr-1].Base)+uint64(remote[nr-1].Len) == pc.Addr {
 			remote[nr-1].Len += int(n)
 		} else {
-			remote[nr] = unix.RemoteIovec{Base: uintptr(r.Addr), Len: int(n)}
+			remote[nr] = unix.RemoteIovec{Base: uintptr(pc.Addr), Len: int(n)}
 			nr++
 		}
 		want += n
@@ -57,7 +68,13 @@ func (p *Process) readChunk(reads []ibtransport.VecRead) error {
 	if !p.recentlyAlive() {
 		return ErrGone
 	}
-	got, err := unix.ProcessVMReadv(p.pid, local[:nl], remote[:nr], 0)
+	var got int
+	var err error
+	if write {
+		got, err = unix.ProcessVMWritev(p.pid, local[:nl], remote[:nr], 0)
+	} else {
+		got, err = unix.ProcessVMReadv(p.pid, local[:nl], remote[:nr], 0)
+	}
 	switch {
 	case err == unix.ESRCH:
 		p.gone.Store(true)

@@ -307,6 +307,7 @@ func (e *Endpoint) Receive(fn func(frame []byte), max int) int {
 	for _, it := range batch {
 		fn(it.buf[:it.n])
 	}
+	fn(nil)
 	// The frames came from the peer's pool; give the buffers back.
 	p := &e.peer.pool
 	p.mu.Lock()

@@ -27,7 +27,11 @@ func drain(b *Endpoint, d time.Duration) [][]byte {
 	var got [][]byte
 	deadline := time.Now().Add(d)
 	for time.Now().Before(deadline) {
-		b.Receive(func(f []byte) { got = append(got, append([]byte(nil), f...)) }, 64)
+		b.Receive(func(f []byte) {
+			if f != nil {
+				got = append(got, append([]byte(nil), f...))
+			}
+		}, 64)
 		b.Wait(time.Millisecond)
 	}
 	return got
@@ -41,7 +45,11 @@ func drainN(b *Endpoint, want int, settle time.Duration) [][]byte {
 	var got [][]byte
 	limit := time.Now().Add(10 * time.Second)
 	for len(got) < want && time.Now().Before(limit) {
-		b.Receive(func(f []byte) { got = append(got, append([]byte(nil), f...)) }, 64)
+		b.Receive(func(f []byte) {
+			if f != nil {
+				got = append(got, append([]byte(nil), f...))
+			}
+		}, 64)
 		b.Wait(time.Millisecond)
 	}
 	return append(got, drain(b, settle)...)

@@ -200,7 +200,10 @@ func (q *queueSet) Receive(fn func(frame []byte), max int) int {
 			descs = descs[:lim]
 		}
 		n := s.Receive(descs)
-		delivered += q.deliver(s, descs[:n], fn)
+		if d := q.deliver(s, descs[:n], fn); d > 0 {
+			fn(nil)
+			delivered += d
+		}
 		s.Release(descs[:n])
 	}
 	q.next++
@@ -221,6 +224,9 @@ func (q *queueSet) deliver(s *xdp.Socket, descs []xdp.Desc, fn func([]byte)) int
 		} else if b := q.frameBytes(s, descs[first:end+1]); b != nil {
 			fn(b)
 			delivered++
+			if len(q.rxBuf) > 0 && &b[0] == &q.rxBuf[0] {
+				fn(nil) // the next joined frame reuses rxBuf
+			}
 		}
 		first = end + 1
 	}
