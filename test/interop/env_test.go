@@ -40,6 +40,10 @@ type interopEnv struct {
 	// (rebootIfStalled); earlier holds what their tools printed.
 	reboots int
 	earlier map[string]string
+	// runDir, when set, is the tools' $SOFTNIC_RUN_DIR, where a daemon
+	// serves softnic's interface; they then run as user nobody
+	// (daemon_test.go).
+	runDir string
 }
 
 // interopPlan is what the guest runs: the real tools as clients of

@@ -2,6 +2,7 @@ package interop
 
 import (
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -137,6 +138,11 @@ type interopResult struct {
 // SIGTERM (softnic perf then still prints --softnic-stats).
 func (e *interopEnv) softnic(timeout time.Duration, args ...string) (string, error) {
 	cmd := exec.CommandContext(e.ctx, "ip", append([]string{"netns", "exec", e.net.PeerNS, e.bin}, args...)...)
+	if e.runDir != "" {
+		cmd = exec.CommandContext(e.ctx, "ip", append([]string{"netns", "exec", e.net.PeerNS,
+			"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", e.bin}, args...)...)
+		cmd.Env = append(os.Environ(), "SOFTNIC_RUN_DIR="+e.runDir)
+	}
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
 	cmd.WaitDelay = 15 * time.Second
 	timer := time.AfterFunc(timeout, func() { cmd.Process.Signal(syscall.SIGTERM) })

@@ -1,0 +1,111 @@
+package interop
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestInteropThroughDaemon runs softnic's tools as user nobody through a
+// `softnic daemon` serving softnic's interface against perftest and
+// ibv_rc_pingpong/ibv_uc_pingpong over rdma_rxe, both ways: every perftest
+// test at its default size and the RC and UC pingpongs, as in
+// TestInteropWithRealTools. Every tool's session must reach the daemon.
+func TestInteropThroughDaemon(t *testing.T) {
+	requireInteropHost(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+
+	var runs []interopRun
+	for _, s := range []string{"1", "65536"} {
+		runs = append(runs, pingpongRun(s))
+	}
+	runs = append(runs, otherPingpongRun("uc", "4096"))
+	for _, tt := range interopTests {
+		runs = append(runs, perfRun(tt, tt, "-n", interopIters))
+	}
+	e := startInterop(t, ctx, "sndmn", interopPlan{toServer: runs, toClient: runs, scriptTimeout: 8 * time.Minute, queues: 1})
+	log := e.startDaemon()
+	guestOut, _ := e.runAll(runs, runs, 2*time.Minute)
+	for _, r := range e.results {
+		if r.name == "read_lat server" {
+			continue // perftest's read_lat server prints no figures
+		}
+		assert.Regexpf(t, r.run.resultRE(), r.out, "softnic %s through the daemon printed no result line", r.name)
+		if r.run.softnic[0] == "perf" {
+			assert.Containsf(t, r.out, "the device is the daemon's", "softnic %s did not run through the daemon", r.name)
+		}
+	}
+	checkPingpongs(t, e.results, guestOut, "pingpong-s", []string{"1", "65536"})
+	checkPingpongs(t, e.results, guestOut, "uc-pingpong-s", []string{"4096"})
+	for _, tt := range []string{"write_bw", "read_bw", "atomic_bw"} {
+		checkSameReport(t, e.results, guestOut, tt)
+	}
+	want := 2 * len(runs)
+	require.Eventuallyf(t, func() bool { return strings.Count(log.String(), "session ended") >= want }, 10*time.Second,
+		50*time.Millisecond, "want %d sessions ended in the daemon's log:\n%s", want, log.String())
+}
+
+// startDaemon serves softnic's interface with `softnic daemon` for the
+// rest of the test and makes e's tools use it, as user nobody: the binary
+// and the run directory are copied where every user may reach them. It
+// returns the daemon's log.
+func (e *interopEnv) startDaemon() *lockedBuffer {
+	t := e.t
+	dir, err := os.MkdirTemp("", "softnic-interop-daemon-")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	require.NoError(t, os.Chmod(dir, 0o755))
+	self, err := os.ReadFile(e.bin)
+	require.NoError(t, err)
+	e.bin = filepath.Join(dir, "softnic")
+	require.NoError(t, os.WriteFile(e.bin, self, 0o755))
+	e.runDir = filepath.Join(dir, "run")
+
+	log := &lockedBuffer{}
+	cmd := exec.Command("ip", "netns", "exec", e.net.PeerNS, e.bin, "daemon", "-d", e.net.PeerLink, "--run-dir", e.runDir)
+	cmd.Stdout, cmd.Stderr = log, log
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() {
+		cmd.Process.Signal(os.Interrupt)
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		select {
+		case err := <-done:
+			assert.NoErrorf(t, err, "the daemon's exit:\n%s", log.String())
+		case <-time.After(30 * time.Second):
+			cmd.Process.Kill()
+			t.Errorf("the daemon did not stop in 30 s:\n%s", log.String())
+		}
+	})
+	require.Eventuallyf(t, func() bool { return strings.Contains(log.String(), "serving") }, 20*time.Second,
+		50*time.Millisecond, "the daemon did not start:\n%s", log.String())
+	return log
+}
+
+// lockedBuffer is a bytes.Buffer a process writes while the test reads.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
