@@ -33,6 +33,7 @@ var handlers = map[hostif.Op]handler{
 	hostif.OpDestroyQP:         with(noReply((*session).destroyQPHandle)),
 	hostif.OpDestroyAH:         with(noReply((*session).destroyAH)),
 	hostif.OpDestroySRQ:        with(noReply((*session).destroySRQHandle)),
+	hostif.OpQueryResources:    with((*session).queryResources),
 }
 
 // with decodes the body of type T a command takes before running it.
@@ -59,13 +60,17 @@ func noReply[T any](fn func(*session, T) error) func(*session, T) (any, []int, e
 	return func(ss *session, req T) (any, []int, error) { return hostif.Empty{}, nil, fn(ss, req) }
 }
 
-// run executes one command and returns its reply body and descriptors.
+// run executes one command and returns its reply body and descriptors;
+// the session's record for monitors then counts what the command made or
+// destroyed.
 func (ss *session) run(op hostif.Op, msg []byte) (any, []int, error) {
 	h, ok := handlers[op]
 	if !ok {
 		return nil, nil, fmt.Errorf("%w: %v", hostif.ErrMessage, op)
 	}
-	return h(ss, msg)
+	body, fds, err := h(ss, msg)
+	ss.publishResources()
+	return body, fds, err
 }
 
 func (ss *session) allocPD(hostif.Empty) (any, []int, error) {
@@ -106,6 +111,7 @@ func (ss *session) hello(req hostif.HelloRequest) (any, []int, error) {
 	ss.s.host.add(ss)
 	ss.s.mu.Unlock()
 	a := ss.s.dev.Query()
+	ss.startResources()
 	ss.s.cfg.Log.Info("session started", "pid", ss.proc.Pid())
 	ss.closeAfterReply = append(ss.closeAfterReply, p[0])
 	return hostif.HelloReply{Version: hostif.Version, MaxQPWR: uint32(a.MaxQPWR), MaxSGE: uint32(a.MaxSGE),

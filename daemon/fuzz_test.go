@@ -28,6 +28,7 @@ func FuzzControlMessages(f *testing.F) {
 	seed(hostif.OpModifyQP, hostif.ModifyQPRequest{Handle: 3, Mask: 0xffffffff, State: 9, PathMTU: 200})
 	seed(hostif.OpDestroyQP, hostif.HandleRequest{Handle: 3})
 	seed(hostif.OpHello, hostif.HelloRequest{Version: 1})
+	seed(hostif.OpQueryResources, hostif.ResourcesRequest{After: 1 << 31})
 	seed(hostif.Op(999), hostif.Empty{})
 
 	r := newRig(f)

@@ -47,6 +47,9 @@ type session struct {
 	ahPD     map[uint32]uint32
 	// ahs is read by the engine (UD entries name AHs): replaced whole.
 	ahs atomic.Pointer[map[uint32]*verbs.AH]
+	// res is the session's record for monitors (query_resources), set at
+	// hello and replaced after every command.
+	res atomic.Pointer[hostif.SessionResources]
 }
 
 // hostCQ is a session's CQ: the verbs CQ the engines fill and its ring.
@@ -138,7 +141,7 @@ func (ss *session) answer(msg, out []byte) ([]byte, []int) {
 		// Answered all the same, with what could be read of the header.
 		return ss.reply(out, h, nil, err), nil
 	}
-	if h.Op != hostif.OpHello && ss.page == nil {
+	if ss.page == nil && !sessionless[h.Op] {
 		return ss.reply(out, h, nil, errProto), nil
 	}
 	body, fds, err := ss.run(h.Op, msg)
@@ -192,12 +195,14 @@ func errnoOf(err error) unix.Errno {
 func (ss *session) end() {
 	ss.conn.Close()
 	s := ss.s
-	s.mu.Lock()
-	s.host.remove(ss)
-	s.mu.Unlock()
-	// A pass of the first engine that began before the removal may still
-	// read the session page.
-	s.betweenPasses()
+	if ss.page != nil { // a connection that never said hello was never on the engine's list
+		s.mu.Lock()
+		s.host.remove(ss)
+		s.mu.Unlock()
+		// A pass of the first engine that began before the removal may
+		// still read the session page.
+		s.betweenPasses()
+	}
 	for h := range ss.qps {
 		ss.destroyQP(h)
 	}

@@ -32,10 +32,12 @@ const (
 	OpCreateSRQ
 	OpModifySRQ
 	OpDestroySRQ
+	OpQueryResources
 )
 
 var opNames = [...]string{"", "hello", "alloc_pd", "dealloc_pd", "reg_mr", "dereg_mr", "create_comp_channel",
-	"create_cq", "destroy_cq", "create_qp", "modify_qp", "destroy_qp", "create_ah", "destroy_ah", "query_port", "query_gid", "create_srq", "modify_srq", "destroy_srq"}
+	"create_cq", "destroy_cq", "create_qp", "modify_qp", "destroy_qp", "create_ah", "destroy_ah", "query_port", "query_gid", "create_srq", "modify_srq", "destroy_srq",
+	"query_resources"}
 
 func (o Op) String() string {
 	if int(o) < len(opNames) && o != 0 {
@@ -141,6 +143,46 @@ type (
 	ModifySRQRequest struct{ Handle, Limit uint32 }
 	Empty            struct{}
 )
+
+// Bodies of query_resources, which a connection may send without hello:
+// the device's objects, in total and by session, as `rdma resource show`
+// reports a kernel device's. Reserved fields are 0; a later version may
+// give them a meaning that 0 still reads as "absent".
+type (
+	// ResourcesRequest asks for the sessions whose ID is above After (0:
+	// from the first): a reply holds at most ResourcesPerReply of them,
+	// in ID order, and the next request continues from the last one.
+	ResourcesRequest struct {
+		After    uint32
+		Reserved uint32
+	}
+	// ResourceCounts counts objects by type; Channel counts completion
+	// channels.
+	ResourceCounts struct {
+		PD, CQ, QP, MR, SRQ, AH, Channel uint32
+		Reserved                         uint32
+	}
+	// SessionResources is one session: its ID (unique for the daemon's
+	// lifetime, growing), the client's pid in the daemon's pid namespace
+	// and its command name (/proc/PID/comm, NUL-padded), and its objects.
+	SessionResources struct {
+		ID, PID  uint32
+		Comm     [16]byte
+		Counts   ResourceCounts
+		Reserved [8]byte
+	}
+	// ResourcesReply holds the device's totals, over every session
+	// (Sessions of them), and Count session records.
+	ResourcesReply struct {
+		Sessions, Count uint32
+		Total           ResourceCounts
+		Session         [ResourcesPerReply]SessionResources
+	}
+)
+
+// ResourcesPerReply is how many session records a query_resources reply
+// holds.
+const ResourcesPerReply = 32
 
 // Encode writes a message of op with body into buf and returns its bytes.
 func Encode(buf []byte, h Header, body any) ([]byte, error) {

@@ -40,7 +40,20 @@ type Conn struct {
 	oob      []byte
 	sleeping *uint32
 	rung     *uint32
+	// gone is set, and goneCh closed, once the daemon's end of the
+	// control socket closed; watcher is the socket's duplicate on which
+	// a goroutine waits for that.
+	gone    atomic.Bool
+	goneCh  chan struct{}
+	watcher *os.File
 }
+
+// ErrDaemonGone is returned by every call, post and empty poll once the
+// daemon closed the session's control socket: it stopped or was killed,
+// and the session's objects are gone with it. It is the client's
+// IBV_EVENT_DEVICE_FATAL: completions already in a CQ's ring are still
+// polled, nothing more will come.
+var ErrDaemonGone = errors.New("softnic daemon: the daemon is gone (its control socket closed)")
 
 // Error is a command the daemon refused, with its errno.
 type Error struct {
@@ -53,14 +66,24 @@ func (e *Error) Error() string { return fmt.Sprintf("softnic daemon: %v: %v", e.
 // Unwrap lets errors.Is match the errno.
 func (e *Error) Unwrap() error { return e.Errno }
 
-// Dial opens a session with the daemon listening on socket.
-func Dial(socket string) (*Conn, error) {
+// connect opens a connection to the daemon listening on socket, without
+// a session yet.
+func connect(socket string) (*Conn, error) {
 	uc, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: socket, Net: "unixpacket"})
 	if err != nil {
 		return nil, fmt.Errorf("softnic daemon at %s: %w", socket, err)
 	}
-	c := &Conn{c: uc, in: make([]byte, hostif.MaxMessage), out: make([]byte, hostif.MaxMessage),
-		oob: make([]byte, unix.CmsgSpace(4*4))}
+	return &Conn{c: uc, in: make([]byte, hostif.MaxMessage), out: make([]byte, hostif.MaxMessage),
+		oob: make([]byte, unix.CmsgSpace(4*4)), goneCh: make(chan struct{})}, nil
+}
+
+// Dial opens a session with the daemon listening on socket.
+func Dial(socket string) (*Conn, error) {
+	c, err := connect(socket)
+	if err != nil {
+		return nil, err
+	}
+	uc := c.c
 	fds, err := c.call(hostif.OpHello, hostif.HelloRequest{Version: hostif.Version}, &c.Device)
 	if err == nil && len(fds) != 3 {
 		err = fmt.Errorf("softnic daemon: hello passed %d descriptors: %w", len(fds), hostif.ErrMessage)
@@ -79,11 +102,18 @@ func Dial(socket string) (*Conn, error) {
 	}
 	c.Async, c.doorbell = os.NewFile(uintptr(fds[1]), "softnic-async"), fds[2]
 	c.rung, c.sleeping = (*uint32)(unsafe.Pointer(&c.page[0])), (*uint32)(unsafe.Pointer(&c.page[64]))
+	if err := c.watch(); err != nil {
+		c.Close()
+		return nil, err
+	}
 	return c, nil
 }
 
 // Close ends the session: the daemon destroys its objects.
 func (c *Conn) Close() error {
+	if c.watcher != nil {
+		c.watcher.Close()
+	}
 	err := c.c.Close()
 	unix.Munmap(c.page)
 	c.Async.Close()
@@ -100,11 +130,11 @@ func (c *Conn) call(op hostif.Op, body, reply any) ([]int, error) {
 		return nil, err
 	}
 	if _, err := c.c.Write(msg); err != nil {
-		return nil, fmt.Errorf("softnic daemon: %w", err)
+		return nil, c.lost(err)
 	}
 	n, oobn, _, _, err := c.c.ReadMsgUnix(c.in, c.oob)
 	if err != nil {
-		return nil, fmt.Errorf("softnic daemon: %w", err)
+		return nil, c.lost(err)
 	}
 	fds := parseRights(c.oob[:oobn])
 	h, err := hostif.DecodeHeader(c.in[:n])

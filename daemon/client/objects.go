@@ -62,6 +62,7 @@ func (c *Conn) CreateCompChannel() (*Channel, error) {
 // CQ is a completion queue the daemon fills.
 type CQ struct {
 	Handle uint32
+	c      *Conn
 	ring   *hostif.CompletionQueue
 	mem    []byte
 }
@@ -87,7 +88,7 @@ func (c *Conn) CreateCQ(entries int, ch *Channel, userHandle uint64) (*CQ, error
 		unix.Munmap(mem)
 		return nil, err
 	}
-	return &CQ{Handle: r.Handle, ring: ring, mem: mem}, nil
+	return &CQ{Handle: r.Handle, c: c, ring: ring, mem: mem}, nil
 }
 
 // oneFD returns the one descriptor a reply for what passed, or closes them
@@ -114,13 +115,20 @@ func mapRing(fds []int, size int) ([]byte, error) {
 	return mem, nil
 }
 
-// Poll moves up to len(wcs) completions into wcs (ibv_poll_cq).
+// Poll moves up to len(wcs) completions into wcs (ibv_poll_cq). Once the
+// daemon is gone, an empty ring gives ErrDaemonGone.
 func (cq *CQ) Poll(wcs []ibtransport.WC) (int, error) {
 	n := cq.ring.Poll(wcs)
-	if n == 0 && cq.ring.Overrun() {
+	if n > 0 {
+		return n, nil
+	}
+	if err := cq.c.Err(); err != nil {
+		return 0, err
+	}
+	if cq.ring.Overrun() {
 		return 0, fmt.Errorf("softnic daemon: CQ %d overran", cq.Handle)
 	}
-	return n, nil
+	return 0, nil
 }
 
 // Arm asks for a completion event (ibv_req_notify_cq).
@@ -190,6 +198,9 @@ func (q *QP) PostRecv(wr *ibtransport.RecvWR) error {
 }
 
 func postRecv(c *Conn, wq *hostif.WorkQueue, wr *ibtransport.RecvWR) error {
+	if err := c.Err(); err != nil {
+		return err
+	}
 	e, ok := wq.Next()
 	if !ok {
 		return ErrQueueFull
@@ -214,6 +225,9 @@ func (q *QP) Destroy() error {
 // PostSendEntry posts a send entry that fill writes, unchecked: for tests
 // that play a client that breaks the host interface's rules.
 func (q *QP) PostSendEntry(fill func(e []byte)) error {
+	if err := q.c.Err(); err != nil {
+		return err
+	}
 	e, ok := q.sq.Next()
 	if !ok {
 		return ErrQueueFull
@@ -242,6 +256,9 @@ func (c *Conn) DestroyAH(ah uint32) error {
 // PostSendTo posts a UD send to the address handle ah (PostSend of other
 // QPs: ah 0); wr's RemoteQPN and RemoteQKey name the destination QP.
 func (q *QP) PostSendTo(wr *ibtransport.SendWR, ah uint32) error {
+	if err := q.c.Err(); err != nil {
+		return err
+	}
 	e, ok := q.sq.Next()
 	if !ok {
 		return ErrQueueFull

@@ -1,0 +1,99 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/softnic/softnic/daemon"
+	"github.com/softnic/softnic/daemon/client"
+	"github.com/softnic/softnic/ibtransport"
+)
+
+// softnic stat prints a line per served device in rdma resource show's
+// layout, and with -d a line per session.
+func TestStatCommand(t *testing.T) {
+	useServedMem(t)
+	dir := t.TempDir()
+	cfg := daemon.Config{Mode: 0o666, Group: -1, Log: slog.New(slog.DiscardHandler)}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- serveDevices(ctx, daemonOptions{ifaces: listFlag{"memB", "memA"}, runDir: dir}, cfg) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	sock := filepath.Join(dir, "softnic_memA.sock")
+	var c *client.Conn
+	require.Eventually(t, func() bool {
+		var err error
+		c, err = client.Dial(sock)
+		return err == nil
+	}, 5*time.Second, 10*time.Millisecond, "the daemon never served %s", sock)
+	defer c.Close()
+	require.Eventually(t, func() bool {
+		_, err := os.Stat(filepath.Join(dir, "softnic_memB.sock"))
+		return err == nil
+	}, 5*time.Second, 10*time.Millisecond)
+	pd, err := c.AllocPD()
+	require.NoError(t, err)
+	buf := make([]byte, 4096)
+	_, err = c.RegMR(pd, buf, ibtransport.AccessLocalWrite)
+	require.NoError(t, err)
+	cq, err := c.CreateCQ(16, nil, 0)
+	require.NoError(t, err)
+	_, err = c.CreateQP(hostifQP(pd, cq.Handle))
+	require.NoError(t, err)
+
+	stat := func(args ...string) (string, string, int) {
+		var out, errOut bytes.Buffer
+		status := runStat(append(args, "--run-dir", dir), &out, &errOut)
+		return out.String(), errOut.String(), status
+	}
+	out, errOut, status := stat()
+	require.Zero(t, status, errOut)
+	require.Equal(t, "0: softnic_memA: pd 1 cq 1 qp 1 cm_id 0 mr 1 ctx 1 srq 0\n"+
+		"1: softnic_memB: pd 0 cq 0 qp 0 cm_id 0 mr 0 ctx 0 srq 0\n", out)
+
+	out, errOut, status = stat("-d", "memA")
+	require.Zero(t, status, errOut)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	require.Len(t, lines, 2, out)
+	require.Equal(t, "0: softnic_memA: pd 1 cq 1 qp 1 cm_id 0 mr 1 ctx 1 srq 0", lines[0])
+	comm, err := os.ReadFile("/proc/self/comm")
+	require.NoError(t, err)
+	require.Regexp(t, fmt.Sprintf(`^dev softnic_memA ctxn \d+ pid %d comm %s pd 1 cq 1 qp 1 mr 1 srq 0 ah 0 comp_channel 0$`,
+		os.Getpid(), strings.TrimSpace(string(comm))), lines[1])
+
+	_, errOut, status = stat("-d", "memC")
+	require.Equal(t, 1, status)
+	require.Contains(t, errOut, "no daemon serves memC")
+	_, _, status = stat("extra")
+	require.Equal(t, 2, status)
+
+	require.NoError(t, c.Close())
+	require.Eventually(t, func() bool {
+		out, _, _ = stat()
+		return strings.HasPrefix(out, "0: softnic_memA: pd 0 cq 0 qp 0 cm_id 0 mr 0 ctx 0 srq 0\n")
+	}, 5*time.Second, time.Millisecond, "the closed session's objects stay:\n%s", out)
+
+	// A socket nobody listens on (a killed daemon's) is an error, and the
+	// other devices are still listed.
+	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: filepath.Join(dir, "softnic_memZ.sock"), Net: "unixpacket"})
+	require.NoError(t, err)
+	ln.SetUnlinkOnClose(false)
+	ln.Close()
+	out, errOut, status = stat()
+	require.Equal(t, 1, status)
+	require.Contains(t, errOut, "softnic_memZ: ")
+	require.Contains(t, out, "1: softnic_memB: pd 0 ")
+}

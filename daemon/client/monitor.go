@@ -1,0 +1,67 @@
+package client
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/softnic/softnic/hostif"
+)
+
+// Monitor is a connection to the daemon that opens no session: it asks
+// what the daemon serves (softnic stat) and leaves the sessions, the
+// engines and the daemon's log as they were.
+type Monitor struct{ c *Conn }
+
+// DialMonitor connects to the daemon listening on socket.
+func DialMonitor(socket string) (*Monitor, error) {
+	c, err := connect(socket)
+	if err != nil {
+		return nil, err
+	}
+	return &Monitor{c: c}, nil
+}
+
+// Close closes the connection.
+func (m *Monitor) Close() error { return m.c.c.Close() }
+
+// Resources is what a device's sessions hold (query_resources).
+type Resources struct {
+	// Sessions is how many there are, Total their objects together.
+	Sessions int
+	Total    hostif.ResourceCounts
+	// Session lists them in the order they started.
+	Session []hostif.SessionResources
+}
+
+// Resources asks the daemon for its device's resources, reading the
+// sessions a reply at a time. The totals are the first reply's; sessions
+// that come or go meanwhile may be missing from the list or still in it.
+func (m *Monitor) Resources() (Resources, error) {
+	var all Resources
+	var after uint32
+	for first := true; ; first = false {
+		var r hostif.ResourcesReply
+		if _, err := m.c.call(hostif.OpQueryResources, hostif.ResourcesRequest{After: after}, &r); err != nil {
+			return Resources{}, err
+		}
+		if r.Count > hostif.ResourcesPerReply {
+			return Resources{}, fmt.Errorf("%w: %d sessions in a reply", hostif.ErrMessage, r.Count)
+		}
+		if first {
+			all.Sessions, all.Total = int(r.Sessions), r.Total
+		}
+		for _, s := range r.Session[:r.Count] {
+			if s.ID <= after {
+				return Resources{}, fmt.Errorf("%w: session %d after %d", hostif.ErrMessage, s.ID, after)
+			}
+			after = s.ID
+			all.Session = append(all.Session, s)
+		}
+		if r.Count < hostif.ResourcesPerReply {
+			return all, nil
+		}
+	}
+}
+
+// Raw sends msg as it is and waits up to timeout for any reply (Conn.Raw).
+func (m *Monitor) Raw(msg []byte, timeout time.Duration) error { return m.c.Raw(msg, timeout) }

@@ -1,0 +1,92 @@
+package daemon
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"slices"
+	"sync/atomic"
+
+	"github.com/softnic/softnic/hostif"
+)
+
+// sessionless are the commands a connection may send without hello. They
+// open no session: a monitor such as `softnic stat` puts nothing on the
+// engine's list, counts as no session and leaves no line in the log.
+var sessionless = map[hostif.Op]bool{hostif.OpHello: true, hostif.OpQueryResources: true}
+
+// sessionIDs numbers the sessions of every Server of the process: an ID
+// is never given twice, so a monitor pages through them in ID order.
+var sessionIDs atomic.Uint32
+
+// startResources gives a session that said hello its record: its ID, the
+// client's pid and command name, and no objects yet.
+func (ss *session) startResources() {
+	r := &hostif.SessionResources{ID: sessionIDs.Add(1), PID: uint32(ss.proc.Pid())}
+	copy(r.Comm[:len(r.Comm)-1], ss.comm())
+	ss.res.Store(r)
+}
+
+// comm returns the client's command name, or "" when it cannot be read or
+// the process has exited (its pid may name another process by now).
+func (ss *session) comm() string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", ss.proc.Pid()))
+	if err != nil || !ss.proc.Alive() {
+		return ""
+	}
+	return string(bytes.TrimRight(b, "\n"))
+}
+
+// publishResources replaces the session's record with one that counts its
+// tables as they are now. Only the session's goroutine touches the
+// tables; a monitor on another connection reads the record.
+func (ss *session) publishResources() {
+	old := ss.res.Load()
+	if old == nil {
+		return // no hello yet
+	}
+	r := *old
+	r.Counts = hostif.ResourceCounts{PD: uint32(len(ss.pds)), CQ: uint32(len(ss.cqs)), QP: uint32(len(ss.qps)),
+		MR: uint32(len(ss.mrs)), SRQ: uint32(len(ss.srqs)), AH: uint32(len(*ss.ahs.Load())),
+		Channel: uint32(len(ss.channels))}
+	ss.res.Store(&r)
+}
+
+// resources returns the records of the sessions, in ID order.
+func (s *Server) resources() []hostif.SessionResources {
+	s.mu.Lock()
+	all := make([]hostif.SessionResources, 0, len(s.sessions))
+	for ss := range s.sessions {
+		if r := ss.res.Load(); r != nil {
+			all = append(all, *r)
+		}
+	}
+	s.mu.Unlock()
+	slices.SortFunc(all, func(a, b hostif.SessionResources) int { return int(a.ID) - int(b.ID) })
+	return all
+}
+
+// queryResources answers query_resources: the device's totals and the
+// sessions after req.After, as many as a reply holds.
+func (ss *session) queryResources(req hostif.ResourcesRequest) (any, []int, error) {
+	all := ss.s.resources()
+	r := hostif.ResourcesReply{Sessions: uint32(len(all))}
+	for _, one := range all {
+		addCounts(&r.Total, &one.Counts)
+		if one.ID > req.After && r.Count < hostif.ResourcesPerReply {
+			r.Session[r.Count] = one
+			r.Count++
+		}
+	}
+	return r, nil, nil
+}
+
+func addCounts(sum, c *hostif.ResourceCounts) {
+	sum.PD += c.PD
+	sum.CQ += c.CQ
+	sum.QP += c.QP
+	sum.MR += c.MR
+	sum.SRQ += c.SRQ
+	sum.AH += c.AH
+	sum.Channel += c.Channel
+}
