@@ -110,27 +110,3 @@ func TestMonitorOpensNoSession(t *testing.T) {
 	require.Equal(t, 1, res.Sessions)
 	require.Zero(t, res.Total.PD, "the monitor allocated nothing")
 }
-
-// When the daemon goes, its client learns it: posts, calls and polls of
-// an empty CQ return ErrDaemonGone, and Done is closed.
-func TestClientSeesDaemonGone(t *testing.T) {
-	r := newRig(t)
-	q := connectClient(t, r)
-	require.NoError(t, q.c.Err())
-	require.NoError(t, r.srv.Close())
-	select {
-	case <-q.c.Done():
-	case <-time.After(10 * time.Second):
-		t.Fatal("the client did not notice the daemon's end")
-	}
-	require.ErrorIs(t, q.c.Err(), client.ErrDaemonGone)
-	wcs := make([]ibtransport.WC, 4)
-	_, err := q.cq.Poll(wcs)
-	require.ErrorIs(t, err, client.ErrDaemonGone)
-	err = q.qp.PostSend(&ibtransport.SendWR{ID: 1, Opcode: ibtransport.WRRDMAWrite, Flags: ibtransport.SendSignaled,
-		SGL: []ibtransport.SGE{q.mr.SGE(0, 64)}, RemoteAddr: r.pmr.Addr(), RKey: r.pmr.RKey()})
-	require.ErrorIs(t, err, client.ErrDaemonGone)
-	require.ErrorIs(t, q.qp.PostRecv(&ibtransport.RecvWR{ID: 2, SGL: []ibtransport.SGE{q.mr.SGE(0, 64)}}), client.ErrDaemonGone)
-	_, err = q.c.AllocPD()
-	require.ErrorIs(t, err, client.ErrDaemonGone)
-}

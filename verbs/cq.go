@@ -193,6 +193,9 @@ func (c *CQ) take(wcs []WC) (int, error) {
 	if c.ring != nil {
 		n := c.ring.Poll(wcs)
 		c.mu.Unlock()
+		if n == 0 && c.dev.remoteGone() != nil {
+			return 0, c.dev.remoteGone()
+		}
 		if n == 0 && c.ring.Overrun() {
 			return 0, ErrCQOverflow
 		}

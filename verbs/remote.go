@@ -32,6 +32,16 @@ func Dial(socket string) (*Device, error) {
 // move.
 func (d *Device) Remote() bool { return d.remote != nil }
 
+// remoteGone returns client.ErrDaemonGone once the daemon serving a
+// device reached through Dial has gone (its CQs then give it when empty,
+// as its posts do), and nil for every other device.
+func (d *Device) remoteGone() error {
+	if d.remote == nil {
+		return nil
+	}
+	return d.remote.c.Err()
+}
+
 // call runs a control call under the device's lock.
 func (r *remote) call(fn func(c *client.Conn) error) error {
 	r.mu.Lock()
