@@ -1,73 +1,148 @@
 package main
 
 import (
+	"fmt"
+	"math"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/softnic/softnic/internal/netnstest"
 )
 
-// TestToolsThroughDaemon runs softnic perf and softnic pingpong as user
-// nobody through daemons on both veth ends, three pairs at once on the
-// one pair of interfaces (without daemons, the second tool on an interface
-// could not attach).
-func TestToolsThroughDaemon(t *testing.T) {
+// servedVeth is a veth pair between two namespaces with a softnic daemon
+// on each end, and a copy of the binary every user may run.
+type servedVeth struct {
+	bin     string
+	p       *netnstest.Pair
+	runDir  string
+	daemons [2]*exec.Cmd
+	logs    [2]*syncBuffer
+	// ia and ib are the GID indexes of the ends' IPv4 addresses.
+	ia, ib string
+}
+
+func newServedVeth(t *testing.T) *servedVeth {
 	bin, p, ga, gb := vethSoftnic(t)
-	runDir := worldDir(t)
-	open := filepath.Join(runDir, "softnic")
+	v := &servedVeth{p: p, runDir: worldDir(t), ia: indexOf(ga, p.A.Addr4()), ib: indexOf(gb, p.B.Addr4())}
+	v.bin = filepath.Join(v.runDir, "softnic")
 	self, err := os.ReadFile(bin)
 	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(open, self, 0o755))
-	var logs [2]*syncBuffer
-	_, logs[0] = startDaemon(t, open, &p.A, runDir)
-	_, logs[1] = startDaemon(t, open, &p.B, runDir)
-	dout := logs[0]
-	ia, ib := indexOf(ga, p.A.Addr4()), indexOf(gb, p.B.Addr4())
-	type run struct{ name, server, client string }
-	runs := []run{
+	require.NoError(t, os.WriteFile(v.bin, self, 0o755))
+	v.daemons[0], v.logs[0] = startDaemon(t, v.bin, &p.A, v.runDir)
+	v.daemons[1], v.logs[1] = startDaemon(t, v.bin, &p.B, v.runDir)
+	return v
+}
+
+// asNobody returns the command that runs softnic with args as user nobody
+// in end's namespace, finding the daemons through $SOFTNIC_RUN_DIR.
+// setpriv and ip netns exec exec: the command's pid is softnic's.
+func (v *servedVeth) asNobody(end *netnstest.End, args ...string) *exec.Cmd {
+	cmd := end.Command("setpriv", append([]string{"--reuid=65534", "--regid=65534", "--clear-groups", v.bin}, args...)...)
+	cmd.Env = append(os.Environ(), "SOFTNIC_RUN_DIR="+v.runDir)
+	return cmd
+}
+
+// toolPair is a tool's server on end A and its client on end B.
+type toolPair struct{ name, server, client string }
+
+// run runs the pair's server and client (the client aimed at A) and
+// returns their outputs; a failed side's output starts with FAILED.
+func (v *servedVeth) run(r toolPair) [2]string {
+	sc := v.asNobody(&v.p.A, append(strings.Fields(r.server), "-d", v.p.A.Ifname)...)
+	var sout []byte
+	var serr error
+	done := make(chan struct{})
+	go func() { sout, serr = sc.CombinedOutput(); close(done) }()
+	cc := v.asNobody(&v.p.B, append(strings.Fields(r.client), "-d", v.p.B.Ifname, "--connect-wait=20s", v.p.A.Addr4().String())...)
+	cout, cerr := cc.CombinedOutput()
+	<-done
+	out := [2]string{string(sout), string(cout)}
+	if serr != nil {
+		out[0] = fmt.Sprintf("FAILED (%v) %s", serr, out[0])
+	}
+	if cerr != nil {
+		out[1] = fmt.Sprintf("FAILED (%v) %s", cerr, out[1])
+	}
+	return out
+}
+
+// bwLine is perftest's result line of a bandwidth test: size, iterations,
+// peak and average bandwidth (MB/sec), message rate (Mpps).
+var bwLine = regexp.MustCompile(`(?m)^ (\d+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s*$`)
+
+// requireBWResult checks out's result line: its size, its iterations
+// (iters 0: any, as with -D), a nonzero average and message rate that
+// agree (average = size × rate, in MB of 2^20 bytes), and a peak of at
+// least the average (perftest prints 0 where it has none: a send_bw
+// server).
+func requireBWResult(t *testing.T, what, out string, size, iters uint64) {
+	t.Helper()
+	m := bwLine.FindStringSubmatch(out)
+	require.NotNil(t, m, "%s: no result line:\n%s", what, out)
+	num := func(i int) float64 {
+		f, err := strconv.ParseFloat(m[i], 64)
+		require.NoError(t, err)
+		return f
+	}
+	require.Equal(t, float64(size), num(1), "%s: size in %q", what, m[0])
+	if iters > 0 {
+		require.Equal(t, float64(iters), num(2), "%s: iterations in %q", what, m[0])
+	}
+	peak, avg, rate := num(3), num(4), num(5)
+	require.Positive(t, avg, "%s: bandwidth in %q", what, m[0])
+	require.Positive(t, rate, "%s: message rate in %q", what, m[0])
+	want := float64(size) * rate * 1e6 / (1 << 20)
+	require.LessOrEqual(t, math.Abs(avg-want), 0.03*want+0.01, "%s: bandwidth against size × rate in %q", what, m[0])
+	if peak != 0 {
+		require.GreaterOrEqual(t, peak, avg*0.99, "%s: peak in %q", what, m[0])
+	}
+}
+
+// TestToolsThroughDaemon runs softnic perf's four bandwidth tests, a
+// latency test and softnic pingpong as user nobody through daemons on both
+// veth ends, six pairs at once on the one pair of interfaces (without
+// daemons, the second tool on an interface could not attach), and checks
+// every side's figures.
+func TestToolsThroughDaemon(t *testing.T) {
+	v := newServedVeth(t)
+	ia, ib := v.ia, v.ib
+	runs := []toolPair{
 		{"write_bw", "perf write_bw -x " + ia + " -n 400 -p 18601", "perf write_bw -x " + ib + " -n 400 -p 18601"},
+		{"read_bw", "perf read_bw -x " + ia + " -n 400 -p 18604", "perf read_bw -x " + ib + " -n 400 -p 18604"},
+		{"send_bw", "perf send_bw -x " + ia + " -n 400 -p 18605", "perf send_bw -x " + ib + " -n 400 -p 18605"},
+		{"atomic_bw", "perf atomic_bw -x " + ia + " -n 400 -p 18606", "perf atomic_bw -x " + ib + " -n 400 -p 18606"},
 		{"pingpong", "pingpong -g " + ia + " -n 200 -p 18602", "pingpong -g " + ib + " -n 200 -p 18602"},
 		{"write_lat", "perf write_lat -x " + ia + " -n 300 -p 18603", "perf write_lat -x " + ib + " -n 300 -p 18603"},
 	}
 	outs := make([][2]string, len(runs))
 	var wg sync.WaitGroup
 	for i, r := range runs {
-		wg.Go(func() {
-			server := append([]string{"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", open},
-				strings.Fields(r.server)...)
-			sc := p.A.Command(server[0], append(server[1:], "-d", p.A.Ifname)...)
-			sc.Env = append(os.Environ(), "SOFTNIC_RUN_DIR="+runDir)
-			var sout []byte
-			var serr error
-			done := make(chan struct{})
-			go func() { sout, serr = sc.CombinedOutput(); close(done) }()
-			client := append(strings.Fields(r.client), "-d", p.B.Ifname, "--connect-wait=20s", p.A.Addr4().String())
-			cc := p.B.Command("setpriv", append([]string{"--reuid=65534", "--regid=65534", "--clear-groups", open}, client...)...)
-			cc.Env = sc.Env
-			cout, cerr := cc.CombinedOutput()
-			<-done
-			outs[i] = [2]string{string(sout), string(cout)}
-			if serr != nil || cerr != nil {
-				outs[i][0] = "FAILED " + outs[i][0]
-			}
-		})
+		wg.Go(func() { outs[i] = v.run(r) })
 	}
 	wg.Wait()
 	for i, r := range runs {
-		require.False(t, strings.HasPrefix(outs[i][0], "FAILED"), "%s through the daemon:\nserver:\n%s\nclient:\n%s\ndaemon:\n%s",
-			r.name, outs[i][0], outs[i][1], dout.String())
+		require.False(t, strings.HasPrefix(outs[i][0], "FAILED") || strings.HasPrefix(outs[i][1], "FAILED"),
+			"%s through the daemon:\nserver:\n%s\nclient:\n%s\ndaemon:\n%s", r.name, outs[i][0], outs[i][1], v.logs[0].String())
 	}
-	require.Regexp(t, regexp.MustCompile(`(?m)^ 65536      400 `), outs[0][1], "write_bw client")
-	require.Regexp(t, regexp.MustCompile(`(?m)^ 65536      400 `), outs[0][0], "write_bw server")
-	require.Contains(t, outs[1][0], "1638400 bytes in ", "pingpong server")
-	require.Regexp(t, regexp.MustCompile(`(?m)^ 2       300 `), outs[2][0], "write_lat server")
-	for _, l := range logs {
-		require.Eventually(t, func() bool { return strings.Count(l.String(), "session ended") == 3 }, 5*time.Second,
+	for i, size := range []uint64{65536, 65536, 65536, 8} {
+		requireBWResult(t, runs[i].name+" server", outs[i][0], size, 400)
+		requireBWResult(t, runs[i].name+" client", outs[i][1], size, 400)
+		t.Logf("%s: %s", runs[i].name, bwLine.FindString(outs[i][1]))
+	}
+	require.Contains(t, outs[4][0], "1638400 bytes in ", "pingpong server")
+	require.Contains(t, outs[4][1], "1638400 bytes in ", "pingpong client")
+	require.Regexp(t, regexp.MustCompile(`(?m)^ 2       300 `), outs[5][0], "write_lat server")
+	for _, l := range v.logs {
+		require.Eventually(t, func() bool { return strings.Count(l.String(), "session ended") == len(runs) }, 5*time.Second,
 			10*time.Millisecond, "every tool's session ends:\n%s", l.String())
 	}
 }
