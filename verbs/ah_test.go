@@ -11,8 +11,10 @@ import (
 
 // TestCreateAHSGIDIndex: a source GID index outside the GID table is an
 // invalid argument, whichever layer finds it.
-func TestCreateAHSGIDIndex(t *testing.T) {
-	_, a, b := udPair(t, memlink.Config{})
+func TestCreateAHSGIDIndex(t *testing.T) { forEachMode(t, testCreateAHSGIDIndex) }
+
+func testCreateAHSGIDIndex(t *testing.T, m mode) {
+	_, a, b := udPairMode(t, m, memlink.Config{})
 	n := len(a.dev.GIDTable())
 	_, err := a.pd.CreateAH(&verbs.AddressVector{DGID: b.gid, SGIDIndex: uint8(n), HopLimit: 64})
 	require.ErrorIs(t, err, verbs.ErrInvalidArgument)

@@ -7,7 +7,6 @@ import (
 	"math/bits"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/softnic/softnic/hostif"
 )
@@ -24,11 +23,16 @@ var ErrCQOverflow = errors.New("verbs: completion queue overrun")
 type CompChannel struct {
 	C   chan *CQ
 	dev *Device
+	// remote is the daemon's channel, on a device reached through one.
+	remote *remoteChannel
 }
 
 // NewCompChannel creates a completion event channel
 // (ibv_create_comp_channel).
 func (d *Device) NewCompChannel() *CompChannel {
+	if d.remote != nil {
+		return d.remoteCompChannel()
+	}
 	return &CompChannel{C: make(chan *CQ, 256), dev: d}
 }
 
@@ -40,9 +44,15 @@ func (ch *CompChannel) Get(ctx context.Context) (*CQ, error) {
 	default:
 	}
 	ch.dev.Unpoll() // the engine goroutine must deliver the event
+	var gone <-chan struct{}
+	if ch.dev.remote != nil {
+		gone = ch.dev.remote.c.Done()
+	}
 	select {
 	case cq := <-ch.C:
 		return cq, nil
+	case <-gone:
+		return nil, ch.dev.remoteGone()
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
@@ -72,8 +82,10 @@ type CQ struct {
 	// called when an armed ring gets its completion.
 	ring    *hostif.CompletionQueue
 	onArmed func()
-	// handle is the daemon's, for a CQ of a device reached through one.
+	// handle is the daemon's, and remote what Wait sleeps on, for a CQ of
+	// a device reached through one.
 	handle uint32
+	remote *remoteCQ
 	// Context is free for the user (ibv_cq's cq_context).
 	Context any
 }
@@ -86,10 +98,7 @@ func (d *Device) CreateCQ(n int, ch *CompChannel) (*CQ, error) {
 		return nil, fmt.Errorf("create CQ of %d entries: %w", n, ErrInvalidArgument)
 	}
 	if d.remote != nil {
-		if ch != nil {
-			return nil, fmt.Errorf("create CQ: completion channels through the daemon are not there yet: %w", ErrInvalidArgument)
-		}
-		return d.remoteCQ(n)
+		return d.remoteCQ(n, ch)
 	}
 	size := 1 << bits.Len(uint(n-1))
 	return &CQ{dev: d, slots: make([]WC, size), mask: uint64(size - 1), notify: make(chan struct{}, 1), channel: ch,
@@ -189,18 +198,10 @@ func (c *CQ) take(wcs []WC) (int, error) {
 	if c.overflow.Load() {
 		return 0, ErrCQOverflow
 	}
-	c.mu.Lock()
 	if c.ring != nil {
-		n := c.ring.Poll(wcs)
-		c.mu.Unlock()
-		if n == 0 && c.dev.remoteGone() != nil {
-			return 0, c.dev.remoteGone()
-		}
-		if n == 0 && c.ring.Overrun() {
-			return 0, ErrCQOverflow
-		}
-		return n, nil
+		return c.takeRing(wcs)
 	}
+	c.mu.Lock()
 	h := c.head.Load()
 	n := int(min(c.tail.Load()-h, uint64(len(wcs))))
 	for i := range n {
@@ -215,7 +216,7 @@ func (c *CQ) take(wcs []WC) (int, error) {
 // ctx ends.
 func (c *CQ) Wait(ctx context.Context, wcs []WC) (int, error) {
 	if c.dev.remote != nil {
-		return c.waitRing(ctx, wcs)
+		return c.waitRemote(ctx, wcs)
 	}
 	for {
 		if n, err := c.take(wcs); n > 0 || err != nil {
@@ -237,28 +238,16 @@ func (c *CQ) Wait(ctx context.Context, wcs []WC) (int, error) {
 	}
 }
 
-// waitRing waits for completions of a CQ the daemon fills: it polls the
-// ring, sleeping between looks from 10 µs up to 1 ms (no completion channel
-// is at hand to sleep on).
-func (c *CQ) waitRing(ctx context.Context, wcs []WC) (int, error) {
-	for pause := 10 * time.Microsecond; ; pause = min(2*pause, time.Millisecond) {
-		if n, err := c.take(wcs); n > 0 || err != nil {
-			return n, err
-		}
-		select {
-		case <-ctx.Done():
-			return 0, ctx.Err()
-		case <-time.After(pause):
-		}
-	}
-}
-
 // RequestNotify arms the CQ (ibv_req_notify_cq): the next completion, or
 // with solicitedOnly the next solicited or error completion, sends the CQ on
 // its completion channel once.
 func (c *CQ) RequestNotify(solicitedOnly bool) error {
 	if c.channel == nil {
 		return fmt.Errorf("request CQ notification: no completion channel: %w", ErrInvalidArgument)
+	}
+	if c.remote != nil {
+		c.remoteRequestNotify(solicitedOnly)
+		return nil
 	}
 	v := uint32(1)
 	if solicitedOnly {

@@ -12,8 +12,10 @@ import (
 	"github.com/softnic/softnic/verbs"
 )
 
-func TestCQEventsAndWait(t *testing.T) {
-	p := newPair(t, memlink.Config{})
+func TestCQEventsAndWait(t *testing.T) { forEachMode(t, testCQEventsAndWait) }
+
+func testCQEventsAndWait(t *testing.T, m mode) {
+	p := newPairMode(t, m, memlink.Config{}, verbs.Config{})
 	o := defaultOpts()
 	ch := p.b.NewCompChannel()
 	x := newEndpoint(t, p.a, nil, o, nil)
@@ -93,9 +95,11 @@ func TestCQEventsAndWait(t *testing.T) {
 	require.ErrorIs(t, x.scq.RequestNotify(false), verbs.ErrInvalidArgument)
 }
 
-func TestCQOverrun(t *testing.T) {
+func TestCQOverrun(t *testing.T) { forEachMode(t, testCQOverrun) }
+
+func testCQOverrun(t *testing.T, m mode) {
 	o := defaultOpts()
-	p := newPair(t, memlink.Config{})
+	p := newPairMode(t, m, memlink.Config{}, verbs.Config{})
 	x := newEndpoint(t, p.a, nil, o, nil)
 	y := newEndpoint(t, p.b, nil, o, nil)
 	var err error
@@ -160,9 +164,11 @@ func nextEvent(t *testing.T, d *verbs.Device) verbs.Event {
 	return verbs.Event{}
 }
 
-func TestAsyncEvents(t *testing.T) {
+func TestAsyncEvents(t *testing.T) { forEachMode(t, testAsyncEvents) }
+
+func testAsyncEvents(t *testing.T, m mode) {
 	o := defaultOpts()
-	p := newPair(t, memlink.Config{})
+	p := newPairMode(t, m, memlink.Config{}, verbs.Config{})
 	pdB := p.b.AllocPD()
 	srq, err := pdB.NewSRQ(16, 1)
 	require.NoError(t, err)

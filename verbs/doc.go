@@ -28,6 +28,14 @@
 // Asynchronous events (QP fatal, SQ drained, SRQ limit, last WQE reached)
 // arrive on Device.Events.
 //
+// A device that a softnic daemon serves to many processes is opened by
+// name with OpenDevice (softnic_IFACE) or by socket with Dial: the same
+// calls, with the daemon running the transport and placing data straight
+// into this process's registered memory (docs/HOST-INTERFACE.md). Its QPs
+// are RC, UC and UD, with SRQs, address handles, completion channels and
+// async events; the connection manager, Device.Poll and the engines'
+// counters stay in the daemon.
+//
 // A Device runs an engine goroutine per receive queue of its link (up to
 // the number of CPUs; Config.Engines), each owning the protocol state of
 // the QPs placed on it when they connect; verbs calls hand work to a QP's

@@ -22,6 +22,10 @@ const (
 	// EventCommEst: a connected QP still in RTR received its first packet
 	// (communication established).
 	EventCommEst
+	// EventDeviceFatal: the device is gone. Through a daemon (Dial): the
+	// daemon ended the session (it stopped or was killed) and its objects
+	// are gone; calls and empty polls return client.ErrDaemonGone.
+	EventDeviceFatal
 )
 
 func (t EventType) String() string {
@@ -38,6 +42,8 @@ func (t EventType) String() string {
 		return "CQ_ERR"
 	case EventCommEst:
 		return "COMM_EST"
+	case EventDeviceFatal:
+		return "DEVICE_FATAL"
 	}
 	return "unknown event"
 }

@@ -18,10 +18,14 @@ var (
 	addrB = netip.MustParseAddr("10.0.0.2")
 )
 
-// testPair is two devices joined by an in-memory link.
+// testPair is two devices joined by an in-memory link: a and b, which the
+// test's endpoints use, and engA and engB, which run their transport (the
+// same devices in-process; see mode).
 type testPair struct {
-	a, b   *verbs.Device
-	la, lb *memlink.Endpoint
+	a, b       *verbs.Device
+	engA, engB *verbs.Device
+	la, lb     *memlink.Endpoint
+	closers
 }
 
 func newPair(t testing.TB, cfg memlink.Config) *testPair {
@@ -33,9 +37,20 @@ func newPair(t testing.TB, cfg memlink.Config) *testPair {
 // addresses set here).
 func newPairConfig(t testing.TB, cfg memlink.Config, dc verbs.Config) *testPair {
 	t.Helper()
+	return newPairMode(t, inProcess, cfg, dc)
+}
+
+// newPairMode is newPairConfig with the devices reached in mode m: through
+// the daemon, each device is served by a daemon of its own.
+func newPairMode(t testing.TB, m mode, cfg memlink.Config, dc verbs.Config) *testPair {
+	t.Helper()
 	la, lb := memlink.Pair(cfg)
-	a, b := openPair(t, la, lb, dc, dc)
-	return &testPair{a: a, b: b, la: la, lb: lb}
+	p := &testPair{la: la, lb: lb}
+	t.Cleanup(p.close)
+	p.add(func() { la.Close(); lb.Close() })
+	p.a, p.engA = openMode(t, m, la, dc, addrA, &p.closers)
+	p.b, p.engB = openMode(t, m, lb, dc, addrB, &p.closers)
+	return p
 }
 
 // openPair opens devices on both ends of a link (addrA and addrB), and
@@ -138,7 +153,13 @@ func connect(t testing.TB, x, y *endpoint, o qpOpts) {
 // connectedPair returns two connected endpoints on a fresh link pair.
 func connectedPair(t testing.TB, cfg memlink.Config, o qpOpts) (*testPair, *endpoint, *endpoint) {
 	t.Helper()
-	p := newPair(t, cfg)
+	return connectedPairMode(t, inProcess, cfg, o)
+}
+
+// connectedPairMode is connectedPair with the devices reached in mode m.
+func connectedPairMode(t testing.TB, m mode, cfg memlink.Config, o qpOpts) (*testPair, *endpoint, *endpoint) {
+	t.Helper()
+	p := newPairMode(t, m, cfg, verbs.Config{})
 	x := newEndpoint(t, p.a, nil, o, nil)
 	y := newEndpoint(t, p.b, nil, o, nil)
 	connect(t, x, y, o)

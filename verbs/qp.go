@@ -100,10 +100,11 @@ func (q *QP) QPN() uint32 {
 }
 
 // State returns the QP's state; through a daemon, as the daemon last
-// published it.
+// published it, or ERR once the QP's events or error completions said it
+// went there.
 func (q *QP) State() QPState {
 	if q.remote != nil {
-		return q.remote.q.State()
+		return q.remote.state()
 	}
 	return q.QP.State()
 }

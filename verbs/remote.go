@@ -1,30 +1,55 @@
 package verbs
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/softnic/softnic/daemon/client"
-	"github.com/softnic/softnic/hostif"
+	"github.com/softnic/softnic/ibtransport"
 )
 
 // remote is a device reached through a softnic daemon (Dial): its objects
 // live in the daemon, which runs their transport; this process posts and
-// polls through shared rings (docs/HOST-INTERFACE.md).
+// polls through shared rings (docs/HOST-INTERFACE.md) and hears of
+// completion and async events through the pipes the daemon writes
+// (remote_events.go, remote_cq.go).
 type remote struct {
 	mu sync.Mutex // serialises control calls
 	c  *client.Conn
+	// objects are the device's objects by the names the daemon gives
+	// them; pipes read its event pipes.
+	objects remoteObjects
+	pipes   pipeReaders
+	// waitChannel is the completion channel of the CQs made without one
+	// of the program's, on which CQ.Wait sleeps; made with the first.
+	waitMu      sync.Mutex
+	waitChannel *client.Channel
+	// ahGroup makes the AHs programs hold (remoteAH); it has no engine.
+	ahGroup   ibtransport.Group
+	closeOnce sync.Once
+	closeErr  error
 }
 
 // Dial opens the device a softnic daemon serves on socket
-// (/run/softnic/DEVICE.sock). Its QPs are RC and UC; SRQs, UD QPs, address
-// handles and the connection manager are not reached through it yet.
+// (/run/softnic/DEVICE.sock; OpenDevice finds it by the device's name).
+// Its QPs are RC, UC and UD, with SRQs, address handles, completion
+// channels and async events as on a device opened with Open; the
+// connection manager (QP1) is not reached through it.
 func Dial(socket string) (*Device, error) {
 	c, err := client.Dial(socket)
 	if err != nil {
 		return nil, err
 	}
-	return &Device{remote: &remote{c: c}, events: make(chan Event, 256)}, nil
+	d := &Device{remote: &remote{c: c}, events: make(chan Event, 256)}
+	d.remote.objects.init()
+	if err := d.remote.pipes.start(c.Async, d.readAsync); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("softnic daemon at %s: async events: %w", socket, err)
+	}
+	return d, nil
 }
 
 // Remote reports whether the device is reached through a daemon (Dial):
@@ -49,6 +74,31 @@ func (r *remote) call(fn func(c *client.Conn) error) error {
 	return fn(r.c)
 }
 
+// close ends the session (the daemon destroys its objects) and the pipe
+// readers; a second close does nothing.
+func (r *remote) close() error {
+	r.closeOnce.Do(func() {
+		r.pipes.close()
+		r.closeErr = r.c.Close()
+	})
+	return r.closeErr
+}
+
+// daemonErr gives a command's errno the verbs error it stands for, so
+// that errors.Is finds the same errors on both kinds of device; the
+// daemon's error stays in the chain.
+func daemonErr(err error) error {
+	var ce *client.Error
+	if !errors.As(err, &ce) {
+		return err
+	}
+	switch ce.Errno {
+	case unix.EINVAL, unix.ENOENT, unix.EBUSY:
+		return fmt.Errorf("%w: %w", ErrInvalidArgument, err)
+	}
+	return err
+}
+
 func (d *Device) remoteGID(index int) (GID, error) {
 	var g GID
 	err := d.remote.call(func(c *client.Conn) (err error) { g, err = c.QueryGID(index); return err })
@@ -67,20 +117,11 @@ func (d *Device) remotePD() *PD {
 	return pd // a failed allocation leaves handle 0, which every later call gets ENOENT for
 }
 
-func (d *Device) remoteCQ(n int) (*CQ, error) {
-	var cq *client.CQ
-	err := d.remote.call(func(c *client.Conn) (err error) { cq, err = c.CreateCQ(n, nil, 0); return err })
-	if err != nil {
-		return nil, fmt.Errorf("create CQ: %w", err)
-	}
-	return &CQ{dev: d, ring: cq.Ring(), handle: cq.Handle, notify: make(chan struct{}, 1)}, nil
-}
-
 func (pd *PD) remoteMR(buf []byte, access Access) (*MR, error) {
 	var r client.MR
 	err := pd.dev.remote.call(func(c *client.Conn) (err error) { r, err = c.RegMR(pd.handle, buf, access); return err })
 	if err != nil {
-		return nil, fmt.Errorf("register MR: %w", err)
+		return nil, fmt.Errorf("register MR: %w", daemonErr(err))
 	}
 	m := &MR{pd: pd, buf: buf, size: uint64(len(buf)), addr: r.Addr, access: access, lkey: r.LKey, rkey: r.RKey,
 		handle: r.Handle, valid: true}
@@ -89,100 +130,9 @@ func (pd *PD) remoteMR(buf []byte, access Access) (*MR, error) {
 }
 
 func (m *MR) remoteDereg() error {
-	return m.pd.dev.remote.call(func(c *client.Conn) error { return c.DeregMR(m.handle) })
-}
-
-func (pd *PD) remoteQP(init *QPInitAttr) (*QP, error) {
-	if init.SRQ != nil || init.Type == QPTypeUD {
-		return nil, fmt.Errorf("create QP: SRQs and UD QPs through the daemon: %w", ErrInvalidArgument)
-	}
-	c := init.Cap
-	req := hostif.CreateQPRequest{PD: pd.handle, Type: uint32(init.Type), SendCQ: init.SendCQ.handle, RecvCQ: init.RecvCQ.handle,
-		MaxSendWR: uint32(c.MaxSendWR), MaxRecvWR: uint32(max(c.MaxRecvWR, 1)), MaxSendSGE: uint32(c.MaxSendSGE),
-		MaxRecvSGE: uint32(c.MaxRecvSGE), MaxInline: uint32(c.MaxInlineData)}
-	var q *client.QP
-	err := pd.dev.remote.call(func(cl *client.Conn) (err error) { q, err = cl.CreateQP(req); return err })
+	err := m.pd.dev.remote.call(func(c *client.Conn) error { return c.DeregMR(m.handle) })
 	if err != nil {
-		return nil, fmt.Errorf("create QP: %w", err)
-	}
-	return &QP{remote: &remoteQP{q: q, dev: pd.dev, cap: c, typ: init.Type, sigAll: init.SigAll}}, nil
-}
-
-// remoteQP is a QP the daemon runs. Posts go into its shared rings; the
-// state is the daemon's, as last set through Modify.
-type remoteQP struct {
-	q      *client.QP
-	dev    *Device
-	cap    QPCap
-	typ    QPType
-	sigAll bool
-	mu     sync.Mutex // serialises posters, as the transport's poster locks do
-	attr   QPAttr
-}
-
-func (r *remoteQP) postSend(wr *SendWR) error {
-	if r.sigAll && wr.Flags&SendSignaled == 0 {
-		w := *wr
-		w.Flags |= SendSignaled
-		wr = &w
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if err := r.q.PostSend(wr); err != nil {
-		return fmt.Errorf("post send on QP %d: %w", r.q.QPN, remoteErr(err))
+		return fmt.Errorf("deregister MR: %w", daemonErr(err))
 	}
 	return nil
-}
-
-func (r *remoteQP) postRecv(wr *RecvWR) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if err := r.q.PostRecv(wr); err != nil {
-		return fmt.Errorf("post receive on QP %d: %w", r.q.QPN, remoteErr(err))
-	}
-	return nil
-}
-
-// remoteErr maps a full ring to the error the transport's queues give.
-func remoteErr(err error) error {
-	if err == client.ErrQueueFull {
-		return ErrQueueFull
-	}
-	return err
-}
-
-func (r *remoteQP) modify(attr *QPAttr, mask QPAttrMask) error {
-	err := r.dev.remote.call(func(*client.Conn) error { return r.q.Modify(attr, mask) })
-	if err == nil {
-		r.mu.Lock()
-		mergeAttr(&r.attr, attr, mask)
-		r.mu.Unlock()
-	}
-	return err
-}
-
-// mergeAttr copies the attributes mask selects from attr into into.
-func mergeAttr(into, attr *QPAttr, mask QPAttrMask) {
-	if mask&QPAttrState != 0 {
-		into.State = attr.State
-	}
-	if mask&QPAttrDestQPN != 0 {
-		into.DestQPN = attr.DestQPN
-	}
-	if mask&QPAttrPathMTU != 0 {
-		into.PathMTU = attr.PathMTU
-	}
-	if mask&QPAttrAV != 0 {
-		into.AV = attr.AV
-	}
-	if mask&QPAttrSQPSN != 0 {
-		into.SQPSN = attr.SQPSN
-	}
-	if mask&QPAttrRQPSN != 0 {
-		into.RQPSN = attr.RQPSN
-	}
-}
-
-func (r *remoteQP) destroy() error {
-	return r.dev.remote.call(func(*client.Conn) error { return r.q.Destroy() })
 }

@@ -13,6 +13,8 @@ type SRQ struct {
 	pd    *PD
 	rq    ibtransport.RecvQueue
 	limit atomic.Int32 // armed limit, 0 when not armed
+	// remote is the daemon's SRQ, on a device reached through one.
+	remote *remoteSRQ
 }
 
 // NewSRQ creates a shared receive queue of at least maxWR receives of at
@@ -21,6 +23,9 @@ func (pd *PD) NewSRQ(maxWR, maxSGE int) (*SRQ, error) {
 	if maxWR <= 0 || maxSGE <= 0 || maxWR > 1<<16 || maxSGE > 256 {
 		return nil, fmt.Errorf("create SRQ (%d WRs, %d SGEs): %w", maxWR, maxSGE, ErrInvalidArgument)
 	}
+	if pd.dev.remote != nil {
+		return pd.remoteSRQ(maxWR, maxSGE)
+	}
 	s := &SRQ{pd: pd}
 	s.rq.Init(maxWR, maxSGE)
 	return s, nil
@@ -28,6 +33,9 @@ func (pd *PD) NewSRQ(maxWR, maxSGE int) (*SRQ, error) {
 
 // PostRecv posts a receive (ibv_post_srq_recv).
 func (s *SRQ) PostRecv(wr *RecvWR) error {
+	if s.remote != nil {
+		return s.remote.postRecv(wr)
+	}
 	if err := s.rq.Post(wr); err != nil {
 		return err
 	}
@@ -38,6 +46,14 @@ func (s *SRQ) PostRecv(wr *RecvWR) error {
 // PostRecvList posts several receives with one doorbell; it returns how
 // many it posted (on an error, wrs[n] failed).
 func (s *SRQ) PostRecvList(wrs []RecvWR) (int, error) {
+	if s.remote != nil {
+		for i := range wrs {
+			if err := s.remote.postRecv(&wrs[i]); err != nil {
+				return i, err
+			}
+		}
+		return len(wrs), nil
+	}
 	n, err := s.rq.PostList(wrs)
 	if n > 0 {
 		s.pd.dev.group.Wake()
@@ -45,13 +61,22 @@ func (s *SRQ) PostRecvList(wrs []RecvWR) (int, error) {
 	return n, err
 }
 
-// Len returns the number of receives posted and not yet consumed.
-func (s *SRQ) Len() int { return s.rq.Len() }
+// Len returns the number of receives posted and not yet consumed; through
+// a daemon, posted and not yet completed in a CQ this process polled.
+func (s *SRQ) Len() int {
+	if s.remote != nil {
+		return s.remote.len()
+	}
+	return s.rq.Len()
+}
 
 // Modify sets the SRQ's limit and arms it (ibv_modify_srq with
 // IBV_SRQ_LIMIT): when fewer than limit receives remain, an
 // EventSRQLimitReached fires once. A limit of 0 disarms it.
 func (s *SRQ) Modify(limit int) error {
+	if s.remote != nil {
+		return s.remote.modify(limit)
+	}
 	if limit < 0 || limit > s.rq.Cap() {
 		return ErrInvalidArgument
 	}

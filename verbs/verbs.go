@@ -229,7 +229,7 @@ func (d *Device) Unpoll() {
 // Close stops the device; the link stays open.
 func (d *Device) Close() error {
 	if d.remote != nil {
-		return d.remote.c.Close()
+		return d.remote.close()
 	}
 	d.cm.Close()
 	d.gsi.close()

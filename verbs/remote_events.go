@@ -1,0 +1,210 @@
+package verbs
+
+import (
+	"encoding/binary"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"sync/atomic"
+
+	"golang.org/x/sys/unix"
+)
+
+// remoteObjects are a dialed device's CQs, QPs, SRQs and AHs as the
+// daemon's messages name them: events carry the user handle this process
+// gave the object (docs/HOST-INTERFACE.md, "Events"), completions the QPN,
+// UD work requests the AH's daemon handle.
+type remoteObjects struct {
+	next atomic.Uint64 // the last user handle given
+	mu   sync.Mutex
+	// byHandle holds *CQ, *QP and *SRQ by user handle; byQPN the QPs by
+	// number.
+	byHandle map[uint64]any
+	byQPN    map[uint32]*QP
+	// ahs maps each AH to its daemon handle (read on every UD post).
+	ahs sync.Map
+	// srqs counts the SRQs made: while there are none, completions are
+	// not looked up for their SRQ's count.
+	srqs atomic.Int32
+}
+
+func (o *remoteObjects) init() {
+	o.byHandle = map[uint64]any{}
+	o.byQPN = map[uint32]*QP{}
+}
+
+// handle returns a user handle for a new object, which add publishes once
+// the daemon made it.
+func (o *remoteObjects) handle() uint64 { return o.next.Add(1) }
+
+func (o *remoteObjects) add(h uint64, obj any) {
+	o.mu.Lock()
+	o.byHandle[h] = obj
+	if q, ok := obj.(*QP); ok {
+		o.byQPN[q.remote.q.QPN] = q
+	}
+	o.mu.Unlock()
+}
+
+func (o *remoteObjects) remove(h uint64) {
+	o.mu.Lock()
+	if q, ok := o.byHandle[h].(*QP); ok && o.byQPN[q.remote.q.QPN] == q {
+		delete(o.byQPN, q.remote.q.QPN)
+	}
+	delete(o.byHandle, h)
+	o.mu.Unlock()
+}
+
+func (o *remoteObjects) object(h uint64) any {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.byHandle[h]
+}
+
+func (o *remoteObjects) qp(qpn uint32) *QP {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.byQPN[qpn]
+}
+
+// noteCompletions learns from polled completions what the daemon does not
+// publish: an RC QP that completed a work request in error is in ERR (IBA
+// moves it there before the completion; the state word of its ring changes
+// only when this process modifies it), and each receive completion of a QP
+// on an SRQ took one of the SRQ's receives (SRQ.Len).
+func (o *remoteObjects) noteCompletions(wcs []WC) {
+	srqs := o.srqs.Load() > 0
+	for i := range wcs {
+		wc := &wcs[i]
+		failed := wc.Status != WCSuccess
+		recv := srqs && wc.Opcode&WCRecv != 0
+		if !failed && !recv {
+			continue
+		}
+		q := o.qp(wc.QPN)
+		if q == nil {
+			continue
+		}
+		if failed && q.remote.typ == QPTypeRC {
+			q.remote.failed.Store(true)
+		}
+		if recv && q.remote.srq != nil {
+			q.remote.srq.remote.taken.Add(1)
+		}
+	}
+}
+
+// libibverbs' enum ibv_event_type values of the events the daemon sends.
+const (
+	ibvEventCQErr           = 0
+	ibvEventQPFatal         = 1
+	ibvEventCommEst         = 4
+	ibvEventSQDrained       = 5
+	ibvEventSRQLimitReached = 15
+	ibvEventQPLastWQE       = 16
+)
+
+// asyncEvent turns the daemon's async event record into the device's
+// Event, for the object the user handle names; a QP known to have gone to
+// ERR is marked so before the event is seen (QP.State).
+func (d *Device) asyncEvent(handle uint64, typ uint32) {
+	obj := d.remote.objects.object(handle)
+	cq, _ := obj.(*CQ)
+	qp, _ := obj.(*QP)
+	srq, _ := obj.(*SRQ)
+	var ev Event
+	switch {
+	case typ == ibvEventCQErr && cq != nil:
+		ev = Event{Type: EventCQErr, CQ: cq}
+	case typ == ibvEventQPFatal && qp != nil:
+		qp.remote.failed.Store(true)
+		ev = Event{Type: EventQPFatal, QP: qp}
+	case typ == ibvEventQPLastWQE && qp != nil:
+		qp.remote.failed.Store(true) // raised when a QP on an SRQ reaches ERR
+		ev = Event{Type: EventQPLastWQEReached, QP: qp}
+	case typ == ibvEventCommEst && qp != nil:
+		ev = Event{Type: EventCommEst, QP: qp}
+	case typ == ibvEventSQDrained && qp != nil:
+		ev = Event{Type: EventSQDrained, QP: qp}
+	case typ == ibvEventSRQLimitReached && srq != nil:
+		ev = Event{Type: EventSRQLimitReached, SRQ: srq}
+	default:
+		return // an object already destroyed, or an event verbs has no name for
+	}
+	d.emit(ev)
+}
+
+// readAsync reads the session's async event records until the pipe ends:
+// at Close, or when the daemon ended the session, which the device's
+// events then say with EventDeviceFatal.
+func (d *Device) readAsync(f *os.File) {
+	var rec [16]byte
+	for {
+		if _, err := io.ReadFull(f, rec[:]); err != nil {
+			if !d.remote.pipes.closing.Load() {
+				d.emit(Event{Type: EventDeviceFatal})
+			}
+			return
+		}
+		d.asyncEvent(binary.LittleEndian.Uint64(rec[0:]), binary.LittleEndian.Uint32(rec[8:]))
+	}
+}
+
+// pipeReaders are the goroutines that read the daemon's pipes (async
+// events, completion channels). Close closes their files, which ends them.
+type pipeReaders struct {
+	mu      sync.Mutex
+	files   []*os.File
+	wg      sync.WaitGroup
+	closing atomic.Bool
+}
+
+// start runs read on a duplicate of f that the Go runtime's poller
+// watches: the daemon passes blocking descriptors, whose reads closing
+// them cannot interrupt. The duplicate shares the pipe's O_NONBLOCK with
+// f, which nothing else reads.
+func (p *pipeReaders) start(f *os.File, read func(*os.File)) error {
+	raw, err := f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	fd, derr := -1, error(nil)
+	if err := raw.Control(func(s uintptr) { fd, derr = unix.FcntlInt(s, unix.F_DUPFD_CLOEXEC, 0) }); err != nil {
+		return err
+	}
+	if derr != nil {
+		return fmt.Errorf("duplicate %s: %w", f.Name(), derr)
+	}
+	if err := unix.SetNonblock(fd, true); err != nil {
+		unix.Close(fd)
+		return fmt.Errorf("%s: %w", f.Name(), err)
+	}
+	dup := os.NewFile(uintptr(fd), f.Name())
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closing.Load() {
+		dup.Close()
+		return fmt.Errorf("%s: the device is closed: %w", f.Name(), ErrInvalidState)
+	}
+	p.files = append(p.files, dup)
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		read(dup)
+	}()
+	return nil
+}
+
+// close ends the readers and waits for them.
+func (p *pipeReaders) close() {
+	p.mu.Lock()
+	p.closing.Store(true)
+	files := p.files
+	p.files = nil
+	p.mu.Unlock()
+	for _, f := range files {
+		f.Close()
+	}
+	p.wg.Wait()
+}

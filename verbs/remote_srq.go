@@ -1,0 +1,64 @@
+package verbs
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/softnic/softnic/daemon/client"
+)
+
+// remoteSRQ is an SRQ the daemon's engines take receives from: this
+// process posts into its ring.
+type remoteSRQ struct {
+	s      *client.SRQ
+	r      *remote
+	handle uint64 // the user handle its events carry
+	maxSGE int
+	mu     sync.Mutex // serialises posters
+	// posted counts the receives posted, taken the receive completions of
+	// its QPs this process polled (remoteObjects.noteCompletions): the
+	// daemon does not say how many receives its engines consumed.
+	posted, taken atomic.Int64
+}
+
+func (pd *PD) remoteSRQ(maxWR, maxSGE int) (*SRQ, error) {
+	r := pd.dev.remote
+	h := r.objects.handle()
+	var s *client.SRQ
+	err := r.call(func(c *client.Conn) (err error) { s, err = c.CreateSRQ(pd.handle, maxWR, maxSGE, 0, h); return err })
+	if err != nil {
+		return nil, fmt.Errorf("create SRQ: %w", daemonErr(err))
+	}
+	srq := &SRQ{pd: pd, remote: &remoteSRQ{s: s, r: r, handle: h, maxSGE: maxSGE}}
+	r.objects.srqs.Add(1)
+	r.objects.add(h, srq)
+	return srq, nil
+}
+
+func (s *remoteSRQ) postRecv(wr *RecvWR) error {
+	if len(wr.SGL) > s.maxSGE {
+		return fmt.Errorf("post receive: %d SGEs, at most %d: %w", len(wr.SGL), s.maxSGE, ErrInvalidArgument)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.s.PostRecv(wr); err != nil {
+		return fmt.Errorf("post SRQ receive: %w", remoteErr(err))
+	}
+	s.posted.Add(1)
+	return nil
+}
+
+// len is how many receives were posted and not yet completed in a CQ this
+// process polled.
+func (s *remoteSRQ) len() int { return int(s.posted.Load() - s.taken.Load()) }
+
+func (s *remoteSRQ) modify(limit int) error {
+	if limit < 0 {
+		return fmt.Errorf("modify SRQ: limit %d: %w", limit, ErrInvalidArgument)
+	}
+	if err := s.r.call(func(*client.Conn) error { return s.s.Modify(limit) }); err != nil {
+		return fmt.Errorf("modify SRQ: %w", daemonErr(err))
+	}
+	return nil
+}

@@ -1,0 +1,147 @@
+package verbs_test
+
+import (
+	"context"
+	"log/slog"
+	"net/netip"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+
+	"github.com/softnic/softnic/daemon"
+	"github.com/softnic/softnic/daemon/client"
+	"github.com/softnic/softnic/roce/memlink"
+	"github.com/softnic/softnic/verbs"
+)
+
+// OpenDevice finds a daemon's device by name in $SOFTNIC_RUN_DIR, and says
+// ErrNoDevice when no daemon serves it: no socket, or a socket nobody
+// listens on.
+func TestOpenDeviceByName(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("SOFTNIC_RUN_DIR", dir)
+	require.Equal(t, dir, verbs.RunDir())
+	names, err := verbs.DeviceNames()
+	require.NoError(t, err)
+	require.Empty(t, names)
+
+	la, lb := memlink.Pair(memlink.Config{})
+	engine, err := verbs.Open(la, verbs.Config{Addrs: []netip.Addr{addrA}})
+	require.NoError(t, err)
+	defer func() { engine.Close(); la.Close(); lb.Close() }()
+	srv, err := daemon.Serve(engine, daemon.Config{Socket: verbs.DeviceSocket("softnic_t0"), Log: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	defer srv.Close()
+	names, err = verbs.DeviceNames()
+	require.NoError(t, err)
+	require.Equal(t, []string{"softnic_t0"}, names)
+
+	dev, err := verbs.OpenDevice("softnic_t0")
+	require.NoError(t, err)
+	require.True(t, dev.Remote())
+	gid, err := dev.GID(0)
+	require.NoError(t, err)
+	want, _ := engine.GID(0)
+	require.Equal(t, want, gid)
+	require.NoError(t, dev.Close())
+	require.NoError(t, dev.Close(), "a second Close does nothing")
+
+	_, err = verbs.OpenDevice("softnic_t1")
+	require.ErrorIs(t, err, verbs.ErrNoDevice)
+	for _, bad := range []string{"", ".", "..", "../softnic_t0", "a/b", "x\x00"} {
+		_, err = verbs.OpenDevice(bad)
+		require.ErrorIs(t, err, verbs.ErrInvalidArgument, "%q", bad)
+	}
+	// The socket a killed daemon left behind: bound, nobody listening.
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_SEQPACKET, 0)
+	require.NoError(t, err)
+	require.NoError(t, unix.Bind(fd, &unix.SockaddrUnix{Name: filepath.Join(dir, "softnic_dead.sock")}))
+	unix.Close(fd)
+	_, err = verbs.OpenDevice("softnic_dead")
+	require.ErrorIs(t, err, verbs.ErrNoDevice)
+}
+
+// When the daemon goes, a dialed device's blocked waits end with
+// client.ErrDaemonGone, and its events say EventDeviceFatal.
+func TestDaemonGoneEndsWaits(t *testing.T) {
+	la, lb := memlink.Pair(memlink.Config{})
+	engine, err := verbs.Open(la, verbs.Config{Addrs: []netip.Addr{addrA}})
+	require.NoError(t, err)
+	defer func() { engine.Close(); la.Close(); lb.Close() }()
+	var cl closers
+	defer cl.close()
+	dev, srv := serve(t, engine, &cl)
+	ch := dev.NewCompChannel()
+	cq, err := dev.CreateCQ(8, ch)
+	require.NoError(t, err)
+	require.NoError(t, cq.RequestNotify(false))
+
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	errs := make(chan error, 2)
+	go func() {
+		_, err := cq.Wait(ctx, make([]verbs.WC, 1))
+		errs <- err
+	}()
+	go func() {
+		_, err := ch.Get(ctx)
+		errs <- err
+	}()
+	time.Sleep(10 * time.Millisecond) // both block
+	require.NoError(t, srv.Close())
+	for range 2 {
+		require.ErrorIs(t, <-errs, client.ErrDaemonGone)
+	}
+	select {
+	case ev := <-dev.Events():
+		require.Equal(t, verbs.EventDeviceFatal, ev.Type)
+	case <-ctx.Done():
+		t.Fatal("no DEVICE_FATAL event")
+	}
+}
+
+// Many goroutines wait on one CQ, each for one completion, and the
+// completions come one at a time: each must wake them all to look, so
+// that those still waiting arm the CQ again after one took its completion
+// and left. Every completion is taken once.
+func TestWaitersShareACQ(t *testing.T) { forEachMode(t, testWaitersShareACQ) }
+
+func testWaitersShareACQ(t *testing.T, m mode) {
+	_, x, y := connectedPairMode(t, m, memlink.Config{}, defaultOpts())
+	lmr, _ := regMR(t, x.pd, 64, allAccess)
+	rmr, _ := regMR(t, y.pd, 64, allAccess)
+	const waiters = 32
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	taken := make(chan verbs.WC, waiters)
+	errs := make(chan error, waiters)
+	for range waiters {
+		go func() {
+			var wc [1]verbs.WC
+			n, err := x.scq.Wait(ctx, wc[:])
+			if err == nil && n == 1 {
+				taken <- wc[0]
+			}
+			errs <- err
+		}()
+	}
+	time.Sleep(10 * time.Millisecond) // they all sleep
+	for i := range uint64(waiters) {
+		require.NoError(t, x.qp.PostSend(&verbs.SendWR{ID: i, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
+			SGL: []verbs.SGE{lmr.SGE(0, 8)}, RemoteAddr: rmr.Addr(), RKey: rmr.RKey()}))
+		select {
+		case wc := <-taken:
+			require.Equal(t, i, wc.WRID)
+			require.Equal(t, verbs.WCSuccess, wc.Status)
+		case <-ctx.Done():
+			t.Fatalf("completion %d was not taken", i)
+		}
+		time.Sleep(100 * time.Microsecond) // the others sleep again
+	}
+	for range waiters {
+		require.NoError(t, <-errs)
+	}
+}
