@@ -264,8 +264,11 @@ func newStressDir(t *testing.T, name string, req, resp *endpoint, seed uint64) *
 
 // TestStressLossyLink runs random operations of random sizes on several QPs,
 // both ways, over a link that loses, duplicates, reorders, delays and
-// corrupts frames; every byte and every completion is checked.
-func TestStressLossyLink(t *testing.T) {
+// corrupts frames; every byte and every completion is checked. Through the
+// daemon, every QP is a daemon client.
+func TestStressLossyLink(t *testing.T) { forEachMode(t, testStressLossyLink) }
+
+func testStressLossyLink(t *testing.T, m mode) {
 	total := 100_000
 	if testing.Short() {
 		total = 10_000
@@ -279,7 +282,7 @@ func TestStressLossyLink(t *testing.T) {
 	if v, err := strconv.ParseUint(os.Getenv("SOFTNIC_STRESS_SEED"), 10, 64); err == nil {
 		seed = v // to soak the engine under other fault patterns
 	}
-	p := newPair(t, memlink.Config{Seed: seed, AtoB: faults, BtoA: faults})
+	p := newPairMode(t, m, memlink.Config{Seed: seed, AtoB: faults, BtoA: faults}, verbs.Config{})
 	mtus := []verbs.MTU{verbs.MTU1024, verbs.MTU4096, verbs.MTU256, verbs.MTU2048}
 	var dirs []*stressDir
 	for i, mtu := range mtus {
@@ -343,13 +346,12 @@ func TestStressLossyLink(t *testing.T) {
 	st := p.la.Stats()
 	t.Logf("A->B frames: sent %d lost %d dup %d reordered %d corrupted %d; B: bad ICRC %d; retransmits A %d B %d",
 		st.Sent.Load(), st.Lost.Load(), st.Duplicated.Load(), st.Reordered.Load(), st.Corrupted.Load(),
-		p.b.RoCE().Counters().Rx.BadICRC.Load(), p.a.Counters().Retransmits.Load(), p.b.Counters().Retransmits.Load())
-	require.NotZero(t, p.b.RoCE().Counters().Rx.BadICRC.Load(), "corrupted frames must be caught by the ICRC")
+		p.engB.RoCE().Counters().Rx.BadICRC.Load(), p.engA.Counters().Retransmits.Load(), p.engB.Counters().Retransmits.Load())
+	require.NotZero(t, p.engB.RoCE().Counters().Rx.BadICRC.Load(), "corrupted frames must be caught by the ICRC")
 	require.NotZero(t, st.Lost.Load())
 	require.NotZero(t, st.Duplicated.Load())
-	// No goroutine outlives the devices.
-	p.a.Close()
-	p.b.Close()
+	// No goroutine outlives the devices (and daemons).
+	p.close()
 	// (Polled by hand: require.Eventually runs its own goroutine.)
 	after := runtime.NumGoroutine()
 	for deadline := time.Now().Add(10 * time.Second); after > before && time.Now().Before(deadline); after = runtime.NumGoroutine() {
