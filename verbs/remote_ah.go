@@ -2,6 +2,8 @@ package verbs
 
 import (
 	"fmt"
+	"runtime"
+	"weak"
 
 	"github.com/softnic/softnic/daemon/client"
 )
@@ -12,6 +14,12 @@ import (
 // a group without engines, which gives it its address vector (AH.AV) and
 // nothing to send with. UD posts name the daemon's handle, found by the
 // *AH (remoteObjects.ahs).
+//
+// AH.Destroy, the transport's method, does not reach verbs: the daemon's
+// AH goes when the program drops the *AH instead (releaseAH, after a
+// garbage collection), or with the session. A program that makes an AH
+// per message, as one answering each request from its completion does,
+// thus does not fill the daemon with them.
 func (pd *PD) remoteAH(av *AddressVector) (*AH, error) {
 	r := pd.dev.remote
 	var h uint32
@@ -24,6 +32,34 @@ func (pd *PD) remoteAH(av *AddressVector) (*AH, error) {
 		r.call(func(c *client.Conn) error { return c.DestroyAH(h) })
 		return nil, err
 	}
-	r.objects.ahs.Store(ah, h)
+	key := weak.Make(ah)
+	r.objects.ahs.Store(key, h)
+	runtime.AddCleanup(ah, r.releaseAH, remoteAHRef{key: key, handle: h})
 	return ah, nil
+}
+
+// remoteAHRef names a dialed device's AH without keeping it alive.
+type remoteAHRef struct {
+	key    weak.Pointer[AH]
+	handle uint32
+}
+
+// ahHandle returns the daemon's handle of ah.
+func (o *remoteObjects) ahHandle(ah *AH) (uint32, bool) {
+	h, ok := o.ahs.Load(weak.Make(ah))
+	if !ok {
+		return 0, false
+	}
+	return h.(uint32), true
+}
+
+// releaseAH destroys the daemon's AH of an *AH the program dropped (the
+// runtime's cleanup goroutine calls it). A closed device's session took
+// its AHs with it.
+func (r *remote) releaseAH(ref remoteAHRef) {
+	r.objects.ahs.Delete(ref.key)
+	if r.pipes.closing.Load() || r.c.Err() != nil {
+		return
+	}
+	r.call(func(c *client.Conn) error { return c.DestroyAH(ref.handle) })
 }

@@ -22,7 +22,8 @@ type remoteObjects struct {
 	// number.
 	byHandle map[uint64]any
 	byQPN    map[uint32]*QP
-	// ahs maps each AH to its daemon handle (read on every UD post).
+	// ahs maps each AH, by a weak pointer, to its daemon handle (read on
+	// every UD post; see remoteAH).
 	ahs sync.Map
 	// srqs counts the SRQs made: while there are none, completions are
 	// not looked up for their SRQ's count.

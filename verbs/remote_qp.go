@@ -94,11 +94,11 @@ func (r *remoteQP) checkSend(wr *SendWR) (ah uint32, err error) {
 	case wr.Opcode != WRSend && wr.Opcode != WRSendWithImm:
 		return 0, fmt.Errorf("post send: opcode %v on a UD QP: %w", wr.Opcode, ErrInvalidArgument)
 	}
-	h, ok := r.dev.remote.objects.ahs.Load(wr.AH)
+	h, ok := r.dev.remote.objects.ahHandle(wr.AH)
 	if wr.AH == nil || !ok {
 		return 0, fmt.Errorf("post send: UD send without a valid AH: %w", ErrInvalidArgument)
 	}
-	return h.(uint32), nil
+	return h, nil
 }
 
 // ucOpcode reports whether a UC QP has op: SENDs and WRITEs, with or

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"path/filepath"
+	"runtime"
 	"testing"
 	"time"
 
@@ -144,4 +145,39 @@ func testWaitersShareACQ(t *testing.T, m mode) {
 	for range waiters {
 		require.NoError(t, <-errs)
 	}
+}
+
+// The daemon's AH goes when the program drops its *AH, and not before: a
+// program making an AH per datagram does not fill the daemon with them.
+func TestDroppedAHLeavesTheDaemon(t *testing.T) {
+	la, lb := memlink.Pair(memlink.Config{})
+	engine, err := verbs.Open(la, verbs.Config{Addrs: []netip.Addr{addrA}})
+	require.NoError(t, err)
+	defer func() { engine.Close(); la.Close(); lb.Close() }()
+	var cl closers
+	defer cl.close()
+	dev, srv := serve(t, engine, &cl)
+	mon, err := client.DialMonitor(srv.Socket())
+	require.NoError(t, err)
+	defer mon.Close()
+	ahs := func() uint32 {
+		res, err := mon.Resources()
+		require.NoError(t, err)
+		return res.Total.AH
+	}
+	pd := dev.AllocPD()
+	gid, err := dev.GID(0)
+	require.NoError(t, err)
+	kept, err := pd.CreateAH(&verbs.AddressVector{DGID: gid, HopLimit: 64})
+	require.NoError(t, err)
+	for range 10 {
+		_, err := pd.CreateAH(&verbs.AddressVector{DGID: gid, HopLimit: 64})
+		require.NoError(t, err)
+	}
+	require.EqualValues(t, 11, ahs())
+	require.Eventually(t, func() bool { runtime.GC(); return ahs() == 1 }, 20*time.Second, 10*time.Millisecond)
+	require.Equal(t, gid, kept.AV().DGID)
+	runtime.GC()
+	require.EqualValues(t, 1, ahs(), "the AH still held stays")
+	runtime.KeepAlive(kept)
 }

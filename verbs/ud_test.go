@@ -227,8 +227,8 @@ func testUDPostAndModifyChecks(t *testing.T, m mode) {
 	require.NoError(t, ah.Destroy())
 	if m == inProcess {
 		// Through a daemon, AH.Destroy (the transport's method on its AH
-		// type) does not reach verbs, which cannot refuse the AH then, nor
-		// destroy the daemon's: verbs/remote_ah.go.
+		// type) does not reach verbs, which cannot refuse the AH then; the
+		// daemon's AH goes once the *AH is dropped: verbs/remote_ah.go.
 		require.ErrorIs(t, a.qp.PostSend(&verbs.SendWR{Opcode: verbs.WRSend, AH: ah}), verbs.ErrInvalidArgument, "destroyed AH")
 	}
 
