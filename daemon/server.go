@@ -8,6 +8,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -170,8 +171,12 @@ func (s *Server) Close() error {
 		return nil
 	}
 	s.closed = true
+	// Wake each session's goroutine without closing its socket: it
+	// destroys the session's QPs before it closes the socket, so that a
+	// client that leaves on seeing the socket close leaves no QP behind
+	// answering its peer from memory that is gone.
 	for ss := range s.sessions {
-		ss.conn.Close()
+		ss.conn.SetReadDeadline(time.Unix(1, 0))
 	}
 	s.mu.Unlock()
 	s.ln.Close()

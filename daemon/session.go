@@ -193,7 +193,6 @@ func errnoOf(err error) unix.Errno {
 // writes their rings), then regions (after which no engine touches the
 // process's memory), then CQs and the rest.
 func (ss *session) end() {
-	ss.conn.Close()
 	s := ss.s
 	if ss.page != nil { // a connection that never said hello was never on the engine's list
 		s.mu.Lock()
@@ -206,6 +205,7 @@ func (ss *session) end() {
 	for h := range ss.qps {
 		ss.destroyQP(h)
 	}
+	ss.conn.Close() // the client may learn the end now: its QPs are gone
 	for h := range ss.srqs {
 		ss.destroySRQ(h)
 	}
