@@ -47,6 +47,11 @@ func TestOpenDeviceByName(t *testing.T) {
 	require.NoError(t, err)
 	want, _ := engine.GID(0)
 	require.Equal(t, want, gid)
+	// The engines are the daemon's: their counts are not here, and asking
+	// does not panic.
+	require.Zero(t, dev.QPs())
+	require.Zero(t, dev.Counters().RxPackets.Load())
+	require.Zero(t, dev.GSICounters().TxMADs.Load())
 	require.NoError(t, dev.Close())
 	require.NoError(t, dev.Close(), "a second Close does nothing")
 

@@ -237,18 +237,38 @@ func (d *Device) Close() error {
 }
 
 // QPs returns how many QPs the device has, QP1 included.
-func (d *Device) QPs() int { return d.group.QPs() }
+//
+// On a device reached through a daemon it is 0: the engines, and the
+// counts, are the daemon's (softnic stat).
+func (d *Device) QPs() int {
+	if d.remote != nil {
+		return 0
+	}
+	return d.group.QPs()
+}
 
-// GSICounters returns the counters of the device's QP1.
-func (d *Device) GSICounters() *GSICounters { return &d.gsi.ctr }
+// GSICounters returns the counters of the device's QP1; all zero on a
+// device reached through a daemon, whose QP1 is the daemon's.
+func (d *Device) GSICounters() *GSICounters {
+	if d.remote != nil {
+		return &GSICounters{}
+	}
+	return &d.gsi.ctr
+}
 
 // RoCE returns the underlying RoCE device (counters, neighbours); nil on
 // a device reached through a daemon.
 func (d *Device) RoCE() *roce.Device { return d.dev }
 
 // Counters returns the transport engines' counters (their sum at the time
-// of the call when the device has several).
-func (d *Device) Counters() *ibtransport.Counters { return d.group.Counters() }
+// of the call when the device has several); all zero on a device reached
+// through a daemon, whose engines count in the daemon.
+func (d *Device) Counters() *ibtransport.Counters {
+	if d.remote != nil {
+		return &ibtransport.Counters{}
+	}
+	return d.group.Counters()
+}
 
 // GID returns entry index of the GID table (ibv_query_gid).
 func (d *Device) GID(index int) (GID, error) {
