@@ -70,12 +70,14 @@ func SpinPoll(ctx context.Context, cq *verbs.CQ, wc []verbs.WC, pin *cpupin.Pin)
 // are in bench/results/ANALYSIS.md.
 const bwSpin = 50 * time.Microsecond
 
-// remoteBWSpin is bwSpin on a device the daemon serves. There a CQ's Wait
-// sleeps between looks at the ring the daemon fills, and a sleep outlasts
-// the burst of completions an ACK brings: the 64 B message rate through
-// the daemon was 0.42 x in-process spinning 50 us, 0.77 x spinning 300 us.
-// Spinning without end took the CPU from the daemons (8 processes' write_bw
-// fell from 24 to 14 Gb/s): bench/results/ANALYSIS.md.
+// remoteBWSpin is bwSpin on a device the daemon serves. When a remote CQ's
+// Wait slept between looks at the ring, blocking after 50 us missed the
+// next burst of completions an ACK brings by far more than it saved: the
+// 64 B message rate through the daemon was 0.42 x in-process spinning
+// 50 us, 0.77 x spinning 300 us; spinning without end took the CPU from
+// the daemons (8 processes' write_bw fell from 24 to 14 Gb/s). Wait now
+// sleeps on the daemon's completion event, and runs on a loaded machine
+// showed no difference beyond their spread (bench/results/ANALYSIS.md).
 const remoteBWSpin = 300 * time.Microsecond
 
 // bwSpin is how long the bandwidth loops poll before they block.
