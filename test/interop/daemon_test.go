@@ -17,8 +17,8 @@ import (
 
 // TestInteropThroughDaemon runs softnic's tools as user nobody through a
 // `softnic daemon` serving softnic's interface against perftest and
-// ibv_rc_pingpong/ibv_uc_pingpong over rdma_rxe, both ways: every perftest
-// test at its default size and the RC and UC pingpongs, as in
+// ibv_rc_pingpong, ibv_uc_pingpong and ibv_ud_pingpong over rdma_rxe, both
+// ways: every perftest test at its default size and the pingpongs, as in
 // TestInteropWithRealTools. Every tool's session must reach the daemon.
 func TestInteropThroughDaemon(t *testing.T) {
 	requireInteropHost(t)
@@ -29,7 +29,7 @@ func TestInteropThroughDaemon(t *testing.T) {
 	for _, s := range []string{"1", "65536"} {
 		runs = append(runs, pingpongRun(s))
 	}
-	runs = append(runs, otherPingpongRun("uc", "4096"))
+	runs = append(runs, otherPingpongRun("uc", "4096"), otherPingpongRun("ud", "1024"))
 	for _, tt := range interopTests {
 		runs = append(runs, perfRun(tt, tt, "-n", interopIters))
 	}
@@ -47,6 +47,7 @@ func TestInteropThroughDaemon(t *testing.T) {
 	}
 	checkPingpongs(t, e.results, guestOut, "pingpong-s", []string{"1", "65536"})
 	checkPingpongs(t, e.results, guestOut, "uc-pingpong-s", []string{"4096"})
+	checkPingpongs(t, e.results, guestOut, "ud-pingpong-s", []string{"1024"})
 	for _, tt := range []string{"write_bw", "read_bw", "atomic_bw"} {
 		checkSameReport(t, e.results, guestOut, tt)
 	}
