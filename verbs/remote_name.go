@@ -59,8 +59,11 @@ func OpenDevice(name string) (*Device, error) {
 // DeviceNames returns the names of the devices daemons serve, sorted: the
 // softnic_* control sockets in RunDir (ibv_get_device_list). A run
 // directory that does not exist holds none.
-func DeviceNames() ([]string, error) {
-	entries, err := os.ReadDir(RunDir())
+func DeviceNames() ([]string, error) { return DeviceNamesIn(RunDir()) }
+
+// DeviceNamesIn is DeviceNames for the daemons whose run directory is dir.
+func DeviceNamesIn(dir string) ([]string, error) {
+	entries, err := os.ReadDir(dir)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}

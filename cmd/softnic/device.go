@@ -1,10 +1,9 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/softnic/softnic/internal/perftest"
@@ -18,41 +17,32 @@ import (
 // one per receive queue, up to the number of CPUs). Tests replace it to
 // run over an in-memory link.
 var openDevice = func(ifname string, engines int) (perftest.Device, func(), error) {
-	if sock := daemonSocket(ifname); sock != "" {
-		return openThroughDaemon(ifname, sock)
-	}
-	return openInterface(ifname, engines, xdplink.Config{KeepIRQs: keepIRQs})
-}
-
-// daemonSocket returns the control socket of a daemon serving ifname, or
-// "" when none is listening: the tools then open the interface themselves.
-// The daemon's run directory is $SOFTNIC_RUN_DIR, by default /run/softnic.
-func daemonSocket(ifname string) string {
-	dir := os.Getenv("SOFTNIC_RUN_DIR")
-	if dir == "" {
-		dir = "/run/softnic"
-	}
-	sock := filepath.Join(dir, "softnic_"+ifname+".sock")
-	if fi, err := os.Stat(sock); err != nil || fi.Mode()&os.ModeSocket == 0 {
-		return ""
-	}
-	return sock
-}
-
-// openThroughDaemon opens the device the daemon serves on ifname: no root
-// needed, and other programs may use the interface at the same time. The
-// daemon resolves the peers' addresses itself.
-func openThroughDaemon(ifname, sock string) (perftest.Device, func(), error) {
-	nd, err := xdplink.LookupNetdev(ifname)
-	if err != nil {
+	d, err := openThroughDaemon(ifname)
+	switch {
+	case errors.Is(err, verbs.ErrNoDevice):
+		return openInterface(ifname, engines, xdplink.Config{KeepIRQs: keepIRQs})
+	case err != nil:
 		return perftest.Device{}, nil, err
 	}
-	dev, err := verbs.Dial(sock)
+	return d, func() { d.Verbs.Close() }, nil
+}
+
+// openThroughDaemon opens the device a daemon serves on ifname
+// ($SOFTNIC_RUN_DIR/softnic_IFACE.sock, by default in /run/softnic): no
+// root needed, and other programs may use the interface at the same time.
+// The daemon resolves the peers' addresses itself. Without a daemon the
+// error is verbs.ErrNoDevice, and the tools open the interface themselves.
+func openThroughDaemon(ifname string) (perftest.Device, error) {
+	nd, err := xdplink.LookupNetdev(ifname)
 	if err != nil {
-		return perftest.Device{}, nil, fmt.Errorf("%s is served by a daemon at %s, which did not answer: %w", ifname, sock, err)
+		return perftest.Device{}, err
+	}
+	dev, err := verbs.OpenDevice("softnic_" + ifname)
+	if err != nil {
+		return perftest.Device{}, err
 	}
 	noResolve := func(netip.Addr) error { return nil }
-	return perftest.Device{Verbs: dev, Name: ifname, LinkMTU: nd.MTU, Resolve: noResolve}, func() { dev.Close() }, nil
+	return perftest.Device{Verbs: dev, Name: ifname, LinkMTU: nd.MTU, Resolve: noResolve}, nil
 }
 
 // openInterface is openDevice with the link's configuration (its Addrs

@@ -4,13 +4,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 
 	"github.com/softnic/softnic/daemon/client"
 	"github.com/softnic/softnic/hostif"
+	"github.com/softnic/softnic/verbs"
 )
 
 func init() {
@@ -30,7 +30,7 @@ func runStat(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("stat", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	ifname := fs.String("d", "", "show this interface's device only, with a line per session (process)")
-	runDir := fs.String("run-dir", defaultRunDir(), "the daemons' run directory (default $SOFTNIC_RUN_DIR, else /run/softnic)")
+	runDir := fs.String("run-dir", verbs.RunDir(), "the daemons' run directory (default $SOFTNIC_RUN_DIR, else /run/softnic)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: softnic stat [-d IFACE]")
 		fmt.Fprintln(stderr, "\nPrints, for each device a softnic daemon serves, its objects as `rdma resource show`")
@@ -47,7 +47,7 @@ func runStat(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	fail := failer(stderr, "stat")
-	names, err := servedDevices(*runDir)
+	names, err := verbs.DeviceNamesIn(*runDir)
 	if err != nil {
 		return fail("%v", err)
 	}
@@ -75,35 +75,6 @@ func runStat(args []string, stdout, stderr io.Writer) int {
 		printSummary(stdout, d)
 	}
 	return status
-}
-
-// defaultRunDir is where the tools look for daemons' sockets.
-func defaultRunDir() string {
-	if dir := os.Getenv("SOFTNIC_RUN_DIR"); dir != "" {
-		return dir
-	}
-	return "/run/softnic"
-}
-
-// servedDevices returns the names of the devices whose control sockets
-// are in runDir, sorted; a missing directory means none.
-func servedDevices(runDir string) ([]string, error) {
-	entries, err := os.ReadDir(runDir)
-	if os.IsNotExist(err) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	var names []string
-	for _, e := range entries {
-		name, ok := strings.CutSuffix(e.Name(), ".sock")
-		if ok && strings.HasPrefix(name, "softnic_") && e.Type()&os.ModeSocket != 0 {
-			names = append(names, name)
-		}
-	}
-	slices.Sort(names)
-	return names, nil
 }
 
 // readDeviceStat asks the daemon serving device name for its resources.
