@@ -119,27 +119,26 @@ func (e *Engine) failCopyQPs() {
 // readPayload copies the len(dst) bytes at va of mr into dst, a packet
 // being built: now, or queued until SettleReads if mr defers copies.
 func (q *QP) readPayload(mr Region, dst []byte, va uint64) bool {
-	d, ok := mr.(DeferredRegion)
-	if !ok {
-		return mr.ReadAt(dst, va)
+	if d, ok := mr.(DeferredRegion); ok {
+		return q.deferCopy(&q.e.reads, d, dst, va)
 	}
-	mem, addr, ok := d.Deferred(len(dst), va)
-	if ok {
-		q.e.reads.copies = append(q.e.reads.copies, deferredCopy{mem: mem, pc: Piece{Buf: dst, Addr: addr}, qp: q})
-	}
-	return ok
+	return mr.ReadAt(dst, va)
 }
 
 // writePayload copies src, a received packet's payload, to va of mr: now,
 // or queued until SettleWrites if mr defers copies.
 func (q *QP) writePayload(mr Region, src []byte, va uint64) bool {
-	d, ok := mr.(DeferredRegion)
-	if !ok {
-		return mr.WriteAt(src, va)
+	if d, ok := mr.(DeferredRegion); ok {
+		return q.deferCopy(&q.e.writes, d, src, va)
 	}
-	mem, addr, ok := d.Deferred(len(src), va)
+	return mr.WriteAt(src, va)
+}
+
+// deferCopy checks the copy between buf and va of d and queues it on cq.
+func (q *QP) deferCopy(cq *copyQueue, d DeferredRegion, buf []byte, va uint64) bool {
+	mem, addr, ok := d.Deferred(len(buf), va)
 	if ok {
-		q.e.writes.copies = append(q.e.writes.copies, deferredCopy{mem: mem, pc: Piece{Buf: src, Addr: addr}, qp: q})
+		cq.copies = append(cq.copies, deferredCopy{mem: mem, pc: Piece{Buf: buf, Addr: addr}, qp: q})
 	}
 	return ok
 }
