@@ -34,6 +34,22 @@ var handlers = map[hostif.Op]handler{
 	hostif.OpDestroyAH:         with(noReply((*session).destroyAH)),
 	hostif.OpDestroySRQ:        with(noReply((*session).destroySRQHandle)),
 	hostif.OpQueryResources:    with((*session).queryResources),
+	// The connection manager (cm.go).
+	hostif.OpCMCreateChannel: withCM((*session).cmCreateChannel),
+	hostif.OpCMCreateID:      withCM((*session).cmCreateID),
+	hostif.OpCMBind:          withCM((*session).cmBind),
+	hostif.OpCMResolveAddr:   withCM((*session).cmResolveAddr),
+	hostif.OpCMResolveRoute:  withCM((*session).cmResolveRoute),
+	hostif.OpCMCreateQP:      withCM((*session).cmCreateQP),
+	hostif.OpCMDetachQP:      withCM((*session).cmDetachQP),
+	hostif.OpCMConnect:       withCM((*session).cmConnect),
+	hostif.OpCMListen:        withCM((*session).cmListen),
+	hostif.OpCMAccept:        withCM((*session).cmAccept),
+	hostif.OpCMReject:        withCM((*session).cmReject),
+	hostif.OpCMDisconnect:    withCM((*session).cmDisconnect),
+	hostif.OpCMDestroyID:     withCM((*session).cmDestroyID),
+	hostif.OpCMGetEvent:      withCM((*session).cmGetEvent),
+	hostif.OpCMQueryAddr:     withCM((*session).cmQueryAddr),
 }
 
 // with decodes the body of type T a command takes before running it.

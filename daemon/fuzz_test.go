@@ -30,6 +30,28 @@ func FuzzControlMessages(f *testing.F) {
 	seed(hostif.OpHello, hostif.HelloRequest{Version: 1})
 	seed(hostif.OpQueryResources, hostif.ResourcesRequest{After: 1 << 31})
 	seed(hostif.Op(999), hostif.Empty{})
+	// The connection manager's commands, with handles a session's first
+	// objects get (1, 2, 3...).
+	seed(hostif.OpCMCreateChannel, hostif.Empty{})
+	seed(hostif.OpCMCreateID, hostif.CMCreateIDRequest{Channel: 1, PortSpace: 0x0106})
+	seed(hostif.OpCMCreateID, hostif.CMCreateIDRequest{Channel: 1, PortSpace: 1 << 20})
+	seed(hostif.OpCMBind, hostif.CMAddrRequest{ID: 2, Port: 7000, Addr: hostif.CMAddr(addrA)})
+	seed(hostif.OpCMBind, hostif.CMAddrRequest{ID: 2, Addr: [16]byte{0xff, 1}})
+	seed(hostif.OpCMListen, hostif.CMListenRequest{ID: 2, Backlog: 1 << 31})
+	seed(hostif.OpCMResolveAddr, hostif.CMResolveAddrRequest{ID: 2, TimeoutMS: 1 << 31, DstPort: 7000, Dst: hostif.CMAddr(addrB)})
+	seed(hostif.OpCMResolveAddr, hostif.CMResolveAddrRequest{ID: 2, Src: [16]byte{1}, Dst: [16]byte{}})
+	seed(hostif.OpCMResolveRoute, hostif.CMResolveRouteRequest{ID: 2, TimeoutMS: 10})
+	seed(hostif.OpCMCreateQP, hostif.CMCreateQPRequest{ID: 2, QP: hostif.CreateQPRequest{PD: 3, SendCQ: 4, RecvCQ: 4, MaxSendWR: 1, MaxRecvWR: 1}})
+	seed(hostif.OpCMCreateQP, hostif.CMCreateQPRequest{ID: 2, QP: hostif.CreateQPRequest{PD: 3, SendCQ: 4, RecvCQ: 4, Type: 3}})
+	seed(hostif.OpCMConnect, hostif.CMConnParam{ID: 2, PrivateLen: 1 << 30})
+	seed(hostif.OpCMConnect, hostif.CMConnParam{ID: 2, PrivateLen: 56, RetryCount: 200})
+	seed(hostif.OpCMAccept, hostif.CMConnParam{ID: 5, PrivateLen: 200})
+	seed(hostif.OpCMReject, hostif.CMConnParam{ID: 5, PrivateLen: 224})
+	seed(hostif.OpCMDisconnect, hostif.HandleRequest{Handle: 2})
+	seed(hostif.OpCMDetachQP, hostif.HandleRequest{Handle: 2})
+	seed(hostif.OpCMQueryAddr, hostif.HandleRequest{Handle: 2})
+	seed(hostif.OpCMGetEvent, hostif.CMGetEventRequest{Channel: 1})
+	seed(hostif.OpCMDestroyID, hostif.HandleRequest{Handle: 2})
 
 	r := newRig(f)
 	var conn *client.Conn

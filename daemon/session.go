@@ -202,6 +202,7 @@ func (ss *session) end() {
 		// still read the session page.
 		s.betweenPasses()
 	}
+	ss.endCM() // the IDs let go of their QPs before the QPs go
 	for h := range ss.qps {
 		ss.destroyQP(h)
 	}

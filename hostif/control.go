@@ -33,11 +33,29 @@ const (
 	OpModifySRQ
 	OpDestroySRQ
 	OpQueryResources
+	// The connection manager (rdma_cm through the daemon: hostif/cm.go).
+	OpCMCreateChannel
+	OpCMCreateID
+	OpCMBind
+	OpCMResolveAddr
+	OpCMResolveRoute
+	OpCMCreateQP
+	OpCMConnect
+	OpCMListen
+	OpCMAccept
+	OpCMReject
+	OpCMDisconnect
+	OpCMDestroyID
+	OpCMGetEvent
+	OpCMQueryAddr
+	OpCMDetachQP
 )
 
 var opNames = [...]string{"", "hello", "alloc_pd", "dealloc_pd", "reg_mr", "dereg_mr", "create_comp_channel",
 	"create_cq", "destroy_cq", "create_qp", "modify_qp", "destroy_qp", "create_ah", "destroy_ah", "query_port", "query_gid", "create_srq", "modify_srq", "destroy_srq",
-	"query_resources"}
+	"query_resources", "cm_create_channel", "cm_create_id", "cm_bind", "cm_resolve_addr", "cm_resolve_route",
+	"cm_create_qp", "cm_connect", "cm_listen", "cm_accept", "cm_reject", "cm_disconnect", "cm_destroy_id",
+	"cm_get_event", "cm_query_addr", "cm_detach_qp"}
 
 func (o Op) String() string {
 	if int(o) < len(opNames) && o != 0 {

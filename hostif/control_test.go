@@ -1,6 +1,8 @@
 package hostif
 
 import (
+	"encoding/binary"
+	"net/netip"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -40,10 +42,29 @@ func TestResourcesReplyRoundTrip(t *testing.T) {
 func TestOpNumbers(t *testing.T) {
 	names := []string{"hello", "alloc_pd", "dealloc_pd", "reg_mr", "dereg_mr", "create_comp_channel", "create_cq",
 		"destroy_cq", "create_qp", "modify_qp", "destroy_qp", "create_ah", "destroy_ah", "query_port", "query_gid",
-		"create_srq", "modify_srq", "destroy_srq", "query_resources"}
+		"create_srq", "modify_srq", "destroy_srq", "query_resources", "cm_create_channel", "cm_create_id", "cm_bind",
+		"cm_resolve_addr", "cm_resolve_route", "cm_create_qp", "cm_connect", "cm_listen", "cm_accept", "cm_reject",
+		"cm_disconnect", "cm_destroy_id", "cm_get_event", "cm_query_addr", "cm_detach_qp"}
 	for i, n := range names {
 		require.Equal(t, n, Op(i+1).String(), "op %d", i+1)
 	}
 	require.Equal(t, Op(19), OpQueryResources)
-	require.Equal(t, "op(20)", Op(20).String())
+	require.Equal(t, Op(20), OpCMCreateChannel)
+	require.Equal(t, Op(34), OpCMDetachQP)
+	require.Equal(t, "op(35)", Op(35).String())
+}
+
+// The CM's bodies have the sizes docs/HOST-INTERFACE.md gives them, and
+// addresses go both ways.
+func TestCMBodies(t *testing.T) {
+	require.Equal(t, 292, binary.Size(CMEvent{}))
+	require.Equal(t, 236, binary.Size(CMConnParam{}))
+	require.Equal(t, 36, binary.Size(CMAddrReply{}))
+	require.Equal(t, 44, binary.Size(CMResolveAddrRequest{}))
+	require.Equal(t, 56, binary.Size(CMCreateQPRequest{}))
+	for _, s := range []string{"10.0.0.1:7471", "[fe80::1]:1", "0.0.0.0:5"} {
+		ap := netip.MustParseAddrPort(s)
+		require.Equal(t, ap, CMAddrPort(CMAddr(ap.Addr()), ap.Port()))
+	}
+	require.False(t, CMAddrPort([16]byte{}, 0).IsValid())
 }

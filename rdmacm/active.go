@@ -25,6 +25,9 @@ const hopLimit = 64
 // EventUnreachable (no answer after the CM's retries) or EventConnectError
 // follows.
 func (id *ID) Connect(p *ConnParam) error {
+	if id.rem != nil {
+		return id.remoteConnect(p)
+	}
 	id.mu.Lock()
 	defer id.mu.Unlock()
 	if id.state != stateRouteResolved || id.qp == nil {

@@ -41,6 +41,9 @@ type CM struct {
 	ports  map[netip.AddrPort]*ID // bound IDs; an unspecified address binds every device's
 	ids    map[*ID]struct{}
 	closed bool
+	// remote runs the IDs in the daemon of the CM's device when it is
+	// reached through one (remote.go); nil otherwise.
+	remote *remoteCM
 }
 
 // New returns a CM over the devices of cfg.
@@ -48,7 +51,16 @@ func New(cfg Config) (*CM, error) {
 	if len(cfg.Devices) == 0 {
 		return nil, fmt.Errorf("rdmacm: no devices: %w", ErrInvalidArgument)
 	}
-	return &CM{cfg: cfg, ports: map[netip.AddrPort]*ID{}, ids: map[*ID]struct{}{}}, nil
+	c := &CM{cfg: cfg, ports: map[netip.AddrPort]*ID{}, ids: map[*ID]struct{}{}}
+	for _, d := range cfg.Devices {
+		if d.Remote() {
+			if len(cfg.Devices) != 1 {
+				return nil, fmt.Errorf("rdmacm: a device served by a daemon is a CM's only device: %w", ErrInvalidArgument)
+			}
+			c.remote = newRemoteCM(d)
+		}
+	}
+	return c, nil
 }
 
 // Close destroys every ID still open. The devices stay open.

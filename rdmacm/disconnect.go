@@ -12,6 +12,9 @@ import (
 // peer's side on the DREQ. After the peer disconnected first, Disconnect
 // has nothing left to do and returns nil.
 func (id *ID) Disconnect() error {
+	if id.rem != nil {
+		return id.remoteDisconnect()
+	}
 	id.mu.Lock()
 	switch id.state {
 	case stateDisconnect:

@@ -86,11 +86,20 @@ type EventChannel struct {
 	queue  []Event
 	wake   chan struct{} // one token while queue is not empty
 	closed bool
+	// notify, if set, is called after each event queued (SetNotify).
+	notify func()
+	// remote is the daemon's channel whose events this one takes, when
+	// the CM is remote.
+	remote *remoteChannel
 }
 
 // NewEventChannel creates an event channel (rdma_create_event_channel).
 func (c *CM) NewEventChannel() *EventChannel {
-	return &EventChannel{wake: make(chan struct{}, 1)}
+	ch := &EventChannel{wake: make(chan struct{}, 1)}
+	if c.remote != nil {
+		c.remote.openChannel(ch)
+	}
+	return ch
 }
 
 // Get waits for the next event (rdma_get_cm_event). Events need no
@@ -124,6 +133,9 @@ func (ch *EventChannel) Get(ctx context.Context) (Event, error) {
 // Close makes Get return ErrClosed once the queued events are taken
 // (rdma_destroy_event_channel).
 func (ch *EventChannel) Close() {
+	if ch.remote != nil {
+		ch.remote.close()
+	}
 	ch.mu.Lock()
 	ch.closed = true
 	ch.signal()
@@ -136,7 +148,11 @@ func (ch *EventChannel) post(ev Event) {
 		ch.queue = append(ch.queue, ev)
 		ch.signal()
 	}
+	notify := ch.notify
 	ch.mu.Unlock()
+	if notify != nil {
+		notify()
+	}
 }
 
 // signal leaves a token in wake. Called under mu.

@@ -35,6 +35,12 @@ type ID struct {
 	param    ConnParam // ours, from Connect or Accept
 	backlog  int
 	pending  int // connect requests not yet accepted or rejected (listening IDs)
+	// lentQP is set when the QP is the caller's (AttachQP): the ID lets
+	// go of it rather than destroying it.
+	lentQP bool
+	// rem is the ID's other half in a daemon when the CM is remote
+	// (remote.go); nil otherwise.
+	rem *remoteID
 }
 
 type idState uint8
@@ -72,6 +78,9 @@ type ConnParam struct {
 func (c *CM) CreateID(ch *EventChannel, ps mad.PortSpace) (*ID, error) {
 	if ch == nil || ps != PortSpaceTCP {
 		return nil, fmt.Errorf("create ID: port space %#x: %w", uint16(ps), ErrInvalidArgument)
+	}
+	if c.remote != nil {
+		return c.remoteCreateID(ch, ps)
 	}
 	id := &ID{c: c, ch: ch, ps: ps}
 	c.mu.Lock()
@@ -117,6 +126,9 @@ func (id *ID) PeerAddr() netip.AddrPort {
 // Listen.
 func (id *ID) Bind(ap netip.AddrPort) error {
 	ap = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+	if id.rem != nil {
+		return id.remoteBind(ap)
+	}
 	var dev *verbs.Device
 	var gi int
 	if !ap.Addr().IsUnspecified() {
@@ -144,6 +156,9 @@ func (id *ID) Bind(ap netip.AddrPort) error {
 // within timeout.
 func (id *ID) ResolveAddr(src netip.Addr, dst netip.AddrPort, timeout time.Duration) error {
 	dst = netip.AddrPortFrom(dst.Addr().Unmap(), dst.Port())
+	if id.rem != nil {
+		return id.remoteResolveAddr(src, dst, timeout)
+	}
 	id.mu.Lock()
 	defer id.mu.Unlock()
 	if id.state != stateIdle || !dst.IsValid() || dst.Addr().IsUnspecified() {
@@ -219,6 +234,9 @@ func (id *ID) bindFor(src, dst netip.Addr) error {
 // (rdma_resolve_route). On RoCE the path is the GIDs themselves, so
 // EventRouteResolved follows at once.
 func (id *ID) ResolveRoute(timeout time.Duration) error {
+	if id.rem != nil {
+		return id.remoteResolveRoute(timeout)
+	}
 	id.mu.Lock()
 	defer id.mu.Unlock()
 	if id.state != stateAddrResolved {
@@ -232,6 +250,9 @@ func (id *ID) ResolveRoute(timeout time.Duration) error {
 // CreateQP creates the ID's RC QP on pd (nil: a PD of the ID's own) and
 // moves it to INIT (rdma_create_qp); Connect or Accept take it on to RTS.
 func (id *ID) CreateQP(pd *verbs.PD, init *verbs.QPInitAttr) (*verbs.QP, error) {
+	if id.rem != nil {
+		return id.remoteCreateQP(pd, init)
+	}
 	id.mu.Lock()
 	defer id.mu.Unlock()
 	if id.dev == nil || id.qp != nil {
@@ -259,14 +280,20 @@ func (id *ID) CreateQP(pd *verbs.PD, init *verbs.QPInitAttr) (*verbs.QP, error) 
 
 // DestroyQP destroys the ID's QP (rdma_destroy_qp).
 func (id *ID) DestroyQP() error {
+	if id.rem != nil {
+		return id.remoteDestroyQP()
+	}
 	id.mu.Lock()
-	qp := id.qp
-	id.qp = nil
+	qp, lent := id.qp, id.lentQP
+	id.qp, id.lentQP = nil, false
 	id.mu.Unlock()
 	if qp == nil {
 		return fmt.Errorf("destroy QP: no QP: %w", ErrState)
 	}
 	id.dev.OnCommEst(qp, nil)
+	if lent {
+		return nil // the caller's to destroy
+	}
 	return qp.Destroy()
 }
 
@@ -274,6 +301,9 @@ func (id *ID) DestroyQP() error {
 // disconnected first, as the kernel does; a listening ID stops listening.
 // The ID's QP, if any, is destroyed too.
 func (id *ID) Destroy() error {
+	if id.rem != nil {
+		return id.remoteDestroy()
+	}
 	id.mu.Lock()
 	if id.state == stateDestroying {
 		id.mu.Unlock()
@@ -283,7 +313,7 @@ func (id *ID) Destroy() error {
 		defer id.listen.settled() // rejected by conn.Destroy below
 	}
 	id.state = stateDestroying
-	conn, listens, qp, local := id.conn, id.listens, id.qp, id.local
+	conn, listens, qp, local, lent := id.conn, id.listens, id.qp, id.local, id.lentQP
 	id.conn, id.listens, id.qp = nil, nil, nil
 	id.mu.Unlock()
 	for _, l := range listens {
@@ -294,7 +324,9 @@ func (id *ID) Destroy() error {
 	}
 	if qp != nil {
 		id.dev.OnCommEst(qp, nil)
-		qp.Destroy()
+		if !lent {
+			qp.Destroy()
+		}
 	}
 	if local.IsValid() {
 		id.c.unbind(id, local)

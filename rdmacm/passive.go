@@ -20,6 +20,9 @@ import (
 // an ID not yet bound is bound to every device on a free port. backlog
 // bounds the requests not yet accepted or rejected; more are rejected.
 func (id *ID) Listen(backlog int) error {
+	if id.rem != nil {
+		return id.remoteListen(backlog)
+	}
 	if !id.LocalAddr().IsValid() {
 		if err := id.Bind(netip.AddrPortFrom(netip.IPv6Unspecified(), 0)); err != nil {
 			return err
@@ -121,6 +124,9 @@ func (id *ID) settled() {
 // Accept accepts a connection request (rdma_accept): the ID's QP goes to
 // RTS and a REP goes to the peer; EventEstablished follows on the RTU.
 func (id *ID) Accept(p *ConnParam) error {
+	if id.rem != nil {
+		return id.remoteAccept(p)
+	}
 	id.mu.Lock()
 	if id.state != stateRequested || id.qp == nil {
 		id.mu.Unlock()
@@ -166,6 +172,9 @@ func (id *ID) Accept(p *ConnParam) error {
 // Reject rejects a connection request (rdma_reject) with a consumer
 // reject carrying privateData.
 func (id *ID) Reject(privateData []byte) error {
+	if id.rem != nil {
+		return id.remoteReject(privateData)
+	}
 	id.mu.Lock()
 	if id.state != stateRequested {
 		id.mu.Unlock()

@@ -11,6 +11,12 @@ import (
 )
 
 func (pd *PD) remoteQP(init *QPInitAttr) (*QP, error) {
+	return pd.remoteQPThrough(init, (*client.Conn).CreateQP)
+}
+
+// remoteQPThrough makes a QP with create, which sends the command that
+// makes it in the daemon (create_qp, or cm_create_qp for an rdma_cm ID).
+func (pd *PD) remoteQPThrough(init *QPInitAttr, create func(*client.Conn, hostif.CreateQPRequest) (*client.QP, error)) (*QP, error) {
 	c := init.Cap
 	var srq uint32
 	if init.SRQ != nil {
@@ -25,7 +31,7 @@ func (pd *PD) remoteQP(init *QPInitAttr) (*QP, error) {
 		SRQ: srq, MaxSendWR: uint32(c.MaxSendWR), MaxRecvWR: uint32(max(c.MaxRecvWR, 1)), MaxSendSGE: uint32(c.MaxSendSGE),
 		MaxRecvSGE: uint32(c.MaxRecvSGE), MaxInline: uint32(c.MaxInlineData), UserHandle: h}
 	var q *client.QP
-	err := r.call(func(cl *client.Conn) (err error) { q, err = cl.CreateQP(req); return err })
+	err := r.call(func(cl *client.Conn) (err error) { q, err = create(cl, req); return err })
 	if err != nil {
 		return nil, fmt.Errorf("create QP: %w", daemonErr(err))
 	}

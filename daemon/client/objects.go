@@ -144,8 +144,14 @@ type QP struct {
 
 // CreateQP creates a QP (ibv_create_qp).
 func (c *Conn) CreateQP(req hostif.CreateQPRequest) (*QP, error) {
+	return c.createQP(hostif.OpCreateQP, req)
+}
+
+// createQP sends a command that makes a QP (create_qp, cm_create_qp) and
+// maps the rings its reply passes.
+func (c *Conn) createQP(op hostif.Op, req any) (*QP, error) {
 	var r hostif.CreateQPReply
-	fds, err := c.call(hostif.OpCreateQP, req, &r)
+	fds, err := c.call(op, req, &r)
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,127 @@
+package rdmacm
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/softnic/softnic/daemon/client"
+	"github.com/softnic/softnic/hostif"
+	"github.com/softnic/softnic/verbs"
+)
+
+// Remote mode: a CM over a device reached through a softnic daemon
+// (verbs.Dial) runs its IDs in the daemon, as librdmacm runs them in the
+// kernel through rdma_ucm. Each ID here is a handle of the daemon's; each
+// event channel is one of the daemon's, whose pipe a goroutine watches
+// and drains with cm_get_event into the channel's queue. The daemon moves
+// the IDs' QPs through their states, and publishes each state before the
+// event that follows it reaches this process.
+
+// remoteCM is the CM's side of the daemon's IDs.
+type remoteCM struct {
+	dev *verbs.Device
+	mu  sync.Mutex
+	ids map[uint32]*ID // by the daemon's handle
+}
+
+// remoteID is an ID's handle in the daemon.
+type remoteID struct {
+	handle    uint32
+	destroyed bool // under the ID's mu
+}
+
+// remoteChannel is the daemon's event channel an EventChannel takes its
+// events from; err is why it could not be made.
+type remoteChannel struct {
+	handle uint32
+	file   *os.File
+	err    error
+	done   chan struct{}
+}
+
+func newRemoteCM(d *verbs.Device) *remoteCM { return &remoteCM{dev: d, ids: map[uint32]*ID{}} }
+
+// call runs a control call of the daemon's session.
+func (rc *remoteCM) call(fn func(*client.Conn) error) error {
+	return remoteErr(rc.dev.RemoteControl(fn))
+}
+
+// remoteErr gives a command's errno the error of this package it stands
+// for (the daemon's reply stays in the chain).
+func remoteErr(err error) error {
+	var ce *client.Error
+	if err == nil || !errors.As(err, &ce) {
+		return err
+	}
+	if e := errnoErr(ce.Errno); e != nil {
+		return fmt.Errorf("%w: %w", e, err)
+	}
+	return err
+}
+
+// errnoErr is the error of this package an errno stands for, or nil.
+func errnoErr(e unix.Errno) error {
+	switch e {
+	case unix.EINVAL:
+		return ErrInvalidArgument
+	case unix.EADDRINUSE:
+		return ErrAddrInUse
+	case unix.EADDRNOTAVAIL:
+		return ErrNoDevice
+	case unix.ECONNREFUSED:
+		return ErrRefused
+	case unix.ETIMEDOUT:
+		return ErrTimedOut
+	case unix.EBADF:
+		return ErrClosed
+	}
+	return nil
+}
+
+// openChannel makes the daemon's channel behind ch and starts draining
+// it; a failure is kept for CreateID to report.
+func (rc *remoteCM) openChannel(ch *EventChannel) {
+	var dc *client.CMChannel
+	err := rc.call(func(c *client.Conn) (err error) { dc, err = c.CMCreateChannel(); return err })
+	if err != nil {
+		ch.remote = &remoteChannel{err: fmt.Errorf("rdmacm: event channel in the daemon: %w", err)}
+		return
+	}
+	r := &remoteChannel{handle: dc.Handle, file: dc.File, done: make(chan struct{})}
+	ch.remote = r
+	go rc.drain(ch, r)
+}
+
+// drain waits for the channel's pipe and takes every event queued each
+// time it is readable, until the channel is closed or the daemon goes.
+func (rc *remoteCM) drain(ch *EventChannel, r *remoteChannel) {
+	defer close(r.done)
+	buf := make([]byte, 64)
+	for {
+		if _, err := r.file.Read(buf); err != nil {
+			return
+		}
+		for {
+			var rec hostif.CMEvent
+			var ok bool
+			err := rc.call(func(c *client.Conn) (err error) { rec, ok, err = c.CMGetEvent(r.handle); return err })
+			if err != nil || !ok {
+				break
+			}
+			if ev, ok := rc.event(&rec); ok {
+				ch.post(ev)
+			}
+		}
+	}
+}
+
+func (r *remoteChannel) close() {
+	if r.file != nil {
+		r.file.Close()
+		<-r.done
+	}
+}
