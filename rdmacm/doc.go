@@ -15,4 +15,10 @@
 //
 // A CM holds the devices IDs may use (librdmacm's device list): an ID
 // takes the device whose GID table has its local address.
+//
+// Over a device a softnic daemon serves (verbs.Dial), the CM is remote:
+// its IDs run in the daemon, as librdmacm's run in the kernel through
+// rdma_ucm (docs/HOST-INTERFACE.md, "The connection manager"), with the
+// same API and events; an ID's QP is a QP of the daemon session like any
+// other. Such a device is then the CM's only one.
 package rdmacm

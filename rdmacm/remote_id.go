@@ -71,7 +71,16 @@ func (id *ID) remoteBind(ap netip.AddrPort) error {
 	return nil
 }
 
+// remoteResolveAddr asks the CM's Route, if it has one, for the source
+// the daemon is not told otherwise (the program's routing table is the
+// one that counts); the daemon's device finds its peers itself.
 func (id *ID) remoteResolveAddr(src netip.Addr, dst netip.AddrPort, timeout time.Duration) error {
+	if local := id.LocalAddr(); !src.IsValid() && (!local.IsValid() || local.Addr().IsUnspecified()) && id.c.cfg.Route != nil {
+		var err error
+		if src, err = id.c.cfg.Route(dst.Addr()); err != nil {
+			return fmt.Errorf("resolve address %v: %w", dst, err)
+		}
+	}
 	err := id.c.remote.call(func(c *client.Conn) error { return c.CMResolveAddr(id.rem.handle, src, dst, timeout) })
 	if err != nil {
 		return fmt.Errorf("resolve address %v: %w", dst, err)

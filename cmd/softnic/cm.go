@@ -24,10 +24,6 @@ var openCM = func(addr netip.Addr) (*rdmacm.CM, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	if dev.Verbs.Remote() {
-		closeDev()
-		return nil, nil, fmt.Errorf("%s is served by the softnic daemon, and the connection manager does not work through it yet: stop the daemon to use rdma_cm", r.Ifname)
-	}
 	c, err := newCM(dev)
 	if err != nil {
 		closeDev()
@@ -38,7 +34,8 @@ var openCM = func(addr netip.Addr) (*rdmacm.CM, func(), error) {
 
 // newCM returns a connection manager over dev whose routes and neighbours
 // come from the kernel; a route through another interface than dev's is
-// an error.
+// an error. Over a device the daemon serves, the CM runs its IDs in the
+// daemon (rdmacm's remote mode), whose device finds its neighbours.
 func newCM(dev perftest.Device) (*rdmacm.CM, error) {
 	return rdmacm.New(rdmacm.Config{
 		Devices: []*verbs.Device{dev.Verbs},
