@@ -183,13 +183,15 @@ func connectAndTalk(t *testing.T, cliCM, srvCM *rdmacm.CM, port uint16) {
 		assert.Equal(t, verbs.WCRecv, wc.Opcode)
 		assert.Equal(t, msg, string(to.mr.Bytes()[2048:2048+wc.ByteLen]))
 	}
-	send(cli, srv, "ping")
-	send(srv, cli, "pong")
+	// An RDMA WRITE, then a SEND: the server's receive completion, which
+	// comes after the WRITE landed, tells it the data is there.
 	copy(cli.mr.Bytes()[100:], "written")
 	require.NoError(t, cli.qp.PostSend(&verbs.SendWR{ID: 3, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
 		SGL: []verbs.SGE{cli.mr.SGE(100, 7)}, RemoteAddr: srv.mr.Addr() + 300, RKey: srv.mr.RKey()}))
 	assert.Equal(t, verbs.WCRDMAWrite, cli.waitWC(t).Opcode)
+	send(cli, srv, "ping")
 	assert.Equal(t, "written", string(srv.mr.Bytes()[300:307]))
+	send(srv, cli, "pong")
 
 	require.NoError(t, cli.id.Disconnect())
 	cmEvent(t, cch, rdmacm.EventDisconnected)
@@ -275,6 +277,7 @@ func TestCMSessionKilledWithIDs(t *testing.T) {
 	cmQP(t, req.ID)
 	require.NoError(t, req.ID.Accept(&rdmacm.ConnParam{RNRRetryCount: 7}))
 	cmEvent(t, cch, rdmacm.EventEstablished)
+	cmEvent(t, lch, rdmacm.EventEstablished) // else the end rejects the request rather than disconnect
 
 	require.NoError(t, srvDev.Close(), "the session ends with its IDs live")
 	cmEvent(t, cch, rdmacm.EventDisconnected)
@@ -355,4 +358,41 @@ func TestCMBadCommands(t *testing.T) {
 	assert.Equal(t, unix.ENOENT, errno(c.CMDestroyID(id)))
 	_, err = c.QueryPort()
 	require.NoError(t, err, "the session goes on")
+}
+
+// TestCMQPDestroyedUnderID: a program that destroys a connected ID's QP
+// with ibv_destroy_qp rather than rdma_destroy_qp leaves the daemon an ID
+// whose QP is gone: the peer's disconnect still reaches it, its commands
+// go on, and the session's end leaves nothing.
+func TestCMQPDestroyedUnderID(t *testing.T) {
+	a, b := newCMSides(t, true, true)
+	_, cliCM := a.program(t)
+	srvDev, err := verbs.Dial(b.socket)
+	require.NoError(t, err)
+	srvCM, err := rdmacm.New(rdmacm.Config{Devices: []*verbs.Device{srvDev}})
+	require.NoError(t, err)
+	srvAddr := netip.AddrPortFrom(addrB, 7476)
+	lid, lch := cmListen(t, srvCM, srvAddr)
+	cli, cch := cmDial(t, cliCM, srvAddr)
+	req := cmEvent(t, lch, rdmacm.EventConnectRequest)
+	srv := cmQP(t, req.ID)
+	require.NoError(t, req.ID.Accept(&rdmacm.ConnParam{RNRRetryCount: 7}))
+	cmEvent(t, cch, rdmacm.EventEstablished)
+	cmEvent(t, lch, rdmacm.EventEstablished)
+
+	require.NoError(t, srv.qp.Destroy(), "ibv_destroy_qp under the ID")
+	require.NoError(t, cli.id.Disconnect())
+	cmEvent(t, cch, rdmacm.EventDisconnected)
+	cmEvent(t, lch, rdmacm.EventDisconnected)
+	require.NoError(t, req.ID.Disconnect(), "after the peer's, nothing to do")
+	require.NoError(t, lid.Destroy())
+	require.NoError(t, srvDev.Close())
+	m, err := client.DialMonitor(b.socket)
+	require.NoError(t, err)
+	defer m.Close()
+	require.Eventually(t, func() bool {
+		r, err := m.Resources()
+		require.NoError(t, err)
+		return r.Sessions == 0 && r.Total == (hostif.ResourceCounts{})
+	}, 20*time.Second, 10*time.Millisecond)
 }

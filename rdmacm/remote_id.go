@@ -237,6 +237,11 @@ func (rc *remoteCM) event(rec *hostif.CMEvent) (Event, bool) {
 		rc.add(id)
 	}
 	if id == nil {
+		if typ == EventConnectRequest {
+			// The listener was destroyed here before the daemon heard:
+			// the request's ID, the daemon's now, goes (a reject).
+			rc.call(func(c *client.Conn) error { return c.CMDestroyID(rec.ID) })
+		}
 		return Event{}, false
 	}
 	id.setAddrs(hostif.CMAddrPort(rec.Local, rec.LocalPort), hostif.CMAddrPort(rec.Peer, rec.PeerPort))
