@@ -336,7 +336,7 @@ func (ss *session) cmDisconnect(sc *sessionCM, req hostif.HandleRequest) (any, [
 	return hostif.Empty{}, nil, err
 }
 
-// cmDestroyID destroys an ID; its QP, if any, stays the session's.
+// cmDestroyID destroys an ID; its QP, if any, stays the session's, in ERR.
 func (ss *session) cmDestroyID(sc *sessionCM, req hostif.HandleRequest) (any, []int, error) {
 	c, err := sc.id(ss, req.Handle)
 	if err != nil {
@@ -344,7 +344,9 @@ func (ss *session) cmDestroyID(sc *sessionCM, req hostif.HandleRequest) (any, []
 	}
 	delete(sc.ids, req.Handle)
 	delete(sc.handles, c.id)
-	return hostif.Empty{}, nil, c.id.Destroy()
+	err = c.id.Destroy()
+	ss.publishCMQP(c)
+	return hostif.Empty{}, nil, err
 }
 
 // cmErrno gives rdmacm's errors the errno librdmacm's callers see.

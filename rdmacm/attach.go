@@ -12,7 +12,8 @@ import (
 
 // AttachQP makes qp, an RC QP of the ID's device in RESET, the ID's QP
 // and moves it to INIT, as CreateQP does with a QP it makes. The QP stays
-// the caller's: DestroyQP and Destroy let go of it without destroying it.
+// the caller's: DestroyQP lets go of it, Destroy moves it to ERR and lets
+// go of it; neither destroys it.
 func (id *ID) AttachQP(qp *verbs.QP) error {
 	if id.rem != nil || qp == nil {
 		return fmt.Errorf("attach QP: %w", ErrInvalidArgument)

@@ -299,7 +299,8 @@ func (id *ID) DestroyQP() error {
 
 // Destroy destroys the ID (rdma_destroy_id): a connection still up is
 // disconnected first, as the kernel does; a listening ID stops listening.
-// The ID's QP, if any, is destroyed too.
+// The ID's QP, if any, is destroyed too, or moved to ERR if it is the
+// caller's (AttachQP).
 func (id *ID) Destroy() error {
 	if id.rem != nil {
 		return id.remoteDestroy()
@@ -324,7 +325,9 @@ func (id *ID) Destroy() error {
 	}
 	if qp != nil {
 		id.dev.OnCommEst(qp, nil)
-		if !lent {
+		if lent {
+			toError(qp) // the connection is gone; the QP is the caller's to destroy
+		} else {
 			qp.Destroy()
 		}
 	}

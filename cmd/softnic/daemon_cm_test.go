@@ -10,42 +10,47 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestCMToolsThroughDaemon runs softnic rping and softnic perf write_bw -R
-// as user nobody through daemons on both veth ends: the connection
+// TestCMToolsThroughDaemon runs softnic rping (IPv4 and IPv6) and softnic
+// perf write_bw -R and send_bw -R as user nobody through daemons on both
+// veth ends: the connection
 // manager runs in the daemons (rdmacm's remote mode), the data moves on
 // the programs' QPs as for any daemon client.
 func TestCMToolsThroughDaemon(t *testing.T) {
 	v := newServedVeth(t)
-	a4 := v.p.A.Addr4().String()
+	for _, a := range []string{v.p.A.Addr4().String(), v.p.A.Addr6().String()} {
+		srv := v.asNobody(&v.p.A, "rping", "-s", "-v", "-a", a, "-C", "50", "-S", "4000")
+		var sout strings.Builder
+		srv.Stdout, srv.Stderr = &sout, &sout
+		require.NoError(t, srv.Start())
+		cout, cerr := rpingClientWhenListening(t, func() *exec.Cmd {
+			return v.asNobody(&v.p.B, "rping", "-c", "-vV", "-a", a, "-C", "50", "-S", "4000")
+		})
+		serr := srv.Wait()
+		require.True(t, cerr == nil && serr == nil, "rping to %s: client %v:\n%s\nserver %v:\n%s\ndaemon A:\n%s\ndaemon B:\n%s",
+			a, cerr, cout, serr, sout.String(), v.logs[0].String(), v.logs[1].String())
+		assert.Equal(t, 50, strings.Count(cout, "ping data: rdma-ping-"), cout)
+		assert.Contains(t, cout, "ping data: rdma-ping-49: ")
+		assert.Equal(t, 50, strings.Count(sout.String(), "server ping data: rdma-ping-"), sout.String())
+		assert.Contains(t, sout.String(), "server DISCONNECT EVENT...")
+	}
 
-	srv := v.asNobody(&v.p.A, "rping", "-s", "-v", "-a", a4, "-C", "50", "-S", "4000")
-	var sout strings.Builder
-	srv.Stdout, srv.Stderr = &sout, &sout
-	require.NoError(t, srv.Start())
-	cout, cerr := rpingClientWhenListening(t, func() *exec.Cmd {
-		return v.asNobody(&v.p.B, "rping", "-c", "-vV", "-a", a4, "-C", "50", "-S", "4000")
-	})
-	serr := srv.Wait()
-	require.True(t, cerr == nil && serr == nil, "client %v:\n%s\nserver %v:\n%s\ndaemon A:\n%s\ndaemon B:\n%s",
-		cerr, cout, serr, sout.String(), v.logs[0].String(), v.logs[1].String())
-	assert.Equal(t, 50, strings.Count(cout, "ping data: rdma-ping-"), cout)
-	assert.Contains(t, cout, "ping data: rdma-ping-49: ")
-	assert.Equal(t, 50, strings.Count(sout.String(), "server ping data: rdma-ping-"), sout.String())
-	assert.Contains(t, sout.String(), "server DISCONNECT EVENT...")
-
-	out := v.run(toolPair{"write_bw -R", "perf write_bw -R -n 400 -p 18611", "perf write_bw -R -n 400 -p 18611"})
-	require.False(t, strings.HasPrefix(out[0], "FAILED") || strings.HasPrefix(out[1], "FAILED"),
-		"write_bw -R through the daemon:\nserver:\n%s\nclient:\n%s\ndaemon A:\n%s\ndaemon B:\n%s", out[0], out[1],
-		v.logs[0].String(), v.logs[1].String())
-	requireBWResult(t, "write_bw -R server", out[0], 65536, 400)
-	requireBWResult(t, "write_bw -R client", out[1], 65536, 400)
-	t.Logf("write_bw -R: %s", bwLine.FindString(out[1]))
+	for _, tt := range []string{"write_bw", "send_bw"} {
+		cmd := "perf " + tt + " -R -n 400 -p 18611 --softnic-stats"
+		out := v.run(toolPair{tt + " -R", cmd, cmd})
+		require.False(t, strings.HasPrefix(out[0], "FAILED") || strings.HasPrefix(out[1], "FAILED"),
+			"%s -R through the daemon:\nserver:\n%s\nclient:\n%s\ndaemon A:\n%s\ndaemon B:\n%s", tt, out[0], out[1],
+			v.logs[0].String(), v.logs[1].String())
+		requireBWResult(t, tt+" -R server", out[0], 65536, 400)
+		requireBWResult(t, tt+" -R client", out[1], 65536, 400)
+		require.Contains(t, out[1], "the device is the daemon's", "%s -R went through the daemon", tt)
+		t.Logf("%s -R: %s", tt, bwLine.FindString(out[1]))
+	}
 
 	// Every program went through its end's daemon, and its session ended.
 	for i, l := range v.logs {
 		require.Eventually(t, func() bool {
 			s := l.String()
-			return strings.Count(s, "session started") >= 2 && strings.Count(s, "session started") == strings.Count(s, "session ended")
+			return strings.Count(s, "session started") >= 4 && strings.Count(s, "session started") == strings.Count(s, "session ended")
 		}, 10*time.Second, 10*time.Millisecond, "daemon %d's sessions:\n%s", i, l.String())
 	}
 }
