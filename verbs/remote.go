@@ -36,8 +36,9 @@ type remote struct {
 // Dial opens the device a softnic daemon serves on socket
 // (/run/softnic/DEVICE.sock; OpenDevice finds it by the device's name).
 // Its QPs are RC, UC and UD, with SRQs, address handles, completion
-// channels and async events as on a device opened with Open; the
-// connection manager (QP1) is not reached through it.
+// channels and async events as on a device opened with Open. Its QP1 and
+// Device.CM are the daemon's: package rdmacm connects its QPs through the
+// daemon's connection manager instead.
 func Dial(socket string) (*Device, error) {
 	c, err := client.Dial(socket)
 	if err != nil {

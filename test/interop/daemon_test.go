@@ -19,7 +19,8 @@ import (
 // `softnic daemon` serving softnic's interface against perftest and
 // ibv_rc_pingpong, ibv_uc_pingpong and ibv_ud_pingpong over rdma_rxe, both
 // ways: every perftest test at its default size and the pingpongs, as in
-// TestInteropWithRealTools. Every tool's session must reach the daemon.
+// TestInteropWithRealTools, and with rdma_cm rping and perftest's -R
+// write_bw and send_bw, as in TestInteropRDMACM. Every tool's session must reach the daemon.
 func TestInteropThroughDaemon(t *testing.T) {
 	requireInteropHost(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
@@ -33,12 +34,15 @@ func TestInteropThroughDaemon(t *testing.T) {
 	for _, tt := range interopTests {
 		runs = append(runs, perfRun(tt, tt, "-n", interopIters))
 	}
+	// rdma_cm through the daemon (its cm_* commands).
+	runs = append(runs, rpingRun("64"), rpingRun("4000"),
+		perfRun("write_bw-R", "write_bw", "-R", "-n", interopIters), perfRun("send_bw-R", "send_bw", "-R", "-n", interopIters))
 	e := startInterop(t, ctx, "sndmn", interopPlan{toServer: runs, toClient: runs, scriptTimeout: 8 * time.Minute, queues: 1})
 	log := e.startDaemon()
 	guestOut, _ := e.runAll(runs, runs, 2*time.Minute)
 	for _, r := range e.results {
-		if r.name == "read_lat server" {
-			continue // perftest's read_lat server prints no figures
+		if r.name == "read_lat server" || r.run.rping {
+			continue // perftest's read_lat server prints no figures, rping no perftest line
 		}
 		assert.Regexpf(t, r.run.resultRE(), r.out, "softnic %s through the daemon printed no result line", r.name)
 		if r.run.softnic[0] == "perf" {
@@ -48,7 +52,8 @@ func TestInteropThroughDaemon(t *testing.T) {
 	checkPingpongs(t, e.results, guestOut, "pingpong-s", []string{"1", "65536"})
 	checkPingpongs(t, e.results, guestOut, "uc-pingpong-s", []string{"4096"})
 	checkPingpongs(t, e.results, guestOut, "ud-pingpong-s", []string{"1024"})
-	for _, tt := range []string{"write_bw", "read_bw", "atomic_bw"} {
+	checkRpings(t, e.results, guestOut, []string{"64", "4000"})
+	for _, tt := range []string{"write_bw", "read_bw", "atomic_bw", "write_bw-R"} {
 		checkSameReport(t, e.results, guestOut, tt)
 	}
 	want := 2 * len(runs)
