@@ -125,7 +125,7 @@ func (r *runCtx) pollSends(ctx context.Context, wcs []verbs.WC, full bool) (int,
 		runtime.Gosched()
 		return 0, nil
 	}
-	return spinWait(ctx, r.scq, wcs, r.bwSpin(), r.pin)
+	return spinWait(ctx, r.scq, wcs, bwSpin, r.pin)
 }
 
 // runBW is run_iter_bw: keep up to TxDepth messages in flight per QP,
@@ -189,7 +189,7 @@ func (r *runCtx) runBWServer(size uint64) (BWTimes, error) {
 	var rcnt uint64
 	first := true
 	for rcnt < n {
-		got, err := spinWait(r.ctx, r.rcq, wcs, r.bwSpin(), r.pin)
+		got, err := spinWait(r.ctx, r.rcq, wcs, bwSpin, r.pin)
 		if err != nil {
 			return t, fmt.Errorf("poll receive CQ: %w", causeOf(r.ctx, err))
 		}

@@ -94,7 +94,7 @@ func (r *runCtx) runBWServerDuration(size uint64) (BWTimes, error) {
 	waitCtx := r.ctx
 	var count uint64
 	for clock.start.IsZero() || clock.phase(time.Now()) != phaseEnd {
-		got, err := spinWait(waitCtx, r.rcq, wcs, r.bwSpin(), r.pin)
+		got, err := spinWait(waitCtx, r.rcq, wcs, bwSpin, r.pin)
 		if err != nil {
 			if r.ctx.Err() == nil && waitCtx.Err() != nil {
 				break // the run's time is up

@@ -70,24 +70,6 @@ func SpinPoll(ctx context.Context, cq *verbs.CQ, wc []verbs.WC, pin *cpupin.Pin)
 // are in bench/results/ANALYSIS.md.
 const bwSpin = 50 * time.Microsecond
 
-// remoteBWSpin is bwSpin on a device the daemon serves. When a remote CQ's
-// Wait slept between looks at the ring, blocking after 50 us missed the
-// next burst of completions an ACK brings by far more than it saved: the
-// 64 B message rate through the daemon was 0.42 x in-process spinning
-// 50 us, 0.77 x spinning 300 us; spinning without end took the CPU from
-// the daemons (8 processes' write_bw fell from 24 to 14 Gb/s). Wait now
-// sleeps on the daemon's completion event, and runs on a loaded machine
-// showed no difference beyond their spread (bench/results/ANALYSIS.md).
-const remoteBWSpin = 300 * time.Microsecond
-
-// bwSpin is how long the bandwidth loops poll before they block.
-func (r *runCtx) bwSpin() time.Duration {
-	if r.dev.Verbs.Remote() {
-		return remoteBWSpin
-	}
-	return bwSpin
-}
-
 // spinWait polls cq, yielding the CPU between empty polls, for up to d,
 // then blocks in Wait until a completion arrives or ctx ends.
 func spinWait(ctx context.Context, cq *verbs.CQ, wc []verbs.WC, d time.Duration, pin *cpupin.Pin) (int, error) {
