@@ -250,21 +250,14 @@ func (id *ID) ResolveRoute(timeout time.Duration) error {
 // CreateQP creates the ID's RC QP on pd (nil: a PD of the ID's own) and
 // moves it to INIT (rdma_create_qp); Connect or Accept take it on to RTS.
 func (id *ID) CreateQP(pd *verbs.PD, init *verbs.QPInitAttr) (*verbs.QP, error) {
-	if id.rem != nil {
-		return id.remoteCreateQP(pd, init)
-	}
 	id.mu.Lock()
 	defer id.mu.Unlock()
-	if id.dev == nil || id.qp != nil {
-		return nil, fmt.Errorf("create QP: %w", ErrState)
+	pd, err := id.qpPD(pd, init)
+	if err != nil {
+		return nil, err
 	}
-	if init.Type != verbs.QPTypeRC {
-		return nil, fmt.Errorf("create QP: only RC QPs connect: %w", ErrInvalidArgument)
-	}
-	if pd == nil {
-		pd = id.dev.AllocPD()
-	} else if pd.Device() != id.dev {
-		return nil, fmt.Errorf("create QP: PD of another device: %w", ErrInvalidArgument)
+	if id.rem != nil {
+		return id.remoteCreateQP(pd, init)
 	}
 	qp, err := pd.CreateQP(init)
 	if err != nil {
@@ -276,6 +269,24 @@ func (id *ID) CreateQP(pd *verbs.PD, init *verbs.QPInitAttr) (*verbs.QP, error) 
 	}
 	id.qp, id.pd = qp, pd
 	return qp, nil
+}
+
+// qpPD checks that the ID may have a QP of init's type and returns the PD
+// it goes on: pd, or without one a PD of the ID's own. id.mu is held.
+func (id *ID) qpPD(pd *verbs.PD, init *verbs.QPInitAttr) (*verbs.PD, error) {
+	if id.dev == nil || id.qp != nil {
+		return nil, fmt.Errorf("create QP: %w", ErrState)
+	}
+	if init.Type != verbs.QPTypeRC {
+		return nil, fmt.Errorf("create QP: only RC QPs connect: %w", ErrInvalidArgument)
+	}
+	if pd == nil {
+		return id.dev.AllocPD(), nil
+	}
+	if pd.Device() != id.dev {
+		return nil, fmt.Errorf("create QP: PD of another device: %w", ErrInvalidArgument)
+	}
+	return pd, nil
 }
 
 // DestroyQP destroys the ID's QP (rdma_destroy_qp).

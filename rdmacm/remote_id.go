@@ -95,22 +95,9 @@ func (id *ID) remoteResolveRoute(timeout time.Duration) error {
 	return nil
 }
 
-// remoteCreateQP makes the ID's QP through cm_create_qp: a QP of the
-// device like any other, which the daemon moved to INIT.
+// remoteCreateQP makes the ID's QP on pd through cm_create_qp: a QP of the
+// device like any other, which the daemon moved to INIT. id.mu is held.
 func (id *ID) remoteCreateQP(pd *verbs.PD, init *verbs.QPInitAttr) (*verbs.QP, error) {
-	id.mu.Lock()
-	defer id.mu.Unlock()
-	if id.dev == nil || id.qp != nil {
-		return nil, fmt.Errorf("create QP: %w", ErrState)
-	}
-	if init.Type != verbs.QPTypeRC {
-		return nil, fmt.Errorf("create QP: only RC QPs connect: %w", ErrInvalidArgument)
-	}
-	if pd == nil {
-		pd = id.dev.AllocPD()
-	} else if pd.Device() != id.dev {
-		return nil, fmt.Errorf("create QP: PD of another device: %w", ErrInvalidArgument)
-	}
 	h := id.rem.handle
 	qp, err := pd.CreateQPThrough(init, func(c *client.Conn, req hostif.CreateQPRequest) (*client.QP, error) {
 		return c.CMCreateQP(h, req)
