@@ -169,22 +169,28 @@ func (p *Process) access(pieces [][]byte, addr uint64, write bool) error {
 	if addr+n < addr {
 		return ErrFault
 	}
+	return p.call(iov, []unix.RemoteIovec{{Base: uintptr(addr), Len: int(n)}}, n, write)
+}
+
+// call makes one process_vm_readv (or writev) of want bytes between the
+// local and the remote ranges, once the process is known to live, and
+// turns its outcome into ErrGone, ErrFault or another error.
+func (p *Process) call(local []unix.Iovec, remote []unix.RemoteIovec, want uint64, write bool) error {
 	if !p.recentlyAlive() {
 		return ErrGone
 	}
-	remote := []unix.RemoteIovec{{Base: uintptr(addr), Len: int(n)}}
 	var got int
 	var err error
 	if write {
-		got, err = unix.ProcessVMWritev(p.pid, iov, remote, 0)
+		got, err = unix.ProcessVMWritev(p.pid, local, remote, 0)
 	} else {
-		got, err = unix.ProcessVMReadv(p.pid, iov, remote, 0)
+		got, err = unix.ProcessVMReadv(p.pid, local, remote, 0)
 	}
 	switch {
 	case err == unix.ESRCH:
 		p.gone.Store(true)
 		return ErrGone
-	case err == unix.EFAULT || (err == nil && uint64(got) != n):
+	case err == unix.EFAULT || (err == nil && uint64(got) != want):
 		return ErrFault
 	case err != nil:
 		return fmt.Errorf("procmem: pid %d: %w", p.pid, err)

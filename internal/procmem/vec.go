@@ -1,7 +1,6 @@
 package procmem
 
 import (
-	"fmt"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -65,24 +64,5 @@ func (p *Process) vecChunk(pieces []ibtransport.Piece, write bool) error {
 	if nl == 0 {
 		return nil
 	}
-	if !p.recentlyAlive() {
-		return ErrGone
-	}
-	var got int
-	var err error
-	if write {
-		got, err = unix.ProcessVMWritev(p.pid, local[:nl], remote[:nr], 0)
-	} else {
-		got, err = unix.ProcessVMReadv(p.pid, local[:nl], remote[:nr], 0)
-	}
-	switch {
-	case err == unix.ESRCH:
-		p.gone.Store(true)
-		return ErrGone
-	case err == unix.EFAULT || (err == nil && uint64(got) != want):
-		return ErrFault
-	case err != nil:
-		return fmt.Errorf("procmem: pid %d: %w", p.pid, err)
-	}
-	return nil
+	return p.call(local[:nl], remote[:nr], want, write)
 }
