@@ -2,7 +2,6 @@ package daemon_test
 
 import (
 	"bytes"
-	"context"
 	"log/slog"
 	"net/netip"
 	"path/filepath"
@@ -17,6 +16,7 @@ import (
 	"github.com/softnic/softnic/daemon/client"
 	"github.com/softnic/softnic/hostif"
 	"github.com/softnic/softnic/rdmacm"
+	"github.com/softnic/softnic/rdmacm/rdmacmtest"
 	"github.com/softnic/softnic/roce/memlink"
 	"github.com/softnic/softnic/verbs"
 )
@@ -72,20 +72,10 @@ func (s *cmSide) program(t *testing.T) (*verbs.Device, *rdmacm.CM) {
 }
 
 // cmEvent returns ch's next event, which must be of type want (TIMEWAIT_EXIT
-// passed over, which comes whenever an earlier connection's TIMEWAIT ends).
+// passed over).
 func cmEvent(t *testing.T, ch *rdmacm.EventChannel, want rdmacm.EventType) rdmacm.Event {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	for {
-		ev, err := ch.Get(ctx)
-		require.NoError(t, err, "waiting for %v", want)
-		if ev.Type == rdmacm.EventTimewaitExit && want != ev.Type {
-			continue
-		}
-		require.Equal(t, want, ev.Type, "event (error %v)", ev.Err)
-		return ev
-	}
+	return rdmacmtest.NextEvent(t, ch, want, 20*time.Second)
 }
 
 // cmConn is one end of a connection: its ID, QP, CQ and a region.
@@ -98,31 +88,14 @@ type cmConn struct {
 
 // cmQP gives id a QP, a CQ and a region with a receive posted.
 func cmQP(t *testing.T, id *rdmacm.ID) *cmConn {
-	dev := id.Device()
-	require.NotNil(t, dev)
-	cq, err := dev.CreateCQ(64, nil)
-	require.NoError(t, err)
-	pd := dev.AllocPD()
-	qp, err := id.CreateQP(pd, &verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq,
-		Cap: verbs.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}})
-	require.NoError(t, err)
-	assert.Equal(t, verbs.QPSInit, qp.State())
-	mr, err := pd.RegMR(make([]byte, 4096), verbs.AccessLocalWrite|verbs.AccessRemoteRead|verbs.AccessRemoteWrite)
-	require.NoError(t, err)
-	require.NoError(t, qp.PostRecv(&verbs.RecvWR{ID: 1, SGL: []verbs.SGE{mr.SGE(2048, 2048)}}))
-	return &cmConn{id: id, qp: qp, cq: cq, mr: mr}
+	q := rdmacmtest.NewQP(t, id)
+	assert.Equal(t, verbs.QPSInit, q.QP.State())
+	return &cmConn{id: id, qp: q.QP, cq: q.CQ, mr: q.MR}
 }
 
 func (c *cmConn) waitWC(t *testing.T) verbs.WC {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	wcs := make([]verbs.WC, 1)
-	n, err := c.cq.Wait(ctx, wcs)
-	require.NoError(t, err)
-	require.Equal(t, 1, n)
-	require.Equal(t, verbs.WCSuccess, wcs[0].Status, "completion %+v", wcs[0])
-	return wcs[0]
+	return rdmacmtest.WaitWC(t, c.cq, 20*time.Second)
 }
 
 // cmListen makes an ID of c listen on ap.
@@ -264,25 +237,55 @@ func assertNoObjects(t *testing.T, socket, kind string) {
 // connected ID: the peer hears the disconnection, the daemon keeps
 // nothing, and the port is free for the next session.
 func TestCMSessionKilledWithIDs(t *testing.T) {
-	a, b := newCMSides(t, true, true)
+	_, b, c := establishThroughDaemons(t, 7475)
+
+	require.NoError(t, c.srvDev.Close(), "the session ends with its IDs live")
+	cmEvent(t, c.cch, rdmacm.EventDisconnected)
+	assert.Equal(t, verbs.QPSErr, c.cli.qp.State())
+	waitDaemonEmpty(t, b.socket)
+
+	_, srvCM2 := b.program(t)
+	cmListen(t, srvCM2, c.srvAddr) // the first session's listener is gone
+}
+
+// cmEstablished is a connection between a program of daemon a (the
+// client) and one of daemon b, which listens on srvAddr with an ID of
+// srvDev, a device of its own.
+type cmEstablished struct {
+	srvDev   *verbs.Device
+	srvAddr  netip.AddrPort
+	lid      *rdmacm.ID
+	lch, cch *rdmacm.EventChannel
+	req      rdmacm.Event // the connect request the server accepted
+	cli, srv *cmConn
+}
+
+// establishThroughDaemons connects two programs through two daemons on
+// port, and waits until both sides have their ESTABLISHED (else ending the
+// server's session rejects the request rather than disconnect).
+func establishThroughDaemons(t *testing.T, port uint16) (a, b *cmSide, c *cmEstablished) {
+	a, b = newCMSides(t, true, true)
 	_, cliCM := a.program(t)
 	srvDev, err := verbs.Dial(b.socket)
 	require.NoError(t, err)
 	srvCM, err := rdmacm.New(rdmacm.Config{Devices: []*verbs.Device{srvDev}})
 	require.NoError(t, err)
-	srvAddr := netip.AddrPortFrom(addrB, 7475)
-	_, lch := cmListen(t, srvCM, srvAddr)
-	cli, cch := cmDial(t, cliCM, srvAddr)
-	req := cmEvent(t, lch, rdmacm.EventConnectRequest)
-	cmQP(t, req.ID)
-	require.NoError(t, req.ID.Accept(&rdmacm.ConnParam{RNRRetryCount: 7}))
-	cmEvent(t, cch, rdmacm.EventEstablished)
-	cmEvent(t, lch, rdmacm.EventEstablished) // else the end rejects the request rather than disconnect
+	c = &cmEstablished{srvDev: srvDev, srvAddr: netip.AddrPortFrom(addrB, port)}
+	c.lid, c.lch = cmListen(t, srvCM, c.srvAddr)
+	c.cli, c.cch = cmDial(t, cliCM, c.srvAddr)
+	c.req = cmEvent(t, c.lch, rdmacm.EventConnectRequest)
+	c.srv = cmQP(t, c.req.ID)
+	require.NoError(t, c.req.ID.Accept(&rdmacm.ConnParam{RNRRetryCount: 7}))
+	cmEvent(t, c.cch, rdmacm.EventEstablished)
+	cmEvent(t, c.lch, rdmacm.EventEstablished)
+	return a, b, c
+}
 
-	require.NoError(t, srvDev.Close(), "the session ends with its IDs live")
-	cmEvent(t, cch, rdmacm.EventDisconnected)
-	assert.Equal(t, verbs.QPSErr, cli.qp.State())
-	m, err := client.DialMonitor(b.socket)
+// waitDaemonEmpty waits until the daemon on socket has no session and no
+// object left.
+func waitDaemonEmpty(t *testing.T, socket string) {
+	t.Helper()
+	m, err := client.DialMonitor(socket)
 	require.NoError(t, err)
 	defer m.Close()
 	require.Eventually(t, func() bool {
@@ -290,9 +293,6 @@ func TestCMSessionKilledWithIDs(t *testing.T) {
 		require.NoError(t, err)
 		return r.Sessions == 0 && r.Total == (hostif.ResourceCounts{})
 	}, 20*time.Second, 10*time.Millisecond)
-
-	_, srvCM2 := b.program(t)
-	cmListen(t, srvCM2, srvAddr) // the first session's listener is gone
 }
 
 // TestCMBadCommands sends the CM's commands out of order and with bad
@@ -365,34 +365,14 @@ func TestCMBadCommands(t *testing.T) {
 // whose QP is gone: the peer's disconnect still reaches it, its commands
 // go on, and the session's end leaves nothing.
 func TestCMQPDestroyedUnderID(t *testing.T) {
-	a, b := newCMSides(t, true, true)
-	_, cliCM := a.program(t)
-	srvDev, err := verbs.Dial(b.socket)
-	require.NoError(t, err)
-	srvCM, err := rdmacm.New(rdmacm.Config{Devices: []*verbs.Device{srvDev}})
-	require.NoError(t, err)
-	srvAddr := netip.AddrPortFrom(addrB, 7476)
-	lid, lch := cmListen(t, srvCM, srvAddr)
-	cli, cch := cmDial(t, cliCM, srvAddr)
-	req := cmEvent(t, lch, rdmacm.EventConnectRequest)
-	srv := cmQP(t, req.ID)
-	require.NoError(t, req.ID.Accept(&rdmacm.ConnParam{RNRRetryCount: 7}))
-	cmEvent(t, cch, rdmacm.EventEstablished)
-	cmEvent(t, lch, rdmacm.EventEstablished)
+	_, b, c := establishThroughDaemons(t, 7476)
 
-	require.NoError(t, srv.qp.Destroy(), "ibv_destroy_qp under the ID")
-	require.NoError(t, cli.id.Disconnect())
-	cmEvent(t, cch, rdmacm.EventDisconnected)
-	cmEvent(t, lch, rdmacm.EventDisconnected)
-	require.NoError(t, req.ID.Disconnect(), "after the peer's, nothing to do")
-	require.NoError(t, lid.Destroy())
-	require.NoError(t, srvDev.Close())
-	m, err := client.DialMonitor(b.socket)
-	require.NoError(t, err)
-	defer m.Close()
-	require.Eventually(t, func() bool {
-		r, err := m.Resources()
-		require.NoError(t, err)
-		return r.Sessions == 0 && r.Total == (hostif.ResourceCounts{})
-	}, 20*time.Second, 10*time.Millisecond)
+	require.NoError(t, c.srv.qp.Destroy(), "ibv_destroy_qp under the ID")
+	require.NoError(t, c.cli.id.Disconnect())
+	cmEvent(t, c.cch, rdmacm.EventDisconnected)
+	cmEvent(t, c.lch, rdmacm.EventDisconnected)
+	require.NoError(t, c.req.ID.Disconnect(), "after the peer's, nothing to do")
+	require.NoError(t, c.lid.Destroy())
+	require.NoError(t, c.srvDev.Close())
+	waitDaemonEmpty(t, b.socket)
 }

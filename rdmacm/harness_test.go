@@ -1,7 +1,6 @@
 package rdmacm_test
 
 import (
-	"context"
 	"net/netip"
 	"testing"
 	"time"
@@ -9,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/softnic/softnic/rdmacm"
+	"github.com/softnic/softnic/rdmacm/rdmacmtest"
 	"github.com/softnic/softnic/roce/memlink"
 	"github.com/softnic/softnic/verbs"
 )
@@ -49,22 +49,10 @@ func newSides(t testing.TB, lc memlink.Config, ms time.Duration) (a, b *side) {
 	return a, b
 }
 
-// nextEvent returns ch's next event, which must be of type want. It
-// passes over TIMEWAIT_EXIT events, which come when an earlier
-// connection's TIMEWAIT ends, whenever that is.
+// nextEvent returns ch's next event, which must be of type want.
 func nextEvent(t testing.TB, ch *rdmacm.EventChannel, want rdmacm.EventType) rdmacm.Event {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	for {
-		ev, err := ch.Get(ctx)
-		require.NoError(t, err, "waiting for %v", want)
-		if ev.Type == rdmacm.EventTimewaitExit && want != ev.Type {
-			continue
-		}
-		require.Equal(t, want, ev.Type, "event (error %v)", ev.Err)
-		return ev
-	}
+	return rdmacmtest.NextEvent(t, ch, want, 10*time.Second)
 }
 
 // conn is one side's end of a connection: its ID, QP, CQ and a buffer.
@@ -81,18 +69,8 @@ type conn struct {
 // with a receive posted.
 func makeQP(t testing.TB, id *rdmacm.ID, ch *rdmacm.EventChannel) *conn {
 	t.Helper()
-	dev := id.Device()
-	require.NotNil(t, dev)
-	cq, err := dev.CreateCQ(64, nil)
-	require.NoError(t, err)
-	pd := dev.AllocPD()
-	qp, err := id.CreateQP(pd, &verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq,
-		Cap: verbs.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}})
-	require.NoError(t, err)
-	mr, err := pd.RegMR(make([]byte, 4096), verbs.AccessLocalWrite|verbs.AccessRemoteRead|verbs.AccessRemoteWrite)
-	require.NoError(t, err)
-	require.NoError(t, qp.PostRecv(&verbs.RecvWR{ID: 1, SGL: []verbs.SGE{mr.SGE(2048, 2048)}}))
-	return &conn{id: id, ch: ch, qp: qp, cq: cq, mr: mr, dev: dev}
+	q := rdmacmtest.NewQP(t, id)
+	return &conn{id: id, ch: ch, qp: q.QP, cq: q.CQ, mr: q.MR, dev: q.Dev}
 }
 
 // listen makes an ID of s listen on port.
@@ -135,12 +113,5 @@ func accept(t testing.TB, lch *rdmacm.EventChannel, p *rdmacm.ConnParam) (*conn,
 // waitWC waits for the next completion of c's CQ, which must succeed.
 func (c *conn) waitWC(t testing.TB) verbs.WC {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	wcs := make([]verbs.WC, 1)
-	n, err := c.cq.Wait(ctx, wcs)
-	require.NoError(t, err)
-	require.Equal(t, 1, n)
-	require.Equal(t, verbs.WCSuccess, wcs[0].Status, "completion %+v", wcs[0])
-	return wcs[0]
+	return rdmacmtest.WaitWC(t, c.cq, 10*time.Second)
 }
