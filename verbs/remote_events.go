@@ -8,7 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"golang.org/x/sys/unix"
+	"github.com/softnic/softnic/daemon/client"
 )
 
 // remoteObjects are a dialed device's CQs, QPs, SRQs and AHs as the
@@ -166,22 +166,10 @@ type pipeReaders struct {
 // them cannot interrupt. The duplicate shares the pipe's O_NONBLOCK with
 // f, which nothing else reads.
 func (p *pipeReaders) start(f *os.File, read func(*os.File)) error {
-	raw, err := f.SyscallConn()
+	dup, err := client.PollableDup(f, f.Name())
 	if err != nil {
 		return err
 	}
-	fd, derr := -1, error(nil)
-	if err := raw.Control(func(s uintptr) { fd, derr = unix.FcntlInt(s, unix.F_DUPFD_CLOEXEC, 0) }); err != nil {
-		return err
-	}
-	if derr != nil {
-		return fmt.Errorf("duplicate %s: %w", f.Name(), derr)
-	}
-	if err := unix.SetNonblock(fd, true); err != nil {
-		unix.Close(fd)
-		return fmt.Errorf("%s: %w", f.Name(), err)
-	}
-	dup := os.NewFile(uintptr(fd), f.Name())
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closing.Load() {

@@ -17,20 +17,10 @@ import (
 // (a reply is an event on the socket), looks whether the socket hung up,
 // and waits again. Close ends it.
 func (c *Conn) watch() error {
-	raw, err := c.c.SyscallConn()
-	if err != nil {
-		return err
+	var err error
+	if c.watcher, err = PollableDup(c.c, "softnic-control-watch"); err != nil {
+		return fmt.Errorf("softnic daemon: watch the control socket: %w", err)
 	}
-	fd, derr := -1, error(nil)
-	if err := raw.Control(func(s uintptr) { fd, derr = unix.FcntlInt(s, unix.F_DUPFD_CLOEXEC, 0) }); err != nil {
-		return err
-	}
-	if derr != nil {
-		return fmt.Errorf("softnic daemon: watch the control socket: %w", derr)
-	}
-	// The duplicate shares the socket's O_NONBLOCK, so os.NewFile puts it
-	// in the poller.
-	c.watcher = os.NewFile(uintptr(fd), "softnic-control-watch")
 	wraw, err := c.watcher.SyscallConn()
 	if err != nil {
 		c.watcher.Close()
@@ -95,3 +85,26 @@ func (c *Conn) Err() error {
 // something else selects on it too, as a libibverbs program reads
 // IBV_EVENT_DEVICE_FATAL from its async events.
 func (c *Conn) Done() <-chan struct{} { return c.goneCh }
+
+// PollableDup returns a duplicate of sc's descriptor, non-blocking, as a
+// file the Go runtime's poller watches: a goroutine may wait on it, and
+// closing it ends the wait (a blocking descriptor's read cannot be
+// interrupted so). The original shares O_NONBLOCK with the duplicate.
+func PollableDup(sc syscall.Conn, name string) (*os.File, error) {
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	fd, derr := -1, error(nil)
+	if err := raw.Control(func(s uintptr) { fd, derr = unix.FcntlInt(s, unix.F_DUPFD_CLOEXEC, 0) }); err != nil {
+		return nil, err
+	}
+	if derr != nil {
+		return nil, fmt.Errorf("duplicate %s: %w", name, derr)
+	}
+	if err := unix.SetNonblock(fd, true); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	return os.NewFile(uintptr(fd), name), nil
+}
