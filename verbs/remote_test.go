@@ -73,13 +73,9 @@ func TestOpenDeviceByName(t *testing.T) {
 // When the daemon goes, a dialed device's blocked waits end with
 // client.ErrDaemonGone, and its events say EventDeviceFatal.
 func TestDaemonGoneEndsWaits(t *testing.T) {
-	la, lb := memlink.Pair(memlink.Config{})
-	engine, err := verbs.Open(la, verbs.Config{Addrs: []netip.Addr{addrA}})
-	require.NoError(t, err)
-	defer func() { engine.Close(); la.Close(); lb.Close() }()
 	var cl closers
 	defer cl.close()
-	dev, srv := serve(t, engine, &cl)
+	dev, srv := servedEngine(t, &cl)
 	ch := dev.NewCompChannel()
 	cq, err := dev.CreateCQ(8, ch)
 	require.NoError(t, err)
@@ -155,13 +151,9 @@ func testWaitersShareACQ(t *testing.T, m mode) {
 // The daemon's AH goes when the program drops its *AH, and not before: a
 // program making an AH per datagram does not fill the daemon with them.
 func TestDroppedAHLeavesTheDaemon(t *testing.T) {
-	la, lb := memlink.Pair(memlink.Config{})
-	engine, err := verbs.Open(la, verbs.Config{Addrs: []netip.Addr{addrA}})
-	require.NoError(t, err)
-	defer func() { engine.Close(); la.Close(); lb.Close() }()
 	var cl closers
 	defer cl.close()
-	dev, srv := serve(t, engine, &cl)
+	dev, srv := servedEngine(t, &cl)
 	mon, err := client.DialMonitor(srv.Socket())
 	require.NoError(t, err)
 	defer mon.Close()
@@ -185,4 +177,14 @@ func TestDroppedAHLeavesTheDaemon(t *testing.T) {
 	runtime.GC()
 	require.EqualValues(t, 1, ahs(), "the AH still held stays")
 	runtime.KeepAlive(kept)
+}
+
+// servedEngine opens a device on one end of an in-memory link, serves it
+// with a daemon.Server and dials it (serve); cl closes them all.
+func servedEngine(t *testing.T, cl *closers) (*verbs.Device, *daemon.Server) {
+	la, lb := memlink.Pair(memlink.Config{})
+	engine, err := verbs.Open(la, verbs.Config{Addrs: []netip.Addr{addrA}})
+	require.NoError(t, err)
+	cl.add(func() { engine.Close(); la.Close(); lb.Close() })
+	return serve(t, engine, cl)
 }
