@@ -49,12 +49,7 @@ func TestDaemonCommandLifecycle(t *testing.T) {
 		done <- serveDevices(ctx, daemonOptions{ifaces: listFlag{"memA", "memB"}, runDir: dir}, cfg)
 	}()
 	sock := filepath.Join(dir, "softnic_memA.sock")
-	var c *client.Conn
-	require.Eventually(t, func() bool {
-		var err error
-		c, err = client.Dial(sock)
-		return err == nil
-	}, 5*time.Second, 10*time.Millisecond, "the daemon never served %s", sock)
+	c := dialWhenServed(t, sock)
 	_, err := c.AllocPD()
 	require.NoError(t, err)
 	fi, err := os.Stat(sock)
@@ -102,4 +97,17 @@ func TestDaemonCommandErrors(t *testing.T) {
 
 func hostifQP(pd, cq uint32) hostif.CreateQPRequest {
 	return hostif.CreateQPRequest{PD: pd, SendCQ: cq, RecvCQ: cq, MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}
+}
+
+// dialWhenServed connects to the daemon socket sock once a daemon starting
+// up serves it.
+func dialWhenServed(t *testing.T, sock string) *client.Conn {
+	t.Helper()
+	var c *client.Conn
+	require.Eventually(t, func() bool {
+		var err error
+		c, err = client.Dial(sock)
+		return err == nil
+	}, 5*time.Second, 10*time.Millisecond, "the daemon never served %s", sock)
+	return c
 }

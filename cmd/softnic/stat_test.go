@@ -15,7 +15,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/softnic/softnic/daemon"
-	"github.com/softnic/softnic/daemon/client"
 	"github.com/softnic/softnic/ibtransport"
 )
 
@@ -33,12 +32,7 @@ func TestStatCommand(t *testing.T) {
 		<-done
 	}()
 	sock := filepath.Join(dir, "softnic_memA.sock")
-	var c *client.Conn
-	require.Eventually(t, func() bool {
-		var err error
-		c, err = client.Dial(sock)
-		return err == nil
-	}, 5*time.Second, 10*time.Millisecond, "the daemon never served %s", sock)
+	c := dialWhenServed(t, sock)
 	defer c.Close()
 	require.Eventually(t, func() bool {
 		_, err := os.Stat(filepath.Join(dir, "softnic_memB.sock"))
