@@ -36,7 +36,7 @@ const (
 // Stats are the program's counters summed over all CPUs.
 type Stats struct {
 	Steered      uint64 // redirected into an AF_XDP socket
-	PassNotRoCE  uint64 // not IPv4/IPv6 UDP to port 4791: passed to the kernel
+	PassNotRoCE  uint64 `rdma:"pass_not_roce"` // not IPv4/IPv6 UDP to port 4791: passed to the kernel
 	PassNotLocal uint64 // RoCEv2 to an address softnic does not own: passed
 	PassNoSocket uint64 // RoCEv2 for softnic but no socket on the queue: passed
 	PassFragment uint64 // IP fragments and IPv6 extension headers: passed

@@ -84,7 +84,7 @@ func (c *completer) onResponse(p *Packet, oi *OpcodeInfo) {
 // checkState drops responses unless the QP sends.
 func (c *completer) checkState() bool {
 	if st := c.qp.st; st != QPSRTS && st != QPSSQD {
-		c.qp.e.Ctr.RxFiltered.Add(1)
+		inc(&c.qp.e.Ctr.RxFiltered)
 		return false
 	}
 	return true
@@ -94,7 +94,7 @@ func (c *completer) checkState() bool {
 // response must not retire work requests.
 func (c *completer) checkPSN(psn PSN) bool {
 	if !psn.Before(c.qp.req.sqPSN) {
-		c.qp.e.Ctr.RxBadResponse.Add(1)
+		inc(&c.qp.e.Ctr.RxBadResponse)
 		return false
 	}
 	return true
@@ -108,12 +108,12 @@ func (c *completer) getWQE(psn PSN) *sendWQE {
 	var w *sendWQE
 	for {
 		if c.compIdx == q.sq.tail.Load() {
-			q.e.Ctr.RxBadResponse.Add(1)
+			inc(&q.e.Ctr.RxBadResponse)
 			return nil
 		}
 		w = q.sqSlot(c.compIdx)
 		if w.state != wqeSending {
-			q.e.Ctr.RxBadResponse.Add(1)
+			inc(&q.e.Ctr.RxBadResponse)
 			return nil
 		}
 		if !psn.After(w.lastPSN) {
@@ -128,7 +128,7 @@ func (c *completer) getWQE(psn PSN) *sendWQE {
 		c.completeHead(WCSuccess)
 	}
 	if psn.Before(w.firstPSN) {
-		q.e.Ctr.RxBadResponse.Add(1) // late duplicate of something already retired
+		inc(&q.e.Ctr.RxBadResponse) // late duplicate of something already retired
 		return nil
 	}
 	return w
@@ -137,7 +137,7 @@ func (c *completer) getWQE(psn PSN) *sendWQE {
 // doAtomic writes an atomic's original value into its SGL.
 func (c *completer) doAtomic(p *Packet, w *sendWQE, psn PSN) {
 	if !w.opcode.isAtomic() || psn != w.firstPSN || p.AtomicAckETH == nil {
-		c.qp.e.Ctr.RxBadResponse.Add(1)
+		inc(&c.qp.e.Ctr.RxBadResponse)
 		return
 	}
 	var b [8]byte
@@ -155,14 +155,14 @@ func (c *completer) doAtomic(p *Packet, w *sendWQE, psn PSN) {
 func (c *completer) doRead(p *Packet, oi *OpcodeInfo, w *sendWQE, psn PSN) {
 	q := c.qp
 	if !w.opcode.isRead() {
-		q.e.Ctr.RxBadResponse.Add(1)
+		inc(&q.e.Ctr.RxBadResponse)
 		return
 	}
 	if psn != c.compPSN {
 		if psn.After(c.compPSN) {
 			c.retryOnce() // a response was lost
 		} else {
-			q.e.Ctr.RxBadResponse.Add(1)
+			inc(&q.e.Ctr.RxBadResponse)
 		}
 		return
 	}
@@ -171,7 +171,7 @@ func (c *completer) doRead(p *Packet, oi *OpcodeInfo, w *sendWQE, psn PSN) {
 	// Each READ request of a segmented READ is answered FIRST..LAST.
 	segEnd := psn == w.lastPSN || (uint32(psn.Diff(w.firstPSN))+1)%readSegmentPSNs == 0
 	if uint32(len(p.Payload)) != want || segEnd != (oi.Position == PositionLast || oi.Position == PositionOnly) {
-		q.e.Ctr.RxBadResponse.Add(1)
+		inc(&q.e.Ctr.RxBadResponse)
 		return
 	}
 	if !q.scatterPayload(c.compIdx, w, off, p.Payload) {
@@ -188,7 +188,7 @@ func (c *completer) doRead(p *Packet, oi *OpcodeInfo, w *sendWQE, psn PSN) {
 func (c *completer) checkAck(p *Packet, w *sendWQE, psn PSN) {
 	syn := p.AETH.Syndrome()
 	if psn.Before(c.compPSN) && syn.Kind() != SyndromeACK {
-		c.qp.e.Ctr.RxBadResponse.Add(1) // stale NAK
+		inc(&c.qp.e.Ctr.RxBadResponse) // stale NAK
 		return
 	}
 	switch syn.Kind() {
@@ -199,7 +199,7 @@ func (c *completer) checkAck(p *Packet, w *sendWQE, psn PSN) {
 	case SyndromeNAK:
 		c.onNAK(syn.NAKCode(), psn)
 	default:
-		c.qp.e.Ctr.RxBadResponse.Add(1)
+		inc(&c.qp.e.Ctr.RxBadResponse)
 	}
 }
 
@@ -218,10 +218,13 @@ func (c *completer) completeAck(w *sendWQE, psn PSN) {
 // onRNRNAK waits the RNR timer, then sends again from psn.
 func (c *completer) onRNRNAK(syn Syndrome, psn PSN) {
 	q := c.qp
-	q.e.Ctr.RNRNAKsHandled.Add(1)
+	inc(&q.e.Ctr.RNRNAKsHandled)
+	inc(&q.ctr.RNRNAKsHandled)
 	c.progress(psn)
 	if q.attr.RNRRetry != infiniteRetries {
 		if c.rnrLeft == 0 {
+			inc(&q.e.Ctr.RNRRetryExceeded)
+			inc(&q.ctr.RNRRetryExceeded)
 			c.failHead(WCRNRRetryExcErr)
 			return
 		}
@@ -236,6 +239,8 @@ func (c *completer) onRNRNAK(syn Syndrome, psn PSN) {
 func (c *completer) onNAK(code NAKCode, psn PSN) {
 	switch code {
 	case NAKPSNSequenceError:
+		inc(&c.qp.e.Ctr.RxNAKSeq)
+		inc(&c.qp.ctr.RxNAKSeq)
 		// The NAK acknowledges everything before its PSN.
 		c.progress(psn)
 		if c.rnrAt != 0 {
@@ -262,7 +267,8 @@ func (c *completer) failHead(st WCStatus) {
 // goBack rewinds the requester to the oldest unacknowledged PSN, so that
 // everything from there is sent again (go-back-N).
 func (c *completer) goBack() {
-	c.qp.e.Ctr.Retransmits.Add(1)
+	inc(&c.qp.e.Ctr.Retransmits)
+	inc(&c.qp.ctr.Retransmits)
 	c.qp.req.rewind(c.compIdx, c.compPSN)
 	c.retransAt = 0
 	c.retried = true
@@ -275,6 +281,8 @@ func (c *completer) goBack() {
 func (c *completer) retry() bool {
 	if c.qp.attr.RetryCnt != infiniteRetries {
 		if c.retryLeft == 0 {
+			inc(&c.qp.e.Ctr.RetryExceeded)
+			inc(&c.qp.ctr.RetryExceeded)
 			c.failHead(WCRetryExcErr)
 			return false
 		}
@@ -302,7 +310,8 @@ func (c *completer) checkTimers(now int64) {
 	if c.retransAt != 0 && now >= c.retransAt {
 		c.retransAt = 0
 		if c.qp.awaitingAck() {
-			c.qp.e.Ctr.Timeouts.Add(1)
+			inc(&c.qp.e.Ctr.Timeouts)
+			inc(&c.qp.ctr.Timeouts)
 			c.qp.req.releaseCredit()
 			c.retry()
 		}
@@ -343,6 +352,10 @@ func (c *completer) completeHead(st WCStatus) {
 			}
 		}
 	}
+	if st == WCSuccess && w.opcode.isSend() {
+		inc(&q.e.Ctr.RdmaSends)
+		inc(&q.ctr.RdmaSends)
+	}
 	q.req.retire(c.compIdx, w)
 	c.retireHead()
 	if signaled {
@@ -357,6 +370,9 @@ func (c *completer) completeHead(st WCStatus) {
 func (c *completer) retireHead() {
 	c.compIdx++
 	c.qp.sq.head.Store(c.compIdx)
+	if m := c.qp.mirrors.Load(); m != nil && m.sq != nil {
+		m.sq.publish()
+	}
 }
 
 // outstanding reports whether some sent packet awaits its response.

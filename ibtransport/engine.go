@@ -74,6 +74,9 @@ type Engine struct {
 
 	onEvent func(*QP, QPEvent)
 	clock   engineClock
+	// ceAt is when the last CE-marked packet arrived at the earliest, as
+	// the notification point reckons it (cnp.go noteCE).
+	ceAt int64
 
 	rx Packet // parse scratch
 	tx Packet // build scratch
@@ -128,15 +131,17 @@ func (e *Engine) Exit() {
 	}
 }
 
-func (e *Engine) runCommands() {
+// runCommands runs the verbs commands queued since the last pass and
+// reports whether there were any.
+func (e *Engine) runCommands() bool {
 	if !e.hasCmds.Load() {
-		return
+		return false
 	}
 	e.cmdMu.Lock()
 	e.hasCmds.Store(false)
 	if len(e.cmds) == 0 {
 		e.cmdMu.Unlock()
-		return
+		return false
 	}
 	cmds := e.cmds
 	e.cmds = nil
@@ -144,6 +149,7 @@ func (e *Engine) runCommands() {
 	for _, c := range cmds {
 		c.done <- c.fn()
 	}
+	return true
 }
 
 // Process runs the engine's periodic work: verbs commands, timers, and
@@ -152,7 +158,17 @@ func (e *Engine) runCommands() {
 // for packets before the next timer (negative: no timer).
 func (e *Engine) Process() (busy bool, wait time.Duration) {
 	e.failCopyQPs()
-	e.runCommands()
+	// Commands run after the QPs' service, so that what the packets
+	// received before this pass asked for goes out first: a client that
+	// saw its receive complete and at once destroyed its QP (a daemon's
+	// session ending) had the ACK of that SEND discarded with the QP, and
+	// the peer retried it for ever. Whatever they change, the next pass
+	// (at once: busy) acts on.
+	defer func() {
+		if e.runCommands() {
+			busy, wait = true, 0
+		}
+	}()
 	e.takeForwarded()
 	e.takeKicks()
 	e.admitWaiting()
@@ -183,7 +199,7 @@ func (e *Engine) Process() (busy bool, wait time.Duration) {
 			removed = true
 			continue
 		}
-		for _, t := range [2]int64{q.comp.retransAt, q.comp.rnrAt} {
+		for _, t := range [3]int64{q.comp.retransAt, q.comp.rnrAt, q.pacedUntil(now)} {
 			if t != 0 && (next < 0 || t < next) {
 				next = t
 			}
@@ -227,7 +243,7 @@ func (e *Engine) compactActive() {
 // the clock (for the timers they restart): a driver calls Process after
 // each batch it receives.
 func (e *Engine) Receive(ib []byte, info *RecvInfo) {
-	e.Ctr.RxPackets.Add(1)
+	inc(&e.Ctr.RxPackets)
 	e.receive(ib, info, false)
 }
 
@@ -236,23 +252,23 @@ func (e *Engine) Receive(ib []byte, info *RecvInfo) {
 func (e *Engine) receive(ib []byte, info *RecvInfo, forwarded bool) {
 	p := &e.rx
 	if err := ParsePacket(ib, p); err != nil {
-		e.Ctr.RxBadPacket.Add(1)
+		inc(&e.Ctr.RxBadPacket)
 		return
 	}
 	oi := p.Info()
-	if oi.Transport == TransportCNP || oi.Transport == 0 {
-		e.Ctr.RxUnsupported.Add(1)
+	if oi.Transport == 0 {
+		inc(&e.Ctr.RxUnsupported)
 		return
 	}
 	// Like rxe, accept the default partition only (full or limited
 	// membership, not both limited).
 	if pk := p.BTH.PKey(); pk&0x7fff != DefaultPKey&0x7fff || pk&0x8000 == 0 {
-		e.Ctr.RxBadPKey.Add(1)
+		inc(&e.Ctr.RxBadPKey)
 		return
 	}
 	q := e.g.qps[p.BTH.DestQPN()]
 	if q == nil {
-		e.Ctr.RxNoQP.Add(1)
+		inc(&e.Ctr.RxNoQP)
 		return
 	}
 	if q.e != e {
@@ -260,15 +276,21 @@ func (e *Engine) receive(ib []byte, info *RecvInfo, forwarded bool) {
 		e.noteStray(q)
 		return
 	}
+	inc(&q.ctr.RxPackets)
+	add(&q.ctr.RxBytes, uint64(len(ib)))
 	if !forwarded && q.strays.Load() != 0 {
 		q.strays.Store(0) // a packet that came in at q's engine ends a run of strays
 	}
+	if oi.Transport == TransportCNP {
+		e.onCNP(q, info)
+		return
+	}
 	if q.typ != serviceOf[oi.Transport] {
-		e.Ctr.RxWrongService.Add(1)
+		inc(&e.Ctr.RxWrongService)
 		return
 	}
 	if q.st < QPSRTR || q.st == QPSErr {
-		e.Ctr.RxFiltered.Add(1)
+		inc(&e.Ctr.RxFiltered)
 		return
 	}
 	if oi.Transport == TransportUD {
@@ -277,10 +299,13 @@ func (e *Engine) receive(ib []byte, info *RecvInfo, forwarded bool) {
 		return
 	}
 	if info.SGID != q.attr.AV.DGID || info.DGIDIndex != int(q.attr.AV.SGIDIndex) {
-		e.Ctr.RxFiltered.Add(1)
+		inc(&e.Ctr.RxFiltered)
 		return
 	}
 	e.activate(q)
+	if info.CE {
+		e.noteCE(q, len(ib))
+	}
 	if !q.commEst {
 		q.commEst = true
 		e.emit(q, QPEventCommEst)
@@ -295,7 +320,7 @@ func (e *Engine) receive(ib []byte, info *RecvInfo, forwarded bool) {
 	case KindReadResponse, KindAck, KindAtomicAck:
 		q.comp.onResponse(p, oi)
 	default:
-		e.Ctr.RxUnsupported.Add(1)
+		inc(&e.Ctr.RxUnsupported)
 	}
 }
 

@@ -148,6 +148,10 @@ func FuzzEngineReceive(f *testing.F) {
 	// A UC message with a PSN gap, as two length-prefixed packets.
 	gap := append([]byte{16}, ft.packet(OpUCSendFirst, 100, 256, nil)...)
 	f.Add(append(append(gap, 1), ft.packet(OpUCSendLast, 102, 10, nil)...))
+	// A CNP (congestion control), and a SEND marked CE (BTH byte 4 bit
+	// 0x20 selects the CE mark below).
+	f.Add(ft.packet(OpCNP, 0, 16, func(p *Packet) { p.BTH.SetBECN(true) }))
+	f.Add(ft.packet(OpRCSendOnly, 100, 30, func(p *Packet) { p.BTH[4] |= 0x20 }))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		ft := newFuzzTarget(t)
 		ip4 := make([]byte, 20)
@@ -172,6 +176,7 @@ func FuzzEngineReceive(f *testing.F) {
 				if pkt[9]&0x80 == 0 {
 					BTH(pkt).SetPSN(100 + PSN(pkt[11]&3))
 				}
+				info.CE = pkt[4]&0x20 != 0
 			}
 			ft.e.Receive(pkt, info)
 			ft.e.Process()

@@ -1,9 +1,11 @@
 package ibtransport
 
 import (
+	"cmp"
 	"fmt"
 	"math/bits"
 	"reflect"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -38,6 +40,10 @@ type Group struct {
 	// forward[i][j] carries packets engine i received for engine j's QPs;
 	// allocated on first use.
 	forward [][]atomic.Pointer[forwardRing]
+
+	// cc is the congestion control the QPs follow (congestion.go); set
+	// before QPs connect, read only after.
+	cc CongestionConfig
 }
 
 // NewGroup returns a group of len(ports) engines; engine i sends through
@@ -47,7 +53,7 @@ func NewGroup(ports []Port, wakes []func()) *Group {
 		panic(fmt.Sprintf("ibtransport: NewGroup with %d ports and %d wake functions", len(ports), len(wakes)))
 	}
 	g := &Group{epoch: time.Now(), qps: map[uint32]*QP{}, nextQPN: 0x11 + randUint32()%0x10000,
-		srqEngine: map[SharedRecvQueue]*Engine{}}
+		srqEngine: map[SharedRecvQueue]*Engine{}, cc: DefaultCongestionConfig()}
 	g.forward = make([][]atomic.Pointer[forwardRing], len(ports))
 	for i := range ports {
 		g.forward[i] = make([]atomic.Pointer[forwardRing], len(ports))
@@ -257,7 +263,7 @@ func (g *Group) follow(q *QP, to *Engine) {
 			q.path = path
 		}
 		to.activate(q)
-		to.Ctr.Followed.Add(1)
+		inc(&to.Ctr.Followed)
 		return nil
 	})
 }
@@ -296,7 +302,7 @@ func (e *Engine) forwardTo(to *Engine, ib []byte, info *RecvInfo) {
 	t := r.tail.Load()
 	h := r.head.Load()
 	if t-h >= forwardSlots || len(ib) > maxForwardPacket {
-		e.Ctr.ForwardDrops.Add(1)
+		inc(&e.Ctr.ForwardDrops)
 		return
 	}
 	s := &r.slots[t%forwardSlots]
@@ -304,7 +310,7 @@ func (e *Engine) forwardTo(to *Engine, ib []byte, info *RecvInfo) {
 	s.info = *info
 	s.info.NetHeader = s.net[:copy(s.net[:], info.NetHeader)]
 	r.tail.Store(t + 1)
-	e.Ctr.Forwarded.Add(1)
+	inc(&e.Ctr.Forwarded)
 	// As with kicks: to set sleeping before its last look at the rings
 	// (PrepareSleep), so one of the two sees the other's store.
 	if to.sleeping.Load() {
@@ -343,4 +349,52 @@ func (e *Engine) hasForwarded() bool {
 		}
 	}
 	return false
+}
+
+// QPCountersRef names one QP's counters: what QPCounterRefs lists.
+type QPCountersRef struct {
+	QPN uint32
+	Ctr *QPCounters
+}
+
+// QPCounterRefs appends every QP's number and counters to dst, in QPN
+// order. It pauses the engines only to copy the table (Do); the counters
+// are read after, while they run.
+func (g *Group) QPCounterRefs(dst []QPCountersRef) []QPCountersRef {
+	start := len(dst)
+	g.Do(func() error {
+		for qpn, q := range g.qps {
+			dst = append(dst, QPCountersRef{QPN: qpn, Ctr: q.ctr})
+		}
+		return nil
+	})
+	slices.SortFunc(dst[start:], func(a, b QPCountersRef) int { return cmp.Compare(a.QPN, b.QPN) })
+	return dst
+}
+
+// QPCongestionRate returns QP qpn's DCQCN rate in bits per second (0:
+// not rate limited), and false when the group has no such QP.
+func (g *Group) QPCongestionRate(qpn uint32) (uint64, bool) {
+	var q *QP
+	g.Do(func() error {
+		q = g.qps[qpn]
+		return nil
+	})
+	if q == nil {
+		return 0, false
+	}
+	return q.CongestionRate(), true
+}
+
+// QPCounters returns the counters of QP qpn, or nil when the group has no
+// such QP.
+func (g *Group) QPCounters(qpn uint32) *QPCounters {
+	var c *QPCounters
+	g.Do(func() error {
+		if q := g.qps[qpn]; q != nil {
+			c = q.ctr
+		}
+		return nil
+	})
+	return c
 }

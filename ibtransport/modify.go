@@ -113,7 +113,7 @@ func (q *QP) modify(attr *QPAttr, mask QPAttrMask) error {
 	}
 	// All checks passed: apply.
 	q.attrMu.Lock()
-	setAttr(&q.attr, attr, mask)
+	q.attr.Merge(attr, mask)
 	q.attrMu.Unlock()
 	q.applyAttr(path, mask)
 	if next == QPSSQD && cur != QPSSQD {
@@ -191,17 +191,19 @@ var attrSetters = [...]struct {
 	{QPAttrQKey, func(d, s *QPAttr) { d.QKey = s.QKey }},
 }
 
-// setAttr copies the attributes of src that mask selects into dst.
-func setAttr(dst, src *QPAttr, mask QPAttrMask) {
-	for _, a := range attrSetters {
-		if mask&a.mask != 0 {
-			a.set(dst, src)
+// Merge copies the attributes of src that mask selects into a, as Modify
+// records them (the state aside, which Modify moves itself): a QP's
+// attributes as ibv_query_qp returns them.
+func (a *QPAttr) Merge(src *QPAttr, mask QPAttrMask) {
+	for _, s := range attrSetters {
+		if mask&s.mask != 0 {
+			s.set(a, src)
 		}
 	}
 }
 
 // applyAttr brings the engine's copies of the attributes (path, MTU, PSNs,
-// responder resources, retry counts) up to date after setAttr.
+// responder resources, retry counts) up to date after Merge.
 func (q *QP) applyAttr(path TxPath, mask QPAttrMask) {
 	if path != nil {
 		q.path = path

@@ -188,8 +188,12 @@ type QP struct {
 	typ    QPType
 	cap    QPCap
 
-	state  atomic.Uint32 // mirror of st for posters
-	kicked atomic.Bool   // on the engine's kick list
+	state atomic.Uint32 // mirror of st for posters
+	// mirrors, if set, are words of memory shared with the QP's owner (a
+	// daemon's client) that the engine keeps current: the state
+	// (MirrorState) and the queues' retired counts (MirrorRetired).
+	mirrors atomic.Pointer[ownerMirrors]
+	kicked  atomic.Bool // on the engine's kick list
 	// strays counts the QP's packets in a row that arrived at another
 	// engine than e (noteStray).
 	strays atomic.Uint32
@@ -211,14 +215,37 @@ type QP struct {
 	// commEst: the QP received a packet since it entered RTR and raised
 	// QPEventCommEst for it.
 	commEst bool
-	path    TxPath
-	mtu     uint32
-	destQPN uint32
+	// cnpPending: CNPs waiting to be sent (cnp.go); cnpSent: one was,
+	// for a packet that arrived at cnpAt.
+	cnpPending uint8
+	cnpSent    bool
+	path       TxPath
+	mtu        uint32
+	destQPN    uint32
 	// The three roles, as in rxe, each with its own state; they reach one
 	// another through q.
 	req  requester
 	comp completer
 	resp responder
+	// ctr is apart from the QP: it keeps the QP in its allocation size
+	// class (footprint_test.go) and its lines apart from the posters'.
+	ctr *QPCounters
+	// Congestion control: the reaction point (dcqcn.go) and, for the
+	// notification point (cnp.go), when the last CNP was queued.
+	rp    reactionPoint
+	cnpAt int64
+}
+
+// Counters returns the QP's counters, which any goroutine may read while
+// the QP runs.
+func (q *QP) Counters() *QPCounters { return q.ctr }
+
+// countSent counts a packet of n bytes the QP sent, for the device and
+// for the QP.
+func (q *QP) countSent(n int) {
+	inc(&q.e.Ctr.TxPackets)
+	inc(&q.ctr.TxPackets)
+	add(&q.ctr.TxBytes, uint64(n))
 }
 
 // CreateQP creates a queue pair (ibv_create_qp). It starts in RESET, on
@@ -250,7 +277,7 @@ func (g *Group) CreateQP(init *QPConfig) (*QP, error) {
 		c.MaxRecvSGE = 1
 	}
 	e := g.engines[0]
-	q := &QP{e: e, mem: init.Memory, sendCQ: init.SendCQ, recvCQ: init.RecvCQ, srq: init.SRQ, sigAll: init.SigAll, typ: init.Type}
+	q := &QP{e: e, ctr: new(QPCounters), mem: init.Memory, sendCQ: init.SendCQ, recvCQ: init.RecvCQ, srq: init.SRQ, sigAll: init.SigAll, typ: init.Type}
 	if init.SRQ != nil {
 		q.srqRQ = init.SRQ.RecvQueue()
 	}
@@ -347,6 +374,11 @@ func (q *QP) Destroy() error {
 		if g.qps[q.qpn] != q {
 			return fmt.Errorf("destroy QP %d: %w", q.qpn, ErrInvalidArgument)
 		}
+		// Unmirrored first: the QP's owner sees no RESET it did not ask
+		// for (a daemon's shutdown destroys its clients' QPs, and they are
+		// to learn that the daemon went), and the word's memory may go
+		// when Destroy returns.
+		q.mirrors.Store(nil)
 		q.reset()
 		delete(g.qps, q.qpn)
 		q.e.nQPs.Add(-1)
@@ -361,6 +393,20 @@ func (q *QP) setState(s QPState) {
 	}
 	q.st = s
 	q.state.Store(uint32(s))
+	if m := q.mirrors.Load(); m != nil && m.state != nil {
+		atomic.StoreUint32(m.state, uint32(s))
+	}
+}
+
+// MirrorState keeps *word equal to the QP's state from now until Destroy,
+// through Modify and the engine's own moves to ERR: a daemon publishes it
+// so to its client, as a kernel driver answers ibv_query_qp. Call it
+// before the QP leaves RESET.
+func (q *QP) MirrorState(word *uint32) {
+	m := q.ownerMirrors()
+	m.state = word
+	q.mirrors.Store(m)
+	atomic.StoreUint32(word, q.state.Load())
 }
 
 // reset returns the QP to RESET: queues emptied without completions, all
@@ -375,11 +421,13 @@ func (q *QP) reset() {
 		q.rq.head.Store(q.rq.tail.Load())
 		q.rq.mu.Unlock()
 	}
+	q.publishRetired()
 	q.req.releaseCredit()
 	head := q.sq.head.Load()
 	q.req = requester{qp: q, reqIdx: head}
 	q.comp = completer{qp: q, compIdx: head}
 	q.sqDrained = false
+	q.resetCongestion()
 	recv, mrs := q.resp.recv.sge, q.resp.recvMRs
 	q.resp = responder{qp: q}
 	q.resp.recv.sge = recv[:0]

@@ -17,6 +17,8 @@ func (r *responder) takeRecv() bool {
 	rq.pop()
 	if q.srq != nil {
 		q.srq.Consumed()
+	} else {
+		q.publishRecvRetired()
 	}
 	r.recvActive = true
 	r.recvOff = 0
@@ -75,6 +77,8 @@ func (r *responder) finishRecv(op WCOpcode, n uint32, flags WCFlags, imm, inv ui
 	wc := r.recvWC(WCSuccess, op, n)
 	wc.Flags, wc.Imm, wc.InvalidatedRKey = flags, imm, inv
 	r.recvActive = false
+	inc(&r.qp.e.Ctr.RdmaRecvs)
+	inc(&r.qp.ctr.RdmaRecvs)
 	r.qp.complete(r.qp.recvCQ, wc, solicited)
 }
 

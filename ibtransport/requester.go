@@ -112,6 +112,11 @@ func (r *requester) sendRequests() bool {
 		if q.e.passLeft <= 0 {
 			return true
 		}
+		if q.rp.limited && !q.rp.maySend(&q.e.g.cc, q.e.now()) {
+			// Over its rate: the engine comes back (or wakes) at sendAt
+			// (pacedUntil).
+			return false
+		}
 		w := q.sqSlot(r.reqIdx)
 		if !r.mayTransmit(w) || !r.transmit(w) {
 			return false
@@ -155,7 +160,7 @@ func (r *requester) startWQE(w *sendWQE) bool {
 		// New messages wait for ACKs of the device's other QPs, so that
 		// the peer's receive ring does not overflow; messages started go
 		// on, so their ACKs come.
-		q.e.Ctr.TxWindowStalls.Add(1)
+		inc(&q.e.Ctr.TxWindowStalls)
 		q.e.waitWindow(q)
 		return false
 	}
@@ -199,8 +204,11 @@ func (r *requester) transmit(w *sendWQE) bool {
 		return false
 	}
 	q.path.Send(n)
+	if q.rp.limited {
+		q.rp.sent(&q.e.g.cc, n)
+	}
 	q.e.passLeft--
-	q.e.Ctr.TxPackets.Add(1)
+	q.countSent(n)
 	if w.nextPSN.After(r.sentPSN) {
 		r.sentPSN = w.nextPSN
 	}

@@ -116,15 +116,18 @@ func (r *responder) onRequest(p *Packet, oi *OpcodeInfo) {
 func (r *responder) checkPSN(p *Packet, oi *OpcodeInfo, psn PSN) bool {
 	ctr := &r.qp.e.Ctr
 	if d := psn.Diff(r.ePSN); d > 0 {
-		ctr.RxOutOfSeq.Add(1)
+		inc(&ctr.RxOutOfSeq)
+		inc(&r.qp.ctr.RxOutOfSeq)
 		if !r.nakSent {
 			r.nakSent = true
-			ctr.TxNAKSeq.Add(1)
+			inc(&ctr.TxNAKSeq)
+			inc(&r.qp.ctr.TxNAKSeq)
 			r.queueAck(NAKSyndrome(NAKPSNSequenceError), r.ePSN)
 		}
 		return false
 	} else if d < 0 {
-		ctr.RxDuplicate.Add(1)
+		inc(&ctr.RxDuplicate)
+		inc(&r.qp.ctr.RxDuplicate)
 		r.duplicate(p, oi, psn)
 		return false
 	}

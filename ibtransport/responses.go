@@ -60,7 +60,7 @@ func (r *responder) queueAck(syn Syndrome, psn PSN) {
 // nakError answers a request that cannot be executed with a NAK and moves
 // the QP to ERR after it (IBA class B/C errors).
 func (r *responder) nakError(psn PSN, code NAKCode, recvStatus WCStatus) {
-	r.qp.e.Ctr.TxNAKError.Add(1)
+	inc(&r.qp.e.Ctr.TxNAKError)
 	if r.recvActive {
 		r.completeRecv(recvStatus, 0)
 	}
@@ -70,7 +70,8 @@ func (r *responder) nakError(psn PSN, code NAKCode, recvStatus WCStatus) {
 }
 
 func (r *responder) rnrNAK(psn PSN) {
-	r.qp.e.Ctr.TxRNRNAK.Add(1)
+	inc(&r.qp.e.Ctr.TxRNRNAK)
+	inc(&r.qp.ctr.TxRNRNAK)
 	r.nakSent = true // the retry after the RNR wait fills the gap
 	r.queueAck(RNRNAKSyndrome(RNRTimer(r.qp.attr.MinRNRTimer)), psn)
 }
@@ -107,7 +108,7 @@ func (r *responder) sendResponses() bool {
 			continue
 		}
 		q.path.Send(n)
-		q.e.Ctr.TxPackets.Add(1)
+		q.countSent(n)
 		if done {
 			r.jobHead++
 		}

@@ -14,6 +14,9 @@ func (q *QP) service(now int64) bool {
 		q.flush()
 		return false
 	}
+	if q.cnpPending > 0 {
+		q.sendCNP()
+	}
 	busy := q.resp.sendResponses()
 	if q.st == QPSErr {
 		q.flush()
@@ -29,6 +32,9 @@ func (q *QP) service(now int64) bool {
 		if q.st == QPSErr {
 			q.flush()
 			return false
+		}
+		if q.rp.limited {
+			q.rp.tick(&q.e.g.cc, q.e.now())
 		}
 		if q.req.sendRequests() {
 			busy = true
@@ -105,6 +111,7 @@ func (q *QP) flush() {
 		for w := q.rq.peek(); w != nil; w = q.rq.peek() {
 			wc := WC{WRID: w.id, Status: WCWRFlushErr, Opcode: WCRecv, QPN: q.qpn, SrcQP: q.destQPN}
 			q.rq.pop()
+			q.publishRecvRetired()
 			q.complete(q.recvCQ, wc, false)
 		}
 	}

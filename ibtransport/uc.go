@@ -104,6 +104,6 @@ func (q *QP) transmitUC(i uint32, w *sendWQE) bool {
 	q.setRequestBTH(w, psn, psn == w.lastPSN, false)
 	q.path.Send(n)
 	q.e.passLeft--
-	q.e.Ctr.TxPackets.Add(1)
+	q.countSent(n)
 	return true
 }

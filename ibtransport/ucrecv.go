@@ -32,7 +32,7 @@ func (r *responder) ucAccept(oi *OpcodeInfo, psn PSN) bool {
 	ctr := &r.qp.e.Ctr
 	if oi.Position == PositionFirst || oi.Position == PositionOnly {
 		if psn != r.ePSN {
-			ctr.RxOutOfSeq.Add(1)
+			inc(&ctr.RxOutOfSeq)
 		}
 		switch {
 		case r.mode == modeIdle:
@@ -47,9 +47,9 @@ func (r *responder) ucAccept(oi *OpcodeInfo, psn PSN) bool {
 	}
 	switch {
 	case r.ucDropping:
-		ctr.RxUCResync.Add(1)
+		inc(&ctr.RxUCResync)
 	case psn != r.ePSN:
-		ctr.RxOutOfSeq.Add(1)
+		inc(&ctr.RxOutOfSeq)
 		r.ucDrop(&ctr.RxUCPSNGap)
 	case !r.checkOpSeq(oi):
 		r.ucDrop(&ctr.RxUCOpSeq)
@@ -62,7 +62,7 @@ func (r *responder) ucAccept(oi *OpcodeInfo, psn PSN) bool {
 // ucDrop drops the message in progress, counting the reason in ctr. The
 // receive it was filling (if any) is kept, emptied, for the next message.
 func (r *responder) ucDrop(ctr *atomic.Uint64) {
-	ctr.Add(1)
+	inc(ctr)
 	r.mode = modeIdle
 	r.ucDropping = true
 	r.recvOff = 0

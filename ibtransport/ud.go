@@ -98,6 +98,9 @@ func (q *QP) checkUDSendWR(wr *SendWR) error {
 // serviceUnacked is a UD or UC QP's share of Process: it sends what was
 // posted, with nothing to wait for.
 func (q *QP) serviceUnacked() bool {
+	if q.cnpPending > 0 && q.st >= QPSRTR && q.st != QPSErr {
+		q.sendCNP()
+	}
 	switch q.st {
 	case QPSRTS:
 		if q.typ == QPTypeUC {
@@ -161,7 +164,7 @@ func (q *QP) sendDatagram(i uint32, w *sendWQE) (WCStatus, bool) {
 	if w.length > q.mtu {
 		// C10-93.1.1: no packet and no error; the PSN is spent, as rxe
 		// spends it.
-		q.e.Ctr.TxUDTooLong.Add(1)
+		inc(&q.e.Ctr.TxUDTooLong)
 		q.req.sqPSN = psn.Add(1)
 		return WCSuccess, true
 	}
@@ -181,7 +184,7 @@ func (q *QP) sendDatagram(i uint32, w *sendWQE) (WCStatus, bool) {
 	q.req.sqPSN = psn.Add(1)
 	path.Send(n)
 	q.e.passLeft--
-	q.e.Ctr.TxPackets.Add(1)
+	q.countSent(n)
 	return WCSuccess, true
 }
 

@@ -14,13 +14,13 @@ type udReceiver struct {
 func (u *udReceiver) receive(q *QP, p *Packet, info *RecvInfo) {
 	e := u.e
 	if p.DETH.QKey() != q.attr.QKey {
-		e.Ctr.RxBadQKey.Add(1)
+		inc(&e.Ctr.RxBadQKey)
 		return
 	}
 	r := &q.resp
 	if !r.takeRecv() {
 		// UD has no RNR NAK: the datagram is lost.
-		e.Ctr.RxNoRecv.Add(1)
+		inc(&e.Ctr.RxNoRecv)
 		return
 	}
 	st := r.recvBad
@@ -62,6 +62,8 @@ func (u *udReceiver) complete(q *QP, p *Packet, net NetworkType, st WCStatus) {
 	r := &q.resp
 	wc := WC{WRID: r.recv.id, Status: st, Opcode: WCRecv, QPN: q.qpn}
 	if st == WCSuccess {
+		inc(&q.e.Ctr.RdmaRecvs)
+		inc(&q.ctr.RdmaRecvs)
 		wc.ByteLen = uint32(GRHLen + len(p.Payload))
 		wc.SrcQP = p.DETH.SrcQP()
 		wc.Flags = WCWithGRH

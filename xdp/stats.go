@@ -36,8 +36,9 @@ type Stats struct {
 	Counters
 	RxDropped, RxInvalidDescs, TxInvalidDescs uint64
 	RxRingFull, RxFillRingEmpty, TxRingEmpty  uint64
-	FillPending, TxPending                    uint32 // entries the kernel has not consumed yet
-	FreeTxFrames, FreeRxFrames                int    // frames waiting on our side, as of the last batch
+	// Gauges, not counters: package counters leaves them out.
+	FillPending, TxPending     uint32 `rdma:"-"` // entries the kernel has not consumed yet
+	FreeTxFrames, FreeRxFrames int    `rdma:"-"` // frames waiting on our side, as of the last batch
 }
 
 // Stats reads the kernel's ring statistics and adds the socket's counters.

@@ -24,6 +24,9 @@ type Conn struct {
 	tid         uint64 // of the REQ, carried by REP, RTU, MRA and REJ
 	localQPN    uint32
 	remoteQPN   uint32
+	serviceID   uint64  // a SIDR request's
+	sidrKey     sidrKey // a received SIDR request's name, in m.sidrRemote
+	sidrKnown   bool
 
 	// Timing, from the REQ (cm.c's timeout_ms, max_cm_retries, av.timeout).
 	timeout    time.Duration // one wait for an answer
@@ -225,6 +228,10 @@ func (c *Conn) Destroy() {
 			c.enterTimewait()
 		case StateDREQSent, StateDREQRcvd:
 			c.enterTimewait()
+		case StateSIDRREQRcvd:
+			// cm.c's cm_reject_sidr_req: the consumer will not answer.
+			m.queue(c.peer, buildSIDRREP(c.tid, c.remoteID, c.serviceID, mad.SIDRRejected, 0, 0, nil))
+			c.toIdle()
 		case StateTimewait:
 		default:
 			c.toIdle()
@@ -287,6 +294,9 @@ func (c *Conn) expire() {
 	case c.state == StateDREQSent:
 		c.enterTimewait()
 		m.post(Event{Type: EventDisconnected, Conn: c, TimedOut: true})
+	case c.state == StateSIDRREQSent:
+		c.toIdle()
+		m.post(Event{Type: EventTimeout, Conn: c})
 	}
 }
 

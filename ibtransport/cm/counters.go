@@ -10,6 +10,7 @@ import (
 // PerAttr counts MADs of each CM attribute.
 type PerAttr struct {
 	REQ, MRA, REJ, REP, RTU, DREQ, DREP atomic.Uint64
+	SIDRREQ, SIDRREP                    atomic.Uint64
 }
 
 func (p *PerAttr) of(a mad.AttrID) *atomic.Uint64 {
@@ -28,14 +29,18 @@ func (p *PerAttr) of(a mad.AttrID) *atomic.Uint64 {
 		return &p.DREQ
 	case mad.AttrDREP:
 		return &p.DREP
+	case mad.AttrSIDRREQ:
+		return &p.SIDRREQ
+	case mad.AttrSIDRREP:
+		return &p.SIDRREP
 	}
 	return nil
 }
 
 // Counters are the Manager's statistics, read atomically at any time.
 type Counters struct {
-	In  PerAttr // good MADs received, by attribute
-	Out PerAttr // MADs handed to Config.Send, retransmissions included
+	In  PerAttr `rdma:"rx_"` // good MADs received, by attribute
+	Out PerAttr `rdma:"tx_"` // MADs handed to Config.Send, retransmissions included
 
 	// MADs Parse refused, by reason; BadLength counts both short and long
 	// datagrams.

@@ -51,7 +51,7 @@ func (m *Manager) dispatch() {
 // while handling the REQ applies to everything after it. A destroyed
 // connection gets nothing.
 func (m *Manager) handlerFor(ev *Event) Handler {
-	if ev.Type == EventREQReceived {
+	if ev.Type == EventREQReceived || ev.Type == EventSIDRREQReceived {
 		if ev.Conn.destroyed {
 			return nil
 		}

@@ -42,19 +42,28 @@ const (
 	EventDisconnected
 	// EventTimewaitExit: TIMEWAIT is over and the connection is forgotten.
 	EventTimewaitExit
+	// EventSIDRREQReceived: a SIDR_REQ for a Listener's service; Conn is
+	// new, in StateSIDRREQRcvd, and answers with SIDRReply.
+	EventSIDRREQReceived
+	// EventSIDRREPReceived: the answer to ResolveService: SIDRStatus, and
+	// with SIDRValid the service's RemoteQPN and QKey. (A request that
+	// goes unanswered through its retries gets EventTimeout.)
+	EventSIDRREPReceived
 )
 
 var eventNames = [...]string{
-	EventREQReceived:  "REQ received",
-	EventREPReceived:  "REP received",
-	EventRTUReceived:  "RTU received",
-	EventEstablished:  "established",
-	EventREJReceived:  "REJ received",
-	EventMRAReceived:  "MRA received",
-	EventTimeout:      "timeout",
-	EventDREQReceived: "DREQ received",
-	EventDisconnected: "disconnected",
-	EventTimewaitExit: "timewait exit",
+	EventREQReceived:     "REQ received",
+	EventREPReceived:     "REP received",
+	EventRTUReceived:     "RTU received",
+	EventEstablished:     "established",
+	EventREJReceived:     "REJ received",
+	EventMRAReceived:     "MRA received",
+	EventTimeout:         "timeout",
+	EventDREQReceived:    "DREQ received",
+	EventDisconnected:    "disconnected",
+	EventTimewaitExit:    "timewait exit",
+	EventSIDRREQReceived: "SIDR REQ received",
+	EventSIDRREPReceived: "SIDR REP received",
 }
 
 func (t EventType) String() string {
@@ -106,6 +115,10 @@ type Event struct {
 
 	// TimedOut marks an EventDisconnected whose DREQ went unanswered.
 	TimedOut bool
+
+	// From a SIDR_REP (EventSIDRREPReceived); RemoteQPN above is its QPN.
+	SIDRStatus mad.SIDRStatus
+	QKey       uint32
 
 	// PrivateData is the whole private data field of the message that
 	// caused the event (REQ, REP, RTU, REJ, MRA, DREQ or DREP).

@@ -39,7 +39,27 @@ func newFixture(t testing.TB) *fixture {
 	for i := range uint32(5) {
 		f.passive(t, 0x2000+i, int(i))
 	}
+	f.sidr(t)
 	return f
+}
+
+// sidr adds a service ID resolution each way: one sent and unanswered,
+// one received and not yet answered.
+func (f *fixture) sidr(t testing.TB) {
+	_, err := f.m.Listen(testUDPSvcID, func(Event) {})
+	require.NoError(t, err)
+	c, err := f.m.ResolveService(SIDRParams{Peer: fixturePeer, ServiceID: testUDPSvcID}, nil)
+	require.NoError(t, err)
+	f.conns = append(f.conns, c)
+	req := newMAD(mad.AttrSIDRREQ, 0x3000)
+	mad.SIDRREQ(req).SetRequestID(0x3000)
+	mad.SIDRREQ(req).SetServiceID(testUDPSvcID)
+	f.m.Receive(fixturePeer, req)
+	f.m.mu.Lock()
+	p := f.m.sidrRemote[sidrKey{0x3000, fixturePeer.DGID}]
+	f.m.mu.Unlock()
+	require.NotNil(t, p)
+	f.conns = append(f.conns, p)
 }
 
 func (f *fixture) params() REQParams {
@@ -117,6 +137,10 @@ func (f *fixture) steer(b []byte) []byte {
 	c.m.mu.Lock()
 	local, remote := c.localID, c.remoteID
 	c.m.mu.Unlock()
+	if mad.MAD(b).Header().AttrID() == mad.AttrSIDRREP {
+		mad.SIDRREP(b).SetRequestID(local) // a SIDR_REP names the request by our ID
+		return b
+	}
 	mad.RTU(b).SetRemoteCommID(local) // every message but REQ has the IDs here
 	mad.RTU(b).SetLocalCommID(remote)
 	return b
@@ -131,6 +155,10 @@ func (f *fixture) check(t testing.TB) {
 	for k, c := range m.remote {
 		require.Same(t, c, m.conns[c.localID], "remote %v", k)
 		require.Equal(t, k, c.remoteKey())
+	}
+	for k, c := range m.sidrRemote {
+		require.Same(t, c, m.conns[c.localID], "SIDR request %v", k)
+		require.Equal(t, k, c.sidrKey)
 	}
 	for id, c := range m.conns {
 		require.Equal(t, id, c.localID)
@@ -151,7 +179,18 @@ func seeds(t testing.TB) [][]byte {
 		}
 		steered := append([]byte(nil), c.msg...)
 		steered[18] = 1
-		for i := range byte(8) {
+		for i := range byte(10) {
+			steered[19] = i
+			out = append(out, append([]byte(nil), steered...))
+		}
+	}
+	for _, attr := range []mad.AttrID{mad.AttrSIDRREQ, mad.AttrSIDRREP} {
+		m := newMAD(attr, 1)
+		mad.SIDRREQ(m).SetServiceID(testUDPSvcID) // a SIDR_REP's QPN: any
+		out = append(out, m)
+		steered := append([]byte(nil), m...)
+		steered[18] = 1
+		for i := range byte(10) {
 			steered[19] = i
 			out = append(out, append([]byte(nil), steered...))
 		}
@@ -196,5 +235,6 @@ func TestFixtureStates(t *testing.T) {
 		got = append(got, c.State())
 	}
 	require.Equal(t, []State{StateREQSent, StateEstablished, StateDREQSent,
-		StateREQRcvd, StateMRAREQSent, StateREPSent, StateEstablished, StateTimewait}, got)
+		StateREQRcvd, StateMRAREQSent, StateREPSent, StateEstablished, StateTimewait,
+		StateSIDRREQSent, StateSIDRREQRcvd}, got)
 }

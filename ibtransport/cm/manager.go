@@ -55,13 +55,15 @@ type Manager struct {
 	counters Counters
 	tidHigh  uint64 // upper half of our transaction IDs, as mad.c's hi_tid
 
-	mu        sync.Mutex
-	closed    bool
-	conns     map[uint32]*Conn    // every live connection, by local comm ID
-	remote    map[remoteKey]*Conn // connections whose peer ID we know
-	listeners map[uint64]*Listener
-	outbox    []outgoing // MADs to send once mu is released
-	timers    sync.WaitGroup
+	mu     sync.Mutex
+	closed bool
+	conns  map[uint32]*Conn    // every live connection, by local comm ID
+	remote map[remoteKey]*Conn // connections whose peer ID we know
+	// SIDR requests received and not answered yet, by the peer's name
+	sidrRemote map[sidrKey]*Conn
+	listeners  map[uint64]*Listener
+	outbox     []outgoing // MADs to send once mu is released
+	timers     sync.WaitGroup
 
 	events     []queuedEvent // to the dispatch goroutine, under mu
 	wake       chan struct{}
@@ -106,6 +108,7 @@ func New(cfg Config) *Manager {
 		tidHigh:    uint64(rand.Uint32()) << 32,
 		conns:      make(map[uint32]*Conn),
 		remote:     make(map[remoteKey]*Conn),
+		sidrRemote: make(map[sidrKey]*Conn),
 		listeners:  make(map[uint64]*Listener),
 		wake:       make(chan struct{}, 1),
 		dispatched: make(chan struct{}),
@@ -141,6 +144,7 @@ func (m *Manager) Close() {
 	}
 	clear(m.conns)
 	clear(m.remote)
+	clear(m.sidrRemote)
 	clear(m.listeners)
 	m.outbox, m.events = nil, nil
 	m.mu.Unlock()
@@ -205,6 +209,9 @@ func (m *Manager) forget(c *Conn) {
 	}
 	if c.remoteKnown && m.remote[c.remoteKey()] == c {
 		delete(m.remote, c.remoteKey())
+	}
+	if c.sidrKnown && m.sidrRemote[c.sidrKey] == c {
+		delete(m.sidrRemote, c.sidrKey)
 	}
 }
 

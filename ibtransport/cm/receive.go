@@ -39,6 +39,10 @@ func (m *Manager) Receive(from ibtransport.AddressVector, b []byte) {
 		m.receiveDREQ(from, mad.DREQ(msg))
 	case mad.AttrDREP:
 		m.receiveDREP(mad.DREP(msg))
+	case mad.AttrSIDRREQ:
+		m.receiveSIDRREQ(from, mad.SIDRREQ(msg))
+	case mad.AttrSIDRREP:
+		m.receiveSIDRREP(mad.SIDRREP(msg))
 	}
 	m.unlockAndSend()
 }

@@ -22,6 +22,10 @@ const (
 	StateDREQSent
 	StateDREQRcvd
 	StateTimewait
+	// Service ID resolution (sidr.go): a SIDR_REQ sent and waiting for
+	// its SIDR_REP, or received and waiting for the consumer's answer.
+	StateSIDRREQSent
+	StateSIDRREQRcvd
 )
 
 var stateNames = [...]string{
@@ -39,6 +43,8 @@ var stateNames = [...]string{
 	StateDREQSent:    "DREQ_SENT",
 	StateDREQRcvd:    "DREQ_RCVD",
 	StateTimewait:    "TIMEWAIT",
+	StateSIDRREQSent: "SIDR_REQ_SENT",
+	StateSIDRREQRcvd: "SIDR_REQ_RCVD",
 }
 
 func (s State) String() string {

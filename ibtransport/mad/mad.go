@@ -89,9 +89,9 @@ func (a AttrID) String() string {
 	return "CM_ATTR_0x" + hex16(uint16(a))
 }
 
-// Supported reports whether a is a connection message this package has a
-// view for: REQ, MRA, REJ, REP, RTU, DREQ or DREP.
-func (a AttrID) Supported() bool { return a >= AttrREQ && a <= AttrDREP }
+// Supported reports whether a is a message this package has a view for:
+// REQ, MRA, REJ, REP, RTU, DREQ, DREP, SIDR_REQ or SIDR_REP.
+func (a AttrID) Supported() bool { return a >= AttrREQ && a <= AttrSIDRREP }
 
 func hex16(v uint16) string {
 	const digits = "0123456789abcdef"
@@ -192,10 +192,11 @@ func (m MAD) InitCM(attr AttrID, tid uint64) {
 
 // Parse checks that b, the payload of a UD SEND to QP1, is a CM MAD this
 // package can read: base version 1, class CM, class version 2, method SEND,
-// a supported attribute, exactly Len bytes, and for a REJ an ARI length that
-// fits its field. It returns the MAD view of b and allocates nothing. A
-// datagram longer than a MAD is refused too: its tail would be private data
-// beyond what any message has room for.
+// a supported attribute, exactly Len bytes, and for a REJ (a SIDR_REP) an
+// ARI (additional information) length that fits its field. It returns the
+// MAD view of b and allocates nothing. A datagram longer than a MAD is
+// refused too: its tail would be private data beyond what any message has
+// room for.
 func Parse(b []byte) (MAD, error) {
 	if len(b) < Len {
 		return nil, ErrTruncated
@@ -217,6 +218,9 @@ func Parse(b []byte) (MAD, error) {
 	}
 	m := MAD(b[:Len:Len])
 	if h.AttrID() == AttrREJ && int(REJ(m).ARILength()) > REJARILen {
+		return nil, ErrBadARILength
+	}
+	if h.AttrID() == AttrSIDRREP && int(SIDRREP(m).InfoLength()) > SIDRInfoLen {
 		return nil, ErrBadARILength
 	}
 	return m, nil

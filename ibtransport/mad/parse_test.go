@@ -28,22 +28,25 @@ func corrupted(good []byte) map[string]struct {
 	}
 	rej := with(17, byte(mad.AttrREJ))
 	rej[33] = 0xfe // an ARI length of 127
+	sidrRep := with(17, byte(mad.AttrSIDRREP))
+	sidrRep[29] = mad.SIDRInfoLen + 1
 	return map[string]struct {
 		b   []byte
 		err error
 	}{
-		"empty":           {nil, mad.ErrTruncated},
-		"header only":     {good[:mad.HeaderLen], mad.ErrTruncated},
-		"one short":       {good[:mad.Len-1], mad.ErrTruncated},
-		"one long":        {append(append([]byte(nil), good...), 0), mad.ErrPrivateDataTooLong},
-		"OPA base":        {with(0, 0x80), mad.ErrBadBaseVersion},
-		"SA class":        {with(1, 0x03), mad.ErrBadClass},
-		"class version 1": {with(2, 1), mad.ErrBadClassVersion},
-		"GET":             {with(3, 0x01), mad.ErrUnknownMethod},
-		"response bit":    {with(3, 0x83), mad.ErrUnknownMethod},
-		"LAP":             {with(17, byte(mad.AttrLAP)), mad.ErrUnknownAttribute},
-		"attr 0x0110":     {with(16, 1), mad.ErrUnknownAttribute},
-		"REJ ARI 127":     {rej, mad.ErrBadARILength},
+		"empty":            {nil, mad.ErrTruncated},
+		"header only":      {good[:mad.HeaderLen], mad.ErrTruncated},
+		"one short":        {good[:mad.Len-1], mad.ErrTruncated},
+		"one long":         {append(append([]byte(nil), good...), 0), mad.ErrPrivateDataTooLong},
+		"OPA base":         {with(0, 0x80), mad.ErrBadBaseVersion},
+		"SA class":         {with(1, 0x03), mad.ErrBadClass},
+		"class version 1":  {with(2, 1), mad.ErrBadClassVersion},
+		"GET":              {with(3, 0x01), mad.ErrUnknownMethod},
+		"response bit":     {with(3, 0x83), mad.ErrUnknownMethod},
+		"LAP":              {with(17, byte(mad.AttrLAP)), mad.ErrUnknownAttribute},
+		"attr 0x0110":      {with(16, 1), mad.ErrUnknownAttribute},
+		"REJ ARI 127":      {rej, mad.ErrBadARILength},
+		"SIDR_REP info 73": {sidrRep, mad.ErrBadARILength},
 	}
 }
 
@@ -123,5 +126,11 @@ func readAll(m mad.MAD) {
 		_ = mad.DREQ(m).PrivateData()
 	case mad.AttrDREP:
 		_ = mad.DREP(m).PrivateData()
+	case mad.AttrSIDRREQ:
+		r := mad.SIDRREQ(m)
+		_, _, _ = r.RequestID(), r.ServiceID(), r.PrivateData()
+	case mad.AttrSIDRREP:
+		r := mad.SIDRREP(m)
+		_, _, _, _ = r.Status(), r.QPN(), r.QKey(), r.PrivateData()
 	}
 }

@@ -25,6 +25,12 @@ type Config struct {
 	Queues int            // RX and TX queues of each veth end; default 1
 	AddrsA []netip.Prefix // default 10.47.0.1/24 and fd47::1/64
 	AddrsB []netip.Prefix // default 10.47.0.2/24 and fd47::2/64
+	// Bridged puts a third namespace, Pair.Middle, between the ends: each
+	// end's veth leads there, to a bridge that joins them. Frames between
+	// the ends then pass the kernel's forwarding path in Middle, where a
+	// test may filter or drop them (nftables' bridge family), whatever
+	// sent them: AF_XDP frames bypass the ends' own qdiscs and netfilter.
+	Bridged bool
 }
 
 // End is one side of the pair: a named network namespace holding one veth end.
@@ -39,7 +45,9 @@ type End struct {
 
 // Pair is two namespaces joined by a veth pair.
 type Pair struct {
-	A, B   End
+	A, B End
+	// Middle is the namespace between A and B with Config.Bridged ("" without).
+	Middle string
 	MTU    int
 	closed bool
 }
@@ -170,18 +178,12 @@ func New(cfg Config) (p *Pair, err error) {
 		return p, fmt.Errorf("netlink handle in %s: %w", p.B.Namespace, err)
 	}
 	defer hb.Close()
-	veth := &netlink.Veth{
-		LinkAttrs: netlink.LinkAttrs{
-			Name: p.A.Ifname, MTU: cfg.MTU,
-			NumTxQueues: cfg.Queues, NumRxQueues: cfg.Queues,
-		},
-		PeerName:        p.B.Ifname,
-		PeerNamespace:   netlink.NsFd(p.B.Handle),
-		PeerMTU:         uint32(cfg.MTU),
-		PeerNumTxQueues: uint32(cfg.Queues),
-		PeerNumRxQueues: uint32(cfg.Queues),
-	}
-	if err := ha.LinkAdd(veth); err != nil {
+	if cfg.Bridged {
+		p.Middle = base + "m"
+		if err := bridge(p, cfg, ha, hb); err != nil {
+			return p, err
+		}
+	} else if err := ha.LinkAdd(newVeth(cfg, p.A.Ifname, p.B.Ifname, p.B.Handle)); err != nil {
 		return p, fmt.Errorf("create veth pair %s/%s: %w", p.A.Ifname, p.B.Ifname, err)
 	}
 	sides := []struct {
@@ -299,6 +301,64 @@ func newNamed(name string) (netns.NsHandle, error) {
 	return h, nil
 }
 
+// newVeth describes a veth pair of cfg's MTU and queues: name in the
+// handle's namespace, peer in peerNS.
+func newVeth(cfg Config, name, peer string, peerNS netns.NsHandle) *netlink.Veth {
+	return &netlink.Veth{
+		LinkAttrs: netlink.LinkAttrs{
+			Name: name, MTU: cfg.MTU,
+			NumTxQueues: cfg.Queues, NumRxQueues: cfg.Queues,
+		},
+		PeerName:        peer,
+		PeerNamespace:   netlink.NsFd(peerNS),
+		PeerMTU:         uint32(cfg.MTU),
+		PeerNumTxQueues: uint32(cfg.Queues),
+		PeerNumRxQueues: uint32(cfg.Queues),
+	}
+}
+
+// bridge creates p.Middle, a veth from each end to it, and a bridge there
+// (br0, no STP: its ports forward at once) joining the two.
+func bridge(p *Pair, cfg Config, ha, hb *netlink.Handle) error {
+	mh, err := newNamed(p.Middle)
+	if err != nil {
+		return err
+	}
+	defer mh.Close()
+	hm, err := netlink.NewHandleAt(mh)
+	if err != nil {
+		return fmt.Errorf("netlink handle in %s: %w", p.Middle, err)
+	}
+	defer hm.Close()
+	br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: "br0", MTU: cfg.MTU}}
+	if err := hm.LinkAdd(br); err != nil {
+		return fmt.Errorf("create bridge in %s: %w", p.Middle, err)
+	}
+	for i, end := range []struct {
+		e *End
+		h *netlink.Handle
+	}{{&p.A, ha}, {&p.B, hb}} {
+		port := fmt.Sprintf("port%d", i)
+		if err := end.h.LinkAdd(newVeth(cfg, end.e.Ifname, port, mh)); err != nil {
+			return fmt.Errorf("create veth %s/%s: %w", end.e.Ifname, port, err)
+		}
+		l, err := hm.LinkByName(port)
+		if err == nil {
+			err = hm.LinkSetMaster(l, br)
+		}
+		if err == nil {
+			err = hm.LinkSetUp(l)
+		}
+		if err != nil {
+			return fmt.Errorf("bridge port %s in %s: %w", port, p.Middle, err)
+		}
+	}
+	if err := hm.LinkSetUp(br); err != nil {
+		return fmt.Errorf("bridge up in %s: %w", p.Middle, err)
+	}
+	return nil
+}
+
 // Close deletes both namespaces (which destroys the veth pair with them).
 // It is safe to call more than once.
 func (p *Pair) Close() error {
@@ -307,12 +367,18 @@ func (p *Pair) Close() error {
 	}
 	p.closed = true
 	var errs []error
+	names := []string{p.A.Namespace, p.B.Namespace}
+	if p.Middle != "" {
+		names = append(names, p.Middle)
+	}
 	for _, e := range []*End{&p.A, &p.B} {
 		if e.Handle.IsOpen() {
 			e.Handle.Close()
 		}
-		if err := netns.DeleteNamed(e.Namespace); err != nil && !errors.Is(err, os.ErrNotExist) {
-			errs = append(errs, fmt.Errorf("delete namespace %s: %w", e.Namespace, err))
+	}
+	for _, name := range names {
+		if err := netns.DeleteNamed(name); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("delete namespace %s: %w", name, err))
 		}
 	}
 	return errors.Join(errs...)

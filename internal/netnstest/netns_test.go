@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -115,4 +117,25 @@ func TestNeedFailsUnderCI(t *testing.T) {
 	RequireCommands(r, "install-deps.sh", "sh", "softnic-no-such-command")
 	assert.Equal(t, "needs softnic-no-such-command: run install-deps.sh", r.skip)
 	assert.Empty(t, r.fatal)
+}
+
+// A bridged pair passes traffic through its middle namespace, which
+// Close deletes with the ends.
+func TestBridgedPair(t *testing.T) {
+	Integration(t)
+	p, err := New(Config{Bridged: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { p.Close() })
+	require.NotEmpty(t, p.Middle)
+	for _, dst := range []netip.Addr{p.B.Addr4(), p.B.Addr6()} {
+		assert.NoError(t, p.A.Ping(dst, 5*time.Second), "ping through the bridge")
+	}
+	out, err := exec.Command("ip", "-n", p.Middle, "-o", "link", "show", "master", "br0").Output()
+	require.NoError(t, err, string(out))
+	assert.Equal(t, 2, strings.Count(string(out), " master br0 "), "two bridge ports:\n%s", out)
+	require.NoError(t, p.Close())
+	for _, n := range []string{p.A.Namespace, p.B.Namespace, p.Middle} {
+		_, err := os.Stat(filepath.Join("/var/run/netns", n))
+		assert.True(t, os.IsNotExist(err), "namespace %s left", n)
+	}
 }

@@ -34,6 +34,21 @@ func TestClassicRoundTrip(t *testing.T) {
 	assert.Equal(t, io.EOF, err)
 }
 
+func TestTruncatedRecord(t *testing.T) {
+	var buf bytes.Buffer
+	w, err := NewWriterSnaplen(&buf, 64)
+	require.NoError(t, err)
+	frame := bytes.Repeat([]byte{0x5a}, 200)
+	require.NoError(t, w.WriteTruncated(time.Unix(1, 2), frame[:64], len(frame)))
+	require.Equal(t, uint32(64), binary.LittleEndian.Uint32(buf.Bytes()[16:]), "snap length in the file header")
+	r, err := NewReader(&buf)
+	require.NoError(t, err)
+	p, err := r.Next()
+	require.NoError(t, err)
+	assert.Equal(t, frame[:64], p.Data)
+	assert.Equal(t, 200, p.OrigLen)
+}
+
 // ngBlock builds a little-endian pcapng block.
 func ngBlock(typ uint32, body []byte) []byte {
 	for len(body)%4 != 0 {
@@ -110,4 +125,26 @@ func FuzzReader(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestCutShort: a file that ends inside a record's header or body ends
+// with an error that says so (ErrFormat and io.ErrUnexpectedEOF), after
+// the whole records before it.
+func TestCutShort(t *testing.T) {
+	var buf bytes.Buffer
+	w, err := NewWriter(&buf)
+	require.NoError(t, err)
+	require.NoError(t, w.WritePacket(time.Unix(1, 0), []byte{1, 2, 3}))
+	require.NoError(t, w.WritePacket(time.Unix(2, 0), bytes.Repeat([]byte{7}, 100)))
+	whole := buf.Bytes()
+	for _, cut := range []int{len(whole) - 1, len(whole) - 100, len(whole) - 110} {
+		r, err := NewReader(bytes.NewReader(whole[:cut]))
+		require.NoError(t, err)
+		p, err := r.Next()
+		require.NoError(t, err)
+		require.Equal(t, []byte{1, 2, 3}, p.Data)
+		_, err = r.Next()
+		require.ErrorIs(t, err, ErrFormat, "cut at %d", cut)
+		require.ErrorIs(t, err, io.ErrUnexpectedEOF, "cut at %d", cut)
+	}
 }

@@ -77,7 +77,10 @@ func NewReader(r io.Reader) (*Reader, error) {
 	return rd, nil
 }
 
-// Next returns the next packet, or io.EOF at the end of the file.
+// Next returns the next packet, or io.EOF at the end of the file. A file
+// cut short in the middle of a classic record (a capture killed while it
+// wrote) ends with an error that is both ErrFormat and
+// io.ErrUnexpectedEOF.
 func (rd *Reader) Next() (*Packet, error) {
 	if rd.ng {
 		return rd.nextNG()
@@ -87,7 +90,7 @@ func (rd *Reader) Next() (*Packet, error) {
 		if err == io.EOF {
 			return nil, io.EOF
 		}
-		return nil, fmt.Errorf("%w: record header: %v", ErrFormat, err)
+		return nil, fmt.Errorf("%w: record header: %w", ErrFormat, err)
 	}
 	sec, frac := rd.bo.Uint32(hdr[0:]), rd.bo.Uint32(hdr[4:])
 	incl, orig := rd.bo.Uint32(hdr[8:]), rd.bo.Uint32(hdr[12:])
@@ -111,7 +114,10 @@ func (rd *Reader) read(n int) ([]byte, error) {
 	}
 	rd.buf = rd.buf[:n]
 	if _, err := io.ReadFull(rd.r, rd.buf); err != nil {
-		return nil, fmt.Errorf("%w: record body: %v", ErrFormat, err)
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF // a header announced these bytes
+		}
+		return nil, fmt.Errorf("%w: record body: %w", ErrFormat, err)
 	}
 	return rd.buf, nil
 }

@@ -72,6 +72,7 @@ type runCtx struct {
 	dev       Device
 	pd        *verbs.PD
 	mr        *verbs.MR
+	buf       []byte // the registered memory, from AllocMemory
 	scq, rcq  *verbs.CQ
 	qps       []*verbs.QP
 	local     []oob.PerftestDest
@@ -116,7 +117,13 @@ func (r *runCtx) allocate() error {
 	r.area = buffSize(p.Size, r.cycle)
 	total := inc(r.area, r.cacheLine) * 2 * uint64(p.NumQPs)
 	r.pd = r.dev.Verbs.AllocPD()
-	buf := make([]byte, total)
+	// Memory the daemon maps too, when the device is reached through one:
+	// it then copies payloads as an in-process device does.
+	buf, err := r.dev.Verbs.AllocMemory(int(total))
+	if err != nil {
+		return fmt.Errorf("allocate %d bytes: %w", total, err)
+	}
+	r.buf = buf
 	if p.Test.IsBW() || p.Verb() != VerbWrite {
 		fillRandom(buf)
 	}
@@ -187,6 +194,9 @@ func (r *runCtx) close() {
 	}
 	if r.mr != nil {
 		r.mr.Dereg()
+	}
+	if r.buf != nil {
+		r.dev.Verbs.FreeMemory(r.buf)
 	}
 }
 

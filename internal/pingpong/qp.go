@@ -43,11 +43,14 @@ func (c *pingpong) init() error {
 	}
 	pd := c.dev.Verbs.AllocPD()
 	c.ud.pd = pd
-	c.buf = make([]byte, c.dataOff()+cfg.Size)
+	// Memory a daemon maps too, when the device is reached through one.
+	var err error
+	if c.buf, err = c.dev.Verbs.AllocMemory(c.dataOff() + cfg.Size); err != nil {
+		return fmt.Errorf("Couldn't allocate work buf: %w", err)
+	}
 	for i := range c.buf {
 		c.buf[i] = fill
 	}
-	var err error
 	if c.mr, err = pd.RegMR(c.buf, verbs.AccessLocalWrite); err != nil {
 		return fmt.Errorf("Couldn't register MR: %w", err)
 	}
@@ -103,6 +106,9 @@ func (c *pingpong) close() {
 	}
 	if c.mr != nil {
 		c.mr.Dereg()
+	}
+	if c.buf != nil {
+		c.dev.Verbs.FreeMemory(c.buf)
 	}
 }
 

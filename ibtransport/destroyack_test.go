@@ -1,0 +1,66 @@
+package ibtransport
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// A QP destroyed just after a SEND to it completed still ACKs that SEND:
+// the destroy, queued between the pass's receive and its Process (a
+// daemon's client that saw the completion and exited), runs after the QP's
+// responses went out. Before, it ran first and the peer retried the SEND
+// for ever.
+func TestDestroyAfterReceiveStillAcks(t *testing.T) {
+	port := &fakePort{}
+	e := NewEngine(port, func() {})
+	// Until the test drives the passes itself, a goroutine runs them, as
+	// the engine goroutine would: the setup's commands wait for a pass.
+	stop := make(chan struct{})
+	var loop sync.WaitGroup
+	loop.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				e.Process()
+				time.Sleep(10 * time.Microsecond)
+			}
+		}
+	})
+	mr := newTestRegion(make([]byte, 4096), 0x1234, AccessAll)
+	cq := &testCQ{}
+	q, err := e.CreateQP(&QPConfig{Memory: &testMemory{mr}, SendCQ: cq, RecvCQ: cq, Cap: QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	require.NoError(t, err)
+	require.NoError(t, q.Modify(&QPAttr{State: QPSInit}, QPAttrState))
+	require.NoError(t, q.Modify(&QPAttr{State: QPSRTR, PathMTU: MTU1024, DestQPN: peerQPN, RQPSN: 100, MaxDestRdAtomic: 1,
+		AV: AddressVector{DGID: peerGID}}, QPAttrState|QPAttrAV|QPAttrPathMTU|QPAttrDestQPN|QPAttrRQPSN|
+		QPAttrMaxDestRdAtomic|QPAttrMinRNRTimer))
+	require.NoError(t, q.Modify(&QPAttr{State: QPSRTS, SQPSN: 500, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 1},
+		QPAttrState|QPAttrSQPSN|QPAttrTimeout|QPAttrRetryCnt|QPAttrRNRRetry|QPAttrMaxQPRdAtomic))
+	require.NoError(t, q.PostRecv(&RecvWR{ID: 1, SGL: []SGE{mr.SGE(0, 100)}}))
+	close(stop)
+	loop.Wait()
+	e.Process() // the receive posted above is taken
+
+	ft := &fuzzTarget{qp: q}
+	port.keep = true
+	e.Receive(ft.packet(OpRCSendOnly, 100, 50, nil), &RecvInfo{SGID: peerGID})
+	var wcs [1]WC
+	n, err := cq.Poll(wcs[:])
+	require.NoError(t, err)
+	require.Equal(t, 1, n, "the receive completed")
+	destroyed := make(chan error, 1)
+	go func() { destroyed <- q.Destroy() }()
+	require.Eventually(t, e.hasCmds.Load, 5*time.Second, time.Microsecond)
+	e.Process()
+	require.NoError(t, <-destroyed)
+	require.Len(t, port.sent, 1, "the SEND's ACK went out before the QP went")
+	var p Packet
+	require.NoError(t, ParsePacket(port.sent[0], &p))
+	require.Equal(t, OpRCAcknowledge, p.BTH.Opcode())
+	require.Equal(t, PSN(100), p.BTH.PSN())
+}
