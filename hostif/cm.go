@@ -51,6 +51,12 @@ type (
 		Private                            [CMPrivateDataMax]byte
 	}
 	CMListenRequest struct{ ID, Backlog uint32 }
+	// CMSetOptionRequest sets an ID's option (rdma_set_option at level
+	// RDMA_OPTION_ID): Option 0 the traffic class, 3 the ACK timeout.
+	CMSetOptionRequest struct{ ID, Option, Value uint32 }
+	// CMMigrateRequest sends ID's events to Channel from now on, those
+	// not yet taken too (rdma_migrate_id).
+	CMMigrateRequest struct{ ID, Channel uint32 }
 	// CMGetEventRequest takes the next event of Channel; EAGAIN when
 	// there is none.
 	CMGetEventRequest struct{ Channel uint32 }
@@ -60,7 +66,9 @@ type (
 	// listening ID), UserHandle the ID's (the listener's for a new ID).
 	// Local and Peer are the ID's addresses after the event; the
 	// parameters and private data are what the peer sent, Reason a REJ's
-	// reason.
+	// reason (a SIDR_REP's status for a UD ID). For a UD ID's
+	// ESTABLISHED, QPN and QKey are the peer's QP and Q_Key, SGIDIndex
+	// and HopLimit the address vector's (whose GID is Peer's).
 	CMEvent struct {
 		Type                               uint32
 		Status                             int32
@@ -72,6 +80,9 @@ type (
 		RetryCount, RNRRetryCount          uint8
 		Reason, PrivateLen                 uint16
 		Private                            [CMPrivateDataMax]byte
+		QPN, QKey                          uint32
+		SGIDIndex, HopLimit                uint8
+		Reserved                           uint16
 	}
 )
 

@@ -7,7 +7,7 @@ import (
 )
 
 // Version is the host interface version this package speaks.
-const Version = 1
+const Version = 2
 
 // Op is a control command (docs/HOST-INTERFACE.md).
 type Op uint16
@@ -49,13 +49,24 @@ const (
 	OpCMGetEvent
 	OpCMQueryAddr
 	OpCMDetachQP
+	// Memory the client shares with the daemon by descriptor (a sealed
+	// memfd): regions inside it are reached without process_vm calls.
+	OpShareMemory
+	OpUnshareMemory
+	// The device's and its QPs' counters (hostif/counters.go).
+	OpQueryCounters
+	// An rdma_cm ID's option (rdma_set_option; hostif/cm.go).
+	OpCMSetOption
+	// An rdma_cm ID's events to another channel (rdma_migrate_id).
+	OpCMMigrateID
 )
 
 var opNames = [...]string{"", "hello", "alloc_pd", "dealloc_pd", "reg_mr", "dereg_mr", "create_comp_channel",
 	"create_cq", "destroy_cq", "create_qp", "modify_qp", "destroy_qp", "create_ah", "destroy_ah", "query_port", "query_gid", "create_srq", "modify_srq", "destroy_srq",
 	"query_resources", "cm_create_channel", "cm_create_id", "cm_bind", "cm_resolve_addr", "cm_resolve_route",
 	"cm_create_qp", "cm_connect", "cm_listen", "cm_accept", "cm_reject", "cm_disconnect", "cm_destroy_id",
-	"cm_get_event", "cm_query_addr", "cm_detach_qp"}
+	"cm_get_event", "cm_query_addr", "cm_detach_qp", "share_memory", "unshare_memory", "query_counters",
+	"cm_set_option", "cm_migrate_id"}
 
 func (o Op) String() string {
 	if int(o) < len(opNames) && o != 0 {
@@ -98,8 +109,11 @@ type (
 		PD, Access   uint32
 		Addr, Length uint64
 	}
-	RegMRReply      struct{ Handle, LKey, RKey uint32 }
-	CreateCQRequest struct {
+	RegMRReply struct{ Handle, LKey, RKey uint32 }
+	// ShareMemoryRequest comes with one descriptor, a memfd: Length bytes
+	// of it from offset 0 are mapped at Addr in the client.
+	ShareMemoryRequest struct{ Addr, Length uint64 }
+	CreateCQRequest    struct {
 		Entries, Channel uint32
 		UserHandle       uint64
 	}

@@ -44,20 +44,25 @@ func TestOpNumbers(t *testing.T) {
 		"destroy_cq", "create_qp", "modify_qp", "destroy_qp", "create_ah", "destroy_ah", "query_port", "query_gid",
 		"create_srq", "modify_srq", "destroy_srq", "query_resources", "cm_create_channel", "cm_create_id", "cm_bind",
 		"cm_resolve_addr", "cm_resolve_route", "cm_create_qp", "cm_connect", "cm_listen", "cm_accept", "cm_reject",
-		"cm_disconnect", "cm_destroy_id", "cm_get_event", "cm_query_addr", "cm_detach_qp"}
+		"cm_disconnect", "cm_destroy_id", "cm_get_event", "cm_query_addr", "cm_detach_qp", "share_memory",
+		"unshare_memory", "query_counters", "cm_set_option", "cm_migrate_id"}
 	for i, n := range names {
 		require.Equal(t, n, Op(i+1).String(), "op %d", i+1)
 	}
 	require.Equal(t, Op(19), OpQueryResources)
 	require.Equal(t, Op(20), OpCMCreateChannel)
 	require.Equal(t, Op(34), OpCMDetachQP)
-	require.Equal(t, "op(35)", Op(35).String())
+	require.Equal(t, Op(36), OpUnshareMemory)
+	require.Equal(t, Op(37), OpQueryCounters)
+	require.Equal(t, Op(38), OpCMSetOption)
+	require.Equal(t, Op(39), OpCMMigrateID)
+	require.Equal(t, "op(40)", Op(40).String())
 }
 
 // The CM's bodies have the sizes docs/HOST-INTERFACE.md gives them, and
 // addresses go both ways.
 func TestCMBodies(t *testing.T) {
-	require.Equal(t, 292, binary.Size(CMEvent{}))
+	require.Equal(t, 304, binary.Size(CMEvent{}))
 	require.Equal(t, 236, binary.Size(CMConnParam{}))
 	require.Equal(t, 36, binary.Size(CMAddrReply{}))
 	require.Equal(t, 44, binary.Size(CMResolveAddrRequest{}))

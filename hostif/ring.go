@@ -51,14 +51,19 @@ func Pow2(n int) int { return 1 << bits.Len(uint(max(n, 1)-1)) }
 func RingSize(depth, stride int) int { return HeaderSize + depth*stride }
 
 // WorkQueue is a send or receive queue in shared memory: the client fills
-// entries and moves the producer index; the daemon takes them and moves the
-// consumer index.
+// entries and moves the producer index; the daemon takes them, and moves the
+// consumer index as their slots become the client's again: when it takes
+// them, or, for a QP's queues, as the engine retires them (RetiredWord).
 type WorkQueue struct {
 	mem    []byte
 	mask   uint32
 	stride int
 	// next is the client's next entry to fill, published by Publish.
 	next uint32
+	// Daemon side: taken is the next entry to take; the consumer index
+	// follows it unless the engine keeps that index (engineRetires).
+	taken         uint32
+	engineRetires bool
 }
 
 // NewWorkQueue returns the queue in mem.
@@ -68,6 +73,7 @@ func NewWorkQueue(mem []byte, depth, stride int) (*WorkQueue, error) {
 	}
 	q := &WorkQueue{mem: mem, mask: uint32(depth - 1), stride: stride}
 	q.next = atomic.LoadUint32(word(mem, offProducer))
+	q.taken = atomic.LoadUint32(word(mem, offConsumer))
 	return q, nil
 }
 
@@ -108,21 +114,43 @@ func (q *WorkQueue) Publish() { atomic.StoreUint32(word(q.mem, offProducer), q.n
 // Daemon side.
 
 // Pending returns how many published entries the daemon has not taken, and
-// false if the producer index cannot be right (more than depth ahead): the
-// client broke its queue.
+// false if the producer index cannot be right (more than depth ahead of
+// the consumer's): the client broke its queue.
 func (q *WorkQueue) Pending() (uint32, bool) {
-	n := q.Producer() - q.Consumer()
-	return n, n <= q.mask+1
+	p := q.Producer()
+	n := p - q.taken
+	return n, n <= q.mask+1 && p-q.Consumer() <= q.mask+1
 }
 
-// Take moves the consumer index past n entries (release): their slots are
-// the client's again.
+// Taken returns the index of the first entry not taken.
+func (q *WorkQueue) Taken() uint32 { return q.taken }
+
+// Take takes n entries, and unless the engine retires the queue's entries
+// (RetiredWord) moves the consumer index past them (release): their slots
+// are the client's again.
 func (q *WorkQueue) Take(n uint32) {
-	atomic.StoreUint32(word(q.mem, offConsumer), q.Consumer()+n)
+	q.taken += n
+	if !q.engineRetires {
+		atomic.StoreUint32(word(q.mem, offConsumer), q.taken)
+	}
+}
+
+// RetiredWord hands the consumer index to the engine, which keeps it at
+// the number of the queue's entries it retired (ibtransport's
+// QP.MirrorRetired): from then on a slot is the client's again once its work
+// request is done, not when it is taken, and a QP holds no more than its
+// depth.
+func (q *WorkQueue) RetiredWord() *uint32 {
+	q.engineRetires = true
+	return word(q.mem, offConsumer)
 }
 
 // SetState publishes the QP's state for the client (ibv_qp_state).
 func (q *WorkQueue) SetState(s uint32) { atomic.StoreUint32(word(q.mem, offState), s) }
+
+// StateWord is the word SetState stores to, for the engine to keep current
+// (ibtransport.QP.MirrorState).
+func (q *WorkQueue) StateWord() *uint32 { return word(q.mem, offState) }
 
 // State returns the QP's state as the daemon published it.
 func (q *WorkQueue) State() uint32 { return atomic.LoadUint32(word(q.mem, offState)) }

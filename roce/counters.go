@@ -9,9 +9,10 @@ import (
 
 // RxCounters counts received frames by what became of them. A device keeps
 // one set; the fields are atomics so they can be read while packets flow.
+// Package counters names them rx_good, rx_bad_icrc, ... (DeviceCounters.Rx).
 type RxCounters struct {
 	Good         atomic.Uint64 // RoCEv2 frames that parsed, with a good ICRC
-	NotRoCE      atomic.Uint64 // frames that were something else
+	NotRoCE      atomic.Uint64 `rdma:"not_roce"` // frames that were something else
 	Truncated    atomic.Uint64
 	BadIPHeader  atomic.Uint64
 	IPOptions    atomic.Uint64

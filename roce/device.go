@@ -42,16 +42,25 @@ type DeviceConfig struct {
 	// 0 runs one per receive queue, up to the number of CPUs; a link that
 	// is not a Splitter, or has one queue, gets one engine.
 	Engines int
+	// ECN is the ECN codepoint of the packets the device sends (default
+	// ECT(0)); ECNNotECT sends the QPs' traffic class unchanged, as rxe.
+	ECN ECN
+	// CNPDSCP is the DSCP of the CNPs the device sends: 0 is ConnectX's
+	// 48, a negative value DSCP 0.
+	CNPDSCP int
+	// Congestion configures ECN's notification and reaction points
+	// (DCQCN); the zero value is ConnectX's defaults, both on.
+	Congestion ibtransport.CongestionConfig
 }
 
 // DeviceCounters count what the device did with frames, beyond the parse
 // outcomes in Rx.
 type DeviceCounters struct {
-	Rx         RxCounters
+	Rx         RxCounters    `rdma:"rx_"`
 	RxNotForUs atomic.Uint64 // RoCEv2 frames to an address not in the GID table
 	TxFrames   atomic.Uint64
 	TxNoBuffer atomic.Uint64 // times the link had no TX buffer free
-	TxErrors   atomic.Uint64 // frames that could not be finished
+	TxErrors   atomic.Uint64 `rdma:"send_err"` // frames that could not be finished
 	Loopback   atomic.Uint64 // packets between two QPs of this device
 	Passes     atomic.Uint64 // engine passes, by the engine goroutine and in Poll
 	PollPasses atomic.Uint64 // engine passes run by applications' Poll
@@ -77,8 +86,13 @@ type Device struct {
 	neigh   map[netip.Addr][6]byte
 
 	pollHold time.Duration
+	ecn      ECN
+	cnpDSCP  uint8
 	stop     atomic.Bool
 	closeMu  sync.Mutex
+
+	captureMu sync.Mutex
+	capture   *Capture // the running capture, if any
 }
 
 // NewDevice creates a device on link and starts its engine goroutines.
@@ -90,6 +104,9 @@ func NewDevice(link Link, cfg DeviceConfig) (*Device, error) {
 		resolve: cfg.Resolve, neigh: map[netip.Addr][6]byte{}}
 	if d.batch <= 0 {
 		d.batch = 64
+	}
+	if err := d.setCongestion(cfg); err != nil {
+		return nil, err
 	}
 	if d.spin == 0 {
 		d.spin = defaultSpin
@@ -122,6 +139,12 @@ func NewDevice(link Link, cfg DeviceConfig) (*Device, error) {
 		ports[i], wakes[i] = ln, ln.wake
 	}
 	d.group = ibtransport.NewGroup(ports, wakes)
+	if err := d.group.SetCongestion(cfg.Congestion); err != nil {
+		for _, o := range d.lanes {
+			o.napFile.Close()
+		}
+		return nil, fmt.Errorf("new RoCE device: %w", err)
+	}
 	for i, ln := range d.lanes {
 		ln.eng = d.group.Engines()[i]
 		go ln.run()

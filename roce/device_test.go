@@ -36,6 +36,15 @@ func devicePair(t *testing.T, cfg memlink.Config, addrA, addrB netip.Addr, mtu i
 	}
 	qa, ca := mk(a)
 	qb, cb := mk(b)
+	err = connectRC(t, qa, qb, addrA, addrB, mtu)
+	return a.RoCE(), b.RoCE(), qa, qb, ca, cb, err
+}
+
+// connectRC moves two RC QPs to RTS, each connected to the other; the
+// first error of moving them to RTR comes back (such as a path MTU the
+// link cannot carry).
+func connectRC(t *testing.T, qa, qb *verbs.QP, addrA, addrB netip.Addr, mtu ibtransport.MTU) error {
+	t.Helper()
 	var firstErr error
 	for _, s := range []struct {
 		q, peer *verbs.QP
@@ -55,7 +64,7 @@ func devicePair(t *testing.T, cfg memlink.Config, addrA, addrB netip.Addr, mtu i
 			RNRRetry: 7, MaxRdAtomic: 1}, ibtransport.QPAttrState|ibtransport.QPAttrSQPSN|ibtransport.QPAttrTimeout|
 			ibtransport.QPAttrRetryCnt|ibtransport.QPAttrRNRRetry|ibtransport.QPAttrMaxQPRdAtomic))
 	}
-	return a.RoCE(), b.RoCE(), qa, qb, ca, cb, firstErr
+	return firstErr
 }
 
 func TestDeviceIPv6AndCounters(t *testing.T) {

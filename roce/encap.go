@@ -15,9 +15,12 @@ type Encap struct {
 	HasVLAN        bool
 	Src, Dst       netip.Addr // both IPv4 or both IPv6
 	TrafficClass   uint8
-	HopLimit       uint8
-	FlowLabel      uint32
-	SrcPort        uint16
+	// CNPTrafficClass is the traffic class of CNPs (BTH opcode 0x81) on
+	// the path: they carry their own DSCP, as ConnectX sends them.
+	CNPTrafficClass uint8
+	HopLimit        uint8
+	FlowLabel       uint32
+	SrcPort         uint16
 }
 
 // HeaderLen returns the number of bytes before the BTH: Ethernet, the
@@ -74,20 +77,24 @@ func (e *Encap) Finish(frame []byte, ibLen int) (int, error) {
 		etherHeader(frame).encode(e.DstMAC, e.SrcMAC, etherType)
 	}
 	ip := frame[ipOff:]
-	e.writeIPHeader(ip, udpLen)
+	tc := e.TrafficClass
+	if ibtransport.Opcode(frame[ipOff+ipLen+udpHeaderLen]) == ibtransport.OpCNP {
+		tc = e.CNPTrafficClass
+	}
+	e.writeIPHeader(ip, tc, udpLen)
 	udpHeader(ip[ipLen:]).encode(e.SrcPort, UDPPort, udpLen)
 	putICRC(ip)
 	return total, nil
 }
 
-// writeIPHeader writes the IPv4 or IPv6 header of a packet of udpLen bytes
-// of UDP datagram at the start of ip.
-func (e *Encap) writeIPHeader(ip []byte, udpLen int) {
+// writeIPHeader writes the IPv4 or IPv6 header, with traffic class tc, of
+// a packet of udpLen bytes of UDP datagram at the start of ip.
+func (e *Encap) writeIPHeader(ip []byte, tc uint8, udpLen int) {
 	if e.Src.Is4() {
 		ip4 := ipv4Header(ip)
-		ip4.encode(e.TrafficClass, e.HopLimit, ipv4HeaderLen+udpLen, e.Src.As4(), e.Dst.As4())
+		ip4.encode(tc, e.HopLimit, ipv4HeaderLen+udpLen, e.Src.As4(), e.Dst.As4())
 		ip4.setChecksum()
 		return
 	}
-	ipv6Header(ip).encode(e.TrafficClass, e.FlowLabel, e.HopLimit, udpLen, e.Src.As16(), e.Dst.As16())
+	ipv6Header(ip).encode(tc, e.FlowLabel, e.HopLimit, udpLen, e.Src.As16(), e.Dst.As16())
 }

@@ -75,7 +75,11 @@ func TestFrameRoundTrip(t *testing.T) {
 				assert.Equal(t, e.DstMAC, f.DstMAC)
 				assert.Equal(t, e.HasVLAN, f.HasVLAN)
 				assert.Equal(t, e.VLAN, f.VLAN)
-				assert.Equal(t, e.TrafficClass, f.TrafficClass)
+				wantTC := e.TrafficClass
+				if op == ibtransport.OpCNP {
+					wantTC = e.CNPTrafficClass // CNPs carry their own DSCP
+				}
+				assert.Equal(t, wantTC, f.TrafficClass)
 				assert.Equal(t, e.HopLimit, f.HopLimit)
 				assert.Equal(t, e.SrcPort, f.SrcPort)
 				if e.Src.Is6() {

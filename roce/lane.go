@@ -72,6 +72,9 @@ type lane struct {
 	idleSince time.Time
 	napped    bool
 
+	// capture, if set, is the lane's part of a running capture (capture.go).
+	capture atomic.Pointer[laneCapture]
+
 	// host, if set, are the daemon's clients' queues (first lane only).
 	host atomic.Pointer[HostQueues]
 
@@ -301,6 +304,7 @@ func (ln *lane) receive(frame []byte) {
 		ln.eng.SettleWrites() // the link reuses the frames' buffers next
 		return
 	}
+	ln.captureFrame(frame)
 	f := &ln.rxFrame
 	err := ParseFrame(frame, f)
 	ln.ctr.Rx.Count(err)
@@ -323,5 +327,6 @@ func (ln *lane) receive(frame []byte) {
 	ln.rxInfo.DGID = dst
 	ln.rxInfo.DGIDIndex = idx
 	ln.rxInfo.NetHeader = f.IPHeader
+	ln.rxInfo.CE = f.TrafficClass&3 == ecnCE
 	ln.eng.Receive(f.IB, &ln.rxInfo)
 }

@@ -62,7 +62,7 @@ func (p *loopPath) Send(n int) {
 	ln := p.ln
 	ln.loopQ = append(ln.loopQ, loopPacket{buf: ln.loopBuf, n: n, info: p.info})
 	lp := &ln.loopQ[len(ln.loopQ)-1]
-	p.encap.writeIPHeader(lp.net[:], udpHeaderLen+n+ibtransport.ICRCLen)
+	p.encap.writeIPHeader(lp.net[:], p.encap.TrafficClass, udpHeaderLen+n+ibtransport.ICRCLen)
 	lp.info.NetHeader = lp.net[:p.encap.ipHeaderLen()]
 	ln.loopBuf = nil
 	ln.ctr.Loopback.Add(1)

@@ -24,8 +24,8 @@ func (ln *lane) Path(av *ibtransport.AddressVector, qpn uint32, pathMTU int) (ib
 	if src.Is4() != dst.Is4() {
 		return nil, fmt.Errorf("GIDs %v and %v: %w", src, dst, ErrAddressFamily)
 	}
-	encap := Encap{SrcMAC: ln.d.mac, Src: src, Dst: dst, TrafficClass: av.TrafficClass,
-		HopLimit: av.HopLimit, FlowLabel: av.FlowLabel, SrcPort: SourcePort(qpn)}
+	encap := Encap{SrcMAC: ln.d.mac, Src: src, Dst: dst, TrafficClass: ln.d.trafficClass(av.TrafficClass),
+		CNPTrafficClass: ln.d.cnpTrafficClass(), HopLimit: av.HopLimit, FlowLabel: av.FlowLabel, SrcPort: SourcePort(qpn)}
 	if encap.HopLimit == 0 {
 		encap.HopLimit = 64
 	}
@@ -128,6 +128,7 @@ func (p *path) finish(buf []byte, n int) {
 		ln.spare = append(ln.spare, buf)
 		return
 	}
+	ln.captureFrame(buf[:l])
 	ln.link.Send(buf[:l])
 	ln.ctr.TxFrames.Add(1)
 }

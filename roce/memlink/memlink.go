@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/softnic/softnic/counters"
 	"github.com/softnic/softnic/roce"
 )
 
@@ -453,3 +454,9 @@ func (e *Endpoint) pop() item {
 }
 
 func less(a, b *item) bool { return a.at < b.at || (a.at == b.at && a.seq < b.seq) }
+
+// AppendCounters implements roce.CounterLink: what became of the frames
+// this end sent (memlink_sent, memlink_lost, ...), faults included.
+func (e *Endpoint) AppendCounters(dst []counters.Counter) []counters.Counter {
+	return counters.Append(dst, "memlink_", &e.stats)
+}

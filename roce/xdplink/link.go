@@ -43,15 +43,15 @@ type Config struct {
 
 // Stats gathers the link's counters.
 type Stats struct {
-	Program     bpf.Stats
-	Sockets     []xdp.Stats
-	RxOversized uint64 // multi-buffer frames longer than MTU+26 bytes: dropped
-	RxBadDesc   uint64 // descriptors outside the UMEM: dropped
-	RxJoined    uint64 // multi-buffer frames copied into one buffer to deliver them
-	TxStaged    uint64 // frames copied from a staging buffer into several chunks
-	TxNoBuffer  uint64 // TxFrame calls that found no free buffer
-	TxQueued    int    // frames sent but not yet on the TX ring (ring full)
-	TxBusyWaits uint64 // engine waits that began with frames the kernel had not taken
+	Program     bpf.Stats   `rdma:"-"` // named xdp_* by AppendCounters
+	Sockets     []xdp.Stats `rdma:"-"`
+	RxOversized uint64      // multi-buffer frames longer than MTU+26 bytes: dropped
+	RxBadDesc   uint64      // descriptors outside the UMEM: dropped
+	RxJoined    uint64      // multi-buffer frames copied into one buffer to deliver them
+	TxStaged    uint64      // frames copied from a staging buffer into several chunks
+	TxNoBuffer  uint64      // TxFrame calls that found no free buffer
+	TxQueued    int         `rdma:"-"` // frames sent but not yet on the TX ring (ring full): a gauge
+	TxBusyWaits uint64      // engine waits that began with frames the kernel had not taken
 }
 
 // Link is a roce.Link over AF_XDP on a real interface: softnic's XDP program
