@@ -206,6 +206,10 @@ func (ss *session) cmQueryAddr(sc *sessionCM, req hostif.HandleRequest) (any, []
 // maxCMTimeout bounds the timeouts a client gives (a minute).
 const maxCMTimeout = 60000
 
+// maxCMBacklog is the most connect requests a listener keeps unanswered
+// (the kernel's default rdma_ucm max_backlog).
+const maxCMBacklog = 1024
+
 func (ss *session) cmResolveAddr(sc *sessionCM, req hostif.CMResolveAddrRequest) (any, []int, error) {
 	c, err := sc.id(ss, req.ID)
 	if err != nil {
@@ -238,7 +242,7 @@ func (ss *session) cmCreateQP(sc *sessionCM, req hostif.CMCreateQPRequest) (any,
 	if c.qp != 0 || c.id.Device() == nil {
 		return nil, nil, fmt.Errorf("CM ID %d: %w", req.ID, rdmacm.ErrState)
 	}
-	if req.QP.Type != uint32(verbs.QPTypeRC) {
+	if req.QP.Type != uint32(verbs.QPTypeRC) && req.QP.Type != uint32(verbs.QPTypeUD) {
 		return nil, nil, fmt.Errorf("CM QP of type %d: %w", req.QP.Type, rdmacm.ErrInvalidArgument)
 	}
 	body, fds, err := ss.createQP(req.QP)
@@ -252,17 +256,7 @@ func (ss *session) cmCreateQP(sc *sessionCM, req hostif.CMCreateQPRequest) (any,
 		return nil, nil, err
 	}
 	c.qp = reply.Handle
-	ss.publishCMQP(c)
 	return reply, fds, nil
-}
-
-// publishCMQP publishes the state the ID moved its QP to in the QP's
-// ring, as modify_qp does: the client's provider checks it before
-// posting. Session goroutine only (it owns the rings).
-func (ss *session) publishCMQP(c *cmID) {
-	if q := ss.qps[c.qp]; c.qp != 0 && q != nil {
-		q.sq.SetState(uint32(q.qp.State()))
-	}
 }
 
 func (ss *session) cmDetachQP(sc *sessionCM, req hostif.HandleRequest) (any, []int, error) {
@@ -299,7 +293,6 @@ func (ss *session) cmCall(sc *sessionCM, p hostif.CMConnParam, call func(*rdmacm
 		return nil, nil, err
 	}
 	err = call(c.id, &cp)
-	ss.publishCMQP(c)
 	return hostif.Empty{}, nil, err
 }
 
@@ -320,7 +313,12 @@ func (ss *session) cmListen(sc *sessionCM, req hostif.CMListenRequest) (any, []i
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := c.id.Listen(int(min(req.Backlog, 1024))); err != nil {
+	// As the kernel's ucma: 0 is the most, and more than the most is it.
+	backlog := req.Backlog
+	if backlog == 0 || backlog > maxCMBacklog {
+		backlog = maxCMBacklog
+	}
+	if err := c.id.Listen(int(backlog)); err != nil {
 		return nil, nil, err
 	}
 	return cmAddrReply(c.id), nil, nil
@@ -332,8 +330,36 @@ func (ss *session) cmDisconnect(sc *sessionCM, req hostif.HandleRequest) (any, [
 		return nil, nil, err
 	}
 	err = c.id.Disconnect()
-	ss.publishCMQP(c)
 	return hostif.Empty{}, nil, err
+}
+
+func (ss *session) cmSetOption(sc *sessionCM, req hostif.CMSetOptionRequest) (any, []int, error) {
+	c, err := sc.id(ss, req.ID)
+	if err != nil {
+		return nil, nil, err
+	}
+	if req.Value > 0xff {
+		return nil, nil, fmt.Errorf("option value %d: %w", req.Value, rdmacm.ErrInvalidArgument)
+	}
+	return hostif.Empty{}, nil, c.id.SetOption(int(req.Option), uint8(req.Value))
+}
+
+// cmMigrateID sends an ID's events to another of the session's channels;
+// a listener's later requests' IDs go there too.
+func (ss *session) cmMigrateID(sc *sessionCM, req hostif.CMMigrateRequest) (any, []int, error) {
+	c, err := sc.id(ss, req.ID)
+	if err != nil {
+		return nil, nil, err
+	}
+	ch := sc.channels[req.Channel]
+	if ch == nil {
+		return nil, nil, fmt.Errorf("CM channel %d: %w", req.Channel, errNoObject)
+	}
+	if err := c.id.Migrate(ch.ch); err != nil {
+		return nil, nil, err
+	}
+	c.channel = req.Channel
+	return hostif.Empty{}, nil, nil
 }
 
 // cmDestroyID destroys an ID; its QP, if any, stays the session's, in ERR.
@@ -345,7 +371,6 @@ func (ss *session) cmDestroyID(sc *sessionCM, req hostif.HandleRequest) (any, []
 	delete(sc.ids, req.Handle)
 	delete(sc.handles, c.id)
 	err = c.id.Destroy()
-	ss.publishCMQP(c)
 	return hostif.Empty{}, nil, err
 }
 
@@ -364,6 +389,8 @@ func cmErrno(err error) unix.Errno {
 		return unix.ETIMEDOUT
 	case errors.Is(err, rdmacm.ErrClosed):
 		return unix.EBADF
+	case errors.Is(err, rdmacm.ErrNotSupported):
+		return unix.ENOSYS
 	}
 	return errnoOf(err)
 }

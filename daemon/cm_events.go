@@ -49,7 +49,6 @@ func (ss *session) cmRecord(sc *sessionCM, ev rdmacm.Event) (hostif.CMEvent, boo
 		return rec, false
 	}
 	c := sc.ids[h]
-	ss.publishCMQP(c)
 	local, peer := ev.ID.LocalAddr(), ev.ID.PeerAddr()
 	rec.Type, rec.Status, rec.ID, rec.UserHandle = uint32(ev.Type), -int32(cmErrno(ev.Err)), h, c.user
 	rec.LocalPort, rec.PeerPort = local.Port(), peer.Port()
@@ -59,5 +58,8 @@ func (ss *session) cmRecord(sc *sessionCM, ev rdmacm.Event) (hostif.CMEvent, boo
 		p.ResponderResources, p.InitiatorDepth, p.RetryCount, p.RNRRetryCount
 	rec.Reason = uint16(ev.Reason)
 	rec.PrivateLen = uint16(copy(rec.Private[:], p.PrivateData))
+	if ud := ev.UD; ud != nil {
+		rec.QPN, rec.QKey, rec.SGIDIndex, rec.HopLimit = ud.QPN, ud.QKey, ud.AV.SGIDIndex, ud.AV.HopLimit
+	}
 	return rec, true
 }

@@ -34,6 +34,9 @@ var handlers = map[hostif.Op]handler{
 	hostif.OpDestroyAH:         with(noReply((*session).destroyAH)),
 	hostif.OpDestroySRQ:        with(noReply((*session).destroySRQHandle)),
 	hostif.OpQueryResources:    with((*session).queryResources),
+	hostif.OpQueryCounters:     with((*session).queryCounters),
+	hostif.OpShareMemory:       with(noFDs((*session).shareMemory)),
+	hostif.OpUnshareMemory:     with(noReply((*session).unshareMemory)),
 	// The connection manager (cm.go).
 	hostif.OpCMCreateChannel: withCM((*session).cmCreateChannel),
 	hostif.OpCMCreateID:      withCM((*session).cmCreateID),
@@ -42,6 +45,8 @@ var handlers = map[hostif.Op]handler{
 	hostif.OpCMResolveRoute:  withCM((*session).cmResolveRoute),
 	hostif.OpCMCreateQP:      withCM((*session).cmCreateQP),
 	hostif.OpCMDetachQP:      withCM((*session).cmDetachQP),
+	hostif.OpCMSetOption:     withCM((*session).cmSetOption),
+	hostif.OpCMMigrateID:     withCM((*session).cmMigrateID),
 	hostif.OpCMConnect:       withCM((*session).cmConnect),
 	hostif.OpCMListen:        withCM((*session).cmListen),
 	hostif.OpCMAccept:        withCM((*session).cmAccept),

@@ -29,12 +29,19 @@ func FuzzControlMessages(f *testing.F) {
 	seed(hostif.OpDestroyQP, hostif.HandleRequest{Handle: 3})
 	seed(hostif.OpHello, hostif.HelloRequest{Version: 1})
 	seed(hostif.OpQueryResources, hostif.ResourcesRequest{After: 1 << 31})
+	seed(hostif.OpQueryCounters, hostif.CountersRequest{From: 1 << 31})
+	seed(hostif.OpQueryCounters, hostif.CountersRequest{Flags: 1, QPN: 1})
+	seed(hostif.OpQueryCounters, hostif.CountersRequest{Flags: 7})
+	seed(hostif.OpShareMemory, hostif.ShareMemoryRequest{Addr: 1 << 12, Length: 1 << 60})
+	seed(hostif.OpUnshareMemory, hostif.HandleRequest{Handle: 1})
 	seed(hostif.Op(999), hostif.Empty{})
 	// The connection manager's commands, with handles a session's first
 	// objects get (1, 2, 3...).
 	seed(hostif.OpCMCreateChannel, hostif.Empty{})
 	seed(hostif.OpCMCreateID, hostif.CMCreateIDRequest{Channel: 1, PortSpace: 0x0106})
 	seed(hostif.OpCMCreateID, hostif.CMCreateIDRequest{Channel: 1, PortSpace: 1 << 20})
+	seed(hostif.OpCMCreateID, hostif.CMCreateIDRequest{Channel: 1, PortSpace: 0x0111}) // UDP: UD QPs
+	seed(hostif.OpCMCreateQP, hostif.CMCreateQPRequest{ID: 2, QP: hostif.CreateQPRequest{PD: 3, SendCQ: 4, RecvCQ: 4, Type: 2, MaxSendWR: 1, MaxRecvWR: 1}})
 	seed(hostif.OpCMBind, hostif.CMAddrRequest{ID: 2, Port: 7000, Addr: hostif.CMAddr(addrA)})
 	seed(hostif.OpCMBind, hostif.CMAddrRequest{ID: 2, Addr: [16]byte{0xff, 1}})
 	seed(hostif.OpCMListen, hostif.CMListenRequest{ID: 2, Backlog: 1 << 31})
@@ -52,6 +59,9 @@ func FuzzControlMessages(f *testing.F) {
 	seed(hostif.OpCMQueryAddr, hostif.HandleRequest{Handle: 2})
 	seed(hostif.OpCMGetEvent, hostif.CMGetEventRequest{Channel: 1})
 	seed(hostif.OpCMDestroyID, hostif.HandleRequest{Handle: 2})
+	seed(hostif.OpCMSetOption, hostif.CMSetOptionRequest{ID: 2, Option: 3, Value: 1 << 31})
+	seed(hostif.OpCMMigrateID, hostif.CMMigrateRequest{ID: 2, Channel: 1})
+	seed(hostif.OpCMMigrateID, hostif.CMMigrateRequest{ID: 2, Channel: 99})
 
 	r := newRig(f)
 	var conn *client.Conn

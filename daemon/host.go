@@ -133,6 +133,9 @@ type hostQP struct {
 	rdec   *hostif.RecvDecoder
 	send   ibtransport.SendWR
 	recv   ibtransport.RecvWR
+	// sqDone and rqDone keep the rings' consumer indices at the work
+	// requests done (rqDone nil on an SRQ); entries dropped here count.
+	sqDone, rqDone *ibtransport.RetiredMirror
 	fetchState
 	pd, sc, rc, srq uint32
 }
@@ -156,7 +159,7 @@ func (q *hostQP) fetchSends() (full bool) {
 		q.breakQP()
 		return false
 	}
-	cons := q.sq.Consumer()
+	cons := q.sq.Taken()
 	for i := range n {
 		e := q.sq.Entry(cons + i)
 		err := q.sdec.Decode(e, &q.send)
@@ -173,15 +176,18 @@ func (q *hostQP) fetchSends() (full bool) {
 			q.sq.Take(i)
 			return true
 		}
-		// A QP not yet in RTS drops the entry: the client's provider
-		// checks the QP's state before it posts.
+		if err != nil {
+			// A QP not yet in RTS drops the entry (the client's
+			// provider checks the QP's state before it posts): done.
+			q.sqDone.Skip(1)
+		}
 	}
 	q.sq.Take(n)
 	return false
 }
 
 func (q *hostQP) fetchRecvs() (full bool) {
-	full, ok := fetchRecvs(q.rq, q.rdec, &q.recv, q.qp.PostRecv)
+	full, ok := fetchRecvs(q.rq, q.rdec, &q.recv, q.qp.PostRecv, q.rqDone)
 	if !ok {
 		q.breakQP()
 	}
@@ -191,21 +197,27 @@ func (q *hostQP) fetchRecvs() (full bool) {
 // fetchRecvs takes the receive entries of wq to post, and reports whether
 // some must wait for room in the engine's queue, and false if the client
 // broke wq's indices. An entry that cannot be decoded is posted with
-// memory no region has (poisonSGL).
-func fetchRecvs(wq *hostif.WorkQueue, dec *hostif.RecvDecoder, wr *ibtransport.RecvWR, post func(*ibtransport.RecvWR) error) (full, ok bool) {
+// memory no region has (poisonSGL). One the queue refuses (a QP in RESET)
+// is dropped, and counted done in done.
+func fetchRecvs(wq *hostif.WorkQueue, dec *hostif.RecvDecoder, wr *ibtransport.RecvWR, post func(*ibtransport.RecvWR) error,
+	done *ibtransport.RetiredMirror) (full, ok bool) {
 	n, ok := wq.Pending()
 	if !ok {
 		return false, false
 	}
-	cons := wq.Consumer()
+	cons := wq.Taken()
 	for i := range n {
 		e := wq.Entry(cons + i)
 		if err := dec.Decode(e, wr); err != nil {
 			*wr = ibtransport.RecvWR{ID: binary.LittleEndian.Uint64(e), SGL: poisonSGL[:]}
 		}
-		if err := post(wr); errors.Is(err, verbs.ErrQueueFull) {
+		err := post(wr)
+		if errors.Is(err, verbs.ErrQueueFull) {
 			wq.Take(i)
 			return true, true
+		}
+		if err != nil && done != nil {
+			done.Skip(1)
 		}
 	}
 	wq.Take(n)
@@ -221,6 +233,9 @@ type hostSRQ struct {
 	dec  *hostif.RecvDecoder
 	recv ibtransport.RecvWR
 	pd   uint32
+	// done keeps the ring's consumer index at the receives the engines
+	// took; entries dropped here count.
+	done *ibtransport.RetiredMirror
 	fetchState
 }
 
@@ -228,7 +243,7 @@ func (s *hostSRQ) fetch() (full bool) {
 	if s.broken {
 		return false
 	}
-	full, ok := fetchRecvs(s.wq, s.dec, &s.recv, s.srq.PostRecv)
+	full, ok := fetchRecvs(s.wq, s.dec, &s.recv, s.srq.PostRecv, s.done)
 	s.broken = !ok // its QPs go on with the receives already posted
 	return full
 }

@@ -23,12 +23,22 @@ func (ss *session) regMR(req hostif.RegMRRequest) (any, error) {
 	if err := ss.proc.CheckMapped(req.Addr, req.Length, write); err != nil {
 		return nil, err
 	}
-	mr, err := pd.RegProcessMemory(ss.proc, req.Addr, req.Length, access)
+	sh, shared := ss.sharedFor(req.Addr, req.Length)
+	var mr *verbs.MR
+	var err error
+	if shared != nil {
+		mr, err = ss.regSharedMR(pd, shared, req.Addr, req.Length, access)
+	} else {
+		mr, err = pd.RegProcessMemory(ss.proc, req.Addr, req.Length, access)
+	}
 	if err != nil {
 		return nil, err
 	}
 	h := ss.handle()
 	ss.mrs[h], ss.mrPD[h] = mr, req.PD
+	if shared != nil {
+		ss.mrShared[h] = sh
+	}
 	return hostif.RegMRReply{Handle: h, LKey: mr.LKey(), RKey: mr.RKey()}, nil
 }
 
@@ -160,6 +170,17 @@ func (ss *session) newHostQP(qp *verbs.QP, sDepth, rDepth int, cap verbs.QPCap, 
 		ss.freeRing(r)
 		return nil, err
 	}
+	// The client's provider checks the state before it posts, and reads
+	// it for ibv_query_qp: the engine keeps it current, moves to ERR too.
+	qp.QP.MirrorState(q.sq.StateWord())
+	// A ring's slot is the client's again when its work request is done,
+	// not when the engine takes it, so that the QP holds no more than its
+	// depth (ibv_post_send fails with ENOMEM beyond it, as on hardware).
+	var rqWord *uint32
+	if q.rq != nil {
+		rqWord = q.rq.RetiredWord()
+	}
+	q.sqDone, q.rqDone = qp.QP.MirrorRetired(q.sq.RetiredWord(), rqWord)
 	return q, nil
 }
 
@@ -187,9 +208,7 @@ func (ss *session) modifyQP(req hostif.ModifyQPRequest) error {
 		PathMTU: ibtransport.MTU(req.PathMTU), Timeout: req.Timeout, RetryCnt: req.RetryCnt, RNRRetry: req.RNRRetry,
 		RQPSN: ibtransport.PSN(req.RQPSN), SQPSN: ibtransport.PSN(req.SQPSN), MaxRdAtomic: req.MaxRdAtomic,
 		MaxDestRdAtomic: req.MaxDestRdAtomic, MinRNRTimer: req.MinRNR, DestQPN: req.DestQPN, QKey: req.QKey}
-	err := q.qp.Modify(&attr, ibtransport.QPAttrMask(req.Mask))
-	q.sq.SetState(uint32(q.qp.State()))
-	return err
+	return q.qp.Modify(&attr, ibtransport.QPAttrMask(req.Mask))
 }
 
 // The destroy commands: each object goes if nothing of the session uses
@@ -231,9 +250,16 @@ func (ss *session) deregMR(req hostif.HandleRequest) error {
 	if mr == nil {
 		return errNoObject
 	}
+	if err := mr.Dereg(); err != nil {
+		return err
+	}
 	delete(ss.mrs, req.Handle)
 	delete(ss.mrPD, req.Handle)
-	return mr.Dereg()
+	if sh, ok := ss.mrShared[req.Handle]; ok {
+		ss.shared[sh].mrs--
+		delete(ss.mrShared, req.Handle)
+	}
+	return nil
 }
 
 func (ss *session) destroyAH(req hostif.HandleRequest) error {
@@ -375,7 +401,8 @@ func (ss *session) createSRQ(req hostif.CreateSRQRequest) (any, []int, error) {
 		return nil, nil, err
 	}
 	h := ss.handle()
-	ss.srqs[h] = &hostSRQ{srq: srq, ring: r, wq: wq, dec: hostif.NewRecvDecoder(stride, maxSGE), pd: req.PD}
+	ss.srqs[h] = &hostSRQ{srq: srq, ring: r, wq: wq, dec: hostif.NewRecvDecoder(stride, maxSGE), pd: req.PD,
+		done: srq.MirrorRetired(wq.RetiredWord())}
 	ss.publishFetchers()
 	ss.s.own(srq, ss, req.UserHandle)
 	return hostif.CreateSRQReply{Handle: h, Depth: uint32(depth), Stride: uint32(stride)}, []int{r.fd}, nil

@@ -13,7 +13,7 @@ import (
 // sessionless are the commands a connection may send without hello. They
 // open no session: a monitor such as `softnic stat` puts nothing on the
 // engine's list, counts as no session and leaves no line in the log.
-var sessionless = map[hostif.Op]bool{hostif.OpHello: true, hostif.OpQueryResources: true}
+var sessionless = map[hostif.Op]bool{hostif.OpHello: true, hostif.OpQueryResources: true, hostif.OpQueryCounters: true}
 
 // sessionIDs numbers the sessions of every Server of the process: an ID
 // is never given twice, so a monitor pages through them in ID order.

@@ -32,14 +32,21 @@ type session struct {
 	// closeAfterReply are descriptors passed in the reply being sent that
 	// the daemon does not keep.
 	closeAfterReply []int
+	// received is the descriptor that came with the command being run,
+	// or -1; a command that keeps it takes it (takeFD).
+	received int
 	// ringBytes is the shared memory of the session's CQ and QP rings.
 	ringBytes int
 
 	// The tables: only the session's goroutine touches them.
-	next     uint32
-	pds      map[uint32]*verbs.PD
-	mrs      map[uint32]*verbs.MR
-	mrPD     map[uint32]uint32
+	next uint32
+	pds  map[uint32]*verbs.PD
+	mrs  map[uint32]*verbs.MR
+	mrPD map[uint32]uint32
+	// shared are the client's shared mappings (shared.go); mrShared names
+	// the one each region inside such a mapping uses.
+	shared   map[uint32]*sharedMemory
+	mrShared map[uint32]uint32
 	channels map[uint32]int // handle: the pipe's write end
 	cqs      map[uint32]*hostCQ
 	qps      map[uint32]*hostQP
@@ -76,7 +83,8 @@ func newSession(s *Server, c *net.UnixConn) (*session, error) {
 	}
 	ss := &session{s: s, conn: c, proc: proc, async: -1, pds: map[uint32]*verbs.PD{}, mrs: map[uint32]*verbs.MR{},
 		mrPD: map[uint32]uint32{}, channels: map[uint32]int{}, cqs: map[uint32]*hostCQ{}, qps: map[uint32]*hostQP{},
-		srqs: map[uint32]*hostSRQ{}, ahPD: map[uint32]uint32{}}
+		srqs: map[uint32]*hostSRQ{}, ahPD: map[uint32]uint32{}, shared: map[uint32]*sharedMemory{},
+		mrShared: map[uint32]uint32{}, received: -1}
 	ss.fetchers.Store(&[]fetcher{})
 	ss.ahs.Store(&map[uint32]*verbs.AH{})
 	return ss, nil
@@ -112,12 +120,18 @@ func (ss *session) serve() {
 	defer ss.end()
 	buf := make([]byte, hostif.MaxMessage)
 	out := make([]byte, hostif.MaxMessage)
+	oob := make([]byte, unix.CmsgSpace(4)) // room for one descriptor: the kernel closes any more
 	for {
-		n, _, _, _, err := ss.conn.ReadMsgUnix(buf, nil)
+		n, oobn, _, _, err := ss.conn.ReadMsgUnix(buf, oob)
 		if err != nil || n == 0 {
 			return
 		}
+		ss.received = oneReceived(oob[:oobn])
 		reply, fds := ss.answer(buf[:n], out)
+		if ss.received >= 0 { // passed with a command that takes none
+			unix.Close(ss.received)
+			ss.received = -1
+		}
 		var oob []byte
 		if len(fds) > 0 {
 			oob = unix.UnixRights(fds...)
@@ -131,6 +145,34 @@ func (ss *session) serve() {
 			return
 		}
 	}
+}
+
+// oneReceived returns the descriptor that came with a message, or -1.
+func oneReceived(oob []byte) int {
+	msgs, err := unix.ParseSocketControlMessage(oob)
+	fd := -1
+	for _, m := range msgs {
+		fds, rerr := unix.ParseUnixRights(&m)
+		for _, f := range fds {
+			if fd < 0 && err == nil && rerr == nil {
+				fd = f
+			} else {
+				unix.Close(f)
+			}
+		}
+	}
+	return fd
+}
+
+// takeFD returns the descriptor that came with the command being run; the
+// caller closes it.
+func (ss *session) takeFD() (int, error) {
+	fd := ss.received
+	if fd < 0 {
+		return -1, fmt.Errorf("%w: no descriptor passed", unix.EBADF)
+	}
+	ss.received = -1
+	return fd, nil
 }
 
 // answer runs one command and encodes its reply, with the descriptors to
@@ -213,6 +255,7 @@ func (ss *session) end() {
 	for h := range ss.mrs {
 		ss.deregMR(hostif.HandleRequest{Handle: h})
 	}
+	ss.unmapShared()
 	ss.proc.Close()
 	for h := range ss.cqs {
 		ss.dropCQ(h)

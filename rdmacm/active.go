@@ -30,6 +30,9 @@ func (id *ID) Connect(p *ConnParam) error {
 	}
 	id.mu.Lock()
 	defer id.mu.Unlock()
+	if id.isUD() {
+		return id.connectUD(p)
+	}
 	if id.state != stateRouteResolved || id.qp == nil {
 		return fmt.Errorf("connect: %w", ErrState)
 	}
@@ -59,6 +62,7 @@ func (id *ID) Connect(p *ConnParam) error {
 		Transport:          mad.TransportRC,
 		PrivateData:        id.cmaPrivateData(p.PrivateData),
 		HopLimit:           hopLimit,
+		TrafficClass:       id.tos,
 	}
 	conn, err := id.dev.CM().Connect(req, id.onActiveEvent)
 	if err != nil {
@@ -70,7 +74,8 @@ func (id *ID) Connect(p *ConnParam) error {
 
 // peerAV is the address vector of the peer. Called under mu.
 func (id *ID) peerAV() verbs.AddressVector {
-	return verbs.AddressVector{DGID: roce.GIDFromAddr(id.peer.Addr()), SGIDIndex: uint8(id.gidIndex), HopLimit: hopLimit}
+	return verbs.AddressVector{DGID: roce.GIDFromAddr(id.peer.Addr()), SGIDIndex: uint8(id.gidIndex), HopLimit: hopLimit,
+		TrafficClass: id.tos}
 }
 
 // pathMTU is the largest MTU of the device's link. Called under mu.
@@ -125,7 +130,7 @@ func (id *ID) onREP(ev cm.Event) {
 	p := path{av: id.peerAV(), mtu: id.pathMTU(), destQPN: ev.RemoteQPN, recvPSN: id.ourPSN, sendPSN: ev.StartingPSN,
 		responderResources: min(id.param.ResponderResources, ev.InitiatorDepth),
 		initiatorDepth:     min(id.param.InitiatorDepth, ev.ResponderResources),
-		retryCount:         retryCount(&id.param), rnrRetryCount: ev.RNRRetryCount}
+		retryCount:         retryCount(&id.param), rnrRetryCount: ev.RNRRetryCount, ackTimeout: id.qpACKTimeout()}
 	qp, conn := id.qp, id.conn
 	err := toRTS(qp, &p)
 	if err == nil {
@@ -141,7 +146,7 @@ func (id *ID) onREP(ev cm.Event) {
 		id.failConnect(Event{Type: EventConnectError, Err: err})
 		return
 	}
-	id.ch.post(Event{Type: EventEstablished, ID: id, Param: ConnParam{PrivateData: ev.PrivateData,
+	id.post(Event{Type: EventEstablished, ID: id, Param: ConnParam{PrivateData: ev.PrivateData,
 		ResponderResources: ev.ResponderResources, InitiatorDepth: ev.InitiatorDepth, RNRRetryCount: ev.RNRRetryCount}})
 }
 
@@ -164,7 +169,7 @@ func (id *ID) failConnect(ev Event) {
 	id.state = stateRouteResolved
 	id.mu.Unlock()
 	ev.ID = id
-	id.ch.post(ev)
+	id.post(ev)
 }
 
 // rejectError is the error of a rejected connection.

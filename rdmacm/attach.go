@@ -10,8 +10,9 @@ import (
 // which makes each client's QP with the client's rings and lends it to
 // the ID the client names), and a way to take events without waiting.
 
-// AttachQP makes qp, an RC QP of the ID's device in RESET, the ID's QP
-// and moves it to INIT, as CreateQP does with a QP it makes. The QP stays
+// AttachQP makes qp, a QP of the ID's device in RESET (RC, UD for the UDP
+// port space), the ID's QP and moves it on as CreateQP does with a QP it
+// makes. The QP stays
 // the caller's: DestroyQP lets go of it, Destroy moves it to ERR and lets
 // go of it; neither destroys it.
 func (id *ID) AttachQP(qp *verbs.QP) error {
@@ -23,10 +24,10 @@ func (id *ID) AttachQP(qp *verbs.QP) error {
 	if id.dev == nil || id.qp != nil || id.state == stateDestroying {
 		return fmt.Errorf("attach QP: %w", ErrState)
 	}
-	if qp.Type() != verbs.QPTypeRC || qp.State() != verbs.QPSReset {
-		return fmt.Errorf("attach QP: an RC QP in RESET connects: %w", ErrInvalidArgument)
+	if qp.Type() != id.qpType() || qp.State() != verbs.QPSReset {
+		return fmt.Errorf("attach QP: a %v QP in RESET connects: %w", id.qpType(), ErrInvalidArgument)
 	}
-	if err := toInit(qp); err != nil {
+	if err := id.readyQP(qp); err != nil {
 		return err
 	}
 	id.qp, id.lentQP = qp, true

@@ -15,6 +15,7 @@ import (
 // Port spaces (enum rdma_port_space).
 const (
 	PortSpaceTCP = mad.PortSpaceTCP
+	PortSpaceUDP = mad.PortSpaceUDP // UD QPs, resolved with SIDR (ud.go)
 )
 
 // Config says which devices IDs may use and how to find them.

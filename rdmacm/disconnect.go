@@ -16,6 +16,10 @@ func (id *ID) Disconnect() error {
 		return id.remoteDisconnect()
 	}
 	id.mu.Lock()
+	if id.isUD() {
+		id.mu.Unlock()
+		return fmt.Errorf("disconnect: a UD ID has no connection: %w", ErrInvalidArgument)
+	}
 	switch id.state {
 	case stateDisconnect:
 		id.mu.Unlock()
@@ -55,6 +59,6 @@ func (id *ID) onConnectedEvent(ev cm.Event) {
 	gone := id.state == stateDestroying
 	id.mu.Unlock()
 	if !gone {
-		id.ch.post(Event{Type: out, ID: id})
+		id.post(Event{Type: out, ID: id})
 	}
 }

@@ -61,8 +61,10 @@ type Event struct {
 	Param ConnParam
 	// Reason is a REJ's reason (EventRejected): mad.RejectInvalidServiceID
 	// when nobody listens on the port, mad.RejectConsumer when the peer's
-	// program rejected.
+	// program rejected; for a UD ID the SIDR_REP's status.
 	Reason mad.RejectReason
+	// UD is the peer's QP of a UD ID's EventEstablished (ud.go).
+	UD *UDParam
 	// Err says why, for the error events.
 	Err error
 }
@@ -76,6 +78,7 @@ var (
 	ErrAddrInUse       = errors.New("rdmacm: address in use")
 	ErrNoDevice        = errors.New("rdmacm: no device has the address")
 	ErrState           = errors.New("rdmacm: not allowed in the ID's state")
+	ErrNotSupported    = errors.New("rdmacm: not supported")
 )
 
 // EventChannel delivers the events of the IDs created on it, in order
@@ -130,6 +133,13 @@ func (ch *EventChannel) Get(ctx context.Context) (Event, error) {
 	}
 }
 
+// Pending returns how many events wait to be taken.
+func (ch *EventChannel) Pending() int {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	return len(ch.queue)
+}
+
 // Close makes Get return ErrClosed once the queued events are taken
 // (rdma_destroy_event_channel).
 func (ch *EventChannel) Close() {
@@ -144,14 +154,19 @@ func (ch *EventChannel) Close() {
 
 func (ch *EventChannel) post(ev Event) {
 	ch.mu.Lock()
-	if !ch.closed {
-		ch.queue = append(ch.queue, ev)
-		ch.signal()
-	}
+	ch.append(ev)
 	notify := ch.notify
 	ch.mu.Unlock()
 	if notify != nil {
 		notify()
+	}
+}
+
+// append queues ev unless the channel is closed. Called under mu.
+func (ch *EventChannel) append(ev Event) {
+	if !ch.closed {
+		ch.queue = append(ch.queue, ev)
+		ch.signal()
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/softnic/softnic/ibtransport/cm"
@@ -16,7 +17,7 @@ import (
 // connection needs.
 type ID struct {
 	c  *CM
-	ch *EventChannel
+	ch atomic.Pointer[EventChannel] // where its events go (Migrate moves it)
 	ps mad.PortSpace
 
 	mu       sync.Mutex
@@ -38,6 +39,8 @@ type ID struct {
 	// lentQP is set when the QP is the caller's (AttachQP): the ID lets
 	// go of it rather than destroying it.
 	lentQP bool
+	// tos and ackTimeout are SetOption's (0: none set).
+	tos, ackTimeout uint8
 	// rem is the ID's other half in a daemon when the CM is remote
 	// (remote.go); nil otherwise.
 	rem *remoteID
@@ -76,13 +79,14 @@ type ConnParam struct {
 
 // CreateID creates an ID whose events go to ch (rdma_create_id).
 func (c *CM) CreateID(ch *EventChannel, ps mad.PortSpace) (*ID, error) {
-	if ch == nil || ps != PortSpaceTCP {
+	if ch == nil || (ps != PortSpaceTCP && ps != PortSpaceUDP) {
 		return nil, fmt.Errorf("create ID: port space %#x: %w", uint16(ps), ErrInvalidArgument)
 	}
 	if c.remote != nil {
 		return c.remoteCreateID(ch, ps)
 	}
-	id := &ID{c: c, ch: ch, ps: ps}
+	id := &ID{c: c, ps: ps}
+	id.ch.Store(ch)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
@@ -196,7 +200,7 @@ func (id *ID) resolveAddr(src, dst netip.Addr, timeout time.Duration) {
 		id.state = stateAddrResolved
 	}
 	id.mu.Unlock()
-	id.ch.post(ev)
+	id.post(ev)
 }
 
 // bindFor binds the ID, if it is not yet, to the local address that
@@ -243,12 +247,13 @@ func (id *ID) ResolveRoute(timeout time.Duration) error {
 		return fmt.Errorf("resolve route: %w", ErrState)
 	}
 	id.state = stateRouteResolved
-	id.ch.post(Event{Type: EventRouteResolved, ID: id})
+	id.post(Event{Type: EventRouteResolved, ID: id})
 	return nil
 }
 
-// CreateQP creates the ID's RC QP on pd (nil: a PD of the ID's own) and
+// CreateQP creates the ID's QP on pd (nil: a PD of the ID's own) and
 // moves it to INIT (rdma_create_qp); Connect or Accept take it on to RTS.
+// The UDP port space's QP is UD and goes to RTS at once (ud.go).
 func (id *ID) CreateQP(pd *verbs.PD, init *verbs.QPInitAttr) (*verbs.QP, error) {
 	id.mu.Lock()
 	defer id.mu.Unlock()
@@ -263,7 +268,7 @@ func (id *ID) CreateQP(pd *verbs.PD, init *verbs.QPInitAttr) (*verbs.QP, error) 
 	if err != nil {
 		return nil, err
 	}
-	if err := toInit(qp); err != nil {
+	if err := id.readyQP(qp); err != nil {
 		qp.Destroy()
 		return nil, err
 	}
@@ -277,8 +282,8 @@ func (id *ID) qpPD(pd *verbs.PD, init *verbs.QPInitAttr) (*verbs.PD, error) {
 	if id.dev == nil || id.qp != nil {
 		return nil, fmt.Errorf("create QP: %w", ErrState)
 	}
-	if init.Type != verbs.QPTypeRC {
-		return nil, fmt.Errorf("create QP: only RC QPs connect: %w", ErrInvalidArgument)
+	if init.Type != id.qpType() {
+		return nil, fmt.Errorf("create QP: the port space's QPs are of type %v: %w", id.qpType(), ErrInvalidArgument)
 	}
 	if pd == nil {
 		return id.dev.AllocPD(), nil

@@ -1,6 +1,7 @@
 package rdmacm
 
 import (
+	"cmp"
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
@@ -56,7 +57,11 @@ func (id *ID) Listen(backlog int) error {
 // onREQ turns a REQ that came to the listener on dev into a new ID and an
 // EventConnectRequest, or rejects it.
 func (id *ID) onREQ(dev *verbs.Device, ev cm.Event) {
-	if ev.Type != cm.EventREQReceived {
+	if ev.Type == cm.EventSIDRREQReceived && id.isUD() {
+		id.onSIDRREQ(dev, ev)
+		return
+	}
+	if ev.Type != cm.EventREQReceived || id.isUD() {
 		return
 	}
 	child, err := id.newChild(dev, ev)
@@ -67,7 +72,7 @@ func (id *ID) onREQ(dev *verbs.Device, ev cm.Event) {
 		return
 	}
 	ev.Conn.SetHandler(child.onPassiveEvent)
-	id.ch.post(Event{Type: EventConnectRequest, ID: child, Listen: id, Param: ConnParam{
+	id.post(Event{Type: EventConnectRequest, ID: child, Listen: id, Param: ConnParam{
 		PrivateData:        ev.PrivateData[mad.CMAHeaderLen:],
 		ResponderResources: ev.ResponderResources, InitiatorDepth: ev.InitiatorDepth,
 		RetryCount: ev.RetryCount, RNRRetryCount: ev.RNRRetryCount}})
@@ -101,10 +106,11 @@ func (id *ID) newChild(dev *verbs.Device, ev cm.Event) (*ID, error) {
 		return nil, fmt.Errorf("backlog of %d full: %w", id.backlog, ErrInvalidArgument)
 	}
 	id.pending++
-	child := &ID{c: id.c, ch: id.ch, ps: id.ps, state: stateRequested, dev: dev, gidIndex: gi,
+	child := &ID{c: id.c, ps: id.ps, state: stateRequested, dev: dev, gidIndex: gi,
 		local: netip.AddrPortFrom(h.DstAddr().Unmap(), id.local.Port()),
 		peer:  netip.AddrPortFrom(h.SrcAddr().Unmap(), h.SrcPort()),
-		conn:  ev.Conn, listen: id, req: ev}
+		conn:  ev.Conn, listen: id, req: ev, tos: id.tos, ackTimeout: id.ackTimeout}
+	child.ch.Store(id.ch.Load())
 	id.c.mu.Lock()
 	id.c.ids[child] = struct{}{}
 	id.c.mu.Unlock()
@@ -132,6 +138,14 @@ func (id *ID) Accept(p *ConnParam) error {
 		id.mu.Unlock()
 		return fmt.Errorf("accept: %w", ErrState)
 	}
+	if id.isUD() {
+		listen, err := id.acceptUD(p)
+		id.mu.Unlock()
+		if err == nil {
+			listen.settled()
+		}
+		return err
+	}
 	if len(p.PrivateData) > mad.REPPrivateDataLen {
 		id.mu.Unlock()
 		return fmt.Errorf("accept: %d bytes of private data: %w", len(p.PrivateData), ErrInvalidArgument)
@@ -140,12 +154,13 @@ func (id *ID) Accept(p *ConnParam) error {
 	id.param = *p
 	id.ourPSN = rand.Uint32() & ibtransport.PSNMask
 	pa := path{
-		av:      verbs.AddressVector{DGID: r.PeerGID, SGIDIndex: uint8(id.gidIndex), HopLimit: hopLimit, TrafficClass: r.TrafficClass, FlowLabel: r.FlowLabel},
+		av: verbs.AddressVector{DGID: r.PeerGID, SGIDIndex: uint8(id.gidIndex), HopLimit: hopLimit,
+			TrafficClass: cmp.Or(id.tos, r.TrafficClass), FlowLabel: r.FlowLabel},
 		mtu:     min(r.PathMTU, id.dev.ActiveMTU()),
 		destQPN: r.RemoteQPN, recvPSN: id.ourPSN, sendPSN: r.StartingPSN,
 		responderResources: min(p.ResponderResources, r.InitiatorDepth),
 		initiatorDepth:     min(p.InitiatorDepth, r.ResponderResources),
-		retryCount:         r.RetryCount, rnrRetryCount: r.RNRRetryCount,
+		retryCount:         r.RetryCount, rnrRetryCount: r.RNRRetryCount, ackTimeout: id.qpACKTimeout(),
 	}
 	err := toRTS(id.qp, &pa)
 	rep := cm.REPParams{LocalQPN: id.qp.QPN(), StartingPSN: id.ourPSN, ResponderResources: pa.responderResources,
@@ -184,6 +199,9 @@ func (id *ID) Reject(privateData []byte) error {
 	id.state, id.conn = stateIdle, nil
 	id.mu.Unlock()
 	listen.settled()
+	if id.isUD() {
+		return conn.SIDRReply(mad.SIDRRejected, 0, 0, privateData)
+	}
 	return conn.Reject(mad.RejectConsumer, privateData)
 }
 
@@ -200,7 +218,7 @@ func (id *ID) onPassiveEvent(ev cm.Event) {
 		}
 		id.mu.Unlock()
 		if ok {
-			id.ch.post(Event{Type: EventEstablished, ID: id})
+			id.post(Event{Type: EventEstablished, ID: id})
 		}
 	case cm.EventTimeout:
 		id.failConnect(Event{Type: EventUnreachable, Err: ErrTimedOut})

@@ -14,9 +14,9 @@ const (
 	// default of 0 means 655 ms, which turns one receive not yet posted
 	// into a long stall.
 	minRNRTimer = 12
-	// ackTimeout is the RTS local ACK timeout (4.096 µs × 2^14 = 67 ms):
-	// a RoCE path's round trip is far shorter, and a short timeout heals
-	// a lost packet fast.
+	// ackTimeout is the RTS local ACK timeout (4.096 µs × 2^14 = 67 ms)
+	// unless the ID's OptionACKTimeout says otherwise: a RoCE path's round
+	// trip is far shorter, and a short timeout heals a lost packet fast.
 	ackTimeout = 14
 	// defaultRetryCount is used when ConnParam.RetryCount is 0.
 	defaultRetryCount = 7
@@ -32,6 +32,7 @@ type path struct {
 	initiatorDepth     uint8 // READs and atomics issued at once
 	retryCount         uint8
 	rnrRetryCount      uint8
+	ackTimeout         uint8
 }
 
 // toInit moves a new QP to INIT on port 1, default partition, no remote
@@ -60,7 +61,7 @@ func toRTS(qp *verbs.QP, p *path) error {
 	if err := qp.Modify(&rtr, mask); err != nil {
 		return fmt.Errorf("QP to RTR: %w", err)
 	}
-	rts := verbs.QPAttr{State: verbs.QPSRTS, SQPSN: ibtransport.PSN(p.sendPSN), Timeout: ackTimeout,
+	rts := verbs.QPAttr{State: verbs.QPSRTS, SQPSN: ibtransport.PSN(p.sendPSN), Timeout: p.ackTimeout,
 		RetryCnt: p.retryCount, RNRRetry: p.rnrRetryCount, MaxRdAtomic: max(p.initiatorDepth, 1)}
 	mask = verbs.QPAttrState | verbs.QPAttrSQPSN | verbs.QPAttrTimeout | verbs.QPAttrRetryCnt |
 		verbs.QPAttrRNRRetry | verbs.QPAttrMaxQPRdAtomic

@@ -78,6 +78,8 @@ func errnoErr(e unix.Errno) error {
 		return ErrTimedOut
 	case unix.EBADF:
 		return ErrClosed
+	case unix.ENOSYS:
+		return ErrNotSupported
 	}
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/softnic/softnic/daemon/client"
 	"github.com/softnic/softnic/hostif"
 	"github.com/softnic/softnic/ibtransport/mad"
+	"github.com/softnic/softnic/roce"
 	"github.com/softnic/softnic/verbs"
 )
 
@@ -29,7 +30,8 @@ func (c *CM) remoteCreateID(ch *EventChannel, ps mad.PortSpace) (*ID, error) {
 	if err := c.remote.call(func(cl *client.Conn) (err error) { h, err = cl.CMCreateID(r.handle, uint16(ps), 0); return err }); err != nil {
 		return nil, fmt.Errorf("create ID: %w", err)
 	}
-	id := &ID{c: c, ch: ch, ps: ps, rem: &remoteID{handle: h}}
+	id := &ID{c: c, ps: ps, rem: &remoteID{handle: h}}
+	id.ch.Store(ch)
 	c.remote.add(id)
 	return id, nil
 }
@@ -135,7 +137,11 @@ func (id *ID) connParam(p *ConnParam, maxPrivate int) (hostif.CMConnParam, error
 }
 
 func (id *ID) remoteConnect(p *ConnParam) error {
-	cp, err := id.connParam(p, mad.CMAUserDataLen)
+	room := mad.CMAUserDataLen
+	if id.isUD() {
+		room = mad.SIDRREQPrivateDataLen - mad.CMAHeaderLen
+	}
+	cp, err := id.connParam(p, room)
 	if err == nil {
 		err = id.c.remote.call(func(c *client.Conn) error { return c.CMConnect(cp) })
 	}
@@ -146,7 +152,11 @@ func (id *ID) remoteConnect(p *ConnParam) error {
 }
 
 func (id *ID) remoteAccept(p *ConnParam) error {
-	cp, err := id.connParam(p, mad.REPPrivateDataLen)
+	room := mad.REPPrivateDataLen
+	if id.isUD() {
+		room = mad.SIDRREPPrivateDataLen
+	}
+	cp, err := id.connParam(p, room)
 	if err == nil {
 		err = id.c.remote.call(func(c *client.Conn) error { return c.CMAccept(cp) })
 	}
@@ -172,6 +182,30 @@ func (id *ID) remoteListen(backlog int) error {
 		return fmt.Errorf("listen: %w", err)
 	}
 	id.setAddrs(a.Local, a.Peer)
+	return nil
+}
+
+func (id *ID) remoteSetOption(option int, value uint8) error {
+	if option < 0 {
+		return fmt.Errorf("set option %d: %w", option, ErrNotSupported)
+	}
+	if err := id.c.remote.call(func(c *client.Conn) error { return c.CMSetOption(id.rem.handle, uint32(option), uint32(value)) }); err != nil {
+		return fmt.Errorf("set option: %w", remoteErr(err))
+	}
+	return nil
+}
+
+// remoteMigrate has the daemon send the ID's events to ch's daemon
+// channel, whose drain posts them on ch.
+func (id *ID) remoteMigrate(ch *EventChannel) error {
+	r := ch.remote
+	if r == nil || r.err != nil {
+		return fmt.Errorf("migrate: channel of another CM: %w", ErrInvalidArgument)
+	}
+	if err := id.c.remote.call(func(c *client.Conn) error { return c.CMMigrateID(id.rem.handle, r.handle) }); err != nil {
+		return fmt.Errorf("migrate: %w", remoteErr(err))
+	}
+	id.ch.Store(ch)
 	return nil
 }
 
@@ -220,7 +254,8 @@ func (rc *remoteCM) event(rec *hostif.CMEvent) (Event, bool) {
 	id, listen := rc.ids[rec.ID], rc.ids[rec.Listen]
 	rc.mu.Unlock()
 	if typ == EventConnectRequest && id == nil && listen != nil {
-		id = &ID{c: listen.c, ch: listen.ch, ps: listen.ps, dev: rc.dev, rem: &remoteID{handle: rec.ID}}
+		id = &ID{c: listen.c, ps: listen.ps, dev: rc.dev, rem: &remoteID{handle: rec.ID}}
+		id.ch.Store(listen.ch.Load())
 		rc.add(id)
 	}
 	if id == nil {
@@ -245,6 +280,11 @@ func (rc *remoteCM) event(rec *hostif.CMEvent) (Event, bool) {
 	if typ == EventConnectRequest {
 		ev.Listen = listen
 	}
+	if typ == EventEstablished && id.isUD() {
+		peer := hostif.CMAddrPort(rec.Peer, rec.PeerPort).Addr()
+		ev.UD = &UDParam{AV: verbs.AddressVector{DGID: roce.GIDFromAddr(peer), SGIDIndex: rec.SGIDIndex, HopLimit: rec.HopLimit},
+			QPN: rec.QPN, QKey: rec.QKey}
+	}
 	ev.Err = eventErr(typ, ev.Reason, unix.Errno(-rec.Status))
 	return ev, true
 }
@@ -254,6 +294,8 @@ func eventErr(typ EventType, reason mad.RejectReason, errno unix.Errno) error {
 	switch {
 	case typ == EventRejected:
 		return rejectError(reason)
+	case typ == EventUnreachable && reason != 0:
+		return fmt.Errorf("%w (SIDR status %d)", ErrRefused, reason) // a UD ID's refusal
 	case typ == EventUnreachable:
 		return ErrTimedOut
 	case errno == 0:

@@ -58,10 +58,10 @@ const (
 // GSICounters count what QP1 did; the connection manager counts what the
 // MADs meant.
 type GSICounters struct {
-	RxMADs      atomic.Uint64 // MADs received and handed on
+	RxMADs      atomic.Uint64 `rdma:"rx_mads"` // MADs received and handed on
 	RxBadMAD    atomic.Uint64 // too short, wrong base version, or a receive error
 	RxNoClass   atomic.Uint64 // a management class nobody here serves
-	TxMADs      atomic.Uint64
+	TxMADs      atomic.Uint64 `rdma:"tx_mads"`
 	TxNoSlot    atomic.Uint64 // dropped: no send slot came free in time
 	TxBadTarget atomic.Uint64 // no path to the destination
 }

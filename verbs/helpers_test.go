@@ -203,11 +203,26 @@ func fill(b []byte, seed byte) {
 	}
 }
 
+// regMR registers n fresh bytes: from Device.AllocMemory on a device of
+// the throughDaemonShared mode, from the Go heap otherwise.
 func regMR(t testing.TB, pd *verbs.PD, n int, access verbs.Access) (*verbs.MR, []byte) {
 	t.Helper()
-	buf := make([]byte, n)
+	dev := pd.Device()
+	if _, shared := sharedDevices.Load(dev); !shared {
+		buf := make([]byte, n)
+		mr, err := pd.RegMR(buf, access)
+		require.NoError(t, err)
+		return mr, buf
+	}
+	buf, err := dev.AllocMemory(max(n, 1))
+	require.NoError(t, err)
+	buf = buf[:n]
 	mr, err := pd.RegMR(buf, access)
 	require.NoError(t, err)
+	t.Cleanup(func() {
+		mr.Dereg() // may have been deregistered already
+		dev.FreeMemory(buf)
+	})
 	return mr, buf
 }
 

@@ -28,11 +28,18 @@ const (
 	// the test's registered memory through procmem, as they reach a
 	// client's.
 	throughDaemon mode = "through-daemon"
+	// throughDaemonShared: throughDaemon, with the test's regions in
+	// memory from Device.AllocMemory, which the daemon maps too and
+	// reaches with plain copies instead of procmem (see regMR).
+	throughDaemonShared mode = "through-daemon-shared"
 )
+
+// sharedDevices are the devices opened in throughDaemonShared mode.
+var sharedDevices sync.Map
 
 // forEachMode runs fn as one subtest per mode.
 func forEachMode(t *testing.T, fn func(t *testing.T, m mode)) {
-	for _, m := range []mode{inProcess, throughDaemon} {
+	for _, m := range []mode{inProcess, throughDaemon, throughDaemonShared} {
 		t.Run(string(m), func(t *testing.T) { fn(t, m) })
 	}
 }
@@ -68,6 +75,10 @@ func openMode(t testing.TB, m mode, link roce.Link, dc verbs.Config, addr netip.
 		return engine, engine
 	}
 	dev, _ = serve(t, engine, cl)
+	if m == throughDaemonShared {
+		sharedDevices.Store(dev, true)
+		cl.add(func() { sharedDevices.Delete(dev) })
+	}
 	return dev, engine
 }
 

@@ -204,10 +204,17 @@ func (pd *PD) RegMR(buf []byte, access Access) (*MR, error) {
 	if pd.dev.remote != nil {
 		return pd.remoteMR(buf, access)
 	}
-	m := &MR{pd: pd, buf: buf, size: uint64(len(buf)), access: access}
+	var addr uint64
 	if len(buf) > 0 {
-		m.addr = uint64(uintptr(unsafe.Pointer(unsafe.SliceData(buf))))
+		addr = uint64(uintptr(unsafe.Pointer(unsafe.SliceData(buf))))
 	}
+	return pd.regBuf(buf, addr, access)
+}
+
+// regBuf registers buf, known to the transport's peers and SGEs at
+// address addr, once access was checked.
+func (pd *PD) regBuf(buf []byte, addr uint64, access Access) (*MR, error) {
+	m := &MR{pd: pd, buf: buf, size: uint64(len(buf)), addr: addr, access: access}
 	populate(buf)
 	return pd.register(m)
 }

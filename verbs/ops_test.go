@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -462,14 +463,60 @@ func testPostSendList(t *testing.T, m mode) {
 	require.Equal(t, lbuf[:1000], rbuf[:1000])
 }
 
-// TestPostRecvList runs in-process only: through the daemon, a receive
-// queue's ring frees a slot when the daemon takes the entry into its
-// engine's queue, so a QP holds up to twice its receives and the fifth
-// post need not fail.
-func TestPostRecvList(t *testing.T) {
+// TestSendQueueDepth checks that a QP holds no more than its depth of send
+// work requests, in every mode: through the daemon a ring's slot is free
+// again when its request is done, not when the daemon takes it into its
+// engine's queue (which would let a QP hold twice its depth).
+func TestSendQueueDepth(t *testing.T) { forEachMode(t, testSendQueueDepth) }
+
+func testSendQueueDepth(t *testing.T, m mode) {
+	o := defaultOpts()
+	o.sendWR = 4
+	// Nothing x sends arrives: its WRITEs stay outstanding, retried.
+	_, x, _ := connectedPairMode(t, m, memlink.Config{AtoB: memlink.Faults{Loss: 1}}, o)
+	lmr, _ := regMR(t, x.pd, 64, allAccess)
+	write := func(id uint64, flags verbs.SendFlags) error {
+		return x.qp.PostSend(&verbs.SendWR{ID: id, Opcode: verbs.WRRDMAWrite, Flags: flags,
+			SGL: []verbs.SGE{lmr.SGE(0, 64)}, RemoteAddr: 0x1000, RKey: 1})
+	}
+	for i := range 4 {
+		require.NoError(t, write(uint64(i), verbs.SendFlags(i%2)*verbs.SendSignaled))
+	}
+	// However long the daemon has had to take them into its engine.
+	for deadline := time.Now().Add(200 * time.Millisecond); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		require.ErrorIs(t, write(99, verbs.SendSignaled), verbs.ErrQueueFull)
+	}
+}
+
+// TestRecvQueueDepth checks that a QP's receive queue and an SRQ hold no
+// more than their depth of receives, in every mode (see
+// TestSendQueueDepth).
+func TestRecvQueueDepth(t *testing.T) { forEachMode(t, testRecvQueueDepth) }
+
+func testRecvQueueDepth(t *testing.T, m mode) {
 	o := defaultOpts()
 	o.recvWR = 4
-	_, x, y := connectedPair(t, memlink.Config{}, o)
+	_, _, y := connectedPairMode(t, m, memlink.Config{}, o) // nothing is sent
+	srq, err := y.pd.NewSRQ(4, 1)
+	require.NoError(t, err)
+	mr, _ := regMR(t, y.pd, 64, allAccess)
+	recv := verbs.RecvWR{SGL: []verbs.SGE{mr.SGE(0, 64)}}
+	for range 4 {
+		require.NoError(t, y.qp.PostRecv(&recv))
+		require.NoError(t, srq.PostRecv(&recv))
+	}
+	for deadline := time.Now().Add(200 * time.Millisecond); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		require.ErrorIs(t, y.qp.PostRecv(&recv), verbs.ErrQueueFull, "QP's receive queue")
+		require.ErrorIs(t, srq.PostRecv(&recv), verbs.ErrQueueFull, "SRQ")
+	}
+}
+
+func TestPostRecvList(t *testing.T) { forEachMode(t, testPostRecvList) }
+
+func testPostRecvList(t *testing.T, m mode) {
+	o := defaultOpts()
+	o.recvWR = 4
+	_, x, y := connectedPairMode(t, m, memlink.Config{}, o)
 	lmr, lbuf := regMR(t, x.pd, 64, allAccess)
 	rmr, rbuf := regMR(t, y.pd, 6*64, allAccess)
 	fill(lbuf, 3)

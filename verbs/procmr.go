@@ -32,6 +32,22 @@ func (pd *PD) RegProcessMemory(mem ProcessMemory, addr, length uint64, access Ac
 	return pd.register(mr)
 }
 
+// RegMemoryAt registers buf as the memory a client process has at virtual
+// address addr (the daemon's ibv_reg_mr in memory the client shares with
+// it by descriptor, mapped in both): SGEs and peers name the client's
+// addresses, and the engines copy to and from buf as they do for the
+// device's own process. buf must stay mapped until the region is
+// deregistered.
+func (pd *PD) RegMemoryAt(buf []byte, addr uint64, access Access) (*MR, error) {
+	if err := checkAccess(access); err != nil {
+		return nil, err
+	}
+	if addr+uint64(len(buf)) < addr {
+		return nil, fmt.Errorf("register MR: %d bytes at %#x: %w", len(buf), addr, ErrInvalidArgument)
+	}
+	return pd.regBuf(buf, addr, access)
+}
+
 // vectorMemory is process memory that copies many ranges in one system
 // call, and tells cheaply whether its process is still there.
 type vectorMemory interface {

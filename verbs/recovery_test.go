@@ -285,7 +285,7 @@ func TestAddressVectorOnTheWire(t *testing.T) {
 			SGL: []verbs.SGE{lmr.SGE(0, 8)}, RemoteAddr: rmr.Addr(), RKey: rmr.RKey()}))
 		waitOK(t, x.scq, 1)
 		f := <-frames
-		require.Equal(t, uint8(0x68), f.TrafficClass)
+		require.Equal(t, uint8(0x68|2), f.TrafficClass, "the AV's DSCP, ECT(0)")
 		require.Equal(t, uint8(7), f.HopLimit)
 		require.Equal(t, a1, f.Src)
 		require.Equal(t, a2, f.Dst)

@@ -190,34 +190,9 @@ func (r *remoteQP) modify(attr *QPAttr, mask QPAttrMask) error {
 		return fmt.Errorf("modify QP %d: %w", r.q.QPN, daemonErr(err))
 	}
 	r.mu.Lock()
-	mergeAttr(&r.attr, attr, mask)
+	r.attr.Merge(attr, mask)
 	r.mu.Unlock()
 	return nil
-}
-
-// mergeAttr copies the attributes mask selects from attr into into.
-func mergeAttr(into, attr *QPAttr, mask QPAttrMask) {
-	if mask&QPAttrState != 0 {
-		into.State = attr.State
-	}
-	if mask&QPAttrDestQPN != 0 {
-		into.DestQPN = attr.DestQPN
-	}
-	if mask&QPAttrPathMTU != 0 {
-		into.PathMTU = attr.PathMTU
-	}
-	if mask&QPAttrAV != 0 {
-		into.AV = attr.AV
-	}
-	if mask&QPAttrSQPSN != 0 {
-		into.SQPSN = attr.SQPSN
-	}
-	if mask&QPAttrRQPSN != 0 {
-		into.RQPSN = attr.RQPSN
-	}
-	if mask&QPAttrQKey != 0 {
-		into.QKey = attr.QKey
-	}
 }
 
 func (r *remoteQP) destroy() error {

@@ -13,6 +13,9 @@ type SRQ struct {
 	pd    *PD
 	rq    ibtransport.RecvQueue
 	limit atomic.Int32 // armed limit, 0 when not armed
+	// retired, if set, keeps a daemon client's ring's consumer index at
+	// the receives the engines took (MirrorRetired).
+	retired *ibtransport.RetiredMirror
 	// remote is the daemon's SRQ, on a device reached through one.
 	remote *remoteSRQ
 }
@@ -89,9 +92,23 @@ type srqRing SRQ
 
 func (r *srqRing) RecvQueue() *ibtransport.RecvQueue { return &r.rq }
 
-// Consumed fires the limit event after the engine took a receive.
+// MirrorRetired keeps *word, the consumer index of a daemon client's
+// ring for the SRQ, at the number of its receives the engines took, so
+// that the SRQ holds no more than its depth, ring and queue together. Call
+// it before any QP uses the SRQ; the daemon unmaps the word only once no
+// QP does. It returns the mirror, for the entries the daemon drops.
+func (s *SRQ) MirrorRetired(word *uint32) *ibtransport.RetiredMirror {
+	s.retired = ibtransport.NewRecvRetiredMirror(word, &s.rq)
+	return s.retired
+}
+
+// Consumed fires the limit event after the engine took a receive, and
+// frees the receive's slot in a daemon client's ring.
 func (r *srqRing) Consumed() {
 	s := (*SRQ)(r)
+	if s.retired != nil {
+		s.retired.Publish()
+	}
 	if l := s.limit.Load(); l > 0 && s.rq.Len() < int(l) && s.limit.CompareAndSwap(l, 0) {
 		s.pd.dev.emit(Event{Type: EventSRQLimitReached, SRQ: s})
 	}

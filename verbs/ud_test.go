@@ -150,7 +150,8 @@ func TestUDGRHIPv6(t *testing.T) {
 	wc := waitOK(t, b.rcq, 0)
 	assert.Equal(t, verbs.NetworkIPv6, wc.NetworkHdrType)
 	grh := b.buf[:verbs.GRHLen]
-	assert.Equal(t, uint32(6<<28|0x20<<20|0x12345), binary.BigEndian.Uint32(grh))
+	// The traffic class arrives with the ECN field the device set: ECT(0).
+	assert.Equal(t, uint32(6<<28|0x22<<20|0x12345), binary.BigEndian.Uint32(grh))
 	assert.Equal(t, uint16(8+12+8+36+4), binary.BigEndian.Uint16(grh[4:]), "payload length")
 	assert.Equal(t, byte(17), grh[6])
 	assert.Equal(t, byte(9), grh[7])
@@ -158,7 +159,7 @@ func TestUDGRHIPv6(t *testing.T) {
 	assert.Equal(t, b6.As16(), [16]byte(grh[24:40]))
 	av, err := db.InitAHFromWC(&wc, grh)
 	require.NoError(t, err)
-	assert.Equal(t, verbs.AddressVector{DGID: a.gid, HopLimit: 9, TrafficClass: 0x20, FlowLabel: 0x12345}, av)
+	assert.Equal(t, verbs.AddressVector{DGID: a.gid, HopLimit: 9, TrafficClass: 0x22, FlowLabel: 0x12345}, av)
 }
 
 func TestUDQKey(t *testing.T) { forEachMode(t, testUDQKey) }
@@ -404,7 +405,7 @@ func TestUDLoopback(t *testing.T) {
 	assert.Equal(t, uint32(9), wc.Imm)
 	ip := b.buf[20:verbs.GRHLen]
 	assert.Equal(t, byte(0x45), ip[0])
-	assert.Equal(t, byte(8), ip[1], "TOS")
+	assert.Equal(t, byte(8|2), ip[1], "TOS: the AH's DSCP, ECT(0)")
 	assert.Equal(t, uint16(20+8+12+8+4+200+4), binary.BigEndian.Uint16(ip[2:]))
 	assert.Equal(t, byte(5), ip[8], "TTL")
 	assert.Equal(t, addrA.As4(), [4]byte(ip[12:16]))
@@ -412,5 +413,5 @@ func TestUDLoopback(t *testing.T) {
 	assert.Zero(t, p.la.Stats().Sent.Load(), "loopback reached the link")
 	av, err := p.a.InitAHFromWC(&wc, b.buf[:verbs.GRHLen])
 	require.NoError(t, err)
-	assert.Equal(t, verbs.AddressVector{DGID: a.gid, HopLimit: 5, TrafficClass: 8}, av)
+	assert.Equal(t, verbs.AddressVector{DGID: a.gid, HopLimit: 5, TrafficClass: 8 | 2}, av)
 }

@@ -165,6 +165,13 @@ type Config struct {
 	// manager's timeouts lasts (see cm.Config.Millisecond); zero is a
 	// millisecond. Tests shrink it to see retries run out quickly.
 	CMMillisecond time.Duration
+	// ECN, CNPDSCP and Congestion are the device's congestion control:
+	// the ECN codepoint of its packets, the DSCP of its CNPs and DCQCN's
+	// notification and reaction points (see roce.DeviceConfig; the zero
+	// values are ConnectX's defaults).
+	ECN        roce.ECN
+	CNPDSCP    int
+	Congestion ibtransport.CongestionConfig
 }
 
 // Device is an opened RDMA device (ibv_context): a RoCE device, whose
@@ -182,8 +189,10 @@ type Device struct {
 	atomics atomicUnit
 	nextPD  atomic.Uint32
 	events  chan Event
-	gsi     *gsi
-	cm      *cm.Manager
+	// memory are the blocks AllocMemory gave.
+	memory allocations
+	gsi    *gsi
+	cm     *cm.Manager
 	// commEst holds OnCommEst's functions by *QP.
 	commEst sync.Map
 	// remote is set, and dev, group, gsi and cm are not, on a device
@@ -194,7 +203,8 @@ type Device struct {
 // Open opens a device on link (ibv_open_device). The device runs an engine
 // goroutine until Close.
 func Open(link roce.Link, cfg Config) (*Device, error) {
-	d, err := roce.NewDevice(link, roce.DeviceConfig{Addrs: cfg.Addrs, Resolve: cfg.Resolve, PollHold: cfg.PollHold, Engines: cfg.Engines})
+	d, err := roce.NewDevice(link, roce.DeviceConfig{Addrs: cfg.Addrs, Resolve: cfg.Resolve, PollHold: cfg.PollHold, Engines: cfg.Engines,
+		ECN: cfg.ECN, CNPDSCP: cfg.CNPDSCP, Congestion: cfg.Congestion})
 	if err != nil {
 		return nil, fmt.Errorf("open device: %w", err)
 	}

@@ -124,12 +124,21 @@ func (c *Conn) Close() error {
 // call sends a command and decodes its reply into reply, returning the
 // descriptors that came with it.
 func (c *Conn) call(op hostif.Op, body, reply any) ([]int, error) {
+	return c.callFD(op, body, reply, -1)
+}
+
+// callFD is call, passing descriptor fd with the command when it is not -1.
+func (c *Conn) callFD(op hostif.Op, body, reply any, fd int) ([]int, error) {
 	c.seq++
 	msg, err := hostif.Encode(c.out, hostif.Header{Op: op, Seq: c.seq}, body)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := c.c.Write(msg); err != nil {
+	var rights []byte
+	if fd >= 0 {
+		rights = unix.UnixRights(fd)
+	}
+	if _, _, err := c.c.WriteMsgUnix(msg, rights, nil); err != nil {
 		return nil, c.lost(err)
 	}
 	n, oobn, _, _, err := c.c.ReadMsgUnix(c.in, c.oob)

@@ -91,6 +91,18 @@ func (c *Conn) CMCreateQP(id uint32, req hostif.CreateQPRequest) (*QP, error) {
 	return c.createQP(hostif.OpCMCreateQP, hostif.CMCreateQPRequest{ID: id, QP: req})
 }
 
+// CMSetOption sets one of the ID's options (rdma_set_option).
+func (c *Conn) CMSetOption(id, option, value uint32) error {
+	_, err := c.call(hostif.OpCMSetOption, hostif.CMSetOptionRequest{ID: id, Option: option, Value: value}, &hostif.Empty{})
+	return err
+}
+
+// CMMigrateID sends the ID's events to another channel (rdma_migrate_id).
+func (c *Conn) CMMigrateID(id, channel uint32) error {
+	_, err := c.call(hostif.OpCMMigrateID, hostif.CMMigrateRequest{ID: id, Channel: channel}, &hostif.Empty{})
+	return err
+}
+
 // CMDetachQP has the ID let go of its QP (rdma_destroy_qp before the QP's
 // destroy_qp).
 func (c *Conn) CMDetachQP(id uint32) error {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/softnic/softnic/counters"
 	"github.com/softnic/softnic/hostif"
 )
 
@@ -65,3 +66,33 @@ func (m *Monitor) Resources() (Resources, error) {
 
 // Raw sends msg as it is and waits up to timeout for any reply (Conn.Raw).
 func (m *Monitor) Raw(msg []byte, timeout time.Duration) error { return m.c.Raw(msg, timeout) }
+
+// DeviceCounters asks the daemon for its device's counters
+// (query_counters), a reply at a time.
+func (m *Monitor) DeviceCounters() ([]counters.Counter, error) {
+	return m.counters(hostif.CountersRequest{})
+}
+
+// QPCounters asks the daemon for QP qpn's counters; an error that wraps
+// unix.ENOENT when the device has no such QP.
+func (m *Monitor) QPCounters(qpn uint32) ([]counters.Counter, error) {
+	return m.counters(hostif.CountersRequest{Flags: hostif.CountersOfQP, QPN: qpn})
+}
+
+func (m *Monitor) counters(req hostif.CountersRequest) ([]counters.Counter, error) {
+	var cs []counters.Counter
+	for {
+		var r hostif.CountersReply
+		if _, err := m.c.call(hostif.OpQueryCounters, req, &r); err != nil {
+			return nil, err
+		}
+		var err error
+		if cs, err = hostif.DecodeCounters(cs, &r, req.From); err != nil {
+			return nil, err
+		}
+		req.From += r.Count
+		if r.Count == 0 || req.From >= r.Total {
+			return cs, nil
+		}
+	}
+}

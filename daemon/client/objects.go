@@ -39,6 +39,23 @@ func (c *Conn) RegMR(pd uint32, buf []byte, access ibtransport.Access) (MR, erro
 	return MR{Handle: r.Handle, LKey: r.LKey, RKey: r.RKey, Addr: addr, Len: len(buf)}, err
 }
 
+// ShareMemory shares mem, this process's MAP_SHARED mapping of memfd fd
+// (sealed with F_SEAL_SHRINK), with the daemon: regions registered inside
+// it are then reached without process_vm calls. fd may be closed after.
+func (c *Conn) ShareMemory(mem []byte, fd int) (uint32, error) {
+	addr := uint64(uintptr(unsafe.Pointer(unsafe.SliceData(mem))))
+	var r hostif.HandleReply
+	_, err := c.callFD(hostif.OpShareMemory, hostif.ShareMemoryRequest{Addr: addr, Length: uint64(len(mem))}, &r, fd)
+	return r.Handle, err
+}
+
+// UnshareMemory ends a sharing; the regions inside it must be deregistered
+// first (EBUSY).
+func (c *Conn) UnshareMemory(handle uint32) error {
+	_, err := c.call(hostif.OpUnshareMemory, hostif.HandleRequest{Handle: handle}, &hostif.Empty{})
+	return err
+}
+
 // Channel is a completion channel: CQ user handles arrive on File.
 type Channel struct {
 	Handle uint32

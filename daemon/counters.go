@@ -1,0 +1,42 @@
+package daemon
+
+import (
+	"fmt"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/softnic/softnic/counters"
+	"github.com/softnic/softnic/hostif"
+	"github.com/softnic/softnic/ibtransport"
+)
+
+// Counters returns the served device's counters (verbs.Device's
+// DeviceCounters) and the daemon's own: doorbell_wakeups, how many
+// times clients woke the sleeping engines through the eventfd.
+func (s *Server) Counters() []counters.Counter {
+	cs := s.dev.DeviceCounters()
+	return append(cs, counters.Counter{Name: "doorbell_wakeups", Value: s.Doorbells()})
+}
+
+// queryCounters answers query_counters: the device's counters, or one
+// QP's (any session's: like `rdma statistic qp show`, counters are the
+// device's to show), from req.From on.
+func (ss *session) queryCounters(req hostif.CountersRequest) (any, []int, error) {
+	var cs []counters.Counter
+	switch req.Flags {
+	case 0:
+		cs = ss.s.Counters()
+	case hostif.CountersOfQP:
+		var ok bool
+		if cs, ok = ss.s.dev.QPCounters(req.QPN); !ok {
+			return nil, nil, fmt.Errorf("QP %d: %w", req.QPN, unix.ENOENT)
+		}
+	default:
+		return nil, nil, fmt.Errorf("counters flags %#x: %w", req.Flags, unix.EINVAL)
+	}
+	return hostif.NewCountersReply(cs, req.From), nil, nil
+}
+
+// QPCounterRefs returns every QP's number and live counters, in QPN
+// order, for a monitor that reads many QPs (the daemon's metrics).
+func (s *Server) QPCounterRefs() []ibtransport.QPCountersRef { return s.dev.QPCounterRefs() }
