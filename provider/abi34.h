@@ -1,0 +1,165 @@
+/*
+ * abi34.h: the parts of libibverbs' private provider interface that the
+ * softnic provider uses, for private ABI 34 (symbol version
+ * IBVERBS_PRIVATE_34: rdma-core v34 to v56).
+ *
+ * No Debian package ships rdma-core's libibverbs/driver.h, so these are our
+ * own declarations of the same memory layouts, written from reading that
+ * header at the v44.0 tag. libibverbs reads and writes these structures
+ * itself: a field out of place breaks the ABI silently, so nothing here
+ * may move. Only what softnic needs is named; pointers we never call are
+ * kept as placeholders of the same size, in the same order.
+ */
+#ifndef SOFTNIC_ABI34_H
+#define SOFTNIC_ABI34_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <time.h>
+#include <infiniband/verbs.h>
+
+/* A node of libibverbs' intrusive lists (ccan/list). */
+struct sn_list_node {
+	struct sn_list_node *next, *prev;
+};
+
+/* What libibverbs found in sysfs for one device (struct verbs_sysfs_dev). */
+struct sn_sysfs_dev {
+	struct sn_list_node entry;
+	void *provider_data;
+	const void *match;
+	unsigned int flags;
+	char sysfs_name[IBV_SYSFS_NAME_MAX];
+	dev_t sysfs_cdev;
+	char ibdev_name[IBV_SYSFS_NAME_MAX];
+	char ibdev_path[IBV_SYSFS_PATH_MAX];
+	char modalias[512];
+	uint64_t node_guid;
+	uint32_t driver_id;
+	enum ibv_node_type node_type;
+	int ibdev_idx;
+	uint32_t num_ports;
+	uint32_t abi_ver;
+	struct timespec time_created;
+};
+
+struct sn_verbs_device;
+
+/* The driver's entry points (struct verbs_device_ops). */
+struct sn_device_ops {
+	const char *name;
+	uint32_t match_min_abi_version;
+	uint32_t match_max_abi_version;
+	const void *match_table;
+	const void *static_providers;
+	bool (*match_device)(struct sn_sysfs_dev *sysfs_dev);
+	struct verbs_context *(*alloc_context)(struct ibv_device *device, int cmd_fd, void *private_data);
+	struct verbs_context *(*import_context)(struct ibv_device *device, int cmd_fd);
+	struct sn_verbs_device *(*alloc_device)(struct sn_sysfs_dev *sysfs_dev);
+	void (*uninit_device)(struct sn_verbs_device *device);
+};
+
+/* A device as libibverbs keeps it (struct verbs_device); the provider
+ * allocates it, ibv_device first. */
+struct sn_verbs_device {
+	struct ibv_device device;
+	const struct sn_device_ops *ops;
+	atomic_int refcount;
+	struct sn_list_node entry;
+	struct sn_sysfs_dev *sysfs;
+	uint64_t core_support;
+};
+
+/* An MR as libibverbs reads it back in ibv_dereg_mr (struct verbs_mr). */
+struct sn_verbs_mr {
+	struct ibv_mr ibv_mr;
+	int mr_type; /* 0: an ordinary MR (IBV_MR_TYPE_MR) */
+	int access;
+};
+
+/* A QP as libibverbs lays it out (struct verbs_qp). */
+struct sn_verbs_qp {
+	union {
+		struct ibv_qp qp;
+		struct ibv_qp_ex qp_ex;
+	};
+	uint32_t comp_mask;
+	void *xrcd;
+};
+
+/* Placeholder for an operation softnic leaves to libibverbs' default. */
+typedef void (*sn_unused_op)(void);
+
+/*
+ * The context's operations (struct verbs_context_ops), sorted by name as
+ * rdma-core keeps them. verbs_set_ops() copies the ones that are not NULL.
+ */
+struct sn_context_ops {
+	sn_unused_op advise_mr, alloc_dm, alloc_mw, alloc_null_mr, alloc_parent_domain;
+	struct ibv_pd *(*alloc_pd)(struct ibv_context *context);
+	sn_unused_op alloc_td;
+	void (*async_event)(struct ibv_context *context, struct ibv_async_event *event);
+	sn_unused_op attach_counters_point_flow, attach_mcast, bind_mw, close_xrcd;
+	void (*cq_event)(struct ibv_cq *cq);
+	struct ibv_ah *(*create_ah)(struct ibv_pd *pd, struct ibv_ah_attr *attr);
+	sn_unused_op create_counters;
+	struct ibv_cq *(*create_cq)(struct ibv_context *context, int cqe, struct ibv_comp_channel *channel,
+				    int comp_vector);
+	sn_unused_op create_cq_ex, create_flow, create_flow_action_esp;
+	struct ibv_qp *(*create_qp)(struct ibv_pd *pd, struct ibv_qp_init_attr *attr);
+	sn_unused_op create_qp_ex, create_rwq_ind_table;
+	struct ibv_srq *(*create_srq)(struct ibv_pd *pd, struct ibv_srq_init_attr *attr);
+	sn_unused_op create_srq_ex, create_wq, dealloc_mw;
+	int (*dealloc_pd)(struct ibv_pd *pd);
+	sn_unused_op dealloc_td;
+	int (*dereg_mr)(struct sn_verbs_mr *mr);
+	int (*destroy_ah)(struct ibv_ah *ah);
+	sn_unused_op destroy_counters;
+	int (*destroy_cq)(struct ibv_cq *cq);
+	sn_unused_op destroy_flow, destroy_flow_action;
+	int (*destroy_qp)(struct ibv_qp *qp);
+	sn_unused_op destroy_rwq_ind_table;
+	int (*destroy_srq)(struct ibv_srq *srq);
+	sn_unused_op destroy_wq, detach_mcast;
+	void (*free_context)(struct ibv_context *context);
+	sn_unused_op free_dm, get_srq_num, import_dm, import_mr, import_pd, modify_cq, modify_flow_action_esp;
+	int (*modify_qp)(struct ibv_qp *qp, struct ibv_qp_attr *attr, int attr_mask);
+	sn_unused_op modify_qp_rate_limit;
+	int (*modify_srq)(struct ibv_srq *srq, struct ibv_srq_attr *attr, int attr_mask);
+	sn_unused_op modify_wq, open_qp, open_xrcd;
+	int (*poll_cq)(struct ibv_cq *cq, int num_entries, struct ibv_wc *wc);
+	int (*post_recv)(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr);
+	int (*post_send)(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad_wr);
+	sn_unused_op post_srq_ops;
+	int (*post_srq_recv)(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr);
+	int (*query_device_ex)(struct ibv_context *context, const struct ibv_query_device_ex_input *input,
+			       struct ibv_device_attr_ex *attr, size_t attr_size);
+	sn_unused_op query_ece;
+	int (*query_port)(struct ibv_context *context, uint8_t port_num, struct ibv_port_attr *attr);
+	int (*query_qp)(struct ibv_qp *qp, struct ibv_qp_attr *attr, int attr_mask,
+			struct ibv_qp_init_attr *init_attr);
+	sn_unused_op query_qp_data_in_order, query_rt_values;
+	int (*query_srq)(struct ibv_srq *srq, struct ibv_srq_attr *attr);
+	sn_unused_op read_counters, reg_dm_mr, reg_dmabuf_mr;
+	struct ibv_mr *(*reg_mr)(struct ibv_pd *pd, void *addr, size_t length, uint64_t hca_va, int access);
+	int (*req_notify_cq)(struct ibv_cq *cq, int solicited_only);
+	sn_unused_op rereg_mr, resize_cq, set_ece, unimport_dm, unimport_mr, unimport_pd;
+};
+
+/* 76 operations, each one pointer: a count that changes means a typo. */
+_Static_assert(sizeof(struct sn_context_ops) == 76 * sizeof(void *), "verbs_context_ops has 76 entries");
+
+/* libibverbs' private functions (IBVERBS_PRIVATE_34). */
+void verbs_register_driver_34(const struct sn_device_ops *ops);
+void *_verbs_init_and_alloc_context(struct ibv_device *device, int cmd_fd, size_t alloc_size,
+				    struct verbs_context *context_offset, uint32_t driver_id);
+void verbs_uninit_context(struct verbs_context *context);
+void verbs_set_ops(struct verbs_context *vctx, const struct sn_context_ops *ops);
+
+/* The device's private ABI range, as its sysfs abi_version file says. */
+#define SN_ABI_VERSION 1
+
+#endif

@@ -1,0 +1,258 @@
+/*
+ * control.c: the slow path. One SOCK_SEQPACKET connection per context to
+ * the daemon's control socket; each command is one packet and its reply
+ * one packet, with descriptors as SCM_RIGHTS (docs/HOST-INTERFACE.md).
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "provider.h"
+
+/* The daemon's run directory, where DEVICE.sock is. */
+static const char *run_dir(void)
+{
+	const char *d = getenv("SOFTNIC_RUN_DIR");
+	return d && *d ? d : "/run/softnic";
+}
+
+/* sn_open_socket connects to the control socket of device ibdev_name. */
+static int sn_open_socket(const char *ibdev_name)
+{
+	struct sockaddr_un addr = {.sun_family = AF_UNIX};
+	int n = snprintf(addr.sun_path, sizeof(addr.sun_path), "%s/%s.sock", run_dir(), ibdev_name);
+	if (n < 0 || (size_t)n >= sizeof(addr.sun_path)) {
+		errno = ENAMETOOLONG;
+		return -1;
+	}
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -1;
+	if (connect(fd, (struct sockaddr *)&addr, sizeof(addr)) < 0) {
+		int e = errno;
+		close(fd);
+		errno = e;
+		return -1;
+	}
+	return fd;
+}
+
+/* sn_connect opens the session: hello, then the session page, the async
+ * event pipe and the doorbell eventfd the reply passes. */
+int sn_connect(struct sn_context *ctx, const char *ibdev_name)
+{
+	ctx->sock = sn_open_socket(ibdev_name);
+	if (ctx->sock < 0)
+		return errno;
+	uint32_t version = SN_VERSION;
+	int fds[3];
+	int n = sn_call(ctx, SN_OP_HELLO, &version, sizeof(version), &ctx->limits, sizeof(ctx->limits), fds, 3);
+	if (n < 0)
+		return errno;
+	if (n != 3) {
+		for (int i = 0; i < n; i++)
+			close(fds[i]);
+		return EPROTO;
+	}
+	ctx->page = sn_map_ring(fds[0], SN_PAGE_SIZE);
+	close(fds[0]);
+	if (!ctx->page) {
+		close(fds[1]);
+		close(fds[2]);
+		return errno;
+	}
+	ctx->vctx.context.async_fd = fds[1];
+	ctx->doorbell_fd = fds[2];
+	return 0;
+}
+
+/* take_fds moves the descriptors of msg's SCM_RIGHTS into fds, up to
+ * max_fds; it closes any beyond and says so with -1. */
+static int take_fds(struct msghdr *msg, int *fds, int max_fds, int *count)
+{
+	int extra = 0;
+	*count = 0;
+	for (struct cmsghdr *c = CMSG_FIRSTHDR(msg); c; c = CMSG_NXTHDR(msg, c)) {
+		if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+			continue;
+		size_t n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		for (size_t i = 0; i < n; i++) {
+			int fd;
+			memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(fd));
+			if (*count < max_fds)
+				fds[(*count)++] = fd;
+			else {
+				close(fd);
+				extra = 1;
+			}
+		}
+	}
+	return extra ? -1 : 0;
+}
+
+/* exchange sends one message and receives the reply with its
+ * descriptors; it returns 0 or an errno. */
+static int exchange(struct sn_context *ctx, const uint8_t *out, size_t out_len, uint8_t *in, size_t *in_len,
+		    int *fds, int *nfds)
+{
+	*nfds = 0;
+	if (send(ctx->sock, out, out_len, MSG_NOSIGNAL) != (ssize_t)out_len)
+		return errno ? errno : EPIPE;
+	union {
+		struct cmsghdr align;
+		char buf[CMSG_SPACE(4 * sizeof(int))];
+	} cbuf;
+	struct iovec iov = {.iov_base = in, .iov_len = SN_MAX_MESSAGE};
+	struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf.buf, .msg_controllen = sizeof(cbuf)};
+	ssize_t n;
+	do
+		n = recvmsg(ctx->sock, &msg, MSG_CMSG_CLOEXEC);
+	while (n < 0 && errno == EINTR);
+	if (n < 0)
+		return errno;
+	/* Descriptors first: an empty message may carry some too. */
+	int extra = take_fds(&msg, fds, 4, nfds);
+	if (n == 0)
+		return ECONNRESET; /* the daemon is gone */
+	*in_len = n;
+	if (extra < 0 || (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)))
+		return EPROTO;
+	return 0;
+}
+
+/* check_reply checks the reply's header against the request's and copies
+ * its body, which must be reply_len bytes; it returns 0 or an errno. */
+static int check_reply(const uint8_t *in, size_t in_len, const struct sn_header *req, void *reply, size_t reply_len)
+{
+	struct sn_header r;
+	if (in_len < SN_HEADER_LEN)
+		return EPROTO;
+	memcpy(&r, in, sizeof(r));
+	if (r.version != SN_VERSION || r.length != in_len || r.op != req->op || r.seq != req->seq)
+		return EPROTO;
+	if (r.status != 0)
+		return r.status < 0 && r.status > -4096 ? -r.status : EPROTO;
+	if (in_len != SN_HEADER_LEN + reply_len)
+		return EPROTO;
+	if (reply_len)
+		memcpy(reply, in + SN_HEADER_LEN, reply_len);
+	return 0;
+}
+
+/*
+ * sn_call sends op with its request body and waits for the reply, whose
+ * body must be reply_len bytes. It returns the number of descriptors the
+ * reply passed (stored in fds, at most max_fds), or -1 with errno: the
+ * daemon's errno, ECONNRESET once the daemon is gone, or EPROTO for a
+ * reply that breaks the protocol.
+ */
+int sn_call(struct sn_context *ctx, enum sn_op op, const void *req, size_t req_len, void *reply, size_t reply_len,
+	    int *fds, int max_fds)
+{
+	uint8_t out[SN_MAX_MESSAGE], in[SN_MAX_MESSAGE];
+	if (SN_HEADER_LEN + req_len > sizeof(out) || reply_len > sizeof(in) - SN_HEADER_LEN) {
+		errno = EINVAL;
+		return -1;
+	}
+	pthread_mutex_lock(&ctx->call_lock);
+	struct sn_header h = {.op = op, .version = SN_VERSION, .length = SN_HEADER_LEN + req_len, .seq = ++ctx->seq};
+	memcpy(out, &h, sizeof(h));
+	if (req_len)
+		memcpy(out + SN_HEADER_LEN, req, req_len);
+	size_t in_len = 0;
+	int got[4], n = 0;
+	int err = exchange(ctx, out, h.length, in, &in_len, got, &n);
+	pthread_mutex_unlock(&ctx->call_lock);
+	if (err == ECONNRESET || err == EPIPE)
+		__atomic_store_n(&ctx->gone, 1, __ATOMIC_RELAXED);
+	if (!err)
+		err = check_reply(in, in_len, &h, reply, reply_len);
+	if (!err && n > max_fds)
+		err = EPROTO;
+	for (int i = 0; i < n; i++) {
+		if (err)
+			close(got[i]);
+		else
+			fds[i] = got[i];
+	}
+	if (err) {
+		errno = err;
+		return -1;
+	}
+	return n;
+}
+
+/* sn_map_ring maps a ring the daemon passed, shared; NULL with errno. A
+ * file shorter than the reply said would fault on first touch: EPROTO. */
+void *sn_map_ring(int fd, size_t size)
+{
+	struct stat st;
+	if (fstat(fd, &st) < 0)
+		return NULL;
+	if (st.st_size < 0 || (uint64_t)st.st_size < size) {
+		errno = EPROTO;
+		return NULL;
+	}
+	void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	return p == MAP_FAILED ? NULL : p;
+}
+
+/*
+ * sn_ring_doorbell tells the daemon that work was posted: the doorbell
+ * word always; the eventfd only if the daemon sleeps. The sequentially
+ * consistent add and load are full fences, so either the daemon sees the
+ * doorbell before it sleeps or we see it sleeping.
+ */
+void sn_ring_doorbell(struct sn_context *ctx)
+{
+	__atomic_fetch_add((uint32_t *)(ctx->page + SN_PAGE_DOORBELL), 1, __ATOMIC_SEQ_CST);
+	if (__atomic_load_n((uint32_t *)(ctx->page + SN_PAGE_SLEEPING), __ATOMIC_SEQ_CST)) {
+		uint64_t one = 1;
+		if (write(ctx->doorbell_fd, &one, sizeof(one)) < 0) {
+			/* EAGAIN: the counter is full, the daemon will wake anyway */
+		}
+	}
+}
+
+/*
+ * sn_destroy_handle sends a destroy command (op) for handle: 0 or an
+ * errno. A session whose daemon is gone lost every object with it, so
+ * there the destroy has happened and succeeds, and the program can free
+ * its side (rdma-core takes EIO from a destroy on a disassociated device
+ * as success for the same reason).
+ */
+int sn_destroy_handle(struct sn_context *ctx, enum sn_op op, uint32_t handle)
+{
+	struct sn_handle req = {handle};
+	if (sn_call(ctx, op, &req, sizeof(req), NULL, 0, NULL, 0) >= 0)
+		return 0;
+	return sn_daemon_gone(ctx, 0) ? 0 : errno;
+}
+
+/*
+ * sn_daemon_gone reports whether the daemon closed the session's socket
+ * (stopped or killed: every object of the session is gone with it). With
+ * look, it asks the socket (poll, no wait) when it does not know yet; the
+ * data path looks only while it idles.
+ */
+int sn_daemon_gone(struct sn_context *ctx, int look)
+{
+	if (__atomic_load_n(&ctx->gone, __ATOMIC_RELAXED))
+		return 1;
+	if (!look)
+		return 0;
+	struct pollfd p = {.fd = ctx->sock, .events = POLLIN};
+	if (poll(&p, 1, 0) == 1 && (p.revents & (POLLHUP | POLLERR))) {
+		__atomic_store_n(&ctx->gone, 1, __ATOMIC_RELAXED);
+		return 1;
+	}
+	return 0;
+}

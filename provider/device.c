@@ -1,0 +1,198 @@
+/*
+ * device.c: the provider's registration with libibverbs, its devices and
+ * contexts, and the device and port queries.
+ *
+ * libibverbs finds softnic devices in the sysfs-like tree `softnic daemon`
+ * publishes (SYSFS_PATH), loads this library (RDMAV_DRIVERS), and calls
+ * match_device for each; a device whose name starts with "softnic_" is
+ * ours. Opening it connects to the daemon's control socket for that
+ * device: one session per context.
+ */
+#define _GNU_SOURCE
+#include <endian.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "provider.h"
+
+#define SN_NAME_PREFIX "softnic_"
+
+static bool sn_match_device(struct sn_sysfs_dev *sysfs_dev)
+{
+	return strncmp(sysfs_dev->ibdev_name, SN_NAME_PREFIX, strlen(SN_NAME_PREFIX)) == 0;
+}
+
+static struct sn_verbs_device *sn_alloc_device(struct sn_sysfs_dev *sysfs_dev)
+{
+	(void)sysfs_dev;
+	return calloc(1, sizeof(struct sn_verbs_device));
+}
+
+static void sn_uninit_device(struct sn_verbs_device *device)
+{
+	free(device);
+}
+
+static void sn_free_context(struct ibv_context *context)
+{
+	struct sn_context *ctx = to_ctx(context);
+	if (ctx->page)
+		munmap(ctx->page, SN_PAGE_SIZE);
+	if (ctx->doorbell_fd >= 0)
+		close(ctx->doorbell_fd);
+	if (ctx->sock >= 0)
+		close(ctx->sock); /* the daemon destroys what the session still holds */
+	pthread_mutex_destroy(&ctx->call_lock);
+	pthread_mutex_destroy(&ctx->channel_lock);
+	verbs_uninit_context(&ctx->vctx); /* closes cmd_fd and async_fd */
+	free(ctx);
+}
+
+static int sn_query_device_ex(struct ibv_context *context, const struct ibv_query_device_ex_input *input,
+			      struct ibv_device_attr_ex *attr, size_t attr_size);
+static int sn_query_port(struct ibv_context *context, uint8_t port, struct ibv_port_attr *attr);
+
+/* The daemon names objects in events by the user handles we gave it, our
+ * pointers: libibverbs casts them back itself, nothing is left to do. */
+static void sn_async_event(struct ibv_context *context, struct ibv_async_event *event)
+{
+	(void)context;
+	(void)event;
+}
+
+static void sn_cq_event(struct ibv_cq *cq)
+{
+	(void)cq;
+}
+
+static const struct sn_context_ops sn_ops = {
+	.alloc_pd = sn_alloc_pd,
+	.async_event = sn_async_event,
+	.cq_event = sn_cq_event,
+	.create_ah = sn_create_ah,
+	.create_cq = sn_create_cq,
+	.create_qp = sn_create_qp,
+	.create_srq = sn_create_srq,
+	.dealloc_pd = sn_dealloc_pd,
+	.dereg_mr = sn_dereg_mr,
+	.destroy_ah = sn_destroy_ah,
+	.destroy_cq = sn_destroy_cq,
+	.destroy_qp = sn_destroy_qp,
+	.destroy_srq = sn_destroy_srq,
+	.free_context = sn_free_context,
+	.modify_qp = sn_modify_qp,
+	.modify_srq = sn_modify_srq,
+	.poll_cq = sn_poll_cq,
+	.post_recv = sn_post_recv,
+	.post_send = sn_post_send,
+	.post_srq_recv = sn_post_srq_recv,
+	.query_device_ex = sn_query_device_ex,
+	.query_port = sn_query_port,
+	.query_qp = sn_query_qp,
+	.query_srq = sn_query_srq,
+	.reg_mr = sn_reg_mr,
+	.req_notify_cq = sn_req_notify_cq,
+};
+
+static struct verbs_context *sn_alloc_context(struct ibv_device *device, int cmd_fd, void *private_data)
+{
+	(void)private_data;
+	struct sn_context *ctx = _verbs_init_and_alloc_context(device, cmd_fd, sizeof(*ctx), NULL, 0);
+	if (!ctx)
+		return NULL;
+	ctx->sock = ctx->doorbell_fd = -1;
+	pthread_mutex_init(&ctx->call_lock, NULL);
+	pthread_mutex_init(&ctx->channel_lock, NULL);
+	int err = sn_connect(ctx, device->name);
+	if (err) {
+		sn_free_context(&ctx->vctx.context);
+		errno = err;
+		return NULL;
+	}
+	verbs_set_ops(&ctx->vctx, &sn_ops);
+	ctx->vctx.context.num_comp_vectors = 1; /* the daemon's completion events */
+	return &ctx->vctx;
+}
+
+const struct sn_device_ops sn_device_ops = {
+	.name = "softnic",
+	.match_min_abi_version = SN_ABI_VERSION,
+	.match_max_abi_version = SN_ABI_VERSION,
+	.match_device = sn_match_device,
+	.alloc_context = sn_alloc_context,
+	.alloc_device = sn_alloc_device,
+	.uninit_device = sn_uninit_device,
+};
+
+/* sn_is_softnic reports whether context is a softnic device's. */
+int sn_is_softnic(struct ibv_context *context)
+{
+	return context && context->device &&
+	       ((struct sn_verbs_device *)context->device)->ops == &sn_device_ops;
+}
+
+__attribute__((constructor)) static void sn_register(void)
+{
+	verbs_register_driver_34(&sn_device_ops);
+}
+
+/*
+ * sn_query_device_ex answers from the hello exchange's limits. Counts of
+ * objects softnic does not limit (QPs, CQs, MRs, PDs, AHs, SRQs) are
+ * given as the largest a handle allows, as rxe gives its pool sizes.
+ */
+static int sn_query_device_ex(struct ibv_context *context, const struct ibv_query_device_ex_input *input,
+			      struct ibv_device_attr_ex *attr, size_t attr_size)
+{
+	(void)input;
+	struct sn_context *ctx = to_ctx(context);
+	if (attr_size < sizeof(attr->orig_attr))
+		return EINVAL;
+	memset(attr, 0, attr_size < sizeof(*attr) ? attr_size : sizeof(*attr));
+	struct ibv_device_attr *a = &attr->orig_attr;
+	const struct sn_hello_reply *l = &ctx->limits;
+	strcpy(a->fw_ver, "0.0.0");
+	a->node_guid = a->sys_image_guid = htobe64(l->node_guid);
+	a->max_mr_size = UINT64_MAX;
+	a->page_size_cap = 0xfffff000;
+	a->vendor_id = 0xffffff;
+	a->max_qp = a->max_cq = a->max_mr = a->max_pd = a->max_ah = a->max_srq = 0x10000;
+	a->max_qp_wr = a->max_srq_wr = l->max_qp_wr;
+	a->device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_CHANGE_PHY_PORT;
+	a->max_sge = a->max_sge_rd = a->max_srq_sge = l->max_sge;
+	a->max_cqe = l->max_cqe;
+	a->max_qp_rd_atom = a->max_qp_init_rd_atom = l->max_rd_atomic;
+	a->max_res_rd_atom = l->max_rd_atomic * a->max_qp;
+	a->atomic_cap = IBV_ATOMIC_HCA;
+	a->max_pkeys = 1;
+	a->local_ca_ack_delay = 15;
+	a->phys_port_cnt = 1;
+	return 0;
+}
+
+static int sn_query_port(struct ibv_context *context, uint8_t port, struct ibv_port_attr *attr)
+{
+	struct sn_handle req = {port};
+	struct sn_query_port_reply r;
+	if (port != 1)
+		return EINVAL;
+	if (sn_call(to_ctx(context), SN_OP_QUERY_PORT, &req, sizeof(req), &r, sizeof(r), NULL, 0) < 0)
+		return errno;
+	memset(attr, 0, sizeof(*attr));
+	attr->state = r.state;
+	attr->max_mtu = r.max_mtu;
+	attr->active_mtu = r.active_mtu;
+	attr->link_layer = r.link_layer;
+	attr->gid_tbl_len = r.gid_table_len;
+	attr->pkey_tbl_len = r.pkey_table_len;
+	attr->max_msg_sz = r.max_msg_size;
+	attr->port_cap_flags = IBV_PORT_CM_SUP;
+	attr->max_vl_num = 1;
+	attr->phys_state = r.state == IBV_PORT_ACTIVE ? 5 : 3; /* LINK_UP, DISABLED */
+	attr->active_width = 1; /* 1X */
+	attr->active_speed = 1; /* SDR: a software port has no signalling rate */
+	return 0;
+}

@@ -1,0 +1,136 @@
+/*
+ * fuzz.c: libFuzzer harness for what the provider decodes: the daemon's
+ * control replies (header, body, descriptors), create_qp's ring layout,
+ * and completion queue entries. `make fuzz` builds it with clang; the Go
+ * test TestProviderFuzz runs it for a while.
+ *
+ * It includes the sources it reaches into, so that their static functions
+ * are in reach. The first input byte picks the target.
+ */
+#include "control.c"
+#include "datapath.c"
+#include "qp.c"
+
+#include <fcntl.h>
+#include <stdio.h>
+
+/* open_fds counts the open descriptors below 256: a leak raises it. */
+static int open_fds(void)
+{
+	int n = 0;
+	for (int fd = 0; fd < 256; fd++)
+		n += fcntl(fd, F_GETFD) >= 0;
+	return n;
+}
+
+/* send_reply queues msg on sock with nfds descriptors of /dev/null. */
+static void send_reply(int sock, const uint8_t *msg, size_t len, int nfds)
+{
+	int fds[8];
+	union {
+		struct cmsghdr align;
+		char buf[CMSG_SPACE(sizeof(fds))];
+	} cbuf;
+	for (int i = 0; i < nfds; i++)
+		fds[i] = open("/dev/null", O_RDWR | O_CLOEXEC);
+	struct iovec iov = {.iov_base = (void *)msg, .iov_len = len};
+	struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1};
+	if (nfds) {
+		m.msg_control = cbuf.buf;
+		m.msg_controllen = CMSG_SPACE(nfds * sizeof(int));
+		struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+		c->cmsg_level = SOL_SOCKET;
+		c->cmsg_type = SCM_RIGHTS;
+		c->cmsg_len = CMSG_LEN(nfds * sizeof(int));
+		memcpy(CMSG_DATA(c), fds, nfds * sizeof(int));
+	}
+	if (sendmsg(sock, &m, 0) < 0)
+		abort();
+	for (int i = 0; i < nfds; i++)
+		close(fds[i]);
+}
+
+/* fuzz_call answers one command with the input as the reply. */
+static void fuzz_call(const uint8_t *d, size_t n)
+{
+	if (n < 2 || n > SN_MAX_MESSAGE + 2)
+		return;
+	int before = open_fds(), sv[2];
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET, 0, sv) < 0)
+		abort();
+	struct sn_context ctx = {.sock = sv[0]};
+	pthread_mutex_init(&ctx.call_lock, NULL);
+	send_reply(sv[1], d + 2, n - 2, d[1] % 6);
+	int fds[3];
+	uint8_t reply[64];
+	size_t reply_len = d[0] >> 3; /* 0 to 31 bytes */
+	int got = sn_call(&ctx, SN_OP_CREATE_QP, reply, 8, reply_len ? reply : NULL, reply_len, fds, 3);
+	if (got > 3)
+		abort();
+	for (int i = 0; i < got; i++)
+		close(fds[i]);
+	close(sv[0]);
+	close(sv[1]);
+	if (open_fds() != before)
+		abort(); /* a descriptor leaked */
+}
+
+/* fuzz_qp_layout checks create_qp replies against a memfd of some size. */
+static void fuzz_qp_layout(const uint8_t *d, size_t n)
+{
+	struct sn_create_qp_reply r;
+	uint32_t size;
+	if (n < 1 + sizeof(r) + sizeof(size))
+		return;
+	memcpy(&r, d + 1, sizeof(r));
+	memcpy(&size, d + 1 + sizeof(r), sizeof(size));
+	int fd = memfd_create("fuzz-qp", MFD_CLOEXEC);
+	if (fd < 0 || ftruncate(fd, size % (1 << 22)) < 0)
+		abort();
+	struct sn_qp qp = {0};
+	if (map_qp(&qp, &r, 1, fd) == 0) {
+		/* every entry the queues hand out lies in the mapping */
+		uint8_t *last = qp.sq.ring + SN_RING_HEADER + (size_t)qp.sq.mask * qp.sq.stride + qp.sq.stride - 1;
+		if (last >= qp.mem + qp.size)
+			abort();
+		*last = 0;
+		munmap(qp.mem, qp.size);
+	}
+}
+
+/* fuzz_cq polls a CQ ring filled with the input. */
+static void fuzz_cq(const uint8_t *d, size_t n)
+{
+	enum { DEPTH = 8 };
+	static uint8_t ring[SN_RING_HEADER + DEPTH * SN_CQ_ENTRY] __attribute__((aligned(64)));
+	struct sn_cq cq = {.ring = ring, .mask = DEPTH - 1};
+	memset(ring, 0, sizeof(ring));
+	if (n < 2)
+		return;
+	cq.next = d[1];
+	size_t body = n - 2 < DEPTH * SN_CQ_ENTRY ? n - 2 : DEPTH * SN_CQ_ENTRY;
+	memcpy(ring + SN_RING_HEADER, d + 2, body);
+	pthread_spin_init(&cq.lock, PTHREAD_PROCESS_PRIVATE);
+	struct ibv_wc wc[DEPTH + 1];
+	int got = sn_poll_cq(&cq.ibv, d[0] % (DEPTH + 2), wc);
+	if (got > DEPTH + 1)
+		abort();
+	pthread_spin_destroy(&cq.lock);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n)
+{
+	if (n < 1)
+		return 0;
+	switch (d[0] % 3) {
+	case 0:
+		fuzz_call(d + 1, n - 1);
+		break;
+	case 1:
+		fuzz_qp_layout(d, n);
+		break;
+	default:
+		fuzz_cq(d + 1, n - 1);
+	}
+	return 0;
+}

@@ -1,0 +1,303 @@
+/*
+ * hostif.h: softnic's host interface, version 2, as docs/HOST-INTERFACE.md
+ * specifies it and package hostif defines it in Go: the control messages'
+ * bodies (little-endian, no padding) and the shared rings' layouts.
+ */
+#ifndef SOFTNIC_HOSTIF_H
+#define SOFTNIC_HOSTIF_H
+
+#include <stdint.h>
+
+#if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "the host interface is little-endian; this provider stores its fields natively"
+#endif
+
+#define SN_VERSION 2
+#define SN_HEADER_LEN 16
+#define SN_MAX_MESSAGE 4096
+
+enum sn_op {
+	SN_OP_HELLO = 1,
+	SN_OP_ALLOC_PD,
+	SN_OP_DEALLOC_PD,
+	SN_OP_REG_MR,
+	SN_OP_DEREG_MR,
+	SN_OP_CREATE_COMP_CHANNEL,
+	SN_OP_CREATE_CQ,
+	SN_OP_DESTROY_CQ,
+	SN_OP_CREATE_QP,
+	SN_OP_MODIFY_QP,
+	SN_OP_DESTROY_QP,
+	SN_OP_CREATE_AH,
+	SN_OP_DESTROY_AH,
+	SN_OP_QUERY_PORT,
+	SN_OP_QUERY_GID,
+	SN_OP_CREATE_SRQ,
+	SN_OP_MODIFY_SRQ,
+	SN_OP_DESTROY_SRQ,
+	SN_OP_QUERY_RESOURCES,
+	/* The connection manager (rdma_cm), 20 to 34. */
+	SN_OP_CM_CREATE_CHANNEL,
+	SN_OP_CM_CREATE_ID,
+	SN_OP_CM_BIND,
+	SN_OP_CM_RESOLVE_ADDR,
+	SN_OP_CM_RESOLVE_ROUTE,
+	SN_OP_CM_CREATE_QP,
+	SN_OP_CM_CONNECT,
+	SN_OP_CM_LISTEN,
+	SN_OP_CM_ACCEPT,
+	SN_OP_CM_REJECT,
+	SN_OP_CM_DISCONNECT,
+	SN_OP_CM_DESTROY_ID,
+	SN_OP_CM_GET_EVENT,
+	SN_OP_CM_QUERY_ADDR,
+	SN_OP_CM_DETACH_QP,
+	SN_OP_SHARE_MEMORY,
+	SN_OP_UNSHARE_MEMORY,
+	SN_OP_QUERY_COUNTERS,
+	SN_OP_CM_SET_OPTION,
+	SN_OP_CM_MIGRATE_ID,
+};
+_Static_assert(SN_OP_CM_CREATE_CHANNEL == 20 && SN_OP_CM_DETACH_QP == 34 && SN_OP_CM_SET_OPTION == 38 &&
+		       SN_OP_CM_MIGRATE_ID == 39,
+	       "op numbers");
+
+struct sn_header {
+	uint16_t op;
+	uint16_t version;
+	uint32_t length; /* header and body */
+	uint32_t seq;
+	int32_t status; /* replies: 0 or a negative errno */
+} __attribute__((packed));
+
+struct sn_handle {
+	uint32_t handle;
+} __attribute__((packed));
+
+struct sn_hello_reply {
+	uint32_t version, max_qp_wr, max_sge, max_cqe, max_inline, max_rd_atomic, active_mtu, engines;
+	uint64_t node_guid;
+} __attribute__((packed));
+
+struct sn_reg_mr_req {
+	uint32_t pd, access;
+	uint64_t addr, length;
+} __attribute__((packed));
+
+struct sn_reg_mr_reply {
+	uint32_t handle, lkey, rkey;
+} __attribute__((packed));
+
+struct sn_create_cq_req {
+	uint32_t entries, channel;
+	uint64_t user_handle;
+} __attribute__((packed));
+
+struct sn_create_cq_reply {
+	uint32_t handle, depth;
+} __attribute__((packed));
+
+/* QP types of create_qp: RC 0, UC 1, UD 2 (not libibverbs' numbers). */
+enum { SN_QPT_RC, SN_QPT_UC, SN_QPT_UD };
+
+struct sn_create_qp_req {
+	uint32_t pd, type, send_cq, recv_cq, srq;
+	uint32_t max_send_wr, max_recv_wr, max_send_sge, max_recv_sge, max_inline;
+	uint64_t user_handle;
+} __attribute__((packed));
+
+struct sn_create_qp_reply {
+	uint32_t handle, qpn, sq_depth, sq_stride;
+	uint32_t rq_offset, rq_depth, rq_stride;
+	uint32_t max_send_sge, max_recv_sge, max_inline;
+} __attribute__((packed));
+
+/* modify_qp: struct ibv_qp_attr's fields softnic uses, libibverbs' mask
+ * bits and values. */
+struct sn_modify_qp_req {
+	uint32_t handle, mask;
+	uint8_t state, cur_state, path_mtu, port;
+	uint8_t timeout, retry_cnt, rnr_retry, min_rnr;
+	uint8_t max_rd_atomic, max_dest_rd_atomic;
+	uint8_t sgid_index, hop_limit, traffic_class;
+	uint8_t reserved[3];
+	uint16_t pkey_index, reserved2;
+	uint32_t access, qkey, dest_qpn, rq_psn, sq_psn, flow_label;
+	uint8_t dgid[16];
+} __attribute__((packed));
+
+struct sn_create_ah_req {
+	uint32_t pd;
+	uint8_t port, sgid_index, hop_limit, traffic_class, sl;
+	uint8_t reserved[3];
+	uint32_t flow_label;
+	uint8_t dgid[16];
+} __attribute__((packed));
+
+struct sn_query_port_reply {
+	uint8_t state, max_mtu, active_mtu, link_layer;
+	uint32_t gid_table_len, pkey_table_len, link_mtu, max_msg_size;
+} __attribute__((packed));
+
+struct sn_create_srq_req {
+	uint32_t pd, max_wr, max_sge, limit;
+	uint64_t user_handle;
+} __attribute__((packed));
+
+struct sn_create_srq_reply {
+	uint32_t handle, depth, stride;
+} __attribute__((packed));
+
+struct sn_modify_srq_req {
+	uint32_t handle, limit;
+} __attribute__((packed));
+
+/* The connection manager's bodies. Addresses are IPv6, IPv4 ones mapped
+ * (::ffff:a.b.c.d), all zero for none; ports are numbers, not network
+ * order. */
+struct sn_cm_create_id_req {
+	uint32_t channel, port_space;
+	uint64_t user_handle;
+} __attribute__((packed));
+
+struct sn_cm_bind_req {
+	uint32_t id;
+	uint16_t port, reserved;
+	uint8_t addr[16];
+} __attribute__((packed));
+
+struct sn_cm_addr_reply {
+	uint16_t local_port, peer_port;
+	uint8_t local[16], peer[16];
+} __attribute__((packed));
+
+struct sn_cm_resolve_addr_req {
+	uint32_t id, timeout_ms;
+	uint16_t dst_port, reserved;
+	uint8_t src[16], dst[16];
+} __attribute__((packed));
+
+struct sn_cm_id_timeout_req {
+	uint32_t id, timeout_ms; /* cm_resolve_route; cm_listen's backlog */
+} __attribute__((packed));
+
+struct sn_cm_set_option_req {
+	uint32_t id, option, value; /* option: RDMA_OPTION_ID_TOS 0, RDMA_OPTION_ID_ACK_TIMEOUT 3 */
+} __attribute__((packed));
+
+struct sn_cm_migrate_req {
+	uint32_t id, channel;
+} __attribute__((packed));
+
+struct sn_cm_create_qp_req {
+	uint32_t id, reserved;
+	struct sn_create_qp_req qp;
+} __attribute__((packed));
+
+#define SN_CM_PRIVATE_MAX 224
+
+struct sn_cm_conn_param {
+	uint32_t id;
+	uint8_t responder_resources, initiator_depth, retry_count, rnr_retry_count;
+	uint32_t private_len;
+	uint8_t private_data[SN_CM_PRIVATE_MAX];
+} __attribute__((packed));
+
+struct sn_cm_event {
+	uint32_t type;
+	int32_t status;
+	uint32_t id, listen;
+	uint64_t user_handle;
+	uint16_t local_port, peer_port;
+	uint8_t local[16], peer[16];
+	uint8_t responder_resources, initiator_depth, retry_count, rnr_retry_count;
+	uint16_t reason, private_len;
+	uint8_t private_data[SN_CM_PRIVATE_MAX];
+	/* A UD ID's ESTABLISHED: the peer's QP and Q_Key, and the address
+	 * vector's source GID index and hop limit (its GID is peer's). */
+	uint32_t qpn, qkey;
+	uint8_t sgid_index, hop_limit;
+	uint16_t reserved;
+} __attribute__((packed));
+
+/* The sizes Go's encoding/binary gives the same bodies. */
+_Static_assert(sizeof(struct sn_header) == SN_HEADER_LEN, "header");
+_Static_assert(sizeof(struct sn_hello_reply) == 40, "hello reply");
+_Static_assert(sizeof(struct sn_reg_mr_req) == 24, "reg_mr request");
+_Static_assert(sizeof(struct sn_create_qp_req) == 48, "create_qp request");
+_Static_assert(sizeof(struct sn_create_qp_reply) == 40, "create_qp reply");
+_Static_assert(sizeof(struct sn_modify_qp_req) == 68, "modify_qp request");
+_Static_assert(sizeof(struct sn_create_ah_req) == 32, "create_ah request");
+_Static_assert(sizeof(struct sn_query_port_reply) == 20, "query_port reply");
+_Static_assert(sizeof(struct sn_create_srq_req) == 24, "create_srq request");
+_Static_assert(sizeof(struct sn_cm_create_id_req) == 16, "cm_create_id request");
+_Static_assert(sizeof(struct sn_cm_bind_req) == 24, "cm_bind request");
+_Static_assert(sizeof(struct sn_cm_addr_reply) == 36, "CM addresses reply");
+_Static_assert(sizeof(struct sn_cm_resolve_addr_req) == 44, "cm_resolve_addr request");
+_Static_assert(sizeof(struct sn_cm_create_qp_req) == 56, "cm_create_qp request");
+_Static_assert(sizeof(struct sn_cm_conn_param) == 236, "CM connection parameters");
+_Static_assert(sizeof(struct sn_cm_event) == 304, "CM event");
+
+/* Shared memory: every ring is a 4096-byte header and its entries. */
+#define SN_RING_HEADER 4096
+#define SN_PAGE_SIZE 4096
+
+/* Work queue header words. */
+#define SN_WQ_PRODUCER 0 /* client, release */
+#define SN_WQ_CONSUMER 64 /* daemon, release */
+#define SN_WQ_STATE 128 /* daemon: the QP's ibv_qp_state */
+
+/* Completion queue header words. */
+#define SN_CQ_CONSUMER 0 /* client, release */
+#define SN_CQ_ARMED 64 /* client sets, daemon clears */
+#define SN_CQ_OVERRUN 128 /* daemon */
+#define SN_CQ_ENTRY 64
+
+enum { SN_ARM_NONE, SN_ARM_NEXT, SN_ARM_SOLICITED };
+
+/* Session page words. */
+#define SN_PAGE_DOORBELL 0 /* client: incremented after any post */
+#define SN_PAGE_SLEEPING 64 /* daemon: 1 while its engines sleep */
+
+/* A send queue entry; its SGEs or inline bytes follow at offset 64. */
+struct sn_send_entry {
+	uint64_t wr_id;
+	uint8_t opcode; /* ibv_wr_opcode */
+	uint8_t flags; /* ibv_send_flags: FENCE, SIGNALED, SOLICITED, INLINE */
+	uint16_t count; /* SGEs, or inline bytes with INLINE */
+	uint32_t imm; /* network order as in ibv_send_wr, or the rkey to invalidate */
+	uint64_t remote_addr;
+	uint32_t rkey, reserved;
+	uint64_t compare_add, swap;
+	uint32_t ah, remote_qpn, remote_qkey, reserved2;
+} __attribute__((packed));
+
+struct sn_sge {
+	uint64_t addr;
+	uint32_t length, lkey;
+} __attribute__((packed));
+
+/* A receive queue entry; its SGEs follow at offset 16. */
+struct sn_recv_entry {
+	uint64_t wr_id;
+	uint32_t count, reserved;
+} __attribute__((packed));
+
+/* A completion queue entry; sequence is written last (release). */
+struct sn_cq_entry {
+	uint64_t wr_id;
+	uint32_t sequence; /* the entry's index + 1 */
+	uint8_t status, opcode, flags, sl;
+	uint32_t byte_len;
+	uint32_t imm; /* network order, or the invalidated rkey */
+	uint32_t qpn, src_qp;
+	uint16_t pkey_index, slid;
+	uint8_t dlid_path_bits, network_type;
+	uint8_t reserved[26];
+} __attribute__((packed));
+
+_Static_assert(sizeof(struct sn_send_entry) == 64, "send entry header");
+_Static_assert(sizeof(struct sn_recv_entry) == 16, "receive entry header");
+_Static_assert(sizeof(struct sn_cq_entry) == SN_CQ_ENTRY, "completion entry");
+
+#endif

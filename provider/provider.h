@@ -1,0 +1,148 @@
+/*
+ * provider.h: the softnic libibverbs provider's objects. Each wraps the
+ * libibverbs object it extends (first, so that libibverbs' pointer is
+ * ours) and holds the daemon's handle of it and, for queues, the shared
+ * rings the daemon passed.
+ */
+#ifndef SOFTNIC_PROVIDER_H
+#define SOFTNIC_PROVIDER_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <infiniband/verbs.h>
+
+#include "abi34.h"
+#include "hostif.h"
+
+#define sn_container_of(ptr, type, member) ((type *)((char *)(ptr) - offsetof(type, member)))
+
+struct sn_channel;
+
+/* A device context: one session with the daemon. */
+struct sn_context {
+	struct verbs_context vctx; /* first: libibverbs allocates us with it */
+	int sock; /* the control socket (SOCK_SEQPACKET) */
+	int gone; /* the daemon closed the socket: the session's objects are gone (atomic) */
+	pthread_mutex_t call_lock; /* one command at a time on the socket */
+	uint32_t seq;
+	uint8_t *page; /* the session page: doorbell and sleeping words */
+	int doorbell_fd; /* the daemon's eventfd, written only while it sleeps */
+	struct sn_hello_reply limits;
+	pthread_mutex_t channel_lock;
+	struct sn_channel *channels; /* completion channels made through the daemon */
+};
+
+/* A completion channel created by the interposed ibv_create_comp_channel. */
+struct sn_channel {
+	struct ibv_comp_channel ch;
+	uint32_t handle;
+	struct sn_channel *next;
+};
+
+struct sn_pd {
+	struct ibv_pd ibv;
+	uint32_t handle;
+};
+
+struct sn_mr {
+	struct sn_verbs_mr vmr;
+	uint32_t handle;
+};
+
+struct sn_ah {
+	struct ibv_ah ibv;
+	uint32_t handle;
+};
+
+/* The client's side of a work queue in shared memory. */
+struct sn_wq {
+	uint8_t *ring; /* its header, then depth entries of stride bytes */
+	uint32_t mask, stride;
+	uint32_t next; /* the next entry to fill; published as the producer index */
+	pthread_spinlock_t lock; /* posters of one queue take turns */
+};
+
+struct sn_cq {
+	struct ibv_cq ibv;
+	uint32_t handle;
+	uint8_t *ring;
+	size_t size;
+	uint32_t mask;
+	uint32_t next; /* the next entry to poll */
+	uint32_t empty_polls; /* polls in a row that found nothing */
+	pthread_spinlock_t lock;
+};
+
+struct sn_qp {
+	struct sn_verbs_qp vqp;
+	uint32_t handle;
+	uint8_t *mem; /* the send queue's ring, then the receive queue's */
+	size_t size;
+	struct sn_wq sq, rq;
+	int has_rq; /* no receive queue with an SRQ */
+	int sig_all; /* sq_sig_all: every send is signaled */
+	uint32_t max_inline, max_send_sge, max_recv_sge;
+	/* What query_qp answers: the attributes modify_qp set. */
+	struct ibv_qp_attr attr;
+	struct ibv_qp_cap cap;
+};
+
+struct sn_srq {
+	struct ibv_srq ibv;
+	uint32_t handle;
+	uint8_t *mem;
+	size_t size;
+	struct sn_wq wq;
+	uint32_t max_sge, limit;
+};
+
+static inline struct sn_context *to_ctx(struct ibv_context *c)
+{
+	return sn_container_of(c, struct sn_context, vctx.context);
+}
+
+/* control.c */
+int sn_connect(struct sn_context *ctx, const char *ibdev_name);
+int sn_call(struct sn_context *ctx, enum sn_op op, const void *req, size_t req_len, void *reply, size_t reply_len,
+	    int *fds, int max_fds);
+void *sn_map_ring(int fd, size_t size);
+void sn_ring_doorbell(struct sn_context *ctx);
+int sn_daemon_gone(struct sn_context *ctx, int look);
+int sn_destroy_handle(struct sn_context *ctx, enum sn_op op, uint32_t handle);
+
+/* device.c */
+extern const struct sn_device_ops sn_device_ops;
+int sn_is_softnic(struct ibv_context *context);
+
+/* objects.c, qp.c, datapath.c: the context's operations */
+struct ibv_pd *sn_alloc_pd(struct ibv_context *context);
+int sn_dealloc_pd(struct ibv_pd *pd);
+struct ibv_mr *sn_reg_mr(struct ibv_pd *pd, void *addr, size_t length, uint64_t hca_va, int access);
+int sn_dereg_mr(struct sn_verbs_mr *mr);
+struct ibv_ah *sn_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr);
+int sn_destroy_ah(struct ibv_ah *ah);
+struct ibv_cq *sn_create_cq(struct ibv_context *context, int cqe, struct ibv_comp_channel *channel, int vector);
+int sn_destroy_cq(struct ibv_cq *cq);
+struct ibv_srq *sn_create_srq(struct ibv_pd *pd, struct ibv_srq_init_attr *attr);
+int sn_modify_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr, int mask);
+int sn_query_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr);
+int sn_destroy_srq(struct ibv_srq *srq);
+struct ibv_qp *sn_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr);
+struct ibv_qp *sn_create_qp_for(struct ibv_pd *pd, struct ibv_qp_init_attr *attr, uint32_t cm_id);
+void sn_qp_remember(struct ibv_qp_attr *m, const struct ibv_qp_attr *a, int mask);
+int sn_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask);
+int sn_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask, struct ibv_qp_init_attr *init);
+int sn_destroy_qp(struct ibv_qp *qp);
+int sn_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad);
+int sn_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
+int sn_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
+int sn_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc);
+int sn_req_notify_cq(struct ibv_cq *cq, int solicited_only);
+int sn_wq_init(struct sn_wq *wq, uint8_t *ring, uint32_t depth, uint32_t stride);
+
+/* channel.c */
+uint32_t sn_channel_handle(struct sn_context *ctx, struct ibv_comp_channel *ch);
+
+#endif

@@ -1,0 +1,86 @@
+/*
+ * rdmacm.h: softnic's librdmacm.so.1, a replacement for rdma-core's that
+ * carries the connection manager through the daemon's cm_* commands
+ * (docs/HOST-INTERFACE.md) instead of the kernel's /dev/infiniband/rdma_cm.
+ *
+ * The library opens the first softnic device with ibv_open_device (so
+ * through the provider: one session) and runs every ID on that session,
+ * using the provider's private entry point (softnic_rdmacm.h). An event
+ * channel's fd is the daemon's pipe for it.
+ */
+#ifndef SOFTNIC_RDMACM_LIB_H
+#define SOFTNIC_RDMACM_LIB_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include <rdma/rdma_cma.h>
+
+#include "hostif.h"
+#include "softnic_rdmacm.h"
+
+#define CM_EXPORT __attribute__((visibility("default")))
+
+/* The library's one session and what it learned of the device. */
+struct cm_lib {
+	struct ibv_context *verbs;
+	const struct softnic_rdmacm_ops *ops;
+	uint8_t max_responder, max_initiator; /* the device's READ and atomic depths */
+	struct ibv_pd *pd; /* for QPs made without one (rdma_create_ep) */
+	pthread_mutex_t lock; /* the ID list and pd */
+	struct cm_id *ids;
+};
+
+extern struct cm_lib cm_lib;
+
+/* An event as the program sees it, with room for its private data. */
+struct cm_event {
+	struct rdma_cm_event ev;
+	uint8_t private_data[SN_CM_PRIVATE_MAX];
+	struct cm_event *next;
+};
+
+/* An event channel: the daemon's, whose pipe is ch.fd. Events taken from
+ * the daemon that a synchronous call did not want wait in stash. */
+struct cm_channel {
+	struct rdma_event_channel ch;
+	uint32_t handle;
+	pthread_mutex_t lock; /* one taker at a time; stash */
+	struct cm_event *stash;
+};
+
+struct cm_id {
+	struct rdma_cm_id id;
+	uint32_t handle;
+	struct cm_channel *events; /* where the daemon sends this ID's events */
+	struct cm_channel *own; /* a synchronous ID's private channel */
+	int sync;
+	uint8_t peer_responder, peer_initiator; /* from a connect request */
+	struct ibv_qp_init_attr *ep_attr; /* rdma_create_ep's, for rdma_get_request's IDs */
+	int own_cqs; /* rdma_create_qp made the CQs and their channels */
+	struct cm_id *next;
+};
+
+static inline struct cm_id *to_cm_id(struct rdma_cm_id *id)
+{
+	return (struct cm_id *)id;
+}
+
+/* rdmacm_core.c */
+int cm_init(void);
+int cm_call(int op, const void *req, size_t req_len, void *reply, size_t reply_len);
+int cm_fail(int err);
+struct cm_id *cm_find(uint32_t handle);
+struct cm_id *cm_new_id(struct cm_channel *events, uint32_t handle, void *context, enum rdma_port_space ps);
+uint16_t cm_addr_to_wire(const struct sockaddr *sa, uint8_t out[16]);
+void cm_wire_to_addr(const uint8_t in[16], uint16_t port, struct sockaddr_storage *out);
+void cm_set_addrs(struct cm_id *id, const struct sn_cm_addr_reply *r);
+
+/* rdmacm_event.c */
+int cm_wait(struct cm_id *id, enum rdma_cm_event_type want);
+void cm_drop_events(struct cm_channel *c, struct rdma_cm_id *id);
+
+/* rdmacm_qp.c */
+int cm_create_qp(struct cm_id *id, struct ibv_pd *pd, struct ibv_qp_init_attr *attr);
+
+#endif

@@ -1,0 +1,275 @@
+/*
+ * rdmacm_qp.c: an ID's QP and its connection: rdma_create_qp, connect,
+ * accept, reject, disconnect, and the endpoints of rdma_create_ep.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rdmacm.h"
+
+/* default_pd is the library's PD, for QPs made without one. */
+static struct ibv_pd *default_pd(void)
+{
+	pthread_mutex_lock(&cm_lib.lock);
+	if (!cm_lib.pd)
+		cm_lib.pd = ibv_alloc_pd(cm_lib.verbs);
+	struct ibv_pd *pd = cm_lib.pd;
+	pthread_mutex_unlock(&cm_lib.lock);
+	return pd;
+}
+
+static void destroy_cqs(struct rdma_cm_id *id)
+{
+	if (id->send_cq && id->send_cq != id->recv_cq)
+		ibv_destroy_cq(id->send_cq);
+	if (id->recv_cq)
+		ibv_destroy_cq(id->recv_cq);
+	if (id->send_cq_channel && id->send_cq_channel != id->recv_cq_channel)
+		ibv_destroy_comp_channel(id->send_cq_channel);
+	if (id->recv_cq_channel)
+		ibv_destroy_comp_channel(id->recv_cq_channel);
+	id->send_cq = id->recv_cq = NULL;
+	id->send_cq_channel = id->recv_cq_channel = NULL;
+}
+
+/* make_cq gives a QP without CQs one with a completion channel, as
+ * librdmacm does (rdma_get_send_comp and rdma_get_recv_comp sleep on it). */
+static struct ibv_cq *make_cq(struct rdma_cm_id *id, struct ibv_comp_channel **ch, uint32_t depth)
+{
+	if (!(*ch = ibv_create_comp_channel(id->verbs)))
+		return NULL;
+	struct ibv_cq *cq = ibv_create_cq(id->verbs, depth ? depth : 1, id, *ch, 0);
+	if (cq && ibv_req_notify_cq(cq, 0)) {
+		ibv_destroy_cq(cq);
+		cq = NULL;
+	}
+	return cq;
+}
+
+/* cm_create_qp makes id's QP on the daemon's side and the provider's. */
+int cm_create_qp(struct cm_id *c, struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
+{
+	struct rdma_cm_id *id = &c->id;
+	if (!attr || !id->verbs || id->qp || (pd && pd->context != id->verbs))
+		return cm_fail(EINVAL);
+	if (!pd && !(pd = default_pd()))
+		return -1;
+	struct ibv_qp_init_attr a = *attr;
+	if (!a.send_cq || !a.recv_cq) {
+		if (a.send_cq || a.recv_cq)
+			return cm_fail(EINVAL);
+		c->own_cqs = 1;
+		if (!(id->recv_cq = make_cq(id, &id->recv_cq_channel, a.cap.max_recv_wr)) ||
+		    !(id->send_cq = make_cq(id, &id->send_cq_channel, a.cap.max_send_wr))) {
+			int err = errno;
+			destroy_cqs(id);
+			return cm_fail(err);
+		}
+		a.send_cq = id->send_cq;
+		a.recv_cq = id->recv_cq;
+	}
+	struct ibv_qp *qp = cm_lib.ops->cm_create_qp(pd, c->handle, &a);
+	if (!qp) {
+		int err = errno;
+		if (c->own_cqs)
+			destroy_cqs(id);
+		return cm_fail(err);
+	}
+	attr->cap = a.cap;
+	id->qp = qp;
+	id->pd = pd;
+	if (qp->qp_type == IBV_QPT_UD) {
+		/* The daemon took it to RTS with the port space's Q_Key, as
+		 * librdmacm's ucma_init_ud_qp does; ibv_query_qp tells it. */
+		struct ibv_qp_attr qa = {.qp_state = IBV_QPS_RTS, .port_num = 1, .qkey = RDMA_UDP_QKEY};
+		cm_lib.ops->cm_qp_attr(qp, &qa, IBV_QP_STATE | IBV_QP_PORT | IBV_QP_PKEY_INDEX | IBV_QP_QKEY);
+	}
+	return 0;
+}
+
+CM_EXPORT int rdma_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_qp_init_attr *qp_init_attr)
+{
+	if (!id)
+		return cm_fail(EINVAL);
+	return cm_create_qp(to_cm_id(id), pd, qp_init_attr);
+}
+
+/* rdma_create_qp_ex takes the attributes ibv_create_qp knows: a PD and
+ * nothing of the extended verbs, which softnic's provider does not have. */
+CM_EXPORT int rdma_create_qp_ex(struct rdma_cm_id *id, struct ibv_qp_init_attr_ex *attr)
+{
+	if (!id || !attr)
+		return cm_fail(EINVAL);
+	if (attr->comp_mask & ~IBV_QP_INIT_ATTR_PD)
+		return cm_fail(ENOSYS);
+	struct ibv_qp_init_attr a = {.qp_context = attr->qp_context, .send_cq = attr->send_cq,
+				     .recv_cq = attr->recv_cq, .srq = attr->srq, .cap = attr->cap,
+				     .qp_type = attr->qp_type, .sq_sig_all = attr->sq_sig_all};
+	int ret = cm_create_qp(to_cm_id(id), (attr->comp_mask & IBV_QP_INIT_ATTR_PD) ? attr->pd : NULL, &a);
+	if (!ret)
+		attr->cap = a.cap;
+	return ret;
+}
+
+/* rdma_destroy_qp takes the QP back from the ID (cm_detach_qp) and
+ * destroys it. */
+CM_EXPORT void rdma_destroy_qp(struct rdma_cm_id *id)
+{
+	if (!id || !id->qp)
+		return;
+	struct cm_id *c = to_cm_id(id);
+	struct sn_handle req = {c->handle};
+	cm_call(SN_OP_CM_DETACH_QP, &req, sizeof(req), NULL, 0);
+	ibv_destroy_qp(id->qp);
+	id->qp = NULL;
+	if (c->own_cqs)
+		destroy_cqs(id);
+	c->own_cqs = 0;
+}
+
+static uint8_t depth(uint8_t want, uint8_t max)
+{
+	return want < max ? want : max;
+}
+
+/* conn_param encodes the program's parameters, or librdmacm's defaults
+ * without them: the device's depths (RDMA_MAX_* too), retries 7. */
+static int conn_param(struct sn_cm_conn_param *p, uint32_t handle, const struct rdma_conn_param *in, size_t max_private)
+{
+	memset(p, 0, sizeof(*p));
+	p->id = handle;
+	p->responder_resources = cm_lib.max_responder;
+	p->initiator_depth = cm_lib.max_initiator;
+	p->retry_count = p->rnr_retry_count = 7;
+	if (!in)
+		return 0;
+	if (in->private_data_len && (!in->private_data || in->private_data_len > max_private))
+		return cm_fail(EINVAL);
+	p->responder_resources = depth(in->responder_resources, cm_lib.max_responder);
+	p->initiator_depth = depth(in->initiator_depth, cm_lib.max_initiator);
+	p->retry_count = in->retry_count;
+	p->rnr_retry_count = in->rnr_retry_count;
+	p->private_len = in->private_data_len;
+	if (in->private_data_len)
+		memcpy(p->private_data, in->private_data, in->private_data_len);
+	return 0;
+}
+
+CM_EXPORT int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *param)
+{
+	if (!id)
+		return cm_fail(EINVAL);
+	struct cm_id *c = to_cm_id(id);
+	struct sn_cm_conn_param p;
+	/* After the rdma_cm header: of a REQ's private data, of a SIDR_REQ's. */
+	size_t max_private = id->qp_type == IBV_QPT_UD ? 180 : 56;
+	if (conn_param(&p, c->handle, param, max_private) || cm_call(SN_OP_CM_CONNECT, &p, sizeof(p), NULL, 0))
+		return -1;
+	return cm_wait(c, RDMA_CM_EVENT_ESTABLISHED);
+}
+
+/* rdma_accept: without parameters, the depths the peer asked for within
+ * the device's, as librdmacm answers. */
+CM_EXPORT int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *param)
+{
+	if (!id)
+		return cm_fail(EINVAL);
+	struct cm_id *c = to_cm_id(id);
+	struct sn_cm_conn_param p;
+	int ud = id->qp_type == IBV_QPT_UD;
+	if (conn_param(&p, c->handle, param, ud ? 136 : 196)) /* a SIDR_REP's room, a REP's */
+		return -1;
+	if (!param) {
+		p.responder_resources = depth(c->peer_initiator, cm_lib.max_responder);
+		p.initiator_depth = depth(c->peer_responder, cm_lib.max_initiator);
+	}
+	if (cm_call(SN_OP_CM_ACCEPT, &p, sizeof(p), NULL, 0))
+		return -1;
+	/* A UD ID's answer is all: no event follows, as with the kernel. */
+	return ud ? 0 : cm_wait(c, RDMA_CM_EVENT_ESTABLISHED);
+}
+
+CM_EXPORT int rdma_reject(struct rdma_cm_id *id, const void *private_data, uint8_t private_data_len)
+{
+	if (!id || (private_data_len && !private_data) || private_data_len > 148)
+		return cm_fail(EINVAL);
+	struct sn_cm_conn_param p = {.id = to_cm_id(id)->handle, .private_len = private_data_len};
+	if (private_data_len)
+		memcpy(p.private_data, private_data, private_data_len);
+	return cm_call(SN_OP_CM_REJECT, &p, sizeof(p), NULL, 0);
+}
+
+CM_EXPORT int rdma_disconnect(struct rdma_cm_id *id)
+{
+	if (!id)
+		return cm_fail(EINVAL);
+	struct cm_id *c = to_cm_id(id);
+	struct sn_handle req = {c->handle};
+	if (cm_call(SN_OP_CM_DISCONNECT, &req, sizeof(req), NULL, 0))
+		return -1;
+	return cm_wait(c, RDMA_CM_EVENT_DISCONNECTED);
+}
+
+/* rdma_create_ep makes a synchronous ID from rdma_getaddrinfo's answer:
+ * bound for a passive one (its QP attributes kept for rdma_get_request),
+ * resolved with its QP for an active one. */
+CM_EXPORT int rdma_create_ep(struct rdma_cm_id **id, struct rdma_addrinfo *res, struct ibv_pd *pd,
+			     struct ibv_qp_init_attr *qp_init_attr)
+{
+	if (!id || !res)
+		return cm_fail(EINVAL);
+	struct rdma_cm_id *cid;
+	if (rdma_create_id(NULL, &cid, NULL, res->ai_port_space))
+		return -1;
+	struct cm_id *c = to_cm_id(cid);
+	int ret;
+	if (res->ai_flags & RAI_PASSIVE) {
+		ret = rdma_bind_addr(cid, res->ai_src_addr);
+		if (!ret && qp_init_attr && !(c->ep_attr = malloc(sizeof(*qp_init_attr))))
+			ret = cm_fail(ENOMEM);
+		if (!ret && qp_init_attr) {
+			*c->ep_attr = *qp_init_attr;
+			c->ep_attr->qp_type = res->ai_qp_type;
+			cid->pd = pd;
+		}
+	} else {
+		ret = rdma_resolve_addr(cid, res->ai_src_addr, res->ai_dst_addr, 2000);
+		if (!ret)
+			ret = rdma_resolve_route(cid, 2000);
+		if (!ret && qp_init_attr) {
+			qp_init_attr->qp_type = res->ai_qp_type;
+			ret = rdma_create_qp(cid, pd, qp_init_attr);
+		}
+	}
+	if (ret) {
+		int err = errno;
+		rdma_destroy_ep(cid);
+		return cm_fail(err);
+	}
+	*id = cid;
+	return 0;
+}
+
+CM_EXPORT void rdma_destroy_ep(struct rdma_cm_id *id)
+{
+	if (!id)
+		return;
+	rdma_destroy_qp(id);
+	rdma_destroy_id(id);
+}
+
+/* rdma_set_option: the traffic class and the ACK timeout (cm_set_option,
+ * before connecting or accepting); other options are not supported. */
+CM_EXPORT int rdma_set_option(struct rdma_cm_id *id, int level, int optname, void *optval, size_t optlen)
+{
+	if (!id || !optval)
+		return cm_fail(EINVAL);
+	if (level != RDMA_OPTION_ID || (optname != RDMA_OPTION_ID_ACK_TIMEOUT && optname != RDMA_OPTION_ID_TOS))
+		return cm_fail(ENOSYS);
+	if (optlen != sizeof(uint8_t))
+		return cm_fail(EINVAL);
+	struct sn_cm_set_option_req req = {.id = to_cm_id(id)->handle, .option = optname, .value = *(uint8_t *)optval};
+	return cm_call(SN_OP_CM_SET_OPTION, &req, sizeof(req), NULL, 0);
+}

@@ -1,0 +1,47 @@
+/*
+ * softnic_rdmacm.h: the private entry point between softnic's librdmacm
+ * replacement (librdmacm.so.1) and the provider (libsoftnic-rdmav34.so).
+ *
+ * librdmacm opens a softnic device with ibv_open_device like any program,
+ * so the context is the provider's: one session with the daemon. To run
+ * rdma_cm IDs on that session it needs two things only the provider
+ * has: sending a command on the context's control socket, and making an
+ * ID's QP (cm_create_qp) a provider QP, whose rings ibv_post_send and
+ * ibv_poll_cq then drive like any other. The provider exports
+ * softnic_rdmacm_ops (symbol version SOFTNIC_PRIVATE_1), which returns
+ * the table below; librdmacm finds it with dlsym.
+ */
+#ifndef SOFTNIC_RDMACM_H
+#define SOFTNIC_RDMACM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <infiniband/verbs.h>
+
+#define SOFTNIC_RDMACM_OPS "softnic_rdmacm_ops"
+#define SOFTNIC_RDMACM_VERSION "SOFTNIC_PRIVATE_1"
+#define SOFTNIC_RDMACM_ABI 2
+
+struct softnic_rdmacm_ops {
+	uint32_t abi; /* SOFTNIC_RDMACM_ABI */
+	/* cm_call sends one of the CM commands (cm_create_channel to
+	 * cm_detach_qp except cm_create_qp, cm_set_option, cm_migrate_id) on
+	 * context's session and takes
+	 * its reply, which must be reply_len bytes. It returns the number of
+	 * descriptors the reply passed (into fds), or -1 with errno: EINVAL
+	 * for a context not softnic's or another command, else as the
+	 * provider's own calls. */
+	int (*cm_call)(struct ibv_context *context, int op, const void *req, size_t req_len, void *reply,
+		       size_t reply_len, int *fds, int max_fds);
+	/* cm_create_qp makes ID id's QP on pd (a softnic PD) with attr, as
+	 * ibv_create_qp would, through cm_create_qp; NULL with errno. */
+	struct ibv_qp *(*cm_create_qp)(struct ibv_pd *pd, uint32_t id, struct ibv_qp_init_attr *attr);
+	/* cm_qp_attr records, for ibv_query_qp, attributes the daemon set on
+	 * an ID's QP (which ibv_modify_qp did not): the UD Q_Key. */
+	void (*cm_qp_attr)(struct ibv_qp *qp, const struct ibv_qp_attr *attr, int mask);
+};
+
+typedef const struct softnic_rdmacm_ops *(*softnic_rdmacm_ops_fn)(void);
+
+#endif
