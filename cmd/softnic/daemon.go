@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"os/user"
@@ -18,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/softnic/softnic/daemon"
+	"github.com/softnic/softnic/daemon/metrics"
 	"github.com/softnic/softnic/roce/xdplink"
 	"github.com/softnic/softnic/verbs"
 )
@@ -38,12 +40,19 @@ type daemonOptions struct {
 	group    string
 	mode     string
 	logLevel string
+	// metrics is the address to serve Prometheus metrics on, "" for none;
+	// metricsQPs how many QPs of a device get series of their own.
+	metrics    string
+	metricsQPs int
 }
 
 // openServed opens the device the daemon serves on an interface, with the
 // file that lets the next daemon restore what this one moved; tests
 // replace it.
 var openServed = func(ifname, irqState string) (*verbs.Device, func(), error) {
+	if err := checkInterface(ifname); err != nil {
+		return nil, nil, err
+	}
 	dev, closeDev, err := openInterface(ifname, 0, xdplink.Config{IRQState: irqState})
 	return dev.Verbs, closeDev, err
 }
@@ -52,15 +61,19 @@ func runDaemon(args []string, stdout, stderr io.Writer) int {
 	var o daemonOptions
 	fs := flag.NewFlagSet("daemon", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.Var(&o.ifaces, "d", "interface to serve as device softnic_IFACE (repeat for several)")
+	fs.Var(&o.ifaces, "d", "network interface `IFACE` to serve as device softnic_IFACE (required; repeat for several)")
 	fs.StringVar(&o.runDir, "run-dir", "/run/softnic", "directory of the control sockets (DEVICE.sock) and the daemon's state")
 	fs.StringVar(&o.group, "group", "", "group owning the control sockets (default: root's; with --mode 0660, only its members may use the devices)")
 	fs.StringVar(&o.mode, "mode", "0666", "permission bits of the control sockets (0666: every local user, as /dev/infiniband/uverbs* is)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&o.metrics, "metrics", "", "serve the devices' counters as Prometheus metrics at http://`ADDR`/metrics (host:port; default: none)")
+	fs.IntVar(&o.metricsQPs, "metrics-qps", metrics.DefaultTopQPs, "with --metrics, how many QPs of a device (those that moved the most bytes) get series of their own (0: none); the others are summed")
+	congestion.define(fs, "")
+	capture.define(fs)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: softnic daemon -d IFACE [-d IFACE ...] [flags]")
 		fmt.Fprintln(stderr, "\nServes each interface as an RDMA device to local processes until SIGTERM or SIGINT.")
-		fs.PrintDefaults()
+		printFlags(stderr, fs)
 	}
 	if _, status, ok := parseArgs(fs, args, 2); !ok {
 		return status
@@ -89,6 +102,16 @@ func (o *daemonOptions) config(stderr io.Writer) (daemon.Config, error) {
 	if len(o.ifaces) == 0 {
 		return daemon.Config{}, errors.New("no interface: name one with -d IFACE")
 	}
+	if o.metricsQPs < 0 {
+		return daemon.Config{}, fmt.Errorf("--metrics-qps %d: not a number of QPs", o.metricsQPs)
+	}
+	if err := congestion.apply(&verbs.Config{}); err != nil {
+		return daemon.Config{}, err
+	}
+	if err := capture.check(); err != nil {
+		return daemon.Config{}, err
+	}
+	capture.several = len(o.ifaces) > 1
 	mode, err := strconv.ParseUint(o.mode, 8, 32)
 	if err != nil || mode > 0o777 || mode == 0 {
 		return daemon.Config{}, fmt.Errorf("--mode %q: not permission bits such as 0660", o.mode)
@@ -110,13 +133,24 @@ type served struct {
 	lock     *os.File
 	srv      *daemon.Server
 	closeDev func()
+	// ibv is the device's entry in the tree libibverbs programs read
+	// (ibvtree.go); nil if it could not be written.
+	ibv *ibvTree
 }
 
 // serveDevices serves every interface until ctx ends, then undoes
 // everything in reverse.
 func serveDevices(ctx context.Context, o daemonOptions, cfg daemon.Config) error {
 	if err := os.MkdirAll(o.runDir, 0o755); err != nil {
-		return fmt.Errorf("run directory: %w (the daemon needs root, or --run-dir)", err)
+		return fmt.Errorf("run directory: %w (%s)", err, runDirHint)
+	}
+	var metricsLn net.Listener
+	if o.metrics != "" {
+		var err error
+		if metricsLn, err = listenMetrics(o.metrics); err != nil {
+			return err
+		}
+		defer metricsLn.Close() // when serving failed before the server took it
 	}
 	var all []*served
 	defer func() {
@@ -131,6 +165,9 @@ func serveDevices(ctx context.Context, o daemonOptions, cfg daemon.Config) error
 		}
 		all = append(all, s)
 		cfg.Log.Info("serving", "device", s.name, "interface", ifname, "socket", s.srv.Socket())
+	}
+	if metricsLn != nil {
+		defer serveMetrics(metricsLn, all, o.metricsQPs, cfg.Log).stop()
 	}
 	<-ctx.Done()
 	cfg.Log.Info("stopping")
@@ -149,7 +186,7 @@ func serveDevice(runDir, ifname string, cfg daemon.Config) (*served, error) {
 	dev, closeDev, err := openServed(ifname, base+".irqs")
 	if err != nil {
 		s.unlock()
-		return nil, fmt.Errorf("%s: %w", ifname, err)
+		return nil, explainOpen(ifname, err, true)
 	}
 	s.closeDev = closeDev
 	cfg.Socket = base + ".sock"
@@ -158,14 +195,23 @@ func serveDevice(runDir, ifname string, cfg daemon.Config) (*served, error) {
 		s.unlock()
 		return nil, err
 	}
+	if s.ibv, err = publishIBV(runDir, s.name, dev, cfg.Log); err != nil {
+		cfg.Log.Warn("libibverbs programs cannot use the device", "device", s.name, "err", err)
+	}
 	return s, nil
 }
 
 func (s *served) stop() {
+	if s.ibv != nil {
+		s.ibv.remove()
+	}
 	s.srv.Close()
 	s.closeDev()
 	s.unlock()
 }
+
+// runDirHint is the way out of a run directory the daemon cannot write.
+const runDirHint = "softnic daemon needs root: run it with sudo; --run-dir names another directory"
 
 // takeLock locks the device's lock file for this process, and writes its
 // pid there. The lock dies with the process, so a killed daemon's file
@@ -173,7 +219,7 @@ func (s *served) stop() {
 func takeLock(path string) (*os.File, error) {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
-		return nil, fmt.Errorf("lock file: %w (the daemon needs root, or --run-dir)", err)
+		return nil, fmt.Errorf("lock file: %w (%s)", err, runDirHint)
 	}
 	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
 		pid, _ := io.ReadAll(f)

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/softnic/softnic/internal/syncbuf"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -69,15 +70,15 @@ func TestRpingClientKilledThroughDaemon(t *testing.T) {
 	v := newServedVeth(t)
 	a4 := v.p.A.Addr4().String()
 	srv := v.asNobody(&v.p.A, "rping", "-s", "-v", "-a", a4)
-	var sout syncBuffer
+	var sout syncbuf.Buffer
 	srv.Stdout, srv.Stderr = &sout, &sout
 	require.NoError(t, srv.Start())
-	cout := &syncBuffer{}
+	cout := &syncbuf.Buffer{}
 	var cli *exec.Cmd
 	require.Eventually(t, func() bool {
 		// Until the server listens, the client is refused and ends.
 		cli = v.asNobody(&v.p.B, "rping", "-c", "-v", "-a", a4, "-C", "1000000")
-		cout = &syncBuffer{}
+		cout = &syncbuf.Buffer{}
 		cli.Stdout, cli.Stderr = cout, cout
 		require.NoError(t, cli.Start())
 		for range 50 {

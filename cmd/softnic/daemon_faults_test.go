@@ -15,13 +15,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/softnic/softnic/internal/netnstest"
+	"github.com/softnic/softnic/internal/syncbuf"
 )
 
 // runningTool is a tool started in the background.
 type runningTool struct {
 	name string
 	cmd  *exec.Cmd
-	out  syncBuffer
+	out  syncbuf.Buffer
 	done chan struct{}
 	err  error // once done is closed
 }
@@ -71,9 +72,9 @@ func (r *runningTool) wait(limit time.Duration) bool {
 	}
 }
 
-// stat runs softnic stat -d on end's interface as user nobody.
+// stat runs softnic stat res -d on end's interface as user nobody.
 func (v *servedVeth) stat(t *testing.T, end *netnstest.End) string {
-	out, err := v.asNobody(end, "stat", "-d", end.Ifname).CombinedOutput()
+	out, err := v.asNobody(end, "stat", "res", "-d", end.Ifname).CombinedOutput()
 	require.NoError(t, err, "softnic stat: %s", out)
 	return string(out)
 }

@@ -99,6 +99,31 @@ func hostifQP(pd, cq uint32) hostif.CreateQPRequest {
 	return hostif.CreateQPRequest{PD: pd, SendCQ: cq, RecvCQ: cq, MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}
 }
 
+// serveMemAB serves the in-memory devices memA and memB in the test's
+// process, as `softnic daemon -d memB -d memA` would, until the test ends,
+// and returns their run directory and a session on memA once both sockets
+// are there.
+func serveMemAB(t *testing.T) (string, *client.Conn) {
+	t.Helper()
+	useServedMem(t)
+	dir := t.TempDir()
+	cfg := daemon.Config{Mode: 0o666, Group: -1, Log: slog.New(slog.DiscardHandler)}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- serveDevices(ctx, daemonOptions{ifaces: listFlag{"memB", "memA"}, runDir: dir}, cfg) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	c := dialWhenServed(t, filepath.Join(dir, "softnic_memA.sock"))
+	t.Cleanup(func() { c.Close() })
+	require.Eventually(t, func() bool {
+		_, err := os.Stat(filepath.Join(dir, "softnic_memB.sock"))
+		return err == nil
+	}, 5*time.Second, 10*time.Millisecond)
+	return dir, c
+}
+
 // dialWhenServed connects to the daemon socket sock once a daemon starting
 // up serves it.
 func dialWhenServed(t *testing.T, sock string) *client.Conn {

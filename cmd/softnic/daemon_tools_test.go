@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/softnic/softnic/internal/netnstest"
+	"github.com/softnic/softnic/internal/syncbuf"
 )
 
 // servedVeth is a veth pair between two namespaces with a softnic daemon
@@ -25,19 +26,27 @@ type servedVeth struct {
 	p       *netnstest.Pair
 	runDir  string
 	daemons [2]*exec.Cmd
-	logs    [2]*syncBuffer
+	logs    [2]*syncbuf.Buffer
 	// ia and ib are the GID indexes of the ends' IPv4 addresses.
 	ia, ib string
+	// lastStat is the last softnic stat output countersOf read.
+	lastStat string
 }
 
 func newServedVeth(t *testing.T) *servedVeth {
-	bin, p, ga, gb := vethSoftnic(t)
+	return newServedVethConfig(t, netnstest.Config{MTU: 1500}, nil)
+}
+
+// newServedVethConfig is newServedVeth with the pair built as cfg says
+// and end A's daemon given the flags extraA.
+func newServedVethConfig(t *testing.T, cfg netnstest.Config, extraA []string) *servedVeth {
+	bin, p, ga, gb := vethSoftnicConfig(t, cfg)
 	v := &servedVeth{p: p, runDir: worldDir(t), ia: indexOf(ga, p.A.Addr4()), ib: indexOf(gb, p.B.Addr4())}
 	v.bin = filepath.Join(v.runDir, "softnic")
 	self, err := os.ReadFile(bin)
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(v.bin, self, 0o755))
-	v.daemons[0], v.logs[0] = startDaemon(t, v.bin, &p.A, v.runDir)
+	v.daemons[0], v.logs[0] = startDaemon(t, v.bin, &p.A, v.runDir, extraA...)
 	v.daemons[1], v.logs[1] = startDaemon(t, v.bin, &p.B, v.runDir)
 	return v
 }

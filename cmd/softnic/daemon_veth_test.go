@@ -19,6 +19,7 @@ import (
 	"github.com/softnic/softnic/daemon/client"
 	"github.com/softnic/softnic/ibtransport"
 	"github.com/softnic/softnic/internal/netnstest"
+	"github.com/softnic/softnic/internal/syncbuf"
 )
 
 // TestMain lets the test binary play a daemon's client in another process
@@ -76,7 +77,7 @@ func TestDaemonOnVeth(t *testing.T) {
 		require.NoError(t, err, string(out))
 		return strings.Contains(string(out), "xdp")
 	}
-	start := func() (*exec.Cmd, *syncBuffer) { return startDaemon(t, bin, &pair.A, runDir) }
+	start := func() (*exec.Cmd, *syncbuf.Buffer) { return startDaemon(t, bin, &pair.A, runDir) }
 	d, dout := start()
 	require.True(t, xdpAttached())
 
@@ -126,17 +127,36 @@ func TestDaemonOnVeth(t *testing.T) {
 }
 
 // startDaemon runs bin as `softnic daemon` on end's interface with run
-// directory runDir, returns once it serves, and kills it when the test
-// ends (a failed test leaves no daemon running).
-func startDaemon(t *testing.T, bin string, end *netnstest.End, runDir string) (*exec.Cmd, *syncBuffer) {
-	cmd := exec.Command("ip", "netns", "exec", end.Namespace, bin, "daemon", "-d", end.Ifname, "--run-dir", runDir)
-	out := &syncBuffer{}
+// directory runDir (and the flags extra), returns once it serves, and
+// kills it when the test ends (a failed test leaves no daemon running).
+func startDaemon(t *testing.T, bin string, end *netnstest.End, runDir string, extra ...string) (*exec.Cmd, *syncbuf.Buffer) {
+	args := append([]string{"netns", "exec", end.Namespace, bin, "daemon", "-d", end.Ifname, "--run-dir", runDir}, extra...)
+	cmd := exec.Command("ip", args...)
+	out := &syncbuf.Buffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	require.NoError(t, cmd.Start())
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	t.Cleanup(func() { stopDaemon(cmd) })
 	require.Eventually(t, func() bool { return strings.Contains(out.String(), "serving") }, 10*time.Second,
 		20*time.Millisecond, "the daemon did not start:\n%s", out.String())
 	return cmd, out
+}
+
+// stopDaemon ends a daemon with SIGTERM, so that it takes away what it
+// published (its device file in /dev/infiniband too), and with SIGKILL if
+// it has not stopped within 10 s.
+func stopDaemon(cmd *exec.Cmd) {
+	if cmd.ProcessState != nil {
+		return // the test waited for it already
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		cmd.Process.Kill()
+		<-done
+	}
 }
 
 // worldDir is a temporary directory every user may enter.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"os"
 	"time"
 
 	"github.com/softnic/softnic/internal/perftest"
@@ -17,12 +18,22 @@ import (
 // one per receive queue, up to the number of CPUs). Tests replace it to
 // run over an in-memory link.
 var openDevice = func(ifname string, engines int) (perftest.Device, func(), error) {
+	if err := checkInterface(ifname); err != nil {
+		return perftest.Device{}, nil, err
+	}
 	d, err := openThroughDaemon(ifname)
 	switch {
 	case errors.Is(err, verbs.ErrNoDevice):
-		return openInterface(ifname, engines, xdplink.Config{KeepIRQs: keepIRQs})
+		dev, closer, err := openInterface(ifname, engines, xdplink.Config{KeepIRQs: keepIRQs})
+		if err != nil {
+			return dev, nil, explainOpen(ifname, err, false)
+		}
+		return dev, closer, nil
 	case err != nil:
 		return perftest.Device{}, nil, err
+	case capture.file != "":
+		d.Verbs.Close()
+		return perftest.Device{}, nil, errCaptureThroughDaemon(ifname)
 	}
 	return d, func() { d.Verbs.Close() }, nil
 }
@@ -61,8 +72,19 @@ func openInterface(ifname string, engines int, xcfg xdplink.Config) (perftest.De
 	// already; the others, such as the peer a connection manager answers,
 	// are looked up when first sent to.
 	neighbor := func(peer netip.Addr) ([6]byte, error) { return xdplink.ResolveNeighbor(nd.Index, peer, 3*time.Second) }
-	dev, err := verbs.Open(link, verbs.Config{Addrs: nd.GIDs, Engines: engines, Resolve: neighbor})
+	vcfg := verbs.Config{Addrs: nd.GIDs, Engines: engines, Resolve: neighbor}
+	if err := congestion.forInterface(ifname).apply(&vcfg); err != nil {
+		link.Close()
+		return perftest.Device{}, nil, err
+	}
+	dev, err := verbs.Open(link, vcfg)
 	if err != nil {
+		link.Close()
+		return perftest.Device{}, nil, err
+	}
+	stopCapture, err := capture.start(dev.RoCE(), capture.pathFor(ifname), os.Stderr)
+	if err != nil {
+		dev.Close()
 		link.Close()
 		return perftest.Device{}, nil, err
 	}
@@ -74,7 +96,7 @@ func openInterface(ifname string, engines int, xcfg xdplink.Config) (perftest.De
 		dev.RoCE().SetNeighbor(peer, mac)
 		return nil
 	}
-	closer := func() { dev.Close(); link.Close() }
+	closer := func() { stopCapture(); dev.Close(); link.Close() }
 	return perftest.Device{Verbs: dev, Name: ifname, LinkMTU: nd.MTU, Resolve: resolve}, closer, nil
 }
 

@@ -28,7 +28,7 @@ func runDevinfo(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "\nPrints the attributes of the RoCEv2 device softnic runs on IFACE in the layout of")
 		fmt.Fprintln(stderr, "ibv_devinfo: node GUID from the MAC, port state, MTUs and the GID table. It only")
 		fmt.Fprintln(stderr, "reads the interface: nothing is attached.\n\nflags:")
-		fs.PrintDefaults()
+		printFlags(stderr, fs)
 	}
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -36,6 +36,10 @@ func runDevinfo(args []string, stdout, stderr io.Writer) int {
 	if *ifname == "" || fs.NArg() != 0 {
 		fs.Usage()
 		return 2
+	}
+	if err := checkInterface(*ifname); err != nil {
+		fmt.Fprintf(stderr, "softnic devinfo: %v\n", err)
+		return 1
 	}
 	nd, err := xdplink.LookupNetdev(*ifname)
 	if err != nil {

@@ -48,12 +48,18 @@ func runInspect(args []string, stdout, stderr io.Writer) int {
 	}
 	defer f.Close()
 	sum, err := inspect(f, stdout)
-	if err != nil {
+	cutShort := errors.Is(err, io.ErrUnexpectedEOF)
+	if err != nil && !cutShort {
 		fmt.Fprintf(stderr, "softnic inspect: %s: %v\n", fs.Arg(0), err)
 		return inspectBadInput
 	}
 	fmt.Fprintf(stdout, "%d frames: %d RoCEv2 (%d good, %d bad), %d other\n",
 		sum.Frames, sum.RoCE, sum.Good, sum.Bad, sum.Other)
+	if cutShort {
+		// What a capture killed while it wrote leaves, as tshark says.
+		fmt.Fprintf(stderr, "softnic inspect: %s: cut short in the middle of a frame after the frames above (%v)\n", fs.Arg(0), err)
+		return inspectBadInput
+	}
 	if sum.Bad > 0 {
 		return inspectSomeBad
 	}

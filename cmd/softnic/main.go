@@ -33,7 +33,9 @@ func usage(w io.Writer) {
 	for _, n := range names {
 		fmt.Fprintf(w, "  %-10s %s\n", n, commands[n].summary)
 	}
-	fmt.Fprintln(w, "\nRun 'softnic COMMAND -h' for a command's flags.")
+	fmt.Fprintf(w, "  %-10s %s\n", "help", "this list, or with a command its usage and flags (softnic help perf)")
+	fmt.Fprintln(w, "\nRun 'softnic COMMAND -h' or 'softnic help COMMAND' for a command's flags and their defaults.")
+	fmt.Fprintln(w, "Commands that move traffic (daemon, perf, pingpong, rping) take --pcap FILE to capture it.")
 }
 
 func main() {
@@ -41,11 +43,14 @@ func main() {
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+	switch {
+	case len(args) == 0:
+		usage(stderr)
+		return 2
+	case args[0] == "help":
+		return runHelp(args[1:], stdout, stderr)
+	case args[0] == "-h" || args[0] == "--help":
 		usage(stdout)
-		if len(args) == 0 {
-			return 2
-		}
 		return 0
 	}
 	cmd, ok := commands[args[0]]

@@ -50,6 +50,8 @@ type perfFlags struct {
 	ipv6, unsorted, histogram    bool
 	stats                        bool
 	connectWait                  time.Duration
+	trace                        string
+	traceEvery                   time.Duration
 }
 
 // definePerftest registers the flags perftest 4.5 has.
@@ -98,7 +100,11 @@ func (o *perfFlags) defineSoftnic(f flagSet) {
 	f.DurationVar(&o.connectWait, "connect-wait", dialWait, "softnic: how long a client retries while the server is not listening")
 	f.IntVar(&o.engines, "softnic-engines", 0, "softnic: engines (goroutines) that run the device's QPs; 0: one per receive queue of the interface, up to the number of CPUs")
 	f.BoolVar(&o.stats, "softnic-stats", false, "softnic: after the run, print the engine's counters (retransmissions, timeouts, sequence NAKs...) and the XDP link's ring statistics")
+	f.StringVar(&o.trace, "softnic-trace", "", "softnic: while the test runs, write the congestion and loss counters and each QP's DCQCN rate to this file every --softnic-trace-every")
+	f.DurationVar(&o.traceEvery, "softnic-trace-every", 100*time.Millisecond, "softnic: interval of --softnic-trace")
 	f.BoolVar(&keepIRQs, "softnic-keep-irqs", false, keepIRQsUsage)
+	congestion.define(f.FlagSet, "softnic-")
+	capture.define(f.FlagSet)
 }
 
 // check refuses what softnic perf cannot run, in perftest's order.
@@ -116,12 +122,14 @@ func (o *perfFlags) check(pos []string) error {
 		return fmt.Errorf("--retry_count %d out of range 0..7", o.retryCount)
 	case o.duration < 0:
 		return fmt.Errorf("duration %d must be positive", o.duration)
+	case o.trace != "" && o.traceEvery <= 0:
+		return fmt.Errorf("--softnic-trace-every %v must be positive", o.traceEvery)
 	case o.tclass < 0 || o.tclass > 255:
 		return fmt.Errorf("--tclass %d out of range", o.tclass)
 	case o.qpTimeout < 0 || o.qpTimeout > 31:
 		return fmt.Errorf("QP timeout %d out of range 0..31", o.qpTimeout)
 	}
-	return nil
+	return capture.check()
 }
 
 // params turns the flags into the run's parameters.
@@ -199,7 +207,7 @@ func runPerf(args []string, stdout, stderr io.Writer) int {
 	o.defineSoftnic(flagSet{fs})
 	fs.Usage = func() {
 		fmt.Fprint(stderr, perfUsage)
-		fs.PrintDefaults()
+		printFlags(stderr, fs)
 	}
 	pos, status, ok := parseArgs(fs, args[1:], 2)
 	if !ok {
@@ -236,6 +244,13 @@ func (o *perfFlags) run(p perftest.Params, host string, stdout io.Writer) error 
 	}
 	defer closeDev()
 	p.Device = o.ifname
+	if o.trace != "" && !dev.Verbs.Remote() {
+		tr, err := startPerfTrace(o.trace, o.traceEvery, dev.Verbs)
+		if err != nil {
+			return err
+		}
+		defer tr.close()
+	}
 	conn, err := perftest.Connect(ctx, &p, host, o.connectWait, stdout)
 	if err != nil {
 		return err

@@ -5,10 +5,15 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/softnic/softnic/internal/perftest"
 	"github.com/softnic/softnic/rdmacm"
@@ -245,4 +250,35 @@ func TestPerfRDMACM(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestPerfSoftnicTrace runs a write_bw with --softnic-trace: the
+// file has the header and at least the first and last lines, each with
+// the time, the counters and the test QP's rate.
+func TestPerfSoftnicTrace(t *testing.T) {
+	useMemDevices(t)
+	port := freePort(t)
+	trace := filepath.Join(t.TempDir(), "trace")
+	runPair(t,
+		[]string{"perf", "write_bw", "-d", "memA", "-p", port, "-n", "20000"},
+		[]string{"perf", "write_bw", "-d", "memB", "-p", port, "-n", "20000", "-s", "4096", "--softnic-trace", trace,
+			"--softnic-trace-every", "200us", "127.0.0.1"})
+	b, err := os.ReadFile(trace)
+	require.NoError(t, err)
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	require.GreaterOrEqual(t, len(lines), 3, "header, first and last line:\n%s", b)
+	assert.Equal(t, "# unix_ms late_us "+strings.Join(traceCounters, " ")+" rate_mbps/qpn...", lines[0])
+	last := strings.Fields(lines[len(lines)-1])
+	require.GreaterOrEqual(t, len(last), 2+len(traceCounters), "%q", lines[len(lines)-1])
+	ms, err := strconv.ParseInt(last[0], 10, 64)
+	require.NoError(t, err)
+	assert.WithinDuration(t, time.Now(), time.UnixMilli(ms), time.Minute)
+	sent, err := strconv.ParseUint(last[2+slices.Index(traceCounters, "sent_pkts")], 10, 64)
+	require.NoError(t, err)
+	assert.GreaterOrEqual(t, sent, uint64(20000), "the client's writes")
+	// While the test ran, lines carry its QP (after the test, it is gone).
+	withQP := slices.IndexFunc(lines, func(l string) bool { return len(strings.Fields(l)) == 2+len(traceCounters)+1 })
+	require.GreaterOrEqual(t, withQP, 1, "no line with the test QP:\n%s", b)
+	qp := strings.Fields(lines[withQP])
+	assert.Regexp(t, `^0/0x[0-9a-f]+$`, qp[len(qp)-1], "a QP not rate limited")
 }

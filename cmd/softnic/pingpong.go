@@ -57,6 +57,7 @@ func (o *pingpongFlags) define(f flagSet) {
 	f.DurationVar(&cfg.ConnectWait, "connect-wait", dialWait, "softnic: how long a client retries while the server is not listening")
 	f.BoolVar(&cfg.UD, "ud", false, "softnic: be ibv_ud_pingpong (UD QPs) instead of ibv_rc_pingpong")
 	f.BoolVar(&cfg.UC, "uc", false, "softnic: be ibv_uc_pingpong (UC QPs) instead of ibv_rc_pingpong")
+	capture.define(f.FlagSet)
 }
 
 func runPingpongCmd(args []string, stdout, stderr io.Writer) int {
@@ -66,7 +67,7 @@ func runPingpongCmd(args []string, stdout, stderr io.Writer) int {
 	o.define(flagSet{fs})
 	fs.Usage = func() {
 		fmt.Fprint(stderr, pingpongUsage)
-		fs.PrintDefaults()
+		printFlags(stderr, fs)
 	}
 	pos, status, ok := parseArgs(fs, args, 1)
 	if !ok {
@@ -86,6 +87,9 @@ func runPingpongCmd(args []string, stdout, stderr io.Writer) int {
 		return fail("softnic devices have one port (1), not %d", o.ibPort)
 	}
 	if err := o.cfg.Check(); err != nil {
+		return fail("%v", err)
+	}
+	if err := capture.check(); err != nil {
 		return fail("%v", err)
 	}
 	if len(pos) == 1 {

@@ -44,7 +44,13 @@ softnic rping -c [-vVd] [-S size] [-C count] [-I addr] -a addr [-p port]
 	-q		use self-created, self-modified QP
 softnic runs on the interface that has the address (server) or routes
 to it (client); it takes no device.
+softnic's own options:
+	--pcap FILE	write the RoCEv2 frames sent and received to FILE (pcap)
+	--pcap-size SIZE	stop capturing before FILE passes SIZE bytes (K, M, G; default 0: no limit)
+	--snaplen N	keep at most N bytes of each frame (default 0: 262144, whole frames)
 `)
+	fmt.Fprintf(w, "defaults: -S %d, -C 0 (ping until stopped), -p %d, -a the unspecified address (server), -I none,\n"+
+		"-v, -V, -d, -P, -q off; --pcap none\n", rping.DefaultSize, rping.DefaultPort)
 }
 
 // rpingOptions is rping's main's option loop: options in order, each
@@ -165,6 +171,11 @@ func (o *rpingOptions) address(s string) netip.Addr {
 }
 
 func runRpingCmd(args []string, stdout, stderr io.Writer) int {
+	args, err := capture.takeArgs(args)
+	if err != nil {
+		fmt.Fprintf(stderr, "softnic rping: %v\n", err)
+		return statusInvalid
+	}
 	o := parseRpingArgs(args, stdout, stderr)
 	if o.status != 0 {
 		return o.status

@@ -4,7 +4,6 @@ import (
 	"context"
 	"os/exec"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -13,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/softnic/softnic/internal/netnstest"
+	"github.com/softnic/softnic/internal/syncbuf"
 )
 
 // TestSignalsDetach starts the softnic binary as a server waiting for a
@@ -42,7 +42,7 @@ func TestSignalsDetach(t *testing.T) {
 			args := append([]string{"netns", "exec", pair.A.Namespace, bin}, tc.args...)
 			args = append(args, "-d", pair.A.Ifname)
 			cmd := exec.Command("ip", args...)
-			var output syncBuffer
+			var output syncbuf.Buffer
 			cmd.Stdout, cmd.Stderr = &output, &output
 			require.NoError(t, cmd.Start())
 			done := make(chan error, 1)
@@ -68,23 +68,4 @@ func TestSignalsDetach(t *testing.T) {
 			assert.False(t, xdpAttached(), "XDP program left on %s after %v", pair.A.Ifname, tc.sig)
 		})
 	}
-}
-
-// syncBuffer collects a process's output, written by exec's copying
-// goroutines while the test reads it for its failure messages.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf strings.Builder
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

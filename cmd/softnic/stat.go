@@ -1,116 +1,264 @@
 package main
 
 import (
+	"bytes"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"path/filepath"
 	"slices"
-	"strings"
+	"strconv"
+	"time"
 
+	"golang.org/x/sys/unix"
+
+	"github.com/softnic/softnic/counters"
 	"github.com/softnic/softnic/daemon/client"
-	"github.com/softnic/softnic/hostif"
 	"github.com/softnic/softnic/verbs"
 )
 
 func init() {
-	register("stat", "show the objects of the devices daemons serve, like rdma resource show", runStat)
+	register("stat", "show the counters of the devices daemons serve, like rdma statistic show (stat res: their objects)", runStat)
 }
 
-// deviceStat is what softnic stat learned of one served device: its
-// index among the run directory's devices (sorted by name), its name and
-// its resources.
-type deviceStat struct {
+// statOptions are softnic stat's flags.
+type statOptions struct {
+	ifname, runDir string
+	qp             int // -1: the device's counters
+	json           bool
+	watch          float64 // seconds between lines; 0: print once
+	count          int     // lines to print with -w; 0: until interrupted
+}
+
+// statTarget is one device softnic stat reads, over a monitor connection
+// kept for -w: its index among the run directory's devices, its name.
+type statTarget struct {
 	index int
 	name  string
-	res   client.Resources
+	mon   *client.Monitor
 }
 
 func runStat(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("stat", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	ifname := fs.String("d", "", "show this interface's device only, with a line per session (process)")
-	runDir := fs.String("run-dir", verbs.RunDir(), "the daemons' run directory (default $SOFTNIC_RUN_DIR, else /run/softnic)")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: softnic stat [-d IFACE]")
-		fmt.Fprintln(stderr, "\nPrints, for each device a softnic daemon serves, its objects as `rdma resource show`")
-		fmt.Fprintln(stderr, "does (ctx: sessions, the processes using it); with -d, then a line per session:")
-		fmt.Fprintln(stderr, "its number (ctxn), pid, command and objects. It opens no session itself.\n\nflags:")
-		fs.PrintDefaults()
+	if len(args) > 0 && (args[0] == "res" || args[0] == "resource") {
+		return runStatRes(args[1:], stdout, stderr)
 	}
-	pos, status, ok := parseArgs(fs, args, 2)
+	o, status, ok := parseStatFlags(args, stderr)
 	if !ok {
 		return status
 	}
-	if len(pos) != 0 {
-		fs.Usage()
-		return 2
-	}
 	fail := failer(stderr, "stat")
-	names, err := verbs.DeviceNamesIn(*runDir)
+	targets, err := statTargets(o)
 	if err != nil {
 		return fail("%v", err)
 	}
-	if *ifname != "" {
-		name := "softnic_" + *ifname
-		i := slices.Index(names, name)
-		if i < 0 {
-			return fail("no daemon serves %s (no socket %s)", *ifname, filepath.Join(*runDir, name+".sock"))
+	defer func() {
+		for _, t := range targets {
+			t.mon.Close()
 		}
-		d, err := readDeviceStat(*runDir, i, name)
-		if err != nil {
-			return fail("%s: %v", name, err)
-		}
-		printSummary(stdout, d)
-		printSessions(stdout, d)
+	}()
+	prev, at, err := readStats(targets, o.qp)
+	if err != nil {
+		return fail("%v", err)
+	}
+	if o.watch == 0 {
+		printStats(stdout, targets, prev, o)
 		return 0
 	}
-	status = 0
-	for i, name := range names {
-		d, err := readDeviceStat(*runDir, i, name)
+	for n := 0; o.count == 0 || n < o.count; n++ {
+		time.Sleep(time.Duration(o.watch * float64(time.Second)))
+		cur, now, err := readStats(targets, o.qp)
 		if err != nil {
-			status = fail("%s: %v", name, err)
+			return fail("%v", err)
+		}
+		printStats(stdout, targets, perSecond(prev, cur, now.Sub(at)), o)
+		prev, at = cur, now
+	}
+	return 0
+}
+
+func parseStatFlags(args []string, stderr io.Writer) (statOptions, int, bool) {
+	o := statOptions{qp: -1}
+	fs := flag.NewFlagSet("stat", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.ifname, "d", "", "show this interface's device only (default: every device a daemon serves)")
+	fs.Func("qp", "show QP `N`'s counters, like rdma statistic qp show (default: the device's)", func(v string) error {
+		n, err := strconv.ParseUint(v, 0, 32)
+		if err != nil || n > 0xffffff {
+			return fmt.Errorf("not a QP number (0 to 0xffffff)")
+		}
+		o.qp = int(n)
+		return nil
+	})
+	fs.BoolVar(&o.json, "j", false, "print JSON, like rdma -j")
+	fs.Float64Var(&o.watch, "w", 0, "print the per-second change every `SECONDS` (default: print the counters once)")
+	fs.IntVar(&o.count, "c", 0, "with -w, stop after `COUNT` lines (default 0: until interrupted)")
+	fs.StringVar(&o.runDir, "run-dir", verbs.RunDir(), "the daemons' run directory (default $SOFTNIC_RUN_DIR, else /run/softnic)")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: softnic stat [-d IFACE] [--qp N] [-j] [-w SECONDS [-c COUNT]]")
+		fmt.Fprintln(stderr, "       softnic stat res [-d IFACE]")
+		fmt.Fprintln(stderr, "\nPrints the counters of each device a softnic daemon serves, a line per device")
+		fmt.Fprintln(stderr, "as `rdma statistic show` does (Linux's rxe counters first, then softnic's own),")
+		fmt.Fprintln(stderr, "or one QP's as `rdma statistic qp show` does. `softnic stat res` prints the devices'")
+		fmt.Fprintln(stderr, "objects as `rdma resource show` does. Neither opens a session.\n\nflags:")
+		printFlags(stderr, fs)
+	}
+	pos, status, ok := parseArgs(fs, args, 2)
+	if !ok {
+		return o, status, false
+	}
+	switch {
+	case len(pos) != 0, o.watch < 0, o.watch > 0 && o.watch*float64(time.Second) < float64(time.Millisecond),
+		o.count < 0:
+		fs.Usage()
+		return o, 2, false
+	}
+	return o, 0, true
+}
+
+// statTargets connects to the daemons of the devices o names.
+func statTargets(o statOptions) ([]statTarget, error) {
+	names, err := verbs.DeviceNamesIn(o.runDir)
+	if err != nil {
+		return nil, err
+	}
+	if o.ifname != "" {
+		name := "softnic_" + o.ifname
+		i := slices.Index(names, name)
+		if i < 0 {
+			return nil, fmt.Errorf("no daemon serves %s (no socket %s); start one with softnic daemon -d %s",
+				o.ifname, filepath.Join(o.runDir, name+".sock"), o.ifname)
+		}
+		m, err := client.DialMonitor(filepath.Join(o.runDir, name+".sock"))
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		return []statTarget{{index: i, name: name, mon: m}}, nil
+	}
+	if len(names) == 0 {
+		return nil, fmt.Errorf("no daemon runs (no socket in %s); start one with softnic daemon -d IFACE", o.runDir)
+	}
+	var ts []statTarget
+	for i, name := range names {
+		m, err := client.DialMonitor(filepath.Join(o.runDir, name+".sock"))
+		if err != nil {
+			for _, t := range ts {
+				t.mon.Close()
+			}
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		ts = append(ts, statTarget{index: i, name: name, mon: m})
+	}
+	return ts, nil
+}
+
+// readStats reads each target's counters: the device's, or QP qp's. With
+// a QP, devices that do not have it give nil, and none having it is an
+// error.
+func readStats(ts []statTarget, qp int) ([][]counters.Counter, time.Time, error) {
+	all := make([][]counters.Counter, len(ts))
+	found := false
+	for i, t := range ts {
+		var err error
+		if qp < 0 {
+			all[i], err = t.mon.DeviceCounters()
+		} else {
+			all[i], err = t.mon.QPCounters(uint32(qp))
+			if ce := (*client.Error)(nil); errors.As(err, &ce) && ce.Errno == unix.ENOENT { // another device's QP
+				err = nil
+			}
+		}
+		if err != nil {
+			return nil, time.Time{}, fmt.Errorf("%s: %w", t.name, err)
+		}
+		found = found || all[i] != nil
+	}
+	if qp >= 0 && !found {
+		return nil, time.Time{}, fmt.Errorf("no QP %d on %s", qp, targetNames(ts))
+	}
+	return all, time.Now(), nil
+}
+
+func targetNames(ts []statTarget) string {
+	var b bytes.Buffer
+	for i, t := range ts {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(t.name)
+	}
+	return b.String()
+}
+
+// perSecond returns each counter's change from prev to cur over d, per
+// second, rounded; a counter that went down (a restarted daemon) or is
+// new reads 0.
+func perSecond(prev, cur [][]counters.Counter, d time.Duration) [][]counters.Counter {
+	out := make([][]counters.Counter, len(cur))
+	for i, cs := range cur {
+		if cs == nil {
 			continue
 		}
-		printSummary(stdout, d)
+		out[i] = make([]counters.Counter, len(cs))
+		for j, c := range cs {
+			out[i][j].Name = c.Name
+			if old, ok := counters.Get(prev[i], c.Name); ok && c.Value >= old && d > 0 {
+				out[i][j].Value = uint64(math.Round(float64(c.Value-old) / d.Seconds()))
+			}
+		}
 	}
-	return status
+	return out
 }
 
-// readDeviceStat asks the daemon serving device name for its resources.
-func readDeviceStat(runDir string, index int, name string) (deviceStat, error) {
-	m, err := client.DialMonitor(filepath.Join(runDir, name+".sock"))
-	if err != nil {
-		return deviceStat{}, err
+// printStats prints a line per device (that has the QP, with --qp): text
+// as `rdma statistic show`, or with -j one JSON array as `rdma -j`.
+func printStats(w io.Writer, ts []statTarget, all [][]counters.Counter, o statOptions) {
+	var b bytes.Buffer
+	if o.json {
+		b.WriteByte('[')
 	}
-	defer m.Close()
-	res, err := m.Resources()
-	return deviceStat{index: index, name: name, res: res}, err
+	first := true
+	for i, t := range ts {
+		if all[i] == nil {
+			continue
+		}
+		if o.json {
+			if !first {
+				b.WriteByte(',')
+			}
+			writeStatJSON(&b, t, all[i], o.qp)
+		} else {
+			writeStatText(&b, t, all[i], o.qp)
+		}
+		first = false
+	}
+	if o.json {
+		b.WriteString("]\n")
+	}
+	w.Write(b.Bytes())
 }
 
-// printSummary prints the device's line as `rdma resource show` does;
-// softnic has no rdma_cm through the daemon, so cm_id is 0.
-func printSummary(w io.Writer, d deviceStat) {
-	t := d.res.Total
-	fmt.Fprintf(w, "%d: %s: pd %d cq %d qp %d cm_id 0 mr %d ctx %d srq %d\n", d.index, d.name, t.PD, t.CQ, t.QP, t.MR,
-		d.res.Sessions, t.SRQ)
+func writeStatText(b *bytes.Buffer, t statTarget, cs []counters.Counter, qp int) {
+	fmt.Fprintf(b, "link %s/1", t.name)
+	if qp >= 0 {
+		fmt.Fprintf(b, " lqpn %d", qp)
+	}
+	for _, c := range cs {
+		fmt.Fprintf(b, " %s %d", c.Name, c.Value)
+	}
+	b.WriteByte('\n')
 }
 
-// printSessions prints a line per session, in the way `rdma resource
-// show ctx` names a context (dev, ctxn, pid, comm), with its objects.
-func printSessions(w io.Writer, d deviceStat) {
-	for _, s := range d.res.Session {
-		c := s.Counts
-		fmt.Fprintf(w, "dev %s ctxn %d pid %d comm %s pd %d cq %d qp %d mr %d srq %d ah %d comp_channel %d\n",
-			d.name, s.ID, s.PID, commName(s), c.PD, c.CQ, c.QP, c.MR, c.SRQ, c.AH, c.Channel)
+// writeStatJSON writes one device's object, its keys in the counters'
+// order (encoding/json would sort a map's).
+func writeStatJSON(b *bytes.Buffer, t statTarget, cs []counters.Counter, qp int) {
+	fmt.Fprintf(b, `{"ifindex":%d,"ifname":%s,"port":1`, t.index, strconv.Quote(t.name))
+	if qp >= 0 {
+		fmt.Fprintf(b, `,"lqpn":%d`, qp)
 	}
-}
-
-// commName is a session's command name, "-" when the daemon could not
-// read it.
-func commName(s hostif.SessionResources) string {
-	if n := strings.TrimRight(string(s.Comm[:]), "\x00"); n != "" {
-		return n
+	for _, c := range cs {
+		fmt.Fprintf(b, `,%s:%d`, strconv.Quote(c.Name), c.Value)
 	}
-	return "-"
+	b.WriteByte('}')
 }

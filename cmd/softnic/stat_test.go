@@ -2,9 +2,7 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"fmt"
-	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -14,30 +12,13 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/softnic/softnic/daemon"
 	"github.com/softnic/softnic/ibtransport"
 )
 
-// softnic stat prints a line per served device in rdma resource show's
-// layout, and with -d a line per session.
-func TestStatCommand(t *testing.T) {
-	useServedMem(t)
-	dir := t.TempDir()
-	cfg := daemon.Config{Mode: 0o666, Group: -1, Log: slog.New(slog.DiscardHandler)}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- serveDevices(ctx, daemonOptions{ifaces: listFlag{"memB", "memA"}, runDir: dir}, cfg) }()
-	defer func() {
-		cancel()
-		<-done
-	}()
-	sock := filepath.Join(dir, "softnic_memA.sock")
-	c := dialWhenServed(t, sock)
-	defer c.Close()
-	require.Eventually(t, func() bool {
-		_, err := os.Stat(filepath.Join(dir, "softnic_memB.sock"))
-		return err == nil
-	}, 5*time.Second, 10*time.Millisecond)
+// softnic stat res prints a line per served device in rdma resource
+// show's layout, and with -d a line per session.
+func TestStatResCommand(t *testing.T) {
+	dir, c := serveMemAB(t)
 	pd, err := c.AllocPD()
 	require.NoError(t, err)
 	buf := make([]byte, 4096)
@@ -50,7 +31,7 @@ func TestStatCommand(t *testing.T) {
 
 	stat := func(args ...string) (string, string, int) {
 		var out, errOut bytes.Buffer
-		status := runStat(append(args, "--run-dir", dir), &out, &errOut)
+		status := runStat(append(append([]string{"res"}, args...), "--run-dir", dir), &out, &errOut)
 		return out.String(), errOut.String(), status
 	}
 	out, errOut, status := stat()

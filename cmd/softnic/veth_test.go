@@ -65,11 +65,17 @@ func indexOf(gids []netip.Addr, a netip.Addr) string {
 // address (xdplink.GIDTable's order).
 func vethSoftnic(t *testing.T) (string, *netnstest.Pair, []netip.Addr, []netip.Addr) {
 	t.Helper()
+	return vethSoftnicConfig(t, netnstest.Config{MTU: 1500})
+}
+
+// vethSoftnicConfig is vethSoftnic with the pair built as cfg says.
+func vethSoftnicConfig(t *testing.T, cfg netnstest.Config) (string, *netnstest.Pair, []netip.Addr, []netip.Addr) {
+	t.Helper()
 	netnstest.Integration(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	bin := buildSoftnic(t, ctx)
-	p := netnstest.NewT(t, netnstest.Config{MTU: 1500})
+	p := netnstest.NewT(t, cfg)
 	return bin, p, settledGIDs(t, &p.A, 3), settledGIDs(t, &p.B, 3)
 }
 

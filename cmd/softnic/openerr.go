@@ -1,0 +1,62 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"path/filepath"
+	"strings"
+
+	"github.com/softnic/softnic/bpf"
+	"github.com/softnic/softnic/roce/xdplink"
+	"github.com/softnic/softnic/verbs"
+)
+
+// The errors of opening an interface, said as what went wrong and what to
+// do next. The tools and the daemon open interfaces alike, but a tool has
+// one more way out (a daemon), so each gets its own wording.
+
+// checkInterface fails with the way out when there is no network
+// interface ifname in this network namespace; a device name
+// (softnic_IFACE) given for an interface gets the daemon's.
+func checkInterface(ifname string) error {
+	if _, err := net.InterfaceByName(ifname); err == nil {
+		return nil
+	}
+	if iface, ok := strings.CutPrefix(ifname, "softnic_"); ok {
+		return noInterfaceError{fmt.Errorf("no network interface %q: softnic_%s is the name of the device a daemon serves on %s, "+
+			"and no daemon serves it (no socket %s); start one (sudo softnic daemon -d %s), and give the interface's name: -d %s",
+			ifname, iface, iface, filepath.Join(verbs.RunDir(), ifname+".sock"), iface, iface)}
+	}
+	return noInterfaceError{fmt.Errorf("no network interface %q in this network namespace (`ip link` lists them; "+
+		"for one in another namespace, run softnic with `ip netns exec NS`)", ifname)}
+}
+
+// noInterfaceError is checkInterface's error, complete as it is.
+type noInterfaceError struct{ error }
+
+// explainOpen rewords the error of opening ifname: for the daemon
+// (asDaemon) or for a tool that found no daemon serving it.
+func explainOpen(ifname string, err error, asDaemon bool) error {
+	var noIface noInterfaceError
+	switch {
+	case errors.As(err, &noIface):
+		return err
+	case errors.Is(err, bpf.ErrPermission) && asDaemon:
+		return fmt.Errorf("%s: softnic daemon needs root to attach its XDP program and AF_XDP sockets "+
+			"(CAP_BPF, CAP_NET_ADMIN, CAP_NET_RAW): run it with sudo (%v)", ifname, err)
+	case errors.Is(err, bpf.ErrPermission):
+		return fmt.Errorf("%s: no softnic daemon serves it (no socket %s), and opening it in this process "+
+			"needs root (XDP program, AF_XDP sockets): run this as root, or start a daemon (sudo softnic daemon -d %s) "+
+			"and run the tool as any user (%v)", ifname, filepath.Join(verbs.RunDir(), "softnic_"+ifname+".sock"), ifname, err)
+	case errors.Is(err, bpf.ErrXDPBusy) && asDaemon:
+		return fmt.Errorf("%s: %w; stop the program that attached it first (if it is a softnic tool, let it end)", ifname, err)
+	case errors.Is(err, bpf.ErrXDPBusy):
+		return fmt.Errorf("%s: %w; if it is another softnic tool's, wait for it to end, or run both through a daemon "+
+			"(sudo softnic daemon -d %s; the tools then share the interface); a daemon of another run directory "+
+			"is found with SOFTNIC_RUN_DIR", ifname, err, ifname)
+	case errors.Is(err, xdplink.ErrLinkDown):
+		return fmt.Errorf("%s: %w: bring it up (ip link set dev %s up)", ifname, err, ifname)
+	}
+	return fmt.Errorf("%s: %w", ifname, err)
+}

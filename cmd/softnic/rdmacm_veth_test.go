@@ -1,0 +1,195 @@
+package main
+
+import (
+	"context"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/softnic/softnic/internal/netnstest"
+	"github.com/softnic/softnic/internal/syncbuf"
+)
+
+// rdmacmTools are Debian's programs that link librdmacm, which softnic's
+// replacement (provider/rdmacm.h) carries through the daemons.
+var rdmacmTools = []string{"rping", "ucmatose", "udaddy", "rdma_server", "rdma_client"}
+
+// cmPair runs a stock rdma_cm server on end A and its client on end B,
+// with "ADDR" in the client's arguments replaced by A's IPv4 address, and
+// returns both outputs; both must succeed. An rdma_cm server has no TCP
+// port to wait for, so a client that finds nobody listening yet (it fails
+// while the server still runs) is run again, up to 30 s.
+func (w *providerWorld) cmPair(t *testing.T, server, client []string) (string, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	srv := w.command(ctx, w.a, server...)
+	var sout syncbuf.Buffer
+	srv.Stdout, srv.Stderr = &sout, &sout
+	srv.WaitDelay = 5 * time.Second
+	require.NoError(t, srv.Start())
+	exited := make(chan error, 1)
+	go func() { exited <- srv.Wait() }()
+	args := make([]string, len(client))
+	for i, a := range client {
+		args[i] = strings.ReplaceAll(a, "ADDR", w.a.Addr4().String())
+	}
+	var cout []byte
+	var cerr, serr error
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		cli := w.command(ctx, w.b, args...)
+		cli.WaitDelay = 5 * time.Second
+		cout, cerr = cli.CombinedOutput()
+		if cerr == nil {
+			break
+		}
+		select {
+		case serr = <-exited:
+			require.Failf(t, "server ended", "%v: server %v:\n%s\nclient %v:\n%s", server, serr, sout.String(), cerr, cout)
+		default:
+		}
+		if time.Now().After(deadline) {
+			srv.Process.Kill()
+			<-exited
+			require.Failf(t, "client failed", "%v: client %v:\n%s\nserver:\n%s", client, cerr, cout, sout.String())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	select {
+	case serr = <-exited:
+	case <-ctx.Done():
+		srv.Process.Kill()
+		serr = <-exited
+	}
+	require.NoError(t, serr, "%v: server:\n%s\nclient:\n%s", server, sout.String(), cout)
+	return sout.String(), string(cout)
+}
+
+// rpingData is the start of a ping rping -v prints, with its number (its
+// cm thread's messages may land within the line).
+var rpingData = regexp.MustCompile(`ping data: rdma-ping-(\d+): `)
+
+// rpingCount is how many distinct pings out shows.
+func rpingCount(out string) int {
+	seen := map[string]bool{}
+	for _, m := range rpingData.FindAllStringSubmatch(out, -1) {
+		seen[m[1]] = true
+	}
+	return len(seen)
+}
+
+// TestStockRDMACMThroughProvider runs Debian's unmodified librdmacm
+// programs (rping, ucmatose, udaddy, rdma_server and rdma_client,
+// perftest with -R) between two daemons in two namespaces, as user nobody, through
+// softnic's librdmacm.so.1 and the provider.
+func TestStockRDMACMThroughProvider(t *testing.T) {
+	netnstest.RequireCommands(t, "apt-get install rdmacm-utils", rdmacmTools...)
+	w := newProviderWorld(t)
+	t.Run("misuse", w.testCMMisuse)
+	t.Run("rping", func(t *testing.T) {
+		_, cout := w.cmPair(t, []string{"rping", "-s", "-C", "100"},
+			[]string{"rping", "-c", "-a", "ADDR", "-v", "-V", "-C", "100"})
+		assert.Equal(t, 100, rpingCount(cout), "verified pings:\n%s", cout)
+	})
+	t.Run("ucmatose", func(t *testing.T) {
+		sout, cout := w.cmPair(t, []string{"ucmatose"}, []string{"ucmatose", "-s", "ADDR"})
+		for _, out := range []string{sout, cout} {
+			assert.Contains(t, out, "data transfers complete", "a side did not finish")
+			assert.NotContains(t, out, "failed")
+		}
+	})
+	// -m: both sides move their IDs to a new channel (rdma_migrate_id)
+	// after the transfers, and take the disconnect's events there.
+	t.Run("ucmatose -m", func(t *testing.T) {
+		sout, cout := w.cmPair(t, []string{"ucmatose", "-m", "-c", "2"}, []string{"ucmatose", "-m", "-c", "2", "-s", "ADDR"})
+		for _, out := range []string{sout, cout} {
+			assert.Contains(t, out, "data transfers complete", "a side did not finish")
+			assert.Contains(t, out, "migrating to new event channel")
+			assert.Contains(t, out, "test complete")
+			assert.NotContains(t, out, "fail")
+		}
+	})
+	// UD QPs, the peer's resolved with SIDR; the server answers each
+	// datagram to the address it came from (ibv_create_ah_from_wc).
+	t.Run("udaddy", func(t *testing.T) {
+		sout, cout := w.cmPair(t, []string{"udaddy"}, []string{"udaddy", "-s", "ADDR"})
+		for _, out := range []string{sout, cout} {
+			assert.Contains(t, out, "data transfers complete", "a side did not finish")
+			assert.Contains(t, out, "test complete")
+			assert.NotContains(t, out, "fail")
+		}
+	})
+	t.Run("rdma_server", func(t *testing.T) {
+		sout, cout := w.cmPair(t, []string{"rdma_server"}, []string{"rdma_client", "-s", "ADDR"})
+		assert.Contains(t, sout, "rdma_server: end 0")
+		assert.Contains(t, cout, "rdma_client: end 0")
+	})
+	for _, tool := range []string{"ib_send_bw", "ib_write_bw", "ib_read_bw"} {
+		t.Run(tool+" -R", func(t *testing.T) {
+			args := []string{tool, "-R", "-x", "1", "-n", "500"}
+			sout, cout := w.cmPair(t, args, append(args, "ADDR"))
+			for _, out := range []string{sout, cout} {
+				require.Greater(t, perftestLast(t, out, 65536), 0.0, "no figure:\n%s", out)
+			}
+		})
+	}
+	// rdma_set_option: an ACK timeout and a traffic class (cm_set_option).
+	t.Run("ib_send_bw -R -u 18 -T 32", func(t *testing.T) {
+		args := []string{"ib_send_bw", "-R", "-u", "18", "-T", "32", "-x", "1", "-n", "200"}
+		sout, cout := w.cmPair(t, args, append(args, "ADDR"))
+		for _, out := range []string{sout, cout} {
+			require.Greater(t, perftestLast(t, out, 65536), 0.0, "no figure:\n%s", out)
+		}
+	})
+	t.Run("ib_write_lat -R", func(t *testing.T) {
+		args := []string{"ib_write_lat", "-R", "-x", "1", "-n", "200"}
+		_, cout := w.cmPair(t, args, append(args, "ADDR"))
+		require.Greater(t, perftestLast(t, cout, 2), 0.0, "no figure:\n%s", cout)
+	})
+	w.stopUnderServer(t)
+}
+
+// stopUnderServer stops the daemons while an rping server waits for a
+// connection in rdma_get_cm_event: the channel's pipe closes, the next
+// command fails, and rping exits with an error rather than hang.
+func (w *providerWorld) stopUnderServer(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	started := strings.Count(w.logs[0].String(), "session started")
+	srv := w.command(ctx, w.a, "rping", "-s", "-a", w.a.Addr4().String())
+	var out syncbuf.Buffer
+	srv.Stdout, srv.Stderr = &out, &out
+	srv.WaitDelay = 5 * time.Second
+	require.NoError(t, srv.Start())
+	require.Eventually(t, func() bool { return strings.Count(w.logs[0].String(), "session started") > started },
+		30*time.Second, 20*time.Millisecond, "rping's session never started:\n%s", out.String())
+	w.stop(t)
+	err := srv.Wait()
+	require.NoError(t, ctx.Err(), "rping did not exit once the daemon stopped:\n%s", out.String())
+	require.Error(t, err, "rping's server ended well with no daemon:\n%s", out.String())
+	t.Logf("rping -s, its daemon stopped: %v\n%s", err, out.String())
+}
+
+// testCMMisuse runs testdata/cm_misuse.c, a program that calls librdmacm
+// out of order and asks for what softnic does not do: each call must fail
+// with librdmacm's errno (EINVAL, EADDRNOTAVAIL, EADDRINUSE, ENOSYS,
+// EAGAIN) while an ACK timeout and a traffic class are taken, and the
+// daemon must serve the next program (the subtests after this one).
+func (w *providerWorld) testCMMisuse(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	bin := filepath.Join(worldDir(t), "cm_misuse")
+	out, err := exec.CommandContext(ctx, "cc", "-Wall", "-Wextra", "-Werror", "-o", bin, filepath.Join("testdata", "cm_misuse.c"),
+		"-lrdmacm", "-libverbs").CombinedOutput()
+	require.NoError(t, err, "cc: %s", out)
+	out, err = w.command(ctx, w.a, bin, w.a.Addr4().String()).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	assert.Contains(t, string(out), "all checks passed")
+	assert.Len(t, regexp.MustCompile(`(?m)^ok `).FindAllString(string(out), -1), 15, "checks that ran:\n%s", out)
+}

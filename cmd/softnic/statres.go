@@ -1,0 +1,114 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/softnic/softnic/daemon/client"
+	"github.com/softnic/softnic/hostif"
+	"github.com/softnic/softnic/verbs"
+)
+
+// deviceStat is what softnic stat learned of one served device: its
+// index among the run directory's devices (sorted by name), its name and
+// its resources.
+type deviceStat struct {
+	index int
+	name  string
+	res   client.Resources
+}
+
+// runStatRes is `softnic stat res`: the devices' objects, as `rdma
+// resource show` prints a kernel device's.
+func runStatRes(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("stat res", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	ifname := fs.String("d", "", "show this interface's device only, with a line per session (process)")
+	runDir := fs.String("run-dir", verbs.RunDir(), "the daemons' run directory (default $SOFTNIC_RUN_DIR, else /run/softnic)")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: softnic stat res [-d IFACE]")
+		fmt.Fprintln(stderr, "\nPrints, for each device a softnic daemon serves, its objects as `rdma resource show`")
+		fmt.Fprintln(stderr, "does (ctx: sessions, the processes using it); with -d, then a line per session:")
+		fmt.Fprintln(stderr, "its number (ctxn), pid, command and objects. It opens no session itself.\n\nflags:")
+		printFlags(stderr, fs)
+	}
+	pos, status, ok := parseArgs(fs, args, 2)
+	if !ok {
+		return status
+	}
+	if len(pos) != 0 {
+		fs.Usage()
+		return 2
+	}
+	fail := failer(stderr, "stat res")
+	names, err := verbs.DeviceNamesIn(*runDir)
+	if err != nil {
+		return fail("%v", err)
+	}
+	if *ifname != "" {
+		name := "softnic_" + *ifname
+		i := slices.Index(names, name)
+		if i < 0 {
+			return fail("no daemon serves %s (no socket %s)", *ifname, filepath.Join(*runDir, name+".sock"))
+		}
+		d, err := readDeviceStat(*runDir, i, name)
+		if err != nil {
+			return fail("%s: %v", name, err)
+		}
+		printSummary(stdout, d)
+		printSessions(stdout, d)
+		return 0
+	}
+	status = 0
+	for i, name := range names {
+		d, err := readDeviceStat(*runDir, i, name)
+		if err != nil {
+			status = fail("%s: %v", name, err)
+			continue
+		}
+		printSummary(stdout, d)
+	}
+	return status
+}
+
+// readDeviceStat asks the daemon serving device name for its resources.
+func readDeviceStat(runDir string, index int, name string) (deviceStat, error) {
+	m, err := client.DialMonitor(filepath.Join(runDir, name+".sock"))
+	if err != nil {
+		return deviceStat{}, err
+	}
+	defer m.Close()
+	res, err := m.Resources()
+	return deviceStat{index: index, name: name, res: res}, err
+}
+
+// printSummary prints the device's line as `rdma resource show` does;
+// softnic has no rdma_cm through the daemon, so cm_id is 0.
+func printSummary(w io.Writer, d deviceStat) {
+	t := d.res.Total
+	fmt.Fprintf(w, "%d: %s: pd %d cq %d qp %d cm_id 0 mr %d ctx %d srq %d\n", d.index, d.name, t.PD, t.CQ, t.QP, t.MR,
+		d.res.Sessions, t.SRQ)
+}
+
+// printSessions prints a line per session, in the way `rdma resource
+// show ctx` names a context (dev, ctxn, pid, comm), with its objects.
+func printSessions(w io.Writer, d deviceStat) {
+	for _, s := range d.res.Session {
+		c := s.Counts
+		fmt.Fprintf(w, "dev %s ctxn %d pid %d comm %s pd %d cq %d qp %d mr %d srq %d ah %d comp_channel %d\n",
+			d.name, s.ID, s.PID, commName(s), c.PD, c.CQ, c.QP, c.MR, c.SRQ, c.AH, c.Channel)
+	}
+}
+
+// commName is a session's command name, "-" when the daemon could not
+// read it.
+func commName(s hostif.SessionResources) string {
+	if n := strings.TrimRight(string(s.Comm[:]), "\x00"); n != "" {
+		return n
+	}
+	return "-"
+}

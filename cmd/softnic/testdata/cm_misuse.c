@@ -1,0 +1,96 @@
+/*
+ * cm_misuse.c: a librdmacm program that calls things out of order and
+ * with arguments softnic cannot serve; each call must fail with the errno
+ * librdmacm's callers expect, and the daemon must stay up. Built by
+ * TestRDMACMMisuse against the system's headers, run through softnic exec
+ * (softnic's librdmacm.so.1). Prints "all checks passed" or what failed.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <rdma/rdma_cma.h>
+#include <rdma/rsocket.h>
+
+static int failed;
+
+static void expect(const char *what, int ret, int want_errno)
+{
+	if (ret != -1 || errno != want_errno) {
+		printf("FAIL %s: returned %d errno %d (%s), want -1 errno %d (%s)\n", what, ret, errno,
+		       strerror(errno), want_errno, strerror(want_errno));
+		failed = 1;
+	} else
+		printf("ok %s: %s\n", what, strerror(errno));
+}
+
+static struct sockaddr_in addr4(const char *a, int port)
+{
+	struct sockaddr_in s = {.sin_family = AF_INET, .sin_port = htons(port)};
+	inet_pton(AF_INET, a, &s.sin_addr);
+	return s;
+}
+
+int main(int argc, char **argv)
+{
+	const char *mine = argc > 1 ? argv[1] : "127.0.0.1";
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	if (!ch) {
+		perror("rdma_create_event_channel");
+		return 1;
+	}
+	struct rdma_cm_id *id = NULL, *ib = NULL;
+	expect("IB port space", rdma_create_id(ch, &ib, NULL, RDMA_PS_IB), EINVAL);
+	if (rdma_create_id(ch, &id, NULL, RDMA_PS_TCP)) {
+		perror("rdma_create_id");
+		return 1;
+	}
+	expect("connect before resolving", rdma_connect(id, NULL), EINVAL);
+	expect("accept without a request", rdma_accept(id, NULL), EINVAL);
+	struct ibv_qp_init_attr qa = {.qp_type = IBV_QPT_RC, .cap = {.max_send_wr = 1, .max_recv_wr = 1}};
+	expect("QP before a device", rdma_create_qp(id, NULL, &qa), EINVAL);
+	expect("disconnect unconnected", rdma_disconnect(id), EINVAL);
+	struct sockaddr_in other = addr4("192.0.2.1", 7000);
+	expect("bind to an address not ours", rdma_bind_addr(id, (struct sockaddr *)&other), EADDRNOTAVAIL);
+	struct sockaddr_in me = addr4(mine, 7300);
+	if (rdma_bind_addr(id, (struct sockaddr *)&me)) {
+		perror("rdma_bind_addr");
+		return 1;
+	}
+	struct rdma_cm_id *id2 = NULL;
+	if (rdma_create_id(ch, &id2, NULL, RDMA_PS_TCP)) {
+		perror("rdma_create_id");
+		return 1;
+	}
+	if (rdma_listen(id, 1)) {
+		perror("rdma_listen");
+		return 1;
+	}
+	expect("bind to a port another ID listens on", rdma_bind_addr(id2, (struct sockaddr *)&me), EADDRINUSE);
+	uint8_t timeout = 32, tos = 0x20, ack = 18;
+	int reuse = 1;
+	expect("ACK timeout above 31", rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &timeout, 1), EINVAL);
+	expect("REUSEADDR", rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_REUSEADDR, &reuse, sizeof(reuse)), ENOSYS);
+	if (rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &ack, 1) ||
+	    rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_TOS, &tos, 1)) {
+		printf("FAIL an ACK timeout and a traffic class: %s\n", strerror(errno));
+		failed = 1;
+	}
+	expect("migrate nothing", rdma_migrate_id(NULL, ch), EINVAL);
+	expect("rsocket", rsocket(AF_INET, SOCK_STREAM, 0), ENOSYS);
+	expect("init_qp_attr", rdma_init_qp_attr(id, NULL, NULL), ENOSYS);
+	struct rdma_cm_event *ev;
+	fcntl(ch->fd, F_SETFL, fcntl(ch->fd, F_GETFL) | O_NONBLOCK);
+	expect("no event waits (non-blocking)", rdma_get_cm_event(ch, &ev), EAGAIN);
+	expect("ack nothing", rdma_ack_cm_event(NULL), EINVAL);
+	expect("destroy nothing", rdma_destroy_id(NULL), EINVAL);
+	if (rdma_destroy_id(id2) || rdma_destroy_id(id)) {
+		perror("rdma_destroy_id");
+		failed = 1;
+	}
+	rdma_destroy_event_channel(ch);
+	printf(failed ? "some checks failed\n" : "all checks passed\n");
+	return failed;
+}
