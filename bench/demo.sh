@@ -71,5 +71,49 @@ run_pair "RDMA WRITE bandwidth, 64 KiB messages, IB MTU 4096 (ib_write_bw-compat
 run_pair "RDMA WRITE bandwidth over 64 QPs, spread over the engines (ib_write_bw -q 64)" \
 	perf write_bw -x 1 -m 4096 -s 65536 -q 64 -n 500
 
+# Debian's own ib_write_bw, unmodified, as user nobody: a softnic daemon on
+# each end publishes its device, and softnic exec points libibverbs at it
+# and at the C provider found next to the binary. Both are copied where
+# nobody may run them (the checkout may be private to root).
+stock_pair() {
+	if ! command -v ib_write_bw >/dev/null || ! command -v setpriv >/dev/null; then
+		echo
+		echo "== (Debian's ib_write_bw: not installed; apt-get install perftest to see it run on softnic)"
+		return
+	fi
+	local dir daemons=()
+	dir=$(mktemp -d)
+	chmod 755 "$dir"
+	mkdir -m 755 "$dir/run"
+	cp "$SOFTNIC" "$(dirname "$SOFTNIC")/libsoftnic-rdmav34.so" "$dir/"
+	echo
+	echo "== softnic daemon on $IF_A and on $IF_B; Debian's ib_write_bw as user nobody through softnic exec"
+	# Not through in_a/in_b: $! must be the daemon (ip netns exec execs it), not a subshell.
+	ip netns exec "$NS_A" "$dir/softnic" daemon -d "$IF_A" --run-dir "$dir/run" --log-level warn &
+	daemons+=($!)
+	ip netns exec "$NS_B" "$dir/softnic" daemon -d "$IF_B" --run-dir "$dir/run" --log-level warn &
+	daemons+=($!)
+	pids+=("${daemons[@]}")
+	for _ in $(seq 200); do
+		[ -S "$dir/run/softnic_$IF_A.sock" ] && [ -S "$dir/run/softnic_$IF_B.sock" ] && break
+		sleep 0.05
+	done
+	local nobody=(setpriv --reuid=65534 --regid=65534 --clear-groups "$dir/softnic" exec --run-dir "$dir/run")
+	in_a "${nobody[@]}" -d "$IF_A" -- ib_write_bw -x 1 -m 4096 -n 5000 >"$dir/server.log" 2>&1 &
+	local server=$!
+	pids+=("$server")
+	for _ in $(seq 200); do
+		in_a ss -Hltn 'sport = :18515' | grep -q . && break
+		sleep 0.05
+	done
+	echo "\$ softnic exec -d $IF_B -- ib_write_bw -x 1 -m 4096 -n 5000 $ADDR_A"
+	in_b "${nobody[@]}" -d "$IF_B" -- ib_write_bw -x 1 -m 4096 -n 5000 "$ADDR_A"
+	wait "$server"
+	kill "${daemons[@]}"
+	wait "${daemons[@]}" || true
+	rm -rf "$dir"
+}
+stock_pair
+
 echo
 echo "== demo done; removing the namespaces"

@@ -1,11 +1,21 @@
 #!/usr/bin/env bash
 # Installs what make bench runs besides the project's own binaries: iperf3
-# for the kernel TCP figure and iproute2 for the namespaces. Debian/Ubuntu,
-# as root; does nothing when both are there.
+# for the kernel TCP figure, iproute2 for the namespaces, clang for the
+# congestion part's BPF marker, and Debian's
+# perftest, ibverbs-utils and libibverbs-dev for the stock programs on the
+# C provider. Debian/Ubuntu, as root; does nothing when all are there.
 set -euo pipefail
 need=()
 command -v iperf3 >/dev/null || need+=(iperf3)
 command -v ip >/dev/null || need+=(iproute2)
+# Stock perftest and the provider's build, for the libibverbs figures.
+command -v ib_write_bw >/dev/null || need+=(perftest)
+command -v ibv_devinfo >/dev/null || need+=(ibverbs-utils)
+[ -e /usr/include/infiniband/verbs.h ] || need+=(libibverbs-dev)
+command -v cc >/dev/null || need+=(gcc)
+# clang compiles bench-dcqcn's BPF marker (bench/suite/phantom) at run time.
+command -v clang >/dev/null || need+=(clang)
+command -v tc >/dev/null || need+=(iproute2)
 [ ${#need[@]} -eq 0 ] && exit 0
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq

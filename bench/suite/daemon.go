@@ -74,17 +74,19 @@ func (d *daemonPair) down() {
 
 // daemonRounds measures, on the 9000-byte veth at IB MTU 4096, write_bw of
 // 64 KiB, write_lat of 8 B, the 64 B write message rate and write_bw over 8
-// QPs, in-process and through the daemons, and write_bw of 8 processes of
-// one QP each through the daemons.
+// QPs, in-process and through the daemons, write_bw of 8 processes of one
+// QP each through the daemons, and the first three with Debian's perftest
+// (ib_write_bw, ib_write_lat) through the daemons and the C provider.
 func (s *suite) daemonRounds(ctx context.Context, p *netnstest.Pair) {
 	fmt.Printf("== 9000-byte veth: softnic tools in-process and through softnic daemon, in %d interleaved rounds\n", s.repeat)
 	d := &daemonPair{s: s, p: p}
 	defer d.down()
+	defer func() { s.stock = false }()
 	var list []*series
-	for _, mode := range []string{"inproc", "daemon"} {
-		prepare := func() error { d.down(); return nil }
-		if mode == "daemon" {
-			prepare = func() error { return d.up(ctx) }
+	for _, mode := range []string{"inproc", "daemon", "stock"} {
+		prepare := func() error { s.stock = false; d.down(); return nil }
+		if mode != "inproc" {
+			prepare = func() error { s.stock = mode == "stock"; return d.up(ctx) }
 		}
 		list = append(list, s.daemonSeries(ctx, p, mode, prepare)...)
 	}
@@ -94,10 +96,8 @@ func (s *suite) daemonRounds(ctx context.Context, p *netnstest.Pair) {
 // daemonSeries are one mode's series; prepare starts or stops the daemons
 // before each run.
 func (s *suite) daemonSeries(ctx context.Context, p *netnstest.Pair, mode string, prepare func() error) []*series {
-	how := "in-process"
-	if mode == "daemon" {
-		how = "through the daemon"
-	}
+	how := map[string]string{"inproc": "in-process", "daemon": "through the daemon",
+		"stock": "Debian's perftest through the daemon"}[mode]
 	fig := func(key, name, unit string) *Figure {
 		return &Figure{Key: "daemon/" + mode + "/" + key, Group: groupSoftnic, Unit: unit, Name: name + ", " + how,
 			LowerIsBetter: unit == unitUsec}
@@ -120,9 +120,12 @@ func (s *suite) daemonSeries(ctx context.Context, p *netnstest.Pair, mode string
 		}}),
 		withPrepare(s.perfSeries(ctx, p, fig("msgrate", "write_bw 64 B message rate", unitMpps), "write_bw", 64, 4096, 1,
 			msgRate, "-t", "128")),
-		withPrepare(s.perfSeries(ctx, p, fig("qps8", fmt.Sprintf("write_bw 64 KiB, one process, %d QPs", daemonProcs), unitGbps),
-			"write_bw", 64<<10, 4096, daemonProcs, gbps)),
 	}
+	if mode == "stock" {
+		return list
+	}
+	list = append(list, withPrepare(s.perfSeries(ctx, p, fig("qps8", fmt.Sprintf("write_bw 64 KiB, one process, %d QPs", daemonProcs), unitGbps),
+		"write_bw", 64<<10, 4096, daemonProcs, gbps)))
 	if mode == "daemon" {
 		list = append(list, withPrepare(s.processesSeries(ctx, p, fig("procs8",
 			fmt.Sprintf("write_bw 64 KiB, %d processes of one QP", daemonProcs), unitGbps))))

@@ -10,7 +10,9 @@
 //     kernel UDP ping-pong (half round trip) over the same kind of veth;
 //   - softnic: `softnic perf` bandwidth, latency and message rate tests
 //     between two network namespaces, aggregate bandwidth over many QPs,
-//     and the memory an idle connected QP costs (in-process).
+//     and the memory an idle connected QP costs (in-process); write_bw
+//     through `softnic daemon` against in-process (daemon.go), and with
+//     `--pcap` against without (capture.go).
 //
 // It prints one table with every figure, its ratio to the ceiling and to
 // the kernel, and the issue's targets, and writes the table (markdown) and

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,12 +11,12 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
-	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/softnic/softnic/internal/netnstest"
+	"github.com/softnic/softnic/internal/syncbuf"
 )
 
 // tcpStream runs one iperf3 TCP stream from B to A for s.duration and
@@ -27,7 +26,7 @@ func (s *suite) tcpStream(ctx context.Context, p *netnstest.Pair) (float64, erro
 	defer cancel()
 	addr := p.A.Addr4().String()
 	server := exec.CommandContext(ctx, "ip", "netns", "exec", p.A.Namespace, "iperf3", "-s", "-B", addr)
-	var serverOut syncBuffer
+	var serverOut syncbuf.Buffer
 	server.Stdout, server.Stderr = &serverOut, &serverOut
 	server.WaitDelay = time.Second
 	if err := server.Start(); err != nil {
@@ -104,7 +103,7 @@ func (s *suite) udpPingPong(ctx context.Context, p *netnstest.Pair, size, iters 
 	to := &unix.SockaddrInet4{Port: port, Addr: p.A.Addr4().As4()}
 	echo := exec.CommandContext(ctx, "ip", "netns", "exec", p.A.Namespace, self, "-udp-echo",
 		netip.AddrPortFrom(p.A.Addr4(), port).String())
-	var echoOut syncBuffer
+	var echoOut syncbuf.Buffer
 	echo.Stdout, echo.Stderr = &echoOut, &echoOut
 	echo.WaitDelay = time.Second
 	if err := echo.Start(); err != nil {
@@ -213,22 +212,4 @@ func udpEcho(addr string) error {
 			return fmt.Errorf("send: %w", err)
 		}
 	}
-}
-
-// syncBuffer is a bytes.Buffer a command may write while it is read.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

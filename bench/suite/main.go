@@ -38,6 +38,10 @@ type suite struct {
 	// runDir is the tools' $SOFTNIC_RUN_DIR: the daemon part's daemons put
 	// their sockets there, and no daemon of the host's serves the tools.
 	runDir string
+	// stock has runPerf run Debian's perftest (ib_TEST) through `softnic
+	// exec` and the C provider instead of `softnic perf TEST`: the daemon
+	// part's third mode sets it for its own series.
+	stock bool
 }
 
 // options are the command line's settings that are not the suite's own.
@@ -63,6 +67,12 @@ func main() {
 		ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		defer cancel()
 		os.Exit(vmMain(ctx, s, o.vmOpts, o.outDir))
+	}
+	if o.only == "dcqcn" {
+		// A topology of its own and files of its own (dcqcn.go).
+		ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer cancel()
+		os.Exit(dcqcnMain(ctx, s, o.outDir))
 	}
 	if err := s.setup(o); err != nil {
 		fmt.Fprintln(os.Stderr, "suite:", err)
@@ -109,11 +119,15 @@ func parseFlags() (*suite, options) {
 	flag.IntVar(&s.queues, "queues", runtime.NumCPU(), "RX and TX queues of each veth end, as a NIC has one per CPU: softnic runs one engine per queue")
 	flag.IntVar(&o.memQPs, "mem-qps", 1024, "QP pairs created to measure the memory of an idle QP")
 	flag.IntVar(&s.memSQ, "mem-sq", 128, "send queue size of the idle QPs (perftest's tx depth)")
-	flag.StringVar(&o.only, "only", "", "comma-separated parts to run (ceiling,tcp,udp,xdplat,bw9000,bw1500,qps,lat,msgrate,daemon,qpmem,allocs); default all")
+	flag.StringVar(&o.only, "only", "", "comma-separated parts to run (ceiling,tcp,udp,xdplat,bw9000,bw1500,qps,lat,msgrate,daemon,capture,qpmem,allocs); default all; dcqcn alone runs the congestion control benchmark (dcqcn.md)")
 	flag.StringVar(&o.profileDir, "profile-dir", filepath.Join(os.TempDir(), "softnic-bench-profiles"),
 		"where the in-process runs write CPU profiles of write_bw (64 KiB, 64 B, 1024 QPs, IB MTU 1024) and write_lat, and a heap profile of idle QPs (empty: none)")
 	flag.StringVar(&o.outDir, "out", "bench/results", "directory for latest.md and latest.png (empty: none)")
 	flag.StringVar(&o.echo, "udp-echo", "", "internal: be the echo server of the UDP ping-pong at ADDR:PORT")
+	flag.StringVar(&dcqcnExtra, "dcqcn-flags", "", "-only dcqcn: more DCQCN settings per case, separated by \";\", whose senders have these flags too (e.g. other DCQCN parameters)")
+	flag.StringVar(&dcqcnCases, "dcqcn-cases", dcqcnCases, "-only dcqcn: cases to run: even (two identical senders, with DCQCN and without), dcqcn (the same, only with), extra (only the -dcqcn-flags setting), mtu (sender 1 at IB MTU 1024, with and without)")
+	flag.StringVar(&dcqcnDaemonFlags, "dcqcn-daemon-flags", "", "-only dcqcn: flags of the receiver's softnic daemon (the notification point), e.g. --cnp-interval=50us")
+	flag.IntVar(&dcqcnHog, "dcqcn-hog", 0, "-only dcqcn: CPU-bound processes to run alongside (a busy host)")
 	vmFlags(&o)
 	flag.Parse()
 	if o.vm {
@@ -201,6 +215,9 @@ func (s *suite) run(ctx context.Context, want func(string) bool, o options) {
 	}
 	if want("daemon") {
 		s.withPair(ctx, 9000, func(p *netnstest.Pair) { s.daemonRounds(ctx, p) })
+	}
+	if want("capture") {
+		s.withPair(ctx, 9000, func(p *netnstest.Pair) { s.captureRounds(ctx, p) })
 	}
 	if want("allocs") {
 		s.allocs(ctx, o.profileDir)

@@ -19,9 +19,16 @@ import (
 // perfRun is one `softnic perf` test: a server in namespace A, a client in
 // namespace B, both on the pair's veth.
 type perfRun struct {
-	Test string   // write_bw, write_lat, ...
-	Args []string // flags common to both sides
+	Test string // write_bw, write_lat, ...
+	// Args are the flags of both sides; ifacePlaceholder in one becomes
+	// the side's interface name (files of their own, such as --pcap's).
+	Args []string
+	// ClientArgs are flags of the client's side only.
+	ClientArgs []string
 }
+
+// ifacePlaceholder stands for a side's interface name in perfRun.Args.
+const ifacePlaceholder = "{iface}"
 
 // perfOutput is what both sides printed.
 type perfOutput struct {
@@ -35,21 +42,22 @@ func (s *suite) runPerf(ctx context.Context, p *netnstest.Pair, r perfRun) (perf
 	ctx, cancel := context.WithTimeout(ctx, s.perfTimeout)
 	defer cancel()
 	var out perfOutput
-	args := func(end *netnstest.End) []string {
-		a := []string{"netns", "exec", end.Namespace, s.softnic, "perf", r.Test}
-		a = append(a, r.Args...)
-		return append(a, "-d", end.Ifname)
-	}
 	var serverOut, clientOut bytes.Buffer
 	env := append(os.Environ(), "SOFTNIC_RUN_DIR="+s.runDir)
-	server := exec.CommandContext(ctx, "ip", args(&p.A)...)
+	server := exec.CommandContext(ctx, "ip", s.perfArgv(r, &p.A, false)...)
 	server.Env = env
 	server.Stdout, server.Stderr = &serverOut, &serverOut
 	server.WaitDelay = time.Second
 	if err := server.Start(); err != nil {
 		return out, fmt.Errorf("start server: %w", err)
 	}
-	client := exec.CommandContext(ctx, "ip", append(args(&p.B), "-connect-wait", "10s", p.A.Addr4().String())...)
+	clientArgs, err := s.clientArgv(ctx, p, r)
+	if err != nil {
+		server.Process.Kill()
+		server.Wait()
+		return out, fmt.Errorf("server: %w: %s", err, lastLine(serverOut.String()))
+	}
+	client := exec.CommandContext(ctx, "ip", clientArgs...)
 	client.Env = env
 	client.Stdout, client.Stderr = &clientOut, &clientOut
 	client.WaitDelay = time.Second
@@ -74,6 +82,67 @@ func (s *suite) runPerf(ctx context.Context, p *netnstest.Pair, r perfRun) (perf
 	return out, nil
 }
 
+// perfArgv is ip's arguments for one side of r: softnic perf, or with
+// s.stock Debian's perftest through softnic exec.
+func (s *suite) perfArgv(r perfRun, end *netnstest.End, client bool) []string {
+	a := []string{"netns", "exec", end.Namespace, s.softnic, "perf", r.Test}
+	if s.stock {
+		a = []string{"netns", "exec", end.Namespace, s.softnic, "exec", "--run-dir", s.runDir, "-d", end.Ifname,
+			"--", "ib_" + r.Test}
+	}
+	flags := r.Args
+	if client {
+		flags = append(slices.Clip(flags), r.ClientArgs...)
+	}
+	for _, arg := range flags {
+		a = append(a, strings.ReplaceAll(arg, ifacePlaceholder, end.Ifname))
+	}
+	if s.stock {
+		return a // softnic exec shows the program this one device
+	}
+	return append(a, "-d", end.Ifname)
+}
+
+// clientArgv is perfArgv for r's client, aimed at the server once it can
+// take the connection.
+func (s *suite) clientArgv(ctx context.Context, p *netnstest.Pair, r perfRun) ([]string, error) {
+	a := s.perfArgv(r, &p.B, true)
+	if !s.stock {
+		return append(a, "-connect-wait", "10s", p.A.Addr4().String()), nil
+	}
+	// perftest's client does not retry its connection: wait for the
+	// server's port instead.
+	if err := waitListening(ctx, &p.A, perftestPort(r.Args)); err != nil {
+		return nil, err
+	}
+	return append(a, p.A.Addr4().String()), nil
+}
+
+// perftestPort is the TCP port of perftest's exchange: -p's, or its default.
+func perftestPort(args []string) string {
+	for i, a := range args {
+		if a == "-p" && i+1 < len(args) {
+			return args[i+1]
+		}
+	}
+	return "18515"
+}
+
+// waitListening waits until something listens on TCP port in end's namespace.
+func waitListening(ctx context.Context, end *netnstest.End, port string) error {
+	for {
+		out, err := exec.CommandContext(ctx, "ip", "netns", "exec", end.Namespace, "ss", "-Hltn", "sport = :"+port).Output()
+		if err == nil && strings.TrimSpace(string(out)) != "" {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("nothing listens on port %s: %w", port, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
 // lastLine is the last non-empty line of out: where the tools put their error.
 func lastLine(out string) string {
 	lines := strings.Split(strings.TrimSpace(out), "\n")
@@ -85,6 +154,7 @@ type bwResult struct {
 	Size, Iters uint64
 	Peak, Avg   float64 // in the report's unit (Gb/s with --report_gbits)
 	MsgRate     float64 // Mpps
+	Client      string  // the client's output (bwRun)
 }
 
 // latResult is a perftest latency line, in microseconds.
@@ -127,7 +197,13 @@ func parseFloats(f []string, n int) ([]float64, error) {
 	}
 	v := make([]float64, n)
 	for i := range v {
-		x, err := strconv.ParseFloat(f[i], 64)
+		// perftest prints a standard deviation it could not compute
+		// (a sum that overflowed) as glibc's "-nan".
+		s := f[i]
+		if s == "-nan" {
+			s = "NaN"
+		}
+		x, err := strconv.ParseFloat(s, 64)
 		if err != nil {
 			return nil, fmt.Errorf("result line %q: %w", strings.Join(f, " "), err)
 		}
@@ -157,9 +233,14 @@ func parseLat(out string) (latResult, error) {
 
 // bwRun runs a bandwidth test once with iters iterations per QP.
 func (s *suite) bwRun(ctx context.Context, p *netnstest.Pair, test string, size, mtu, qps, iters int, extra ...string) (bwResult, error) {
+	return s.bwRunSides(ctx, p, test, size, mtu, qps, iters, extra, nil)
+}
+
+// bwRunSides is bwRun with flags for both sides and for the client's only.
+func (s *suite) bwRunSides(ctx context.Context, p *netnstest.Pair, test string, size, mtu, qps, iters int, both, client []string) (bwResult, error) {
 	args := []string{"-x", "1", "-m", strconv.Itoa(mtu), "-s", strconv.Itoa(size), "-q", strconv.Itoa(qps),
 		"-n", strconv.Itoa(iters), "--report_gbits", "-N"} // -N: the peak is quadratic in -n and not reported here
-	out, err := s.runPerf(ctx, p, perfRun{Test: test, Args: append(args, extra...)})
+	out, err := s.runPerf(ctx, p, perfRun{Test: test, Args: append(args, both...), ClientArgs: client})
 	if err != nil {
 		return bwResult{}, err
 	}
@@ -167,6 +248,7 @@ func (s *suite) bwRun(ctx context.Context, p *netnstest.Pair, test string, size,
 	if err != nil {
 		return bwResult{}, fmt.Errorf("client: %w", err)
 	}
+	r.Client = out.Client
 	return r, nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"image/png"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -40,6 +41,11 @@ func TestParseReports(t *testing.T) {
 	lat, err := parseLat(latOutput)
 	require.NoError(t, err)
 	require.Equal(t, []float64{252.59, 7890.08, 11933.17, 11.86}, []float64{lat.Typical, lat.P99, lat.P999, lat.Min}, "parseLat typical, p99, p99.9, min")
+	// A run with an overflowing deviation (Debian's ib_write_lat, loaded machine).
+	lat, err = parseLat(strings.Replace(latOutput, "1544.46", "-nan", 1))
+	require.NoError(t, err)
+	require.Equal(t, 252.59, lat.Typical)
+	require.True(t, math.IsNaN(lat.Stdev))
 	b, err := parseBlast(blastOutput)
 	require.NoError(t, err)
 	require.Equal(t, []float64{138, 890107, 445272}, []float64{float64(b.Size), float64(b.Received), b.FramesPerSecond}, "parseBlast size, received, frames/s")
