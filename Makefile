@@ -6,16 +6,26 @@ GO ?= go
 PKGS := ./...
 BIN := bin/softnic
 
-.PHONY: all build test test-short generate bench bench-vm microbench lint fuzz demo clean
+.PHONY: all build provider test test-short generate bench bench-dcqcn bench-vm microbench lint fuzz demo clean
 
 all: build
 
-build:
+build: provider
 	$(GO) build -o $(BIN) ./cmd/softnic
+	cp provider/libsoftnic-rdmav34.so provider/librdmacm.so.1 bin/
+
+# The libibverbs provider (C, the system compiler, libibverbs-dev's
+# headers): stock RDMA programs on softnic devices through `softnic exec`,
+# which finds it next to bin/softnic.
+provider:
+	$(MAKE) -C provider
 
 # The main job: two namespaces joined by a veth pair, a softnic server and a
-# client running a ping-pong and an RDMA WRITE bandwidth test over AF_XDP.
-demo: build
+# client running a ping-pong and an RDMA WRITE bandwidth test over AF_XDP,
+# then Debian's own ib_write_bw through softnic daemons and the provider.
+demo:
+	bash bench/demo-deps.sh
+	$(MAKE) build
 	bash bench/demo.sh
 
 # The whole suite: unit, fault-injection, integration (root) and interop (root + qemu).
@@ -47,6 +57,18 @@ bench:
 	bash bench/install-deps.sh
 	bin/benchsuite -softnic $(BIN) -xdpblast bin/xdpblast -out bench/results $(BENCHFLAGS)
 
+# Congestion control (root, clang for the BPF marker): two senders into one
+# 1 Gb/s tbf bottleneck through a router namespace, with DCQCN at
+# ConnectX's defaults, with hyper increase at 5 Mb/s, and without; the
+# same with sender 1 at IB MTU 1024; 20 s each, 5 interleaved rounds
+# (-repeat); writes bench/results/dcqcn.{md,svg} and dcqcn-windows.txt.
+# About 11 minutes.
+bench-dcqcn:
+	$(GO) build -o $(BIN) ./cmd/softnic
+	$(GO) build -o bin/benchsuite ./bench/suite
+	bash bench/install-deps.sh
+	bin/benchsuite -only dcqcn -softnic $(BIN) -out bench/results -dcqcn-flags "--softnic-rpg-hai-rate=5" $(BENCHFLAGS)
+
 # softnic against Linux rdma_rxe (root, qemu): two Debian 12 guests under
 # qemu TCG on a bridge, rxe and a static softnic build taking turns on the
 # same guests (write_bw 64 KiB, write_lat 8 B, 64 B message rate; one vCPU
@@ -68,7 +90,8 @@ lint:
 
 # A short fuzzing pass over every fuzz target in the tree (parsers, the
 # engine's receive path, the XDP program's steering decision: that one needs
-# root).
+# root), then the C provider's and librdmacm's libFuzzer harnesses (FUZZTIME in
+# seconds).
 FUZZTIME ?= 20s
 fuzz:
 	@set -e; for pkg in $$($(GO) list ./...); do \
@@ -77,6 +100,11 @@ fuzz:
 			$(GO) test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) $$pkg; \
 		done; \
 	done
+	@echo "== provider (libFuzzer, clang)"
+	$(MAKE) -s -C provider fuzz
+	provider/fuzz-provider -max_total_time=$$(echo $(FUZZTIME) | tr -d s) -artifact_prefix=provider/
+	provider/fuzz-rdmacm -max_total_time=$$(echo $(FUZZTIME) | tr -d s) -artifact_prefix=provider/
 
 clean:
 	rm -rf bin
+	$(MAKE) -C provider clean

@@ -130,6 +130,25 @@ func checkRpings(t *testing.T, results []interopResult, guestOut map[string]stri
 	}
 }
 
+// checkStockRpings checks the stock rping run both ways: the client's
+// side (softnic's or the guest's) printed count pings, in order.
+func checkStockRpings(t *testing.T, results []interopResult, guestOut map[string]string, count int) {
+	t.Helper()
+	checkPingData(t, "stock-rping softnic client", resultOf(results, "stock-rping client"), count)
+	checkPingData(t, "stock-rping guest client", guestOut["stock-rping client"], count)
+}
+
+// checkStockUdaddy checks the stock udaddy run both ways: each side of
+// each direction finished its transfers.
+func checkStockUdaddy(t *testing.T, results []interopResult, guestOut map[string]string) {
+	t.Helper()
+	for name, out := range map[string]string{
+		"softnic server": resultOf(results, "stock-udaddy server"), "softnic client": resultOf(results, "stock-udaddy client"),
+		"guest server": guestOut["stock-udaddy server"], "guest client": guestOut["stock-udaddy client"]} {
+		assert.Containsf(t, out, "data transfers complete", "udaddy, %s", name)
+	}
+}
+
 var pingDataRE = regexp.MustCompile(`(?m)^ping data: rdma-ping-(\d+): `)
 
 // checkPingData checks that out has the lines of count pings, in order.

@@ -1,16 +1,15 @@
 package interop
 
 import (
-	"bytes"
 	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/softnic/softnic/internal/syncbuf"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -20,7 +19,10 @@ import (
 // ibv_rc_pingpong, ibv_uc_pingpong and ibv_ud_pingpong over rdma_rxe, both
 // ways: every perftest test at its default size and the pingpongs, as in
 // TestInteropWithRealTools, and with rdma_cm rping and perftest's -R
-// write_bw and send_bw, as in TestInteropRDMACM. Every tool's session must reach the daemon.
+// write_bw and send_bw, as in TestInteropRDMACM; then Debian's own tools on
+// softnic's side through softnic exec, the C provider and softnic's
+// librdmacm (ibv_rc_pingpong, ib_write_bw, ib_read_bw, ib_send_bw -R,
+// rping -v -V, and udaddy: UD, SIDR against Linux's CM). Every tool's session must reach the daemon.
 func TestInteropThroughDaemon(t *testing.T) {
 	requireInteropHost(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
@@ -37,6 +39,16 @@ func TestInteropThroughDaemon(t *testing.T) {
 	// rdma_cm through the daemon (its cm_* commands).
 	runs = append(runs, rpingRun("64"), rpingRun("4000"),
 		perfRun("write_bw-R", "write_bw", "-R", "-n", interopIters), perfRun("send_bw-R", "send_bw", "-R", "-n", interopIters))
+	// Debian's own tools on softnic's side too, through the C provider.
+	// read_bw with -o 16 on both sides: perftest's client takes the
+	// server's outstanding READs for its max_rd_atomic, rxe's 128, which a
+	// device of 16 refuses at RTS (ConnectX's mlx5 as softnic; rxe itself
+	// refuses above its 128), as users of mixed fabrics know.
+	runs = append(runs, stockRun(pingpongRun("4096")), stockRun(perfRun("write_bw", "write_bw", "-n", interopIters)),
+		stockRun(perfRun("read_bw", "read_bw", "-o", "16", "-n", interopIters)))
+	// And Debian's librdmacm programs, through softnic's librdmacm.so.1.
+	runs = append(runs, stockRun(perfRun("send_bw-R", "send_bw", "-R", "-n", interopIters)), stockRpingRun("10"),
+		stockUdaddyRun())
 	e := startInterop(t, ctx, "sndmn", interopPlan{toServer: runs, toClient: runs, scriptTimeout: 8 * time.Minute, queues: 1})
 	log := e.startDaemon()
 	guestOut, _ := e.runAll(runs, runs, 2*time.Minute)
@@ -53,7 +65,11 @@ func TestInteropThroughDaemon(t *testing.T) {
 	checkPingpongs(t, e.results, guestOut, "uc-pingpong-s", []string{"4096"})
 	checkPingpongs(t, e.results, guestOut, "ud-pingpong-s", []string{"1024"})
 	checkRpings(t, e.results, guestOut, []string{"64", "4000"})
-	for _, tt := range []string{"write_bw", "read_bw", "atomic_bw", "write_bw-R"} {
+	checkPingpongs(t, e.results, guestOut, "stock-pingpong-s", []string{"4096"})
+	checkStockRpings(t, e.results, guestOut, 10)
+	checkStockUdaddy(t, e.results, guestOut)
+	// (send_bw's sides measure each their own, as send_bw-R's above.)
+	for _, tt := range []string{"write_bw", "read_bw", "atomic_bw", "write_bw-R", "stock-write_bw", "stock-read_bw"} {
 		checkSameReport(t, e.results, guestOut, tt)
 	}
 	want := 2 * len(runs)
@@ -65,7 +81,7 @@ func TestInteropThroughDaemon(t *testing.T) {
 // rest of the test and makes e's tools use it, as user nobody: the binary
 // and the run directory are copied where every user may reach them. It
 // returns the daemon's log.
-func (e *interopEnv) startDaemon() *lockedBuffer {
+func (e *interopEnv) startDaemon() *syncbuf.Buffer {
 	t := e.t
 	dir, err := os.MkdirTemp("", "softnic-interop-daemon-")
 	require.NoError(t, err)
@@ -75,9 +91,12 @@ func (e *interopEnv) startDaemon() *lockedBuffer {
 	require.NoError(t, err)
 	e.bin = filepath.Join(dir, "softnic")
 	require.NoError(t, os.WriteFile(e.bin, self, 0o755))
+	// The C provider beside it, where softnic exec finds it.
+	out, err := exec.Command("make", "-s", "-C", filepath.Join("..", "..", "provider"), "O="+dir).CombinedOutput()
+	require.NoError(t, err, "make provider: %s", out)
 	e.runDir = filepath.Join(dir, "run")
 
-	log := &lockedBuffer{}
+	log := &syncbuf.Buffer{}
 	cmd := exec.Command("ip", "netns", "exec", e.net.PeerNS, e.bin, "daemon", "-d", e.net.PeerLink, "--run-dir", e.runDir)
 	cmd.Stdout, cmd.Stderr = log, log
 	require.NoError(t, cmd.Start())
@@ -96,22 +115,4 @@ func (e *interopEnv) startDaemon() *lockedBuffer {
 	require.Eventuallyf(t, func() bool { return strings.Contains(log.String(), "serving") }, 20*time.Second,
 		50*time.Millisecond, "the daemon did not start:\n%s", log.String())
 	return log
-}
-
-// lockedBuffer is a bytes.Buffer a process writes while the test reads.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

@@ -25,7 +25,7 @@ var (
 // resultRE is the result line of the run.
 func (r interopRun) resultRE() *regexp.Regexp {
 	switch {
-	case r.softnic[0] == "pingpong":
+	case r.softnic[0] == "pingpong", r.softnic[0] == "exec" && strings.HasSuffix(r.softnic[1], "_pingpong"):
 		return ppRE
 	case strings.HasSuffix(r.softnic[1], "_bw"):
 		return bwRE

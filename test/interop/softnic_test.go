@@ -37,11 +37,23 @@ type interopRun struct {
 	// capture, when set, names a pcap of the run's RoCEv2 frames, taken on
 	// the bridge (see TestInteropWithRealTools).
 	capture string
-	// rping marks an rping run: like rdma_cm's tools, neither side names
-	// a device or GID; each names its address (-a) or the server's.
-	rping bool
+	// rping marks an rping run, or another of rdma_cm's example tools
+	// (udaddy): neither side names a device or GID; each names its address
+	// or the server's, with cmAddrs' options (see addrOpts).
+	rping   bool
+	cmAddrs [2]string
 	// guestBefore is shell the guest runs before its side of the run.
 	guestBefore string
+}
+
+// addrOpts are the options before the server's address on the client's
+// command line and before its own on the server's: rping's -c -a and
+// -s -a unless cmAddrs says otherwise (udaddy: -s and -b).
+func (r interopRun) addrOpts() (client, server string) {
+	if r.cmAddrs[0] != "" {
+		return r.cmAddrs[0], r.cmAddrs[1]
+	}
+	return "-c -a", "-s -a"
 }
 
 // guestArgs puts the device and GID index options after the tool's name.
@@ -71,6 +83,30 @@ func pingpongRun(size string) interopRun {
 		softnic: []string{"pingpong", "-c", "-n", interopIters, "-s", size}}
 }
 
+// stockRun is run r with Debian's own tool on softnic's side too: the
+// guest's command line, run through `softnic exec` and the C provider
+// (softnicArgs adds the device, the GID index and the server's address).
+func stockRun(r interopRun) interopRun {
+	tool, rest, _ := strings.Cut(r.guest, " ")
+	return interopRun{name: "stock-" + r.name, guest: r.guest, softnic: append([]string{"exec", tool}, strings.Fields(rest)...)}
+}
+
+// stockRpingRun is Debian's rping -v -V on both sides, softnic's through
+// softnic exec and softnic's librdmacm.so.1.
+func stockRpingRun(count string) interopRun {
+	opts := []string{"-v", "-V", "-C", count}
+	return interopRun{name: "stock-rping", rping: true, guest: "rping " + strings.Join(opts, " "),
+		softnic: append([]string{"exec", "rping"}, opts...)}
+}
+
+// stockUdaddyRun is Debian's udaddy on both sides (UD QPs, the server's
+// found with SIDR), softnic's through softnic exec and softnic's
+// librdmacm.so.1.
+func stockUdaddyRun() interopRun {
+	return interopRun{name: "stock-udaddy", rping: true, cmAddrs: [2]string{"-s", "-b"}, guest: "udaddy",
+		softnic: []string{"exec", "udaddy"}}
+}
+
 // otherPingpongRun is pingpongRun over another transport ("ud" or "uc"):
 // ibv_ud_pingpong or ibv_uc_pingpong against softnic pingpong --ud or --uc.
 func otherPingpongRun(transport, size string) interopRun {
@@ -92,14 +128,16 @@ func interopScript(toSoftnicServer, toSoftnicClient []interopRun, after string) 
 	for _, r := range toSoftnicServer {
 		server := "10.77.0.1"
 		if r.rping {
-			server = "-c -a 10.77.0.1"
+			opt, _ := r.addrOpts()
+			server = opt + " 10.77.0.1"
 		}
 		fmt.Fprintf(&b, "echo \"@@ %s as client\"\n%sretry %s %s\n%s", r.name, r.guestBefore, r.guestArgs(), server, after)
 	}
 	for _, r := range toSoftnicClient {
 		args := r.guestArgs()
 		if r.rping {
-			args += " -s -a 10.77.0.11"
+			_, opt := r.addrOpts()
+			args += " " + opt + " 10.77.0.11"
 		}
 		fmt.Fprintf(&b, "echo \"@@ %s as server\"\n%s%s 2>&1 || echo \"!! FAILED: %s\"\n%s", r.name, r.guestBefore, args, args, after)
 	}
@@ -115,6 +153,7 @@ const retryShell = `retry() {
 		out=$("$@" 2>&1) && { echo "$out"; return 0; }
 		case "$out" in
 		*"Couldn't connect to"*|*"RDMA_CM_EVENT_REJECTED"*|*"RDMA_CM_EVENT_UNREACHABLE"*) ;;
+		*"Unexpected CM event bl blka 8"*) ;; # perftest -R: REJECTED, nobody listens yet
 		*) echo "$out"; echo "!! FAILED: $*"; return 1 ;;
 		esac
 		n=$((n+1))
@@ -190,8 +229,9 @@ func (e *interopEnv) attempt(r interopRun, client bool, timeout time.Duration, e
 	}
 	start := time.Now()
 	out, err := e.softnic(timeout, args...)
-	for r.rping && client && err != nil && strings.Contains(out, "RDMA_CM_EVENT_REJECTED") && time.Since(start) < 2*time.Minute {
-		// rping has no connect-wait: the guest's server is not up yet.
+	for client && err != nil && notUpYet(r, out) && time.Since(start) < 2*time.Minute {
+		// rping and the stock tools have no connect-wait: the guest's
+		// server is not up yet.
 		time.Sleep(time.Second)
 		out, err = e.softnic(timeout, args...)
 	}
@@ -199,6 +239,21 @@ func (e *interopEnv) attempt(r interopRun, client bool, timeout time.Duration, e
 		assert.NoErrorf(e.t, capture.Stop(), "capture %s", r.capture)
 	}
 	return interopResult{name: r.name + role, run: r, args: args, out: out, err: err, took: time.Since(start)}
+}
+
+// notUpYet reports whether a client's failure out says its server was not
+// listening yet.
+func notUpYet(r interopRun, out string) bool {
+	switch {
+	case r.rping:
+		// UNREACHABLE: a SIDR_REQ (udaddy) to a port nobody serves yet.
+		return strings.Contains(out, "RDMA_CM_EVENT_REJECTED") || strings.Contains(out, "RDMA_CM_EVENT_UNREACHABLE")
+	case r.softnic[0] == "exec":
+		// perftest -R retries a rejected connect ten times, then gives up.
+		return strings.Contains(out, "Couldn't connect to") || strings.Contains(out, "Unable to init the socket connection") ||
+			strings.Contains(out, "Unable to connect (retries") || strings.Contains(out, "Unexpected CM event bl blka 8")
+	}
+	return false
 }
 
 // record keeps res and fails the test if softnic failed.
@@ -213,10 +268,28 @@ func (e *interopEnv) record(res interopResult) {
 func (e *interopEnv) softnicArgs(r interopRun, client bool, extra []string) ([]string, string) {
 	args := append([]string(nil), r.softnic...)
 	switch {
+	case r.rping && r.softnic[0] == "exec":
+		args = append(append([]string{"exec", "--run-dir", e.runDir, "-d", e.net.PeerLink, "--"}, r.softnic[1:]...), extra...)
+		cliOpt, srvOpt := r.addrOpts()
+		if client {
+			return append(append(args, strings.Fields(cliOpt)...), "10.77.0.11"), " client"
+		}
+		return append(append(args, strings.Fields(srvOpt)...), "10.77.0.1"), " server"
 	case r.rping && client:
 		return append(append(args, extra...), "-c", "-a", "10.77.0.11"), " client"
 	case r.rping:
 		return append(append(args, extra...), "-s", "-a", "10.77.0.1"), " server"
+	case r.softnic[0] == "exec":
+		gid := "-x"
+		if strings.HasSuffix(r.softnic[1], "_pingpong") {
+			gid = "-g"
+		}
+		args = append([]string{"exec", "--run-dir", e.runDir, "-d", e.net.PeerLink, "--"}, r.softnic[1:]...)
+		args = append(append(args, gid, e.gidx), extra...)
+		if client {
+			return append(args, "10.77.0.11"), " client"
+		}
+		return args, " server"
 	case r.softnic[0] == "pingpong":
 		args = append(args, "-d", e.net.PeerLink, "-g", e.gidx)
 	default:
