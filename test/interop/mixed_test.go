@@ -57,7 +57,7 @@ func mixedSteps() []mixedStep {
 func mixedScripts(steps []mixedStep) (softnicGuest, rxeGuest string) {
 	var sn, rx strings.Builder
 	sn.WriteString("rdma link delete rxe0 || echo '!! FAILED: rdma link delete rxe0'\n")
-	rx.WriteString(retryShell)
+	rx.WriteString("PEER=" + mixedSoftnicIP + "\n" + retryShell)
 	for _, st := range steps {
 		snRole, rxRole := "server", "client"
 		if !st.softnicServes {

@@ -124,7 +124,7 @@ func otherPingpongRun(transport, size string) interopRun {
 // counters).
 func interopScript(toSoftnicServer, toSoftnicClient []interopRun, after string) string {
 	var b strings.Builder
-	b.WriteString(retryShell)
+	b.WriteString("PEER=10.77.0.1\n" + retryShell)
 	for _, r := range toSoftnicServer {
 		server := "10.77.0.1"
 		if r.rping {
@@ -139,18 +139,42 @@ func interopScript(toSoftnicServer, toSoftnicClient []interopRun, after string) 
 			_, opt := r.addrOpts()
 			args += " " + opt + " 10.77.0.11"
 		}
-		fmt.Fprintf(&b, "echo \"@@ %s as server\"\n%s%s 2>&1 || echo \"!! FAILED: %s\"\n%s", r.name, r.guestBefore, args, args, after)
+		fmt.Fprintf(&b, "echo \"@@ %s as server\"\n%sserved %s\n%s", r.name, r.guestBefore, args, after)
 	}
 	b.WriteString("echo \"@@ all done\"\n")
 	return b.String()
 }
 
 // retryShell defines retry, which runs a real tool as client again while
-// softnic's server is not listening yet, and marks a failure "!! FAILED".
-const retryShell = `retry() {
+// softnic's server is not listening yet, and marks a failure "!! FAILED",
+// and served, which runs a real tool as server. Each run of a tool gets
+// toolTimeout seconds, a server serverGrace more (its client may still be
+// retrying): a hung tool fails its run and the script goes on.
+// After a timeout, netOK checks that the guest still reaches $PEER (the
+// peer's kernel answers ping, whatever softnic does); if it does not, it
+// says so on the console, which the harness takes for a stalled NIC
+// (rxeguest.Guest.NICStalled): such a guest cannot finish its script.
+const retryShell = `toolTimeout=90 serverGrace=60 pingWait=2
+netOK() {
+	[ -z "$PEER" ] && return 0
+	for i in 1 2 3; do
+		ping -c 1 -W $pingWait "$PEER" >/dev/null 2>&1 && return 0
+	done
+	echo "!! NETWORK: $PEER does not answer ping"
+	echo "<3>rxeguest: eth0 cannot reach $PEER" >>"${KMSG:-/dev/kmsg}"
+	return 1
+}
+timedOut() {
+	[ "$1" -eq 124 ] || [ "$1" -eq 143 ]
+}
+retry() {
 	n=0
 	while :; do
-		out=$("$@" 2>&1) && { echo "$out"; return 0; }
+		out=$(timeout -s TERM $toolTimeout "$@" 2>&1) && { echo "$out"; return 0; }
+		status=$?
+		if timedOut $status; then
+			echo "$out"; echo "!! TIMED OUT after $toolTimeout s"; netOK; echo "!! FAILED: $*"; return 1
+		fi
 		case "$out" in
 		*"Couldn't connect to"*|*"RDMA_CM_EVENT_REJECTED"*|*"RDMA_CM_EVENT_UNREACHABLE"*) ;;
 		*"Unexpected CM event bl blka 8"*) ;; # perftest -R: REJECTED, nobody listens yet
@@ -160,6 +184,13 @@ const retryShell = `retry() {
 		if [ $n -ge 40 ]; then echo "$out"; echo "!! FAILED: $*"; return 1; fi
 		sleep 1
 	done
+}
+served() {
+	timeout -s TERM $((toolTimeout + serverGrace)) "$@" 2>&1 && return 0
+	status=$?
+	timedOut $status && { echo "!! TIMED OUT after $((toolTimeout + serverGrace)) s"; netOK; }
+	echo "!! FAILED: $*"
+	return 1
 }
 `
 

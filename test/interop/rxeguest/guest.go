@@ -211,11 +211,14 @@ func (g *Guest) Wait() (*Result, error) {
 // qemu's device (qemu stops taking frames from the ring while its main
 // loop sleeps): nothing a peer on the bridge sends can cause it, and the
 // guest cannot reach the network until it ends. TCG guests under heavy
-// traffic have shown it, rarely.
+// traffic have shown it, rarely. A script may also report that the peer's
+// kernel stopped answering ping (unreachableMarker), which no RoCE peer
+// can cause either.
 func (g *Guest) NICStalled() string {
 	console, _ := os.ReadFile(filepath.Join(g.dir, "console.log"))
 	for _, line := range strings.Split(string(console), "\n") {
-		if strings.Contains(line, "NETDEV WATCHDOG") || strings.Contains(line, txStalledMarker) {
+		if strings.Contains(line, "NETDEV WATCHDOG") || strings.Contains(line, txStalledMarker) ||
+			strings.Contains(line, unreachableMarker) {
 			return strings.TrimSpace(line)
 		}
 	}
@@ -224,6 +227,10 @@ func (g *Guest) NICStalled() string {
 
 // txStalledMarker begins the watcher's report (init.sh).
 const txStalledMarker = "rxeguest: eth0 transmit stalled"
+
+// unreachableMarker begins a script's report that the guest cannot reach
+// its peer on the bridge (the interop harness's netOK).
+const unreachableMarker = "rxeguest: eth0 cannot reach"
 
 // netArgs are qemu's options for eth0: a virtio-net device on cfg.Tap,
 // with cfg.Queues queue pairs.

@@ -66,9 +66,13 @@ if [ -n "$GUEST_TIMEOUT" ]; then
 	# Watchdog: report what every process waits on, then give up.
 	(
 		sleep "$GUEST_TIMEOUT"
-		echo "rxeguest: script timed out after ${GUEST_TIMEOUT}s; processes (pid comm wchan cmdline):"
+		# Kernel threads (no command line) are left out: the report ends
+		# up in a log's tail, where the hung tool must show.
+		echo "rxeguest: script timed out after ${GUEST_TIMEOUT}s; eth0 rx_packets $(cat /sys/class/net/eth0/statistics/rx_packets 2>/dev/null) tx_packets $(cat /sys/class/net/eth0/statistics/tx_packets 2>/dev/null); processes (pid comm wchan cmdline):"
 		for p in /proc/[0-9]*; do
-			echo "${p#/proc/} $(cat $p/comm 2>/dev/null) $(cat $p/wchan 2>/dev/null) $(tr '\0' ' ' <$p/cmdline 2>/dev/null)"
+			cmd=$(tr '\0' ' ' <$p/cmdline 2>/dev/null)
+			[ -n "$cmd" ] || continue
+			echo "${p#/proc/} $(cat $p/comm 2>/dev/null) $(cat $p/wchan 2>/dev/null) $cmd"
 		done
 		finish 124
 	) >$OUT 2>&1 &

@@ -23,4 +23,7 @@ func TestNICStalled(t *testing.T) {
 	require.NoError(t, os.WriteFile(console, []byte("[    1.2] virtio_net virtio1 eth0: renamed\r\n"+
 		"[  541.2] rxeguest: eth0 transmit stalled: 6 frames handed to the device since it last completed one, 5 intervals ago\r\n"), 0o644))
 	require.Equal(t, "[  541.2] rxeguest: eth0 transmit stalled: 6 frames handed to the device since it last completed one, 5 intervals ago", g.NICStalled())
+	require.NoError(t, os.WriteFile(console, []byte("[    1.2] virtio_net virtio1 eth0: renamed\r\n"+
+		"[  300.1] rxeguest: eth0 cannot reach 10.77.0.1\r\n"), 0o644))
+	require.Equal(t, "[  300.1] rxeguest: eth0 cannot reach 10.77.0.1", g.NICStalled())
 }
