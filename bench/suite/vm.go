@@ -159,13 +159,54 @@ func runVMConfig(ctx context.Context, img *rxeguest.Image, bin []byte, cfg vmCon
 		run.err = err
 		return run
 	}
-	cres, cerr := client.Wait()
-	sres, serr := server.Wait()
-	run.server, run.serverEnd = vmSections(sres)
-	run.client, run.clientEnd = vmSections(cres)
-	run.logs = vmKeepLogs(o.logDir, cfg, sres, cres)
-	run.err = errors.Join(guestErr("server", sres, serr), guestErr("client", cres, cerr))
+	c, s := waitBoth(client.Wait, server.Wait, o.runTimeout, cancel)
+	run.server, run.serverEnd = vmSections(s.res)
+	run.client, run.clientEnd = vmSections(c.res)
+	run.logs = vmKeepLogs(o.logDir, cfg, s.res, c.res)
+	run.err = errors.Join(guestErr("server", s.res, s.err), guestErr("client", c.res, c.err))
 	return run
+}
+
+// guestEnd is how a guest ended (rxeguest.Guest.Wait).
+type guestEnd struct {
+	res *rxeguest.Result
+	err error
+}
+
+// waitBoth waits for both guests (their Wait). Once one has ended, the other gets
+// grace to end too, then stop (cancel, which ends both guests' context):
+// a guest whose kernel died (rdma_rxe's crash after a stalled virtio-net
+// queue, seen in a run) otherwise left its peer's steps each waiting for
+// their own timeout, half an hour in all.
+func waitBoth(a, b func() (*rxeguest.Result, error), grace time.Duration, stop func()) (aEnd, bEnd guestEnd) {
+	ach, bch := make(chan guestEnd, 1), make(chan guestEnd, 1)
+	for _, g := range []struct {
+		wait func() (*rxeguest.Result, error)
+		ch   chan guestEnd
+	}{{a, ach}, {b, bch}} {
+		go func() {
+			res, err := g.wait()
+			g.ch <- guestEnd{res, err}
+		}()
+	}
+	select {
+	case aEnd = <-ach:
+		bEnd = waitOrStop(bch, grace, stop)
+	case bEnd = <-bch:
+		aEnd = waitOrStop(ach, grace, stop)
+	}
+	return aEnd, bEnd
+}
+
+// waitOrStop waits for ch up to grace, then calls stop and waits on.
+func waitOrStop(ch chan guestEnd, grace time.Duration, stop func()) guestEnd {
+	select {
+	case end := <-ch:
+		return end
+	case <-time.After(grace):
+		stop()
+		return <-ch
+	}
 }
 
 // guestErr says how a guest failed, if it did.

@@ -2,9 +2,11 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"image/png"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -131,4 +133,36 @@ func TestVMFiguresRefuseZero(t *testing.T) {
 	v, err = vmLatency(latOutput)
 	require.NoError(t, err)
 	require.Equal(t, 252.59, v)
+}
+
+// A guest that ends leaves its peer grace to end, then stops it; a peer
+// that ends within grace is not stopped.
+func TestWaitBothStopsThePeerOfAnEndedGuest(t *testing.T) {
+	stopped := make(chan struct{})
+	var stops atomic.Int32
+	stop := func() {
+		if stops.Add(1) == 1 {
+			close(stopped)
+		}
+	}
+	ended := func() (*rxeguest.Result, error) { return &rxeguest.Result{Output: "ended"}, nil }
+	hung := func() (*rxeguest.Result, error) {
+		<-stopped
+		return &rxeguest.Result{Output: "stopped"}, errors.New("guest did not finish")
+	}
+	a, b := waitBoth(ended, hung, 10*time.Millisecond, stop)
+	require.Equal(t, "ended", a.res.Output)
+	require.Equal(t, "stopped", b.res.Output)
+	require.Error(t, b.err)
+	require.EqualValues(t, 1, stops.Load())
+
+	late := func() (*rxeguest.Result, error) {
+		time.Sleep(5 * time.Millisecond)
+		return &rxeguest.Result{Output: "late"}, nil
+	}
+	stops.Store(0)
+	a, b = waitBoth(late, ended, time.Minute, func() { stops.Add(1) })
+	require.Equal(t, "late", a.res.Output)
+	require.Equal(t, "ended", b.res.Output)
+	require.Zero(t, stops.Load())
 }
