@@ -37,6 +37,11 @@ func Run(ctx context.Context, dev Device, conn net.Conn, p Params, out io.Writer
 	if err := p.prepare(dev, out); err != nil {
 		return err
 	}
+	// The end of ctx (a signal) ends the exchanges with the peer as well:
+	// one that stopped answering held the last of them for the session's
+	// 30-minute limit (a stalled rxe guest's peer, signalled in vain).
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	defer stop()
 	sess := oob.NewSession(conn, p.role(), 0)
 	return runSession(ctx, dev, sess, p, out, ethernetConnector{})
 }

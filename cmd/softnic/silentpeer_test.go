@@ -1,0 +1,53 @@
+package main
+
+import (
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/softnic/softnic/internal/syncbuf"
+)
+
+// A timed send_lat whose peer falls silent (its link goes down, as a
+// stalled guest's NIC did in an interop run) still ends at SIGTERM: it
+// used to wait out the perftest exchange's 30-minute limit for the peer's
+// closing message.
+func TestPerfEndsAtSIGTERMWithASilentPeer(t *testing.T) {
+	bin, p, _, _ := vethSoftnic(t)
+	start := func(c *exec.Cmd) (*syncbuf.Buffer, chan error) {
+		out := &syncbuf.Buffer{}
+		c.Stdout, c.Stderr = out, out
+		require.NoError(t, c.Start())
+		done := make(chan error, 1)
+		go func() { done <- c.Wait() }()
+		t.Cleanup(func() { c.Process.Kill() })
+		return out, done
+	}
+	server := p.A.Command(bin, "perf", "send_lat", "-D", "2", "-d", p.A.Ifname, "-x", "1")
+	sout, sdone := start(server)
+	client := p.B.Command(bin, "perf", "send_lat", "-D", "2", "-d", p.B.Ifname, "-x", "1", "--connect-wait=20s",
+		p.A.Addr4().String())
+	cout, cdone := start(client)
+	require.Eventuallyf(t, func() bool { return strings.Contains(cout.String(), "t_avg") }, 20*time.Second, 50*time.Millisecond,
+		"the test never started:\nclient:\n%s\nserver:\n%s", cout, sout)
+	out, err := p.A.Command("ip", "link", "set", p.A.Ifname, "down").CombinedOutput()
+	require.NoError(t, err, string(out))
+	time.Sleep(4 * time.Second) // past the duration: each side waits for the other's closing message
+	for _, s := range []struct {
+		name string
+		cmd  *exec.Cmd
+		done chan error
+		out  *syncbuf.Buffer
+	}{{"server", server, sdone, sout}, {"client", client, cdone, cout}} {
+		require.NoError(t, s.cmd.Process.Signal(syscall.SIGTERM))
+		select {
+		case <-s.done:
+		case <-time.After(10 * time.Second):
+			require.FailNowf(t, "softnic did not end", "the %s, 10 s after SIGTERM:\n%s", s.name, s.out)
+		}
+	}
+}
