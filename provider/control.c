@@ -98,14 +98,39 @@ static int take_fds(struct msghdr *msg, int *fds, int max_fds, int *count)
 	return extra ? -1 : 0;
 }
 
-/* exchange sends one message and receives the reply with its
- * descriptors; it returns 0 or an errno. */
-static int exchange(struct sn_context *ctx, const uint8_t *out, size_t out_len, uint8_t *in, size_t *in_len,
-		    int *fds, int *nfds)
+/* send_message sends one message, with send_fd as SCM_RIGHTS unless it
+ * is -1; it returns 0 or an errno. */
+static int send_message(int sock, const uint8_t *out, size_t out_len, int send_fd)
+{
+	union {
+		struct cmsghdr align;
+		char buf[CMSG_SPACE(sizeof(int))];
+	} cbuf;
+	struct iovec iov = {.iov_base = (void *)out, .iov_len = out_len};
+	struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
+	if (send_fd >= 0) {
+		msg.msg_control = cbuf.buf;
+		msg.msg_controllen = sizeof(cbuf.buf);
+		struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+		c->cmsg_level = SOL_SOCKET;
+		c->cmsg_type = SCM_RIGHTS;
+		c->cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(c), &send_fd, sizeof(int));
+	}
+	if (sendmsg(sock, &msg, MSG_NOSIGNAL) != (ssize_t)out_len)
+		return errno ? errno : EPIPE;
+	return 0;
+}
+
+/* exchange sends one message (with send_fd, unless -1) and receives the
+ * reply with its descriptors; it returns 0 or an errno. */
+static int exchange(struct sn_context *ctx, const uint8_t *out, size_t out_len, int send_fd, uint8_t *in,
+		    size_t *in_len, int *fds, int *nfds)
 {
 	*nfds = 0;
-	if (send(ctx->sock, out, out_len, MSG_NOSIGNAL) != (ssize_t)out_len)
-		return errno ? errno : EPIPE;
+	int err = send_message(ctx->sock, out, out_len, send_fd);
+	if (err)
+		return err;
 	union {
 		struct cmsghdr align;
 		char buf[CMSG_SPACE(4 * sizeof(int))];
@@ -157,6 +182,14 @@ static int check_reply(const uint8_t *in, size_t in_len, const struct sn_header 
 int sn_call(struct sn_context *ctx, enum sn_op op, const void *req, size_t req_len, void *reply, size_t reply_len,
 	    int *fds, int max_fds)
 {
+	return sn_call_fd(ctx, op, req, req_len, -1, reply, reply_len, fds, max_fds);
+}
+
+/* sn_call_fd is sn_call with a descriptor passed along with the request
+ * (none if send_fd is -1). */
+int sn_call_fd(struct sn_context *ctx, enum sn_op op, const void *req, size_t req_len, int send_fd, void *reply,
+	       size_t reply_len, int *fds, int max_fds)
+{
 	uint8_t out[SN_MAX_MESSAGE], in[SN_MAX_MESSAGE];
 	if (SN_HEADER_LEN + req_len > sizeof(out) || reply_len > sizeof(in) - SN_HEADER_LEN) {
 		errno = EINVAL;
@@ -169,7 +202,7 @@ int sn_call(struct sn_context *ctx, enum sn_op op, const void *req, size_t req_l
 		memcpy(out + SN_HEADER_LEN, req, req_len);
 	size_t in_len = 0;
 	int got[4], n = 0;
-	int err = exchange(ctx, out, h.length, in, &in_len, got, &n);
+	int err = exchange(ctx, out, h.length, send_fd, in, &in_len, got, &n);
 	pthread_mutex_unlock(&ctx->call_lock);
 	if (err == ECONNRESET || err == EPIPE)
 		__atomic_store_n(&ctx->gone, 1, __ATOMIC_RELAXED);

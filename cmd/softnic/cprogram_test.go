@@ -1,0 +1,83 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// cProgram is a C test program from testdata that says what it checked,
+// one line each ("ok  " or "FAIL"), and stops at named lines until the
+// test writes a line to its stdin.
+type cProgram struct {
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	lines *bufio.Scanner
+	said  strings.Builder
+}
+
+// buildCProgram compiles testdata/NAME.c against libibverbs next to bin.
+func buildCProgram(t *testing.T, ctx context.Context, bin, name string) string {
+	prog := filepath.Join(filepath.Dir(bin), name)
+	out, err := exec.CommandContext(ctx, "cc", "-O1", "-Wall", "-Werror", "-o", prog,
+		filepath.Join("testdata", name+".c"), "-libverbs").CombinedOutput()
+	require.NoError(t, err, "cc: %s", out)
+	return prog
+}
+
+// startCProgram starts cmd with its stdin and stdout piped to the test.
+func startCProgram(t *testing.T, cmd *exec.Cmd) *cProgram {
+	p := &cProgram{cmd: cmd}
+	var err error
+	p.stdin, err = cmd.StdinPipe()
+	require.NoError(t, err)
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	cmd.Stderr = os.Stderr
+	require.NoError(t, cmd.Start())
+	p.lines = bufio.NewScanner(stdout)
+	return p
+}
+
+// waitFor reads the program's lines until want; the test fails if the
+// program ends first.
+func (p *cProgram) waitFor(t *testing.T, want string) {
+	t.Helper()
+	for p.lines.Scan() {
+		p.said.WriteString(p.lines.Text() + "\n")
+		if p.lines.Text() == want {
+			return
+		}
+	}
+	p.cmd.Process.Kill()
+	p.cmd.Wait()
+	t.Fatalf("the program ended before %q:\n%s", want, p.said.String())
+}
+
+// resume lets the program go on from a stop.
+func (p *cProgram) resume(t *testing.T) {
+	_, err := io.WriteString(p.stdin, "go\n")
+	require.NoError(t, err)
+}
+
+// finish reads the program to its end and checks it passed all of its
+// checks, of which there must be want.
+func (p *cProgram) finish(t *testing.T, want int) {
+	t.Helper()
+	for p.lines.Scan() {
+		p.said.WriteString(p.lines.Text() + "\n")
+	}
+	err := p.cmd.Wait()
+	t.Logf("the program said:\n%s", p.said.String())
+	assert.NoError(t, err, "checks failed (the exit status counts them)")
+	assert.NotContains(t, p.said.String(), "FAIL")
+	assert.Equal(t, want, strings.Count(p.said.String(), "ok  "), "every check ran")
+}
