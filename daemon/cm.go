@@ -278,7 +278,19 @@ func connParam(p *hostif.CMConnParam) (rdmacm.ConnParam, error) {
 	}
 	return rdmacm.ConnParam{PrivateData: append([]byte(nil), p.Private[:p.PrivateLen]...),
 		ResponderResources: p.ResponderResources, InitiatorDepth: p.InitiatorDepth,
-		RetryCount: p.RetryCount, RNRRetryCount: p.RNRRetryCount}, nil
+		RetryCount: p.RetryCount, RNRRetryCount: p.RNRRetryCount, QPNum: p.QPNum}, nil
+}
+
+// ownsQPN reports whether a QP of the session has number qpn: an ID
+// without a QP may connect only a QP of its own session (a REQ naming
+// another's would point the peer at it).
+func (ss *session) ownsQPN(qpn uint32) bool {
+	for _, q := range ss.qps {
+		if q.qp.QPN() == qpn {
+			return true
+		}
+	}
+	return false
 }
 
 // cmCall runs an ID's call that takes its connection parameters, then
@@ -291,6 +303,11 @@ func (ss *session) cmCall(sc *sessionCM, p hostif.CMConnParam, call func(*rdmacm
 	cp, err := connParam(&p)
 	if err != nil {
 		return nil, nil, err
+	}
+	if c.qp != 0 {
+		cp.QPNum = 0 // the ID's own QP is the one
+	} else if cp.QPNum != 0 && !ss.ownsQPN(cp.QPNum) {
+		return nil, nil, fmt.Errorf("QP %#x is not the session's: %w", cp.QPNum, rdmacm.ErrInvalidArgument)
 	}
 	err = call(c.id, &cp)
 	return hostif.Empty{}, nil, err
@@ -306,6 +323,26 @@ func (ss *session) cmAccept(sc *sessionCM, p hostif.CMConnParam) (any, []int, er
 
 func (ss *session) cmReject(sc *sessionCM, p hostif.CMConnParam) (any, []int, error) {
 	return ss.cmCall(sc, p, func(id *rdmacm.ID, cp *rdmacm.ConnParam) error { return id.Reject(cp.PrivateData) })
+}
+
+func (ss *session) cmInitQPAttr(sc *sessionCM, req hostif.CMInitQPAttrRequest) (any, []int, error) {
+	c, err := sc.id(ss, req.ID)
+	if err != nil {
+		return nil, nil, err
+	}
+	attr, mask, err := c.id.InitQPAttr(verbs.QPState(req.State))
+	if err != nil {
+		return nil, nil, err
+	}
+	return hostif.ModifyQPRequestOf(0, &attr, mask), nil, nil
+}
+
+func (ss *session) cmEstablish(sc *sessionCM, req hostif.HandleRequest) (any, []int, error) {
+	c, err := sc.id(ss, req.Handle)
+	if err != nil {
+		return nil, nil, err
+	}
+	return hostif.Empty{}, nil, c.id.Establish()
 }
 
 func (ss *session) cmListen(sc *sessionCM, req hostif.CMListenRequest) (any, []int, error) {

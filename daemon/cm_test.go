@@ -15,6 +15,7 @@ import (
 	"github.com/softnic/softnic/daemon"
 	"github.com/softnic/softnic/daemon/client"
 	"github.com/softnic/softnic/hostif"
+	"github.com/softnic/softnic/ibtransport"
 	"github.com/softnic/softnic/rdmacm"
 	"github.com/softnic/softnic/rdmacm/rdmacmtest"
 	"github.com/softnic/softnic/roce/memlink"
@@ -206,6 +207,16 @@ func TestCMDaemonToInProcess(t *testing.T) {
 	connectAndTalk(t, localCM, remoteCM, 7473)
 }
 
+// TestCMCallersQPsThroughDaemons is rping -q's exchange with both
+// programs' IDs and QPs in daemons: cm_init_qp_attr, cm_establish, and a
+// connect and an accept naming the session's QP.
+func TestCMCallersQPsThroughDaemons(t *testing.T) {
+	a, b := newCMSides(t, true, true)
+	_, cliCM := a.program(t)
+	_, srvCM := b.program(t)
+	rdmacmtest.CallersQPs(t, cliCM, srvCM, netip.AddrPortFrom(addrB, 7191))
+}
+
 // TestCMRefusedThroughDaemon: connecting where nobody listens gives
 // REJECTED with ErrRefused, as in process.
 func TestCMRefusedThroughDaemon(t *testing.T) {
@@ -325,6 +336,17 @@ func TestCMBadCommands(t *testing.T) {
 	assert.Equal(t, unix.EINVAL, errno(c.CMConnect(hostif.CMConnParam{ID: id})), "connect before resolving")
 	assert.Equal(t, unix.EINVAL, errno(c.CMConnect(hostif.CMConnParam{ID: id, PrivateLen: 1 << 20})), "private data longer than the body")
 	assert.Equal(t, unix.EINVAL, errno(c.CMAccept(hostif.CMConnParam{ID: id})), "accept without a request")
+	_, _, err = c.CMInitQPAttr(id, ibtransport.QPSRTR)
+	assert.Equal(t, unix.EINVAL, errno(err), "RTR's attributes with no connection")
+	_, _, err = c.CMInitQPAttr(id, ibtransport.QPSErr)
+	assert.Equal(t, unix.EINVAL, errno(err), "attributes of a state the CM does not move to")
+	_, _, err = c.CMInitQPAttr(id+100, ibtransport.QPSInit)
+	assert.Equal(t, unix.ENOENT, errno(err), "no such ID")
+	attr, mask, err := c.CMInitQPAttr(id, ibtransport.QPSInit)
+	require.NoError(t, err)
+	assert.Equal(t, ibtransport.QPSInit, attr.State)
+	assert.NotZero(t, mask&ibtransport.QPAttrAccessFlags)
+	assert.Equal(t, unix.EINVAL, errno(c.CMEstablish(id)), "establish with no connect response")
 	assert.Equal(t, unix.EINVAL, errno(c.CMDetachQP(id)), "no QP to let go")
 	assert.Equal(t, unix.ENOSYS, errno(c.CMSetOption(id, 1, 1)), "REUSEADDR")
 	assert.Equal(t, unix.EINVAL, errno(c.CMSetOption(id, 3, 32)), "an ACK timeout above 31")

@@ -47,6 +47,8 @@ var handlers = map[hostif.Op]handler{
 	hostif.OpCMDetachQP:      withCM((*session).cmDetachQP),
 	hostif.OpCMSetOption:     withCM((*session).cmSetOption),
 	hostif.OpCMMigrateID:     withCM((*session).cmMigrateID),
+	hostif.OpCMInitQPAttr:    withCM((*session).cmInitQPAttr),
+	hostif.OpCMEstablish:     withCM((*session).cmEstablish),
 	hostif.OpCMConnect:       withCM((*session).cmConnect),
 	hostif.OpCMListen:        withCM((*session).cmListen),
 	hostif.OpCMAccept:        withCM((*session).cmAccept),

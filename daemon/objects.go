@@ -201,14 +201,7 @@ func (ss *session) modifyQP(req hostif.ModifyQPRequest) error {
 	if q == nil {
 		return fmt.Errorf("QP %d: %w", req.Handle, errNoObject)
 	}
-	attr := ibtransport.QPAttr{State: ibtransport.QPState(req.State), CurState: ibtransport.QPState(req.CurState),
-		AccessFlags: ibtransport.Access(req.Access), PKeyIndex: req.PKeyIndex, Port: req.Port,
-		AV: ibtransport.AddressVector{DGID: req.DGID, SGIDIndex: req.SGIDIndex, FlowLabel: req.FlowLabel,
-			HopLimit: req.HopLimit, TrafficClass: req.TrafficClass},
-		PathMTU: ibtransport.MTU(req.PathMTU), Timeout: req.Timeout, RetryCnt: req.RetryCnt, RNRRetry: req.RNRRetry,
-		RQPSN: ibtransport.PSN(req.RQPSN), SQPSN: ibtransport.PSN(req.SQPSN), MaxRdAtomic: req.MaxRdAtomic,
-		MaxDestRdAtomic: req.MaxDestRdAtomic, MinRNRTimer: req.MinRNR, DestQPN: req.DestQPN, QKey: req.QKey}
-	return q.qp.Modify(&attr, ibtransport.QPAttrMask(req.Mask))
+	return q.qp.Modify(hostif.QPAttrOf(&req), ibtransport.QPAttrMask(req.Mask))
 }
 
 // The destroy commands: each object goes if nothing of the session uses

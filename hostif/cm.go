@@ -42,15 +42,21 @@ type (
 		QP           CreateQPRequest
 	}
 	// CMConnParam is struct rdma_conn_param for cm_connect, cm_accept and
-	// cm_reject (which uses the private data only).
+	// cm_reject (which uses the private data only). QPNum names the
+	// session's QP of an ID that has none (rdma_conn_param.qp_num).
 	CMConnParam struct {
 		ID                                 uint32
 		ResponderResources, InitiatorDepth uint8
 		RetryCount, RNRRetryCount          uint8
 		PrivateLen                         uint32
 		Private                            [CMPrivateDataMax]byte
+		QPNum                              uint32
 	}
-	CMListenRequest struct{ ID, Backlog uint32 }
+	// CMInitQPAttrRequest asks for the attributes that move a QP of ID's
+	// connection to State (ibv_qp_state: INIT, RTR or RTS); the reply is
+	// a ModifyQPRequest body whose Handle is 0.
+	CMInitQPAttrRequest struct{ ID, State uint32 }
+	CMListenRequest     struct{ ID, Backlog uint32 }
 	// CMSetOptionRequest sets an ID's option (rdma_set_option at level
 	// RDMA_OPTION_ID): Option 0 the traffic class, 3 the ACK timeout.
 	CMSetOptionRequest struct{ ID, Option, Value uint32 }

@@ -7,7 +7,7 @@ import (
 )
 
 // Version is the host interface version this package speaks.
-const Version = 2
+const Version = 3
 
 // Op is a control command (docs/HOST-INTERFACE.md).
 type Op uint16
@@ -59,6 +59,11 @@ const (
 	OpCMSetOption
 	// An rdma_cm ID's events to another channel (rdma_migrate_id).
 	OpCMMigrateID
+	// The attributes that move a QP the program made through the states
+	// of an ID's connection (rdma_init_qp_attr), and the RTU that ends an
+	// active side's exchange once that QP is ready (rdma_establish).
+	OpCMInitQPAttr
+	OpCMEstablish
 )
 
 var opNames = [...]string{"", "hello", "alloc_pd", "dealloc_pd", "reg_mr", "dereg_mr", "create_comp_channel",
@@ -66,7 +71,7 @@ var opNames = [...]string{"", "hello", "alloc_pd", "dealloc_pd", "reg_mr", "dere
 	"query_resources", "cm_create_channel", "cm_create_id", "cm_bind", "cm_resolve_addr", "cm_resolve_route",
 	"cm_create_qp", "cm_connect", "cm_listen", "cm_accept", "cm_reject", "cm_disconnect", "cm_destroy_id",
 	"cm_get_event", "cm_query_addr", "cm_detach_qp", "share_memory", "unshare_memory", "query_counters",
-	"cm_set_option", "cm_migrate_id"}
+	"cm_set_option", "cm_migrate_id", "cm_init_qp_attr", "cm_establish"}
 
 func (o Op) String() string {
 	if int(o) < len(opNames) && o != 0 {

@@ -56,14 +56,16 @@ func TestOpNumbers(t *testing.T) {
 	require.Equal(t, Op(37), OpQueryCounters)
 	require.Equal(t, Op(38), OpCMSetOption)
 	require.Equal(t, Op(39), OpCMMigrateID)
-	require.Equal(t, "op(40)", Op(40).String())
+	require.Equal(t, Op(40), OpCMInitQPAttr)
+	require.Equal(t, Op(41), OpCMEstablish)
+	require.Equal(t, "op(42)", Op(42).String())
 }
 
 // The CM's bodies have the sizes docs/HOST-INTERFACE.md gives them, and
 // addresses go both ways.
 func TestCMBodies(t *testing.T) {
 	require.Equal(t, 304, binary.Size(CMEvent{}))
-	require.Equal(t, 236, binary.Size(CMConnParam{}))
+	require.Equal(t, 240, binary.Size(CMConnParam{}))
 	require.Equal(t, 36, binary.Size(CMAddrReply{}))
 	require.Equal(t, 44, binary.Size(CMResolveAddrRequest{}))
 	require.Equal(t, 56, binary.Size(CMCreateQPRequest{}))

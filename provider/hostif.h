@@ -1,5 +1,5 @@
 /*
- * hostif.h: softnic's host interface, version 2, as docs/HOST-INTERFACE.md
+ * hostif.h: softnic's host interface, version 3, as docs/HOST-INTERFACE.md
  * specifies it and package hostif defines it in Go: the control messages'
  * bodies (little-endian, no padding) and the shared rings' layouts.
  */
@@ -12,7 +12,7 @@
 #error "the host interface is little-endian; this provider stores its fields natively"
 #endif
 
-#define SN_VERSION 2
+#define SN_VERSION 3
 #define SN_HEADER_LEN 16
 #define SN_MAX_MESSAGE 4096
 
@@ -57,9 +57,11 @@ enum sn_op {
 	SN_OP_QUERY_COUNTERS,
 	SN_OP_CM_SET_OPTION,
 	SN_OP_CM_MIGRATE_ID,
+	SN_OP_CM_INIT_QP_ATTR,
+	SN_OP_CM_ESTABLISH,
 };
 _Static_assert(SN_OP_CM_CREATE_CHANNEL == 20 && SN_OP_CM_DETACH_QP == 34 && SN_OP_CM_SET_OPTION == 38 &&
-		       SN_OP_CM_MIGRATE_ID == 39,
+		       SN_OP_CM_MIGRATE_ID == 39 && SN_OP_CM_ESTABLISH == 41,
 	       "op numbers");
 
 struct sn_header {
@@ -201,6 +203,12 @@ struct sn_cm_conn_param {
 	uint8_t responder_resources, initiator_depth, retry_count, rnr_retry_count;
 	uint32_t private_len;
 	uint8_t private_data[SN_CM_PRIVATE_MAX];
+	uint32_t qp_num; /* the program's own QP, for an ID without one */
+} __attribute__((packed));
+
+/* cm_init_qp_attr: the reply is a struct sn_modify_qp_req (handle 0). */
+struct sn_cm_init_qp_attr_req {
+	uint32_t id, state;
 } __attribute__((packed));
 
 struct sn_cm_event {
@@ -235,7 +243,7 @@ _Static_assert(sizeof(struct sn_cm_bind_req) == 24, "cm_bind request");
 _Static_assert(sizeof(struct sn_cm_addr_reply) == 36, "CM addresses reply");
 _Static_assert(sizeof(struct sn_cm_resolve_addr_req) == 44, "cm_resolve_addr request");
 _Static_assert(sizeof(struct sn_cm_create_qp_req) == 56, "cm_create_qp request");
-_Static_assert(sizeof(struct sn_cm_conn_param) == 236, "CM connection parameters");
+_Static_assert(sizeof(struct sn_cm_conn_param) == 240, "CM connection parameters");
 _Static_assert(sizeof(struct sn_cm_event) == 304, "CM event");
 
 /* Shared memory: every ring is a 4096-byte header and its entries. */

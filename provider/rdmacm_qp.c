@@ -165,9 +165,14 @@ CM_EXPORT int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *param)
 	struct sn_cm_conn_param p;
 	/* After the rdma_cm header: of a REQ's private data, of a SIDR_REQ's. */
 	size_t max_private = id->qp_type == IBV_QPT_UD ? 180 : 56;
-	if (conn_param(&p, c->handle, param, max_private) || cm_call(SN_OP_CM_CONNECT, &p, sizeof(p), NULL, 0))
+	if (conn_param(&p, c->handle, param, max_private))
 		return -1;
-	return cm_wait(c, RDMA_CM_EVENT_ESTABLISHED);
+	if (!id->qp && param)
+		p.qp_num = param->qp_num;
+	if (cm_call(SN_OP_CM_CONNECT, &p, sizeof(p), NULL, 0))
+		return -1;
+	/* The program's own QP: it moves it on and calls rdma_establish. */
+	return cm_wait(c, id->qp ? RDMA_CM_EVENT_ESTABLISHED : RDMA_CM_EVENT_CONNECT_RESPONSE);
 }
 
 /* rdma_accept: without parameters, the depths the peer asked for within
@@ -184,11 +189,62 @@ CM_EXPORT int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *param)
 	if (!param) {
 		p.responder_resources = depth(c->peer_initiator, cm_lib.max_responder);
 		p.initiator_depth = depth(c->peer_responder, cm_lib.max_initiator);
-	}
+	} else if (!id->qp)
+		p.qp_num = param->qp_num;
 	if (cm_call(SN_OP_CM_ACCEPT, &p, sizeof(p), NULL, 0))
 		return -1;
 	/* A UD ID's answer is all: no event follows, as with the kernel. */
 	return ud ? 0 : cm_wait(c, RDMA_CM_EVENT_ESTABLISHED);
+}
+
+/* rdma_init_qp_attr: the attributes that move a QP the program made
+ * itself (rping -q) through the states of id's connection, as the kernel's
+ * CM works them out from the REQ or the REP. */
+CM_EXPORT int rdma_init_qp_attr(struct rdma_cm_id *id, struct ibv_qp_attr *qp_attr, int *qp_attr_mask)
+{
+	if (!id || !qp_attr || !qp_attr_mask)
+		return cm_fail(EINVAL);
+	struct sn_cm_init_qp_attr_req req = {.id = to_cm_id(id)->handle, .state = qp_attr->qp_state};
+	struct sn_modify_qp_req r;
+	if (cm_call(SN_OP_CM_INIT_QP_ATTR, &req, sizeof(req), &r, sizeof(r)))
+		return -1;
+	memset(qp_attr, 0, sizeof(*qp_attr));
+	qp_attr->qp_state = r.state;
+	qp_attr->cur_qp_state = r.cur_state;
+	qp_attr->path_mtu = r.path_mtu;
+	qp_attr->port_num = r.port;
+	qp_attr->timeout = r.timeout;
+	qp_attr->retry_cnt = r.retry_cnt;
+	qp_attr->rnr_retry = r.rnr_retry;
+	qp_attr->min_rnr_timer = r.min_rnr;
+	qp_attr->max_rd_atomic = r.max_rd_atomic;
+	qp_attr->max_dest_rd_atomic = r.max_dest_rd_atomic;
+	qp_attr->pkey_index = r.pkey_index;
+	qp_attr->qp_access_flags = r.access;
+	qp_attr->qkey = r.qkey;
+	qp_attr->dest_qp_num = r.dest_qpn;
+	qp_attr->rq_psn = r.rq_psn;
+	qp_attr->sq_psn = r.sq_psn;
+	/* On RoCE every address vector is a global route. */
+	qp_attr->ah_attr.is_global = 1;
+	qp_attr->ah_attr.port_num = 1;
+	qp_attr->ah_attr.grh.sgid_index = r.sgid_index;
+	qp_attr->ah_attr.grh.hop_limit = r.hop_limit;
+	qp_attr->ah_attr.grh.traffic_class = r.traffic_class;
+	qp_attr->ah_attr.grh.flow_label = r.flow_label;
+	memcpy(qp_attr->ah_attr.grh.dgid.raw, r.dgid, 16);
+	*qp_attr_mask = r.mask;
+	return 0;
+}
+
+/* rdma_establish ends an active side's exchange whose QP is the
+ * program's: the RTU goes once the program has taken its QP to RTS. */
+CM_EXPORT int rdma_establish(struct rdma_cm_id *id)
+{
+	if (!id || id->qp)
+		return cm_fail(EINVAL);
+	struct sn_handle req = {to_cm_id(id)->handle};
+	return cm_call(SN_OP_CM_ESTABLISH, &req, sizeof(req), NULL, 0);
 }
 
 CM_EXPORT int rdma_reject(struct rdma_cm_id *id, const void *private_data, uint8_t private_data_len)

@@ -28,8 +28,6 @@
 	}
 
 /* The daemon moves an ID's QP through its states itself. */
-ENOSYS_INT(rdma_init_qp_attr, struct rdma_cm_id *id, struct ibv_qp_attr *qp_attr, int *qp_attr_mask)
-ENOSYS_INT(rdma_establish, struct rdma_cm_id *id)
 ENOSYS_INT(rdma_notify, struct rdma_cm_id *id, enum ibv_event_type event)
 ENOSYS_INT(rdma_join_multicast, struct rdma_cm_id *id, struct sockaddr *addr, void *context)
 ENOSYS_INT(rdma_join_multicast_ex, struct rdma_cm_id *id, struct rdma_cm_join_mc_attr_ex *attr, void *context)

@@ -13,7 +13,8 @@ import (
 
 // The active side: Connect sends a REQ; the REP moves the QP to RTS and
 // answers with an RTU (onREP); a REJ or the REQ's retries running out end
-// the attempt.
+// the attempt. An ID without a QP, whose program moves its own, gets
+// EventConnectResponse instead and answers with Establish (userqp.go).
 
 // hopLimit is the GRH hop limit (IPv4 TTL) of connections, the kernel's
 // default TTL, as rxe's rdma_cm connections carry it.
@@ -33,7 +34,7 @@ func (id *ID) Connect(p *ConnParam) error {
 	if id.isUD() {
 		return id.connectUD(p)
 	}
-	if id.state != stateRouteResolved || id.qp == nil {
+	if id.state != stateRouteResolved || (id.qp == nil && p.QPNum == 0) {
 		return fmt.Errorf("connect: %w", ErrState)
 	}
 	if len(p.PrivateData) > mad.CMAUserDataLen {
@@ -50,7 +51,7 @@ func (id *ID) Connect(p *ConnParam) error {
 		LocalGID:    local,
 		PeerGID:     roce.GIDFromAddr(id.peer.Addr()),
 		ServiceID:   mad.ServiceID(id.ps, id.peer.Port()),
-		LocalQPN:    id.qp.QPN(),
+		LocalQPN:    id.localQPN(p),
 		StartingPSN: id.ourPSN,
 		// The REQ's resources are the sender's: what it lets the peer
 		// issue, and how many it issues itself.
@@ -131,7 +132,14 @@ func (id *ID) onREP(ev cm.Event) {
 		responderResources: min(id.param.ResponderResources, ev.InitiatorDepth),
 		initiatorDepth:     min(id.param.InitiatorDepth, ev.ResponderResources),
 		retryCount:         retryCount(&id.param), rnrRetryCount: ev.RNRRetryCount, ackTimeout: id.qpACKTimeout()}
+	id.path = &p
 	qp, conn := id.qp, id.conn
+	if qp == nil {
+		id.state = stateResponded
+		id.mu.Unlock()
+		id.post(Event{Type: EventConnectResponse, ID: id, Param: repParam(&ev)})
+		return
+	}
 	err := toRTS(qp, &p)
 	if err == nil {
 		id.state = stateEstablished
@@ -146,8 +154,13 @@ func (id *ID) onREP(ev cm.Event) {
 		id.failConnect(Event{Type: EventConnectError, Err: err})
 		return
 	}
-	id.post(Event{Type: EventEstablished, ID: id, Param: ConnParam{PrivateData: ev.PrivateData,
-		ResponderResources: ev.ResponderResources, InitiatorDepth: ev.InitiatorDepth, RNRRetryCount: ev.RNRRetryCount}})
+	id.post(Event{Type: EventEstablished, ID: id, Param: repParam(&ev)})
+}
+
+// repParam is what a REP tells the active side.
+func repParam(ev *cm.Event) ConnParam {
+	return ConnParam{PrivateData: ev.PrivateData, ResponderResources: ev.ResponderResources,
+		InitiatorDepth: ev.InitiatorDepth, RNRRetryCount: ev.RNRRetryCount}
 }
 
 // failConnect ends a connection attempt: the QP goes to ERR and the ID

@@ -24,7 +24,7 @@ func (id *ID) Disconnect() error {
 	case stateDisconnect:
 		id.mu.Unlock()
 		return nil
-	case stateConnect, stateAccepted, stateEstablished:
+	case stateConnect, stateResponded, stateAccepted, stateEstablished:
 	default:
 		id.mu.Unlock()
 		return fmt.Errorf("disconnect: %w", ErrState)

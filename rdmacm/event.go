@@ -19,26 +19,30 @@ const (
 	EventRouteResolved  EventType = 2
 	EventRouteError     EventType = 3
 	EventConnectRequest EventType = 4
-	EventConnectError   EventType = 6
-	EventUnreachable    EventType = 7
-	EventRejected       EventType = 8
-	EventEstablished    EventType = 9
-	EventDisconnected   EventType = 10
-	EventTimewaitExit   EventType = 15
+	// EventConnectResponse is the REP, for an ID whose QP is the
+	// caller's: it moves the QP on and answers with Establish.
+	EventConnectResponse EventType = 5
+	EventConnectError    EventType = 6
+	EventUnreachable     EventType = 7
+	EventRejected        EventType = 8
+	EventEstablished     EventType = 9
+	EventDisconnected    EventType = 10
+	EventTimewaitExit    EventType = 15
 )
 
 var eventNames = map[EventType]string{
-	EventAddrResolved:   "RDMA_CM_EVENT_ADDR_RESOLVED",
-	EventAddrError:      "RDMA_CM_EVENT_ADDR_ERROR",
-	EventRouteResolved:  "RDMA_CM_EVENT_ROUTE_RESOLVED",
-	EventRouteError:     "RDMA_CM_EVENT_ROUTE_ERROR",
-	EventConnectRequest: "RDMA_CM_EVENT_CONNECT_REQUEST",
-	EventConnectError:   "RDMA_CM_EVENT_CONNECT_ERROR",
-	EventUnreachable:    "RDMA_CM_EVENT_UNREACHABLE",
-	EventRejected:       "RDMA_CM_EVENT_REJECTED",
-	EventEstablished:    "RDMA_CM_EVENT_ESTABLISHED",
-	EventDisconnected:   "RDMA_CM_EVENT_DISCONNECTED",
-	EventTimewaitExit:   "RDMA_CM_EVENT_TIMEWAIT_EXIT",
+	EventAddrResolved:    "RDMA_CM_EVENT_ADDR_RESOLVED",
+	EventAddrError:       "RDMA_CM_EVENT_ADDR_ERROR",
+	EventRouteResolved:   "RDMA_CM_EVENT_ROUTE_RESOLVED",
+	EventRouteError:      "RDMA_CM_EVENT_ROUTE_ERROR",
+	EventConnectRequest:  "RDMA_CM_EVENT_CONNECT_REQUEST",
+	EventConnectResponse: "RDMA_CM_EVENT_CONNECT_RESPONSE",
+	EventConnectError:    "RDMA_CM_EVENT_CONNECT_ERROR",
+	EventUnreachable:     "RDMA_CM_EVENT_UNREACHABLE",
+	EventRejected:        "RDMA_CM_EVENT_REJECTED",
+	EventEstablished:     "RDMA_CM_EVENT_ESTABLISHED",
+	EventDisconnected:    "RDMA_CM_EVENT_DISCONNECTED",
+	EventTimewaitExit:    "RDMA_CM_EVENT_TIMEWAIT_EXIT",
 }
 
 // String returns librdmacm's name of the event (rdma_event_str).

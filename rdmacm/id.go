@@ -34,8 +34,11 @@ type ID struct {
 	req      cm.Event  // the connect request, until Accept
 	ourPSN   uint32    // the PSN our receive queue expects
 	param    ConnParam // ours, from Connect or Accept
-	backlog  int
-	pending  int // connect requests not yet accepted or rejected (listening IDs)
+	// path is the connection's, once the REQ (passive side) or the REP
+	// (active side) came: what InitQPAttr answers from.
+	path    *path
+	backlog int
+	pending int // connect requests not yet accepted or rejected (listening IDs)
 	// lentQP is set when the QP is the caller's (AttachQP): the ID lets
 	// go of it rather than destroying it.
 	lentQP bool
@@ -55,6 +58,7 @@ const (
 	stateRouteResolved
 	stateListen
 	stateConnect   // REQ sent
+	stateResponded // REP received by an ID whose QP is the caller's, until Establish
 	stateRequested // REQ received, not yet accepted
 	stateAccepted  // REP sent
 	stateEstablished
@@ -75,6 +79,10 @@ type ConnParam struct {
 	// for RNR). Zero RetryCount is taken as 7 as librdmacm's users mostly
 	// mean it; RNRRetryCount is used as given.
 	RetryCount, RNRRetryCount uint8
+	// QPNum is the number of a QP the caller made itself and moves
+	// through its states with InitQPAttr, for Connect and Accept on an ID
+	// that has no QP (rdma_conn_param.qp_num; userqp.go).
+	QPNum uint32
 }
 
 // CreateID creates an ID whose events go to ch (rdma_create_id).

@@ -109,7 +109,12 @@ func (id *ID) newChild(dev *verbs.Device, ev cm.Event) (*ID, error) {
 	child := &ID{c: id.c, ps: id.ps, state: stateRequested, dev: dev, gidIndex: gi,
 		local: netip.AddrPortFrom(h.DstAddr().Unmap(), id.local.Port()),
 		peer:  netip.AddrPortFrom(h.SrcAddr().Unmap(), h.SrcPort()),
-		conn:  ev.Conn, listen: id, req: ev, tos: id.tos, ackTimeout: id.ackTimeout}
+		conn:  ev.Conn, listen: id, req: ev, tos: id.tos, ackTimeout: id.ackTimeout,
+		ourPSN: rand.Uint32() & ibtransport.PSNMask}
+	// What InitQPAttr answers before Accept: the REQ's resources, as the
+	// kernel's CM keeps them from the REQ.
+	p := child.reqPath(min(ev.InitiatorDepth, ibtransport.MaxRdAtomic), min(ev.ResponderResources, ibtransport.MaxRdAtomic))
+	child.path = &p
 	child.ch.Store(id.ch.Load())
 	id.c.mu.Lock()
 	id.c.ids[child] = struct{}{}
@@ -134,7 +139,7 @@ func (id *ID) Accept(p *ConnParam) error {
 		return id.remoteAccept(p)
 	}
 	id.mu.Lock()
-	if id.state != stateRequested || id.qp == nil {
+	if id.state != stateRequested || (id.qp == nil && (p.QPNum == 0 || id.isUD())) {
 		id.mu.Unlock()
 		return fmt.Errorf("accept: %w", ErrState)
 	}
@@ -152,18 +157,15 @@ func (id *ID) Accept(p *ConnParam) error {
 	}
 	r := &id.req
 	id.param = *p
-	id.ourPSN = rand.Uint32() & ibtransport.PSNMask
-	pa := path{
-		av: verbs.AddressVector{DGID: r.PeerGID, SGIDIndex: uint8(id.gidIndex), HopLimit: hopLimit,
-			TrafficClass: cmp.Or(id.tos, r.TrafficClass), FlowLabel: r.FlowLabel},
-		mtu:     min(r.PathMTU, id.dev.ActiveMTU()),
-		destQPN: r.RemoteQPN, recvPSN: id.ourPSN, sendPSN: r.StartingPSN,
-		responderResources: min(p.ResponderResources, r.InitiatorDepth),
-		initiatorDepth:     min(p.InitiatorDepth, r.ResponderResources),
-		retryCount:         r.RetryCount, rnrRetryCount: r.RNRRetryCount, ackTimeout: id.qpACKTimeout(),
+	pa := id.reqPath(min(p.ResponderResources, r.InitiatorDepth), min(p.InitiatorDepth, r.ResponderResources))
+	id.path = &pa
+	var err error
+	qp, localQPN := id.qp, p.QPNum
+	if qp != nil {
+		err = toRTS(qp, &pa)
+		localQPN = qp.QPN()
 	}
-	err := toRTS(id.qp, &pa)
-	rep := cm.REPParams{LocalQPN: id.qp.QPN(), StartingPSN: id.ourPSN, ResponderResources: pa.responderResources,
+	rep := cm.REPParams{LocalQPN: localQPN, StartingPSN: id.ourPSN, ResponderResources: pa.responderResources,
 		InitiatorDepth: pa.initiatorDepth, RNRRetryCount: p.RNRRetryCount, PrivateData: p.PrivateData}
 	conn, listen := id.conn, id.listen
 	if err == nil {
@@ -177,11 +179,27 @@ func (id *ID) Accept(p *ConnParam) error {
 	// Data from the peer before its RTU means the RTU was lost: take the
 	// connection as up, as cma.c does on IB_EVENT_COMM_EST, rather than
 	// wait for the REP's retry to bring another RTU.
-	id.dev.OnCommEst(id.qp, func() { go conn.Established() }) // not on the engine goroutine
+	if qp != nil {
+		id.dev.OnCommEst(qp, func() { go conn.Established() }) // not on the engine goroutine
+	}
 	if err := conn.Accept(rep); err != nil {
 		return fmt.Errorf("accept: %w", err)
 	}
 	return nil
+}
+
+// reqPath is the path of the connection the REQ asks for, with these
+// resources. Called under mu.
+func (id *ID) reqPath(responderResources, initiatorDepth uint8) path {
+	r := &id.req
+	return path{
+		av: verbs.AddressVector{DGID: r.PeerGID, SGIDIndex: uint8(id.gidIndex), HopLimit: hopLimit,
+			TrafficClass: cmp.Or(id.tos, r.TrafficClass), FlowLabel: r.FlowLabel},
+		mtu:     min(r.PathMTU, id.dev.ActiveMTU()),
+		destQPN: r.RemoteQPN, recvPSN: id.ourPSN, sendPSN: r.StartingPSN,
+		responderResources: responderResources, initiatorDepth: initiatorDepth,
+		retryCount: r.RetryCount, rnrRetryCount: r.RNRRetryCount, ackTimeout: id.qpACKTimeout(),
+	}
 }
 
 // Reject rejects a connection request (rdma_reject) with a consumer

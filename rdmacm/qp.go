@@ -46,25 +46,40 @@ func toInit(qp *verbs.QP) error {
 	return nil
 }
 
-// toRTS connects qp along p: INIT to RTR to RTS. Remote writes are always
-// allowed, reads and atomics when the peer may issue them, as cm.c's
+// access is the remote access a connection along p grants: remote writes
+// always, reads and atomics when the peer may issue them, as cm.c's
 // ib_cm_init_qp_attr grants them.
-func toRTS(qp *verbs.QP, p *path) error {
+func (p *path) access() verbs.Access {
 	access := verbs.AccessRemoteWrite
 	if p.responderResources > 0 {
 		access |= verbs.AccessRemoteRead | verbs.AccessRemoteAtomic
 	}
-	rtr := verbs.QPAttr{State: verbs.QPSRTR, AccessFlags: access, AV: p.av, PathMTU: p.mtu, DestQPN: p.destQPN,
-		RQPSN: ibtransport.PSN(p.recvPSN), MaxDestRdAtomic: max(p.responderResources, 1), MinRNRTimer: minRNRTimer}
-	mask := verbs.QPAttrState | verbs.QPAttrAccessFlags | verbs.QPAttrAV | verbs.QPAttrPathMTU | verbs.QPAttrDestQPN |
-		verbs.QPAttrRQPSN | verbs.QPAttrMaxDestRdAtomic | verbs.QPAttrMinRNRTimer
+	return access
+}
+
+// rtr is what moves a QP of the connection along p to RTR.
+func (p *path) rtr() (verbs.QPAttr, verbs.QPAttrMask) {
+	return verbs.QPAttr{State: verbs.QPSRTR, AccessFlags: p.access(), AV: p.av, PathMTU: p.mtu, DestQPN: p.destQPN,
+			RQPSN: ibtransport.PSN(p.recvPSN), MaxDestRdAtomic: max(p.responderResources, 1), MinRNRTimer: minRNRTimer},
+		verbs.QPAttrState | verbs.QPAttrAccessFlags | verbs.QPAttrAV | verbs.QPAttrPathMTU | verbs.QPAttrDestQPN |
+			verbs.QPAttrRQPSN | verbs.QPAttrMaxDestRdAtomic | verbs.QPAttrMinRNRTimer
+}
+
+// rts is what moves it on to RTS.
+func (p *path) rts() (verbs.QPAttr, verbs.QPAttrMask) {
+	return verbs.QPAttr{State: verbs.QPSRTS, SQPSN: ibtransport.PSN(p.sendPSN), Timeout: p.ackTimeout,
+			RetryCnt: p.retryCount, RNRRetry: p.rnrRetryCount, MaxRdAtomic: max(p.initiatorDepth, 1)},
+		verbs.QPAttrState | verbs.QPAttrSQPSN | verbs.QPAttrTimeout | verbs.QPAttrRetryCnt | verbs.QPAttrRNRRetry |
+			verbs.QPAttrMaxQPRdAtomic
+}
+
+// toRTS connects qp along p: INIT to RTR to RTS.
+func toRTS(qp *verbs.QP, p *path) error {
+	rtr, mask := p.rtr()
 	if err := qp.Modify(&rtr, mask); err != nil {
 		return fmt.Errorf("QP to RTR: %w", err)
 	}
-	rts := verbs.QPAttr{State: verbs.QPSRTS, SQPSN: ibtransport.PSN(p.sendPSN), Timeout: p.ackTimeout,
-		RetryCnt: p.retryCount, RNRRetry: p.rnrRetryCount, MaxRdAtomic: max(p.initiatorDepth, 1)}
-	mask = verbs.QPAttrState | verbs.QPAttrSQPSN | verbs.QPAttrTimeout | verbs.QPAttrRetryCnt |
-		verbs.QPAttrRNRRetry | verbs.QPAttrMaxQPRdAtomic
+	rts, mask := p.rts()
 	if err := qp.Modify(&rts, mask); err != nil {
 		return fmt.Errorf("QP to RTS: %w", err)
 	}

@@ -131,7 +131,7 @@ func (id *ID) connParam(p *ConnParam, maxPrivate int) (hostif.CMConnParam, error
 		return hostif.CMConnParam{}, fmt.Errorf("%d bytes of private data, at most %d: %w", len(p.PrivateData), maxPrivate, ErrInvalidArgument)
 	}
 	cp := hostif.CMConnParam{ID: id.rem.handle, ResponderResources: p.ResponderResources, InitiatorDepth: p.InitiatorDepth,
-		RetryCount: p.RetryCount, RNRRetryCount: p.RNRRetryCount, PrivateLen: uint32(len(p.PrivateData))}
+		RetryCount: p.RetryCount, RNRRetryCount: p.RNRRetryCount, PrivateLen: uint32(len(p.PrivateData)), QPNum: p.QPNum}
 	copy(cp.Private[:], p.PrivateData)
 	return cp, nil
 }
@@ -206,6 +206,26 @@ func (id *ID) remoteMigrate(ch *EventChannel) error {
 		return fmt.Errorf("migrate: %w", remoteErr(err))
 	}
 	id.ch.Store(ch)
+	return nil
+}
+
+func (id *ID) remoteInitQPAttr(state verbs.QPState) (verbs.QPAttr, verbs.QPAttrMask, error) {
+	var attr *verbs.QPAttr
+	var mask verbs.QPAttrMask
+	err := id.c.remote.call(func(c *client.Conn) (err error) {
+		attr, mask, err = c.CMInitQPAttr(id.rem.handle, state)
+		return err
+	})
+	if err != nil {
+		return verbs.QPAttr{}, 0, fmt.Errorf("init QP attributes: %w", remoteErr(err))
+	}
+	return *attr, mask, nil
+}
+
+func (id *ID) remoteEstablish() error {
+	if err := id.c.remote.call(func(c *client.Conn) error { return c.CMEstablish(id.rem.handle) }); err != nil {
+		return fmt.Errorf("establish: %w", remoteErr(err))
+	}
 	return nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/softnic/softnic/hostif"
+	"github.com/softnic/softnic/ibtransport"
 )
 
 // The connection manager's calls (rdma_cm through the daemon): the
@@ -140,6 +141,23 @@ func (c *Conn) CMReject(id uint32, privateData []byte) error {
 // CMDisconnect disconnects (rdma_disconnect).
 func (c *Conn) CMDisconnect(id uint32) error {
 	_, err := c.call(hostif.OpCMDisconnect, hostif.HandleRequest{Handle: id}, &hostif.Empty{})
+	return err
+}
+
+// CMInitQPAttr returns the attributes that move a QP of the ID's
+// connection to state (rdma_init_qp_attr).
+func (c *Conn) CMInitQPAttr(id uint32, state ibtransport.QPState) (*ibtransport.QPAttr, ibtransport.QPAttrMask, error) {
+	var r hostif.ModifyQPRequest
+	if _, err := c.call(hostif.OpCMInitQPAttr, hostif.CMInitQPAttrRequest{ID: id, State: uint32(state)}, &r); err != nil {
+		return nil, 0, err
+	}
+	return hostif.QPAttrOf(&r), ibtransport.QPAttrMask(r.Mask), nil
+}
+
+// CMEstablish sends the RTU of an active ID whose QP is the program's
+// (rdma_establish).
+func (c *Conn) CMEstablish(id uint32) error {
+	_, err := c.call(hostif.OpCMEstablish, hostif.HandleRequest{Handle: id}, &hostif.Empty{})
 	return err
 }
 

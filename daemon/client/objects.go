@@ -193,13 +193,7 @@ func (c *Conn) createQP(op hostif.Op, req any) (*QP, error) {
 
 // Modify changes the QP's attributes (ibv_modify_qp).
 func (q *QP) Modify(attr *ibtransport.QPAttr, mask ibtransport.QPAttrMask) error {
-	req := hostif.ModifyQPRequest{Handle: q.Handle, Mask: uint32(mask), State: uint8(attr.State),
-		CurState: uint8(attr.CurState), PathMTU: uint8(attr.PathMTU), Port: attr.Port, Timeout: attr.Timeout,
-		RetryCnt: attr.RetryCnt, RNRRetry: attr.RNRRetry, MinRNR: attr.MinRNRTimer, MaxRdAtomic: attr.MaxRdAtomic,
-		MaxDestRdAtomic: attr.MaxDestRdAtomic, SGIDIndex: attr.AV.SGIDIndex, HopLimit: attr.AV.HopLimit,
-		TrafficClass: attr.AV.TrafficClass, PKeyIndex: attr.PKeyIndex, Access: uint32(attr.AccessFlags),
-		QKey: attr.QKey, DestQPN: attr.DestQPN, RQPSN: uint32(attr.RQPSN), SQPSN: uint32(attr.SQPSN),
-		FlowLabel: attr.AV.FlowLabel, DGID: attr.AV.DGID}
+	req := hostif.ModifyQPRequestOf(q.Handle, attr, mask)
 	_, err := q.c.call(hostif.OpModifyQP, req, &hostif.Empty{})
 	return err
 }

@@ -48,16 +48,34 @@ func NewQP(t testing.TB, id *rdmacm.ID) *QP {
 	t.Helper()
 	dev := id.Device()
 	require.NotNil(t, dev)
+	q := newQP(t, dev, id.CreateQP)
+	q.PostRecv(t)
+	return q
+}
+
+// NewCallersQP is NewQP's QP made on dev by the caller itself, not by an
+// ID (rdma_conn_param.qp_num's QPs): it stays in RESET, with no receive
+// posted.
+func NewCallersQP(t testing.TB, dev *verbs.Device) *QP {
+	t.Helper()
+	return newQP(t, dev, func(pd *verbs.PD, init *verbs.QPInitAttr) (*verbs.QP, error) { return pd.CreateQP(init) })
+}
+
+func newQP(t testing.TB, dev *verbs.Device, create func(*verbs.PD, *verbs.QPInitAttr) (*verbs.QP, error)) *QP {
 	cq, err := dev.CreateCQ(64, nil)
 	require.NoError(t, err)
 	pd := dev.AllocPD()
-	qp, err := id.CreateQP(pd, &verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq,
+	qp, err := create(pd, &verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq,
 		Cap: verbs.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}})
 	require.NoError(t, err)
 	mr, err := pd.RegMR(make([]byte, 4096), verbs.AccessLocalWrite|verbs.AccessRemoteRead|verbs.AccessRemoteWrite)
 	require.NoError(t, err)
-	require.NoError(t, qp.PostRecv(&verbs.RecvWR{ID: 1, SGL: []verbs.SGE{mr.SGE(2048, 2048)}}))
 	return &QP{Dev: dev, QP: qp, CQ: cq, MR: mr}
+}
+
+// PostRecv posts a receive into the second half of q's buffer.
+func (q *QP) PostRecv(t testing.TB) {
+	require.NoError(t, q.QP.PostRecv(&verbs.RecvWR{ID: 1, SGL: []verbs.SGE{q.MR.SGE(2048, 2048)}}))
 }
 
 // WaitWC waits up to timeout for the next completion of cq, which must

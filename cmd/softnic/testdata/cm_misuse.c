@@ -80,7 +80,13 @@ int main(int argc, char **argv)
 	}
 	expect("migrate nothing", rdma_migrate_id(NULL, ch), EINVAL);
 	expect("rsocket", rsocket(AF_INET, SOCK_STREAM, 0), ENOSYS);
-	expect("init_qp_attr", rdma_init_qp_attr(id, NULL, NULL), ENOSYS);
+	expect("init_qp_attr without attributes", rdma_init_qp_attr(id, NULL, NULL), EINVAL);
+	struct ibv_qp_attr rtr = {.qp_state = IBV_QPS_RTR};
+	int qmask = 0;
+	expect("init_qp_attr for RTR with no connection", rdma_init_qp_attr(id, &rtr, &qmask), EINVAL);
+	expect("establish with no connect response", rdma_establish(id), EINVAL);
+	struct sockaddr_in mc = {.sin_family = AF_INET};
+	expect("join_multicast", rdma_join_multicast(id, (struct sockaddr *)&mc, NULL), ENOSYS);
 	struct rdma_cm_event *ev;
 	fcntl(ch->fd, F_SETFL, fcntl(ch->fd, F_GETFL) | O_NONBLOCK);
 	expect("no event waits (non-blocking)", rdma_get_cm_event(ch, &ev), EAGAIN);
