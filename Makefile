@@ -60,14 +60,15 @@ bench:
 # Congestion control (root, clang for the BPF marker): two senders into one
 # 1 Gb/s tbf bottleneck through a router namespace, with DCQCN at
 # ConnectX's defaults, with hyper increase at 5 Mb/s, and without; the
-# same with sender 1 at IB MTU 1024; 20 s each, 5 interleaved rounds
-# (-repeat); writes bench/results/dcqcn.{md,svg} and dcqcn-windows.txt.
-# About 11 minutes.
+# same with sender 1 at IB MTU 1024, and that with the receiver sending at
+# most one CNP per QP per 50 us (the paper's interval) and hyper increase
+# at 5 Mb/s; 20 s each, 5 interleaved rounds (-repeat); writes
+# bench/results/dcqcn.{md,svg} and dcqcn-windows.txt. About 15 minutes.
 bench-dcqcn:
 	$(GO) build -o $(BIN) ./cmd/softnic
 	$(GO) build -o bin/benchsuite ./bench/suite
 	bash bench/install-deps.sh
-	bin/benchsuite -only dcqcn -softnic $(BIN) -out bench/results -dcqcn-flags "--softnic-rpg-hai-rate=5" $(BENCHFLAGS)
+	bin/benchsuite -only dcqcn -softnic $(BIN) -out bench/results -dcqcn-flags "--softnic-rpg-hai-rate=5" -dcqcn-mtu-cnp-interval 50us $(BENCHFLAGS)
 
 # softnic against Linux rdma_rxe (root, qemu): two Debian 12 guests under
 # qemu TCG on a bridge, rxe and a static softnic build taking turns on the

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -75,7 +76,9 @@ type dcqcnTopo struct {
 	softnic string
 	daemon  *exec.Cmd
 	dlog    bytes.Buffer
-	runs    int // runs so far: names the senders' trace files
+	// daemonExtra are the receiver's flags of the current setting.
+	daemonExtra []string
+	runs        int // runs so far: names the senders' trace files
 }
 
 func (t *dcqcnTopo) ns(name string) string { return t.prefix + name }
@@ -160,9 +163,21 @@ func (t *dcqcnTopo) buildMarker(ctx context.Context) (string, error) {
 	return obj, nil
 }
 
+// useDaemon restarts the receiver's daemon if its flags beyond
+// -dcqcn-daemon-flags are not extra.
+func (t *dcqcnTopo) useDaemon(ctx context.Context, extra []string) error {
+	if slices.Equal(extra, t.daemonExtra) {
+		return nil
+	}
+	t.stopDaemon()
+	t.daemonExtra = extra
+	return t.startDaemon(ctx)
+}
+
 // startDaemon starts the receiver's daemon and waits for its socket.
 func (t *dcqcnTopo) startDaemon(ctx context.Context) error {
 	args := append([]string{"netns", "exec", t.ns("d"), t.softnic, "daemon", "-d", "d0", "--run-dir", t.runDir}, strings.Fields(dcqcnDaemonFlags)...)
+	args = append(args, t.daemonExtra...)
 	t.daemon = exec.Command("ip", args...)
 	t.daemon.Stdout, t.daemon.Stderr = &t.dlog, &t.dlog
 	if err := t.daemon.Start(); err != nil {
@@ -178,18 +193,27 @@ func (t *dcqcnTopo) startDaemon(ctx context.Context) error {
 
 func (t *dcqcnTopo) socket() string { return filepath.Join(t.runDir, "softnic_d0.sock") }
 
+// stopDaemon stops the receiver's daemon, which removes its socket.
+func (t *dcqcnTopo) stopDaemon() {
+	if t.daemon == nil || t.daemon.Process == nil {
+		return
+	}
+	t.daemon.Process.Signal(os.Interrupt)
+	done := make(chan struct{})
+	go func() { t.daemon.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.daemon.Process.Kill()
+		<-done
+	}
+	t.daemon = nil
+	os.Remove(t.socket())
+}
+
 // close stops the daemon and deletes the namespaces and the scratch files.
 func (t *dcqcnTopo) close() {
-	if t.daemon != nil && t.daemon.Process != nil {
-		t.daemon.Process.Signal(os.Interrupt)
-		done := make(chan struct{})
-		go func() { t.daemon.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			t.daemon.Process.Kill()
-		}
-	}
+	t.stopDaemon()
 	for _, n := range []string{"s1", "s2", "r", "d"} {
 		exec.Command("ip", "netns", "del", t.ns(n)).Run()
 	}

@@ -131,6 +131,19 @@ func TestDCQCNSettings(t *testing.T) {
 		"MTU 1024 + 4096, with DCQCN", "MTU 1024 + 4096, without DCQCN", "MTU 1024 + 4096, DCQCN --softnic-rpg-hai-rate=5"}, names)
 	assert.Equal(t, [2][]string{{"-m", "1024", "--softnic-rpg-hai-rate=5"}, {"--softnic-rpg-hai-rate=5"}}, s[6].flags)
 	assert.Equal(t, [2][]string{{"-m", "1024", "--softnic-rp-off"}, {"--softnic-rp-off"}}, s[5].flags)
+	for _, x := range s {
+		assert.Empty(t, x.daemon, "%s: the receiver as -dcqcn-daemon-flags says", x.name)
+	}
+
+	defer func(v string) { dcqcnMTUCNPInterval = v }(dcqcnMTUCNPInterval)
+	dcqcnCases, dcqcnMTUCNPInterval = "mtu", "50us"
+	s, err = dcqcnSettings()
+	require.NoError(t, err)
+	require.Len(t, s, 4)
+	assert.Equal(t, "MTU 1024 + 4096, receiver's CNP interval 50us, DCQCN --softnic-rpg-hai-rate=5", s[3].name)
+	assert.Equal(t, [2][]string{{"-m", "1024", "--softnic-rpg-hai-rate=5"}, {"--softnic-rpg-hai-rate=5"}}, s[3].flags)
+	assert.Equal(t, []string{"--cnp-interval=50us"}, s[3].daemon)
+	assert.Empty(t, s[2].daemon)
 	dcqcnCases = "extra,bogus"
 	_, err = dcqcnSettings()
 	assert.Error(t, err)

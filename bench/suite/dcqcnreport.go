@@ -200,15 +200,20 @@ var (
 	// dcqcnDaemonFlags is -dcqcn-daemon-flags: the receiver's daemon's
 	// (the notification point's) flags.
 	dcqcnDaemonFlags string
-	dcqcnExtra       string
-	dcqcnCases       = "even,mtu"
-	dcqcnHog         int
+	// dcqcnMTUCNPInterval is -dcqcn-mtu-cnp-interval: when set, the mtu
+	// case also runs with the receiver's CNP interval at this value.
+	dcqcnMTUCNPInterval string
+	dcqcnExtra          string
+	dcqcnCases          = "even,mtu"
+	dcqcnHog            int
 )
 
-// dcqcnSetting is one setting the benchmark runs: each sender's flags.
+// dcqcnSetting is one setting the benchmark runs: each sender's flags,
+// and the receiver's daemon's beyond -dcqcn-daemon-flags.
 type dcqcnSetting struct {
-	name  string
-	flags [2][]string
+	name   string
+	flags  [2][]string
+	daemon []string
 }
 
 // dcqcnSettings returns the settings of -dcqcn-cases: "even" is two
@@ -230,7 +235,7 @@ func dcqcnSettings() ([]dcqcnSetting, error) {
 	}
 	withExtras := func(prefix string, out []dcqcnSetting, first []string, extras [][]string) []dcqcnSetting {
 		for _, e := range extras {
-			out = append(out, dcqcnSetting{prefix + "DCQCN " + strings.Join(e, " "), [2][]string{append(slices.Clip(first), e...), e}})
+			out = append(out, dcqcnSetting{name: prefix + "DCQCN " + strings.Join(e, " "), flags: [2][]string{append(slices.Clip(first), e...), e}})
 		}
 		return out
 	}
@@ -238,10 +243,10 @@ func dcqcnSettings() ([]dcqcnSetting, error) {
 	for _, c := range strings.Split(dcqcnCases, ",") {
 		switch c {
 		case "even":
-			out = append(out, dcqcnSetting{"with DCQCN", both()}, dcqcnSetting{"without DCQCN", both("--softnic-rp-off")})
+			out = append(out, dcqcnSetting{name: "with DCQCN", flags: both()}, dcqcnSetting{name: "without DCQCN", flags: both("--softnic-rp-off")})
 			out = withExtras("", out, nil, extras)
 		case "dcqcn":
-			out = append(out, dcqcnSetting{"with DCQCN", both()})
+			out = append(out, dcqcnSetting{name: "with DCQCN", flags: both()})
 			out = withExtras("", out, nil, extras)
 		case "extra":
 			if len(extras) == 0 {
@@ -251,10 +256,22 @@ func dcqcnSettings() ([]dcqcnSetting, error) {
 		case "mtu":
 			m := []string{"-m", "1024"}
 			out = append(out,
-				dcqcnSetting{"MTU 1024 + 4096, with DCQCN", [2][]string{m, nil}},
-				dcqcnSetting{"MTU 1024 + 4096, without DCQCN", [2][]string{append(slices.Clip(m), "--softnic-rp-off"), {"--softnic-rp-off"}}})
+				dcqcnSetting{name: "MTU 1024 + 4096, with DCQCN", flags: [2][]string{m, nil}},
+				dcqcnSetting{name: "MTU 1024 + 4096, without DCQCN", flags: [2][]string{append(slices.Clip(m), "--softnic-rp-off"), {"--softnic-rp-off"}}})
 			// The first setting only: the case is the fairness, not the tuning.
-			out = withExtras("MTU 1024 + 4096, ", out, m, extras[:min(len(extras), 1)])
+			first := extras[:min(len(extras), 1)]
+			out = withExtras("MTU 1024 + 4096, ", out, m, first)
+			if dcqcnMTUCNPInterval != "" {
+				// One CNP per interval rather than per marked packet: the
+				// 1024-byte sender no longer draws four times the CNPs
+				// per byte (bench/results/ANALYSIS.md).
+				rx := []string{"--cnp-interval=" + dcqcnMTUCNPInterval}
+				prefix := "MTU 1024 + 4096, receiver's CNP interval " + dcqcnMTUCNPInterval + ", "
+				for _, s := range withExtras(prefix, nil, m, first) {
+					s.daemon = rx
+					out = append(out, s)
+				}
+			}
 		default:
 			return nil, fmt.Errorf("-dcqcn-cases: %q is not even, dcqcn, extra or mtu", c)
 		}
@@ -323,6 +340,10 @@ func dcqcnMain(ctx context.Context, s *suite, outDir string) int {
 	for round := range max(s.repeat, 1) {
 		for _, c := range settings {
 			fmt.Printf("== round %d, %s, %d s, load average %s\n", round+1, c.name, dcqcnSeconds, loadAverage())
+			if err := t.useDaemon(ctx, c.daemon); err != nil {
+				fmt.Fprintf(os.Stderr, "suite: dcqcn: %s: %v\n", c.name, err)
+				return 1
+			}
 			r, err := t.run(ctx, c.name, c.flags)
 			if err != nil {
 				fmt.Fprintf(os.Stderr, "suite: dcqcn: %s: %v\n", c.name, err)
