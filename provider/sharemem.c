@@ -86,9 +86,24 @@ static int find_mapping(uintptr_t lo, uintptr_t hi, struct mapping *m)
 	return err;
 }
 
+/* copy_pages copies n bytes of pages from src to dst, a new memfd's
+ * mapping, but for pages of zeros: those stay holes of the memfd, so that
+ * a large buffer the program has not touched yet takes no memory. */
+static void copy_pages(uint8_t *dst, const uint8_t *src, size_t n, size_t page)
+{
+	for (size_t off = 0; off < n; off += page) {
+		const uint64_t *w = (const uint64_t *)(src + off);
+		size_t i = 0;
+		while (i < page / 8 && w[i] == 0)
+			i++;
+		if (i < page / 8)
+			memcpy(dst + off, src + off, page);
+	}
+}
+
 /* reback gives [lo, hi), private anonymous memory, a sealed memfd's pages
  * with the same contents; the memfd, or -1 with errno. */
-static int reback(uintptr_t lo, uintptr_t hi)
+static int reback(uintptr_t lo, uintptr_t hi, size_t page)
 {
 	size_t n = hi - lo;
 	int fd = memfd_create("softnic-mr", MFD_CLOEXEC | MFD_ALLOW_SEALING);
@@ -100,7 +115,7 @@ static int reback(uintptr_t lo, uintptr_t hi)
 	tmp = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	if (tmp == MAP_FAILED)
 		goto fail;
-	memcpy(tmp, (void *)lo, n);
+	copy_pages(tmp, (const uint8_t *)lo, n, page);
 	munmap(tmp, n);
 	/* MAP_FIXED replaces the old pages only if it succeeds. */
 	if (mmap((void *)lo, n, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED)
@@ -141,7 +156,7 @@ static int share_with_daemon(struct sn_context *ctx, struct sn_share *s, int fd)
 
 /* new_share re-backs [lo, hi), if it is private anonymous memory, and
  * shares it with the daemon. */
-static struct sn_share *new_share(struct sn_context *ctx, uintptr_t lo, uintptr_t hi)
+static struct sn_share *new_share(struct sn_context *ctx, uintptr_t lo, uintptr_t hi, size_t page)
 {
 	struct mapping m;
 	if (find_mapping(lo, hi, &m) != 0 || strcmp(m.perms, "rw-p") != 0 || m.inode != 0 || m.named)
@@ -150,7 +165,7 @@ static struct sn_share *new_share(struct sn_context *ctx, uintptr_t lo, uintptr_
 	if (!s)
 		return NULL;
 	s->lo = lo, s->hi = hi;
-	int fd = reback(lo, hi);
+	int fd = reback(lo, hi, page);
 	if (fd < 0) {
 		free(s);
 		return NULL;
@@ -184,7 +199,7 @@ struct sn_share *sn_share_region(struct sn_context *ctx, void *addr, size_t leng
 	while (s && !(lo < s->hi && s->lo < hi))
 		s = s->next;
 	if (!s)
-		s = new_share(ctx, lo, hi);
+		s = new_share(ctx, lo, hi, page);
 	else if (!(s->lo <= lo && hi <= s->hi))
 		s = NULL; /* overlaps a share without lying in it */
 	if (s)

@@ -178,7 +178,7 @@ func (id *ID) failConnect(ev Event) {
 	if id.qp != nil {
 		id.dev.OnCommEst(id.qp, nil)
 	}
-	id.conn = nil
+	id.conn, id.path = nil, nil
 	id.state = stateRouteResolved
 	id.mu.Unlock()
 	ev.ID = id

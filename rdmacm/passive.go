@@ -111,10 +111,6 @@ func (id *ID) newChild(dev *verbs.Device, ev cm.Event) (*ID, error) {
 		peer:  netip.AddrPortFrom(h.SrcAddr().Unmap(), h.SrcPort()),
 		conn:  ev.Conn, listen: id, req: ev, tos: id.tos, ackTimeout: id.ackTimeout,
 		ourPSN: rand.Uint32() & ibtransport.PSNMask}
-	// What InitQPAttr answers before Accept: the REQ's resources, as the
-	// kernel's CM keeps them from the REQ.
-	p := child.reqPath(min(ev.InitiatorDepth, ibtransport.MaxRdAtomic), min(ev.ResponderResources, ibtransport.MaxRdAtomic))
-	child.path = &p
 	child.ch.Store(id.ch.Load())
 	id.c.mu.Lock()
 	id.c.ids[child] = struct{}{}

@@ -3,6 +3,7 @@ package rdmacm
 import (
 	"fmt"
 
+	"github.com/softnic/softnic/ibtransport"
 	"github.com/softnic/softnic/verbs"
 )
 
@@ -36,25 +37,38 @@ func (id *ID) InitQPAttr(state verbs.QPState) (verbs.QPAttr, verbs.QPAttrMask, e
 	if id.isUD() {
 		return verbs.QPAttr{}, 0, fmt.Errorf("init QP attributes: a UD ID's QP is its own: %w", ErrInvalidArgument)
 	}
+	p := id.connPath()
 	switch {
 	case state == verbs.QPSInit:
 		access := verbs.AccessRemoteWrite
-		if id.path != nil {
-			access = id.path.access()
+		if p != nil {
+			access = p.access()
 		}
 		return verbs.QPAttr{State: verbs.QPSInit, Port: 1, AccessFlags: access},
 			verbs.QPAttrState | verbs.QPAttrPKeyIndex | verbs.QPAttrPort | verbs.QPAttrAccessFlags, nil
 	case state != verbs.QPSRTR && state != verbs.QPSRTS:
 		return verbs.QPAttr{}, 0, fmt.Errorf("init QP attributes for state %v: %w", state, ErrInvalidArgument)
-	case id.path == nil:
+	case p == nil:
 		return verbs.QPAttr{}, 0, fmt.Errorf("init QP attributes: no connection yet: %w", ErrState)
 	case state == verbs.QPSRTR:
-		attr, mask := id.path.rtr()
+		attr, mask := p.rtr()
 		return attr, mask, nil
 	default:
-		attr, mask := id.path.rts()
+		attr, mask := p.rts()
 		return attr, mask, nil
 	}
+}
+
+// connPath is the path InitQPAttr answers from: before Accept the REQ's,
+// with the resources it asked for (as the kernel's CM keeps them), then
+// the one Accept or the REP settled. Called under mu.
+func (id *ID) connPath() *path {
+	if id.state == stateRequested {
+		p := id.reqPath(min(id.req.InitiatorDepth, ibtransport.MaxRdAtomic),
+			min(id.req.ResponderResources, ibtransport.MaxRdAtomic))
+		return &p
+	}
+	return id.path
 }
 
 // Establish completes a connection whose EventConnectResponse came

@@ -42,7 +42,7 @@ func TestProviderSharesRegisteredPages(t *testing.T) {
 			p.waitFor(t, "deregistered")
 			assert.Zero(t, sharedMappings(t, daemonPid), "mappings left after ibv_dereg_mr")
 			p.resume(t)
-			p.finish(t, 17)
+			p.finish(t, 18)
 		})
 	}
 	w.stop(t)

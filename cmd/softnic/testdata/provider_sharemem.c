@@ -134,13 +134,18 @@ int main(int argc, char **argv)
 	if (posix_memalign((void **)&whole, page, PAGES * page) || !part)
 		return 100;
 	fill(whole, PAGES * page, 1);
+	memset(whole + 2 * page, 0, page); /* a page of zeros stays a hole of the memfd */
 	fill(part, 3000, 2);
+	uint8_t *before = malloc(PAGES * page);
+	if (!before)
+		return 100;
+	memcpy(before, whole, PAGES * page);
 	struct ibv_mr *wmr = ibv_reg_mr(pd, whole, PAGES * page, access);
 	struct ibv_mr *pmr = ibv_reg_mr(pd, part, 3000, access);
 	check(wmr && pmr, "ibv_reg_mr of both buffers");
 	if (!wmr || !pmr)
 		return 100;
-	check(filled(whole, PAGES * page, 1) && filled(part, 3000, 2), "registration kept every byte");
+	check(memcmp(whole, before, PAGES * page) == 0 && filled(part, 3000, 2), "registration kept every byte");
 	check(memfd_backed(whole) == !off, off ? "the whole pages stay as they were" : "the whole pages are shared");
 	check(!memfd_backed(part), "the buffer that shares its pages is left alone");
 	struct ibv_mr *inner = ibv_reg_mr(pd, whole + page, page, access);
@@ -149,6 +154,9 @@ int main(int argc, char **argv)
 	check(rdma(qp, cq, IBV_WR_RDMA_WRITE, part, pmr, whole + 100, wmr, 3000) == 0, "RDMA WRITE into them");
 	check(filled(whole + 100, 3000, 2) && filled(whole, 100, 1) && whole[3100] == (uint8_t)(1 + 3100 * 7),
 	      "the WRITE's bytes arrived, and only those");
+	check(rdma(qp, cq, IBV_WR_RDMA_WRITE, part, pmr, whole + 2 * page + 5, wmr, 3000) == 0 &&
+		      filled(whole + 2 * page + 5, 3000, 2) && whole[2 * page + 4] == 0 && whole[2 * page + 3005] == 0,
+	      "RDMA WRITE into the page of zeros");
 	fill(whole + page, page, 3);
 	check(rdma(qp, cq, IBV_WR_RDMA_READ, part, pmr, whole + page, wmr, 3000) == 0, "RDMA READ from them");
 	check(filled(part, 3000, 3), "the READ's bytes arrived");
@@ -168,6 +176,7 @@ int main(int argc, char **argv)
 	check(ibv_dereg_mr(wmr) == 0 && ibv_dereg_mr(pmr) == 0, "ibv_dereg_mr of both");
 	free(whole);
 	free(part);
+	free(before);
 	ibv_destroy_qp(qp);
 	ibv_destroy_cq(cq);
 	ibv_dealloc_pd(pd);
