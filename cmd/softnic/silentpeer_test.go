@@ -1,6 +1,7 @@
 package main
 
 import (
+	"net"
 	"os/exec"
 	"strings"
 	"syscall"
@@ -49,5 +50,41 @@ func TestPerfEndsAtSIGTERMWithASilentPeer(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			require.FailNowf(t, "softnic did not end", "the %s, 10 s after SIGTERM:\n%s", s.name, s.out)
 		}
+	}
+}
+
+// A pingpong client whose server accepts the connection and then says
+// nothing (a listener that is not ibv_rc_pingpong, or a hung one) ends
+// at SIGTERM: the address exchange used to wait for its time limit.
+func TestPingpongEndsAtSIGTERMWithASilentServer(t *testing.T) {
+	bin, p, _, _ := vethSoftnic(t)
+	var ln net.Listener
+	require.NoError(t, p.A.Do(func() (err error) { ln, err = net.Listen("tcp", p.A.Addr4().String()+":18515"); return err }))
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		if c, err := ln.Accept(); err == nil {
+			accepted <- c // held open, never written
+		}
+	}()
+	client := p.B.Command(bin, "pingpong", "-d", p.B.Ifname, "-g", "1", p.A.Addr4().String())
+	out := &syncbuf.Buffer{}
+	client.Stdout, client.Stderr = out, out
+	require.NoError(t, client.Start())
+	done := make(chan error, 1)
+	go func() { done <- client.Wait() }()
+	t.Cleanup(func() { client.Process.Kill() })
+	select {
+	case c := <-accepted:
+		defer c.Close()
+	case <-time.After(20 * time.Second):
+		require.FailNowf(t, "the client never connected", "%s", out)
+	}
+	time.Sleep(500 * time.Millisecond) // into the exchange
+	require.NoError(t, client.Process.Signal(syscall.SIGTERM))
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		require.FailNowf(t, "softnic pingpong did not end", "10 s after SIGTERM:\n%s", out)
 	}
 }

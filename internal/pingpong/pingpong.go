@@ -115,13 +115,16 @@ func Run(ctx context.Context, dev perftest.Device, cfg Config, out io.Writer) er
 }
 
 // exchange swaps addresses with the peer (pp_client_exch_dest or
-// pp_server_exch_dest); the server connects its QP before it answers.
+// pp_server_exch_dest); the server connects its QP before it answers. The
+// end of ctx (a signal) closes the connection, so that a peer that
+// accepted and fell silent does not hold the exchange for its time limit.
 func (c *pingpong) exchange(ctx context.Context, my oob.PingpongDest) (oob.PingpongDest, error) {
 	if c.cfg.Host != "" {
 		conn, err := oob.Dial(ctx, "tcp", c.cfg.Host, c.cfg.Port, c.cfg.ConnectWait)
 		if err != nil {
 			return oob.PingpongDest{}, err
 		}
+		defer context.AfterFunc(ctx, func() { conn.Close() })()
 		rem, err := oob.PingpongClient(conn, my, 0)
 		conn.Close()
 		if err != nil {
@@ -133,6 +136,7 @@ func (c *pingpong) exchange(ctx context.Context, my oob.PingpongDest) (oob.Pingp
 	if err != nil {
 		return oob.PingpongDest{}, err
 	}
+	defer context.AfterFunc(ctx, func() { conn.Close() })()
 	rem, err := oob.PingpongServer(conn, my, func(r oob.PingpongDest) error { return c.connect(my.PSN, r) }, 0)
 	conn.Close()
 	if err != nil {
