@@ -85,13 +85,14 @@ type cmConn struct {
 	qp *verbs.QP
 	cq *verbs.CQ
 	mr *verbs.MR
+	q  *rdmacmtest.QP // qp, cq and mr
 }
 
 // cmQP gives id a QP, a CQ and a region with a receive posted.
 func cmQP(t *testing.T, id *rdmacm.ID) *cmConn {
 	q := rdmacmtest.NewQP(t, id)
 	assert.Equal(t, verbs.QPSInit, q.QP.State())
-	return &cmConn{id: id, qp: q.QP, cq: q.CQ, mr: q.MR}
+	return &cmConn{id: id, qp: q.QP, cq: q.CQ, mr: q.MR, q: q}
 }
 
 func (c *cmConn) waitWC(t *testing.T) verbs.WC {
@@ -148,24 +149,15 @@ func connectAndTalk(t *testing.T, cliCM, srvCM *rdmacm.CM, port uint16) {
 	require.Equal(t, verbs.QPSRTS, cli.qp.State())
 	require.Equal(t, verbs.QPSRTS, srv.qp.State())
 
-	send := func(from, to *cmConn, msg string) {
-		copy(from.mr.Bytes(), msg)
-		require.NoError(t, from.qp.PostSend(&verbs.SendWR{ID: 2, Opcode: verbs.WRSend, Flags: verbs.SendSignaled,
-			SGL: []verbs.SGE{from.mr.SGE(0, len(msg))}}))
-		assert.Equal(t, verbs.WCSend, from.waitWC(t).Opcode)
-		wc := to.waitWC(t)
-		assert.Equal(t, verbs.WCRecv, wc.Opcode)
-		assert.Equal(t, msg, string(to.mr.Bytes()[2048:2048+wc.ByteLen]))
-	}
 	// An RDMA WRITE, then a SEND: the server's receive completion, which
 	// comes after the WRITE landed, tells it the data is there.
 	copy(cli.mr.Bytes()[100:], "written")
 	require.NoError(t, cli.qp.PostSend(&verbs.SendWR{ID: 3, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
 		SGL: []verbs.SGE{cli.mr.SGE(100, 7)}, RemoteAddr: srv.mr.Addr() + 300, RKey: srv.mr.RKey()}))
 	assert.Equal(t, verbs.WCRDMAWrite, cli.waitWC(t).Opcode)
-	send(cli, srv, "ping")
+	rdmacmtest.SendRecv(t, cli.q, srv.q, "ping", 20*time.Second)
 	assert.Equal(t, "written", string(srv.mr.Bytes()[300:307]))
-	send(srv, cli, "pong")
+	rdmacmtest.SendRecv(t, srv.q, cli.q, "pong", 20*time.Second)
 
 	require.NoError(t, cli.id.Disconnect())
 	cmEvent(t, cch, rdmacm.EventDisconnected)

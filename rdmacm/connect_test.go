@@ -13,6 +13,7 @@ import (
 	"github.com/softnic/softnic/ibtransport"
 	"github.com/softnic/softnic/ibtransport/mad"
 	"github.com/softnic/softnic/rdmacm"
+	"github.com/softnic/softnic/rdmacm/rdmacmtest"
 	"github.com/softnic/softnic/roce"
 	"github.com/softnic/softnic/roce/memlink"
 	"github.com/softnic/softnic/verbs"
@@ -43,17 +44,8 @@ func TestConnectSendReadDisconnect(t *testing.T) {
 	assert.Equal(t, verbs.QPSRTS, cli.qp.State())
 	assert.Equal(t, verbs.QPSRTS, srv.qp.State())
 
-	send := func(from, to *conn, msg string) {
-		copy(from.mr.Bytes(), msg)
-		require.NoError(t, from.qp.PostSend(&verbs.SendWR{ID: 2, Opcode: verbs.WRSend, Flags: verbs.SendSignaled,
-			SGL: []verbs.SGE{from.mr.SGE(0, len(msg))}}))
-		assert.Equal(t, verbs.WCSend, from.waitWC(t).Opcode)
-		wc := to.waitWC(t)
-		assert.Equal(t, verbs.WCRecv, wc.Opcode)
-		assert.Equal(t, msg, string(to.mr.Bytes()[2048:2048+wc.ByteLen]))
-	}
-	send(cli, srv, "ping")
-	send(srv, cli, "pong")
+	rdmacmtest.SendRecv(t, cli.q, srv.q, "ping", 10*time.Second)
+	rdmacmtest.SendRecv(t, srv.q, cli.q, "pong", 10*time.Second)
 
 	copy(cli.mr.Bytes()[100:], "read me")
 	require.NoError(t, srv.qp.PostSend(&verbs.SendWR{ID: 3, Opcode: verbs.WRRDMARead, Flags: verbs.SendSignaled,

@@ -63,6 +63,7 @@ type conn struct {
 	cq  *verbs.CQ
 	mr  *verbs.MR
 	dev *verbs.Device
+	q   *rdmacmtest.QP // qp, cq and mr
 }
 
 // makeQP gives the ID a QP on a CQ of its own and a registered buffer
@@ -70,7 +71,7 @@ type conn struct {
 func makeQP(t testing.TB, id *rdmacm.ID, ch *rdmacm.EventChannel) *conn {
 	t.Helper()
 	q := rdmacmtest.NewQP(t, id)
-	return &conn{id: id, ch: ch, qp: q.QP, cq: q.CQ, mr: q.MR, dev: q.Dev}
+	return &conn{id: id, ch: ch, qp: q.QP, cq: q.CQ, mr: q.MR, dev: q.Dev, q: q}
 }
 
 // listen makes an ID of s listen on port.

@@ -13,26 +13,29 @@ import (
 	"github.com/softnic/softnic/internal/syncbuf"
 )
 
+// startWatched starts c with its output collected; the channel gets its
+// end. The test's end kills it.
+func startWatched(t *testing.T, c *exec.Cmd) (*syncbuf.Buffer, chan error) {
+	out := &syncbuf.Buffer{}
+	c.Stdout, c.Stderr = out, out
+	require.NoError(t, c.Start())
+	done := make(chan error, 1)
+	go func() { done <- c.Wait() }()
+	t.Cleanup(func() { c.Process.Kill() })
+	return out, done
+}
+
 // A timed send_lat whose peer falls silent (its link goes down, as a
 // stalled guest's NIC did in an interop run) still ends at SIGTERM: it
 // used to wait out the perftest exchange's 30-minute limit for the peer's
 // closing message.
 func TestPerfEndsAtSIGTERMWithASilentPeer(t *testing.T) {
 	bin, p, _, _ := vethSoftnic(t)
-	start := func(c *exec.Cmd) (*syncbuf.Buffer, chan error) {
-		out := &syncbuf.Buffer{}
-		c.Stdout, c.Stderr = out, out
-		require.NoError(t, c.Start())
-		done := make(chan error, 1)
-		go func() { done <- c.Wait() }()
-		t.Cleanup(func() { c.Process.Kill() })
-		return out, done
-	}
 	server := p.A.Command(bin, "perf", "send_lat", "-D", "2", "-d", p.A.Ifname, "-x", "1")
-	sout, sdone := start(server)
+	sout, sdone := startWatched(t, server)
 	client := p.B.Command(bin, "perf", "send_lat", "-D", "2", "-d", p.B.Ifname, "-x", "1", "--connect-wait=20s",
 		p.A.Addr4().String())
-	cout, cdone := start(client)
+	cout, cdone := startWatched(t, client)
 	require.Eventuallyf(t, func() bool { return strings.Contains(cout.String(), "t_avg") }, 20*time.Second, 50*time.Millisecond,
 		"the test never started:\nclient:\n%s\nserver:\n%s", cout, sout)
 	out, err := p.A.Command("ip", "link", "set", p.A.Ifname, "down").CombinedOutput()
@@ -68,12 +71,7 @@ func TestPingpongEndsAtSIGTERMWithASilentServer(t *testing.T) {
 		}
 	}()
 	client := p.B.Command(bin, "pingpong", "-d", p.B.Ifname, "-g", "1", p.A.Addr4().String())
-	out := &syncbuf.Buffer{}
-	client.Stdout, client.Stderr = out, out
-	require.NoError(t, client.Start())
-	done := make(chan error, 1)
-	go func() { done <- client.Wait() }()
-	t.Cleanup(func() { client.Process.Kill() })
+	out, done := startWatched(t, client)
 	select {
 	case c := <-accepted:
 		defer c.Close()

@@ -51,17 +51,8 @@ func CallersQPs(t *testing.T, cliCM, srvCM *rdmacm.CM, srvAddr netip.AddrPort) {
 	assert.Error(t, id.Establish(), "a second RTU")
 	NextEvent(t, lch, rdmacm.EventEstablished, timeout)
 
-	send := func(from, to *QP, msg string) {
-		copy(from.MR.Bytes(), msg)
-		require.NoError(t, from.QP.PostSend(&verbs.SendWR{ID: 2, Opcode: verbs.WRSend, Flags: verbs.SendSignaled,
-			SGL: []verbs.SGE{from.MR.SGE(0, len(msg))}}))
-		assert.Equal(t, verbs.WCSend, WaitWC(t, from.CQ, timeout).Opcode)
-		wc := WaitWC(t, to.CQ, timeout)
-		assert.Equal(t, verbs.WCRecv, wc.Opcode)
-		assert.Equal(t, msg, string(to.MR.Bytes()[2048:2048+wc.ByteLen]))
-	}
-	send(cli, srv, "ping")
-	send(srv, cli, "pong")
+	SendRecv(t, cli, srv, "ping", timeout)
+	SendRecv(t, srv, cli, "pong", timeout)
 	copy(cli.MR.Bytes()[100:], "read me")
 	require.NoError(t, srv.QP.PostSend(&verbs.SendWR{ID: 3, Opcode: verbs.WRRDMARead, Flags: verbs.SendSignaled,
 		SGL: []verbs.SGE{srv.MR.SGE(200, 7)}, RemoteAddr: cli.MR.Addr() + 100, RKey: cli.MR.RKey()}))

@@ -73,6 +73,19 @@ func newQP(t testing.TB, dev *verbs.Device, create func(*verbs.PD, *verbs.QPInit
 	return &QP{Dev: dev, QP: qp, CQ: cq, MR: mr}
 }
 
+// SendRecv SENDs msg from the start of from's buffer into to's posted
+// receive and checks both completions and the bytes that arrived.
+func SendRecv(t testing.TB, from, to *QP, msg string, timeout time.Duration) {
+	t.Helper()
+	copy(from.MR.Bytes(), msg)
+	require.NoError(t, from.QP.PostSend(&verbs.SendWR{ID: 2, Opcode: verbs.WRSend, Flags: verbs.SendSignaled,
+		SGL: []verbs.SGE{from.MR.SGE(0, len(msg))}}))
+	require.Equal(t, verbs.WCSend, WaitWC(t, from.CQ, timeout).Opcode)
+	wc := WaitWC(t, to.CQ, timeout)
+	require.Equal(t, verbs.WCRecv, wc.Opcode)
+	require.Equal(t, msg, string(to.MR.Bytes()[2048:2048+wc.ByteLen]))
+}
+
 // PostRecv posts a receive into the second half of q's buffer.
 func (q *QP) PostRecv(t testing.TB) {
 	require.NoError(t, q.QP.PostRecv(&verbs.RecvWR{ID: 1, SGL: []verbs.SGE{q.MR.SGE(2048, 2048)}}))

@@ -16,14 +16,7 @@
 #include <time.h>
 #include <infiniband/verbs.h>
 
-static int failed;
-
-static void check(int ok, const char *what)
-{
-	printf("%s %s\n", ok ? "ok  " : "FAIL", what);
-	if (!ok)
-		failed++;
-}
+#include "checks.h"
 
 struct objects {
 	struct ibv_context *ctx;
@@ -64,15 +57,6 @@ static int build(struct objects *o)
 	    !(o->mr = ibv_reg_mr(o->pd, o->buf, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE)))
 		return -1;
 	return ibv_modify_qp(o->qp, &attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
-}
-
-static void wait_line(const char *say)
-{
-	char line[64];
-	printf("%s\n", say);
-	fflush(stdout);
-	if (!fgets(line, sizeof(line), stdin))
-		exit(100);
 }
 
 /* poll_until_gone polls the CQ until it reports an error: the provider

@@ -19,25 +19,9 @@
 #include <unistd.h>
 #include <infiniband/verbs.h>
 
+#include "checks.h"
+
 #define PAGES 4
-
-static int failed;
-
-static void check(int ok, const char *what)
-{
-	printf("%s %s\n", ok ? "ok  " : "FAIL", what);
-	if (!ok)
-		failed++;
-}
-
-static void wait_line(const char *say)
-{
-	char line[64];
-	printf("%s\n", say);
-	fflush(stdout);
-	if (!fgets(line, sizeof(line), stdin))
-		exit(100);
-}
 
 /* memfd_backed says whether the mapping that holds p is the provider's
  * memfd. */
