@@ -57,6 +57,8 @@ int cm_create_qp(struct cm_id *c, struct ibv_pd *pd, struct ibv_qp_init_attr *at
 	if (!pd && !(pd = default_pd()))
 		return -1;
 	struct ibv_qp_init_attr a = *attr;
+	if (!a.srq)
+		a.srq = id->srq; /* rdma_create_srq's, as librdmacm gives it */
 	if (!a.send_cq || !a.recv_cq) {
 		if (a.send_cq || a.recv_cq)
 			return cm_fail(EINVAL);
@@ -111,6 +113,49 @@ CM_EXPORT int rdma_create_qp_ex(struct rdma_cm_id *id, struct ibv_qp_init_attr_e
 	if (!ret)
 		attr->cap = a.cap;
 	return ret;
+}
+
+/* rdma_create_srq_ex makes the ID's SRQ, which the ID's QP then takes
+ * (rdma_create_qp), on the attributes' PD or the ID's. Basic SRQs only:
+ * softnic has no XRC. */
+CM_EXPORT int rdma_create_srq_ex(struct rdma_cm_id *id, struct ibv_srq_init_attr_ex *attr)
+{
+	if (!id || !attr || !id->verbs || id->srq || !(attr->comp_mask & IBV_SRQ_INIT_ATTR_TYPE))
+		return cm_fail(EINVAL);
+	if (attr->srq_type != IBV_SRQT_BASIC)
+		return cm_fail(ENOSYS);
+	struct ibv_pd *pd = (attr->comp_mask & IBV_SRQ_INIT_ATTR_PD) && attr->pd ? attr->pd : id->pd;
+	if (!pd || pd->context != id->verbs)
+		return cm_fail(EINVAL);
+	struct ibv_srq_init_attr a = {.srq_context = attr->srq_context, .attr = attr->attr};
+	struct ibv_srq *srq = ibv_create_srq(pd, &a);
+	if (!srq)
+		return cm_fail(errno);
+	attr->attr = a.attr;
+	attr->pd = pd;
+	attr->comp_mask |= IBV_SRQ_INIT_ATTR_PD;
+	if (!id->pd)
+		id->pd = pd;
+	id->srq = srq;
+	return 0;
+}
+
+CM_EXPORT int rdma_create_srq(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_srq_init_attr *attr)
+{
+	if (!attr)
+		return cm_fail(EINVAL);
+	struct ibv_srq_init_attr_ex ax = {.srq_context = attr->srq_context, .attr = attr->attr,
+					  .comp_mask = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD,
+					  .srq_type = IBV_SRQT_BASIC, .pd = pd};
+	int ret = rdma_create_srq_ex(id, &ax);
+	attr->attr = ax.attr;
+	return ret;
+}
+
+CM_EXPORT void rdma_destroy_srq(struct rdma_cm_id *id)
+{
+	if (id && id->srq && ibv_destroy_srq(id->srq) == 0)
+		id->srq = NULL;
 }
 
 /* rdma_destroy_qp takes the QP back from the ID (cm_detach_qp) and
@@ -313,6 +358,7 @@ CM_EXPORT void rdma_destroy_ep(struct rdma_cm_id *id)
 	if (!id)
 		return;
 	rdma_destroy_qp(id);
+	rdma_destroy_srq(id);
 	rdma_destroy_id(id);
 }
 

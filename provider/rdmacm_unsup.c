@@ -32,16 +32,9 @@ ENOSYS_INT(rdma_notify, struct rdma_cm_id *id, enum ibv_event_type event)
 ENOSYS_INT(rdma_join_multicast, struct rdma_cm_id *id, struct sockaddr *addr, void *context)
 ENOSYS_INT(rdma_join_multicast_ex, struct rdma_cm_id *id, struct rdma_cm_join_mc_attr_ex *attr, void *context)
 ENOSYS_INT(rdma_leave_multicast, struct rdma_cm_id *id, struct sockaddr *addr)
-ENOSYS_INT(rdma_create_srq, struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_srq_init_attr *attr)
-ENOSYS_INT(rdma_create_srq_ex, struct rdma_cm_id *id, struct ibv_srq_init_attr_ex *attr)
 ENOSYS_INT(rdma_set_local_ece, struct rdma_cm_id *id, struct ibv_ece *ece)
 ENOSYS_INT(rdma_get_remote_ece, struct rdma_cm_id *id, struct ibv_ece *ece)
 ENOSYS_INT(rdma_reject_ece, struct rdma_cm_id *id, const void *private_data, uint8_t private_data_len)
-
-CM_EXPORT void rdma_destroy_srq(struct rdma_cm_id *id)
-{
-	(void)id; /* rdma_create_srq made none */
-}
 
 ENOSYS_INT(rsocket, int domain, int type, int protocol)
 ENOSYS_INT(rbind, int socket, const struct sockaddr *addr, socklen_t addrlen)

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include <rdma/rdma_cma.h>
+#include <rdma/rdma_verbs.h>
 #include <rdma/rsocket.h>
 
 static int failed;
@@ -87,6 +88,19 @@ int main(int argc, char **argv)
 	expect("establish with no connect response", rdma_establish(id), EINVAL);
 	struct sockaddr_in mc = {.sin_family = AF_INET};
 	expect("join_multicast", rdma_join_multicast(id, (struct sockaddr *)&mc, NULL), ENOSYS);
+	expect("SRQ without attributes", rdma_create_srq(id, NULL, NULL), EINVAL);
+	struct ibv_pd *pd = ibv_alloc_pd(id->verbs);
+	struct ibv_srq_init_attr sa = {.attr = {.max_wr = 4, .max_sge = 1}};
+	if (!pd || rdma_create_srq(id, pd, &sa) || !id->srq || id->pd != pd) {
+		printf("FAIL rdma_create_srq: %s\n", strerror(errno));
+		failed = 1;
+	} else
+		printf("ok rdma_create_srq: the ID has its SRQ\n");
+	expect("a second SRQ", rdma_create_srq(id, pd, &sa), EINVAL);
+	rdma_destroy_srq(id);
+	struct ibv_srq_init_attr_ex xa = {.comp_mask = IBV_SRQ_INIT_ATTR_TYPE, .srq_type = IBV_SRQT_XRC,
+					  .attr = {.max_wr = 4, .max_sge = 1}};
+	expect(id->srq ? "rdma_destroy_srq left the SRQ" : "XRC SRQ", rdma_create_srq_ex(id, &xa), ENOSYS);
 	struct rdma_cm_event *ev;
 	fcntl(ch->fd, F_SETFL, fcntl(ch->fd, F_GETFL) | O_NONBLOCK);
 	expect("no event waits (non-blocking)", rdma_get_cm_event(ch, &ev), EAGAIN);
@@ -97,6 +111,10 @@ int main(int argc, char **argv)
 		failed = 1;
 	}
 	rdma_destroy_event_channel(ch);
+	if (pd && ibv_dealloc_pd(pd)) {
+		printf("FAIL ibv_dealloc_pd after rdma_destroy_srq: %s\n", strerror(errno));
+		failed = 1;
+	}
 	printf(failed ? "some checks failed\n" : "all checks passed\n");
 	return failed;
 }
