@@ -26,6 +26,9 @@ struct objects {
 	struct ibv_qp *qp;
 	struct ibv_mr *mr;
 	char *buf;
+	/* Two whole pages, which the provider shares with the daemon. */
+	struct ibv_mr *pmr;
+	uint8_t *pages;
 };
 
 /* open_first opens the first device of a fresh device list. */
@@ -55,6 +58,12 @@ static int build(struct objects *o)
 	init.send_cq = init.recv_cq = o->cq;
 	if (!(o->qp = ibv_create_qp(o->pd, &init)) || !(o->buf = calloc(1, 4096)) ||
 	    !(o->mr = ibv_reg_mr(o->pd, o->buf, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE)))
+		return -1;
+	if (posix_memalign((void **)&o->pages, 4096, 8192))
+		return -1;
+	for (int i = 0; i < 8192; i++)
+		o->pages[i] = (uint8_t)(i * 13 + 1);
+	if (!(o->pmr = ibv_reg_mr(o->pd, o->pages, 8192, IBV_ACCESS_LOCAL_WRITE)))
 		return -1;
 	return ibv_modify_qp(o->qp, &attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
 }
@@ -101,6 +110,10 @@ static void after_daemon(struct objects *o)
 	check(ibv_get_cq_event(o->ch, &ev_cq, &ev_ctx) != 0, "ibv_get_cq_event returns an error, not blocks");
 	check(ibv_destroy_qp(o->qp) == 0, "ibv_destroy_qp succeeds");
 	check(ibv_dereg_mr(o->mr) == 0, "ibv_dereg_mr succeeds");
+	int kept = ibv_dereg_mr(o->pmr) == 0 && !memfd_backed(o->pages);
+	for (int i = 0; i < 8192; i++)
+		kept = kept && o->pages[i] == (uint8_t)(i * 13 + 1);
+	check(kept, "ibv_dereg_mr of shared pages gives them back, bytes and all");
 	check(ibv_destroy_cq(o->cq) == 0, "ibv_destroy_cq succeeds");
 	check(ibv_destroy_comp_channel(o->ch) == 0, "ibv_destroy_comp_channel succeeds");
 	check(ibv_dealloc_pd(o->pd) == 0, "ibv_dealloc_pd succeeds");
@@ -115,6 +128,7 @@ int main(void)
 		perror("build the first objects");
 		return 100;
 	}
+	check(memfd_backed(first.pages), "the whole pages are shared with the daemon");
 	wait_line("ready");
 	after_daemon(&first);
 	wait_line("closed");

@@ -23,25 +23,6 @@
 
 #define PAGES 4
 
-/* memfd_backed says whether the mapping that holds p is the provider's
- * memfd. */
-static int memfd_backed(const void *p)
-{
-	FILE *f = fopen("/proc/self/maps", "r");
-	char line[512];
-	int found = 0;
-	while (f && fgets(line, sizeof(line), f)) {
-		unsigned long lo, hi;
-		if (sscanf(line, "%lx-%lx", &lo, &hi) == 2 && lo <= (uintptr_t)p && (uintptr_t)p < hi) {
-			found = strstr(line, "memfd:softnic-mr") != NULL;
-			break;
-		}
-	}
-	if (f)
-		fclose(f);
-	return found;
-}
-
 static void fill(uint8_t *p, size_t n, uint8_t seed)
 {
 	for (size_t i = 0; i < n; i++)
