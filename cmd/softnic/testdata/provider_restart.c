@@ -1,10 +1,12 @@
 /*
  * provider_restart: a libibverbs program that outlives its softnic daemon
  * (TestProviderSurvivesDaemonRestart). It holds a PD, a completion
- * channel, a CQ, an RC QP and an MR, says "ready" and waits for a line on
+ * channel, a CQ, an RC QP and two MRs (one of whole pages, which the
+ * provider shares with the daemon), says "ready" and waits for a line on
  * stdin; meanwhile the test kills the daemon. Then every call must fail
  * cleanly (an error, not a crash and not a hang) and the teardown must
- * succeed, as after a hot-unplugged adapter. It says "closed" and waits for
+ * succeed, as after a hot-unplugged adapter, the shared pages coming back
+ * with their bytes. It says "closed" and waits for
  * a second line, while the test starts a new daemon, and then opens the
  * device again from a fresh device list and builds the same objects. The
  * exit status is the number of checks that failed.
