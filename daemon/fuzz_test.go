@@ -62,6 +62,11 @@ func FuzzControlMessages(f *testing.F) {
 	seed(hostif.OpCMSetOption, hostif.CMSetOptionRequest{ID: 2, Option: 3, Value: 1 << 31})
 	seed(hostif.OpCMMigrateID, hostif.CMMigrateRequest{ID: 2, Channel: 1})
 	seed(hostif.OpCMMigrateID, hostif.CMMigrateRequest{ID: 2, Channel: 99})
+	seed(hostif.OpCMConnect, hostif.CMConnParam{ID: 2, QPNum: 0xffffff})
+	seed(hostif.OpCMAccept, hostif.CMConnParam{ID: 5, QPNum: 1})
+	seed(hostif.OpCMInitQPAttr, hostif.CMInitQPAttrRequest{ID: 2, State: 3})
+	seed(hostif.OpCMInitQPAttr, hostif.CMInitQPAttrRequest{ID: 5, State: 1 << 31})
+	seed(hostif.OpCMEstablish, hostif.HandleRequest{Handle: 2})
 
 	r := newRig(f)
 	var conn *client.Conn
