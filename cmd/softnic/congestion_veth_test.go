@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -94,17 +96,20 @@ func (r *routedPath) perf(t *testing.T, bin string, extra ...string) (server, cl
 // TestCongestionOverRoutedVeth sends WRITEs through a router that marks
 // them all CE: the receiver counts the marks and answers with CNPs, which
 // the sender's reaction point handles; with the reaction point off the
-// same CNPs are counted as ignored. Only these facts are checked: the
-// rates (bench/results/dcqcn.md) depend on the machine.
+// same CNPs are counted as ignored. The sender's capture holds the CNPs
+// as softnic inspect and tshark decode them. Only these facts are
+// checked: the rates (bench/results/dcqcn.md) depend on the machine.
 func TestCongestionOverRoutedVeth(t *testing.T) {
 	netnstest.Integration(t)
-	netnstest.RequireCommands(t, "apt-get install nftables", "nft")
+	netnstest.RequireCommands(t, "apt-get install nftables tshark", "nft", "tshark")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	bin := buildSoftnic(t, ctx)
 	r := newRoutedPath(t)
 
-	server, client := r.perf(t, bin)
+	capture := filepath.Join(t.TempDir(), "sender.pcap")
+	server, client := r.perf(t, bin, "--pcap", capture)
+	requireCNPsDecoded(t, bin, capture)
 	assert.NotZero(t, statValueOf(t, server, "NPECNMarked"), "the receiver saw CE marks")
 	assert.NotZero(t, statValueOf(t, server, "NPCNPSent"), "the receiver sent CNPs")
 	assert.Zero(t, statValueOf(t, client, "NPECNMarked"), "nothing marks the ACKs")
@@ -115,6 +120,32 @@ func TestCongestionOverRoutedVeth(t *testing.T) {
 	assert.NotZero(t, statValueOf(t, server, "NPCNPSent"))
 	assert.Zero(t, statValueOf(t, client, "RPCNPHandled"), "reaction point off")
 	assert.NotZero(t, statValueOf(t, client, "RPCNPIgnored"))
+}
+
+// requireCNPsDecoded reads the sender's capture with softnic inspect
+// (every ICRC checked) and tshark: both must find the receiver's CNPs,
+// as many in one as in the other: BTH opcode 0x81 with P_Key 0xFFFF, and
+// BECN set as inspect shows it (tshark 4.0's dissector has no BECN field).
+func requireCNPsDecoded(t *testing.T, bin, file string) {
+	t.Helper()
+	out, err := exec.Command(bin, "inspect", file).CombinedOutput()
+	require.NoError(t, err, "softnic inspect:\n%s", tail(string(out)))
+	text := string(out)
+	require.Regexp(t, `\d+ frames: \d+ RoCEv2 \(\d+ good, 0 bad\), 0 other`, text)
+	cnps := len(regexp.MustCompile(`(?m)^\s*\d+ 10\.62\.2\.2:\d+ > 10\.62\.1\.2 CNP qp=\S+ psn=\d+ BECN payload=16 icrc=\S+ ok$`).FindAllString(text, -1))
+	require.Positive(t, cnps, "CNPs in softnic inspect's reading:\n%s", tail(text))
+
+	tshark := exec.Command("tshark", "-r", file, "-d", "udp.port==4791,infiniband", "-Y", "infiniband.bth.opcode == 129",
+		"-T", "fields", "-e", "ip.src", "-e", "infiniband.bth.p_key")
+	var stderr strings.Builder
+	tshark.Stderr = &stderr
+	tout, err := tshark.Output()
+	require.NoError(t, err, "tshark:\n%s", stderr.String())
+	lines := strings.Split(strings.TrimSpace(string(tout)), "\n")
+	require.Len(t, lines, cnps, "tshark's CNPs")
+	for _, l := range lines {
+		require.Regexp(t, `^10\.62\.2\.2\s+65535$`, l, "a CNP from the receiver, P_Key 0xFFFF")
+	}
 }
 
 // statValueOf returns the counter --softnic-stats printed as "Name value".
