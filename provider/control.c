@@ -98,24 +98,26 @@ static int take_fds(struct msghdr *msg, int *fds, int max_fds, int *count)
 	return extra ? -1 : 0;
 }
 
-/* send_message sends one message, with send_fd as SCM_RIGHTS unless it
- * is -1; it returns 0 or an errno. */
-static int send_message(int sock, const uint8_t *out, size_t out_len, int send_fd)
+/* send_message sends one message with nfds descriptors as SCM_RIGHTS
+ * (at most SN_MAX_SEND_FDS); it returns 0 or an errno. */
+static int send_message(int sock, const uint8_t *out, size_t out_len, const int *fds, int nfds)
 {
 	union {
 		struct cmsghdr align;
-		char buf[CMSG_SPACE(sizeof(int))];
+		char buf[CMSG_SPACE(SN_MAX_SEND_FDS * sizeof(int))];
 	} cbuf;
+	if (nfds < 0 || nfds > SN_MAX_SEND_FDS)
+		return EINVAL;
 	struct iovec iov = {.iov_base = (void *)out, .iov_len = out_len};
 	struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
-	if (send_fd >= 0) {
+	if (nfds > 0) {
 		msg.msg_control = cbuf.buf;
-		msg.msg_controllen = sizeof(cbuf.buf);
+		msg.msg_controllen = CMSG_SPACE(nfds * sizeof(int));
 		struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
 		c->cmsg_level = SOL_SOCKET;
 		c->cmsg_type = SCM_RIGHTS;
-		c->cmsg_len = CMSG_LEN(sizeof(int));
-		memcpy(CMSG_DATA(c), &send_fd, sizeof(int));
+		c->cmsg_len = CMSG_LEN(nfds * sizeof(int));
+		memcpy(CMSG_DATA(c), fds, nfds * sizeof(int));
 	}
 	if (sendmsg(sock, &msg, MSG_NOSIGNAL) != (ssize_t)out_len)
 		return errno ? errno : EPIPE;
@@ -128,7 +130,7 @@ static int exchange(struct sn_context *ctx, const uint8_t *out, size_t out_len, 
 		    size_t *in_len, int *fds, int *nfds)
 {
 	*nfds = 0;
-	int err = send_message(ctx->sock, out, out_len, send_fd);
+	int err = send_message(ctx->sock, out, out_len, &send_fd, send_fd >= 0);
 	if (err)
 		return err;
 	union {

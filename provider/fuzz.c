@@ -26,25 +26,10 @@ static int open_fds(void)
 /* send_reply queues msg on sock with nfds descriptors of /dev/null. */
 static void send_reply(int sock, const uint8_t *msg, size_t len, int nfds)
 {
-	int fds[8];
-	union {
-		struct cmsghdr align;
-		char buf[CMSG_SPACE(sizeof(fds))];
-	} cbuf;
+	int fds[SN_MAX_SEND_FDS];
 	for (int i = 0; i < nfds; i++)
 		fds[i] = open("/dev/null", O_RDWR | O_CLOEXEC);
-	struct iovec iov = {.iov_base = (void *)msg, .iov_len = len};
-	struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1};
-	if (nfds) {
-		m.msg_control = cbuf.buf;
-		m.msg_controllen = CMSG_SPACE(nfds * sizeof(int));
-		struct cmsghdr *c = CMSG_FIRSTHDR(&m);
-		c->cmsg_level = SOL_SOCKET;
-		c->cmsg_type = SCM_RIGHTS;
-		c->cmsg_len = CMSG_LEN(nfds * sizeof(int));
-		memcpy(CMSG_DATA(c), fds, nfds * sizeof(int));
-	}
-	if (sendmsg(sock, &m, 0) < 0)
+	if (send_message(sock, msg, len, fds, nfds))
 		abort();
 	for (int i = 0; i < nfds; i++)
 		close(fds[i]);

@@ -206,6 +206,11 @@ struct sn_cm_conn_param {
 	uint32_t qp_num; /* the program's own QP, for an ID without one */
 } __attribute__((packed));
 
+/* share_memory: a memfd mapped at addr for length bytes comes with it. */
+struct sn_share_memory_req {
+	uint64_t addr, length;
+} __attribute__((packed));
+
 /* cm_init_qp_attr: the reply is a struct sn_modify_qp_req (handle 0). */
 struct sn_cm_init_qp_attr_req {
 	uint32_t id, state;
@@ -244,6 +249,7 @@ _Static_assert(sizeof(struct sn_cm_addr_reply) == 36, "CM addresses reply");
 _Static_assert(sizeof(struct sn_cm_resolve_addr_req) == 44, "cm_resolve_addr request");
 _Static_assert(sizeof(struct sn_cm_create_qp_req) == 56, "cm_create_qp request");
 _Static_assert(sizeof(struct sn_cm_conn_param) == 240, "CM connection parameters");
+_Static_assert(sizeof(struct sn_share_memory_req) == 16, "share_memory request");
 _Static_assert(sizeof(struct sn_cm_event) == 304, "CM event");
 
 /* Shared memory: every ring is a 4096-byte header and its entries. */

@@ -107,6 +107,7 @@ static inline struct sn_context *to_ctx(struct ibv_context *c)
 }
 
 /* control.c */
+#define SN_MAX_SEND_FDS 8 /* descriptors a message may carry (the fuzz harness's replies too) */
 int sn_connect(struct sn_context *ctx, const char *ibdev_name);
 int sn_call(struct sn_context *ctx, enum sn_op op, const void *req, size_t req_len, void *reply, size_t reply_len,
 	    int *fds, int max_fds);

@@ -144,9 +144,7 @@ static void restore(struct sn_share *s)
 
 static int share_with_daemon(struct sn_context *ctx, struct sn_share *s, int fd)
 {
-	struct {
-		uint64_t addr, length;
-	} __attribute__((packed)) req = {s->lo, s->hi - s->lo};
+	struct sn_share_memory_req req = {.addr = s->lo, .length = s->hi - s->lo};
 	struct sn_handle r;
 	if (sn_call_fd(ctx, SN_OP_SHARE_MEMORY, &req, sizeof(req), fd, &r, sizeof(r), NULL, 0) < 0)
 		return -1;
