@@ -180,11 +180,12 @@ static uint8_t depth(uint8_t want, uint8_t max)
 }
 
 /* conn_param encodes the program's parameters, or librdmacm's defaults
- * without them: the device's depths (RDMA_MAX_* too), retries 7. */
-static int conn_param(struct sn_cm_conn_param *p, uint32_t handle, const struct rdma_conn_param *in, size_t max_private)
+ * without them: the device's depths (RDMA_MAX_* too), retries 7; the QP
+ * number only for an ID without a QP (the program's own, rping -q). */
+static int conn_param(struct sn_cm_conn_param *p, struct cm_id *c, const struct rdma_conn_param *in, size_t max_private)
 {
 	memset(p, 0, sizeof(*p));
-	p->id = handle;
+	p->id = c->handle;
 	p->responder_resources = cm_lib.max_responder;
 	p->initiator_depth = cm_lib.max_initiator;
 	p->retry_count = p->rnr_retry_count = 7;
@@ -199,6 +200,8 @@ static int conn_param(struct sn_cm_conn_param *p, uint32_t handle, const struct 
 	p->private_len = in->private_data_len;
 	if (in->private_data_len)
 		memcpy(p->private_data, in->private_data, in->private_data_len);
+	if (!c->id.qp)
+		p->qp_num = in->qp_num;
 	return 0;
 }
 
@@ -210,11 +213,7 @@ CM_EXPORT int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *param)
 	struct sn_cm_conn_param p;
 	/* After the rdma_cm header: of a REQ's private data, of a SIDR_REQ's. */
 	size_t max_private = id->qp_type == IBV_QPT_UD ? 180 : 56;
-	if (conn_param(&p, c->handle, param, max_private))
-		return -1;
-	if (!id->qp && param)
-		p.qp_num = param->qp_num;
-	if (cm_call(SN_OP_CM_CONNECT, &p, sizeof(p), NULL, 0))
+	if (conn_param(&p, c, param, max_private) || cm_call(SN_OP_CM_CONNECT, &p, sizeof(p), NULL, 0))
 		return -1;
 	/* The program's own QP: it moves it on and calls rdma_establish. */
 	return cm_wait(c, id->qp ? RDMA_CM_EVENT_ESTABLISHED : RDMA_CM_EVENT_CONNECT_RESPONSE);
@@ -229,13 +228,12 @@ CM_EXPORT int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *param)
 	struct cm_id *c = to_cm_id(id);
 	struct sn_cm_conn_param p;
 	int ud = id->qp_type == IBV_QPT_UD;
-	if (conn_param(&p, c->handle, param, ud ? 136 : 196)) /* a SIDR_REP's room, a REP's */
+	if (conn_param(&p, c, param, ud ? 136 : 196)) /* a SIDR_REP's room, a REP's */
 		return -1;
 	if (!param) {
 		p.responder_resources = depth(c->peer_initiator, cm_lib.max_responder);
 		p.initiator_depth = depth(c->peer_responder, cm_lib.max_initiator);
-	} else if (!id->qp)
-		p.qp_num = param->qp_num;
+	}
 	if (cm_call(SN_OP_CM_ACCEPT, &p, sizeof(p), NULL, 0))
 		return -1;
 	/* A UD ID's answer is all: no event follows, as with the kernel. */
