@@ -163,8 +163,8 @@ func (t *dcqcnTopo) buildMarker(ctx context.Context) (string, error) {
 	return obj, nil
 }
 
-// useDaemon restarts the receiver's daemon if its flags beyond
-// -dcqcn-daemon-flags are not extra.
+// useDaemon restarts the receiver's daemon with extra after
+// -dcqcn-daemon-flags, unless it already runs with them.
 func (t *dcqcnTopo) useDaemon(ctx context.Context, extra []string) error {
 	if slices.Equal(extra, t.daemonExtra) {
 		return nil
