@@ -49,7 +49,25 @@ func (ss *session) publishResources() {
 	r.Counts = hostif.ResourceCounts{PD: uint32(len(ss.pds)), CQ: uint32(len(ss.cqs)), QP: uint32(len(ss.qps)),
 		MR: uint32(len(ss.mrs)), SRQ: uint32(len(ss.srqs)), AH: uint32(len(*ss.ahs.Load())),
 		Channel: uint32(len(ss.channels))}
+	r.Counts.CMID, r.Listening = ss.countCMIDs()
 	ss.res.Store(&r)
+}
+
+// countCMIDs counts the session's rdma_cm IDs and those of them that
+// listen.
+func (ss *session) countCMIDs() (ids, listening uint32) {
+	sessionCMs.Lock()
+	sc := sessionCMs.m[ss]
+	sessionCMs.Unlock()
+	if sc == nil {
+		return 0, 0
+	}
+	for _, c := range sc.ids {
+		if c.id.Listening() {
+			listening++
+		}
+	}
+	return uint32(len(sc.ids)), listening
 }
 
 // resources returns the records of the sessions, in ID order.
@@ -89,4 +107,5 @@ func addCounts(sum, c *hostif.ResourceCounts) {
 	sum.SRQ += c.SRQ
 	sum.AH += c.AH
 	sum.Channel += c.Channel
+	sum.CMID += c.CMID
 }

@@ -194,19 +194,21 @@ type (
 		Reserved uint32
 	}
 	// ResourceCounts counts objects by type; Channel counts completion
-	// channels.
+	// channels, CMID rdma_cm IDs.
 	ResourceCounts struct {
 		PD, CQ, QP, MR, SRQ, AH, Channel uint32
-		Reserved                         uint32
+		CMID                             uint32
 	}
 	// SessionResources is one session: its ID (unique for the daemon's
 	// lifetime, growing), the client's pid in the daemon's pid namespace
-	// and its command name (/proc/PID/comm, NUL-padded), and its objects.
+	// and its command name (/proc/PID/comm, NUL-padded), its objects, and
+	// how many of its CM IDs listen.
 	SessionResources struct {
-		ID, PID  uint32
-		Comm     [16]byte
-		Counts   ResourceCounts
-		Reserved [8]byte
+		ID, PID   uint32
+		Comm      [16]byte
+		Counts    ResourceCounts
+		Listening uint32
+		Reserved  uint32
 	}
 	// ResourcesReply holds the device's totals, over every session
 	// (Sessions of them), and Count session records.

@@ -14,12 +14,13 @@ import (
 func TestResourcesReplyRoundTrip(t *testing.T) {
 	var r ResourcesReply
 	r.Sessions, r.Count = 40, ResourcesPerReply
-	r.Total = ResourceCounts{PD: 1, CQ: 2, QP: 3, MR: 4, SRQ: 5, AH: 6, Channel: 7}
+	r.Total = ResourceCounts{PD: 1, CQ: 2, QP: 3, MR: 4, SRQ: 5, AH: 6, Channel: 7, CMID: 8}
 	for i := range r.Session {
 		s := &r.Session[i]
 		s.ID, s.PID = uint32(i+1), uint32(1000+i)
 		copy(s.Comm[:], "softnic")
-		s.Counts = ResourceCounts{PD: uint32(i), QP: 2 * uint32(i)}
+		s.Counts = ResourceCounts{PD: uint32(i), QP: 2 * uint32(i), CMID: 3 * uint32(i)}
+		s.Listening = uint32(i % 2)
 	}
 	buf := make([]byte, MaxMessage)
 	msg, err := Encode(buf, Header{Op: OpQueryResources, Seq: 3}, r)

@@ -119,6 +119,14 @@ func (id *ID) QP() *verbs.QP {
 	return id.qp
 }
 
+// Listening reports whether the ID listens (rdma_listen), as `rdma
+// resource show cm_id` prints state LISTEN.
+func (id *ID) Listening() bool {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	return id.state == stateListen
+}
+
 // LocalAddr returns the address and port the ID is bound to.
 func (id *ID) LocalAddr() netip.AddrPort {
 	id.mu.Lock()

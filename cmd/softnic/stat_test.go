@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -28,6 +29,18 @@ func TestStatResCommand(t *testing.T) {
 	require.NoError(t, err)
 	_, err = c.CreateQP(hostifQP(pd, cq.Handle))
 	require.NoError(t, err)
+	// Two rdma_cm IDs, one of them listening.
+	ch, err := c.CMCreateChannel()
+	require.NoError(t, err)
+	defer ch.File.Close()
+	_, err = c.CMCreateID(ch.Handle, 0x0106, 1)
+	require.NoError(t, err)
+	listener, err := c.CMCreateID(ch.Handle, 0x0106, 2)
+	require.NoError(t, err)
+	_, err = c.CMBind(listener, netip.AddrPortFrom(netip.IPv4Unspecified(), 7471))
+	require.NoError(t, err)
+	_, err = c.CMListen(listener, 1)
+	require.NoError(t, err)
 
 	stat := func(args ...string) (string, string, int) {
 		var out, errOut bytes.Buffer
@@ -36,17 +49,17 @@ func TestStatResCommand(t *testing.T) {
 	}
 	out, errOut, status := stat()
 	require.Zero(t, status, errOut)
-	require.Equal(t, "0: softnic_memA: pd 1 cq 1 qp 1 cm_id 0 mr 1 ctx 1 srq 0\n"+
+	require.Equal(t, "0: softnic_memA: pd 1 cq 1 qp 1 cm_id 2 mr 1 ctx 1 srq 0\n"+
 		"1: softnic_memB: pd 0 cq 0 qp 0 cm_id 0 mr 0 ctx 0 srq 0\n", out)
 
 	out, errOut, status = stat("-d", "memA")
 	require.Zero(t, status, errOut)
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	require.Len(t, lines, 2, out)
-	require.Equal(t, "0: softnic_memA: pd 1 cq 1 qp 1 cm_id 0 mr 1 ctx 1 srq 0", lines[0])
+	require.Equal(t, "0: softnic_memA: pd 1 cq 1 qp 1 cm_id 2 mr 1 ctx 1 srq 0", lines[0])
 	comm, err := os.ReadFile("/proc/self/comm")
 	require.NoError(t, err)
-	require.Regexp(t, fmt.Sprintf(`^dev softnic_memA ctxn \d+ pid %d comm %s pd 1 cq 1 qp 1 mr 1 srq 0 ah 0 comp_channel 0$`,
+	require.Regexp(t, fmt.Sprintf(`^dev softnic_memA ctxn \d+ pid %d comm %s pd 1 cq 1 qp 1 cm_id 2 cm_listen 1 mr 1 srq 0 ah 0 comp_channel 0$`,
 		os.Getpid(), strings.TrimSpace(string(comm))), lines[1])
 
 	_, errOut, status = stat("-d", "memC")

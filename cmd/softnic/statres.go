@@ -86,21 +86,21 @@ func readDeviceStat(runDir string, index int, name string) (deviceStat, error) {
 	return deviceStat{index: index, name: name, res: res}, err
 }
 
-// printSummary prints the device's line as `rdma resource show` does;
-// softnic has no rdma_cm through the daemon, so cm_id is 0.
+// printSummary prints the device's line as `rdma resource show` does.
 func printSummary(w io.Writer, d deviceStat) {
 	t := d.res.Total
-	fmt.Fprintf(w, "%d: %s: pd %d cq %d qp %d cm_id 0 mr %d ctx %d srq %d\n", d.index, d.name, t.PD, t.CQ, t.QP, t.MR,
-		d.res.Sessions, t.SRQ)
+	fmt.Fprintf(w, "%d: %s: pd %d cq %d qp %d cm_id %d mr %d ctx %d srq %d\n", d.index, d.name, t.PD, t.CQ, t.QP,
+		t.CMID, t.MR, d.res.Sessions, t.SRQ)
 }
 
 // printSessions prints a line per session, in the way `rdma resource
-// show ctx` names a context (dev, ctxn, pid, comm), with its objects.
+// show ctx` names a context (dev, ctxn, pid, comm), with its objects;
+// cm_listen counts its CM IDs in state LISTEN.
 func printSessions(w io.Writer, d deviceStat) {
 	for _, s := range d.res.Session {
 		c := s.Counts
-		fmt.Fprintf(w, "dev %s ctxn %d pid %d comm %s pd %d cq %d qp %d mr %d srq %d ah %d comp_channel %d\n",
-			d.name, s.ID, s.PID, commName(s), c.PD, c.CQ, c.QP, c.MR, c.SRQ, c.AH, c.Channel)
+		fmt.Fprintf(w, "dev %s ctxn %d pid %d comm %s pd %d cq %d qp %d cm_id %d cm_listen %d mr %d srq %d ah %d comp_channel %d\n",
+			d.name, s.ID, s.PID, commName(s), c.PD, c.CQ, c.QP, c.CMID, s.Listening, c.MR, c.SRQ, c.AH, c.Channel)
 	}
 }
 
