@@ -125,7 +125,7 @@ func TestDaemonClientKilled(t *testing.T) {
 
 	before := v.stat(t, &p.B)
 	line := sessionLine(before, long.cmd.Process.Pid)
-	require.Regexp(t, `comm softnic pd 1 cq \d+ qp 1 mr 1 `, line, "the write_bw client in softnic stat:\n%s", before)
+	require.Regexp(t, `comm softnic pd 1 cq \d+ qp 1 cm_id 0 cm_listen 0 mr 1 `, line, "the write_bw client in softnic stat:\n%s", before)
 	qps := statQPs(t, before)
 	t.Logf("before the kill:\n%s", before)
 
