@@ -236,6 +236,12 @@ func TestActiveVanishesAfterREQ(t *testing.T) {
 	p := newPair(t)
 	rp := p.reqParams()
 	rp.MaxCMRetries = 2
+	// The REQ is resent every 512 ms (scaled), the REP every 205: the
+	// passive side gives up at 614 ms, between the REQ's resends. With
+	// the default 307 ms the REQ's second resend came at 614 too, and on
+	// a loaded machine it could reach the passive side after it gave up,
+	// as a new REQ that nobody accepts.
+	rp.RemoteCMResponseTimeout = 21
 	p.w.setFilter(func(s sent, _ int) verdict {
 		if s.from == 1 && s.msg.Header().AttrID() == mad.AttrREP {
 			return drop
