@@ -80,6 +80,9 @@ struct sn_verbs_mr {
 	int access;
 };
 
+/* verbs_qp's comp_mask: the QP's ibv_qp_ex is valid (VERBS_QP_EX). */
+#define SN_VERBS_QP_EX (1u << 1)
+
 /* A QP as libibverbs lays it out (struct verbs_qp). */
 struct sn_verbs_qp {
 	union {
@@ -108,9 +111,11 @@ struct sn_context_ops {
 	sn_unused_op create_counters;
 	struct ibv_cq *(*create_cq)(struct ibv_context *context, int cqe, struct ibv_comp_channel *channel,
 				    int comp_vector);
-	sn_unused_op create_cq_ex, create_flow, create_flow_action_esp;
+	struct ibv_cq_ex *(*create_cq_ex)(struct ibv_context *context, struct ibv_cq_init_attr_ex *attr);
+	sn_unused_op create_flow, create_flow_action_esp;
 	struct ibv_qp *(*create_qp)(struct ibv_pd *pd, struct ibv_qp_init_attr *attr);
-	sn_unused_op create_qp_ex, create_rwq_ind_table;
+	struct ibv_qp *(*create_qp_ex)(struct ibv_context *context, struct ibv_qp_init_attr_ex *attr);
+	sn_unused_op create_rwq_ind_table;
 	struct ibv_srq *(*create_srq)(struct ibv_pd *pd, struct ibv_srq_init_attr *attr);
 	sn_unused_op create_srq_ex, create_wq, dealloc_mw;
 	int (*dealloc_pd)(struct ibv_pd *pd);

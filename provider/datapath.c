@@ -10,28 +10,10 @@
 #include <sched.h>
 #include <string.h>
 
-#include "provider.h"
+#include "ring.h"
 
 /* The ibv_send_flags an entry carries: FENCE, SIGNALED, SOLICITED, INLINE. */
 #define SN_SEND_FLAGS (IBV_SEND_FENCE | IBV_SEND_SIGNALED | IBV_SEND_SOLICITED | IBV_SEND_INLINE)
-
-static inline uint32_t load_acquire(const uint8_t *p)
-{
-	return __atomic_load_n((const uint32_t *)p, __ATOMIC_ACQUIRE);
-}
-
-static inline void store_release(uint8_t *p, uint32_t v)
-{
-	__atomic_store_n((uint32_t *)p, v, __ATOMIC_RELEASE);
-}
-
-/* next_entry returns the queue's next free entry, or NULL if it is full. */
-static inline uint8_t *next_entry(struct sn_wq *wq)
-{
-	if (wq->next - load_acquire(wq->ring + SN_WQ_CONSUMER) > wq->mask)
-		return NULL;
-	return wq->ring + SN_RING_HEADER + (size_t)(wq->next & wq->mask) * wq->stride;
-}
 
 /* put_inline copies the SGEs' bytes into the entry; -1 if they exceed max. */
 static int put_inline(uint8_t *data, const struct ibv_send_wr *wr, uint32_t max)
@@ -45,14 +27,6 @@ static int put_inline(uint8_t *data, const struct ibv_send_wr *wr, uint32_t max)
 		n += len;
 	}
 	return n;
-}
-
-static void put_sges(uint8_t *data, const struct ibv_sge *sg, int n)
-{
-	for (int i = 0; i < n; i++) {
-		struct sn_sge s = {.addr = sg[i].addr, .length = sg[i].length, .lkey = sg[i].lkey};
-		memcpy(data + i * sizeof(s), &s, sizeof(s));
-	}
 }
 
 /* encode_send writes wr into entry e of qp's send queue; 0 or an errno. */
@@ -228,8 +202,8 @@ int sn_poll_cq(struct ibv_cq *ibcq, int n, struct ibv_wc *wc)
 	int got = 0;
 	pthread_spin_lock(&cq->lock);
 	while (got < n) {
-		const uint8_t *e = cq->ring + SN_RING_HEADER + (size_t)(cq->next & cq->mask) * SN_CQ_ENTRY;
-		if (load_acquire(e + offsetof(struct sn_cq_entry, sequence)) != cq->next + 1)
+		const uint8_t *e = cq_entry(cq);
+		if (!e)
 			break;
 		struct sn_cq_entry entry;
 		memcpy(&entry, e, sizeof(entry));
@@ -243,15 +217,23 @@ int sn_poll_cq(struct ibv_cq *ibcq, int n, struct ibv_wc *wc)
 		cq->empty_polls = 0;
 		return got;
 	}
+	return sn_cq_empty(cq) ? -1 : 0;
+}
+
+/* sn_cq_empty counts a poll that found cq empty, yielding the CPU at every
+ * SN_POLLS_BEFORE_YIELD-th; it returns an errno when no completion will
+ * come: the daemon marked the CQ overrun, or is gone. */
+int sn_cq_empty(struct sn_cq *cq)
+{
 	if (load_acquire(cq->ring + SN_CQ_OVERRUN))
-		return -1;
+		return EIO;
 	if (++cq->empty_polls % SN_POLLS_BEFORE_YIELD == 0) {
 		/* Ask the socket whether the daemon is gone at every 16th yield
 		 * only: a poll() beside each sched_yield doubled an idle
 		 * poller's system calls. */
 		int look = cq->empty_polls % (16 * SN_POLLS_BEFORE_YIELD) == 0;
-		if (sn_daemon_gone(to_ctx(ibcq->context), look))
-			return -1; /* nothing more will come */
+		if (sn_daemon_gone(to_ctx(cq->ibv.context), look))
+			return EIO; /* nothing more will come */
 		sched_yield();
 	}
 	return 0;

@@ -1,7 +1,7 @@
 /*
  * fuzz.c: libFuzzer harness for what the provider decodes: the daemon's
  * control replies (header, body, descriptors), create_qp's ring layout,
- * and completion queue entries. `make fuzz` builds it with clang; the Go
+ * and completion queue entries, polled both ways. `make fuzz` builds it with clang; the Go
  * test TestProviderFuzz runs it for a while.
  *
  * It includes the sources it reaches into, so that their static functions
@@ -9,6 +9,7 @@
  */
 #include "control.c"
 #include "datapath.c"
+#include "extended.c"
 #include "qp.c"
 
 #include <fcntl.h>
@@ -100,6 +101,22 @@ static void fuzz_cq(const uint8_t *d, size_t n)
 	int got = sn_poll_cq(&cq.ibv, d[0] % (DEPTH + 2), wc);
 	if (got > DEPTH + 1)
 		abort();
+	/* The same entries the extended way (ibv_start_poll and on): at
+	 * most one pass over the ring, each field readable. */
+	cq.next = d[1];
+	struct ibv_poll_cq_attr attr = {0};
+	if (cq_start_poll(&cq.ex, &attr) == 0) {
+		int taken = 0;
+		do {
+			taken++;
+			(void)(cq_read_opcode(&cq.ex) + cq_read_byte_len(&cq.ex) + cq_read_imm_data(&cq.ex) +
+			       cq_read_qp_num(&cq.ex) + cq_read_src_qp(&cq.ex) + cq_read_wc_flags(&cq.ex) +
+			       cq_read_slid(&cq.ex) + cq_read_sl(&cq.ex) + cq_read_dlid_path_bits(&cq.ex));
+		} while (cq_next_poll(&cq.ex) == 0);
+		cq_end_poll(&cq.ex);
+		if (taken > DEPTH)
+			abort();
+	}
 	pthread_spin_destroy(&cq.lock);
 }
 

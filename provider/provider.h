@@ -68,7 +68,10 @@ struct sn_wq {
 };
 
 struct sn_cq {
-	struct ibv_cq ibv;
+	union { /* ibv_create_cq_ex's CQs are ibv_cq_ex, which extends ibv_cq */
+		struct ibv_cq ibv;
+		struct ibv_cq_ex ex;
+	};
 	uint32_t handle;
 	uint8_t *ring;
 	size_t size;
@@ -76,6 +79,7 @@ struct sn_cq {
 	uint32_t next; /* the next entry to poll */
 	uint32_t empty_polls; /* polls in a row that found nothing */
 	pthread_spinlock_t lock;
+	struct sn_cq_entry cur; /* the entry an extended poll (ibv_start_poll) is at */
 };
 
 struct sn_qp {
@@ -90,6 +94,13 @@ struct sn_qp {
 	/* What query_qp answers: the attributes modify_qp set. */
 	struct ibv_qp_attr attr;
 	struct ibv_qp_cap cap;
+	/* The work requests built between ibv_wr_start and ibv_wr_complete
+	 * (extended.c): the first one's index, the first error, and the one
+	 * being built, whose header goes into its entry when it is done. */
+	uint32_t wr_first;
+	int wr_err;
+	uint8_t *wr_entry;
+	struct sn_send_entry wr_cur;
 };
 
 struct sn_srq {
@@ -150,8 +161,13 @@ int sn_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr *
 int sn_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
 int sn_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
 int sn_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc);
+int sn_cq_empty(struct sn_cq *cq);
 int sn_req_notify_cq(struct ibv_cq *cq, int solicited_only);
 int sn_wq_init(struct sn_wq *wq, uint8_t *ring, uint32_t depth, uint32_t stride);
+
+/* extended.c: ibv_create_cq_ex's polling, ibv_create_qp_ex's ibv_wr_* */
+struct ibv_cq_ex *sn_create_cq_ex(struct ibv_context *context, struct ibv_cq_init_attr_ex *attr);
+struct ibv_qp *sn_create_qp_ex(struct ibv_context *context, struct ibv_qp_init_attr_ex *attr);
 
 /* channel.c */
 uint32_t sn_channel_handle(struct sn_context *ctx, struct ibv_comp_channel *ch);

@@ -126,6 +126,9 @@ func TestStockProgramsThroughProvider(t *testing.T) {
 	pingpongs := []struct{ server, client []string }{
 		{[]string{"ibv_rc_pingpong", "-g", "1", "-n", "500"}, nil},
 		{[]string{"ibv_rc_pingpong", "-g", "1", "-n", "500", "-e"}, nil},
+		// -N: the work requests built with ibv_wr_* (ibv_create_qp_ex);
+		// -c: the receiver checks every buffer.
+		{[]string{"ibv_rc_pingpong", "-g", "1", "-n", "500", "-N", "-c"}, nil},
 		{[]string{"ibv_uc_pingpong", "-g", "1", "-n", "500"}, nil},
 		{[]string{"ibv_ud_pingpong", "-g", "1", "-n", "500"}, nil},
 		{[]string{"ibv_srq_pingpong", "-g", "1", "-n", "500"}, nil},
