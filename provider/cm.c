@@ -28,13 +28,19 @@ static int cm_call(struct ibv_context *context, int op, const void *req, size_t 
 	return sn_call(to_ctx(context), op, req, req_len, reply, reply_len, fds, max_fds);
 }
 
-static struct ibv_qp *cm_create_qp(struct ibv_pd *pd, uint32_t id, struct ibv_qp_init_attr *attr)
+static struct ibv_qp *cm_create_qp(struct ibv_pd *pd, uint32_t id, struct ibv_qp_init_attr *attr,
+				   const uint64_t *send_ops)
 {
 	if (!pd || !attr || !id || !sn_is_softnic(pd->context)) {
 		errno = EINVAL;
 		return NULL;
 	}
-	return sn_create_qp_for(pd, attr, id);
+	if (send_ops && (errno = sn_check_wr_ops(attr->qp_type, *send_ops)) != 0)
+		return NULL;
+	struct ibv_qp *qp = sn_create_qp_for(pd, attr, id);
+	if (qp && send_ops)
+		sn_set_wr_ops(qp, *send_ops);
+	return qp;
 }
 
 static void cm_qp_attr(struct ibv_qp *ibqp, const struct ibv_qp_attr *attr, int mask)

@@ -381,10 +381,19 @@ static uint64_t send_ops(enum ibv_qp_type type)
 	}
 }
 
-/* set_wr_ops gives the QP the ibv_wr_* operations of ops; libibverbs'
- * ibv_qp_to_qp_ex hands out its ibv_qp_ex once VERBS_QP_EX says so. */
-static void set_wr_ops(struct sn_qp *qp, uint64_t ops)
+/* sn_check_wr_ops says whether a QP of type takes the opcodes of
+ * send_ops_flags ops: 0, or EOPNOTSUPP. */
+int sn_check_wr_ops(enum ibv_qp_type type, uint64_t ops)
 {
+	return ops & ~send_ops(type) ? EOPNOTSUPP : 0;
+}
+
+/* sn_set_wr_ops gives the QP the ibv_wr_* operations of ops (checked by
+ * sn_check_wr_ops); libibverbs' ibv_qp_to_qp_ex hands out its ibv_qp_ex
+ * once VERBS_QP_EX says so. */
+void sn_set_wr_ops(struct ibv_qp *ibqp, uint64_t ops)
+{
+	struct sn_qp *qp = sn_container_of(ibqp, struct sn_qp, vqp.qp);
 	struct ibv_qp_ex *x = &qp->vqp.qp_ex;
 	x->wr_start = wr_start;
 	x->wr_complete = wr_complete;
@@ -393,7 +402,7 @@ static void set_wr_ops(struct sn_qp *qp, uint64_t ops)
 	x->wr_set_sge_list = wr_set_sge_list;
 	x->wr_set_inline_data = wr_set_inline_data;
 	x->wr_set_inline_data_list = wr_set_inline_data_list;
-	if (qp->vqp.qp.qp_type == IBV_QPT_UD)
+	if (ibqp->qp_type == IBV_QPT_UD)
 		x->wr_set_ud_addr = wr_set_ud_addr;
 #define OP(flag, fn)        \
 	if (ops & (flag))   \
@@ -422,7 +431,7 @@ struct ibv_qp *sn_create_qp_ex(struct ibv_context *context, struct ibv_qp_init_a
 	}
 	uint64_t ops = (attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) ? attr->send_ops_flags : 0;
 	if ((attr->comp_mask & ~known) || ((attr->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) && attr->create_flags) ||
-	    (ops & ~send_ops(attr->qp_type))) {
+	    sn_check_wr_ops(attr->qp_type, ops)) {
 		errno = EOPNOTSUPP;
 		return NULL;
 	}
@@ -434,6 +443,6 @@ struct ibv_qp *sn_create_qp_ex(struct ibv_context *context, struct ibv_qp_init_a
 		return NULL;
 	attr->cap = a.cap;
 	if (attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS)
-		set_wr_ops(sn_container_of(ibqp, struct sn_qp, vqp.qp), ops);
+		sn_set_wr_ops(ibqp, ops);
 	return ibqp;
 }

@@ -81,6 +81,6 @@ int cm_wait(struct cm_id *id, enum rdma_cm_event_type want);
 void cm_drop_events(struct cm_channel *c, struct rdma_cm_id *id);
 
 /* rdmacm_qp.c */
-int cm_create_qp(struct cm_id *id, struct ibv_pd *pd, struct ibv_qp_init_attr *attr);
+int cm_create_qp(struct cm_id *id, struct ibv_pd *pd, struct ibv_qp_init_attr *attr, const uint64_t *send_ops);
 
 #endif

@@ -250,7 +250,7 @@ CM_EXPORT int rdma_get_request(struct rdma_cm_id *listen, struct rdma_cm_id **id
 	struct cm_id *c = to_cm_id(e->ev.id);
 	if (l->ep_attr) {
 		struct ibv_qp_init_attr attr = *l->ep_attr;
-		if (cm_create_qp(c, listen->pd, &attr)) {
+		if (cm_create_qp(c, listen->pd, &attr, NULL)) {
 			int err = errno;
 			rdma_ack_cm_event(&e->ev);
 			rdma_destroy_id(&c->id);

@@ -48,8 +48,9 @@ static struct ibv_cq *make_cq(struct rdma_cm_id *id, struct ibv_comp_channel **c
 	return cq;
 }
 
-/* cm_create_qp makes id's QP on the daemon's side and the provider's. */
-int cm_create_qp(struct cm_id *c, struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
+/* cm_create_qp makes id's QP on the daemon's side and the provider's,
+ * with the ibv_wr_* operations of *send_ops if that is not NULL. */
+int cm_create_qp(struct cm_id *c, struct ibv_pd *pd, struct ibv_qp_init_attr *attr, const uint64_t *send_ops)
 {
 	struct rdma_cm_id *id = &c->id;
 	if (!attr || !id->verbs || id->qp || (pd && pd->context != id->verbs))
@@ -72,7 +73,7 @@ int cm_create_qp(struct cm_id *c, struct ibv_pd *pd, struct ibv_qp_init_attr *at
 		a.send_cq = id->send_cq;
 		a.recv_cq = id->recv_cq;
 	}
-	struct ibv_qp *qp = cm_lib.ops->cm_create_qp(pd, c->handle, &a);
+	struct ibv_qp *qp = cm_lib.ops->cm_create_qp(pd, c->handle, &a, send_ops);
 	if (!qp) {
 		int err = errno;
 		if (c->own_cqs)
@@ -95,21 +96,23 @@ CM_EXPORT int rdma_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struct ib
 {
 	if (!id)
 		return cm_fail(EINVAL);
-	return cm_create_qp(to_cm_id(id), pd, qp_init_attr);
+	return cm_create_qp(to_cm_id(id), pd, qp_init_attr, NULL);
 }
 
-/* rdma_create_qp_ex takes the attributes ibv_create_qp knows: a PD and
- * nothing of the extended verbs, which softnic's provider does not have. */
+/* rdma_create_qp_ex takes what the provider's ibv_create_qp_ex takes: a
+ * PD, send_ops_flags for the ibv_wr_* API, no creation flags. */
 CM_EXPORT int rdma_create_qp_ex(struct rdma_cm_id *id, struct ibv_qp_init_attr_ex *attr)
 {
 	if (!id || !attr)
 		return cm_fail(EINVAL);
-	if (attr->comp_mask & ~IBV_QP_INIT_ATTR_PD)
-		return cm_fail(ENOSYS);
+	const uint32_t known = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS | IBV_QP_INIT_ATTR_CREATE_FLAGS;
+	if ((attr->comp_mask & ~known) || ((attr->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) && attr->create_flags))
+		return cm_fail(EOPNOTSUPP);
 	struct ibv_qp_init_attr a = {.qp_context = attr->qp_context, .send_cq = attr->send_cq,
 				     .recv_cq = attr->recv_cq, .srq = attr->srq, .cap = attr->cap,
 				     .qp_type = attr->qp_type, .sq_sig_all = attr->sq_sig_all};
-	int ret = cm_create_qp(to_cm_id(id), (attr->comp_mask & IBV_QP_INIT_ATTR_PD) ? attr->pd : NULL, &a);
+	const uint64_t *send_ops = (attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) ? &attr->send_ops_flags : NULL;
+	int ret = cm_create_qp(to_cm_id(id), (attr->comp_mask & IBV_QP_INIT_ATTR_PD) ? attr->pd : NULL, &a, send_ops);
 	if (!ret)
 		attr->cap = a.cap;
 	return ret;

@@ -21,7 +21,7 @@
 
 #define SOFTNIC_RDMACM_OPS "softnic_rdmacm_ops"
 #define SOFTNIC_RDMACM_VERSION "SOFTNIC_PRIVATE_1"
-#define SOFTNIC_RDMACM_ABI 2
+#define SOFTNIC_RDMACM_ABI 3
 
 struct softnic_rdmacm_ops {
 	uint32_t abi; /* SOFTNIC_RDMACM_ABI */
@@ -35,8 +35,12 @@ struct softnic_rdmacm_ops {
 	int (*cm_call)(struct ibv_context *context, int op, const void *req, size_t req_len, void *reply,
 		       size_t reply_len, int *fds, int max_fds);
 	/* cm_create_qp makes ID id's QP on pd (a softnic PD) with attr, as
-	 * ibv_create_qp would, through cm_create_qp; NULL with errno. */
-	struct ibv_qp *(*cm_create_qp)(struct ibv_pd *pd, uint32_t id, struct ibv_qp_init_attr *attr);
+	 * ibv_create_qp would, through cm_create_qp; with send_ops (not
+	 * NULL), the ibv_wr_* operations of those send_ops_flags, as
+	 * ibv_create_qp_ex. NULL with errno (EOPNOTSUPP: an opcode the QP
+	 * type does not take). */
+	struct ibv_qp *(*cm_create_qp)(struct ibv_pd *pd, uint32_t id, struct ibv_qp_init_attr *attr,
+				       const uint64_t *send_ops);
 	/* cm_qp_attr records, for ibv_query_qp, attributes the daemon set on
 	 * an ID's QP (which ibv_modify_qp did not): the UD Q_Key. */
 	void (*cm_qp_attr)(struct ibv_qp *qp, const struct ibv_qp_attr *attr, int mask);

@@ -101,6 +101,19 @@ int main(int argc, char **argv)
 	struct ibv_srq_init_attr_ex xa = {.comp_mask = IBV_SRQ_INIT_ATTR_TYPE, .srq_type = IBV_SRQT_XRC,
 					  .attr = {.max_wr = 4, .max_sge = 1}};
 	expect(id->srq ? "rdma_destroy_srq left the SRQ" : "XRC SRQ", rdma_create_srq_ex(id, &xa), ENOSYS);
+	struct ibv_qp_init_attr_ex qx = {.qp_type = IBV_QPT_RC, .cap = {.max_send_wr = 1, .max_recv_wr = 1},
+					 .comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS, .pd = pd,
+					 .send_ops_flags = IBV_QP_EX_WITH_TSO};
+	expect("a QP with TSO", rdma_create_qp_ex(id, &qx), EOPNOTSUPP);
+	qx.send_ops_flags = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_RDMA_WRITE;
+	struct ibv_qp_ex *qpx = NULL;
+	if (rdma_create_qp_ex(id, &qx) || !id->qp || !(qpx = ibv_qp_to_qp_ex(id->qp)) || !qpx->wr_send ||
+	    !qpx->wr_rdma_write || qpx->wr_rdma_read) {
+		printf("FAIL rdma_create_qp_ex with send_ops_flags: %s\n", strerror(errno));
+		failed = 1;
+	} else
+		printf("ok rdma_create_qp_ex with send_ops_flags: the QP has the ibv_wr_* operations asked for\n");
+	rdma_destroy_qp(id);
 	struct rdma_cm_event *ev;
 	fcntl(ch->fd, F_SETFL, fcntl(ch->fd, F_GETFL) | O_NONBLOCK);
 	expect("no event waits (non-blocking)", rdma_get_cm_event(ch, &ev), EAGAIN);
