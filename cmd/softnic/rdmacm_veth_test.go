@@ -164,7 +164,7 @@ func rpingCount(out string) int {
 
 // TestStockRDMACMThroughProvider runs Debian's unmodified librdmacm
 // programs (rping, ucmatose, udaddy, rdma_server and rdma_client,
-// perftest with -R) between two daemons in two namespaces, as user nobody, through
+// perftest with -R, qperf with -cm1) between two daemons in two namespaces, as user nobody, through
 // softnic's librdmacm.so.1 and the provider.
 func TestStockRDMACMThroughProvider(t *testing.T) {
 	netnstest.RequireCommands(t, "apt-get install rdmacm-utils", rdmacmTools...)
@@ -238,7 +238,28 @@ func TestStockRDMACMThroughProvider(t *testing.T) {
 		_, cout := w.cmPair(t, args, append(args, "ADDR"))
 		require.Greater(t, perftestLast(t, cout, 2), 0.0, "no figure:\n%s", cout)
 	})
+	t.Run("qperf -cm1", w.testQperf)
 	w.stopUnderServer(t)
+}
+
+// qperfTests are qperf's RC tests, each of which prints its figure as
+// "NAME:" then "    key  =  value unit". (qperf's UC tests and its UD
+// tests' server set up addresses without a GRH, which RoCE refuses, on
+// ConnectX and rdma_rxe as here.)
+var qperfTests = []string{"rc_bw", "rc_bi_bw", "rc_lat", "rc_rdma_write_bw", "rc_rdma_write_lat",
+	"rc_rdma_read_bw", "rc_rdma_read_lat", "rc_compare_swap_mr", "rc_fetch_add_mr"}
+
+// testQperf runs Debian's qperf (control over TCP, QPs connected by
+// rdma_cm with -cm1), its RC tests for a second each (-t takes whole
+// seconds: 0.5 runs for good), then tells the server to quit.
+func (w *providerWorld) testQperf(t *testing.T) {
+	netnstest.RequireCommands(t, "apt-get install qperf", "qperf")
+	script := `qperf -cm1 -t 1 "$0" ` + strings.Join(qperfTests, " ") + ` && qperf "$0" quit`
+	_, cout := w.pair(t, 19765, []string{"qperf"}, []string{"sh", "-c", script})
+	for _, test := range qperfTests {
+		assert.Regexp(t, `(?m)^`+test+`:\n\s+\w+\s+=\s+[0-9.]+ \S+`, cout, "no figure for %s", test)
+	}
+	assert.NotContains(t, cout, "failed")
 }
 
 // stopUnderServer stops the daemons while an rping server waits for a
