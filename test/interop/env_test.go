@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -105,12 +106,15 @@ func (e *interopEnv) boot(toServer, toClient []interopRun) {
 // maxReboots is how many stalled guests a test replaces.
 const maxReboots = 2
 
-// rebootIfStalled replaces the guest by a fresh one running the runs left
-// (toServer, then toClient) if the guest reported its NIC stalled, up to
-// maxReboots times per test: that fault is qemu's and the guest's (see
-// rxeguest.Guest.NICStalled), and every run after it would fail. It reports
-// whether it did; the stalled guest's output and console go to the log.
-func (e *interopEnv) rebootIfStalled(toServer, toClient []interopRun) bool {
+// rebootIfStalled replaces the guest by a fresh one if the guest reported
+// its NIC stalled, up to maxReboots times per test: that fault is qemu's
+// and the guest's (see rxeguest.Guest.NICStalled), and every run after it
+// would fail. The fresh guest runs steps[i:], and before them the steps
+// already done whose guest side failed on the stalled guest (its tool may
+// have hung on the stall while softnic's side ended well), which go back
+// into steps at i. It reports whether it replaced the guest; the stalled
+// guest's output and console go to the log.
+func (e *interopEnv) rebootIfStalled(steps *[]runStep, i int) bool {
 	if e.reboots == maxReboots {
 		return false
 	}
@@ -119,22 +123,45 @@ func (e *interopEnv) rebootIfStalled(toServer, toClient []interopRun) bool {
 		return false
 	}
 	e.reboots++
-	e.t.Logf("the guest's NIC stalled (%q): booting a fresh guest for the %d runs left", stall, len(toServer)+len(toClient))
 	e.gcancel()
 	res, err := e.guest.Wait()
 	e.t.Logf("the stalled guest (%v):\n%s\nconsole tail:\n%s", err, res.Output, tailLines(res.Console, 60))
+	sections := splitSections(res.Output)
+	var again int
+	*steps, again = stepsAfterStall(*steps, i, sections)
+	rest := (*steps)[i:]
 	if e.earlier == nil {
 		e.earlier = map[string]string{}
 	}
-	maps.Copy(e.earlier, splitSections(res.Output))
-	for _, r := range toServer {
-		delete(e.earlier, r.name+" client")
+	maps.Copy(e.earlier, sections)
+	var toServer, toClient []interopRun
+	for _, s := range rest {
+		delete(e.earlier, s.guestKey())
+		if s.client {
+			toClient = append(toClient, s.r)
+		} else {
+			toServer = append(toServer, s.r)
+		}
 	}
-	for _, r := range toClient {
-		delete(e.earlier, r.name+" server")
-	}
+	e.t.Logf("the guest's NIC stalled (%q): booting a fresh guest for the %d runs left, %d of them run again",
+		stall, len(rest), again)
 	e.boot(toServer, toClient)
 	return true
+}
+
+// stepsAfterStall returns steps with the runs before i whose guest side
+// failed in the stalled guest's output sections put back at i, and how
+// many it put back. Those come from the guest's first list (softnic as
+// server) whenever steps[i:] still holds any of it, so the order of the
+// fresh guest's script stays that of runAll.
+func stepsAfterStall(steps []runStep, i int, sections map[string]string) ([]runStep, int) {
+	var again []runStep
+	for _, s := range steps[:i] {
+		if strings.Contains(sections[s.guestKey()], "!! FAILED") {
+			again = append(again, s)
+		}
+	}
+	return append(append(steps[:i:i], again...), steps[i:]...), len(again)
 }
 
 // buildSoftnic builds the softnic binary the tests run in the namespace.

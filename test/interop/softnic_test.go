@@ -225,21 +225,42 @@ func (e *interopEnv) softnic(timeout time.Duration, args ...string) (string, err
 // clients (toServer) and then as client of its servers (toClient), and
 // waits for the guest (see wait). extra are added softnic options. A guest
 // whose NIC stalls is replaced (rebootIfStalled, up to maxReboots times),
-// and the run it failed is run again.
+// and the runs it failed are run again.
 func (e *interopEnv) runAll(toServer, toClient []interopRun, timeout time.Duration, extra ...string) (map[string]string, *rxeguest.Result) {
-	all := append(slices.Clone(toServer), toClient...)
-	for i, r := range all {
-		client := i >= len(toServer)
-		restServer, restClient := toServer[min(i, len(toServer)):], toClient[max(i-len(toServer), 0):]
-		e.rebootIfStalled(restServer, restClient)
-		res := e.attempt(r, client, timeout, extra...)
-		if res.err != nil && e.rebootIfStalled(restServer, restClient) {
+	steps := make([]runStep, 0, len(toServer)+len(toClient))
+	for _, r := range toServer {
+		steps = append(steps, runStep{r: r})
+	}
+	for _, r := range toClient {
+		steps = append(steps, runStep{r: r, client: true})
+	}
+	for i := 0; i < len(steps); i++ {
+		e.rebootIfStalled(&steps, i)
+		s := steps[i]
+		res := e.attempt(s.r, s.client, timeout, extra...)
+		if res.err != nil && e.rebootIfStalled(&steps, i) {
 			e.t.Logf("softnic %s, failed on the stalled guest (%v):\n%s", res.name, res.err, res.out)
-			res = e.attempt(r, client, timeout, extra...)
+			i-- // steps[i] is now the first run the fresh guest has
+			continue
 		}
 		e.record(res)
 	}
 	return e.wait()
+}
+
+// runStep is one run of runAll: softnic's side of r, as client or not
+// (the guest's as the other).
+type runStep struct {
+	r      interopRun
+	client bool
+}
+
+// guestKey is the guest's output section of s (splitSections).
+func (s runStep) guestKey() string {
+	if s.client {
+		return s.r.name + " server"
+	}
+	return s.r.name + " client"
 }
 
 // step runs softnic's side of r, as server without host or as client of
@@ -289,7 +310,13 @@ func notUpYet(r interopRun, out string) bool {
 
 // record keeps res and fails the test if softnic failed.
 func (e *interopEnv) record(res interopResult) {
-	e.results = append(e.results, res)
+	// A run done again on a fresh guest (rebootIfStalled) replaces its
+	// first result.
+	if i := slices.IndexFunc(e.results, func(r interopResult) bool { return r.name == res.name }); i >= 0 {
+		e.results[i] = res
+	} else {
+		e.results = append(e.results, res)
+	}
 	if !assert.NoErrorf(e.t, res.err, "softnic %s:\n%s", strings.Join(res.args, " "), res.out) {
 		e.failed = true
 	}
