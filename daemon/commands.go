@@ -35,6 +35,7 @@ var handlers = map[hostif.Op]handler{
 	hostif.OpDestroySRQ:        with(noReply((*session).destroySRQHandle)),
 	hostif.OpQueryResources:    with((*session).queryResources),
 	hostif.OpQueryCounters:     with((*session).queryCounters),
+	hostif.OpQueryCMIDs:        with((*session).queryCMIDs),
 	hostif.OpShareMemory:       with(noFDs((*session).shareMemory)),
 	hostif.OpUnshareMemory:     with(noReply((*session).unshareMemory)),
 	// The connection manager (cm.go).

@@ -29,6 +29,7 @@ func FuzzControlMessages(f *testing.F) {
 	seed(hostif.OpDestroyQP, hostif.HandleRequest{Handle: 3})
 	seed(hostif.OpHello, hostif.HelloRequest{Version: 1})
 	seed(hostif.OpQueryResources, hostif.ResourcesRequest{After: 1 << 31})
+	seed(hostif.OpQueryCMIDs, hostif.CMIDsRequest{AfterSession: 1 << 31, AfterID: 7})
 	seed(hostif.OpQueryCounters, hostif.CountersRequest{From: 1 << 31})
 	seed(hostif.OpQueryCounters, hostif.CountersRequest{Flags: 1, QPN: 1})
 	seed(hostif.OpQueryCounters, hostif.CountersRequest{Flags: 7})

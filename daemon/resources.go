@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"bytes"
+	"cmp"
 	"fmt"
 	"os"
 	"slices"
@@ -13,7 +14,8 @@ import (
 // sessionless are the commands a connection may send without hello. They
 // open no session: a monitor such as `softnic stat` puts nothing on the
 // engine's list, counts as no session and leaves no line in the log.
-var sessionless = map[hostif.Op]bool{hostif.OpHello: true, hostif.OpQueryResources: true, hostif.OpQueryCounters: true}
+var sessionless = map[hostif.Op]bool{hostif.OpHello: true, hostif.OpQueryResources: true, hostif.OpQueryCounters: true,
+	hostif.OpQueryCMIDs: true}
 
 // sessionIDs numbers the sessions of every Server of the process: an ID
 // is never given twice, so a monitor pages through them in ID order.
@@ -54,7 +56,7 @@ func (ss *session) publishResources() {
 }
 
 // countCMIDs counts the session's rdma_cm IDs and those of them that
-// listen.
+// listen, and publishes the list query_cm_ids reads.
 func (ss *session) countCMIDs() (ids, listening uint32) {
 	sessionCMs.Lock()
 	sc := sessionCMs.m[ss]
@@ -62,11 +64,15 @@ func (ss *session) countCMIDs() (ids, listening uint32) {
 	if sc == nil {
 		return 0, 0
 	}
-	for _, c := range sc.ids {
+	refs := make([]cmIDRef, 0, len(sc.ids))
+	for h, c := range sc.ids {
+		refs = append(refs, cmIDRef{handle: h, id: c.id})
 		if c.id.Listening() {
 			listening++
 		}
 	}
+	slices.SortFunc(refs, func(a, b cmIDRef) int { return cmp.Compare(a.handle, b.handle) })
+	ss.cmIDs.Store(&refs)
 	return uint32(len(sc.ids)), listening
 }
 

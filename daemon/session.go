@@ -57,6 +57,9 @@ type session struct {
 	// res is the session's record for monitors (query_resources), set at
 	// hello and replaced after every command.
 	res atomic.Pointer[hostif.SessionResources]
+	// cmIDs is the session's rdma_cm IDs as of its last command, in
+	// handle order, for query_cm_ids (cmids.go).
+	cmIDs atomic.Pointer[[]cmIDRef]
 }
 
 // hostCQ is a session's CQ: the verbs CQ the engines fill and its ring.

@@ -64,6 +64,8 @@ const (
 	// active side's exchange once that QP is ready (rdma_establish).
 	OpCMInitQPAttr
 	OpCMEstablish
+	// The device's rdma_cm IDs, for monitors (softnic stat res cm_id).
+	OpQueryCMIDs
 )
 
 var opNames = [...]string{"", "hello", "alloc_pd", "dealloc_pd", "reg_mr", "dereg_mr", "create_comp_channel",
@@ -71,7 +73,7 @@ var opNames = [...]string{"", "hello", "alloc_pd", "dealloc_pd", "reg_mr", "dere
 	"query_resources", "cm_create_channel", "cm_create_id", "cm_bind", "cm_resolve_addr", "cm_resolve_route",
 	"cm_create_qp", "cm_connect", "cm_listen", "cm_accept", "cm_reject", "cm_disconnect", "cm_destroy_id",
 	"cm_get_event", "cm_query_addr", "cm_detach_qp", "share_memory", "unshare_memory", "query_counters",
-	"cm_set_option", "cm_migrate_id", "cm_init_qp_attr", "cm_establish"}
+	"cm_set_option", "cm_migrate_id", "cm_init_qp_attr", "cm_establish", "query_cm_ids"}
 
 func (o Op) String() string {
 	if int(o) < len(opNames) && o != 0 {
@@ -222,6 +224,37 @@ type (
 // ResourcesPerReply is how many session records a query_resources reply
 // holds.
 const ResourcesPerReply = 32
+
+type (
+	// CMIDsRequest asks for the rdma_cm IDs after ID AfterID of session
+	// AfterSession, in (session, ID) order.
+	CMIDsRequest struct {
+		AfterSession, AfterID uint32
+	}
+	// CMIDRecord is one rdma_cm ID: its session, the client's pid and
+	// command name, its handle in the session, its QP's number and type
+	// (enum ibv_qp_type: RC 2, UC 3, UD 4; 0: no QP), its state (the kernel's enum rdma_cm_state, as
+	// `rdma resource show cm_id` prints it), its port space and its
+	// addresses (IPv4-mapped, as CMAddr).
+	CMIDRecord struct {
+		Session, PID        uint32
+		Comm                [16]byte
+		ID, QPN             uint32
+		State, QPType       uint8
+		PortSpace           uint16
+		LocalPort, PeerPort uint16
+		Local, Peer         [16]byte
+		Reserved            [4]byte
+	}
+	// CMIDsReply holds Count records.
+	CMIDsReply struct {
+		Count, Reserved uint32
+		ID              [CMIDsPerReply]CMIDRecord
+	}
+)
+
+// CMIDsPerReply is how many records a query_cm_ids reply holds.
+const CMIDsPerReply = 48
 
 // Encode writes a message of op with body into buf and returns its bytes.
 func Encode(buf []byte, h Header, body any) ([]byte, error) {

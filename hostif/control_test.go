@@ -59,7 +59,18 @@ func TestOpNumbers(t *testing.T) {
 	require.Equal(t, Op(39), OpCMMigrateID)
 	require.Equal(t, Op(40), OpCMInitQPAttr)
 	require.Equal(t, Op(41), OpCMEstablish)
-	require.Equal(t, "op(42)", Op(42).String())
+	require.Equal(t, Op(42), OpQueryCMIDs)
+	require.Equal(t, "query_cm_ids", OpQueryCMIDs.String())
+	require.Equal(t, "op(43)", Op(43).String())
+}
+
+// query_cm_ids' bodies have the sizes docs/HOST-INTERFACE.md gives them,
+// and a reply fits a message.
+func TestCMIDsBodies(t *testing.T) {
+	require.Equal(t, 8, binary.Size(CMIDsRequest{}))
+	require.Equal(t, 76, binary.Size(CMIDRecord{}))
+	require.Equal(t, 8+CMIDsPerReply*76, binary.Size(CMIDsReply{}))
+	require.LessOrEqual(t, HeaderLen+binary.Size(CMIDsReply{}), MaxMessage)
 }
 
 // The CM's bodies have the sizes docs/HOST-INTERFACE.md gives them, and

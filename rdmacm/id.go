@@ -127,6 +127,42 @@ func (id *ID) Listening() bool {
 	return id.state == stateListen
 }
 
+// KernelState is the ID's state as the kernel's enum rdma_cm_state numbers
+// it, which `rdma resource show cm_id` prints by name (KernelStateNames).
+func (id *ID) KernelState() uint8 {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	switch id.state {
+	case stateIdle:
+		if id.local.IsValid() {
+			return 7 // RDMA_CM_ADDR_BOUND
+		}
+		return 0 // RDMA_CM_IDLE
+	case stateAddrQuery:
+		return 1
+	case stateAddrResolved:
+		return 2
+	case stateRouteResolved:
+		return 4
+	case stateListen:
+		return 8
+	case stateDisconnect:
+		return 6
+	case stateDestroying:
+		return 10
+	default: // from the REQ to the connection's end
+		return 5 // RDMA_CM_CONNECT
+	}
+}
+
+// KernelStateNames are the names of the kernel's rdma_cm states, as
+// `rdma resource show cm_id` prints them.
+var KernelStateNames = [...]string{"IDLE", "ADDR_QUERY", "ADDR_RESOLVED", "ROUTE_QUERY", "ROUTE_RESOLVED",
+	"CONNECT", "DISCONNECT", "ADDR_BOUND", "LISTEN", "DEVICE_REMOVAL", "DESTROYING"}
+
+// PortSpace returns the port space the ID was made in.
+func (id *ID) PortSpace() mad.PortSpace { return id.ps }
+
 // LocalAddr returns the address and port the ID is bound to.
 func (id *ID) LocalAddr() netip.AddrPort {
 	id.mu.Lock()

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/softnic/softnic/ibtransport"
@@ -61,6 +62,21 @@ func TestStatResCommand(t *testing.T) {
 	require.NoError(t, err)
 	require.Regexp(t, fmt.Sprintf(`^dev softnic_memA ctxn \d+ pid %d comm %s pd 1 cq 1 qp 1 cm_id 2 cm_listen 1 mr 1 srq 0 ah 0 comp_channel 0$`,
 		os.Getpid(), strings.TrimSpace(string(comm))), lines[1])
+
+	// stat res cm_id: a line per ID, as rdma resource show cm_id.
+	out, errOut, status = stat("cm_id", "-d", "memA")
+	require.Zero(t, status, errOut)
+	lines = strings.Split(strings.TrimSpace(out), "\n")
+	require.Len(t, lines, 2, out)
+	t.Logf("softnic stat res cm_id -d memA:\n%s", out)
+	who := fmt.Sprintf("pid %d comm %s", os.Getpid(), strings.TrimSpace(string(comm)))
+	assert.Regexp(t, `^link softnic_memA/1 cm-idn \d+ state IDLE ps TCP `+who+`$`, lines[0])
+	assert.Regexp(t, `^link softnic_memA/1 cm-idn \d+ state LISTEN ps TCP `+who+` src-addr 0\.0\.0\.0:7471$`, lines[1])
+	out, _, status = stat("cm_id")
+	require.Zero(t, status)
+	assert.Equal(t, 2, strings.Count(out, "cm-idn"), "every device's IDs:\n%s", out)
+	_, _, status = stat("cm_ids")
+	require.Equal(t, 2, status)
 
 	_, errOut, status = stat("-d", "memC")
 	require.Equal(t, 1, status)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"flag"
 	"fmt"
 	"io"
@@ -10,6 +11,8 @@ import (
 
 	"github.com/softnic/softnic/daemon/client"
 	"github.com/softnic/softnic/hostif"
+	"github.com/softnic/softnic/ibtransport/mad"
+	"github.com/softnic/softnic/rdmacm"
 	"github.com/softnic/softnic/verbs"
 )
 
@@ -30,17 +33,19 @@ func runStatRes(args []string, stdout, stderr io.Writer) int {
 	ifname := fs.String("d", "", "show this interface's device only, with a line per session (process)")
 	runDir := fs.String("run-dir", verbs.RunDir(), "the daemons' run directory (default $SOFTNIC_RUN_DIR, else /run/softnic)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: softnic stat res [-d IFACE]")
+		fmt.Fprintln(stderr, "usage: softnic stat res [cm_id] [-d IFACE]")
 		fmt.Fprintln(stderr, "\nPrints, for each device a softnic daemon serves, its objects as `rdma resource show`")
 		fmt.Fprintln(stderr, "does (ctx: sessions, the processes using it); with -d, then a line per session:")
-		fmt.Fprintln(stderr, "its number (ctxn), pid, command and objects. It opens no session itself.\n\nflags:")
+		fmt.Fprintln(stderr, "its number (ctxn), pid, command and objects. With cm_id, a line per rdma_cm ID, as")
+		fmt.Fprintln(stderr, "`rdma resource show cm_id`. It opens no session itself.\n\nflags:")
 		printFlags(stderr, fs)
 	}
 	pos, status, ok := parseArgs(fs, args, 2)
 	if !ok {
 		return status
 	}
-	if len(pos) != 0 {
+	cmIDs := len(pos) == 1 && pos[0] == "cm_id"
+	if len(pos) != 0 && !cmIDs {
 		fs.Usage()
 		return 2
 	}
@@ -48,6 +53,9 @@ func runStatRes(args []string, stdout, stderr io.Writer) int {
 	names, err := verbs.DeviceNamesIn(*runDir)
 	if err != nil {
 		return fail("%v", err)
+	}
+	if cmIDs {
+		return printCMIDsOf(stdout, fail, *runDir, names, *ifname)
 	}
 	if *ifname != "" {
 		name := "softnic_" + *ifname
@@ -106,9 +114,75 @@ func printSessions(w io.Writer, d deviceStat) {
 
 // commName is a session's command name, "-" when the daemon could not
 // read it.
-func commName(s hostif.SessionResources) string {
-	if n := strings.TrimRight(string(s.Comm[:]), "\x00"); n != "" {
+func commName(s hostif.SessionResources) string { return commOf(s.Comm) }
+
+func commOf(comm [16]byte) string {
+	if n := strings.TrimRight(string(comm[:]), "\x00"); n != "" {
 		return n
 	}
 	return "-"
+}
+
+// printCMIDsOf prints the rdma_cm IDs of the devices names (only
+// softnic_IFNAME's with ifname) and returns the exit status.
+func printCMIDsOf(w io.Writer, fail func(string, ...any) int, runDir string, names []string, ifname string) int {
+	if ifname != "" {
+		name := "softnic_" + ifname
+		if !slices.Contains(names, name) {
+			return fail("no daemon serves %s (no socket %s)", ifname, filepath.Join(runDir, name+".sock"))
+		}
+		names = []string{name}
+	}
+	status := 0
+	for _, name := range names {
+		m, err := client.DialMonitor(filepath.Join(runDir, name+".sock"))
+		if err != nil {
+			status = fail("%s: %v", name, err)
+			continue
+		}
+		ids, err := m.CMIDs()
+		m.Close()
+		if err != nil {
+			status = fail("%s: %v", name, err)
+			continue
+		}
+		for _, id := range ids {
+			fmt.Fprintln(w, cmIDLine(name, id))
+		}
+	}
+	return status
+}
+
+// cmIDLine is one rdma_cm ID in `rdma resource show cm_id`'s layout.
+func cmIDLine(dev string, id hostif.CMIDRecord) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "link %s/1 cm-idn %d", dev, id.ID)
+	if id.QPType != 0 {
+		fmt.Fprintf(&b, " lqpn %d qp-type %s", id.QPN, ibvQPTypeName(id.QPType))
+	}
+	state := "UNKNOWN"
+	if int(id.State) < len(rdmacm.KernelStateNames) {
+		state = rdmacm.KernelStateNames[id.State]
+	}
+	ps := strings.ToUpper(portSpaceName(mad.PortSpace(id.PortSpace))) // as rdma prints it
+	fmt.Fprintf(&b, " state %s ps %s pid %d comm %s", state, cmp.Or(ps, "-"), id.PID, commOf(id.Comm))
+	if local := hostif.CMAddrPort(id.Local, id.LocalPort); local.IsValid() {
+		fmt.Fprintf(&b, " src-addr %s", local)
+	}
+	if peer := hostif.CMAddrPort(id.Peer, id.PeerPort); peer.IsValid() && !peer.Addr().IsUnspecified() {
+		fmt.Fprintf(&b, " dst-addr %s", peer)
+	}
+	return b.String()
+}
+
+func ibvQPTypeName(t uint8) string {
+	switch t {
+	case 2:
+		return "RC"
+	case 3:
+		return "UC"
+	case 4:
+		return "UD"
+	}
+	return fmt.Sprintf("%d", t)
 }

@@ -64,6 +64,34 @@ func (m *Monitor) Resources() (Resources, error) {
 	}
 }
 
+// CMIDs asks the daemon for its device's rdma_cm IDs (query_cm_ids), a
+// reply at a time, in (session, ID) order. IDs made or destroyed meanwhile
+// may be missing from the list or still in it.
+func (m *Monitor) CMIDs() ([]hostif.CMIDRecord, error) {
+	var all []hostif.CMIDRecord
+	var req hostif.CMIDsRequest
+	for {
+		var r hostif.CMIDsReply
+		if _, err := m.c.call(hostif.OpQueryCMIDs, req, &r); err != nil {
+			return nil, err
+		}
+		if r.Count > hostif.CMIDsPerReply {
+			return nil, fmt.Errorf("%w: %d IDs in a reply", hostif.ErrMessage, r.Count)
+		}
+		for _, id := range r.ID[:r.Count] {
+			if id.Session < req.AfterSession || (id.Session == req.AfterSession && id.ID <= req.AfterID) {
+				return nil, fmt.Errorf("%w: ID %d:%d after %d:%d", hostif.ErrMessage, id.Session, id.ID,
+					req.AfterSession, req.AfterID)
+			}
+			req = hostif.CMIDsRequest{AfterSession: id.Session, AfterID: id.ID}
+			all = append(all, id)
+		}
+		if r.Count < hostif.CMIDsPerReply {
+			return all, nil
+		}
+	}
+}
+
 // Raw sends msg as it is and waits up to timeout for any reply (Conn.Raw).
 func (m *Monitor) Raw(msg []byte, timeout time.Duration) error { return m.c.Raw(msg, timeout) }
 
