@@ -97,11 +97,12 @@ func parseStatFlags(args []string, stderr io.Writer) (statOptions, int, bool) {
 	fs.StringVar(&o.runDir, "run-dir", verbs.RunDir(), "the daemons' run directory (default $SOFTNIC_RUN_DIR, else /run/softnic)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: softnic stat [-d IFACE] [--qp N] [-j] [-w SECONDS [-c COUNT]]")
-		fmt.Fprintln(stderr, "       softnic stat res [-d IFACE]")
+		fmt.Fprintln(stderr, "       softnic stat res [cm_id] [-d IFACE]")
 		fmt.Fprintln(stderr, "\nPrints the counters of each device a softnic daemon serves, a line per device")
 		fmt.Fprintln(stderr, "as `rdma statistic show` does (Linux's rxe counters first, then softnic's own),")
 		fmt.Fprintln(stderr, "or one QP's as `rdma statistic qp show` does. `softnic stat res` prints the devices'")
-		fmt.Fprintln(stderr, "objects as `rdma resource show` does. Neither opens a session.\n\nflags:")
+		fmt.Fprintln(stderr, "objects as `rdma resource show` does, `softnic stat res cm_id` their rdma_cm IDs.")
+		fmt.Fprintln(stderr, "Neither opens a session.\n\nflags:")
 		printFlags(stderr, fs)
 	}
 	pos, status, ok := parseArgs(fs, args, 2)
