@@ -156,12 +156,11 @@ func (id *ID) Accept(p *ConnParam) error {
 	pa := id.reqPath(min(p.ResponderResources, r.InitiatorDepth), min(p.InitiatorDepth, r.ResponderResources))
 	id.path = &pa
 	var err error
-	qp, localQPN := id.qp, p.QPNum
+	qp := id.qp
 	if qp != nil {
 		err = toRTS(qp, &pa)
-		localQPN = qp.QPN()
 	}
-	rep := cm.REPParams{LocalQPN: localQPN, StartingPSN: id.ourPSN, ResponderResources: pa.responderResources,
+	rep := cm.REPParams{LocalQPN: id.localQPN(p), StartingPSN: id.ourPSN, ResponderResources: pa.responderResources,
 		InitiatorDepth: pa.initiatorDepth, RNRRetryCount: p.RNRRetryCount, PrivateData: p.PrivateData}
 	conn, listen := id.conn, id.listen
 	if err == nil {
