@@ -35,12 +35,7 @@ static struct ibv_qp *cm_create_qp(struct ibv_pd *pd, uint32_t id, struct ibv_qp
 		errno = EINVAL;
 		return NULL;
 	}
-	if (send_ops && (errno = sn_check_wr_ops(attr->qp_type, *send_ops)) != 0)
-		return NULL;
-	struct ibv_qp *qp = sn_create_qp_for(pd, attr, id);
-	if (qp && send_ops)
-		sn_set_wr_ops(qp, *send_ops);
-	return qp;
+	return sn_create_qp_wr(pd, attr, id, send_ops);
 }
 
 static void cm_qp_attr(struct ibv_qp *ibqp, const struct ibv_qp_attr *attr, int mask)

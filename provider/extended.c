@@ -381,17 +381,10 @@ static uint64_t send_ops(enum ibv_qp_type type)
 	}
 }
 
-/* sn_check_wr_ops says whether a QP of type takes the opcodes of
- * send_ops_flags ops: 0, or EOPNOTSUPP. */
-int sn_check_wr_ops(enum ibv_qp_type type, uint64_t ops)
-{
-	return ops & ~send_ops(type) ? EOPNOTSUPP : 0;
-}
-
-/* sn_set_wr_ops gives the QP the ibv_wr_* operations of ops (checked by
- * sn_check_wr_ops); libibverbs' ibv_qp_to_qp_ex hands out its ibv_qp_ex
- * once VERBS_QP_EX says so. */
-void sn_set_wr_ops(struct ibv_qp *ibqp, uint64_t ops)
+/* set_wr_ops gives the QP the ibv_wr_* operations of ops (which its type
+ * takes); libibverbs' ibv_qp_to_qp_ex hands out its ibv_qp_ex once
+ * VERBS_QP_EX says so. */
+static void set_wr_ops(struct ibv_qp *ibqp, uint64_t ops)
 {
 	struct sn_qp *qp = sn_container_of(ibqp, struct sn_qp, vqp.qp);
 	struct ibv_qp_ex *x = &qp->vqp.qp_ex;
@@ -419,6 +412,21 @@ void sn_set_wr_ops(struct ibv_qp *ibqp, uint64_t ops)
 	qp->vqp.comp_mask |= SN_VERBS_QP_EX;
 }
 
+/* sn_create_qp_wr makes a QP as sn_create_qp_for does (a CM ID's when
+ * cm_id is not 0), with the ibv_wr_* operations of send_ops_flags *ops
+ * when ops is not NULL; opcodes its type has no use for are EOPNOTSUPP. */
+struct ibv_qp *sn_create_qp_wr(struct ibv_pd *pd, struct ibv_qp_init_attr *attr, uint32_t cm_id, const uint64_t *ops)
+{
+	if (ops && (*ops & ~send_ops(attr->qp_type))) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	struct ibv_qp *ibqp = sn_create_qp_for(pd, attr, cm_id);
+	if (ibqp && ops)
+		set_wr_ops(ibqp, *ops);
+	return ibqp;
+}
+
 /* sn_create_qp_ex makes a QP as ibv_create_qp does, with the ibv_wr_*
  * operations its send_ops_flags ask for. XRC, RSS, TSO, creation flags and
  * opcodes the QP type has no use for are not softnic's (EOPNOTSUPP). */
@@ -429,20 +437,16 @@ struct ibv_qp *sn_create_qp_ex(struct ibv_context *context, struct ibv_qp_init_a
 		errno = EINVAL;
 		return NULL;
 	}
-	uint64_t ops = (attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) ? attr->send_ops_flags : 0;
-	if ((attr->comp_mask & ~known) || ((attr->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) && attr->create_flags) ||
-	    sn_check_wr_ops(attr->qp_type, ops)) {
+	if ((attr->comp_mask & ~known) || ((attr->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) && attr->create_flags)) {
 		errno = EOPNOTSUPP;
 		return NULL;
 	}
 	struct ibv_qp_init_attr a = {.qp_context = attr->qp_context, .send_cq = attr->send_cq,
 				     .recv_cq = attr->recv_cq, .srq = attr->srq, .cap = attr->cap,
 				     .qp_type = attr->qp_type, .sq_sig_all = attr->sq_sig_all};
-	struct ibv_qp *ibqp = sn_create_qp(attr->pd, &a);
-	if (!ibqp)
-		return NULL;
-	attr->cap = a.cap;
-	if (attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS)
-		sn_set_wr_ops(ibqp, ops);
+	const uint64_t *send_ops = (attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) ? &attr->send_ops_flags : NULL;
+	struct ibv_qp *ibqp = sn_create_qp_wr(attr->pd, &a, 0, send_ops);
+	if (ibqp)
+		attr->cap = a.cap;
 	return ibqp;
 }

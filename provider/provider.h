@@ -168,8 +168,7 @@ int sn_wq_init(struct sn_wq *wq, uint8_t *ring, uint32_t depth, uint32_t stride)
 /* extended.c: ibv_create_cq_ex's polling, ibv_create_qp_ex's ibv_wr_* */
 struct ibv_cq_ex *sn_create_cq_ex(struct ibv_context *context, struct ibv_cq_init_attr_ex *attr);
 struct ibv_qp *sn_create_qp_ex(struct ibv_context *context, struct ibv_qp_init_attr_ex *attr);
-int sn_check_wr_ops(enum ibv_qp_type type, uint64_t ops);
-void sn_set_wr_ops(struct ibv_qp *qp, uint64_t ops);
+struct ibv_qp *sn_create_qp_wr(struct ibv_pd *pd, struct ibv_qp_init_attr *attr, uint32_t cm_id, const uint64_t *ops);
 
 /* channel.c */
 uint32_t sn_channel_handle(struct sn_context *ctx, struct ibv_comp_channel *ch);
