@@ -15,7 +15,6 @@ import (
 
 	"github.com/softnic/softnic/daemon/client"
 	"github.com/softnic/softnic/internal/netnstest"
-	"github.com/softnic/softnic/internal/syncbuf"
 )
 
 // rdmacmTools are Debian's programs that link librdmacm, which softnic's
@@ -68,12 +67,8 @@ func (w *providerWorld) cmAttempt(t *testing.T, server, client []string) cmRun {
 	before, err := listeners(sock, 0)
 	require.NoError(t, err)
 	srv := w.command(ctx, w.a, server...)
-	var sout syncbuf.Buffer
-	srv.Stdout, srv.Stderr = &sout, &sout
 	srv.WaitDelay = 5 * time.Second
-	require.NoError(t, srv.Start())
-	exited := make(chan error, 1)
-	go func() { exited <- srv.Wait() }()
+	sout, exited := startWatched(t, srv)
 	if err := awaitListener(ctx, sock, before.last, exited); err != nil {
 		srv.Process.Kill()
 		require.Failf(t, "no listener", "%v: %v\n%s", server, err, sout.String())
@@ -270,14 +265,12 @@ func (w *providerWorld) stopUnderServer(t *testing.T) {
 	defer cancel()
 	started := strings.Count(w.logs[0].String(), "session started")
 	srv := w.command(ctx, w.a, "rping", "-s", "-a", w.a.Addr4().String())
-	var out syncbuf.Buffer
-	srv.Stdout, srv.Stderr = &out, &out
 	srv.WaitDelay = 5 * time.Second
-	require.NoError(t, srv.Start())
+	out, exited := startWatched(t, srv)
 	require.Eventually(t, func() bool { return strings.Count(w.logs[0].String(), "session started") > started },
 		30*time.Second, 20*time.Millisecond, "rping's session never started:\n%s", out.String())
 	w.stop(t)
-	err := srv.Wait()
+	err := <-exited
 	require.NoError(t, ctx.Err(), "rping did not exit once the daemon stopped:\n%s", out.String())
 	require.Error(t, err, "rping's server ended well with no daemon:\n%s", out.String())
 	t.Logf("rping -s, its daemon stopped: %v\n%s", err, out.String())
