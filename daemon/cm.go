@@ -160,6 +160,7 @@ func (sc *sessionCM) add(ss *session, id *rdmacm.ID, channel uint32, user uint64
 	h := ss.handle()
 	sc.ids[h] = &cmID{id: id, channel: channel, user: user}
 	sc.handles[id] = h
+	sc.publish(ss)
 	return h
 }
 
@@ -407,6 +408,7 @@ func (ss *session) cmDestroyID(sc *sessionCM, req hostif.HandleRequest) (any, []
 	}
 	delete(sc.ids, req.Handle)
 	delete(sc.handles, c.id)
+	sc.publish(ss)
 	err = c.id.Destroy()
 	return hostif.Empty{}, nil, err
 }

@@ -16,6 +16,30 @@ type cmIDRef struct {
 	id     *rdmacm.ID
 }
 
+// publish gives monitors the session's IDs as they are now, in handle
+// order; the session's goroutine calls it when it adds or removes one.
+func (sc *sessionCM) publish(ss *session) {
+	refs := make([]cmIDRef, 0, len(sc.ids))
+	for h, c := range sc.ids {
+		refs = append(refs, cmIDRef{handle: h, id: c.id})
+	}
+	slices.SortFunc(refs, func(a, b cmIDRef) int { return cmp.Compare(a.handle, b.handle) })
+	ss.cmIDs.Store(&refs)
+}
+
+// listeningCMIDs counts the session's IDs that listen now.
+func (ss *session) listeningCMIDs() uint32 {
+	var n uint32
+	if refs := ss.cmIDs.Load(); refs != nil {
+		for _, ref := range *refs {
+			if ref.id.Listening() {
+				n++
+			}
+		}
+	}
+	return n
+}
+
 // sessionCMIDs is a session's record and its rdma_cm IDs.
 type sessionCMIDs struct {
 	res  *hostif.SessionResources
@@ -38,7 +62,8 @@ func (s *Server) cmIDs() []sessionCMIDs {
 
 // queryCMIDs answers query_cm_ids: the device's rdma_cm IDs after the
 // request's (session, ID), as many as a reply holds, each as it is now.
-// A session's list is the one its last command published.
+// A session's list is the one its last command that made or destroyed
+// an ID published.
 func (ss *session) queryCMIDs(req hostif.CMIDsRequest) (any, []int, error) {
 	var r hostif.CMIDsReply
 	for _, one := range ss.s.cmIDs() {

@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"bytes"
-	"cmp"
 	"fmt"
 	"os"
 	"slices"
@@ -51,29 +50,10 @@ func (ss *session) publishResources() {
 	r.Counts = hostif.ResourceCounts{PD: uint32(len(ss.pds)), CQ: uint32(len(ss.cqs)), QP: uint32(len(ss.qps)),
 		MR: uint32(len(ss.mrs)), SRQ: uint32(len(ss.srqs)), AH: uint32(len(*ss.ahs.Load())),
 		Channel: uint32(len(ss.channels))}
-	r.Counts.CMID, r.Listening = ss.countCMIDs()
+	if refs := ss.cmIDs.Load(); refs != nil {
+		r.Counts.CMID = uint32(len(*refs))
+	}
 	ss.res.Store(&r)
-}
-
-// countCMIDs counts the session's rdma_cm IDs and those of them that
-// listen, and publishes the list query_cm_ids reads.
-func (ss *session) countCMIDs() (ids, listening uint32) {
-	sessionCMs.Lock()
-	sc := sessionCMs.m[ss]
-	sessionCMs.Unlock()
-	if sc == nil {
-		return 0, 0
-	}
-	refs := make([]cmIDRef, 0, len(sc.ids))
-	for h, c := range sc.ids {
-		refs = append(refs, cmIDRef{handle: h, id: c.id})
-		if c.id.Listening() {
-			listening++
-		}
-	}
-	slices.SortFunc(refs, func(a, b cmIDRef) int { return cmp.Compare(a.handle, b.handle) })
-	ss.cmIDs.Store(&refs)
-	return uint32(len(sc.ids)), listening
 }
 
 // resources returns the records of the sessions, in ID order.
@@ -83,6 +63,7 @@ func (s *Server) resources() []hostif.SessionResources {
 	for ss := range s.sessions {
 		if r := ss.res.Load(); r != nil {
 			all = append(all, *r)
+			all[len(all)-1].Listening = ss.listeningCMIDs()
 		}
 	}
 	s.mu.Unlock()

@@ -57,8 +57,8 @@ type session struct {
 	// res is the session's record for monitors (query_resources), set at
 	// hello and replaced after every command.
 	res atomic.Pointer[hostif.SessionResources]
-	// cmIDs is the session's rdma_cm IDs as of its last command, in
-	// handle order, for query_cm_ids (cmids.go).
+	// cmIDs is the session's rdma_cm IDs, in handle order, for
+	// query_resources and query_cm_ids (sessionCM.publish).
 	cmIDs atomic.Pointer[[]cmIDRef]
 }
 
