@@ -54,8 +54,9 @@ func runStatRes(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail("%v", err)
 	}
-	if cmIDs {
-		return printCMIDsOf(stdout, fail, *runDir, names, *ifname)
+	shown := make([]int, len(names))
+	for i := range names {
+		shown[i] = i
 	}
 	if *ifname != "" {
 		name := "softnic_" + *ifname
@@ -63,35 +64,43 @@ func runStatRes(args []string, stdout, stderr io.Writer) int {
 		if i < 0 {
 			return fail("no daemon serves %s (no socket %s)", *ifname, filepath.Join(*runDir, name+".sock"))
 		}
-		d, err := readDeviceStat(*runDir, i, name)
-		if err != nil {
-			return fail("%s: %v", name, err)
-		}
-		printSummary(stdout, d)
-		printSessions(stdout, d)
-		return 0
+		shown = []int{i}
 	}
 	status = 0
-	for i, name := range names {
-		d, err := readDeviceStat(*runDir, i, name)
-		if err != nil {
-			status = fail("%s: %v", name, err)
-			continue
+	for _, i := range shown {
+		if err := showDevice(stdout, *runDir, i, names[i], cmIDs, *ifname != ""); err != nil {
+			status = fail("%s: %v", names[i], err)
 		}
-		printSummary(stdout, d)
 	}
 	return status
 }
 
-// readDeviceStat asks the daemon serving device name for its resources.
-func readDeviceStat(runDir string, index int, name string) (deviceStat, error) {
+// showDevice prints what the daemon serving device name (the run
+// directory's index-th) holds: with cmIDs a line per rdma_cm ID, else its
+// summary line and, with sessions, a line per session.
+func showDevice(w io.Writer, runDir string, index int, name string, cmIDs, sessions bool) error {
 	m, err := client.DialMonitor(filepath.Join(runDir, name+".sock"))
 	if err != nil {
-		return deviceStat{}, err
+		return err
 	}
 	defer m.Close()
+	if cmIDs {
+		ids, err := m.CMIDs()
+		for _, id := range ids {
+			fmt.Fprintln(w, cmIDLine(name, id))
+		}
+		return err
+	}
 	res, err := m.Resources()
-	return deviceStat{index: index, name: name, res: res}, err
+	if err != nil {
+		return err
+	}
+	d := deviceStat{index: index, name: name, res: res}
+	printSummary(w, d)
+	if sessions {
+		printSessions(w, d)
+	}
+	return nil
 }
 
 // printSummary prints the device's line as `rdma resource show` does.
@@ -121,36 +130,6 @@ func commOf(comm [16]byte) string {
 		return n
 	}
 	return "-"
-}
-
-// printCMIDsOf prints the rdma_cm IDs of the devices names (only
-// softnic_IFNAME's with ifname) and returns the exit status.
-func printCMIDsOf(w io.Writer, fail func(string, ...any) int, runDir string, names []string, ifname string) int {
-	if ifname != "" {
-		name := "softnic_" + ifname
-		if !slices.Contains(names, name) {
-			return fail("no daemon serves %s (no socket %s)", ifname, filepath.Join(runDir, name+".sock"))
-		}
-		names = []string{name}
-	}
-	status := 0
-	for _, name := range names {
-		m, err := client.DialMonitor(filepath.Join(runDir, name+".sock"))
-		if err != nil {
-			status = fail("%s: %v", name, err)
-			continue
-		}
-		ids, err := m.CMIDs()
-		m.Close()
-		if err != nil {
-			status = fail("%s: %v", name, err)
-			continue
-		}
-		for _, id := range ids {
-			fmt.Fprintln(w, cmIDLine(name, id))
-		}
-	}
-	return status
 }
 
 // cmIDLine is one rdma_cm ID in `rdma resource show cm_id`'s layout.
