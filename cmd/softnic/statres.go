@@ -117,15 +117,13 @@ func printSessions(w io.Writer, d deviceStat) {
 	for _, s := range d.res.Session {
 		c := s.Counts
 		fmt.Fprintf(w, "dev %s ctxn %d pid %d comm %s pd %d cq %d qp %d cm_id %d cm_listen %d mr %d srq %d ah %d comp_channel %d\n",
-			d.name, s.ID, s.PID, commName(s), c.PD, c.CQ, c.QP, c.CMID, s.Listening, c.MR, c.SRQ, c.AH, c.Channel)
+			d.name, s.ID, s.PID, commName(s.Comm), c.PD, c.CQ, c.QP, c.CMID, s.Listening, c.MR, c.SRQ, c.AH, c.Channel)
 	}
 }
 
-// commName is a session's command name, "-" when the daemon could not
-// read it.
-func commName(s hostif.SessionResources) string { return commOf(s.Comm) }
-
-func commOf(comm [16]byte) string {
+// commName is a command name as the daemon sends it (/proc/PID/comm,
+// NUL-padded), "-" when the daemon could not read it.
+func commName(comm [16]byte) string {
 	if n := strings.TrimRight(string(comm[:]), "\x00"); n != "" {
 		return n
 	}
@@ -144,7 +142,7 @@ func cmIDLine(dev string, id hostif.CMIDRecord) string {
 		state = rdmacm.KernelStateNames[id.State]
 	}
 	ps := strings.ToUpper(portSpaceName(mad.PortSpace(id.PortSpace))) // as rdma prints it
-	fmt.Fprintf(&b, " state %s ps %s pid %d comm %s", state, cmp.Or(ps, "-"), id.PID, commOf(id.Comm))
+	fmt.Fprintf(&b, " state %s ps %s pid %d comm %s", state, cmp.Or(ps, "-"), id.PID, commName(id.Comm))
 	if local := hostif.CMAddrPort(id.Local, id.LocalPort); local.IsValid() {
 		fmt.Fprintf(&b, " src-addr %s", local)
 	}
