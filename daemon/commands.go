@@ -152,7 +152,7 @@ const ibvGIDTypeRoCEv2 = 2
 // handle is the port number, which libibverbs checks itself).
 func (ss *session) queryPort(hostif.HandleRequest) (any, []int, error) {
 	d := ss.s.dev
-	return hostif.QueryPortReply{State: 4, MaxMTU: uint8(verbs.MTU4096), ActiveMTU: uint8(d.ActiveMTU()), LinkLayer: 2,
+	return hostif.QueryPortReply{State: uint8(d.PortState()), MaxMTU: uint8(verbs.MTU4096), ActiveMTU: uint8(d.ActiveMTU()), LinkLayer: 2,
 		GIDTableLen: uint32(len(d.GIDTable())), PKeyTableLen: 1, LinkMTU: uint32(d.RoCE().Link().MTU()),
 		MaxMsgSize: uint32(d.Query().MaxMsgSize)}, nil, nil
 }

@@ -21,6 +21,8 @@ var ibvEventType = map[verbs.EventType]uint32{
 	verbs.EventQPFatal:          1,
 	verbs.EventCommEst:          4,
 	verbs.EventSQDrained:        5,
+	verbs.EventPortActive:       9,
+	verbs.EventPortErr:          10,
 	verbs.EventSRQLimitReached:  15,
 	verbs.EventQPLastWQEReached: 16,
 }
@@ -54,6 +56,10 @@ func (s *Server) deliverEvents() {
 }
 
 func (s *Server) deliver(ev verbs.Event) {
+	if ev.Type == verbs.EventPortActive || ev.Type == verbs.EventPortErr {
+		s.deliverPortEvent(ev)
+		return
+	}
 	var obj any
 	switch {
 	case ev.QP != nil:
@@ -79,4 +85,21 @@ func (s *Server) deliver(ev verbs.Event) {
 	binary.LittleEndian.PutUint64(rec[0:], o.handle)
 	binary.LittleEndian.PutUint32(rec[8:], typ)
 	unix.Write(o.ss.async, rec[:]) // non-blocking: a full pipe loses the event
+}
+
+// deliverPortEvent writes a port's event to every session, as the kernel
+// gives it to every context of the device; the record's element is the
+// port number.
+func (s *Server) deliverPortEvent(ev verbs.Event) {
+	s.cfg.Log.Info("port state", "port", ev.Port, "event", ev.Type.String())
+	var rec [16]byte
+	binary.LittleEndian.PutUint64(rec[0:], uint64(ev.Port))
+	binary.LittleEndian.PutUint32(rec[8:], ibvEventType[ev.Type])
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for ss := range s.sessions {
+		if ss.async >= 0 {
+			unix.Write(ss.async, rec[:])
+		}
+	}
 }

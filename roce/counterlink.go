@@ -13,9 +13,10 @@ type CounterLink interface {
 }
 
 // AppendCounters appends the device's frame counters (summed over its
-// engines' lanes) and its link's, if it counts, to dst.
+// engines' lanes), its port's, and its link's, if it counts, to dst.
 func (d *Device) AppendCounters(dst []counters.Counter) []counters.Counter {
 	dst = counters.Append(dst, "", d.Counters())
+	dst = counters.Append(dst, "", &d.port.ctr)
 	if l, ok := d.link.(CounterLink); ok {
 		dst = l.AppendCounters(dst)
 	}

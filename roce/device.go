@@ -93,6 +93,8 @@ type Device struct {
 
 	captureMu sync.Mutex
 	capture   *Capture // the running capture, if any
+
+	port port
 }
 
 // NewDevice creates a device on link and starts its engine goroutines.

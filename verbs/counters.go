@@ -9,14 +9,14 @@ import (
 
 // RXECounters are the counters Linux's rxe keeps (rxe_hw_counters.c), in
 // its order: DeviceCounters lists them first, as `rdma statistic show`
-// does for an rxe device. Two of rxe's are missing: link_downed (softnic's
-// links do not report carrier changes) and ack_deferred (rxe's completer
-// deferring to a tasklet; softnic's engine handles every response in the
-// pass that received it). sent_pkts and rcvd_pkts count IB packets at the
-// transport, send_err frames the link could not send.
+// does for an rxe device. One of rxe's is missing: ack_deferred (rxe's
+// completer deferring to a tasklet; softnic's engine handles every
+// response in the pass that received it). sent_pkts and rcvd_pkts count
+// IB packets at the transport, send_err frames the link could not send,
+// link_downed the port's moves to DOWN (Device.SetLinkUp).
 var RXECounters = []string{"sent_pkts", "rcvd_pkts", "duplicate_request", "out_of_seq_request", "rcvd_rnr_err",
 	"send_rnr_err", "rcvd_seq_err", "retry_exceeded_err", "retry_rnr_exceeded_err", "completer_retry_err",
-	"send_err", "rdma_sends", "rdma_recvs"}
+	"send_err", "link_downed", "rdma_sends", "rdma_recvs"}
 
 // DeviceCounters returns the device's counters by name: rxe's first
 // (RXECounters), then softnic's own: the rest of the engines'

@@ -26,6 +26,10 @@ const (
 	// daemon ended the session (it stopped or was killed) and its objects
 	// are gone; calls and empty polls return client.ErrDaemonGone.
 	EventDeviceFatal
+	// EventPortActive: the port came back up (its link's carrier), and
+	// EventPortErr: it went down. Event.Port names it.
+	EventPortActive
+	EventPortErr
 )
 
 func (t EventType) String() string {
@@ -44,6 +48,10 @@ func (t EventType) String() string {
 		return "COMM_EST"
 	case EventDeviceFatal:
 		return "DEVICE_FATAL"
+	case EventPortActive:
+		return "PORT_ACTIVE"
+	case EventPortErr:
+		return "PORT_ERR"
 	}
 	return "unknown event"
 }
@@ -55,6 +63,7 @@ type Event struct {
 	QP   *QP
 	SRQ  *SRQ
 	CQ   *CQ
+	Port int // the port of EventPortActive and EventPortErr: 1
 }
 
 // Events returns the device's asynchronous events (ibv_get_async_event).

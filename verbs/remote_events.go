@@ -102,6 +102,8 @@ const (
 	ibvEventQPFatal         = 1
 	ibvEventCommEst         = 4
 	ibvEventSQDrained       = 5
+	ibvEventPortActive      = 9
+	ibvEventPortErr         = 10
 	ibvEventSRQLimitReached = 15
 	ibvEventQPLastWQE       = 16
 )
@@ -110,6 +112,14 @@ const (
 // Event, for the object the user handle names; a QP known to have gone to
 // ERR is marked so before the event is seen (QP.State).
 func (d *Device) asyncEvent(handle uint64, typ uint32) {
+	switch typ { // a port's record names the port, not an object
+	case ibvEventPortActive:
+		d.emit(Event{Type: EventPortActive, Port: int(handle)})
+		return
+	case ibvEventPortErr:
+		d.emit(Event{Type: EventPortErr, Port: int(handle)})
+		return
+	}
 	obj := d.remote.objects.object(handle)
 	cq, _ := obj.(*CQ)
 	qp, _ := obj.(*QP)

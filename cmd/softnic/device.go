@@ -82,8 +82,17 @@ func openInterface(ifname string, engines int, xcfg xdplink.Config) (perftest.De
 		link.Close()
 		return perftest.Device{}, nil, err
 	}
+	// The port follows the interface's carrier (ibv_query_port, port
+	// events, link_downed), as an rxe device follows its netdev.
+	unwatch := make(chan struct{})
+	if err := xdplink.WatchOperState(nd.Index, unwatch, dev.SetLinkUp); err != nil {
+		dev.Close()
+		link.Close()
+		return perftest.Device{}, nil, fmt.Errorf("watching %s's link state: %w", ifname, err)
+	}
 	stopCapture, err := capture.start(dev.RoCE(), capture.pathFor(ifname), os.Stderr)
 	if err != nil {
+		close(unwatch)
 		dev.Close()
 		link.Close()
 		return perftest.Device{}, nil, err
@@ -96,7 +105,7 @@ func openInterface(ifname string, engines int, xcfg xdplink.Config) (perftest.De
 		dev.RoCE().SetNeighbor(peer, mac)
 		return nil
 	}
-	closer := func() { stopCapture(); dev.Close(); link.Close() }
+	closer := func() { close(unwatch); stopCapture(); dev.Close(); link.Close() }
 	return perftest.Device{Verbs: dev, Name: ifname, LinkMTU: nd.MTU, Resolve: resolve}, closer, nil
 }
 

@@ -23,7 +23,7 @@ import (
 // stockTools are Debian's packaged RDMA programs the provider runs.
 var stockTools = []string{"ibv_devices", "ibv_devinfo", "ibv_rc_pingpong", "ibv_uc_pingpong", "ibv_ud_pingpong",
 	"ibv_srq_pingpong", "ib_write_bw", "ib_send_bw", "ib_read_bw", "ib_atomic_bw", "ib_write_lat", "ib_send_lat",
-	"ib_read_lat", "ss"}
+	"ib_read_lat", "ibv_asyncwatch", "ss"}
 
 // buildProvider builds the C provider (provider/, make O=dir) into dir.
 func buildProvider(t *testing.T, ctx context.Context, dir string) {
@@ -117,7 +117,8 @@ func (w *providerWorld) pair(t *testing.T, port int, server, client []string) (s
 // ibv_devinfo, the ibv_*_pingpong programs (ibv_rc_pingpong with a
 // completion channel too) and perftest's bandwidth, atomic and latency
 // tests between two daemons in two namespaces, as user nobody, through
-// the C provider.
+// the C provider; then ibv_asyncwatch and ibv_devinfo see a port follow
+// its link down and up.
 func TestStockProgramsThroughProvider(t *testing.T) {
 	w := newProviderWorld(t)
 	t.Run("devices", w.testDevices)
@@ -195,6 +196,7 @@ func TestStockProgramsThroughProvider(t *testing.T) {
 			}
 		})
 	}
+	t.Run("port state", w.testPortState)
 	w.stop(t)
 }
 

@@ -46,8 +46,7 @@ func LookupNetdev(ifname string) (*Netdev, error) {
 		return nil, fmt.Errorf("interface %q: %w", ifname, err)
 	}
 	a := l.Attrs()
-	nd := &Netdev{Name: a.Name, Index: a.Index, MTU: a.MTU,
-		Up: a.OperState == netlink.OperUp || (a.OperState == netlink.OperUnknown && a.Flags&net.FlagUp != 0)}
+	nd := &Netdev{Name: a.Name, Index: a.Index, MTU: a.MTU, Up: operUp(a)}
 	copy(nd.MAC[:], a.HardwareAddr)
 	if nd.GIDs, err = gidTable(l); err != nil {
 		return nil, err

@@ -1,0 +1,63 @@
+package xdplink
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/vishvananda/netlink"
+
+	"github.com/softnic/softnic/internal/netnstest"
+)
+
+// TestWatchOperState watches end A's veth while end B goes down (A loses
+// its carrier), comes back, and A itself is set down and up: the watch
+// reports the state at its start, then each change once.
+func TestWatchOperState(t *testing.T) {
+	netnstest.Integration(t)
+	pair := netnstest.NewT(t, netnstest.Config{})
+	states := make(chan bool, 16)
+	done := make(chan struct{})
+	defer close(done)
+	require.NoError(t, pair.A.Do(func() error {
+		return WatchOperState(pair.A.Ifindex, done, func(up bool) { states <- up })
+	}))
+	next := func(what string) bool {
+		t.Helper()
+		select {
+		case up := <-states:
+			return up
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: no state reported", what)
+			return false
+		}
+	}
+	setUp := func(e *netnstest.End, up bool) {
+		t.Helper()
+		require.NoError(t, e.Do(func() error {
+			l, err := netlink.LinkByName(e.Ifname)
+			if err != nil {
+				return err
+			}
+			if up {
+				return netlink.LinkSetUp(l)
+			}
+			return netlink.LinkSetDown(l)
+		}))
+	}
+	assert.True(t, next("start"), "the state at the start")
+	setUp(&pair.B, false)
+	assert.False(t, next("peer down"), "A without carrier")
+	setUp(&pair.B, true)
+	assert.True(t, next("peer up"), "A with carrier again")
+	setUp(&pair.A, false)
+	assert.False(t, next("A down"))
+	setUp(&pair.A, true)
+	assert.True(t, next("A up"))
+	select {
+	case up := <-states:
+		t.Fatalf("a report with no change: %v", up)
+	case <-time.After(200 * time.Millisecond):
+	}
+}

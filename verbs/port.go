@@ -1,0 +1,60 @@
+package verbs
+
+import (
+	"github.com/softnic/softnic/daemon/client"
+	"github.com/softnic/softnic/hostif"
+)
+
+// PortState is a port's state (enum ibv_port_state).
+type PortState uint8
+
+// The states a softnic port takes: ACTIVE while its link is up, DOWN
+// while it has no carrier or is set down.
+const (
+	PortDown   PortState = 1
+	PortActive PortState = 4
+)
+
+func (s PortState) String() string {
+	switch s {
+	case PortDown:
+		return "PORT_DOWN"
+	case PortActive:
+		return "PORT_ACTIVE"
+	}
+	return "unknown port state"
+}
+
+// PortState returns the state of the device's port 1 (ibv_query_port's
+// state). Through a daemon it asks the daemon, and says PortDown if it
+// cannot.
+func (d *Device) PortState() PortState {
+	if d.remote != nil {
+		var p hostif.QueryPortReply
+		if err := d.remote.call(func(c *client.Conn) (err error) { p, err = c.QueryPort(); return err }); err != nil {
+			return PortDown
+		}
+		return PortState(p.State)
+	}
+	if d.dev.LinkUp() {
+		return PortActive
+	}
+	return PortDown
+}
+
+// SetLinkUp tells the device whether its link is up (carrier, and set
+// up), as the program that watches the interface learns it
+// (xdplink.WatchOperState): the port follows, and a change raises
+// EventPortErr or EventPortActive and, going down, counts in
+// link_downed, as rxe does when its netdev changes. It does nothing on a
+// device reached through a daemon, whose port the daemon follows.
+func (d *Device) SetLinkUp(up bool) {
+	if d.remote != nil || !d.dev.SetLinkUp(up) {
+		return
+	}
+	ev := Event{Type: EventPortErr, Port: 1}
+	if up {
+		ev.Type = EventPortActive
+	}
+	d.emit(ev)
+}
