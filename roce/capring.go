@@ -50,7 +50,7 @@ func newCaptureRing(size, snaplen int) *captureRing {
 
 // captureFrame copies frame into the lane's part of the capture, if one
 // runs and the lane's copying is within its share of the lane's time
-// (engineShare).
+// (CaptureConfig.Share).
 func (ln *lane) captureFrame(frame []byte) {
 	c := ln.capture.Load()
 	if c == nil {
@@ -72,10 +72,11 @@ func (ln *lane) captureFrame(frame []byte) {
 	}
 }
 
-// A lane spends at most 1/engineShare of the time copying frames into the
+// A lane spends at most its share (CaptureConfig.Share, by default
+// DefaultCaptureShare percent) of the time copying frames into the
 // capture, on average, and drops the frames past it: its allowance, in
-// nanoseconds of copying, grows by 1/engineShare of the time that passes,
-// up to shareBurst, and each copy spends what it took. Copying a whole
+// nanoseconds of copying, grows by the share of the time that passes, up
+// to shareBurst, and each copy spends what it took. Copying a whole
 // frame costs the lane half a microsecond or more (the capture's memory
 // is not in the cache, and the copy pushes out what the engine uses), and
 // on the engine that bounds a transfer (the sender's) a capture of every
@@ -91,9 +92,9 @@ func (ln *lane) captureFrame(frame []byte) {
 // a few microseconds), so that a lane's thread losing its CPU in the middle
 // of one does not cost the capture what follows.
 const (
-	engineShare   = 20
-	shareBurst    = int64(20 * time.Millisecond)
-	maxCopyCharge = int64(20 * time.Microsecond)
+	DefaultCaptureShare = 5
+	shareBurst          = int64(20 * time.Millisecond)
+	maxCopyCharge       = int64(20 * time.Microsecond)
 )
 
 // charge counts a copy that took d nanoseconds against the lane's
@@ -103,7 +104,7 @@ func (c *laneCapture) charge(d int64) { c.allowance -= min(d, maxCopyCharge) }
 // withinShare adds to the lane's allowance for the time since its last
 // call and says whether the lane may copy another frame at now.
 func (c *laneCapture) withinShare(now int64) bool {
-	c.allowance = min(c.allowance+(now-c.last)/engineShare, shareBurst)
+	c.allowance = min(c.allowance+(now-c.last)*c.sharePct/100, shareBurst)
 	c.last = now
 	return c.allowance > 0
 }

@@ -122,11 +122,12 @@ func TestCaptureRingPutAllocatesNothing(t *testing.T) {
 	require.Zero(t, allocs)
 }
 
-// TestCaptureShare: a lane's copying may take 1/engineShare of the time
+// TestCaptureShare: a lane's copying may take its share (5 %) of the time
 // on average, in bursts of up to shareBurst; past that the lane leaves
 // frames out until its allowance has grown again.
 func TestCaptureShare(t *testing.T) {
-	c := &laneCapture{allowance: shareBurst, last: 1e9}
+	const engineShare = 100 / DefaultCaptureShare
+	c := &laneCapture{allowance: shareBurst, last: 1e9, sharePct: DefaultCaptureShare}
 	now := int64(1e9)
 	// Copies of 19 µs, one every 20 µs, until refused: the burst, and the
 	// share of the time they took.
@@ -152,4 +153,16 @@ func TestCaptureShare(t *testing.T) {
 	now += 10_000_000_000
 	require.True(t, c.withinShare(now), "after idle time")
 	require.Equal(t, shareBurst, c.allowance, "no more than a burst")
+}
+
+// TestCaptureWholeShare: with a share of 100 % a lane copying 19 µs of
+// every 20 µs, far past the default share, leaves nothing out.
+func TestCaptureWholeShare(t *testing.T) {
+	c := &laneCapture{allowance: shareBurst, last: 1e9, sharePct: 100}
+	now := int64(1e9)
+	for i := range 100_000 {
+		require.True(t, c.withinShare(now), "copy %d refused", i)
+		c.charge(19_000)
+		now += 20_000
+	}
 }

@@ -39,6 +39,13 @@ type CaptureConfig struct {
 	// Limit is the most bytes the file may take: when the next frame would
 	// pass it, the capture stops (Stats.Truncated). 0: no limit.
 	Limit int64
+	// Share is the most of its time, in percent, a lane (the engine that
+	// sends or receives the frames) may spend copying them into the
+	// capture, on average; frames past it are left out (Stats.Dropped).
+	// Default DefaultCaptureShare, which keeps a capture of every whole
+	// frame within a quarter of write_bw's throughput; 100 keeps every
+	// frame the writer keeps up with, at the traffic's cost.
+	Share int
 	// RingBytes is the size of each lane's ring (default 16 MiB): how much
 	// may wait for the writer before frames are left out (Stats.Dropped).
 	// Into a regular file, the room kept ahead of the lanes takes as much
@@ -90,8 +97,8 @@ type laneCapture struct {
 	start time.Time
 	wall0 int64
 	// The lane's own: how long it may still copy, and when it last asked
-	// (withinShare), in nanoseconds.
-	allowance, last int64
+	// (withinShare), in nanoseconds; its share of the time, in percent.
+	allowance, last, sharePct int64
 	// overShare counts the frames left out for the lane's share.
 	overShare atomic.Uint64
 }
@@ -106,6 +113,12 @@ func (d *Device) StartCapture(cfg CaptureConfig) (*Capture, error) {
 	}
 	if cfg.RingBytes <= 0 {
 		cfg.RingBytes = defaultRingBytes
+	}
+	if cfg.Share == 0 {
+		cfg.Share = DefaultCaptureShare
+	}
+	if cfg.Share < 0 || cfg.Share > 100 {
+		return nil, fmt.Errorf("roce: capture share %d%%: must be 1 to 100", cfg.Share)
 	}
 	if cfg.Limit < 0 {
 		return nil, fmt.Errorf("roce: capture limit %d: must not be negative", cfg.Limit)
@@ -133,7 +146,8 @@ func (d *Device) StartCapture(cfg CaptureConfig) (*Capture, error) {
 	}
 	start := time.Now()
 	for i := range d.lanes {
-		c.lanes = append(c.lanes, &laneCapture{start: start, wall0: start.UnixNano(), allowance: shareBurst, last: start.UnixNano()})
+		c.lanes = append(c.lanes, &laneCapture{start: start, wall0: start.UnixNano(), allowance: shareBurst,
+			last: start.UnixNano(), sharePct: int64(cfg.Share)})
 		if c.file != nil {
 			c.lanes[i].file = c.file.lanes[i]
 		} else {

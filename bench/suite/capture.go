@@ -12,9 +12,11 @@ import (
 
 // The capture part measures what `--pcap` costs: write_bw of 64 KiB on the
 // 9000-byte veth at IB MTU 4096 without a capture, with one on both sides
-// (whole frames, each side its own file) and with one of the first 128
-// bytes of each frame (the headers), in interleaved rounds. The files are
-// removed after each run: at this rate a run writes gigabytes.
+// (whole frames, each side its own file), on the sender only, with one of
+// the first 128 bytes of each frame (the headers), and on the sender only
+// with --pcap-share 100 (every frame the file keeps up with, at the
+// traffic's cost), in interleaved rounds. The files are removed after
+// each run: at this rate a run writes gigabytes.
 
 // captureRounds measures the three series.
 func (s *suite) captureRounds(ctx context.Context, p *netnstest.Pair) {
@@ -34,7 +36,9 @@ func (s *suite) captureRounds(ctx context.Context, p *netnstest.Pair) {
 	sender := s.captureSeries(ctx, p, fig("pcapsender", "write_bw 64 KiB with --pcap on the sender only"), dir, true, file)
 	headers := s.captureSeries(ctx, p, fig("pcap128", "write_bw 64 KiB with --pcap --snaplen 128 on both sides"), dir, false, file,
 		"--snaplen", "128")
-	s.rounds(plain, whole, sender, headers)
+	every := s.captureSeries(ctx, p, fig("pcapshare100", "write_bw 64 KiB with --pcap --pcap-share 100 on the sender only"), dir, true,
+		file, "--pcap-share", "100")
+	s.rounds(plain, whole, sender, headers, every)
 }
 
 // captureSeries is write_bw 64 KiB with --pcap file and extra flags, on

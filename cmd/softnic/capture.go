@@ -13,12 +13,14 @@ import (
 	"github.com/softnic/softnic/roce"
 )
 
-// captureFlags are --pcap, --pcap-size and --snaplen: a packet capture of
-// the frames the device softnic opens sends and receives (roce.Capture).
+// captureFlags are --pcap, --pcap-size, --snaplen and --pcap-share: a
+// packet capture of the frames the device softnic opens sends and
+// receives (roce.Capture).
 type captureFlags struct {
 	file    string
 	size    byteSize
 	snaplen int
+	share   int
 	// several is set by a daemon that serves several interfaces (pathFor).
 	several bool
 }
@@ -31,6 +33,7 @@ const (
 	pcapUsage     = "softnic: write the RoCEv2 frames the device sends and receives to `FILE`, a classic pcap file (tshark -r FILE, softnic inspect FILE)"
 	pcapSizeUsage = "softnic: with --pcap, stop capturing when the next frame would make FILE larger than `SIZE` bytes (K, M, G suffixes: powers of 1024; default 0: no limit); the capture stops, it does not rotate"
 	snaplenUsage  = "softnic: with --pcap, keep at most `N` bytes of each frame (default 0: 262144, every frame whole; softnic inspect checks the ICRC of whole frames only)"
+	shareUsage    = "softnic: with --pcap, the most of its time, in `PERCENT`, an engine may spend copying frames into the capture; frames past it are left out and counted (100: keep every frame the file keeps up with, at the traffic's cost)"
 )
 
 // define registers the capture flags on fs.
@@ -38,6 +41,7 @@ func (c *captureFlags) define(fs *flag.FlagSet) {
 	fs.StringVar(&c.file, "pcap", "", pcapUsage)
 	fs.Var(&c.size, "pcap-size", pcapSizeUsage)
 	fs.IntVar(&c.snaplen, "snaplen", 0, snaplenUsage)
+	fs.IntVar(&c.share, "pcap-share", roce.DefaultCaptureShare, shareUsage)
 }
 
 // check refuses capture flags that make no sense.
@@ -45,8 +49,10 @@ func (c *captureFlags) check() error {
 	switch {
 	case c.snaplen < 0:
 		return fmt.Errorf("--snaplen %d: must not be negative", c.snaplen)
-	case c.file == "" && (c.size != 0 || c.snaplen != 0):
-		return errors.New("--pcap-size and --snaplen go with --pcap FILE")
+	case c.share < 1 || c.share > 100:
+		return fmt.Errorf("--pcap-share %d: a percentage from 1 to 100", c.share)
+	case c.file == "" && (c.size != 0 || c.snaplen != 0 || c.share != roce.DefaultCaptureShare):
+		return errors.New("--pcap-size, --snaplen and --pcap-share go with --pcap FILE")
 	}
 	return nil
 }
@@ -72,7 +78,7 @@ func (c *captureFlags) start(dev *roce.Device, path string, stderr io.Writer) (f
 	if err != nil {
 		return nil, fmt.Errorf("--pcap: %w", err)
 	}
-	run, err := dev.StartCapture(roce.CaptureConfig{W: f, Snaplen: c.snaplen, Limit: int64(c.size)})
+	run, err := dev.StartCapture(roce.CaptureConfig{W: f, Snaplen: c.snaplen, Limit: int64(c.size), Share: c.share})
 	if err != nil {
 		f.Close()
 		return nil, fmt.Errorf("--pcap %s: %w", path, err)
@@ -85,7 +91,8 @@ func (c *captureFlags) start(dev *roce.Device, path string, stderr io.Writer) (f
 		s := run.Stats()
 		fmt.Fprintf(stderr, "softnic: capture %s: %d frames written, %d dropped", path, s.Written, s.Dropped)
 		if s.Dropped > 0 {
-			fmt.Fprint(stderr, " (past the engines' share of their time for the capture, or the writer fell behind)")
+			fmt.Fprintf(stderr, " (past the engines' %d%% share of their time for the capture, or the file fell behind: "+
+				"--pcap-share 100 keeps more at the traffic's cost, --snaplen 128 keeps every frame's headers)", c.share)
 		}
 		if s.Truncated {
 			fmt.Fprintf(stderr, ", stopped at --pcap-size %d", c.size)
@@ -131,7 +138,7 @@ func errCaptureThroughDaemon(ifname string) error {
 }
 
 // takeCaptureArgs removes softnic's capture options (--pcap FILE,
-// --pcap=FILE, and the same for --pcap-size and --snaplen) from a command
+// --pcap=FILE, and the same for --pcap-size, --snaplen and --pcap-share) from a command
 // line parsed by getopt (rping), whose C option syntax has no room for
 // them, and applies them to c. It returns the rest.
 func (c *captureFlags) takeArgs(args []string) ([]string, error) {

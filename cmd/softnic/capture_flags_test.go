@@ -24,12 +24,14 @@ func TestByteSize(t *testing.T) {
 // and loses softnic's capture options, in both spellings.
 func TestCaptureArgsOutOfGetopt(t *testing.T) {
 	var c captureFlags
-	rest, err := c.takeArgs([]string{"-c", "--pcap", "/tmp/x.pcap", "-a", "10.0.0.1", "--snaplen=128", "-vV", "--pcap-size", "1M"})
+	rest, err := c.takeArgs([]string{"-c", "--pcap", "/tmp/x.pcap", "-a", "10.0.0.1", "--snaplen=128", "-vV", "--pcap-size", "1M",
+		"--pcap-share", "100"})
 	require.NoError(t, err)
 	assert.Equal(t, []string{"-c", "-a", "10.0.0.1", "-vV"}, rest)
-	assert.Equal(t, captureFlags{file: "/tmp/x.pcap", snaplen: 128, size: 1 << 20}, c)
+	assert.Equal(t, captureFlags{file: "/tmp/x.pcap", snaplen: 128, size: 1 << 20, share: 100}, c)
 
-	for _, bad := range [][]string{{"--pcap"}, {"--pcap", "f", "--snaplen", "-3"}, {"--snaplen", "64"}, {"--pcap", "f", "--pcap-size", "lots"}} {
+	for _, bad := range [][]string{{"--pcap"}, {"--pcap", "f", "--snaplen", "-3"}, {"--snaplen", "64"}, {"--pcap", "f", "--pcap-size", "lots"},
+		{"--pcap", "f", "--pcap-share", "0"}, {"--pcap", "f", "--pcap-share", "101"}, {"--pcap-share", "50"}} {
 		var c captureFlags
 		_, err := c.takeArgs(bad)
 		assert.Error(t, err, "%v", bad)
@@ -62,7 +64,7 @@ func FuzzCaptureArgs(f *testing.F) {
 		}
 		for _, a := range rest {
 			name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
-			if strings.HasPrefix(a, "--") && (name == "pcap" || name == "pcap-size" || name == "snaplen") {
+			if strings.HasPrefix(a, "--") && (name == "pcap" || name == "pcap-size" || name == "snaplen" || name == "pcap-share") {
 				t.Fatalf("%q left in %q", a, rest)
 			}
 		}

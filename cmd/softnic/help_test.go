@@ -47,7 +47,7 @@ func TestHelpDocumentsEveryFlag(t *testing.T) {
 			assert.Positive(t, flags, "softnic help %s shows no flag:\n%s", name, out.String())
 		}
 		if name == "daemon" || name == "perf" || name == "pingpong" {
-			for _, f := range []string{"--pcap FILE", "--pcap-size SIZE", "--snaplen N"} {
+			for _, f := range []string{"--pcap FILE", "--pcap-size SIZE", "--snaplen N", "--pcap-share PERCENT"} {
 				assert.Contains(t, out.String(), "\n  "+f+"\n", "softnic help %s", name)
 			}
 		}

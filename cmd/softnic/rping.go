@@ -48,6 +48,7 @@ softnic's own options:
 	--pcap FILE	write the RoCEv2 frames sent and received to FILE (pcap)
 	--pcap-size SIZE	stop capturing before FILE passes SIZE bytes (K, M, G; default 0: no limit)
 	--snaplen N	keep at most N bytes of each frame (default 0: 262144, whole frames)
+	--pcap-share PERCENT	most of the engine's time spent copying frames into FILE (default 5; 100: every frame)
 `)
 	fmt.Fprintf(w, "defaults: -S %d, -C 0 (ping until stopped), -p %d, -a the unspecified address (server), -I none,\n"+
 		"-v, -V, -d, -P, -q off; --pcap none\n", rping.DefaultSize, rping.DefaultPort)
