@@ -42,10 +42,22 @@ type reactionPoint struct {
 	// cut (the paper's T and BC), saturating.
 	timerEvents, byteEvents int16
 	limited                 bool
-	// cutPending: a CNP came within ReduceMonitorPeriod of the last cut;
-	// the next cut is due at its end.
-	cutPending bool
+	// cutsPending counts the CNPs that came within ReduceMonitorPeriod of
+	// the last cut, up to maxPendingCuts: each is a cut due once the
+	// period after the one before has passed (tick).
+	cutsPending uint8
 }
+
+// maxPendingCuts bounds the cuts a QP owes. A NIC cuts at each CNP that
+// comes at least a monitor period after the last cut, and the notification
+// point sends at most one CNP per QP per interval (4 µs at ConnectX's
+// defaults, as the period), so every CNP is a cut. A software engine takes
+// the CNPs that arrived while it did not run in one pass; folding them
+// into one cut let a starved sender's rate climb on its increase events
+// while its CNPs said congestion (bench/results/ANALYSIS.md). So they are
+// owed and made, one per period, as the QP's passes come. Eight cuts at
+// alpha 1 take the rate to 1/256.
+const maxPendingCuts = 8
 
 // pacingSlack is the least the pacer's schedule may fall behind the
 // clock (ns): a QP that sent nothing for a while may catch up this much
@@ -76,7 +88,7 @@ func (r *reactionPoint) onCNP(c *CongestionConfig, now int64) {
 		return
 	}
 	if now-r.cutAt < int64(c.ReduceMonitorPeriod) {
-		r.cutPending = true
+		r.cutsPending = min(r.cutsPending+1, maxPendingCuts)
 		return
 	}
 	r.cut(c, now)
@@ -95,7 +107,6 @@ func (r *reactionPoint) cut(c *CongestionConfig, now int64) {
 	g := float64(1024-int(c.G)) / 1024
 	r.alpha = (1-g)*r.alpha + g
 	r.cutAt = now
-	r.cutPending = false
 	r.timerAt = now + int64(c.TimeReset)
 	r.bytes = 0
 	r.timerEvents, r.byteEvents = 0, 0
@@ -127,12 +138,19 @@ const maxEvents = math.MaxInt16
 // and the QP flooded the bottleneck (bench/results/ANALYSIS.md).
 const maxTimerEvents = 1
 
-// tick runs the cut folded from CNPs in the monitor period and the
-// increase timer's events due by now. The engine calls it once per pass
+// tick runs the cuts owed for CNPs that came within a monitor period of
+// the cut before, and the increase timer's events due by now. The engine calls it once per pass
 // of a limited QP, before the QP sends.
 func (r *reactionPoint) tick(c *CongestionConfig, now int64) {
-	if r.cutPending && now-r.cutAt >= int64(c.ReduceMonitorPeriod) {
-		r.cut(c, now)
+	if period := int64(c.ReduceMonitorPeriod); r.cutsPending > 0 && now-r.cutAt >= period {
+		// The cuts owed that fit in the time since the last, one per
+		// period, each as early as it was due (alpha as it was then);
+		// the increase timer and counters start again from now.
+		for ; r.cutsPending > 0 && now-r.cutAt >= period; r.cutsPending-- {
+			r.cut(c, r.cutAt+period)
+		}
+		r.cutAt = now
+		r.timerAt = now + int64(c.TimeReset)
 	}
 	for k := 0; r.limited && now >= r.timerAt; k++ {
 		if k == maxTimerEvents {
@@ -197,7 +215,7 @@ func (r *reactionPoint) increase(c *CongestionConfig) {
 	rate := (r.target + r.rate) / 2
 	if rate >= line*(1-1.0/1024) {
 		r.limited = false
-		r.cutPending = false
+		r.cutsPending = 0
 		r.rateBits.Store(0)
 		r.rate = line
 		return
@@ -220,7 +238,7 @@ func (q *QP) CongestionRate() uint64 { return q.rp.rateBits.Load() }
 // resetCongestion forgets the QP's congestion state (the QP went back to
 // RESET).
 func (q *QP) resetCongestion() {
-	q.rp.limited, q.rp.cutPending = false, false
+	q.rp.limited, q.rp.cutsPending = false, 0
 	q.rp.rateBits.Store(0)
 	q.cnpPending, q.cnpSent = 0, false
 }

@@ -155,7 +155,8 @@ func TestDCQCNStall(t *testing.T) {
 }
 
 // TestDCQCNMonitorPeriod checks ConnectX's rate_reduce_monitor_period:
-// CNPs within it after a cut fold into one cut at its end.
+// a CNP within it after a cut is a cut owed, made once the period after
+// the cut before has passed, one per period.
 func TestDCQCNMonitorPeriod(t *testing.T) {
 	c := DefaultCongestionConfig()
 	var r reactionPoint
@@ -168,10 +169,41 @@ func TestDCQCNMonitorPeriod(t *testing.T) {
 	r.tick(&c, 3*µs)
 	assert.Equal(t, first, r.rate)
 	r.tick(&c, 4*µs)
-	assert.Less(t, r.rate, first, "the folded cut at the period's end")
+	assert.Less(t, r.rate, first, "the first cut owed at the period's end")
 	second := r.rate
-	r.tick(&c, 9*µs)
-	assert.Equal(t, second, r.rate, "one cut for the folded CNPs")
+	r.tick(&c, 7*µs)
+	assert.Equal(t, second, r.rate, "not within the next period")
+	r.tick(&c, 8*µs)
+	assert.Less(t, r.rate, second, "the second cut owed")
+	third := r.rate
+	r.tick(&c, 20*µs)
+	assert.Equal(t, third, r.rate, "no cut owed any more")
+}
+
+// TestDCQCNStarvedCNPs: CNPs an engine that did not run for a while takes
+// in one pass each cut the rate, as a NIC that took them as they came
+// would have, at most maxPendingCuts of them after the first.
+func TestDCQCNStarvedCNPs(t *testing.T) {
+	c := DefaultCongestionConfig()
+	c.TimeReset = time.Second // no increase event in the comparison
+	for _, cnps := range []int{1, 4, 20} {
+		var one, many reactionPoint
+		one.onCNP(&c, 0)
+		many.onCNP(&c, 0)
+		now := int64(time.Millisecond)
+		for i := range cnps {
+			many.onCNP(&c, now) // the first cuts at once, the rest are owed
+			if i < 1+maxPendingCuts {
+				one.onCNP(&c, now+int64(i)*int64(c.ReduceMonitorPeriod))
+			}
+		}
+		later := now + int64(time.Millisecond)
+		many.tick(&c, later)
+		one.tick(&c, later)
+		assert.InDelta(t, one.rate, many.rate, one.rate*1e-9, "%d CNPs in one pass", cnps)
+		assert.Less(t, many.rate, float64(c.LineRate)/2, "%d CNPs in one pass", cnps)
+		assert.Zero(t, many.cutsPending)
+	}
 }
 
 // TestDCQCNPacing checks the pacer: at rate R a QP's packets leave
