@@ -135,8 +135,8 @@ func newDCQCNTopo(ctx context.Context, softnic string) (t *dcqcnTopo, err error)
 		[]string{"d", "ip", "route", "add", "default", "via", "10.61.3.1"},
 		[]string{"r", "sysctl", "-qw", "net.ipv4.ip_forward=1"},
 		// The bottleneck: 1 Gb/s, a 64 KB bucket (several jumbo frames),
-		// a 1 MB queue (8 ms), a shallow switch port's.
-		[]string{"r", "tc", "qdisc", "add", "dev", "r3", "root", "tbf", "rate", "1gbit", "burst", "64kb", "limit", "1mb"},
+		// a shallow switch port's queue (-dcqcn-queue).
+		[]string{"r", "tc", "qdisc", "add", "dev", "r3", "root", "tbf", "rate", "1gbit", "burst", "64kb", "limit", dcqcnQueue},
 		[]string{"r", "tc", "qdisc", "add", "dev", "r3", "clsact"},
 		[]string{"r", "tc", "filter", "add", "dev", "r3", "egress", "bpf", "direct-action", "obj", marker, "sec", "tc"},
 	)

@@ -44,7 +44,7 @@ const starvedLate = 20 * time.Millisecond
 // The issue's marks (#16), as this benchmark checks them: after the first
 // dcqcnSkip, no drop at the bottleneck, utilisation at least markUtil
 // (mean of the 1 s windows), Jain's fairness at least markJain in every
-// window, queueing delay p99 at most markDelayMs (half the tbf's 1 MB
+// window, queueing delay p99 at most markDelayMs (half the default 1 MB
 // queue: "bounded"); and no retransmit timeout in the whole run.
 const (
 	markUtil    = 0.9
@@ -206,6 +206,8 @@ var (
 	dcqcnExtra          string
 	dcqcnCases          = "even,mtu"
 	dcqcnHog            int
+	// dcqcnQueue is -dcqcn-queue: the bottleneck's buffer (tbf limit).
+	dcqcnQueue = "1mb"
 )
 
 // dcqcnSetting is one setting the benchmark runs: each sender's flags,
@@ -386,7 +388,7 @@ func dcqcnMarkdown(all []*dcqcnRun, settings int, started time.Time, env runEnv)
 	}
 	b.WriteString("Two `softnic perf write_bw` senders (64 KiB WRITEs, IB MTU 4096 unless said, 9000-byte veths, in-process devices) into\n" +
 		"one receiver (a `softnic daemon`, both servers on its device) through a router namespace: tbf 1 Gb/s (64 KB bucket,\n" +
-		"1 MB queue) on the link to the receiver, and in front of it a tc BPF phantom queue (bench/suite/phantom/phantom.c) drained\n" +
+		"queue limit " + dcqcnQueue + ") on the link to the receiver, and in front of it a tc BPF phantom queue (bench/suite/phantom/phantom.c) drained\n" +
 		"at 0.95 Gb/s that marks CE above 30 KB. Senders' congestion control at its defaults (line rate the\n" +
 		"veth's 10 Gb/s), or with the reaction point off (`--softnic-rp-off`: CNPs arrive and are ignored). Rates are\n" +
 		"frames through the bottleneck per receiving QP (the daemon's counters every 100 ms); utilisation and Jain's\n" +
