@@ -79,6 +79,11 @@ type CongestionConfig struct {
 	// ConnectX ("Mellanox's version of DCQCN"); on a 1 Gb/s bottleneck
 	// the paper's overshoots more (bench/results/ANALYSIS.md).
 	MultipliedHAI bool
+	// IncreaseUnused makes every increase event raise the rate, as
+	// ConnectX does, also when the QP did not use its rate (the pacer
+	// held nothing back since the last event). By default such a QP's
+	// rate stays (reactionPoint.increaseIfUsed).
+	IncreaseUnused bool
 }
 
 // minMinRate is the lowest MinRate: the pacer's step at the rate fits

@@ -42,6 +42,9 @@ type reactionPoint struct {
 	// cut (the paper's T and BC), saturating.
 	timerEvents, byteEvents int16
 	limited                 bool
+	// heldBack: the pacer held a packet back since the last increase
+	// event (increaseIfUsed).
+	heldBack bool
 	// cutsPending counts the CNPs that came within ReduceMonitorPeriod of
 	// the last cut, up to maxPendingCuts: each is a cut due once the
 	// period after the one before has passed (tick).
@@ -158,8 +161,7 @@ func (r *reactionPoint) tick(c *CongestionConfig, now int64) {
 			break
 		}
 		r.timerAt += int64(c.TimeReset)
-		r.timerEvents = min(r.timerEvents+1, maxEvents)
-		r.increase(c)
+		r.increaseIfUsed(c, &r.timerEvents)
 	}
 }
 
@@ -171,9 +173,27 @@ func (r *reactionPoint) sent(c *CongestionConfig, n int) {
 	r.bytes += b
 	if uint64(r.bytes) >= c.ByteReset {
 		r.bytes = 0
-		r.byteEvents = min(r.byteEvents+1, maxEvents)
-		r.increase(c)
+		r.increaseIfUsed(c, &r.byteEvents)
 	}
+}
+
+// increaseIfUsed is an increase event of the timer or the byte counter
+// (its count in events), taken only if the QP used its rate: the pacer
+// held a packet back since the last event. A QP that sends below its rate
+// is limited by something else (its window, waiting for ACKs that a busy
+// host's engines turn around late, or its application), and raising a
+// rate it does not use only lets it send its whole window at the line
+// rate once the ACKs come: on a 512 KB bottleneck queue such bursts
+// dropped hundreds of packets a run (bench/results/ANALYSIS.md). TCP
+// validates its window for the same reason (RFC 7661); ConnectX, whose
+// QPs turn ACKs around at wire speed, does not need to.
+func (r *reactionPoint) increaseIfUsed(c *CongestionConfig, events *int16) {
+	if !r.heldBack && !c.IncreaseUnused {
+		return
+	}
+	r.heldBack = false
+	*events = min(*events+1, maxEvents)
+	r.increase(c)
 }
 
 // maySend reports whether the pacer lets a packet leave at now; it keeps
@@ -181,6 +201,7 @@ func (r *reactionPoint) sent(c *CongestionConfig, n int) {
 // the clock.
 func (r *reactionPoint) maySend(c *CongestionConfig, now int64) bool {
 	if now < r.sendAt {
+		r.heldBack = true
 		return false
 	}
 	slack := max(pacingSlack, int64(c.PacingBurst)*int64(r.psPerByte)/1000)

@@ -71,14 +71,17 @@ func TestDCQCNIncrease(t *testing.T) {
 	}
 	rt, rc := r.target, r.rate
 	require.Less(t, rt, 10e9)
-	// Timer events only: 5 of fast recovery.
+	// Timer events only: 5 of fast recovery. The QP uses its rate: the
+	// pacer holds it back before every event (increaseIfUsed).
 	for k := 1; k <= 5; k++ {
+		r.heldBack = true
 		r.tick(&c, t0+int64(k)*int64(c.TimeReset))
 		rc = (rt + rc) / 2
 		require.InDelta(t, rc, r.rate, 1, "fast recovery %d", k)
 		require.InDelta(t, rt, r.target, 1)
 	}
 	// The sixth timer event: additive increase.
+	r.heldBack = true
 	r.tick(&c, t0+6*int64(c.TimeReset))
 	rt += 40e6
 	rc = (rt + rc) / 2
@@ -88,6 +91,7 @@ func TestDCQCNIncrease(t *testing.T) {
 	// BC > F, then hyper with i = min(T, BC) - F.
 	for k := 1; k <= 7; k++ {
 		for sent := uint64(0); sent < c.ByteReset; sent += 4096 + wireOverhead {
+			r.heldBack = true
 			r.sent(&c, 4096)
 		}
 		bc, tc := int16(k), int16(6)
@@ -103,6 +107,7 @@ func TestDCQCNIncrease(t *testing.T) {
 	}
 	// Enough increase events bring it back to the line rate: no pacing.
 	for k := 7; r.limited && k < 10000; k++ {
+		r.heldBack = true
 		r.tick(&c, t0+int64(k)*int64(c.TimeReset))
 	}
 	assert.False(t, r.limited)
@@ -124,6 +129,7 @@ func TestDCQCNConstantHAI(t *testing.T) {
 	r.byteEvents = 5 // ...with the byte counter past F already
 	rt, rc := r.target, r.rate
 	for k := 1; k <= 6; k++ {
+		r.heldBack = true
 		r.tick(&c, 3+int64(k)*int64(c.TimeReset))
 		switch {
 		case k > 1: // T > F: hyper increase, one R_HAI per event
@@ -148,10 +154,39 @@ func TestDCQCNStall(t *testing.T) {
 	r.onCNP(&c, 10*µs)
 	rt, rc := r.target, r.rate
 	stall := 10*µs + 100*int64(time.Millisecond)
+	r.heldBack = true
 	r.tick(&c, stall)
 	assert.InDelta(t, (rt+rc)/2, r.rate, 1, "one event of fast recovery")
 	assert.Equal(t, stall+int64(c.TimeReset), r.timerAt)
 	assert.Equal(t, int16(1), r.timerEvents)
+}
+
+// TestDCQCNUnusedRate: increase events raise only a rate the QP uses. A
+// QP the pacer never held back (it sends below its rate) keeps its rate
+// through timer and byte counter events; one held back gets the next
+// event's increase, and only that one.
+func TestDCQCNUnusedRate(t *testing.T) {
+	c := DefaultCongestionConfig()
+	c.LineRate = 10e9
+	var r reactionPoint
+	r.onCNP(&c, 0)
+	rt, rc := r.target, r.rate
+	for k := int64(1); k <= 10; k++ {
+		r.tick(&c, k*int64(c.TimeReset))
+		r.sent(&c, int(c.ByteReset))
+	}
+	assert.Equal(t, rc, r.rate, "no increase for a rate the QP did not use")
+	assert.Zero(t, r.timerEvents+r.byteEvents)
+	require.False(t, r.maySend(&c, r.sendAt-1), "the pacer holds a packet back")
+	r.tick(&c, 11*int64(c.TimeReset))
+	assert.InDelta(t, (rt+rc)/2, r.rate, 1, "one event of fast recovery")
+	rc = r.rate
+	r.tick(&c, 12*int64(c.TimeReset))
+	assert.Equal(t, rc, r.rate, "not the event after")
+
+	c.IncreaseUnused = true // ConnectX's way: every event
+	r.tick(&c, 13*int64(c.TimeReset))
+	assert.Greater(t, r.rate, rc, "IncreaseUnused")
 }
 
 // TestDCQCNMonitorPeriod checks ConnectX's rate_reduce_monitor_period:

@@ -57,6 +57,7 @@ func (o *congestionOptions) define(fs *flag.FlagSet, prefix string) {
 	fs.DurationVar(&o.cc.TimeReset, s("rpg-time-reset"), d.TimeReset, "DCQCN: rate increase timer")
 	fs.Uint64Var(&o.byteReset, s("rpg-byte-reset"), d.ByteReset, "DCQCN: rate increase byte counter, bytes")
 	fs.IntVar(&o.cc.Threshold, s("rpg-threshold"), d.Threshold, "DCQCN: increase events of fast recovery (F)")
+	fs.BoolVar(&o.cc.IncreaseUnused, s("rpg-increase-unused"), false, "DCQCN: raise a QP's rate on every increase event, as ConnectX does, also when the QP sent below it (by default only a rate the pacer held the QP to grows)")
 	fs.BoolVar(&o.cc.MultipliedHAI, s("rpg-hai-multiplied"), false, "DCQCN: a hyper increase adds i times rpg-hai-rate, i the events since it began (the paper), not once per event (ConnectX as HPCC's simulator models it)")
 	fs.UintVar(&o.gd, s("rpg-gd"), uint(d.GD), "DCQCN: a cut takes alpha*1024/2^gd of the rate")
 	fs.UintVar(&o.minDecFac, s("rpg-min-dec-fac"), uint(d.MinDecFac), "DCQCN: largest cut, percent")
