@@ -59,11 +59,12 @@ bench:
 
 # Congestion control (root, clang for the BPF marker): two senders into one
 # 1 Gb/s tbf bottleneck through a router namespace, with DCQCN at
-# ConnectX's defaults, with hyper increase at 5 Mb/s, and without; the
+# ConnectX's defaults, with hyper increase at 5 Mb/s, and without; with
+# and without on a 512 KB queue, which the senders' windows overflow; the
 # same with sender 1 at IB MTU 1024, and that with the receiver sending at
 # most one CNP per QP per 50 us (the paper's interval) and hyper increase
 # at 5 Mb/s; 20 s each, 5 interleaved rounds (-repeat); writes
-# bench/results/dcqcn.{md,svg} and dcqcn-windows.txt. About 15 minutes.
+# bench/results/dcqcn.{md,svg} and dcqcn-windows.txt. About 20 minutes.
 bench-dcqcn:
 	$(GO) build -o $(BIN) ./cmd/softnic
 	$(GO) build -o bin/benchsuite ./bench/suite

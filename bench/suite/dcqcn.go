@@ -76,8 +76,10 @@ type dcqcnTopo struct {
 	softnic string
 	daemon  *exec.Cmd
 	dlog    bytes.Buffer
-	// daemonExtra are the receiver's flags of the current setting.
+	// daemonExtra are the receiver's flags of the current setting, queue
+	// the bottleneck's buffer.
 	daemonExtra []string
+	queue       string
 	runs        int // runs so far: names the senders' trace files
 }
 
@@ -145,6 +147,7 @@ func newDCQCNTopo(ctx context.Context, softnic string) (t *dcqcnTopo, err error)
 			return nil, err
 		}
 	}
+	t.queue = dcqcnQueue
 	return t, t.startDaemon(ctx)
 }
 
@@ -161,6 +164,20 @@ func (t *dcqcnTopo) buildMarker(ctx context.Context) (string, error) {
 		return "", fmt.Errorf("the marker needs clang and libbpf-dev: %w", err)
 	}
 	return obj, nil
+}
+
+// useQueue sets the bottleneck's buffer (its tbf limit), unless it has
+// it already.
+func (t *dcqcnTopo) useQueue(ctx context.Context, limit string) error {
+	if limit == t.queue {
+		return nil
+	}
+	if _, err := t.sh(ctx, "r", "tc", "qdisc", "change", "dev", "r3", "root", "tbf", "rate", "1gbit", "burst", "64kb",
+		"limit", limit); err != nil {
+		return err
+	}
+	t.queue = limit
+	return nil
 }
 
 // useDaemon restarts the receiver's daemon with extra after

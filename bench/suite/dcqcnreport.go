@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -204,7 +205,7 @@ var (
 	// case also runs with the receiver's CNP interval at this value.
 	dcqcnMTUCNPInterval string
 	dcqcnExtra          string
-	dcqcnCases          = "even,mtu"
+	dcqcnCases          = "even,shallow,mtu"
 	dcqcnHog            int
 	// dcqcnQueue is -dcqcn-queue: the bottleneck's buffer (tbf limit).
 	dcqcnQueue = "1mb"
@@ -216,7 +217,14 @@ type dcqcnSetting struct {
 	name   string
 	flags  [2][]string
 	daemon []string
+	// queue is the bottleneck's buffer (tbf limit), "" for -dcqcn-queue.
+	queue string
 }
+
+// shallowQueue is the "shallow" case's buffer: less than the two senders'
+// windows (2 × 128 packets of 4154 bytes), so that without congestion
+// control the queue overflows.
+const shallowQueue = "512kb"
 
 // dcqcnSettings returns the settings of -dcqcn-cases: "even" is two
 // identical senders with DCQCN at its defaults, without it
@@ -226,7 +234,9 @@ type dcqcnSetting struct {
 // sender 1 at IB MTU 1024 (rc_pingpong's default), sender 2 at 4096, in
 // the same settings as "even" (of -dcqcn-flags, the first): without DCQCN each QP's window of 128
 // unacknowledged packets holds a quarter of the bytes for sender 1, and
-// the shared queue divides the bottleneck in that proportion.
+// the shared queue divides the bottleneck in that proportion; "shallow"
+// is "even" without the -dcqcn-flags settings, on a queue of
+// shallowQueue.
 func dcqcnSettings() ([]dcqcnSetting, error) {
 	both := func(f ...string) [2][]string { return [2][]string{f, f} }
 	var extras [][]string
@@ -250,6 +260,10 @@ func dcqcnSettings() ([]dcqcnSetting, error) {
 		case "dcqcn":
 			out = append(out, dcqcnSetting{name: "with DCQCN", flags: both()})
 			out = withExtras("", out, nil, extras)
+		case "shallow":
+			q := "queue " + shallowQueue + ", "
+			out = append(out, dcqcnSetting{name: q + "with DCQCN", flags: both(), queue: shallowQueue},
+				dcqcnSetting{name: q + "without DCQCN", flags: both("--softnic-rp-off"), queue: shallowQueue})
 		case "extra":
 			if len(extras) == 0 {
 				return nil, errors.New("-dcqcn-cases extra needs -dcqcn-flags")
@@ -275,7 +289,7 @@ func dcqcnSettings() ([]dcqcnSetting, error) {
 				}
 			}
 		default:
-			return nil, fmt.Errorf("-dcqcn-cases: %q is not even, dcqcn, extra or mtu", c)
+			return nil, fmt.Errorf("-dcqcn-cases: %q is not even, dcqcn, extra, mtu or shallow", c)
 		}
 	}
 	return out, nil
@@ -343,6 +357,10 @@ func dcqcnMain(ctx context.Context, s *suite, outDir string) int {
 		for _, c := range settings {
 			fmt.Printf("== round %d, %s, %d s, load average %s\n", round+1, c.name, dcqcnSeconds, loadAverage())
 			if err := t.useDaemon(ctx, c.daemon); err != nil {
+				fmt.Fprintf(os.Stderr, "suite: dcqcn: %s: %v\n", c.name, err)
+				return 1
+			}
+			if err := t.useQueue(ctx, cmp.Or(c.queue, dcqcnQueue)); err != nil {
 				fmt.Fprintf(os.Stderr, "suite: dcqcn: %s: %v\n", c.name, err)
 				return 1
 			}

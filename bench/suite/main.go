@@ -125,7 +125,7 @@ func parseFlags() (*suite, options) {
 	flag.StringVar(&o.outDir, "out", "bench/results", "directory for latest.md and latest.png (empty: none)")
 	flag.StringVar(&o.echo, "udp-echo", "", "internal: be the echo server of the UDP ping-pong at ADDR:PORT")
 	flag.StringVar(&dcqcnExtra, "dcqcn-flags", "", "-only dcqcn: more DCQCN settings per case, separated by \";\", whose senders have these flags too (e.g. other DCQCN parameters)")
-	flag.StringVar(&dcqcnCases, "dcqcn-cases", dcqcnCases, "-only dcqcn: cases to run: even (two identical senders, with DCQCN and without), dcqcn (the same, only with), extra (only the -dcqcn-flags setting), mtu (sender 1 at IB MTU 1024, with and without)")
+	flag.StringVar(&dcqcnCases, "dcqcn-cases", dcqcnCases, "-only dcqcn: cases to run: even (two identical senders, with DCQCN and without), shallow (the same on a 512 KB queue, which their windows overflow), dcqcn (even, only with), extra (only the -dcqcn-flags setting), mtu (sender 1 at IB MTU 1024, with and without)")
 	flag.StringVar(&dcqcnDaemonFlags, "dcqcn-daemon-flags", "", "-only dcqcn: flags of the receiver's softnic daemon (the notification point), e.g. --cnp-interval=50us")
 	flag.StringVar(&dcqcnQueue, "dcqcn-queue", dcqcnQueue, "-only dcqcn: the bottleneck's buffer, as tc's tbf limit (1mb: 8 ms at 1 Gb/s)")
 	flag.StringVar(&dcqcnMTUCNPInterval, "dcqcn-mtu-cnp-interval", "", "-only dcqcn: the mtu case also runs its -dcqcn-flags setting with the receiver's daemon at this --cnp-interval (e.g. 50us)")
