@@ -1,10 +1,9 @@
 package daemon
 
 import (
-	"encoding/binary"
-
 	"golang.org/x/sys/unix"
 
+	"github.com/softnic/softnic/hostif"
 	"github.com/softnic/softnic/verbs"
 )
 
@@ -17,14 +16,14 @@ type owner struct {
 
 // ibvEventType is libibverbs' enum ibv_event_type value of each event.
 var ibvEventType = map[verbs.EventType]uint32{
-	verbs.EventCQErr:            0,
-	verbs.EventQPFatal:          1,
-	verbs.EventCommEst:          4,
-	verbs.EventSQDrained:        5,
-	verbs.EventPortActive:       9,
-	verbs.EventPortErr:          10,
-	verbs.EventSRQLimitReached:  15,
-	verbs.EventQPLastWQEReached: 16,
+	verbs.EventCQErr:            hostif.EventCQErr,
+	verbs.EventQPFatal:          hostif.EventQPFatal,
+	verbs.EventCommEst:          hostif.EventCommEst,
+	verbs.EventSQDrained:        hostif.EventSQDrained,
+	verbs.EventPortActive:       hostif.EventPortActive,
+	verbs.EventPortErr:          hostif.EventPortErr,
+	verbs.EventSRQLimitReached:  hostif.EventSRQLimitReached,
+	verbs.EventQPLastWQEReached: hostif.EventQPLastWQE,
 }
 
 // own records the owner of a CQ or QP (the server's mu is taken).
@@ -41,8 +40,8 @@ func (s *Server) disown(obj any) {
 }
 
 // deliverEvents writes each of the device's async events to the session
-// that owns its object, as the 16-byte record ibv_get_async_event reads:
-// the user handle, the event type, 0.
+// that owns its object, as the record ibv_get_async_event reads
+// (hostif.AsyncEvent): the user handle, the event type.
 func (s *Server) deliverEvents() {
 	defer s.wg.Done()
 	for {
@@ -75,15 +74,13 @@ func (s *Server) deliver(ev verbs.Event) {
 	if !ok {
 		return
 	}
-	var rec [16]byte
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	o, ok := s.owners[obj]
 	if !ok || o.ss.async < 0 {
 		return
 	}
-	binary.LittleEndian.PutUint64(rec[0:], o.handle)
-	binary.LittleEndian.PutUint32(rec[8:], typ)
+	rec := hostif.AsyncEvent(o.handle, typ)
 	unix.Write(o.ss.async, rec[:]) // non-blocking: a full pipe loses the event
 }
 
@@ -92,9 +89,7 @@ func (s *Server) deliver(ev verbs.Event) {
 // port number.
 func (s *Server) deliverPortEvent(ev verbs.Event) {
 	s.cfg.Log.Info("port state", "port", ev.Port, "event", ev.Type.String())
-	var rec [16]byte
-	binary.LittleEndian.PutUint64(rec[0:], uint64(ev.Port))
-	binary.LittleEndian.PutUint32(rec[8:], ibvEventType[ev.Type])
+	rec := hostif.AsyncEvent(uint64(ev.Port), ibvEventType[ev.Type])
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for ss := range s.sessions {

@@ -1,7 +1,6 @@
 package verbs
 
 import (
-	"encoding/binary"
 	"fmt"
 	"io"
 	"os"
@@ -9,6 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/softnic/softnic/daemon/client"
+	"github.com/softnic/softnic/hostif"
 )
 
 // remoteObjects are a dialed device's CQs, QPs, SRQs and AHs as the
@@ -96,27 +96,15 @@ func (o *remoteObjects) noteCompletions(wcs []WC) {
 	}
 }
 
-// libibverbs' enum ibv_event_type values of the events the daemon sends.
-const (
-	ibvEventCQErr           = 0
-	ibvEventQPFatal         = 1
-	ibvEventCommEst         = 4
-	ibvEventSQDrained       = 5
-	ibvEventPortActive      = 9
-	ibvEventPortErr         = 10
-	ibvEventSRQLimitReached = 15
-	ibvEventQPLastWQE       = 16
-)
-
 // asyncEvent turns the daemon's async event record into the device's
 // Event, for the object the user handle names; a QP known to have gone to
 // ERR is marked so before the event is seen (QP.State).
 func (d *Device) asyncEvent(handle uint64, typ uint32) {
 	switch typ { // a port's record names the port, not an object
-	case ibvEventPortActive:
+	case hostif.EventPortActive:
 		d.emit(Event{Type: EventPortActive, Port: int(handle)})
 		return
-	case ibvEventPortErr:
+	case hostif.EventPortErr:
 		d.emit(Event{Type: EventPortErr, Port: int(handle)})
 		return
 	}
@@ -126,19 +114,19 @@ func (d *Device) asyncEvent(handle uint64, typ uint32) {
 	srq, _ := obj.(*SRQ)
 	var ev Event
 	switch {
-	case typ == ibvEventCQErr && cq != nil:
+	case typ == hostif.EventCQErr && cq != nil:
 		ev = Event{Type: EventCQErr, CQ: cq}
-	case typ == ibvEventQPFatal && qp != nil:
+	case typ == hostif.EventQPFatal && qp != nil:
 		qp.remote.failed.Store(true)
 		ev = Event{Type: EventQPFatal, QP: qp}
-	case typ == ibvEventQPLastWQE && qp != nil:
+	case typ == hostif.EventQPLastWQE && qp != nil:
 		qp.remote.failed.Store(true) // raised when a QP on an SRQ reaches ERR
 		ev = Event{Type: EventQPLastWQEReached, QP: qp}
-	case typ == ibvEventCommEst && qp != nil:
+	case typ == hostif.EventCommEst && qp != nil:
 		ev = Event{Type: EventCommEst, QP: qp}
-	case typ == ibvEventSQDrained && qp != nil:
+	case typ == hostif.EventSQDrained && qp != nil:
 		ev = Event{Type: EventSQDrained, QP: qp}
-	case typ == ibvEventSRQLimitReached && srq != nil:
+	case typ == hostif.EventSRQLimitReached && srq != nil:
 		ev = Event{Type: EventSRQLimitReached, SRQ: srq}
 	default:
 		return // an object already destroyed, or an event verbs has no name for
@@ -150,7 +138,7 @@ func (d *Device) asyncEvent(handle uint64, typ uint32) {
 // at Close, or when the daemon ended the session, which the device's
 // events then say with EventDeviceFatal.
 func (d *Device) readAsync(f *os.File) {
-	var rec [16]byte
+	var rec [hostif.AsyncEventLen]byte
 	for {
 		if _, err := io.ReadFull(f, rec[:]); err != nil {
 			if !d.remote.pipes.closing.Load() {
@@ -158,7 +146,7 @@ func (d *Device) readAsync(f *os.File) {
 			}
 			return
 		}
-		d.asyncEvent(binary.LittleEndian.Uint64(rec[0:]), binary.LittleEndian.Uint32(rec[8:]))
+		d.asyncEvent(hostif.ParseAsyncEvent(rec))
 	}
 }
 

@@ -1,0 +1,35 @@
+package hostif
+
+import "encoding/binary"
+
+// libibverbs' enum ibv_event_type values of the async events the daemon
+// sends (docs/HOST-INTERFACE.md, "Events").
+const (
+	EventCQErr           uint32 = 0
+	EventQPFatal         uint32 = 1
+	EventCommEst         uint32 = 4
+	EventSQDrained       uint32 = 5
+	EventPortActive      uint32 = 9
+	EventPortErr         uint32 = 10
+	EventSRQLimitReached uint32 = 15
+	EventQPLastWQE       uint32 = 16
+)
+
+// AsyncEventLen is the size of an async event record: struct
+// ib_uverbs_async_event_desc, which ibv_get_async_event reads.
+const AsyncEventLen = 16
+
+// AsyncEvent is an async event record: u64 element (the user handle of
+// the QP, CQ or SRQ, or the port number of a port's event), u32 event
+// type, u32 reserved.
+func AsyncEvent(element uint64, typ uint32) [AsyncEventLen]byte {
+	var rec [AsyncEventLen]byte
+	binary.LittleEndian.PutUint64(rec[0:], element)
+	binary.LittleEndian.PutUint32(rec[8:], typ)
+	return rec
+}
+
+// ParseAsyncEvent returns an async event record's element and type.
+func ParseAsyncEvent(rec [AsyncEventLen]byte) (element uint64, typ uint32) {
+	return binary.LittleEndian.Uint64(rec[0:]), binary.LittleEndian.Uint32(rec[8:])
+}
