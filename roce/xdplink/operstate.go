@@ -55,16 +55,14 @@ func WatchOperState(ifindex int, done <-chan struct{}, changed func(up bool)) er
 			}
 			// The subscription ended: done, or an error; a new one lists
 			// the links again, so a change missed meanwhile is seen.
-			select {
-			case <-done:
-				return
-			case <-time.After(resubscribeAfter):
-			}
-			for ch, err = subscribeLinks(ns, done); err != nil; ch, err = subscribeLinks(ns, done) {
+			for {
 				select {
 				case <-done:
 					return
 				case <-time.After(resubscribeAfter):
+				}
+				if ch, err = subscribeLinks(ns, done); err == nil {
+					break
 				}
 			}
 		}
