@@ -136,9 +136,7 @@ func newDCQCNTopo(ctx context.Context, softnic string) (t *dcqcnTopo, err error)
 		[]string{"s2", "ip", "route", "add", "default", "via", "10.61.2.1"},
 		[]string{"d", "ip", "route", "add", "default", "via", "10.61.3.1"},
 		[]string{"r", "sysctl", "-qw", "net.ipv4.ip_forward=1"},
-		// The bottleneck: 1 Gb/s, a 64 KB bucket (several jumbo frames),
-		// a shallow switch port's queue (-dcqcn-queue).
-		[]string{"r", "tc", "qdisc", "add", "dev", "r3", "root", "tbf", "rate", "1gbit", "burst", "64kb", "limit", dcqcnQueue},
+		append([]string{"r", "tc", "qdisc", "add"}, bottleneck(dcqcnQueue)...),
 		[]string{"r", "tc", "qdisc", "add", "dev", "r3", "clsact"},
 		[]string{"r", "tc", "filter", "add", "dev", "r3", "egress", "bpf", "direct-action", "obj", marker, "sec", "tc"},
 	)
@@ -166,14 +164,21 @@ func (t *dcqcnTopo) buildMarker(ctx context.Context) (string, error) {
 	return obj, nil
 }
 
+// bottleneck is the router's qdisc on the link to the receiver, after
+// tc qdisc add or change: 1 Gb/s, a 64 KB bucket (several jumbo frames),
+// and a switch port's queue of limit bytes (-dcqcn-queue, or the shallow
+// case's).
+func bottleneck(limit string) []string {
+	return []string{"dev", "r3", "root", "tbf", "rate", "1gbit", "burst", "64kb", "limit", limit}
+}
+
 // useQueue sets the bottleneck's buffer (its tbf limit), unless it has
 // it already.
 func (t *dcqcnTopo) useQueue(ctx context.Context, limit string) error {
 	if limit == t.queue {
 		return nil
 	}
-	if _, err := t.sh(ctx, "r", "tc", "qdisc", "change", "dev", "r3", "root", "tbf", "rate", "1gbit", "burst", "64kb",
-		"limit", limit); err != nil {
+	if _, err := t.sh(ctx, "r", append([]string{"tc", "qdisc", "change"}, bottleneck(limit)...)...); err != nil {
 		return err
 	}
 	t.queue = limit
