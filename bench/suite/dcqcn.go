@@ -38,12 +38,13 @@ import (
 //	                 router ── tbf 1 Gb/s + marker ── d0 (10.61.3.2, softnic daemon)
 //	s2 (10.61.2.2) ─┘
 //
-// The marker is phantom/phantom.c, a tc BPF program on the bottleneck's egress:
-// a phantom queue drained at 95 % of the bottleneck marks CE while it
-// holds more than 30 KB (HULL). The first try, nftables `limit rate over
-// ... ip ecn set ce` (marking the packets beyond a token bucket at 95 %),
-// marked only the excess packets, too few and too late: the real queue
-// stayed full and dropped under both settings (bench/results/dcqcn.md).
+// The marker is phantom/phantom.c, a tc BPF program on the bottleneck's
+// egress: a phantom queue drained at 95 % of the bottleneck marks CE
+// while it holds more than 30 KB (HULL); like a real queue it holds at
+// most 1 MiB. The first try, nftables `limit rate over ... ip ecn set
+// ce` (marking the packets beyond a token bucket at 95 %), marked only
+// the excess packets, too few and too late: the real queue stayed full
+// and dropped under both settings (bench/results/dcqcn.md).
 //
 // Each sender is `softnic perf write_bw` (64 KiB WRITEs, IB MTU 4096, its
 // own device on its own veth); the receiver's two servers share the
