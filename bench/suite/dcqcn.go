@@ -39,9 +39,12 @@ import (
 //	s2 (10.61.2.2) ─┘
 //
 // The marker is phantom/phantom.c, a tc BPF program on the bottleneck's
-// egress: a phantom queue drained at 95 % of the bottleneck marks CE
-// while it holds more than 30 KB (HULL); like a real queue it holds at
-// most 1 MiB. The first try, nftables `limit rate over ... ip ecn set
+// egress: a phantom queue drained at 97 % of the bottleneck
+// (-dcqcn-drain) marks CE while it holds more than 30 KB (HULL); like a
+// real queue it holds at most 1 MiB. HULL's 95 % left DCQCN's sawtooth
+// at 0.90-0.91 of the bottleneck, on the issue's mark; 97 % gives
+// 0.92-0.93 with the real queue as short (bench/results/ANALYSIS.md).
+// The first try, nftables `limit rate over ... ip ecn set
 // ce` (marking the packets beyond a token bucket at 95 %), marked only
 // the excess packets, too few and too late: the real queue stayed full
 // and dropped under both settings (bench/results/dcqcn.md).
@@ -156,7 +159,7 @@ func (t *dcqcnTopo) buildMarker(ctx context.Context) (string, error) {
 	if err := os.WriteFile(src, phantomSource, 0o644); err != nil {
 		return "", err
 	}
-	drain := strconv.Itoa(int(0.95 * dcqcnBottleneck / 8))
+	drain := strconv.Itoa(int(dcqcnDrain * dcqcnBottleneck / 8))
 	_, err := t.sh(ctx, "", "clang", "-O2", "-g", "-target", "bpf", "-I/usr/include/x86_64-linux-gnu",
 		"-DDRAIN_BYTES_PER_SEC="+drain+"ULL", "-DMARK_BYTES=30000ULL", "-c", src, "-o", obj)
 	if err != nil {

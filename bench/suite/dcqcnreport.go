@@ -209,6 +209,9 @@ var (
 	dcqcnHog            int
 	// dcqcnQueue is -dcqcn-queue: the bottleneck's buffer (tbf limit).
 	dcqcnQueue = "1mb"
+	// dcqcnDrain is -dcqcn-drain: the marker's phantom queue drains at
+	// this fraction of the bottleneck (HULL's gamma).
+	dcqcnDrain = 0.97
 )
 
 // dcqcnSetting is one setting the benchmark runs: each sender's flags,
@@ -407,7 +410,8 @@ func dcqcnMarkdown(all []*dcqcnRun, settings int, started time.Time, env runEnv)
 	b.WriteString("Two `softnic perf write_bw` senders (64 KiB WRITEs, IB MTU 4096 unless said, 9000-byte veths, in-process devices) into\n" +
 		"one receiver (a `softnic daemon`, both servers on its device) through a router namespace: tbf 1 Gb/s (64 KB bucket,\n" +
 		"queue limit " + dcqcnQueue + ") on the link to the receiver, and in front of it a tc BPF phantom queue (bench/suite/phantom/phantom.c) drained\n" +
-		"at 0.95 Gb/s (its backlog capped at 1 MiB) that marks CE above 30 KB. Senders' congestion control at its defaults (line rate the\n" +
+		fmt.Sprintf("at %.3g Gb/s (its backlog capped at 1 MiB) that marks CE above 30 KB.", dcqcnDrain*dcqcnBottleneck/1e9) +
+		" Senders' congestion control at its defaults (line rate the\n" +
 		"veth's 10 Gb/s), or with the reaction point off (`--softnic-rp-off`: CNPs arrive and are ignored). Rates are\n" +
 		"frames through the bottleneck per receiving QP (the daemon's counters every 100 ms); utilisation and Jain's\n" +
 		"fairness over 1 s windows after the first 2 s; queueing delay = tbf backlog at 1 Gb/s, sampled.\n" +

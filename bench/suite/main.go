@@ -128,6 +128,7 @@ func parseFlags() (*suite, options) {
 	flag.StringVar(&dcqcnCases, "dcqcn-cases", dcqcnCases, "-only dcqcn: cases to run: even (two identical senders, with DCQCN and without), shallow (the same on a 512 KB queue, which their windows overflow), dcqcn (even, only with), extra (only the -dcqcn-flags setting), mtu (sender 1 at IB MTU 1024, with and without)")
 	flag.StringVar(&dcqcnDaemonFlags, "dcqcn-daemon-flags", "", "-only dcqcn: flags of the receiver's softnic daemon (the notification point), e.g. --cnp-interval=50us")
 	flag.StringVar(&dcqcnQueue, "dcqcn-queue", dcqcnQueue, "-only dcqcn: the bottleneck's buffer, as tc's tbf limit (1mb: 8 ms at 1 Gb/s)")
+	flag.Float64Var(&dcqcnDrain, "dcqcn-drain", dcqcnDrain, "-only dcqcn: the marker's phantom queue drains at this fraction of the bottleneck")
 	flag.StringVar(&dcqcnMTUCNPInterval, "dcqcn-mtu-cnp-interval", "", "-only dcqcn: the mtu case also runs its -dcqcn-flags setting with the receiver's daemon at this --cnp-interval (e.g. 50us)")
 	flag.IntVar(&dcqcnHog, "dcqcn-hog", 0, "-only dcqcn: CPU-bound processes to run alongside (a busy host)")
 	vmFlags(&o)

@@ -16,7 +16,7 @@
 #include <bpf/bpf_helpers.h>
 
 #ifndef DRAIN_BYTES_PER_SEC
-#define DRAIN_BYTES_PER_SEC 118750000ULL
+#define DRAIN_BYTES_PER_SEC 121250000ULL /* 97 % of 1 Gb/s */
 #endif
 #ifndef MARK_BYTES
 #define MARK_BYTES 30000ULL
