@@ -333,6 +333,9 @@ func dcqcnMain(ctx context.Context, s *suite, outDir string) int {
 		s.softnic = abs
 	}
 	settings, err := dcqcnSettings()
+	if err == nil && (dcqcnDrain <= 0 || dcqcnDrain > 1) {
+		err = fmt.Errorf("-dcqcn-drain %g: want a fraction of the bottleneck in (0, 1]", dcqcnDrain)
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "suite:", err)
 		return 2
