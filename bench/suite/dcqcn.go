@@ -41,9 +41,10 @@ import (
 // The marker is phantom/phantom.c, a tc BPF program on the bottleneck's
 // egress: a phantom queue drained at 97 % of the bottleneck
 // (-dcqcn-drain) marks CE while it holds more than 30 KB (HULL); like a
-// real queue it holds at most 1 MiB. HULL's 95 % left DCQCN's sawtooth
-// at 0.90-0.91 of the bottleneck, on the issue's mark; 97 % gives
-// 0.92-0.93 with the real queue as short (bench/results/ANALYSIS.md).
+// real queue it holds at most 1 MiB. DCQCN's sawtooth runs a few percent
+// under the drain, so HULL's 95 % left utilisation on the issue's 0.9
+// mark; 97 % leaves a margin and keeps the real queue as short
+// (bench/results/ANALYSIS.md).
 // The first try, nftables `limit rate over ... ip ecn set
 // ce` (marking the packets beyond a token bucket at 95 %), marked only
 // the excess packets, too few and too late: the real queue stayed full

@@ -103,9 +103,9 @@ func (e *interopEnv) boot(toServer, toClient []interopRun) {
 	e.guest, e.gcancel = guest, gcancel
 }
 
-// maxReboots is how many stalled guests a test replaces. A clean-clone
-// CI run on 2026-11-28 saw three stalls in one test (each about 80 s into
-// a fresh guest's write_bw -a), where two replacements were allowed.
+// maxReboots is how many stalled guests a test replaces. On some hosts
+// the stalls come several to a test, each in a fresh guest, and every
+// replacement costs only time.
 const maxReboots = 4
 
 // rebootIfStalled replaces the guest by a fresh one if the guest reported
