@@ -66,10 +66,10 @@ type lane struct {
 	// known: the engine goroutine's thread stays there.
 	cpu int
 	// The engine goroutine's own: its idle passes in a row since the last
-	// that worked, when the first was (spin), and whether it napped since
-	// its last pass.
+	// that worked, when the first was (spin, on monoClock), and whether it
+	// napped since its last pass.
 	spins     int
-	idleSince time.Time
+	idleSince time.Duration
 	napped    bool
 
 	// capture, if set, is the lane's part of a running capture (capture.go).
@@ -217,16 +217,17 @@ func (ln *lane) pinToCPU() *cpupin.Pin {
 // spin, after a pass that found nothing, gives owner back and yields if
 // the engine has not been idle for the device's spin yet, and reports
 // whether it did. The spin is timed from the first idle pass, and the
-// clock read then and every few spins only: where it is slow (a guest on
-// the HPET) a reading after every pass that worked took 5 % of a write_bw
-// client's CPU time.
+// clock read then and every few spins only, the monotonic clock alone
+// (monoClock): where reading it is slow (a guest on the HPET, a system
+// call and an emulated device each time) a reading after every pass that
+// worked took 5 % of a write_bw client's CPU time.
 func (ln *lane) spin() bool {
 	ln.napLen = 0
 	if ln.spins == 0 {
-		ln.idleSince = time.Now()
+		ln.idleSince = monoClock()
 	}
 	ln.spins++
-	if ln.d.spin <= 0 || (ln.spins&7 == 0 && time.Since(ln.idleSince) >= ln.d.spin) {
+	if ln.d.spin <= 0 || (ln.spins&7 == 0 && monoClock()-ln.idleSince >= ln.d.spin) {
 		return false
 	}
 	ln.owner.Store(0)
@@ -245,6 +246,12 @@ func (ln *lane) spin() bool {
 	osYield()
 	return true
 }
+
+// monoClock reads the monotonic clock alone; time.Now reads the wall clock
+// as well, a second reading of the clock source.
+func monoClock() time.Duration { return time.Since(monoEpoch) }
+
+var monoEpoch = time.Now()
 
 // sleep waits for packets, the doorbell or the next timer (wait), then
 // gives owner back; it reports whether the link closed. The wait keeps
