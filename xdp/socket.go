@@ -26,8 +26,13 @@ type Socket struct {
 	rx         descRing
 	tx         descRing
 	zeroCopy   bool
-	ctr        counters
-	closed     bool
+	// txFull is set when the kernel refused a kick because the driver's
+	// queue was full; txHeld counts the flushes since that did not kick
+	// (Flush).
+	txFull bool
+	txHeld int
+	ctr    counters
+	closed bool
 }
 
 // Open creates an AF_XDP socket on receive queue queue of the interface

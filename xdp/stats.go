@@ -15,6 +15,7 @@ type Counters struct {
 	TxCompleted                 uint64
 	Kicks, KickErrors           uint64 // sendto wakeups of the TX path
 	KicksRefused                uint64 // kicks that sent nothing: the driver's queue was full
+	KicksHeld                   uint64 // flushes that did not kick a full queue again (Flush)
 	RxWakeups                   uint64 // recvfrom wakeups (need_wakeup on fill, busy poll)
 	OwnershipErrors             uint64 // frames returned that the caller did not own
 }
@@ -25,7 +26,7 @@ type counters struct {
 	rxPackets, rxDescs, rxBytes    atomic.Uint64
 	txPackets, txDescs, txBytes    atomic.Uint64
 	txCompleted, kicks, kickErrors atomic.Uint64
-	kicksRefused                   atomic.Uint64
+	kicksRefused, kicksHeld        atomic.Uint64
 	rxWakeups, ownershipErrors     atomic.Uint64
 	freeTx, freeRx                 atomic.Int64 // as of the last batch
 }
@@ -50,6 +51,7 @@ func (s *Socket) Stats() (Stats, error) {
 		RxPackets: c.rxPackets.Load(), RxDescs: c.rxDescs.Load(), RxBytes: c.rxBytes.Load(),
 		TxPackets: c.txPackets.Load(), TxDescs: c.txDescs.Load(), TxBytes: c.txBytes.Load(),
 		TxCompleted: c.txCompleted.Load(), Kicks: c.kicks.Load(), KickErrors: c.kickErrors.Load(), KicksRefused: c.kicksRefused.Load(),
+		KicksHeld: c.kicksHeld.Load(),
 		RxWakeups: c.rxWakeups.Load(), OwnershipErrors: c.ownershipErrors.Load(),
 	}, FreeTxFrames: int(c.freeTx.Load()), FreeRxFrames: int(c.freeRx.Load())}
 	if s.closed {

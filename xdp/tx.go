@@ -99,17 +99,51 @@ func (s *Socket) submitTx(descs []Desc) {
 // Flush wakes the kernel's transmit path when it asks for it (need_wakeup;
 // in copy mode that is every batch) and reaps completions. Transient
 // conditions (EAGAIN, EBUSY, ENOBUFS) are not errors: the frames stay
-// queued and the next Flush retries.
+// queued and a later Flush retries.
+//
+// Once the driver's queue was full, Flush kicks again only after a
+// completion (the driver freed a frame, so it has room), RetryTx, or
+// maxHeldKicks flushes: a kick into a full queue still costs a system
+// call, and in copy mode the copy of a frame into a buffer the kernel frees
+// at once. A sender that polled against a full virtio-net queue had seven
+// kicks in eight refused.
 func (s *Socket) Flush() error {
 	if s.closed {
 		return ErrClosed
 	}
-	// Copy mode sends a bounded batch per sendto and reports EAGAIN when
-	// more is left, so kick until the ring drains or the kernel pushes back.
+	if s.txFull {
+		if s.Complete() == 0 && s.txHeld < maxHeldKicks {
+			s.txHeld++
+			s.ctr.kicksHeld.Add(1)
+			return nil
+		}
+		s.RetryTx()
+	}
+	err := s.kick()
+	s.Complete()
+	return err
+}
+
+// maxHeldKicks bounds the flushes that skip the kick of a full queue, for
+// drivers that free sent frames only when asked to send more (virtio-net
+// without napi_tx) and callers that never wait (RetryTx).
+const maxHeldKicks = 64
+
+// RetryTx lets the next Flush kick even if the driver's queue was full and
+// nothing completed since: a caller that waited a while for room calls it.
+func (s *Socket) RetryTx() {
+	s.txFull = false
+	s.txHeld = 0
+}
+
+// kick sends what the TX ring holds: copy mode sends a bounded batch per
+// sendto and reports EAGAIN when more is left, so it kicks until the ring
+// drains or the kernel pushes back.
+func (s *Socket) kick() error {
 	for i := 0; i < 64; i++ {
 		before := s.tx.prodOutstanding()
 		if before == 0 || !s.tx.needWakeup() {
-			break
+			return nil
 		}
 		s.ctr.kicks.Add(1)
 		// A raw system call: the kick never sleeps (MSG_DONTWAIT), but in
@@ -118,26 +152,22 @@ func (s *Socket) Flush() error {
 		// its P taken and handed to another thread, and must win one back
 		// when it returns (bench/results/ANALYSIS.md has the figures).
 		_, _, errno := unix.RawSyscall6(unix.SYS_SENDTO, uintptr(s.fd), 0, 0, unix.MSG_DONTWAIT, 0, 0)
-		if errno == 0 {
-			continue
+		switch {
+		case errno == 0:
+		case errno == unix.EAGAIN && s.tx.prodOutstanding() != before:
+			// More left after a batch: kick again.
+		case errno == unix.EAGAIN:
+			// Nothing sent: the driver's queue is full.
+			s.ctr.kicksRefused.Add(1)
+			s.txFull = true
+			return nil
+		case errno == unix.EBUSY || errno == unix.ENOBUFS:
+			return nil
+		default:
+			s.ctr.kickErrors.Add(1)
+			return fmt.Errorf("AF_XDP transmit kick: %w", errno)
 		}
-		if errno == unix.EAGAIN {
-			// More left after a batch, or the driver's queue is full:
-			// only the first is worth another kick now.
-			if s.tx.prodOutstanding() == before {
-				s.ctr.kicksRefused.Add(1)
-				break
-			}
-			continue
-		}
-		if errno == unix.EBUSY || errno == unix.ENOBUFS {
-			break
-		}
-		s.ctr.kickErrors.Add(1)
-		s.Complete()
-		return fmt.Errorf("AF_XDP transmit kick: %w", errno)
 	}
-	s.Complete()
 	return nil
 }
 

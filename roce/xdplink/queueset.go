@@ -289,9 +289,11 @@ func (q *queueSet) Wait(timeout time.Duration) error {
 		// driver frees room, and the receiver may have nothing left to
 		// answer, so sleeping until the next timer left them there until
 		// the retransmit timeout (bench/results/ANALYSIS.md). Look again
-		// soon; the next Flush kicks them.
+		// soon; the next Flush kicks them, whether or not the driver
+		// has completed a frame meanwhile.
 		q.l.txBusyWaits.Add(1)
 		timeout = atMost(timeout, txRetry)
+		defer q.tx.RetryTx()
 	}
 	var fds [1 + bpf.MaxQueues]unix.PollFd
 	fds[0] = unix.PollFd{Fd: int32(q.wakeFD), Events: unix.POLLIN}
