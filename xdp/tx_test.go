@@ -34,6 +34,14 @@ func TestFlushHoldsKicksOfAFullQueue(t *testing.T) {
 		require.NoError(t, err)
 		return st.Kicks, st.KicksHeld
 	}
+	// settle reaps the completions of the first n frames, which the
+	// kernel may write after the peer has read the frame.
+	settle := func(n uint64) {
+		require.Eventually(t, func() bool {
+			a.sock.Complete()
+			return a.sock.ctr.txCompleted.Load() == n
+		}, 2*time.Second, time.Millisecond, "completions of %d frames", n)
+	}
 
 	// Held while nothing completes: the frame stays on the ring.
 	queue(1)
@@ -51,6 +59,7 @@ func TestFlushHoldsKicksOfAFullQueue(t *testing.T) {
 	k, _ = kicks()
 	require.Equal(t, k0+1, k, "kick after maxHeldKicks flushes")
 	require.Len(t, receiveFrames(t, b.sock, 1, 2*time.Second), 1)
+	settle(1)
 
 	// RetryTx ends the hold at once.
 	queue(2)
@@ -63,6 +72,7 @@ func TestFlushHoldsKicksOfAFullQueue(t *testing.T) {
 	k, _ = kicks()
 	require.Equal(t, k1+1, k, "kick after RetryTx")
 	require.Len(t, receiveFrames(t, b.sock, 1, 2*time.Second), 1)
+	settle(2)
 
 	// So does a completion: the driver freed a frame, so it has room.
 	queue(3)
