@@ -17,7 +17,9 @@
 // Transmitting: NextTxFrame hands out a free frame to build a packet in;
 // Transmit queues descriptors on the TX ring; Flush kicks the kernel with
 // sendto(2) when it asks for it (need_wakeup: in copy mode after every
-// batch) and reaps the completion ring so frames become free again.
+// batch) and reaps the completion ring so frames become free again. After
+// the kernel refused a kick (the driver's queue was full), Flush kicks again
+// once a frame completed, after RetryTx, or after a few dozen flushes.
 //
 // Packets longer than a frame (Config.MultiBuffer, XDP_USE_SG) span several
 // descriptors; all but the last have More set, on receive and on transmit.
