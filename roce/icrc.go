@@ -35,12 +35,12 @@ const bthFlags = 4
 // header checksum; IPv6 traffic class, flow label and hop limit; the UDP
 // checksum; and BTH byte 4 (FECN, BECN and reserved bits). To run the CRC in
 // one contiguous call (hash/crc32 uses its carry-less multiply path only on
-// long inputs) and without a copy, ICRC masks those bytes in pkt itself and
+// long inputs; see updateCRC) and without a copy, ICRC masks those bytes in pkt itself and
 // restores them before it returns; pkt must not be read concurrently.
 func ICRC(pkt []byte) uint32 {
 	var saved variantFields
 	ipLen := maskVariant(pkt, &saved)
-	crc := crc32.Update(lrhState, crc32.IEEETable, pkt[:len(pkt)-ibtransport.ICRCLen])
+	crc := updateCRC(lrhState, pkt[:len(pkt)-ibtransport.ICRCLen])
 	restoreVariant(pkt, ipLen, &saved)
 	return crc
 }
