@@ -398,13 +398,26 @@ func guestSections(t *testing.T, output string) map[string]string {
 	return guestOut
 }
 
-// checkNoneFailed checks that no tool of the guest's script failed.
+// checkNoneFailed checks that no tool of the guest's script failed, but
+// for Debian 12's rping ending on its exit race (rpingExitRace), which
+// the rping checks' count of pings covers.
 func checkNoneFailed(t *testing.T, sections map[string]string) {
 	t.Helper()
 	for name, body := range sections {
+		if rpingExitRace.MatchString(body) {
+			t.Logf("%s: rping failed on its exit race (rdma-core before 61), its pings are checked apart", name)
+			continue
+		}
 		assert.NotContainsf(t, body, "!! FAILED", "the tool failed in %s", name)
 	}
 }
+
+// rpingExitRace is a section whose rping failed only because its CM event
+// thread read the event channel after the main thread, done, had
+// destroyed it: the tool prints the read's error and exits with 255 after
+// a run that worked. rdma-core fixed it in 61.0 (f3ae6534a, "rping:
+// terminate CM event thread before exiting"); Debian 12 has 44.
+var rpingExitRace = regexp.MustCompile(`(?s)(?:^|\n)rdma_get_cm_event: Bad file descriptor\n.*\n!! FAILED: rping [^\n]*\n?$`)
 
 // splitSections splits a guest script's output into its "@@ name as role"
 // sections, keyed "name role".
