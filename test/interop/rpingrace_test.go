@@ -15,6 +15,7 @@ func TestRpingExitRace(t *testing.T) {
 	race := pings + "\nrdma_get_cm_event: Bad file descriptor\nMNOPQRSTUVWXYZ[\n\n!! FAILED: rping -v -V -C 100 -S 1024 -c -a 10.77.0.1\n"
 	assert.True(t, rpingExitRace.MatchString(race))
 	assert.True(t, rpingExitRace.MatchString(strings.TrimPrefix(race, pings+"\n")))
+	assert.True(t, rpingExitRace.MatchString(pings+"rdma_get_cm_event: Bad file descriptor\n!! FAILED: rping -c -a 10.77.0.1\n"))
 	for name, body := range map[string]string{
 		"another error":        pings + "\nrdma_get_cm_event: Connection reset by peer\n!! FAILED: rping -v -V -C 100 -S 1024 -c -a 10.77.0.1\n",
 		"another tool":         pings + "\nrdma_get_cm_event: Bad file descriptor\n!! FAILED: ib_send_bw -R 10.77.0.1\n",

@@ -417,7 +417,7 @@ func checkNoneFailed(t *testing.T, sections map[string]string) {
 // destroyed it: the tool prints the read's error and exits with 255 after
 // a run that worked. rdma-core fixed it in 61.0 (f3ae6534a, "rping:
 // terminate CM event thread before exiting"); Debian 12 has 44.
-var rpingExitRace = regexp.MustCompile(`(?s)(?:^|\n)rdma_get_cm_event: Bad file descriptor\n.*\n!! FAILED: rping [^\n]*\n?$`)
+var rpingExitRace = regexp.MustCompile(`(?s)rdma_get_cm_event: Bad file descriptor\n.*!! FAILED: rping [^\n]*\n?$`)
 
 // splitSections splits a guest script's output into its "@@ name as role"
 // sections, keyed "name role".
