@@ -93,8 +93,7 @@ func (w *providerWorld) pair(t *testing.T, port int, server, client []string) (s
 	t.Helper()
 	for attempt := 1; ; attempt++ {
 		r := w.pairAttempt(t, port, server, client)
-		if (r.serr != nil || r.cerr != nil) && attempt < 3 && perftestNoClock(r) {
-			t.Logf("%v: perftest could not time its cycle counter; again:\nserver:\n%s\nclient:\n%s", client, r.sout, r.cout)
+		if r.againForClock(t, attempt, client) {
 			continue
 		}
 		require.True(t, r.serr == nil && r.cerr == nil, "%v: server %v:\n%s\nclient %v:\n%s", server, r.serr, r.sout, r.cerr, r.cout)

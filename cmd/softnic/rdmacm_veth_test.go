@@ -45,8 +45,7 @@ func (w *providerWorld) cmPair(t *testing.T, server, client []string) (string, s
 			t.Logf("%v: the client's REQ came before the server's second listen; again:\n%s", client, r.cout)
 			continue
 		}
-		if (r.serr != nil || r.cerr != nil) && attempt < 3 && perftestNoClock(r) {
-			t.Logf("%v: perftest could not time its cycle counter; again:\nserver:\n%s\nclient:\n%s", client, r.sout, r.cout)
+		if r.againForClock(t, attempt, client) {
 			continue
 		}
 		if r.cerr != nil && client[0] == "rping" && rpingExitRace(r.cout) {
@@ -65,6 +64,18 @@ func (w *providerWorld) cmPair(t *testing.T, server, client []string) (string, s
 
 // perftestEarlyREQ is how perftest reports a REJ for invalid service ID.
 var perftestEarlyREQ = regexp.MustCompile(`Event: RDMA_CM_EVENT_REJECTED; error: 8\.`)
+
+// againForClock reports whether the pair of client that ended as r is to
+// be run again because perftest could not time its cycle counter
+// (perftestNoClock), attempt being the run's number (of three at most);
+// it logs why.
+func (r pairRun) againForClock(t *testing.T, attempt int, client []string) bool {
+	if (r.serr == nil && r.cerr == nil) || attempt >= 3 || !perftestNoClock(r) {
+		return false
+	}
+	t.Logf("%v: perftest could not time its cycle counter; again:\nserver:\n%s\nclient:\n%s", client, r.sout, r.cout)
+	return true
+}
 
 // perftestNoClock reports whether a side of r failed perftest's timing of
 // its cycle counter, which ends it with "Can't produce a report".
