@@ -142,14 +142,20 @@ type QPConfig struct {
 
 // Limits of this implementation.
 const (
-	MaxQPWR        = 1 << 15
-	MaxSGE         = 256
-	MaxInline      = 4096
-	MaxRdAtomic    = 16
-	maxUnackedPSNs = 128 // like rxe: the requester's window of unacknowledged PSNs
+	MaxQPWR     = 1 << 15
+	MaxSGE      = 256
+	MaxInline   = 4096
+	MaxRdAtomic = 16
+	// The requester's window of unacknowledged PSNs. rxe's is 128, and
+	// with an AckReq every ackReqInterval packets that is two ACKs' worth:
+	// where each hop is slow (virtio-net in a guest), a sender waiting for
+	// the first ACK left the path idle, and softnic and rxe both moved
+	// 128 packets per round trip (bench/results/ANALYSIS.md). 256 keeps
+	// four AckReq intervals in flight and is half the device's window.
+	maxUnackedPSNs = 256
 	// The device's window: PSNs of started messages not yet acknowledged,
 	// over all QPs (each counting at most maxUnackedPSNs); no QP starts a
-	// message while it is full. Without it 1024 QPs put 128 × 1024
+	// message while it is full. Without it 1024 QPs put maxUnackedPSNs × 1024
 	// packets in flight, and the peer's AF_XDP receive ring (2048 chunks,
 	// 1024 frames on a 9000-byte link) overflows: go-back-N and retransmit
 	// timeouts. A NIC should hold its own traffic back instead.

@@ -70,6 +70,36 @@ func TestDeviceWindow(t *testing.T) {
 	require.Zero(t, e.unacked)
 }
 
+// TestQPWindow checks one QP's window: it sends maxUnackedPSNs packets
+// and no more until an ACK, and each ACK lets out as many packets as it
+// acknowledged (up to what is left). Where every hop is slow the window is
+// what paces a single QP (bench/results/ANALYSIS.md, 29 November).
+func TestQPWindow(t *testing.T) {
+	port, e, mr, cq := newWindowTestEngine()
+	const perQP, msgLen = 8, ackReqInterval * 256 // messages of ackReqInterval packets of IB MTU 256
+	q := windowTestQP(t, e, mr, cq, 0x1800, perQP, msgLen)
+	drain := func() int {
+		port.sent = nil
+		for busy := true; busy; {
+			busy, _ = e.Process()
+		}
+		return len(port.sent)
+	}
+	require.Equal(t, maxUnackedPSNs, drain())
+	require.Less(t, maxUnackedPSNs, maxDeviceUnacked, "the device window, not the QP's, would decide")
+	var p Packet
+	require.NoError(t, ParsePacket(port.sent[ackReqInterval-1], &p))
+	require.True(t, p.BTH.AckReq())
+	first := p.BTH.PSN()
+	require.Zero(t, drain(), "sent past the window without an ACK")
+	receiveACK(t, e, q, first)
+	require.Equal(t, ackReqInterval, drain())
+	require.NoError(t, ParsePacket(port.sent[ackReqInterval-1], &p))
+	receiveACK(t, e, q, p.BTH.PSN())
+	require.Equal(t, perQP*ackReqInterval-maxUnackedPSNs-ackReqInterval, drain())
+	require.Zero(t, e.Ctr.Retransmits.Load())
+}
+
 // TestPassBudget checks that one engine pass sends at most passBudget
 // packets over all QPs, and that the QPs left waiting when the budget runs
 // out go first in the next pass: without that, the QPs first in the list
