@@ -169,7 +169,7 @@ func (c *completer) doRead(p *Packet, oi *OpcodeInfo, w *sendWQE, psn PSN) {
 	off := uint32(psn.Diff(w.firstPSN)) * q.mtu
 	want := min(w.length-off, q.mtu)
 	// Each READ request of a segmented READ is answered FIRST..LAST.
-	segEnd := psn == w.lastPSN || (uint32(psn.Diff(w.firstPSN))+1)%readSegmentPSNs == 0
+	segEnd := psn == w.lastPSN || (uint32(psn.Diff(w.firstPSN))+1)%uint32(q.req.window) == 0
 	if uint32(len(p.Payload)) != want || segEnd != (oi.Position == PositionLast || oi.Position == PositionOnly) {
 		inc(&q.e.Ctr.RxBadResponse)
 		return

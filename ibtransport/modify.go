@@ -208,6 +208,7 @@ func (q *QP) applyAttr(path TxPath, mask QPAttrMask) {
 	if path != nil {
 		q.path = path
 		q.mtu = uint32(q.attr.PathMTU.Bytes())
+		q.req.window = windowFor(q.mtu)
 	}
 	q.destQPN = q.attr.DestQPN
 	if mask&QPAttrRQPSN != 0 {

@@ -146,13 +146,17 @@ const (
 	MaxSGE      = 256
 	MaxInline   = 4096
 	MaxRdAtomic = 16
-	// The requester's window of unacknowledged PSNs. rxe's is 128, and
-	// with an AckReq every ackReqInterval packets that is two ACKs' worth:
-	// where each hop is slow (virtio-net in a guest), a sender waiting for
-	// the first ACK left the path idle, and softnic and rxe both moved
-	// 128 packets per round trip (bench/results/ANALYSIS.md). 256 keeps
-	// four AckReq intervals in flight and is half the device's window.
+	// The requester's window of unacknowledged PSNs (windowFor): 512 KiB
+	// of payload, and between 128 and 256 packets. rxe's is 128 packets at
+	// any MTU, and with an AckReq every ackReqInterval packets that is two
+	// ACKs' worth: where each hop is slow (virtio-net in a guest, IB MTU
+	// 1024) a sender that waited for the first ACK left the path idle, and
+	// softnic and rxe both moved 128 packets per round trip
+	// (bench/results/ANALYSIS.md). At IB MTU 4096 the window stays 128
+	// packets, the bytes that queues and receive rings were sized for.
+	minUnackedPSNs = 128
 	maxUnackedPSNs = 256
+	windowBytes    = 512 << 10
 	// The device's window: PSNs of started messages not yet acknowledged,
 	// over all QPs (each counting at most maxUnackedPSNs); no QP starts a
 	// message while it is full. Without it 1024 QPs put maxUnackedPSNs × 1024
@@ -161,10 +165,7 @@ const (
 	// timeouts. A NIC should hold its own traffic back instead.
 	maxDeviceUnacked = 512
 	ackReqInterval   = 64 // AckReq at least every this many packets
-	// READs of more response packets than this are requested in segments
-	// of this many (see buildRequest).
-	readSegmentPSNs = maxUnackedPSNs
-	packetBudget    = 64 // packets a QP may send per engine pass
+	packetBudget     = 64 // packets a QP may send per engine pass
 	// passBudget bounds the request packets all QPs together send per
 	// engine pass, so that the engine goes back to its receive ring (ACKs)
 	// between bursts; the next pass starts with the QP after the one that
@@ -473,3 +474,12 @@ func (q *QP) maxRdAtomic() int { return max(int(q.attr.MaxRdAtomic), 1) }
 
 // awaitingAck reports whether packets were sent that are not acknowledged.
 func (q *QP) awaitingAck() bool { return q.req.sentPSN.After(q.comp.compPSN) }
+
+// windowFor returns the requester's window of unacknowledged PSNs at a
+// path MTU of mtu bytes.
+func windowFor(mtu uint32) int32 {
+	if mtu == 0 {
+		return minUnackedPSNs
+	}
+	return int32(min(max(windowBytes/mtu, minUnackedPSNs), maxUnackedPSNs))
+}

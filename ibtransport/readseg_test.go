@@ -6,15 +6,17 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestSegmentedRead checks that a READ of more than readSegmentPSNs
+// TestSegmentedRead checks that a READ of more than the QP's window of
 // response packets goes out as several READ requests, each up to the next
-// multiple of readSegmentPSNs, paced by the window, and that the responses
+// multiple of the window, paced by the window, and that the responses
 // of each (FIRST..LAST) complete the work request.
 func TestSegmentedRead(t *testing.T) {
 	port := &fakePort{keep: true}
 	e := NewEngine(port, func() {})
 	e.Exit()
-	const pkts, mtu = 2*readSegmentPSNs + 44, 256
+	const mtu = 256
+	readSegmentPSNs := int(windowFor(mtu))
+	pkts := 2*readSegmentPSNs + 44
 	mr := newTestRegion(make([]byte, pkts*mtu), 0x77, AccessAll)
 	cq := &testCQ{}
 	q, err := e.CreateQP(&QPConfig{Memory: &testMemory{mr}, SendCQ: cq, RecvCQ: cq, Cap: QPCap{MaxSendWR: 4, MaxRecvWR: 1}})
@@ -79,7 +81,7 @@ func TestSegmentedRead(t *testing.T) {
 	require.Empty(t, port.sent)
 	require.Zero(t, e.Ctr.RxBadResponse.Load())
 	require.Len(t, cq.wcs, 1)
-	require.Equal(t, WC{WRID: 7, Status: WCSuccess, Opcode: WCRDMARead, ByteLen: pkts * mtu, QPN: q.QPN(), SrcQP: peerQPN}, cq.wcs[0])
+	require.Equal(t, WC{WRID: 7, Status: WCSuccess, Opcode: WCRDMARead, ByteLen: uint32(pkts * mtu), QPN: q.QPN(), SrcQP: peerQPN}, cq.wcs[0])
 	for i := range pkts {
 		require.Equal(t, byte(i), mr.buf[i*mtu], "packet %d", i)
 	}

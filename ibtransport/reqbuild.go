@@ -113,14 +113,16 @@ func (r *requester) buildSendWrite(buf []byte, i uint32, w *sendWQE, op Opcode) 
 
 // buildRead lays out a READ request. A responder streams a READ's whole
 // response at once, and one of megabytes (thousands of packets) overflows
-// this side's receive ring. So a READ of more than readSegmentPSNs
+// this side's receive ring. So a READ of more than the QP's window of
 // response packets goes out as several READ requests, each up to the next
-// multiple of readSegmentPSNs, paced by the window in sendRequests.
+// multiple of the window, paced by the window in sendRequests: one in
+// flight at a time, as a responder with one READ resource expects.
 func (r *requester) buildRead(buf []byte, w *sendWQE) int {
 	q := r.qp
 	p := &q.e.tx
 	idx := uint32(w.nextPSN.Diff(w.firstPSN))
-	end := min((idx/readSegmentPSNs+1)*readSegmentPSNs, uint32(w.lastPSN.Diff(w.firstPSN))+1)
+	seg := uint32(r.window)
+	end := min((idx/seg+1)*seg, uint32(w.lastPSN.Diff(w.firstPSN))+1)
 	off := idx * q.mtu
 	n, _ := LayoutPacket(buf, OpRCReadRequest, 0, p)
 	p.RETH.SetVA(w.remoteAddr + uint64(off))

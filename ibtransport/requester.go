@@ -20,11 +20,15 @@ type requester struct {
 	localErr bool
 	// credit is what the QP counts in the device-wide window
 	// (Engine.unacked): its PSNs assigned and not acknowledged, at most
-	// maxUnackedPSNs (what its own window lets out at once). None while
-	// creditFreed: after a retransmit timeout, until progress, so that a
-	// dead peer does not hold the device's window.
+	// window (what it lets out at once). None while creditFreed: after a
+	// retransmit timeout, until progress, so that a dead peer does not
+	// hold the device's window.
 	credit      int
 	creditFreed bool
+	// window is the QP's window of unacknowledged PSNs at its path MTU
+	// (windowFor). A READ of more response packets is requested in
+	// segments of this many (see buildRead).
+	window int32
 }
 
 // start sets the first PSN the requester sends (SQ PSN).
@@ -37,7 +41,7 @@ func (r *requester) start(psn PSN) {
 func (r *requester) recount() {
 	c := 0
 	if !r.creditFreed {
-		c = min(max(int(r.sqPSN.Diff(r.qp.comp.compPSN)), 0), maxUnackedPSNs)
+		c = min(max(int(r.sqPSN.Diff(r.qp.comp.compPSN)), 0), int(r.window))
 	}
 	r.qp.e.unacked += c - r.credit
 	r.credit = c
@@ -135,7 +139,7 @@ func (r *requester) mayTransmit(w *sendWQE) bool {
 	case wqeNew:
 		return r.startWQE(w)
 	default:
-		return w.nextPSN.Diff(r.qp.comp.compPSN) < maxUnackedPSNs
+		return w.nextPSN.Diff(r.qp.comp.compPSN) < r.window
 	}
 }
 
@@ -153,7 +157,7 @@ func (r *requester) startWQE(w *sendWQE) bool {
 	if (w.opcode.isRead() || w.opcode.isAtomic()) && r.rdAtomicOut >= q.maxRdAtomic() {
 		return false
 	}
-	if c.compIdx != r.reqIdx && r.sqPSN.Diff(c.compPSN) >= maxUnackedPSNs {
+	if c.compIdx != r.reqIdx && r.sqPSN.Diff(c.compPSN) >= r.window {
 		return false
 	}
 	if q.e.unacked >= maxDeviceUnacked {

@@ -70,14 +70,17 @@ func TestDeviceWindow(t *testing.T) {
 	require.Zero(t, e.unacked)
 }
 
-// TestQPWindow checks one QP's window: it sends maxUnackedPSNs packets
-// and no more until an ACK, and each ACK lets out as many packets as it
+// TestQPWindow checks one QP's window: it sends its window of packets and
+// no more until an ACK, and each ACK lets out as many packets as it
 // acknowledged (up to what is left). Where every hop is slow the window is
 // what paces a single QP (bench/results/ANALYSIS.md, 29 November).
 func TestQPWindow(t *testing.T) {
 	port, e, mr, cq := newWindowTestEngine()
 	const perQP, msgLen = 8, ackReqInterval * 256 // messages of ackReqInterval packets of IB MTU 256
 	q := windowTestQP(t, e, mr, cq, 0x1800, perQP, msgLen)
+	window := int(q.req.window)
+	require.Equal(t, maxUnackedPSNs, window)
+	require.Less(t, window, maxDeviceUnacked, "the device window, not the QP's, would decide")
 	drain := func() int {
 		port.sent = nil
 		for busy := true; busy; {
@@ -85,8 +88,7 @@ func TestQPWindow(t *testing.T) {
 		}
 		return len(port.sent)
 	}
-	require.Equal(t, maxUnackedPSNs, drain())
-	require.Less(t, maxUnackedPSNs, maxDeviceUnacked, "the device window, not the QP's, would decide")
+	require.Equal(t, window, drain())
 	var p Packet
 	require.NoError(t, ParsePacket(port.sent[ackReqInterval-1], &p))
 	require.True(t, p.BTH.AckReq())
@@ -96,8 +98,16 @@ func TestQPWindow(t *testing.T) {
 	require.Equal(t, ackReqInterval, drain())
 	require.NoError(t, ParsePacket(port.sent[ackReqInterval-1], &p))
 	receiveACK(t, e, q, p.BTH.PSN())
-	require.Equal(t, perQP*ackReqInterval-maxUnackedPSNs-ackReqInterval, drain())
+	require.Equal(t, perQP*ackReqInterval-window-ackReqInterval, drain())
 	require.Zero(t, e.Ctr.Retransmits.Load())
+}
+
+// TestWindowFor checks the window at each path MTU: 512 KiB of payload,
+// between 128 and 256 packets.
+func TestWindowFor(t *testing.T) {
+	for mtu, want := range map[uint32]int32{256: 256, 512: 256, 1024: 256, 2048: 256, 4096: 128, 0: 128} {
+		require.Equal(t, want, windowFor(mtu), "IB MTU %d", mtu)
+	}
 }
 
 // TestPassBudget checks that one engine pass sends at most passBudget
