@@ -218,3 +218,29 @@ func FuzzParseIRQState(f *testing.F) {
 		}
 	})
 }
+
+// A link at the state file's name or at its temporary file's is a stale
+// entry: unlinked, its target neither read nor written.
+func TestIRQStateFollowsNoLink(t *testing.T) {
+	fakeIRQTree(t, virtioIRQs)
+	dir := t.TempDir()
+	state := filepath.Join(dir, "softnic_eth0.irqs")
+	target := filepath.Join(dir, "target")
+	require.NoError(t, os.WriteFile(target, []byte("25 1\n"), 0o644))
+	require.NoError(t, os.Symlink(target, state))
+	require.NoError(t, restoreIRQState(state))
+	assert.Equal(t, "0-1", affinityOf(t, 25), "the link's target was read as a state file")
+	_, err := os.Lstat(state)
+	assert.True(t, os.IsNotExist(err), "the link is left")
+
+	require.NoError(t, os.Symlink(target, state+".tmp"))
+	l := &Link{ifname: "eth0", irqState: state}
+	l.alignIRQs([]int{0})
+	data, err := os.ReadFile(target)
+	require.NoError(t, err)
+	assert.Equal(t, "25 1\n", string(data), "written through the link")
+	data, err = os.ReadFile(state)
+	require.NoError(t, err)
+	assert.Equal(t, "26 0-1\n", string(data))
+	require.NoError(t, l.Close())
+}

@@ -3,16 +3,22 @@ package xdplink
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 )
 
 // The IRQ state file (Config.IRQState) lists the vectors a link moved,
 // one "IRQ CPULIST" line each, with the CPU list to give back: a process
 // killed before Close leaves it, and the next Open with the same file puts
-// the vectors back first.
+// the vectors back first. A root process keeps it in a directory only root
+// can write (softnic daemon's checked run directory); even so it follows
+// no link at either name: a link is a stale entry, unlinked, whose target
+// is neither read nor written.
 
 // saveIRQState writes the moved vectors to path (atomically: a temporary
 // file renamed), or removes it when there are none.
@@ -28,7 +34,19 @@ func saveIRQState(path string, moved []irqAffinity) error {
 		fmt.Fprintf(&b, "%d %s\n", m.irq, m.prev)
 	}
 	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b.Bytes(), 0o644); err != nil {
+	if err := os.Remove(tmp); err != nil && !os.IsNotExist(err) {
+		return err
+	}
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o644)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(b.Bytes())
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(tmp)
 		return err
 	}
 	return os.Rename(tmp, path)
@@ -37,10 +55,18 @@ func saveIRQState(path string, moved []irqAffinity) error {
 // restoreIRQState puts back the vectors a killed process recorded in path
 // and removes it. A missing file is nothing to do.
 func restoreIRQState(path string) error {
-	data, err := os.ReadFile(path)
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
 	if os.IsNotExist(err) {
 		return nil
 	}
+	if errors.Is(err, syscall.ELOOP) {
+		return os.Remove(path) // a link: not ours
+	}
+	if err != nil {
+		return err
+	}
+	data, err := io.ReadAll(f)
+	f.Close()
 	if err != nil {
 		return err
 	}
