@@ -3,6 +3,7 @@ package xdplink
 import (
 	"fmt"
 	"net"
+	"runtime"
 	"time"
 
 	"github.com/vishvananda/netlink"
@@ -72,10 +73,20 @@ func WatchOperState(ifindex int, done <-chan struct{}, changed func(up bool)) er
 
 // subscribeLinks subscribes to namespace ns's link announcements,
 // starting with a listing of every link; the channel closes when the
-// subscription ends.
+// subscription ends. A thread already in ns subscribes from there: joining
+// a namespace (setns, even the thread's own) needs CAP_SYS_ADMIN, which
+// softnic daemon has given up by the time it subscribes again.
 func subscribeLinks(ns netns.NsHandle, done <-chan struct{}) (chan netlink.LinkUpdate, error) {
 	ch := make(chan netlink.LinkUpdate, 16)
-	err := netlink.LinkSubscribeWithOptions(ch, done, netlink.LinkSubscribeOptions{Namespace: &ns, ListExisting: true,
-		ErrorCallback: func(error) {}})
+	opts := netlink.LinkSubscribeOptions{Namespace: &ns, ListExisting: true, ErrorCallback: func(error) {}}
+	runtime.LockOSThread() // the socket is made in this thread's namespace
+	defer runtime.UnlockOSThread()
+	if cur, err := netns.Get(); err == nil {
+		if cur.Equal(ns) {
+			opts.Namespace = nil
+		}
+		cur.Close()
+	}
+	err := netlink.LinkSubscribeWithOptions(ch, done, opts)
 	return ch, err
 }

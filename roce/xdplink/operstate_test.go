@@ -1,12 +1,15 @@
 package xdplink
 
 import (
+	"errors"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 
 	"github.com/softnic/softnic/internal/netnstest"
 )
@@ -60,4 +63,30 @@ func TestWatchOperState(t *testing.T) {
 		t.Fatalf("a report with no change: %v", up)
 	case <-time.After(200 * time.Millisecond):
 	}
+}
+
+// TestSubscribeLinksWithoutSysAdmin: a thread in the namespace subscribes
+// (again, after an overrun) without CAP_SYS_ADMIN, which softnic daemon no
+// longer has then.
+func TestSubscribeLinksWithoutSysAdmin(t *testing.T) {
+	err := netnstest.WithoutCapabilities([]int{unix.CAP_SYS_ADMIN}, func() error {
+		ns, err := netns.Get()
+		if err != nil {
+			return err
+		}
+		defer ns.Close()
+		done := make(chan struct{})
+		defer close(done)
+		ch, err := subscribeLinks(ns, done)
+		if err != nil {
+			return err
+		}
+		select {
+		case <-ch: // the listing of the links
+			return nil
+		case <-time.After(10 * time.Second):
+			return errors.New("no link listed")
+		}
+	})
+	require.NoError(t, err)
 }
