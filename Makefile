@@ -10,8 +10,11 @@ BIN := bin/softnic
 
 all: build
 
+# softnic is built without cgo (nothing in it needs cgo): softnic daemon
+# drops its privileges on every thread (syscall.AllThreadsSyscall), which the
+# Go runtime refuses in a cgo binary; a cgo build of the daemon does not start.
 build: provider
-	$(GO) build -o $(BIN) ./cmd/softnic
+	CGO_ENABLED=0 $(GO) build -o $(BIN) ./cmd/softnic
 	cp provider/libsoftnic-rdmav34.so provider/librdmacm.so.1 bin/
 
 # The libibverbs provider (C, the system compiler, libibverbs-dev's
@@ -51,7 +54,7 @@ generate:
 # profiles go to a temporary directory: bin/benchsuite -h, -profile-dir).
 # About 3-5 minutes. BENCHFLAGS passes options (e.g. -duration 2s).
 bench:
-	$(GO) build -o $(BIN) ./cmd/softnic
+	CGO_ENABLED=0 $(GO) build -o $(BIN) ./cmd/softnic
 	$(GO) build -o bin/xdpblast ./bench/xdpblast
 	$(GO) build -o bin/benchsuite ./bench/suite
 	bash bench/install-deps.sh
@@ -66,7 +69,7 @@ bench:
 # at 5 Mb/s; 20 s each, 5 interleaved rounds (-repeat); writes
 # bench/results/dcqcn.{md,svg} and dcqcn-windows.txt. About 20 minutes.
 bench-dcqcn:
-	$(GO) build -o $(BIN) ./cmd/softnic
+	CGO_ENABLED=0 $(GO) build -o $(BIN) ./cmd/softnic
 	$(GO) build -o bin/benchsuite ./bench/suite
 	bash bench/install-deps.sh
 	bin/benchsuite -only dcqcn -softnic $(BIN) -out bench/results -dcqcn-flags "--softnic-rpg-hai-rate=5" -dcqcn-mtu-cnp-interval 50us $(BENCHFLAGS)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -20,11 +21,20 @@ import (
 )
 
 // buildSoftnic builds the softnic binary for tests that run it in
-// namespaces.
+// namespaces, without cgo as make build does (softnic daemon refuses to
+// start as a cgo binary: privileges.go).
 func buildSoftnic(t *testing.T, ctx context.Context) string {
 	t.Helper()
+	return buildSoftnicCgo(t, ctx, "0")
+}
+
+// buildSoftnicCgo builds the softnic binary with CGO_ENABLED=cgo.
+func buildSoftnicCgo(t *testing.T, ctx context.Context, cgo string) string {
+	t.Helper()
 	bin := filepath.Join(t.TempDir(), "softnic")
-	out, err := exec.CommandContext(ctx, filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", bin, ".").CombinedOutput()
+	cmd := exec.CommandContext(ctx, filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", bin, ".")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED="+cgo)
+	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "go build: %s", out)
 	return bin
 }

@@ -166,12 +166,16 @@ func stepsAfterStall(steps []runStep, i int, sections map[string]string) ([]runS
 	return append(append(steps[:i:i], again...), steps[i:]...), len(again)
 }
 
-// buildSoftnic builds the softnic binary the tests run in the namespace.
+// buildSoftnic builds the softnic binary the tests run in the namespace,
+// without cgo as make build does (softnic daemon drops its privileges on
+// every thread, which a cgo binary cannot).
 func buildSoftnic(t *testing.T, ctx context.Context) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "softnic")
-	out, err := exec.CommandContext(ctx, filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", bin,
-		"github.com/softnic/softnic/cmd/softnic").CombinedOutput()
+	cmd := exec.CommandContext(ctx, filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", bin,
+		"github.com/softnic/softnic/cmd/softnic")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	out, err := cmd.CombinedOutput()
 	require.NoErrorf(t, err, "go build:\n%s", out)
 	return bin
 }
