@@ -20,6 +20,7 @@ import (
 
 	"github.com/softnic/softnic/daemon"
 	"github.com/softnic/softnic/daemon/metrics"
+	"github.com/softnic/softnic/internal/securedir"
 	"github.com/softnic/softnic/roce/xdplink"
 	"github.com/softnic/softnic/verbs"
 )
@@ -129,7 +130,10 @@ func (o *daemonOptions) config(stderr io.Writer) (daemon.Config, error) {
 
 // served is one interface the daemon serves, and what to undo at exit.
 type served struct {
-	name     string
+	name string
+	// run is the run directory, checked (package securedir); the
+	// device's files are made relative to it.
+	run      *securedir.Dir
 	lock     *os.File
 	srv      *daemon.Server
 	closeDev func()
@@ -141,9 +145,11 @@ type served struct {
 // serveDevices serves every interface until ctx ends, then undoes
 // everything in reverse.
 func serveDevices(ctx context.Context, o daemonOptions, cfg daemon.Config) error {
-	if err := os.MkdirAll(o.runDir, 0o755); err != nil {
-		return fmt.Errorf("run directory: %w (%s)", err, runDirHint)
+	run, err := openRunDir(o.runDir)
+	if err != nil {
+		return err
 	}
+	run.Close() // each device opens it again, checked again
 	var metricsLn net.Listener
 	if o.metrics != "" {
 		var err error
@@ -174,13 +180,38 @@ func serveDevices(ctx context.Context, o daemonOptions, cfg daemon.Config) error
 	return nil
 }
 
+// openRunDir opens the run directory, made if missing, once checked: a
+// directory another user could write, or one below such a directory,
+// would let that user plant links where the daemon writes as root.
+func openRunDir(runDir string) (*securedir.Dir, error) {
+	run, err := securedir.Open("run directory", runDir, true)
+	var unsafe *securedir.UnsafeError
+	switch {
+	case errors.As(err, &unsafe):
+		return nil, err
+	case err != nil:
+		return nil, fmt.Errorf("run directory: %w (%s)", err, runDirHint)
+	}
+	return run, nil
+}
+
 // serveDevice takes the device's lock, cleans up after a killed
-// predecessor, opens the interface and serves it.
+// predecessor, opens the interface and serves it. Its files are made in
+// the checked run directory and follow no link: the lock and the tree
+// relative to its descriptor, the IRQ state file (package xdplink) by
+// a path whose every directory was checked and with O_NOFOLLOW, and the
+// socket, which daemon.Serve unlinks and binds by such a path (neither
+// follows a link at the name; its chown and chmod by path do, but only
+// root or the daemon's own user can put one there).
 func serveDevice(runDir, ifname string, cfg daemon.Config) (*served, error) {
 	s := &served{name: "softnic_" + ifname}
-	base := filepath.Join(runDir, s.name)
 	var err error
-	if s.lock, err = takeLock(base + ".lock"); err != nil {
+	if s.run, err = openRunDir(runDir); err != nil {
+		return nil, err
+	}
+	base := filepath.Join(s.run.Path(), s.name)
+	if s.lock, err = takeLock(s.run, s.name+".lock"); err != nil {
+		s.run.Close()
 		return nil, err
 	}
 	dev, closeDev, err := openServed(ifname, base+".irqs")
@@ -195,7 +226,7 @@ func serveDevice(runDir, ifname string, cfg daemon.Config) (*served, error) {
 		s.unlock()
 		return nil, err
 	}
-	if s.ibv, err = publishIBV(runDir, s.name, dev, cfg.Log); err != nil {
+	if s.ibv, err = publishIBV(s.run, runDir, s.name, dev, cfg.Log); err != nil {
 		cfg.Log.Warn("libibverbs programs cannot use the device", "device", s.name, "err", err)
 	}
 	return s, nil
@@ -213,11 +244,12 @@ func (s *served) stop() {
 // runDirHint is the way out of a run directory the daemon cannot write.
 const runDirHint = "softnic daemon needs root: run it with sudo; --run-dir names another directory"
 
-// takeLock locks the device's lock file for this process, and writes its
-// pid there. The lock dies with the process, so a killed daemon's file
-// does not keep the next one out.
-func takeLock(path string) (*os.File, error) {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+// takeLock locks the device's lock file name in run for this process,
+// and writes its pid there. The lock dies with the process, so a killed
+// daemon's file does not keep the next one out. A link at the name is
+// unlinked, not followed.
+func takeLock(run *securedir.Dir, name string) (*os.File, error) {
+	f, err := run.OpenFile(name, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("lock file: %w (%s)", err, runDirHint)
 	}
@@ -225,7 +257,7 @@ func takeLock(path string) (*os.File, error) {
 		pid, _ := io.ReadAll(f)
 		f.Close()
 		return nil, fmt.Errorf("another softnic daemon serves this device (pid %s, lock %s): stop it first",
-			strings.TrimSpace(string(pid)), path)
+			strings.TrimSpace(string(pid)), f.Name())
 	}
 	f.Truncate(0)
 	f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
@@ -233,6 +265,7 @@ func takeLock(path string) (*os.File, error) {
 }
 
 func (s *served) unlock() {
-	os.Remove(s.lock.Name())
+	s.run.Remove(filepath.Base(s.lock.Name()))
 	s.lock.Close()
+	s.run.Close()
 }

@@ -9,11 +9,13 @@ import (
 	"log/slog"
 	"net/netip"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/softnic/softnic/internal/securedir"
 	"github.com/softnic/softnic/verbs"
 )
 
@@ -23,7 +25,10 @@ import (
 // which must be a character device. The daemon writes a sysfs-like tree
 // under RUNDIR/sysfs with what libibverbs reads there, and links
 // /dev/infiniband/<device> to /dev/null; `softnic exec` points SYSFS_PATH
-// at the tree (docs/HOST-INTERFACE.md, "libibverbs programs").
+// at the tree (docs/HOST-INTERFACE.md, "libibverbs programs"). Both are
+// written relative to checked directories (package securedir): the run
+// directory, and /dev/infiniband, which must be root's and writable by
+// nobody else; no link at any name the daemon writes is followed.
 
 const (
 	// sysfsDir is the tree's directory under the run directory.
@@ -40,7 +45,9 @@ const (
 
 // ibvTree is one device's entries in the tree and its device file.
 type ibvTree struct {
-	root, name string
+	// run is the run directory; the tree is its sysfsDir.
+	run  *securedir.Dir
+	name string
 	// cdev names the device file and the device's class/infiniband_verbs
 	// entry: the device's name and a hash of the run directory, because
 	// /dev/infiniband is the host's and daemons with other run
@@ -56,8 +63,9 @@ type ibvTree struct {
 
 // publishIBV writes the device's entries under runDir and its device file,
 // and keeps the GID files current until the returned tree is removed.
-func publishIBV(runDir, name string, dev *verbs.Device, log *slog.Logger) (*ibvTree, error) {
-	t := &ibvTree{root: filepath.Join(runDir, sysfsDir), name: name, log: log, cdev: cdevName(runDir, name)}
+// runDir is the run directory as given, which names the device file.
+func publishIBV(run *securedir.Dir, runDir, name string, dev *verbs.Device, log *slog.Logger) (*ibvTree, error) {
+	t := &ibvTree{run: run, name: name, log: log, cdev: cdevName(runDir, name)}
 	t.removeEntries() // what a killed daemon left
 	if err := t.write(dev); err != nil {
 		t.removeEntries()
@@ -73,9 +81,10 @@ func publishIBV(runDir, name string, dev *verbs.Device, log *slog.Logger) (*ibvT
 	return t, nil
 }
 
-func (t *ibvTree) verbsDir() string { return filepath.Join(t.root, "class", "infiniband_verbs") }
-func (t *ibvTree) devDir() string   { return filepath.Join(t.root, "class", "infiniband", t.name) }
-func (t *ibvTree) cdevPath() string { return filepath.Join(cdevDir, t.cdev) }
+// verbsDir and devDir are the device's directories, relative to the run
+// directory.
+func (t *ibvTree) verbsDir() string { return path.Join(sysfsDir, "class", "infiniband_verbs") }
+func (t *ibvTree) devDir() string   { return path.Join(sysfsDir, "class", "infiniband", t.name) }
 
 // cdevName is the device file's name for device name served from runDir.
 func cdevName(runDir, name string) string {
@@ -90,19 +99,19 @@ func cdevName(runDir, name string) string {
 func (t *ibvTree) write(dev *verbs.Device) error {
 	guid := fmtGUID(dev.NodeGUID())
 	files := map[string]string{
-		filepath.Join(t.verbsDir(), "abi_version"):            kernelABI,
-		filepath.Join(t.verbsDir(), t.cdev, "ibdev"):          t.name,
-		filepath.Join(t.verbsDir(), t.cdev, "dev"):            nullRdev,
-		filepath.Join(t.verbsDir(), t.cdev, "abi_version"):    providerABI,
-		filepath.Join(t.devDir(), "node_type"):                "1: CA",
-		filepath.Join(t.devDir(), "node_guid"):                guid,
-		filepath.Join(t.devDir(), "sys_image_guid"):           guid,
-		filepath.Join(t.devDir(), "fw_ver"):                   "0.0.0",
-		filepath.Join(t.devDir(), "ports", "1", "pkeys", "0"): "0xffff",
-		filepath.Join(t.devDir(), "ports", "1", "link_layer"): "Ethernet",
+		path.Join(t.verbsDir(), "abi_version"):            kernelABI,
+		path.Join(t.verbsDir(), t.cdev, "ibdev"):          t.name,
+		path.Join(t.verbsDir(), t.cdev, "dev"):            nullRdev,
+		path.Join(t.verbsDir(), t.cdev, "abi_version"):    providerABI,
+		path.Join(t.devDir(), "node_type"):                "1: CA",
+		path.Join(t.devDir(), "node_guid"):                guid,
+		path.Join(t.devDir(), "sys_image_guid"):           guid,
+		path.Join(t.devDir(), "fw_ver"):                   "0.0.0",
+		path.Join(t.devDir(), "ports", "1", "pkeys", "0"): "0xffff",
+		path.Join(t.devDir(), "ports", "1", "link_layer"): "Ethernet",
 	}
-	for path, text := range files {
-		if err := writeFile(path, text); err != nil {
+	for rel, text := range files {
+		if err := t.writeFile(rel, text); err != nil {
 			return err
 		}
 	}
@@ -119,18 +128,18 @@ func (t *ibvTree) writeGIDs(dev *verbs.Device) error {
 	if slices.Equal(gids, t.gids) {
 		return nil
 	}
-	port := filepath.Join(t.devDir(), "ports", "1")
+	port := path.Join(t.devDir(), "ports", "1")
 	for i, g := range gids {
-		if err := writeFile(filepath.Join(port, "gids", fmt.Sprint(i)), fmtGID(g)); err != nil {
+		if err := t.writeFile(path.Join(port, "gids", fmt.Sprint(i)), fmtGID(g)); err != nil {
 			return err
 		}
-		if err := writeFile(filepath.Join(port, "gid_attrs", "types", fmt.Sprint(i)), "RoCE v2"); err != nil {
+		if err := t.writeFile(path.Join(port, "gid_attrs", "types", fmt.Sprint(i)), "RoCE v2"); err != nil {
 			return err
 		}
 	}
 	for i := len(gids); i < len(t.gids); i++ {
-		os.Remove(filepath.Join(port, "gids", fmt.Sprint(i)))
-		os.Remove(filepath.Join(port, "gid_attrs", "types", fmt.Sprint(i)))
+		t.removeAll(path.Join(port, "gids", fmt.Sprint(i)))
+		t.removeAll(path.Join(port, "gid_attrs", "types", fmt.Sprint(i)))
 	}
 	t.gids = gids
 	return nil
@@ -154,13 +163,15 @@ func (t *ibvTree) follow(ctx context.Context, dev *verbs.Device) {
 	}
 }
 
-// linkCdev makes /dev/infiniband/NAME a link to /dev/null.
+// linkCdev makes /dev/infiniband/NAME a link to /dev/null, replacing
+// what a killed daemon left there.
 func (t *ibvTree) linkCdev() error {
-	if err := os.MkdirAll(cdevDir, 0o755); err != nil {
+	dir, err := securedir.Open("device directory", cdevDir, true)
+	if err != nil {
 		return fmt.Errorf("device file: %w", err)
 	}
-	os.Remove(t.cdevPath())
-	if err := os.Symlink("/dev/null", t.cdevPath()); err != nil {
+	defer dir.Close()
+	if err := dir.Symlink("/dev/null", t.cdev); err != nil {
 		return fmt.Errorf("device file: %w", err)
 	}
 	t.madeCdev = true
@@ -176,31 +187,49 @@ func (t *ibvTree) remove() {
 }
 
 func (t *ibvTree) removeEntries() {
-	if target, err := os.Readlink(t.cdevPath()); err == nil && target == "/dev/null" {
-		os.Remove(t.cdevPath())
+	if dir, err := securedir.Open("device directory", cdevDir, false); err == nil {
+		if target, err := dir.Readlink(t.cdev); err == nil && target == "/dev/null" {
+			dir.Remove(t.cdev)
+		}
+		dir.RemoveIfEmpty()
+		dir.Close()
 	}
-	os.Remove(cdevDir) // only if empty
-	os.RemoveAll(filepath.Join(t.verbsDir(), t.cdev))
-	os.RemoveAll(t.devDir())
-	if ents, err := os.ReadDir(t.verbsDir()); err == nil && len(ents) == 1 && ents[0].Name() == "abi_version" {
-		os.Remove(filepath.Join(t.verbsDir(), "abi_version"))
+	t.removeAll(path.Join(t.verbsDir(), t.cdev))
+	t.removeAll(t.devDir())
+	if dir, err := t.run.OpenDir(t.verbsDir()); err == nil {
+		if names, err := dir.Names(); err == nil && len(names) == 1 && names[0] == "abi_version" {
+			dir.Remove("abi_version")
+		}
+		dir.Close()
 	}
-	for _, d := range []string{t.verbsDir(), filepath.Join(t.root, "class", "infiniband"), filepath.Join(t.root, "class"), t.root} {
-		os.Remove(d) // only if empty
+	for _, d := range []string{t.verbsDir(), path.Join(sysfsDir, "class", "infiniband"), path.Join(sysfsDir, "class"), sysfsDir} {
+		if dir, err := t.run.OpenDir(d); err == nil {
+			dir.RemoveIfEmpty() // only if empty
+			dir.Close()
+		}
 	}
 }
 
-// writeFile writes text and a newline to path through a temporary file,
-// so that a reader sees the old file or the new one.
-func writeFile(path, text string) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+// removeAll removes rel (relative to the run directory) and what is below
+// it, following no link.
+func (t *ibvTree) removeAll(rel string) {
+	if dir, err := t.run.OpenDir(path.Dir(rel)); err == nil {
+		dir.RemoveAll(path.Base(rel))
+		dir.Close()
+	}
+}
+
+// writeFile writes text and a newline to rel (relative to the run
+// directory) through a temporary file, so that a reader sees the old file
+// or the new one; a link at either name, or in place of a directory on
+// the way, is replaced, not followed.
+func (t *ibvTree) writeFile(rel, text string) error {
+	dir, err := t.run.MkdirAll(path.Dir(rel))
+	if err != nil {
 		return err
 	}
-	tmp := path + ".new"
-	if err := os.WriteFile(tmp, []byte(text+"\n"), 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
+	defer dir.Close()
+	return dir.WriteFile(path.Base(rel), []byte(text+"\n"), 0o644)
 }
 
 // fmtGID writes a GID as sysfs does: eight groups of four hex digits.

@@ -451,7 +451,7 @@ func (d *Dir) OpenFile(name string, perm os.FileMode) (*os.File, error) {
 	if err := d.clearStale(name, unix.S_IFREG); err != nil {
 		return nil, err
 	}
-	fd, err := unix.Openat(d.fd, name, unix.O_RDWR|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, uint32(perm.Perm()))
+	fd, err := unix.Openat(d.fd, name, unix.O_RDWR|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_CLOEXEC, uint32(perm.Perm()))
 	if err != nil {
 		return nil, d.pathErr("open", name, err)
 	}
