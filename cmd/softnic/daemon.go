@@ -45,6 +45,10 @@ type daemonOptions struct {
 	// metricsQPs how many QPs of a device get series of their own.
 	metrics    string
 	metricsQPs int
+	// afterServe, if set, is called once every device is served, before
+	// serveDevices waits: softnic daemon drops its privileges there
+	// (privileges.go); the tests that serve in-process leave it nil.
+	afterServe func() error
 }
 
 // openServed opens the device the daemon serves on an interface, with the
@@ -84,6 +88,20 @@ func runDaemon(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "softnic daemon: %v\n", err)
 		return 2
 	}
+	for _, ifname := range o.ifaces {
+		if err := checkInterface(ifname); err != nil {
+			fmt.Fprintf(stderr, "softnic daemon: %v\n", err)
+			return 1
+		}
+	}
+	// Before anything is opened: a binary that cannot drop its
+	// privileges does not start.
+	if err := checkAllThreadsSyscall(); err != nil {
+		fmt.Fprintf(stderr, "softnic daemon: %v\n", err)
+		return 1
+	}
+	nofile := raiseNoFile()
+	o.afterServe = func() error { return dropPrivileges(cfg.Log, nofile) }
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := serveDevices(ctx, o, cfg); err != nil {
@@ -174,6 +192,11 @@ func serveDevices(ctx context.Context, o daemonOptions, cfg daemon.Config) error
 	}
 	if metricsLn != nil {
 		defer serveMetrics(metricsLn, all, o.metricsQPs, cfg.Log).stop()
+	}
+	if o.afterServe != nil {
+		if err := o.afterServe(); err != nil {
+			return err
+		}
 	}
 	<-ctx.Done()
 	cfg.Log.Info("stopping")

@@ -6,6 +6,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -13,7 +15,9 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
+	"github.com/softnic/softnic/hostif"
 	"github.com/softnic/softnic/internal/netnstest"
 	"github.com/softnic/softnic/internal/syncbuf"
 )
@@ -153,4 +157,154 @@ func TestDaemonFollowsNoLinks(t *testing.T) {
 			assert.Empty(t, left, "files left in the run directory")
 		})
 	}
+}
+
+// capMask reads a hexadecimal capability mask of /proc/PID/status.
+func capMask(t *testing.T, status, field string) uint64 {
+	t.Helper()
+	m := regexp.MustCompile(`(?m)^` + field + `:\s+([0-9a-f]+)$`).FindStringSubmatch(status)
+	require.NotNil(t, m, "no %s in\n%s", field, status)
+	v, err := strconv.ParseUint(m[1], 16, 64)
+	require.NoError(t, err)
+	return v
+}
+
+// kernelAtLeast reports whether the running kernel's release is at least
+// major.minor.
+func kernelAtLeast(t *testing.T, major, minor int) bool {
+	var u unix.Utsname
+	require.NoError(t, unix.Uname(&u))
+	m := regexp.MustCompile(`^(\d+)\.(\d+)`).FindStringSubmatch(unix.ByteSliceToString(u.Release[:]))
+	require.NotNil(t, m)
+	ma, _ := strconv.Atoi(m[1])
+	mi, _ := strconv.Atoi(m[2])
+	return ma > major || ma == major && mi >= minor
+}
+
+// TestDaemonDropsPrivileges: once it serves, a root daemon holds only the
+// capabilities its datapath needs (CAP_NET_ADMIN; CAP_SYS_PTRACE while
+// the host interface is version 3; CAP_BPF on kernels before 6.5), in
+// every set, with no_new_privs, and the descriptor limit raised; and it
+// still serves: ordinary users' sessions, a connection through both
+// daemons' connection managers to a peer not in the neighbour table,
+// the XDP counters, and a clean SIGTERM. A cgo build does not start.
+func TestDaemonDropsPrivileges(t *testing.T) {
+	v := newServedVeth(t)
+	for _, l := range v.logs {
+		require.Eventually(t, func() bool { return strings.Contains(l.String(), `msg="privileges dropped"`) }, 10*time.Second,
+			10*time.Millisecond, "no privileges line:\n%s", l.String())
+	}
+	pid := v.daemons[0].Process.Pid
+	comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+	require.NoError(t, err)
+	require.Equal(t, "softnic\n", string(comm), "ip netns exec runs the daemon in its own process")
+
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	require.NoError(t, err)
+	status := string(b)
+	eff, prm, bnd := capMask(t, status, "CapEff"), capMask(t, status, "CapPrm"), capMask(t, status, "CapBnd")
+	assert.Equal(t, eff, prm, "CapPrm")
+	assert.Equal(t, eff, bnd, "CapBnd")
+	assert.Zero(t, capMask(t, status, "CapInh"), "CapInh")
+	assert.Zero(t, capMask(t, status, "CapAmb"), "CapAmb")
+	assert.Regexp(t, `(?m)^NoNewPrivs:\s+1$`, status)
+	assert.NotZero(t, eff&(1<<unix.CAP_NET_ADMIN), "CAP_NET_ADMIN (neighbour resolution) dropped")
+	allowed := uint64(1<<unix.CAP_NET_ADMIN | 1<<unix.CAP_BPF)
+	if hostif.Version < 4 {
+		allowed |= 1 << unix.CAP_SYS_PTRACE
+	}
+	assert.Zero(t, eff&^allowed, "capabilities beyond %#x kept: %#x", allowed, eff)
+	for _, c := range []struct {
+		n    int
+		name string
+	}{
+		{unix.CAP_SYS_ADMIN, "CAP_SYS_ADMIN"}, {unix.CAP_DAC_OVERRIDE, "CAP_DAC_OVERRIDE"},
+		{unix.CAP_DAC_READ_SEARCH, "CAP_DAC_READ_SEARCH"}, {unix.CAP_FOWNER, "CAP_FOWNER"},
+		{unix.CAP_SETUID, "CAP_SETUID"}, {unix.CAP_SETGID, "CAP_SETGID"}, {unix.CAP_SYS_RESOURCE, "CAP_SYS_RESOURCE"},
+		{unix.CAP_SETPCAP, "CAP_SETPCAP"}, {unix.CAP_SYS_MODULE, "CAP_SYS_MODULE"}, {unix.CAP_NET_RAW, "CAP_NET_RAW"},
+		{unix.CAP_IPC_LOCK, "CAP_IPC_LOCK"}, {unix.CAP_SYS_NICE, "CAP_SYS_NICE"}, {unix.CAP_CHOWN, "CAP_CHOWN"},
+	} {
+		assert.Zero(t, bnd&(1<<c.n), "%s in the bounding set", c.name)
+	}
+	if hostif.Version >= 4 {
+		assert.Zero(t, eff&(1<<unix.CAP_SYS_PTRACE), "CAP_SYS_PTRACE kept with host interface %d", hostif.Version)
+	}
+	if kernelAtLeast(t, 6, 5) {
+		assert.Zero(t, eff&(1<<unix.CAP_BPF), "CAP_BPF kept on a kernel whose map commands check only the descriptor")
+	}
+	assert.Contains(t, v.logs[0].String(), `msg="privileges dropped" kept=cap_net_admin`)
+
+	// The descriptor limit: the kernel's bound where the daemon may raise
+	// the hard limit (CAP_SYS_RESOURCE, which its parents here have if
+	// this test has it), else the hard limit.
+	b, err = os.ReadFile(fmt.Sprintf("/proc/%d/limits", pid))
+	require.NoError(t, err)
+	m := regexp.MustCompile(`(?m)^Max open files\s+(\d+)\s+(\d+)\s+files`).FindStringSubmatch(string(b))
+	require.NotNil(t, m, string(b))
+	var mine syscall.Rlimit
+	require.NoError(t, syscall.Getrlimit(syscall.RLIMIT_NOFILE, &mine))
+	want := strconv.FormatUint(mine.Max, 10)
+	self, err := os.ReadFile("/proc/self/status")
+	require.NoError(t, err)
+	if capMask(t, string(self), "CapEff")&(1<<unix.CAP_SYS_RESOURCE) != 0 {
+		nr, err := os.ReadFile("/proc/sys/fs/nr_open")
+		require.NoError(t, err)
+		want = strings.TrimSpace(string(nr))
+	}
+	assert.Equal(t, []string{want, want}, m[1:], "the daemon's descriptor limit (soft, hard)")
+	assert.Contains(t, v.logs[0].String(), "open_files="+want)
+
+	// Sessions of ordinary users, and a connection between peers the
+	// daemons must resolve (RTM_NEWNEIGH, CAP_NET_ADMIN).
+	_, out := startClient(t, filepath.Join(v.runDir, "softnic_"+v.p.A.Ifname+".sock"))
+	require.Contains(t, out, "ready uid=65534")
+	for _, e := range []*netnstest.End{&v.p.A, &v.p.B} {
+		out, err := e.Command("ip", "neigh", "flush", "all").CombinedOutput()
+		require.NoError(t, err, string(out))
+	}
+	addr := v.p.A.Addr4().String()
+	srv := v.asNobody(&v.p.A, "rping", "-s", "-v", "-a", addr, "-C", "5")
+	var sout strings.Builder
+	srv.Stdout, srv.Stderr = &sout, &sout
+	require.NoError(t, srv.Start())
+	cout, cerr := rpingClientWhenListening(t, func() *exec.Cmd {
+		return v.asNobody(&v.p.B, "rping", "-c", "-vV", "-a", addr, "-C", "5")
+	})
+	serr := srv.Wait()
+	require.True(t, cerr == nil && serr == nil, "client %v:\n%s\nserver %v:\n%s\ndaemon:\n%s", cerr, cout, serr, sout.String(), v.logs[0].String())
+	assert.Equal(t, 5, strings.Count(cout, "ping data: rdma-ping-"), cout)
+
+	// The XDP program's counters (bpf() map lookups).
+	stat, err := v.asNobody(&v.p.A, "stat").CombinedOutput()
+	require.NoError(t, err, string(stat))
+	steered := regexp.MustCompile(`xdp_steered (\d+)`).FindStringSubmatch(string(stat))
+	require.NotNil(t, steered, string(stat))
+	assert.NotEqual(t, "0", steered[1], "no frame steered by the XDP program, as the daemon reads it")
+
+	// SIGTERM: XDP detached, the device's files and its device file gone.
+	name := "softnic_" + v.p.A.Ifname
+	cdev := filepath.Join(cdevDir, cdevName(v.runDir, name))
+	_, err = os.Lstat(cdev)
+	require.NoError(t, err, "no device file")
+	stopDaemon(v.daemons[0])
+	require.True(t, v.daemons[0].ProcessState.Success(), v.logs[0].String())
+	link, err := v.p.A.Command("ip", "link", "show", "dev", v.p.A.Ifname).CombinedOutput()
+	require.NoError(t, err, string(link))
+	assert.NotContains(t, string(link), "xdp", "XDP program left after SIGTERM")
+	for _, f := range []string{name + ".sock", name + ".lock", name + ".irqs", filepath.Join("sysfs", "class", "infiniband", name)} {
+		_, err := os.Lstat(filepath.Join(v.runDir, f))
+		assert.True(t, os.IsNotExist(err), "%s left: %v", f, err)
+	}
+	_, err = os.Lstat(cdev)
+	assert.True(t, os.IsNotExist(err), "device file left: %v", err)
+
+	t.Run("cgo build", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		cgoBin := buildSoftnicCgo(t, ctx, "1")
+		out, served := daemonOutcome(t, cgoBin, &v.p.A, worldDir(t))
+		require.False(t, served, "a cgo build served:\n%s", out)
+		assert.Contains(t, out, "built with cgo")
+		assert.Contains(t, out, "build it with CGO_ENABLED=0")
+	})
 }
