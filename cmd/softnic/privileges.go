@@ -210,7 +210,7 @@ func dropPrivileges(log *slog.Logger, nofile uint64) error {
 		if err := allThreads(unix.SYS_PRCTL, unix.PR_SET_SECUREBITS, daemonSecurebits, 0); err != nil {
 			return fmt.Errorf("drop privileges: securebits: %w", err)
 		}
-		for c := 0; c <= lastCap(); c++ {
+		for c, last := 0, lastCap(); c <= last; c++ {
 			if keep&(1<<c) != 0 {
 				continue
 			}
