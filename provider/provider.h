@@ -32,8 +32,6 @@ struct sn_context {
 	struct sn_hello_reply limits;
 	pthread_mutex_t channel_lock;
 	struct sn_channel *channels; /* completion channels made through the daemon */
-	pthread_mutex_t share_lock;
-	struct sn_share *shares; /* memory re-backed by a memfd for the daemon (sharemem.c) */
 };
 
 /* A completion channel created by the interposed ibv_create_comp_channel. */
@@ -51,7 +49,6 @@ struct sn_pd {
 struct sn_mr {
 	struct sn_verbs_mr vmr;
 	uint32_t handle;
-	struct sn_share *share; /* the memfd the region lies in, or NULL */
 };
 
 struct sn_ah {
@@ -129,11 +126,6 @@ void sn_ring_doorbell(struct sn_context *ctx);
 int sn_daemon_gone(struct sn_context *ctx, int look);
 int sn_destroy_handle(struct sn_context *ctx, enum sn_op op, uint32_t handle);
 
-/* sharemem.c */
-struct sn_share;
-struct sn_share *sn_share_region(struct sn_context *ctx, void *addr, size_t length);
-void sn_unshare_region(struct sn_context *ctx, struct sn_share *share);
-void sn_free_shares(struct sn_context *ctx);
 /* device.c */
 extern const struct sn_device_ops sn_device_ops;
 int sn_is_softnic(struct ibv_context *context);
