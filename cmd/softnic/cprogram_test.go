@@ -62,6 +62,29 @@ func (p *cProgram) waitFor(t *testing.T, want string) {
 	t.Fatalf("the program ended before %q:\n%s", want, p.said.String())
 }
 
+// waitForPrefix reads the program's lines until one that starts with
+// prefix and returns it; the test fails if the program ends first.
+func (p *cProgram) waitForPrefix(t *testing.T, prefix string) string {
+	t.Helper()
+	for p.lines.Scan() {
+		p.said.WriteString(p.lines.Text() + "\n")
+		if strings.HasPrefix(p.lines.Text(), prefix) {
+			return p.lines.Text()
+		}
+	}
+	p.cmd.Process.Kill()
+	p.cmd.Wait()
+	t.Fatalf("the program ended before a line %q...:\n%s", prefix, p.said.String())
+	return ""
+}
+
+// tell writes line to the program's stdin.
+func (p *cProgram) tell(t *testing.T, line string) {
+	t.Helper()
+	_, err := io.WriteString(p.stdin, line+"\n")
+	require.NoError(t, err)
+}
+
 // resume lets the program go on from a stop.
 func (p *cProgram) resume(t *testing.T) {
 	_, err := io.WriteString(p.stdin, "go\n")
