@@ -117,10 +117,11 @@ static inline struct sn_context *to_ctx(struct ibv_context *c)
 /* control.c */
 #define SN_MAX_SEND_FDS 8 /* descriptors a message may carry (the fuzz harness's replies too) */
 int sn_connect(struct sn_context *ctx, const char *ibdev_name);
+int sn_hello(struct sn_context *ctx);
 int sn_call(struct sn_context *ctx, enum sn_op op, const void *req, size_t req_len, void *reply, size_t reply_len,
 	    int *fds, int max_fds);
-int sn_call_fd(struct sn_context *ctx, enum sn_op op, const void *req, size_t req_len, int send_fd, void *reply,
-	       size_t reply_len, int *fds, int max_fds);
+int sn_call_fds(struct sn_context *ctx, enum sn_op op, const void *req, size_t req_len, const int *send_fds,
+		int nsend, void *reply, size_t reply_len, int *fds, int max_fds);
 void *sn_map_ring(int fd, size_t size);
 void sn_ring_doorbell(struct sn_context *ctx);
 int sn_daemon_gone(struct sn_context *ctx, int look);
