@@ -24,11 +24,12 @@ type cProgram struct {
 	said  strings.Builder
 }
 
-// buildCProgram compiles testdata/NAME.c against libibverbs next to bin.
-func buildCProgram(t *testing.T, ctx context.Context, bin, name string) string {
+// buildCProgram compiles testdata/NAME.c against libibverbs (and the
+// libraries in libs, such as -lrdmacm) next to bin.
+func buildCProgram(t *testing.T, ctx context.Context, bin, name string, libs ...string) string {
 	prog := filepath.Join(filepath.Dir(bin), name)
-	out, err := exec.CommandContext(ctx, "cc", "-O1", "-Wall", "-Werror", "-o", prog,
-		filepath.Join("testdata", name+".c"), "-libverbs").CombinedOutput()
+	args := append([]string{"-O1", "-Wall", "-Werror", "-o", prog, filepath.Join("testdata", name+".c"), "-libverbs"}, libs...)
+	out, err := exec.CommandContext(ctx, "cc", args...).CombinedOutput()
 	require.NoError(t, err, "cc: %s", out)
 	return prog
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/softnic/softnic/hostif"
 	"github.com/softnic/softnic/internal/netnstest"
 )
 
@@ -67,4 +68,38 @@ func TestProviderHostInterface(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestProviderDestroysChannels runs testdata/channel_destroy.c through the
+// provider and softnic's librdmacm, as user nobody: it makes and destroys
+// 2,000 completion channels and 2,000 event channels, and the daemon must
+// hold no more descriptors afterwards than before (fewer than 10 more: in
+// host interface 3, which cannot destroy a channel, it held one pipe end
+// for each, 4,000). A channel with a CQ on it is EBUSY until the CQ goes.
+// It needs a daemon of host interface 4 (destroy_comp_channel and
+// cm_destroy_channel), and says so when the daemon here is older.
+func TestProviderDestroysChannels(t *testing.T) {
+	if hostif.Version < 4 {
+		t.Skipf("not run: needs host interface 4's destroy_comp_channel and cm_destroy_channel (the daemon here is version %d)", hostif.Version)
+	}
+	w := newProviderWorld(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	prog := buildCProgram(t, ctx, w.bin, "channel_destroy", "-lrdmacm")
+	fds := func() int {
+		entries, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", w.daemons[0].Process.Pid))
+		require.NoError(t, err)
+		return len(entries)
+	}
+	p := startCProgram(t, w.command(ctx, w.a, prog))
+	p.waitFor(t, "ready")
+	before := fds()
+	p.resume(t)
+	p.waitFor(t, "done")
+	after := fds()
+	t.Logf("the daemon's descriptors: %d before, %d after", before, after)
+	require.Less(t, after-before, 10, "descriptors the daemon kept for destroyed channels")
+	p.resume(t)
+	p.finish(t, 7)
+	w.stop(t)
 }
