@@ -5,6 +5,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,16 +46,54 @@ static int sn_open_socket(const char *ibdev_name)
 	return fd;
 }
 
-/* sn_connect opens the session: hello, then the session page, the async
- * event pipe and the doorbell eventfd the reply passes. */
+/* sn_connect opens the session on device ibdev_name's control socket;
+ * 0 or an errno. */
 int sn_connect(struct sn_context *ctx, const char *ibdev_name)
 {
 	ctx->sock = sn_open_socket(ibdev_name);
 	if (ctx->sock < 0)
 		return errno;
+	return sn_hello(ctx);
+}
+
+_Static_assert(SN_MAX_SEND_FDS >= SN_HELLO_FDS, "hello's descriptors fit a message's control buffer");
+
+/* hello_call sends hello. In version 4 it passes, in this order, the
+ * process's own /proc/self/mem (read and write) and /proc/self/maps
+ * (read), opened here and closed once the call is over: the daemon reaches
+ * the program's memory only through that mem descriptor, bound to this
+ * address space (dead after an exec), and checks registrations against the
+ * maps one. */
+static int hello_call(struct sn_context *ctx, int *fds, int max_fds)
+{
 	uint32_t version = SN_VERSION;
+#if SN_HELLO_PASSES_MEMORY
+	int mine[SN_HELLO_FDS];
+	mine[SN_HELLO_MEM_FD] = open("/proc/self/mem", O_RDWR | O_CLOEXEC);
+	mine[SN_HELLO_MAPS_FD] = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+	int n = -1;
+	if (mine[SN_HELLO_MEM_FD] >= 0 && mine[SN_HELLO_MAPS_FD] >= 0)
+		n = sn_call_fds(ctx, SN_OP_HELLO, &version, sizeof(version), mine, SN_HELLO_FDS, &ctx->limits,
+				sizeof(ctx->limits), fds, max_fds);
+	int e = errno;
+	for (int i = 0; i < SN_HELLO_FDS; i++)
+		if (mine[i] >= 0)
+			close(mine[i]);
+	errno = e;
+	return n;
+#else
+	return sn_call(ctx, SN_OP_HELLO, &version, sizeof(version), &ctx->limits, sizeof(ctx->limits), fds, max_fds);
+#endif
+}
+
+/* sn_hello starts the session on ctx's socket: hello, then the session
+ * page, the async event pipe and the doorbell eventfd the reply passes; 0
+ * or an errno (the daemon's, for a refused hello: EAGAIN over the user's
+ * session bound). */
+int sn_hello(struct sn_context *ctx)
+{
 	int fds[3];
-	int n = sn_call(ctx, SN_OP_HELLO, &version, sizeof(version), &ctx->limits, sizeof(ctx->limits), fds, 3);
+	int n = hello_call(ctx, fds, 3);
 	if (n < 0)
 		return errno;
 	if (n != 3) {
@@ -124,15 +163,24 @@ static int send_message(int sock, const uint8_t *out, size_t out_len, const int 
 	return 0;
 }
 
-/* exchange sends one message (with send_fd, unless -1) and receives the
- * reply with its descriptors; it returns 0 or an errno. */
-static int exchange(struct sn_context *ctx, const uint8_t *out, size_t out_len, int send_fd, uint8_t *in,
-		    size_t *in_len, int *fds, int *nfds)
+/*
+ * exchange sends one message (with nsend descriptors) and receives the
+ * reply with its descriptors; it returns 0 or an errno. With
+ * early_reply, a connection the daemon closed (the send fails, or the
+ * receive reports the reset) still gives the message the daemon sent
+ * before it closed: a daemon that refuses a connection answers before it
+ * reads the hello.
+ */
+static int exchange(struct sn_context *ctx, const uint8_t *out, size_t out_len, const int *send_fds, int nsend,
+		    int early_reply, uint8_t *in, size_t *in_len, int *fds, int *nfds)
 {
 	*nfds = 0;
-	int err = send_message(ctx->sock, out, out_len, &send_fd, send_fd >= 0);
-	if (err)
+	int flags = MSG_CMSG_CLOEXEC;
+	int err = send_message(ctx->sock, out, out_len, send_fds, nsend);
+	if (err && !(early_reply && (err == EPIPE || err == ECONNRESET)))
 		return err;
+	if (err)
+		flags |= MSG_DONTWAIT;
 	union {
 		struct cmsghdr align;
 		char buf[CMSG_SPACE(4 * sizeof(int))];
@@ -141,32 +189,50 @@ static int exchange(struct sn_context *ctx, const uint8_t *out, size_t out_len, 
 	struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf.buf, .msg_controllen = sizeof(cbuf)};
 	ssize_t n;
 	do
-		n = recvmsg(ctx->sock, &msg, MSG_CMSG_CLOEXEC);
+		n = recvmsg(ctx->sock, &msg, flags);
 	while (n < 0 && errno == EINTR);
+	/* A daemon that closed with our message unread left ECONNRESET,
+	 * which the first receive reports (and clears) before the messages
+	 * it queued. */
+	if (n < 0 && early_reply && errno == ECONNRESET) {
+		err = ECONNRESET;
+		n = recvmsg(ctx->sock, &msg, flags | MSG_DONTWAIT);
+	}
 	if (n < 0)
-		return errno;
+		return err ? err : errno;
 	/* Descriptors first: an empty message may carry some too. */
 	int extra = take_fds(&msg, fds, 4, nfds);
 	if (n == 0)
-		return ECONNRESET; /* the daemon is gone */
+		return err ? err : ECONNRESET; /* the daemon is gone */
 	*in_len = n;
 	if (extra < 0 || (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)))
 		return EPROTO;
 	return 0;
 }
 
+/* errno_of is a reply's status as an errno. */
+static int errno_of(int32_t status)
+{
+	return status < 0 && status > -4096 ? -status : EPROTO;
+}
+
 /* check_reply checks the reply's header against the request's and copies
- * its body, which must be reply_len bytes; it returns 0 or an errno. */
+ * its body, which must be reply_len bytes; it returns 0 or an errno. A
+ * hello reply with an error is the error whatever its seq and version:
+ * the daemon refuses a connection (EAGAIN over the user's session bound)
+ * with a hello reply of seq 0 before it reads anything. */
 static int check_reply(const uint8_t *in, size_t in_len, const struct sn_header *req, void *reply, size_t reply_len)
 {
 	struct sn_header r;
 	if (in_len < SN_HEADER_LEN)
 		return EPROTO;
 	memcpy(&r, in, sizeof(r));
+	if (req->op == SN_OP_HELLO && r.op == SN_OP_HELLO && r.length == in_len && r.status != 0)
+		return errno_of(r.status);
 	if (r.version != SN_VERSION || r.length != in_len || r.op != req->op || r.seq != req->seq)
 		return EPROTO;
 	if (r.status != 0)
-		return r.status < 0 && r.status > -4096 ? -r.status : EPROTO;
+		return errno_of(r.status);
 	if (in_len != SN_HEADER_LEN + reply_len)
 		return EPROTO;
 	if (reply_len)
@@ -184,13 +250,13 @@ static int check_reply(const uint8_t *in, size_t in_len, const struct sn_header 
 int sn_call(struct sn_context *ctx, enum sn_op op, const void *req, size_t req_len, void *reply, size_t reply_len,
 	    int *fds, int max_fds)
 {
-	return sn_call_fd(ctx, op, req, req_len, -1, reply, reply_len, fds, max_fds);
+	return sn_call_fds(ctx, op, req, req_len, NULL, 0, reply, reply_len, fds, max_fds);
 }
 
-/* sn_call_fd is sn_call with a descriptor passed along with the request
- * (none if send_fd is -1). */
-int sn_call_fd(struct sn_context *ctx, enum sn_op op, const void *req, size_t req_len, int send_fd, void *reply,
-	       size_t reply_len, int *fds, int max_fds)
+/* sn_call_fds is sn_call with nsend descriptors (at most SN_MAX_SEND_FDS)
+ * passed along with the request as one SCM_RIGHTS, in their order. */
+int sn_call_fds(struct sn_context *ctx, enum sn_op op, const void *req, size_t req_len, const int *send_fds,
+		int nsend, void *reply, size_t reply_len, int *fds, int max_fds)
 {
 	uint8_t out[SN_MAX_MESSAGE], in[SN_MAX_MESSAGE];
 	if (SN_HEADER_LEN + req_len > sizeof(out) || reply_len > sizeof(in) - SN_HEADER_LEN) {
@@ -204,7 +270,7 @@ int sn_call_fd(struct sn_context *ctx, enum sn_op op, const void *req, size_t re
 		memcpy(out + SN_HEADER_LEN, req, req_len);
 	size_t in_len = 0;
 	int got[4], n = 0;
-	int err = exchange(ctx, out, h.length, send_fd, in, &in_len, got, &n);
+	int err = exchange(ctx, out, h.length, send_fds, nsend, op == SN_OP_HELLO, in, &in_len, got, &n);
 	pthread_mutex_unlock(&ctx->call_lock);
 	if (err == ECONNRESET || err == EPIPE)
 		__atomic_store_n(&ctx->gone, 1, __ATOMIC_RELAXED);

@@ -39,7 +39,6 @@ static void sn_uninit_device(struct sn_verbs_device *device)
 static void sn_free_context(struct ibv_context *context)
 {
 	struct sn_context *ctx = to_ctx(context);
-	sn_free_shares(ctx); /* before the socket closes: it unshares */
 	if (ctx->page)
 		munmap(ctx->page, SN_PAGE_SIZE);
 	if (ctx->doorbell_fd >= 0)
@@ -48,7 +47,6 @@ static void sn_free_context(struct ibv_context *context)
 		close(ctx->sock); /* the daemon destroys what the session still holds */
 	pthread_mutex_destroy(&ctx->call_lock);
 	pthread_mutex_destroy(&ctx->channel_lock);
-	pthread_mutex_destroy(&ctx->share_lock);
 	verbs_uninit_context(&ctx->vctx); /* closes cmd_fd and async_fd */
 	free(ctx);
 }
@@ -110,7 +108,6 @@ static struct verbs_context *sn_alloc_context(struct ibv_device *device, int cmd
 	ctx->sock = ctx->doorbell_fd = -1;
 	pthread_mutex_init(&ctx->call_lock, NULL);
 	pthread_mutex_init(&ctx->channel_lock, NULL);
-	pthread_mutex_init(&ctx->share_lock, NULL);
 	int err = sn_connect(ctx, device->name);
 	if (err) {
 		sn_free_context(&ctx->vctx.context);

@@ -1,7 +1,13 @@
 /*
- * hostif.h: softnic's host interface, version 3, as docs/HOST-INTERFACE.md
- * specifies it and package hostif defines it in Go: the control messages'
- * bodies (little-endian, no padding) and the shared rings' layouts.
+ * hostif.h: softnic's host interface, as docs/HOST-INTERFACE.md specifies
+ * it and package hostif defines it in Go: the control messages' bodies
+ * (little-endian, no padding) and the shared rings' layouts.
+ *
+ * HOSTIF_VERSION picks the version the provider speaks (the Makefile's
+ * HOSTIF_VERSION, 4 unless told otherwise). Version 4 passes, with hello,
+ * the client's own /proc/self/mem and /proc/self/maps descriptors, and has
+ * destroy_comp_channel (43) and cm_destroy_channel (44); version 3 has
+ * neither, and its channels last until the session ends.
  */
 #ifndef SOFTNIC_HOSTIF_H
 #define SOFTNIC_HOSTIF_H
@@ -12,7 +18,16 @@
 #error "the host interface is little-endian; this provider stores its fields natively"
 #endif
 
-#define SN_VERSION 3
+#ifndef HOSTIF_VERSION
+#define HOSTIF_VERSION 4
+#endif
+#if HOSTIF_VERSION != 3 && HOSTIF_VERSION != 4
+#error "HOSTIF_VERSION is 3 or 4"
+#endif
+#define SN_VERSION HOSTIF_VERSION
+/* Version 4: hello passes the memory descriptors; channels are destroyed. */
+#define SN_HELLO_PASSES_MEMORY (SN_VERSION >= 4)
+#define SN_DESTROYS_CHANNELS (SN_VERSION >= 4)
 #define SN_HEADER_LEN 16
 #define SN_MAX_MESSAGE 4096
 
@@ -59,10 +74,18 @@ enum sn_op {
 	SN_OP_CM_MIGRATE_ID,
 	SN_OP_CM_INIT_QP_ATTR,
 	SN_OP_CM_ESTABLISH,
+	SN_OP_QUERY_CM_IDS,
+	/* Version 4. */
+	SN_OP_DESTROY_COMP_CHANNEL, /* u32 handle -> empty; EBUSY while a CQ uses it */
+	SN_OP_CM_DESTROY_CHANNEL, /* u32 channel -> empty; EBUSY while an ID has its events on it */
 };
 _Static_assert(SN_OP_CM_CREATE_CHANNEL == 20 && SN_OP_CM_DETACH_QP == 34 && SN_OP_CM_SET_OPTION == 38 &&
-		       SN_OP_CM_MIGRATE_ID == 39 && SN_OP_CM_ESTABLISH == 41,
+		       SN_OP_CM_MIGRATE_ID == 39 && SN_OP_CM_ESTABLISH == 41 && SN_OP_QUERY_CM_IDS == 42 &&
+		       SN_OP_DESTROY_COMP_CHANNEL == 43 && SN_OP_CM_DESTROY_CHANNEL == 44,
 	       "op numbers");
+
+/* hello's descriptors in version 4, in this order. */
+enum { SN_HELLO_MEM_FD, SN_HELLO_MAPS_FD, SN_HELLO_FDS };
 
 struct sn_header {
 	uint16_t op;

@@ -40,9 +40,11 @@ int sn_dealloc_pd(struct ibv_pd *ibpd)
 	return err;
 }
 
-/* sn_reg_mr registers the program's own memory: the daemon reads and
- * writes it at its virtual address, so the I/O address must be it. Where
- * it can, the memory is first made shared with the daemon (sharemem.c). */
+/* sn_reg_mr registers the program's own memory as it is: the daemon reads
+ * and writes it at its virtual address, so the I/O address must be it.
+ * Nothing here touches the memory, nor does dereg_mr: the program may have
+ * unmapped or reused the range by then, and the daemon checks the mapping
+ * itself. */
 struct ibv_mr *sn_reg_mr(struct ibv_pd *ibpd, void *addr, size_t length, uint64_t hca_va, int access)
 {
 	struct sn_pd *pd = sn_container_of(ibpd, struct sn_pd, ibv);
@@ -54,13 +56,10 @@ struct ibv_mr *sn_reg_mr(struct ibv_pd *ibpd, void *addr, size_t length, uint64_
 	if (!mr)
 		return NULL;
 	struct sn_context *ctx = to_ctx(ibpd->context);
-	mr->share = sn_share_region(ctx, addr, length);
 	struct sn_reg_mr_req req = {.pd = pd->handle, .access = access, .addr = (uintptr_t)addr, .length = length};
 	struct sn_reg_mr_reply r;
 	if (sn_call(ctx, SN_OP_REG_MR, &req, sizeof(req), &r, sizeof(r), NULL, 0) < 0) {
 		int e = errno;
-		if (mr->share)
-			sn_unshare_region(ctx, mr->share);
 		free(mr);
 		errno = e;
 		return NULL;
@@ -77,8 +76,6 @@ int sn_dereg_mr(struct sn_verbs_mr *vmr)
 {
 	struct sn_mr *mr = sn_container_of(vmr, struct sn_mr, vmr);
 	int err = destroy_handle(vmr->ibv_mr.context, SN_OP_DEREG_MR, mr->handle);
-	if (!err && mr->share)
-		sn_unshare_region(to_ctx(vmr->ibv_mr.context), mr->share);
 	if (!err)
 		free(mr);
 	return err;

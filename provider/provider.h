@@ -32,8 +32,6 @@ struct sn_context {
 	struct sn_hello_reply limits;
 	pthread_mutex_t channel_lock;
 	struct sn_channel *channels; /* completion channels made through the daemon */
-	pthread_mutex_t share_lock;
-	struct sn_share *shares; /* memory re-backed by a memfd for the daemon (sharemem.c) */
 };
 
 /* A completion channel created by the interposed ibv_create_comp_channel. */
@@ -51,7 +49,6 @@ struct sn_pd {
 struct sn_mr {
 	struct sn_verbs_mr vmr;
 	uint32_t handle;
-	struct sn_share *share; /* the memfd the region lies in, or NULL */
 };
 
 struct sn_ah {
@@ -120,20 +117,16 @@ static inline struct sn_context *to_ctx(struct ibv_context *c)
 /* control.c */
 #define SN_MAX_SEND_FDS 8 /* descriptors a message may carry (the fuzz harness's replies too) */
 int sn_connect(struct sn_context *ctx, const char *ibdev_name);
+int sn_hello(struct sn_context *ctx);
 int sn_call(struct sn_context *ctx, enum sn_op op, const void *req, size_t req_len, void *reply, size_t reply_len,
 	    int *fds, int max_fds);
-int sn_call_fd(struct sn_context *ctx, enum sn_op op, const void *req, size_t req_len, int send_fd, void *reply,
-	       size_t reply_len, int *fds, int max_fds);
+int sn_call_fds(struct sn_context *ctx, enum sn_op op, const void *req, size_t req_len, const int *send_fds,
+		int nsend, void *reply, size_t reply_len, int *fds, int max_fds);
 void *sn_map_ring(int fd, size_t size);
 void sn_ring_doorbell(struct sn_context *ctx);
 int sn_daemon_gone(struct sn_context *ctx, int look);
 int sn_destroy_handle(struct sn_context *ctx, enum sn_op op, uint32_t handle);
 
-/* sharemem.c */
-struct sn_share;
-struct sn_share *sn_share_region(struct sn_context *ctx, void *addr, size_t length);
-void sn_unshare_region(struct sn_context *ctx, struct sn_share *share);
-void sn_free_shares(struct sn_context *ctx);
 /* device.c */
 extern const struct sn_device_ops sn_device_ops;
 int sn_is_softnic(struct ibv_context *context);

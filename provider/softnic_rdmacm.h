@@ -26,8 +26,8 @@
 struct softnic_rdmacm_ops {
 	uint32_t abi; /* SOFTNIC_RDMACM_ABI */
 	/* cm_call sends one of the CM commands (cm_create_channel to
-	 * cm_detach_qp except cm_create_qp, cm_set_option to cm_establish) on
-	 * context's session and takes
+	 * cm_detach_qp except cm_create_qp, cm_set_option to cm_establish,
+	 * cm_destroy_channel) on context's session and takes
 	 * its reply, which must be reply_len bytes. It returns the number of
 	 * descriptors the reply passed (into fds), or -1 with errno: EINVAL
 	 * for a context not softnic's or another command, else as the

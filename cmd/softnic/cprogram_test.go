@@ -24,11 +24,12 @@ type cProgram struct {
 	said  strings.Builder
 }
 
-// buildCProgram compiles testdata/NAME.c against libibverbs next to bin.
-func buildCProgram(t *testing.T, ctx context.Context, bin, name string) string {
+// buildCProgram compiles testdata/NAME.c against libibverbs (and the
+// libraries in libs, such as -lrdmacm) next to bin.
+func buildCProgram(t *testing.T, ctx context.Context, bin, name string, libs ...string) string {
 	prog := filepath.Join(filepath.Dir(bin), name)
-	out, err := exec.CommandContext(ctx, "cc", "-O1", "-Wall", "-Werror", "-o", prog,
-		filepath.Join("testdata", name+".c"), "-libverbs").CombinedOutput()
+	args := append([]string{"-O1", "-Wall", "-Werror", "-o", prog, filepath.Join("testdata", name+".c"), "-libverbs"}, libs...)
+	out, err := exec.CommandContext(ctx, "cc", args...).CombinedOutput()
 	require.NoError(t, err, "cc: %s", out)
 	return prog
 }
@@ -60,6 +61,29 @@ func (p *cProgram) waitFor(t *testing.T, want string) {
 	p.cmd.Process.Kill()
 	p.cmd.Wait()
 	t.Fatalf("the program ended before %q:\n%s", want, p.said.String())
+}
+
+// waitForPrefix reads the program's lines until one that starts with
+// prefix and returns it; the test fails if the program ends first.
+func (p *cProgram) waitForPrefix(t *testing.T, prefix string) string {
+	t.Helper()
+	for p.lines.Scan() {
+		p.said.WriteString(p.lines.Text() + "\n")
+		if strings.HasPrefix(p.lines.Text(), prefix) {
+			return p.lines.Text()
+		}
+	}
+	p.cmd.Process.Kill()
+	p.cmd.Wait()
+	t.Fatalf("the program ended before a line %q...:\n%s", prefix, p.said.String())
+	return ""
+}
+
+// tell writes line to the program's stdin.
+func (p *cProgram) tell(t *testing.T, line string) {
+	t.Helper()
+	_, err := io.WriteString(p.stdin, line+"\n")
+	require.NoError(t, err)
 }
 
 // resume lets the program go on from a stop.

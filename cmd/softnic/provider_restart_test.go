@@ -30,6 +30,6 @@ func TestProviderSurvivesDaemonRestart(t *testing.T) {
 
 	w.daemons[0], _ = startDaemon(t, w.bin, w.a, w.runDir)
 	p.resume(t)
-	p.finish(t, 17)
+	p.finish(t, 16)
 	w.stop(t)
 }
