@@ -127,8 +127,12 @@ func withCM[T any](fn func(*session, *sessionCM, T) (any, []int, error)) handler
 }
 
 func (ss *session) cmCreateChannel(sc *sessionCM, _ hostif.Empty) (any, []int, error) {
+	if err := ss.take(resDescriptor, 1); err != nil {
+		return nil, nil, err
+	}
 	var p [2]int
 	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+		ss.give(resDescriptor, 1)
 		return nil, nil, err
 	}
 	unix.SetNonblock(p[1], true)
@@ -148,20 +152,42 @@ func (ss *session) cmCreateID(sc *sessionCM, req hostif.CMCreateIDRequest) (any,
 	if req.PortSpace > 0xffff {
 		return nil, nil, fmt.Errorf("port space %#x: %w", req.PortSpace, unix.EINVAL)
 	}
+	if err := ss.take(resCMID, 1); err != nil {
+		return nil, nil, err
+	}
 	id, err := sc.cm.CreateID(c.ch, mad.PortSpace(req.PortSpace))
 	if err != nil {
+		ss.give(resCMID, 1)
 		return nil, nil, err
 	}
 	return hostif.HandleReply{Handle: sc.add(ss, id, req.Channel, req.UserHandle)}, nil, nil
 }
 
-// add gives id a handle of the session.
+// add gives id, charged to the session already, a handle of the session.
 func (sc *sessionCM) add(ss *session, id *rdmacm.ID, channel uint32, user uint64) uint32 {
 	h := ss.handle()
 	sc.ids[h] = &cmID{id: id, channel: channel, user: user}
 	sc.handles[id] = h
 	sc.publish(ss)
 	return h
+}
+
+// cmDestroyChannel closes an event channel no ID of the session sends its
+// events to.
+func (ss *session) cmDestroyChannel(sc *sessionCM, req hostif.CMGetEventRequest) (any, []int, error) {
+	c := sc.channels[req.Channel]
+	if c == nil {
+		return nil, nil, fmt.Errorf("CM channel %d: %w", req.Channel, errNoObject)
+	}
+	for _, id := range sc.ids {
+		if id.channel == req.Channel {
+			return nil, nil, fmt.Errorf("CM channel %d: an ID's events go there: %w", req.Channel, errBusy)
+		}
+	}
+	delete(sc.channels, req.Channel)
+	c.close()
+	ss.give(resDescriptor, 1)
+	return hostif.Empty{}, nil, nil
 }
 
 // id returns the session's ID h. An ID whose QP the client destroyed
@@ -408,6 +434,7 @@ func (ss *session) cmDestroyID(sc *sessionCM, req hostif.HandleRequest) (any, []
 	}
 	delete(sc.ids, req.Handle)
 	delete(sc.handles, c.id)
+	ss.give(resCMID, 1)
 	sc.publish(ss)
 	err = c.id.Destroy()
 	return hostif.Empty{}, nil, err

@@ -40,6 +40,10 @@ func (ss *session) cmRecord(sc *sessionCM, ev rdmacm.Event) (hostif.CMEvent, boo
 			ev.ID.Destroy() // rejects the request of a listener destroyed meanwhile
 			return rec, false
 		}
+		if ss.take(resCMID, 1) != nil {
+			ev.ID.Destroy() // rejects the request: the user holds as many IDs as allowed
+			return rec, false
+		}
 		l := sc.ids[lh]
 		rec.Listen = lh
 		sc.add(ss, ev.ID, l.channel, l.user)

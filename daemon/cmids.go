@@ -46,13 +46,15 @@ type sessionCMIDs struct {
 	refs []cmIDRef
 }
 
-// cmIDs returns the sessions that have rdma_cm IDs, in session ID order.
-func (s *Server) cmIDs() []sessionCMIDs {
+// cmIDs returns the sessions that have rdma_cm IDs, in session ID order,
+// as user viewer may see them (ss.seenBy).
+func (s *Server) cmIDs(viewer uint32) []sessionCMIDs {
 	s.mu.Lock()
 	var all []sessionCMIDs
 	for ss := range s.sessions {
 		if res, refs := ss.res.Load(), ss.cmIDs.Load(); res != nil && refs != nil && len(*refs) > 0 {
-			all = append(all, sessionCMIDs{res, *refs})
+			seen := ss.seenBy(viewer, res)
+			all = append(all, sessionCMIDs{&seen, *refs})
 		}
 	}
 	s.mu.Unlock()
@@ -66,7 +68,7 @@ func (s *Server) cmIDs() []sessionCMIDs {
 // an ID published.
 func (ss *session) queryCMIDs(req hostif.CMIDsRequest) (any, []int, error) {
 	var r hostif.CMIDsReply
-	for _, one := range ss.s.cmIDs() {
+	for _, one := range ss.s.cmIDs(ss.peer.uid) {
 		for _, ref := range one.refs {
 			if one.res.ID < req.AfterSession || (one.res.ID == req.AfterSession && ref.handle <= req.AfterID) {
 				continue

@@ -6,6 +6,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/softnic/softnic/hostif"
+	"github.com/softnic/softnic/internal/procmem"
 	"github.com/softnic/softnic/verbs"
 )
 
@@ -15,49 +16,51 @@ type handler func(ss *session, msg []byte) (any, []int, error)
 
 // handlers are the commands by op.
 var handlers = map[hostif.Op]handler{
-	hostif.OpHello:             with((*session).hello),
-	hostif.OpAllocPD:           with((*session).allocPD),
-	hostif.OpRegMR:             with(noFDs((*session).regMR)),
-	hostif.OpCreateCompChannel: with((*session).createChannel),
-	hostif.OpCreateCQ:          with((*session).createCQ),
-	hostif.OpCreateQP:          with((*session).createQP),
-	hostif.OpModifyQP:          with(noReply((*session).modifyQP)),
-	hostif.OpCreateAH:          with(noFDs((*session).createAH)),
-	hostif.OpQueryPort:         with((*session).queryPort),
-	hostif.OpQueryGID:          with((*session).queryGID),
-	hostif.OpCreateSRQ:         with((*session).createSRQ),
-	hostif.OpModifySRQ:         with(noReply((*session).modifySRQ)),
-	hostif.OpDeallocPD:         with(noReply((*session).deallocPD)),
-	hostif.OpDeregMR:           with(noReply((*session).deregMR)),
-	hostif.OpDestroyCQ:         with(noReply((*session).destroyCQ)),
-	hostif.OpDestroyQP:         with(noReply((*session).destroyQPHandle)),
-	hostif.OpDestroyAH:         with(noReply((*session).destroyAH)),
-	hostif.OpDestroySRQ:        with(noReply((*session).destroySRQHandle)),
-	hostif.OpQueryResources:    with((*session).queryResources),
-	hostif.OpQueryCounters:     with((*session).queryCounters),
-	hostif.OpQueryCMIDs:        with((*session).queryCMIDs),
-	hostif.OpShareMemory:       with(noFDs((*session).shareMemory)),
-	hostif.OpUnshareMemory:     with(noReply((*session).unshareMemory)),
+	hostif.OpHello:              with((*session).hello),
+	hostif.OpAllocPD:            with((*session).allocPD),
+	hostif.OpRegMR:              with(noFDs((*session).regMR)),
+	hostif.OpCreateCompChannel:  with((*session).createChannel),
+	hostif.OpCreateCQ:           with((*session).createCQ),
+	hostif.OpCreateQP:           with((*session).createQP),
+	hostif.OpModifyQP:           with(noReply((*session).modifyQP)),
+	hostif.OpCreateAH:           with(noFDs((*session).createAH)),
+	hostif.OpQueryPort:          with((*session).queryPort),
+	hostif.OpQueryGID:           with((*session).queryGID),
+	hostif.OpCreateSRQ:          with((*session).createSRQ),
+	hostif.OpModifySRQ:          with(noReply((*session).modifySRQ)),
+	hostif.OpDeallocPD:          with(noReply((*session).deallocPD)),
+	hostif.OpDeregMR:            with(noReply((*session).deregMR)),
+	hostif.OpDestroyCQ:          with(noReply((*session).destroyCQ)),
+	hostif.OpDestroyQP:          with(noReply((*session).destroyQPHandle)),
+	hostif.OpDestroyAH:          with(noReply((*session).destroyAH)),
+	hostif.OpDestroySRQ:         with(noReply((*session).destroySRQHandle)),
+	hostif.OpQueryResources:     with((*session).queryResources),
+	hostif.OpQueryCounters:      with((*session).queryCounters),
+	hostif.OpQueryCMIDs:         with((*session).queryCMIDs),
+	hostif.OpShareMemory:        with(noFDs((*session).shareMemory)),
+	hostif.OpUnshareMemory:      with(noReply((*session).unshareMemory)),
+	hostif.OpDestroyCompChannel: with(noReply((*session).destroyChannel)),
 	// The connection manager (cm.go).
-	hostif.OpCMCreateChannel: withCM((*session).cmCreateChannel),
-	hostif.OpCMCreateID:      withCM((*session).cmCreateID),
-	hostif.OpCMBind:          withCM((*session).cmBind),
-	hostif.OpCMResolveAddr:   withCM((*session).cmResolveAddr),
-	hostif.OpCMResolveRoute:  withCM((*session).cmResolveRoute),
-	hostif.OpCMCreateQP:      withCM((*session).cmCreateQP),
-	hostif.OpCMDetachQP:      withCM((*session).cmDetachQP),
-	hostif.OpCMSetOption:     withCM((*session).cmSetOption),
-	hostif.OpCMMigrateID:     withCM((*session).cmMigrateID),
-	hostif.OpCMInitQPAttr:    withCM((*session).cmInitQPAttr),
-	hostif.OpCMEstablish:     withCM((*session).cmEstablish),
-	hostif.OpCMConnect:       withCM((*session).cmConnect),
-	hostif.OpCMListen:        withCM((*session).cmListen),
-	hostif.OpCMAccept:        withCM((*session).cmAccept),
-	hostif.OpCMReject:        withCM((*session).cmReject),
-	hostif.OpCMDisconnect:    withCM((*session).cmDisconnect),
-	hostif.OpCMDestroyID:     withCM((*session).cmDestroyID),
-	hostif.OpCMGetEvent:      withCM((*session).cmGetEvent),
-	hostif.OpCMQueryAddr:     withCM((*session).cmQueryAddr),
+	hostif.OpCMCreateChannel:  withCM((*session).cmCreateChannel),
+	hostif.OpCMCreateID:       withCM((*session).cmCreateID),
+	hostif.OpCMBind:           withCM((*session).cmBind),
+	hostif.OpCMResolveAddr:    withCM((*session).cmResolveAddr),
+	hostif.OpCMResolveRoute:   withCM((*session).cmResolveRoute),
+	hostif.OpCMCreateQP:       withCM((*session).cmCreateQP),
+	hostif.OpCMDetachQP:       withCM((*session).cmDetachQP),
+	hostif.OpCMSetOption:      withCM((*session).cmSetOption),
+	hostif.OpCMMigrateID:      withCM((*session).cmMigrateID),
+	hostif.OpCMInitQPAttr:     withCM((*session).cmInitQPAttr),
+	hostif.OpCMEstablish:      withCM((*session).cmEstablish),
+	hostif.OpCMConnect:        withCM((*session).cmConnect),
+	hostif.OpCMListen:         withCM((*session).cmListen),
+	hostif.OpCMAccept:         withCM((*session).cmAccept),
+	hostif.OpCMReject:         withCM((*session).cmReject),
+	hostif.OpCMDisconnect:     withCM((*session).cmDisconnect),
+	hostif.OpCMDestroyID:      withCM((*session).cmDestroyID),
+	hostif.OpCMGetEvent:       withCM((*session).cmGetEvent),
+	hostif.OpCMQueryAddr:      withCM((*session).cmQueryAddr),
+	hostif.OpCMDestroyChannel: withCM((*session).cmDestroyChannel),
 }
 
 // with decodes the body of type T a command takes before running it.
@@ -98,6 +101,9 @@ func (ss *session) run(op hostif.Op, msg []byte) (any, []int, error) {
 }
 
 func (ss *session) allocPD(hostif.Empty) (any, []int, error) {
+	if err := ss.take(resPD, 1); err != nil {
+		return nil, nil, err
+	}
 	h := ss.handle()
 	ss.pds[h] = ss.s.dev.AllocPD()
 	return hostif.HandleReply{Handle: h}, nil, nil
@@ -111,8 +117,9 @@ func (ss *session) queryGID(req hostif.QueryGIDRequest) (any, []int, error) {
 	return hostif.QueryGIDReply{GID: gid, Type: ibvGIDTypeRoCEv2}, nil, nil
 }
 
-// hello starts the session: the device's limits, the session page, the
-// async event pipe and the doorbell.
+// hello starts the session: it takes the client's memory descriptors and
+// gives the device's limits, the session page, the async event pipe and
+// the doorbell.
 func (ss *session) hello(req hostif.HelloRequest) (any, []int, error) {
 	if req.Version != hostif.Version {
 		return nil, nil, unix.EPROTONOSUPPORT
@@ -120,28 +127,46 @@ func (ss *session) hello(req hostif.HelloRequest) (any, []int, error) {
 	if ss.page != nil {
 		return nil, nil, errProto
 	}
-	page, err := newRing("session", pageSize)
+	fds, err := ss.takeFDs(2)
 	if err != nil {
+		return nil, nil, fmt.Errorf("hello wants /proc/self/mem and /proc/self/maps: %w", err)
+	}
+	proc, err := procmem.FromDescriptors(fds[0], fds[1])
+	if err != nil {
+		return nil, nil, err
+	}
+	// The memory descriptors and the async pipe's write end.
+	if err := ss.take(resDescriptor, 3); err != nil {
+		proc.Close()
+		return nil, nil, err
+	}
+	page, err := ss.newRing("session", pageSize)
+	if err != nil {
+		proc.Close()
 		return nil, nil, err
 	}
 	var p [2]int
 	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
-		page.close()
+		proc.Close()
+		ss.freeRing(page)
 		return nil, nil, err
 	}
 	unix.SetNonblock(p[1], true) // the write end only: a full pipe loses events
-	ss.page, ss.async = page, p[1]
+	ss.page, ss.async, ss.proc = page, p[1], proc
+	ss.procMu.Lock()
+	ss.helloProc = proc
+	ss.procMu.Unlock()
 	ss.s.mu.Lock()
 	ss.s.host.add(ss)
 	ss.s.mu.Unlock()
 	a := ss.s.dev.Query()
 	ss.startResources()
-	ss.s.cfg.Log.Info("session started", "pid", ss.proc.Pid())
+	ss.s.cfg.Log.Info("session started", "pid", ss.peer.pid, "uid", ss.peer.uid)
 	ss.closeAfterReply = append(ss.closeAfterReply, p[0])
 	return hostif.HelloReply{Version: hostif.Version, MaxQPWR: uint32(a.MaxQPWR), MaxSGE: uint32(a.MaxSGE),
 		MaxCQE: uint32(a.MaxCQE), MaxInline: uint32(a.MaxInlineData), MaxRdAtomic: uint32(a.MaxQPRdAtom),
 		ActiveMTU: uint32(ss.s.dev.ActiveMTU()), Engines: uint32(ss.s.dev.RoCE().Engines()),
-		NodeGUID: ss.s.dev.NodeGUID()}, []int{page.fd, p[0], ss.s.doorbellFD}, nil
+		NodeGUID: ss.s.dev.NodeGUID()}, []int{ss.pass(page), p[0], ss.s.doorbellFD}, nil
 }
 
 // ibvGIDTypeRoCEv2 is enum ibv_gid_type's IBV_GID_TYPE_ROCE_V2: every GID

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"fmt"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 
@@ -10,12 +11,31 @@ import (
 	"github.com/softnic/softnic/ibtransport"
 )
 
+// serverCounters are the daemon's own counters, for an operator who
+// wonders why a client was refused.
+type serverCounters struct {
+	// AcceptErrors counts failed accepts (the daemon out of descriptors,
+	// say): the loop backs off and goes on.
+	AcceptErrors atomic.Uint64 `rdma:"daemon_accept_errors"`
+	// SessionsRefused counts connections over their user's session bound.
+	SessionsRefused atomic.Uint64 `rdma:"daemon_sessions_refused"`
+	// ForeignCommands counts commands from a process other than the
+	// session's (a forked child, a process the socket was passed to).
+	ForeignCommands atomic.Uint64 `rdma:"daemon_foreign_commands"`
+	// SessionsEndedExec and SessionsEndedCredentials count sessions ended
+	// because their process exec'd or changed its credentials.
+	SessionsEndedExec        atomic.Uint64 `rdma:"daemon_sessions_ended_exec"`
+	SessionsEndedCredentials atomic.Uint64 `rdma:"daemon_sessions_ended_credentials"`
+}
+
 // Counters returns the served device's counters (verbs.Device's
 // DeviceCounters) and the daemon's own: doorbell_wakeups, how many
-// times clients woke the sleeping engines through the eventfd.
+// times clients woke the sleeping engines through the eventfd, and
+// serverCounters.
 func (s *Server) Counters() []counters.Counter {
 	cs := s.dev.DeviceCounters()
-	return append(cs, counters.Counter{Name: "doorbell_wakeups", Value: s.Doorbells()})
+	cs = append(cs, counters.Counter{Name: "doorbell_wakeups", Value: s.Doorbells()})
+	return counters.Append(cs, "", &s.counters)
 }
 
 // queryCounters answers query_counters: the device's counters, or one

@@ -12,7 +12,8 @@ import (
 )
 
 // regMR registers the client's own memory, after checking that it is
-// mapped with the rights asked for (the kernel's EFAULT).
+// mapped with the rights asked for (the kernel's EFAULT) and that its
+// pages fit in the process's RLIMIT_MEMLOCK (the kernel's ENOMEM).
 func (ss *session) regMR(req hostif.RegMRRequest) (any, error) {
 	pd := ss.pds[req.PD]
 	if pd == nil {
@@ -21,6 +22,14 @@ func (ss *session) regMR(req hostif.RegMRRequest) (any, error) {
 	access := verbs.Access(req.Access)
 	write := access&(verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteAtomic) != 0
 	if err := ss.proc.CheckMapped(req.Addr, req.Length, write); err != nil {
+		return nil, err
+	}
+	pinned := pinnedBytes(req.Addr, req.Length)
+	if err := ss.pin(pinned); err != nil {
+		return nil, err
+	}
+	if err := ss.take(resMR, 1); err != nil {
+		ss.pinned -= pinned
 		return nil, err
 	}
 	sh, shared := ss.sharedFor(req.Addr, req.Length)
@@ -32,21 +41,62 @@ func (ss *session) regMR(req hostif.RegMRRequest) (any, error) {
 		mr, err = pd.RegProcessMemory(ss.proc, req.Addr, req.Length, access)
 	}
 	if err != nil {
+		ss.pinned -= pinned
+		ss.give(resMR, 1)
 		return nil, err
 	}
 	h := ss.handle()
-	ss.mrs[h], ss.mrPD[h] = mr, req.PD
+	ss.mrs[h], ss.mrPD[h] = &hostMR{mr: mr, pinned: pinned}, req.PD
 	if shared != nil {
 		ss.mrShared[h] = sh
 	}
 	return hostif.RegMRReply{Handle: h, LKey: mr.LKey(), RKey: mr.RKey()}, nil
 }
 
+// hostMR is a session's region and the bytes of pages it counts against
+// the process's RLIMIT_MEMLOCK.
+type hostMR struct {
+	mr     *verbs.MR
+	pinned int64
+}
+
+// pinnedBytes is what the kernel would pin for [addr, addr+n): the whole
+// pages the range touches.
+func pinnedBytes(addr, n uint64) int64 {
+	if n == 0 {
+		return 0
+	}
+	page := uint64(unix.Getpagesize())
+	first, last := addr&^(page-1), (addr+n-1)&^(page-1)
+	return int64(last - first + page)
+}
+
+// pin counts n more registered bytes against the process's
+// RLIMIT_MEMLOCK, read now as the kernel reads it at each registration;
+// a process with CAP_IPC_LOCK (root) has no bound.
+func (ss *session) pin(n int64) error {
+	limit, err := ss.peer.memlock()
+	if err != nil {
+		return err
+	}
+	if limit >= 0 && (n > limit || ss.pinned > limit-n) {
+		return fmt.Errorf("%d registered bytes and %d more pass RLIMIT_MEMLOCK %d (ulimit -l): %w",
+			ss.pinned, n, limit, unix.ENOMEM)
+	}
+	ss.pinned += n
+	return nil
+}
+
 // createChannel makes a completion channel: a pipe whose read end the
-// client gets.
+// client gets and whose write end the daemon keeps (one descriptor of
+// the user's).
 func (ss *session) createChannel(hostif.Empty) (any, []int, error) {
+	if err := ss.take(resDescriptor, 1); err != nil {
+		return nil, nil, err
+	}
 	var p [2]int
 	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+		ss.give(resDescriptor, 1)
 		return nil, nil, err
 	}
 	unix.SetNonblock(p[1], true)
@@ -54,6 +104,23 @@ func (ss *session) createChannel(hostif.Empty) (any, []int, error) {
 	ss.channels[h] = p[1]
 	ss.closeAfterReply = append(ss.closeAfterReply, p[0])
 	return hostif.HandleReply{Handle: h}, []int{p[0]}, nil
+}
+
+// destroyChannel closes a completion channel no CQ of the session uses.
+func (ss *session) destroyChannel(req hostif.HandleRequest) error {
+	fd, ok := ss.channels[req.Handle]
+	if !ok {
+		return fmt.Errorf("channel %d: %w", req.Handle, errNoObject)
+	}
+	for _, cq := range ss.cqs {
+		if cq.channel == req.Handle {
+			return errBusy
+		}
+	}
+	delete(ss.channels, req.Handle)
+	unix.Close(fd)
+	ss.give(resDescriptor, 1)
+	return nil
 }
 
 func (ss *session) createCQ(req hostif.CreateCQRequest) (any, []int, error) {
@@ -68,21 +135,26 @@ func (ss *session) createCQ(req hostif.CreateCQRequest) (any, []int, error) {
 		}
 		notify = func() { writeHandle(fd, req.UserHandle) }
 	}
+	if err := ss.take(resCQ, 1); err != nil {
+		return nil, nil, err
+	}
 	depth := hostif.Pow2(int(req.Entries))
 	r, err := ss.newRing("cq", hostif.RingSize(depth, hostif.CQEntrySize))
 	if err != nil {
+		ss.give(resCQ, 1)
 		return nil, nil, err
 	}
 	ring, err := hostif.NewCompletionQueue(r.mem, depth)
 	if err != nil {
 		ss.freeRing(r)
+		ss.give(resCQ, 1)
 		return nil, nil, err
 	}
 	h := ss.handle()
 	cq := ss.s.dev.CreateSharedCQ(ring, notify)
-	ss.cqs[h] = &hostCQ{cq: cq, ring: r}
+	ss.cqs[h] = &hostCQ{cq: cq, ring: r, channel: req.Channel}
 	ss.s.own(cq, ss, req.UserHandle)
-	return hostif.CreateCQReply{Handle: h, Depth: uint32(depth)}, []int{r.fd}, nil
+	return hostif.CreateCQReply{Handle: h, Depth: uint32(depth)}, []int{ss.pass(r)}, nil
 }
 
 // writeHandle writes a completion event (the CQ's user handle, as
@@ -123,8 +195,12 @@ func (ss *session) createQP(req hostif.CreateQPRequest) (any, []int, error) {
 	if srq != nil {
 		init.SRQ = srq.srq
 	}
+	if err := ss.take(resQP, 1); err != nil {
+		return nil, nil, err
+	}
 	qp, err := pd.CreateQP(&init)
 	if err != nil {
+		ss.give(resQP, 1)
 		return nil, nil, err
 	}
 	var ahs func(uint32) *ibtransport.AH
@@ -134,6 +210,7 @@ func (ss *session) createQP(req hostif.CreateQPRequest) (any, []int, error) {
 	q, err := ss.newHostQP(qp, sDepth, rDepth, cap, ahs)
 	if err != nil {
 		qp.Destroy()
+		ss.give(resQP, 1)
 		return nil, nil, err
 	}
 	q.handle, q.pd, q.sc, q.rc, q.srq = ss.handle(), req.PD, req.SendCQ, req.RecvCQ, req.SRQ
@@ -146,7 +223,7 @@ func (ss *session) createQP(req hostif.CreateQPRequest) (any, []int, error) {
 	if q.rq != nil {
 		reply.RQStride = uint32(q.rq.Stride())
 	}
-	return reply, []int{q.ring.fd}, nil
+	return reply, []int{ss.pass(q.ring)}, nil
 }
 
 // newHostQP makes the QP's rings: its send queue, then its receive queue
@@ -236,6 +313,7 @@ func (ss *session) dropCQ(h uint32) {
 	ss.s.disown(cq.cq)
 	ss.freeRing(cq.ring)
 	delete(ss.cqs, h)
+	ss.give(resCQ, 1)
 }
 
 func (ss *session) deregMR(req hostif.HandleRequest) error {
@@ -243,9 +321,11 @@ func (ss *session) deregMR(req hostif.HandleRequest) error {
 	if mr == nil {
 		return errNoObject
 	}
-	if err := mr.Dereg(); err != nil {
+	if err := mr.mr.Dereg(); err != nil {
 		return err
 	}
+	ss.pinned -= mr.pinned
+	ss.give(resMR, 1)
 	delete(ss.mrs, req.Handle)
 	delete(ss.mrPD, req.Handle)
 	if sh, ok := ss.mrShared[req.Handle]; ok {
@@ -261,6 +341,7 @@ func (ss *session) destroyAH(req hostif.HandleRequest) error {
 		return errNoObject
 	}
 	ss.publishAHs(req.Handle, nil)
+	ss.give(resAH, 1)
 	return ah.Destroy()
 }
 
@@ -273,6 +354,7 @@ func (ss *session) deallocPD(req hostif.HandleRequest) error {
 		return errBusy
 	}
 	delete(ss.pds, h)
+	ss.give(resPD, 1)
 	return nil
 }
 
@@ -326,6 +408,7 @@ func (ss *session) destroyQP(h uint32) {
 	q.qp.Destroy()
 	ss.s.disown(q.qp)
 	ss.freeRing(q.ring)
+	ss.give(resQP, 1)
 }
 
 // createAH makes an address handle for UD sends.
@@ -334,9 +417,13 @@ func (ss *session) createAH(req hostif.CreateAHRequest) (any, error) {
 	if pd == nil {
 		return nil, fmt.Errorf("PD %d: %w", req.PD, errNoObject)
 	}
+	if err := ss.take(resAH, 1); err != nil {
+		return nil, err
+	}
 	ah, err := pd.CreateAH(&verbs.AddressVector{DGID: req.DGID, SGIDIndex: req.SGIDIndex, FlowLabel: req.FlowLabel,
 		HopLimit: req.HopLimit, TrafficClass: req.TrafficClass})
 	if err != nil {
+		ss.give(resAH, 1)
 		return nil, err
 	}
 	h := ss.handle()
@@ -376,29 +463,36 @@ func (ss *session) createSRQ(req hostif.CreateSRQRequest) (any, []int, error) {
 		return nil, nil, fmt.Errorf("SRQ of %d receives: %w", req.MaxWR, unix.EINVAL)
 	}
 	depth, maxSGE := hostif.Pow2(int(req.MaxWR)), max(int(req.MaxSGE), 1)
-	srq, err := pd.NewSRQ(depth, maxSGE)
-	if err != nil {
+	if err := ss.take(resSRQ, 1); err != nil {
 		return nil, nil, err
 	}
-	if err := srq.Modify(int(req.Limit)); err != nil {
+	fail := func(err error) (any, []int, error) {
+		ss.give(resSRQ, 1)
 		return nil, nil, err
+	}
+	srq, err := pd.NewSRQ(depth, maxSGE)
+	if err != nil {
+		return fail(err)
+	}
+	if err := srq.Modify(int(req.Limit)); err != nil {
+		return fail(err)
 	}
 	stride := hostif.RecvStride(maxSGE)
 	r, err := ss.newRing("srq", hostif.RingSize(depth, stride))
 	if err != nil {
-		return nil, nil, err
+		return fail(err)
 	}
 	wq, err := hostif.NewWorkQueue(r.mem, depth, stride)
 	if err != nil {
 		ss.freeRing(r)
-		return nil, nil, err
+		return fail(err)
 	}
 	h := ss.handle()
 	ss.srqs[h] = &hostSRQ{srq: srq, ring: r, wq: wq, dec: hostif.NewRecvDecoder(stride, maxSGE), pd: req.PD,
 		done: srq.MirrorRetired(wq.RetiredWord())}
 	ss.publishFetchers()
 	ss.s.own(srq, ss, req.UserHandle)
-	return hostif.CreateSRQReply{Handle: h, Depth: uint32(depth), Stride: uint32(stride)}, []int{r.fd}, nil
+	return hostif.CreateSRQReply{Handle: h, Depth: uint32(depth), Stride: uint32(stride)}, []int{ss.pass(r)}, nil
 }
 
 // modifySRQ sets and arms the SRQ's limit.
@@ -421,4 +515,5 @@ func (ss *session) destroySRQ(h uint32) {
 	ss.s.betweenPasses()
 	ss.s.disown(s.srq)
 	ss.freeRing(s.ring)
+	ss.give(resSRQ, 1)
 }

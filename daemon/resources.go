@@ -23,7 +23,7 @@ var sessionIDs atomic.Uint32
 // startResources gives a session that said hello its record: its ID, the
 // client's pid and command name, and no objects yet.
 func (ss *session) startResources() {
-	r := &hostif.SessionResources{ID: sessionIDs.Add(1), PID: uint32(ss.proc.Pid())}
+	r := &hostif.SessionResources{ID: sessionIDs.Add(1), PID: uint32(ss.peer.pid)}
 	copy(r.Comm[:len(r.Comm)-1], ss.comm())
 	ss.res.Store(r)
 }
@@ -31,8 +31,8 @@ func (ss *session) startResources() {
 // comm returns the client's command name, or "" when it cannot be read or
 // the process has exited (its pid may name another process by now).
 func (ss *session) comm() string {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", ss.proc.Pid()))
-	if err != nil || !ss.proc.Alive() {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", ss.peer.pid))
+	if err != nil || ss.peer.exited() {
 		return ""
 	}
 	return string(bytes.TrimRight(b, "\n"))
@@ -56,13 +56,15 @@ func (ss *session) publishResources() {
 	ss.res.Store(&r)
 }
 
-// resources returns the records of the sessions, in ID order.
-func (s *Server) resources() []hostif.SessionResources {
+// resources returns the records of the sessions, in ID order, as user
+// viewer may see them: the pid and command of its own sessions only
+// (root sees all), as a user sees only its own processes' resources.
+func (s *Server) resources(viewer uint32) []hostif.SessionResources {
 	s.mu.Lock()
 	all := make([]hostif.SessionResources, 0, len(s.sessions))
 	for ss := range s.sessions {
 		if r := ss.res.Load(); r != nil {
-			all = append(all, *r)
+			all = append(all, ss.seenBy(viewer, r))
 			all[len(all)-1].Listening = ss.listeningCMIDs()
 		}
 	}
@@ -71,10 +73,19 @@ func (s *Server) resources() []hostif.SessionResources {
 	return all
 }
 
+// seenBy returns the session's record r as user viewer sees it.
+func (ss *session) seenBy(viewer uint32, r *hostif.SessionResources) hostif.SessionResources {
+	out := *r
+	if viewer != 0 && viewer != ss.peer.uid {
+		out.PID, out.Comm = 0, [16]byte{}
+	}
+	return out
+}
+
 // queryResources answers query_resources: the device's totals and the
 // sessions after req.After, as many as a reply holds.
 func (ss *session) queryResources(req hostif.ResourcesRequest) (any, []int, error) {
-	all := ss.s.resources()
+	all := ss.s.resources(ss.peer.uid)
 	r := hostif.ResourcesReply{Sessions: uint32(len(all))}
 	for _, one := range all {
 		addCounts(&r.Total, &one.Counts)

@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/softnic/softnic/hostif"
 	"github.com/softnic/softnic/verbs"
 )
 
@@ -26,6 +27,8 @@ type Config struct {
 	Group int
 	// Log receives the sessions' comings and goings (default slog's).
 	Log *slog.Logger
+	// Limits bound what each user can make the daemon hold.
+	Limits Limits
 }
 
 // Server serves one device to local processes.
@@ -40,6 +43,8 @@ type Server struct {
 	doorbellFD int
 	rings      atomic.Uint64
 	host       hostQueues
+	accts      *accounts
+	counters   serverCounters
 
 	mu       sync.Mutex
 	sessions map[*session]struct{}
@@ -68,20 +73,43 @@ func Serve(dev *verbs.Device, cfg Config) (*Server, error) {
 		ln.Close()
 		return nil, err
 	}
+	// Connections take SO_PASSCRED from the listener, so that even a
+	// message sent before the accept carries its sender's credentials.
+	if err := passCredentials(ln); err != nil {
+		ln.Close()
+		return nil, err
+	}
 	efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
 	if err != nil {
 		ln.Close()
 		return nil, fmt.Errorf("daemon: eventfd: %w", err)
 	}
 	s := &Server{dev: dev, cfg: cfg, ln: ln, doorbell: os.NewFile(uintptr(efd), "softnic-doorbell"), doorbellFD: efd,
-		sessions: map[*session]struct{}{}, owners: map[any]owner{}, quit: make(chan struct{})}
+		sessions: map[*session]struct{}{}, owners: map[any]owner{}, quit: make(chan struct{}),
+		accts: newAccounts(cfg.Limits)}
 	s.host.init()
 	dev.RoCE().SetHostQueues(&s.host)
-	s.wg.Add(3)
+	s.wg.Add(4)
 	go s.accept()
 	go s.ringDoorbell()
 	go s.deliverEvents()
+	go s.checkSessions()
 	return s, nil
+}
+
+func passCredentials(ln *net.UnixListener) error {
+	raw, err := ln.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	if err := raw.Control(func(fd uintptr) { serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_PASSCRED, 1) }); err != nil {
+		return err
+	}
+	if serr != nil {
+		return fmt.Errorf("daemon: SO_PASSCRED: %w", serr)
+	}
+	return nil
 }
 
 func setSocketAccess(cfg Config) error {
@@ -96,36 +124,107 @@ func setSocketAccess(cfg Config) error {
 	return nil
 }
 
+// accept takes connections until the server closes. A failed accept (the
+// daemon out of descriptors, say) is logged, counted and tried again
+// after a pause that doubles up to a second, so that the daemon serves
+// again as soon as it can.
 func (s *Server) accept() {
 	defer s.wg.Done()
+	var pause time.Duration
 	for {
 		c, err := s.ln.AcceptUnix()
-		if err != nil {
+		if err == nil {
+			pause = 0
+			s.admit(c)
+			continue
+		}
+		select {
+		case <-s.quit:
+			return
+		default:
+		}
+		if errors.Is(err, net.ErrClosed) {
 			return
 		}
-		ss, err := newSession(s, c)
-		if err != nil {
-			s.cfg.Log.Warn("session refused", "err", err)
-			c.Close()
-			continue
+		s.counters.AcceptErrors.Add(1)
+		pause = min(max(2*pause, 5*time.Millisecond), time.Second)
+		s.cfg.Log.Warn("accept failed, trying again", "err", err, "after", pause)
+		select {
+		case <-time.After(pause):
+		case <-s.quit:
+			return
 		}
-		s.mu.Lock()
-		if s.closed {
-			s.mu.Unlock()
-			ss.end()
-			continue
-		}
-		s.sessions[ss] = struct{}{}
-		s.wg.Add(1)
-		s.mu.Unlock()
-		go func() {
-			defer s.wg.Done()
-			ss.serve()
-			s.mu.Lock()
-			delete(s.sessions, ss)
-			s.mu.Unlock()
-		}()
 	}
+}
+
+// admit opens a session for a new connection, within its user's bounds,
+// and serves it on a goroutine of its own.
+func (s *Server) admit(c *net.UnixConn) {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		c.Close()
+		return
+	}
+	var p peer
+	raw.Control(func(fd uintptr) { p, err = peerOf(int(fd)) })
+	if err != nil {
+		s.cfg.Log.Warn("session refused", "err", err)
+		c.Close()
+		return
+	}
+	ss, err := s.open(c, p)
+	if err != nil {
+		s.counters.SessionsRefused.Add(1)
+		s.cfg.Log.Warn("session refused", "pid", p.pid, "uid", p.uid, "err", err)
+		refuse(c, err)
+		unix.Close(p.pidfd)
+		return
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		ss.end()
+		return
+	}
+	s.sessions[ss] = struct{}{}
+	s.wg.Add(1)
+	s.mu.Unlock()
+	go func() {
+		defer s.wg.Done()
+		ss.serve()
+		s.mu.Lock()
+		delete(s.sessions, ss)
+		s.mu.Unlock()
+	}()
+}
+
+// open charges a new connection to its user: a session, and the two
+// descriptors it holds (the socket and the process's pidfd).
+func (s *Server) open(c *net.UnixConn, p peer) (*session, error) {
+	a, err := s.accts.open(p.uid)
+	if err != nil {
+		return nil, err
+	}
+	ss := newSession(s, c, p, a)
+	if err := ss.take(resDescriptor, 2); err != nil {
+		s.accts.endSession(a, &ss.held)
+		return nil, err
+	}
+	if err := s.watch(ss); err != nil {
+		s.accts.endSession(a, &ss.held)
+		return nil, err
+	}
+	return ss, nil
+}
+
+// refuse answers a connection the daemon will not serve with one reply
+// to its hello, carrying the errno, and closes it.
+func refuse(c *net.UnixConn, err error) {
+	var buf [hostif.HeaderLen]byte
+	msg, _ := hostif.Encode(buf[:], hostif.Header{Op: hostif.OpHello, Status: -int32(errnoOf(err))}, hostif.Empty{})
+	c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+	c.Write(msg)
+	c.Close()
 }
 
 // ringDoorbell wakes the engine when a client rang the doorbell eventfd.

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
+	"sync"
 	"sync/atomic"
 	"unsafe"
 
@@ -18,8 +20,29 @@ import (
 type session struct {
 	s    *Server
 	conn *net.UnixConn
-	proc *procmem.Process
-	page *ring
+	// peer is the process that connected, the only one the session
+	// serves; acct its user's account, which every object is charged to.
+	peer peer
+	acct *account
+	// held is what the session holds of each resource (under the
+	// accounts' lock): given back whole when it ends.
+	held [numResources]int64
+	// pinned is the bytes of the pages its regions span, against the
+	// process's RLIMIT_MEMLOCK.
+	pinned int64
+	// proc is the client's address space, from the descriptors it passed
+	// at hello; nil before. helloProc is the same for the checker's
+	// goroutine (checkSessions), which reads it under procMu: end sets
+	// it nil there before it closes the descriptors.
+	proc      *procmem.Process
+	procMu    sync.Mutex
+	helloProc *procmem.Process
+	// pidFile is the peer's pidfd in the runtime's poller (watch).
+	pidFile *os.File
+	// ending, once set, is why the session is being ended from outside
+	// its goroutine (the process exited, exec'd, changed credentials).
+	ending atomic.Pointer[string]
+	page   *ring
 	// async is the write end of the client's async event pipe.
 	async int
 
@@ -32,16 +55,16 @@ type session struct {
 	// closeAfterReply are descriptors passed in the reply being sent that
 	// the daemon does not keep.
 	closeAfterReply []int
-	// received is the descriptor that came with the command being run,
-	// or -1; a command that keeps it takes it (takeFD).
-	received int
+	// passed are the descriptors that came with the command being run; a
+	// command that keeps them takes them (takeFD, takeFDs).
+	passed []int
 	// ringBytes is the shared memory of the session's CQ and QP rings.
 	ringBytes int
 
 	// The tables: only the session's goroutine touches them.
 	next uint32
 	pds  map[uint32]*verbs.PD
-	mrs  map[uint32]*verbs.MR
+	mrs  map[uint32]*hostMR
 	mrPD map[uint32]uint32
 	// shared are the client's shared mappings (shared.go); mrShared names
 	// the one each region inside such a mapping uses.
@@ -66,48 +89,30 @@ type session struct {
 type hostCQ struct {
 	cq   *verbs.CQ
 	ring *ring
+	// channel is the completion channel it notifies, 0 for none.
+	channel uint32
 }
 
-// newSession identifies the peer process (SO_PEERPIDFD: the process that
-// connected, whatever its pid becomes) and opens its memory.
-func newSession(s *Server, c *net.UnixConn) (*session, error) {
-	raw, err := c.SyscallConn()
-	if err != nil {
-		return nil, err
-	}
-	pidfd, serr := -1, error(nil)
-	raw.Control(func(fd uintptr) { pidfd, serr = peerPidfd(int(fd)) })
-	if serr != nil {
-		return nil, fmt.Errorf("peer pidfd: %w", serr)
-	}
-	proc, err := procmem.FromPidfd(pidfd)
-	if err != nil {
-		return nil, err
-	}
-	ss := &session{s: s, conn: c, proc: proc, async: -1, pds: map[uint32]*verbs.PD{}, mrs: map[uint32]*verbs.MR{},
+// newSession makes the session of a connection from peer p, charged to
+// account a.
+func newSession(s *Server, c *net.UnixConn, p peer, a *account) *session {
+	ss := &session{s: s, conn: c, peer: p, acct: a, async: -1, pds: map[uint32]*verbs.PD{}, mrs: map[uint32]*hostMR{},
 		mrPD: map[uint32]uint32{}, channels: map[uint32]int{}, cqs: map[uint32]*hostCQ{}, qps: map[uint32]*hostQP{},
 		srqs: map[uint32]*hostSRQ{}, ahPD: map[uint32]uint32{}, shared: map[uint32]*sharedMemory{},
-		mrShared: map[uint32]uint32{}, received: -1}
+		mrShared: map[uint32]uint32{}}
 	ss.fetchers.Store(&[]fetcher{})
 	ss.ahs.Store(&map[uint32]*verbs.AH{})
-	return ss, nil
+	return ss
 }
 
-// peerPidfd returns a pidfd of the process at the other end of the socket:
-// SO_PEERPIDFD (Linux 6.5) names the process that connected, whatever
-// happens to its pid; older kernels give the pid (SO_PEERCRED), opened as
-// a pidfd at once.
-func peerPidfd(fd int) (int, error) {
-	pidfd, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_PEERPIDFD)
-	if err == nil {
-		return pidfd, nil
-	}
-	cred, cerr := unix.GetsockoptUcred(fd, unix.SOL_SOCKET, unix.SO_PEERCRED)
-	if cerr != nil {
-		return -1, err
-	}
-	return unix.PidfdOpen(int(cred.Pid), 0)
+// take charges n of r to the session and its user, or fails with the
+// errno the user's bound gives.
+func (ss *session) take(r resource, n int64) error {
+	return ss.s.accts.take(ss.acct, r, n, &ss.held)
 }
+
+// give returns n of r the session held.
+func (ss *session) give(r resource, n int64) { ss.s.accts.give(ss.acct, r, n, &ss.held) }
 
 // word returns a u32 of the session page.
 func (ss *session) word(off int) *uint32 { return (*uint32)(unsafe.Pointer(&ss.page.mem[off])) }
@@ -123,59 +128,83 @@ func (ss *session) serve() {
 	defer ss.end()
 	buf := make([]byte, hostif.MaxMessage)
 	out := make([]byte, hostif.MaxMessage)
-	oob := make([]byte, unix.CmsgSpace(4)) // room for one descriptor: the kernel closes any more
+	oob := make([]byte, oobSize)
 	for {
 		n, oobn, _, _, err := ss.conn.ReadMsgUnix(buf, oob)
-		if err != nil || n == 0 {
+		if err != nil || n == 0 || ss.ending.Load() != nil {
+			closeFDs(parseControl(oob[:oobn]).fds)
 			return
 		}
-		ss.received = oneReceived(oob[:oobn])
-		reply, fds := ss.answer(buf[:n], out)
-		if ss.received >= 0 { // passed with a command that takes none
-			unix.Close(ss.received)
-			ss.received = -1
-		}
+		rc := parseControl(oob[:oobn])
+		ss.passed = rc.fds
+		reply, fds, last := ss.receive(buf[:n], out, rc.cred)
+		closeFDs(ss.passed) // passed with a command that takes none
+		ss.passed = nil
 		var oob []byte
 		if len(fds) > 0 {
 			oob = unix.UnixRights(fds...)
 		}
 		_, _, err = ss.conn.WriteMsgUnix(reply, oob, nil)
-		for _, fd := range ss.closeAfterReply {
-			unix.Close(fd)
-		}
+		closeFDs(ss.closeAfterReply)
 		ss.closeAfterReply = ss.closeAfterReply[:0]
-		if err != nil {
+		if err != nil || last {
 			return
 		}
 	}
 }
 
-// oneReceived returns the descriptor that came with a message, or -1.
-func oneReceived(oob []byte) int {
-	msgs, err := unix.ParseSocketControlMessage(oob)
-	fd := -1
-	for _, m := range msgs {
-		fds, rerr := unix.ParseUnixRights(&m)
-		for _, f := range fds {
-			if fd < 0 && err == nil && rerr == nil {
-				fd = f
-			} else {
-				unix.Close(f)
-			}
+// receive answers one message from the sender with credentials cred:
+// the session's own process, with the credentials it connected with,
+// in the address space it said hello from. It reports last when the
+// session must end after the reply.
+func (ss *session) receive(msg, out []byte, cred *unix.Ucred) (reply []byte, fds []int, last bool) {
+	if err := ss.peer.check(cred); err != nil {
+		h, _ := hostif.DecodeHeader(msg)
+		if errors.Is(err, errCredentials) {
+			ss.s.counters.SessionsEndedCredentials.Add(1)
+			ss.s.cfg.Log.Warn("session ended: its process changed credentials", "pid", ss.peer.pid, "err", err)
+			return ss.reply(out, h, nil, err), nil, true
 		}
+		ss.s.counters.ForeignCommands.Add(1)
+		return ss.reply(out, h, nil, err), nil, false
 	}
-	return fd
+	if ss.proc != nil && !ss.proc.Alive() {
+		// The process exec'd: what it registered, and the session, were
+		// of the address space that is gone.
+		h, _ := hostif.DecodeHeader(msg)
+		ss.s.counters.SessionsEndedExec.Add(1)
+		ss.s.cfg.Log.Info("session ended: its process exec'd", "pid", ss.peer.pid)
+		return ss.reply(out, h, nil, procmem.ErrGone), nil, true
+	}
+	reply, fds = ss.answer(msg, out)
+	return reply, fds, false
 }
 
-// takeFD returns the descriptor that came with the command being run; the
-// caller closes it.
-func (ss *session) takeFD() (int, error) {
-	fd := ss.received
-	if fd < 0 {
-		return -1, fmt.Errorf("%w: no descriptor passed", unix.EBADF)
+func closeFDs(fds []int) {
+	for _, fd := range fds {
+		unix.Close(fd)
 	}
-	ss.received = -1
-	return fd, nil
+}
+
+// takeFD returns the one descriptor that came with the command being
+// run; the caller closes it.
+func (ss *session) takeFD() (int, error) {
+	fds, err := ss.takeFDs(1)
+	if err != nil {
+		return -1, err
+	}
+	return fds[0], nil
+}
+
+// takeFDs returns the n descriptors that came with the command being
+// run, EBADF unless exactly n came; the caller closes them.
+func (ss *session) takeFDs(n int) ([]int, error) {
+	if len(ss.passed) != n {
+		return nil, fmt.Errorf("%w: %d descriptors passed, %d wanted", unix.EBADF, len(ss.passed), n)
+	}
+	fds := ss.passed
+	ss.passed = nil
+	return fds, nil
 }
 
 // answer runs one command and encodes its reply, with the descriptors to
@@ -208,7 +237,7 @@ func (ss *session) reply(out []byte, h hostif.Header, body any, err error) []byt
 	if err != nil {
 		h.Status = -int32(errnoOf(err))
 		body = hostif.Empty{}
-		ss.s.cfg.Log.Debug("command failed", "op", h.Op, "pid", ss.proc.Pid(), "err", err)
+		ss.s.cfg.Log.Debug("command failed", "op", h.Op, "pid", ss.peer.pid, "err", err)
 	}
 	b, _ := hostif.Encode(out, h, body)
 	return b
@@ -229,6 +258,8 @@ func errnoOf(err error) unix.Errno {
 		return unix.EFAULT
 	case errors.Is(err, procmem.ErrGone):
 		return unix.ESRCH
+	case errors.Is(err, procmem.ErrDescriptor):
+		return unix.EBADF
 	}
 	return unix.EINVAL
 }
@@ -236,7 +267,8 @@ func errnoOf(err error) unix.Errno {
 // end destroys what the session made, in the order a driver's release of
 // a uverbs file does: QPs first (after which no engine takes their work or
 // writes their rings), then regions (after which no engine touches the
-// process's memory), then CQs and the rest.
+// process's memory), then CQs and the rest; then it gives its user back
+// whatever it held.
 func (ss *session) end() {
 	s := ss.s
 	if ss.page != nil { // a connection that never said hello was never on the engine's list
@@ -259,7 +291,12 @@ func (ss *session) end() {
 		ss.deregMR(hostif.HandleRequest{Handle: h})
 	}
 	ss.unmapShared()
-	ss.proc.Close()
+	ss.procMu.Lock()
+	ss.helloProc = nil
+	ss.procMu.Unlock()
+	if ss.proc != nil {
+		ss.proc.Close()
+	}
 	for h := range ss.cqs {
 		ss.dropCQ(h)
 	}
@@ -274,7 +311,9 @@ func (ss *session) end() {
 	}
 	s.mu.Unlock()
 	ss.page.close()
+	s.unwatch(ss)
+	s.accts.endSession(ss.acct, &ss.held)
 	if ss.page != nil {
-		s.cfg.Log.Info("session ended", "pid", ss.proc.Pid())
+		s.cfg.Log.Info("session ended", "pid", ss.peer.pid)
 	}
 }

@@ -23,7 +23,8 @@ type sharedMemory struct {
 	mrs int
 }
 
-// maxShared bounds a session's shared mappings.
+// maxShared bounds a session's shared mappings (their bytes are bounded
+// per user: Limits.SharedBytes).
 const maxShared = 4096
 
 // tmpfsMagic is statfs's f_type of tmpfs, where memfds live (hugetlbfs
@@ -44,8 +45,12 @@ func (ss *session) shareMemory(req hostif.ShareMemoryRequest) (any, error) {
 	if err := checkMemfd(fd, req.Length); err != nil {
 		return nil, err
 	}
-	mem, err := unix.Mmap(fd, 0, int(req.Length), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err := ss.take(resSharedBytes, int64(req.Length)); err != nil {
+		return nil, err
+	}
+	mem, err := unix.Mmap(fd, 0, int(req.Length), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_NORESERVE)
 	if err != nil {
+		ss.give(resSharedBytes, int64(req.Length))
 		return nil, fmt.Errorf("map shared memory: %w", err)
 	}
 	h := ss.handle()
@@ -101,6 +106,7 @@ func (ss *session) unshareMemory(req hostif.HandleRequest) error {
 		return errBusy
 	}
 	delete(ss.shared, req.Handle)
+	ss.give(resSharedBytes, int64(len(m.mem)))
 	return unix.Munmap(m.mem)
 }
 
@@ -135,5 +141,6 @@ func (ss *session) unmapShared() {
 			unix.Munmap(m.mem)
 		}
 		delete(ss.shared, h)
+		ss.give(resSharedBytes, int64(len(m.mem)))
 	}
 }

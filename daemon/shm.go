@@ -41,29 +41,41 @@ func (r *ring) close() {
 		return
 	}
 	unix.Munmap(r.mem)
-	unix.Close(r.fd)
+	if r.fd >= 0 {
+		unix.Close(r.fd)
+	}
 }
 
-// maxSessionRings bounds the shared memory one session's rings take, the
-// daemon's memory that a client could otherwise exhaust (a kernel driver
-// charges its pinned queues to the user's RLIMIT_MEMLOCK).
-const maxSessionRings = 1 << 30
+// pass returns the ring's descriptor for the reply being sent, after
+// which the daemon keeps only the mapping: a ring holds none of the
+// daemon's descriptors.
+func (ss *session) pass(r *ring) int {
+	fd := r.fd
+	r.fd = -1
+	ss.closeAfterReply = append(ss.closeAfterReply, fd)
+	return fd
+}
 
-// newRing makes a ring for the session within its share.
+// newRing makes a ring for the session within its user's share of ring
+// bytes (the daemon's own memory; a kernel driver charges its pinned
+// queues to the user's RLIMIT_MEMLOCK).
 func (ss *session) newRing(name string, size int) (*ring, error) {
-	if size <= 0 || ss.ringBytes+size > maxSessionRings {
-		return nil, fmt.Errorf("%s ring of %d bytes, %d in use: %w", name, size, ss.ringBytes, unix.ENOMEM)
+	if size <= 0 {
+		return nil, fmt.Errorf("%s ring of %d bytes: %w", name, size, unix.EINVAL)
+	}
+	if err := ss.take(resRingBytes, int64(size)); err != nil {
+		return nil, err
 	}
 	r, err := newRing(name, size)
-	if err == nil {
-		ss.ringBytes += size
+	if err != nil {
+		ss.give(resRingBytes, int64(size))
 	}
 	return r, err
 }
 
 // freeRing closes a ring of the session.
 func (ss *session) freeRing(r *ring) {
-	ss.ringBytes -= len(r.mem)
+	ss.give(resRingBytes, int64(len(r.mem)))
 	r.close()
 }
 

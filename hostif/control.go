@@ -7,7 +7,7 @@ import (
 )
 
 // Version is the host interface version this package speaks.
-const Version = 3
+const Version = 4
 
 // Op is a control command (docs/HOST-INTERFACE.md).
 type Op uint16
@@ -66,6 +66,10 @@ const (
 	OpCMEstablish
 	// The device's rdma_cm IDs, for monitors (softnic stat res cm_id).
 	OpQueryCMIDs
+	// Destroying the channels: completion channels and rdma_cm event
+	// channels hold a descriptor of the daemon's each.
+	OpDestroyCompChannel
+	OpCMDestroyChannel
 )
 
 var opNames = [...]string{"", "hello", "alloc_pd", "dealloc_pd", "reg_mr", "dereg_mr", "create_comp_channel",
@@ -73,7 +77,8 @@ var opNames = [...]string{"", "hello", "alloc_pd", "dealloc_pd", "reg_mr", "dere
 	"query_resources", "cm_create_channel", "cm_create_id", "cm_bind", "cm_resolve_addr", "cm_resolve_route",
 	"cm_create_qp", "cm_connect", "cm_listen", "cm_accept", "cm_reject", "cm_disconnect", "cm_destroy_id",
 	"cm_get_event", "cm_query_addr", "cm_detach_qp", "share_memory", "unshare_memory", "query_counters",
-	"cm_set_option", "cm_migrate_id", "cm_init_qp_attr", "cm_establish", "query_cm_ids"}
+	"cm_set_option", "cm_migrate_id", "cm_init_qp_attr", "cm_establish", "query_cm_ids",
+	"destroy_comp_channel", "cm_destroy_channel"}
 
 func (o Op) String() string {
 	if int(o) < len(opNames) && o != 0 {

@@ -61,7 +61,10 @@ func TestOpNumbers(t *testing.T) {
 	require.Equal(t, Op(41), OpCMEstablish)
 	require.Equal(t, Op(42), OpQueryCMIDs)
 	require.Equal(t, "query_cm_ids", OpQueryCMIDs.String())
-	require.Equal(t, "op(43)", Op(43).String())
+	require.Equal(t, Op(43), OpDestroyCompChannel)
+	require.Equal(t, Op(44), OpCMDestroyChannel)
+	require.Equal(t, "cm_destroy_channel", OpCMDestroyChannel.String())
+	require.Equal(t, "op(45)", Op(45).String())
 }
 
 // query_cm_ids' bodies have the sizes docs/HOST-INTERFACE.md gives them,

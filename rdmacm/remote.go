@@ -37,6 +37,7 @@ type remoteID struct {
 // remoteChannel is the daemon's event channel an EventChannel takes its
 // events from; err is why it could not be made.
 type remoteChannel struct {
+	rc     *remoteCM
 	handle uint32
 	file   *os.File
 	err    error
@@ -93,7 +94,7 @@ func (rc *remoteCM) openChannel(ch *EventChannel) {
 		ch.remote = &remoteChannel{err: fmt.Errorf("rdmacm: event channel in the daemon: %w", err)}
 		return
 	}
-	r := &remoteChannel{handle: dc.Handle, file: dc.File, done: make(chan struct{})}
+	r := &remoteChannel{rc: rc, handle: dc.Handle, file: dc.File, done: make(chan struct{})}
 	ch.remote = r
 	go rc.drain(ch, r)
 }
@@ -121,9 +122,13 @@ func (rc *remoteCM) drain(ch *EventChannel, r *remoteChannel) {
 	}
 }
 
+// close stops draining the channel and destroys it in the daemon, where
+// it holds a descriptor (refused while an ID still sends events there:
+// the session's end then takes it).
 func (r *remoteChannel) close() {
 	if r.file != nil {
 		r.file.Close()
 		<-r.done
+		r.rc.call(func(c *client.Conn) error { return c.CMDestroyChannel(r.handle) })
 	}
 }

@@ -36,6 +36,17 @@ func (d *Device) NewCompChannel() *CompChannel {
 	return &CompChannel{C: make(chan *CQ, 256), dev: d}
 }
 
+// Destroy destroys the channel (ibv_destroy_comp_channel) once no CQ uses
+// it: on a device reached through a daemon the daemon's channel goes,
+// with the descriptor it held (ErrInvalidArgument while a CQ still uses
+// it).
+func (ch *CompChannel) Destroy() error {
+	if ch.remote == nil {
+		return nil
+	}
+	return ch.dev.destroyRemoteChannel(ch)
+}
+
 // Get waits for the next event (ibv_get_cq_event).
 func (ch *CompChannel) Get(ctx context.Context) (*CQ, error) {
 	select {

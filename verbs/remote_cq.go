@@ -235,3 +235,17 @@ func (b *broadcast) signal() {
 	}
 	b.mu.Unlock()
 }
+
+// destroyRemoteChannel destroys the daemon's channel behind ch, which no
+// CQ may use any more (ibv_destroy_comp_channel): it holds a descriptor
+// of the daemon's.
+func (d *Device) destroyRemoteChannel(ch *CompChannel) error {
+	if ch.remote.ch == nil {
+		return nil // it never opened: nothing is held
+	}
+	err := d.remote.call(func(c *client.Conn) error { return c.DestroyCompChannel(ch.remote.ch.Handle) })
+	if err != nil {
+		return fmt.Errorf("destroy completion channel: %w", daemonErr(err))
+	}
+	return nil
+}

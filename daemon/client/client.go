@@ -77,14 +77,23 @@ func connect(socket string) (*Conn, error) {
 		oob: make([]byte, unix.CmsgSpace(4*4)), goneCh: make(chan struct{})}, nil
 }
 
-// Dial opens a session with the daemon listening on socket.
+// Dial opens a session with the daemon listening on socket. With hello
+// it passes its own /proc/self/mem and /proc/self/maps, through which
+// alone the daemon reaches its memory (docs/HOST-INTERFACE.md): they name
+// this address space, and only while it lasts.
 func Dial(socket string) (*Conn, error) {
 	c, err := connect(socket)
 	if err != nil {
 		return nil, err
 	}
 	uc := c.c
-	fds, err := c.call(hostif.OpHello, hostif.HelloRequest{Version: hostif.Version}, &c.Device)
+	mem, err := selfMemory()
+	if err != nil {
+		uc.Close()
+		return nil, err
+	}
+	fds, err := c.callFD(hostif.OpHello, hostif.HelloRequest{Version: hostif.Version}, &c.Device, mem[:]...)
+	closeAll(mem[:])
 	if err == nil && len(fds) != 3 {
 		err = fmt.Errorf("softnic daemon: hello passed %d descriptors: %w", len(fds), hostif.ErrMessage)
 	}
@@ -109,6 +118,20 @@ func Dial(socket string) (*Conn, error) {
 	return c, nil
 }
 
+// selfMemory opens this process's mem and maps files for hello.
+func selfMemory() ([2]int, error) {
+	mem, err := unix.Open("/proc/self/mem", unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return [2]int{}, fmt.Errorf("softnic daemon: open /proc/self/mem: %w", err)
+	}
+	maps, err := unix.Open("/proc/self/maps", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		unix.Close(mem)
+		return [2]int{}, fmt.Errorf("softnic daemon: open /proc/self/maps: %w", err)
+	}
+	return [2]int{mem, maps}, nil
+}
+
 // Close ends the session: the daemon destroys its objects.
 func (c *Conn) Close() error {
 	if c.watcher != nil {
@@ -124,31 +147,45 @@ func (c *Conn) Close() error {
 // call sends a command and decodes its reply into reply, returning the
 // descriptors that came with it.
 func (c *Conn) call(op hostif.Op, body, reply any) ([]int, error) {
-	return c.callFD(op, body, reply, -1)
+	return c.callFD(op, body, reply)
 }
 
-// callFD is call, passing descriptor fd with the command when it is not -1.
-func (c *Conn) callFD(op hostif.Op, body, reply any, fd int) ([]int, error) {
+// callFD is call, passing descriptors fds with the command.
+func (c *Conn) callFD(op hostif.Op, body, reply any, fds ...int) ([]int, error) {
 	c.seq++
 	msg, err := hostif.Encode(c.out, hostif.Header{Op: op, Seq: c.seq}, body)
 	if err != nil {
 		return nil, err
 	}
 	var rights []byte
-	if fd >= 0 {
-		rights = unix.UnixRights(fd)
+	if len(fds) > 0 {
+		rights = unix.UnixRights(fds...)
 	}
 	if _, _, err := c.c.WriteMsgUnix(msg, rights, nil); err != nil {
+		if op == hostif.OpHello {
+			// A refused connection was answered and closed at once:
+			// the answer may wait to be read.
+			c.c.SetReadDeadline(time.Now().Add(time.Second))
+			if n, _, _, _, rerr := c.c.ReadMsgUnix(c.in, c.oob); rerr == nil {
+				if h, herr := hostif.DecodeHeader(c.in[:n]); herr == nil && h.Op == op && h.Status != 0 {
+					return nil, &Error{Op: op, Errno: unix.Errno(-h.Status)}
+				}
+			}
+		}
 		return nil, c.lost(err)
 	}
 	n, oobn, _, _, err := c.c.ReadMsgUnix(c.in, c.oob)
 	if err != nil {
 		return nil, c.lost(err)
 	}
-	fds := parseRights(c.oob[:oobn])
+	got := parseRights(c.oob[:oobn])
 	h, err := hostif.DecodeHeader(c.in[:n])
 	switch {
 	case err != nil:
+	case op == hostif.OpHello && h.Op == op && h.Status != 0:
+		// A connection the daemon will not serve (its user's session
+		// bound) gets this reply before it asked.
+		err = &Error{Op: op, Errno: unix.Errno(-h.Status)}
 	case h.Op != op || h.Seq != c.seq:
 		err = fmt.Errorf("%w: reply %v/%d to %v/%d", hostif.ErrMessage, h.Op, h.Seq, op, c.seq)
 	case h.Status != 0:
@@ -157,10 +194,10 @@ func (c *Conn) callFD(op hostif.Op, body, reply any, fd int) ([]int, error) {
 		err = hostif.DecodeBody(c.in[:n], reply)
 	}
 	if err != nil {
-		closeAll(fds)
+		closeAll(got)
 		return nil, err
 	}
-	return fds, nil
+	return got, nil
 }
 
 func parseRights(oob []byte) []int {

@@ -42,6 +42,14 @@ func (c *Conn) CMCreateChannel() (*CMChannel, error) {
 	return &CMChannel{Handle: r.Handle, File: os.NewFile(uintptr(fd), "softnic-cm-channel")}, nil
 }
 
+// CMDestroyChannel destroys the daemon's event channel handle, which no
+// ID may send its events to any more (EBUSY otherwise), as
+// rdma_destroy_event_channel does; the caller closes its File.
+func (c *Conn) CMDestroyChannel(handle uint32) error {
+	_, err := c.call(hostif.OpCMDestroyChannel, hostif.CMGetEventRequest{Channel: handle}, &hostif.Empty{})
+	return err
+}
+
 // CMCreateID creates an ID in port space ps whose events go to channel
 // (rdma_create_id) and returns its handle.
 func (c *Conn) CMCreateID(channel uint32, ps uint16, userHandle uint64) (uint32, error) {

@@ -41,11 +41,16 @@ func (c *Conn) RegMR(pd uint32, buf []byte, access ibtransport.Access) (MR, erro
 
 // ShareMemory shares mem, this process's MAP_SHARED mapping of memfd fd
 // (sealed with F_SEAL_SHRINK), with the daemon: regions registered inside
-// it are then reached without process_vm calls. fd may be closed after.
+// it are then reached with plain copies, no system call. fd may be
+// closed after; -1 passes none (for tests of the refusal).
 func (c *Conn) ShareMemory(mem []byte, fd int) (uint32, error) {
 	addr := uint64(uintptr(unsafe.Pointer(unsafe.SliceData(mem))))
+	var fds []int
+	if fd >= 0 {
+		fds = []int{fd}
+	}
 	var r hostif.HandleReply
-	_, err := c.callFD(hostif.OpShareMemory, hostif.ShareMemoryRequest{Addr: addr, Length: uint64(len(mem))}, &r, fd)
+	_, err := c.callFD(hostif.OpShareMemory, hostif.ShareMemoryRequest{Addr: addr, Length: uint64(len(mem))}, &r, fds...)
 	return r.Handle, err
 }
 
@@ -74,6 +79,14 @@ func (c *Conn) CreateCompChannel() (*Channel, error) {
 		return nil, err
 	}
 	return &Channel{Handle: r.Handle, File: os.NewFile(uintptr(fd), "softnic-channel")}, nil
+}
+
+// DestroyCompChannel destroys the daemon's completion channel handle,
+// which no CQ may use any more (EBUSY otherwise); the caller closes its
+// File.
+func (c *Conn) DestroyCompChannel(handle uint32) error {
+	_, err := c.call(hostif.OpDestroyCompChannel, hostif.HandleRequest{Handle: handle}, &hostif.Empty{})
+	return err
 }
 
 // CQ is a completion queue the daemon fills.

@@ -1,26 +1,27 @@
-// Package procmem reads and writes another process's memory for the daemon,
-// which places RDMA data straight into its clients' registered buffers.
+// Package procmem reads and writes a client process's memory for the
+// daemon, which places RDMA data straight into its clients' registered
+// buffers.
 //
-// It uses process_vm_readv and process_vm_writev: one copy between the
-// daemon's frame and the client's pages, with many ranges in one system
-// call. Measured here (bench/results/ANALYSIS.md): 0.6-0.7 µs a call for up
-// to 4 KiB, 64 scattered 1 KiB pieces in 4.3 µs, 25 GB/s for 1 MiB. The
-// alternative, pread and pwrite on /proc/PID/mem, stays bound to the process
-// it was opened for, but copies twice in the kernel (a bounce page: 12 GB/s
-// for 1 MiB) and makes a vectored call one walk of the other process's
-// page tables per piece (26.5 µs for the 64 pieces).
+// It does so through descriptors the client opened itself and passed over
+// its control socket: its /proc/self/mem and /proc/self/maps. The kernel
+// binds such a descriptor, at open, to the address space the process had
+// then, and checked then that the opener may reach it. So the daemon
+// reaches exactly what the client could reach itself, with no right of its
+// own to trace or read other processes; and once that address space is
+// gone (the process exited, or exec'd any program, setuid ones included)
+// every read and write through the descriptors moves nothing, at once,
+// whatever the pid runs by then. A registration is thereby bound to the
+// caller's address space at the time of the call, as the kernel's
+// ib_umem_get is bound to current->mm. Why this and not process_vm_readv
+// (which names a pid, follows whatever it runs, and needs ptrace rights)
+// or re-backing memory with memfds: docs/DESIGN.md.
 //
-// process_vm_* name the process by pid, and a pid is reused once its
-// process is gone and reaped. A Process therefore holds a pidfd, which
-// always means the process it was opened for, and consults it before an
-// access, at most once in 50 µs (a poll costs as much as a small copy):
-// once the process is known to have exited no access is made, and none
-// reaches a later process with the same pid unless, within those 50 µs,
-// the process exited, was reaped and the kernel handed its pid out again,
-// which needs the pid allocator to go once around its whole space (it
-// allocates cyclically).
+// A read or write of /proc/PID/mem copies through a kernel page and walks
+// the target's page tables once per page; one call moves one contiguous
+// range of the target, from or to many local buffers, so a batch of
+// packets for adjacent addresses is one system call.
 //
-//	p, err := procmem.Open(pid)
+//	p, err := procmem.FromDescriptors(memFD, mapsFD)
 //	if err != nil {
 //		return err
 //	}

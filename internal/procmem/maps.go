@@ -4,8 +4,9 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
-	"os"
 	"strconv"
+
+	"golang.org/x/sys/unix"
 )
 
 // Mapping is one line of /proc/PID/maps: the addresses [Start, End) and
@@ -18,11 +19,12 @@ type Mapping struct {
 // CheckMapped reports ErrFault unless every byte of [addr, addr+n) is mapped
 // readable in the process, and writable too if write is set: registering
 // memory checks this, as the kernel's ibv_reg_mr fails with EFAULT on memory
-// it cannot pin.
+// it cannot pin. It reads the maps descriptor the process gave, so it
+// tells about no address space but that one.
 func (p *Process) CheckMapped(addr, n uint64, write bool) error {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", p.pid))
-	if err != nil || !p.Alive() {
-		return ErrGone // the file read may be a later process's
+	data, err := p.readMaps()
+	if err != nil {
+		return err
 	}
 	maps, err := ParseMaps(data)
 	if err != nil {
@@ -33,6 +35,46 @@ func (p *Process) CheckMapped(addr, n uint64, write bool) error {
 	}
 	return nil
 }
+
+// readMaps reads the whole maps file; nothing in it means the address
+// space is gone (a live one has at least one mapping).
+func (p *Process) readMaps() ([]byte, error) {
+	if p.gone.Load() {
+		return nil, ErrGone
+	}
+	data := make([]byte, 0, 16<<10)
+	for {
+		if len(data) == cap(data) {
+			if len(data) >= maxMaps {
+				return nil, fmt.Errorf("procmem: maps longer than %d bytes", maxMaps)
+			}
+			data = append(data, 0)[:len(data)]
+		}
+		n, err := unix.Pread(p.maps, data[len(data):cap(data)], int64(len(data)))
+		if err == unix.EINTR {
+			continue
+		}
+		if err == unix.ESRCH {
+			break // the process has gone: no mappings
+		}
+		if err != nil {
+			return nil, fmt.Errorf("procmem: read maps: %w", err)
+		}
+		if n == 0 {
+			break
+		}
+		data = data[:len(data)+n]
+	}
+	if len(data) == 0 {
+		p.gone.Store(true)
+		return nil, ErrGone
+	}
+	return data, nil
+}
+
+// maxMaps bounds the maps text read (a process may have 65530 mappings,
+// vm.max_map_count, of at most about 150 bytes each).
+const maxMaps = 64 << 20
 
 // Covered reports whether maps, sorted by address as the kernel lists them,
 // cover [addr, addr+n) without a gap with the rights asked for.

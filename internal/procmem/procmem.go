@@ -3,126 +3,160 @@ package procmem
 import (
 	"errors"
 	"fmt"
-	"os"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
 
 var (
-	// ErrGone is returned once the process has exited.
-	ErrGone = errors.New("procmem: process exited")
+	// ErrGone is returned once the address space is gone: the process
+	// exited or exec'd.
+	ErrGone = errors.New("procmem: the process's address space is gone")
 	// ErrFault is returned when a range is not mapped in the process, or
 	// not writable for a write: the data moved up to that point stays.
 	ErrFault = errors.New("procmem: bad address in the process")
+	// ErrDescriptor is returned for a descriptor that is not a process's
+	// mem or maps file of procfs.
+	ErrDescriptor = errors.New("procmem: not a /proc/PID/mem and /proc/PID/maps pair")
 )
 
-// Process is another process's memory. Its methods may be called from any
-// goroutine; Close must not race with them.
+// Process is one address space of a process, reached through its mem and
+// maps files. Its methods may be called from any goroutine; Close must not
+// race with them.
 type Process struct {
-	pid    int
-	pidfd  int
-	gone   atomic.Bool
-	closed atomic.Bool
-	// seenAlive is when (on the monotonic clock, as time since epoch) the
-	// pidfd last said the process runs.
-	seenAlive atomic.Int64
+	mem, maps int
+	gone      atomic.Bool
+	closed    atomic.Bool
+	// checked is when (on the monotonic clock, as time since epoch)
+	// Reachable last asked the kernel.
+	checked atomic.Int64
 }
 
-// trustAlive is how long an access relies on the pidfd's last answer
-// instead of asking again: a poll costs as much as a small copy, and a
-// packet's access should not pay it. Within it, an access reaches a later
-// process with the same pid only if the process exited, was reaped, and the
-// pid allocator went once around its whole space: no machine forks that
-// fast. (A process that exited but was not yet reaped keeps its pid and has
-// no memory: process_vm_* fail with ESRCH.)
-const trustAlive = 50 * time.Microsecond
-
-// epoch anchors seenAlive to the monotonic clock.
-var epoch = time.Now()
-
-// Open opens the memory of process pid. The caller needs the right to
-// ptrace it (the same user without YAMA restrictions, or CAP_SYS_PTRACE).
-func Open(pid int) (*Process, error) {
-	fd, err := unix.PidfdOpen(pid, 0)
-	if err != nil {
-		return nil, fmt.Errorf("procmem: pidfd_open %d: %w", pid, err)
-	}
-	return open(pid, fd)
-}
-
-// FromPidfd opens the memory of the process pidfd refers to (for instance
-// from SO_PEERPIDFD); the Process owns pidfd from then on.
-func FromPidfd(pidfd int) (*Process, error) {
-	pid, err := pidOf(pidfd)
-	if err != nil {
-		unix.Close(pidfd)
-		return nil, err
-	}
-	return open(pid, pidfd)
-}
-
-func open(pid, pidfd int) (*Process, error) {
-	p := &Process{pid: pid, pidfd: pidfd}
-	// A zero-length read checks the right to reach the memory now rather
-	// than at the first packet.
-	var b [1]byte
-	if err := p.ReadAt(b[:0], 0); err != nil {
+// FromDescriptors takes a process's /proc/PID/mem (open for reading and
+// writing) and /proc/PID/maps, as the process opened them itself and
+// passed them (the daemon's clients do at hello). The Process owns both
+// descriptors from then on, also when it returns an error.
+func FromDescriptors(mem, maps int) (*Process, error) {
+	p := &Process{mem: mem, maps: maps}
+	if err := checkDescriptors(mem, maps); err != nil {
 		p.Close()
 		return nil, err
 	}
 	return p, nil
 }
 
-// Pid returns the process's pid, as this process's pid namespace sees it.
-func (p *Process) Pid() int { return p.pid }
-
-// Pidfd returns the pidfd the Process holds: it becomes readable when the
-// process exits.
-func (p *Process) Pidfd() int { return p.pidfd }
-
-// Alive reports whether the process has not exited. Once it returns false
-// it never returns true again.
-func (p *Process) Alive() bool {
-	if p.gone.Load() {
-		return false
+// Open opens the address space process pid has now. The caller needs the
+// right to ptrace it (the same user, or CAP_SYS_PTRACE); the daemon never
+// calls it, its clients open their own (FromDescriptors).
+func Open(pid int) (*Process, error) {
+	mem, err := unix.Open(fmt.Sprintf("/proc/%d/mem", pid), unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("procmem: open mem of %d: %w", pid, err)
 	}
-	fds := []unix.PollFd{{Fd: int32(p.pidfd), Events: unix.POLLIN}}
-	n, err := unix.Poll(fds, 0)
-	if err == nil && n == 0 {
-		return true
+	maps, err := unix.Open(fmt.Sprintf("/proc/%d/maps", pid), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		unix.Close(mem)
+		return nil, fmt.Errorf("procmem: open maps of %d: %w", pid, err)
 	}
-	if err == unix.EINTR {
-		return true // not known to be gone; the next check tells
-	}
-	p.gone.Store(true)
-	return false
+	return FromDescriptors(mem, maps)
 }
 
-// recentlyAlive is Alive, asking the pidfd at most once in trustAlive.
-func (p *Process) recentlyAlive() bool {
-	now := int64(time.Since(epoch))
-	if seen := p.seenAlive.Load(); seen != 0 && now-seen < int64(trustAlive) {
-		return !p.gone.Load()
+// procMagic is statfs's f_type of procfs.
+const procMagic = 0x9fa0
+
+// checkDescriptors accepts a procfs "mem" open for reading and writing and
+// a procfs "maps": anything else might block a read (a FIFO, a FUSE file)
+// or mean something else.
+func checkDescriptors(mem, maps int) error {
+	for _, c := range []struct {
+		fd   int
+		name string
+	}{{mem, "mem"}, {maps, "maps"}} {
+		var fs unix.Statfs_t
+		var st unix.Stat_t
+		if unix.Fstatfs(c.fd, &fs) != nil || fs.Type != procMagic || unix.Fstat(c.fd, &st) != nil ||
+			st.Mode&unix.S_IFMT != unix.S_IFREG {
+			return fmt.Errorf("%w: descriptor %s", ErrDescriptor, c.name)
+		}
+		path, err := readlinkFD(c.fd)
+		if err != nil || !strings.HasSuffix(path, "/"+c.name) {
+			return fmt.Errorf("%w: descriptor %s is %q", ErrDescriptor, c.name, path)
+		}
 	}
-	if !p.Alive() {
-		return false
+	fl, err := unix.FcntlInt(uintptr(mem), unix.F_GETFL, 0)
+	if err != nil || fl&unix.O_ACCMODE != unix.O_RDWR {
+		return fmt.Errorf("%w: mem not open for reading and writing", ErrDescriptor)
 	}
-	p.seenAlive.Store(now)
-	return true
+	return nil
 }
 
-// Close releases the pidfd; every access after it returns ErrGone.
+func readlinkFD(fd int) (string, error) {
+	buf := make([]byte, 256)
+	n, err := unix.Readlink(fmt.Sprintf("/proc/self/fd/%d", fd), buf)
+	if err != nil {
+		return "", err
+	}
+	return string(buf[:n]), nil
+}
+
+// Close releases the descriptors; every access after it returns ErrGone.
 func (p *Process) Close() error {
 	p.gone.Store(true)
 	if p.closed.Swap(true) {
 		return nil
 	}
-	return unix.Close(p.pidfd)
+	unix.Close(p.maps)
+	return unix.Close(p.mem)
+}
+
+// Gone reports whether an access found the address space gone (or the
+// Process closed). It makes no system call: Alive asks.
+func (p *Process) Gone() bool { return p.gone.Load() }
+
+// Reachable reports whether the address space is there, asking the
+// kernel (Alive) at most once in recheckEvery: the engine asks before it
+// queues a packet's copy, so that a peer's WRITE to a process that has
+// gone is refused (NAK) rather than accepted and lost.
+func (p *Process) Reachable() bool {
+	if p.gone.Load() {
+		return false
+	}
+	now := int64(time.Since(epoch))
+	if now-p.checked.Load() < int64(recheckEvery) {
+		return true
+	}
+	p.checked.Store(now)
+	return p.Alive()
+}
+
+// recheckEvery is how long Reachable trusts the last answer: a check
+// costs two microseconds, a packet's copy about one, and within it an
+// exit or exec is still found by the copy itself (which then fails the
+// work request).
+const recheckEvery = 50 * time.Microsecond
+
+// epoch anchors checked to the monotonic clock.
+var epoch = time.Now()
+
+// Alive reports whether the address space still exists, asking the
+// kernel: a read of its maps gives nothing once it is gone (a live one
+// has at least one mapping). Once it returns false it never returns true.
+func (p *Process) Alive() bool {
+	if p.gone.Load() {
+		return false
+	}
+	var b [1]byte
+	n, err := unix.Pread(p.maps, b[:], 0)
+	if err == unix.EINTR {
+		return true // not known to be gone; the next check tells
+	}
+	if (err == nil && n == 0) || err == unix.ESRCH {
+		p.gone.Store(true) // ESRCH: the process itself has gone
+		return false
+	}
+	return true
 }
 
 // ReadAt copies len(dst) bytes at addr in the process into dst.
@@ -136,90 +170,30 @@ func (p *Process) WriteAt(src []byte, addr uint64) error {
 }
 
 // ReadV fills the pieces in order from the contiguous bytes at addr in the
-// process: the payloads of several frames from one buffer, in one call.
+// process: the payloads of several frames from one buffer.
 func (p *Process) ReadV(pieces [][]byte, addr uint64) error {
-	return p.access(pieces, addr, false)
+	return p.contiguous(pieces, addr, false)
 }
 
 // WriteV writes the pieces in order to the contiguous bytes at addr in the
 // process.
 func (p *Process) WriteV(pieces [][]byte, addr uint64) error {
-	return p.access(pieces, addr, true)
+	return p.contiguous(pieces, addr, true)
 }
 
-// maxIov is the most pieces one system call takes (UIO_MAXIOV).
-const maxIov = 1024
-
-func (p *Process) access(pieces [][]byte, addr uint64, write bool) error {
-	for len(pieces) > maxIov {
-		if err := p.access(pieces[:maxIov], addr, write); err != nil {
-			return err
+func (p *Process) contiguous(pieces [][]byte, addr uint64, write bool) error {
+	var b batch
+	for _, pc := range pieces {
+		if len(pc) == 0 {
+			continue
 		}
-		addr += total(pieces[:maxIov])
-		pieces = pieces[maxIov:]
-	}
-	var local [64]unix.Iovec // more pieces allocate
-	iov := local[:0]
-	for _, b := range pieces {
-		if len(b) > 0 {
-			iov = append(iov, unix.Iovec{Base: unsafe.SliceData(b), Len: uint64(len(b))})
-		}
-	}
-	n := total(pieces)
-	if addr+n < addr {
-		return ErrFault
-	}
-	return p.call(iov, []unix.RemoteIovec{{Base: uintptr(addr), Len: int(n)}}, n, write)
-}
-
-// call makes one process_vm_readv (or writev) of want bytes between the
-// local and the remote ranges, once the process is known to live, and
-// turns its outcome into ErrGone, ErrFault or another error.
-func (p *Process) call(local []unix.Iovec, remote []unix.RemoteIovec, want uint64, write bool) error {
-	if !p.recentlyAlive() {
-		return ErrGone
-	}
-	var got int
-	var err error
-	if write {
-		got, err = unix.ProcessVMWritev(p.pid, local, remote, 0)
-	} else {
-		got, err = unix.ProcessVMReadv(p.pid, local, remote, 0)
-	}
-	switch {
-	case err == unix.ESRCH:
-		p.gone.Store(true)
-		return ErrGone
-	case err == unix.EFAULT || (err == nil && uint64(got) != want):
-		return ErrFault
-	case err != nil:
-		return fmt.Errorf("procmem: pid %d: %w", p.pid, err)
-	}
-	return nil
-}
-
-func total(pieces [][]byte) uint64 {
-	var n uint64
-	for _, b := range pieces {
-		n += uint64(len(b))
-	}
-	return n
-}
-
-// pidOf returns the pid a pidfd refers to, from its fdinfo.
-func pidOf(pidfd int) (int, error) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/self/fdinfo/%d", pidfd))
-	if err != nil {
-		return 0, fmt.Errorf("procmem: pidfd: %w", err)
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if v, ok := strings.CutPrefix(line, "Pid:"); ok {
-			pid, err := strconv.Atoi(strings.TrimSpace(v))
-			if err != nil || pid <= 0 {
-				return 0, ErrGone // -1: the process has exited
+		if !b.add(pc, addr) {
+			if err := b.do(p, write); err != nil {
+				return err
 			}
-			return pid, nil
+			b.add(pc, addr)
 		}
+		addr += uint64(len(pc))
 	}
-	return 0, fmt.Errorf("procmem: fd %d is not a pidfd", pidfd)
+	return b.do(p, write)
 }

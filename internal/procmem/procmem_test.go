@@ -2,8 +2,9 @@ package procmem
 
 import (
 	"bytes"
-	"errors"
+	"fmt"
 	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -68,9 +69,10 @@ func TestBadAddresses(t *testing.T) {
 
 	b := make([]byte, 8)
 	require.ErrorIs(t, p.ReadAt(b, 4096), ErrFault)
-	require.ErrorIs(t, p.WriteAt(b, c.RO), ErrFault, "a read-only page is not written")
 	require.NoError(t, p.ReadAt(b, c.RO))
 	require.ErrorIs(t, p.ReadAt(b, ^uint64(0)-3), ErrFault, "a range that wraps")
+	require.ErrorIs(t, p.WriteAt(b, 1<<63), ErrFault, "beyond any user address")
+	require.True(t, p.Alive(), "a bad address is not a gone process")
 
 	require.NoError(t, p.CheckMapped(c.Buf, memchild.Size, true))
 	require.NoError(t, p.CheckMapped(c.RO, 4096, false))
@@ -95,37 +97,84 @@ func TestNothingAfterExit(t *testing.T) {
 	require.ErrorIs(t, p.CheckMapped(c.Buf, 8, false), ErrGone)
 }
 
-// A pid the kernel gave to another process after the first exited is never
-// reached: the pidfd of the first decides. Here the Process holds the pid of
-// a live process and the pidfd of one that exited, as after a reuse.
-func TestReusedPidIsNotTouched(t *testing.T) {
-	dead := memchild.Start(t)
-	fd, err := unix.PidfdOpen(dead.Pid(), 0)
+// An exec ends every access through the descriptors at once, though the
+// pid lives on and the new program has memory where it is asked for: the
+// descriptors name the address space, not the pid.
+func TestExecEndsAccess(t *testing.T) {
+	c := memchild.Start(t)
+	p, err := Open(c.Pid())
 	require.NoError(t, err)
-	dead.Kill()
-
-	live := memchild.Start(t)
-	live.Fill(t, 0, 8, 9)
-	p := &Process{pid: live.Pid(), pidfd: fd}
 	defer p.Close()
-	require.ErrorIs(t, p.WriteAt(make([]byte, 8), live.Buf), ErrGone)
-	require.ErrorIs(t, p.ReadAt(make([]byte, 8), live.Buf), ErrGone)
-	require.Equal(t, bytes.Repeat([]byte{9}, 8), live.Bytes(t, 0, 8), "the live process's bytes are untouched")
+	c.Exec(t)
+	c.Fill(t, 0, 64, 9)
+
+	require.ErrorIs(t, p.WriteAt(make([]byte, 64), c.Buf), ErrGone)
+	require.Equal(t, bytes.Repeat([]byte{9}, 64), c.Bytes(t, 0, 64), "the new program's bytes are untouched")
+	b := make([]byte, 64)
+	require.ErrorIs(t, p.ReadAt(b, c.Buf), ErrGone)
+	require.Equal(t, make([]byte, 64), b, "nothing of the new program is read")
+	require.ErrorIs(t, p.CheckMapped(c.Buf, 64, false), ErrGone, "the new layout is not told")
+	require.False(t, p.Alive())
+
+	q, err := Open(c.Pid()) // the new address space, opened anew
+	require.NoError(t, err)
+	defer q.Close()
+	require.NoError(t, q.ReadAt(b, c.Buf))
+	require.Equal(t, bytes.Repeat([]byte{9}, 64), b)
 }
 
-func TestFromPidfd(t *testing.T) {
+// Gone is told by the kernel, not guessed: Alive reads the maps, and
+// Reachable's first call asks too.
+func TestReachableAsksTheKernel(t *testing.T) {
 	c := memchild.Start(t)
-	fd, err := unix.PidfdOpen(c.Pid(), 0)
+	p, err := Open(c.Pid())
 	require.NoError(t, err)
-	p, err := FromPidfd(fd)
+	defer p.Close()
+	require.True(t, p.Alive())
+	q, err := Open(c.Pid())
 	require.NoError(t, err)
-	require.Equal(t, c.Pid(), p.Pid())
+	defer q.Close()
+	c.Exec(t)
+	require.False(t, p.Reachable(), "no access has found out yet, but Reachable asked")
+	require.False(t, q.Alive())
+	require.False(t, q.Reachable())
+}
+
+func TestFromDescriptors(t *testing.T) {
+	c := memchild.Start(t)
+	open := func(path string, flags int) int {
+		fd, err := unix.Open(path, flags|unix.O_CLOEXEC, 0)
+		require.NoError(t, err, path)
+		return fd
+	}
+	mem := func() int { return open(fmt.Sprintf("/proc/%d/mem", c.Pid()), unix.O_RDWR) }
+	maps := func() int { return open(fmt.Sprintf("/proc/%d/maps", c.Pid()), unix.O_RDONLY) }
+	p, err := FromDescriptors(mem(), maps())
+	require.NoError(t, err)
+	require.NoError(t, p.WriteAt([]byte{5}, c.Buf))
 	require.NoError(t, p.Close())
 	require.NoError(t, p.Close(), "a second Close does nothing")
 	require.ErrorIs(t, p.ReadAt(make([]byte, 1), c.Buf), ErrGone)
 
-	_, err = FromPidfd(0) // standard input, not a pidfd
-	require.Error(t, err)
+	var pipe [2]int
+	require.NoError(t, unix.Pipe2(pipe[:], unix.O_CLOEXEC))
+	defer unix.Close(pipe[1])
+	file := filepath.Join(t.TempDir(), "mem")
+	require.NoError(t, os.WriteFile(file, nil, 0o600))
+	for name, fds := range map[string][2]int{
+		"mem read-only":     {open(fmt.Sprintf("/proc/%d/mem", c.Pid()), unix.O_RDONLY), maps()},
+		"maps as mem":       {open(fmt.Sprintf("/proc/%d/maps", c.Pid()), unix.O_RDONLY), maps()},
+		"mem as maps":       {mem(), mem()},
+		"another proc file": {open(fmt.Sprintf("/proc/%d/status", c.Pid()), unix.O_RDONLY), maps()},
+		"a pipe":            {pipe[0], maps()},
+		"a file named mem":  {open(file, unix.O_RDWR), maps()},
+		"/dev/null":         {open("/dev/null", unix.O_RDWR), open("/dev/null", unix.O_RDONLY)},
+	} {
+		_, err := FromDescriptors(fds[0], fds[1])
+		require.ErrorIs(t, err, ErrDescriptor, name)
+		_, err = unix.FcntlInt(uintptr(fds[1]), unix.F_GETFD, 0)
+		require.ErrorIs(t, err, unix.EBADF, "%s: the descriptors are closed", name)
+	}
 }
 
 func TestOpenMissingProcess(t *testing.T) {
@@ -133,7 +182,7 @@ func TestOpenMissingProcess(t *testing.T) {
 	pid := c.Pid()
 	c.Kill()
 	_, err := Open(pid)
-	require.True(t, errors.Is(err, unix.ESRCH) || errors.Is(err, ErrGone), "%v", err)
+	require.ErrorIs(t, err, unix.ENOENT)
 }
 
 // BenchmarkWrite64Frames writes 64 payloads of 1 KiB to one buffer of

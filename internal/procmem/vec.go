@@ -8,61 +8,94 @@ import (
 	"github.com/softnic/softnic/ibtransport"
 )
 
-// vecChunk is how many pieces one system call of ReadVec or WriteVec
-// takes: its iovec arrays live on the stack.
-const vecChunk = 64
-
 // ReadVec copies, for each piece, len(Buf) bytes at Addr in the process
-// into Buf, in one process_vm_readv per 64 pieces
-// (ibtransport.VectorMemory: the engine reads a pass's packet payloads
-// so). Pieces of adjacent ranges, a message's packets, share one remote
-// iovec.
+// into Buf (ibtransport.VectorMemory: the engine reads a pass's packet
+// payloads so): one system call per run of pieces at adjacent addresses,
+// a message's packets, of up to 64 pieces.
 func (p *Process) ReadVec(pieces []ibtransport.Piece) error { return p.vec(pieces, false) }
 
 // WriteVec copies each piece's Buf to Addr in the process, as ReadVec
 // reads.
 func (p *Process) WriteVec(pieces []ibtransport.Piece) error { return p.vec(pieces, true) }
 
-// Reachable reports whether the process was alive when last asked, asking
-// its pidfd at most once in 50 µs.
-func (p *Process) Reachable() bool { return p.recentlyAlive() }
-
 func (p *Process) vec(pieces []ibtransport.Piece, write bool) error {
-	for len(pieces) > 0 {
-		k := min(len(pieces), vecChunk)
-		if err := p.vecChunk(pieces[:k], write); err != nil {
-			return err
-		}
-		pieces = pieces[k:]
-	}
-	return nil
-}
-
-func (p *Process) vecChunk(pieces []ibtransport.Piece, write bool) error {
-	var local [vecChunk]unix.Iovec
-	var remote [vecChunk]unix.RemoteIovec
-	nl, nr := 0, 0
-	var want uint64
+	var b batch
 	for _, pc := range pieces {
-		n := uint64(len(pc.Buf))
-		if n == 0 {
+		if len(pc.Buf) == 0 {
 			continue
 		}
-		if pc.Addr+n < pc.Addr {
-			return ErrFault
+		if !b.add(pc.Buf, pc.Addr) {
+			if err := b.do(p, write); err != nil {
+				return err
+			}
+			b.add(pc.Buf, pc.Addr)
 		}
-		local[nl] = unix.Iovec{Base: unsafe.SliceData(pc.Buf), Len: n}
-		nl++
-		if nr > 0 && uint64(remote[nr-1].Base)+uint64(remote[nr-1].Len) == pc.Addr {
-			remote[nr-1].Len += int(n)
-		} else {
-			remote[nr] = unix.RemoteIovec{Base: uintptr(pc.Addr), Len: int(n)}
-			nr++
-		}
-		want += n
 	}
-	if nl == 0 {
+	return b.do(p, write)
+}
+
+// batchLen is how many local buffers one call takes: its iovec array
+// lives on the stack.
+const batchLen = 64
+
+// batch is one run of local buffers for adjacent addresses of the
+// process, from addr on.
+type batch struct {
+	iov  [batchLen]unix.Iovec
+	n    int
+	addr uint64
+	want uint64
+}
+
+// add appends buf for the bytes at addr if they follow the run's and there
+// is room; it reports false otherwise (do the batch, then add again).
+func (b *batch) add(buf []byte, addr uint64) bool {
+	if b.n > 0 && (b.n == batchLen || b.addr+b.want != addr) {
+		return false
+	}
+	if b.n == 0 {
+		b.addr = addr
+	}
+	b.iov[b.n] = unix.Iovec{Base: unsafe.SliceData(buf), Len: uint64(len(buf))}
+	b.n++
+	b.want += uint64(len(buf))
+	return true
+}
+
+// maxAddr bounds the addresses: a file offset is signed, and no user
+// address space reaches this far.
+const maxAddr = 1 << 63
+
+// do makes one preadv (or pwritev) of the run and empties the batch.
+func (b *batch) do(p *Process, write bool) error {
+	if b.n == 0 {
 		return nil
 	}
-	return p.call(local[:nl], remote[:nr], want, write)
+	n, want, addr := b.n, b.want, b.addr
+	b.n, b.want = 0, 0
+	if p.gone.Load() {
+		return ErrGone
+	}
+	if addr >= maxAddr || want > maxAddr-addr {
+		return ErrFault
+	}
+	nr := uintptr(unix.SYS_PREADV)
+	if write {
+		nr = unix.SYS_PWRITEV
+	}
+	got, _, errno := unix.Syscall6(nr, uintptr(p.mem), uintptr(unsafe.Pointer(&b.iov[0])), uintptr(n),
+		uintptr(addr), 0, 0) // pos_l holds all 64 bits of the offset
+	if errno == 0 && uint64(got) == want {
+		return nil
+	}
+	if errno == 0 && got == 0 {
+		// The kernel moves nothing once the address space the
+		// descriptor was opened for has gone (exit or exec).
+		p.gone.Store(true)
+		return ErrGone
+	}
+	// EIO: a page is not mapped (or not writable); a short count: the
+	// same, part way. Anything else fails the work request too rather
+	// than have the engine retry.
+	return ErrFault
 }

@@ -48,6 +48,9 @@ func Serve() bool {
 	if err != nil {
 		panic(err)
 	}
+	if os.Getenv(envVar) == "exec" {
+		fmt.Println(uintptr(unsafe.Pointer(&buf[0])), uintptr(unsafe.Pointer(&ro[0])))
+	}
 	in := bufio.NewScanner(os.Stdin)
 	for in.Scan() {
 		f := strings.Fields(in.Text())
@@ -57,6 +60,15 @@ func Serve() bool {
 			fmt.Println(uintptr(unsafe.Pointer(&buf[0])), uintptr(unsafe.Pointer(&ro[0])))
 		case "dump":
 			fmt.Println(hex.EncodeToString(buf[arg(1) : arg(1)+arg(2)]))
+		case "exec":
+			// The same program again: a new address space, likely with
+			// its buffer at the same address (Go's heap starts at a fixed
+			// one).
+			// It says its addresses unasked, so that the parent sends
+			// nothing the old program might read first.
+			os.Setenv(envVar, "exec")
+			err := unix.Exec("/proc/self/exe", os.Args, os.Environ())
+			fmt.Println("exec:", err)
 		case "fill":
 			for i := range buf[arg(1) : arg(1)+arg(2)] {
 				buf[arg(1)+i] = byte(arg(3))
@@ -97,6 +109,14 @@ func Start(t testing.TB) *Child {
 
 // Pid returns the child's pid.
 func (c *Child) Pid() int { return c.Cmd.Process.Pid }
+
+// Exec makes the child exec itself and returns once the new program
+// answers, with its buffer's and read-only page's addresses updated.
+func (c *Child) Exec(t testing.TB) {
+	t.Helper()
+	_, err := fmt.Sscan(c.ask(t, "exec"), &c.Buf, &c.RO)
+	require.NoError(t, err)
+}
 
 // Kill kills the child and waits for it (after which its pid may be
 // reused).

@@ -1,0 +1,70 @@
+package daemon
+
+// Limits bound what one user (a uid, as the control socket reports it)
+// can make the daemon hold, so that no user denies service to another.
+// A zero field takes its default (DefaultLimits); a negative one means no
+// bound. Registered bytes have no field here: they count against each
+// client process's own RLIMIT_MEMLOCK, as the kernel counts pinned pages
+// (root and CAP_IPC_LOCK exempt).
+type Limits struct {
+	// Sessions is how many connections a user may hold open at once
+	// (sessions and monitors alike); one more is refused with EAGAIN.
+	Sessions int
+	// The objects of each kind, over all of the user's sessions; one
+	// more is refused with ENOMEM.
+	PDs, MRs, CQs, QPs, SRQs, AHs, CMIDs int
+	// Descriptors is how many of the daemon's file descriptors the user's
+	// sessions hold (their sockets, pidfds, memory descriptors, completion
+	// and event channels); one more is refused with EMFILE.
+	Descriptors int
+	// RingBytes is the shared memory the daemon makes for the user's
+	// rings (session pages, CQs, QPs, SRQs): the daemon's own memory.
+	RingBytes int64
+	// SharedBytes is how much of the daemon's address space the user's
+	// share_memory mappings take.
+	SharedBytes int64
+}
+
+// DefaultLimits are the bounds a zero Limits field takes: each is far
+// above what one program needs (cmtime's 10,000 connections, an MPI
+// rank per core) and far below what the daemon has (a million
+// descriptors, 128 TiB of address space).
+var DefaultLimits = Limits{
+	Sessions:    1024,
+	PDs:         16384,
+	MRs:         65536,
+	CQs:         32768,
+	QPs:         32768,
+	SRQs:        16384,
+	AHs:         65536,
+	CMIDs:       32768,
+	Descriptors: 16384,
+	RingBytes:   2 << 30,
+	SharedBytes: 64 << 30,
+}
+
+// withDefaults returns l with every zero field set to its default.
+func (l Limits) withDefaults() Limits {
+	d := DefaultLimits
+	pick := func(v *int, def int) {
+		if *v == 0 {
+			*v = def
+		}
+	}
+	pick(&l.Sessions, d.Sessions)
+	pick(&l.PDs, d.PDs)
+	pick(&l.MRs, d.MRs)
+	pick(&l.CQs, d.CQs)
+	pick(&l.QPs, d.QPs)
+	pick(&l.SRQs, d.SRQs)
+	pick(&l.AHs, d.AHs)
+	pick(&l.CMIDs, d.CMIDs)
+	pick(&l.Descriptors, d.Descriptors)
+	if l.RingBytes == 0 {
+		l.RingBytes = d.RingBytes
+	}
+	if l.SharedBytes == 0 {
+		l.SharedBytes = d.SharedBytes
+	}
+	return l
+}
