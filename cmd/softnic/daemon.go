@@ -45,6 +45,8 @@ type daemonOptions struct {
 	// metricsQPs how many QPs of a device get series of their own.
 	metrics    string
 	metricsQPs int
+	// limits bound what each user can make the daemon hold.
+	limits daemon.Limits
 	// afterServe, if set, is called once every device is served, before
 	// serveDevices waits: softnic daemon drops its privileges there
 	// (privileges.go); the tests that serve in-process leave it nil.
@@ -73,6 +75,7 @@ func runDaemon(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&o.metrics, "metrics", "", "serve the devices' counters as Prometheus metrics at http://`ADDR`/metrics (host:port; default: none)")
 	fs.IntVar(&o.metricsQPs, "metrics-qps", metrics.DefaultTopQPs, "with --metrics, how many QPs of a device (those that moved the most bytes) get series of their own (0: none); the others are summed")
+	defineLimits(fs, &o.limits)
 	congestion.define(fs, "")
 	capture.define(fs)
 	fs.Usage = func() {
@@ -135,7 +138,7 @@ func (o *daemonOptions) config(stderr io.Writer) (daemon.Config, error) {
 	if err != nil || mode > 0o777 || mode == 0 {
 		return daemon.Config{}, fmt.Errorf("--mode %q: not permission bits such as 0660", o.mode)
 	}
-	cfg := daemon.Config{Mode: os.FileMode(mode), Group: -1, Log: log}
+	cfg := daemon.Config{Mode: os.FileMode(mode), Group: -1, Log: log, Limits: o.limits}
 	if o.group != "" {
 		g, err := user.LookupGroup(o.group)
 		if err != nil {

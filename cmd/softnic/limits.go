@@ -1,0 +1,47 @@
+package main
+
+import (
+	"flag"
+	"strconv"
+
+	"github.com/softnic/softnic/daemon"
+)
+
+// defineLimits adds softnic daemon's per-user bounds to fs, into l
+// (daemon.Limits; -1 lifts a bound).
+func defineLimits(fs *flag.FlagSet, l *daemon.Limits) {
+	d := daemon.DefaultLimits
+	*l = d
+	for _, c := range []struct {
+		v    *int
+		name string
+		what string
+	}{
+		{&l.Sessions, "max-sessions", "control connections open at once (one more: EAGAIN)"},
+		{&l.PDs, "max-pds", "protection domains"},
+		{&l.MRs, "max-mrs", "memory regions"},
+		{&l.CQs, "max-cqs", "completion queues"},
+		{&l.QPs, "max-qps", "queue pairs"},
+		{&l.SRQs, "max-srqs", "shared receive queues"},
+		{&l.AHs, "max-ahs", "address handles"},
+		{&l.CMIDs, "max-cm-ids", "rdma_cm IDs"},
+		{&l.Descriptors, "max-descriptors", "of the daemon's file descriptors (sessions, channels; one more: EMFILE)"},
+	} {
+		fs.IntVar(c.v, c.name, *c.v, "per user: at most this many "+c.what+"; -1: no bound")
+	}
+	fs.Var((*limitSize)(&l.RingBytes), "max-ring-bytes", "per user: at most this much of the daemon's memory in rings (K, M, G suffixes; -1: no bound)")
+	fs.Var((*limitSize)(&l.SharedBytes), "max-shared-bytes", "per user: at most this much memory shared with the daemon by descriptor (K, M, G; -1: no bound)")
+}
+
+// limitSize is a byte bound: a size (byteSize) or -1 for none.
+type limitSize int64
+
+func (l *limitSize) String() string { return strconv.FormatInt(int64(*l), 10) }
+
+func (l *limitSize) Set(v string) error {
+	if v == "-1" {
+		*l = -1
+		return nil
+	}
+	return (*byteSize)(l).Set(v)
+}
