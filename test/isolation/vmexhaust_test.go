@@ -60,7 +60,7 @@ func TestAddressSpaceExhaustionLeavesOthersServed(t *testing.T) {
 	for i, err := range during {
 		assert.NoError(t, err, "user B's transfer %d, while A shared memory", i+1)
 	}
-	m := regexp.MustCompile(`^holding sessions=(\d+) shares=(\d+) bytes=(\d+) last=(.*) errno=(\S+)$`).FindStringSubmatch(said)
+	m := regexp.MustCompile(`^holding sessions=(\d+) shares=(\d+) bytes=(\d+) last=(.*) errno=(\S+) \(new sessions: .*\)$`).FindStringSubmatch(said)
 	require.NotNil(t, m, "user A said %q", said)
 	assert.Equal(t, "ENOMEM", m[5], "user A's refusal: %s", m[4])
 
@@ -81,14 +81,15 @@ func init() { roles["vmhog"] = vmHogRole }
 const vmHogSpan = 1 << 46
 
 // vmHogRole makes the daemon on SOCK map a sparse memfd's pages for it
-// (share_memory): one memfd of vmHogSpan bytes, sealed against
-// shrinking, mapped MAP_SHARED|MAP_NORESERVE here once, and shared in
-// pieces, as large as the daemon accepts (halving after a refusal, down to
-// a page: an attacker fills every hole of the daemon's address space),
-// over as many sessions as it takes, until the daemon refuses a page or a
-// session. It says "holding sessions=S shares=N bytes=B last=ERR
-// errno=E"; on "top up" it fills again what was freed meanwhile (by other
-// users' sessions ending), through a session it opened first and kept for
+// (share_memory). The memfd (vmHogSpan bytes, sealed against shrinking)
+// is mapped here MAP_SHARED|MAP_NORESERVE from offset 0 several times, as
+// share_memory has it: 32 TiB, 16 TiB, ... down to a page (64 TiB in all,
+// which leaves this process room). Each mapping is shared in as many
+// sessions as the daemon accepts it, largest first, so that every hole of
+// the daemon's address space gets filled. It says "holding sessions=S
+// shares=N bytes=B last=ERR errno=E" (the last share_memory refusal); on
+// "top up" it fills again what was freed meanwhile (by other users'
+// sessions ending), starting with a session it opened first and kept for
 // that, and says "holding ..." again; it holds all until its stdin closes.
 func vmHogRole(in *bufio.Scanner) {
 	fail := func(what string, err error) { fmt.Printf("fail: %s: %v\n", what, err) }
@@ -105,59 +106,91 @@ func vmHogRole(in *bufio.Scanner) {
 		fail("seal", err)
 		return
 	}
-	mem, err := unix.Mmap(fd, 0, vmHogSpan, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_NORESERVE)
-	if err != nil {
-		fail("mmap", err)
-		return
+	var ladder [][]byte
+	for size := vmHogSpan / 2; size >= os.Getpagesize(); size /= 2 {
+		m, err := unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_NORESERVE)
+		if err != nil {
+			fail("mmap", err)
+			return
+		}
+		ladder = append(ladder, m)
 	}
 	sock := os.Getenv("SOCK")
-	// A session kept for the top-up, with room for a share of any size:
-	// once the daemon's address space is full, a new one is refused.
+	type session struct {
+		c    *client.Conn
+		used map[int]bool // the ladder's mappings it shared
+	}
+	// The reserve: once the daemon's address space is full, a new session
+	// is refused, and a session shares each mapping once only.
 	reserve, err := dialWithin(sock, 10*time.Second)
 	if err != nil {
 		fail("reserve session", err)
 		return
 	}
-	conns := []*client.Conn{reserve}
-	var c *client.Conn
+	var sessions []*session
 	var shared uint64
-	shares, off := 0, 0
+	shares := 0
+	var refusal, dialed error
+	pick := func(i int) *session {
+		for _, s := range sessions {
+			if !s.used[i] {
+				return s
+			}
+		}
+		if dialed != nil || len(sessions) >= 64 {
+			return nil
+		}
+		c, err := dialWithin(sock, 10*time.Second)
+		if err != nil {
+			dialed = fmt.Errorf("session %d: %w", len(sessions)+2, err)
+			return nil
+		}
+		s := &session{c, map[int]bool{}}
+		sessions = append(sessions, s)
+		return s
+	}
 	hog := func() {
-		var last error
-		for size := vmHogSpan; len(conns) < 64; {
-			if c == nil || off+size > vmHogSpan {
-				var err error
-				if c, err = dialWithin(sock, 10*time.Second); err != nil {
-					last = fmt.Errorf("session %d: %w", len(conns)+1, err)
+	levels:
+		for i, m := range ladder {
+			for {
+				s := pick(i)
+				if s == nil {
 					break
 				}
-				conns, off = append(conns, c), 0
-			}
-			_, last = c.ShareMemory(mem[off:off+size], fd)
-			if last == nil {
-				off += size
-				shared += uint64(size)
+				if _, err := s.c.ShareMemory(m, fd); err != nil {
+					refusal = err
+					if errors.Is(err, client.ErrDaemonGone) {
+						break levels
+					}
+					break
+				}
+				s.used[i] = true
+				shared += uint64(len(m))
 				shares++
-				continue
 			}
-			if errors.Is(last, client.ErrDaemonGone) || size <= os.Getpagesize() {
-				break
-			}
-			size /= 2
 		}
-		fmt.Printf("holding sessions=%d shares=%d bytes=%d last=%v errno=%s\n", len(conns), shares, shared, last, errnoName(last))
+		n := len(sessions)
+		if reserve != nil {
+			n++
+		}
+		fmt.Printf("holding sessions=%d shares=%d bytes=%d last=%v errno=%s (new sessions: %v)\n", n, shares, shared,
+			refusal, errnoName(refusal), dialed)
 	}
 	hog()
 	for in.Scan() {
 		if in.Text() == "top up" {
 			if reserve != nil {
-				c, off, reserve = reserve, 0, nil
+				sessions = append([]*session{{reserve, map[int]bool{}}}, sessions...)
+				reserve, dialed = nil, nil
 			}
 			hog()
 		}
 	}
-	for _, c := range conns {
-		c.Close()
+	for _, s := range sessions {
+		s.c.Close()
+	}
+	if reserve != nil {
+		reserve.Close()
 	}
 }
 
