@@ -32,8 +32,8 @@ const fuzzTime = 30 * time.Second
 // fuzzer found nothing, every round finished with its data checked, and
 // both daemons still serve a new session.
 func TestLiveControlFuzzAsSecondUser(t *testing.T) {
-	netnstest.RequireCommands(t, "apt-get install ibverbs-utils iproute2", "ibv_rc_pingpong", "ss")
 	w := newWorld(t)
+	netnstest.RequireCommands(t, "apt-get install ibverbs-utils iproute2", "ibv_rc_pingpong", "ss")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	fuzzer := filepath.Join(w.dir, "fuzz.test")
