@@ -163,19 +163,15 @@ func (c *Conn) callFD(op hostif.Op, body, reply any, fds ...int) ([]int, error) 
 	}
 	if _, _, err := c.c.WriteMsgUnix(msg, rights, nil); err != nil {
 		if op == hostif.OpHello {
-			// A refused connection was answered and closed at once:
-			// the answer may wait to be read.
-			c.c.SetReadDeadline(time.Now().Add(time.Second))
-			if n, _, _, _, rerr := c.c.ReadMsgUnix(c.in, c.oob); rerr == nil {
-				if h, herr := hostif.DecodeHeader(c.in[:n]); herr == nil && h.Op == op && h.Status != 0 {
-					return nil, &Error{Op: op, Errno: unix.Errno(-h.Status)}
-				}
-			}
+			return nil, c.refusal(err)
 		}
 		return nil, c.lost(err)
 	}
 	n, oobn, _, _, err := c.c.ReadMsgUnix(c.in, c.oob)
 	if err != nil {
+		if op == hostif.OpHello {
+			return nil, c.refusal(err)
+		}
 		return nil, c.lost(err)
 	}
 	got := parseRights(c.oob[:oobn])
@@ -198,6 +194,25 @@ func (c *Conn) callFD(op hostif.Op, body, reply any, fds ...int) ([]int, error) 
 		return nil, err
 	}
 	return got, nil
+}
+
+// refusal is the error of a hello whose send or reply failed with err: a
+// connection the daemon refused was answered and closed at once, and the
+// answer may still wait to be read (a read first fails with ECONNRESET
+// when the daemon closed with the hello unread).
+func (c *Conn) refusal(err error) error {
+	c.c.SetReadDeadline(time.Now().Add(time.Second))
+	for range 2 {
+		n, _, _, _, rerr := c.c.ReadMsgUnix(c.in, c.oob)
+		if rerr != nil {
+			continue
+		}
+		if h, herr := hostif.DecodeHeader(c.in[:n]); herr == nil && h.Op == hostif.OpHello && h.Status != 0 {
+			return &Error{Op: hostif.OpHello, Errno: unix.Errno(-h.Status)}
+		}
+		break
+	}
+	return c.lost(err)
 }
 
 func parseRights(oob []byte) []int {

@@ -81,13 +81,14 @@ func transferRole(in *bufio.Scanner) {
 }
 
 // sessionRole opens a session on SOCK and allocates a PD, saying "ok" or
-// "fail: why". A refusal with EAGAIN (over the user's session bound while
-// the user's earlier sessions are still ending) is tried again for 20 s.
+// "fail: why". A refusal with EAGAIN or EMFILE (over the user's session or
+// descriptor bound while the user's earlier sessions are still ending)
+// is tried again for 20 s.
 func sessionRole(*bufio.Scanner) {
 	sock := os.Getenv("SOCK")
 	for end := time.Now().Add(20 * time.Second); ; {
 		c, err := dialWithin(sock, 10*time.Second)
-		if errors.Is(err, unix.EAGAIN) && time.Now().Before(end) {
+		if (errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EMFILE)) && time.Now().Before(end) {
 			time.Sleep(50 * time.Millisecond)
 			continue
 		}
