@@ -36,8 +36,13 @@ static int try_record(struct cm_channel *c, struct sn_cm_event *rec, int credit)
 	struct {
 		uint32_t channel;
 	} __attribute__((packed)) req = {c->handle};
-	if (cm_call(SN_OP_CM_GET_EVENT, &req, sizeof(req), rec, sizeof(*rec)))
+	if (cm_call(SN_OP_CM_GET_EVENT, &req, sizeof(req), rec, sizeof(*rec))) {
+		/* The channel was destroyed meanwhile (another thread's
+		 * rdma_destroy_event_channel): the kernel's closed fd says EBADF. */
+		if (errno == ENOENT)
+			errno = EBADF;
 		return -1;
+	}
 	if (!credit)
 		take_byte(c->ch.fd, 0);
 	return 0;
