@@ -77,10 +77,13 @@ func (w *providerWorld) stop(t *testing.T) {
 }
 
 // command runs a stock program on end's device, through softnic exec, as
-// user nobody, in end's namespace.
+// user nobody, in end's namespace. The program may lock memory without
+// bound (CAP_IPC_LOCK, as a host grants RDMA programs, here because the
+// daemon counts registered pages against RLIMIT_MEMLOCK, whose 8 MiB
+// perftest -a passes, and a hard limit this host cannot raise).
 func (w *providerWorld) command(ctx context.Context, end *netnstest.End, argv ...string) *exec.Cmd {
 	args := append([]string{"netns", "exec", end.Namespace, "setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
-		w.bin, "exec", "--run-dir", w.runDir, "-d", end.Ifname, "--"}, argv...)
+		"--inh-caps=+ipc_lock", "--ambient-caps=+ipc_lock", w.bin, "exec", "--run-dir", w.runDir, "-d", end.Ifname, "--"}, argv...)
 	return exec.CommandContext(ctx, "ip", args...)
 }
 
