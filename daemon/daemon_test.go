@@ -38,14 +38,17 @@ type rig struct {
 	pbuf   []byte
 }
 
-func newRig(t testing.TB) *rig {
+func newRig(t testing.TB) *rig { return newRigLimited(t, daemon.Limits{}) }
+
+// newRigLimited is newRig with the daemon's per-user bounds l.
+func newRigLimited(t testing.TB, l daemon.Limits) *rig {
 	la, lb := memlink.Pair(memlink.Config{})
 	a, err := verbs.Open(la, verbs.Config{Addrs: []netip.Addr{addrA}})
 	require.NoError(t, err)
 	b, err := verbs.Open(lb, verbs.Config{Addrs: []netip.Addr{addrB}})
 	require.NoError(t, err)
 	r := &rig{a: a, b: b, socket: filepath.Join(t.TempDir(), "softnic_test.sock")}
-	r.srv, err = daemon.Serve(a, daemon.Config{Socket: r.socket, Log: slog.New(slog.DiscardHandler)})
+	r.srv, err = daemon.Serve(a, daemon.Config{Socket: r.socket, Log: slog.New(slog.DiscardHandler), Limits: l})
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		r.srv.Close()

@@ -68,3 +68,17 @@ func (l Limits) withDefaults() Limits {
 	}
 	return l
 }
+
+// Usage is what a user's sessions hold now, in Limits' terms.
+type Usage Limits
+
+// Usage returns what user uid's sessions hold of each bounded resource.
+func (s *Server) Usage(uid uint32) Usage {
+	var h [numResources]int64
+	for r := range h {
+		h[r] = s.accts.held(uid, resource(r))
+	}
+	return Usage{Sessions: int(h[resSession]), PDs: int(h[resPD]), MRs: int(h[resMR]), CQs: int(h[resCQ]),
+		QPs: int(h[resQP]), SRQs: int(h[resSRQ]), AHs: int(h[resAH]), CMIDs: int(h[resCMID]),
+		Descriptors: int(h[resDescriptor]), RingBytes: h[resRingBytes], SharedBytes: h[resSharedBytes]}
+}

@@ -275,7 +275,7 @@ func (s *Server) Close() error {
 	// client that leaves on seeing the socket close leaves no QP behind
 	// answering its peer from memory that is gone.
 	for ss := range s.sessions {
-		ss.conn.SetReadDeadline(time.Unix(1, 0))
+		ss.conn.SetDeadline(time.Unix(1, 0)) // a write to a client that reads nothing, too
 	}
 	s.mu.Unlock()
 	s.ln.Close()

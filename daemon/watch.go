@@ -58,11 +58,11 @@ func (s *Server) unwatch(ss *session) {
 	}
 }
 
-// endFromOutside makes ss's goroutine end the session: its blocked read
-// returns at once.
+// endFromOutside makes ss's goroutine end the session: its blocked read,
+// or its write to a client that reads no replies, returns at once.
 func (s *Server) endFromOutside(ss *session, why string) {
 	if ss.ending.CompareAndSwap(nil, &why) {
-		ss.conn.SetReadDeadline(time.Unix(1, 0))
+		ss.conn.SetDeadline(time.Unix(1, 0))
 	}
 }
 

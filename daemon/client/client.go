@@ -17,6 +17,7 @@ import (
 	"net"
 	"os"
 	"sync/atomic"
+	"syscall"
 	"time"
 	"unsafe"
 
@@ -131,6 +132,11 @@ func selfMemory() ([2]int, error) {
 	}
 	return [2]int{mem, maps}, nil
 }
+
+// SyscallConn returns the control socket's raw connection, for a program
+// that hands its descriptor on (as a forked child inherits it): the
+// daemon serves only the process that connected.
+func (c *Conn) SyscallConn() (syscall.RawConn, error) { return c.c.SyscallConn() }
 
 // Close ends the session: the daemon destroys its objects.
 func (c *Conn) Close() error {

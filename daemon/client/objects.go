@@ -18,6 +18,13 @@ func (c *Conn) AllocPD() (uint32, error) {
 	return r.Handle, err
 }
 
+// DeallocPD deallocates a protection domain nothing uses any more (EBUSY
+// otherwise).
+func (c *Conn) DeallocPD(pd uint32) error {
+	_, err := c.call(hostif.OpDeallocPD, hostif.HandleRequest{Handle: pd}, &hostif.Empty{})
+	return err
+}
+
 // MR is a registered region of this process's memory.
 type MR struct {
 	Handle, LKey, RKey uint32
@@ -365,6 +372,16 @@ func (s *SRQ) Destroy() error {
 // DeregMR deregisters a region (ibv_dereg_mr).
 func (c *Conn) DeregMR(mr uint32) error {
 	_, err := c.call(hostif.OpDeregMR, hostif.HandleRequest{Handle: mr}, &hostif.Empty{})
+	return err
+}
+
+// Destroy destroys the CQ once no QP uses it (EBUSY otherwise) and
+// unmaps its ring.
+func (cq *CQ) Destroy() error {
+	_, err := cq.c.call(hostif.OpDestroyCQ, hostif.HandleRequest{Handle: cq.Handle}, &hostif.Empty{})
+	if err == nil {
+		unix.Munmap(cq.mem)
+	}
 	return err
 }
 

@@ -1,0 +1,248 @@
+package daemon_test
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+
+	"github.com/softnic/softnic/daemon/client"
+	"github.com/softnic/softnic/hostif"
+)
+
+// The tests here run this test binary again as the daemon's client in
+// another process (roleEnv names what it plays), since what they check is
+// how the daemon tells processes apart.
+const roleEnv = "SOFTNIC_DAEMON_TEST_ROLE"
+
+func TestMain(m *testing.M) {
+	if role := os.Getenv(roleEnv); role != "" {
+		os.Exit(playRole(role, os.Getenv("SOFTNIC_DAEMON_TEST_SOCK")))
+	}
+	os.Exit(m.Run())
+}
+
+// playRole plays one client role, saying what happened a line each.
+func playRole(role, sock string) int {
+	switch role {
+	case "foreign":
+		// A process the session's socket was handed to (descriptor 3):
+		// its command is refused.
+		fmt.Println(rawCommand(3, hostif.OpAllocPD))
+		return 0
+	case "hand-on", "setuid", "exec":
+	default:
+		fmt.Println("no role", role)
+		return 2
+	}
+	c, err := client.Dial(sock)
+	if err != nil {
+		fmt.Println("dial:", err)
+		return 1
+	}
+	switch role {
+	case "hand-on":
+		// The session's socket goes to a process of its own: a forked
+		// child, as far as the daemon can tell.
+		fmt.Println(handOn(c))
+		_, err := c.AllocPD()
+		fmt.Println("own:", errText(err))
+	case "setuid":
+		if err := syscall.Setresuid(65534, 65534, 65534); err != nil {
+			fmt.Println("setresuid:", err)
+			return 1
+		}
+		_, err := c.AllocPD()
+		fmt.Println("after setuid:", errText(err))
+		_, err = c.AllocPD()
+		fmt.Println("next:", errText(err))
+	case "exec":
+		// The same process execs, keeping the socket: the session was
+		// its old address space's.
+		fd := socketFD(c)
+		if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFD, 0); err != nil {
+			fmt.Println("fcntl:", err)
+			return 1
+		}
+		os.Setenv(roleEnv, "exec-after")
+		os.Setenv("SOFTNIC_DAEMON_TEST_FD", strconv.Itoa(fd))
+		err := unix.Exec("/proc/self/exe", []string{os.Args[0], "-test.run=^$"}, os.Environ())
+		fmt.Println("exec:", err)
+		return 1
+	}
+	return 0
+}
+
+func init() {
+	// After the exec: the command on the inherited socket.
+	if os.Getenv(roleEnv) == "exec-after" {
+		fd, _ := strconv.Atoi(os.Getenv("SOFTNIC_DAEMON_TEST_FD"))
+		fmt.Println("after exec:", rawCommand(fd, hostif.OpAllocPD))
+		fmt.Println("next:", rawCommand(fd, hostif.OpAllocPD))
+		os.Exit(0)
+	}
+}
+
+// rawCommand sends one bodiless command on the control socket fd and says
+// the reply's errno ("ok", "EACCES", ...) or how the socket failed.
+func rawCommand(fd int, op hostif.Op) string {
+	unix.SetNonblock(fd, false) // the Go client's descriptor was the runtime poller's
+	buf := make([]byte, hostif.MaxMessage)
+	msg, err := hostif.Encode(buf, hostif.Header{Op: op, Seq: 99}, hostif.Empty{})
+	if err != nil {
+		return err.Error()
+	}
+	if _, err := unix.Write(fd, msg); err == unix.EPIPE || err == unix.ECONNRESET {
+		return "closed"
+	} else if err != nil {
+		return "write: " + err.Error()
+	}
+	unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Sec: 10})
+	n, err := unix.Read(fd, buf)
+	switch {
+	case n == 0 || err == unix.ECONNRESET:
+		return "closed"
+	case err != nil:
+		return "read: " + err.Error()
+	}
+	h, err := hostif.DecodeHeader(buf[:n])
+	if err != nil {
+		return err.Error()
+	}
+	if h.Status == 0 {
+		return "ok"
+	}
+	return unix.ErrnoName(unix.Errno(-h.Status))
+}
+
+func errText(err error) string {
+	var ce *client.Error
+	switch {
+	case err == nil:
+		return "ok"
+	case errors.As(err, &ce):
+		return unix.ErrnoName(ce.Errno)
+	case errors.Is(err, client.ErrDaemonGone):
+		return "closed"
+	}
+	return err.Error()
+}
+
+// socketFD returns the session's control socket descriptor.
+func socketFD(c *client.Conn) int {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return -1
+	}
+	fd := -1
+	raw.Control(func(s uintptr) { fd = int(s) })
+	return fd
+}
+
+// handOn runs a process of its own ("foreign") with the session's socket
+// and returns what it said.
+func handOn(c *client.Conn) string {
+	dup, err := unix.Dup(socketFD(c))
+	if err != nil {
+		return err.Error()
+	}
+	f := os.NewFile(uintptr(dup), "session")
+	defer f.Close()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), roleEnv+"=foreign")
+	cmd.ExtraFiles = []*os.File{f}
+	out, err := cmd.Output()
+	if err != nil {
+		return fmt.Sprintf("foreign: %v: %s", err, out)
+	}
+	return "foreign: " + string(out[:len(out)-1])
+}
+
+// play runs role against the rig's daemon and returns its lines.
+func play(t *testing.T, r *rig, role string, cred *syscall.Credential) []string {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), roleEnv+"="+role, "SOFTNIC_DAEMON_TEST_SOCK="+r.socket)
+	if cred != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	}
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	var lines []string
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		lines = append(lines, sc.Text())
+	}
+	require.NoError(t, cmd.Wait(), "%s said %q", role, lines)
+	return lines
+}
+
+// A session serves the process that connected: a process it handed the
+// socket to (a forked child, as the kernel's uverbs write() path refuses
+// one) gets EACCES, and the session goes on serving its own process.
+func TestForeignCommands(t *testing.T) {
+	r := newRig(t)
+	require.Equal(t, []string{"foreign: EACCES", "own: ok"}, play(t, r, "hand-on", nil))
+	require.EqualValues(t, 1, counter(t, r, "daemon_foreign_commands"))
+}
+
+// A process that changed its credentials, or exec'd, has its command
+// refused and its session ended.
+func TestCredentialChangeAndExecEndTheSession(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the client changes its uid")
+	}
+	r := newRig(t)
+	require.Equal(t, []string{"after setuid: EACCES", "next: closed"}, play(t, r, "setuid", nil))
+	require.Equal(t, []string{"after exec: ESRCH", "next: closed"}, play(t, r, "exec", nil))
+	require.EqualValues(t, 1, counter(t, r, "daemon_sessions_ended_credentials"))
+	require.EqualValues(t, 1, counter(t, r, "daemon_sessions_ended_exec"))
+	require.Eventually(t, func() bool { return r.srv.Sessions() == 0 }, 10*time.Second, 10*time.Millisecond)
+}
+
+// Messages a client sends at once, before the daemon accepted its
+// connection, carry its credentials too: the listener passes them on.
+func TestCredentialsBeforeAccept(t *testing.T) {
+	r := newRig(t)
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := client.Dial(r.socket)
+			if err == nil {
+				_, err = c.AllocPD()
+				c.Close()
+			}
+			errs <- err
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+}
+
+// counter returns one of the daemon's counters.
+func counter(t *testing.T, r *rig, name string) uint64 {
+	t.Helper()
+	for _, c := range r.srv.Counters() {
+		if c.Name == name {
+			return c.Value
+		}
+	}
+	t.Fatalf("no counter %s", name)
+	return 0
+}
