@@ -249,6 +249,12 @@ func (w *world) compileC(t *testing.T, name string, libs ...string) string {
 // playing one of the roles of roles_test.go: it reads commands on its
 // stdin and answers a line each on its stdout.
 func (w *world) startRole(t *testing.T, name string, uid int, env ...string) *program {
+	return w.startRoleWith(t, name, uid, nil, env...)
+}
+
+// startRoleWith is startRole with attr's capabilities (AmbientCaps) for
+// the role's process.
+func (w *world) startRoleWith(t *testing.T, name string, uid int, attr *syscall.SysProcAttr, env ...string) *program {
 	w.once.Do(func() {
 		self, err := os.ReadFile(os.Args[0])
 		require.NoError(t, err)
@@ -259,6 +265,9 @@ func (w *world) startRole(t *testing.T, name string, uid int, env ...string) *pr
 	cmd.Env = append(append(os.Environ(), roleEnv+"="+name), env...)
 	cmd.Dir = w.dir
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid)}}
+	if attr != nil {
+		cmd.SysProcAttr.AmbientCaps = attr.AmbientCaps
+	}
 	return startProgram(t, name, cmd)
 }
 
