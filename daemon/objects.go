@@ -12,8 +12,9 @@ import (
 )
 
 // regMR registers the client's own memory, after checking that it is
-// mapped with the rights asked for (the kernel's EFAULT) and that its
-// pages fit in the process's RLIMIT_MEMLOCK (the kernel's ENOMEM).
+// mapped with the rights asked for, in memory whose faults end
+// (backing.go; the kernel's EFAULT), and that its pages fit in the
+// process's RLIMIT_MEMLOCK (the kernel's ENOMEM).
 func (ss *session) regMR(req hostif.RegMRRequest) (any, error) {
 	pd := ss.pds[req.PD]
 	if pd == nil {
@@ -21,7 +22,7 @@ func (ss *session) regMR(req hostif.RegMRRequest) (any, error) {
 	}
 	access := verbs.Access(req.Access)
 	write := access&(verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteAtomic) != 0
-	if err := ss.proc.CheckMapped(req.Addr, req.Length, write); err != nil {
+	if err := ss.proc.CheckMappedBy(req.Addr, req.Length, write, registrable); err != nil {
 		return nil, err
 	}
 	pinned := pinnedBytes(req.Addr, req.Length)

@@ -9,12 +9,20 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Mapping is one line of /proc/PID/maps: the addresses [Start, End) and
-// whether they may be read and written.
+// Mapping is one line of /proc/PID/maps: the addresses [Start, End),
+// whether they may be read and written, and what backs them: the
+// device (major, minor) and inode of a file, 0 and 0 for anonymous
+// memory.
 type Mapping struct {
 	Start, End      uint64
 	Readable, Write bool
+	Major, Minor    uint32
+	Inode           uint64
 }
+
+// Anonymous reports whether no file backs the mapping (heap, stack,
+// anonymous mmap).
+func (m Mapping) Anonymous() bool { return m.Inode == 0 && m.Major == 0 && m.Minor == 0 }
 
 // CheckMapped reports ErrFault unless every byte of [addr, addr+n) is mapped
 // readable in the process, and writable too if write is set: registering
@@ -22,6 +30,12 @@ type Mapping struct {
 // it cannot pin. It reads the maps descriptor the process gave, so it
 // tells about no address space but that one.
 func (p *Process) CheckMapped(addr, n uint64, write bool) error {
+	return p.CheckMappedBy(addr, n, write, nil)
+}
+
+// CheckMappedBy is CheckMapped, and also reports ErrFault unless backed
+// accepts every mapping of the range (nil accepts all).
+func (p *Process) CheckMappedBy(addr, n uint64, write bool, backed func(Mapping) bool) error {
 	data, err := p.readMaps()
 	if err != nil {
 		return err
@@ -30,7 +44,7 @@ func (p *Process) CheckMapped(addr, n uint64, write bool) error {
 	if err != nil {
 		return err
 	}
-	if !Covered(maps, addr, n, write) {
+	if !CoveredBy(maps, addr, n, write, backed) {
 		return ErrFault
 	}
 	return nil
@@ -79,6 +93,12 @@ const maxMaps = 64 << 20
 // Covered reports whether maps, sorted by address as the kernel lists them,
 // cover [addr, addr+n) without a gap with the rights asked for.
 func Covered(maps []Mapping, addr, n uint64, write bool) bool {
+	return CoveredBy(maps, addr, n, write, nil)
+}
+
+// CoveredBy is Covered, every mapping of the range also accepted by
+// backed (nil accepts all).
+func CoveredBy(maps []Mapping, addr, n uint64, write bool, backed func(Mapping) bool) bool {
 	end := addr + n
 	if end < addr {
 		return false
@@ -90,7 +110,7 @@ func Covered(maps []Mapping, addr, n uint64, write bool) bool {
 		if m.End <= addr {
 			continue
 		}
-		if m.Start > addr || !m.Readable || (write && !m.Write) {
+		if m.Start > addr || !m.Readable || (write && !m.Write) || (backed != nil && !backed(m)) {
 			return false
 		}
 		addr = m.End
@@ -119,18 +139,23 @@ func ParseMaps(data []byte) ([]Mapping, error) {
 // parseMapsLine parses "start-end perms offset dev inode path".
 func parseMapsLine(line []byte) (Mapping, error) {
 	bad := func() (Mapping, error) { return Mapping{}, fmt.Errorf("procmem: maps line %q", line) }
-	rng, rest, ok := bytes.Cut(line, []byte(" "))
-	if !ok || len(rest) < 4 {
+	f := bytes.Fields(line)
+	if len(f) < 5 || len(f[1]) < 4 {
 		return bad()
 	}
-	lo, hi, ok := bytes.Cut(rng, []byte("-"))
-	if !ok {
+	lo, hi, ok := bytes.Cut(f[0], []byte("-"))
+	maj, min, ok2 := bytes.Cut(f[3], []byte(":"))
+	if !ok || !ok2 {
 		return bad()
 	}
 	start, err1 := strconv.ParseUint(string(lo), 16, 64)
 	end, err2 := strconv.ParseUint(string(hi), 16, 64)
-	if err1 != nil || err2 != nil || end < start {
+	major, err3 := strconv.ParseUint(string(maj), 16, 32)
+	minor, err4 := strconv.ParseUint(string(min), 16, 32)
+	inode, err5 := strconv.ParseUint(string(f[4]), 10, 64)
+	if err1 != nil || err2 != nil || err3 != nil || err4 != nil || err5 != nil || end < start {
 		return bad()
 	}
-	return Mapping{Start: start, End: end, Readable: rest[0] == 'r', Write: rest[1] == 'w'}, nil
+	return Mapping{Start: start, End: end, Readable: f[1][0] == 'r', Write: f[1][1] == 'w',
+		Major: uint32(major), Minor: uint32(minor), Inode: inode}, nil
 }

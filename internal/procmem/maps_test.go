@@ -19,6 +19,13 @@ func TestParseMapsAndCovered(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, maps, 6)
 	require.Equal(t, Mapping{Start: 0x7f0000000000, End: 0x7f0000100000, Readable: true, Write: true}, maps[2])
+	require.True(t, maps[2].Anonymous())
+	require.Equal(t, Mapping{Start: 0x55d0c0a00000, End: 0x55d0c0a22000, Readable: true, Major: 0xfd, Minor: 1, Inode: 1234}, maps[0])
+	require.False(t, maps[0].Anonymous())
+	anonymous := func(m Mapping) bool { return m.Anonymous() }
+	require.True(t, CoveredBy(maps, 0x7f0000000000, 0x1000, true, anonymous))
+	require.False(t, CoveredBy(maps, 0x7f00000ff000, 0x2000, true, anonymous), "into the memfd")
+	require.False(t, CoveredBy(maps, 0x55d0c0a00000, 1, false, anonymous), "a file")
 
 	for _, c := range []struct {
 		addr, n uint64
@@ -38,7 +45,8 @@ func TestParseMapsAndCovered(t *testing.T) {
 		require.Equal(t, c.want, Covered(maps, c.addr, c.n, c.write), "%#x+%#x write=%v", c.addr, c.n, c.write)
 	}
 
-	for _, bad := range []string{"zz-10 rw-p", "10-zz rw-p", "20-10 rw-p 0 0 0", "1000 rw-p", "10-20"} {
+	for _, bad := range []string{"zz-10 rw-p 0 00:00 0", "10-zz rw-p 0 00:00 0", "20-10 rw-p 0 00:00 0",
+		"1000 rw-p 0 00:00 0", "10-20", "10-20 rw-p", "10-20 rw-p 0 0 0", "10-20 rw-p 0 zz:00 0", "10-20 rw-p 0 00:00 x"} {
 		_, err := ParseMaps([]byte(bad + "\n"))
 		require.Error(t, err, bad)
 	}
@@ -46,7 +54,7 @@ func TestParseMapsAndCovered(t *testing.T) {
 
 func FuzzParseMaps(f *testing.F) {
 	f.Add([]byte(sampleMaps), uint64(0x7f00000ff000), uint64(0x2000))
-	f.Add([]byte("0-ffffffffffffffff rw-p\n"), uint64(1), ^uint64(0))
+	f.Add([]byte("0-ffffffffffffffff rw-p 0 00:00 0\n"), uint64(1), ^uint64(0))
 	f.Fuzz(func(t *testing.T, data []byte, addr, n uint64) {
 		maps, err := ParseMaps(data)
 		if err != nil {
@@ -58,5 +66,6 @@ func FuzzParseMaps(f *testing.F) {
 			}
 		}
 		Covered(maps, addr, n, true)
+		CoveredBy(maps, addr, n, false, func(m Mapping) bool { return m.Anonymous() })
 	})
 }
