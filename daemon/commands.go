@@ -140,16 +140,19 @@ func (ss *session) hello(req hostif.HelloRequest) (any, []int, error) {
 		proc.Close()
 		return nil, nil, err
 	}
+	fail := func(err error) (any, []int, error) {
+		proc.Close()
+		ss.give(resDescriptor, 3)
+		return nil, nil, err
+	}
 	page, err := ss.newRing("session", pageSize)
 	if err != nil {
-		proc.Close()
-		return nil, nil, err
+		return fail(err)
 	}
 	var p [2]int
 	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
-		proc.Close()
 		ss.freeRing(page)
-		return nil, nil, err
+		return fail(err)
 	}
 	unix.SetNonblock(p[1], true) // the write end only: a full pipe loses events
 	ss.page, ss.async, ss.proc = page, p[1], proc

@@ -177,7 +177,6 @@ func (s *Server) admit(c *net.UnixConn) {
 		s.counters.SessionsRefused.Add(1)
 		s.cfg.Log.Warn("session refused", "pid", p.pid, "uid", p.uid, "err", err)
 		refuse(c, err)
-		unix.Close(p.pidfd)
 		return
 	}
 	s.mu.Lock()
@@ -199,18 +198,21 @@ func (s *Server) admit(c *net.UnixConn) {
 }
 
 // open charges a new connection to its user: a session, and the two
-// descriptors it holds (the socket and the process's pidfd).
+// descriptors it holds (the socket and the process's pidfd, which it
+// closes when it fails).
 func (s *Server) open(c *net.UnixConn, p peer) (*session, error) {
 	a, err := s.accts.open(p.uid)
 	if err != nil {
+		unix.Close(p.pidfd)
 		return nil, err
 	}
 	ss := newSession(s, c, p, a)
 	if err := ss.take(resDescriptor, 2); err != nil {
+		unix.Close(p.pidfd)
 		s.accts.endSession(a, &ss.held)
 		return nil, err
 	}
-	if err := s.watch(ss); err != nil {
+	if err := s.watch(ss); err != nil { // it closed the pidfd
 		s.accts.endSession(a, &ss.held)
 		return nil, err
 	}

@@ -24,9 +24,10 @@ import (
 const checkEvery = time.Second
 
 // watch starts watching ss's process for its exit. It owns the pidfd
-// from then on; unwatch closes it.
+// from then on (closing it when it fails); unwatch closes it.
 func (s *Server) watch(ss *session) error {
 	if err := unix.SetNonblock(ss.peer.pidfd, true); err != nil {
+		unix.Close(ss.peer.pidfd)
 		return err
 	}
 	f := os.NewFile(uintptr(ss.peer.pidfd), "softnic-client-pidfd")
