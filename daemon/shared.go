@@ -12,9 +12,9 @@ import (
 // sharedMemory is memory a client shares with the daemon by descriptor:
 // a sealed memfd that both map. A region registered inside it is reached
 // with plain copies, as an in-process device reaches its own memory,
-// instead of a process_vm call per batch of packets. Memory a client did
-// not share this way (its heap, stack, any mapping) is still reached with
-// process_vm_readv/writev.
+// instead of a read or write of its /proc/self/mem per batch of packets.
+// Memory a client did not share this way (its heap, stack, any mapping)
+// is still reached through that mem descriptor.
 type sharedMemory struct {
 	addr uint64 // where the client mapped it
 	mem  []byte // where the daemon did

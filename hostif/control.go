@@ -50,7 +50,8 @@ const (
 	OpCMQueryAddr
 	OpCMDetachQP
 	// Memory the client shares with the daemon by descriptor (a sealed
-	// memfd): regions inside it are reached without process_vm calls.
+	// memfd): regions inside it are reached without reads or writes of
+	// the client's /proc/self/mem.
 	OpShareMemory
 	OpUnshareMemory
 	// The device's and its QPs' counters (hostif/counters.go).

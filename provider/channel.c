@@ -6,8 +6,7 @@
  * libibverbs' symbol version (IBVERBS_1.0); loaded with LD_PRELOAD (as
  * `softnic exec` does) they take the calls for softnic contexts, ask the
  * daemon for a channel (create_comp_channel) and to destroy it
- * (destroy_comp_channel, host interface version 4), and hand every other
- * context to libibverbs.
+ * (destroy_comp_channel), and hand every other context to libibverbs.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -47,10 +46,8 @@ SN_EXPORT struct ibv_comp_channel *ibv_create_comp_channel(struct ibv_context *c
 	int fd = -1, n = sn_call(ctx, SN_OP_CREATE_COMP_CHANNEL, NULL, 0, &r, sizeof(r), &fd, 1);
 	if (n != 1) {
 		int e = n == 0 ? EPROTO : errno; /* EMFILE: the user's descriptors are at the daemon's bound */
-#if SN_DESTROYS_CHANNELS
 		if (n == 0) /* a channel without its pipe is no use */
 			sn_destroy_handle(ctx, SN_OP_DESTROY_COMP_CHANNEL, r.handle);
-#endif
 		free(c);
 		errno = e;
 		return NULL;
@@ -82,9 +79,7 @@ static int unlink_channel(struct sn_context *ctx, struct ibv_comp_channel *ch)
 }
 
 /* ibv_destroy_comp_channel has the daemon destroy the channel, then
- * closes its pipe: EBUSY while a CQ uses it, as libibverbs' own. In host
- * interface version 3 the daemon's end stays with the session (there is
- * no command for it) and goes when the context closes. */
+ * closes its pipe: EBUSY while a CQ uses it, as libibverbs' own. */
 SN_EXPORT int ibv_destroy_comp_channel(struct ibv_comp_channel *channel)
 {
 	struct ibv_context *context = channel->context;
@@ -99,11 +94,9 @@ SN_EXPORT int ibv_destroy_comp_channel(struct ibv_comp_channel *channel)
 		return EBUSY;
 	struct sn_context *ctx = to_ctx(context);
 	struct sn_channel *c = sn_container_of(channel, struct sn_channel, ch);
-#if SN_DESTROYS_CHANNELS
 	int err = sn_destroy_handle(ctx, SN_OP_DESTROY_COMP_CHANNEL, c->handle);
 	if (err)
 		return err; /* the daemon's EBUSY or ENOENT: the channel stays */
-#endif
 	unlink_channel(ctx, channel);
 	close(channel->fd);
 	free(c);

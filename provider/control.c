@@ -58,16 +58,14 @@ int sn_connect(struct sn_context *ctx, const char *ibdev_name)
 
 _Static_assert(SN_MAX_SEND_FDS >= SN_HELLO_FDS, "hello's descriptors fit a message's control buffer");
 
-/* hello_call sends hello. In version 4 it passes, in this order, the
- * process's own /proc/self/mem (read and write) and /proc/self/maps
- * (read), opened here and closed once the call is over: the daemon reaches
- * the program's memory only through that mem descriptor, bound to this
- * address space (dead after an exec), and checks registrations against the
- * maps one. */
+/* hello_call sends hello. It passes, in this order, the process's own
+ * /proc/self/mem (read and write) and /proc/self/maps (read), opened here
+ * and closed once the call is over: the daemon reaches the program's
+ * memory only through that mem descriptor, bound to this address space
+ * (dead after an exec), and checks registrations against the maps one. */
 static int hello_call(struct sn_context *ctx, int *fds, int max_fds)
 {
 	uint32_t version = SN_VERSION;
-#if SN_HELLO_PASSES_MEMORY
 	int mine[SN_HELLO_FDS];
 	mine[SN_HELLO_MEM_FD] = open("/proc/self/mem", O_RDWR | O_CLOEXEC);
 	mine[SN_HELLO_MAPS_FD] = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
@@ -81,9 +79,6 @@ static int hello_call(struct sn_context *ctx, int *fds, int max_fds)
 			close(mine[i]);
 	errno = e;
 	return n;
-#else
-	return sn_call(ctx, SN_OP_HELLO, &version, sizeof(version), &ctx->limits, sizeof(ctx->limits), fds, max_fds);
-#endif
 }
 
 /* sn_hello starts the session on ctx's socket: hello, then the session

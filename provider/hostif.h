@@ -3,11 +3,9 @@
  * it and package hostif defines it in Go: the control messages' bodies
  * (little-endian, no padding) and the shared rings' layouts.
  *
- * HOSTIF_VERSION picks the version the provider speaks (the Makefile's
- * HOSTIF_VERSION, 4 unless told otherwise). Version 4 passes, with hello,
- * the client's own /proc/self/mem and /proc/self/maps descriptors, and has
- * destroy_comp_channel (43) and cm_destroy_channel (44); version 3 has
- * neither, and its channels last until the session ends.
+ * The provider speaks version 4: hello passes the client's own
+ * /proc/self/mem and /proc/self/maps descriptors, and channels are
+ * destroyed with destroy_comp_channel (43) and cm_destroy_channel (44).
  */
 #ifndef SOFTNIC_HOSTIF_H
 #define SOFTNIC_HOSTIF_H
@@ -18,16 +16,7 @@
 #error "the host interface is little-endian; this provider stores its fields natively"
 #endif
 
-#ifndef HOSTIF_VERSION
-#define HOSTIF_VERSION 4
-#endif
-#if HOSTIF_VERSION != 3 && HOSTIF_VERSION != 4
-#error "HOSTIF_VERSION is 3 or 4"
-#endif
-#define SN_VERSION HOSTIF_VERSION
-/* Version 4: hello passes the memory descriptors; channels are destroyed. */
-#define SN_HELLO_PASSES_MEMORY (SN_VERSION >= 4)
-#define SN_DESTROYS_CHANNELS (SN_VERSION >= 4)
+#define SN_VERSION 4
 #define SN_HEADER_LEN 16
 #define SN_MAX_MESSAGE 4096
 
@@ -75,7 +64,6 @@ enum sn_op {
 	SN_OP_CM_INIT_QP_ATTR,
 	SN_OP_CM_ESTABLISH,
 	SN_OP_QUERY_CM_IDS,
-	/* Version 4. */
 	SN_OP_DESTROY_COMP_CHANNEL, /* u32 handle -> empty; EBUSY while a CQ uses it */
 	SN_OP_CM_DESTROY_CHANNEL, /* u32 channel -> empty; EBUSY while an ID has its events on it */
 };
@@ -84,7 +72,7 @@ _Static_assert(SN_OP_CM_CREATE_CHANNEL == 20 && SN_OP_CM_DETACH_QP == 34 && SN_O
 		       SN_OP_DESTROY_COMP_CHANNEL == 43 && SN_OP_CM_DESTROY_CHANNEL == 44,
 	       "op numbers");
 
-/* hello's descriptors in version 4, in this order. */
+/* hello's descriptors, in this order. */
 enum { SN_HELLO_MEM_FD, SN_HELLO_MAPS_FD, SN_HELLO_FDS };
 
 struct sn_header {

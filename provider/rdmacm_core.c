@@ -107,12 +107,10 @@ CM_EXPORT struct rdma_event_channel *rdma_create_event_channel(void)
 	int n = cm_lib.ops->cm_call(cm_lib.verbs, SN_OP_CM_CREATE_CHANNEL, NULL, 0, &r, sizeof(r), &fd, 1);
 	if (n != 1) {
 		int e = n == 0 ? EPROTO : errno; /* EMFILE: the user's descriptors are at the daemon's bound */
-#if SN_DESTROYS_CHANNELS
 		if (n == 0) { /* a channel without its pipe is no use */
 			struct sn_handle req = {r.handle};
 			cm_call(SN_OP_CM_DESTROY_CHANNEL, &req, sizeof(req), NULL, 0);
 		}
-#endif
 		free(c);
 		errno = e;
 		return NULL;
@@ -124,21 +122,18 @@ CM_EXPORT struct rdma_event_channel *rdma_create_event_channel(void)
 }
 
 /* rdma_destroy_event_channel has the daemon destroy the channel
- * (cm_destroy_channel, host interface version 4), then closes its pipe.
- * The call returns nothing, as librdmacm's: a channel the daemon keeps
- * (EBUSY: an ID still has its events on it; or version 3, which has no
- * such command) stays with the session until it ends. */
+ * (cm_destroy_channel), then closes its pipe. The call returns nothing,
+ * as librdmacm's: a channel the daemon keeps (EBUSY: an ID still has its
+ * events on it) stays with the session until it ends. */
 CM_EXPORT void rdma_destroy_event_channel(struct rdma_event_channel *channel)
 {
 	if (!channel)
 		return;
 	struct cm_channel *c = (struct cm_channel *)channel;
-#if SN_DESTROYS_CHANNELS
 	struct sn_handle req = {c->handle};
 	int e = errno;
 	cm_call(SN_OP_CM_DESTROY_CHANNEL, &req, sizeof(req), NULL, 0);
 	errno = e;
-#endif
 	cm_drop_events(c, NULL);
 	close(c->ch.fd);
 	pthread_mutex_destroy(&c->lock);

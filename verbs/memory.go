@@ -17,7 +17,7 @@ import (
 // through a daemon (Dial): the daemon maps it too (a sealed memfd shared
 // over the control socket), so it moves payloads to and from regions in
 // it as an in-process device does, where for other memory it needs a
-// process_vm_readv/writev call per batch of packets. On an in-process
+// read or write of the client's /proc/self/mem per batch of packets. On an in-process
 // device it is anonymous memory. Free it with FreeMemory.
 func (d *Device) AllocMemory(n int) ([]byte, error) {
 	if n <= 0 {

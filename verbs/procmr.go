@@ -99,7 +99,8 @@ func (v *procRemoteView) RemoteWritten() { v.remoteWrites.Add(1) }
 // atomicUnit executes the atomics on other processes' memory. They are
 // atomic with respect to each other, not to the process's own CPU accesses
 // (IBV_ATOMIC_HCA, what ConnectX reports): a read and a write of the word
-// under one lock, as process_vm_readv/writev have no atomic operation.
+// under one lock, as reads and writes of /proc/PID/mem have no atomic
+// operation.
 type atomicUnit struct{ mu sync.Mutex }
 
 func (u *atomicUnit) apply(mem ProcessMemory, va uint64, cas bool, compare, swapAdd uint64) (uint64, bool) {

@@ -17,7 +17,6 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
-	"github.com/softnic/softnic/hostif"
 	"github.com/softnic/softnic/internal/netnstest"
 	"github.com/softnic/softnic/internal/syncbuf"
 )
@@ -182,8 +181,8 @@ func kernelAtLeast(t *testing.T, major, minor int) bool {
 }
 
 // TestDaemonDropsPrivileges: once it serves, a root daemon holds only the
-// capabilities its datapath needs (CAP_NET_ADMIN; CAP_SYS_PTRACE while
-// the host interface is version 3; CAP_BPF on kernels before 6.5), in
+// capabilities its datapath needs (CAP_NET_ADMIN; CAP_BPF on kernels
+// before 6.5; not CAP_SYS_PTRACE, as clients pass their own memory), in
 // every set, with no_new_privs, and the descriptor limit raised; and it
 // still serves: ordinary users' sessions, a connection through both
 // daemons' connection managers to a peer not in the neighbour table,
@@ -210,9 +209,6 @@ func TestDaemonDropsPrivileges(t *testing.T) {
 	assert.Regexp(t, `(?m)^NoNewPrivs:\s+1$`, status)
 	assert.NotZero(t, eff&(1<<unix.CAP_NET_ADMIN), "CAP_NET_ADMIN (neighbour resolution) dropped")
 	allowed := uint64(1<<unix.CAP_NET_ADMIN | 1<<unix.CAP_BPF)
-	if hostif.Version < 4 {
-		allowed |= 1 << unix.CAP_SYS_PTRACE
-	}
 	assert.Zero(t, eff&^allowed, "capabilities beyond %#x kept: %#x", allowed, eff)
 	for _, c := range []struct {
 		n    int
@@ -226,9 +222,7 @@ func TestDaemonDropsPrivileges(t *testing.T) {
 	} {
 		assert.Zero(t, bnd&(1<<c.n), "%s in the bounding set", c.name)
 	}
-	if hostif.Version >= 4 {
-		assert.Zero(t, eff&(1<<unix.CAP_SYS_PTRACE), "CAP_SYS_PTRACE kept with host interface %d", hostif.Version)
-	}
+	assert.Zero(t, eff&(1<<unix.CAP_SYS_PTRACE), "CAP_SYS_PTRACE kept, though clients pass their own /proc/self/mem")
 	if kernelAtLeast(t, 6, 5) {
 		assert.Zero(t, eff&(1<<unix.CAP_BPF), "CAP_BPF kept on a kernel whose map commands check only the descriptor")
 	}

@@ -12,8 +12,6 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/softnic/softnic/hostif"
 )
 
 // softnic daemon serves every local user as root, so once its devices are
@@ -45,28 +43,21 @@ type capability struct {
 //     table asks the kernel to resolve it (RTM_NEWNEIGH with NTF_USE,
 //     xdplink.ResolveNeighbor), which rtnetlink allows only with it. A
 //     connection manager answers peers the daemon has never seen.
-//   - CAP_SYS_PTRACE, while the host interface is version 3: the daemon
-//     reads /proc/PID/maps of its clients and their memory with
-//     process_vm_readv/writev, which other users' processes (and root's,
-//     whose capabilities it no longer has) allow only with it. Version 4
-//     has the client pass its own /proc/self/mem and /proc/self/maps, and
-//     the daemon needs it no more.
 //   - CAP_BPF, only on kernels where every bpf() command needs it
 //     (before 6.5, with unprivileged BPF disabled): reading the XDP
 //     program's counters (softnic stat, metrics) and clearing its socket
 //     map at exit. Later kernels check only the map descriptor's mode.
 //
-// Nothing else: the XDP program is detached by closing its bpf_link,
-// AF_XDP sockets are neither opened nor rebound after start (CAP_NET_RAW),
-// their UMEMs are pinned at start (CAP_IPC_LOCK), the writer threads only
-// raise their nice value and the engines set their own CPU affinity
-// (CAP_SYS_NICE), and /proc/irq/N/smp_affinity_list, the run directory
-// and /dev/infiniband are root's files, written as their owner.
+// Nothing else: clients' memory is reached through the /proc/self/mem and
+// /proc/self/maps descriptors each client's hello passes (CAP_SYS_PTRACE),
+// the XDP program is detached by closing its bpf_link, AF_XDP sockets are
+// neither opened nor rebound after start (CAP_NET_RAW), their UMEMs are
+// pinned at start (CAP_IPC_LOCK), the writer threads only raise their nice
+// value and the engines set their own CPU affinity (CAP_SYS_NICE), and
+// /proc/irq/N/smp_affinity_list, the run directory and /dev/infiniband
+// are root's files, written as their owner.
 func daemonKeeps() []capability {
 	keep := []capability{{unix.CAP_NET_ADMIN, "cap_net_admin", "neighbour resolution (RTM_NEWNEIGH NTF_USE)"}}
-	if hostif.Version < 4 {
-		keep = append(keep, capability{unix.CAP_SYS_PTRACE, "cap_sys_ptrace", "host interface 3 reads clients' memory with process_vm_readv"})
-	}
 	if bpfCommandsNeedCapability() {
 		keep = append(keep, capability{unix.CAP_BPF, "cap_bpf", "bpf() map commands on this kernel"})
 	}

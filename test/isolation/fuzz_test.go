@@ -158,16 +158,12 @@ func hello(conn *net.UnixConn) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	var fds []int
-	if hostif.Version >= 4 { // the client's address space, by descriptors it opened itself
-		fds, err = selfMemory()
-		if err != nil {
-			return false, err
-		}
-		defer closeFDs(fds)
+	fds, err := selfMemory() // the client's address space, by descriptors it opened itself
+	if err != nil {
+		return false, err
 	}
-	ok, err := exchange(conn, msg, fds)
-	return ok, err
+	defer closeFDs(fds)
+	return exchange(conn, msg, fds)
 }
 
 // exchange sends msg with fds and reads the reply, closing what it
@@ -200,8 +196,8 @@ func exchange(conn *net.UnixConn, msg []byte, fds []int) (bool, error) {
 	return true, nil
 }
 
-// selfMemory opens /proc/self/mem and /proc/self/maps, as a version-4
-// client passes them with hello.
+// selfMemory opens /proc/self/mem and /proc/self/maps, as a client
+// passes them with hello.
 func selfMemory() ([]int, error) {
 	mem, err := unix.Open("/proc/self/mem", unix.O_RDWR|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -324,15 +320,16 @@ func fuzzSeeds(f *testing.F) []fuzzSeed {
 		seq(carry(7, 0), m{hostif.OpShareMemory, hostif.ShareMemoryRequest{Addr: fixedAddr, Length: page}}),
 		seq(fuzzHello, m{hostif.OpCreateCompChannel, hostif.Empty{}}, m{hostif.OpCreateCompChannel, hostif.Empty{}},
 			m{hostif.OpCreateCQ, hostif.CreateCQRequest{Entries: 4, Channel: 1}},
-			// destroy_comp_channel (43, host interface version 4): busy, then gone.
-			m{hostif.Op(43), hostif.HandleRequest{Handle: 1}}, m{hostif.Op(43), hostif.HandleRequest{Handle: 2}},
-			m{hostif.Op(43), hostif.HandleRequest{Handle: 2}}),
+			// destroy_comp_channel: busy, then gone.
+			m{hostif.OpDestroyCompChannel, hostif.HandleRequest{Handle: 1}},
+			m{hostif.OpDestroyCompChannel, hostif.HandleRequest{Handle: 2}},
+			m{hostif.OpDestroyCompChannel, hostif.HandleRequest{Handle: 2}}),
 		seq(fuzzHello, m{hostif.OpCMCreateChannel, hostif.Empty{}},
 			m{hostif.OpCMCreateID, hostif.CMCreateIDRequest{Channel: 1, PortSpace: 0x0106}},
 			m{hostif.OpCMBind, hostif.CMAddrRequest{ID: 2, Port: 7000}}, m{hostif.OpCMListen, hostif.CMListenRequest{ID: 2, Backlog: 4}},
 			m{hostif.OpCMGetEvent, hostif.CMGetEventRequest{Channel: 1}},
-			// cm_destroy_channel (44, version 4) while an ID uses it.
-			m{hostif.Op(44), hostif.HandleRequest{Handle: 1}}, m{hostif.OpCMDestroyID, hostif.HandleRequest{Handle: 2}}),
+			// cm_destroy_channel while an ID uses it.
+			m{hostif.OpCMDestroyChannel, hostif.HandleRequest{Handle: 1}}, m{hostif.OpCMDestroyID, hostif.HandleRequest{Handle: 2}}),
 		seq(carry(4, 0), m{hostif.OpHello, hostif.HelloRequest{Version: hostif.Version}}, m{hostif.OpAllocPD, hostif.Empty{}}),
 		seq(carry(4, 0)&^fuzzHello, m{hostif.OpHello, hostif.HelloRequest{Version: hostif.Version}},
 			m{hostif.OpAllocPD, hostif.Empty{}}),

@@ -1,25 +1,23 @@
 /*
  * provider_hostif: the provider's side of the host interface against a
- * daemon of the test's own (TestProviderHostInterface), for the version it
- * is built with (-DHOSTIF_VERSION=3 or 4). It includes the provider's
- * control.c and channel.c and links the rest of the provider's sources,
- * and plays the daemon on a socket in SOFTNIC_RUN_DIR, one thread per
- * case, checking what the provider sends and answering as it likes:
+ * daemon of the test's own (TestProviderHostInterface). It includes the
+ * provider's control.c and channel.c and links the rest of the provider's
+ * sources, and plays the daemon on a socket in SOFTNIC_RUN_DIR, one thread
+ * per case, checking what the provider sends and answering as it likes:
  *
- *   hello: version 4 passes exactly two descriptors, the process's own
+ *   hello: it passes exactly two descriptors, the process's own
  *     /proc/PID/mem (read-write: a pread and a pwrite through it reach the
  *     program's variables) and /proc/PID/maps (read-only), in that order,
- *     and holds neither once the call is over; version 3 passes none;
+ *     and holds neither once the call is over;
  *   a hello refused with op hello, seq 0, -EAGAIN, whether the daemon
  *     closed the connection before the program sent its hello or after,
  *     and a hello answered with another error, is that errno;
  *   errnos of commands reach the caller (ENOMEM from reg_mr, EACCES from
  *     alloc_pd, EMFILE from create_comp_channel);
- *   ibv_destroy_comp_channel: version 4 sends destroy_comp_channel (op 43,
- *     u32 handle), keeps the channel (and its pipe) on the daemon's EBUSY,
- *     and closes the pipe once the daemon destroyed it; version 3 sends
- *     nothing and closes the pipe; with a CQ on it the call is EBUSY and
- *     sends nothing.
+ *   ibv_destroy_comp_channel: it sends destroy_comp_channel (op 43, u32
+ *     handle), keeps the channel (and its pipe) on the daemon's EBUSY, and
+ *     closes the pipe once the daemon destroyed it; with a CQ on it the
+ *     call is EBUSY and sends nothing.
  *
  * The exit status is the number of checks that failed.
  */
@@ -229,17 +227,12 @@ static void test_hello(void)
 	char want_mem[64], want_maps[64], what[400];
 	snprintf(want_mem, sizeof(want_mem), "/proc/%d/mem", getpid());
 	snprintf(want_maps, sizeof(want_maps), "/proc/%d/maps", getpid());
-	if (SN_HELLO_PASSES_MEMORY) {
-		snprintf(what, sizeof(what), "hello passes two descriptors, mem then maps (%d: %s, %s)", s.nfds, s.link[0],
-			 s.link[1]);
-		check(s.nfds == 2 && strcmp(s.link[0], want_mem) == 0 && strcmp(s.link[1], want_maps) == 0, what);
-		check(s.accmode[0] == O_RDWR && s.accmode[1] == O_RDONLY, "mem is open read-write, maps read-only");
-		check(s.read_probe && s.wrote_target && target == 0xabcdef0102030405ull && s.maps_read,
-		      "the daemon reads and writes the program's variables through mem, and reads maps");
-	} else {
-		snprintf(what, sizeof(what), "hello passes no descriptor in version 3 (%d)", s.nfds);
-		check(s.nfds == 0, what);
-	}
+	snprintf(what, sizeof(what), "hello passes two descriptors, mem then maps (%d: %s, %s)", s.nfds, s.link[0],
+		 s.link[1]);
+	check(s.nfds == 2 && strcmp(s.link[0], want_mem) == 0 && strcmp(s.link[1], want_maps) == 0, what);
+	check(s.accmode[0] == O_RDWR && s.accmode[1] == O_RDONLY, "mem is open read-write, maps read-only");
+	check(s.read_probe && s.wrote_target && target == 0xabcdef0102030405ull && s.maps_read,
+	      "the daemon reads and writes the program's variables through mem, and reads maps");
 	check(held() == 0, "the program holds no mem or maps descriptor after hello");
 
 	struct sn_pd pd = {.ibv = {.context = &ctx->vctx.context}};
@@ -399,18 +392,12 @@ static void test_destroy_channel(void)
 	check(ibv_destroy_comp_channel(ch) == EBUSY && destroys == 0 && fcntl(fd, F_GETFD) >= 0,
 	      "with a CQ on it: EBUSY, nothing sent, the pipe open");
 	ch->refcnt = 0;
-	if (SN_DESTROYS_CHANNELS) {
-		int r = ibv_destroy_comp_channel(ch);
-		check(r == EBUSY && destroys == 1 && fcntl(fd, F_GETFD) >= 0 && sn_channel_handle(ctx, ch) == 7,
-		      "the daemon's EBUSY: the call says so and the channel stays, pipe and all");
-		r = ibv_destroy_comp_channel(ch);
-		check(r == 0 && destroys == 2 && destroy_handle_ok && fcntl(fd, F_GETFD) < 0,
-		      "destroy_comp_channel (op 43, the channel's handle), then the pipe is closed");
-	} else {
-		int r = ibv_destroy_comp_channel(ch);
-		check(r == 0 && destroys == 0 && fcntl(fd, F_GETFD) < 0,
-		      "version 3: nothing sent, the pipe is closed");
-	}
+	int r = ibv_destroy_comp_channel(ch);
+	check(r == EBUSY && destroys == 1 && fcntl(fd, F_GETFD) >= 0 && sn_channel_handle(ctx, ch) == 7,
+	      "the daemon's EBUSY: the call says so and the channel stays, pipe and all");
+	r = ibv_destroy_comp_channel(ch);
+	check(r == 0 && destroys == 2 && destroy_handle_ok && fcntl(fd, F_GETFD) < 0,
+	      "destroy_comp_channel (op 43, the channel's handle), then the pipe is closed");
 	close(ctx->sock);
 	ctx->sock = -1;
 	pthread_join(th, NULL);

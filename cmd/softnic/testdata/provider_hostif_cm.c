@@ -1,11 +1,10 @@
 /*
  * provider_hostif_cm: softnic's librdmacm's side of destroying event
- * channels (TestProviderHostInterface), for the version it is built with
- * (-DHOSTIF_VERSION=3 or 4). It includes rdmacm_core.c and gives the
- * library a provider entry point of its own that records every command
- * and answers it: rdma_destroy_event_channel sends cm_destroy_channel
- * (op 44, u32 channel) in version 4, nothing in version 3, and closes the
- * pipe either way (also when the daemon answers EBUSY); a synchronous ID
+ * channels (TestProviderHostInterface). It includes rdmacm_core.c and
+ * gives the library a provider entry point of its own that records every
+ * command and answers it: rdma_destroy_event_channel sends
+ * cm_destroy_channel (op 44, u32 channel) and closes the pipe (also when
+ * the daemon answers EBUSY); a synchronous ID
  * (rdma_create_id without a channel) destroys its ID before its channel,
  * so that the daemon does not refuse with EBUSY. The exit status is the
  * number of checks that failed.
@@ -93,10 +92,7 @@ int main(void)
 	int fd = ch->fd, before = nsent;
 	rdma_destroy_event_channel(ch);
 	int i = sent_index(before, SN_OP_CM_DESTROY_CHANNEL, handle);
-	if (SN_DESTROYS_CHANNELS)
-		check(i >= 0 && nsent == before + 1, "rdma_destroy_event_channel sends cm_destroy_channel (op 44, its handle)");
-	else
-		check(nsent == before, "version 3: rdma_destroy_event_channel sends nothing");
+	check(i >= 0 && nsent == before + 1, "rdma_destroy_event_channel sends cm_destroy_channel (op 44, its handle)");
 	check(fcntl(fd, F_GETFD) < 0, "and closes the pipe");
 
 	destroy_status = -EBUSY;
@@ -116,9 +112,6 @@ int main(void)
 	uint32_t idh = ((struct cm_id *)id)->handle;
 	check(rdma_destroy_id(id) == 0, "rdma_destroy_id");
 	int d = sent_index(before, SN_OP_CM_DESTROY_ID, idh), c = sent_index(before, SN_OP_CM_DESTROY_CHANNEL, handle);
-	if (SN_DESTROYS_CHANNELS)
-		check(d >= 0 && c > d, "its ID is destroyed before its channel");
-	else
-		check(d >= 0 && c < 0, "version 3: its ID is destroyed, its channel stays with the session");
+	check(d >= 0 && c > d, "its ID is destroyed before its channel");
 	return failed;
 }
