@@ -45,8 +45,12 @@ struct cm_event {
 struct cm_channel {
 	struct rdma_event_channel ch;
 	uint32_t handle;
-	pthread_mutex_t lock; /* one taker at a time; stash */
+	pthread_mutex_t lock; /* one taker at a time; stash; the two below */
 	struct cm_event *stash;
+	/* sleepers: threads asleep on the pipe in rdma_get_cm_event;
+	 * destroyed: rdma_destroy_event_channel came meanwhile, which then
+	 * leaves the record to them (rdmacm_event.c, take_event). */
+	int sleepers, destroyed;
 };
 
 struct cm_id {

@@ -130,12 +130,19 @@ CM_EXPORT void rdma_destroy_event_channel(struct rdma_event_channel *channel)
 	if (!channel)
 		return;
 	struct cm_channel *c = (struct cm_channel *)channel;
+	/* First marked, so that a thread the daemon's closing wakes finds it so. */
+	pthread_mutex_lock(&c->lock);
+	c->destroyed = 1;
+	int asleep = c->sleepers;
+	pthread_mutex_unlock(&c->lock);
 	struct sn_handle req = {c->handle};
 	int e = errno;
 	cm_call(SN_OP_CM_DESTROY_CHANNEL, &req, sizeof(req), NULL, 0);
 	errno = e;
 	cm_drop_events(c, NULL);
 	close(c->ch.fd);
+	if (asleep)
+		return; /* the sleepers sleep on (take_event), with the record */
 	pthread_mutex_destroy(&c->lock);
 	free(c);
 }

@@ -16,6 +16,16 @@
 
 #include "rdmacm.h"
 
+/* sleep_for_ever is what a thread asleep in rdma_get_cm_event does when
+ * another thread destroys its channel: the kernel's read of a ucma file
+ * holds the file, so its release waits, and the reader sleeps on until the
+ * process ends (rping's event thread at exit does so). */
+static void sleep_for_ever(void)
+{
+	for (;;)
+		pause();
+}
+
 /* take_byte reads one byte of the pipe, waiting only if wait is set. */
 static void take_byte(int fd, int wait)
 {
@@ -175,7 +185,16 @@ static struct cm_event *take_event(struct cm_channel *c, struct rdma_cm_id *id)
 			errno = err != EAGAIN ? err : (fl < 0 ? errno : EAGAIN);
 			return NULL;
 		}
+		pthread_mutex_lock(&c->lock);
+		c->sleepers++;
+		pthread_mutex_unlock(&c->lock);
 		take_byte(c->ch.fd, 1);
+		pthread_mutex_lock(&c->lock);
+		c->sleepers--;
+		int destroyed = c->destroyed;
+		pthread_mutex_unlock(&c->lock);
+		if (destroyed)
+			sleep_for_ever();
 		credit = 1;
 	}
 }
