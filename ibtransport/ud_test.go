@@ -37,8 +37,9 @@ func TestUDReceive(t *testing.T) {
 	send(OpUDSendOnlyImm, ft.ud, fuzzQKey, 300)
 	require.Len(t, ft.cq.wcs, 1)
 	wc := ft.cq.wcs[0]
+	// SL: the RoCE packet type, IPv4, as ConnectX's CQE has it.
 	assert.Equal(t, WC{WRID: 10, Opcode: WCRecv, Flags: WCWithGRH | WCWithImm, ByteLen: GRHLen + 300, Imm: 0x01020304,
-		QPN: ft.ud.QPN(), SrcQP: peerQPN, NetworkHdrType: NetworkIPv4}, wc)
+		QPN: ft.ud.QPN(), SrcQP: peerQPN, SL: RoCEPacketIPv4, NetworkHdrType: NetworkIPv4}, wc)
 	mem := ft.whole[4096:]
 	assert.Equal(t, make([]byte, 20), mem[:20])
 	assert.Equal(t, ip4, mem[20:40])
@@ -53,6 +54,26 @@ func TestUDReceive(t *testing.T) {
 	require.Len(t, ft.cq.wcs, 1)
 	assert.Equal(t, QPSRTS, ft.ud.State())
 	assert.Equal(t, QPSRTS, ft.qp.State())
+
+	// Over IPv6 the GRH is the IPv6 header as it came, and the SL says
+	// IPv6 in ConnectX's encoding (1), not the kernel's NetworkIPv6 (3).
+	ip6 := make([]byte, 40)
+	for i := range ip6 {
+		ip6[i] = byte(0x60 + i)
+	}
+	info.NetHeader = ip6
+	send(OpUDSendOnly, ft.ud, fuzzQKey, 16)
+	require.Len(t, ft.cq.wcs, 2)
+	assert.Equal(t, WC{WRID: 11, Opcode: WCRecv, Flags: WCWithGRH, ByteLen: GRHLen + 16, QPN: ft.ud.QPN(), SrcQP: peerQPN,
+		SL: RoCEPacketIPv6, NetworkHdrType: NetworkIPv6}, ft.cq.wcs[1])
+	assert.Equal(t, ip6, mem[500:540])
+	assert.Equal(t, []byte{0, 1, 2, 3}, mem[540:544])
+}
+
+func TestRoCEPacketType(t *testing.T) {
+	assert.Equal(t, uint8(2), NetworkIPv4.RoCEPacketType())
+	assert.Equal(t, uint8(1), NetworkIPv6.RoCEPacketType())
+	assert.Equal(t, uint8(0), NetworkIB.RoCEPacketType())
 }
 
 // TestUDForwarded checks that a UD QP stays on the engine it was created

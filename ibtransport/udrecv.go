@@ -67,8 +67,11 @@ func (u *udReceiver) complete(q *QP, p *Packet, net NetworkType, st WCStatus) {
 		wc.ByteLen = uint32(GRHLen + len(p.Payload))
 		wc.SrcQP = p.DETH.SrcQP()
 		wc.Flags = WCWithGRH
-		wc.PKeyIndex = q.attr.PKeyIndex
+		// PKeyIndex stays 0, the index of the datagram's P_Key: the
+		// table's one entry, the default partition (Engine.receive
+		// dropped any other), whatever index the QP was given.
 		wc.NetworkHdrType = net
+		wc.SL = net.RoCEPacketType()
 		if p.ImmDt != nil {
 			wc.Flags |= WCWithImm
 			wc.Imm = p.ImmDt.Imm()

@@ -190,9 +190,11 @@ type WC struct {
 	InvalidatedRKey uint32 // with WCWithInv
 	QPN             uint32 // the local QP
 	SrcQP           uint32 // the remote QP
-	// UD receives: the P_Key index, the source LID, service level and
-	// destination LID path bits (all 0 on RoCE), and which network header
-	// the GRH holds.
+	// UD receives: the P_Key index, the source LID and destination LID
+	// path bits (0 on RoCE), the service level, and which network header
+	// the GRH holds. On RoCE the SL carries the network header too, in
+	// ConnectX's encoding (RoCEPacketType): programs written for mlx5,
+	// UCX's UD transport among them, read it there.
 	PKeyIndex      uint16
 	SLID           uint16
 	SL             uint8
@@ -210,6 +212,29 @@ const (
 	NetworkIPv4 NetworkType = 2
 	NetworkIPv6 NetworkType = 3
 )
+
+// RoCE packet types: what a ConnectX CQE of a UD receive on RoCE holds
+// where InfiniBand's has the SL, and rdma-core's mlx5 provider passes on
+// as ibv_wc.sl (the L3 header type of mlx5's PRM; the kernel's mlx5 driver
+// reads the same bits into network_hdr_type). Its values differ from
+// NetworkType's for IPv6.
+const (
+	RoCEPacketGRH  uint8 = 0 // RoCE v1: an IB GRH
+	RoCEPacketIPv6 uint8 = 1
+	RoCEPacketIPv4 uint8 = 2
+)
+
+// RoCEPacketType returns the RoCE packet type of a datagram that came
+// with network header n.
+func (n NetworkType) RoCEPacketType() uint8 {
+	switch n {
+	case NetworkIPv4:
+		return RoCEPacketIPv4
+	case NetworkIPv6:
+		return RoCEPacketIPv6
+	}
+	return RoCEPacketGRH
+}
 
 func wcOpcodeOf(o WROpcode) WCOpcode {
 	switch o {

@@ -312,7 +312,7 @@ struct sn_recv_entry {
 struct sn_cq_entry {
 	uint64_t wr_id;
 	uint32_t sequence; /* the entry's index + 1 */
-	uint8_t status, opcode, flags, sl;
+	uint8_t status, opcode, flags, sl; /* sl: a UD receive's RoCE packet type, 2 IPv4, 1 IPv6 (mlx5's) */
 	uint32_t byte_len;
 	uint32_t imm; /* network order, or the invalidated rkey */
 	uint32_t qpn, src_qp;

@@ -36,6 +36,13 @@ const (
 	NetworkIPv6 = ibtransport.NetworkIPv6
 )
 
+// RoCE packet types: a UD completion's SL on RoCE, as ConnectX reports it
+// (WC.SL; NetworkType.RoCEPacketType).
+const (
+	RoCEPacketIPv4 = ibtransport.RoCEPacketIPv4
+	RoCEPacketIPv6 = ibtransport.RoCEPacketIPv6
+)
+
 // CreateAH creates an address handle for av (ibv_create_ah). Its source
 // GID index must be in the device's GID table, else the error is
 // ErrInvalidArgument (the RoCE path checks it); the destination must be

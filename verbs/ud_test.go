@@ -103,7 +103,7 @@ func testUDPingPong(t *testing.T, m mode) {
 	assert.Equal(t, verbs.WCWithGRH, wc.Flags)
 	assert.Equal(t, verbs.NetworkIPv4, wc.NetworkHdrType)
 	assert.Zero(t, wc.PKeyIndex)
-	assert.Zero(t, wc.SL)
+	assert.Equal(t, verbs.RoCEPacketIPv4, wc.SL, "the SL holds the RoCE packet type, as ConnectX's")
 	assert.Zero(t, wc.DLIDPathBits)
 	assert.Equal(t, a.buf[len(a.buf)-a.slot:][:512], b.buf[verbs.GRHLen:verbs.GRHLen+512])
 
@@ -132,14 +132,16 @@ func testUDPingPong(t *testing.T, m mode) {
 	assert.Equal(t, b.qp.QPN(), wc.SrcQP)
 }
 
-func TestUDGRHIPv6(t *testing.T) {
+func TestUDGRHIPv6(t *testing.T) { forEachMode(t, testUDGRHIPv6) }
+
+func testUDGRHIPv6(t *testing.T, m mode) {
 	la, lb := memlink.Pair(memlink.Config{})
 	a6, b6 := netip.MustParseAddr("fd00::1"), netip.MustParseAddr("fd00::2")
-	da, err := verbs.Open(la, verbs.Config{Addrs: []netip.Addr{a6}})
-	require.NoError(t, err)
-	db, err := verbs.Open(lb, verbs.Config{Addrs: []netip.Addr{b6}})
-	require.NoError(t, err)
-	t.Cleanup(func() { da.Close(); db.Close(); la.Close(); lb.Close() })
+	var cl closers
+	t.Cleanup(cl.close)
+	cl.add(func() { la.Close(); lb.Close() })
+	da, _ := openMode(t, m, la, verbs.Config{}, a6, &cl)
+	db, _ := openMode(t, m, lb, verbs.Config{}, b6, &cl)
 	a := newUDEndpoint(t, da, 4, 1024+verbs.GRHLen, udQKey)
 	b := newUDEndpoint(t, db, 4, 1024+verbs.GRHLen, udQKey)
 	b.postRecvs(t, 0, 1)
@@ -149,6 +151,10 @@ func TestUDGRHIPv6(t *testing.T) {
 	waitOK(t, a.scq, 1)
 	wc := waitOK(t, b.rcq, 0)
 	assert.Equal(t, verbs.NetworkIPv6, wc.NetworkHdrType)
+	assert.Equal(t, verbs.RoCEPacketIPv6, wc.SL, "ConnectX's IPv6 packet type")
+	assert.Equal(t, verbs.WCWithGRH, wc.Flags)
+	assert.Equal(t, a.qp.QPN(), wc.SrcQP)
+	assert.Zero(t, wc.PKeyIndex)
 	grh := b.buf[:verbs.GRHLen]
 	// The traffic class arrives with the ECN field the device set: ECT(0).
 	assert.Equal(t, uint32(6<<28|0x22<<20|0x12345), binary.BigEndian.Uint32(grh))
