@@ -208,6 +208,9 @@ func (ss *session) createQP(req hostif.CreateQPRequest) (any, []int, error) {
 	if qp.Type() == verbs.QPTypeUD {
 		ahs = ss.lookupAH
 	}
+	// The inline room the QP got, at least its SGEs' (as rxe rounds it):
+	// the entries hold it and the reply says it.
+	cap.MaxInlineData = qp.Cap().MaxInlineData
 	q, err := ss.newHostQP(qp, sDepth, rDepth, cap, ahs)
 	if err != nil {
 		qp.Destroy()
@@ -220,7 +223,7 @@ func (ss *session) createQP(req hostif.CreateQPRequest) (any, []int, error) {
 	ss.publishFetchers()
 	reply := hostif.CreateQPReply{Handle: q.handle, QPN: qp.QPN(), SQDepth: uint32(sDepth), SQStride: uint32(q.sq.Stride()),
 		RQOffset: uint32(hostif.RingSize(sDepth, q.sq.Stride())), RQDepth: uint32(rDepth),
-		MaxSendSGE: req.MaxSendSGE, MaxRecvSGE: req.MaxRecvSGE, MaxInline: req.MaxInline}
+		MaxSendSGE: req.MaxSendSGE, MaxRecvSGE: req.MaxRecvSGE, MaxInline: uint32(cap.MaxInlineData)}
 	if q.rq != nil {
 		reply.RQStride = uint32(q.rq.Stride())
 	}

@@ -174,6 +174,19 @@ const (
 	infiniteRetries = 7
 )
 
+// inlineRoom is the inline data a QP of capabilities c takes: what it
+// asked for, or the bytes its SGEs would take in a send queue entry if
+// that is more (16 each), as rxe's send queue gives it (rxe_qp.c,
+// rxe_init_sq) and ConnectX rounds it up to its WQE's room: programs that
+// ask for none and post small inline sends (rdma_xclient) count on it.
+func inlineRoom(c QPCap) int {
+	return max(c.MaxInlineData, inlineBytesPerSGE*max(c.MaxSendSGE, 1))
+}
+
+// inlineBytesPerSGE is the size of an SGE in a send queue entry (struct
+// ib_sge's in rxe's, softnic's in hostif's).
+const inlineBytesPerSGE = 16
+
 // QP is a queue pair: reliable connected (RC) or unreliable datagram (UD,
 // ud.go).
 type QP struct {
@@ -283,6 +296,7 @@ func (g *Group) CreateQP(init *QPConfig) (*QP, error) {
 	if c.MaxRecvSGE == 0 {
 		c.MaxRecvSGE = 1
 	}
+	c.MaxInlineData = inlineRoom(c)
 	e := g.engines[0]
 	q := &QP{e: e, ctr: new(QPCounters), mem: init.Memory, sendCQ: init.SendCQ, recvCQ: init.RecvCQ, srq: init.SRQ, sigAll: init.SigAll, typ: init.Type}
 	if init.SRQ != nil {

@@ -323,11 +323,40 @@ func testInlineUnsignaledAndFence(t *testing.T, m mode) {
 	require.Equal(t, uint32(5), wc.ByteLen)
 	require.Equal(t, "hello", string(rbuf[1000:1005]))
 
-	// Too much inline data, or inline READ, is refused at post time.
+	// Too much inline data, or inline READ, is refused at post time. 32
+	// SGEs make room for 512 inline bytes (16 each, as rxe counts them),
+	// though the QP asked for 256.
+	require.Equal(t, 512, x.qp.Cap().MaxInlineData)
 	require.ErrorIs(t, x.qp.PostSend(&verbs.SendWR{Opcode: verbs.WRSend, Flags: verbs.SendInline,
-		InlineData: make([]byte, 257)}), verbs.ErrInvalidArgument)
+		InlineData: make([]byte, 513)}), verbs.ErrInvalidArgument)
 	require.ErrorIs(t, x.qp.PostSend(&verbs.SendWR{Opcode: verbs.WRRDMARead, Flags: verbs.SendInline,
 		InlineData: make([]byte, 8)}), verbs.ErrInvalidArgument)
+}
+
+func TestInlineRounding(t *testing.T) { forEachMode(t, testInlineRounding) }
+
+// testInlineRounding checks that a QP's inline room is at least what its
+// send SGEs would take in an entry, 16 bytes each, as rxe rounds it: a QP
+// that asked for none and one SGE sends 16 bytes inline (rdma_xclient).
+func testInlineRounding(t *testing.T, m mode) {
+	for _, c := range []struct{ sge, inline, want int }{{1, 0, 16}, {0, 0, 16}, {4, 0, 64}, {1, 100, 100}, {2, 20, 32}} {
+		o := defaultOpts()
+		o.sge, o.inline = c.sge, c.inline
+		_, x, y := connectedPairMode(t, m, memlink.Config{}, o)
+		require.Equal(t, c.want, x.qp.Cap().MaxInlineData, "%d SGEs, %d inline bytes asked", c.sge, c.inline)
+		rmr, rbuf := regMR(t, y.pd, 4096, allAccess)
+		require.NoError(t, y.qp.PostRecv(&verbs.RecvWR{ID: 1, SGL: []verbs.SGE{rmr.SGE(0, 4096)}}))
+		data := make([]byte, c.want)
+		fill(data, byte(c.want))
+		require.NoError(t, x.qp.PostSend(&verbs.SendWR{ID: 1, Opcode: verbs.WRSend, Flags: verbs.SendInline | verbs.SendSignaled,
+			InlineData: data}))
+		waitOK(t, x.scq, 1)
+		wc := waitOK(t, y.rcq, 1)
+		require.Equal(t, uint32(c.want), wc.ByteLen)
+		require.Equal(t, data, rbuf[:c.want])
+		require.ErrorIs(t, x.qp.PostSend(&verbs.SendWR{Opcode: verbs.WRSend, Flags: verbs.SendInline,
+			InlineData: make([]byte, c.want+1)}), verbs.ErrInvalidArgument)
+	}
 }
 
 func TestSharedReceiveQueue(t *testing.T) { forEachMode(t, testSharedReceiveQueue) }

@@ -35,6 +35,7 @@ func (pd *PD) remoteQPThrough(init *QPInitAttr, create func(*client.Conn, hostif
 	if err != nil {
 		return nil, fmt.Errorf("create QP: %w", daemonErr(err))
 	}
+	c.MaxInlineData = int(q.MaxInline) // rounded up, as in process
 	qp := &QP{remote: &remoteQP{q: q, dev: pd.dev, handle: h, cap: c, typ: init.Type, sigAll: init.SigAll, srq: init.SRQ}}
 	r.objects.add(h, qp)
 	return qp, nil

@@ -174,9 +174,12 @@ func (cq *CQ) Arm(solicitedOnly bool) { cq.ring.Arm(solicitedOnly) }
 // QP is a queue pair the daemon runs.
 type QP struct {
 	Handle, QPN uint32
-	c           *Conn
-	mem         []byte
-	sq, rq      *hostif.WorkQueue
+	// MaxInline is the inline data the QP takes, as the daemon rounded it
+	// (at least 16 bytes for each send SGE, as rxe).
+	MaxInline uint32
+	c         *Conn
+	mem       []byte
+	sq, rq    *hostif.WorkQueue
 }
 
 // CreateQP creates a QP (ibv_create_qp).
@@ -200,7 +203,7 @@ func (c *Conn) createQP(op hostif.Op, req any) (*QP, error) {
 	if err != nil {
 		return nil, err
 	}
-	q := &QP{Handle: r.Handle, QPN: r.QPN, c: c, mem: mem}
+	q := &QP{Handle: r.Handle, QPN: r.QPN, MaxInline: r.MaxInline, c: c, mem: mem}
 	if q.sq, err = hostif.NewWorkQueue(mem[:r.RQOffset], int(r.SQDepth), int(r.SQStride)); err == nil && r.RQDepth > 0 {
 		q.rq, err = hostif.NewWorkQueue(mem[r.RQOffset:], int(r.RQDepth), int(r.RQStride))
 	}
