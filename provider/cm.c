@@ -41,7 +41,7 @@ static struct ibv_qp *cm_create_qp(struct ibv_pd *pd, uint32_t id, struct ibv_qp
 static void cm_qp_attr(struct ibv_qp *ibqp, const struct ibv_qp_attr *attr, int mask)
 {
 	if (ibqp && attr && sn_is_softnic(ibqp->context))
-		sn_qp_remember(&sn_container_of(ibqp, struct sn_qp, vqp.qp)->attr, attr, mask);
+		sn_qp_record(sn_container_of(ibqp, struct sn_qp, vqp.qp), attr, mask);
 }
 
 static const struct softnic_rdmacm_ops ops = {

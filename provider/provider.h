@@ -88,9 +88,15 @@ struct sn_qp {
 	int has_rq; /* no receive queue with an SRQ */
 	int sig_all; /* sq_sig_all: every send is signaled */
 	uint32_t max_inline, max_send_sge, max_recv_sge;
-	/* What query_qp answers: the attributes modify_qp set. */
+	/* What query_qp answers: the attributes modify_qp set, and for a CM
+	 * ID's QP (cm_id, the ID's handle) those the daemon set, fetched for
+	 * each state it passed (cm_fetched: bit 0 INIT, 1 RTR, 2 RTS); under
+	 * attr_lock. */
+	pthread_mutex_t attr_lock;
 	struct ibv_qp_attr attr;
 	struct ibv_qp_cap cap;
+	uint32_t cm_id;
+	int cm_fetched;
 	/* The work requests built between ibv_wr_start and ibv_wr_complete
 	 * (extended.c): the first one's index, the first error, and the one
 	 * being built, whose header goes into its entry when it is done. */
@@ -147,6 +153,7 @@ int sn_destroy_srq(struct ibv_srq *srq);
 struct ibv_qp *sn_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr);
 struct ibv_qp *sn_create_qp_for(struct ibv_pd *pd, struct ibv_qp_init_attr *attr, uint32_t cm_id);
 void sn_qp_remember(struct ibv_qp_attr *m, const struct ibv_qp_attr *a, int mask);
+void sn_qp_record(struct sn_qp *qp, const struct ibv_qp_attr *a, int mask);
 int sn_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask);
 int sn_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask, struct ibv_qp_init_attr *init);
 int sn_destroy_qp(struct ibv_qp *qp);

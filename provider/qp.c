@@ -140,6 +140,8 @@ struct ibv_qp *sn_create_qp_for(struct ibv_pd *pd, struct ibv_qp_init_attr *attr
 		return NULL;
 	}
 	qp->handle = r.handle;
+	qp->cm_id = cm_id;
+	pthread_mutex_init(&qp->attr_lock, NULL);
 	qp->sig_all = attr->sq_sig_all;
 	qp->max_inline = r.max_inline;
 	qp->max_send_sge = r.max_send_sge;
@@ -212,25 +214,135 @@ void sn_qp_remember(struct ibv_qp_attr *m, const struct ibv_qp_attr *a, int mask
 #undef KEEP
 }
 
+/* sn_qp_record keeps attributes set on qp (by the daemon, when the
+ * library says so: a UD ID's Q_Key) for query_qp. */
+void sn_qp_record(struct sn_qp *qp, const struct ibv_qp_attr *a, int mask)
+{
+	pthread_mutex_lock(&qp->attr_lock);
+	sn_qp_remember(&qp->attr, a, mask);
+	pthread_mutex_unlock(&qp->attr_lock);
+}
+
+/* attr_of turns a modify_qp request body (cm_init_qp_attr's reply) into
+ * ibv_modify_qp's attributes. */
+static void attr_of(struct ibv_qp_attr *a, const struct sn_modify_qp_req *r)
+{
+	memset(a, 0, sizeof(*a));
+	a->qp_state = r->state;
+	a->cur_qp_state = r->cur_state;
+	a->path_mtu = r->path_mtu;
+	a->port_num = r->port;
+	a->timeout = r->timeout;
+	a->retry_cnt = r->retry_cnt;
+	a->rnr_retry = r->rnr_retry;
+	a->min_rnr_timer = r->min_rnr;
+	a->max_rd_atomic = r->max_rd_atomic;
+	a->max_dest_rd_atomic = r->max_dest_rd_atomic;
+	a->pkey_index = r->pkey_index;
+	a->qp_access_flags = r->access;
+	a->qkey = r->qkey;
+	a->dest_qp_num = r->dest_qpn;
+	a->rq_psn = r->rq_psn;
+	a->sq_psn = r->sq_psn;
+	/* On RoCE every address vector is a global route. */
+	a->ah_attr.is_global = 1;
+	a->ah_attr.port_num = 1;
+	a->ah_attr.grh.sgid_index = r->sgid_index;
+	a->ah_attr.grh.hop_limit = r->hop_limit;
+	a->ah_attr.grh.traffic_class = r->traffic_class;
+	a->ah_attr.grh.flow_label = r->flow_label;
+	memcpy(a->ah_attr.grh.dgid.raw, r->dgid, 16);
+}
+
+/* The states an RC or UC QP passes on its way to RTS, in order: bit i of
+ * cm_fetched is cm_steps[i]'s. */
+static const enum ibv_qp_state cm_steps[] = {IBV_QPS_INIT, IBV_QPS_RTR, IBV_QPS_RTS};
+#define SN_CM_FETCHED_ALL ((1 << 3) - 1)
+
+/* passed says whether a QP in state s has been through step. */
+static int passed(enum ibv_qp_state s, enum ibv_qp_state step)
+{
+	switch (s) {
+	case IBV_QPS_INIT:
+		return step == IBV_QPS_INIT;
+	case IBV_QPS_RTR:
+		return step != IBV_QPS_RTS;
+	case IBV_QPS_RTS:
+	case IBV_QPS_SQD:
+	case IBV_QPS_SQE:
+	case IBV_QPS_ERR: /* as far as it went: the daemon refuses the rest */
+		return 1;
+	default:
+		return 0;
+	}
+}
+
+/*
+ * fetch_cm_attrs records what the daemon set on a CM ID's QP for each
+ * state the QP passed, as far as not yet recorded: the daemon moves such a
+ * QP itself (INIT at rdma_create_qp, RTR and RTS at rdma_accept or when
+ * the REP comes, with the ACK timeout of rdma_set_option), and
+ * cm_init_qp_attr answers those very attributes, as rdma_init_qp_attr
+ * does. The kernel's ibv_query_qp asks the QP, so what rdma_cm set shows;
+ * here the provider asks the ID, once per state, when the program first
+ * queries or modifies the QP after it passed it. So the record keeps the
+ * order in which the two set things: the program's modify after the
+ * daemon's moves wins. A step the daemon refuses (the ID is gone, the
+ * connection failed before it) is given up, with those after it. Called
+ * with qp->attr_lock held.
+ */
+static void fetch_cm_attrs(struct sn_qp *qp)
+{
+	if (!qp->cm_id || qp->vqp.qp.qp_type == IBV_QPT_UD || qp->cm_fetched == SN_CM_FETCHED_ALL)
+		return;
+	enum ibv_qp_state s = __atomic_load_n((uint32_t *)(qp->mem + SN_WQ_STATE), __ATOMIC_ACQUIRE);
+	for (int i = 0; i < 3; i++) {
+		if (qp->cm_fetched & (1 << i))
+			continue;
+		if (!passed(s, cm_steps[i]))
+			return;
+		struct sn_cm_init_qp_attr_req req = {.id = qp->cm_id, .state = cm_steps[i]};
+		struct sn_modify_qp_req r;
+		if (sn_call(to_ctx(qp->vqp.qp.context), SN_OP_CM_INIT_QP_ATTR, &req, sizeof(req), &r, sizeof(r), NULL,
+			    0) < 0) {
+			qp->cm_fetched = SN_CM_FETCHED_ALL;
+			return;
+		}
+		struct ibv_qp_attr a;
+		attr_of(&a, &r);
+		int mask = r.mask & ~IBV_QP_STATE;
+		if (cm_steps[i] == IBV_QPS_INIT)
+			mask &= ~IBV_QP_ACCESS_FLAGS; /* the ID's QP gets none before RTR, as the kernel's */
+		sn_qp_remember(&qp->attr, &a, mask);
+		qp->cm_fetched |= 1 << i;
+	}
+}
+
 int sn_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask)
 {
 	struct sn_qp *qp = sn_container_of(ibqp, struct sn_qp, vqp.qp);
 	struct sn_modify_qp_req req = {.handle = qp->handle};
 	modify_request(&req, attr, mask);
-	if (sn_call(to_ctx(ibqp->context), SN_OP_MODIFY_QP, &req, sizeof(req), NULL, 0, NULL, 0) < 0)
-		return errno;
-	sn_qp_remember(&qp->attr, attr, mask);
-	return 0;
+	pthread_mutex_lock(&qp->attr_lock);
+	fetch_cm_attrs(qp); /* what the daemon set before this */
+	int err = sn_call(to_ctx(ibqp->context), SN_OP_MODIFY_QP, &req, sizeof(req), NULL, 0, NULL, 0) < 0 ? errno : 0;
+	if (!err)
+		sn_qp_remember(&qp->attr, attr, mask);
+	pthread_mutex_unlock(&qp->attr_lock);
+	return err;
 }
 
-/* sn_query_qp answers from what modify_qp set, with the state the daemon
- * last published in the send queue's ring (a QP the transport moved to
- * the error state says so). */
+/* sn_query_qp answers from what modify_qp set (and, for a CM ID's QP, the
+ * daemon), with the state the daemon last published in the send queue's
+ * ring (a QP the transport moved to the error state says so). */
 int sn_query_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask, struct ibv_qp_init_attr *init)
 {
 	(void)mask;
 	struct sn_qp *qp = sn_container_of(ibqp, struct sn_qp, vqp.qp);
+	pthread_mutex_lock(&qp->attr_lock);
+	fetch_cm_attrs(qp);
 	*attr = qp->attr;
+	pthread_mutex_unlock(&qp->attr_lock);
 	attr->qp_state = __atomic_load_n((uint32_t *)(qp->mem + SN_WQ_STATE), __ATOMIC_ACQUIRE);
 	attr->cur_qp_state = attr->qp_state;
 	attr->cap = qp->cap;
@@ -252,6 +364,7 @@ int sn_destroy_qp(struct ibv_qp *ibqp)
 	if (err)
 		return err;
 	munmap(qp->mem, qp->size);
+	pthread_mutex_destroy(&qp->attr_lock);
 	pthread_spin_destroy(&qp->sq.lock);
 	if (qp->has_rq)
 		pthread_spin_destroy(&qp->rq.lock);
