@@ -6,6 +6,40 @@ import (
 	"time"
 )
 
+// TestProviderUDCompletions runs testdata/ud_completion.c on both ends,
+// as user nobody through the provider, over an IPv4 GID and over an IPv6
+// one: a UD receive's completion says IBV_WC_GRH, the sender's QPN, P_Key
+// index 0 and in its SL the RoCE packet type as ConnectX does (2 IPv4, 1
+// IPv6: what UCX's UD transport reads), through ibv_poll_cq and the
+// extended CQ's read_sl and read_wc_flags; the GRH holds what mlx5 and
+// rxe put there, which libibverbs' ibv_init_ah_from_wc reads; and a QP
+// asked for no inline data sends 16 bytes inline.
+func TestProviderUDCompletions(t *testing.T) {
+	w := newProviderWorld(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	prog := buildCProgram(t, ctx, w.bin, "ud_completion")
+	for _, family := range []string{"ipv4", "ipv6"} {
+		t.Run(family, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(ctx, time.Minute)
+			defer cancel()
+			a := startCProgram(t, w.command(ctx, w.a, prog, family))
+			ainfo := a.waitForPrefix(t, "info ")
+			b := startCProgram(t, w.command(ctx, w.b, prog, family))
+			binfo := b.waitForPrefix(t, "info ")
+			a.tell(t, binfo)
+			b.tell(t, ainfo)
+			checks := 31
+			if family == "ipv6" {
+				checks = 27
+			}
+			a.finish(t, checks)
+			b.finish(t, checks)
+		})
+	}
+	w.stop(t)
+}
+
 // TestProviderCMQPAttributes runs testdata/cm_qp_attr.c, a server on one
 // end and its client on the other, as user nobody through the provider
 // and softnic's librdmacm: ibv_query_qp of an rdma_cm ID's QP says the
