@@ -240,6 +240,22 @@ func (c *Conn) Destroy() {
 	})
 }
 
+// Drop forgets a connection whose REQ the consumer has no room for,
+// sending nothing, as cm.c does when the REQ's handler answers ENOMEM
+// (cm_destroy_id's "do not reject to allow future retries"): the peer's
+// next retransmission of the REQ is a new request. Only a REQ not yet
+// answered can be dropped (ErrState otherwise).
+func (c *Conn) Drop() error {
+	return c.do(func(m *Manager) error {
+		if c.state != StateREQRcvd {
+			return ErrState
+		}
+		c.destroyed = true
+		c.toIdle()
+		return nil
+	})
+}
+
 // do runs f with mu held, then sends what it queued.
 func (c *Conn) do(f func(m *Manager) error) error {
 	m := c.m
