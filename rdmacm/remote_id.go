@@ -65,7 +65,7 @@ func (id *ID) remoteBind(ap netip.AddrPort) error {
 		return fmt.Errorf("bind %v: %w", ap, err)
 	}
 	id.setAddrs(a.Local, a.Peer)
-	if !ap.Addr().IsUnspecified() {
+	if !anyAddr(ap.Addr()) { // a wildcard or loopback bind attaches no device
 		id.mu.Lock()
 		id.dev = rc.dev
 		id.mu.Unlock()
