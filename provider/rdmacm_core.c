@@ -177,7 +177,8 @@ struct cm_id *cm_find(uint32_t handle)
 	return id;
 }
 
-static void unlist(struct cm_id *id)
+/* cm_unlist takes id off the library's list. */
+void cm_unlist(struct cm_id *id)
 {
 	pthread_mutex_lock(&cm_lib.lock);
 	for (struct cm_id **p = &cm_lib.ids; *p; p = &(*p)->next) {
@@ -187,6 +188,43 @@ static void unlist(struct cm_id *id)
 		}
 	}
 	pthread_mutex_unlock(&cm_lib.lock);
+}
+
+/* put_pd lets go of one ID's use of the device's PD; the last use
+ * deallocates it, as rdma-core's ucma_put_device (a PD that QPs still use
+ * stays, for the next ID). */
+static void put_pd(void)
+{
+	pthread_mutex_lock(&cm_lib.lock);
+	if (cm_lib.pd_users > 0 && --cm_lib.pd_users == 0 && cm_lib.pd && ibv_dealloc_pd(cm_lib.pd) == 0)
+		cm_lib.pd = NULL;
+	pthread_mutex_unlock(&cm_lib.lock);
+}
+
+/* cm_attach gives an ID the device once the daemon's ID has it (a bind
+ * to a device's address, a resolved address, a connect request), with
+ * the device's PD as id->pd, as rdma-core's ucma_get_device does (pyverbs
+ * and others use it): the same PD for every ID, allocated by the first.
+ * 0, or -1 with errno. */
+int cm_attach(struct cm_id *id)
+{
+	if (id->has_dev)
+		return 0;
+	pthread_mutex_lock(&cm_lib.lock);
+	if (!cm_lib.pd)
+		cm_lib.pd = ibv_alloc_pd(cm_lib.verbs);
+	struct ibv_pd *pd = cm_lib.pd;
+	if (pd)
+		cm_lib.pd_users++;
+	pthread_mutex_unlock(&cm_lib.lock);
+	if (!pd)
+		return -1;
+	id->has_dev = 1;
+	id->id.verbs = cm_lib.verbs;
+	id->id.port_num = 1;
+	if (!id->id.pd)
+		id->id.pd = pd;
+	return 0;
 }
 
 /* rdma_create_id: without a channel the ID is synchronous (each call
@@ -230,7 +268,9 @@ CM_EXPORT int rdma_destroy_id(struct rdma_cm_id *id)
 	int ret = cm_call(SN_OP_CM_DESTROY_ID, &req, sizeof(req), NULL, 0);
 	if (ret && errno != ENOENT)
 		return ret;
-	unlist(c);
+	cm_unlist(c);
+	if (c->has_dev)
+		put_pd();
 	if (id->event)
 		rdma_ack_cm_event(id->event);
 	cm_drop_events(c->events, id);
@@ -282,14 +322,16 @@ void cm_wire_to_addr(const uint8_t in[16], uint16_t port, struct sockaddr_storag
 	memcpy(&s6->sin6_addr, in, 16);
 }
 
-/* specified reports whether a wire address names a host (the ID is then
- * on the device, as the kernel attaches it at bind). */
-static int specified(const uint8_t a[16])
+/* cm_any_addr reports whether a wire address is what the kernel's
+ * cma_any_addr calls any: unspecified (:: or ::ffff:0.0.0.0) or loopback
+ * (::1, 127.0.0.0/8). A bind to one attaches no device. */
+int cm_any_addr(const uint8_t a[16])
 {
-	for (int i = 0; i < 16; i++)
-		if (a[i] && !(i >= 10 && i < 12 && a[i] == 0xff))
-			return 1;
-	return 0;
+	static const uint8_t mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+	static const uint8_t zero[16], one[16] = {[15] = 1};
+	if (memcmp(a, mapped, 12) == 0)
+		return a[12] == 127 || (a[12] == 0 && a[13] == 0 && a[14] == 0 && a[15] == 0);
+	return memcmp(a, zero, 16) == 0 || memcmp(a, one, 16) == 0;
 }
 
 /* cm_set_addrs records the ID's addresses as the daemon gives them. */
@@ -297,10 +339,6 @@ void cm_set_addrs(struct cm_id *id, const struct sn_cm_addr_reply *r)
 {
 	cm_wire_to_addr(r->local, r->local_port, &id->id.route.addr.src_storage);
 	cm_wire_to_addr(r->peer, r->peer_port, &id->id.route.addr.dst_storage);
-	if (specified(r->local) || specified(r->peer)) {
-		id->id.verbs = cm_lib.verbs;
-		id->id.port_num = 1;
-	}
 }
 
 CM_EXPORT int rdma_bind_addr(struct rdma_cm_id *id, struct sockaddr *addr)
@@ -314,7 +352,9 @@ CM_EXPORT int rdma_bind_addr(struct rdma_cm_id *id, struct sockaddr *addr)
 	if (cm_call(SN_OP_CM_BIND, &req, sizeof(req), &r, sizeof(r)))
 		return -1;
 	cm_set_addrs(c, &r);
-	return 0;
+	/* A device's address puts the ID on the device, as the kernel's
+	 * rdma_bind_addr; a wildcard or loopback one does not. */
+	return cm_any_addr(r.local) ? 0 : cm_attach(c);
 }
 
 CM_EXPORT int rdma_resolve_addr(struct rdma_cm_id *id, struct sockaddr *src_addr, struct sockaddr *dst_addr,
