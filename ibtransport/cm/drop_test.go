@@ -30,3 +30,28 @@ func TestDropREQ(t *testing.T) {
 
 	assert.ErrorIs(t, again.Conn.Drop(), ErrState, "an answered REQ cannot be dropped")
 }
+
+// TestMRAWaitIsTheMessages: an MRA lengthens the wait of the message it
+// answers only, as cm.c changes that MAD's timeout: the DREQ that ends
+// the connection later waits the connection's timeout again, not the
+// MRA's 69 s (cma.c's MRA service timeout 24).
+func TestMRAWaitIsTheMessages(t *testing.T) {
+	p := newPair(t)
+	active := p.connect(t)
+	ev := expect(t, p.bEv, EventREQReceived)
+	require.NoError(t, ev.Conn.MRA(24, nil))
+	expect(t, p.aEv, EventMRAReceived)
+	p.a.mu.Lock()
+	mraWait, timeout := active.wait, active.timeout
+	p.a.mu.Unlock()
+	assert.Greater(t, mraWait, timeout, "the MRA did not lengthen the REQ's wait")
+	require.NoError(t, ev.Conn.Accept(repParams()))
+	expect(t, p.aEv, EventREPReceived)
+	require.NoError(t, active.ReadyToUse(nil))
+	expect(t, p.bEv, EventRTUReceived)
+	p.w.setFilter(func(s sent, nth int) verdict { return drop }) // the DREQ waits
+	require.NoError(t, active.Disconnect(nil))
+	p.a.mu.Lock()
+	defer p.a.mu.Unlock()
+	assert.Equal(t, timeout, active.wait, "the DREQ waits as long as the MRA asked for the REQ")
+}
