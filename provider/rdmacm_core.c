@@ -6,6 +6,8 @@
 #include <arpa/inet.h>
 #include <dlfcn.h>
 #include <errno.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,21 +44,83 @@ static const struct softnic_rdmacm_ops *find_ops(void)
 	return ops && ops->abi == SOFTNIC_RDMACM_ABI ? ops : NULL;
 }
 
-/* open_device opens the first softnic device libibverbs lists. */
+/* local_addr reports whether an interface of the caller's network
+ * namespace has address a (16 bytes, IPv4 mapped). */
+static int local_addr(const struct ifaddrs *ifs, const uint8_t a[16])
+{
+	static const uint8_t mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+	for (const struct ifaddrs *i = ifs; i; i = i->ifa_next) {
+		if (!i->ifa_addr)
+			continue;
+		if (i->ifa_addr->sa_family == AF_INET && memcmp(a, mapped, 12) == 0 &&
+		    memcmp(&((struct sockaddr_in *)i->ifa_addr)->sin_addr, a + 12, 4) == 0)
+			return 1;
+		if (i->ifa_addr->sa_family == AF_INET6 &&
+		    memcmp(&((struct sockaddr_in6 *)i->ifa_addr)->sin6_addr, a, 16) == 0)
+			return 1;
+	}
+	return 0;
+}
+
+/* in_netns reports whether the device's interface lives in the caller's
+ * network namespace: an address of its GID table (a RoCE GID is an
+ * interface's address) is one of this namespace's interfaces', link-local
+ * ones aside (fe80::/10 may repeat across namespaces). The kernel's
+ * rdma_cm takes only the devices whose netdev is in the caller's
+ * namespace (cma.c matches a request to the listeners of its netdev's
+ * namespace), so a listener here must not sit on another's device. */
+static int in_netns(struct ibv_context *ctx, const struct ifaddrs *ifs)
+{
+	static const uint8_t zero[16];
+	struct ibv_port_attr pa;
+	if (ibv_query_port(ctx, 1, &pa))
+		return 0;
+	for (int i = 0; i < pa.gid_tbl_len; i++) {
+		union ibv_gid g;
+		if (ibv_query_gid(ctx, 1, i, &g) || memcmp(g.raw, zero, 16) == 0)
+			continue;
+		if (g.raw[0] == 0xfe && (g.raw[1] & 0xc0) == 0x80)
+			continue;
+		if (local_addr(ifs, g.raw))
+			return 1;
+	}
+	return 0;
+}
+
+/* open_device opens the first softnic device libibverbs lists whose
+ * interface is in the caller's network namespace (in_netns): only the
+ * devices libibverbs shows the program, and of those only the ones the
+ * kernel's rdma_cm would take here. ENODEV if there is none. */
 static struct ibv_context *open_device(void)
 {
 	int n = 0;
 	struct ibv_device **list = ibv_get_device_list(&n);
 	if (!list)
 		return NULL;
+	struct ifaddrs *ifs = NULL;
+	if (getifaddrs(&ifs)) {
+		int err = errno;
+		ibv_free_device_list(list);
+		errno = err;
+		return NULL;
+	}
 	struct ibv_context *ctx = NULL;
-	errno = ENODEV;
-	for (int i = 0; i < n && !ctx; i++)
-		if (strncmp(ibv_get_device_name(list[i]), "softnic_", 8) == 0)
-			ctx = ibv_open_device(list[i]);
-	int err = errno;
+	int err = ENODEV;
+	for (int i = 0; i < n && !ctx; i++) {
+		if (strncmp(ibv_get_device_name(list[i]), "softnic_", 8) != 0)
+			continue;
+		if (!(ctx = ibv_open_device(list[i]))) {
+			err = errno;
+			continue;
+		}
+		if (!in_netns(ctx, ifs)) {
+			ibv_close_device(ctx);
+			ctx = NULL;
+		}
+	}
+	freeifaddrs(ifs);
 	ibv_free_device_list(list);
-	errno = err;
+	errno = ctx ? 0 : err;
 	return ctx;
 }
 

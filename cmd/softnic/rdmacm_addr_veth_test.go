@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"io"
 	"net/netip"
 	"os/exec"
@@ -35,6 +36,7 @@ func TestRDMACMAddressing(t *testing.T) {
 	t.Run("cm_addr", w.testCMAddr)
 	t.Run("rping to no host", w.testRpingNoHost)
 	t.Run("fi_info verbs;ofi_rxm", w.testFiInfoRxm)
+	t.Run("listeners in their namespaces", w.testListenerNamespace)
 }
 
 // noHost is an address of end's IPv4 subnet that no host has.
@@ -127,4 +129,40 @@ func (w *providerWorld) testFiInfoRxm(t *testing.T) {
 	require.NoError(t, err, "%s", out)
 	assert.Contains(t, string(out), "provider: verbs;ofi_rxm", "%s", out)
 	assert.Contains(t, string(out), "softnic_"+w.a.Ifname, "%s", out)
+}
+
+// testListenerNamespace: programs that see both devices (softnic exec
+// without -d), one in each namespace, listen each on the device whose
+// interface is in its namespace, as the kernel's rdma_cm takes only the
+// devices of the caller's namespace (whichever device libibverbs lists
+// first).
+func (w *providerWorld) testListenerNamespace(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var socks []string
+	var befores []listenerCount
+	var outs []fmt.Stringer
+	for _, end := range []*netnstest.End{w.a, w.b} {
+		sock := filepath.Join(w.runDir, "softnic_"+end.Ifname+".sock")
+		before, err := listeners(sock, 0)
+		require.NoError(t, err)
+		socks, befores = append(socks, sock), append(befores, before)
+	}
+	for i, end := range []*netnstest.End{w.a, w.b} {
+		srv := exec.CommandContext(ctx, "ip", "netns", "exec", end.Namespace, "setpriv", "--reuid=65534", "--regid=65534",
+			"--clear-groups", w.bin, "exec", "--run-dir", w.runDir, "--", "rping", "-s")
+		srv.WaitDelay = 5 * time.Second
+		out, exited := startWatched(t, srv)
+		outs = append(outs, out)
+		defer func() {
+			srv.Process.Kill()
+			<-exited
+		}()
+		require.NoError(t, awaitListener(ctx, socks[i], befores[i].last, exited), "rping -s in %s's namespace:\n%s", end.Ifname, out.String())
+	}
+	for i, end := range []*netnstest.End{w.a, w.b} {
+		l, err := listeners(socks[i], befores[i].last)
+		require.NoError(t, err)
+		assert.Equal(t, 1, l.listening, "listeners on %s's device:\n%s\n%s", end.Ifname, outs[0], outs[1])
+	}
 }
