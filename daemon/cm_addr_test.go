@@ -50,7 +50,17 @@ func TestCMAddressResolutionThroughDaemon(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { srv.Close() })
 	s := &cmSide{dev: dev, socket: socket}
-	_, c := s.program(t)
+	rdev, _ := s.program(t)
+	// The program's routing table, as the tools' (xdplink.RouteTo): no
+	// route through loopback, which the daemon resolves to its device.
+	c, err := rdmacm.New(rdmacm.Config{Devices: []*verbs.Device{rdev}, Route: func(dst netip.Addr) (netip.Addr, error) {
+		if dst.IsLoopback() || dst == unrouted {
+			return netip.Addr{}, fmt.Errorf("%v: %w", dst, rdmacm.ErrNoRoute)
+		}
+		return addrA, nil
+	}})
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
 	ch := c.NewEventChannel()
 	newID := func() *rdmacm.ID {
 		id, err := c.CreateID(ch, rdmacm.PortSpaceTCP)
