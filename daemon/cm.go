@@ -84,7 +84,7 @@ func (ss *session) cmState() (*sessionCM, error) {
 	if sc := sessionCMs.m[ss]; sc != nil {
 		return sc, nil
 	}
-	c, err := rdmacm.New(rdmacm.Config{Devices: []*verbs.Device{ss.s.dev}})
+	c, err := rdmacm.New(rdmacm.Config{Devices: []*verbs.Device{ss.s.dev}, Route: ss.s.cfg.CMRoute, Neighbor: ss.s.cfg.CMNeighbor})
 	if err != nil {
 		return nil, err
 	}
@@ -447,8 +447,14 @@ func cmErrno(err error) unix.Errno {
 		return 0
 	case errors.Is(err, rdmacm.ErrAddrInUse), errors.Is(err, ibcm.ErrServiceInUse):
 		return unix.EADDRINUSE
+	case errors.Is(err, rdmacm.ErrNotOnDevice):
+		return unix.ENODEV
 	case errors.Is(err, rdmacm.ErrNoDevice):
 		return unix.EADDRNOTAVAIL
+	case errors.Is(err, rdmacm.ErrNoRoute) && errors.Is(err, unix.EHOSTUNREACH):
+		return unix.EHOSTUNREACH
+	case errors.Is(err, rdmacm.ErrNoRoute):
+		return unix.ENETUNREACH
 	case errors.Is(err, rdmacm.ErrRefused):
 		return unix.ECONNREFUSED
 	case errors.Is(err, rdmacm.ErrTimedOut):

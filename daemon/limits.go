@@ -28,7 +28,10 @@ type Limits struct {
 // DefaultLimits are the bounds a zero Limits field takes: each is far
 // above what one program needs (cmtime's 10,000 connections, an MPI
 // rank per core) and far below what the daemon has (a million
-// descriptors, 128 TiB of address space).
+// descriptors, 128 TiB of address space). Descriptors: rdma_create_qp
+// without CQs makes two completion channels a connection (rdma-core's
+// ucma_create_cqs: cmtime, rdma_server), each the write end of a pipe
+// here, so cmtime -c 10000 holds 20,003.
 var DefaultLimits = Limits{
 	Sessions:    1024,
 	PDs:         16384,
@@ -38,7 +41,7 @@ var DefaultLimits = Limits{
 	SRQs:        16384,
 	AHs:         65536,
 	CMIDs:       32768,
-	Descriptors: 16384,
+	Descriptors: 65536,
 	RingBytes:   2 << 30,
 	SharedBytes: 64 << 30,
 }

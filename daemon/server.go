@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -29,6 +30,13 @@ type Config struct {
 	Log *slog.Logger
 	// Limits bound what each user can make the daemon hold.
 	Limits Limits
+	// CMRoute and CMNeighbor are the connection manager's routing table
+	// and neighbour resolution (rdmacm.Config's Route and Neighbor: the
+	// kernel's, as rdma_resolve_addr asks them, within the caller's
+	// timeout). Nil: the device's first address of the destination's IP
+	// version, and peers resolved when a QP first sends to them.
+	CMRoute    func(dst netip.Addr) (netip.Addr, error)
+	CMNeighbor func(dev *verbs.Device, peer netip.Addr, timeout time.Duration) error
 }
 
 // Server serves one device to local processes.

@@ -26,8 +26,12 @@ struct cm_lib {
 	struct ibv_context *verbs;
 	const struct softnic_rdmacm_ops *ops;
 	uint8_t max_responder, max_initiator; /* the device's READ and atomic depths */
-	struct ibv_pd *pd; /* for QPs made without one (rdma_create_ep) */
-	pthread_mutex_t lock; /* the ID list and pd */
+	/* The device's PD, which every ID that has the device holds (id->pd,
+	 * as rdma-core's ucma_get_device gives it) and QPs made without one
+	 * take; pd_users counts the IDs, and the last one deallocates it. */
+	struct ibv_pd *pd;
+	int pd_users;
+	pthread_mutex_t lock; /* the ID list, pd and pd_users */
 	struct cm_id *ids;
 };
 
@@ -62,6 +66,7 @@ struct cm_id {
 	uint8_t peer_responder, peer_initiator; /* from a connect request */
 	struct ibv_qp_init_attr *ep_attr; /* rdma_create_ep's, for rdma_get_request's IDs */
 	int own_cqs; /* rdma_create_qp made the CQs and their channels */
+	int has_dev; /* the ID has the device, and holds a use of cm_lib.pd */
 	struct cm_id *next;
 };
 
@@ -75,10 +80,13 @@ int cm_init(void);
 int cm_call(int op, const void *req, size_t req_len, void *reply, size_t reply_len);
 int cm_fail(int err);
 struct cm_id *cm_find(uint32_t handle);
+void cm_unlist(struct cm_id *id);
 struct cm_id *cm_new_id(struct cm_channel *events, uint32_t handle, void *context, enum rdma_port_space ps);
 uint16_t cm_addr_to_wire(const struct sockaddr *sa, uint8_t out[16]);
 void cm_wire_to_addr(const uint8_t in[16], uint16_t port, struct sockaddr_storage *out);
 void cm_set_addrs(struct cm_id *id, const struct sn_cm_addr_reply *r);
+int cm_attach(struct cm_id *id);
+int cm_any_addr(const uint8_t a[16]);
 
 /* rdmacm_event.c */
 int cm_wait(struct cm_id *id, enum rdma_cm_event_type want);

@@ -6,6 +6,8 @@
 #include <arpa/inet.h>
 #include <dlfcn.h>
 #include <errno.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,21 +44,83 @@ static const struct softnic_rdmacm_ops *find_ops(void)
 	return ops && ops->abi == SOFTNIC_RDMACM_ABI ? ops : NULL;
 }
 
-/* open_device opens the first softnic device libibverbs lists. */
+/* local_addr reports whether an interface of the caller's network
+ * namespace has address a (16 bytes, IPv4 mapped). */
+static int local_addr(const struct ifaddrs *ifs, const uint8_t a[16])
+{
+	static const uint8_t mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+	for (const struct ifaddrs *i = ifs; i; i = i->ifa_next) {
+		if (!i->ifa_addr)
+			continue;
+		if (i->ifa_addr->sa_family == AF_INET && memcmp(a, mapped, 12) == 0 &&
+		    memcmp(&((struct sockaddr_in *)i->ifa_addr)->sin_addr, a + 12, 4) == 0)
+			return 1;
+		if (i->ifa_addr->sa_family == AF_INET6 &&
+		    memcmp(&((struct sockaddr_in6 *)i->ifa_addr)->sin6_addr, a, 16) == 0)
+			return 1;
+	}
+	return 0;
+}
+
+/* in_netns reports whether the device's interface lives in the caller's
+ * network namespace: an address of its GID table (a RoCE GID is an
+ * interface's address) is one of this namespace's interfaces', link-local
+ * ones aside (fe80::/10 may repeat across namespaces). The kernel's
+ * rdma_cm takes only the devices whose netdev is in the caller's
+ * namespace (cma.c matches a request to the listeners of its netdev's
+ * namespace), so a listener here must not sit on another's device. */
+static int in_netns(struct ibv_context *ctx, const struct ifaddrs *ifs)
+{
+	static const uint8_t zero[16];
+	struct ibv_port_attr pa;
+	if (ibv_query_port(ctx, 1, &pa))
+		return 0;
+	for (int i = 0; i < pa.gid_tbl_len; i++) {
+		union ibv_gid g;
+		if (ibv_query_gid(ctx, 1, i, &g) || memcmp(g.raw, zero, 16) == 0)
+			continue;
+		if (g.raw[0] == 0xfe && (g.raw[1] & 0xc0) == 0x80)
+			continue;
+		if (local_addr(ifs, g.raw))
+			return 1;
+	}
+	return 0;
+}
+
+/* open_device opens the first softnic device libibverbs lists whose
+ * interface is in the caller's network namespace (in_netns): only the
+ * devices libibverbs shows the program, and of those only the ones the
+ * kernel's rdma_cm would take here. ENODEV if there is none. */
 static struct ibv_context *open_device(void)
 {
 	int n = 0;
 	struct ibv_device **list = ibv_get_device_list(&n);
 	if (!list)
 		return NULL;
+	struct ifaddrs *ifs = NULL;
+	if (getifaddrs(&ifs)) {
+		int err = errno;
+		ibv_free_device_list(list);
+		errno = err;
+		return NULL;
+	}
 	struct ibv_context *ctx = NULL;
-	errno = ENODEV;
-	for (int i = 0; i < n && !ctx; i++)
-		if (strncmp(ibv_get_device_name(list[i]), "softnic_", 8) == 0)
-			ctx = ibv_open_device(list[i]);
-	int err = errno;
+	int err = ENODEV;
+	for (int i = 0; i < n && !ctx; i++) {
+		if (strncmp(ibv_get_device_name(list[i]), "softnic_", 8) != 0)
+			continue;
+		if (!(ctx = ibv_open_device(list[i]))) {
+			err = errno;
+			continue;
+		}
+		if (!in_netns(ctx, ifs)) {
+			ibv_close_device(ctx);
+			ctx = NULL;
+		}
+	}
+	freeifaddrs(ifs);
 	ibv_free_device_list(list);
-	errno = err;
+	errno = ctx ? 0 : err;
 	return ctx;
 }
 
@@ -177,7 +241,8 @@ struct cm_id *cm_find(uint32_t handle)
 	return id;
 }
 
-static void unlist(struct cm_id *id)
+/* cm_unlist takes id off the library's list. */
+void cm_unlist(struct cm_id *id)
 {
 	pthread_mutex_lock(&cm_lib.lock);
 	for (struct cm_id **p = &cm_lib.ids; *p; p = &(*p)->next) {
@@ -187,6 +252,43 @@ static void unlist(struct cm_id *id)
 		}
 	}
 	pthread_mutex_unlock(&cm_lib.lock);
+}
+
+/* put_pd lets go of one ID's use of the device's PD; the last use
+ * deallocates it, as rdma-core's ucma_put_device (a PD that QPs still use
+ * stays, for the next ID). */
+static void put_pd(void)
+{
+	pthread_mutex_lock(&cm_lib.lock);
+	if (cm_lib.pd_users > 0 && --cm_lib.pd_users == 0 && cm_lib.pd && ibv_dealloc_pd(cm_lib.pd) == 0)
+		cm_lib.pd = NULL;
+	pthread_mutex_unlock(&cm_lib.lock);
+}
+
+/* cm_attach gives an ID the device once the daemon's ID has it (a bind
+ * to a device's address, a resolved address, a connect request), with
+ * the device's PD as id->pd, as rdma-core's ucma_get_device does (pyverbs
+ * and others use it): the same PD for every ID, allocated by the first.
+ * 0, or -1 with errno. */
+int cm_attach(struct cm_id *id)
+{
+	if (id->has_dev)
+		return 0;
+	pthread_mutex_lock(&cm_lib.lock);
+	if (!cm_lib.pd)
+		cm_lib.pd = ibv_alloc_pd(cm_lib.verbs);
+	struct ibv_pd *pd = cm_lib.pd;
+	if (pd)
+		cm_lib.pd_users++;
+	pthread_mutex_unlock(&cm_lib.lock);
+	if (!pd)
+		return -1;
+	id->has_dev = 1;
+	id->id.verbs = cm_lib.verbs;
+	id->id.port_num = 1;
+	if (!id->id.pd)
+		id->id.pd = pd;
+	return 0;
 }
 
 /* rdma_create_id: without a channel the ID is synchronous (each call
@@ -230,7 +332,9 @@ CM_EXPORT int rdma_destroy_id(struct rdma_cm_id *id)
 	int ret = cm_call(SN_OP_CM_DESTROY_ID, &req, sizeof(req), NULL, 0);
 	if (ret && errno != ENOENT)
 		return ret;
-	unlist(c);
+	cm_unlist(c);
+	if (c->has_dev)
+		put_pd();
 	if (id->event)
 		rdma_ack_cm_event(id->event);
 	cm_drop_events(c->events, id);
@@ -282,14 +386,16 @@ void cm_wire_to_addr(const uint8_t in[16], uint16_t port, struct sockaddr_storag
 	memcpy(&s6->sin6_addr, in, 16);
 }
 
-/* specified reports whether a wire address names a host (the ID is then
- * on the device, as the kernel attaches it at bind). */
-static int specified(const uint8_t a[16])
+/* cm_any_addr reports whether a wire address is what the kernel's
+ * cma_any_addr calls any: unspecified (:: or ::ffff:0.0.0.0) or loopback
+ * (::1, 127.0.0.0/8). A bind to one attaches no device. */
+int cm_any_addr(const uint8_t a[16])
 {
-	for (int i = 0; i < 16; i++)
-		if (a[i] && !(i >= 10 && i < 12 && a[i] == 0xff))
-			return 1;
-	return 0;
+	static const uint8_t mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+	static const uint8_t zero[16], one[16] = {[15] = 1};
+	if (memcmp(a, mapped, 12) == 0)
+		return a[12] == 127 || (a[12] == 0 && a[13] == 0 && a[14] == 0 && a[15] == 0);
+	return memcmp(a, zero, 16) == 0 || memcmp(a, one, 16) == 0;
 }
 
 /* cm_set_addrs records the ID's addresses as the daemon gives them. */
@@ -297,10 +403,6 @@ void cm_set_addrs(struct cm_id *id, const struct sn_cm_addr_reply *r)
 {
 	cm_wire_to_addr(r->local, r->local_port, &id->id.route.addr.src_storage);
 	cm_wire_to_addr(r->peer, r->peer_port, &id->id.route.addr.dst_storage);
-	if (specified(r->local) || specified(r->peer)) {
-		id->id.verbs = cm_lib.verbs;
-		id->id.port_num = 1;
-	}
 }
 
 CM_EXPORT int rdma_bind_addr(struct rdma_cm_id *id, struct sockaddr *addr)
@@ -314,7 +416,9 @@ CM_EXPORT int rdma_bind_addr(struct rdma_cm_id *id, struct sockaddr *addr)
 	if (cm_call(SN_OP_CM_BIND, &req, sizeof(req), &r, sizeof(r)))
 		return -1;
 	cm_set_addrs(c, &r);
-	return 0;
+	/* A device's address puts the ID on the device, as the kernel's
+	 * rdma_bind_addr; a wildcard or loopback one does not. */
+	return cm_any_addr(r.local) ? 0 : cm_attach(c);
 }
 
 CM_EXPORT int rdma_resolve_addr(struct rdma_cm_id *id, struct sockaddr *src_addr, struct sockaddr *dst_addr,

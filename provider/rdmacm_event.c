@@ -67,8 +67,11 @@ static struct cm_id *conn_request(const struct sn_cm_event *rec, struct cm_id *l
 	id->sync = listen->sync;
 	id->peer_responder = rec->responder_resources;
 	id->peer_initiator = rec->initiator_depth;
-	id->id.verbs = cm_lib.verbs;
-	id->id.port_num = 1;
+	if (cm_attach(id)) { /* the caller destroys the daemon's ID */
+		cm_unlist(id);
+		free(id);
+		return NULL;
+	}
 	return id;
 }
 
@@ -108,10 +111,13 @@ static struct cm_event *to_event(const struct sn_cm_event *rec)
 	memcpy(a.peer, rec->peer, 16);
 	if (rec->type != RDMA_CM_EVENT_ADDR_ERROR)
 		cm_set_addrs(id, &a);
+	/* A resolved address has the device (cma.c's addr_handler acquires
+	 * it), and with it the ID's PD. */
+	int attach_err = rec->type == RDMA_CM_EVENT_ADDR_RESOLVED && cm_attach(id) ? errno : 0;
 	e->ev.id = &id->id;
 	e->ev.listen_id = listen ? &listen->id : NULL;
-	e->ev.event = rec->type;
-	e->ev.status = rec->status;
+	e->ev.event = attach_err ? RDMA_CM_EVENT_ADDR_ERROR : rec->type;
+	e->ev.status = attach_err ? -attach_err : rec->status;
 	size_t len = rec->private_len < SN_CM_PRIVATE_MAX ? rec->private_len : SN_CM_PRIVATE_MAX;
 	memcpy(e->private_data, rec->private_data, len);
 	if (id->id.qp_type == IBV_QPT_UD) {

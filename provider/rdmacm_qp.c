@@ -334,7 +334,8 @@ CM_EXPORT int rdma_create_ep(struct rdma_cm_id **id, struct rdma_addrinfo *res, 
 		if (!ret && qp_init_attr) {
 			*c->ep_attr = *qp_init_attr;
 			c->ep_attr->qp_type = res->ai_qp_type;
-			cid->pd = pd;
+			if (pd) /* else the device's, as rdma-core's ucma_passive_ep */
+				cid->pd = pd;
 		}
 	} else {
 		ret = rdma_resolve_addr(cid, res->ai_src_addr, res->ai_dst_addr, 2000);

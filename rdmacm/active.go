@@ -49,7 +49,7 @@ func (id *ID) Connect(p *ConnParam) error {
 	req := cm.REQParams{
 		Peer:        id.peerAV(),
 		LocalGID:    local,
-		PeerGID:     roce.GIDFromAddr(id.peer.Addr()),
+		PeerGID:     id.peerGIDOrAddr(),
 		ServiceID:   mad.ServiceID(id.ps, id.peer.Port()),
 		LocalQPN:    id.localQPN(p),
 		StartingPSN: id.ourPSN,
@@ -75,8 +75,17 @@ func (id *ID) Connect(p *ConnParam) error {
 
 // peerAV is the address vector of the peer. Called under mu.
 func (id *ID) peerAV() verbs.AddressVector {
-	return verbs.AddressVector{DGID: roce.GIDFromAddr(id.peer.Addr()), SGIDIndex: uint8(id.gidIndex), HopLimit: hopLimit,
+	return verbs.AddressVector{DGID: id.peerGIDOrAddr(), SGIDIndex: uint8(id.gidIndex), HopLimit: hopLimit,
 		TrafficClass: id.tos}
+}
+
+// peerGIDOrAddr is the GID ResolveAddr found for the peer, or the peer's
+// address as one. Called under mu.
+func (id *ID) peerGIDOrAddr() verbs.GID {
+	if id.peerGID != (verbs.GID{}) {
+		return id.peerGID
+	}
+	return roce.GIDFromAddr(id.peer.Addr())
 }
 
 // pathMTU is the largest MTU of the device's link. Called under mu.
@@ -170,9 +179,6 @@ func (id *ID) failConnect(ev Event) {
 	if id.state == stateDestroying {
 		id.mu.Unlock()
 		return
-	}
-	if id.state == stateRequested {
-		defer id.listen.settled() // the peer gave up before Accept
 	}
 	toError(id.qp)
 	if id.qp != nil {

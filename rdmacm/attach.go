@@ -45,12 +45,14 @@ func (ch *EventChannel) SetNotify(fn func()) {
 // TryGet returns the next event if one is queued (a non-blocking Get).
 func (ch *EventChannel) TryGet() (Event, bool) {
 	ch.mu.Lock()
-	defer ch.mu.Unlock()
 	if len(ch.queue) == 0 {
+		ch.mu.Unlock()
 		return Event{}, false
 	}
 	ev := ch.queue[0]
 	ch.queue[0] = Event{}
 	ch.queue = ch.queue[1:]
+	ch.mu.Unlock()
+	ev.taken()
 	return ev, true
 }

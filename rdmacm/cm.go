@@ -24,8 +24,11 @@ type Config struct {
 	// holds an ID's local address.
 	Devices []*verbs.Device
 	// Route returns the local address that reaches dst (the routing
-	// table's answer; ResolveAddr asks it when it is given no source).
-	// Nil: the first address of the first device of dst's IP version.
+	// table's answer; ResolveAddr asks it when it is given no source and
+	// dst is no device's own address): an error that wraps ErrNoRoute
+	// when there is no route, which ResolveAddr returns at once; a source
+	// no device has makes EventAddrError (ErrNotOnDevice). Nil: the first
+	// address of the first device of dst's IP version.
 	Route func(dst netip.Addr) (netip.Addr, error)
 	// Neighbor finds the link address of a peer on dev (ARP or neighbour
 	// discovery); ResolveAddr waits for it and reports EventAddrError if
@@ -111,7 +114,7 @@ func (c *CM) route(dst netip.Addr) (netip.Addr, error) {
 			}
 		}
 	}
-	return netip.Addr{}, fmt.Errorf("no route to %v: %w", dst, ErrNoDevice)
+	return netip.Addr{}, fmt.Errorf("no address of dst's IP version to reach %v from: %w", dst, ErrNoRoute)
 }
 
 // bind reserves ap for id; port 0 picks a free port above 32767, as the
@@ -139,13 +142,14 @@ func (c *CM) bind(id *ID, ap netip.AddrPort) (netip.AddrPort, error) {
 }
 
 // free reports whether no ID is bound to ap's port on ap's address or on
-// the unspecified address. Called under mu.
+// a wildcard or loopback one (anyAddr, which cma.c's cma_check_port takes
+// as every address). Called under mu.
 func (c *CM) free(ap netip.AddrPort) bool {
 	if _, used := c.ports[ap]; used {
 		return false
 	}
 	for bound := range c.ports {
-		if bound.Port() == ap.Port() && (bound.Addr().IsUnspecified() || ap.Addr().IsUnspecified()) {
+		if bound.Port() == ap.Port() && (anyAddr(bound.Addr()) || anyAddr(ap.Addr())) {
 			return false
 		}
 	}

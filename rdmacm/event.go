@@ -81,8 +81,16 @@ var (
 	ErrInvalidArgument = errors.New("rdmacm: invalid argument")
 	ErrAddrInUse       = errors.New("rdmacm: address in use")
 	ErrNoDevice        = errors.New("rdmacm: no device has the address")
-	ErrState           = errors.New("rdmacm: not allowed in the ID's state")
-	ErrNotSupported    = errors.New("rdmacm: not supported")
+	// ErrNoRoute is a destination the routing table has no route to:
+	// ResolveAddr fails at once, as the kernel's rdma_resolve_addr does
+	// with ENETUNREACH.
+	ErrNoRoute = errors.New("rdmacm: network is unreachable")
+	// ErrNotOnDevice is a route whose source address no device has (the
+	// route goes through an interface softnic does not serve): the
+	// kernel's EventAddrError with ENODEV.
+	ErrNotOnDevice  = errors.New("rdmacm: no device has the route's source address")
+	ErrState        = errors.New("rdmacm: not allowed in the ID's state")
+	ErrNotSupported = errors.New("rdmacm: not supported")
 )
 
 // EventChannel delivers the events of the IDs created on it, in order
@@ -122,6 +130,7 @@ func (ch *EventChannel) Get(ctx context.Context) (Event, error) {
 				ch.signal()
 			}
 			ch.mu.Unlock()
+			ev.taken()
 			return ev, nil
 		}
 		closed := ch.closed
@@ -179,5 +188,14 @@ func (ch *EventChannel) signal() {
 	select {
 	case ch.wake <- struct{}{}:
 	default:
+	}
+}
+
+// taken is the event's leaving its channel for the program: a connect
+// request leaves its listener's backlog then, as the kernel's ucma counts
+// the requests queued on the file and not yet read.
+func (ev *Event) taken() {
+	if ev.Type == EventConnectRequest && ev.Listen != nil {
+		ev.Listen.requestTaken()
 	}
 }

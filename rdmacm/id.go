@@ -9,6 +9,7 @@ import (
 
 	"github.com/softnic/softnic/ibtransport/cm"
 	"github.com/softnic/softnic/ibtransport/mad"
+	"github.com/softnic/softnic/roce"
 	"github.com/softnic/softnic/verbs"
 )
 
@@ -26,19 +27,23 @@ type ID struct {
 	gidIndex int
 	local    netip.AddrPort // bound (a port reserved in c.ports when valid)
 	peer     netip.AddrPort
-	qp       *verbs.QP
-	pd       *verbs.PD
-	conn     *cm.Conn // the IB CM connection once connecting or requested
-	listens  []*cm.Listener
-	listen   *ID       // for an ID made by a connect request: the listening ID
-	req      cm.Event  // the connect request, until Accept
-	ourPSN   uint32    // the PSN our receive queue expects
-	param    ConnParam // ours, from Connect or Accept
+	// peerGID is the GID the peer address resolved to: the peer's
+	// address as a GID, or for a loopback or wildcard destination the
+	// ID's own GID (as cma.c's cma_resolve_loopback sets the DGID).
+	peerGID verbs.GID
+	qp      *verbs.QP
+	pd      *verbs.PD
+	conn    *cm.Conn // the IB CM connection once connecting or requested
+	listens []*cm.Listener
+	listen  *ID       // for an ID made by a connect request: the listening ID
+	req     cm.Event  // the connect request, until Accept
+	ourPSN  uint32    // the PSN our receive queue expects
+	param   ConnParam // ours, from Connect or Accept
 	// path is the connection's, once the REQ (passive side) or the REP
 	// (active side) came: what InitQPAttr answers from.
 	path    *path
 	backlog int
-	pending int // connect requests not yet accepted or rejected (listening IDs)
+	pending int // connect requests queued on the channel, not yet taken (listening IDs)
 	// lentQP is set when the QP is the caller's (AttachQP): the ID lets
 	// go of it rather than destroying it.
 	lentQP bool
@@ -177,9 +182,19 @@ func (id *ID) PeerAddr() netip.AddrPort {
 	return id.peer
 }
 
+// anyAddr reports whether a is what cma.c's cma_any_addr calls any: the
+// unspecified address or a loopback one (127.0.0.0/8, ::1). Binding to
+// one attaches no device; resolving one reaches the ID's own device.
+func anyAddr(a netip.Addr) bool {
+	a = a.Unmap()
+	return a.IsUnspecified() || a.IsLoopback()
+}
+
 // Bind binds the ID to a local address and port (rdma_bind_addr); port 0
-// picks a free one. An unspecified address binds every device, for
-// Listen.
+// picks a free one. An unspecified or loopback address binds every
+// device, for Listen, and attaches none, as the kernel's rdma_bind_addr
+// (an ID bound to 127.0.0.1 listens on every device, as on 0.0.0.0, and
+// ResolveAddr gives it its device).
 func (id *ID) Bind(ap netip.AddrPort) error {
 	ap = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
 	if id.rem != nil {
@@ -187,7 +202,7 @@ func (id *ID) Bind(ap netip.AddrPort) error {
 	}
 	var dev *verbs.Device
 	var gi int
-	if !ap.Addr().IsUnspecified() {
+	if !anyAddr(ap.Addr()) {
 		var err error
 		if dev, gi, err = id.c.device(ap.Addr()); err != nil {
 			return fmt.Errorf("bind %v: %w", ap, err)
@@ -208,32 +223,80 @@ func (id *ID) Bind(ap netip.AddrPort) error {
 
 // ResolveAddr finds the device and local address that reach dst
 // (rdma_resolve_addr): src if valid, else the bound address, else the
-// route's. It returns at once; EventAddrResolved or EventAddrError follows
-// within timeout.
+// route's (dst itself when it is a device's own address). A loopback or
+// unspecified dst is the ID's own device (the first whose port is active,
+// if the ID has none yet), its address the loopback one, as cma.c's
+// cma_resolve_loopback. A destination with no route fails at once
+// (ErrNoRoute). Otherwise it returns at once, and EventAddrResolved or
+// EventAddrError follows within timeout: ErrTimedOut when the peer's link
+// address was not found in time (the kernel's ETIMEDOUT), ErrNotOnDevice
+// when the route leaves through an interface no device has.
 func (id *ID) ResolveAddr(src netip.Addr, dst netip.AddrPort, timeout time.Duration) error {
 	dst = netip.AddrPortFrom(dst.Addr().Unmap(), dst.Port())
 	if id.rem != nil {
 		return id.remoteResolveAddr(src, dst, timeout)
 	}
+	src = src.Unmap()
+	if !dst.IsValid() {
+		return fmt.Errorf("resolve address %v: %w", dst, ErrInvalidArgument)
+	}
 	id.mu.Lock()
-	defer id.mu.Unlock()
-	if id.state != stateIdle || !dst.IsValid() || dst.Addr().IsUnspecified() {
+	if id.state != stateIdle || (id.local.IsValid() && id.local.Addr().Is4() != dst.Addr().Is4()) {
+		id.mu.Unlock()
 		return fmt.Errorf("resolve address %v: %w", dst, ErrState)
 	}
-	if !src.IsValid() && id.local.IsValid() && !id.local.Addr().IsUnspecified() {
+	bound := id.local.IsValid() && !anyAddr(id.local.Addr())
+	if !src.IsValid() && bound {
 		src = id.local.Addr()
 	}
+	id.mu.Unlock()
+	loopback := anyAddr(dst.Addr())
+	if !src.IsValid() && !loopback {
+		if _, _, err := id.c.device(dst.Addr()); err == nil {
+			src = dst.Addr() // the kernel's route to a local address: itself
+		} else {
+			var err error
+			if src, err = id.c.route(dst.Addr()); err != nil {
+				return fmt.Errorf("resolve address %v: %w", dst, err)
+			}
+		}
+	}
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	if id.state != stateIdle {
+		return fmt.Errorf("resolve address %v: %w", dst, ErrState)
+	}
 	id.state, id.peer = stateAddrQuery, dst
-	go id.resolveAddr(src.Unmap(), dst.Addr(), timeout)
+	go id.resolveAddr(src, dst.Addr(), loopback, timeout)
 	return nil
 }
 
-// resolveAddr is ResolveAddr's work: the route, the device, the port, the
+// resolveAddr is ResolveAddr's work: the device, the port, the
 // neighbour.
-func (id *ID) resolveAddr(src, dst netip.Addr, timeout time.Duration) {
-	err := id.bindFor(src, dst)
-	if err == nil && id.c.cfg.Neighbor != nil {
-		err = id.c.cfg.Neighbor(id.dev, dst, timeout)
+func (id *ID) resolveAddr(src, dst netip.Addr, loopback bool, timeout time.Duration) {
+	var err error
+	if loopback && !src.IsValid() {
+		err = id.bindLoopback(dst)
+	} else {
+		err = id.bindFor(src)
+	}
+	own := false
+	if err == nil {
+		id.mu.Lock()
+		if loopback {
+			id.peerGID, err = id.dev.GID(id.gidIndex)
+		} else {
+			id.peerGID = roce.GIDFromAddr(dst)
+		}
+		dev := id.dev
+		id.mu.Unlock()
+		_, _, ownErr := id.c.device(dst)
+		own = loopback || ownErr == nil
+		if err == nil && !own && id.c.cfg.Neighbor != nil {
+			if nerr := id.c.cfg.Neighbor(dev, dst, timeout); nerr != nil {
+				err = fmt.Errorf("%w: %w", ErrTimedOut, nerr)
+			}
+		}
 	}
 	id.mu.Lock()
 	if id.state != stateAddrQuery { // destroyed meanwhile
@@ -255,35 +318,64 @@ func (id *ID) resolveAddr(src, dst netip.Addr, timeout time.Duration) {
 	id.post(ev)
 }
 
-// bindFor binds the ID, if it is not yet, to the local address that
-// reaches dst, on a free port.
-func (id *ID) bindFor(src, dst netip.Addr) error {
-	var err error
-	if !src.IsValid() {
-		if src, err = id.c.route(dst); err != nil {
-			return err
-		}
-	}
+// bindFor binds the ID, if it is not yet, to src, a device's address, on
+// a free port (its bound port if it has one).
+func (id *ID) bindFor(src netip.Addr) error {
 	dev, gi, err := id.c.device(src)
 	if err != nil {
-		return err
+		return fmt.Errorf("%w: %w", ErrNotOnDevice, err)
 	}
 	id.mu.Lock()
 	defer id.mu.Unlock()
-	if id.local.IsValid() && !id.local.Addr().IsUnspecified() {
+	if id.local.IsValid() && !anyAddr(id.local.Addr()) {
 		id.dev, id.gidIndex = dev, gi
 		return nil
 	}
-	port := id.local.Port()
+	return id.rebind(netip.AddrPortFrom(src, id.local.Port()), dev, gi)
+}
+
+// rebind binds the ID to ap on dev, leaving the port it holds if any.
+// Called under mu.
+func (id *ID) rebind(ap netip.AddrPort, dev *verbs.Device, gi int) error {
 	if id.local.IsValid() {
 		id.c.unbind(id, id.local)
 	}
-	bound, err := id.c.bind(id, netip.AddrPortFrom(src, port))
+	bound, err := id.c.bind(id, ap)
 	if err != nil {
+		id.local = netip.AddrPort{}
 		return err
 	}
 	id.local, id.dev, id.gidIndex = bound, dev, gi
 	return nil
+}
+
+// bindLoopback gives an ID without a device the one a loopback or
+// wildcard destination reaches, as cma.c's cma_bind_loopback: the first
+// device whose port is active, else the first, at GID index 0; its
+// local address is the loopback address of dst's family, on its port
+// (a new one if it has none).
+func (id *ID) bindLoopback(dst netip.Addr) error {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	if id.dev != nil {
+		return nil
+	}
+	devs := id.c.cfg.Devices
+	dev := devs[0]
+	for _, d := range devs {
+		if d.PortState() == verbs.PortActive {
+			dev = d
+			break
+		}
+	}
+	if len(dev.GIDTable()) == 0 {
+		return fmt.Errorf("%v: %w", dst, ErrNotOnDevice)
+	}
+	lo := netip.IPv6Loopback()
+	if dst.Is4() {
+		lo = netip.AddrFrom4([4]byte{127, 0, 0, 1})
+	}
+	return id.rebind(netip.AddrPortFrom(lo, id.local.Port()), dev, 0)
 }
 
 // ResolveRoute finds the path to the resolved address
@@ -377,9 +469,6 @@ func (id *ID) Destroy() error {
 	if id.state == stateDestroying {
 		id.mu.Unlock()
 		return fmt.Errorf("destroy ID: %w", ErrState)
-	}
-	if id.state == stateRequested {
-		defer id.listen.settled() // rejected by conn.Destroy below
 	}
 	id.state = stateDestroying
 	conn, listens, qp, local, lent := id.conn, id.listens, id.qp, id.local, id.lentQP

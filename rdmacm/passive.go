@@ -2,6 +2,7 @@ package rdmacm
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
@@ -17,9 +18,28 @@ import (
 // EventConnectRequest (onREQ); Accept moves its QP to RTS and replies with
 // a REP; the RTU makes it established.
 
+// MaxBacklog is the most connect requests a listener keeps queued and not
+// yet taken from its channel: the kernel's rdma_ucm max_backlog (its
+// net.rdma_ucm.max_backlog default). A backlog of 0 or more than this is
+// this, as the kernel's ucma makes of it.
+const MaxBacklog = 1024
+
+// cmaMRAServiceTimeout is the service timeout of the MRA that answers a
+// REQ once its connect request is queued for the program (cma.c's
+// CMA_CM_MRA_SETTING: 4.096 µs × 2^24, about 69 s): the active side waits
+// that long for the program to accept before it sends the REQ again.
+const cmaMRAServiceTimeout = 24
+
+// errBacklogFull is a REQ that finds its listener's backlog full.
+var errBacklogFull = errors.New("rdmacm: the listener's backlog is full")
+
 // Listen listens for connection requests on the bound port (rdma_listen);
 // an ID not yet bound is bound to every device on a free port. backlog
-// bounds the requests not yet accepted or rejected; more are rejected.
+// bounds the connect requests queued on the ID's channel and not yet
+// taken (Get, TryGet), as the kernel's ucma bounds those not yet read: a
+// REQ beyond it is dropped without an answer, so that the active side
+// sends it again later (the IB CM's retries), as the kernel's CM does
+// when the ucma has no room. 0, or more than MaxBacklog, is MaxBacklog.
 func (id *ID) Listen(backlog int) error {
 	if id.rem != nil {
 		return id.remoteListen(backlog)
@@ -50,7 +70,10 @@ func (id *ID) Listen(backlog int) error {
 		}
 		id.listens = append(id.listens, l)
 	}
-	id.state, id.backlog = stateListen, max(backlog, 1)
+	if backlog <= 0 || backlog > MaxBacklog {
+		backlog = MaxBacklog
+	}
+	id.state, id.backlog = stateListen, backlog
 	return nil
 }
 
@@ -65,7 +88,13 @@ func (id *ID) onREQ(dev *verbs.Device, ev cm.Event) {
 		return
 	}
 	child, err := id.newChild(dev, ev)
-	if err != nil {
+	switch {
+	case errors.Is(err, errBacklogFull):
+		// As the kernel's CM when the ucma has no room (ENOMEM): no
+		// answer, the active side's next retry is a new request.
+		ev.Conn.Drop()
+		return
+	case err != nil:
 		// As cma.c: a request the listener cannot take is a consumer
 		// reject.
 		ev.Conn.Reject(mad.RejectConsumer, nil)
@@ -76,6 +105,10 @@ func (id *ID) onREQ(dev *verbs.Device, ev cm.Event) {
 		PrivateData:        ev.PrivateData[mad.CMAHeaderLen:],
 		ResponderResources: ev.ResponderResources, InitiatorDepth: ev.InitiatorDepth,
 		RetryCount: ev.RetryCount, RNRRetryCount: ev.RNRRetryCount}})
+	// As cma.c once the request is queued: an MRA, so that the active side
+	// waits for the program rather than resend its REQ (an MRA after the
+	// program's answer is refused, and needs none).
+	ev.Conn.MRA(cmaMRAServiceTimeout, nil)
 }
 
 // newChild makes the ID of a connection request, if the listener takes it.
@@ -100,10 +133,10 @@ func (id *ID) newChild(dev *verbs.Device, ev cm.Event) (*ID, error) {
 		return nil, ErrState
 	case gi < 0:
 		return nil, fmt.Errorf("REQ to GID %v, not the device's: %w", ev.LocalGID, ErrNoDevice)
-	case !id.local.Addr().IsUnspecified() && id.local.Addr() != h.DstAddr().Unmap():
+	case !id.matches(h.DstAddr().Unmap()):
 		return nil, fmt.Errorf("REQ to %v, listening on %v: %w", h.DstAddr(), id.local, ErrInvalidArgument)
 	case id.pending >= id.backlog:
-		return nil, fmt.Errorf("backlog of %d full: %w", id.backlog, ErrInvalidArgument)
+		return nil, fmt.Errorf("%d connect requests queued: %w", id.pending, errBacklogFull)
 	}
 	id.pending++
 	child := &ID{c: id.c, ps: id.ps, state: stateRequested, dev: dev, gidIndex: gi,
@@ -118,9 +151,25 @@ func (id *ID) newChild(dev *verbs.Device, ev cm.Event) (*ID, error) {
 	return child, nil
 }
 
-// settled tells the listening ID that one of its requests was accepted,
-// rejected or dropped.
-func (id *ID) settled() {
+// matches reports whether a REQ to dst is for this listener, as cma.c's
+// cma_match_private_data: a listener bound to a wildcard or loopback
+// address takes every address, an IPv4 one only IPv4 (the kernel makes an
+// IPv4 bind AF_INET-only); another takes its own address. Called under
+// mu.
+func (id *ID) matches(dst netip.Addr) bool {
+	local := id.local.Addr()
+	switch {
+	case anyAddr(local) && local.Is4():
+		return dst.Is4()
+	case anyAddr(local):
+		return true
+	}
+	return local == dst
+}
+
+// requestTaken tells the listening ID that one of its connect requests
+// left its channel for the program.
+func (id *ID) requestTaken() {
 	id.mu.Lock()
 	if id.pending > 0 {
 		id.pending--
@@ -140,11 +189,8 @@ func (id *ID) Accept(p *ConnParam) error {
 		return fmt.Errorf("accept: %w", ErrState)
 	}
 	if id.isUD() {
-		listen, err := id.acceptUD(p)
+		err := id.acceptUD(p)
 		id.mu.Unlock()
-		if err == nil {
-			listen.settled()
-		}
 		return err
 	}
 	if len(p.PrivateData) > mad.REPPrivateDataLen {
@@ -162,7 +208,7 @@ func (id *ID) Accept(p *ConnParam) error {
 	}
 	rep := cm.REPParams{LocalQPN: id.localQPN(p), StartingPSN: id.ourPSN, ResponderResources: pa.responderResources,
 		InitiatorDepth: pa.initiatorDepth, RNRRetryCount: p.RNRRetryCount, PrivateData: p.PrivateData}
-	conn, listen := id.conn, id.listen
+	conn := id.conn
 	if err == nil {
 		id.state = stateAccepted
 	}
@@ -170,7 +216,6 @@ func (id *ID) Accept(p *ConnParam) error {
 	if err != nil {
 		return fmt.Errorf("accept: %w", err)
 	}
-	listen.settled()
 	// Data from the peer before its RTU means the RTU was lost: take the
 	// connection as up, as cma.c does on IB_EVENT_COMM_EST, rather than
 	// wait for the REP's retry to bring another RTU.
@@ -208,10 +253,9 @@ func (id *ID) Reject(privateData []byte) error {
 		id.mu.Unlock()
 		return fmt.Errorf("reject: %w", ErrState)
 	}
-	conn, listen := id.conn, id.listen
+	conn := id.conn
 	id.state, id.conn = stateIdle, nil
 	id.mu.Unlock()
-	listen.settled()
 	if id.isUD() {
 		return conn.SIDRReply(mad.SIDRRejected, 0, 0, privateData)
 	}

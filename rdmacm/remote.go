@@ -73,6 +73,10 @@ func errnoErr(e unix.Errno) error {
 		return ErrAddrInUse
 	case unix.EADDRNOTAVAIL:
 		return ErrNoDevice
+	case unix.ENODEV:
+		return ErrNotOnDevice
+	case unix.ENETUNREACH, unix.EHOSTUNREACH:
+		return ErrNoRoute
 	case unix.ECONNREFUSED:
 		return ErrRefused
 	case unix.ETIMEDOUT:

@@ -65,7 +65,7 @@ func (id *ID) remoteBind(ap netip.AddrPort) error {
 		return fmt.Errorf("bind %v: %w", ap, err)
 	}
 	id.setAddrs(a.Local, a.Peer)
-	if !ap.Addr().IsUnspecified() {
+	if !anyAddr(ap.Addr()) { // a wildcard or loopback bind attaches no device
 		id.mu.Lock()
 		id.dev = rc.dev
 		id.mu.Unlock()
@@ -75,9 +75,10 @@ func (id *ID) remoteBind(ap netip.AddrPort) error {
 
 // remoteResolveAddr asks the CM's Route, if it has one, for the source
 // the daemon is not told otherwise (the program's routing table is the
-// one that counts); the daemon's device finds its peers itself.
+// one that counts), but for a loopback or wildcard destination, which the
+// daemon resolves to its device; the daemon finds the peers.
 func (id *ID) remoteResolveAddr(src netip.Addr, dst netip.AddrPort, timeout time.Duration) error {
-	if local := id.LocalAddr(); !src.IsValid() && (!local.IsValid() || local.Addr().IsUnspecified()) && id.c.cfg.Route != nil {
+	if local := id.LocalAddr(); !src.IsValid() && (!local.IsValid() || anyAddr(local.Addr())) && !anyAddr(dst.Addr()) && id.c.cfg.Route != nil {
 		var err error
 		if src, err = id.c.cfg.Route(dst.Addr()); err != nil {
 			return fmt.Errorf("resolve address %v: %w", dst, err)

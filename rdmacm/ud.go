@@ -133,13 +133,13 @@ func (id *ID) onSIDRREQ(dev *verbs.Device, ev cm.Event) {
 
 // acceptUD answers the request with the ID's QP (rdma_accept on a UD ID).
 // id.mu is held.
-func (id *ID) acceptUD(p *ConnParam) (*ID, error) {
+func (id *ID) acceptUD(p *ConnParam) error {
 	if len(p.PrivateData) > mad.SIDRREPPrivateDataLen {
-		return nil, fmt.Errorf("accept: %d bytes of private data: %w", len(p.PrivateData), ErrInvalidArgument)
+		return fmt.Errorf("accept: %d bytes of private data: %w", len(p.PrivateData), ErrInvalidArgument)
 	}
 	if err := id.conn.SIDRReply(mad.SIDRValid, id.qp.QPN(), UDPQKey, p.PrivateData); err != nil {
-		return nil, fmt.Errorf("accept: %w", err)
+		return fmt.Errorf("accept: %w", err)
 	}
 	id.conn, id.state = nil, stateEstablished
-	return id.listen, nil
+	return nil
 }

@@ -247,6 +247,7 @@ func serveDevice(runDir, ifname string, cfg daemon.Config) (*served, error) {
 	}
 	s.closeDev = closeDev
 	cfg.Socket = base + ".sock"
+	cfg.CMRoute, cfg.CMNeighbor = kernelRouting(ifname)
 	if s.srv, err = daemon.Serve(dev, cfg); err != nil {
 		s.closeDev()
 		s.unlock()

@@ -29,7 +29,11 @@ type Conn struct {
 	sidrKnown   bool
 
 	// Timing, from the REQ (cm.c's timeout_ms, max_cm_retries, av.timeout).
-	timeout    time.Duration // one wait for an answer
+	timeout time.Duration // one wait for an answer
+	// wait is the pending message's wait: timeout, or longer once an MRA
+	// asked for more (cm.c changes the MAD's timeout, not the ID's, so
+	// a later DREQ waits timeout again).
+	wait       time.Duration
 	maxRetries uint8
 	pathTime   uint8 // exponent of the TIMEWAIT and of the MRA's extra wait
 
@@ -240,6 +244,22 @@ func (c *Conn) Destroy() {
 	})
 }
 
+// Drop forgets a connection whose REQ the consumer has no room for,
+// sending nothing, as cm.c does when the REQ's handler answers ENOMEM
+// (cm_destroy_id's "do not reject to allow future retries"): the peer's
+// next retransmission of the REQ is a new request. Only a REQ not yet
+// answered can be dropped (ErrState otherwise).
+func (c *Conn) Drop() error {
+	return c.do(func(m *Manager) error {
+		if c.state != StateREQRcvd {
+			return ErrState
+		}
+		c.destroyed = true
+		c.toIdle()
+		return nil
+	})
+}
+
 // do runs f with mu held, then sends what it queued.
 func (c *Conn) do(f func(m *Manager) error) error {
 	m := c.m
@@ -253,13 +273,14 @@ func (c *Conn) do(f func(m *Manager) error) error {
 	return err
 }
 
-// sendWithRetries sends msg and resends it each c.timeout until an answer
+// sendWithRetries sends msg and resends it each c.wait until an answer
 // stops the timer or c.maxRetries resends are spent.
 func (c *Conn) sendWithRetries(msg mad.MAD) {
 	c.pending = msg
 	c.retriesLeft = c.maxRetries
+	c.wait = c.timeout
 	c.m.queue(c.peer, msg)
-	c.arm(c.timeout, c.retry)
+	c.arm(c.wait, c.retry)
 }
 
 // retry is the timer of an unanswered REQ, REP or DREQ.
@@ -272,7 +293,7 @@ func (c *Conn) retry() {
 	c.retriesLeft--
 	m.counters.Retransmissions.Add(1)
 	m.queue(c.peer, c.pending)
-	c.arm(c.timeout, c.retry)
+	c.arm(c.wait, c.retry)
 }
 
 // expire ends the wait whose retries ran out, as cm.c's

@@ -85,8 +85,8 @@ func (m *Manager) receiveMRA(r mad.MRA) {
 		m.counters.WrongState.Add(1)
 		return
 	}
-	c.timeout = m.convert(r.ServiceTimeout()) + m.convert(c.pathTime)
-	c.arm(c.timeout, c.retry)
+	c.wait = m.convert(r.ServiceTimeout()) + m.convert(c.pathTime)
+	c.arm(c.wait, c.retry)
 	m.post(Event{Type: EventMRAReceived, Conn: c, ServiceTimeout: r.ServiceTimeout(),
 		PrivateData: copyData(r.PrivateData())})
 }

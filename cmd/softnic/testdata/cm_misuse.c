@@ -91,7 +91,10 @@ int main(int argc, char **argv)
 	expect("SRQ without attributes", rdma_create_srq(id, NULL, NULL), EINVAL);
 	struct ibv_pd *pd = ibv_alloc_pd(id->verbs);
 	struct ibv_srq_init_attr sa = {.attr = {.max_wr = 4, .max_sge = 1}};
-	if (!pd || rdma_create_srq(id, pd, &sa) || !id->srq || id->pd != pd) {
+	/* The ID bound to the device's address has the device's PD in id->pd
+	 * (rdma-core's ucma_get_device), which rdma_create_srq leaves. */
+	struct ibv_pd *device_pd = id->pd;
+	if (!pd || !device_pd || rdma_create_srq(id, pd, &sa) || !id->srq || id->pd != device_pd) {
 		printf("FAIL rdma_create_srq: %s\n", strerror(errno));
 		failed = 1;
 	} else
