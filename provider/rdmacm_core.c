@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "devmatch.h"
 #include "rdmacm.h"
 
 struct cm_lib cm_lib = {.lock = PTHREAD_MUTEX_INITIALIZER};
@@ -52,7 +53,7 @@ static struct ibv_context *open_device(void)
 	struct ibv_context *ctx = NULL;
 	errno = ENODEV;
 	for (int i = 0; i < n && !ctx; i++)
-		if (strncmp(ibv_get_device_name(list[i]), "softnic_", 8) == 0)
+		if (sn_devmatch(ibv_get_device_name(list[i]), list[i]->ibdev_path))
 			ctx = ibv_open_device(list[i]);
 	int err = errno;
 	ibv_free_device_list(list);
