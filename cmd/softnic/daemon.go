@@ -252,7 +252,7 @@ func serveDevice(runDir, ifname string, cfg daemon.Config) (*served, error) {
 		s.unlock()
 		return nil, err
 	}
-	if s.ibv, err = publishIBV(s.run, runDir, s.name, dev, cfg.Log); err != nil {
+	if s.ibv, err = publishIBV(s.run, runDir, s.name, ifname, dev, cfg.Log); err != nil {
 		cfg.Log.Warn("libibverbs programs cannot use the device", "device", s.name, "err", err)
 	}
 	return s, nil
