@@ -86,6 +86,8 @@ func ibvEnv(sysfs, runDir, provider string) []string {
 
 type execOptions struct {
 	runDir, provider, device string
+	// sysfs is --sysfs: how the program's /sys/class is made (execview.go).
+	sysfs string
 }
 
 func (o *execOptions) flags(fs *flag.FlagSet) {
@@ -138,6 +140,7 @@ func runExec(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	o.flags(fs)
 	fs.StringVar(&o.device, "d", "", "show the program only this device: its name or its interface's (default: every device serving this network namespace)")
+	fs.StringVar(&o.sysfs, "sysfs", sysfsAuto, "how the program sees the devices: `auto` (a private mount namespace whose /sys/class shows them, else SYSFS_PATH only, said on stderr), mount (the namespace or fail), env (SYSFS_PATH only)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: softnic exec [-d DEVICE] [--run-dir DIR] [--provider PATH] -- PROGRAM [ARGS...]")
 		fmt.Fprintln(stderr, "\nRuns an unmodified libibverbs program (ibv_devinfo, ibv_rc_pingpong, ib_write_bw, ...)")
@@ -155,6 +158,10 @@ func runExec(args []string, stdout, stderr io.Writer) int {
 		fs.Usage()
 		return 2
 	}
+	if o.sysfs != sysfsAuto && o.sysfs != sysfsMount && o.sysfs != sysfsEnv {
+		fmt.Fprintf(stderr, "softnic exec: --sysfs %q: auto, mount or env\n", o.sysfs)
+		return 2
+	}
 	fail := failer(stderr, "exec")
 	provider, err := findProvider(o.provider)
 	if err != nil {
@@ -166,6 +173,7 @@ func runExec(args []string, stdout, stderr io.Writer) int {
 		return fail("%s: %v", runDir, err)
 	}
 	var sysfs string
+	shown := devs
 	if o.device != "" {
 		d, err := resolveDevice(devs, o.device, false)
 		if errors.Is(err, errNotServed) {
@@ -179,6 +187,7 @@ func runExec(args []string, stdout, stderr io.Writer) int {
 			return fail("%v", err)
 		}
 		defer os.RemoveAll(sysfs)
+		shown = []servedDevice{d}
 	} else {
 		if !slices.ContainsFunc(devs, func(d servedDevice) bool { return d.here }) {
 			return fail("no daemon of %s serves this network namespace (devices there: %s)", runDir, deviceList(devs))
@@ -186,6 +195,7 @@ func runExec(args []string, stdout, stderr io.Writer) int {
 		if sysfs, err = namespaceView(runDir); err != nil {
 			return fail("%v", err)
 		}
+		shown = slices.DeleteFunc(slices.Clone(devs), func(d servedDevice) bool { return !d.here })
 	}
 	argv := fs.Args()
 	path, err := exec.LookPath(argv[0])
@@ -196,6 +206,17 @@ func runExec(args []string, stdout, stderr io.Writer) int {
 	sig := make(chan os.Signal, 2)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sig)
+	if o.sysfs != sysfsEnv {
+		status, ran, err := runInView(path, argv, env, viewLinks(runDir, shown), o.sysfs == sysfsMount, sig, stdout, stderr)
+		switch {
+		case ran:
+			return status
+		case err != nil && o.sysfs == sysfsMount:
+			return fail("%v", err)
+		case err != nil:
+			fmt.Fprintf(stderr, "softnic exec: %v\n", err)
+		}
+	}
 	cmd := exec.Command(path, argv[1:]...)
 	cmd.Args[0] = argv[0]
 	// If softnic is killed, the program goes too, rather than run on
