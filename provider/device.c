@@ -4,9 +4,10 @@
  *
  * libibverbs finds softnic devices in the sysfs-like tree `softnic daemon`
  * publishes (SYSFS_PATH), loads this library (RDMAV_DRIVERS), and calls
- * match_device for each; a device whose name starts with "softnic_" is
- * ours. Opening it connects to the daemon's control socket for that
- * device: one session per context.
+ * match_device for each; a device whose modalias is "softnic" (or whose
+ * name starts with "softnic_", devmatch.h) is ours, whatever its name.
+ * Opening it connects to the daemon's control socket for that device: one
+ * session per context.
  */
 #define _GNU_SOURCE
 #include <endian.h>
@@ -16,13 +17,12 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "devmatch.h"
 #include "provider.h"
-
-#define SN_NAME_PREFIX "softnic_"
 
 static bool sn_match_device(struct sn_sysfs_dev *sysfs_dev)
 {
-	return strncmp(sysfs_dev->ibdev_name, SN_NAME_PREFIX, strlen(SN_NAME_PREFIX)) == 0;
+	return sn_devmatch(sysfs_dev->ibdev_name, sysfs_dev->ibdev_path);
 }
 
 static struct sn_verbs_device *sn_alloc_device(struct sn_sysfs_dev *sysfs_dev)

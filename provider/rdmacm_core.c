@@ -13,6 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "devmatch.h"
 #include "rdmacm.h"
 
 struct cm_lib cm_lib = {.lock = PTHREAD_MUTEX_INITIALIZER};
@@ -107,7 +108,7 @@ static struct ibv_context *open_device(void)
 	struct ibv_context *ctx = NULL;
 	int err = ENODEV;
 	for (int i = 0; i < n && !ctx; i++) {
-		if (strncmp(ibv_get_device_name(list[i]), "softnic_", 8) != 0)
+		if (!sn_devmatch(ibv_get_device_name(list[i]), list[i]->ibdev_path))
 			continue;
 		if (!(ctx = ibv_open_device(list[i]))) {
 			err = errno;

@@ -33,7 +33,7 @@ func RunDir() string {
 func DeviceSocket(name string) string { return filepath.Join(RunDir(), name+".sock") }
 
 // OpenDevice opens the device named name (softnic_IFACE, as `softnic
-// daemon -d IFACE` names it) through the daemon that serves it
+// daemon -d IFACE` names it, or NAME, as -d IFACE:NAME does) through the daemon that serves it
 // (ibv_open_device on a device of ibv_get_device_list): Dial on its
 // control socket in RunDir. Without such a daemon the error is
 // ErrNoDevice; a program that wants the interface to itself opens it
@@ -57,7 +57,7 @@ func OpenDevice(name string) (*Device, error) {
 }
 
 // DeviceNames returns the names of the devices daemons serve, sorted: the
-// softnic_* control sockets in RunDir (ibv_get_device_list). A run
+// control sockets (NAME.sock) in RunDir (ibv_get_device_list). A run
 // directory that does not exist holds none.
 func DeviceNames() ([]string, error) { return DeviceNamesIn(RunDir()) }
 
@@ -73,7 +73,7 @@ func DeviceNamesIn(dir string) ([]string, error) {
 	var names []string
 	for _, e := range entries {
 		name, ok := strings.CutSuffix(e.Name(), ".sock")
-		if ok && strings.HasPrefix(name, "softnic_") && e.Type()&os.ModeSocket != 0 {
+		if ok && name != "" && e.Type()&os.ModeSocket != 0 {
 			names = append(names, name)
 		}
 	}

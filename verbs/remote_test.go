@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"runtime"
 	"testing"
@@ -68,6 +69,20 @@ func TestOpenDeviceByName(t *testing.T) {
 	unix.Close(fd)
 	_, err = verbs.OpenDevice("softnic_dead")
 	require.ErrorIs(t, err, verbs.ErrNoDevice)
+
+	// A device named by softnic daemon -d IFACE:NAME is listed and opened
+	// by its name; files beside the sockets are not devices.
+	srv2, err := daemon.Serve(engine, daemon.Config{Socket: verbs.DeviceSocket("rxe0"), Log: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	defer srv2.Close()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "rxe0.lock"), nil, 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "file.sock"), nil, 0o644))
+	names, err = verbs.DeviceNames()
+	require.NoError(t, err)
+	require.Equal(t, []string{"rxe0", "softnic_dead", "softnic_t0"}, names)
+	dev, err = verbs.OpenDevice("rxe0")
+	require.NoError(t, err)
+	require.NoError(t, dev.Close())
 }
 
 // When the daemon goes, a dialed device's blocked waits end with

@@ -36,6 +36,7 @@ func (l *listFlag) String() string     { return strings.Join(*l, ",") }
 func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
 
 type daemonOptions struct {
+	// ifaces are the -d arguments, IFACE or IFACE:NAME (parseServeSpecs).
 	ifaces   listFlag
 	runDir   string
 	group    string
@@ -68,7 +69,7 @@ func runDaemon(args []string, stdout, stderr io.Writer) int {
 	var o daemonOptions
 	fs := flag.NewFlagSet("daemon", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.Var(&o.ifaces, "d", "network interface `IFACE` to serve as device softnic_IFACE (required; repeat for several)")
+	fs.Var(&o.ifaces, "d", "network interface `IFACE[:NAME]` to serve as device NAME (default softnic_IFACE; required; repeat for several)")
 	fs.StringVar(&o.runDir, "run-dir", "/run/softnic", "directory of the control sockets (DEVICE.sock) and the daemon's state")
 	fs.StringVar(&o.group, "group", "", "group owning the control sockets (default: root's; with --mode 0660, only its members may use the devices)")
 	fs.StringVar(&o.mode, "mode", "0666", "permission bits of the control sockets (0666: every local user, as /dev/infiniband/uverbs* is)")
@@ -79,8 +80,11 @@ func runDaemon(args []string, stdout, stderr io.Writer) int {
 	congestion.define(fs, "")
 	capture.define(fs)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: softnic daemon -d IFACE [-d IFACE ...] [flags]")
-		fmt.Fprintln(stderr, "\nServes each interface as an RDMA device to local processes until SIGTERM or SIGINT.")
+		fmt.Fprintln(stderr, "usage: softnic daemon -d IFACE[:NAME] [-d IFACE[:NAME] ...] [flags]")
+		fmt.Fprintln(stderr, "\nServes each interface as an RDMA device to local processes until SIGTERM or SIGINT:")
+		fmt.Fprintln(stderr, "device softnic_IFACE, or NAME (rxe0, mlx5_0 or softnic0 alike: the same name on every host")
+		fmt.Fprintln(stderr, "lets programs that tell their peers a device name run between them; unique in the run")
+		fmt.Fprintln(stderr, "directory; letters, digits, '_', '-' and '.', up to 54).")
 		printFlags(stderr, fs)
 	}
 	if _, status, ok := parseArgs(fs, args, 2); !ok {
@@ -91,8 +95,9 @@ func runDaemon(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "softnic daemon: %v\n", err)
 		return 2
 	}
-	for _, ifname := range o.ifaces {
-		if err := checkInterface(ifname); err != nil {
+	specs, _ := parseServeSpecs(o.ifaces) // checked by config
+	for _, sp := range specs {
+		if err := checkInterface(sp.iface); err != nil {
 			fmt.Fprintf(stderr, "softnic daemon: %v\n", err)
 			return 1
 		}
@@ -123,6 +128,9 @@ func (o *daemonOptions) config(stderr io.Writer) (daemon.Config, error) {
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	if len(o.ifaces) == 0 {
 		return daemon.Config{}, errors.New("no interface: name one with -d IFACE")
+	}
+	if _, err := parseServeSpecs(o.ifaces); err != nil {
+		return daemon.Config{}, err
 	}
 	if o.metricsQPs < 0 {
 		return daemon.Config{}, fmt.Errorf("--metrics-qps %d: not a number of QPs", o.metricsQPs)
@@ -166,6 +174,10 @@ type served struct {
 // serveDevices serves every interface until ctx ends, then undoes
 // everything in reverse.
 func serveDevices(ctx context.Context, o daemonOptions, cfg daemon.Config) error {
+	specs, err := parseServeSpecs(o.ifaces)
+	if err != nil {
+		return err
+	}
 	run, err := openRunDir(o.runDir)
 	if err != nil {
 		return err
@@ -185,13 +197,13 @@ func serveDevices(ctx context.Context, o daemonOptions, cfg daemon.Config) error
 			all[i].stop()
 		}
 	}()
-	for _, ifname := range o.ifaces {
-		s, err := serveDevice(o.runDir, ifname, cfg)
+	for _, sp := range specs {
+		s, err := serveDevice(o.runDir, sp, cfg)
 		if err != nil {
 			return err
 		}
 		all = append(all, s)
-		cfg.Log.Info("serving", "device", s.name, "interface", ifname, "socket", s.srv.Socket())
+		cfg.Log.Info("serving", "device", s.name, "interface", sp.iface, "socket", s.srv.Socket())
 	}
 	if metricsLn != nil {
 		defer serveMetrics(metricsLn, all, o.metricsQPs, cfg.Log).stop()
@@ -229,8 +241,9 @@ func openRunDir(runDir string) (*securedir.Dir, error) {
 // socket, which daemon.Serve unlinks and binds by such a path (neither
 // follows a link at the name; its chown and chmod by path do, but only
 // root or the daemon's own user can put one there).
-func serveDevice(runDir, ifname string, cfg daemon.Config) (*served, error) {
-	s := &served{name: "softnic_" + ifname}
+func serveDevice(runDir string, sp serveSpec, cfg daemon.Config) (*served, error) {
+	s := &served{name: sp.name}
+	ifname := sp.iface
 	var err error
 	if s.run, err = openRunDir(runDir); err != nil {
 		return nil, err
@@ -253,7 +266,7 @@ func serveDevice(runDir, ifname string, cfg daemon.Config) (*served, error) {
 		s.unlock()
 		return nil, err
 	}
-	if s.ibv, err = publishIBV(s.run, runDir, s.name, dev, cfg.Log); err != nil {
+	if s.ibv, err = publishIBV(s.run, runDir, s.name, ifname, dev, cfg.Log); err != nil {
 		cfg.Log.Warn("libibverbs programs cannot use the device", "device", s.name, "err", err)
 	}
 	return s, nil

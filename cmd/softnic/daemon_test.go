@@ -59,7 +59,7 @@ func TestDaemonCommandLifecycle(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, fmt.Sprintf("%d\n", os.Getpid()), string(pid))
 
-	_, err = serveDevice(dir, "memA", cfg)
+	_, err = serveDevice(dir, serveSpec{iface: "memA", name: "softnic_memA"}, cfg)
 	require.ErrorContains(t, err, "another softnic daemon serves this device")
 
 	cancel()

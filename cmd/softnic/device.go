@@ -12,18 +12,20 @@ import (
 	"github.com/softnic/softnic/verbs"
 )
 
-// openDevice opens softnic on the interface named ifname: the AF_XDP link
-// with softnic's XDP program, and a verbs device whose GID table is the
-// interface's addresses (xdplink.GIDTable order), run by engines engines (0:
-// one per receive queue, up to the number of CPUs). Tests replace it to
-// run over an in-memory link.
+// openDevice opens softnic on the interface named ifname, or the device
+// of that name a daemon serves (softnic daemon -d IFACE:NAME): through the
+// daemon that serves it, else in this process, the AF_XDP link with
+// softnic's XDP program, and a verbs device whose GID table is the
+// interface's addresses (xdplink.GIDTable order), run by engines engines
+// (0: one per receive queue, up to the number of CPUs). Tests replace it
+// to run over an in-memory link.
 var openDevice = func(ifname string, engines int) (perftest.Device, func(), error) {
-	if err := checkInterface(ifname); err != nil {
-		return perftest.Device{}, nil, err
-	}
 	d, err := openThroughDaemon(ifname)
 	switch {
 	case errors.Is(err, verbs.ErrNoDevice):
+		if err := checkInterface(ifname); err != nil {
+			return perftest.Device{}, nil, err
+		}
 		dev, closer, err := openInterface(ifname, engines, xdplink.Config{KeepIRQs: keepIRQs})
 		if err != nil {
 			return dev, nil, explainOpen(ifname, err, false)
@@ -33,22 +35,40 @@ var openDevice = func(ifname string, engines int) (perftest.Device, func(), erro
 		return perftest.Device{}, nil, err
 	case capture.file != "":
 		d.Verbs.Close()
-		return perftest.Device{}, nil, errCaptureThroughDaemon(ifname)
+		return perftest.Device{}, nil, errCaptureThroughDaemon(d.Name)
 	}
 	return d, func() { d.Verbs.Close() }, nil
 }
 
-// openThroughDaemon opens the device a daemon serves on ifname
-// ($SOFTNIC_RUN_DIR/softnic_IFACE.sock, by default in /run/softnic): no
-// root needed, and other programs may use the interface at the same time.
-// The daemon resolves the peers' addresses itself. Without a daemon the
-// error is verbs.ErrNoDevice, and the tools open the interface themselves.
-func openThroughDaemon(ifname string) (perftest.Device, error) {
+// openThroughDaemon opens the device a daemon of $SOFTNIC_RUN_DIR (by
+// default /run/softnic) serves: the device named arg, or the one serving
+// interface arg in this network namespace (resolveDevice), else
+// softnic_ARG (a daemon that could not publish its tree). No root
+// needed, and other programs may use the interface at the same time. The
+// daemon resolves the peers' addresses itself. Without such a daemon the
+// error is verbs.ErrNoDevice, and the tools open the interface
+// themselves.
+func openThroughDaemon(arg string) (perftest.Device, error) {
+	name, ifname := defaultDeviceName(arg), arg
+	sd, err := lookupDevice(verbs.RunDir(), arg, false)
+	switch {
+	case err == nil:
+		name, ifname = sd.name, sd.iface
+	case errors.Is(err, errNotServed):
+	case checkInterface(arg) == nil:
+		// A device of that name elsewhere, and an interface of that
+		// name here that no daemon serves.
+	default:
+		return perftest.Device{}, err
+	}
+	if err := checkInterface(ifname); err != nil {
+		return perftest.Device{}, err
+	}
 	nd, err := xdplink.LookupNetdev(ifname)
 	if err != nil {
 		return perftest.Device{}, err
 	}
-	dev, err := verbs.OpenDevice("softnic_" + ifname)
+	dev, err := verbs.OpenDevice(name)
 	if err != nil {
 		return perftest.Device{}, err
 	}

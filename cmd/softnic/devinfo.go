@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -19,15 +20,16 @@ func init() {
 func runDevinfo(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("devinfo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	ifname := fs.String("d", "", "network interface (required)")
+	ifname := fs.String("d", "", "network interface, or the name of the device a daemon serves on one (required)")
 	fs.StringVar(ifname, "ib-dev", "", "same as -d")
 	verbose := fs.Bool("v", false, "print all attributes, as ibv_devinfo -v does")
 	fs.BoolVar(verbose, "verbose", false, "same as -v")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: softnic devinfo -d IFACE [-v]")
+		fmt.Fprintln(stderr, "usage: softnic devinfo -d IFACE|DEVICE [-v]")
 		fmt.Fprintln(stderr, "\nPrints the attributes of the RoCEv2 device softnic runs on IFACE in the layout of")
-		fmt.Fprintln(stderr, "ibv_devinfo: node GUID from the MAC, port state, MTUs and the GID table. It only")
-		fmt.Fprintln(stderr, "reads the interface: nothing is attached.\n\nflags:")
+		fmt.Fprintln(stderr, "ibv_devinfo: node GUID from the MAC, port state, MTUs and the GID table, under the")
+		fmt.Fprintln(stderr, "name the daemon serving IFACE gives it (softnic_IFACE if none does). It only reads the")
+		fmt.Fprintln(stderr, "interface: nothing is attached.\n\nflags:")
 		printFlags(stderr, fs)
 	}
 	if err := fs.Parse(args); err != nil {
@@ -37,16 +39,25 @@ func runDevinfo(args []string, stdout, stderr io.Writer) int {
 		fs.Usage()
 		return 2
 	}
-	if err := checkInterface(*ifname); err != nil {
+	name, iface := defaultDeviceName(*ifname), *ifname
+	d, err := lookupDevice(verbs.RunDir(), *ifname, false)
+	switch {
+	case err == nil:
+		name, iface = d.name, d.iface
+	case !errors.Is(err, errNotServed) && checkInterface(*ifname) != nil:
 		fmt.Fprintf(stderr, "softnic devinfo: %v\n", err)
 		return 1
 	}
-	nd, err := xdplink.LookupNetdev(*ifname)
+	if err := checkInterface(iface); err != nil {
+		fmt.Fprintf(stderr, "softnic devinfo: %v\n", err)
+		return 1
+	}
+	nd, err := xdplink.LookupNetdev(iface)
 	if err != nil {
 		fmt.Fprintf(stderr, "softnic devinfo: %v\n", err)
 		return 1
 	}
-	io.WriteString(stdout, formatDevinfo(nd, *verbose))
+	io.WriteString(stdout, formatDevinfo(nd, name, *verbose))
 	return 0
 }
 
@@ -64,15 +75,15 @@ func nodeGUID(mac [6]byte) string {
 	return fmt.Sprintf("%02x%02x:%02xff:fe%02x:%02x%02x", mac[0]^0x02, mac[1], mac[2], mac[3], mac[4], mac[5])
 }
 
-// formatDevinfo lays out nd as ibv_devinfo (rdma-core 44) prints an rxe
-// device, with softnic's own limits.
-func formatDevinfo(nd *xdplink.Netdev, verbose bool) string {
+// formatDevinfo lays out nd, as device name, as ibv_devinfo (rdma-core
+// 44) prints an rxe device, with softnic's own limits.
+func formatDevinfo(nd *xdplink.Netdev, name string, verbose bool) string {
 	var b strings.Builder
 	kv := func(indent, key string, tabs int, format string, a ...any) {
 		fmt.Fprintf(&b, "%s%s:%s%s\n", indent, key, strings.Repeat("\t", tabs), fmt.Sprintf(format, a...))
 	}
 	guid := nodeGUID(nd.MAC)
-	fmt.Fprintf(&b, "hca_id:\tsoftnic_%s\n", nd.Name)
+	fmt.Fprintf(&b, "hca_id:\t%s\n", name)
 	kv("\t", "transport", 3, "InfiniBand (0)")
 	kv("\t", "fw_ver", 4, "0.0.0")
 	kv("\t", "node_guid", 3, "%s", guid)

@@ -16,7 +16,8 @@ func TestDevinfoLayout(t *testing.T) {
 	mac := [6]byte{0x52, 0x54, 0x0a, 0x42, 0x00, 0x0b}
 	nd := &xdplink.Netdev{Name: "eth0", MTU: 1500, MAC: mac, Up: true,
 		GIDs: []netip.Addr{roce.DefaultGID(mac), netip.MustParseAddr("10.66.0.11")}}
-	out := formatDevinfo(nd, true)
+	out := formatDevinfo(nd, "softnic_eth0", true)
+	assert.Contains(t, out, "hca_id:\tsoftnic_eth0\n")
 	// The lines an rdma_rxe device on the same MAC and address prints
 	// (ibv_devinfo -v from rdma-core 44 in the interop guest).
 	for _, line := range []string{
@@ -31,7 +32,8 @@ func TestDevinfoLayout(t *testing.T) {
 		assert.Contains(t, out, line)
 	}
 	nd.MTU, nd.Up = 9000, false
-	out = formatDevinfo(nd, false)
+	out = formatDevinfo(nd, "rxe0", false)
+	assert.Contains(t, out, "hca_id:\trxe0\n")
 	assert.Contains(t, out, "active_mtu:\t\t4096 (5)")
 	assert.Contains(t, out, "PORT_DOWN (1)")
 	assert.NotContains(t, out, "GID[")

@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"maps"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -87,6 +86,8 @@ func ibvEnv(sysfs, runDir, provider string) []string {
 
 type execOptions struct {
 	runDir, provider, device string
+	// sysfs is --sysfs: how the program's /sys/class is made (execview.go).
+	sysfs string
 }
 
 func (o *execOptions) flags(fs *flag.FlagSet) {
@@ -101,8 +102,8 @@ func runEnv(args []string, stdout, stderr io.Writer) int {
 	o.flags(fs)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: softnic env [--run-dir DIR] [--provider PATH]")
-		fmt.Fprintln(stderr, "\nPrints shell export lines that let libibverbs programs use every device the")
-		fmt.Fprintln(stderr, "daemons of the run directory serve:  eval \"$(softnic env)\"\n\nflags:")
+		fmt.Fprintln(stderr, "\nPrints shell export lines that let libibverbs programs use the devices the daemons")
+		fmt.Fprintln(stderr, "of the run directory serve in this network namespace:  eval \"$(softnic env)\"\n\nflags:")
 		fs.PrintDefaults()
 	}
 	if pos, status, ok := parseArgs(fs, args, 2); !ok || len(pos) != 0 {
@@ -118,7 +119,15 @@ func runEnv(args []string, stdout, stderr io.Writer) int {
 		return fail("%v", err)
 	}
 	runDir, _ := filepath.Abs(o.runDir)
-	for _, kv := range ibvEnv(filepath.Join(runDir, sysfsDir), runDir, provider) {
+	view, err := namespaceView(runDir)
+	if err != nil {
+		return fail("%v", err)
+	}
+	if _, err := os.Stat(view); err != nil {
+		fmt.Fprintf(stderr, "softnic env: no daemon of %s serves this network namespace yet (devices there: %s)\n",
+			runDir, deviceListIn(runDir))
+	}
+	for _, kv := range ibvEnv(view, runDir, provider) {
 		k, v, _ := strings.Cut(kv, "=")
 		fmt.Fprintf(stdout, "export %s='%s'\n", k, strings.ReplaceAll(v, "'", `'\''`))
 	}
@@ -130,11 +139,13 @@ func runExec(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("exec", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	o.flags(fs)
-	fs.StringVar(&o.device, "d", "", "show the program only this device (softnic_IFACE or IFACE); default: every device of the run directory")
+	fs.StringVar(&o.device, "d", "", "show the program only this device: its name or its interface's (default: every device serving this network namespace)")
+	fs.StringVar(&o.sysfs, "sysfs", sysfsAuto, "how the program sees the devices: `auto` (a private mount namespace whose /sys/class shows them, else SYSFS_PATH only, said on stderr), mount (the namespace or fail), env (SYSFS_PATH only)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: softnic exec [-d DEVICE] [--run-dir DIR] [--provider PATH] -- PROGRAM [ARGS...]")
 		fmt.Fprintln(stderr, "\nRuns an unmodified libibverbs program (ibv_devinfo, ibv_rc_pingpong, ib_write_bw, ...)")
-		fmt.Fprintln(stderr, "on the devices softnic daemons serve, as any user, and exits with its status.\n\nflags:")
+		fmt.Fprintln(stderr, "on the devices softnic daemons serve in this network namespace, as any user, and exits")
+		fmt.Fprintln(stderr, "with its status.\n\nflags:")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -147,40 +158,86 @@ func runExec(args []string, stdout, stderr io.Writer) int {
 		fs.Usage()
 		return 2
 	}
+	if o.sysfs != sysfsAuto && o.sysfs != sysfsMount && o.sysfs != sysfsEnv {
+		fmt.Fprintf(stderr, "softnic exec: --sysfs %q: auto, mount or env\n", o.sysfs)
+		return 2
+	}
 	fail := failer(stderr, "exec")
 	provider, err := findProvider(o.provider)
 	if err != nil {
 		return fail("%v", err)
 	}
 	runDir, _ := filepath.Abs(o.runDir)
-	sysfs := filepath.Join(runDir, sysfsDir)
+	devs, err := servedDevices(runDir)
+	if err != nil {
+		return fail("%s: %v", runDir, err)
+	}
+	var sysfs string
+	shown := devs
 	if o.device != "" {
-		view, err := deviceView(runDir, o.device)
+		d, err := resolveDevice(devs, o.device, false)
+		if errors.Is(err, errNotServed) {
+			return fail("no device %s in %s, nor one serving an interface %s here (there: %s)", o.device, runDir,
+				o.device, deviceList(devs))
+		}
 		if err != nil {
 			return fail("%v", err)
 		}
-		defer os.RemoveAll(view)
-		sysfs = view
-	} else if _, err := publishedDevices(runDir); err != nil {
-		return fail("%s: %v", runDir, err)
+		if sysfs, err = deviceView(runDir, d); err != nil {
+			return fail("%v", err)
+		}
+		defer os.RemoveAll(sysfs)
+		shown = []servedDevice{d}
+	} else {
+		if !slices.ContainsFunc(devs, func(d servedDevice) bool { return d.here }) {
+			return fail("no daemon of %s serves this network namespace (devices there: %s)", runDir, deviceList(devs))
+		}
+		if sysfs, err = namespaceView(runDir); err != nil {
+			return fail("%v", err)
+		}
+		shown = slices.DeleteFunc(slices.Clone(devs), func(d servedDevice) bool { return !d.here })
 	}
-	return runChild(fs.Args(), append(os.Environ(), ibvEnv(sysfs, runDir, provider)...), stdout, stderr, fail)
-}
-
-// runChild runs the program with env, passing it SIGINT and SIGTERM, and
-// returns its exit status (128 + the signal that killed it).
-func runChild(argv, env []string, stdout, stderr io.Writer, fail func(string, ...any) int) int {
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Env, cmd.Stdin, cmd.Stdout, cmd.Stderr = env, os.Stdin, stdout, stderr
-	// If softnic is killed, the program goes too, rather than run on
-	// without its parent (and the -d view it reads).
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	argv := fs.Args()
+	path, err := exec.LookPath(argv[0])
+	if err != nil {
+		return fail("%v", err)
+	}
+	env := append(os.Environ(), ibvEnv(sysfs, runDir, provider)...)
 	sig := make(chan os.Signal, 2)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sig)
+	if o.sysfs != sysfsEnv {
+		status, ran, err := runInView(path, argv, env, viewLinks(runDir, shown), o.sysfs == sysfsMount, sig, stdout, stderr)
+		switch {
+		case ran:
+			return status
+		case err != nil && o.sysfs == sysfsMount:
+			return fail("%v", err)
+		case err != nil:
+			fmt.Fprintf(stderr, "softnic exec: %v\n", err)
+		}
+	}
+	cmd := exec.Command(path, argv[1:]...)
+	cmd.Args[0] = argv[0]
+	// If softnic is killed, the program goes too, rather than run on
+	// without its parent (and the -d view it reads).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	return runChild(cmd, env, sig, stdout, stderr, fail)
+}
+
+// runChild runs cmd with env, passing it the signals sig receives, and
+// returns its exit status (128 + the signal that killed it).
+func runChild(cmd *exec.Cmd, env []string, sig chan os.Signal, stdout, stderr io.Writer, fail func(string, ...any) int) int {
+	cmd.Env, cmd.Stdin, cmd.Stdout, cmd.Stderr = env, os.Stdin, stdout, stderr
 	if err := cmd.Start(); err != nil {
 		return fail("%v", err)
 	}
+	return waitChild(cmd, sig, fail)
+}
+
+// waitChild waits for a started cmd, passing it the signals sig receives,
+// and returns its exit status (128 + the signal that killed it).
+func waitChild(cmd *exec.Cmd, sig chan os.Signal, fail func(string, ...any) int) int {
 	done := make(chan struct{})
 	go func() {
 		for {
@@ -207,22 +264,27 @@ func runChild(argv, env []string, stdout, stderr io.Writer, fail func(string, ..
 	return 0
 }
 
-// deviceView makes a private tree that shows only one device: links to
-// its entries in the run directory's tree, in a temporary directory the
-// caller removes.
-func deviceView(runDir, device string) (string, error) {
-	if !strings.HasPrefix(device, "softnic_") {
-		device = "softnic_" + device
-	}
-	devs, err := publishedDevices(runDir)
+// namespaceView is the tree of the devices whose daemons serve this
+// network namespace (ibvtree.go's view, RUNDIR/netns/INODE).
+func namespaceView(runDir string) (string, error) {
+	ns, err := netnsInode()
 	if err != nil {
-		return "", fmt.Errorf("%s: %w", runDir, err)
+		return "", err
 	}
-	cdev, ok := devs[device]
-	if !ok {
-		names := slices.Sorted(maps.Keys(devs))
-		return "", fmt.Errorf("no device %s in %s (there: %s)", device, runDir, strings.Join(names, ", "))
-	}
+	return filepath.Join(runDir, viewDir(ns)), nil
+}
+
+// deviceListIn is deviceList of runDir's devices.
+func deviceListIn(runDir string) string {
+	devs, _ := servedDevices(runDir)
+	return deviceList(devs)
+}
+
+// deviceView makes a private tree that shows only device d: links to its
+// entries in the run directory's tree, in a temporary directory the
+// caller removes.
+func deviceView(runDir string, d servedDevice) (string, error) {
+	device, cdev := d.name, d.cdev
 	view, err := os.MkdirTemp("", "softnic-exec-")
 	if err != nil {
 		return "", err

@@ -12,8 +12,11 @@ import (
 	"path"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/softnic/softnic/internal/securedir"
 	"github.com/softnic/softnic/verbs"
@@ -23,9 +26,15 @@ import (
 // provider/): with no kernel RDMA, libibverbs lists the devices it finds in
 // $SYSFS_PATH/class/infiniband_verbs and opens /dev/infiniband/<cdev>,
 // which must be a character device. The daemon writes a sysfs-like tree
-// under RUNDIR/sysfs with what libibverbs reads there, and links
-// /dev/infiniband/<device> to /dev/null; `softnic exec` points SYSFS_PATH
-// at the tree (docs/HOST-INTERFACE.md, "libibverbs programs"). Both are
+// under RUNDIR/sysfs with what libibverbs reads there, and what programs
+// read from /sys/class/infiniband themselves (UCX's GID types and netdevs,
+// NCCL's device path, rdma-core's tests' device/net), and links
+// /dev/infiniband/<device> to /dev/null. Each device also has a link in
+// the view of its daemon's network namespace, RUNDIR/netns/INODE (INODE:
+// /proc/self/ns/net's), a tree that shows the devices of that namespace
+// only, as the kernel shows a netns its own devices (rdma netns mode
+// exclusive); `softnic exec` and `softnic env` point SYSFS_PATH at the
+// caller's (docs/HOST-INTERFACE.md, "libibverbs programs"). All is
 // written relative to checked directories (package securedir): the run
 // directory, and /dev/infiniband, which must be root's and writable by
 // nobody else; no link at any name the daemon writes is followed.
@@ -41,6 +50,13 @@ const (
 	providerABI = "1"
 	// nullRdev is /dev/null's device number, which the device file has.
 	nullRdev = "1:3"
+	// netnsDir holds the per-network-namespace views, under the run
+	// directory.
+	netnsDir = "netns"
+	// softnicModalias is the modalias of a softnic device
+	// (class/infiniband/NAME/device/modalias), by which the provider
+	// knows its devices whatever their names.
+	softnicModalias = "softnic"
 )
 
 // ibvTree is one device's entries in the tree and its device file.
@@ -53,7 +69,12 @@ type ibvTree struct {
 	// /dev/infiniband is the host's and daemons with other run
 	// directories may serve interfaces of the same name in other network
 	// namespaces (the tests' veth0).
-	cdev     string
+	cdev string
+	// iface is the interface the device serves; netns the inode of its
+	// daemon's network namespace, which names the view the device is
+	// linked in.
+	iface    string
+	netns    string
 	log      *slog.Logger
 	gids     []netip.Addr
 	madeCdev bool
@@ -63,15 +84,24 @@ type ibvTree struct {
 
 // publishIBV writes the device's entries under runDir and its device file,
 // and keeps the GID files current until the returned tree is removed.
-// runDir is the run directory as given, which names the device file.
-func publishIBV(run *securedir.Dir, runDir, name string, dev *verbs.Device, log *slog.Logger) (*ibvTree, error) {
-	t := &ibvTree{run: run, name: name, log: log, cdev: cdevName(runDir, name)}
+// runDir is the run directory as given, which names the device file;
+// iface is the interface the device serves.
+func publishIBV(run *securedir.Dir, runDir, name, iface string, dev *verbs.Device, log *slog.Logger) (*ibvTree, error) {
+	ns, err := netnsInode()
+	if err != nil {
+		return nil, err
+	}
+	t := &ibvTree{run: run, name: name, iface: iface, netns: ns, log: log, cdev: cdevName(runDir, name)}
 	t.removeEntries() // what a killed daemon left
 	if err := t.write(dev); err != nil {
 		t.removeEntries()
 		return nil, err
 	}
 	if err := t.linkCdev(); err != nil {
+		t.removeEntries()
+		return nil, err
+	}
+	if err := t.linkView(); err != nil {
 		t.removeEntries()
 		return nil, err
 	}
@@ -86,6 +116,22 @@ func publishIBV(run *securedir.Dir, runDir, name string, dev *verbs.Device, log 
 func (t *ibvTree) verbsDir() string { return path.Join(sysfsDir, "class", "infiniband_verbs") }
 func (t *ibvTree) devDir() string   { return path.Join(sysfsDir, "class", "infiniband", t.name) }
 
+// netnsInode returns the inode number of this process's network
+// namespace, in decimal: what names a namespace while it lives (all
+// namespaces are inodes of the one nsfs; `ip netns identify` compares them
+// too).
+func netnsInode() (string, error) {
+	var st unix.Stat_t
+	if err := unix.Stat("/proc/self/ns/net", &st); err != nil {
+		return "", fmt.Errorf("network namespace: %w", err)
+	}
+	return strconv.FormatUint(st.Ino, 10), nil
+}
+
+// viewDir is the view of network namespace ns, relative to the run
+// directory.
+func viewDir(ns string) string { return path.Join(netnsDir, ns) }
+
 // cdevName is the device file's name for device name served from runDir.
 func cdevName(runDir, name string) string {
 	h := fnv.New32a()
@@ -95,9 +141,12 @@ func cdevName(runDir, name string) string {
 
 // write creates the device's files: class/infiniband_verbs/NAME (ibdev,
 // dev, abi_version) and class/infiniband/NAME (node type and GUID, port
-// 1's P_Key and GID tables).
+// 1's P_Key and GID tables; device/: the modalias, the CPUs near the
+// interface, and net/IFACE, a link to the interface's /sys/class/net
+// entry, as a NIC's device/net holds its netdevs).
 func (t *ibvTree) write(dev *verbs.Device) error {
 	guid := fmtGUID(dev.NodeGUID())
+	cpus, node := interfaceLocality(t.iface)
 	files := map[string]string{
 		path.Join(t.verbsDir(), "abi_version"):            kernelABI,
 		path.Join(t.verbsDir(), t.cdev, "ibdev"):          t.name,
@@ -109,13 +158,80 @@ func (t *ibvTree) write(dev *verbs.Device) error {
 		path.Join(t.devDir(), "fw_ver"):                   "0.0.0",
 		path.Join(t.devDir(), "ports", "1", "pkeys", "0"): "0xffff",
 		path.Join(t.devDir(), "ports", "1", "link_layer"): "Ethernet",
+		path.Join(t.devDir(), "device", "modalias"):       softnicModalias,
+		path.Join(t.devDir(), "device", "local_cpus"):     cpus,
+		path.Join(t.devDir(), "device", "numa_node"):      node,
 	}
 	for rel, text := range files {
 		if err := t.writeFile(rel, text); err != nil {
 			return err
 		}
 	}
+	if err := t.symlink(path.Join("/sys/class/net", t.iface), path.Join(t.devDir(), "device", "net", t.iface)); err != nil {
+		return err
+	}
 	return t.writeGIDs(dev)
+}
+
+// interfaceLocality returns the local_cpus and numa_node of the device
+// under interface iface (/sys/class/net/IFACE/device), or, for a virtual
+// interface (a veth has no device), every online CPU and node -1, as the
+// kernel says of a device on no NUMA node.
+func interfaceLocality(iface string) (cpus, node string) {
+	dev := filepath.Join("/sys/class/net", iface, "device")
+	c, cerr := os.ReadFile(filepath.Join(dev, "local_cpus"))
+	n, nerr := os.ReadFile(filepath.Join(dev, "numa_node"))
+	if cerr == nil && nerr == nil {
+		return strings.TrimSpace(string(c)), strings.TrimSpace(string(n))
+	}
+	online, _ := os.ReadFile("/sys/devices/system/cpu/online")
+	possible, _ := os.ReadFile("/sys/devices/system/cpu/possible")
+	return cpuMask(parseCPUList(string(online)), len(parseCPUList(string(possible)))), "-1"
+}
+
+// parseCPUList reads a CPU list such as "0-3,8" into a set of CPUs as a
+// slice of flags, long enough for the highest one.
+func parseCPUList(list string) []bool {
+	var cpus []bool
+	for _, part := range strings.Split(strings.TrimSpace(list), ",") {
+		lo, hi, isRange := strings.Cut(part, "-")
+		a, err := strconv.Atoi(lo)
+		if err != nil || a < 0 {
+			continue
+		}
+		b := a
+		if isRange {
+			if b, err = strconv.Atoi(hi); err != nil || b < a {
+				continue
+			}
+		}
+		for len(cpus) <= b {
+			cpus = append(cpus, false)
+		}
+		for i := a; i <= b; i++ {
+			cpus[i] = true
+		}
+	}
+	return cpus
+}
+
+// cpuMask formats the CPUs set in cpus as the kernel prints a cpumask of
+// nbits bits (local_cpus): hex, a comma between 32-bit words, the first
+// word as wide as its bits need.
+func cpuMask(cpus []bool, nbits int) string {
+	nbits = max(nbits, len(cpus), 1)
+	var words []string
+	for k := (nbits - 1) / 32; k >= 0; k-- {
+		lo, hi := 32*k, min(32*k+32, nbits)
+		var w uint32
+		for i := lo; i < hi; i++ {
+			if i < len(cpus) && cpus[i] {
+				w |= 1 << (i - lo)
+			}
+		}
+		words = append(words, fmt.Sprintf("%0*x", (hi-lo+3)/4, w))
+	}
+	return strings.Join(words, ",")
 }
 
 // writeGIDs writes port 1's GID table as libibverbs parses it, each file
@@ -136,10 +252,14 @@ func (t *ibvTree) writeGIDs(dev *verbs.Device) error {
 		if err := t.writeFile(path.Join(port, "gid_attrs", "types", fmt.Sprint(i)), "RoCE v2"); err != nil {
 			return err
 		}
+		if err := t.writeFile(path.Join(port, "gid_attrs", "ndevs", fmt.Sprint(i)), t.iface); err != nil {
+			return err
+		}
 	}
 	for i := len(gids); i < len(t.gids); i++ {
 		t.removeAll(path.Join(port, "gids", fmt.Sprint(i)))
 		t.removeAll(path.Join(port, "gid_attrs", "types", fmt.Sprint(i)))
+		t.removeAll(path.Join(port, "gid_attrs", "ndevs", fmt.Sprint(i)))
 	}
 	t.gids = gids
 	return nil
@@ -178,6 +298,78 @@ func (t *ibvTree) linkCdev() error {
 	return nil
 }
 
+// linkView links the device's entries into the view of its network
+// namespace: RUNDIR/netns/INODE/class/infiniband/NAME and
+// class/infiniband_verbs/CDEV, relative links to the tree's, and
+// class/infiniband_verbs/abi_version.
+func (t *ibvTree) linkView() error {
+	class := path.Join(viewDir(t.netns), "class")
+	up := "../../../../" + sysfsDir + "/class/"
+	links := [][2]string{
+		{up + "infiniband/" + t.name, path.Join(class, "infiniband", t.name)},
+		{up + "infiniband_verbs/" + t.cdev, path.Join(class, "infiniband_verbs", t.cdev)},
+		{up + "infiniband_verbs/abi_version", path.Join(class, "infiniband_verbs", "abi_version")},
+	}
+	for _, l := range links {
+		if err := t.symlink(l[0], l[1]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// unlinkViews removes the device's links from the view of every
+// namespace (a killed daemon's may be in another's than this one's), and
+// what is left of a view once no device is in it.
+func (t *ibvTree) unlinkViews() {
+	dir, err := t.run.OpenDir(netnsDir)
+	if err != nil {
+		return
+	}
+	views, _ := dir.Names()
+	dir.Close()
+	for _, ns := range views {
+		class := path.Join(viewDir(ns), "class")
+		t.removeLink(path.Join(class, "infiniband", t.name))
+		t.removeLink(path.Join(class, "infiniband_verbs", t.cdev))
+		t.removeLonelyABI(path.Join(class, "infiniband_verbs"))
+		t.removeEmpty(path.Join(class, "infiniband_verbs"), path.Join(class, "infiniband"), class, viewDir(ns))
+	}
+	t.removeEmpty(netnsDir)
+}
+
+// removeLink removes the link rel, only if it is one.
+func (t *ibvTree) removeLink(rel string) {
+	if dir, err := t.run.OpenDir(path.Dir(rel)); err == nil {
+		if _, err := dir.Readlink(path.Base(rel)); err == nil {
+			dir.Remove(path.Base(rel))
+		}
+		dir.Close()
+	}
+}
+
+// removeLonelyABI removes the abi_version of class/infiniband_verbs
+// directory rel once no device is left beside it.
+func (t *ibvTree) removeLonelyABI(rel string) {
+	if dir, err := t.run.OpenDir(rel); err == nil {
+		if names, err := dir.Names(); err == nil && len(names) == 1 && names[0] == "abi_version" {
+			dir.Remove("abi_version")
+		}
+		dir.Close()
+	}
+}
+
+// removeEmpty removes each of the directories rels (relative to the run
+// directory), in order, if it is empty.
+func (t *ibvTree) removeEmpty(rels ...string) {
+	for _, d := range rels {
+		if dir, err := t.run.OpenDir(d); err == nil {
+			dir.RemoveIfEmpty() // only if empty
+			dir.Close()
+		}
+	}
+}
+
 // remove takes the device's entries and device file away, and the tree's
 // shared files and directories once no other device is in it.
 func (t *ibvTree) remove() {
@@ -194,20 +386,11 @@ func (t *ibvTree) removeEntries() {
 		dir.RemoveIfEmpty()
 		dir.Close()
 	}
+	t.unlinkViews()
 	t.removeAll(path.Join(t.verbsDir(), t.cdev))
 	t.removeAll(t.devDir())
-	if dir, err := t.run.OpenDir(t.verbsDir()); err == nil {
-		if names, err := dir.Names(); err == nil && len(names) == 1 && names[0] == "abi_version" {
-			dir.Remove("abi_version")
-		}
-		dir.Close()
-	}
-	for _, d := range []string{t.verbsDir(), path.Join(sysfsDir, "class", "infiniband"), path.Join(sysfsDir, "class"), sysfsDir} {
-		if dir, err := t.run.OpenDir(d); err == nil {
-			dir.RemoveIfEmpty() // only if empty
-			dir.Close()
-		}
-	}
+	t.removeLonelyABI(t.verbsDir())
+	t.removeEmpty(t.verbsDir(), path.Join(sysfsDir, "class", "infiniband"), path.Join(sysfsDir, "class"), sysfsDir)
 }
 
 // removeAll removes rel (relative to the run directory) and what is below
@@ -230,6 +413,17 @@ func (t *ibvTree) writeFile(rel, text string) error {
 	}
 	defer dir.Close()
 	return dir.WriteFile(path.Base(rel), []byte(text+"\n"), 0o644)
+}
+
+// symlink makes rel (relative to the run directory) a link to target, the
+// directories on the way made as writeFile makes them.
+func (t *ibvTree) symlink(target, rel string) error {
+	dir, err := t.run.MkdirAll(path.Dir(rel))
+	if err != nil {
+		return err
+	}
+	defer dir.Close()
+	return dir.Symlink(target, path.Base(rel))
 }
 
 // fmtGID writes a GID as sysfs does: eight groups of four hex digits.

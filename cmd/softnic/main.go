@@ -52,6 +52,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case args[0] == "-h" || args[0] == "--help":
 		usage(stdout)
 		return 0
+	case args[0] == viewChildCommand: // softnic exec's child (execview.go)
+		return runViewChild(args[1:], stderr)
 	}
 	cmd, ok := commands[args[0]]
 	if !ok {

@@ -80,10 +80,17 @@ func (w *providerWorld) stop(t *testing.T) {
 // user nobody, in end's namespace. The program may lock memory without
 // bound (CAP_IPC_LOCK, as a host grants RDMA programs, here because the
 // daemon counts registered pages against RLIMIT_MEMLOCK, whose 8 MiB
-// perftest -a passes, and a hard limit this host cannot raise).
+// perftest -a passes, and a hard limit this host cannot raise). So
+// softnic exec runs as root, which gives the program its /sys/class in a
+// mount namespace, and setpriv makes it nobody after that: as nobody with
+// an ambient capability, softnic exec would keep the capability and make
+// no view (execview.go). Changing uids clears the parent-death signal
+// softnic exec gave the program; --pdeathsig sets it again, so that the
+// program still dies with softnic exec (killed by a test).
 func (w *providerWorld) command(ctx context.Context, end *netnstest.End, argv ...string) *exec.Cmd {
-	args := append([]string{"netns", "exec", end.Namespace, "setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
-		"--inh-caps=+ipc_lock", "--ambient-caps=+ipc_lock", w.bin, "exec", "--run-dir", w.runDir, "-d", end.Ifname, "--"}, argv...)
+	args := append([]string{"netns", "exec", end.Namespace, w.bin, "exec", "--run-dir", w.runDir, "-d", end.Ifname, "--",
+		"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=+ipc_lock", "--ambient-caps=+ipc_lock",
+		"--pdeathsig=KILL"}, argv...)
 	return exec.CommandContext(ctx, "ip", args...)
 }
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -82,7 +83,7 @@ func parseStatFlags(args []string, stderr io.Writer) (statOptions, int, bool) {
 	o := statOptions{qp: -1}
 	fs := flag.NewFlagSet("stat", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&o.ifname, "d", "", "show this interface's device only (default: every device a daemon serves)")
+	fs.StringVar(&o.ifname, "d", "", "show this device only: its name, or its interface's in this network namespace (default: every device a daemon of the run directory serves)")
 	fs.Func("qp", "show QP `N`'s counters, like rdma statistic qp show (default: the device's)", func(v string) error {
 		n, err := strconv.ParseUint(v, 0, 32)
 		if err != nil || n > 0xffffff {
@@ -96,8 +97,8 @@ func parseStatFlags(args []string, stderr io.Writer) (statOptions, int, bool) {
 	fs.IntVar(&o.count, "c", 0, "with -w, stop after `COUNT` lines (default 0: until interrupted)")
 	fs.StringVar(&o.runDir, "run-dir", verbs.RunDir(), "the daemons' run directory (default $SOFTNIC_RUN_DIR, else /run/softnic)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: softnic stat [-d IFACE] [--qp N] [-j] [-w SECONDS [-c COUNT]]")
-		fmt.Fprintln(stderr, "       softnic stat res [cm_id] [-d IFACE]")
+		fmt.Fprintln(stderr, "usage: softnic stat [-d DEVICE|IFACE] [--qp N] [-j] [-w SECONDS [-c COUNT]]")
+		fmt.Fprintln(stderr, "       softnic stat res [cm_id] [-d DEVICE|IFACE]")
 		fmt.Fprintln(stderr, "\nPrints the counters of each device a softnic daemon serves, a line per device")
 		fmt.Fprintln(stderr, "as `rdma statistic show` does (Linux's rxe counters first, then softnic's own),")
 		fmt.Fprintln(stderr, "or one QP's as `rdma statistic qp show` does. `softnic stat res` prints the devices'")
@@ -118,6 +119,20 @@ func parseStatFlags(args []string, stderr io.Writer) (statOptions, int, bool) {
 	return o, 0, true
 }
 
+// statDeviceName is the device -d arg names for softnic stat: a device
+// of that name (in any network namespace: stat shows every device of the
+// run directory), else the device serving interface arg here, else
+// softnic_ARG.
+func statDeviceName(runDir, arg string) string {
+	if d, err := lookupDevice(runDir, arg, true); err == nil {
+		return d.name
+	}
+	if _, err := os.Lstat(filepath.Join(runDir, arg+".sock")); err == nil {
+		return arg // a device that has no tree
+	}
+	return defaultDeviceName(arg)
+}
+
 // statTargets connects to the daemons of the devices o names.
 func statTargets(o statOptions) ([]statTarget, error) {
 	names, err := verbs.DeviceNamesIn(o.runDir)
@@ -125,10 +140,10 @@ func statTargets(o statOptions) ([]statTarget, error) {
 		return nil, err
 	}
 	if o.ifname != "" {
-		name := "softnic_" + o.ifname
+		name := statDeviceName(o.runDir, o.ifname)
 		i := slices.Index(names, name)
 		if i < 0 {
-			return nil, fmt.Errorf("no daemon serves %s (no socket %s); start one with softnic daemon -d %s",
+			return nil, fmt.Errorf("no daemon serves %s (no device of that name, nor one serving an interface of that name here: no socket %s); start one with softnic daemon -d %s",
 				o.ifname, filepath.Join(o.runDir, name+".sock"), o.ifname)
 		}
 		m, err := client.DialMonitor(filepath.Join(o.runDir, name+".sock"))

@@ -30,10 +30,10 @@ type deviceStat struct {
 func runStatRes(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("stat res", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	ifname := fs.String("d", "", "show this interface's device only, with a line per session (process)")
+	ifname := fs.String("d", "", "show this device only (its name, or its interface's here), with a line per session (process)")
 	runDir := fs.String("run-dir", verbs.RunDir(), "the daemons' run directory (default $SOFTNIC_RUN_DIR, else /run/softnic)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: softnic stat res [cm_id] [-d IFACE]")
+		fmt.Fprintln(stderr, "usage: softnic stat res [cm_id] [-d DEVICE|IFACE]")
 		fmt.Fprintln(stderr, "\nPrints, for each device a softnic daemon serves, its objects as `rdma resource show`")
 		fmt.Fprintln(stderr, "does (ctx: sessions, the processes using it); with -d, then a line per session:")
 		fmt.Fprintln(stderr, "its number (ctxn), pid, command and objects. With cm_id, a line per rdma_cm ID, as")
@@ -59,10 +59,11 @@ func runStatRes(args []string, stdout, stderr io.Writer) int {
 		shown[i] = i
 	}
 	if *ifname != "" {
-		name := "softnic_" + *ifname
+		name := statDeviceName(*runDir, *ifname)
 		i := slices.Index(names, name)
 		if i < 0 {
-			return fail("no daemon serves %s (no socket %s)", *ifname, filepath.Join(*runDir, name+".sock"))
+			return fail("no daemon serves %s (no device of that name, nor one serving an interface of that name here: no socket %s)",
+				*ifname, filepath.Join(*runDir, name+".sock"))
 		}
 		shown = []int{i}
 	}
