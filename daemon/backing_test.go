@@ -74,3 +74,10 @@ func TestRegistrableHere(t *testing.T) {
 		require.NoError(t, p.CheckMappedBy(addr, 4096, false, registrable), name)
 	}
 }
+
+func TestIdentityMap(t *testing.T) {
+	require.True(t, identityMap([]byte("         0          0 4294967295\n")))
+	require.False(t, identityMap([]byte("         0       1000          1\n")), "a user's own namespace")
+	require.False(t, identityMap([]byte("0 0 4294967295\n1 1 1\n")))
+	require.False(t, identityMap(nil))
+}

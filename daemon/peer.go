@@ -142,13 +142,14 @@ const capIPCLock = 14
 // memlock returns the bytes the peer may have registered (its
 // RLIMIT_MEMLOCK soft limit, as the kernel's ib_umem_get counts pinned
 // pages), -1 for no bound: unlimited, or the process holds CAP_IPC_LOCK
-// (root does).
+// (root does) in the initial user namespace, as capable() asks: in a
+// user namespace of its own any user holds every capability.
 func (p peer) memlock() (int64, error) {
 	st, err := p.status("CapEff")
 	if err != nil {
 		return 0, err
 	}
-	if caps, err := strconv.ParseUint(st["CapEff"], 16, 64); err == nil && caps&(1<<capIPCLock) != 0 {
+	if caps, err := strconv.ParseUint(st["CapEff"], 16, 64); err == nil && caps&(1<<capIPCLock) != 0 && p.initialUserNS() {
 		return -1, nil
 	}
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/limits", p.pid))
@@ -156,6 +157,25 @@ func (p peer) memlock() (int64, error) {
 		return 0, fmt.Errorf("pid %d: %w", p.pid, unix.ESRCH)
 	}
 	return parseMemlock(data)
+}
+
+// initialUserNS reports whether the peer runs in the initial user
+// namespace: its uid_map (readable by anyone, where ns/user is not) maps
+// every uid to itself, which only the initial namespace, or one root made
+// so, does.
+func (p peer) initialUserNS() bool {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/uid_map", p.pid))
+	if err != nil || p.exited() {
+		return false
+	}
+	return identityMap(data)
+}
+
+// identityMap reports whether a uid_map is the single line "0 0
+// 4294967295".
+func identityMap(data []byte) bool {
+	f := strings.Fields(string(data))
+	return len(f) == 3 && f[0] == "0" && f[1] == "0" && f[2] == "4294967295"
 }
 
 // parseMemlock finds the soft limit in /proc/PID/limits' "Max locked

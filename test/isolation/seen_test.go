@@ -132,4 +132,11 @@ func TestRegisteredBytesCountAgainstMemlock(t *testing.T) {
 		"SOCK="+w.a.sock)
 	assert.Equal(t, "512K: -", capable.next(t, time.Minute))
 	assert.Equal(t, "768K more: -", capable.next(t, time.Minute), "CAP_IPC_LOCK lifts the bound")
+
+	// In a user namespace of its own a user holds every capability, but
+	// only there: the bound holds, as the kernel's capable() asks the
+	// initial namespace.
+	nsRoot := w.startRoleVia(t, "memlock", attackerUID, nil, []string{"unshare", "-Ur"}, "SOCK="+w.a.sock)
+	assert.Equal(t, "512K: -", nsRoot.next(t, time.Minute))
+	assert.Equal(t, "768K more: ENOMEM", nsRoot.next(t, time.Minute), "CAP_IPC_LOCK of a user namespace lifts nothing")
 }

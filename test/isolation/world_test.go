@@ -255,13 +255,20 @@ func (w *world) startRole(t *testing.T, name string, uid int, env ...string) *pr
 // startRoleWith is startRole with attr's capabilities (AmbientCaps) for
 // the role's process.
 func (w *world) startRoleWith(t *testing.T, name string, uid int, attr *syscall.SysProcAttr, env ...string) *program {
+	return w.startRoleVia(t, name, uid, attr, nil, env...)
+}
+
+// startRoleVia is startRoleWith, the test binary run through the command
+// via (e.g. unshare -Ur) when not nil.
+func (w *world) startRoleVia(t *testing.T, name string, uid int, attr *syscall.SysProcAttr, via []string, env ...string) *program {
 	w.once.Do(func() {
 		self, err := os.ReadFile(os.Args[0])
 		require.NoError(t, err)
 		w.testBin = filepath.Join(w.dir, "isolation.test")
 		require.NoError(t, os.WriteFile(w.testBin, self, 0o755))
 	})
-	cmd := exec.Command(w.testBin, "-test.run=^$")
+	argv := append(append([]string{}, via...), w.testBin, "-test.run=^$")
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = append(append(os.Environ(), roleEnv+"="+name), env...)
 	cmd.Dir = w.dir
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid)}}
