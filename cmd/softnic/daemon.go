@@ -110,6 +110,9 @@ func runDaemon(args []string, stdout, stderr io.Writer) int {
 	}
 	nofile := raiseNoFile()
 	o.afterServe = func() error { return dropPrivileges(cfg.Log, nofile) }
+	// A log whose reader went (a closed terminal, a killed supervisor)
+	// must not kill the daemon before it cleans up: writes fail instead.
+	signal.Ignore(syscall.SIGPIPE)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := serveDevices(ctx, o, cfg); err != nil {
