@@ -275,6 +275,10 @@ int cm_attach(struct cm_id *id)
 {
 	if (id->has_dev)
 		return 0;
+	if (!cm_lib.verbs) { /* no device opened: nothing to attach to */
+		errno = ENODEV;
+		return -1;
+	}
 	pthread_mutex_lock(&cm_lib.lock);
 	if (!cm_lib.pd)
 		cm_lib.pd = ibv_alloc_pd(cm_lib.verbs);
