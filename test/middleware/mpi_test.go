@@ -1,3 +1,5 @@
+//go:build middleware_pending
+
 package middleware
 
 import (

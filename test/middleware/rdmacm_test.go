@@ -1,3 +1,5 @@
+//go:build middleware_pending
+
 package middleware
 
 import (
@@ -13,6 +15,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
 	"github.com/softnic/softnic/daemon/client"
 	"github.com/softnic/softnic/roce"
@@ -131,10 +134,26 @@ func TestRpingNoHost(t *testing.T) {
 // cmtimeConnections is how many connections TestCmtime makes at once.
 const cmtimeConnections = 10000
 
-// cmtimeLimits lets each cmtime hold the descriptors its connections
-// need: librdmacm gives every QP it makes without CQs two completion
-// channels, each a descriptor, with the kernel's rdma_cm as with softnic's.
-var cmtimeLimits = []string{"--nofile=65536:65536"}
+// cmtimeDescriptors is how many descriptors a cmtime of n connections
+// holds: librdmacm gives every QP it makes without CQs two completion
+// channels (ucma_create_cqs), each a descriptor, with the kernel's
+// rdma_cm as with softnic's; and a few more (standard streams, the event
+// channel, the provider's sessions).
+func cmtimeDescriptors(n int) uint64 { return uint64(2*n + 64) }
+
+// cmtimeLimits raises each cmtime's soft RLIMIT_NOFILE to the hard limit
+// (root may raise the hard one only with CAP_SYS_RESOURCE), after checking
+// that it lets cmtime hold what its connections need.
+func cmtimeLimits(t *testing.T, n int) []string {
+	t.Helper()
+	var lim unix.Rlimit
+	require.NoError(t, unix.Getrlimit(unix.RLIMIT_NOFILE, &lim))
+	require.GreaterOrEqual(t, lim.Max, cmtimeDescriptors(n),
+		"cmtime -c %d holds %d descriptors (two completion channels a connection, as with the kernel's rdma_cm), "+
+			"over this host's hard RLIMIT_NOFILE (%d), which root cannot raise here without CAP_SYS_RESOURCE",
+		n, cmtimeDescriptors(n), lim.Max)
+	return []string{fmt.Sprintf("--nofile=%d:%d", lim.Max, lim.Max)}
+}
 
 // TestCmtime runs rdma-core's cmtime with 10,000 connections between the
 // two daemons: every connection must be established (cmtime reports no
@@ -144,13 +163,14 @@ var cmtimeLimits = []string{"--nofile=65536:65536"}
 // is gone.
 func TestCmtime(t *testing.T) {
 	w := newWorld(t, "rdmacm-utils", "cmtime")
+	limits := cmtimeLimits(t, cmtimeConnections)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	before := w.snapshot(t)
-	srv := start(t, "cmtime server", w.userWith(ctx, &w.pair.A, cmtimeLimits, "stdbuf", "-oL", "cmtime", "-b", addr(&w.pair.A)))
+	srv := start(t, "cmtime server", w.userWith(ctx, &w.pair.A, limits, "stdbuf", "-oL", "cmtime", "-b", addr(&w.pair.A)))
 	w.listeningCM(t, w.a, 7471, srv)
 	began := time.Now()
-	out, err := combined(w.userWith(ctx, &w.pair.B, cmtimeLimits, "cmtime", "-s", addr(&w.pair.A),
+	out, err := combined(w.userWith(ctx, &w.pair.B, limits, "cmtime", "-s", addr(&w.pair.A),
 		"-c", fmt.Sprint(cmtimeConnections)))
 	t.Logf("cmtime -c %d: %v after %v:\n%s", cmtimeConnections, err, time.Since(began).Round(time.Millisecond), summarize(out))
 	require.NoError(t, err, "cmtime: %s", firstError(out))

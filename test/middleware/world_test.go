@@ -439,7 +439,7 @@ func (r resources) holds(want resources) bool {
 // firstError returns the first line of out that looks like an error, or
 // its first line.
 func firstError(out string) string {
-	re := regexp.MustCompile(`(?i)(error|fatal|fail|invalid|unable|cannot|refused|timeout|timed out|abort|not found|unavailable)`)
+	re := regexp.MustCompile(`(?i)(error|fatal|fail|invalid|unable|cannot|refused|timeout|timed out|abort|not found|unavailable|no components)`)
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	for _, l := range lines {
 		if re.MatchString(l) {
