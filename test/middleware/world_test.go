@@ -241,7 +241,7 @@ func (w *world) command(ctx context.Context, name string, args ...string) *exec.
 	cmd.WaitDelay = 5 * time.Second // a grandchild may hold the pipes
 	cmd.Dir = "/"
 	for _, e := range os.Environ() {
-		if !strings.HasPrefix(e, "UCX_") && !strings.HasPrefix(e, "FI_") && !strings.HasPrefix(e, "OMPI_") {
+		if !strings.HasPrefix(e, "UCX_") && !strings.HasPrefix(e, "FI_") && !strings.HasPrefix(e, "OMPI_") && !strings.HasPrefix(e, "MW_") {
 			cmd.Env = append(cmd.Env, e)
 		}
 	}
