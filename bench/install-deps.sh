@@ -3,7 +3,7 @@
 # for the kernel TCP figure, iproute2 for the namespaces, clang for the
 # congestion part's BPF marker, and Debian's
 # perftest, ibverbs-utils and libibverbs-dev for the stock programs on the
-# C provider. Debian/Ubuntu, as root; does nothing when all are there.
+# C provider, and UCX and Open MPI for the middleware part. Debian/Ubuntu, as root; does nothing when all are there.
 set -euo pipefail
 need=()
 command -v iperf3 >/dev/null || need+=(iperf3)
@@ -16,6 +16,10 @@ command -v cc >/dev/null || need+=(gcc)
 # clang compiles bench-dcqcn's BPF marker (bench/suite/phantom) at run time.
 command -v clang >/dev/null || need+=(clang)
 command -v tc >/dev/null || need+=(iproute2)
+# The middleware part: ucx_perftest, mpirun and mpicc.
+command -v ucx_perftest >/dev/null || need+=(ucx-utils)
+command -v mpirun >/dev/null || need+=(openmpi-bin)
+command -v mpicc >/dev/null || need+=(libopenmpi-dev)
 [ ${#need[@]} -eq 0 ] && exit 0
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq

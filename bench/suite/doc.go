@@ -12,7 +12,11 @@
 //     between two network namespaces, aggregate bandwidth over many QPs,
 //     and the memory an idle connected QP costs (in-process); write_bw
 //     through `softnic daemon` against in-process (daemon.go), and with
-//     `--pcap` against without (capture.go).
+//     `--pcap` against without (capture.go);
+//   - the middleware (middleware.go): Debian's ucx_perftest tag_bw 64 KiB
+//     and tag_lat 8 B over UCX_TLS=rc and an MPI ping-pong through Open
+//     MPI's pml ucx, through `softnic daemon`, in rounds with softnic perf
+//     write_bw and write_lat in-process.
 //
 // It prints one table with every figure, its ratio to the ceiling and to
 // the kernel, and the issue's targets, and writes the table (markdown) and

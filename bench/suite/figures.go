@@ -166,4 +166,6 @@ var targets = []Target{
 		Ref: "capture/none", Bound: 0.75},
 	{Name: "write_bw 64 KiB with --pcap --snaplen 128 on both sides ≥ 0.75 × without (9000-byte link)", Key: "capture/pcap128",
 		Ref: "capture/none", Bound: 0.75},
+	{Name: "Debian's ucx_perftest tag_bw 64 KiB over rc through the daemon ≥ 0.8 × softnic perf write_bw in-process (9000-byte link)",
+		Key: "middleware/ucx/tag_bw", Ref: "middleware/write_bw", Bound: 0.8},
 }

@@ -45,6 +45,10 @@ type interopEnv struct {
 	// serves softnic's interface; they then run as user nobody
 	// (daemon_test.go).
 	runDir string
+	// ipcLock gives the tools CAP_IPC_LOCK, as RDMA hosts give their
+	// programs (middleware_test.go): perf -a and UCX register more than
+	// RLIMIT_MEMLOCK's 8 MiB.
+	ipcLock bool
 }
 
 // interopPlan is what the guest runs: the real tools as clients of

@@ -44,6 +44,11 @@ type interopRun struct {
 	cmAddrs [2]string
 	// guestBefore is shell the guest runs before its side of the run.
 	guestBefore string
+	// bare marks a stock program that takes no device or GID options and
+	// finds its peer through its own TCP exchange (ucx_perftest,
+	// fi_pingpong): the client's last argument is the server's address,
+	// the server has none; softnic's side runs it through softnic exec.
+	bare bool
 }
 
 // addrOpts are the options before the server's address on the client's
@@ -58,7 +63,7 @@ func (r interopRun) addrOpts() (client, server string) {
 
 // guestArgs puts the device and GID index options after the tool's name.
 func (r interopRun) guestArgs() string {
-	if r.rping {
+	if r.rping || r.bare {
 		return r.guest
 	}
 	tool, rest, _ := strings.Cut(r.guest, " ")
@@ -177,6 +182,7 @@ retry() {
 		fi
 		case "$out" in
 		*"Couldn't connect to"*|*"RDMA_CM_EVENT_REJECTED"*|*"RDMA_CM_EVENT_UNREACHABLE"*) ;;
+		*"Connection refused"*) ;; # ucx_perftest, fi_pingpong: their TCP exchange
 		*"Unexpected CM event bl blka 8"*) ;; # perftest -R: REJECTED, nobody listens yet
 		*) echo "$out"; echo "!! FAILED: $*"; return 1 ;;
 		esac
@@ -209,8 +215,12 @@ type interopResult struct {
 func (e *interopEnv) softnic(timeout time.Duration, args ...string) (string, error) {
 	cmd := exec.CommandContext(e.ctx, "ip", append([]string{"netns", "exec", e.net.PeerNS, e.bin}, args...)...)
 	if e.runDir != "" {
-		cmd = exec.CommandContext(e.ctx, "ip", append([]string{"netns", "exec", e.net.PeerNS,
-			"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", e.bin}, args...)...)
+		priv := []string{"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"}
+		if e.ipcLock {
+			priv = append(priv, "--inh-caps=+ipc_lock", "--ambient-caps=+ipc_lock")
+		}
+		cmd = exec.CommandContext(e.ctx, "ip", append(append([]string{"netns", "exec", e.net.PeerNS}, priv...),
+			append([]string{e.bin}, args...)...)...)
 		cmd.Env = append(os.Environ(), "SOFTNIC_RUN_DIR="+e.runDir)
 	}
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
@@ -297,6 +307,9 @@ func (e *interopEnv) attempt(r interopRun, client bool, timeout time.Duration, e
 // listening yet.
 func notUpYet(r interopRun, out string) bool {
 	switch {
+	case r.bare:
+		// ucx_perftest and fi_pingpong connect their TCP exchange once.
+		return strings.Contains(out, "Connection refused")
 	case r.rping:
 		// UNREACHABLE: a SIDR_REQ (udaddy) to a port nobody serves yet.
 		return strings.Contains(out, "RDMA_CM_EVENT_REJECTED") || strings.Contains(out, "RDMA_CM_EVENT_UNREACHABLE")
@@ -326,6 +339,12 @@ func (e *interopEnv) record(res interopResult) {
 func (e *interopEnv) softnicArgs(r interopRun, client bool, extra []string) ([]string, string) {
 	args := append([]string(nil), r.softnic...)
 	switch {
+	case r.bare:
+		args = append(append([]string{"exec", "--run-dir", e.runDir, "-d", e.net.PeerLink, "--"}, r.softnic[1:]...), extra...)
+		if client {
+			return append(args, "10.77.0.11"), " client"
+		}
+		return args, " server"
 	case r.rping && r.softnic[0] == "exec":
 		args = append(append([]string{"exec", "--run-dir", e.runDir, "-d", e.net.PeerLink, "--"}, r.softnic[1:]...), extra...)
 		cliOpt, srvOpt := r.addrOpts()

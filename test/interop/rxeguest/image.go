@@ -40,6 +40,22 @@ var imagePackages = []string{
 	"libc6", "libpci3", "libbpf1", "libelf1", "libmnl0", "libbsd0", "libmd0",
 	"libcap2", "libxtables12", "zlib1g", "libzstd1", "libudev1",
 	"libgcc-s1", // glibc dlopens libgcc_s for thread exit and cancellation
+	// The middleware (issue #33): UCX's ucx_perftest and ucx_info, and
+	// libfabric's fi_pingpong and fi_info, with what they link.
+	"ucx-utils", "libucx0", "libnuma1", "libgomp1", "libstdc++6",
+	"libfabric-bin", "libfabric1", "libpsm2-2", "libpsm-infinipath1", "libatomic1", "libuuid1",
+}
+
+// pluginGlobs are libraries that programs load at run time from a fixed
+// directory (UCX's transports, from its compiled-in module directory),
+// copied where they lie, with what they link.
+var pluginGlobs = []string{"usr/lib/x86_64-linux-gnu/ucx/lib*.so.0"}
+
+// alternativeLibs are libraries whose soname Debian gives them through
+// update-alternatives, a link that a postinst makes and dpkg-deb -x does
+// not: soname -> a glob of the library's file in the unpacked packages.
+var alternativeLibs = map[string]string{
+	"libpsm_infinipath.so.1": "usr/lib/libpsm1/libpsm_infinipath.so.1.*",
 }
 
 // dlopenedLibs are loaded at run time without a DT_NEEDED entry.
@@ -54,14 +70,14 @@ var imageModules = []string{
 }
 
 // toolPattern selects the executables copied from usr/bin of the packages.
-var toolPattern = regexp.MustCompile(`^(ibv_.*|ib_.*|rping|ucmatose|udaddy|udpong|mckey|rdma|rdma_client|rdma_server|rstream|riostream|rcopy|cmtime)$`)
+var toolPattern = regexp.MustCompile(`^(ibv_.*|ib_.*|rping|ucmatose|udaddy|udpong|mckey|rdma|rdma_client|rdma_server|rstream|riostream|rcopy|cmtime|ucx_info|ucx_perftest|fi_info|fi_pingpong)$`)
 
 // extraTools are copied from elsewhere in the packages (relative paths).
 var extraTools = []string{"bin/ip", "sbin/tc"}
 
 // imageFormat changes whenever the layout Build produces changes, so that
 // stale cached images are not reused.
-const imageFormat = "rxeguest-1"
+const imageFormat = "rxeguest-2"
 
 // Image is a bootable guest: a kernel and an uncompressed initramfs.
 type Image struct {
@@ -84,6 +100,7 @@ func recipeKey() string {
 	fmt.Fprintln(h, strings.Join(imagePackages, ","))
 	fmt.Fprintln(h, strings.Join(imageModules, ","))
 	fmt.Fprintln(h, toolPattern.String(), strings.Join(extraTools, ","), strings.Join(dlopenedLibs, ","))
+	fmt.Fprintln(h, strings.Join(pluginGlobs, ","), alternativeLibs)
 	h.Write(initScript)
 	h.Write(txWatchScript)
 	return hex.EncodeToString(h.Sum(nil))[:16]
@@ -315,7 +332,11 @@ func addUserland(tr *tree, root string) error {
 	if err != nil {
 		return err
 	}
-	if err := addLibraries(tr, root, append(elfs, provider)); err != nil {
+	plugins, err := addPlugins(tr, root)
+	if err != nil {
+		return err
+	}
+	if err := addLibraries(tr, root, append(append(elfs, provider), plugins...)); err != nil {
 		return err
 	}
 	// iproute2's tc reads netem distribution tables from here.
@@ -390,6 +411,45 @@ func addProvider(tr *tree, root string) (string, error) {
 	return providers[0], nil
 }
 
+// addPlugins copies the libraries pluginGlobs name to their places and
+// returns their paths under root.
+func addPlugins(tr *tree, root string) ([]string, error) {
+	var plugins []string
+	for _, g := range pluginGlobs {
+		ps, err := filepath.Glob(filepath.Join(root, g))
+		if err != nil || len(ps) == 0 {
+			return nil, fmt.Errorf("no plugin %s in the packages", g)
+		}
+		for _, p := range ps {
+			data, err := os.ReadFile(p) // follows the soname symlink
+			if err != nil {
+				return nil, fmt.Errorf("read plugin: %w", err)
+			}
+			rel, err := filepath.Rel(root, p)
+			if err != nil {
+				return nil, err
+			}
+			tr.File(rel, 0o755, data)
+			plugins = append(plugins, p)
+		}
+	}
+	return plugins, nil
+}
+
+// isPlugin reports whether path, under root, is one of pluginGlobs'.
+func isPlugin(root, path string) bool {
+	rel, err := filepath.Rel(root, path)
+	if err != nil {
+		return false
+	}
+	for _, g := range pluginGlobs {
+		if ok, _ := filepath.Match(g, rel); ok {
+			return true
+		}
+	}
+	return false
+}
+
 // addLibraries copies the libraries that are dlopened and the shared
 // libraries elfs and those need, and links the dynamic loader.
 func addLibraries(tr *tree, root string, elfs []string) error {
@@ -410,6 +470,9 @@ func addLibraries(tr *tree, root string, elfs []string) error {
 		return fmt.Errorf("collect shared libraries: %w", err)
 	}
 	for soname, p := range libs {
+		if isPlugin(root, p) {
+			continue // addPlugins put it in its place
+		}
 		data, err := os.ReadFile(p) // follows the soname symlink
 		if err != nil {
 			return fmt.Errorf("read library: %w", err)

@@ -11,7 +11,9 @@ import (
 
 // libDirs are where Debian's amd64 packages put shared libraries, relative
 // to the unpacked root; the guest's dynamic loader searches the same places.
-var libDirs = []string{"lib/x86_64-linux-gnu", "usr/lib/x86_64-linux-gnu", "lib64", "lib", "usr/lib"}
+// Last, UCX's module directory: its modules link each other there
+// (RUNPATH), and addPlugins copies them in place.
+var libDirs = []string{"lib/x86_64-linux-gnu", "usr/lib/x86_64-linux-gnu", "lib64", "lib", "usr/lib", "usr/lib/x86_64-linux-gnu/ucx"}
 
 // isELF reports whether path is an ELF file (tools packages also ship scripts).
 func isELF(path string) bool {
@@ -72,6 +74,11 @@ func findLib(root, soname string) (string, error) {
 		p := filepath.Join(root, dir, soname)
 		if _, err := os.Stat(p); err == nil {
 			return p, nil
+		}
+	}
+	if g, ok := alternativeLibs[soname]; ok {
+		if ps, _ := filepath.Glob(filepath.Join(root, g)); len(ps) == 1 {
+			return ps[0], nil
 		}
 	}
 	return "", errLibNotFound
