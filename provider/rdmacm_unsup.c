@@ -32,9 +32,32 @@ ENOSYS_INT(rdma_notify, struct rdma_cm_id *id, enum ibv_event_type event)
 ENOSYS_INT(rdma_join_multicast, struct rdma_cm_id *id, struct sockaddr *addr, void *context)
 ENOSYS_INT(rdma_join_multicast_ex, struct rdma_cm_id *id, struct rdma_cm_join_mc_attr_ex *attr, void *context)
 ENOSYS_INT(rdma_leave_multicast, struct rdma_cm_id *id, struct sockaddr *addr)
-ENOSYS_INT(rdma_set_local_ece, struct rdma_cm_id *id, struct ibv_ece *ece)
-ENOSYS_INT(rdma_get_remote_ece, struct rdma_cm_id *id, struct ibv_ece *ece)
-ENOSYS_INT(rdma_reject_ece, struct rdma_cm_id *id, const void *private_data, uint8_t private_data_len)
+
+/* ECE (enhanced connection establishment): softnic's QPs have no vendor
+ * options to agree on (ibv_query_ece is EOPNOTSUPP, as on rxe), and its
+ * connection manager carries none. librdmacm answers EOPNOTSUPP for a
+ * remote ECE the peer did not send, and EINVAL for the arguments it
+ * refuses; a program (pyverbs' external-QP tests) goes on without ECE. */
+CM_EXPORT int rdma_set_local_ece(struct rdma_cm_id *id, struct ibv_ece *ece)
+{
+	if (!id || id->qp || !ece || !ece->vendor_id || ece->comp_mask)
+		return cm_fail(EINVAL);
+	return cm_fail(EOPNOTSUPP);
+}
+
+CM_EXPORT int rdma_get_remote_ece(struct rdma_cm_id *id, struct ibv_ece *ece)
+{
+	if (!id || id->qp || !ece)
+		return cm_fail(EINVAL);
+	return cm_fail(EOPNOTSUPP);
+}
+
+/* rdma_reject_ece rejects a connection whose ECE options the program
+ * would not take: with no ECE carried, an ordinary reject. */
+CM_EXPORT int rdma_reject_ece(struct rdma_cm_id *id, const void *private_data, uint8_t private_data_len)
+{
+	return rdma_reject(id, private_data, private_data_len);
+}
 
 ENOSYS_INT(rsocket, int domain, int type, int protocol)
 ENOSYS_INT(rbind, int socket, const struct sockaddr *addr, socklen_t addrlen)

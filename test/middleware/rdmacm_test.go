@@ -70,7 +70,7 @@ func TestRdmaCMSuite(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	before := w.snapshot(t)
-	cmd := w.user(ctx, &w.pair.A, "python3", filepath.Join(dir, "run_tests.py"), "--dev", w.a.dev, "--port", "1",
+	cmd := w.user(ctx, &w.pair.A, "/usr/bin/python3", filepath.Join(dir, "run_tests.py"), "--dev", w.a.dev, "--port", "1",
 		"--gid", fmt.Sprint(w.gidIndex(t, w.a)), "-v", "test_rdmacm")
 	out2, err := combined(cmd)
 	res := string(out2)

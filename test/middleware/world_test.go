@@ -206,8 +206,11 @@ func (d *daemon) stop(t *testing.T, runDir string) {
 // user is argv run on end's device through softnic exec, as user nobody
 // with CAP_IPC_LOCK (registered pages count against RLIMIT_MEMLOCK, as
 // the kernel's do, and RDMA hosts grant their programs the capability), in
-// end's namespace, where its TCP exchanges run. Its process group is its
-// own, so that a test's end kills what it started, and nothing else.
+// end's namespace, where its TCP exchanges run. softnic exec runs as root
+// and the program drops to nobody inside it, so that the program gets the
+// private /sys/class view (a user namespace would take its capability).
+// Its process group is its own, so that a test's end kills what it
+// started, and nothing else.
 func (w *world) user(ctx context.Context, end *netnstest.End, argv ...string) *exec.Cmd {
 	return w.userWith(ctx, end, nil, argv...)
 }
@@ -219,9 +222,10 @@ func (w *world) userWith(ctx context.Context, end *netnstest.End, limits []strin
 	if len(limits) > 0 {
 		args = append(append(append(args, "prlimit"), limits...), "--")
 	}
+	args = append(args, w.execArgs(end)...)
 	args = append(args, "setpriv", fmt.Sprintf("--reuid=%d", nobody), fmt.Sprintf("--regid=%d", nobody), "--clear-groups",
-		"--inh-caps=+ipc_lock", "--ambient-caps=+ipc_lock")
-	args = append(append(args, w.execArgs(end)...), argv...)
+		"--inh-caps=+ipc_lock", "--ambient-caps=+ipc_lock", "--pdeathsig=KILL")
+	args = append(args, argv...)
 	return w.command(ctx, "ip", args...)
 }
 

@@ -1,8 +1,9 @@
 #!/bin/sh
 # rsh-agent.sh HOST COMMAND...: Open MPI's launcher agent (plm_rsh_agent)
 # for hosts that are network namespaces of one machine. As ssh would run
-# COMMAND on HOST, it runs it by sh in HOST's namespace, as user nobody
-# (or MW_UID) with CAP_IPC_LOCK, through `softnic exec` on HOST's device.
+# COMMAND on HOST, it runs it by sh in HOST's namespace, through `softnic
+# exec` on HOST's device (as root, for its /sys/class view), as user
+# nobody (or MW_UID) with CAP_IPC_LOCK.
 # mpirun runs it as root (entering a namespace needs root) with, in its
 # environment:
 #   MW_HOSTS    "HOST=NAMESPACE:INTERFACE ..." for every host
@@ -17,9 +18,9 @@ for entry in $MW_HOSTS; do
 	name=${entry%%=*}
 	place=${entry#*=}
 	if [ "$name" = "$host" ]; then
-		exec ip netns exec "${place%%:*}" setpriv --reuid="$uid" --regid="$uid" --clear-groups \
-			--inh-caps=+ipc_lock --ambient-caps=+ipc_lock \
-			"$MW_SOFTNIC" exec --run-dir "$MW_RUN_DIR" -d "${place#*:}" -- /bin/sh -c "$*"
+		exec ip netns exec "${place%%:*}" "$MW_SOFTNIC" exec --run-dir "$MW_RUN_DIR" -d "${place#*:}" -- \
+			setpriv --reuid="$uid" --regid="$uid" --clear-groups \
+			--inh-caps=+ipc_lock --ambient-caps=+ipc_lock --pdeathsig=KILL /bin/sh -c "$*"
 	fi
 done
 echo "rsh-agent.sh: no host $host in MW_HOSTS ($MW_HOSTS)" >&2
