@@ -105,10 +105,11 @@ func (id *ID) onREQ(dev *verbs.Device, ev cm.Event) {
 		PrivateData:        ev.PrivateData[mad.CMAHeaderLen:],
 		ResponderResources: ev.ResponderResources, InitiatorDepth: ev.InitiatorDepth,
 		RetryCount: ev.RetryCount, RNRRetryCount: ev.RNRRetryCount}})
-	// As cma.c once the request is queued: an MRA, so that the active side
-	// waits for the program rather than resend its REQ (an MRA after the
-	// program's answer is refused, and needs none).
-	ev.Conn.MRA(cmaMRAServiceTimeout, nil)
+	// As cma.c once the request is queued: an MRA, delayed (sent only to
+	// a resent REQ, so that the active side then waits for the program
+	// rather than give up; a prompt answer needs none), which the
+	// program's answer makes moot.
+	ev.Conn.DelayMRA(cmaMRAServiceTimeout, nil)
 }
 
 // newChild makes the ID of a connection request, if the listener takes it.

@@ -140,6 +140,17 @@ func (c *Conn) Reject(reason mad.RejectReason, privateData []byte) error {
 // MRA tells the peer we need 4.096 µs × 2^serviceTimeout longer to answer
 // its REQ (or REP); duplicates of that message get the MRA again.
 func (c *Conn) MRA(serviceTimeout uint8, privateData []byte) error {
+	return c.mra(serviceTimeout, privateData, true)
+}
+
+// DelayMRA prepares the MRA without sending it (cm.c's
+// IB_CM_MRA_FLAG_DELAY): only a duplicate of the REQ or REP, the peer's
+// sign that it is about to give up waiting, gets it.
+func (c *Conn) DelayMRA(serviceTimeout uint8, privateData []byte) error {
+	return c.mra(serviceTimeout, privateData, false)
+}
+
+func (c *Conn) mra(serviceTimeout uint8, privateData []byte, now bool) error {
 	if len(privateData) > mad.MRAPrivateDataLen || serviceTimeout > 31 {
 		return ErrParams
 	}
@@ -154,7 +165,9 @@ func (c *Conn) MRA(serviceTimeout uint8, privateData []byte) error {
 			return ErrState
 		}
 		c.reply = m.buildMRA(c, what, serviceTimeout, privateData)
-		m.queue(c.peer, c.reply)
+		if now {
+			m.queue(c.peer, c.reply)
+		}
 		return nil
 	})
 }

@@ -351,3 +351,30 @@ func TestDREQForUnknownConnection(t *testing.T) {
 	assert.Equal(t, uint64(77), dreps[0].Header().TID())
 	assert.True(t, p.b.empty())
 }
+
+// TestDelayedMRA: a delayed MRA (cm.c's IB_CM_MRA_FLAG_DELAY, as rdma_cm
+// prepares for every request it queues) sends nothing by itself; the
+// REQ's duplicate gets it, and the active side then waits longer.
+func TestDelayedMRA(t *testing.T) {
+	p := newPair(t)
+	p.w.setFilter(func(s sent, _ int) verdict {
+		if s.from == 1 {
+			return drop // b's answers are looked at, not delivered
+		}
+		return deliver
+	})
+	p.connect(t)
+	ev := expect(t, p.bEv, EventREQReceived)
+	req := p.w.sentBy(0, mad.AttrREQ)[0]
+	from := ibtransport.AddressVector{DGID: p.w.gids[0]}
+
+	require.NoError(t, ev.Conn.DelayMRA(24, nil))
+	assert.Equal(t, StateMRAREQSent, ev.Conn.State())
+	assert.Empty(t, p.w.sentBy(1, mad.AttrMRA), "a delayed MRA was sent at once")
+	p.b.Receive(from, req)
+	mras := p.w.sentBy(1, mad.AttrMRA)
+	require.Len(t, mras, 1, "the duplicate REQ got no MRA")
+	assert.Equal(t, uint8(24), mad.MRA(mras[0]).ServiceTimeout())
+	require.NoError(t, ev.Conn.Accept(repParams()))
+	assert.Len(t, p.w.sentBy(1, mad.AttrREP), 1)
+}
