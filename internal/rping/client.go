@@ -61,7 +61,7 @@ func runClient(ctx context.Context, cm *rdmacm.CM, cfg *Config, log *logger) err
 func (c *client) bind(ctx context.Context) error {
 	dst := netip.AddrPortFrom(c.cfg.Addr, c.cfg.Port)
 	if err := c.id.ResolveAddr(c.cfg.Source, dst, resolveTimeout); err != nil {
-		c.log.errorf("rdma_resolve_addr: %v\n", err)
+		c.log.errorf("%s", perror("rdma_resolve_addr", err))
 		return failed(err.Error())
 	}
 	return c.await(ctx, stateRouteResolved, "waiting for addr/route resolution state %d\n",

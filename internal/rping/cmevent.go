@@ -2,6 +2,7 @@ package rping
 
 import (
 	"errors"
+	"strings"
 	"syscall"
 
 	"github.com/softnic/softnic/rdmacm"
@@ -41,19 +42,40 @@ func isErrorEvent(t rdmacm.EventType) bool {
 // kernel's rdma_cm reports it: a REJ's reason (8 when nobody listens on
 // the port), else a negative errno.
 func eventStatus(ev rdmacm.Event) int {
+	if ev.Type == rdmacm.EventRejected {
+		return int(ev.Reason)
+	}
+	if ev.Type == rdmacm.EventUnreachable && errnoOf(ev.Err) == syscall.EINVAL {
+		return -int(syscall.ETIMEDOUT)
+	}
+	return -int(errnoOf(ev.Err))
+}
+
+// errnoOf is the errno librdmacm would have set for err.
+func errnoOf(err error) syscall.Errno {
 	var errno syscall.Errno
 	switch {
-	case ev.Type == rdmacm.EventRejected:
-		return int(ev.Reason)
-	case errors.As(ev.Err, &errno):
-		return -int(errno)
-	case errors.Is(ev.Err, rdmacm.ErrTimedOut) || ev.Type == rdmacm.EventUnreachable:
-		return -int(syscall.ETIMEDOUT)
-	case errors.Is(ev.Err, rdmacm.ErrNoDevice):
-		return -int(syscall.ENODEV)
+	case errors.As(err, &errno):
+		return errno
+	case errors.Is(err, rdmacm.ErrTimedOut):
+		return syscall.ETIMEDOUT
+	case errors.Is(err, rdmacm.ErrNoDevice):
+		return syscall.ENODEV
+	case errors.Is(err, rdmacm.ErrNoRoute):
+		return syscall.ENETUNREACH
 	default:
-		return -int(syscall.EINVAL)
+		return syscall.EINVAL
 	}
+}
+
+// perror is what C's perror(what) prints for err: glibc's message for
+// its errno, which Go's table has in lower case.
+func perror(what string, err error) string {
+	msg := errnoOf(err).Error()
+	if msg != "" {
+		msg = strings.ToUpper(msg[:1]) + msg[1:]
+	}
+	return what + ": " + msg + "\n"
 }
 
 // reportError prints rping's line for an error event and returns the

@@ -144,14 +144,15 @@ func TestRunRefused(t *testing.T) {
 }
 
 // TestRunNoRoute: a client whose CM has no address of the destination's
-// family fails address resolution as rping does.
+// family fails address resolution at once, as rping over the kernel's
+// rdma_cm (rdma_resolve_ip's ENETUNREACH), and perror's line says so.
 func TestRunNoRoute(t *testing.T) {
 	_, ccm := cmPair(t)
 	ccfg := clientConfig()
 	ccfg.Addr = netip.MustParseAddr("fd00::1")
 	cli := start(context.Background(), ccm, ccfg)()
 	assert.Equal(t, 255, ExitStatus(cli.err), "%v", cli)
-	assert.Equal(t, "cma event RDMA_CM_EVENT_ADDR_ERROR, error -19\nwaiting for addr/route resolution state 1\n", cli.stderr.String())
+	assert.Equal(t, "rdma_resolve_addr: Network is unreachable\n", cli.stderr.String())
 }
 
 // TestRunPersistent serves three clients one after the other, then two
