@@ -46,6 +46,27 @@ var DefaultLimits = Limits{
 	SharedBytes: 64 << 30,
 }
 
+// descriptorReserve is what DescriptorShare keeps for the daemon itself:
+// its listeners, links, logs, and the sessions of every other user.
+const descriptorReserve = 1024
+
+// DescriptorShare is the Descriptors bound for a daemon process whose
+// descriptor limit is nofile and which serves servers devices: the
+// default, or less when that limit is lower, so that no one user holds
+// more than half of what the process can open (on a host whose hard
+// limit is 20,000: 4,744 per user and device for two devices).
+func DescriptorShare(nofile uint64, servers int) int {
+	if servers < 1 {
+		servers = 1
+	}
+	free := int64(nofile) - descriptorReserve
+	share := free / 2 / int64(servers)
+	if nofile > 1<<40 || share >= int64(DefaultLimits.Descriptors) {
+		return DefaultLimits.Descriptors
+	}
+	return int(max(share, 64))
+}
+
 // withDefaults returns l with every zero field set to its default.
 func (l Limits) withDefaults() Limits {
 	d := DefaultLimits

@@ -135,3 +135,26 @@ func sealedMemfd(t *testing.T, n int) ([]byte, int) {
 	t.Cleanup(func() { unix.Munmap(mem) })
 	return mem, fd
 }
+
+// TestDescriptorShare: the default descriptor bound leaves the daemon
+// more than one user can take, whatever its descriptor limit.
+func TestDescriptorShare(t *testing.T) {
+	def := daemon.DefaultLimits.Descriptors
+	for _, tc := range []struct {
+		nofile  uint64
+		servers int
+		want    int
+	}{
+		{1 << 20, 1, def},
+		{20000, 1, 9488},
+		{20000, 2, 4744},
+		{1024, 1, 64},
+		{^uint64(0), 1, def},
+	} {
+		got := daemon.DescriptorShare(tc.nofile, tc.servers)
+		require.Equal(t, tc.want, got, "nofile %d, %d servers", tc.nofile, tc.servers)
+		if tc.nofile >= 4096 && tc.nofile < 1<<40 {
+			require.Less(t, uint64(got*tc.servers), tc.nofile/2, "one user may take half of the daemon's descriptors")
+		}
+	}
+}

@@ -109,6 +109,10 @@ func runDaemon(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	nofile := raiseNoFile()
+	if cfg.Limits.Descriptors == 0 {
+		cfg.Limits.Descriptors = daemon.DescriptorShare(nofile, len(specs))
+	}
+	cfg.Log.Info("per-user bounds", "descriptors", cfg.Limits.Descriptors, "open_files", nofile)
 	o.afterServe = func() error { return dropPrivileges(cfg.Log, nofile) }
 	// A log whose reader went (a closed terminal, a killed supervisor)
 	// must not kill the daemon before it cleans up: writes fail instead.

@@ -25,10 +25,14 @@ func defineLimits(fs *flag.FlagSet, l *daemon.Limits) {
 		{&l.SRQs, "max-srqs", "shared receive queues"},
 		{&l.AHs, "max-ahs", "address handles"},
 		{&l.CMIDs, "max-cm-ids", "rdma_cm IDs"},
-		{&l.Descriptors, "max-descriptors", "of the daemon's file descriptors (sessions, channels; one more: EMFILE)"},
 	} {
 		fs.IntVar(c.v, c.name, *c.v, "per user: at most this many "+c.what+"; -1: no bound")
 	}
+	// 0: daemon.DescriptorShare of the limit the daemon runs with.
+	l.Descriptors = 0
+	fs.IntVar(&l.Descriptors, "max-descriptors", 0, "per user: at most this many of the daemon's file descriptors "+
+		"(sessions, channels; one more: EMFILE); 0: "+strconv.Itoa(d.Descriptors)+
+		", or less where the daemon's descriptor limit is low (half of it, less a reserve, over the devices served); -1: no bound")
 	fs.Var((*limitSize)(&l.RingBytes), "max-ring-bytes", "per user: at most this much of the daemon's memory in rings (K, M, G suffixes; -1: no bound)")
 	fs.Var((*limitSize)(&l.SharedBytes), "max-shared-bytes", "per user: at most this much memory shared with the daemon by descriptor (K, M, G; -1: no bound)")
 }
