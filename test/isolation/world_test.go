@@ -229,10 +229,14 @@ func dialWithin(sock string, d time.Duration) (*client.Conn, error) {
 }
 
 // userCommand runs argv on end's device through `softnic exec`, as uid,
-// in end's namespace (where a stock program's TCP exchange runs).
+// in end's namespace (where a stock program's TCP exchange runs). The
+// program sees the devices through SYSFS_PATH (--sysfs env), not in a
+// user namespace, as an attacker who sets the variables himself: there a
+// set-user-ID program it runs gains root's rights.
 func (w *world) userCommand(ctx context.Context, end *netnstest.End, uid int, argv ...string) *exec.Cmd {
 	args := append([]string{"netns", "exec", end.Namespace, "setpriv", fmt.Sprintf("--reuid=%d", uid),
-		fmt.Sprintf("--regid=%d", uid), "--clear-groups", w.bin, "exec", "--run-dir", w.runDir, "-d", end.Ifname, "--"}, argv...)
+		fmt.Sprintf("--regid=%d", uid), "--clear-groups", w.bin, "exec", "--run-dir", w.runDir, "--sysfs", "env",
+		"-d", end.Ifname, "--"}, argv...)
 	return exec.CommandContext(ctx, "ip", args...)
 }
 
