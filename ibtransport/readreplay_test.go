@@ -56,3 +56,61 @@ func TestReadReplayReplacesResponse(t *testing.T) {
 	}
 	require.Equal(t, uint64(2), e.Ctr.RxDuplicate.Load())
 }
+
+// TestReadReplayCancelsLaterResponses: a requester that asks again for a
+// READ from inside it repeats every later request too, and takes
+// responses in PSN order only, so the responses queued for the later
+// READs are dropped with the rest of the first: after the repeated
+// request, nothing but that READ's rest goes out until the later READ is
+// asked again, which its resource answers in full.
+func TestReadReplayCancelsLaterResponses(t *testing.T) {
+	port, e, mr, cq := newWindowTestEngine()
+	q, err := e.CreateQP(&QPConfig{Memory: &testMemory{mr}, SendCQ: cq, RecvCQ: cq, Cap: QPCap{MaxSendWR: 1, MaxRecvWR: 1}})
+	require.NoError(t, err)
+	require.NoError(t, q.Modify(&QPAttr{State: QPSInit, AccessFlags: AccessRemoteRead}, QPAttrState|QPAttrAccessFlags))
+	require.NoError(t, q.Modify(&QPAttr{State: QPSRTR, PathMTU: MTU256, DestQPN: peerQPN, AV: AddressVector{DGID: peerGID},
+		RQPSN: 100, MaxDestRdAtomic: 4}, QPAttrState|QPAttrAV|QPAttrPathMTU|QPAttrDestQPN|QPAttrRQPSN|QPAttrMaxDestRdAtomic|QPAttrMinRNRTimer))
+	const pkts = 1 << 15 / 256 // each READ's responses
+	read := func(psn PSN, skip int) {
+		receiveFromPeer(t, e, q, OpRCReadRequest, psn, 0, func(p *Packet) {
+			p.RETH.SetVA(mr.Addr() + uint64(skip*256))
+			p.RETH.SetRKey(mr.RKey())
+			p.RETH.SetDMALength(uint32((pkts - skip) * 256))
+		})
+	}
+	sentPSNs := func() []PSN {
+		var psns []PSN
+		var p Packet
+		for _, raw := range port.sent {
+			require.NoError(t, ParsePacket(raw, &p))
+			psns = append(psns, p.BTH.PSN())
+		}
+		port.sent = nil
+		return psns
+	}
+	drain := func() {
+		for busy := true; busy; {
+			busy, _ = e.Process()
+		}
+	}
+	second := PSN(100 + pkts)
+	read(100, 0)
+	read(second, 0)
+	e.Process() // one pass: the first packetBudget responses of the first
+	require.Len(t, sentPSNs(), packetBudget)
+
+	read(105, 5) // the requester lost PSN 105: it asks again from there
+	drain()
+	rest := sentPSNs()
+	require.Len(t, rest, pkts-5, "responses after the repeated request: the first READ's rest only")
+	for i, psn := range rest {
+		require.Equal(t, PSN(105+i), psn, "response %d", i)
+	}
+	read(second, 0) // and then repeats the second READ's request
+	drain()
+	again := sentPSNs()
+	require.Len(t, again, pkts, "the second READ, answered again")
+	for i, psn := range again {
+		require.Equal(t, second.Add(uint32(i)), psn, "response %d", i)
+	}
+}
