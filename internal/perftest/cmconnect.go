@@ -109,14 +109,26 @@ func (c *cmConnector) clientConnection(r *runCtx) error {
 	return fmt.Errorf("rdma_cm client: %d attempts: %w", cmConnectAttempts, err)
 }
 
-// tryClientConnection resolves an ID per QP at once, then follows the
-// events (rdma_cm_connect_events): each resolved route gets its QP
-// (create_qp_main) and connects; done when all are established.
+// tryClientConnection connects the first QP alone, then the others at
+// once (perftest resolves an ID per QP at once): a server not yet
+// listening rejects the first, and no connection of the failed attempt is
+// left with it, where perftest's server would count it among the QPs it
+// takes and fail on the next attempt's last.
 func (c *cmConnector) tryClientConnection(r *runCtx) error {
 	if c.ch == nil {
 		c.ch = c.cm.NewEventChannel()
 	}
-	for i := 0; i < r.p.NumQPs; i++ {
+	if err := c.connectIDs(r, 1); err != nil {
+		return err
+	}
+	return c.connectIDs(r, r.p.NumQPs-1)
+}
+
+// connectIDs resolves n IDs, then follows the events
+// (rdma_cm_connect_events): each resolved route gets its QP
+// (create_qp_main) and connects; done when all n are established.
+func (c *cmConnector) connectIDs(r *runCtx, n int) error {
+	for i := 0; i < n; i++ {
 		id, err := c.cm.CreateID(c.ch, rdmacm.PortSpaceTCP)
 		if err != nil {
 			return fmt.Errorf("rdma_create_id: %w", err)
@@ -126,7 +138,7 @@ func (c *cmConnector) tryClientConnection(r *runCtx) error {
 			return fmt.Errorf("rdma_resolve_addr %v: %w", c.peer.Server, err)
 		}
 	}
-	for left := r.p.NumQPs; left > 0; {
+	for left := n; left > 0; {
 		ev, err := waitCMEvent(r.ctx, c.ch, cmEventTimeout,
 			rdmacm.EventAddrResolved, rdmacm.EventRouteResolved, rdmacm.EventEstablished)
 		if err != nil {

@@ -49,7 +49,10 @@
 //   - The client resolves every test ID at once (address and route, 2000
 //     ms each, up to NUM_OF_RETRIES 10 ADDR/ROUTE_ERROR events); a QP is
 //     created when its route resolves and connected at once, so QP indices
-//     follow the order of events. It makes 10 attempts at the test
+//     follow the order of events. softnic connects the first QP alone and
+//     then the others at once, so that a rejected attempt leaves nothing
+//     at a perftest server, which takes exactly -q requests. It makes 10
+//     attempts at the test
 //     connections, 100 ms apart (4.5-0.17 reuses freed IDs on a retry;
 //     softnic starts afresh), but one only at the exchange connection
 //     (softnic retries while --connect-wait lasts).
