@@ -16,8 +16,10 @@
 //     `fi_pingpong` over msg, rdm (verbs;ofi_rxm) and dgram endpoints;
 //   - rdma-core's librdmacm programs (rdmacm-utils): rdma_xserver and
 //     rdma_xclient -c r, rping to an address no host answers, cmtime with
-//     10,000 connections; and rdma-core's own rdma_cm tests
-//     (tests/test_rdmacm.py, python3-pyverbs).
+//     10,000 connections (fewer where the hard RLIMIT_NOFILE would refuse
+//     them over the kernel too); and rdma-core's own rdma_cm tests
+//     (tests/test_rdmacm.py, python3-pyverbs), whose multicast tests skip
+//     until softnic has multicast (issue #35).
 //
 // Each test checks from the daemons' counters (`softnic stat -j`) that the
 // bytes went through softnic, not through TCP or shared memory, and,

@@ -1,5 +1,3 @@
-//go:build middleware_pending
-
 package middleware
 
 import (
@@ -79,7 +77,7 @@ func TestOpenMPI(t *testing.T) {
 			cmd.Env = append(cmd.Env,
 				fmt.Sprintf("MW_HOSTS=hosta=%s:%s hostb=%s:%s", w.pair.A.Namespace, w.pair.A.Ifname,
 					w.pair.B.Namespace, w.pair.B.Ifname),
-				"MW_SOFTNIC="+tools.bin, "MW_RUN_DIR="+w.runDir)
+				"MW_SOFTNIC="+tools.bin, "MW_RUN_DIR="+w.runDir, "MW_TMP="+userDir(t))
 			before := w.snapshot(t)
 			n := runMPI(t, cmd)
 			d := w.delta(t, before)
@@ -89,7 +87,8 @@ func TestOpenMPI(t *testing.T) {
 		t.Run(tr.name+"/one-device", func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
-			args := append([]string{"mpirun", "-np", "2"}, tr.args...)
+			// a session directory of this run's own (see rsh-agent.sh)
+			args := append([]string{"env", "TMPDIR=" + userDir(t), "mpirun", "-np", "2"}, tr.args...)
 			before := w.snapshot(t)
 			n := runMPI(t, w.user(ctx, &w.pair.A, append(args, prog)...))
 			d := w.delta(t, before)

@@ -105,6 +105,12 @@ type daemon struct {
 // a daemon on each end.
 func newWorld(t *testing.T, install string, programs ...string) *world {
 	t.Helper()
+	return newWorldArgs(t, nil, install, programs...)
+}
+
+// newWorldArgs is newWorld with more arguments for both daemons.
+func newWorldArgs(t *testing.T, daemonArgs []string, install string, programs ...string) *world {
+	t.Helper()
 	netnstest.Integration(t)
 	netnstest.RequireCommands(t, "apt-get install libibverbs-dev gcc make util-linux iproute2",
 		"cc", "make", "setpriv", "prlimit", "ip", "ss")
@@ -112,8 +118,8 @@ func newWorld(t *testing.T, install string, programs ...string) *world {
 	buildTools(t)
 	w := &world{runDir: rootDir(t)}
 	w.pair = netnstest.NewT(t, netnstest.Config{MTU: 1500})
-	w.a = w.startDaemon(t, &w.pair.A)
-	w.b = w.startDaemon(t, &w.pair.B)
+	w.a = w.startDaemon(t, &w.pair.A, daemonArgs)
+	w.b = w.startDaemon(t, &w.pair.B, daemonArgs)
 	return w
 }
 
@@ -138,9 +144,10 @@ func userDir(t *testing.T) string {
 
 // startDaemon runs `softnic daemon` on end and returns once it serves and
 // its GID table holds the end's IPv4 address.
-func (w *world) startDaemon(t *testing.T, end *netnstest.End) *daemon {
+func (w *world) startDaemon(t *testing.T, end *netnstest.End, args []string) *daemon {
 	d := &daemon{end: end, dev: "softnic_" + end.Ifname, log: &syncbuf.Buffer{}, done: make(chan struct{})}
-	d.cmd = exec.Command("ip", "netns", "exec", end.Namespace, tools.bin, "daemon", "-d", end.Ifname, "--run-dir", w.runDir)
+	argv := append([]string{"netns", "exec", end.Namespace, tools.bin, "daemon", "-d", end.Ifname, "--run-dir", w.runDir}, args...)
+	d.cmd = exec.Command("ip", argv...)
 	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
 	require.NoError(t, d.cmd.Start())
 	go func() { d.err = d.cmd.Wait(); close(d.done) }()

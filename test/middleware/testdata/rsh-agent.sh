@@ -10,6 +10,10 @@
 #   MW_SOFTNIC  the softnic binary
 #   MW_RUN_DIR  the daemons' run directory
 #   MW_UID      the user the orted runs as, if not 65534 (bench/suite: 0)
+#   MW_TMP      if set, a directory the user may write: each host's orted
+#               keeps its session directory in MW_TMP/HOST, as on hosts of
+#               their own (here both share /tmp and the host name, and
+#               one orted's cleanup raced the other's mkdir)
 set -eu
 uid=${MW_UID:-65534}
 host=$1
@@ -18,9 +22,13 @@ for entry in $MW_HOSTS; do
 	name=${entry%%=*}
 	place=${entry#*=}
 	if [ "$name" = "$host" ]; then
+		cmd=$*
+		if [ -n "${MW_TMP:-}" ]; then
+			cmd="mkdir -p '$MW_TMP/$host' && TMPDIR='$MW_TMP/$host' && export TMPDIR && $cmd"
+		fi
 		exec ip netns exec "${place%%:*}" "$MW_SOFTNIC" exec --run-dir "$MW_RUN_DIR" -d "${place#*:}" -- \
 			setpriv --reuid="$uid" --regid="$uid" --clear-groups \
-			--inh-caps=+ipc_lock --ambient-caps=+ipc_lock --pdeathsig=KILL /bin/sh -c "$*"
+			--inh-caps=+ipc_lock --ambient-caps=+ipc_lock --pdeathsig=KILL /bin/sh -c "$cmd"
 	fi
 done
 echo "rsh-agent.sh: no host $host in MW_HOSTS ($MW_HOSTS)" >&2

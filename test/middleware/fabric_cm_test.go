@@ -1,5 +1,3 @@
-//go:build middleware_pending
-
 package middleware
 
 import (
