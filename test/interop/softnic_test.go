@@ -219,8 +219,16 @@ func (e *interopEnv) softnic(timeout time.Duration, args ...string) (string, err
 		if e.ipcLock {
 			priv = append(priv, "--inh-caps=+ipc_lock", "--ambient-caps=+ipc_lock")
 		}
-		cmd = exec.CommandContext(e.ctx, "ip", append(append([]string{"netns", "exec", e.net.PeerNS}, priv...),
-			append([]string{e.bin}, args...)...)...)
+		argv := append(append([]string{"netns", "exec", e.net.PeerNS}, priv...), append([]string{e.bin}, args...)...)
+		if i := slices.Index(args, "--"); args[0] == "exec" && i > 0 {
+			// softnic exec as root, the program as nobody: so it gets the
+			// private /sys/class view (UCX reads its GID types there),
+			// which a user namespace would give only without the
+			// capability.
+			argv = append(append(append([]string{"netns", "exec", e.net.PeerNS, e.bin}, args[:i+1]...), priv...),
+				args[i+1:]...)
+		}
+		cmd = exec.CommandContext(e.ctx, "ip", argv...)
 		cmd.Env = append(os.Environ(), "SOFTNIC_RUN_DIR="+e.runDir)
 	}
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
