@@ -1,0 +1,303 @@
+package hostif
+
+import (
+	"bufio"
+	"encoding/binary"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// The host interface is written twice, in C (provider/hostif.h, packed
+// structs) and in Go (this package: encoding/binary bodies and hand
+// offsets of the ring entries). TestLayoutsMatchC compiles a program that
+// prints every field's offset and size of the C structs as the C compiler
+// lays them out, and compares each with the Go side's: a field moved,
+// resized, added or renamed on one side only fails it.
+
+// goBodies pairs each C struct of a control message body with the Go
+// type encoding/binary lays out the same. Fields compare in order, by
+// offset, size and name (lower case, underscores dropped), but for the
+// names in renames (Go name: C name), where one C struct serves several
+// bodies.
+var goBodies = []struct {
+	c       string
+	goType  any
+	renames map[string]string
+}{
+	{"sn_header", Header{}, nil},
+	{"sn_handle", HandleRequest{}, nil},
+	{"sn_handle", HandleReply{}, nil},
+	{"sn_hello_reply", HelloReply{}, nil},
+	{"sn_reg_mr_req", RegMRRequest{}, nil},
+	{"sn_reg_mr_reply", RegMRReply{}, nil},
+	{"sn_create_cq_req", CreateCQRequest{}, nil},
+	{"sn_create_cq_reply", CreateCQReply{}, nil},
+	{"sn_create_qp_req", CreateQPRequest{}, nil},
+	{"sn_create_qp_reply", CreateQPReply{}, nil},
+	{"sn_modify_qp_req", ModifyQPRequest{}, nil},
+	{"sn_create_ah_req", CreateAHRequest{}, nil},
+	{"sn_query_port_reply", QueryPortReply{}, nil},
+	{"sn_create_srq_req", CreateSRQRequest{}, nil},
+	{"sn_create_srq_reply", CreateSRQReply{}, nil},
+	{"sn_modify_srq_req", ModifySRQRequest{}, nil},
+	{"sn_cm_create_id_req", CMCreateIDRequest{}, nil},
+	{"sn_cm_bind_req", CMAddrRequest{}, nil},
+	{"sn_cm_addr_reply", CMAddrReply{}, nil},
+	{"sn_cm_resolve_addr_req", CMResolveAddrRequest{}, nil},
+	{"sn_cm_id_timeout_req", CMResolveRouteRequest{}, nil},
+	{"sn_cm_id_timeout_req", CMListenRequest{}, map[string]string{"Backlog": "timeout_ms"}},
+	{"sn_cm_set_option_req", CMSetOptionRequest{}, nil},
+	{"sn_cm_migrate_req", CMMigrateRequest{}, nil},
+	{"sn_cm_create_qp_req", CMCreateQPRequest{}, nil},
+	{"sn_cm_conn_param", CMConnParam{}, map[string]string{"Private": "private_data"}},
+	{"sn_share_memory_req", ShareMemoryRequest{}, nil},
+	{"sn_cm_init_qp_attr_req", CMInitQPAttrRequest{}, nil},
+	{"sn_cm_event", CMEvent{}, map[string]string{"Private": "private_data"}},
+}
+
+// goEntry is a ring entry's field as the Go side places it: its offset
+// constant and size.
+type goEntry struct{ off, size int }
+
+// goEntries are the ring entries, which the Go side reads and writes at
+// hand offsets: every C field must be here, at the same place.
+var goEntries = map[string]map[string]goEntry{
+	"sn_send_entry": {
+		"wr_id": {offWRID, 8}, "opcode": {offOpcode, 1}, "flags": {offFlags, 1}, "count": {offCount, 2},
+		"imm": {offImm, 4}, "remote_addr": {offRemote, 8}, "rkey": {offRKey, 4}, "reserved": {offReserved1, 4},
+		"compare_add": {offCompare, 8}, "swap": {offSwap, 8}, "ah": {offAH, 4}, "remote_qpn": {offRemoteQPN, 4},
+		"remote_qkey": {offQKey, 4}, "reserved2": {offReserved2, 4},
+	},
+	"sn_sge":        {"addr": {0, 8}, "length": {8, 4}, "lkey": {12, 4}},
+	"sn_recv_entry": {"wr_id": {0, 8}, "count": {offRecvCount, 4}, "reserved": {offRecvUnused, 4}},
+	"sn_cq_entry": {
+		"wr_id": {offCQWRID, 8}, "sequence": {offCQSeq, 4}, "status": {offCQStatus, 1}, "opcode": {offCQOpcode, 1},
+		"flags": {offCQFlags, 1}, "sl": {offCQSL, 1}, "byte_len": {offCQByteLen, 4}, "imm": {offCQImm, 4},
+		"qpn": {offCQQPN, 4}, "src_qp": {offCQSrcQP, 4}, "pkey_index": {offCQPKeyIdx, 2}, "slid": {offCQSLID, 2},
+		"dlid_path_bits": {offCQPathBits, 1}, "network_type": {offCQNetType, 1},
+		"reserved": {offCQNetType + 1, CQEntrySize - offCQNetType - 1},
+	},
+}
+
+// goEntrySizes are the entries' fixed parts as the Go side has them.
+var goEntrySizes = map[string]int{"sn_send_entry": sendHeader, "sn_sge": sgeSize, "sn_recv_entry": recvHeader,
+	"sn_cq_entry": CQEntrySize}
+
+// cField is a field as the C compiler placed it.
+type cField struct {
+	name       string
+	off, size  int
+	structSize int
+}
+
+func TestLayoutsMatchC(t *testing.T) {
+	header, err := filepath.Abs(filepath.Join("..", "provider", "hostif.h"))
+	require.NoError(t, err)
+	c := compileLayouts(t, header)
+	for _, problem := range compareLayouts(c) {
+		t.Error(problem)
+	}
+}
+
+// TestLayoutsCatchAOneSidedMove moves a field in a copy of the C header
+// (sn_create_qp_req's srq after max_inline) and in a Go offset (the send
+// entry's rkey): each is found.
+func TestLayoutsCatchAOneSidedMove(t *testing.T) {
+	src, err := os.ReadFile(filepath.Join("..", "provider", "hostif.h"))
+	require.NoError(t, err)
+	old := "uint32_t pd, type, send_cq, recv_cq, srq;\n\tuint32_t max_send_wr, max_recv_wr, max_send_sge, max_recv_sge, max_inline;"
+	moved := "uint32_t pd, type, send_cq, recv_cq;\n\tuint32_t max_send_wr, max_recv_wr, max_send_sge, max_recv_sge, max_inline, srq;"
+	require.Contains(t, string(src), old, "the test's C field to move")
+	header := filepath.Join(t.TempDir(), "hostif.h")
+	require.NoError(t, os.WriteFile(header, []byte(strings.Replace(string(src), old, moved, 1)), 0o644))
+	problems := compareLayouts(compileLayouts(t, header))
+	require.NotEmpty(t, problems, "a field moved in C only")
+	require.Contains(t, strings.Join(problems, "\n"), "sn_create_qp_req")
+
+	real, err := filepath.Abs(filepath.Join("..", "provider", "hostif.h"))
+	require.NoError(t, err)
+	c := compileLayouts(t, real)
+	saved := goEntries["sn_send_entry"]["rkey"]
+	goEntries["sn_send_entry"]["rkey"] = goEntry{saved.off + 4, saved.size}
+	defer func() { goEntries["sn_send_entry"]["rkey"] = saved }()
+	problems = compareLayouts(c)
+	require.Len(t, problems, 1, "a field moved in Go only: %v", problems)
+	require.Contains(t, problems[0], "sn_send_entry.rkey")
+}
+
+// compareLayouts returns every difference between the C layouts c and the
+// Go side's.
+func compareLayouts(c map[string][]cField) []string {
+	var problems []string
+	bad := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
+	paired := map[string]bool{}
+	for _, b := range goBodies {
+		paired[b.c] = true
+	}
+	for name := range goEntries {
+		paired[name] = true
+	}
+	for name := range c {
+		if !paired[name] {
+			bad("struct %s: no Go counterpart in the test's tables", name)
+		}
+	}
+	for _, b := range goBodies {
+		cf, ok := c[b.c]
+		if !ok {
+			bad("struct %s: not in the C header", b.c)
+			continue
+		}
+		gf := goFields(reflect.TypeOf(b.goType))
+		if len(gf) != len(cf) {
+			bad("%s has %d fields, Go's %T %d", b.c, len(cf), b.goType, len(gf))
+			continue
+		}
+		for i, g := range gf {
+			want := normalize(g.name)
+			if r, ok := b.renames[g.name]; ok {
+				want = normalize(r)
+			}
+			if normalize(cf[i].name) != want || cf[i].off != g.off || cf[i].size != g.size {
+				bad("%s.%s at %d, %d bytes; Go's %T.%s at %d, %d bytes", b.c, cf[i].name, cf[i].off, cf[i].size,
+					b.goType, g.name, g.off, g.size)
+			}
+		}
+		if size := binary.Size(b.goType); cf[0].structSize != size {
+			bad("%s is %d bytes, Go's %T %d", b.c, cf[0].structSize, b.goType, size)
+		}
+	}
+	for name, fields := range goEntries {
+		cf, ok := c[name]
+		if !ok {
+			bad("struct %s: not in the C header", name)
+			continue
+		}
+		if len(cf) != len(fields) {
+			bad("%s has %d fields, the Go side places %d", name, len(cf), len(fields))
+		}
+		for _, f := range cf {
+			g, ok := fields[f.name]
+			switch {
+			case !ok:
+				bad("%s.%s: the Go side does not place it", name, f.name)
+			case g.off != f.off || g.size != f.size:
+				bad("%s.%s at %d, %d bytes; Go's at %d, %d bytes", name, f.name, f.off, f.size, g.off, g.size)
+			}
+		}
+		if cf[0].structSize != goEntrySizes[name] {
+			bad("%s is %d bytes, Go's %d", name, cf[0].structSize, goEntrySizes[name])
+		}
+	}
+	return problems
+}
+
+// goField is a Go body's field as encoding/binary lays it out.
+type goField struct {
+	name      string
+	off, size int
+}
+
+func goFields(t reflect.Type) []goField {
+	var fields []goField
+	off := 0
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		size := binary.Size(reflect.Zero(f.Type).Interface())
+		fields = append(fields, goField{name: f.Name, off: off, size: size})
+		off += size
+	}
+	return fields
+}
+
+func normalize(name string) string { return strings.ToLower(strings.ReplaceAll(name, "_", "")) }
+
+// compileLayouts builds and runs a C program that prints every field of
+// the header's packed structs: struct, field, offset, size, struct size.
+func compileLayouts(t *testing.T, header string) map[string][]cField {
+	t.Helper()
+	if _, err := exec.LookPath("cc"); err != nil {
+		require.Fail(t, "no C compiler", "apt-get install gcc: %v", err)
+	}
+	src, err := os.ReadFile(header)
+	require.NoError(t, err)
+	structs := parseStructs(t, string(src))
+	var prog strings.Builder
+	fmt.Fprintf(&prog, "#include <stdio.h>\n#include <stddef.h>\n#include %q\nint main(void) {\n", header)
+	for _, s := range structs {
+		for _, f := range s.fields {
+			fmt.Fprintf(&prog, "\tprintf(\"%s %s %%zu %%zu %%zu\\n\", offsetof(struct %s, %s), sizeof(((struct %s *)0)->%s), sizeof(struct %s));\n",
+				s.name, f, s.name, f, s.name, f, s.name)
+		}
+	}
+	prog.WriteString("\treturn 0;\n}\n")
+	dir := t.TempDir()
+	cfile, bin := filepath.Join(dir, "layouts.c"), filepath.Join(dir, "layouts")
+	require.NoError(t, os.WriteFile(cfile, []byte(prog.String()), 0o644))
+	out, err := exec.Command("cc", "-Wall", "-Werror", "-o", bin, cfile).CombinedOutput()
+	require.NoError(t, err, "cc: %s", out)
+	out, err = exec.Command(bin).Output()
+	require.NoError(t, err)
+	layouts := map[string][]cField{}
+	sc := bufio.NewScanner(strings.NewReader(string(out)))
+	for sc.Scan() {
+		w := strings.Fields(sc.Text())
+		require.Len(t, w, 5, "layout line %q", sc.Text())
+		n := make([]int, 3)
+		for i := range n {
+			n[i], err = strconv.Atoi(w[2+i])
+			require.NoError(t, err)
+		}
+		layouts[w[0]] = append(layouts[w[0]], cField{name: w[1], off: n[0], size: n[1], structSize: n[2]})
+	}
+	return layouts
+}
+
+// cStruct is a struct of the header: its name and its fields in order.
+type cStruct struct {
+	name   string
+	fields []string
+}
+
+var (
+	structRE  = regexp.MustCompile(`(?s)struct (sn_\w+) \{(.*?)\} __attribute__\(\(packed\)\);`)
+	commentRE = regexp.MustCompile(`(?s)/\*.*?\*/`)
+	declRE    = regexp.MustCompile(`^(?:struct \w+|u?int\d+_t)\s+(.+)$`)
+	nameRE    = regexp.MustCompile(`^(\w+)(?:\[\w+\])?$`)
+)
+
+// parseStructs reads the packed structs of a header in the shape
+// provider/hostif.h writes them: a declaration of one type and one or
+// more names (arrays allowed) a line.
+func parseStructs(t *testing.T, src string) []cStruct {
+	t.Helper()
+	var structs []cStruct
+	for _, m := range structRE.FindAllStringSubmatch(src, -1) {
+		s := cStruct{name: m[1]}
+		for _, decl := range strings.Split(commentRE.ReplaceAllString(m[2], ""), ";") {
+			decl = strings.TrimSpace(decl)
+			if decl == "" {
+				continue
+			}
+			d := declRE.FindStringSubmatch(decl)
+			require.NotNil(t, d, "struct %s: a declaration the test cannot read: %q", s.name, decl)
+			for _, n := range strings.Split(d[1], ",") {
+				nm := nameRE.FindStringSubmatch(strings.TrimSpace(n))
+				require.NotNil(t, nm, "struct %s: a name the test cannot read: %q", s.name, n)
+				s.fields = append(s.fields, nm[1])
+			}
+		}
+		structs = append(structs, s)
+	}
+	require.NotEmpty(t, structs, "no packed structs in the header")
+	return structs
+}
