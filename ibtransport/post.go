@@ -75,27 +75,14 @@ func (q *QP) checkPostSend() error {
 	return nil
 }
 
-// checkSendWR checks wr against the QP's limits.
+// checkSendWR checks wr against the QP's service and limits
+// (CheckSendWR), and a UD send's AH against the engine's.
 func (q *QP) checkSendWR(wr *SendWR) error {
+	if err := CheckSendWR(q.typ, SendLimits{MaxSGE: q.sq.maxSGE, MaxInline: q.sq.maxInline}, wr); err != nil {
+		return err
+	}
 	if q.typ == QPTypeUD {
-		if err := q.checkUDSendWR(wr); err != nil {
-			return err
-		}
-	}
-	if q.typ == QPTypeUC {
-		if err := q.checkUCSendWR(wr); err != nil {
-			return err
-		}
-	}
-	if wr.Opcode > WRAtomicFetchAndAdd {
-		return fmt.Errorf("post send: opcode %v: %w", wr.Opcode, ErrInvalidArgument)
-	}
-	if wr.Flags&SendInline != 0 {
-		if !(wr.Opcode.isSend() || wr.Opcode.isWrite()) || len(wr.InlineData) > q.sq.maxInline {
-			return fmt.Errorf("post send: inline %v of %d bytes (max %d): %w", wr.Opcode, len(wr.InlineData), q.sq.maxInline, ErrInvalidArgument)
-		}
-	} else if len(wr.SGL) > q.sq.maxSGE {
-		return fmt.Errorf("post send: %d SGEs, at most %d: %w", len(wr.SGL), q.sq.maxSGE, ErrInvalidArgument)
+		return q.checkUDAH(wr)
 	}
 	return nil
 }

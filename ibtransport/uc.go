@@ -1,7 +1,5 @@
 package ibtransport
 
-import "fmt"
-
 // A UC QP is connected like an RC QP (a path, a destination QP, PSNs in
 // both directions) but unreliable: its packets ask for no ACK, nothing is
 // retransmitted and no window holds them back, so a send work request
@@ -28,16 +26,6 @@ var serviceOf = [...]QPType{TransportRC: QPTypeRC, TransportUC: QPTypeUC, Transp
 
 // ucOpcodeBase added to an RC SEND or WRITE opcode makes its UC twin.
 const ucOpcodeBase = OpUCSendFirst - OpRCSendFirst
-
-// checkUCSendWR refuses what UC does not carry: READ, atomics and SEND
-// with invalidate.
-func (q *QP) checkUCSendWR(wr *SendWR) error {
-	switch wr.Opcode {
-	case WRSend, WRSendWithImm, WRRDMAWrite, WRRDMAWriteWithImm:
-		return nil
-	}
-	return fmt.Errorf("post send: opcode %v on a UC QP: %w", wr.Opcode, ErrInvalidArgument)
-}
 
 // sendUnreliable sends the packets of posted UC work requests, in order,
 // until the queue is empty, the budget is spent or the link has no buffer,

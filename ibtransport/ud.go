@@ -80,17 +80,13 @@ func (g *Group) placeUD(q *QP) {
 	}
 }
 
-// checkUDSendWR checks what a UD send work request adds to checkSendWR.
-func (q *QP) checkUDSendWR(wr *SendWR) error {
+// checkUDAH checks a UD send's AH: one of this engine's, not destroyed.
+func (q *QP) checkUDAH(wr *SendWR) error {
 	switch {
-	case wr.Opcode != WRSend && wr.Opcode != WRSendWithImm:
-		return fmt.Errorf("post send: opcode %v on a UD QP: %w", wr.Opcode, ErrInvalidArgument)
 	case wr.AH == nil || wr.AH.destroyed.Load():
 		return fmt.Errorf("post send: UD send without a valid AH: %w", ErrInvalidArgument)
 	case wr.AH.g != q.home.Load().g:
 		return fmt.Errorf("post send: AH of another device: %w", ErrInvalidArgument)
-	case wr.RemoteQPN > PSNMask:
-		return fmt.Errorf("post send: remote QPN %#x: %w", wr.RemoteQPN, ErrInvalidArgument)
 	}
 	return nil
 }

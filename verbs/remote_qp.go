@@ -8,6 +8,7 @@ import (
 
 	"github.com/softnic/softnic/daemon/client"
 	"github.com/softnic/softnic/hostif"
+	"github.com/softnic/softnic/ibtransport"
 )
 
 func (pd *PD) remoteQP(init *QPInitAttr) (*QP, error) {
@@ -73,11 +74,10 @@ func (r *remoteQP) state() QPState {
 }
 
 // checkSend refuses what the transport's QP refuses at post time, before
-// the daemon would fail the QP for it: a QP not ready to send, unknown
-// opcodes, more SGEs or inline bytes than the QP holds, opcodes the
-// service does not have, and a UD send without an AH of this device,
-// whose daemon handle it returns. A device whose daemon is gone gets
-// that error first, whatever the QP's last known state.
+// the daemon would fail the QP for it: a QP not ready to send, what
+// ibtransport.CheckSendWR refuses, and a UD send without an AH of this
+// device, whose daemon handle it returns. A device whose daemon is gone
+// gets that error first, whatever the QP's last known state.
 func (r *remoteQP) checkSend(wr *SendWR) (ah uint32, err error) {
 	if err := r.dev.remoteGone(); err != nil {
 		return 0, err
@@ -86,45 +86,15 @@ func (r *remoteQP) checkSend(wr *SendWR) (ah uint32, err error) {
 	case QPSReset, QPSInit, QPSRTR:
 		return 0, fmt.Errorf("post send on QP %d: %w (%v)", r.q.QPN, ErrInvalidState, st)
 	}
-	switch {
-	case wr.Opcode > WRAtomicFetchAndAdd:
-		return 0, fmt.Errorf("post send: opcode %v: %w", wr.Opcode, ErrInvalidArgument)
-	case wr.Flags&SendInline != 0 && (len(wr.InlineData) > r.cap.MaxInlineData || !inlineOpcode(wr.Opcode)):
-		return 0, fmt.Errorf("post send: inline %v of %d bytes (max %d): %w", wr.Opcode, len(wr.InlineData),
-			r.cap.MaxInlineData, ErrInvalidArgument)
-	case wr.Flags&SendInline == 0 && len(wr.SGL) > max(r.cap.MaxSendSGE, 1):
-		return 0, fmt.Errorf("post send: %d SGEs, at most %d: %w", len(wr.SGL), r.cap.MaxSendSGE, ErrInvalidArgument)
-	case r.typ == QPTypeUC && !ucOpcode(wr.Opcode):
-		return 0, fmt.Errorf("post send: opcode %v on a UC QP: %w", wr.Opcode, ErrInvalidArgument)
-	case r.typ != QPTypeUD:
-		return 0, nil
-	case wr.Opcode != WRSend && wr.Opcode != WRSendWithImm:
-		return 0, fmt.Errorf("post send: opcode %v on a UD QP: %w", wr.Opcode, ErrInvalidArgument)
+	lim := ibtransport.SendLimits{MaxSGE: max(r.cap.MaxSendSGE, 1), MaxInline: r.cap.MaxInlineData}
+	if err := ibtransport.CheckSendWR(r.typ, lim, wr); err != nil || r.typ != QPTypeUD {
+		return 0, err
 	}
 	h, ok := r.dev.remote.objects.ahHandle(wr.AH)
 	if wr.AH == nil || !ok {
 		return 0, fmt.Errorf("post send: UD send without a valid AH: %w", ErrInvalidArgument)
 	}
 	return h, nil
-}
-
-// ucOpcode reports whether a UC QP has op: SENDs and WRITEs, with or
-// without immediate data.
-func ucOpcode(op WROpcode) bool {
-	switch op {
-	case WRSend, WRSendWithImm, WRRDMAWrite, WRRDMAWriteWithImm:
-		return true
-	}
-	return false
-}
-
-// inlineOpcode reports whether op may carry inline data: SENDs and WRITEs.
-func inlineOpcode(op WROpcode) bool {
-	switch op {
-	case WRSend, WRSendWithImm, WRSendWithInv, WRRDMAWrite, WRRDMAWriteWithImm:
-		return true
-	}
-	return false
 }
 
 func (r *remoteQP) postSend(wr *SendWR) error {

@@ -1,0 +1,43 @@
+package ibtransport
+
+import "fmt"
+
+// SendLimits are what a QP takes of one send work request: SGEs, and
+// bytes of inline data.
+type SendLimits struct{ MaxSGE, MaxInline int }
+
+// CheckSendWR checks what a QP of type typ refuses of wr at post time,
+// with the same errors whichever backend holds the QP (the engine, or a
+// daemon's client before it writes the ring): an unknown opcode, one the
+// service does not carry (UC: SENDs and WRITEs; UD: SENDs), inline data
+// on other opcodes or over lim.MaxInline, more SGEs than lim.MaxSGE, and
+// a UD send's remote QPN past 24 bits. A UD send's AH is the backend's to
+// check. Every error wraps ErrInvalidArgument.
+func CheckSendWR(typ QPType, lim SendLimits, wr *SendWR) error {
+	switch {
+	case wr.Opcode > WRAtomicFetchAndAdd:
+		return fmt.Errorf("post send: opcode %v: %w", wr.Opcode, ErrInvalidArgument)
+	case typ == QPTypeUC && !ucOpcode(wr.Opcode):
+		return fmt.Errorf("post send: opcode %v on a UC QP: %w", wr.Opcode, ErrInvalidArgument)
+	case typ == QPTypeUD && wr.Opcode != WRSend && wr.Opcode != WRSendWithImm:
+		return fmt.Errorf("post send: opcode %v on a UD QP: %w", wr.Opcode, ErrInvalidArgument)
+	case wr.Flags&SendInline != 0 && (!(wr.Opcode.isSend() || wr.Opcode.isWrite()) || len(wr.InlineData) > lim.MaxInline):
+		return fmt.Errorf("post send: inline %v of %d bytes (max %d): %w", wr.Opcode, len(wr.InlineData), lim.MaxInline,
+			ErrInvalidArgument)
+	case wr.Flags&SendInline == 0 && len(wr.SGL) > lim.MaxSGE:
+		return fmt.Errorf("post send: %d SGEs, at most %d: %w", len(wr.SGL), lim.MaxSGE, ErrInvalidArgument)
+	case typ == QPTypeUD && wr.RemoteQPN > PSNMask:
+		return fmt.Errorf("post send: remote QPN %#x: %w", wr.RemoteQPN, ErrInvalidArgument)
+	}
+	return nil
+}
+
+// ucOpcode reports whether a UC QP carries op: SENDs and WRITEs, with or
+// without immediate data (no READ, atomics or SEND with invalidate).
+func ucOpcode(op WROpcode) bool {
+	switch op {
+	case WRSend, WRSendWithImm, WRRDMAWrite, WRRDMAWriteWithImm:
+		return true
+	}
+	return false
+}
