@@ -11,6 +11,23 @@ type command struct {
 	done chan error
 }
 
+// One packet's way through the engine (roce/lane.go has the frame's way
+// to and from the link):
+//
+//	Receive: ParsePacket reads the BTH and the extension headers
+//	  (packet.go, headers.go); the P_Key, the destination QP (forwarded to
+//	  its engine if another of the group holds it), its service and state
+//	  are checked, a CNP goes to the QP's reaction point (cnp.go), a UD
+//	  datagram to udReceiver (udrecv.go); a connected QP's packet must
+//	  come from its path, and then a UC one goes to the responder's
+//	  onUCRequest (ucrecv.go), an RC request to onRequest (responder.go)
+//	  and an RC response or ACK to the completer's onResponse;
+//	Process: each active QP's service (service.go) sends the responder's
+//	  queued responses, runs the completer's timers, then lets the
+//	  requester build new packets from the send queue (reqbuild.go) into
+//	  its TxPath, within its window and DCQCN's rate; completions go to
+//	  the CQs through CompletionQueue.
+//
 // Engine runs the RC and UD transport of one device. All protocol state belongs to
 // whoever calls Receive and Process, one goroutine at a time: the device's
 // engine goroutine, or an application that polls (roce.Device.Poll), the

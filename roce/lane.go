@@ -16,6 +16,25 @@ import (
 	"github.com/softnic/softnic/internal/cpupin"
 )
 
+// One frame's way through a lane (each lane is an engine of the device
+// and the link queue it drives):
+//
+//	receive: Link.Receive hands each frame to lane.receive, which lets a
+//	  running capture copy it (capture.go), parses Ethernet, IP and UDP
+//	  and checks the ICRC (ParseFrame, frame.go), finds the destination
+//	  GID's index, and gives the IB packet to ibtransport.Engine.Receive;
+//	process: Engine.Process runs each active QP's responder, completer
+//	  and requester (ibtransport/engine.go);
+//	transmit: a QP's packets go out through its TxPath (path, txpath.go):
+//	  Buffer lends the IB part of a link frame, Send has Encap.Finish write
+//	  Ethernet, IP, UDP and the ICRC around it (encap.go, icrc.go), the
+//	  capture copy it, and Link.Send queue it; Link.Flush kicks the link
+//	  once a pass (and every flushBytes). Packets between two QPs of the
+//	  device go through loopPath (loopback.go) instead of the link.
+//
+// pass is one round of the three; run is the lane's goroutine, which
+// spins, naps or sleeps between passes.
+
 // lane is one engine of a device with the link it drives and the state of
 // the goroutine that runs it.
 type lane struct {
