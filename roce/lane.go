@@ -321,7 +321,7 @@ func (ln *lane) nap() {
 // osYield gives the CPU to another runnable thread, if any (sched_yield),
 // as a raw system call: it never blocks, and sysmon, finding a goroutine
 // in a system call, takes its P and polls again every 20 µs (see
-// internal/perftest's osYield).
+// tools/perftest's osYield).
 func osYield() { syscall.RawSyscall(syscall.SYS_SCHED_YIELD, 0, 0, 0) }
 
 // receive handles one frame from the link.

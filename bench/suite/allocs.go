@@ -13,9 +13,9 @@ import (
 	"sync"
 
 	"github.com/softnic/softnic/internal/netnstest"
-	"github.com/softnic/softnic/internal/oob"
-	"github.com/softnic/softnic/internal/perftest"
 	"github.com/softnic/softnic/roce/xdplink"
+	"github.com/softnic/softnic/tools/oob"
+	"github.com/softnic/softnic/tools/perftest"
 	"github.com/softnic/softnic/verbs"
 	"github.com/softnic/softnic/xdp"
 )

@@ -5,9 +5,9 @@ import (
 	"net/netip"
 	"time"
 
-	"github.com/softnic/softnic/internal/perftest"
 	"github.com/softnic/softnic/rdmacm"
 	"github.com/softnic/softnic/roce/xdplink"
+	"github.com/softnic/softnic/tools/perftest"
 	"github.com/softnic/softnic/verbs"
 )
 

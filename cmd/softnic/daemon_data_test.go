@@ -12,9 +12,9 @@ import (
 	"github.com/softnic/softnic/daemon/client"
 	"github.com/softnic/softnic/hostif"
 	"github.com/softnic/softnic/ibtransport"
-	"github.com/softnic/softnic/internal/perftest"
 	"github.com/softnic/softnic/roce"
 	"github.com/softnic/softnic/roce/xdplink"
+	"github.com/softnic/softnic/tools/perftest"
 	"github.com/softnic/softnic/verbs"
 )
 

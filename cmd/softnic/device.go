@@ -7,8 +7,8 @@ import (
 	"os"
 	"time"
 
-	"github.com/softnic/softnic/internal/perftest"
 	"github.com/softnic/softnic/roce/xdplink"
+	"github.com/softnic/softnic/tools/perftest"
 	"github.com/softnic/softnic/verbs"
 )
 

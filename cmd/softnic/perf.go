@@ -12,8 +12,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/softnic/softnic/internal/oob"
-	"github.com/softnic/softnic/internal/perftest"
+	"github.com/softnic/softnic/tools/oob"
+	"github.com/softnic/softnic/tools/perftest"
 )
 
 func init() {

@@ -15,9 +15,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/softnic/softnic/internal/perftest"
 	"github.com/softnic/softnic/rdmacm"
 	"github.com/softnic/softnic/roce/memlink"
+	"github.com/softnic/softnic/tools/perftest"
 	"github.com/softnic/softnic/verbs"
 
 	"github.com/stretchr/testify/assert"

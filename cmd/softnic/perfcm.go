@@ -7,9 +7,9 @@ import (
 	"net"
 	"net/netip"
 
-	"github.com/softnic/softnic/internal/perftest"
 	"github.com/softnic/softnic/rdmacm"
 	"github.com/softnic/softnic/roce/xdplink"
+	"github.com/softnic/softnic/tools/perftest"
 )
 
 // openPerfCM opens the device and connection manager of a -R run. perftest

@@ -9,7 +9,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/softnic/softnic/internal/pingpong"
+	"github.com/softnic/softnic/tools/pingpong"
 )
 
 func init() {

@@ -11,7 +11,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/softnic/softnic/internal/rping"
+	"github.com/softnic/softnic/tools/rping"
 )
 
 func init() {

@@ -1,6 +1,6 @@
 // Package pingpong is rdma-core's ibv_rc_pingpong on softnic's verbs: one
 // RC QP, an address exchange over TCP in the tool's format (package
-// internal/oob), then Iters sends each way, one outstanding at a time, and
+// tools/oob), then Iters sends each way, one outstanding at a time, and
 // the tool's two result lines. Either end may be the real ibv_rc_pingpong.
 // With Config.UD it is ibv_ud_pingpong instead (ud.go): a UD QP, an
 // address handle to the peer, and the GRH's 40 bytes before the message.

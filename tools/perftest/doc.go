@@ -1,7 +1,7 @@
 // Package perftest runs perftest's RDMA tests (write_bw, read_bw, send_bw,
 // atomic_bw, write_lat, read_lat, send_lat) on softnic's verbs, speaking
 // perftest 4.5's out-of-band exchange (protocol version 6.06, package
-// internal/oob) so either end can be the real ib_*_bw / ib_*_lat, and
+// tools/oob) so either end can be the real ib_*_bw / ib_*_lat, and
 // prints results in perftest's exact layout, so numbers compare directly
 // with ConnectX runs.
 //

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/softnic/softnic/internal/oob"
+	"github.com/softnic/softnic/tools/oob"
 	"github.com/softnic/softnic/verbs"
 )
 

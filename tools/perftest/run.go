@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/softnic/softnic/internal/cpupin"
-	"github.com/softnic/softnic/internal/oob"
+	"github.com/softnic/softnic/tools/oob"
 	"github.com/softnic/softnic/verbs"
 )
 

@@ -14,7 +14,7 @@ import (
 
 	"github.com/softnic/softnic/ibtransport"
 	"github.com/softnic/softnic/internal/cpupin"
-	"github.com/softnic/softnic/internal/oob"
+	"github.com/softnic/softnic/tools/oob"
 	"github.com/softnic/softnic/verbs"
 )
 

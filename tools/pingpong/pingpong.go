@@ -9,8 +9,8 @@ import (
 	"os"
 	"time"
 
-	"github.com/softnic/softnic/internal/oob"
-	"github.com/softnic/softnic/internal/perftest"
+	"github.com/softnic/softnic/tools/oob"
+	"github.com/softnic/softnic/tools/perftest"
 )
 
 // Config holds ibv_rc_pingpong's options (rc_pingpong.c main).

@@ -4,7 +4,7 @@ import (
 	"math"
 	"slices"
 
-	"github.com/softnic/softnic/internal/oob"
+	"github.com/softnic/softnic/tools/oob"
 )
 
 // BWTimes are a bandwidth run's timestamps in nanoseconds on one monotonic

@@ -7,8 +7,8 @@ import (
 	"net/netip"
 	"runtime"
 
-	"github.com/softnic/softnic/internal/oob"
-	"github.com/softnic/softnic/internal/perftest"
+	"github.com/softnic/softnic/tools/oob"
+	"github.com/softnic/softnic/tools/perftest"
 	"github.com/softnic/softnic/verbs"
 )
 

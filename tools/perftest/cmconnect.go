@@ -6,8 +6,8 @@ import (
 	"net/netip"
 	"time"
 
-	"github.com/softnic/softnic/internal/oob"
 	"github.com/softnic/softnic/rdmacm"
+	"github.com/softnic/softnic/tools/oob"
 	"github.com/softnic/softnic/verbs"
 )
 

@@ -3,8 +3,8 @@ package pingpong
 import (
 	"fmt"
 
-	"github.com/softnic/softnic/internal/oob"
 	"github.com/softnic/softnic/roce"
+	"github.com/softnic/softnic/tools/oob"
 	"github.com/softnic/softnic/verbs"
 )
 

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/softnic/softnic/internal/oob"
+	"github.com/softnic/softnic/tools/oob"
 )
 
 // AtomicType selects the atomic_bw operation (perftest's -A).

@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/softnic/softnic/internal/oob"
+	"github.com/softnic/softnic/tools/oob"
 )
 
 // Layout strings of perftest_parameters.h (perftest 4.5-0.17).

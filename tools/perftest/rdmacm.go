@@ -8,8 +8,8 @@ import (
 	"net/netip"
 	"time"
 
-	"github.com/softnic/softnic/internal/oob"
 	"github.com/softnic/softnic/rdmacm"
+	"github.com/softnic/softnic/tools/oob"
 )
 
 // Timeouts of the -R mode, perftest's where it has them.
