@@ -91,8 +91,8 @@ type Device struct {
 	stop     atomic.Bool
 	closeMu  sync.Mutex
 
-	captureMu sync.Mutex
-	capture   *Capture // the running capture, if any
+	tapMu  sync.Mutex
+	tapped bool // the lanes have taps (SetTaps)
 
 	port port
 }

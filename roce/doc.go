@@ -11,11 +11,9 @@
 //
 // The files: frame.go, encap.go, header.go and icrc.go the framing;
 // device.go the Device; lane.go an engine's goroutine and receive path;
-// txpath.go and loopback.go the transmit paths; capture.go a packet
-// capture (Device.StartCapture), the frames each lane sends and receives
-// copied into a regular file's byte stream that a goroutine writes with
-// O_DIRECT (capfile.go, capdirect.go), or into a ring of the lane's own
-// that the goroutine writes to any other writer (capring.go).
+// txpath.go and loopback.go the transmit paths; tap.go the hook that
+// shows each lane's frames to a Tap, such as roce/capture's packet
+// capture.
 //
 // The package also holds RoCEv2 GIDs (IP addresses in GID form), the UDP
 // source port a queue pair uses, and the device that joins a Link to the

@@ -7,11 +7,3 @@ import "github.com/softnic/softnic/ibtransport"
 func (d *Device) Path(av *ibtransport.AddressVector, qpn uint32, pathMTU int) (ibtransport.TxPath, error) {
 	return d.lanes[0].Path(av, qpn, pathMTU)
 }
-
-// Out says how the capture writes its file: "direct" or "rings".
-func (c *Capture) Out() string {
-	if c.file == nil {
-		return "rings"
-	}
-	return "direct"
-}

@@ -19,8 +19,8 @@ import (
 // One frame's way through a lane (each lane is an engine of the device
 // and the link queue it drives):
 //
-//	receive: Link.Receive hands each frame to lane.receive, which lets a
-//	  running capture copy it (capture.go), parses Ethernet, IP and UDP
+//	receive: Link.Receive hands each frame to lane.receive, which shows
+//	  it to the lane's Tap if any (tap.go), parses Ethernet, IP and UDP
 //	  and checks the ICRC (ParseFrame, frame.go), finds the destination
 //	  GID's index, and gives the IB packet to ibtransport.Engine.Receive;
 //	process: Engine.Process runs each active QP's responder, completer
@@ -28,7 +28,7 @@ import (
 //	transmit: a QP's packets go out through its TxPath (path, txpath.go):
 //	  Buffer lends the IB part of a link frame, Send has Encap.Finish write
 //	  Ethernet, IP, UDP and the ICRC around it (encap.go, icrc.go), the
-//	  capture copy it, and Link.Send queue it; Link.Flush kicks the link
+//	  Tap see it, and Link.Send queue it; Link.Flush kicks the link
 //	  once a pass (and every flushBytes). Packets between two QPs of the
 //	  device go through loopPath (loopback.go) instead of the link.
 //
@@ -91,8 +91,8 @@ type lane struct {
 	idleSince time.Duration
 	napped    bool
 
-	// capture, if set, is the lane's part of a running capture (capture.go).
-	capture atomic.Pointer[laneCapture]
+	// tap, if set, sees the lane's frames (tap.go).
+	tap atomic.Pointer[tapHolder]
 
 	// host, if set, are the daemon's clients' queues (first lane only).
 	host atomic.Pointer[HostQueues]
@@ -330,7 +330,7 @@ func (ln *lane) receive(frame []byte) {
 		ln.eng.SettleWrites() // the link reuses the frames' buffers next
 		return
 	}
-	ln.captureFrame(frame)
+	ln.tapFrame(frame)
 	f := &ln.rxFrame
 	err := ParseFrame(frame, f)
 	ln.ctr.Rx.Count(err)

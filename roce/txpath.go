@@ -128,7 +128,7 @@ func (p *path) finish(buf []byte, n int) {
 		ln.spare = append(ln.spare, buf)
 		return
 	}
-	ln.captureFrame(buf[:l])
+	ln.tapFrame(buf[:l])
 	ln.link.Send(buf[:l])
 	ln.ctr.TxFrames.Add(1)
 }

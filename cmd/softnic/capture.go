@@ -11,11 +11,12 @@ import (
 	"strings"
 
 	"github.com/softnic/softnic/roce"
+	devcapture "github.com/softnic/softnic/roce/capture"
 )
 
 // captureFlags are --pcap, --pcap-size, --snaplen and --pcap-share: a
 // packet capture of the frames the device softnic opens sends and
-// receives (roce.Capture).
+// receives (roce/capture).
 type captureFlags struct {
 	file    string
 	size    byteSize
@@ -41,7 +42,7 @@ func (c *captureFlags) define(fs *flag.FlagSet) {
 	fs.StringVar(&c.file, "pcap", "", pcapUsage)
 	fs.Var(&c.size, "pcap-size", pcapSizeUsage)
 	fs.IntVar(&c.snaplen, "snaplen", 0, snaplenUsage)
-	fs.IntVar(&c.share, "pcap-share", roce.DefaultCaptureShare, shareUsage)
+	fs.IntVar(&c.share, "pcap-share", devcapture.DefaultShare, shareUsage)
 }
 
 // check refuses capture flags that make no sense.
@@ -51,7 +52,7 @@ func (c *captureFlags) check() error {
 		return fmt.Errorf("--snaplen %d: must not be negative", c.snaplen)
 	case c.share < 1 || c.share > 100:
 		return fmt.Errorf("--pcap-share %d: a percentage from 1 to 100", c.share)
-	case c.file == "" && (c.size != 0 || c.snaplen != 0 || c.share != roce.DefaultCaptureShare):
+	case c.file == "" && (c.size != 0 || c.snaplen != 0 || c.share != devcapture.DefaultShare):
 		return errors.New("--pcap-size, --snaplen and --pcap-share go with --pcap FILE")
 	}
 	return nil
@@ -78,7 +79,7 @@ func (c *captureFlags) start(dev *roce.Device, path string, stderr io.Writer) (f
 	if err != nil {
 		return nil, fmt.Errorf("--pcap: %w", err)
 	}
-	run, err := dev.StartCapture(roce.CaptureConfig{W: f, Snaplen: c.snaplen, Limit: int64(c.size), Share: c.share})
+	run, err := devcapture.Start(dev, devcapture.Config{W: f, Snaplen: c.snaplen, Limit: int64(c.size), Share: c.share})
 	if err != nil {
 		f.Close()
 		return nil, fmt.Errorf("--pcap %s: %w", path, err)

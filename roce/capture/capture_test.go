@@ -1,4 +1,4 @@
-package roce_test
+package capture_test
 
 import (
 	"bytes"
@@ -15,8 +15,10 @@ import (
 	"github.com/softnic/softnic/ibtransport"
 	"github.com/softnic/softnic/internal/pcapfile"
 	"github.com/softnic/softnic/roce"
+	"github.com/softnic/softnic/roce/capture"
 	"github.com/softnic/softnic/roce/memlink"
 	"github.com/softnic/softnic/verbs"
+	"github.com/softnic/softnic/verbs/verbstest"
 )
 
 // writePair is two devices on a memlink pair with connected RC QPs, A's
@@ -52,7 +54,7 @@ func newWritePair(t *testing.T, size int) *writePair {
 	var qb *verbs.QP
 	p.qa, p.ca, p.src = mk(a, p.srcBuf, 0)
 	qb, _, p.dst = mk(b, make([]byte, size), ibtransport.AccessLocalWrite|ibtransport.AccessRemoteWrite)
-	require.NoError(t, connectRC(t, p.qa, qb, addrA, addrB, ibtransport.MTU1024))
+	require.NoError(t, verbstest.ConnectRC(t, p.qa, qb, addrA, addrB, ibtransport.MTU1024))
 	return p
 }
 
@@ -94,16 +96,16 @@ func readCapture(t *testing.T, file []byte) (ops []ibtransport.Opcode, fromA []b
 func TestCaptureBothDirections(t *testing.T) {
 	p := newWritePair(t, 4096)
 	var file bytes.Buffer
-	c, err := p.a.RoCE().StartCapture(roce.CaptureConfig{W: &file})
+	c, err := capture.Start(p.a.RoCE(), capture.Config{W: &file})
 	require.NoError(t, err)
-	_, err = p.a.RoCE().StartCapture(roce.CaptureConfig{W: io.Discard})
-	require.ErrorIs(t, err, roce.ErrCaptureRunning)
+	_, err = capture.Start(p.a.RoCE(), capture.Config{W: io.Discard})
+	require.ErrorIs(t, err, capture.ErrRunning)
 	p.write(t)
 	// The ACK may reach the device's capture a little after the
 	// completion: wait for it before stopping.
 	require.Eventually(t, func() bool { return c.Stats().Written+c.Stats().Dropped >= 5 }, 10*time.Second, time.Millisecond)
 	require.NoError(t, c.Stop())
-	require.Equal(t, roce.CaptureStats{Written: 5}, c.Stats())
+	require.Equal(t, capture.Stats{Written: 5}, c.Stats())
 	ops, fromA := readCapture(t, file.Bytes())
 	require.Equal(t, []ibtransport.Opcode{ibtransport.OpRCWriteFirst, ibtransport.OpRCWriteMiddle, ibtransport.OpRCWriteMiddle,
 		ibtransport.OpRCWriteLast, ibtransport.OpRCAcknowledge}, ops)
@@ -113,7 +115,7 @@ func TestCaptureBothDirections(t *testing.T) {
 	p.write(t)
 	require.Equal(t, uint64(5), c.Stats().Written)
 	var again bytes.Buffer
-	c2, err := p.a.RoCE().StartCapture(roce.CaptureConfig{W: &again, Snaplen: 64})
+	c2, err := capture.Start(p.a.RoCE(), capture.Config{W: &again, Snaplen: 64})
 	require.NoError(t, err)
 	p.write(t)
 	require.Eventually(t, func() bool { return c2.Stats().Written >= 5 }, 10*time.Second, time.Millisecond)
@@ -138,14 +140,14 @@ func TestCaptureIntoFile(t *testing.T) {
 	require.NoError(t, err)
 	defer file.Close()
 	before := time.Now()
-	c, err := p.a.RoCE().StartCapture(roce.CaptureConfig{W: file})
+	c, err := capture.Start(p.a.RoCE(), capture.Config{W: file})
 	require.NoError(t, err)
 	require.Equal(t, "direct", c.Out())
 	p.write(t)
 	require.Eventually(t, func() bool { return c.Stats().Written+c.Stats().Dropped >= 5 }, 10*time.Second, time.Millisecond)
 	require.NoError(t, c.Stop())
 	after := time.Now()
-	require.Equal(t, roce.CaptureStats{Written: 5}, c.Stats())
+	require.Equal(t, capture.Stats{Written: 5}, c.Stats())
 	b, err := os.ReadFile(path)
 	require.NoError(t, err)
 	rd, err := pcapfile.NewReader(bytes.NewReader(b))
@@ -170,7 +172,7 @@ func TestCaptureIntoFile(t *testing.T) {
 	null, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
 	require.NoError(t, err)
 	defer null.Close()
-	c, err = p.a.RoCE().StartCapture(roce.CaptureConfig{W: null})
+	c, err = capture.Start(p.a.RoCE(), capture.Config{W: null})
 	require.NoError(t, err)
 	require.Equal(t, "rings", c.Out())
 	p.write(t)
@@ -184,7 +186,7 @@ func TestCaptureStopsAtLimit(t *testing.T) {
 	p := newWritePair(t, 16384)
 	var file bytes.Buffer
 	const limit = 5000 // the header and four frames of 1024 bytes of payload
-	c, err := p.a.RoCE().StartCapture(roce.CaptureConfig{W: &file, Limit: limit})
+	c, err := capture.Start(p.a.RoCE(), capture.Config{W: &file, Limit: limit})
 	require.NoError(t, err)
 	p.write(t)
 	require.Eventually(t, func() bool { return c.Stats().Truncated }, 10*time.Second, time.Millisecond)
@@ -208,10 +210,10 @@ func (w *failingWriter) Write(b []byte) (int, error) {
 
 func TestCaptureReportsWriteError(t *testing.T) {
 	p := newWritePair(t, 4096)
-	c, err := p.a.RoCE().StartCapture(roce.CaptureConfig{W: &failingWriter{n: 100}})
+	c, err := capture.Start(p.a.RoCE(), capture.Config{W: &failingWriter{n: 100}})
 	require.NoError(t, err)
 	p.write(t)
 	require.ErrorIs(t, c.Stop(), io.ErrShortWrite)
-	_, err = p.a.RoCE().StartCapture(roce.CaptureConfig{W: &failingWriter{n: 10}})
+	_, err = capture.Start(p.a.RoCE(), capture.Config{W: &failingWriter{n: 10}})
 	require.ErrorIs(t, err, io.ErrShortWrite, "the file header does not fit")
 }

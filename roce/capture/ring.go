@@ -1,4 +1,4 @@
-package roce
+package capture
 
 import (
 	"encoding/binary"
@@ -48,12 +48,11 @@ func newCaptureRing(size, snaplen int) *captureRing {
 	return &captureRing{buf: make([]byte, size), snaplen: max(snaplen, 0)}
 }
 
-// captureFrame copies frame into the lane's part of the capture, if one
-// runs and the lane's copying is within its share of the lane's time
-// (CaptureConfig.Share).
-func (ln *lane) captureFrame(frame []byte) {
-	c := ln.capture.Load()
-	if c == nil {
+// Frame copies frame into the lane's part of the capture (roce.Tap), if
+// it still takes frames and the lane's copying is within its share of the
+// lane's time (Config.Share).
+func (c *laneCapture) Frame(frame []byte) {
+	if c.detached.Load() {
 		return
 	}
 	now := c.now()
@@ -72,8 +71,8 @@ func (ln *lane) captureFrame(frame []byte) {
 	}
 }
 
-// A lane spends at most its share (CaptureConfig.Share, by default
-// DefaultCaptureShare percent) of the time copying frames into the
+// A lane spends at most its share (Config.Share, by default
+// DefaultShare percent) of the time copying frames into the
 // capture, on average, and drops the frames past it: its allowance, in
 // nanoseconds of copying, grows by the share of the time that passes, up
 // to shareBurst, and each copy spends what it took. Copying a whole
@@ -92,9 +91,9 @@ func (ln *lane) captureFrame(frame []byte) {
 // a few microseconds), so that a lane's thread losing its CPU in the middle
 // of one does not cost the capture what follows.
 const (
-	DefaultCaptureShare = 5
-	shareBurst          = int64(20 * time.Millisecond)
-	maxCopyCharge       = int64(20 * time.Microsecond)
+	DefaultShare  = 5
+	shareBurst    = int64(20 * time.Millisecond)
+	maxCopyCharge = int64(20 * time.Microsecond)
 )
 
 // charge counts a copy that took d nanoseconds against the lane's

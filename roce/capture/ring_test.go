@@ -1,4 +1,4 @@
-package roce
+package capture
 
 import (
 	"bytes"
@@ -126,8 +126,8 @@ func TestCaptureRingPutAllocatesNothing(t *testing.T) {
 // on average, in bursts of up to shareBurst; past that the lane leaves
 // frames out until its allowance has grown again.
 func TestCaptureShare(t *testing.T) {
-	const engineShare = 100 / DefaultCaptureShare
-	c := &laneCapture{allowance: shareBurst, last: 1e9, sharePct: DefaultCaptureShare}
+	const engineShare = 100 / DefaultShare
+	c := &laneCapture{allowance: shareBurst, last: 1e9, sharePct: DefaultShare}
 	now := int64(1e9)
 	// Copies of 19 µs, one every 20 µs, until refused: the burst, and the
 	// share of the time they took.

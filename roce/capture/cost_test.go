@@ -1,4 +1,4 @@
-package roce
+package capture
 
 import (
 	"os"
@@ -62,7 +62,7 @@ func startCostCapture(b *testing.B, out string, file *os.File) (put func([]byte,
 	const ahead = 32 << 20
 	if out == "rings" {
 		r := newCaptureRing(ahead, DefaultSnaplen)
-		c := &Capture{d: &Device{}, rings: []*captureRing{r}, w: file, stop: make(chan struct{}), done: make(chan struct{})}
+		c := &Capture{rings: []*captureRing{r}, w: file, stop: make(chan struct{}), done: make(chan struct{})}
 		go c.run()
 		return r.put, func() { close(c.stop); <-c.done },
 			func() (uint64, uint64) { return c.written.Load(), r.dropped.Load() }

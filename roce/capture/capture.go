@@ -1,4 +1,4 @@
-package roce
+package capture
 
 import (
 	"bytes"
@@ -14,21 +14,11 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/softnic/softnic/internal/pcapfile"
+	"github.com/softnic/softnic/roce"
 )
 
-// A packet capture: the frames a device sends (as they go to the link,
-// after the ICRC) and receives (as they come from the link, before they are
-// parsed), written to a classic pcap file. Into a regular file, the lanes
-// copy their frames to their places in the file's byte stream, which a
-// goroutine of the capture's writes out with direct I/O (capfile.go); into
-// any other writer (or a file system without direct I/O), each lane copies its frames into a captureRing of
-// its own (capring.go) and the goroutine writes the rings out. Either way the
-// lanes never wait for the goroutine. Packets between two QPs of the
-// device never reach the link and are not captured, as a NIC's loopback is
-// not seen by tcpdump.
-
-// CaptureConfig describes a packet capture.
-type CaptureConfig struct {
+// Config describes a packet capture.
+type Config struct {
 	// W receives the pcap file. A regular file (*os.File) is written from
 	// its start, replacing what it held, with direct I/O (capfile.go); at
 	// Stop it is cut to the records captured.
@@ -42,7 +32,7 @@ type CaptureConfig struct {
 	// Share is the most of its time, in percent, a lane (the engine that
 	// sends or receives the frames) may spend copying them into the
 	// capture, on average; frames past it are left out (Stats.Dropped).
-	// Default DefaultCaptureShare, which keeps a capture of every whole
+	// Default DefaultShare, which keeps a capture of every whole
 	// frame within a quarter of write_bw's throughput; 100 keeps every
 	// frame the writer keeps up with, at the traffic's cost.
 	Share int
@@ -58,19 +48,20 @@ const DefaultSnaplen = 262144
 
 const defaultRingBytes = 16 << 20
 
-// ErrCaptureRunning is returned by StartCapture while another capture runs.
-var ErrCaptureRunning = errors.New("roce: a capture is running on the device")
+// ErrRunning is returned by Start while another capture (or another
+// roce.Tap) runs on the device.
+var ErrRunning = errors.New("capture: a capture is running on the device")
 
-// CaptureStats count what became of the frames a capture saw.
-type CaptureStats struct {
+// Stats count what became of the frames a capture saw.
+type Stats struct {
 	Written   uint64 // frames written to the file
 	Dropped   uint64 // frames left out: no room, or past the lanes' share of their time
-	Truncated bool   // the capture stopped at CaptureConfig.Limit
+	Truncated bool   // the capture stopped at Config.Limit
 }
 
-// Capture is a running packet capture (Device.StartCapture).
+// Capture is a running packet capture (Start).
 type Capture struct {
-	d     *Device
+	d     *roce.Device
 	lanes []*laneCapture // what each lane puts its frames into
 	rings []*captureRing // a capture through rings, one per lane
 	file  *captureFile   // a capture into a regular file, written with O_DIRECT
@@ -101,12 +92,15 @@ type laneCapture struct {
 	allowance, last, sharePct int64
 	// overShare counts the frames left out for the lane's share.
 	overShare atomic.Uint64
+	// detached: the capture stopped taking frames (Stop, a write error,
+	// the limit); the lane's tap goes at Stop.
+	detached atomic.Bool
 }
 
-// StartCapture starts capturing the device's frames into cfg.W until Stop.
-func (d *Device) StartCapture(cfg CaptureConfig) (*Capture, error) {
+// Start starts capturing d's frames into cfg.W until Stop.
+func Start(d *roce.Device, cfg Config) (*Capture, error) {
 	if cfg.W == nil {
-		return nil, errors.New("roce: capture without a writer")
+		return nil, errors.New("capture: no writer")
 	}
 	if cfg.Snaplen <= 0 {
 		cfg.Snaplen = DefaultSnaplen
@@ -115,24 +109,56 @@ func (d *Device) StartCapture(cfg CaptureConfig) (*Capture, error) {
 		cfg.RingBytes = defaultRingBytes
 	}
 	if cfg.Share == 0 {
-		cfg.Share = DefaultCaptureShare
+		cfg.Share = DefaultShare
 	}
 	if cfg.Share < 0 || cfg.Share > 100 {
-		return nil, fmt.Errorf("roce: capture share %d%%: must be 1 to 100", cfg.Share)
+		return nil, fmt.Errorf("capture: capture share %d%%: must be 1 to 100", cfg.Share)
 	}
 	if cfg.Limit < 0 {
-		return nil, fmt.Errorf("roce: capture limit %d: must not be negative", cfg.Limit)
+		return nil, fmt.Errorf("capture: capture limit %d: must not be negative", cfg.Limit)
 	}
-	d.captureMu.Lock()
-	defer d.captureMu.Unlock()
-	if d.capture != nil {
-		return nil, ErrCaptureRunning
-	}
+	// The lanes' taps first, taking no frames yet: a device that has
+	// taps already refuses before anything is written to cfg.W.
+	lanes := d.Lanes()
 	c := &Capture{d: d, w: cfg.W, limit: cfg.Limit, stop: make(chan struct{}), done: make(chan struct{})}
+	taps := make([]roce.Tap, lanes)
+	for i := range taps {
+		l := &laneCapture{sharePct: int64(cfg.Share)}
+		l.detached.Store(true)
+		c.lanes, taps[i] = append(c.lanes, l), l
+	}
+	if err := d.SetTaps(taps); err != nil {
+		if errors.Is(err, roce.ErrTapsSet) {
+			return nil, ErrRunning
+		}
+		return nil, err
+	}
+	if err := c.open(cfg); err != nil {
+		d.SetTaps(nil)
+		return nil, err
+	}
+	start := time.Now()
+	for i, l := range c.lanes {
+		l.start, l.wall0, l.allowance, l.last = start, start.UnixNano(), shareBurst, start.UnixNano()
+		if c.file != nil {
+			l.file = c.file.lanes[i]
+		} else {
+			c.rings = append(c.rings, newCaptureRing(cfg.RingBytes, cfg.Snaplen))
+			l.ring = c.rings[i]
+		}
+		l.detached.Store(false)
+	}
+	go c.run()
+	return c, nil
+}
+
+// open starts the file: a regular file is written directly (file.go),
+// any other writer gets the pcap header now and the rings' records later.
+func (c *Capture) open(cfg Config) error {
 	if file, ok := cfg.W.(*os.File); ok {
-		f, err := startFile(file, cfg, len(d.lanes))
+		f, err := startFile(file, cfg, len(c.lanes))
 		if err != nil && !errors.Is(err, errNoFileCapture) {
-			return nil, err
+			return err
 		}
 		c.file = f
 	}
@@ -140,32 +166,16 @@ func (d *Device) StartCapture(cfg CaptureConfig) (*Capture, error) {
 		// The records the lanes write are pcapfile's: little-endian, in
 		// nanoseconds.
 		if _, err := pcapfile.NewWriterSnaplen(cfg.W, uint32(cfg.Snaplen)); err != nil {
-			return nil, fmt.Errorf("roce: writing capture: %w", err)
+			return fmt.Errorf("capture: writing capture: %w", err)
 		}
 		c.size = pcapfile.HeaderLen
 	}
-	start := time.Now()
-	for i := range d.lanes {
-		c.lanes = append(c.lanes, &laneCapture{start: start, wall0: start.UnixNano(), allowance: shareBurst,
-			last: start.UnixNano(), sharePct: int64(cfg.Share)})
-		if c.file != nil {
-			c.lanes[i].file = c.file.lanes[i]
-		} else {
-			c.rings = append(c.rings, newCaptureRing(cfg.RingBytes, cfg.Snaplen))
-			c.lanes[i].ring = c.rings[i]
-		}
-	}
-	d.capture = c
-	for i, ln := range d.lanes {
-		ln.capture.Store(c.lanes[i])
-	}
-	go c.run()
-	return c, nil
+	return nil
 }
 
 // startFile starts a captureFile into file: errNoFileCapture if it can
 // take none.
-func startFile(file *os.File, cfg CaptureConfig, lanes int) (*captureFile, error) {
+func startFile(file *os.File, cfg Config, lanes int) (*captureFile, error) {
 	if err := file.Truncate(0); err != nil {
 		return nil, errNoFileCapture
 	}
@@ -173,15 +183,16 @@ func startFile(file *os.File, cfg CaptureConfig, lanes int) (*captureFile, error
 	pcapfile.NewWriterSnaplen(&header, uint32(cfg.Snaplen)) // a bytes.Buffer takes it
 	f, err := newCaptureFile(file, header.Bytes(), cfg.RingBytes*lanes, cfg.Snaplen, cfg.Limit, lanes)
 	if err != nil && !errors.Is(err, errNoFileCapture) {
-		return nil, fmt.Errorf("roce: writing capture: %w", err)
+		return nil, fmt.Errorf("capture: writing capture: %w", err)
 	}
 	return f, err
 }
 
-// detach stops the lanes' copying.
+// detach stops the lanes' copying: each laneCapture drops what comes
+// after, and the taps are taken away at Stop.
 func (c *Capture) detach() {
-	for _, ln := range c.d.lanes {
-		ln.capture.Store(nil)
+	for _, l := range c.lanes {
+		l.detached.Store(true)
 	}
 }
 
@@ -200,16 +211,14 @@ func (c *Capture) Stop() error {
 				c.err = err
 			}
 		}
-		c.d.captureMu.Lock()
-		c.d.capture = nil
-		c.d.captureMu.Unlock()
+		c.d.SetTaps(nil)
 	})
 	return c.err
 }
 
 // Stats returns the capture's counts so far.
-func (c *Capture) Stats() CaptureStats {
-	var s CaptureStats
+func (c *Capture) Stats() Stats {
+	var s Stats
 	for _, l := range c.lanes {
 		s.Dropped += l.overShare.Load()
 	}
@@ -291,7 +300,7 @@ func (c *Capture) drain() bool {
 		}
 		any = true
 		if _, err := c.w.Write(run); err != nil {
-			c.err = fmt.Errorf("roce: writing capture: %w", err)
+			c.err = fmt.Errorf("capture: writing capture: %w", err)
 			c.detach()
 		} else {
 			c.size += int64(len(run))
