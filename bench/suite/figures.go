@@ -135,7 +135,7 @@ func (r *Results) missing(key string) string {
 	return ""
 }
 
-// targets are the performance goals the README states.
+// targets are the performance goals docs/PERFORMANCE.md states.
 var targets = []Target{
 	{Name: "write_bw 64 KiB ≥ 0.9 × AF_XDP ceiling (IB MTU 4096, 9000-byte link)", Key: "softnic/write_bw/4096", Ref: "ceiling/4096", Bound: 0.9},
 	{Name: "write_bw 64 KiB ≥ 0.9 × AF_XDP ceiling (IB MTU 1024, 1500-byte link)", Key: "softnic/write_bw/1024", Ref: "ceiling/1024", Bound: 0.9},
