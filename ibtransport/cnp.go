@@ -22,7 +22,7 @@ const maxPendingCNPs = 16
 // per pass, and a pass may take in a batch that arrived over
 // milliseconds while the engine waited for a CPU. A batch on one clock
 // reading got one CNP per QP, a tenth of the marked packets on a busy
-// host (bench/results/ANALYSIS.md). So each marked packet is taken to
+// host. So each marked packet is taken to
 // have arrived no earlier than now and no earlier than the previous
 // marked one plus its own time on the line at LineRate: the earliest
 // times consistent with the port's speed, which never gives more CNPs

@@ -70,14 +70,14 @@ type CongestionConfig struct {
 	// bytes; by default (0) what the rate gives in 50 µs. Not a ConnectX
 	// parameter: a NIC's rate limiter does not sleep, a software engine
 	// does, and wakes late on a busy host. 64 KiB measured no better on a
-	// loaded 1 Gb/s bottleneck (bench/results/ANALYSIS.md): bursts after
+	// loaded 1 Gb/s bottleneck: bursts after
 	// a stall dropped, where losing the stalled time did not.
 	PacingBurst uint32
 	// MultipliedHAI makes a hyper increase add i·HAIRate, i the events
 	// since hyper increase began, as the paper says (after QCN). By
 	// default it adds HAIRate once per event, as HPCC's simulator models
 	// ConnectX ("Mellanox's version of DCQCN"); on a 1 Gb/s bottleneck
-	// the paper's overshoots more (bench/results/ANALYSIS.md).
+	// the paper's overshoots more.
 	MultipliedHAI bool
 	// IncreaseUnused makes every increase event raise the rate, as
 	// ConnectX does, also when the QP did not use its rate (the pacer

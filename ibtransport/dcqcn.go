@@ -57,7 +57,7 @@ type reactionPoint struct {
 // defaults, as the period), so every CNP is a cut. A software engine takes
 // the CNPs that arrived while it did not run in one pass; folding them
 // into one cut let a starved sender's rate climb on its increase events
-// while its CNPs said congestion (bench/results/ANALYSIS.md). So they are
+// while its CNPs said congestion. So they are
 // owed and made, one per period, as the QP's passes come. Eight cuts at
 // alpha 1 take the rate to 1/256.
 const maxPendingCuts = 8
@@ -68,8 +68,7 @@ const maxPendingCuts = 8
 // more. Engine passes come every few to tens of microseconds; a smaller
 // slack loses rate to their granularity. A software engine also wakes
 // late, by milliseconds on a busy host, and then loses the rate of the
-// time it did not run, unless PacingBurst lets it catch up
-// (bench/results/ANALYSIS.md, 2026-11-24 evening).
+// time it did not run, unless PacingBurst lets it catch up.
 const pacingSlack = 50_000
 
 // wireOverhead is what the network carries besides an IB packet's bytes:
@@ -138,7 +137,7 @@ const maxEvents = math.MaxInt16
 // for tens of milliseconds) sent nothing and saw no CNP, which says
 // nothing of the path. Catching up 64 events let the rate jump by 64
 // hyper increases (3.2 Gb/s with ConnectX's R_HAI) after such a stall,
-// and the QP flooded the bottleneck (bench/results/ANALYSIS.md).
+// and the QP flooded the bottleneck.
 const maxTimerEvents = 1
 
 // tick runs the cuts owed for CNPs that came within a monitor period of
@@ -184,7 +183,7 @@ func (r *reactionPoint) sent(c *CongestionConfig, n int) {
 // host's engines turn around late, or its application), and raising a
 // rate it does not use only lets it send its whole window at the line
 // rate once the ACKs come: on a 512 KB bottleneck queue such bursts
-// dropped hundreds of packets a run (bench/results/ANALYSIS.md). TCP
+// dropped hundreds of packets a run. TCP
 // validates its window for the same reason (RFC 7661); ConnectX, whose
 // QPs turn ACKs around at wire speed, does not need to.
 func (r *reactionPoint) increaseIfUsed(c *CongestionConfig, events *int16) {

@@ -224,7 +224,7 @@ const followAfter = 64
 // choose), so after followAfter of them in a row the QP follows its
 // packets to e: handing each over costs a copy and a wake-up of the other
 // engine (in a two-vCPU guest with four queues, write_lat 11.5 x rxe's
-// with two engines against 6.2 x with one: bench/results/ANALYSIS.md).
+// with two engines against 6.2 x with one).
 // Datagram QPs hear from many peers and stay; so do QPs on an SRQ, which
 // keeps its QPs on one engine.
 func (e *Engine) noteStray(q *QP) {

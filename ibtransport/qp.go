@@ -151,8 +151,8 @@ const (
 	// any MTU, and with an AckReq every ackReqInterval packets that is two
 	// ACKs' worth: where each hop is slow (virtio-net in a guest, IB MTU
 	// 1024) a sender that waited for the first ACK left the path idle, and
-	// softnic and rxe both moved 128 packets per round trip
-	// (bench/results/ANALYSIS.md). At IB MTU 4096 the window stays 128
+	// softnic and rxe both moved 128 packets per round trip.
+	// At IB MTU 4096 the window stays 128
 	// packets, the bytes that queues and receive rings were sized for.
 	minUnackedPSNs = 128
 	maxUnackedPSNs = 256

@@ -73,7 +73,7 @@ func TestDeviceWindow(t *testing.T) {
 // TestQPWindow checks one QP's window: it sends its window of packets and
 // no more until an ACK, and each ACK lets out as many packets as it
 // acknowledged (up to what is left). Where every hop is slow the window is
-// what paces a single QP (bench/results/ANALYSIS.md, 29 November).
+// what paces a single QP.
 func TestQPWindow(t *testing.T) {
 	port, e, mr, cq := newWindowTestEngine()
 	const perQP, msgLen = 8, ackReqInterval * 256 // messages of ackReqInterval packets of IB MTU 256

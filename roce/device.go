@@ -285,7 +285,7 @@ const defaultSpin = 50 * time.Microsecond
 // defaultPollHold is DeviceConfig.PollHold's default: much longer than an
 // application's pause between two polls (a sched_yield on a busy core).
 // Each nap's end costs a wake-up that may displace the polling thread, so
-// longer naps give a better tail latency (bench/results/ANALYSIS.md). An
+// longer naps give a better tail latency. An
 // application that stops polling without Unpoll waits up to this long for
 // the engine goroutine.
 const defaultPollHold = time.Millisecond

@@ -188,7 +188,7 @@ func (ln *lane) run() {
 		if !ln.owner.CompareAndSwap(0, 1) {
 			// An application is in a pass: it polls. Waiting for the
 			// pass to end in a loop of yields took a whole second CPU
-			// from a two-vCPU guest (bench/results/ANALYSIS.md), as
+			// from a two-vCPU guest, as
 			// the application begins its next pass at once.
 			ln.nap()
 			continue
@@ -296,7 +296,7 @@ func (ln *lane) sleep(wait time.Duration) (closed bool) {
 // wakes this goroutine, and where CPUs are scarce (one vCPU for the
 // application and the engine) the wake-up takes the CPU from the polling
 // thread; 1 ms naps made write_lat 4x rdma_rxe's in a one-vCPU guest, 50 ms
-// ones 1.5x (bench/results/ANALYSIS.md).
+// ones 1.5x.
 func (ln *lane) nap() {
 	ln.napping.Store(true)
 	// A command or Unpoll that came before napping was set did not end

@@ -150,7 +150,7 @@ func (s *Socket) kick() error {
 		// copy mode it does the wire's work for a whole batch, often past
 		// the Go runtime's 20µs mark, after which a regular Syscall has
 		// its P taken and handed to another thread, and must win one back
-		// when it returns (bench/results/ANALYSIS.md has the figures).
+		// when it returns.
 		_, _, errno := unix.RawSyscall6(unix.SYS_SENDTO, uintptr(s.fd), 0, 0, unix.MSG_DONTWAIT, 0, 0)
 		switch {
 		case errno == 0:

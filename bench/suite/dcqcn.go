@@ -43,8 +43,7 @@ import (
 // (-dcqcn-drain) marks CE while it holds more than 30 KB (HULL); like a
 // real queue it holds at most 1 MiB. DCQCN's sawtooth runs a few percent
 // under the drain, so HULL's 95 % left utilisation on the issue's 0.9
-// mark; 97 % leaves a margin and keeps the real queue as short
-// (bench/results/ANALYSIS.md).
+// mark; 97 % leaves a margin and keeps the real queue as short.
 // The first try, nftables `limit rate over ... ip ecn set
 // ce` (marking the packets beyond a token bucket at 95 %), marked only
 // the excess packets, too few and too late: the real queue stayed full

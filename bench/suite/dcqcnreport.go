@@ -283,7 +283,7 @@ func dcqcnSettings() ([]dcqcnSetting, error) {
 			if dcqcnMTUCNPInterval != "" {
 				// One CNP per interval rather than per marked packet: the
 				// 1024-byte sender no longer draws four times the CNPs
-				// per byte (bench/results/ANALYSIS.md).
+				// per byte.
 				rx := []string{"--cnp-interval=" + dcqcnMTUCNPInterval}
 				prefix := "MTU 1024 + 4096, receiver's CNP interval " + dcqcnMTUCNPInterval + ", "
 				for _, s := range withExtras(prefix, nil, m, first) {
@@ -419,7 +419,7 @@ func dcqcnMarkdown(all []*dcqcnRun, settings int, started time.Time, env runEnv)
 		"frames through the bottleneck per receiving QP (the daemon's counters every 100 ms); utilisation and Jain's\n" +
 		"fairness over 1 s windows after the first 2 s; queueing delay = tbf backlog at 1 Gb/s, sampled.\n" +
 		"\"MTU 1024 + 4096\": sender 1 at IB MTU 1024, sender 2 at 4096 (without DCQCN each QP's window decides its share: 256 packets at 1024, 128 at 4096).\n" +
-		"`--softnic-rpg-hai-rate=5`: hyper increase 5 Mb/s per event instead of ConnectX's 50 (bench/results/ANALYSIS.md).\n" +
+		"`--softnic-rpg-hai-rate=5`: hyper increase 5 Mb/s per event instead of ConnectX's 50.\n" +
 		"The table is the first round; every run's marks follow, and each run's 1 s windows (with the senders' --softnic-trace:\n" +
 		"DCQCN rate, timeouts, CPU starvation; the bottleneck's own output rate) are in dcqcn-windows.txt.\n\n")
 	figs := make([]dcqcnFigures, len(runs))

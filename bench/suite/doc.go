@@ -32,8 +32,7 @@
 // (cpu-write_bw.pprof, cpu-write_bw_64B.pprof, cpu-write_bw_1024qp.pprof,
 // cpu-write_bw_mtu1024.pprof, cpu-write_lat.pprof) and a heap profile of
 // idle QPs (heap-idle-qps.pprof) to -profile-dir, a temporary directory
-// unless set: they are for `go tool pprof`, not for the repository;
-// bench/results/ANALYSIS.md says what they showed.
+// unless set: they are for `go tool pprof`, not for the repository.
 //
 //	make bench                                 # everything, about 3-4 minutes
 //	bin/benchsuite -only lat,udp,xdplat -out "" # some parts, no files written

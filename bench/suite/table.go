@@ -54,7 +54,7 @@ func (s *suite) markdown(elapsed time.Duration) string {
 		"the steering program (xdpblast -pingpong), both sides polling with sched_yield between empty polls: what the raw path " +
 		"gives before any transport work. Latency figures compare with the ceiling's and the kernel's median and p99 " +
 		"respectively; read_lat has no ceiling ratio. What limits the missed " +
-		"targets, from this suite's CPU and heap profiles: bench/results/ANALYSIS.md.\n")
+		"targets: docs/PERFORMANCE.md.\n")
 	return b.String()
 }
 

@@ -9,8 +9,8 @@
 // engine goroutine's) that wake beside it. In a two-vCPU qemu guest
 // write_lat's typical round trip was 2.0-2.2 ms with the thread free,
 // 0.8-1.7 ms with it kept on the CPU it ran on, and 0.33-0.42 ms with it
-// kept on the CPU that takes the queue's interrupts, the other vCPU idle
-// (bench/results/ANALYSIS.md). Poll-mode drivers (DPDK's lcores) pin for
+// kept on the CPU that takes the queue's interrupts, the other vCPU idle.
+// Poll-mode drivers (DPDK's lcores) pin for
 // the same reasons.
 //
 // Pinned where it happened to run, a thread can share a CPU with another

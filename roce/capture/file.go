@@ -19,8 +19,7 @@ import (
 // and write(2) (capring.go) copies every frame twice, and the kernel's
 // copy into the page cache is the dearer of the two; a shared mapping of
 // the file, which the lanes' copies would land in directly, costs its
-// writer more still in faulting in and zeroing the pages (see
-// bench/results/ANALYSIS.md, "Packet capture").
+// writer more still in faulting in and zeroing the pages.
 //
 // The stream's bytes at file offset p live in window p/window of the
 // ring, slots[(p/window) % len(slots)]. The lanes take their records'
@@ -99,7 +98,7 @@ func newCaptureFile(file *os.File, header []byte, ahead, snaplen int, limit int6
 // into: the writer writes a window at a time, and 2 MiB writes (of
 // 32 MiB ahead) cost its writer half what 1 MiB writes do, where 4 and 8
 // MiB ones cost no less and left the lanes without room more often
-// (BenchmarkCaptureCost, ANALYSIS.md).
+// (BenchmarkCaptureCost).
 const windowsAhead = 16
 
 // newCaptureStream sizes a captureFile's windows and makes its lanes'

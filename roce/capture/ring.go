@@ -82,8 +82,8 @@ func (c *laneCapture) Frame(frame []byte) {
 // frame cut write_bw by 30-35 %, more than the quarter it may cost. The
 // time is the wall clock's, so a lane that other work keeps off its CPU
 // has its allowance grow meanwhile: a tenth of the time then let the
-// capture cost 0.71-0.80, a twentieth 0.88-0.89 on the sender only
-// (bench/results/ANALYSIS.md, "Packet capture"). A burst of up to
+// capture cost 0.71-0.80, a twentieth 0.88-0.89 on the sender only.
+// A burst of up to
 // shareBurst of copying (tens of thousands of frames) is kept whole, and
 // so is every frame at lower rates.
 //

@@ -19,7 +19,7 @@ import (
 // vCPUs busy (one polling, one taking the other vector's interrupts) and
 // on a host of two cores shared by four vCPUs each interrupt waited for a
 // core; with both vectors and the polling thread on one vCPU, the round
-// trip fell from 2.0 ms to 0.33-0.42 ms (bench/results/ANALYSIS.md).
+// trip fell from 2.0 ms to 0.33-0.42 ms.
 
 // procIRQ and sysNet are where the kernel shows interrupts and network
 // interfaces; tests point them at a copy.

@@ -288,7 +288,7 @@ func (q *queueSet) Wait(timeout time.Duration) error {
 		// the driver's queue was full). Nothing wakes poll when the
 		// driver frees room, and the receiver may have nothing left to
 		// answer, so sleeping until the next timer left them there until
-		// the retransmit timeout (bench/results/ANALYSIS.md). Look again
+		// the retransmit timeout. Look again
 		// soon; the next Flush kicks them, whether or not the driver
 		// has completed a frame meanwhile.
 		q.l.txBusyWaits.Add(1)

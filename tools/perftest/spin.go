@@ -33,7 +33,7 @@ func osYield() { syscall.RawSyscall(syscall.SYS_SCHED_YIELD, 0, 0, 0) }
 // runtime's timers) run only when the poller enters the Go scheduler,
 // otherwise at its preemption, every 10 ms: in a one-vCPU guest, write_lat's
 // typical round trip was 1.7-1.9 x rdma_rxe's without runtime.Gosched and
-// 1.1-1.2 x with it (bench/results/ANALYSIS.md). With more Ps, Gosched
+// 1.1-1.2 x with it. With more Ps, Gosched
 // would wake an idle P's thread at every poll.
 func pollYield(pin *cpupin.Pin) {
 	pin.Check()
@@ -66,8 +66,7 @@ func SpinPoll(ctx context.Context, cq *verbs.CQ, wc []verbs.WC, pin *cpupin.Pin)
 // bwSpin is how long the bandwidth loops poll an empty CQ before they block.
 // perftest busy-polls. Blocking at once costs a goroutine wake-up per batch
 // of completions, long enough for the send queue to drain; spinning without
-// end takes the CPU from the engines (read_bw suffers most). The figures
-// are in bench/results/ANALYSIS.md.
+// end takes the CPU from the engines (read_bw suffers most).
 const bwSpin = 50 * time.Microsecond
 
 // spinWait polls cq, yielding the CPU between empty polls, for up to d,
