@@ -27,9 +27,9 @@ provider:
 # client running a ping-pong and an RDMA WRITE bandwidth test over AF_XDP,
 # then Debian's own ib_write_bw through softnic daemons and the provider.
 demo:
-	bash bench/demo-deps.sh
+	bash demo/deps.sh
 	$(MAKE) build
-	bash bench/demo.sh
+	bash demo/demo.sh
 
 # The whole suite: unit, fault-injection, integration (root) and interop (root + qemu).
 # The interop tests run last, alone: their qemu TCG guests need the host's CPUs
