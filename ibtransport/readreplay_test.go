@@ -12,30 +12,9 @@ import (
 // Before, the rest of the first response went out in full and then the
 // replay, and a slow requester that asked again got every stream.
 func TestReadReplayReplacesResponse(t *testing.T) {
-	port, e, mr, cq := newWindowTestEngine()
-	q, err := e.CreateQP(&QPConfig{Memory: &testMemory{mr}, SendCQ: cq, RecvCQ: cq, Cap: QPCap{MaxSendWR: 1, MaxRecvWR: 1}})
-	require.NoError(t, err)
-	require.NoError(t, q.Modify(&QPAttr{State: QPSInit, AccessFlags: AccessRemoteRead}, QPAttrState|QPAttrAccessFlags))
-	require.NoError(t, q.Modify(&QPAttr{State: QPSRTR, PathMTU: MTU256, DestQPN: peerQPN, AV: AddressVector{DGID: peerGID},
-		RQPSN: 100, MaxDestRdAtomic: 4}, QPAttrState|QPAttrAV|QPAttrPathMTU|QPAttrDestQPN|QPAttrRQPSN|QPAttrMaxDestRdAtomic|QPAttrMinRNRTimer))
 	const pkts = 1 << 16 / 256
-	read := func(psn PSN, skip int) {
-		receiveFromPeer(t, e, q, OpRCReadRequest, psn, 0, func(p *Packet) {
-			p.RETH.SetVA(mr.Addr() + uint64(skip*256))
-			p.RETH.SetRKey(mr.RKey())
-			p.RETH.SetDMALength(uint32((pkts - skip) * 256))
-		})
-	}
-	sentPSNs := func() []PSN {
-		var psns []PSN
-		var p Packet
-		for _, raw := range port.sent {
-			require.NoError(t, ParsePacket(raw, &p))
-			psns = append(psns, p.BTH.PSN())
-		}
-		port.sent = nil
-		return psns
-	}
+	r := newReadResponder(t, pkts)
+	e, read, sentPSNs := r.e, r.read, r.sentPSNs
 
 	read(100, 0)
 	e.Process() // one pass: the first packetBudget responses
@@ -64,30 +43,9 @@ func TestReadReplayReplacesResponse(t *testing.T) {
 // request, nothing but that READ's rest goes out until the later READ is
 // asked again, which its resource answers in full.
 func TestReadReplayCancelsLaterResponses(t *testing.T) {
-	port, e, mr, cq := newWindowTestEngine()
-	q, err := e.CreateQP(&QPConfig{Memory: &testMemory{mr}, SendCQ: cq, RecvCQ: cq, Cap: QPCap{MaxSendWR: 1, MaxRecvWR: 1}})
-	require.NoError(t, err)
-	require.NoError(t, q.Modify(&QPAttr{State: QPSInit, AccessFlags: AccessRemoteRead}, QPAttrState|QPAttrAccessFlags))
-	require.NoError(t, q.Modify(&QPAttr{State: QPSRTR, PathMTU: MTU256, DestQPN: peerQPN, AV: AddressVector{DGID: peerGID},
-		RQPSN: 100, MaxDestRdAtomic: 4}, QPAttrState|QPAttrAV|QPAttrPathMTU|QPAttrDestQPN|QPAttrRQPSN|QPAttrMaxDestRdAtomic|QPAttrMinRNRTimer))
 	const pkts = 1 << 15 / 256 // each READ's responses
-	read := func(psn PSN, skip int) {
-		receiveFromPeer(t, e, q, OpRCReadRequest, psn, 0, func(p *Packet) {
-			p.RETH.SetVA(mr.Addr() + uint64(skip*256))
-			p.RETH.SetRKey(mr.RKey())
-			p.RETH.SetDMALength(uint32((pkts - skip) * 256))
-		})
-	}
-	sentPSNs := func() []PSN {
-		var psns []PSN
-		var p Packet
-		for _, raw := range port.sent {
-			require.NoError(t, ParsePacket(raw, &p))
-			psns = append(psns, p.BTH.PSN())
-		}
-		port.sent = nil
-		return psns
-	}
+	r := newReadResponder(t, pkts)
+	e, read, sentPSNs := r.e, r.read, r.sentPSNs
 	drain := func() {
 		for busy := true; busy; {
 			busy, _ = e.Process()
@@ -113,4 +71,46 @@ func TestReadReplayCancelsLaterResponses(t *testing.T) {
 	for i, psn := range again {
 		require.Equal(t, second.Add(uint32(i)), psn, "response %d", i)
 	}
+}
+
+// readResponder is an RC QP in RTR at PSN 100 that answers READs of pkts
+// 256-byte responses from the test engine's region.
+type readResponder struct {
+	e    *Engine
+	q    *QP
+	port *fakePort
+	mr   *testRegion
+	pkts int
+	t    *testing.T
+}
+
+func newReadResponder(t *testing.T, pkts int) *readResponder {
+	port, e, mr, cq := newWindowTestEngine()
+	q, err := e.CreateQP(&QPConfig{Memory: &testMemory{mr}, SendCQ: cq, RecvCQ: cq, Cap: QPCap{MaxSendWR: 1, MaxRecvWR: 1}})
+	require.NoError(t, err)
+	require.NoError(t, q.Modify(&QPAttr{State: QPSInit, AccessFlags: AccessRemoteRead}, QPAttrState|QPAttrAccessFlags))
+	require.NoError(t, q.Modify(&QPAttr{State: QPSRTR, PathMTU: MTU256, DestQPN: peerQPN, AV: AddressVector{DGID: peerGID},
+		RQPSN: 100, MaxDestRdAtomic: 4}, QPAttrState|QPAttrAV|QPAttrPathMTU|QPAttrDestQPN|QPAttrRQPSN|QPAttrMaxDestRdAtomic|QPAttrMinRNRTimer))
+	return &readResponder{e: e, q: q, port: port, mr: mr, pkts: pkts, t: t}
+}
+
+// read delivers a READ request at psn for the responses from the skip'th on.
+func (r *readResponder) read(psn PSN, skip int) {
+	receiveFromPeer(r.t, r.e, r.q, OpRCReadRequest, psn, 0, func(p *Packet) {
+		p.RETH.SetVA(r.mr.Addr() + uint64(skip*256))
+		p.RETH.SetRKey(r.mr.RKey())
+		p.RETH.SetDMALength(uint32((r.pkts - skip) * 256))
+	})
+}
+
+// sentPSNs returns the PSNs of the packets sent since the last call.
+func (r *readResponder) sentPSNs() []PSN {
+	var psns []PSN
+	var p Packet
+	for _, raw := range r.port.sent {
+		require.NoError(r.t, ParsePacket(raw, &p))
+		psns = append(psns, p.BTH.PSN())
+	}
+	r.port.sent = nil
+	return psns
 }
