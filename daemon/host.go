@@ -170,7 +170,7 @@ func (q *hostQP) fetchSends() (full bool) {
 			// An entry the daemon cannot decode, or one the QP refuses
 			// (too many SGEs, an AH destroyed...): a LOC_QP_OP_ERR
 			// completion and the QP in the error state.
-			err = q.qp.PostSendError(binary.LittleEndian.Uint64(e), verbs.WCLocQPOpErr)
+			err = q.qp.Transport().PostSendError(binary.LittleEndian.Uint64(e), verbs.WCLocQPOpErr)
 		}
 		if errors.Is(err, verbs.ErrQueueFull) {
 			q.sq.Take(i)
@@ -258,5 +258,5 @@ var poisonSGL = [1]ibtransport.SGE{{Length: 1}}
 // not looked at again.
 func (q *hostQP) breakQP() {
 	q.broken = true
-	q.qp.PostSendError(0, verbs.WCLocQPOpErr)
+	q.qp.Transport().PostSendError(0, verbs.WCLocQPOpErr)
 }

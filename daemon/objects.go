@@ -152,7 +152,12 @@ func (ss *session) createCQ(req hostif.CreateCQRequest) (any, []int, error) {
 		return nil, nil, err
 	}
 	h := ss.handle()
-	cq := ss.s.dev.CreateSharedCQ(ring, notify)
+	cq, err := ss.s.dev.CreateSharedCQ(ring, notify)
+	if err != nil {
+		ss.freeRing(r)
+		ss.give(resCQ, 1)
+		return nil, nil, err
+	}
 	ss.cqs[h] = &hostCQ{cq: cq, ring: r, channel: req.Channel}
 	ss.s.own(cq, ss, req.UserHandle)
 	return hostif.CreateCQReply{Handle: h, Depth: uint32(depth)}, []int{ss.pass(r)}, nil
@@ -253,7 +258,7 @@ func (ss *session) newHostQP(qp *verbs.QP, sDepth, rDepth int, cap verbs.QPCap, 
 	}
 	// The client's provider checks the state before it posts, and reads
 	// it for ibv_query_qp: the engine keeps it current, moves to ERR too.
-	qp.QP.MirrorState(q.sq.StateWord())
+	qp.Transport().MirrorState(q.sq.StateWord())
 	// A ring's slot is the client's again when its work request is done,
 	// not when the engine takes it, so that the QP holds no more than its
 	// depth (ibv_post_send fails with ENOMEM beyond it, as on hardware).
@@ -261,7 +266,7 @@ func (ss *session) newHostQP(qp *verbs.QP, sDepth, rDepth int, cap verbs.QPCap, 
 	if q.rq != nil {
 		rqWord = q.rq.RetiredWord()
 	}
-	q.sqDone, q.rqDone = qp.QP.MirrorRetired(q.sq.RetiredWord(), rqWord)
+	q.sqDone, q.rqDone = qp.Transport().MirrorRetired(q.sq.RetiredWord(), rqWord)
 	return q, nil
 }
 

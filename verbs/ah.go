@@ -48,10 +48,7 @@ const (
 // ErrInvalidArgument (the RoCE path checks it); the destination must be
 // reachable from it.
 func (pd *PD) CreateAH(av *AddressVector) (*AH, error) {
-	if pd.dev.remote != nil {
-		return pd.remoteAH(av)
-	}
-	return pd.dev.group.CreateAH(av)
+	return pd.ops.CreateAH(av)
 }
 
 // CreateAHFromWC creates an address handle that answers the sender of a

@@ -26,43 +26,20 @@ var RXECounters = []string{"sent_pkts", "rcvd_pkts", "duplicate_request", "out_o
 // (gsi_*) and the connection manager's (cm_*). Each call reads them
 // afresh; nil on a device reached through a daemon, whose counters are the
 // daemon's (softnic stat).
-func (d *Device) DeviceCounters() []counters.Counter {
-	if d.remote != nil {
-		return nil
-	}
-	cs := counters.Append(nil, "", d.group.Counters())
-	cs = d.dev.AppendCounters(cs)
-	cs = counters.Append(cs, "gsi_", &d.gsi.ctr)
-	cs = counters.Append(cs, "cm_", d.cm.Counters())
-	return rxeFirst(cs)
-}
+func (d *Device) DeviceCounters() []counters.Counter { return d.ops.DeviceCounters() }
 
 // QPCounters returns the counters of QP qpn by name (rxe's names where
 // rxe has the counter, as DeviceCounters), and false when the device has
 // no such QP (or is reached through a daemon).
 func (d *Device) QPCounters(qpn uint32) ([]counters.Counter, bool) {
-	if d.remote != nil {
-		return nil, false
-	}
-	c := d.group.QPCounters(qpn)
-	if c == nil {
-		return nil, false
-	}
-	cs := rxeFirst(counters.Append(nil, "", c))
-	// A gauge, not a count: the QP's DCQCN rate, 0 while it is not rate
-	// limited (it sends at the line rate).
-	rate, _ := d.group.QPCongestionRate(qpn)
-	return append(cs, counters.Counter{Name: "rp_current_rate_mbps", Value: rate / 1e6}), true
+	return d.ops.QPCounters(qpn)
 }
 
 // QPCounterRefs returns every QP's number and live counters, in QPN order
 // (nil on a device reached through a daemon): for a monitor that reads
 // many QPs, such as the daemon's metrics.
 func (d *Device) QPCounterRefs() []ibtransport.QPCountersRef {
-	if d.remote != nil {
-		return nil
-	}
-	return d.group.QPCounterRefs(nil)
+	return d.ops.QPCounterRefs()
 }
 
 // rxeFirst orders cs with RXECounters first, in their order, the others

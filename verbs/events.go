@@ -87,10 +87,10 @@ var qpEventTypes = [...]EventType{
 }
 
 // onQPEvent receives the engine's QP events.
-func (d *Device) onQPEvent(t *ibtransport.QP, ev ibtransport.QPEvent) {
+func (e *engine) onQPEvent(t *ibtransport.QP, ev ibtransport.QPEvent) {
 	q := qpOf(t)
 	if ev == ibtransport.QPEventCommEst {
-		if fn, ok := d.commEst.LoadAndDelete(q); ok {
+		if fn, ok := e.commEst.LoadAndDelete(q); ok {
 			fn.(func())()
 		}
 		if q.State() != QPSRTR {
@@ -100,18 +100,21 @@ func (d *Device) onQPEvent(t *ibtransport.QP, ev ibtransport.QPEvent) {
 		}
 	}
 	if int(ev) < len(qpEventTypes) && qpEventTypes[ev] != 0 {
-		d.emit(Event{Type: qpEventTypes[ev], QP: q})
+		e.d.emit(Event{Type: qpEventTypes[ev], QP: q})
 	}
 }
 
 // OnCommEst makes fn run once, on the engine goroutine, when qp next raises
 // EventCommEst; nil forgets a pending fn. A connection manager waiting for
 // an RTU takes the first packet as the connection's start, as Linux's
-// rdma_cm does on IB_EVENT_COMM_EST. fn must not block.
-func (d *Device) OnCommEst(qp *QP, fn func()) {
+// rdma_cm does on IB_EVENT_COMM_EST. fn must not block. Through a daemon
+// it does nothing: the daemon's connection manager hears of the packet.
+func (d *Device) OnCommEst(qp *QP, fn func()) { d.ops.OnCommEst(qp, fn) }
+
+func (e *engine) OnCommEst(qp *QP, fn func()) {
 	if fn == nil {
-		d.commEst.Delete(qp)
+		e.commEst.Delete(qp)
 		return
 	}
-	d.commEst.Store(qp, fn)
+	e.commEst.Store(qp, fn)
 }

@@ -67,7 +67,8 @@ type GSICounters struct {
 }
 
 // openGSI creates and connects the device's QP1; start starts it.
-func openGSI(d *Device) (*gsi, error) {
+func openGSI(e *engine) (*gsi, error) {
+	d := e.d
 	s := &gsi{dev: d, pd: d.AllocPD(), done: make(chan struct{})}
 	buf := make([]byte, gsiRecvSlots*gsiRecvLen+gsiSendSlots*mad.Len)
 	var err error
@@ -80,14 +81,15 @@ func openGSI(d *Device) (*gsi, error) {
 	if s.scq, err = d.CreateCQ(gsiSendSlots, nil); err != nil {
 		return nil, err
 	}
-	cfg := ibtransport.QPConfig{Memory: (*pdMemory)(s.pd), SendCQ: (*cqSink)(s.scq), RecvCQ: (*cqSink)(s.rcq),
+	cfg := ibtransport.QPConfig{Memory: s.pd.ops.(*enginePD), SendCQ: s.scq.ops.(*engineCQ), RecvCQ: s.rcq.ops.(*engineCQ),
 		Cap:    QPCap{MaxSendWR: gsiSendSlots, MaxRecvWR: gsiRecvSlots, MaxSendSGE: 1, MaxRecvSGE: 1},
 		SigAll: true, Type: QPTypeUD, GSI: true}
-	t, err := d.group.CreateQP(&cfg)
+	t, err := e.group.CreateQP(&cfg)
 	if err != nil {
 		return nil, err
 	}
-	s.qp = newQP(t)
+	s.qp = &QP{ops: t}
+	t.Owner = s.qp
 	if err := s.connect(); err != nil {
 		s.qp.Destroy()
 		return nil, err

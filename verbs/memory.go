@@ -1,14 +1,11 @@
 package verbs
 
 import (
-	"errors"
 	"fmt"
 	"sync"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/softnic/softnic/daemon/client"
 )
 
 // AllocMemory returns n bytes of zeroed, page-aligned memory that the
@@ -23,15 +20,12 @@ func (d *Device) AllocMemory(n int) ([]byte, error) {
 	if n <= 0 {
 		return nil, fmt.Errorf("alloc memory: %d bytes: %w", n, ErrInvalidArgument)
 	}
-	if d.remote == nil {
-		mem, err := unix.Mmap(-1, 0, n, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
-		if err != nil {
-			return nil, fmt.Errorf("alloc memory: %w", err)
-		}
-		d.memory.add(mem, 0)
-		return mem, nil
+	mem, h, err := d.ops.AllocMemory(n)
+	if err != nil {
+		return nil, err
 	}
-	return d.memory.share(d.remote, n)
+	d.memory.add(mem, h)
+	return mem, nil
 }
 
 // FreeMemory frees memory from AllocMemory. The regions registered in it
@@ -42,13 +36,8 @@ func (d *Device) FreeMemory(mem []byte) error {
 	if !ok {
 		return fmt.Errorf("free memory: not from AllocMemory: %w", ErrInvalidArgument)
 	}
-	if d.remote != nil {
-		err := d.remote.call(func(c *client.Conn) error { return c.UnshareMemory(a.handle) })
-		var ce *client.Error
-		if errors.As(err, &ce) && ce.Errno == unix.EBUSY {
-			return fmt.Errorf("free memory: regions are registered in it: %w", daemonErr(err))
-		}
-		// Any other failure (the daemon is gone) leaves nothing of it mapped there.
+	if err := d.ops.FreeMemory(a.mem, a.handle); err != nil {
+		return err
 	}
 	d.memory.remove(base)
 	return unix.Munmap(a.mem)
@@ -86,34 +75,4 @@ func (s *allocations) remove(base uintptr) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.blocks, base)
-}
-
-// share makes n bytes of a sealed memfd, maps it and shares it with the
-// daemon.
-func (s *allocations) share(r *remote, n int) ([]byte, error) {
-	fd, err := unix.MemfdCreate("softnic-mr", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
-	if err != nil {
-		return nil, fmt.Errorf("alloc memory: memfd: %w", err)
-	}
-	defer unix.Close(fd)
-	if err := unix.Ftruncate(fd, int64(n)); err != nil {
-		return nil, fmt.Errorf("alloc memory: %w", err)
-	}
-	// Sealed so that neither side can shrink it under the other's copies.
-	seals := unix.F_SEAL_SHRINK | unix.F_SEAL_GROW | unix.F_SEAL_SEAL
-	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, seals); err != nil {
-		return nil, fmt.Errorf("alloc memory: seal memfd: %w", err)
-	}
-	mem, err := unix.Mmap(fd, 0, n, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
-	if err != nil {
-		return nil, fmt.Errorf("alloc memory: %w", err)
-	}
-	var h uint32
-	err = r.call(func(c *client.Conn) (err error) { h, err = c.ShareMemory(mem, fd); return err })
-	if err != nil {
-		unix.Munmap(mem)
-		return nil, fmt.Errorf("alloc memory: %w", daemonErr(err))
-	}
-	s.add(mem, h)
-	return mem, nil
 }

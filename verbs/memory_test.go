@@ -27,9 +27,9 @@ func TestMemoryChecks(t *testing.T) {
 	require.NoError(t, err)
 	ro, err := pd.RegMR(buf[:1024], AccessRemoteRead)
 	require.NoError(t, err)
-	mem, otherMem := (*pdMemory)(pd), (*pdMemory)(other)
+	mem, otherMem := pd.ops.(*enginePD), other.ops.(*enginePD)
 	a := mr.Addr()
-	onEngine := func(fn func()) { require.NoError(t, d.group.Do(func() error { fn(); return nil })) }
+	onEngine := func(fn func()) { require.NoError(t, d.ops.(*engine).group.Do(func() error { fn(); return nil })) }
 	onEngine(func() {
 		require.NotNil(t, mem.LocalRegion(mr.LKey(), a, 2048, AccessLocalWrite))
 		require.NotNil(t, mem.RemoteRegion(mr.RKey(), a+2047, 1, AccessRemoteWrite))

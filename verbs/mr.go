@@ -31,8 +31,7 @@ type MR struct {
 	size   uint64
 	addr   uint64
 	access Access
-	// handle is the daemon's, on a device reached through one.
-	handle uint32
+	ops    mrOps
 	lkey   uint32
 	rkey   uint32
 	// valid is false once deregistered, which every access checks; it
@@ -127,7 +126,7 @@ func (v *localView) Atomic(va uint64, cas bool, compare, swapAdd uint64) (uint64
 	case !m.valid || !m.holds(va, 8):
 		return 0, false
 	case m.proc != nil:
-		return m.pd.dev.atomics.apply(m.proc, va, cas, compare, swapAdd)
+		return m.pd.ops.(*enginePD).e.atomics.apply(m.proc, va, cas, compare, swapAdd)
 	}
 	off := va - m.addr
 	return ibtransport.AtomicWord(m.buf[off:off+8], cas, compare, swapAdd)
@@ -201,22 +200,23 @@ func (pd *PD) RegMR(buf []byte, access Access) (*MR, error) {
 	if err := checkAccess(access); err != nil {
 		return nil, err
 	}
-	if pd.dev.remote != nil {
-		return pd.remoteMR(buf, access)
-	}
+	return pd.ops.RegMR(buf, access)
+}
+
+func (p *enginePD) RegMR(buf []byte, access Access) (*MR, error) {
 	var addr uint64
 	if len(buf) > 0 {
 		addr = uint64(uintptr(unsafe.Pointer(unsafe.SliceData(buf))))
 	}
-	return pd.regBuf(buf, addr, access)
+	return p.regBuf(buf, addr, access)
 }
 
 // regBuf registers buf, known to the transport's peers and SGEs at
 // address addr, once access was checked.
-func (pd *PD) regBuf(buf []byte, addr uint64, access Access) (*MR, error) {
-	m := &MR{pd: pd, buf: buf, size: uint64(len(buf)), addr: addr, access: access}
+func (p *enginePD) regBuf(buf []byte, addr uint64, access Access) (*MR, error) {
+	m := &MR{pd: p.pd, buf: buf, size: uint64(len(buf)), addr: addr, access: access}
 	populate(buf)
-	return pd.register(m)
+	return p.register(m)
 }
 
 func checkAccess(access Access) error {
@@ -230,10 +230,11 @@ func checkAccess(access Access) error {
 }
 
 // register gives m its keys and makes them known to the engines.
-func (pd *PD) register(m *MR) (*MR, error) {
+func (p *enginePD) register(m *MR) (*MR, error) {
 	m.valid = true
 	m.rkeyValid.Store(true)
-	d := pd.dev
+	m.ops = &engineMR{e: p.e, m: m}
+	d := p.e
 	err := d.group.Do(func() error {
 		for {
 			m.lkey = d.keys.next()
@@ -259,11 +260,17 @@ func (pd *PD) register(m *MR) (*MR, error) {
 
 // Dereg deregisters the region (ibv_dereg_mr). When it returns, the engine
 // no longer reads or writes the memory, and its keys are rejected.
-func (m *MR) Dereg() error {
-	d := m.pd.dev
-	if d.remote != nil {
-		return m.remoteDereg()
-	}
+func (m *MR) Dereg() error { return m.ops.Dereg() }
+
+// engineMR is a region of an in-process device: its keys are in the
+// engine's table until Dereg.
+type engineMR struct {
+	e *engine
+	m *MR
+}
+
+func (r *engineMR) Dereg() error {
+	m, d := r.m, r.e
 	return d.group.Do(func() error {
 		if !m.valid && d.mrs.lkeys[m.lkey] != m {
 			return fmt.Errorf("deregister MR: %w", ErrInvalidArgument)

@@ -1,10 +1,5 @@
 package verbs
 
-import (
-	"github.com/softnic/softnic/daemon/client"
-	"github.com/softnic/softnic/hostif"
-)
-
 // PortState is a port's state (enum ibv_port_state).
 type PortState uint8
 
@@ -28,19 +23,7 @@ func (s PortState) String() string {
 // PortState returns the state of the device's port 1 (ibv_query_port's
 // state). Through a daemon it asks the daemon, and says PortDown if it
 // cannot.
-func (d *Device) PortState() PortState {
-	if d.remote != nil {
-		var p hostif.QueryPortReply
-		if err := d.remote.call(func(c *client.Conn) (err error) { p, err = c.QueryPort(); return err }); err != nil {
-			return PortDown
-		}
-		return PortState(p.State)
-	}
-	if d.dev.LinkUp() {
-		return PortActive
-	}
-	return PortDown
-}
+func (d *Device) PortState() PortState { return d.ops.PortState() }
 
 // SetLinkUp tells the device whether its link is up (carrier, and set
 // up), as the program that watches the interface learns it
@@ -49,7 +32,7 @@ func (d *Device) PortState() PortState {
 // link_downed, as rxe does when its netdev changes. It does nothing on a
 // device reached through a daemon, whose port the daemon follows.
 func (d *Device) SetLinkUp(up bool) {
-	if d.remote != nil || !d.dev.SetLinkUp(up) {
+	if !d.ops.SetLinkUp(up) {
 		return
 	}
 	ev := Event{Type: EventPortErr, Port: 1}

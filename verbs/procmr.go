@@ -27,9 +27,13 @@ func (pd *PD) RegProcessMemory(mem ProcessMemory, addr, length uint64, access Ac
 	if mem == nil || addr+length < addr {
 		return nil, fmt.Errorf("register MR: %d bytes at %#x: %w", length, addr, ErrInvalidArgument)
 	}
+	p, err := enginePDOf(pd, "register MR")
+	if err != nil {
+		return nil, err
+	}
 	mr := &MR{pd: pd, proc: mem, addr: addr, size: length, access: access}
 	mr.vec, _ = mem.(vectorMemory)
-	return pd.register(mr)
+	return p.register(mr)
 }
 
 // RegMemoryAt registers buf as the memory a client process has at virtual
@@ -45,7 +49,11 @@ func (pd *PD) RegMemoryAt(buf []byte, addr uint64, access Access) (*MR, error) {
 	if addr+uint64(len(buf)) < addr {
 		return nil, fmt.Errorf("register MR: %d bytes at %#x: %w", len(buf), addr, ErrInvalidArgument)
 	}
-	return pd.regBuf(buf, addr, access)
+	p, err := enginePDOf(pd, "register MR")
+	if err != nil {
+		return nil, err
+	}
+	return p.regBuf(buf, addr, access)
 }
 
 // vectorMemory is process memory that copies many ranges in one system

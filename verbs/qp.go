@@ -1,24 +1,15 @@
 package verbs
 
 import (
-	"fmt"
-
 	"github.com/softnic/softnic/ibtransport"
 )
 
-// QP is a queue pair (ibv_qp). On a device opened with Open its methods
-// are the transport's QP's (ibtransport.QP); on one reached through a
-// daemon (Dial) they go to the daemon's QP through the shared rings.
+// QP is a queue pair (ibv_qp). Its backend runs it: on a device opened
+// with Open, the transport's QP (ibtransport.QP); on one reached through
+// a daemon (Dial), the daemon's QP, which this process posts to through
+// the shared rings (remoteQP).
 type QP struct {
-	*ibtransport.QP
-	remote *remoteQP
-}
-
-// newQP wraps a transport QP the device created.
-func newQP(t *ibtransport.QP) *QP {
-	q := &QP{QP: t}
-	t.Owner = q
-	return q
+	ops qpOps
 }
 
 // qpOf returns the verbs QP of a transport QP.
@@ -27,133 +18,66 @@ func qpOf(t *ibtransport.QP) *QP {
 	return q
 }
 
-// PostSend posts a send work request (ibv_post_send).
-func (q *QP) PostSend(wr *SendWR) error {
-	if q.remote != nil {
-		return q.remote.postSend(wr)
-	}
-	return q.QP.PostSend(wr)
+// Transport returns the transport's QP behind q on a device opened with
+// Open, and nil through a daemon: the daemon, which hosts its clients'
+// QPs on its own device, mirrors their rings with it.
+func (q *QP) Transport() *ibtransport.QP {
+	t, _ := q.ops.(*ibtransport.QP)
+	return t
 }
+
+// PostSend posts a send work request (ibv_post_send).
+func (q *QP) PostSend(wr *SendWR) error { return q.ops.PostSend(wr) }
 
 // PostSendList posts several send work requests in order; it returns how
 // many it posted (on an error, wrs[n] failed).
-func (q *QP) PostSendList(wrs []SendWR) (int, error) {
-	if q.remote == nil {
-		return q.QP.PostSendList(wrs)
-	}
-	for i := range wrs {
-		if err := q.remote.postSend(&wrs[i]); err != nil {
-			return i, err
-		}
-	}
-	return len(wrs), nil
-}
+func (q *QP) PostSendList(wrs []SendWR) (int, error) { return q.ops.PostSendList(wrs) }
 
 // PostRecv posts a receive work request (ibv_post_recv).
-func (q *QP) PostRecv(wr *RecvWR) error {
-	if q.remote != nil {
-		return q.remote.postRecv(wr)
-	}
-	return q.QP.PostRecv(wr)
-}
+func (q *QP) PostRecv(wr *RecvWR) error { return q.ops.PostRecv(wr) }
 
 // PostRecvList posts several receives; it returns how many it posted.
-func (q *QP) PostRecvList(wrs []RecvWR) (int, error) {
-	if q.remote == nil {
-		return q.QP.PostRecvList(wrs)
-	}
-	for i := range wrs {
-		if err := q.remote.postRecv(&wrs[i]); err != nil {
-			return i, err
-		}
-	}
-	return len(wrs), nil
-}
+func (q *QP) PostRecvList(wrs []RecvWR) (int, error) { return q.ops.PostRecvList(wrs) }
 
 // Modify changes the QP's attributes (ibv_modify_qp).
-func (q *QP) Modify(attr *QPAttr, mask QPAttrMask) error {
-	if q.remote != nil {
-		return q.remote.modify(attr, mask)
-	}
-	return q.QP.Modify(attr, mask)
-}
+func (q *QP) Modify(attr *QPAttr, mask QPAttrMask) error { return q.ops.Modify(attr, mask) }
 
 // Query returns the QP's attributes (ibv_query_qp); through a daemon,
 // those this process set.
-func (q *QP) Query() QPAttr {
-	if q.remote != nil {
-		q.remote.mu.Lock()
-		defer q.remote.mu.Unlock()
-		a := q.remote.attr
-		a.State = q.State()
-		return a
-	}
-	return q.QP.Query()
-}
+func (q *QP) Query() QPAttr { return q.ops.Query() }
 
 // QPN returns the QP number.
-func (q *QP) QPN() uint32 {
-	if q.remote != nil {
-		return q.remote.q.QPN
-	}
-	return q.QP.QPN()
-}
+func (q *QP) QPN() uint32 { return q.ops.QPN() }
 
 // State returns the QP's state; through a daemon, as the daemon last
 // published it, or ERR once the QP's events or error completions said it
 // went there.
-func (q *QP) State() QPState {
-	if q.remote != nil {
-		return q.remote.state()
-	}
-	return q.QP.State()
-}
+func (q *QP) State() QPState { return q.ops.State() }
 
 // Type returns the QP's transport service.
-func (q *QP) Type() QPType {
-	if q.remote != nil {
-		return q.remote.typ
-	}
-	return q.QP.Type()
-}
+func (q *QP) Type() QPType { return q.ops.Type() }
 
 // Cap returns the QP's queue sizes.
-func (q *QP) Cap() QPCap {
-	if q.remote != nil {
-		return q.remote.cap
-	}
-	return q.QP.Cap()
-}
+func (q *QP) Cap() QPCap { return q.ops.Cap() }
 
 // EngineIndex returns the index of the engine that runs the QP; 0 through
 // a daemon, whose engines this process does not see.
-func (q *QP) EngineIndex() int {
-	if q.remote != nil {
-		return 0
-	}
-	return q.QP.EngineIndex()
-}
+func (q *QP) EngineIndex() int { return q.ops.EngineIndex() }
+
+// Counters returns the QP's transport counters; through a daemon all zero,
+// as they are the daemon's (softnic stat).
+func (q *QP) Counters() *ibtransport.QPCounters { return q.ops.Counters() }
+
+// CongestionRate returns the rate DCQCN holds the QP's sends to, in
+// bits per second, or 0 while it is not rate limited (always 0 through a
+// daemon, whose engines run the QP).
+func (q *QP) CongestionRate() uint64 { return q.ops.CongestionRate() }
 
 // Destroy destroys the QP (ibv_destroy_qp).
-func (q *QP) Destroy() error {
-	if q.remote != nil {
-		return q.remote.destroy()
-	}
-	return q.QP.Destroy()
-}
+func (q *QP) Destroy() error { return q.ops.Destroy() }
 
 // String names the QP and its state.
-func (q *QP) String() string {
-	if q.remote != nil {
-		return fmt.Sprintf("QP %d (%v, through the daemon)", q.QPN(), q.State())
-	}
-	return q.QP.String()
-}
+func (q *QP) String() string { return q.ops.String() }
 
 // DebugState describes the QP's protocol state, for diagnostics.
-func (q *QP) DebugState() string {
-	if q.remote != nil {
-		return q.String()
-	}
-	return q.QP.DebugState()
-}
+func (q *QP) DebugState() string { return q.ops.DebugState() }

@@ -8,7 +8,7 @@ import (
 	"github.com/softnic/softnic/daemon/client"
 )
 
-// remoteAH creates an address handle in the daemon. The *AH a program
+// CreateAH creates an address handle in the daemon. The *AH a program
 // holds is the transport's type, whose paths only an engine group makes:
 // this process has no engine, so the AH comes from the device's ahGroup,
 // a group without engines, which gives it its address vector (AH.AV) and
@@ -20,10 +20,10 @@ import (
 // garbage collection), or with the session. A program that makes an AH
 // per message, as one answering each request from its completion does,
 // thus does not fill the daemon with them.
-func (pd *PD) remoteAH(av *AddressVector) (*AH, error) {
-	r := pd.dev.remote
+func (p *remotePD) CreateAH(av *AddressVector) (*AH, error) {
+	r := p.r
 	var h uint32
-	err := r.call(func(c *client.Conn) (err error) { h, err = c.CreateAH(pd.handle, av); return err })
+	err := r.call(func(c *client.Conn) (err error) { h, err = c.CreateAH(p.handle, av); return err })
 	if err != nil {
 		return nil, fmt.Errorf("create AH: %w", daemonErr(err))
 	}

@@ -14,24 +14,29 @@ import (
 // RemoteControl runs fn with the daemon session of a device reached
 // through Dial, under the lock that serialises its control calls.
 func (d *Device) RemoteControl(fn func(*client.Conn) error) error {
-	if d.remote == nil {
+	r, ok := d.ops.(*remote)
+	if !ok {
 		return fmt.Errorf("not a device reached through a daemon: %w", ErrInvalidArgument)
 	}
-	return d.remote.call(fn)
+	return r.call(fn)
 }
 
 // CreateQPThrough creates a QP of a device reached through Dial as
 // CreateQP does, with create sending the command that makes it (an rdma_cm
 // ID's cm_create_qp): the QP is then like any other of the device's.
 func (pd *PD) CreateQPThrough(init *QPInitAttr, create func(*client.Conn, hostif.CreateQPRequest) (*client.QP, error)) (*QP, error) {
-	if pd.dev.remote == nil {
+	p, ok := pd.ops.(*remotePD)
+	if !ok {
 		return nil, fmt.Errorf("create QP: not a device reached through a daemon: %w", ErrInvalidArgument)
 	}
-	if init.SendCQ == nil || init.RecvCQ == nil {
-		return nil, fmt.Errorf("create QP: send and receive CQs are required: %w", ErrInvalidArgument)
+	if err := pd.checkQP(init); err != nil {
+		return nil, err
 	}
-	if init.SendCQ.dev != pd.dev || init.RecvCQ.dev != pd.dev {
-		return nil, fmt.Errorf("create QP: CQ of another device: %w", ErrInvalidArgument)
+	q := &QP{}
+	ops, err := p.createQPThrough(q, init, create)
+	if err != nil {
+		return nil, err
 	}
-	return pd.remoteQPThrough(init, create)
+	q.ops = ops
+	return q, nil
 }

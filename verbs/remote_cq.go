@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/softnic/softnic/daemon/client"
@@ -18,36 +19,44 @@ import (
 // (CreateCQ with a CompChannel), or the device's own (remote.waitChannel).
 // When an armed ring gets its completion, the daemon writes the CQ's user
 // handle to the channel's pipe; a goroutine per channel reads it
-// (readChannel) and hands the event to the CQ (remoteEvent). The ring has
+// (readChannel) and hands the event to the CQ (remoteCQ.event). The ring has
 // one arm, which RequestNotify and Wait share.
 
 // remoteChannel is a completion channel of a dialed device: the daemon's
 // channel, or why it could not be made (NewCompChannel returns no error:
 // CreateCQ with the channel does).
 type remoteChannel struct {
+	r   *remote
 	ch  *client.Channel
 	err error
 }
 
-// remoteCQ is what a dialed device's CQ adds: the waiters' wake-up.
+// remoteCQ is a dialed device's CQ: the ring the daemon fills, and the
+// waiters' wake-up.
 type remoteCQ struct {
-	wake broadcast
+	cq     *CQ // the API's CQ, which events name
+	r      *remote
+	ring   *hostif.CompletionQueue
+	handle uint32
+	armed  atomic.Uint32 // the program's arm: 0, hostif.ArmNext or hostif.ArmSolicited
+	mu     sync.Mutex    // serialises pollers
+	wake   broadcast
 }
 
-func (d *Device) remoteCompChannel() *CompChannel {
-	ch, err := d.remote.openChannel(d)
-	return &CompChannel{C: make(chan *CQ, 256), dev: d, remote: &remoteChannel{ch: ch, err: err}}
+func (r *remote) NewCompChannel(*CompChannel) channelOps {
+	ch, err := r.openChannel()
+	return &remoteChannel{r: r, ch: ch, err: err}
 }
 
 // openChannel makes a completion channel in the daemon and starts reading
 // its pipe.
-func (r *remote) openChannel(d *Device) (*client.Channel, error) {
+func (r *remote) openChannel() (*client.Channel, error) {
 	var ch *client.Channel
 	err := r.call(func(c *client.Conn) (err error) { ch, err = c.CreateCompChannel(); return err })
 	if err != nil {
 		return nil, fmt.Errorf("create completion channel: %w", daemonErr(err))
 	}
-	err = r.pipes.start(ch.File, d.readChannel)
+	err = r.pipes.start(ch.File, r.readChannel)
 	ch.File.Close() // the reader has its own descriptor
 	if err != nil {
 		return nil, fmt.Errorf("create completion channel: %w", err)
@@ -57,17 +66,15 @@ func (r *remote) openChannel(d *Device) (*client.Channel, error) {
 
 // channelFor returns the daemon's channel a new CQ is attached to: ch's,
 // or without one the device's own, made with the first such CQ.
-func (r *remote) channelFor(d *Device, ch *CompChannel) (*client.Channel, error) {
+func (r *remote) channelFor(ch *CompChannel) (*client.Channel, error) {
 	if ch != nil {
-		if ch.dev != d || ch.remote == nil {
-			return nil, fmt.Errorf("completion channel of another device: %w", ErrInvalidArgument)
-		}
-		return ch.remote.ch, ch.remote.err
+		rc := ch.ops.(*remoteChannel) // of this device (CreateCQ checked)
+		return rc.ch, rc.err
 	}
 	r.waitMu.Lock()
 	defer r.waitMu.Unlock()
 	if r.waitChannel == nil {
-		c, err := r.openChannel(d)
+		c, err := r.openChannel()
 		if err != nil {
 			return nil, err
 		}
@@ -76,9 +83,8 @@ func (r *remote) channelFor(d *Device, ch *CompChannel) (*client.Channel, error)
 	return r.waitChannel, nil
 }
 
-func (d *Device) remoteCQ(n int, ch *CompChannel) (*CQ, error) {
-	r := d.remote
-	dch, err := r.channelFor(d, ch)
+func (r *remote) CreateCQ(front *CQ, n int) (cqOps, error) {
+	dch, err := r.channelFor(front.channel)
 	if err != nil {
 		return nil, fmt.Errorf("create CQ: %w", err)
 	}
@@ -88,45 +94,43 @@ func (d *Device) remoteCQ(n int, ch *CompChannel) (*CQ, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create CQ: %w", daemonErr(err))
 	}
-	c := &CQ{dev: d, ring: cq.Ring(), handle: cq.Handle, channel: ch, remote: &remoteCQ{}}
+	c := &remoteCQ{cq: front, r: r, ring: cq.Ring(), handle: cq.Handle}
 	r.objects.add(h, c)
 	return c, nil
 }
 
 // readChannel reads a channel's completion events (CQ user handles) until
 // its pipe ends: at Close, or when the daemon ended the session.
-func (d *Device) readChannel(f *os.File) {
+func (r *remote) readChannel(f *os.File) {
 	var b [8]byte
 	for {
 		if _, err := io.ReadFull(f, b[:]); err != nil {
 			return
 		}
-		if cq, ok := d.remote.objects.object(binary.LittleEndian.Uint64(b[:])).(*CQ); ok {
-			cq.remoteEvent()
+		if cq, ok := r.objects.object(binary.LittleEndian.Uint64(b[:])).(*remoteCQ); ok {
+			cq.event()
 		}
 	}
 }
 
-// remoteEvent is the daemon's completion event for the CQ: the ring's arm
+// event is the daemon's completion event for the CQ: the ring's arm
 // was taken by a completion. A pending RequestNotify gets it on the CQ's
 // channel, and the waiters of Wait look at the ring again. An event may
 // come for an arm Wait made just before RequestNotify: the program's
 // event then comes early, never late.
-func (c *CQ) remoteEvent() {
-	if c.armed.Swap(0) != 0 && c.channel != nil {
-		select {
-		case c.channel.C <- c:
-		default:
-		}
+func (c *remoteCQ) event() {
+	if c.armed.Swap(0) != 0 {
+		c.cq.sendEvent()
 	}
-	c.remote.wake.signal()
+	c.wake.signal()
 }
 
-// takeRing polls a CQ whose completions are in a shared ring: a dialed
-// device's. As on a CQ of this process, one that overran gives
+func (c *remoteCQ) Cap() int { return c.ring.Depth() }
+
+// Poll polls the ring. As on a CQ of this process, one that overran gives
 // ErrCQOverflow from then on; one whose daemon is gone gives
 // client.ErrDaemonGone once it is empty.
-func (c *CQ) takeRing(wcs []WC) (int, error) {
+func (c *remoteCQ) Poll(wcs []WC) (int, error) {
 	if c.ring.Overrun() {
 		return 0, ErrCQOverflow
 	}
@@ -134,18 +138,16 @@ func (c *CQ) takeRing(wcs []WC) (int, error) {
 	n := c.ring.Poll(wcs)
 	c.mu.Unlock()
 	if n > 0 {
-		if c.dev.remote != nil {
-			c.dev.remote.objects.noteCompletions(wcs[:n])
-		}
+		c.r.objects.noteCompletions(wcs[:n])
 		return n, nil
 	}
-	return 0, c.dev.remoteGone()
+	return 0, c.r.Err()
 }
 
-// remoteRequestNotify arms the ring for the program's event. A Wait
+// RequestNotify arms the ring for the program's event. A Wait
 // sleeping on an arm for any completion is woken to look again: the arm
 // for a solicited completion replaced it.
-func (c *CQ) remoteRequestNotify(solicitedOnly bool) {
+func (c *remoteCQ) RequestNotify(solicitedOnly bool) {
 	v := uint32(hostif.ArmNext)
 	if solicitedOnly {
 		v = hostif.ArmSolicited
@@ -153,18 +155,18 @@ func (c *CQ) remoteRequestNotify(solicitedOnly bool) {
 	c.armed.Store(v)
 	c.ring.Arm(solicitedOnly)
 	if solicitedOnly {
-		c.remote.wake.signal()
+		c.wake.signal()
 	}
 }
 
-// waitRemote is Wait on a dialed device's CQ: it arms the ring and sleeps
+// Wait on a dialed device's CQ it arms the ring and sleeps
 // until the daemon's event, the daemon's end or ctx's. While the program's
 // RequestNotify for a solicited completion is pending, arming the ring for
 // any completion would answer it early, so Wait looks at the ring between
 // sleeps of 10 µs growing to 1 ms instead.
-func (c *CQ) waitRemote(ctx context.Context, wcs []WC) (int, error) {
+func (c *remoteCQ) Wait(ctx context.Context, wcs []WC) (int, error) {
 	for pause := 10 * time.Microsecond; ; pause = min(2*pause, time.Millisecond) {
-		woken := c.remote.wake.channel()
+		woken := c.wake.channel()
 		n, armed, err := c.armAndTake(wcs)
 		if n > 0 || err != nil {
 			return n, err
@@ -178,22 +180,22 @@ func (c *CQ) waitRemote(ctx context.Context, wcs []WC) (int, error) {
 // armAndTake polls the ring and, if it is empty and not the program's to
 // arm, arms it and polls again: a completion that came before the arm is
 // seen then, one after it sends the event. It reports whether it armed.
-func (c *CQ) armAndTake(wcs []WC) (n int, armed bool, err error) {
-	if n, err := c.take(wcs); n > 0 || err != nil {
+func (c *remoteCQ) armAndTake(wcs []WC) (n int, armed bool, err error) {
+	if n, err := c.Poll(wcs); n > 0 || err != nil {
 		return n, false, err
 	}
 	if c.armed.Load() == hostif.ArmSolicited {
 		return 0, false, nil
 	}
 	c.ring.Arm(false)
-	n, err = c.take(wcs)
+	n, err = c.Poll(wcs)
 	return n, true, err
 }
 
 // sleepRemote waits for woken, or for pause when the ring was not armed,
-// or for the daemon's end (after which take returns client.ErrDaemonGone),
+// or for the daemon's end (after which Poll returns client.ErrDaemonGone),
 // or for ctx's.
-func (c *CQ) sleepRemote(ctx context.Context, woken <-chan struct{}, armed bool, pause time.Duration) error {
+func (c *remoteCQ) sleepRemote(ctx context.Context, woken <-chan struct{}, armed bool, pause time.Duration) error {
 	var timeout <-chan time.Time
 	if !armed {
 		t := time.NewTimer(pause)
@@ -203,7 +205,7 @@ func (c *CQ) sleepRemote(ctx context.Context, woken <-chan struct{}, armed bool,
 	select {
 	case <-woken:
 	case <-timeout:
-	case <-c.dev.remote.c.Done():
+	case <-c.r.Done():
 	case <-ctx.Done():
 		return ctx.Err()
 	}
@@ -236,14 +238,13 @@ func (b *broadcast) signal() {
 	b.mu.Unlock()
 }
 
-// destroyRemoteChannel destroys the daemon's channel behind ch, which no
-// CQ may use any more (ibv_destroy_comp_channel): it holds a descriptor
-// of the daemon's.
-func (d *Device) destroyRemoteChannel(ch *CompChannel) error {
-	if ch.remote.ch == nil {
+// Destroy destroys the daemon's channel, which no CQ may use any more
+// (ibv_destroy_comp_channel): it holds a descriptor of the daemon's.
+func (ch *remoteChannel) Destroy() error {
+	if ch.ch == nil {
 		return nil // it never opened: nothing is held
 	}
-	err := d.remote.call(func(c *client.Conn) error { return c.DestroyCompChannel(ch.remote.ch.Handle) })
+	err := ch.r.call(func(c *client.Conn) error { return c.DestroyCompChannel(ch.ch.Handle) })
 	if err != nil {
 		return fmt.Errorf("destroy completion channel: %w", daemonErr(err))
 	}

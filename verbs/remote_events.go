@@ -18,10 +18,10 @@ import (
 type remoteObjects struct {
 	next atomic.Uint64 // the last user handle given
 	mu   sync.Mutex
-	// byHandle holds *CQ, *QP and *SRQ by user handle; byQPN the QPs by
-	// number.
+	// byHandle holds *remoteCQ, *remoteQP and *remoteSRQ by user handle;
+	// byQPN the QPs by number.
 	byHandle map[uint64]any
-	byQPN    map[uint32]*QP
+	byQPN    map[uint32]*remoteQP
 	// ahs maps each AH, by a weak pointer, to its daemon handle (read on
 	// every UD post; see remoteAH).
 	ahs sync.Map
@@ -32,7 +32,7 @@ type remoteObjects struct {
 
 func (o *remoteObjects) init() {
 	o.byHandle = map[uint64]any{}
-	o.byQPN = map[uint32]*QP{}
+	o.byQPN = map[uint32]*remoteQP{}
 }
 
 // handle returns a user handle for a new object, which add publishes once
@@ -42,16 +42,16 @@ func (o *remoteObjects) handle() uint64 { return o.next.Add(1) }
 func (o *remoteObjects) add(h uint64, obj any) {
 	o.mu.Lock()
 	o.byHandle[h] = obj
-	if q, ok := obj.(*QP); ok {
-		o.byQPN[q.remote.q.QPN] = q
+	if q, ok := obj.(*remoteQP); ok {
+		o.byQPN[q.q.QPN] = q
 	}
 	o.mu.Unlock()
 }
 
 func (o *remoteObjects) remove(h uint64) {
 	o.mu.Lock()
-	if q, ok := o.byHandle[h].(*QP); ok && o.byQPN[q.remote.q.QPN] == q {
-		delete(o.byQPN, q.remote.q.QPN)
+	if q, ok := o.byHandle[h].(*remoteQP); ok && o.byQPN[q.q.QPN] == q {
+		delete(o.byQPN, q.q.QPN)
 	}
 	delete(o.byHandle, h)
 	o.mu.Unlock()
@@ -63,7 +63,7 @@ func (o *remoteObjects) object(h uint64) any {
 	return o.byHandle[h]
 }
 
-func (o *remoteObjects) qp(qpn uint32) *QP {
+func (o *remoteObjects) qp(qpn uint32) *remoteQP {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return o.byQPN[qpn]
@@ -87,11 +87,11 @@ func (o *remoteObjects) noteCompletions(wcs []WC) {
 		if q == nil {
 			continue
 		}
-		if failed && q.remote.typ == QPTypeRC {
-			q.remote.failed.Store(true)
+		if failed && q.typ == QPTypeRC {
+			q.failed.Store(true)
 		}
-		if recv && q.remote.srq != nil {
-			q.remote.srq.remote.taken.Add(1)
+		if recv && q.srq != nil {
+			q.srq.taken.Add(1)
 		}
 	}
 }
@@ -99,7 +99,8 @@ func (o *remoteObjects) noteCompletions(wcs []WC) {
 // asyncEvent turns the daemon's async event record into the device's
 // Event, for the object the user handle names; a QP known to have gone to
 // ERR is marked so before the event is seen (QP.State).
-func (d *Device) asyncEvent(handle uint64, typ uint32) {
+func (r *remote) asyncEvent(handle uint64, typ uint32) {
+	d := r.d
 	switch typ { // a port's record names the port, not an object
 	case hostif.EventPortActive:
 		d.emit(Event{Type: EventPortActive, Port: int(handle)})
@@ -108,26 +109,26 @@ func (d *Device) asyncEvent(handle uint64, typ uint32) {
 		d.emit(Event{Type: EventPortErr, Port: int(handle)})
 		return
 	}
-	obj := d.remote.objects.object(handle)
-	cq, _ := obj.(*CQ)
-	qp, _ := obj.(*QP)
-	srq, _ := obj.(*SRQ)
+	obj := r.objects.object(handle)
+	cq, _ := obj.(*remoteCQ)
+	qp, _ := obj.(*remoteQP)
+	srq, _ := obj.(*remoteSRQ)
 	var ev Event
 	switch {
 	case typ == hostif.EventCQErr && cq != nil:
-		ev = Event{Type: EventCQErr, CQ: cq}
+		ev = Event{Type: EventCQErr, CQ: cq.cq}
 	case typ == hostif.EventQPFatal && qp != nil:
-		qp.remote.failed.Store(true)
-		ev = Event{Type: EventQPFatal, QP: qp}
+		qp.failed.Store(true)
+		ev = Event{Type: EventQPFatal, QP: qp.qp}
 	case typ == hostif.EventQPLastWQE && qp != nil:
-		qp.remote.failed.Store(true) // raised when a QP on an SRQ reaches ERR
-		ev = Event{Type: EventQPLastWQEReached, QP: qp}
+		qp.failed.Store(true) // raised when a QP on an SRQ reaches ERR
+		ev = Event{Type: EventQPLastWQEReached, QP: qp.qp}
 	case typ == hostif.EventCommEst && qp != nil:
-		ev = Event{Type: EventCommEst, QP: qp}
+		ev = Event{Type: EventCommEst, QP: qp.qp}
 	case typ == hostif.EventSQDrained && qp != nil:
-		ev = Event{Type: EventSQDrained, QP: qp}
+		ev = Event{Type: EventSQDrained, QP: qp.qp}
 	case typ == hostif.EventSRQLimitReached && srq != nil:
-		ev = Event{Type: EventSRQLimitReached, SRQ: srq}
+		ev = Event{Type: EventSRQLimitReached, SRQ: srq.srq}
 	default:
 		return // an object already destroyed, or an event verbs has no name for
 	}
@@ -137,16 +138,16 @@ func (d *Device) asyncEvent(handle uint64, typ uint32) {
 // readAsync reads the session's async event records until the pipe ends:
 // at Close, or when the daemon ended the session, which the device's
 // events then say with EventDeviceFatal.
-func (d *Device) readAsync(f *os.File) {
+func (r *remote) readAsync(f *os.File) {
 	var rec [hostif.AsyncEventLen]byte
 	for {
 		if _, err := io.ReadFull(f, rec[:]); err != nil {
-			if !d.remote.pipes.closing.Load() {
-				d.emit(Event{Type: EventDeviceFatal})
+			if !r.pipes.closing.Load() {
+				r.d.emit(Event{Type: EventDeviceFatal})
 			}
 			return
 		}
-		d.asyncEvent(hostif.ParseAsyncEvent(rec))
+		r.asyncEvent(hostif.ParseAsyncEvent(rec))
 	}
 }
 

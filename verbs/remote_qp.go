@@ -11,25 +11,27 @@ import (
 	"github.com/softnic/softnic/ibtransport"
 )
 
-func (pd *PD) remoteQP(init *QPInitAttr) (*QP, error) {
-	return pd.remoteQPThrough(init, (*client.Conn).CreateQP)
+// CreateQP makes the QP in the daemon.
+func (p *remotePD) CreateQP(q *QP, init *QPInitAttr) (qpOps, error) {
+	return p.createQPThrough(q, init, (*client.Conn).CreateQP)
 }
 
-// remoteQPThrough makes a QP with create, which sends the command that
+// createQPThrough makes a QP with create, which sends the command that
 // makes it in the daemon (create_qp, or cm_create_qp for an rdma_cm ID).
-func (pd *PD) remoteQPThrough(init *QPInitAttr, create func(*client.Conn, hostif.CreateQPRequest) (*client.QP, error)) (*QP, error) {
+func (p *remotePD) createQPThrough(front *QP, init *QPInitAttr,
+	create func(*client.Conn, hostif.CreateQPRequest) (*client.QP, error)) (*remoteQP, error) {
 	c := init.Cap
-	var srq uint32
+	var srq *remoteSRQ
+	var srqHandle uint32
 	if init.SRQ != nil {
-		if init.SRQ.pd != pd || init.SRQ.remote == nil {
-			return nil, fmt.Errorf("create QP: SRQ of another protection domain: %w", ErrInvalidArgument)
-		}
-		srq = init.SRQ.remote.s.Handle
+		srq = init.SRQ.ops.(*remoteSRQ) // of this PD, so of this device
+		srqHandle = srq.s.Handle
 	}
-	r := pd.dev.remote
+	r := p.r
 	h := r.objects.handle()
-	req := hostif.CreateQPRequest{PD: pd.handle, Type: uint32(init.Type), SendCQ: init.SendCQ.handle, RecvCQ: init.RecvCQ.handle,
-		SRQ: srq, MaxSendWR: uint32(c.MaxSendWR), MaxRecvWR: uint32(max(c.MaxRecvWR, 1)), MaxSendSGE: uint32(c.MaxSendSGE),
+	sendCQ, recvCQ := init.SendCQ.ops.(*remoteCQ), init.RecvCQ.ops.(*remoteCQ)
+	req := hostif.CreateQPRequest{PD: p.handle, Type: uint32(init.Type), SendCQ: sendCQ.handle, RecvCQ: recvCQ.handle,
+		SRQ: srqHandle, MaxSendWR: uint32(c.MaxSendWR), MaxRecvWR: uint32(max(c.MaxRecvWR, 1)), MaxSendSGE: uint32(c.MaxSendSGE),
 		MaxRecvSGE: uint32(c.MaxRecvSGE), MaxInline: uint32(c.MaxInlineData), UserHandle: h}
 	var q *client.QP
 	err := r.call(func(cl *client.Conn) (err error) { q, err = create(cl, req); return err })
@@ -37,22 +39,23 @@ func (pd *PD) remoteQPThrough(init *QPInitAttr, create func(*client.Conn, hostif
 		return nil, fmt.Errorf("create QP: %w", daemonErr(err))
 	}
 	c.MaxInlineData = int(q.MaxInline) // rounded up, as in process
-	qp := &QP{remote: &remoteQP{q: q, dev: pd.dev, handle: h, cap: c, typ: init.Type, sigAll: init.SigAll, srq: init.SRQ}}
-	r.objects.add(h, qp)
-	return qp, nil
+	rq := &remoteQP{qp: front, q: q, r: r, handle: h, cap: c, typ: init.Type, sigAll: init.SigAll, srq: srq}
+	r.objects.add(h, rq)
+	return rq, nil
 }
 
 // remoteQP is a QP the daemon runs. Posts go into its shared rings; the
 // state is the daemon's, as last set through Modify, or ERR once this
 // process learned that the QP went there by itself (failed).
 type remoteQP struct {
+	qp     *QP // the API's QP, which events name
 	q      *client.QP
-	dev    *Device
+	r      *remote
 	handle uint64 // the user handle its events carry
 	cap    QPCap
 	typ    QPType
 	sigAll bool
-	srq    *SRQ
+	srq    *remoteSRQ
 	mu     sync.Mutex // serialises posters, as the transport's poster locks do
 	attr   QPAttr
 	// failed is set by a QP_FATAL or LAST_WQE_REACHED event and by an
@@ -60,12 +63,14 @@ type remoteQP struct {
 	// cleared by Modify: the daemon publishes the state in the QP's ring
 	// only when this process modifies it.
 	failed atomic.Bool
+	// counters stay zero: the daemon's engines count.
+	counters ibtransport.QPCounters
 }
 
 // state is the QP's state as far as this process knows. A QP in RESET or
 // INIT sends and receives nothing, so it cannot have failed since: an
 // event about its previous life that came late does not count.
-func (r *remoteQP) state() QPState {
+func (r *remoteQP) State() QPState {
 	s := QPState(r.q.State())
 	if r.failed.Load() && s != QPSReset && s != QPSInit {
 		return QPSErr
@@ -79,10 +84,10 @@ func (r *remoteQP) state() QPState {
 // device, whose daemon handle it returns. A device whose daemon is gone
 // gets that error first, whatever the QP's last known state.
 func (r *remoteQP) checkSend(wr *SendWR) (ah uint32, err error) {
-	if err := r.dev.remoteGone(); err != nil {
+	if err := r.r.Err(); err != nil {
 		return 0, err
 	}
-	switch st := r.state(); st {
+	switch st := r.State(); st {
 	case QPSReset, QPSInit, QPSRTR:
 		return 0, fmt.Errorf("post send on QP %d: %w (%v)", r.q.QPN, ErrInvalidState, st)
 	}
@@ -90,14 +95,14 @@ func (r *remoteQP) checkSend(wr *SendWR) (ah uint32, err error) {
 	if err := ibtransport.CheckSendWR(r.typ, lim, wr); err != nil || r.typ != QPTypeUD {
 		return 0, err
 	}
-	h, ok := r.dev.remote.objects.ahHandle(wr.AH)
+	h, ok := r.r.objects.ahHandle(wr.AH)
 	if wr.AH == nil || !ok {
 		return 0, fmt.Errorf("post send: UD send without a valid AH: %w", ErrInvalidArgument)
 	}
 	return h, nil
 }
 
-func (r *remoteQP) postSend(wr *SendWR) error {
+func (r *remoteQP) PostSend(wr *SendWR) error {
 	ah, err := r.checkSend(wr)
 	if err != nil {
 		return err
@@ -115,14 +120,14 @@ func (r *remoteQP) postSend(wr *SendWR) error {
 	return nil
 }
 
-func (r *remoteQP) postRecv(wr *RecvWR) error {
-	if err := r.dev.remoteGone(); err != nil {
+func (r *remoteQP) PostRecv(wr *RecvWR) error {
+	if err := r.r.Err(); err != nil {
 		return err
 	}
 	switch {
 	case r.srq != nil:
 		return fmt.Errorf("post receive on QP %d: the QP uses an SRQ: %w", r.q.QPN, ErrInvalidArgument)
-	case r.state() == QPSReset:
+	case r.State() == QPSReset:
 		return fmt.Errorf("post receive on QP %d: %w (RESET)", r.q.QPN, ErrInvalidState)
 	case len(wr.SGL) > max(r.cap.MaxRecvSGE, 1):
 		return fmt.Errorf("post receive: %d SGEs, at most %d: %w", len(wr.SGL), r.cap.MaxRecvSGE, ErrInvalidArgument)
@@ -151,9 +156,9 @@ func remoteErr(err error) error {
 // word of the QP's ring is the daemon's word again: what the QP was known
 // to have done before does not count, unless the daemon refused the change.
 // An event that comes during the call is kept.
-func (r *remoteQP) modify(attr *QPAttr, mask QPAttrMask) error {
+func (r *remoteQP) Modify(attr *QPAttr, mask QPAttrMask) error {
 	failed := r.failed.Swap(false)
-	err := r.dev.remote.call(func(*client.Conn) error { return r.q.Modify(attr, mask) })
+	err := r.r.call(func(*client.Conn) error { return r.q.Modify(attr, mask) })
 	if err != nil {
 		if failed {
 			r.failed.Store(true)
@@ -166,11 +171,57 @@ func (r *remoteQP) modify(attr *QPAttr, mask QPAttrMask) error {
 	return nil
 }
 
-func (r *remoteQP) destroy() error {
-	err := r.dev.remote.call(func(*client.Conn) error { return r.q.Destroy() })
+func (r *remoteQP) Destroy() error {
+	err := r.r.call(func(*client.Conn) error { return r.q.Destroy() })
 	if err != nil {
 		return fmt.Errorf("destroy QP %d: %w", r.q.QPN, daemonErr(err))
 	}
-	r.dev.remote.objects.remove(r.handle)
+	r.r.objects.remove(r.handle)
 	return nil
 }
+
+// PostSendList posts wrs one by one into the ring.
+func (r *remoteQP) PostSendList(wrs []SendWR) (int, error) {
+	for i := range wrs {
+		if err := r.PostSend(&wrs[i]); err != nil {
+			return i, err
+		}
+	}
+	return len(wrs), nil
+}
+
+// PostRecvList posts wrs one by one into the ring.
+func (r *remoteQP) PostRecvList(wrs []RecvWR) (int, error) {
+	for i := range wrs {
+		if err := r.PostRecv(&wrs[i]); err != nil {
+			return i, err
+		}
+	}
+	return len(wrs), nil
+}
+
+// Query returns the attributes this process set, with the state as far
+// as it knows.
+func (r *remoteQP) Query() QPAttr {
+	r.mu.Lock()
+	a := r.attr
+	r.mu.Unlock()
+	a.State = r.State()
+	return a
+}
+
+func (r *remoteQP) QPN() uint32      { return r.q.QPN }
+func (r *remoteQP) Type() QPType     { return r.typ }
+func (r *remoteQP) Cap() QPCap       { return r.cap }
+func (r *remoteQP) EngineIndex() int { return 0 }
+
+// Counters are the daemon's (softnic stat): here they stay zero, as
+// CongestionRate does.
+func (r *remoteQP) Counters() *ibtransport.QPCounters { return &r.counters }
+func (r *remoteQP) CongestionRate() uint64            { return 0 }
+
+func (r *remoteQP) String() string {
+	return fmt.Sprintf("QP %d (%v, through the daemon)", r.q.QPN, r.State())
+}
+
+func (r *remoteQP) DebugState() string { return r.String() }

@@ -11,6 +11,7 @@ import (
 // remoteSRQ is an SRQ the daemon's engines take receives from: this
 // process posts into its ring.
 type remoteSRQ struct {
+	srq    *SRQ // the API's SRQ, which events name
 	s      *client.SRQ
 	r      *remote
 	handle uint64 // the user handle its events carry
@@ -22,21 +23,21 @@ type remoteSRQ struct {
 	posted, taken atomic.Int64
 }
 
-func (pd *PD) remoteSRQ(maxWR, maxSGE int) (*SRQ, error) {
-	r := pd.dev.remote
+func (p *remotePD) CreateSRQ(front *SRQ, maxWR, maxSGE int) (srqOps, error) {
+	r := p.r
 	h := r.objects.handle()
 	var s *client.SRQ
-	err := r.call(func(c *client.Conn) (err error) { s, err = c.CreateSRQ(pd.handle, maxWR, maxSGE, 0, h); return err })
+	err := r.call(func(c *client.Conn) (err error) { s, err = c.CreateSRQ(p.handle, maxWR, maxSGE, 0, h); return err })
 	if err != nil {
 		return nil, fmt.Errorf("create SRQ: %w", daemonErr(err))
 	}
-	srq := &SRQ{pd: pd, remote: &remoteSRQ{s: s, r: r, handle: h, maxSGE: maxSGE}}
+	srq := &remoteSRQ{srq: front, s: s, r: r, handle: h, maxSGE: maxSGE}
 	r.objects.srqs.Add(1)
 	r.objects.add(h, srq)
 	return srq, nil
 }
 
-func (s *remoteSRQ) postRecv(wr *RecvWR) error {
+func (s *remoteSRQ) PostRecv(wr *RecvWR) error {
 	if len(wr.SGL) > s.maxSGE {
 		return fmt.Errorf("post receive: %d SGEs, at most %d: %w", len(wr.SGL), s.maxSGE, ErrInvalidArgument)
 	}
@@ -49,11 +50,11 @@ func (s *remoteSRQ) postRecv(wr *RecvWR) error {
 	return nil
 }
 
-// len is how many receives were posted and not yet completed in a CQ this
+// Len is how many receives were posted and not yet completed in a CQ this
 // process polled.
-func (s *remoteSRQ) len() int { return int(s.posted.Load() - s.taken.Load()) }
+func (s *remoteSRQ) Len() int { return int(s.posted.Load() - s.taken.Load()) }
 
-func (s *remoteSRQ) modify(limit int) error {
+func (s *remoteSRQ) Modify(limit int) error {
 	if limit < 0 {
 		return fmt.Errorf("modify SRQ: limit %d: %w", limit, ErrInvalidArgument)
 	}
@@ -61,4 +62,14 @@ func (s *remoteSRQ) modify(limit int) error {
 		return fmt.Errorf("modify SRQ: %w", daemonErr(err))
 	}
 	return nil
+}
+
+// PostRecvList posts wrs one by one into the ring.
+func (s *remoteSRQ) PostRecvList(wrs []RecvWR) (int, error) {
+	for i := range wrs {
+		if err := s.PostRecv(&wrs[i]); err != nil {
+			return i, err
+		}
+	}
+	return len(wrs), nil
 }

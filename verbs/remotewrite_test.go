@@ -3,9 +3,10 @@ package verbs_test
 import (
 	"testing"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/softnic/softnic/roce/memlink"
 	"github.com/softnic/softnic/verbs"
-	"github.com/stretchr/testify/require"
 )
 
 // TestRemoteWriteSeq checks that a region's remote-write sequence counts

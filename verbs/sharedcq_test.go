@@ -23,7 +23,8 @@ func TestSharedCQ(t *testing.T) {
 	clientSide, err := hostif.NewCompletionQueue(mem, 4)
 	require.NoError(t, err)
 	var notified atomic.Int32 // the engine goroutine or a Poll calls it
-	scq := p.a.CreateSharedCQ(daemonSide, func() { notified.Add(1) })
+	scq, err := p.a.CreateSharedCQ(daemonSide, func() { notified.Add(1) })
+	require.NoError(t, err)
 	require.Equal(t, 4, scq.Cap())
 
 	o := defaultOpts()

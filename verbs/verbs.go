@@ -1,14 +1,9 @@
 package verbs
 
 import (
-	"fmt"
-	"net/netip"
-	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/softnic/softnic/ibtransport"
-	"github.com/softnic/softnic/ibtransport/cm"
 	"github.com/softnic/softnic/roce"
 )
 
@@ -146,76 +141,22 @@ var (
 	ErrInvalidState    = ibtransport.ErrInvalidState
 )
 
-// Config describes a device to open.
-type Config struct {
-	// Addrs are the device's IP addresses; GID index i is Addrs[i].
-	Addrs []netip.Addr
-	// Resolve finds a peer's MAC address when a QP connects to it (see
-	// roce.DeviceConfig.Resolve); nil uses the broadcast address.
-	Resolve func(netip.Addr) ([6]byte, error)
-	// PollHold is how long the engine goroutine naps at a time while an
-	// application polls and leaves the engine to it (see
-	// roce.DeviceConfig.PollHold; 0 is its default).
-	PollHold time.Duration
-	// Engines is how many engines run the device's QPs, each in its own
-	// goroutine (see roce.DeviceConfig.Engines; 0: one per receive queue
-	// of the link, up to the number of CPUs).
-	Engines int
-	// CMMillisecond is how long one millisecond of the connection
-	// manager's timeouts lasts (see cm.Config.Millisecond); zero is a
-	// millisecond. Tests shrink it to see retries run out quickly.
-	CMMillisecond time.Duration
-	// ECN, CNPDSCP and Congestion are the device's congestion control:
-	// the ECN codepoint of its packets, the DSCP of its CNPs and DCQCN's
-	// notification and reaction points (see roce.DeviceConfig; the zero
-	// values are ConnectX's defaults).
-	ECN        roce.ECN
-	CNPDSCP    int
-	Congestion ibtransport.CongestionConfig
-}
-
-// Device is an opened RDMA device (ibv_context): a RoCE device, whose
-// engines (group) run the transport, and the verbs objects' device-wide
-// state.
+// Device is an opened RDMA device (ibv_context). Its backend runs it: the
+// engine of an in-process device (Open) or a daemon's (Dial); see
+// backend.go.
 type Device struct {
-	cfg   Config
-	dev   *roce.Device
-	group *ibtransport.Group
-	// keys and mrs are the memory keys of all the device's regions: the
-	// engines read mrs without locks (see keyTable).
-	keys *keySource
-	mrs  keyTable
-	// atomics serialises the atomics on other processes' memory.
-	atomics atomicUnit
-	nextPD  atomic.Uint32
-	events  chan Event
+	ops    deviceOps
+	events chan Event
+	nextPD atomic.Uint32
 	// memory are the blocks AllocMemory gave.
 	memory allocations
-	gsi    *gsi
-	cm     *cm.Manager
-	// commEst holds OnCommEst's functions by *QP.
-	commEst sync.Map
-	// remote is set, and dev, group, gsi and cm are not, on a device
-	// reached through a daemon (Dial).
-	remote *remote
 }
 
-// Open opens a device on link (ibv_open_device). The device runs an engine
-// goroutine until Close.
-func Open(link roce.Link, cfg Config) (*Device, error) {
-	d, err := roce.NewDevice(link, roce.DeviceConfig{Addrs: cfg.Addrs, Resolve: cfg.Resolve, PollHold: cfg.PollHold, Engines: cfg.Engines,
-		ECN: cfg.ECN, CNPDSCP: cfg.CNPDSCP, Congestion: cfg.Congestion})
-	if err != nil {
-		return nil, fmt.Errorf("open device: %w", err)
-	}
-	dev := &Device{cfg: cfg, dev: d, group: d.Group(), keys: newKeySource(), mrs: newKeyTable(), events: make(chan Event, 256)}
-	dev.group.HandleEvents(dev.onQPEvent)
-	if dev.gsi, err = openGSI(dev); err != nil {
-		d.Close()
-		return nil, fmt.Errorf("open device: QP1: %w", err)
-	}
-	dev.startCM()
-	return dev, nil
+// newDevice makes a device whose backend newOps makes.
+func newDevice(newOps func(*Device) deviceOps) *Device {
+	d := &Device{events: make(chan Event, 256)}
+	d.ops = newOps(d)
+	return d
 }
 
 // Poll runs one pass of the device's engine in the caller's goroutine, if
@@ -225,68 +166,38 @@ func Open(link roce.Link, cfg Config) (*Device, error) {
 // (like ucp_worker_progress). While an application keeps polling, the
 // engine goroutine leaves the work to it (roce.Device.Poll); before
 // blocking on something other than CQ.Wait or CompChannel.Get, call
-// Unpoll.
-func (d *Device) Poll() bool { return d.remote == nil && d.dev.Poll() }
+// Unpoll. On a device reached through a daemon, whose engines run there,
+// it does nothing and reports false.
+func (d *Device) Poll() bool { return d.ops.Poll() }
 
 // Unpoll hands the engine back to the engine goroutine at once: the
 // application stops polling.
-func (d *Device) Unpoll() {
-	if d.remote == nil {
-		d.dev.Unpoll()
-	}
-}
+func (d *Device) Unpoll() { d.ops.Unpoll() }
 
 // Close stops the device; the link stays open.
-func (d *Device) Close() error {
-	if d.remote != nil {
-		return d.remote.close()
-	}
-	d.cm.Close()
-	d.gsi.close()
-	return d.dev.Close()
-}
+func (d *Device) Close() error { return d.ops.Close() }
 
 // QPs returns how many QPs the device has, QP1 included.
 //
 // On a device reached through a daemon it is 0: the engines, and the
 // counts, are the daemon's (softnic stat).
-func (d *Device) QPs() int {
-	if d.remote != nil {
-		return 0
-	}
-	return d.group.QPs()
-}
+func (d *Device) QPs() int { return d.ops.QPs() }
 
 // GSICounters returns the counters of the device's QP1; all zero on a
 // device reached through a daemon, whose QP1 is the daemon's.
-func (d *Device) GSICounters() *GSICounters {
-	if d.remote != nil {
-		return &GSICounters{}
-	}
-	return &d.gsi.ctr
-}
+func (d *Device) GSICounters() *GSICounters { return d.ops.GSICounters() }
 
 // RoCE returns the underlying RoCE device (counters, neighbours); nil on
 // a device reached through a daemon.
-func (d *Device) RoCE() *roce.Device { return d.dev }
+func (d *Device) RoCE() *roce.Device { return d.ops.RoCE() }
 
 // Counters returns the transport engines' counters (their sum at the time
 // of the call when the device has several); all zero on a device reached
 // through a daemon, whose engines count in the daemon.
-func (d *Device) Counters() *ibtransport.Counters {
-	if d.remote != nil {
-		return &ibtransport.Counters{}
-	}
-	return d.group.Counters()
-}
+func (d *Device) Counters() *ibtransport.Counters { return d.ops.Counters() }
 
 // GID returns entry index of the GID table (ibv_query_gid).
-func (d *Device) GID(index int) (GID, error) {
-	if d.remote != nil {
-		return d.remoteGID(index)
-	}
-	return d.dev.GID(index)
-}
+func (d *Device) GID(index int) (GID, error) { return d.ops.GID(index) }
 
 // GIDTable returns the whole GID table (ibv_query_gid_table): the entries
 // GID returns, from index 0 up to the first that fails.
@@ -315,25 +226,8 @@ type DeviceAttr struct {
 }
 
 // Query returns the device's limits (ibv_query_device).
-func (d *Device) Query() DeviceAttr {
-	if d.remote != nil {
-		return d.remoteQuery()
-	}
-	return DeviceAttr{MaxQPWR: ibtransport.MaxQPWR, MaxSGE: ibtransport.MaxSGE, MaxCQE: MaxCQE,
-		MaxInlineData: ibtransport.MaxInline, MaxQPRdAtom: ibtransport.MaxRdAtomic, MaxMsgSize: 1 << 31,
-		AtomicHostOrder: true, PhysPortCnt: 1}
-}
+func (d *Device) Query() DeviceAttr { return d.ops.Query() }
 
 // ActiveMTU returns the port's active MTU (ibv_port_attr.active_mtu): the
 // largest IB MTU whose packets fit the link.
-func (d *Device) ActiveMTU() MTU {
-	if d.remote != nil {
-		return MTU(d.remote.c.Device.ActiveMTU)
-	}
-	room := roce.ActiveIBMTU(d.dev.Link().MTU())
-	m := MTU4096
-	for m > MTU256 && m.Bytes() > room {
-		m--
-	}
-	return m
-}
+func (d *Device) ActiveMTU() MTU { return d.ops.ActiveMTU() }

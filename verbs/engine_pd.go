@@ -1,0 +1,72 @@
+package verbs
+
+import (
+	"fmt"
+
+	"github.com/softnic/softnic/ibtransport"
+)
+
+// enginePD is a protection domain of an in-process device. It is also the
+// PD as the engines see it (ibtransport.Memory): it resolves keys to the
+// regions of this PD only. The engines call it; they read the key table
+// without locks (see keyTable).
+type enginePD struct {
+	e  *engine
+	pd *PD
+}
+
+func (e *engine) AllocPD(pd *PD) pdOps { return &enginePD{e: e, pd: pd} }
+
+// enginePDOf returns the engine's half of pd, for what only an in-process
+// device does.
+func enginePDOf(pd *PD, what string) (*enginePD, error) {
+	if p, ok := pd.ops.(*enginePD); ok {
+		return p, nil
+	}
+	return nil, fmt.Errorf("%s: only on a device opened in process: %w", what, ErrInvalidArgument)
+}
+
+func (p *enginePD) CreateQP(q *QP, init *QPInitAttr) (qpOps, error) {
+	cfg := ibtransport.QPConfig{Memory: p, SendCQ: init.SendCQ.ops.(*engineCQ), RecvCQ: init.RecvCQ.ops.(*engineCQ),
+		Cap: init.Cap, SigAll: init.SigAll, Type: init.Type}
+	if init.SRQ != nil {
+		cfg.SRQ = init.SRQ.ops.(*engineSRQ)
+	}
+	t, err := p.e.group.CreateQP(&cfg)
+	if err != nil {
+		return nil, err
+	}
+	t.Owner = q
+	return t, nil
+}
+
+func (p *enginePD) CreateAH(av *AddressVector) (*AH, error) { return p.e.group.CreateAH(av) }
+
+func (p *enginePD) LocalRegion(lkey uint32, va uint64, n uint32, a Access) ibtransport.Region {
+	mr := p.e.mrs.lkeys[lkey]
+	if mr == nil || !mr.grants(p.pd, va, n, a) {
+		return nil
+	}
+	if mr.vec != nil {
+		return (*procLocalView)(mr)
+	}
+	return (*localView)(mr)
+}
+
+func (p *enginePD) RemoteRegion(rkey uint32, va uint64, n uint32, a Access) ibtransport.Region {
+	mr := p.e.mrs.rkeys[rkey]
+	if mr == nil || !mr.rkeyValid.Load() || !mr.grants(p.pd, va, n, a) {
+		return nil
+	}
+	if mr.vec != nil {
+		return (*procRemoteView)(mr)
+	}
+	return (*remoteView)(mr)
+}
+
+func (p *enginePD) InvalidateRKey(rkey uint32) bool {
+	mr := p.e.mrs.rkeys[rkey]
+	// The key stays in the table until Dereg: the engines read it without
+	// locks, so only Group.Do may change it.
+	return mr != nil && mr.pd == p.pd && mr.rkeyValid.CompareAndSwap(true, false)
+}
