@@ -61,7 +61,7 @@ func (s *cmSide) program(t *testing.T) (*verbs.Device, *rdmacm.CM) {
 	dev := s.dev
 	if s.socket != "" {
 		var err error
-		dev, err = verbs.Dial(s.socket)
+		dev, err = client.DialDevice(s.socket)
 		require.NoError(t, err)
 		require.True(t, dev.Remote())
 		t.Cleanup(func() { dev.Close() })
@@ -269,7 +269,7 @@ type cmEstablished struct {
 func establishThroughDaemons(t *testing.T, port uint16) (a, b *cmSide, c *cmEstablished) {
 	a, b = newCMSides(t, true, true)
 	_, cliCM := a.program(t)
-	srvDev, err := verbs.Dial(b.socket)
+	srvDev, err := client.DialDevice(b.socket)
 	require.NoError(t, err)
 	srvCM, err := rdmacm.New(rdmacm.Config{Devices: []*verbs.Device{srvDev}})
 	require.NoError(t, err)

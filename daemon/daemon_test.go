@@ -527,14 +527,14 @@ func TestDoorbellWakesSleepingEngine(t *testing.T) {
 	}
 }
 
-// The verbs API on a device reached through the daemon (verbs.Dial): the
+// The verbs API on a device reached through the daemon (client.DialDevice): the
 // same calls as in-process, two sessions at once.
 func TestVerbsThroughDaemon(t *testing.T) {
 	r := newRig(t)
 	gidA, _ := r.a.GID(0)
 	gidB, _ := r.b.GID(0)
 	for round := range 2 {
-		dev, err := verbs.Dial(r.socket)
+		dev, err := client.DialDevice(r.socket)
 		require.NoError(t, err)
 		g, err := dev.GID(0)
 		require.NoError(t, err)

@@ -39,7 +39,7 @@ func TestClientSeesDaemonGone(t *testing.T) {
 // polls and its posts fail with client.ErrDaemonGone once the daemon went.
 func TestVerbsSeesDaemonGone(t *testing.T) {
 	r := newRig(t)
-	dev, err := verbs.Dial(r.socket)
+	dev, err := client.DialDevice(r.socket)
 	require.NoError(t, err)
 	defer dev.Close()
 	pd := dev.AllocPD()

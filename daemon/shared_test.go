@@ -32,7 +32,7 @@ func TestSharedMemoryThroughDaemon(t *testing.T) {
 	gidA, _ := r.a.GID(0)
 	gidB, _ := r.b.GID(0)
 	before := memfdMappings(t)
-	dev, err := verbs.Dial(r.socket)
+	dev, err := client.DialDevice(r.socket)
 	require.NoError(t, err)
 	mem, err := dev.AllocMemory(1 << 16)
 	require.NoError(t, err)
@@ -96,7 +96,7 @@ func TestSharedMemoryThroughDaemon(t *testing.T) {
 func TestFreeMemory(t *testing.T) {
 	r := newRig(t)
 	before := memfdMappings(t)
-	dev, err := verbs.Dial(r.socket)
+	dev, err := client.DialDevice(r.socket)
 	require.NoError(t, err)
 	defer dev.Close()
 	mem, err := dev.AllocMemory(8192)

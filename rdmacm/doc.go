@@ -16,7 +16,7 @@
 // A CM holds the devices IDs may use (librdmacm's device list): an ID
 // takes the device whose GID table has its local address.
 //
-// Over a device a softnic daemon serves (verbs.Dial), the CM is remote:
+// Over a device a softnic daemon serves (client.DialDevice), the CM is remote:
 // its IDs run in the daemon, as librdmacm's run in the kernel through
 // rdma_ucm (docs/HOST-INTERFACE.md, "The connection manager"), with the
 // same API and events; an ID's QP is a QP of the daemon session like any

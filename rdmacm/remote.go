@@ -14,7 +14,7 @@ import (
 )
 
 // Remote mode: a CM over a device reached through a softnic daemon
-// (verbs.Dial) runs its IDs in the daemon, as librdmacm runs them in the
+// (client.DialDevice) runs its IDs in the daemon, as librdmacm runs them in the
 // kernel through rdma_ucm. Each ID here is a handle of the daemon's; each
 // event channel is one of the daemon's, whose pipe a goroutine watches
 // and drains with cm_get_event into the channel's queue. The daemon moves
@@ -48,7 +48,7 @@ func newRemoteCM(d *verbs.Device) *remoteCM { return &remoteCM{dev: d, ids: map[
 
 // call runs a control call of the daemon's session.
 func (rc *remoteCM) call(fn func(*client.Conn) error) error {
-	return remoteErr(rc.dev.RemoteControl(fn))
+	return remoteErr(client.Control(rc.dev, fn))
 }
 
 // remoteErr gives a command's errno the error of this package it stands

@@ -102,7 +102,7 @@ func (id *ID) remoteResolveRoute(timeout time.Duration) error {
 // device like any other, which the daemon moved to INIT. id.mu is held.
 func (id *ID) remoteCreateQP(pd *verbs.PD, init *verbs.QPInitAttr) (*verbs.QP, error) {
 	h := id.rem.handle
-	qp, err := pd.CreateQPThrough(init, func(c *client.Conn, req hostif.CreateQPRequest) (*client.QP, error) {
+	qp, err := client.CreateQPThrough(pd, init, func(c *client.Conn, req hostif.CreateQPRequest) (*client.QP, error) {
 		return c.CMCreateQP(h, req)
 	})
 	if err != nil {

@@ -9,16 +9,19 @@ import (
 	"github.com/softnic/softnic/roce"
 )
 
-// A Device runs on one of two backends, as a libibverbs context runs on
-// the provider that filled its verbs_context_ops: the engine (Open: the
-// transport runs in this process, engine*.go) or a softnic daemon (Dial:
-// the daemon runs it and this process posts and polls through shared
-// rings, remote*.go). The types of this package are the API; each holds
-// its backend's half behind one of these interfaces, chosen when the
-// object is made, so a method of the API is one call through it.
+// A Device runs on a backend, as a libibverbs context runs on the
+// provider that filled its verbs_context_ops: the engine (Open: the
+// transport runs in this process, engine*.go), or a softnic daemon's
+// client (package daemon/client: the daemon runs the transport, and this
+// process posts and polls through rings shared with it). The types of
+// this package are the API; each holds its backend's half behind one of
+// these interfaces, chosen when the object is made, so that a method of
+// the API is one call through it. The API checks what every backend
+// refuses alike (sizes, objects of another device or PD, access flags)
+// before it calls the backend.
 
-// deviceOps is a device's backend.
-type deviceOps interface {
+// DeviceOps is a device's backend.
+type DeviceOps interface {
 	Close() error
 	// Poll runs an engine pass in the caller's goroutine (Device.Poll);
 	// Unpoll hands the engine back to its goroutine.
@@ -48,33 +51,33 @@ type deviceOps interface {
 	OnCommEst(qp *QP, fn func())
 	// SetLinkUp reports whether the port's state changed.
 	SetLinkUp(up bool) bool
-	AllocPD(pd *PD) pdOps
-	NewCompChannel(ch *CompChannel) channelOps
-	CreateCQ(cq *CQ, n int) (cqOps, error)
+	AllocPD(pd *PD) PDOps
+	NewCompChannel(ch *CompChannel) ChannelOps
+	CreateCQ(cq *CQ, n int) (CQOps, error)
 	// AllocMemory returns n bytes for AllocMemory and the backend's
 	// handle of them, which FreeMemory takes back.
 	AllocMemory(n int) ([]byte, uint32, error)
 	FreeMemory(mem []byte, handle uint32) error
 }
 
-// pdOps is a protection domain's backend: it makes the objects of the PD
+// PDOps is a protection domain's backend: it makes the objects of the PD
 // once the API checked what both backends refuse alike.
-type pdOps interface {
+type PDOps interface {
 	RegMR(buf []byte, access Access) (*MR, error)
 	// CreateQP makes q's backend; q is the QP its events name.
-	CreateQP(q *QP, init *QPInitAttr) (qpOps, error)
-	CreateSRQ(s *SRQ, maxWR, maxSGE int) (srqOps, error)
+	CreateQP(q *QP, init *QPInitAttr) (QPOps, error)
+	CreateSRQ(s *SRQ, maxWR, maxSGE int) (SRQOps, error)
 	CreateAH(av *AddressVector) (*AH, error)
 }
 
-// mrOps is a memory region's backend.
-type mrOps interface {
+// MROps is a memory region's backend.
+type MROps interface {
 	Dereg() error
 }
 
-// qpOps is a queue pair's backend; the engine's QP (*ibtransport.QP) is
+// QPOps is a queue pair's backend; the engine's QP (*ibtransport.QP) is
 // the in-process one.
-type qpOps interface {
+type QPOps interface {
 	PostSend(wr *SendWR) error
 	PostSendList(wrs []SendWR) (int, error)
 	PostRecv(wr *RecvWR) error
@@ -93,23 +96,79 @@ type qpOps interface {
 	DebugState() string
 }
 
-// cqOps is a completion queue's backend.
-type cqOps interface {
+// CQOps is a completion queue's backend.
+type CQOps interface {
 	Cap() int
 	Poll(wcs []WC) (int, error)
 	Wait(ctx context.Context, wcs []WC) (int, error)
 	RequestNotify(solicitedOnly bool)
 }
 
-// channelOps is a completion channel's backend.
-type channelOps interface {
+// ChannelOps is a completion channel's backend.
+type ChannelOps interface {
 	Destroy() error
 }
 
-// srqOps is a shared receive queue's backend.
-type srqOps interface {
+// SRQOps is a shared receive queue's backend.
+type SRQOps interface {
 	PostRecv(wr *RecvWR) error
 	PostRecvList(wrs []RecvWR) (int, error)
 	Len() int
 	Modify(limit int) error
 }
+
+// NewDevice makes a device on the backend newOps makes; the backend
+// raises the device's asynchronous events (Device.Events) with emit,
+// which never blocks. It is how a backend outside this package plugs in
+// (daemon/client's); Open makes the engine's.
+func NewDevice(newOps func(d *Device, emit func(Event)) DeviceOps) *Device {
+	d := &Device{events: make(chan Event, 256)}
+	d.ops = newOps(d, d.emit)
+	return d
+}
+
+// RegisteredMR describes a region a backend registered, for NewMR.
+type RegisteredMR struct {
+	Buf        []byte // the memory, in this process
+	Addr       uint64 // the virtual address SGEs and peers use for Buf[0]
+	LKey, RKey uint32
+	Access     Access
+}
+
+// NewMR makes the API's MR of a region that pd's backend registered.
+func NewMR(pd *PD, r RegisteredMR, ops MROps) *MR {
+	m := &MR{pd: pd, buf: r.Buf, size: uint64(len(r.Buf)), addr: r.Addr, access: r.Access, lkey: r.LKey, rkey: r.RKey,
+		ops: ops, valid: true}
+	m.rkeyValid.Store(true)
+	return m
+}
+
+// CreateQPWith creates a QP in pd as CreateQP does, with create making its
+// backend instead of pd's backend (an rdma_cm ID's QP, which the daemon
+// makes with the ID): q is the QP its events name.
+func (pd *PD) CreateQPWith(init *QPInitAttr, create func(q *QP) (QPOps, error)) (*QP, error) {
+	if err := pd.checkQP(init); err != nil {
+		return nil, err
+	}
+	q := &QP{}
+	ops, err := create(q)
+	if err != nil {
+		return nil, err
+	}
+	q.ops = ops
+	return q, nil
+}
+
+// The backends of the API's objects, for a backend that makes an object
+// of others (a QP of its CQs and SRQ, a CQ of its channel).
+
+func (d *Device) Backend() DeviceOps        { return d.ops }
+func (pd *PD) Backend() PDOps               { return pd.ops }
+func (c *CQ) Backend() CQOps                { return c.ops }
+func (ch *CompChannel) Backend() ChannelOps { return ch.ops }
+func (s *SRQ) Backend() SRQOps              { return s.ops }
+func (q *QP) Backend() QPOps                { return q.ops }
+
+// Channel returns the completion channel the CQ sends its events on; nil
+// if it has none.
+func (c *CQ) Channel() *CompChannel { return c.channel }

@@ -18,7 +18,7 @@ var ErrCQOverflow = errors.New("verbs: completion queue overrun")
 type CompChannel struct {
 	C   chan *CQ
 	dev *Device
-	ops channelOps
+	ops ChannelOps
 }
 
 // NewCompChannel creates a completion event channel
@@ -58,7 +58,7 @@ func (ch *CompChannel) Get(ctx context.Context) (*CQ, error) {
 type CQ struct {
 	dev     *Device
 	channel *CompChannel
-	ops     cqOps
+	ops     CQOps
 	// Context is free for the user (ibv_cq's cq_context).
 	Context any
 }

@@ -29,12 +29,14 @@
 // arrive on Device.Events.
 //
 // A device that a softnic daemon serves to many processes is opened by
-// name with OpenDevice (softnic_IFACE) or by socket with Dial: the same
-// calls, with the daemon running the transport and placing data straight
-// into this process's registered memory (docs/HOST-INTERFACE.md). Its QPs
-// are RC, UC and UD, with SRQs, address handles, completion channels and
-// async events; the connection manager, Device.Poll and the engines'
-// counters stay in the daemon.
+// name with daemon/client's OpenDevice (softnic_IFACE) or by socket with
+// its DialDevice: the same Device and calls, with the daemon running the
+// transport and placing data straight into this process's registered
+// memory (docs/HOST-INTERFACE.md). Its QPs are RC, UC and UD, with SRQs,
+// address handles, completion channels and async events; the connection
+// manager, Device.Poll and the engines' counters stay in the daemon. The
+// two are backends behind the same API (backend.go): each object holds
+// its backend's half, as a libibverbs context holds its provider's ops.
 //
 // A Device runs an engine goroutine per receive queue of its link (up to
 // the number of CPUs; Config.Engines), each owning the protocol state of
@@ -47,15 +49,16 @@
 // goroutines nap, so a reply needs no hand-off between threads. CQ.Wait
 // and CompChannel.Get give the engines back before they block.
 //
-// This package implements the verbs objects: protection domains, memory
-// regions (random keys, the key table, bounds and access checks),
-// completion queues and channels, shared receive queues and the event
-// channel. Package ibtransport implements the transport: queue pairs and
-// their requester, responder and completer, which reach this package's
-// objects through the interfaces ibtransport defines (a PD resolves memory
-// keys to checked regions, a CQ takes completions). QP, the work request
-// and completion types and the QP attributes are ibtransport's, under their
-// libibverbs names here. Open joins the two to a RoCE device.
+// The in-process backend (engine*.go) implements the verbs objects:
+// protection domains, memory regions (random keys, the key table, bounds
+// and access checks), completion queues and channels, shared receive
+// queues and the event channel. Package ibtransport implements the
+// transport: queue pairs and their requester, responder and completer,
+// which reach this backend's objects through the interfaces ibtransport
+// defines (a PD resolves memory keys to checked regions, a CQ takes
+// completions); a QP of this backend is ibtransport's QP. The work request
+// and completion types and the QP attributes are ibtransport's, under
+// their libibverbs names here. Open joins the two to a RoCE device.
 //
 // A packet's path: roce decapsulates it and checks the ICRC, the
 // ibtransport responder executes it, writing into an MR of this package

@@ -71,7 +71,7 @@ func Open(link roce.Link, cfg Config) (*Device, error) {
 		return nil, fmt.Errorf("open device: %w", err)
 	}
 	var e *engine
-	d := newDevice(func(d *Device) deviceOps {
+	d := NewDevice(func(d *Device, _ func(Event)) DeviceOps {
 		e = &engine{d: d, cfg: cfg, dev: rd, group: rd.Group(), keys: newKeySource(), mrs: newKeyTable()}
 		return e
 	})
@@ -109,7 +109,7 @@ func (e *engine) Counters() *ibtransport.Counters        { return e.group.Counte
 func (e *engine) GID(index int) (GID, error)             { return e.dev.GID(index) }
 func (e *engine) RoCE() *roce.Device                     { return e.dev }
 func (e *engine) CM() *cm.Manager                        { return e.cm }
-func (e *engine) NewCompChannel(*CompChannel) channelOps { return engineChannel{} }
+func (e *engine) NewCompChannel(*CompChannel) ChannelOps { return engineChannel{} }
 
 func (e *engine) Query() DeviceAttr {
 	return DeviceAttr{MaxQPWR: ibtransport.MaxQPWR, MaxSGE: ibtransport.MaxSGE, MaxCQE: MaxCQE,

@@ -36,7 +36,7 @@ type engineCQ struct {
 	onArmed func()
 }
 
-func (e *engine) CreateCQ(c *CQ, n int) (cqOps, error) {
+func (e *engine) CreateCQ(c *CQ, n int) (CQOps, error) {
 	size := 1 << bits.Len(uint(n-1))
 	return &engineCQ{cq: c, e: e, slots: make([]WC, size), mask: uint64(size - 1), notify: make(chan struct{}, 1),
 		shared: e.dev.Engines() > 1}, nil

@@ -15,7 +15,7 @@ type enginePD struct {
 	pd *PD
 }
 
-func (e *engine) AllocPD(pd *PD) pdOps { return &enginePD{e: e, pd: pd} }
+func (e *engine) AllocPD(pd *PD) PDOps { return &enginePD{e: e, pd: pd} }
 
 // enginePDOf returns the engine's half of pd, for what only an in-process
 // device does.
@@ -26,7 +26,7 @@ func enginePDOf(pd *PD, what string) (*enginePD, error) {
 	return nil, fmt.Errorf("%s: only on a device opened in process: %w", what, ErrInvalidArgument)
 }
 
-func (p *enginePD) CreateQP(q *QP, init *QPInitAttr) (qpOps, error) {
+func (p *enginePD) CreateQP(q *QP, init *QPInitAttr) (QPOps, error) {
 	cfg := ibtransport.QPConfig{Memory: p, SendCQ: init.SendCQ.ops.(*engineCQ), RecvCQ: init.RecvCQ.ops.(*engineCQ),
 		Cap: init.Cap, SigAll: init.SigAll, Type: init.Type}
 	if init.SRQ != nil {

@@ -18,7 +18,7 @@ type engineSRQ struct {
 	retired *ibtransport.RetiredMirror
 }
 
-func (p *enginePD) CreateSRQ(s *SRQ, maxWR, maxSGE int) (srqOps, error) {
+func (p *enginePD) CreateSRQ(s *SRQ, maxWR, maxSGE int) (SRQOps, error) {
 	es := &engineSRQ{s: s, e: p.e}
 	es.rq.Init(maxWR, maxSGE)
 	return es, nil

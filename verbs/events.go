@@ -22,7 +22,7 @@ const (
 	// EventCommEst: a connected QP still in RTR received its first packet
 	// (communication established).
 	EventCommEst
-	// EventDeviceFatal: the device is gone. Through a daemon (Dial): the
+	// EventDeviceFatal: the device is gone. Through a daemon (daemon/client): the
 	// daemon ended the session (it stopped or was killed) and its objects
 	// are gone; calls and empty polls return client.ErrDaemonGone.
 	EventDeviceFatal

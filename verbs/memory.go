@@ -11,7 +11,7 @@ import (
 // AllocMemory returns n bytes of zeroed, page-aligned memory that the
 // device reaches at the cost of a plain copy. Any memory can be
 // registered; this is the memory to register when the device is reached
-// through a daemon (Dial): the daemon maps it too (a sealed memfd shared
+// through a daemon (client.DialDevice): the daemon maps it too (a sealed memfd shared
 // over the control socket), so it moves payloads to and from regions in
 // it as an in-process device does, where for other memory it needs a
 // read or write of the client's /proc/self/mem per batch of packets. On an in-process

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/softnic/softnic/daemon"
+	"github.com/softnic/softnic/daemon/client"
 	"github.com/softnic/softnic/roce"
 	"github.com/softnic/softnic/verbs"
 )
@@ -23,7 +24,7 @@ const (
 	inProcess mode = "in-process"
 	// throughDaemon: the same device served by a softnic daemon
 	// (daemon.Server, in this test process) and reached through it
-	// (verbs.Dial). Every post, poll and event of the test's endpoints
+	// (client.DialDevice). Every post, poll and event of the test's endpoints
 	// crosses the host interface's rings and pipes, and the engines reach
 	// the test's registered memory through procmem, as they reach a
 	// client's.
@@ -93,7 +94,7 @@ func serve(t testing.TB, engine *verbs.Device, cl *closers) (*verbs.Device, *dae
 	srv, err := daemon.Serve(engine, daemon.Config{Socket: sock, Log: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
 	cl.add(func() { srv.Close() })
-	dev, err := verbs.Dial(sock)
+	dev, err := client.DialDevice(sock)
 	require.NoError(t, err)
 	cl.add(func() { dev.Close() })
 	require.True(t, dev.Remote())

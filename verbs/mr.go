@@ -31,7 +31,7 @@ type MR struct {
 	size   uint64
 	addr   uint64
 	access Access
-	ops    mrOps
+	ops    MROps
 	lkey   uint32
 	rkey   uint32
 	// valid is false once deregistered, which every access checks; it

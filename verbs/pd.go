@@ -9,7 +9,7 @@ import (
 type PD struct {
 	dev *Device
 	id  uint32
-	ops pdOps
+	ops PDOps
 }
 
 // AllocPD allocates a protection domain (ibv_alloc_pd).
@@ -36,16 +36,7 @@ type QPInitAttr struct {
 // CreateQP creates a queue pair in pd (ibv_create_qp). It starts in
 // RESET.
 func (pd *PD) CreateQP(init *QPInitAttr) (*QP, error) {
-	if err := pd.checkQP(init); err != nil {
-		return nil, err
-	}
-	q := &QP{}
-	ops, err := pd.ops.CreateQP(q, init)
-	if err != nil {
-		return nil, err
-	}
-	q.ops = ops
-	return q, nil
+	return pd.CreateQPWith(init, func(q *QP) (QPOps, error) { return pd.ops.CreateQP(q, init) })
 }
 
 // checkQP refuses the objects of another device or PD.

@@ -6,10 +6,10 @@ import (
 
 // QP is a queue pair (ibv_qp). Its backend runs it: on a device opened
 // with Open, the transport's QP (ibtransport.QP); on one reached through
-// a daemon (Dial), the daemon's QP, which this process posts to through
+// a daemon (client.DialDevice), the daemon's QP, which this process posts to through
 // the shared rings (remoteQP).
 type QP struct {
-	ops qpOps
+	ops QPOps
 }
 
 // qpOf returns the verbs QP of a transport QP.

@@ -25,8 +25,8 @@ import (
 func TestOpenDeviceByName(t *testing.T) {
 	dir := t.TempDir()
 	t.Setenv("SOFTNIC_RUN_DIR", dir)
-	require.Equal(t, dir, verbs.RunDir())
-	names, err := verbs.DeviceNames()
+	require.Equal(t, dir, client.RunDir())
+	names, err := client.DeviceNames()
 	require.NoError(t, err)
 	require.Empty(t, names)
 
@@ -34,14 +34,14 @@ func TestOpenDeviceByName(t *testing.T) {
 	engine, err := verbs.Open(la, verbs.Config{Addrs: []netip.Addr{addrA}})
 	require.NoError(t, err)
 	defer func() { engine.Close(); la.Close(); lb.Close() }()
-	srv, err := daemon.Serve(engine, daemon.Config{Socket: verbs.DeviceSocket("softnic_t0"), Log: slog.New(slog.DiscardHandler)})
+	srv, err := daemon.Serve(engine, daemon.Config{Socket: client.DeviceSocket("softnic_t0"), Log: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
 	defer srv.Close()
-	names, err = verbs.DeviceNames()
+	names, err = client.DeviceNames()
 	require.NoError(t, err)
 	require.Equal(t, []string{"softnic_t0"}, names)
 
-	dev, err := verbs.OpenDevice("softnic_t0")
+	dev, err := client.OpenDevice("softnic_t0")
 	require.NoError(t, err)
 	require.True(t, dev.Remote())
 	gid, err := dev.GID(0)
@@ -56,10 +56,10 @@ func TestOpenDeviceByName(t *testing.T) {
 	require.NoError(t, dev.Close())
 	require.NoError(t, dev.Close(), "a second Close does nothing")
 
-	_, err = verbs.OpenDevice("softnic_t1")
-	require.ErrorIs(t, err, verbs.ErrNoDevice)
+	_, err = client.OpenDevice("softnic_t1")
+	require.ErrorIs(t, err, client.ErrNoDevice)
 	for _, bad := range []string{"", ".", "..", "../softnic_t0", "a/b", "x\x00"} {
-		_, err = verbs.OpenDevice(bad)
+		_, err = client.OpenDevice(bad)
 		require.ErrorIs(t, err, verbs.ErrInvalidArgument, "%q", bad)
 	}
 	// The socket a killed daemon left behind: bound, nobody listening.
@@ -67,20 +67,20 @@ func TestOpenDeviceByName(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, unix.Bind(fd, &unix.SockaddrUnix{Name: filepath.Join(dir, "softnic_dead.sock")}))
 	unix.Close(fd)
-	_, err = verbs.OpenDevice("softnic_dead")
-	require.ErrorIs(t, err, verbs.ErrNoDevice)
+	_, err = client.OpenDevice("softnic_dead")
+	require.ErrorIs(t, err, client.ErrNoDevice)
 
 	// A device named by softnic daemon -d IFACE:NAME is listed and opened
 	// by its name; files beside the sockets are not devices.
-	srv2, err := daemon.Serve(engine, daemon.Config{Socket: verbs.DeviceSocket("rxe0"), Log: slog.New(slog.DiscardHandler)})
+	srv2, err := daemon.Serve(engine, daemon.Config{Socket: client.DeviceSocket("rxe0"), Log: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
 	defer srv2.Close()
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "rxe0.lock"), nil, 0o644))
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "file.sock"), nil, 0o644))
-	names, err = verbs.DeviceNames()
+	names, err = client.DeviceNames()
 	require.NoError(t, err)
 	require.Equal(t, []string{"rxe0", "softnic_dead", "softnic_t0"}, names)
-	dev, err = verbs.OpenDevice("rxe0")
+	dev, err = client.OpenDevice("rxe0")
 	require.NoError(t, err)
 	require.NoError(t, dev.Close())
 }

@@ -10,7 +10,7 @@ import (
 // it consumes.
 type SRQ struct {
 	pd  *PD
-	ops srqOps
+	ops SRQOps
 }
 
 // NewSRQ creates a shared receive queue of at least maxWR receives of at

@@ -142,21 +142,21 @@ var (
 )
 
 // Device is an opened RDMA device (ibv_context). Its backend runs it: the
-// engine of an in-process device (Open) or a daemon's (Dial); see
+// engine of an in-process device (Open) or a daemon's (daemon/client); see
 // backend.go.
 type Device struct {
-	ops    deviceOps
+	ops    DeviceOps
 	events chan Event
 	nextPD atomic.Uint32
 	// memory are the blocks AllocMemory gave.
 	memory allocations
 }
 
-// newDevice makes a device whose backend newOps makes.
-func newDevice(newOps func(*Device) deviceOps) *Device {
-	d := &Device{events: make(chan Event, 256)}
-	d.ops = newOps(d)
-	return d
+// Remote reports whether the device's transport runs in another process
+// (a daemon's: daemon/client), where MR.RemoteWriteSeq does not move.
+func (d *Device) Remote() bool {
+	_, inProcess := d.ops.(*engine)
+	return !inProcess
 }
 
 // Poll runs one pass of the device's engine in the caller's goroutine, if

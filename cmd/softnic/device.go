@@ -7,6 +7,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/softnic/softnic/daemon/client"
 	"github.com/softnic/softnic/roce/xdplink"
 	"github.com/softnic/softnic/tools/perftest"
 	"github.com/softnic/softnic/verbs"
@@ -22,7 +23,7 @@ import (
 var openDevice = func(ifname string, engines int) (perftest.Device, func(), error) {
 	d, err := openThroughDaemon(ifname)
 	switch {
-	case errors.Is(err, verbs.ErrNoDevice):
+	case errors.Is(err, client.ErrNoDevice):
 		if err := checkInterface(ifname); err != nil {
 			return perftest.Device{}, nil, err
 		}
@@ -46,11 +47,11 @@ var openDevice = func(ifname string, engines int) (perftest.Device, func(), erro
 // softnic_ARG (a daemon that could not publish its tree). No root
 // needed, and other programs may use the interface at the same time. The
 // daemon resolves the peers' addresses itself. Without such a daemon the
-// error is verbs.ErrNoDevice, and the tools open the interface
+// error is client.ErrNoDevice, and the tools open the interface
 // themselves.
 func openThroughDaemon(arg string) (perftest.Device, error) {
 	name, ifname := defaultDeviceName(arg), arg
-	sd, err := lookupDevice(verbs.RunDir(), arg, false)
+	sd, err := lookupDevice(client.RunDir(), arg, false)
 	switch {
 	case err == nil:
 		name, ifname = sd.name, sd.iface
@@ -68,7 +69,7 @@ func openThroughDaemon(arg string) (perftest.Device, error) {
 	if err != nil {
 		return perftest.Device{}, err
 	}
-	dev, err := verbs.OpenDevice(name)
+	dev, err := client.OpenDevice(name)
 	if err != nil {
 		return perftest.Device{}, err
 	}

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"strings"
 
+	"github.com/softnic/softnic/daemon/client"
 	"github.com/softnic/softnic/ibtransport"
 	"github.com/softnic/softnic/roce/xdplink"
 	"github.com/softnic/softnic/verbs"
@@ -40,7 +41,7 @@ func runDevinfo(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	name, iface := defaultDeviceName(*ifname), *ifname
-	d, err := lookupDevice(verbs.RunDir(), *ifname, false)
+	d, err := lookupDevice(client.RunDir(), *ifname, false)
 	switch {
 	case err == nil:
 		name, iface = d.name, d.iface

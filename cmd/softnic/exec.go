@@ -13,7 +13,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/softnic/softnic/verbs"
+	"github.com/softnic/softnic/daemon/client"
 )
 
 func init() {
@@ -91,7 +91,7 @@ type execOptions struct {
 }
 
 func (o *execOptions) flags(fs *flag.FlagSet) {
-	fs.StringVar(&o.runDir, "run-dir", verbs.RunDir(), "the daemons' run directory (default $SOFTNIC_RUN_DIR, else /run/softnic)")
+	fs.StringVar(&o.runDir, "run-dir", client.RunDir(), "the daemons' run directory (default $SOFTNIC_RUN_DIR, else /run/softnic)")
 	fs.StringVar(&o.provider, "provider", "", "the provider library (default: $SOFTNIC_PROVIDER, else "+providerLib+" next to softnic)")
 }
 

@@ -8,8 +8,8 @@ import (
 	"strings"
 
 	"github.com/softnic/softnic/bpf"
+	"github.com/softnic/softnic/daemon/client"
 	"github.com/softnic/softnic/roce/xdplink"
-	"github.com/softnic/softnic/verbs"
 )
 
 // The errors of opening an interface, said as what went wrong and what to
@@ -26,7 +26,7 @@ func checkInterface(ifname string) error {
 	if iface, ok := strings.CutPrefix(ifname, "softnic_"); ok {
 		return noInterfaceError{fmt.Errorf("no network interface %q: softnic_%s is the name of the device a daemon serves on %s, "+
 			"and no daemon serves it (no socket %s); start one (sudo softnic daemon -d %s), and give the interface's name: -d %s",
-			ifname, iface, iface, filepath.Join(verbs.RunDir(), ifname+".sock"), iface, iface)}
+			ifname, iface, iface, filepath.Join(client.RunDir(), ifname+".sock"), iface, iface)}
 	}
 	return noInterfaceError{fmt.Errorf("no network interface %q in this network namespace (`ip link` lists them; "+
 		"for one in another namespace, run softnic with `ip netns exec NS`)", ifname)}
@@ -48,7 +48,7 @@ func explainOpen(ifname string, err error, asDaemon bool) error {
 	case errors.Is(err, bpf.ErrPermission):
 		return fmt.Errorf("%s: no softnic daemon serves it (no socket %s), and opening it in this process "+
 			"needs root (XDP program, AF_XDP sockets): run this as root, or start a daemon (sudo softnic daemon -d %s) "+
-			"and run the tool as any user (%v)", ifname, filepath.Join(verbs.RunDir(), "softnic_"+ifname+".sock"), ifname, err)
+			"and run the tool as any user (%v)", ifname, filepath.Join(client.RunDir(), "softnic_"+ifname+".sock"), ifname, err)
 	case errors.Is(err, bpf.ErrXDPBusy) && asDaemon:
 		return fmt.Errorf("%s: %w; stop the program that attached it first (if it is a softnic tool, let it end)", ifname, err)
 	case errors.Is(err, bpf.ErrXDPBusy):

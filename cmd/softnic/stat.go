@@ -17,7 +17,6 @@ import (
 
 	"github.com/softnic/softnic/counters"
 	"github.com/softnic/softnic/daemon/client"
-	"github.com/softnic/softnic/verbs"
 )
 
 func init() {
@@ -95,7 +94,7 @@ func parseStatFlags(args []string, stderr io.Writer) (statOptions, int, bool) {
 	fs.BoolVar(&o.json, "j", false, "print JSON, like rdma -j")
 	fs.Float64Var(&o.watch, "w", 0, "print the per-second change every `SECONDS` (default: print the counters once)")
 	fs.IntVar(&o.count, "c", 0, "with -w, stop after `COUNT` lines (default 0: until interrupted)")
-	fs.StringVar(&o.runDir, "run-dir", verbs.RunDir(), "the daemons' run directory (default $SOFTNIC_RUN_DIR, else /run/softnic)")
+	fs.StringVar(&o.runDir, "run-dir", client.RunDir(), "the daemons' run directory (default $SOFTNIC_RUN_DIR, else /run/softnic)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: softnic stat [-d DEVICE|IFACE] [--qp N] [-j] [-w SECONDS [-c COUNT]]")
 		fmt.Fprintln(stderr, "       softnic stat res [cm_id] [-d DEVICE|IFACE]")
@@ -135,7 +134,7 @@ func statDeviceName(runDir, arg string) string {
 
 // statTargets connects to the daemons of the devices o names.
 func statTargets(o statOptions) ([]statTarget, error) {
-	names, err := verbs.DeviceNamesIn(o.runDir)
+	names, err := client.DeviceNamesIn(o.runDir)
 	if err != nil {
 		return nil, err
 	}

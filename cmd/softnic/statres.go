@@ -13,7 +13,6 @@ import (
 	"github.com/softnic/softnic/hostif"
 	"github.com/softnic/softnic/ibtransport/mad"
 	"github.com/softnic/softnic/rdmacm"
-	"github.com/softnic/softnic/verbs"
 )
 
 // deviceStat is what softnic stat learned of one served device: its
@@ -31,7 +30,7 @@ func runStatRes(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("stat res", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	ifname := fs.String("d", "", "show this device only (its name, or its interface's here), with a line per session (process)")
-	runDir := fs.String("run-dir", verbs.RunDir(), "the daemons' run directory (default $SOFTNIC_RUN_DIR, else /run/softnic)")
+	runDir := fs.String("run-dir", client.RunDir(), "the daemons' run directory (default $SOFTNIC_RUN_DIR, else /run/softnic)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: softnic stat res [cm_id] [-d DEVICE|IFACE]")
 		fmt.Fprintln(stderr, "\nPrints, for each device a softnic daemon serves, its objects as `rdma resource show`")
@@ -50,7 +49,7 @@ func runStatRes(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	fail := failer(stderr, "stat res")
-	names, err := verbs.DeviceNamesIn(*runDir)
+	names, err := client.DeviceNamesIn(*runDir)
 	if err != nil {
 		return fail("%v", err)
 	}

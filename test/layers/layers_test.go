@@ -35,11 +35,10 @@ var layers = []struct {
 }
 
 // upward are the imports against the layers that remain, each a package
-// and what it imports from above: the daemon backend inside verbs and
-// rdmacm. One not in the graph any more fails the test too, so that the
-// list only shrinks.
+// and what it imports from above: the daemon backend inside rdmacm. One
+// not in the graph any more fails the test too, so that the list only
+// shrinks.
 var upward = map[string]bool{
-	"verbs -> daemon/client":  true,
 	"rdmacm -> daemon/client": true,
 }
 

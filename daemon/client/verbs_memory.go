@@ -1,17 +1,15 @@
-package verbs
+package client
 
 import (
 	"errors"
 	"fmt"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/softnic/softnic/daemon/client"
 )
 
 // AllocMemory makes n bytes of a sealed memfd, maps it and shares it with
 // the daemon.
-func (r *remote) AllocMemory(n int) ([]byte, uint32, error) {
+func (r *dialed) AllocMemory(n int) ([]byte, uint32, error) {
 	fd, err := unix.MemfdCreate("softnic-mr", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
 	if err != nil {
 		return nil, 0, fmt.Errorf("alloc memory: memfd: %w", err)
@@ -30,7 +28,7 @@ func (r *remote) AllocMemory(n int) ([]byte, uint32, error) {
 		return nil, 0, fmt.Errorf("alloc memory: %w", err)
 	}
 	var h uint32
-	err = r.call(func(c *client.Conn) (err error) { h, err = c.ShareMemory(mem, fd); return err })
+	err = r.call(func(c *Conn) (err error) { h, err = c.ShareMemory(mem, fd); return err })
 	if err != nil {
 		unix.Munmap(mem)
 		return nil, 0, fmt.Errorf("alloc memory: %w", daemonErr(err))
@@ -40,9 +38,9 @@ func (r *remote) AllocMemory(n int) ([]byte, uint32, error) {
 
 // FreeMemory unshares the memory. Unless regions are still registered in
 // it, any failure (the daemon is gone) leaves nothing of it mapped there.
-func (r *remote) FreeMemory(_ []byte, handle uint32) error {
-	err := r.call(func(c *client.Conn) error { return c.UnshareMemory(handle) })
-	var ce *client.Error
+func (r *dialed) FreeMemory(_ []byte, handle uint32) error {
+	err := r.call(func(c *Conn) error { return c.UnshareMemory(handle) })
+	var ce *Error
 	if errors.As(err, &ce) && ce.Errno == unix.EBUSY {
 		return fmt.Errorf("free memory: regions are registered in it: %w", daemonErr(err))
 	}

@@ -1,4 +1,4 @@
-package verbs
+package client
 
 import (
 	"errors"
@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+
+	"github.com/softnic/softnic/verbs"
 )
 
 // DefaultRunDir is where softnic daemons put their control sockets when
@@ -38,15 +40,15 @@ func DeviceSocket(name string) string { return filepath.Join(RunDir(), name+".so
 // control socket in RunDir. Without such a daemon the error is
 // ErrNoDevice; a program that wants the interface to itself opens it
 // in-process with Open instead.
-func OpenDevice(name string) (*Device, error) {
+func OpenDevice(name string) (*verbs.Device, error) {
 	if name == "" || name == "." || name == ".." || strings.ContainsAny(name, "/\x00") {
-		return nil, fmt.Errorf("open device %q: not a device name: %w", name, ErrInvalidArgument)
+		return nil, fmt.Errorf("open device %q: not a device name: %w", name, verbs.ErrInvalidArgument)
 	}
 	sock := DeviceSocket(name)
 	if fi, err := os.Stat(sock); err != nil || fi.Mode()&os.ModeSocket == 0 {
 		return nil, fmt.Errorf("open device %s: %w (no socket %s)", name, ErrNoDevice, sock)
 	}
-	d, err := Dial(sock)
+	d, err := DialDevice(sock)
 	if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ENOENT) {
 		return nil, fmt.Errorf("open device %s: %w (nobody listens on %s)", name, ErrNoDevice, sock)
 	}

@@ -1,4 +1,4 @@
-package verbs
+package client
 
 import (
 	"errors"
@@ -6,60 +6,60 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/softnic/softnic/daemon/client"
 	"github.com/softnic/softnic/hostif"
 	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/verbs"
 )
 
 // CreateQP makes the QP in the daemon.
-func (p *remotePD) CreateQP(q *QP, init *QPInitAttr) (qpOps, error) {
-	return p.createQPThrough(q, init, (*client.Conn).CreateQP)
+func (p *dialedPD) CreateQP(q *verbs.QP, init *verbs.QPInitAttr) (verbs.QPOps, error) {
+	return p.createQPThrough(q, init, (*Conn).CreateQP)
 }
 
 // createQPThrough makes a QP with create, which sends the command that
 // makes it in the daemon (create_qp, or cm_create_qp for an rdma_cm ID).
-func (p *remotePD) createQPThrough(front *QP, init *QPInitAttr,
-	create func(*client.Conn, hostif.CreateQPRequest) (*client.QP, error)) (*remoteQP, error) {
+func (p *dialedPD) createQPThrough(front *verbs.QP, init *verbs.QPInitAttr,
+	create func(*Conn, hostif.CreateQPRequest) (*QP, error)) (*dialedQP, error) {
 	c := init.Cap
-	var srq *remoteSRQ
+	var srq *dialedSRQ
 	var srqHandle uint32
 	if init.SRQ != nil {
-		srq = init.SRQ.ops.(*remoteSRQ) // of this PD, so of this device
+		srq = init.SRQ.Backend().(*dialedSRQ) // of this PD, so of this device
 		srqHandle = srq.s.Handle
 	}
 	r := p.r
 	h := r.objects.handle()
-	sendCQ, recvCQ := init.SendCQ.ops.(*remoteCQ), init.RecvCQ.ops.(*remoteCQ)
+	sendCQ, recvCQ := init.SendCQ.Backend().(*dialedCQ), init.RecvCQ.Backend().(*dialedCQ)
 	req := hostif.CreateQPRequest{PD: p.handle, Type: uint32(init.Type), SendCQ: sendCQ.handle, RecvCQ: recvCQ.handle,
 		SRQ: srqHandle, MaxSendWR: uint32(c.MaxSendWR), MaxRecvWR: uint32(max(c.MaxRecvWR, 1)), MaxSendSGE: uint32(c.MaxSendSGE),
 		MaxRecvSGE: uint32(c.MaxRecvSGE), MaxInline: uint32(c.MaxInlineData), UserHandle: h}
-	var q *client.QP
-	err := r.call(func(cl *client.Conn) (err error) { q, err = create(cl, req); return err })
+	var q *QP
+	err := r.call(func(cl *Conn) (err error) { q, err = create(cl, req); return err })
 	if err != nil {
 		return nil, fmt.Errorf("create QP: %w", daemonErr(err))
 	}
 	c.MaxInlineData = int(q.MaxInline) // rounded up, as in process
-	rq := &remoteQP{qp: front, q: q, r: r, handle: h, cap: c, typ: init.Type, sigAll: init.SigAll, srq: srq}
+	rq := &dialedQP{qp: front, q: q, r: r, handle: h, cap: c, typ: init.Type, sigAll: init.SigAll, srq: srq}
 	r.objects.add(h, rq)
 	return rq, nil
 }
 
-// remoteQP is a QP the daemon runs. Posts go into its shared rings; the
+// dialedQP is a QP the daemon runs. Posts go into its shared rings; the
 // state is the daemon's, as last set through Modify, or ERR once this
 // process learned that the QP went there by itself (failed).
-type remoteQP struct {
-	qp     *QP // the API's QP, which events name
-	q      *client.QP
-	r      *remote
+type dialedQP struct {
+	qp     *verbs.QP // the API's QP, which events name
+	q      *QP
+	r      *dialed
 	handle uint64 // the user handle its events carry
-	cap    QPCap
-	typ    QPType
+	cap    verbs.QPCap
+	typ    verbs.QPType
 	sigAll bool
-	srq    *remoteSRQ
+	srq    *dialedSRQ
 	mu     sync.Mutex // serialises posters, as the transport's poster locks do
-	attr   QPAttr
+	attr   verbs.QPAttr
 	// failed is set by a QP_FATAL or LAST_WQE_REACHED event and by an
-	// error completion of an RC QP (remoteObjects.noteCompletions), and
+	// error completion of an RC QP (dialedObjects.noteCompletions), and
 	// cleared by Modify: the daemon publishes the state in the QP's ring
 	// only when this process modifies it.
 	failed atomic.Bool
@@ -70,10 +70,10 @@ type remoteQP struct {
 // state is the QP's state as far as this process knows. A QP in RESET or
 // INIT sends and receives nothing, so it cannot have failed since: an
 // event about its previous life that came late does not count.
-func (r *remoteQP) State() QPState {
-	s := QPState(r.q.State())
-	if r.failed.Load() && s != QPSReset && s != QPSInit {
-		return QPSErr
+func (r *dialedQP) State() verbs.QPState {
+	s := verbs.QPState(r.q.State())
+	if r.failed.Load() && s != verbs.QPSReset && s != verbs.QPSInit {
+		return verbs.QPSErr
 	}
 	return s
 }
@@ -83,71 +83,71 @@ func (r *remoteQP) State() QPState {
 // ibtransport.CheckSendWR refuses, and a UD send without an AH of this
 // device, whose daemon handle it returns. A device whose daemon is gone
 // gets that error first, whatever the QP's last known state.
-func (r *remoteQP) checkSend(wr *SendWR) (ah uint32, err error) {
+func (r *dialedQP) checkSend(wr *verbs.SendWR) (ah uint32, err error) {
 	if err := r.r.Err(); err != nil {
 		return 0, err
 	}
 	switch st := r.State(); st {
-	case QPSReset, QPSInit, QPSRTR:
-		return 0, fmt.Errorf("post send on QP %d: %w (%v)", r.q.QPN, ErrInvalidState, st)
+	case verbs.QPSReset, verbs.QPSInit, verbs.QPSRTR:
+		return 0, fmt.Errorf("post send on QP %d: %w (%v)", r.q.QPN, verbs.ErrInvalidState, st)
 	}
 	lim := ibtransport.SendLimits{MaxSGE: max(r.cap.MaxSendSGE, 1), MaxInline: r.cap.MaxInlineData}
-	if err := ibtransport.CheckSendWR(r.typ, lim, wr); err != nil || r.typ != QPTypeUD {
+	if err := ibtransport.CheckSendWR(r.typ, lim, wr); err != nil || r.typ != verbs.QPTypeUD {
 		return 0, err
 	}
 	h, ok := r.r.objects.ahHandle(wr.AH)
 	if wr.AH == nil || !ok {
-		return 0, fmt.Errorf("post send: UD send without a valid AH: %w", ErrInvalidArgument)
+		return 0, fmt.Errorf("post send: UD send without a valid AH: %w", verbs.ErrInvalidArgument)
 	}
 	return h, nil
 }
 
-func (r *remoteQP) PostSend(wr *SendWR) error {
+func (r *dialedQP) PostSend(wr *verbs.SendWR) error {
 	ah, err := r.checkSend(wr)
 	if err != nil {
 		return err
 	}
-	if r.sigAll && wr.Flags&SendSignaled == 0 {
+	if r.sigAll && wr.Flags&verbs.SendSignaled == 0 {
 		w := *wr
-		w.Flags |= SendSignaled
+		w.Flags |= verbs.SendSignaled
 		wr = &w
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err := r.q.PostSendTo(wr, ah); err != nil {
-		return fmt.Errorf("post send on QP %d: %w", r.q.QPN, remoteErr(err))
+		return fmt.Errorf("post send on QP %d: %w", r.q.QPN, ringErr(err))
 	}
 	return nil
 }
 
-func (r *remoteQP) PostRecv(wr *RecvWR) error {
+func (r *dialedQP) PostRecv(wr *verbs.RecvWR) error {
 	if err := r.r.Err(); err != nil {
 		return err
 	}
 	switch {
 	case r.srq != nil:
-		return fmt.Errorf("post receive on QP %d: the QP uses an SRQ: %w", r.q.QPN, ErrInvalidArgument)
-	case r.State() == QPSReset:
-		return fmt.Errorf("post receive on QP %d: %w (RESET)", r.q.QPN, ErrInvalidState)
+		return fmt.Errorf("post receive on QP %d: the QP uses an SRQ: %w", r.q.QPN, verbs.ErrInvalidArgument)
+	case r.State() == verbs.QPSReset:
+		return fmt.Errorf("post receive on QP %d: %w (RESET)", r.q.QPN, verbs.ErrInvalidState)
 	case len(wr.SGL) > max(r.cap.MaxRecvSGE, 1):
-		return fmt.Errorf("post receive: %d SGEs, at most %d: %w", len(wr.SGL), r.cap.MaxRecvSGE, ErrInvalidArgument)
+		return fmt.Errorf("post receive: %d SGEs, at most %d: %w", len(wr.SGL), r.cap.MaxRecvSGE, verbs.ErrInvalidArgument)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err := r.q.PostRecv(wr); err != nil {
-		return fmt.Errorf("post receive on QP %d: %w", r.q.QPN, remoteErr(err))
+		return fmt.Errorf("post receive on QP %d: %w", r.q.QPN, ringErr(err))
 	}
 	return nil
 }
 
-// remoteErr maps a full ring to the error the transport's queues give, and
+// ringErr maps a full ring to the error the transport's queues give, and
 // an entry the ring cannot hold to a bad argument.
-func remoteErr(err error) error {
+func ringErr(err error) error {
 	switch {
-	case err == client.ErrQueueFull:
-		return ErrQueueFull
+	case err == ErrQueueFull:
+		return verbs.ErrQueueFull
 	case errors.Is(err, hostif.ErrBadEntry):
-		return fmt.Errorf("%w: %w", ErrInvalidArgument, err)
+		return fmt.Errorf("%w: %w", verbs.ErrInvalidArgument, err)
 	}
 	return err
 }
@@ -156,9 +156,9 @@ func remoteErr(err error) error {
 // word of the QP's ring is the daemon's word again: what the QP was known
 // to have done before does not count, unless the daemon refused the change.
 // An event that comes during the call is kept.
-func (r *remoteQP) Modify(attr *QPAttr, mask QPAttrMask) error {
+func (r *dialedQP) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
 	failed := r.failed.Swap(false)
-	err := r.r.call(func(*client.Conn) error { return r.q.Modify(attr, mask) })
+	err := r.r.call(func(*Conn) error { return r.q.Modify(attr, mask) })
 	if err != nil {
 		if failed {
 			r.failed.Store(true)
@@ -171,8 +171,8 @@ func (r *remoteQP) Modify(attr *QPAttr, mask QPAttrMask) error {
 	return nil
 }
 
-func (r *remoteQP) Destroy() error {
-	err := r.r.call(func(*client.Conn) error { return r.q.Destroy() })
+func (r *dialedQP) Destroy() error {
+	err := r.r.call(func(*Conn) error { return r.q.Destroy() })
 	if err != nil {
 		return fmt.Errorf("destroy QP %d: %w", r.q.QPN, daemonErr(err))
 	}
@@ -181,7 +181,7 @@ func (r *remoteQP) Destroy() error {
 }
 
 // PostSendList posts wrs one by one into the ring.
-func (r *remoteQP) PostSendList(wrs []SendWR) (int, error) {
+func (r *dialedQP) PostSendList(wrs []verbs.SendWR) (int, error) {
 	for i := range wrs {
 		if err := r.PostSend(&wrs[i]); err != nil {
 			return i, err
@@ -191,7 +191,7 @@ func (r *remoteQP) PostSendList(wrs []SendWR) (int, error) {
 }
 
 // PostRecvList posts wrs one by one into the ring.
-func (r *remoteQP) PostRecvList(wrs []RecvWR) (int, error) {
+func (r *dialedQP) PostRecvList(wrs []verbs.RecvWR) (int, error) {
 	for i := range wrs {
 		if err := r.PostRecv(&wrs[i]); err != nil {
 			return i, err
@@ -202,7 +202,7 @@ func (r *remoteQP) PostRecvList(wrs []RecvWR) (int, error) {
 
 // Query returns the attributes this process set, with the state as far
 // as it knows.
-func (r *remoteQP) Query() QPAttr {
+func (r *dialedQP) Query() verbs.QPAttr {
 	r.mu.Lock()
 	a := r.attr
 	r.mu.Unlock()
@@ -210,18 +210,18 @@ func (r *remoteQP) Query() QPAttr {
 	return a
 }
 
-func (r *remoteQP) QPN() uint32      { return r.q.QPN }
-func (r *remoteQP) Type() QPType     { return r.typ }
-func (r *remoteQP) Cap() QPCap       { return r.cap }
-func (r *remoteQP) EngineIndex() int { return 0 }
+func (r *dialedQP) QPN() uint32        { return r.q.QPN }
+func (r *dialedQP) Type() verbs.QPType { return r.typ }
+func (r *dialedQP) Cap() verbs.QPCap   { return r.cap }
+func (r *dialedQP) EngineIndex() int   { return 0 }
 
 // Counters are the daemon's (softnic stat): here they stay zero, as
 // CongestionRate does.
-func (r *remoteQP) Counters() *ibtransport.QPCounters { return &r.counters }
-func (r *remoteQP) CongestionRate() uint64            { return 0 }
+func (r *dialedQP) Counters() *ibtransport.QPCounters { return &r.counters }
+func (r *dialedQP) CongestionRate() uint64            { return 0 }
 
-func (r *remoteQP) String() string {
+func (r *dialedQP) String() string {
 	return fmt.Sprintf("QP %d (%v, through the daemon)", r.q.QPN, r.State())
 }
 
-func (r *remoteQP) DebugState() string { return r.String() }
+func (r *dialedQP) DebugState() string { return r.String() }

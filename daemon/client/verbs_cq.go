@@ -1,4 +1,4 @@
-package verbs
+package client
 
 import (
 	"context"
@@ -10,32 +10,32 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/softnic/softnic/daemon/client"
 	"github.com/softnic/softnic/hostif"
+	"github.com/softnic/softnic/verbs"
 )
 
 // A dialed device's CQs are rings the daemon fills (hostif.CompletionQueue).
 // Each is attached to a completion channel of the daemon: the program's
-// (CreateCQ with a CompChannel), or the device's own (remote.waitChannel).
+// (CreateCQ with a CompChannel), or the device's own (dialed.waitChannel).
 // When an armed ring gets its completion, the daemon writes the CQ's user
 // handle to the channel's pipe; a goroutine per channel reads it
-// (readChannel) and hands the event to the CQ (remoteCQ.event). The ring has
+// (readChannel) and hands the event to the CQ (dialedCQ.event). The ring has
 // one arm, which RequestNotify and Wait share.
 
-// remoteChannel is a completion channel of a dialed device: the daemon's
+// dialedChannel is a completion channel of a dialed device: the daemon's
 // channel, or why it could not be made (NewCompChannel returns no error:
 // CreateCQ with the channel does).
-type remoteChannel struct {
-	r   *remote
-	ch  *client.Channel
+type dialedChannel struct {
+	r   *dialed
+	ch  *Channel
 	err error
 }
 
-// remoteCQ is a dialed device's CQ: the ring the daemon fills, and the
+// dialedCQ is a dialed device's CQ: the ring the daemon fills, and the
 // waiters' wake-up.
-type remoteCQ struct {
-	cq     *CQ // the API's CQ, which events name
-	r      *remote
+type dialedCQ struct {
+	cq     *verbs.CQ // the API's CQ, which events name
+	r      *dialed
 	ring   *hostif.CompletionQueue
 	handle uint32
 	armed  atomic.Uint32 // the program's arm: 0, hostif.ArmNext or hostif.ArmSolicited
@@ -43,16 +43,16 @@ type remoteCQ struct {
 	wake   broadcast
 }
 
-func (r *remote) NewCompChannel(*CompChannel) channelOps {
+func (r *dialed) NewCompChannel(*verbs.CompChannel) verbs.ChannelOps {
 	ch, err := r.openChannel()
-	return &remoteChannel{r: r, ch: ch, err: err}
+	return &dialedChannel{r: r, ch: ch, err: err}
 }
 
 // openChannel makes a completion channel in the daemon and starts reading
 // its pipe.
-func (r *remote) openChannel() (*client.Channel, error) {
-	var ch *client.Channel
-	err := r.call(func(c *client.Conn) (err error) { ch, err = c.CreateCompChannel(); return err })
+func (r *dialed) openChannel() (*Channel, error) {
+	var ch *Channel
+	err := r.call(func(c *Conn) (err error) { ch, err = c.CreateCompChannel(); return err })
 	if err != nil {
 		return nil, fmt.Errorf("create completion channel: %w", daemonErr(err))
 	}
@@ -66,9 +66,9 @@ func (r *remote) openChannel() (*client.Channel, error) {
 
 // channelFor returns the daemon's channel a new CQ is attached to: ch's,
 // or without one the device's own, made with the first such CQ.
-func (r *remote) channelFor(ch *CompChannel) (*client.Channel, error) {
+func (r *dialed) channelFor(ch *verbs.CompChannel) (*Channel, error) {
 	if ch != nil {
-		rc := ch.ops.(*remoteChannel) // of this device (CreateCQ checked)
+		rc := ch.Backend().(*dialedChannel) // of this device (CreateCQ checked)
 		return rc.ch, rc.err
 	}
 	r.waitMu.Lock()
@@ -83,31 +83,31 @@ func (r *remote) channelFor(ch *CompChannel) (*client.Channel, error) {
 	return r.waitChannel, nil
 }
 
-func (r *remote) CreateCQ(front *CQ, n int) (cqOps, error) {
-	dch, err := r.channelFor(front.channel)
+func (r *dialed) CreateCQ(front *verbs.CQ, n int) (verbs.CQOps, error) {
+	dch, err := r.channelFor(front.Channel())
 	if err != nil {
 		return nil, fmt.Errorf("create CQ: %w", err)
 	}
 	h := r.objects.handle()
-	var cq *client.CQ
-	err = r.call(func(c *client.Conn) (err error) { cq, err = c.CreateCQ(n, dch, h); return err })
+	var cq *CQ
+	err = r.call(func(c *Conn) (err error) { cq, err = c.CreateCQ(n, dch, h); return err })
 	if err != nil {
 		return nil, fmt.Errorf("create CQ: %w", daemonErr(err))
 	}
-	c := &remoteCQ{cq: front, r: r, ring: cq.Ring(), handle: cq.Handle}
+	c := &dialedCQ{cq: front, r: r, ring: cq.Ring(), handle: cq.Handle}
 	r.objects.add(h, c)
 	return c, nil
 }
 
 // readChannel reads a channel's completion events (CQ user handles) until
 // its pipe ends: at Close, or when the daemon ended the session.
-func (r *remote) readChannel(f *os.File) {
+func (r *dialed) readChannel(f *os.File) {
 	var b [8]byte
 	for {
 		if _, err := io.ReadFull(f, b[:]); err != nil {
 			return
 		}
-		if cq, ok := r.objects.object(binary.LittleEndian.Uint64(b[:])).(*remoteCQ); ok {
+		if cq, ok := r.objects.object(binary.LittleEndian.Uint64(b[:])).(*dialedCQ); ok {
 			cq.event()
 		}
 	}
@@ -118,21 +118,21 @@ func (r *remote) readChannel(f *os.File) {
 // channel, and the waiters of Wait look at the ring again. An event may
 // come for an arm Wait made just before RequestNotify: the program's
 // event then comes early, never late.
-func (c *remoteCQ) event() {
+func (c *dialedCQ) event() {
 	if c.armed.Swap(0) != 0 {
-		c.cq.sendEvent()
+		sendEvent(c.cq)
 	}
 	c.wake.signal()
 }
 
-func (c *remoteCQ) Cap() int { return c.ring.Depth() }
+func (c *dialedCQ) Cap() int { return c.ring.Depth() }
 
 // Poll polls the ring. As on a CQ of this process, one that overran gives
 // ErrCQOverflow from then on; one whose daemon is gone gives
-// client.ErrDaemonGone once it is empty.
-func (c *remoteCQ) Poll(wcs []WC) (int, error) {
+// ErrDaemonGone once it is empty.
+func (c *dialedCQ) Poll(wcs []verbs.WC) (int, error) {
 	if c.ring.Overrun() {
-		return 0, ErrCQOverflow
+		return 0, verbs.ErrCQOverflow
 	}
 	c.mu.Lock()
 	n := c.ring.Poll(wcs)
@@ -147,7 +147,7 @@ func (c *remoteCQ) Poll(wcs []WC) (int, error) {
 // RequestNotify arms the ring for the program's event. A Wait
 // sleeping on an arm for any completion is woken to look again: the arm
 // for a solicited completion replaced it.
-func (c *remoteCQ) RequestNotify(solicitedOnly bool) {
+func (c *dialedCQ) RequestNotify(solicitedOnly bool) {
 	v := uint32(hostif.ArmNext)
 	if solicitedOnly {
 		v = hostif.ArmSolicited
@@ -164,7 +164,7 @@ func (c *remoteCQ) RequestNotify(solicitedOnly bool) {
 // RequestNotify for a solicited completion is pending, arming the ring for
 // any completion would answer it early, so Wait looks at the ring between
 // sleeps of 10 µs growing to 1 ms instead.
-func (c *remoteCQ) Wait(ctx context.Context, wcs []WC) (int, error) {
+func (c *dialedCQ) Wait(ctx context.Context, wcs []verbs.WC) (int, error) {
 	for pause := 10 * time.Microsecond; ; pause = min(2*pause, time.Millisecond) {
 		woken := c.wake.channel()
 		n, armed, err := c.armAndTake(wcs)
@@ -180,7 +180,7 @@ func (c *remoteCQ) Wait(ctx context.Context, wcs []WC) (int, error) {
 // armAndTake polls the ring and, if it is empty and not the program's to
 // arm, arms it and polls again: a completion that came before the arm is
 // seen then, one after it sends the event. It reports whether it armed.
-func (c *remoteCQ) armAndTake(wcs []WC) (n int, armed bool, err error) {
+func (c *dialedCQ) armAndTake(wcs []verbs.WC) (n int, armed bool, err error) {
 	if n, err := c.Poll(wcs); n > 0 || err != nil {
 		return n, false, err
 	}
@@ -193,9 +193,9 @@ func (c *remoteCQ) armAndTake(wcs []WC) (n int, armed bool, err error) {
 }
 
 // sleepRemote waits for woken, or for pause when the ring was not armed,
-// or for the daemon's end (after which Poll returns client.ErrDaemonGone),
+// or for the daemon's end (after which Poll returns ErrDaemonGone),
 // or for ctx's.
-func (c *remoteCQ) sleepRemote(ctx context.Context, woken <-chan struct{}, armed bool, pause time.Duration) error {
+func (c *dialedCQ) sleepRemote(ctx context.Context, woken <-chan struct{}, armed bool, pause time.Duration) error {
 	var timeout <-chan time.Time
 	if !armed {
 		t := time.NewTimer(pause)
@@ -240,13 +240,24 @@ func (b *broadcast) signal() {
 
 // Destroy destroys the daemon's channel, which no CQ may use any more
 // (ibv_destroy_comp_channel): it holds a descriptor of the daemon's.
-func (ch *remoteChannel) Destroy() error {
+func (ch *dialedChannel) Destroy() error {
 	if ch.ch == nil {
 		return nil // it never opened: nothing is held
 	}
-	err := ch.r.call(func(c *client.Conn) error { return c.DestroyCompChannel(ch.ch.Handle) })
+	err := ch.r.call(func(c *Conn) error { return c.DestroyCompChannel(ch.ch.Handle) })
 	if err != nil {
 		return fmt.Errorf("destroy completion channel: %w", daemonErr(err))
 	}
 	return nil
+}
+
+// sendEvent sends cq on its completion channel, if it has one with room
+// (an event is a hint: a full channel holds enough).
+func sendEvent(cq *verbs.CQ) {
+	if ch := cq.Channel(); ch != nil {
+		select {
+		case ch.C <- cq:
+		default:
+		}
+	}
 }

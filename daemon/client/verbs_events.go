@@ -1,4 +1,4 @@
-package verbs
+package client
 
 import (
 	"fmt"
@@ -7,21 +7,21 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/softnic/softnic/daemon/client"
 	"github.com/softnic/softnic/hostif"
+	"github.com/softnic/softnic/verbs"
 )
 
-// remoteObjects are a dialed device's CQs, QPs, SRQs and AHs as the
+// dialedObjects are a dialed device's CQs, QPs, SRQs and AHs as the
 // daemon's messages name them: events carry the user handle this process
 // gave the object (docs/HOST-INTERFACE.md, "Events"), completions the QPN,
 // UD work requests the AH's daemon handle.
-type remoteObjects struct {
+type dialedObjects struct {
 	next atomic.Uint64 // the last user handle given
 	mu   sync.Mutex
-	// byHandle holds *remoteCQ, *remoteQP and *remoteSRQ by user handle;
+	// byHandle holds *dialedCQ, *dialedQP and *dialedSRQ by user handle;
 	// byQPN the QPs by number.
 	byHandle map[uint64]any
-	byQPN    map[uint32]*remoteQP
+	byQPN    map[uint32]*dialedQP
 	// ahs maps each AH, by a weak pointer, to its daemon handle (read on
 	// every UD post; see remoteAH).
 	ahs sync.Map
@@ -30,40 +30,40 @@ type remoteObjects struct {
 	srqs atomic.Int32
 }
 
-func (o *remoteObjects) init() {
+func (o *dialedObjects) init() {
 	o.byHandle = map[uint64]any{}
-	o.byQPN = map[uint32]*remoteQP{}
+	o.byQPN = map[uint32]*dialedQP{}
 }
 
 // handle returns a user handle for a new object, which add publishes once
 // the daemon made it.
-func (o *remoteObjects) handle() uint64 { return o.next.Add(1) }
+func (o *dialedObjects) handle() uint64 { return o.next.Add(1) }
 
-func (o *remoteObjects) add(h uint64, obj any) {
+func (o *dialedObjects) add(h uint64, obj any) {
 	o.mu.Lock()
 	o.byHandle[h] = obj
-	if q, ok := obj.(*remoteQP); ok {
+	if q, ok := obj.(*dialedQP); ok {
 		o.byQPN[q.q.QPN] = q
 	}
 	o.mu.Unlock()
 }
 
-func (o *remoteObjects) remove(h uint64) {
+func (o *dialedObjects) remove(h uint64) {
 	o.mu.Lock()
-	if q, ok := o.byHandle[h].(*remoteQP); ok && o.byQPN[q.q.QPN] == q {
+	if q, ok := o.byHandle[h].(*dialedQP); ok && o.byQPN[q.q.QPN] == q {
 		delete(o.byQPN, q.q.QPN)
 	}
 	delete(o.byHandle, h)
 	o.mu.Unlock()
 }
 
-func (o *remoteObjects) object(h uint64) any {
+func (o *dialedObjects) object(h uint64) any {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return o.byHandle[h]
 }
 
-func (o *remoteObjects) qp(qpn uint32) *remoteQP {
+func (o *dialedObjects) qp(qpn uint32) *dialedQP {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return o.byQPN[qpn]
@@ -74,12 +74,12 @@ func (o *remoteObjects) qp(qpn uint32) *remoteQP {
 // moves it there before the completion; the state word of its ring changes
 // only when this process modifies it), and each receive completion of a QP
 // on an SRQ took one of the SRQ's receives (SRQ.Len).
-func (o *remoteObjects) noteCompletions(wcs []WC) {
+func (o *dialedObjects) noteCompletions(wcs []verbs.WC) {
 	srqs := o.srqs.Load() > 0
 	for i := range wcs {
 		wc := &wcs[i]
-		failed := wc.Status != WCSuccess
-		recv := srqs && wc.Opcode&WCRecv != 0
+		failed := wc.Status != verbs.WCSuccess
+		recv := srqs && wc.Opcode&verbs.WCRecv != 0
 		if !failed && !recv {
 			continue
 		}
@@ -87,7 +87,7 @@ func (o *remoteObjects) noteCompletions(wcs []WC) {
 		if q == nil {
 			continue
 		}
-		if failed && q.typ == QPTypeRC {
+		if failed && q.typ == verbs.QPTypeRC {
 			q.failed.Store(true)
 		}
 		if recv && q.srq != nil {
@@ -99,51 +99,50 @@ func (o *remoteObjects) noteCompletions(wcs []WC) {
 // asyncEvent turns the daemon's async event record into the device's
 // Event, for the object the user handle names; a QP known to have gone to
 // ERR is marked so before the event is seen (QP.State).
-func (r *remote) asyncEvent(handle uint64, typ uint32) {
-	d := r.d
+func (r *dialed) asyncEvent(handle uint64, typ uint32) {
 	switch typ { // a port's record names the port, not an object
 	case hostif.EventPortActive:
-		d.emit(Event{Type: EventPortActive, Port: int(handle)})
+		r.emit(verbs.Event{Type: verbs.EventPortActive, Port: int(handle)})
 		return
 	case hostif.EventPortErr:
-		d.emit(Event{Type: EventPortErr, Port: int(handle)})
+		r.emit(verbs.Event{Type: verbs.EventPortErr, Port: int(handle)})
 		return
 	}
 	obj := r.objects.object(handle)
-	cq, _ := obj.(*remoteCQ)
-	qp, _ := obj.(*remoteQP)
-	srq, _ := obj.(*remoteSRQ)
-	var ev Event
+	cq, _ := obj.(*dialedCQ)
+	qp, _ := obj.(*dialedQP)
+	srq, _ := obj.(*dialedSRQ)
+	var ev verbs.Event
 	switch {
 	case typ == hostif.EventCQErr && cq != nil:
-		ev = Event{Type: EventCQErr, CQ: cq.cq}
+		ev = verbs.Event{Type: verbs.EventCQErr, CQ: cq.cq}
 	case typ == hostif.EventQPFatal && qp != nil:
 		qp.failed.Store(true)
-		ev = Event{Type: EventQPFatal, QP: qp.qp}
+		ev = verbs.Event{Type: verbs.EventQPFatal, QP: qp.qp}
 	case typ == hostif.EventQPLastWQE && qp != nil:
 		qp.failed.Store(true) // raised when a QP on an SRQ reaches ERR
-		ev = Event{Type: EventQPLastWQEReached, QP: qp.qp}
+		ev = verbs.Event{Type: verbs.EventQPLastWQEReached, QP: qp.qp}
 	case typ == hostif.EventCommEst && qp != nil:
-		ev = Event{Type: EventCommEst, QP: qp.qp}
+		ev = verbs.Event{Type: verbs.EventCommEst, QP: qp.qp}
 	case typ == hostif.EventSQDrained && qp != nil:
-		ev = Event{Type: EventSQDrained, QP: qp.qp}
+		ev = verbs.Event{Type: verbs.EventSQDrained, QP: qp.qp}
 	case typ == hostif.EventSRQLimitReached && srq != nil:
-		ev = Event{Type: EventSRQLimitReached, SRQ: srq.srq}
+		ev = verbs.Event{Type: verbs.EventSRQLimitReached, SRQ: srq.srq}
 	default:
 		return // an object already destroyed, or an event verbs has no name for
 	}
-	d.emit(ev)
+	r.emit(ev)
 }
 
 // readAsync reads the session's async event records until the pipe ends:
 // at Close, or when the daemon ended the session, which the device's
 // events then say with EventDeviceFatal.
-func (r *remote) readAsync(f *os.File) {
+func (r *dialed) readAsync(f *os.File) {
 	var rec [hostif.AsyncEventLen]byte
 	for {
 		if _, err := io.ReadFull(f, rec[:]); err != nil {
 			if !r.pipes.closing.Load() {
-				r.d.emit(Event{Type: EventDeviceFatal})
+				r.emit(verbs.Event{Type: verbs.EventDeviceFatal})
 			}
 			return
 		}
@@ -165,7 +164,7 @@ type pipeReaders struct {
 // them cannot interrupt. The duplicate shares the pipe's O_NONBLOCK with
 // f, which nothing else reads.
 func (p *pipeReaders) start(f *os.File, read func(*os.File)) error {
-	dup, err := client.PollableDup(f, f.Name())
+	dup, err := PollableDup(f, f.Name())
 	if err != nil {
 		return err
 	}
@@ -173,7 +172,7 @@ func (p *pipeReaders) start(f *os.File, read func(*os.File)) error {
 	defer p.mu.Unlock()
 	if p.closing.Load() {
 		dup.Close()
-		return fmt.Errorf("%s: the device is closed: %w", f.Name(), ErrInvalidState)
+		return fmt.Errorf("%s: the device is closed: %w", f.Name(), verbs.ErrInvalidState)
 	}
 	p.files = append(p.files, dup)
 	p.wg.Add(1)

@@ -1,0 +1,75 @@
+package client
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/softnic/softnic/verbs"
+)
+
+// dialedSRQ is an SRQ the daemon's engines take receives from: this
+// process posts into its ring.
+type dialedSRQ struct {
+	srq    *verbs.SRQ // the API's SRQ, which events name
+	s      *SRQ
+	r      *dialed
+	handle uint64 // the user handle its events carry
+	maxSGE int
+	mu     sync.Mutex // serialises posters
+	// posted counts the receives posted, taken the receive completions of
+	// its QPs this process polled (dialedObjects.noteCompletions): the
+	// daemon does not say how many receives its engines consumed.
+	posted, taken atomic.Int64
+}
+
+func (p *dialedPD) CreateSRQ(front *verbs.SRQ, maxWR, maxSGE int) (verbs.SRQOps, error) {
+	r := p.r
+	h := r.objects.handle()
+	var s *SRQ
+	err := r.call(func(c *Conn) (err error) { s, err = c.CreateSRQ(p.handle, maxWR, maxSGE, 0, h); return err })
+	if err != nil {
+		return nil, fmt.Errorf("create SRQ: %w", daemonErr(err))
+	}
+	srq := &dialedSRQ{srq: front, s: s, r: r, handle: h, maxSGE: maxSGE}
+	r.objects.srqs.Add(1)
+	r.objects.add(h, srq)
+	return srq, nil
+}
+
+func (s *dialedSRQ) PostRecv(wr *verbs.RecvWR) error {
+	if len(wr.SGL) > s.maxSGE {
+		return fmt.Errorf("post receive: %d SGEs, at most %d: %w", len(wr.SGL), s.maxSGE, verbs.ErrInvalidArgument)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.s.PostRecv(wr); err != nil {
+		return fmt.Errorf("post SRQ receive: %w", ringErr(err))
+	}
+	s.posted.Add(1)
+	return nil
+}
+
+// Len is how many receives were posted and not yet completed in a CQ this
+// process polled.
+func (s *dialedSRQ) Len() int { return int(s.posted.Load() - s.taken.Load()) }
+
+func (s *dialedSRQ) Modify(limit int) error {
+	if limit < 0 {
+		return fmt.Errorf("modify SRQ: limit %d: %w", limit, verbs.ErrInvalidArgument)
+	}
+	if err := s.r.call(func(*Conn) error { return s.s.Modify(limit) }); err != nil {
+		return fmt.Errorf("modify SRQ: %w", daemonErr(err))
+	}
+	return nil
+}
+
+// PostRecvList posts wrs one by one into the ring.
+func (s *dialedSRQ) PostRecvList(wrs []verbs.RecvWR) (int, error) {
+	for i := range wrs {
+		if err := s.PostRecv(&wrs[i]); err != nil {
+			return i, err
+		}
+	}
+	return len(wrs), nil
+}
