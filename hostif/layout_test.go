@@ -71,25 +71,30 @@ type goEntry struct{ off, size int }
 // goEntries are the ring entries, which the Go side reads and writes at
 // hand offsets: every C field must be here, at the same place.
 var goEntries = map[string]map[string]goEntry{
-	"sn_send_entry": {
-		"wr_id": {offWRID, 8}, "opcode": {offOpcode, 1}, "flags": {offFlags, 1}, "count": {offCount, 2},
-		"imm": {offImm, 4}, "remote_addr": {offRemote, 8}, "rkey": {offRKey, 4}, "reserved": {offReserved1, 4},
-		"compare_add": {offCompare, 8}, "swap": {offSwap, 8}, "ah": {offAH, 4}, "remote_qpn": {offRemoteQPN, 4},
-		"remote_qkey": {offQKey, 4}, "reserved2": {offReserved2, 4},
+	"sn_header": {
+		"op": {offHeaderOp, 2}, "version": {offHeaderVersion, 2}, "length": {offHeaderLength, 4},
+		"seq": {offHeaderSeq, 4}, "status": {offHeaderStatus, 4},
 	},
-	"sn_sge":        {"addr": {0, 8}, "length": {8, 4}, "lkey": {12, 4}},
-	"sn_recv_entry": {"wr_id": {0, 8}, "count": {offRecvCount, 4}, "reserved": {offRecvUnused, 4}},
+	"sn_send_entry": {
+		"wr_id": {offSendWRID, 8}, "opcode": {offSendOpcode, 1}, "flags": {offSendFlags, 1},
+		"count": {offSendCount, 2}, "imm": {offSendImm, 4}, "remote_addr": {offSendRemoteAddr, 8},
+		"rkey": {offSendRKey, 4}, "reserved": {offSendReserved, 4}, "compare_add": {offSendCompareAdd, 8},
+		"swap": {offSendSwap, 8}, "ah": {offSendAH, 4}, "remote_qpn": {offSendRemoteQPN, 4},
+		"remote_qkey": {offSendRemoteQKey, 4}, "reserved2": {offSendReserved2, 4},
+	},
+	"sn_sge":        {"addr": {offSGEAddr, 8}, "length": {offSGELength, 4}, "lkey": {offSGELKey, 4}},
+	"sn_recv_entry": {"wr_id": {offRecvWRID, 8}, "count": {offRecvCount, 4}, "reserved": {offRecvReserved, 4}},
 	"sn_cq_entry": {
-		"wr_id": {offCQWRID, 8}, "sequence": {offCQSeq, 4}, "status": {offCQStatus, 1}, "opcode": {offCQOpcode, 1},
-		"flags": {offCQFlags, 1}, "sl": {offCQSL, 1}, "byte_len": {offCQByteLen, 4}, "imm": {offCQImm, 4},
-		"qpn": {offCQQPN, 4}, "src_qp": {offCQSrcQP, 4}, "pkey_index": {offCQPKeyIdx, 2}, "slid": {offCQSLID, 2},
-		"dlid_path_bits": {offCQPathBits, 1}, "network_type": {offCQNetType, 1},
-		"reserved": {offCQNetType + 1, CQEntrySize - offCQNetType - 1},
+		"wr_id": {offCQWRID, 8}, "sequence": {offCQSequence, 4}, "status": {offCQStatus, 1},
+		"opcode": {offCQOpcode, 1}, "flags": {offCQFlags, 1}, "sl": {offCQSL, 1}, "byte_len": {offCQByteLen, 4},
+		"imm": {offCQImm, 4}, "qpn": {offCQQPN, 4}, "src_qp": {offCQSrcQP, 4}, "pkey_index": {offCQPKeyIndex, 2},
+		"slid": {offCQSLID, 2}, "dlid_path_bits": {offCQDLIDPathBits, 1}, "network_type": {offCQNetworkType, 1},
+		"reserved": {offCQReserved, CQEntrySize - offCQReserved},
 	},
 }
 
 // goEntrySizes are the entries' fixed parts as the Go side has them.
-var goEntrySizes = map[string]int{"sn_send_entry": sendHeader, "sn_sge": sgeSize, "sn_recv_entry": recvHeader,
+var goEntrySizes = map[string]int{"sn_header": HeaderLen, "sn_send_entry": sendHeader, "sn_sge": sgeSize, "sn_recv_entry": recvHeader,
 	"sn_cq_entry": CQEntrySize}
 
 // cField is a field as the C compiler placed it.
