@@ -42,11 +42,12 @@ test:
 test-short:
 	$(GO) test -short -count=1 $(PKGS)
 
-# Rebuild the eBPF objects and their Go bindings, little- and big-endian
-# (needs clang, llvm-strip and libbpf-dev; bpf/gen.sh finds Debian's
-# multiarch include path on any architecture).
+# Regenerate package hostif's layouts from provider/hostif.h (the C
+# compiler), then the eBPF objects and their Go bindings, little- and
+# big-endian (needs clang, llvm-strip and libbpf-dev; bpf/gen.sh finds
+# Debian's multiarch include path on any architecture).
 generate:
-	$(GO) generate ./bpf/...
+	$(GO) generate ./hostif/... ./bpf/...
 
 # The side-by-side benchmark (root): the raw AF_XDP ceiling, kernel TCP and
 # UDP, and softnic's perftest figures between two namespaces, in one table

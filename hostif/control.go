@@ -6,9 +6,6 @@ import (
 	"fmt"
 )
 
-// Version is the host interface version this package speaks.
-const Version = 4
-
 // Op is a control command (docs/HOST-INTERFACE.md).
 type Op uint16
 
@@ -88,105 +85,21 @@ func (o Op) String() string {
 	return fmt.Sprintf("op(%d)", uint16(o))
 }
 
-// HeaderLen is the size of a control message's header.
-const HeaderLen = 16
-
-// MaxMessage is the largest control message either side sends.
-const MaxMessage = 4096
-
-// Header starts every control message.
-type Header struct {
-	Op      Op
-	Version uint16
-	Length  uint32 // header and body
-	Seq     uint32
-	Status  int32 // replies: 0 or a negative errno
-}
-
 // ErrMessage is returned for a control message that cannot be decoded.
 var ErrMessage = errors.New("hostif: bad control message")
 
-// Bodies of the requests and replies: fixed-size little-endian fields in
-// the order given, no padding. Handles are per session; 0 is none.
+// Bodies that provider/hostif.h has no struct for (ztypes_hostif.go holds
+// those it has): the provider sends hello's version as a bare u32, and
+// sends no query_gid.
 type (
-	HelloRequest struct{ Version uint32 }
-	HelloReply   struct {
-		Version, MaxQPWR, MaxSGE, MaxCQE  uint32
-		MaxInline, MaxRdAtomic, ActiveMTU uint32
-		Engines                           uint32
-		NodeGUID                          uint64
-	}
-	HandleRequest struct{ Handle uint32 }
-	HandleReply   struct{ Handle uint32 }
-	RegMRRequest  struct {
-		PD, Access   uint32
-		Addr, Length uint64
-	}
-	RegMRReply struct{ Handle, LKey, RKey uint32 }
-	// ShareMemoryRequest comes with one descriptor, a memfd: Length bytes
-	// of it from offset 0 are mapped at Addr in the client.
-	ShareMemoryRequest struct{ Addr, Length uint64 }
-	CreateCQRequest    struct {
-		Entries, Channel uint32
-		UserHandle       uint64
-	}
-	CreateCQReply   struct{ Handle, Depth uint32 }
-	CreateQPRequest struct {
-		PD, Type, SendCQ, RecvCQ, SRQ     uint32
-		MaxSendWR, MaxRecvWR              uint32
-		MaxSendSGE, MaxRecvSGE, MaxInline uint32
-		UserHandle                        uint64
-	}
-	CreateQPReply struct {
-		Handle, QPN                       uint32
-		SQDepth, SQStride                 uint32
-		RQOffset, RQDepth, RQStride       uint32
-		MaxSendSGE, MaxRecvSGE, MaxInline uint32
-	}
-	// ModifyQPRequest carries struct ibv_qp_attr's fields that softnic
-	// uses, with libibverbs' mask bits and values.
-	ModifyQPRequest struct {
-		Handle, Mask                        uint32
-		State, CurState, PathMTU, Port      uint8
-		Timeout, RetryCnt, RNRRetry, MinRNR uint8
-		MaxRdAtomic, MaxDestRdAtomic        uint8
-		SGIDIndex, HopLimit, TrafficClass   uint8
-		Reserved                            [3]uint8
-		PKeyIndex                           uint16
-		Reserved2                           uint16
-		Access, QKey, DestQPN, RQPSN, SQPSN uint32
-		FlowLabel                           uint32
-		DGID                                [16]byte
-	}
-	// CreateAHRequest carries struct ibv_ah_attr's global route.
-	CreateAHRequest struct {
-		PD                                      uint32
-		Port, SGIDIndex, HopLimit, TrafficClass uint8
-		SL                                      uint8
-		Reserved                                [3]uint8
-		FlowLabel                               uint32
-		DGID                                    [16]byte
-	}
-	// QueryPortReply carries struct ibv_port_attr's fields, with
-	// libibverbs' values (state 4 is ACTIVE, link layer 2 Ethernet).
-	QueryPortReply struct {
-		State, MaxMTU, ActiveMTU, LinkLayer uint8
-		GIDTableLen, PKeyTableLen, LinkMTU  uint32
-		MaxMsgSize                          uint32
-	}
+	HelloRequest    struct{ Version uint32 }
 	QueryGIDRequest struct{ Index uint32 }
 	// QueryGIDReply's Type is enum ibv_gid_type's: 2 for RoCE v2.
 	QueryGIDReply struct {
 		GID  [16]byte
 		Type uint32
 	}
-	CreateSRQRequest struct {
-		PD, MaxWR, MaxSGE, Limit uint32
-		UserHandle               uint64
-	}
-	CreateSRQReply   struct{ Handle, Depth, Stride uint32 }
-	ModifySRQRequest struct{ Handle, Limit uint32 }
-	Empty            struct{}
+	Empty struct{}
 )
 
 // Bodies of query_resources, which a connection may send without hello:
@@ -270,11 +183,11 @@ func Encode(buf []byte, h Header, body any) ([]byte, error) {
 	}
 	h.Version, h.Length = Version, uint32(HeaderLen+n)
 	le := binary.LittleEndian
-	le.PutUint16(buf[0:], uint16(h.Op))
-	le.PutUint16(buf[2:], h.Version)
-	le.PutUint32(buf[4:], h.Length)
-	le.PutUint32(buf[8:], h.Seq)
-	le.PutUint32(buf[12:], uint32(h.Status))
+	le.PutUint16(buf[offHeaderOp:], uint16(h.Op))
+	le.PutUint16(buf[offHeaderVersion:], h.Version)
+	le.PutUint32(buf[offHeaderLength:], h.Length)
+	le.PutUint32(buf[offHeaderSeq:], h.Seq)
+	le.PutUint32(buf[offHeaderStatus:], uint32(h.Status))
 	if _, err := binary.Encode(buf[HeaderLen:], le, body); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrMessage, err)
 	}
@@ -287,8 +200,9 @@ func DecodeHeader(msg []byte) (Header, error) {
 		return Header{}, fmt.Errorf("%w: %d bytes", ErrMessage, len(msg))
 	}
 	le := binary.LittleEndian
-	h := Header{Op: Op(le.Uint16(msg)), Version: le.Uint16(msg[2:]), Length: le.Uint32(msg[4:]),
-		Seq: le.Uint32(msg[8:]), Status: int32(le.Uint32(msg[12:]))}
+	h := Header{Op: Op(le.Uint16(msg[offHeaderOp:])), Version: le.Uint16(msg[offHeaderVersion:]),
+		Length: le.Uint32(msg[offHeaderLength:]), Seq: le.Uint32(msg[offHeaderSeq:]),
+		Status: int32(le.Uint32(msg[offHeaderStatus:]))}
 	switch {
 	case h.Version != Version:
 		return h, fmt.Errorf("%w: version %d", ErrMessage, h.Version)

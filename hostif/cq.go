@@ -7,34 +7,6 @@ import (
 	"github.com/softnic/softnic/ibtransport"
 )
 
-// CQEntrySize is the size of a completion queue entry.
-const CQEntrySize = 64
-
-// Completion entry layout (docs/HOST-INTERFACE.md).
-const (
-	offCQWRID     = 0
-	offCQSeq      = 8
-	offCQStatus   = 12
-	offCQOpcode   = 13
-	offCQFlags    = 14
-	offCQSL       = 15
-	offCQByteLen  = 16
-	offCQImm      = 20
-	offCQQPN      = 24
-	offCQSrcQP    = 28
-	offCQPKeyIdx  = 32
-	offCQSLID     = 34
-	offCQPathBits = 36
-	offCQNetType  = 37
-)
-
-// Armed values of a completion queue.
-const (
-	ArmNone      = 0
-	ArmNext      = 1
-	ArmSolicited = 2
-)
-
 // CompletionQueue is a completion queue in shared memory: the daemon
 // writes entries, the client polls them. Each side uses its own methods;
 // the daemon's side has one writer at a time (its caller serialises the
@@ -84,11 +56,11 @@ func (c *CompletionQueue) Push(wc *ibtransport.WC) bool {
 	}
 	le.PutUint32(e[offCQQPN:], wc.QPN)
 	le.PutUint32(e[offCQSrcQP:], wc.SrcQP)
-	le.PutUint16(e[offCQPKeyIdx:], wc.PKeyIndex)
+	le.PutUint16(e[offCQPKeyIndex:], wc.PKeyIndex)
 	le.PutUint16(e[offCQSLID:], wc.SLID)
-	e[offCQPathBits], e[offCQNetType] = wc.DLIDPathBits, uint8(wc.NetworkHdrType)
+	e[offCQDLIDPathBits], e[offCQNetworkType] = wc.DLIDPathBits, uint8(wc.NetworkHdrType)
 	c.next++
-	atomic.StoreUint32(word(e, offCQSeq), c.next)
+	atomic.StoreUint32(word(e, offCQSequence), c.next)
 	return true
 }
 
@@ -115,7 +87,7 @@ func (c *CompletionQueue) Poll(wcs []ibtransport.WC) int {
 	n := 0
 	for n < len(wcs) {
 		e := c.entry(c.next)
-		if atomic.LoadUint32(word(e, offCQSeq)) != c.next+1 {
+		if atomic.LoadUint32(word(e, offCQSequence)) != c.next+1 {
 			break
 		}
 		decodeWC(e, &wcs[n])
@@ -133,8 +105,8 @@ func decodeWC(e []byte, wc *ibtransport.WC) {
 	*wc = ibtransport.WC{WRID: le.Uint64(e[offCQWRID:]), Status: ibtransport.WCStatus(e[offCQStatus]),
 		Opcode: ibtransport.WCOpcode(e[offCQOpcode]), Flags: ibtransport.WCFlags(e[offCQFlags]), SL: e[offCQSL],
 		ByteLen: le.Uint32(e[offCQByteLen:]), QPN: le.Uint32(e[offCQQPN:]), SrcQP: le.Uint32(e[offCQSrcQP:]),
-		PKeyIndex: le.Uint16(e[offCQPKeyIdx:]), SLID: le.Uint16(e[offCQSLID:]), DLIDPathBits: e[offCQPathBits],
-		NetworkHdrType: ibtransport.NetworkType(e[offCQNetType])}
+		PKeyIndex: le.Uint16(e[offCQPKeyIndex:]), SLID: le.Uint16(e[offCQSLID:]), DLIDPathBits: e[offCQDLIDPathBits],
+		NetworkHdrType: ibtransport.NetworkType(e[offCQNetworkType])}
 	if wc.Flags&ibtransport.WCWithInv != 0 {
 		wc.InvalidatedRKey = le.Uint32(e[offCQImm:])
 	} else {

@@ -17,3 +17,8 @@
 //	}
 //	sq.Publish()
 package hostif
+
+// The layouts shared with the C provider come from provider/hostif.h:
+// layoutgen writes them to ztypes_hostif.go from types_hostif.go.
+//
+//go:generate go run ./internal/cmd/layoutgen -I ../provider -o ztypes_hostif.go types_hostif.go

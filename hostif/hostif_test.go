@@ -71,14 +71,14 @@ func TestSendDecodeRejects(t *testing.T) {
 	d := NewSendDecoder(stride, 2, 32, nil)
 	var wr ibtransport.SendWR
 	for name, spoil := range map[string]func(e []byte){
-		"opcode 7 (LOCAL_INV)":    func(e []byte) { e[offOpcode] = 7 },
-		"opcode 255":              func(e []byte) { e[offOpcode] = 255 },
-		"unknown flag":            func(e []byte) { e[offFlags] |= 0x10 },
-		"reserved word":           func(e []byte) { e[offReserved1+1] = 1 },
-		"second reserved word":    func(e []byte) { e[offReserved2] = 1 },
-		"more SGEs than the QP's": func(e []byte) { e[offCount] = 3 },
-		"SGE count past stride":   func(e []byte) { e[offCount], e[offCount+1] = 0xff, 0xff },
-		"inline past the maximum": func(e []byte) { e[offFlags] |= 8; e[offCount] = 33 },
+		"opcode 7 (LOCAL_INV)":    func(e []byte) { e[offSendOpcode] = 7 },
+		"opcode 255":              func(e []byte) { e[offSendOpcode] = 255 },
+		"unknown flag":            func(e []byte) { e[offSendFlags] |= 0x10 },
+		"reserved word":           func(e []byte) { e[offSendReserved+1] = 1 },
+		"second reserved word":    func(e []byte) { e[offSendReserved2] = 1 },
+		"more SGEs than the QP's": func(e []byte) { e[offSendCount] = 3 },
+		"SGE count past stride":   func(e []byte) { e[offSendCount], e[offSendCount+1] = 0xff, 0xff },
+		"inline past the maximum": func(e []byte) { e[offSendFlags] |= 8; e[offSendCount] = 33 },
 	} {
 		e := good()
 		spoil(e)
@@ -102,7 +102,7 @@ func TestRecvRoundTripAndRejects(t *testing.T) {
 	e[offRecvCount] = 4
 	require.ErrorIs(t, d.Decode(e, &got), ErrBadEntry)
 	e[offRecvCount] = 1
-	e[offRecvUnused] = 1
+	e[offRecvReserved] = 1
 	require.ErrorIs(t, d.Decode(e, &got), ErrBadEntry)
 	require.Error(t, EncodeRecv(e, &ibtransport.RecvWR{SGL: make([]ibtransport.SGE, 4)}))
 }

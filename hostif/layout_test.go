@@ -4,35 +4,44 @@ import (
 	"bufio"
 	"encoding/binary"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/softnic/softnic/hostif/internal/layoutgen"
 )
 
-// The host interface is written twice, in C (provider/hostif.h, packed
-// structs) and in Go (this package: encoding/binary bodies and hand
-// offsets of the ring entries). TestLayoutsMatchC compiles a program that
+// The layouts the host interface shares with the C provider have one
+// source, provider/hostif.h: layoutgen generates ztypes_hostif.go from it
+// and types_hostif.go. TestGeneratedLayoutsAreCurrent fails when the
+// committed file is not what the generator makes now. TestLayoutsMatchC
+// checks the result without the generator: it compiles a program that
 // prints every field's offset and size of the C structs as the C compiler
-// lays them out, and compares each with the Go side's: a field moved,
+// lays them out, and compares each with the Go side's (the bodies'
+// encoding/binary layouts, the entries' offset constants): a field moved,
 // resized, added or renamed on one side only fails it.
 
-// goBodies pairs each C struct of a control message body with the Go
-// type encoding/binary lays out the same. Fields compare in order, by
+// goBody pairs a C struct of a control message body with the Go type
+// encoding/binary lays out the same. Fields compare in order, by
 // offset, size and name (lower case, underscores dropped), but for the
 // names in renames (Go name: C name), where one C struct serves several
 // bodies.
-var goBodies = []struct {
+type goBody struct {
 	c       string
 	goType  any
 	renames map[string]string
-}{
+}
+
+var goBodies = []goBody{
 	{"sn_header", Header{}, nil},
 	{"sn_handle", HandleRequest{}, nil},
 	{"sn_handle", HandleReply{}, nil},
@@ -71,25 +80,30 @@ type goEntry struct{ off, size int }
 // goEntries are the ring entries, which the Go side reads and writes at
 // hand offsets: every C field must be here, at the same place.
 var goEntries = map[string]map[string]goEntry{
-	"sn_send_entry": {
-		"wr_id": {offWRID, 8}, "opcode": {offOpcode, 1}, "flags": {offFlags, 1}, "count": {offCount, 2},
-		"imm": {offImm, 4}, "remote_addr": {offRemote, 8}, "rkey": {offRKey, 4}, "reserved": {offReserved1, 4},
-		"compare_add": {offCompare, 8}, "swap": {offSwap, 8}, "ah": {offAH, 4}, "remote_qpn": {offRemoteQPN, 4},
-		"remote_qkey": {offQKey, 4}, "reserved2": {offReserved2, 4},
+	"sn_header": {
+		"op": {offHeaderOp, 2}, "version": {offHeaderVersion, 2}, "length": {offHeaderLength, 4},
+		"seq": {offHeaderSeq, 4}, "status": {offHeaderStatus, 4},
 	},
-	"sn_sge":        {"addr": {0, 8}, "length": {8, 4}, "lkey": {12, 4}},
-	"sn_recv_entry": {"wr_id": {0, 8}, "count": {offRecvCount, 4}, "reserved": {offRecvUnused, 4}},
+	"sn_send_entry": {
+		"wr_id": {offSendWRID, 8}, "opcode": {offSendOpcode, 1}, "flags": {offSendFlags, 1},
+		"count": {offSendCount, 2}, "imm": {offSendImm, 4}, "remote_addr": {offSendRemoteAddr, 8},
+		"rkey": {offSendRKey, 4}, "reserved": {offSendReserved, 4}, "compare_add": {offSendCompareAdd, 8},
+		"swap": {offSendSwap, 8}, "ah": {offSendAH, 4}, "remote_qpn": {offSendRemoteQPN, 4},
+		"remote_qkey": {offSendRemoteQKey, 4}, "reserved2": {offSendReserved2, 4},
+	},
+	"sn_sge":        {"addr": {offSGEAddr, 8}, "length": {offSGELength, 4}, "lkey": {offSGELKey, 4}},
+	"sn_recv_entry": {"wr_id": {offRecvWRID, 8}, "count": {offRecvCount, 4}, "reserved": {offRecvReserved, 4}},
 	"sn_cq_entry": {
-		"wr_id": {offCQWRID, 8}, "sequence": {offCQSeq, 4}, "status": {offCQStatus, 1}, "opcode": {offCQOpcode, 1},
-		"flags": {offCQFlags, 1}, "sl": {offCQSL, 1}, "byte_len": {offCQByteLen, 4}, "imm": {offCQImm, 4},
-		"qpn": {offCQQPN, 4}, "src_qp": {offCQSrcQP, 4}, "pkey_index": {offCQPKeyIdx, 2}, "slid": {offCQSLID, 2},
-		"dlid_path_bits": {offCQPathBits, 1}, "network_type": {offCQNetType, 1},
-		"reserved": {offCQNetType + 1, CQEntrySize - offCQNetType - 1},
+		"wr_id": {offCQWRID, 8}, "sequence": {offCQSequence, 4}, "status": {offCQStatus, 1},
+		"opcode": {offCQOpcode, 1}, "flags": {offCQFlags, 1}, "sl": {offCQSL, 1}, "byte_len": {offCQByteLen, 4},
+		"imm": {offCQImm, 4}, "qpn": {offCQQPN, 4}, "src_qp": {offCQSrcQP, 4}, "pkey_index": {offCQPKeyIndex, 2},
+		"slid": {offCQSLID, 2}, "dlid_path_bits": {offCQDLIDPathBits, 1}, "network_type": {offCQNetworkType, 1},
+		"reserved": {offCQReserved, CQEntrySize - offCQReserved},
 	},
 }
 
 // goEntrySizes are the entries' fixed parts as the Go side has them.
-var goEntrySizes = map[string]int{"sn_send_entry": sendHeader, "sn_sge": sgeSize, "sn_recv_entry": recvHeader,
+var goEntrySizes = map[string]int{"sn_header": HeaderLen, "sn_send_entry": sendHeader, "sn_sge": sgeSize, "sn_recv_entry": recvHeader,
 	"sn_cq_entry": CQEntrySize}
 
 // cField is a field as the C compiler placed it.
@@ -103,47 +117,152 @@ func TestLayoutsMatchC(t *testing.T) {
 	header, err := filepath.Abs(filepath.Join("..", "provider", "hostif.h"))
 	require.NoError(t, err)
 	c := compileLayouts(t, header)
-	for _, problem := range compareLayouts(c) {
+	for _, problem := range compareLayouts(c, goBodies, goEntries) {
 		t.Error(problem)
 	}
 }
 
-// TestLayoutsCatchAOneSidedMove moves a field in a copy of the C header
-// (sn_create_qp_req's srq after max_inline) and in a Go offset (the send
-// entry's rkey): each is found.
-func TestLayoutsCatchAOneSidedMove(t *testing.T) {
-	src, err := os.ReadFile(filepath.Join("..", "provider", "hostif.h"))
+// generatedFile is the generator's output, committed.
+const generatedFile = "ztypes_hostif.go"
+
+func TestGeneratedLayoutsAreCurrent(t *testing.T) {
+	committed, err := os.ReadFile(generatedFile)
 	require.NoError(t, err)
-	old := "uint32_t pd, type, send_cq, recv_cq, srq;\n\tuint32_t max_send_wr, max_recv_wr, max_send_sge, max_recv_sge, max_inline;"
-	moved := "uint32_t pd, type, send_cq, recv_cq;\n\tuint32_t max_send_wr, max_recv_wr, max_send_sge, max_recv_sge, max_inline, srq;"
-	require.Contains(t, string(src), old, "the test's C field to move")
-	header := filepath.Join(t.TempDir(), "hostif.h")
-	require.NoError(t, os.WriteFile(header, []byte(strings.Replace(string(src), old, moved, 1)), 0o644))
-	problems := compareLayouts(compileLayouts(t, header))
-	require.NotEmpty(t, problems, "a field moved in C only")
-	require.Contains(t, strings.Join(problems, "\n"), "sn_create_qp_req")
+	if d := staleness(committed, generateLayouts(t, filepath.Join("..", "provider"))); d != "" {
+		t.Errorf("%s is not what go generate ./hostif makes now (run it, or make generate): %s", generatedFile, d)
+	}
+}
+
+// generateLayouts runs the generator on types_hostif.go with the
+// hostif.h of dir.
+func generateLayouts(t *testing.T, dir string) []byte {
+	t.Helper()
+	out, err := layoutgen.Generate("types_hostif.go", "cc", []string{"-I", dir})
+	require.NoError(t, err)
+	return out
+}
+
+// staleness describes the first line where the committed file and the
+// generator's output differ, or returns "" if they are the same.
+func staleness(committed, generated []byte) string {
+	c, g := strings.Split(string(committed), "\n"), strings.Split(string(generated), "\n")
+	for i := 0; i < max(len(c), len(g)); i++ {
+		var cl, gl string
+		if i < len(c) {
+			cl = c[i]
+		}
+		if i < len(g) {
+			gl = g[i]
+		}
+		if cl != gl || i >= len(c) || i >= len(g) {
+			return fmt.Sprintf("line %d is %q, the generator's %q", i+1, cl, gl)
+		}
+	}
+	return ""
+}
+
+// TestLayoutsCatchAOneSidedMove moves a field on one side only, each way
+// that can happen with the Go side generated, and shows which checks find
+// it: sn_create_qp_req's srq after max_inline in a copy of the C header
+// (without regenerating), and CreateQPRequest's SRQ so in a copy of the
+// generated file (edited by hand) and in a Go type compiled so; and the
+// send entry's rkey offset in Go.
+func TestLayoutsCatchAOneSidedMove(t *testing.T) {
+	committed, err := os.ReadFile(generatedFile)
+	require.NoError(t, err)
+
+	t.Run("in the C header", func(t *testing.T) {
+		src, err := os.ReadFile(filepath.Join("..", "provider", "hostif.h"))
+		require.NoError(t, err)
+		old := "uint32_t pd, type, send_cq, recv_cq, srq;\n\tuint32_t max_send_wr, max_recv_wr, max_send_sge, max_recv_sge, max_inline;"
+		moved := "uint32_t pd, type, send_cq, recv_cq;\n\tuint32_t max_send_wr, max_recv_wr, max_send_sge, max_recv_sge, max_inline, srq;"
+		require.Contains(t, string(src), old, "the test's C field to move")
+		dir := t.TempDir()
+		header := filepath.Join(dir, "hostif.h")
+		require.NoError(t, os.WriteFile(header, []byte(strings.Replace(string(src), old, moved, 1)), 0o644))
+		problems := compareLayouts(compileLayouts(t, header), goBodies, goEntries)
+		require.NotEmpty(t, problems, "a field moved in C only")
+		require.Contains(t, strings.Join(problems, "\n"), "sn_create_qp_req")
+		require.Contains(t, staleness(committed, generateLayouts(t, dir)), "SRQ", "the generated file, stale")
+	})
+
+	t.Run("in the generated file", func(t *testing.T) {
+		edited := moveLine(t, string(committed), "\tCreateQPRequest struct {", "SRQ", "MaxInline")
+		require.Contains(t, staleness([]byte(edited), generateLayouts(t, filepath.Join("..", "provider"))), "SRQ")
+	})
 
 	real, err := filepath.Abs(filepath.Join("..", "provider", "hostif.h"))
 	require.NoError(t, err)
 	c := compileLayouts(t, real)
-	saved := goEntries["sn_send_entry"]["rkey"]
-	goEntries["sn_send_entry"]["rkey"] = goEntry{saved.off + 4, saved.size}
-	defer func() { goEntries["sn_send_entry"]["rkey"] = saved }()
-	problems = compareLayouts(c)
-	require.Len(t, problems, 1, "a field moved in Go only: %v", problems)
-	require.Contains(t, problems[0], "sn_send_entry.rkey")
+
+	t.Run("in a compiled Go body", func(t *testing.T) {
+		bodies := slices.Clone(goBodies)
+		i := slices.IndexFunc(bodies, func(b goBody) bool { return b.c == "sn_create_qp_req" })
+		bodies[i].goType = reorder(t, CreateQPRequest{}, "SRQ", "MaxInline")
+		problems := compareLayouts(c, bodies, goEntries)
+		require.NotEmpty(t, problems, "a field moved in Go only")
+		require.Contains(t, problems[0], "sn_create_qp_req.srq")
+	})
+
+	t.Run("in a Go offset", func(t *testing.T) {
+		entries := maps.Clone(goEntries)
+		entries["sn_send_entry"] = maps.Clone(entries["sn_send_entry"])
+		rkey := entries["sn_send_entry"]["rkey"]
+		entries["sn_send_entry"]["rkey"] = goEntry{rkey.off + 4, rkey.size}
+		problems := compareLayouts(c, goBodies, entries)
+		require.Len(t, problems, 1, "a field moved in Go only: %v", problems)
+		require.Contains(t, problems[0], "sn_send_entry.rkey")
+	})
+}
+
+// moveLine moves the line of the block that begins with start whose first
+// word is field to after the line whose first word is after.
+func moveLine(t *testing.T, src, start, field, after string) string {
+	t.Helper()
+	lines := strings.Split(src, "\n")
+	begin := slices.Index(lines, start)
+	require.GreaterOrEqual(t, begin, 0, "no line %q", start)
+	word := func(l string) string { return strings.Fields(l + " x")[0] }
+	from := slices.IndexFunc(lines[begin:], func(l string) bool { return word(l) == field }) + begin
+	require.Greater(t, from, begin, "no field %s after %q", field, start)
+	line := lines[from]
+	lines = slices.Delete(lines, from, from+1)
+	to := slices.IndexFunc(lines[begin:], func(l string) bool { return word(l) == after }) + begin
+	require.Greater(t, to, begin, "no field %s after %q", after, start)
+	return strings.Join(slices.Insert(lines, to+1, line), "\n")
+}
+
+// reorder returns a zero value of a struct type like v's with field moved
+// to after the field after.
+func reorder(t *testing.T, v any, field, after string) any {
+	t.Helper()
+	typ := reflect.TypeOf(v)
+	var fields []reflect.StructField
+	var moved reflect.StructField
+	for i := range typ.NumField() {
+		if f := typ.Field(i); f.Name == field {
+			moved = f
+		} else {
+			fields = append(fields, reflect.StructField{Name: f.Name, Type: f.Type})
+		}
+	}
+	require.NotEmpty(t, moved.Name, "no field %s in %T", field, v)
+	i := slices.IndexFunc(fields, func(f reflect.StructField) bool { return f.Name == after })
+	require.GreaterOrEqual(t, i, 0, "no field %s in %T", after, v)
+	fields = slices.Insert(fields, i+1, reflect.StructField{Name: moved.Name, Type: moved.Type})
+	return reflect.New(reflect.StructOf(fields)).Elem().Interface()
 }
 
 // compareLayouts returns every difference between the C layouts c and the
-// Go side's.
-func compareLayouts(c map[string][]cField) []string {
+// Go side's, its bodies and entries.
+func compareLayouts(c map[string][]cField, bodies []goBody, entries map[string]map[string]goEntry) []string {
 	var problems []string
 	bad := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
 	paired := map[string]bool{}
-	for _, b := range goBodies {
+	for _, b := range bodies {
 		paired[b.c] = true
 	}
-	for name := range goEntries {
+	for name := range entries {
 		paired[name] = true
 	}
 	for name := range c {
@@ -151,7 +270,7 @@ func compareLayouts(c map[string][]cField) []string {
 			bad("struct %s: no Go counterpart in the test's tables", name)
 		}
 	}
-	for _, b := range goBodies {
+	for _, b := range bodies {
 		cf, ok := c[b.c]
 		if !ok {
 			bad("struct %s: not in the C header", b.c)
@@ -176,7 +295,7 @@ func compareLayouts(c map[string][]cField) []string {
 			bad("%s is %d bytes, Go's %T %d", b.c, cf[0].structSize, b.goType, size)
 		}
 	}
-	for name, fields := range goEntries {
+	for name, fields := range entries {
 		cf, ok := c[name]
 		if !ok {
 			bad("struct %s: not in the C header", name)

@@ -7,21 +7,14 @@ import (
 	"github.com/softnic/softnic/ibtransport"
 )
 
-// Receive entry layout: u64 wr_id, u32 SGE count, u32 reserved, SGEs.
-const (
-	recvHeader    = 16
-	offRecvCount  = 8
-	offRecvUnused = 12
-)
-
 // EncodeRecv writes wr into the receive entry e.
 func EncodeRecv(e []byte, wr *ibtransport.RecvWR) error {
 	if recvHeader+sgeSize*len(wr.SGL) > len(e) {
 		return fmt.Errorf("%w: %d SGEs in entries of %d", ErrBadEntry, len(wr.SGL), len(e))
 	}
-	binary.LittleEndian.PutUint64(e, wr.ID)
+	binary.LittleEndian.PutUint64(e[offRecvWRID:], wr.ID)
 	binary.LittleEndian.PutUint32(e[offRecvCount:], uint32(len(wr.SGL)))
-	binary.LittleEndian.PutUint32(e[offRecvUnused:], 0)
+	binary.LittleEndian.PutUint32(e[offRecvReserved:], 0)
 	putSGL(e[recvHeader:], wr.SGL)
 	return nil
 }
@@ -48,11 +41,11 @@ func (d *RecvDecoder) Decode(e []byte, wr *ibtransport.RecvWR) error {
 	copy(b, e)
 	count := binary.LittleEndian.Uint32(b[offRecvCount:])
 	switch {
-	case binary.LittleEndian.Uint32(b[offRecvUnused:]) != 0:
+	case binary.LittleEndian.Uint32(b[offRecvReserved:]) != 0:
 		return fmt.Errorf("%w: reserved bytes set", ErrBadEntry)
 	case count > uint32(len(d.sgl)) || recvHeader+sgeSize*int(count) > len(b):
 		return fmt.Errorf("%w: %d SGEs, at most %d", ErrBadEntry, count, len(d.sgl))
 	}
-	*wr = ibtransport.RecvWR{ID: binary.LittleEndian.Uint64(b), SGL: getSGL(d.sgl[:count], b[recvHeader:])}
+	*wr = ibtransport.RecvWR{ID: binary.LittleEndian.Uint64(b[offRecvWRID:]), SGL: getSGL(d.sgl[:count], b[recvHeader:])}
 	return nil
 }

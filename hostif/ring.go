@@ -8,20 +8,6 @@ import (
 	"unsafe"
 )
 
-// HeaderSize is the size of a ring's header, before its entries.
-const HeaderSize = 4096
-
-// Header words: each on its own cache line, so that the two sides' stores do
-// not contend.
-const (
-	offProducer = 0   // work queues: client
-	offConsumer = 64  // work queues: daemon
-	offState    = 128 // work queues: daemon
-	offCQCons   = 0   // completion queues: client
-	offArmed    = 64  // completion queues: client sets, daemon clears
-	offOverrun  = 128 // completion queues: daemon
-)
-
 // ErrLayout is returned for a ring whose memory does not fit its depth and
 // stride.
 var ErrLayout = errors.New("hostif: ring does not fit its memory")

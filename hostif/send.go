@@ -8,26 +8,6 @@ import (
 	"github.com/softnic/softnic/ibtransport"
 )
 
-// Send entry layout (docs/HOST-INTERFACE.md).
-const (
-	sendHeader   = 64
-	sgeSize      = 16
-	offWRID      = 0
-	offOpcode    = 8
-	offFlags     = 9
-	offCount     = 10
-	offImm       = 12
-	offRemote    = 16
-	offRKey      = 24
-	offReserved1 = 28
-	offCompare   = 32
-	offSwap      = 40
-	offAH        = 48
-	offRemoteQPN = 52
-	offQKey      = 56
-	offReserved2 = 60
-)
-
 // ErrBadEntry is returned for a work queue entry the daemon cannot execute.
 var ErrBadEntry = errors.New("hostif: bad work queue entry")
 
@@ -89,32 +69,32 @@ func EncodeSend(e []byte, wr *ibtransport.SendWR, ah uint32) error {
 		putSGL(e[sendHeader:], wr.SGL)
 	}
 	le := binary.LittleEndian
-	le.PutUint64(e[offWRID:], wr.ID)
-	e[offOpcode] = ibvFromWR[wr.Opcode]
-	e[offFlags] = uint8(wr.Flags) & sendFlagsMask
-	le.PutUint16(e[offCount:], uint16(count))
+	le.PutUint64(e[offSendWRID:], wr.ID)
+	e[offSendOpcode] = ibvFromWR[wr.Opcode]
+	e[offSendFlags] = uint8(wr.Flags) & sendFlagsMask
+	le.PutUint16(e[offSendCount:], uint16(count))
 	if wr.Opcode == ibtransport.WRSendWithInv {
-		le.PutUint32(e[offImm:], wr.InvalidateRKey)
+		le.PutUint32(e[offSendImm:], wr.InvalidateRKey)
 	} else {
-		binary.BigEndian.PutUint32(e[offImm:], wr.Imm)
+		binary.BigEndian.PutUint32(e[offSendImm:], wr.Imm)
 	}
-	le.PutUint64(e[offRemote:], wr.RemoteAddr)
-	le.PutUint32(e[offRKey:], wr.RKey)
-	le.PutUint32(e[offReserved1:], 0)
-	le.PutUint64(e[offCompare:], wr.CompareAdd)
-	le.PutUint64(e[offSwap:], wr.Swap)
-	le.PutUint32(e[offAH:], ah)
-	le.PutUint32(e[offRemoteQPN:], wr.RemoteQPN)
-	le.PutUint32(e[offQKey:], wr.RemoteQKey)
-	le.PutUint32(e[offReserved2:], 0)
+	le.PutUint64(e[offSendRemoteAddr:], wr.RemoteAddr)
+	le.PutUint32(e[offSendRKey:], wr.RKey)
+	le.PutUint32(e[offSendReserved:], 0)
+	le.PutUint64(e[offSendCompareAdd:], wr.CompareAdd)
+	le.PutUint64(e[offSendSwap:], wr.Swap)
+	le.PutUint32(e[offSendAH:], ah)
+	le.PutUint32(e[offSendRemoteQPN:], wr.RemoteQPN)
+	le.PutUint32(e[offSendRemoteQKey:], wr.RemoteQKey)
+	le.PutUint32(e[offSendReserved2:], 0)
 	return nil
 }
 
 func putSGL(b []byte, sgl []ibtransport.SGE) {
 	for i, s := range sgl {
-		binary.LittleEndian.PutUint64(b[i*sgeSize:], s.Addr)
-		binary.LittleEndian.PutUint32(b[i*sgeSize+8:], s.Length)
-		binary.LittleEndian.PutUint32(b[i*sgeSize+12:], s.LKey)
+		binary.LittleEndian.PutUint64(b[i*sgeSize+offSGEAddr:], s.Addr)
+		binary.LittleEndian.PutUint32(b[i*sgeSize+offSGELength:], s.Length)
+		binary.LittleEndian.PutUint32(b[i*sgeSize+offSGELKey:], s.LKey)
 	}
 }
 
@@ -145,24 +125,24 @@ func (d *SendDecoder) Decode(e []byte, wr *ibtransport.SendWR) error {
 	}
 	copy(b, e)
 	le := binary.LittleEndian
-	op, ok := wrFromIBV[b[offOpcode]].op, wrFromIBV[b[offOpcode]].ok
-	flags := b[offFlags]
-	count := int(le.Uint16(b[offCount:]))
+	op, ok := wrFromIBV[b[offSendOpcode]].op, wrFromIBV[b[offSendOpcode]].ok
+	flags := b[offSendFlags]
+	count := int(le.Uint16(b[offSendCount:]))
 	switch {
 	case !ok:
-		return fmt.Errorf("%w: opcode %d", ErrBadEntry, b[offOpcode])
+		return fmt.Errorf("%w: opcode %d", ErrBadEntry, b[offSendOpcode])
 	case flags&^sendFlagsMask != 0:
 		return fmt.Errorf("%w: flags %#x", ErrBadEntry, flags)
-	case le.Uint32(b[offReserved1:]) != 0 || le.Uint32(b[offReserved2:]) != 0:
+	case le.Uint32(b[offSendReserved:]) != 0 || le.Uint32(b[offSendReserved2:]) != 0:
 		return fmt.Errorf("%w: reserved bytes set", ErrBadEntry)
 	}
-	*wr = ibtransport.SendWR{ID: le.Uint64(b[offWRID:]), Opcode: op, Flags: ibtransport.SendFlags(flags),
-		RemoteAddr: le.Uint64(b[offRemote:]), RKey: le.Uint32(b[offRKey:]),
-		CompareAdd: le.Uint64(b[offCompare:]), Swap: le.Uint64(b[offSwap:])}
+	*wr = ibtransport.SendWR{ID: le.Uint64(b[offSendWRID:]), Opcode: op, Flags: ibtransport.SendFlags(flags),
+		RemoteAddr: le.Uint64(b[offSendRemoteAddr:]), RKey: le.Uint32(b[offSendRKey:]),
+		CompareAdd: le.Uint64(b[offSendCompareAdd:]), Swap: le.Uint64(b[offSendSwap:])}
 	if op == ibtransport.WRSendWithInv {
-		wr.InvalidateRKey = le.Uint32(b[offImm:])
+		wr.InvalidateRKey = le.Uint32(b[offSendImm:])
 	} else {
-		wr.Imm = binary.BigEndian.Uint32(b[offImm:])
+		wr.Imm = binary.BigEndian.Uint32(b[offSendImm:])
 	}
 	if err := d.decodeData(b, count, wr); err != nil {
 		return err
@@ -188,8 +168,8 @@ func (d *SendDecoder) decodeData(b []byte, count int, wr *ibtransport.SendWR) er
 
 func getSGL(sgl []ibtransport.SGE, b []byte) []ibtransport.SGE {
 	for i := range sgl {
-		sgl[i] = ibtransport.SGE{Addr: binary.LittleEndian.Uint64(b[i*sgeSize:]),
-			Length: binary.LittleEndian.Uint32(b[i*sgeSize+8:]), LKey: binary.LittleEndian.Uint32(b[i*sgeSize+12:])}
+		sgl[i] = ibtransport.SGE{Addr: binary.LittleEndian.Uint64(b[i*sgeSize+offSGEAddr:]),
+			Length: binary.LittleEndian.Uint32(b[i*sgeSize+offSGELength:]), LKey: binary.LittleEndian.Uint32(b[i*sgeSize+offSGELKey:])}
 	}
 	return sgl
 }
@@ -200,10 +180,10 @@ func (d *SendDecoder) decodeUD(b []byte, wr *ibtransport.SendWR) error {
 		return nil
 	}
 	le := binary.LittleEndian
-	h := le.Uint32(b[offAH:])
+	h := le.Uint32(b[offSendAH:])
 	if wr.AH = d.ah(h); wr.AH == nil {
 		return fmt.Errorf("%w: no AH %d", ErrBadEntry, h)
 	}
-	wr.RemoteQPN, wr.RemoteQKey = le.Uint32(b[offRemoteQPN:]), le.Uint32(b[offQKey:])
+	wr.RemoteQPN, wr.RemoteQKey = le.Uint32(b[offSendRemoteQPN:]), le.Uint32(b[offSendRemoteQKey:])
 	return nil
 }

@@ -1,0 +1,171 @@
+//go:build ignore
+
+// The layouts' Go side, as declarations of C's: layoutgen writes
+// ztypes_hostif.go from this file and provider/hostif.h, each C reference
+// replaced by what the C compiler makes of it (a struct's fields with Go
+// names, a constant's value, a struct's fields' offsets). Edit this file
+// or the header, then go generate ./hostif (make generate).
+
+package hostif
+
+/*
+#include "hostif.h"
+#include <rdma/ib_user_verbs.h>
+*/
+import "C"
+
+// Version is the host interface version this package speaks.
+const Version = C.SN_VERSION
+
+// HeaderLen is the size of a control message's header.
+const HeaderLen = C.SN_HEADER_LEN
+
+// MaxMessage is the largest control message either side sends.
+const MaxMessage = C.SN_MAX_MESSAGE
+
+// Header starts every control message: Length counts header and body,
+// Status is a reply's, 0 or a negative errno.
+type Header C.struct_sn_header
+
+// The header's fields, where Encode and DecodeHeader put them.
+const offHeader = C.offsetof_struct_sn_header
+
+// Bodies of the requests and replies: fixed-size little-endian fields in
+// the order given, no padding. Handles are per session; 0 is none.
+type (
+	HelloReply    C.struct_sn_hello_reply
+	HandleRequest C.struct_sn_handle
+	HandleReply   C.struct_sn_handle
+	RegMRRequest  C.struct_sn_reg_mr_req
+	RegMRReply    C.struct_sn_reg_mr_reply
+	// ShareMemoryRequest comes with one descriptor, a memfd: Length bytes
+	// of it from offset 0 are mapped at Addr in the client.
+	ShareMemoryRequest C.struct_sn_share_memory_req
+	CreateCQRequest    C.struct_sn_create_cq_req
+	CreateCQReply      C.struct_sn_create_cq_reply
+	CreateQPRequest    C.struct_sn_create_qp_req
+	CreateQPReply      C.struct_sn_create_qp_reply
+	// ModifyQPRequest carries struct ibv_qp_attr's fields that softnic
+	// uses, with libibverbs' mask bits and values.
+	ModifyQPRequest C.struct_sn_modify_qp_req
+	// CreateAHRequest carries struct ibv_ah_attr's global route.
+	CreateAHRequest C.struct_sn_create_ah_req
+	// QueryPortReply carries struct ibv_port_attr's fields, with
+	// libibverbs' values (state 4 is ACTIVE, link layer 2 Ethernet).
+	QueryPortReply   C.struct_sn_query_port_reply
+	CreateSRQRequest C.struct_sn_create_srq_req
+	CreateSRQReply   C.struct_sn_create_srq_reply
+	ModifySRQRequest C.struct_sn_modify_srq_req
+)
+
+// Bodies of the connection manager's commands (rdma_cm through the
+// daemon, as the kernel's rdma_ucm serves librdmacm): the daemon runs the
+// IDs, the client drives them and takes their events with cm_get_event
+// when its channel's pipe is readable. Addresses are IPv6, IPv4 ones
+// mapped (::ffff:a.b.c.d); all zero is none.
+type (
+	// CMCreateIDRequest creates an ID whose events go to Channel, in
+	// PortSpace (RDMA_PS_TCP, 0x0106); UserHandle comes back in its
+	// events.
+	CMCreateIDRequest C.struct_sn_cm_create_id_req
+	// CMAddrRequest binds ID to Addr and Port (cm_bind).
+	CMAddrRequest C.struct_sn_cm_bind_req
+	// CMAddrReply is an ID's local and peer address and port.
+	CMAddrReply C.struct_sn_cm_addr_reply
+	// CMResolveAddrRequest resolves Dst from Src (none: the ID's bound
+	// address or the route's) within TimeoutMS.
+	CMResolveAddrRequest  C.struct_sn_cm_resolve_addr_req
+	CMResolveRouteRequest C.struct_sn_cm_id_timeout_req
+	// CMCreateQPRequest creates the ID's QP as create_qp does and moves
+	// it to INIT; the reply is create_qp's, with the ring's descriptor.
+	CMCreateQPRequest C.struct_sn_cm_create_qp_req
+	// CMConnParam is struct rdma_conn_param for cm_connect, cm_accept and
+	// cm_reject (which uses the private data only). QPNum names the
+	// session's QP of an ID that has none (rdma_conn_param.qp_num).
+	CMConnParam C.struct_sn_cm_conn_param
+	// CMInitQPAttrRequest asks for the attributes that move a QP of ID's
+	// connection to State (ibv_qp_state: INIT, RTR or RTS); the reply is
+	// a ModifyQPRequest body whose Handle is 0.
+	CMInitQPAttrRequest C.struct_sn_cm_init_qp_attr_req
+	CMListenRequest     C.struct_sn_cm_id_timeout_req
+	// CMSetOptionRequest sets an ID's option (rdma_set_option at level
+	// RDMA_OPTION_ID): Option 0 the traffic class, 3 the ACK timeout.
+	CMSetOptionRequest C.struct_sn_cm_set_option_req
+	// CMMigrateRequest sends ID's events to Channel from now on, those
+	// not yet taken too (rdma_migrate_id).
+	CMMigrateRequest C.struct_sn_cm_migrate_req
+	// CMEvent is one event (struct rdma_cm_event): Type is librdmacm's
+	// event number, Status 0 or a negative errno, ID the ID it is about
+	// (for CONNECT_REQUEST the new ID, the request's, and Listen the
+	// listening ID), UserHandle the ID's (the listener's for a new ID).
+	// Local and Peer are the ID's addresses after the event; the
+	// parameters and private data are what the peer sent, Reason a REJ's
+	// reason (a SIDR_REP's status for a UD ID). For a UD ID's
+	// ESTABLISHED, QPN and QKey are the peer's QP and Q_Key, SGIDIndex
+	// and HopLimit the address vector's (whose GID is Peer's).
+	CMEvent C.struct_sn_cm_event
+)
+
+// CMPrivateDataMax is the room for private data in the CM's bodies: more
+// than any CM message carries (a DREQ's 220 bytes).
+const CMPrivateDataMax = C.SN_CM_PRIVATE_MAX
+
+// HeaderSize is the size of a ring's header, before its entries.
+const HeaderSize = C.SN_RING_HEADER
+
+// Header words: each on its own cache line, so that the two sides' stores do
+// not contend.
+const (
+	offProducer = C.SN_WQ_PRODUCER // work queues: client
+	offConsumer = C.SN_WQ_CONSUMER // work queues: daemon
+	offState    = C.SN_WQ_STATE    // work queues: daemon
+	offCQCons   = C.SN_CQ_CONSUMER // completion queues: client
+	offArmed    = C.SN_CQ_ARMED    // completion queues: client sets, daemon clears
+	offOverrun  = C.SN_CQ_OVERRUN  // completion queues: daemon
+)
+
+// Armed values of a completion queue.
+const (
+	ArmNone      = C.SN_ARM_NONE
+	ArmNext      = C.SN_ARM_NEXT
+	ArmSolicited = C.SN_ARM_SOLICITED
+)
+
+// The session page: its size, and the words of its doorbell (the client
+// increments it after any post) and the daemon's sleep (1 while its
+// engines sleep).
+const (
+	SessionPageSize = C.SN_PAGE_SIZE
+	PageDoorbell    = C.SN_PAGE_DOORBELL
+	PageSleeping    = C.SN_PAGE_SLEEPING
+)
+
+// Send entry layout: a header of sendHeader bytes, then the SGEs (sgeSize
+// bytes each) or the inline data.
+const (
+	sendHeader = C.sizeof_struct_sn_send_entry
+	offSend    = C.offsetof_struct_sn_send_entry
+	sgeSize    = C.sizeof_struct_sn_sge
+	offSGE     = C.offsetof_struct_sn_sge
+)
+
+// Receive entry layout: a header of recvHeader bytes, then the SGEs.
+const (
+	recvHeader = C.sizeof_struct_sn_recv_entry
+	offRecv    = C.offsetof_struct_sn_recv_entry
+)
+
+// CQEntrySize is the size of a completion queue entry.
+const CQEntrySize = C.sizeof_struct_sn_cq_entry
+
+// Completion entry layout.
+const offCQ = C.offsetof_struct_sn_cq_entry
+
+// AsyncEventLen is the size of an async event record: struct
+// ib_uverbs_async_event_desc, which ibv_get_async_event reads.
+const AsyncEventLen = C.sizeof_struct_ib_uverbs_async_event_desc
+
+// Async event record layout: u64 element (the user handle of the QP, CQ
+// or SRQ, or the port number of a port's event), u32 event type, u32
+// reserved.
+const offAsync = C.offsetof_struct_ib_uverbs_async_event_desc
