@@ -2,14 +2,15 @@ package rdmacm
 
 import "fmt"
 
-// An ID's events go to the channel it was made on until Migrate moves
-// them (rdma_migrate_id). post and Migrate agree through the channel's
-// lock: Migrate switches the ID's channel holding the old channel's lock,
-// and post appends only to the channel the ID still names once it holds
-// that channel's lock, so no event lands on a channel after its ID left.
+// An in-process ID's events go to the channel it was made on until
+// Migrate moves them (rdma_migrate_id). post and Migrate agree through
+// the channel's lock: Migrate switches the ID's channel holding the old
+// channel's lock, and post appends only to the channel the ID still names
+// once it holds that channel's lock, so no event lands on a channel after
+// its ID left.
 
 // post queues ev on the ID's channel.
-func (id *ID) post(ev Event) {
+func (id *inprocID) post(ev Event) {
 	for {
 		ch := id.ch.Load()
 		ch.mu.Lock()
@@ -27,16 +28,14 @@ func (id *ID) post(ev Event) {
 	}
 }
 
-// Migrate sends the ID's events to ch from now on, and moves there those
-// queued and not yet taken (rdma_migrate_id). A listener's connect
-// requests move with it, and their new IDs too.
-func (id *ID) Migrate(ch *EventChannel) error {
-	if ch == nil {
-		return fmt.Errorf("migrate: %w", ErrInvalidArgument)
+// Migrate moves the ID, and the events queued for it, to the channel
+// whose half is chb.
+func (id *inprocID) Migrate(chb chanBackend) error {
+	to, ok := chb.(inprocChannel)
+	if !ok {
+		return fmt.Errorf("migrate: channel of another CM: %w", ErrInvalidArgument)
 	}
-	if id.rem != nil {
-		return id.remoteMigrate(ch)
-	}
+	ch := to.ch
 	old := id.ch.Load()
 	if old == ch {
 		return nil
@@ -47,10 +46,12 @@ func (id *ID) Migrate(ch *EventChannel) error {
 	kept := old.queue[:0]
 	for _, ev := range old.queue {
 		switch {
-		case ev.ID == id:
+		case ev.ID == id.front:
 			moved = append(moved, ev)
-		case ev.Listen == id:
-			ev.ID.ch.Store(ch) // the request's ID has posted nothing yet
+		case ev.Listen == id.front:
+			// The request's ID, in process as its listener, has posted
+			// nothing yet.
+			ev.ID.be.(*inprocID).ch.Store(ch)
 			moved = append(moved, ev)
 		default:
 			kept = append(kept, ev)
