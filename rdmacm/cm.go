@@ -13,7 +13,7 @@ import (
 // Port spaces (enum rdma_port_space).
 const (
 	PortSpaceTCP = mad.PortSpaceTCP
-	PortSpaceUDP = mad.PortSpaceUDP // UD QPs, resolved with SIDR (ud.go)
+	PortSpaceUDP = mad.PortSpaceUDP // UD QPs, resolved with SIDR (conn.go)
 )
 
 // Config says which devices IDs may use and how to find them.

@@ -22,13 +22,33 @@ type ConnParam struct {
 	RetryCount, RNRRetryCount uint8
 	// QPNum is the number of a QP the caller made itself and moves
 	// through its states with InitQPAttr, for Connect and Accept on an ID
-	// that has no QP (rdma_conn_param.qp_num; userqp.go).
+	// that has no QP (rdma_conn_param.qp_num; InitQPAttr).
 	QPNum uint32
+}
+
+// The UDP port space (udaddy): an ID's QP is a UD QP, ready to send and
+// receive once created, as librdmacm makes it; "connecting" is service ID
+// resolution. Connect sends a SIDR_REQ with the rdma_cm header, and the
+// SIDR_REP's QPN and Q_Key come back in EventEstablished (Event.UD), or
+// its refusal in EventUnreachable (Reason: the status), as Linux's; a
+// listener gets each SIDR_REQ as EventConnectRequest, and Accept answers
+// with the new ID's QPN and Q_Key (no event follows on the passive side,
+// as with the kernel's CM).
+
+// UDPQKey is the Q_Key of the UDP port space's QPs (RDMA_UDP_QKEY).
+const UDPQKey = 0x01234567
+
+// UDParam is what EventEstablished of a UD ID carries (struct
+// rdma_ud_param): the peer's address vector, QP and Q_Key.
+type UDParam struct {
+	AV   verbs.AddressVector
+	QPN  uint32
+	QKey uint32
 }
 
 // CreateQP creates the ID's QP on pd (nil: a PD of the ID's own) and
 // moves it to INIT (rdma_create_qp); Connect or Accept take it on to RTS.
-// The UDP port space's QP is UD and goes to RTS at once (ud.go).
+// The UDP port space's QP is UD and goes to RTS at once.
 func (id *ID) CreateQP(pd *verbs.PD, init *verbs.QPInitAttr) (*verbs.QP, error) {
 	return id.be.CreateQP(pd, init)
 }
@@ -77,12 +97,18 @@ func (id *ID) AttachQP(qp *verbs.QP) error {
 // DestroyQP destroys the ID's QP (rdma_destroy_qp).
 func (id *ID) DestroyQP() error { return id.be.DestroyQP() }
 
+// A QP the caller made and moves through its states itself, as rping -q
+// does with librdmacm: Connect and Accept on an ID without a QP take its
+// number in ConnParam.QPNum; InitQPAttr gives the attributes of each state
+// from the connection's exchange (rdma_init_qp_attr); on the active side
+// the REP brings EventConnectResponse instead of EventEstablished, and
+// Establish sends the RTU once the caller's QP is ready (rdma_establish).
+// The passive side's RTU brings EventEstablished as usual.
+
 // InitQPAttr returns the attributes, and which of them to set, that move
 // a QP of the ID's connection to state (rdma_init_qp_attr): INIT, RTR or
 // RTS, the last two once the connection's REQ (passive side) or REP
-// (active side) has come. It is for a QP the caller made and moves
-// through its states itself, as rping -q does with librdmacm (Connect and
-// Accept on an ID without a QP take its number in ConnParam.QPNum).
+// (active side) has come.
 func (id *ID) InitQPAttr(state verbs.QPState) (verbs.QPAttr, verbs.QPAttrMask, error) {
 	return id.be.InitQPAttr(state)
 }
@@ -91,8 +117,7 @@ func (id *ID) InitQPAttr(state verbs.QPState) (verbs.QPAttr, verbs.QPAttrMask, e
 // (rdma_connect). It returns once the REQ is sent; EventEstablished,
 // EventRejected (ErrRefused when nobody listens on the port),
 // EventUnreachable (no answer after the CM's retries) or EventConnectError
-// follows. An ID without a QP, whose program moves its own (InitQPAttr),
-// gets EventConnectResponse instead and answers with Establish.
+// follows.
 func (id *ID) Connect(p *ConnParam) error { return id.be.Connect(p) }
 
 // Accept accepts a connection request (rdma_accept): the ID's QP goes to

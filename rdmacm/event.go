@@ -68,7 +68,7 @@ type Event struct {
 	// when nobody listens on the port, mad.RejectConsumer when the peer's
 	// program rejected; for a UD ID the SIDR_REP's status.
 	Reason mad.RejectReason
-	// UD is the peer's QP of a UD ID's EventEstablished (ud.go).
+	// UD is the peer's QP of a UD ID's EventEstablished.
 	UD *UDParam
 	// Err says why, for the error events.
 	Err error

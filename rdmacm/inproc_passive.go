@@ -169,7 +169,7 @@ func (id *inprocID) RequestTaken() {
 }
 
 // Accept moves the QP to RTS along the REQ's path and replies with a REP
-// (for a UD ID with a SIDR_REP, ud.go).
+// (for a UD ID with a SIDR_REP, inproc_ud.go).
 func (id *inprocID) Accept(p *ConnParam) error {
 	id.mu.Lock()
 	if id.state != stateRequested || (id.qp == nil && (p.QPNum == 0 || id.isUD())) {

@@ -11,16 +11,17 @@ import (
 	"github.com/softnic/softnic/verbs"
 )
 
-// The active side: Connect sends a REQ; the REP moves the QP to RTS and
-// answers with an RTU (onREP); a REJ or the REQ's retries running out end
-// the attempt. An ID without a QP, whose program moves its own, gets
-// EventConnectResponse instead and answers with Establish (userqp.go).
+// The active side in process: Connect sends a REQ; the REP moves the QP
+// to RTS and answers with an RTU (onREP); a REJ or the REQ's retries
+// running out end the attempt. An ID without a QP, whose program moves
+// its own, gets EventConnectResponse instead and answers with Establish
+// (inproc_userqp.go).
 
 // hopLimit is the GRH hop limit (IPv4 TTL) of connections, the kernel's
 // default TTL, as rxe's rdma_cm connections carry it.
 const hopLimit = 64
 
-// Connect sends the REQ (or for a UD ID the SIDR_REQ, ud.go).
+// Connect sends the REQ (or for a UD ID the SIDR_REQ, inproc_ud.go).
 func (id *inprocID) Connect(p *ConnParam) error {
 	id.mu.Lock()
 	defer id.mu.Unlock()

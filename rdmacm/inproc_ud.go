@@ -9,25 +9,8 @@ import (
 	"github.com/softnic/softnic/verbs"
 )
 
-// The UDP port space (udaddy): an ID's QP is a UD QP, ready to send and
-// receive once created, as librdmacm makes it; "connecting" is service ID
-// resolution. Connect sends a SIDR_REQ with the rdma_cm header, and the
-// SIDR_REP's QPN and Q_Key come back in EventEstablished (Event.UD), or
-// its refusal in EventUnreachable (Reason: the status), as Linux's; a
-// listener gets each SIDR_REQ as EventConnectRequest, and Accept answers
-// with the new ID's QPN and Q_Key (no event follows on the passive side,
-// as with the kernel's CM).
-
-// UDPQKey is the Q_Key of the UDP port space's QPs (RDMA_UDP_QKEY).
-const UDPQKey = 0x01234567
-
-// UDParam is what EventEstablished of a UD ID carries (struct
-// rdma_ud_param): the peer's address vector, QP and Q_Key.
-type UDParam struct {
-	AV   verbs.AddressVector
-	QPN  uint32
-	QKey uint32
-}
+// The UDP port space in process: the ID's UD QP goes to RTS when it is
+// made, Connect sends a SIDR_REQ, and a listener answers SIDR_REQs.
 
 // isUD reports whether the ID's port space has UD QPs.
 func (id *inprocID) isUD() bool { return id.ps == PortSpaceUDP }

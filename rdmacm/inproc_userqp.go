@@ -7,14 +7,6 @@ import (
 	"github.com/softnic/softnic/verbs"
 )
 
-// A QP the caller made and moves through its states itself, as rping -q
-// does with librdmacm: Connect and Accept on an ID without a QP take its
-// number in ConnParam.QPNum; InitQPAttr gives the attributes of each state
-// from the connection's exchange (rdma_init_qp_attr); on the active side
-// the REP brings EventConnectResponse instead of EventEstablished, and
-// Establish sends the RTU once the caller's QP is ready (rdma_establish).
-// The passive side's RTU brings EventEstablished as usual.
-
 // localQPN is the QP number a REQ or REP names: the ID's QP, or the
 // caller's. Called under mu.
 func (id *inprocID) localQPN(p *ConnParam) uint32 {
