@@ -3,6 +3,7 @@ package rdmacm
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 
 	"github.com/softnic/softnic/ibtransport/mad"
@@ -67,7 +68,7 @@ type Event struct {
 	// when nobody listens on the port, mad.RejectConsumer when the peer's
 	// program rejected; for a UD ID the SIDR_REP's status.
 	Reason mad.RejectReason
-	// UD is the peer's QP of a UD ID's EventEstablished (ud.go).
+	// UD is the peer's QP of a UD ID's EventEstablished.
 	UD *UDParam
 	// Err says why, for the error events.
 	Err error
@@ -103,17 +104,13 @@ type EventChannel struct {
 	closed bool
 	// notify, if set, is called after each event queued (SetNotify).
 	notify func()
-	// remote is the daemon's channel whose events this one takes, when
-	// the CM is remote.
-	remote *remoteChannel
+	be     chanBackend // the channel's half in the CM's backend
 }
 
 // NewEventChannel creates an event channel (rdma_create_event_channel).
 func (c *CM) NewEventChannel() *EventChannel {
 	ch := &EventChannel{wake: make(chan struct{}, 1)}
-	if c.remote != nil {
-		c.remote.openChannel(ch)
-	}
+	ch.be = c.be.OpenChannel(ch)
 	return ch
 }
 
@@ -156,13 +153,34 @@ func (ch *EventChannel) Pending() int {
 // Close makes Get return ErrClosed once the queued events are taken
 // (rdma_destroy_event_channel).
 func (ch *EventChannel) Close() {
-	if ch.remote != nil {
-		ch.remote.close()
-	}
+	ch.be.Close()
 	ch.mu.Lock()
 	ch.closed = true
 	ch.signal()
 	ch.mu.Unlock()
+}
+
+// SetNotify has fn called after each event the channel queues, on the
+// goroutine that queued it: fn must not block or call into the CM.
+func (ch *EventChannel) SetNotify(fn func()) {
+	ch.mu.Lock()
+	ch.notify = fn
+	ch.mu.Unlock()
+}
+
+// TryGet returns the next event if one is queued (a non-blocking Get).
+func (ch *EventChannel) TryGet() (Event, bool) {
+	ch.mu.Lock()
+	if len(ch.queue) == 0 {
+		ch.mu.Unlock()
+		return Event{}, false
+	}
+	ev := ch.queue[0]
+	ch.queue[0] = Event{}
+	ch.queue = ch.queue[1:]
+	ch.mu.Unlock()
+	ev.taken()
+	return ev, true
 }
 
 func (ch *EventChannel) post(ev Event) {
@@ -196,6 +214,14 @@ func (ch *EventChannel) signal() {
 // the requests queued on the file and not yet read.
 func (ev *Event) taken() {
 	if ev.Type == EventConnectRequest && ev.Listen != nil {
-		ev.Listen.requestTaken()
+		ev.Listen.be.RequestTaken()
 	}
+}
+
+// rejectError is the error of a rejected connection.
+func rejectError(r mad.RejectReason) error {
+	if r == mad.RejectInvalidServiceID {
+		return fmt.Errorf("%w (nobody listens on the port)", ErrRefused)
+	}
+	return fmt.Errorf("rdmacm: connection rejected, reason %d", r)
 }

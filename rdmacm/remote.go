@@ -3,6 +3,7 @@ package rdmacm
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"sync"
 
@@ -21,21 +22,19 @@ import (
 // the IDs' QPs through their states, and publishes each state before the
 // event that follows it reaches this process.
 
-// remoteCM is the CM's side of the daemon's IDs.
+// remoteCM is the daemon backend of a CM: its side of the daemon's IDs.
 type remoteCM struct {
-	dev *verbs.Device
+	front *CM
+	dev   *verbs.Device // the CM's only device
+	// route is the CM's Config.Route, which ResolveAddr asks.
+	route func(dst netip.Addr) (netip.Addr, error)
+
 	mu  sync.Mutex
-	ids map[uint32]*ID // by the daemon's handle
+	ids map[uint32]*remoteID // by the daemon's handle
 }
 
-// remoteID is an ID's handle in the daemon.
-type remoteID struct {
-	handle    uint32
-	destroyed bool // under the ID's mu
-}
-
-// remoteChannel is the daemon's event channel an EventChannel takes its
-// events from; err is why it could not be made.
+// remoteChannel is an event channel's daemon half: the daemon's channel
+// whose events it takes; err is why it could not be made.
 type remoteChannel struct {
 	rc     *remoteCM
 	handle uint32
@@ -44,7 +43,9 @@ type remoteChannel struct {
 	done   chan struct{}
 }
 
-func newRemoteCM(d *verbs.Device) *remoteCM { return &remoteCM{dev: d, ids: map[uint32]*ID{}} }
+func newRemoteCM(front *CM, cfg Config) *remoteCM {
+	return &remoteCM{front: front, dev: cfg.Devices[0], route: cfg.Route, ids: map[uint32]*remoteID{}}
+}
 
 // call runs a control call of the daemon's session.
 func (rc *remoteCM) call(fn func(*client.Conn) error) error {
@@ -89,18 +90,17 @@ func errnoErr(e unix.Errno) error {
 	return nil
 }
 
-// openChannel makes the daemon's channel behind ch and starts draining
+// OpenChannel makes the daemon's channel behind ch and starts draining
 // it; a failure is kept for CreateID to report.
-func (rc *remoteCM) openChannel(ch *EventChannel) {
+func (rc *remoteCM) OpenChannel(ch *EventChannel) chanBackend {
 	var dc *client.CMChannel
 	err := rc.call(func(c *client.Conn) (err error) { dc, err = c.CMCreateChannel(); return err })
 	if err != nil {
-		ch.remote = &remoteChannel{err: fmt.Errorf("rdmacm: event channel in the daemon: %w", err)}
-		return
+		return &remoteChannel{err: fmt.Errorf("rdmacm: event channel in the daemon: %w", err)}
 	}
 	r := &remoteChannel{rc: rc, handle: dc.Handle, file: dc.File, done: make(chan struct{})}
-	ch.remote = r
 	go rc.drain(ch, r)
+	return r
 }
 
 // drain waits for the channel's pipe and takes every event queued each
@@ -126,10 +126,10 @@ func (rc *remoteCM) drain(ch *EventChannel, r *remoteChannel) {
 	}
 }
 
-// close stops draining the channel and destroys it in the daemon, where
+// Close stops draining the channel and destroys it in the daemon, where
 // it holds a descriptor (refused while an ID still sends events there:
 // the session's end then takes it).
-func (r *remoteChannel) close() {
+func (r *remoteChannel) Close() {
 	if r.file != nil {
 		r.file.Close()
 		<-r.done

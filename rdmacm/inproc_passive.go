@@ -18,12 +18,6 @@ import (
 // EventConnectRequest (onREQ); Accept moves its QP to RTS and replies with
 // a REP; the RTU makes it established.
 
-// MaxBacklog is the most connect requests a listener keeps queued and not
-// yet taken from its channel: the kernel's rdma_ucm max_backlog (its
-// net.rdma_ucm.max_backlog default). A backlog of 0 or more than this is
-// this, as the kernel's ucma makes of it.
-const MaxBacklog = 1024
-
 // cmaMRAServiceTimeout is the service timeout of the MRA that answers a
 // REQ once its connect request is queued for the program (cma.c's
 // CMA_CM_MRA_SETTING: 4.096 µs × 2^24, about 69 s): the active side waits
@@ -33,17 +27,9 @@ const cmaMRAServiceTimeout = 24
 // errBacklogFull is a REQ that finds its listener's backlog full.
 var errBacklogFull = errors.New("rdmacm: the listener's backlog is full")
 
-// Listen listens for connection requests on the bound port (rdma_listen);
-// an ID not yet bound is bound to every device on a free port. backlog
-// bounds the connect requests queued on the ID's channel and not yet
-// taken (Get, TryGet), as the kernel's ucma bounds those not yet read: a
-// REQ beyond it is dropped without an answer, so that the active side
-// sends it again later (the IB CM's retries), as the kernel's CM does
-// when the ucma has no room. 0, or more than MaxBacklog, is MaxBacklog.
-func (id *ID) Listen(backlog int) error {
-	if id.rem != nil {
-		return id.remoteListen(backlog)
-	}
+// Listen registers the port's service ID with the IB CM of each device
+// the ID is bound to (every device for an ID bound to none).
+func (id *inprocID) Listen(backlog int) error {
 	if !id.LocalAddr().IsValid() {
 		if err := id.Bind(netip.AddrPortFrom(netip.IPv6Unspecified(), 0)); err != nil {
 			return err
@@ -79,7 +65,7 @@ func (id *ID) Listen(backlog int) error {
 
 // onREQ turns a REQ that came to the listener on dev into a new ID and an
 // EventConnectRequest, or rejects it.
-func (id *ID) onREQ(dev *verbs.Device, ev cm.Event) {
+func (id *inprocID) onREQ(dev *verbs.Device, ev cm.Event) {
 	if ev.Type == cm.EventSIDRREQReceived && id.isUD() {
 		id.onSIDRREQ(dev, ev)
 		return
@@ -101,7 +87,7 @@ func (id *ID) onREQ(dev *verbs.Device, ev cm.Event) {
 		return
 	}
 	ev.Conn.SetHandler(child.onPassiveEvent)
-	id.post(Event{Type: EventConnectRequest, ID: child, Listen: id, Param: ConnParam{
+	id.post(Event{Type: EventConnectRequest, ID: child.front, Listen: id.front, Param: ConnParam{
 		PrivateData:        ev.PrivateData[mad.CMAHeaderLen:],
 		ResponderResources: ev.ResponderResources, InitiatorDepth: ev.InitiatorDepth,
 		RetryCount: ev.RetryCount, RNRRetryCount: ev.RNRRetryCount}})
@@ -113,7 +99,7 @@ func (id *ID) onREQ(dev *verbs.Device, ev cm.Event) {
 }
 
 // newChild makes the ID of a connection request, if the listener takes it.
-func (id *ID) newChild(dev *verbs.Device, ev cm.Event) (*ID, error) {
+func (id *inprocID) newChild(dev *verbs.Device, ev cm.Event) (*inprocID, error) {
 	if len(ev.PrivateData) < mad.CMAHeaderLen {
 		return nil, fmt.Errorf("REQ without an rdma_cm header: %w", ErrInvalidArgument)
 	}
@@ -139,16 +125,20 @@ func (id *ID) newChild(dev *verbs.Device, ev cm.Event) (*ID, error) {
 	case id.pending >= id.backlog:
 		return nil, fmt.Errorf("%d connect requests queued: %w", id.pending, errBacklogFull)
 	}
-	id.pending++
-	child := &ID{c: id.c, ps: id.ps, state: stateRequested, dev: dev, gidIndex: gi,
-		local: netip.AddrPortFrom(h.DstAddr().Unmap(), id.local.Port()),
-		peer:  netip.AddrPortFrom(h.SrcAddr().Unmap(), h.SrcPort()),
-		conn:  ev.Conn, listen: id, req: ev, tos: id.tos, ackTimeout: id.ackTimeout,
-		ourPSN: rand.Uint32() & ibtransport.PSNMask}
+	var child *inprocID
+	front := id.c.front.newID(id.ps, func(f *ID) idBackend {
+		child = &inprocID{front: f, c: id.c, ps: id.ps, state: stateRequested, dev: dev, gidIndex: gi,
+			local: netip.AddrPortFrom(h.DstAddr().Unmap(), id.local.Port()),
+			peer:  netip.AddrPortFrom(h.SrcAddr().Unmap(), h.SrcPort()),
+			conn:  ev.Conn, listen: id, req: ev, tos: id.tos, ackTimeout: id.ackTimeout,
+			ourPSN: rand.Uint32() & ibtransport.PSNMask}
+		return child
+	})
 	child.ch.Store(id.ch.Load())
-	id.c.mu.Lock()
-	id.c.ids[child] = struct{}{}
-	id.c.mu.Unlock()
+	if !id.c.front.add(front) {
+		return nil, ErrClosed
+	}
+	id.pending++
 	return child, nil
 }
 
@@ -157,7 +147,7 @@ func (id *ID) newChild(dev *verbs.Device, ev cm.Event) (*ID, error) {
 // address takes every address, an IPv4 one only IPv4 (the kernel makes an
 // IPv4 bind AF_INET-only); another takes its own address. Called under
 // mu.
-func (id *ID) matches(dst netip.Addr) bool {
+func (id *inprocID) matches(dst netip.Addr) bool {
 	local := id.local.Addr()
 	switch {
 	case anyAddr(local) && local.Is4():
@@ -168,9 +158,9 @@ func (id *ID) matches(dst netip.Addr) bool {
 	return local == dst
 }
 
-// requestTaken tells the listening ID that one of its connect requests
-// left its channel for the program.
-func (id *ID) requestTaken() {
+// RequestTaken is one of the listener's connect requests leaving its
+// channel for the program.
+func (id *inprocID) RequestTaken() {
 	id.mu.Lock()
 	if id.pending > 0 {
 		id.pending--
@@ -178,12 +168,9 @@ func (id *ID) requestTaken() {
 	id.mu.Unlock()
 }
 
-// Accept accepts a connection request (rdma_accept): the ID's QP goes to
-// RTS and a REP goes to the peer; EventEstablished follows on the RTU.
-func (id *ID) Accept(p *ConnParam) error {
-	if id.rem != nil {
-		return id.remoteAccept(p)
-	}
+// Accept moves the QP to RTS along the REQ's path and replies with a REP
+// (for a UD ID with a SIDR_REP, inproc_ud.go).
+func (id *inprocID) Accept(p *ConnParam) error {
 	id.mu.Lock()
 	if id.state != stateRequested || (id.qp == nil && (p.QPNum == 0 || id.isUD())) {
 		id.mu.Unlock()
@@ -231,7 +218,7 @@ func (id *ID) Accept(p *ConnParam) error {
 
 // reqPath is the path of the connection the REQ asks for, with these
 // resources. Called under mu.
-func (id *ID) reqPath(responderResources, initiatorDepth uint8) path {
+func (id *inprocID) reqPath(responderResources, initiatorDepth uint8) path {
 	r := &id.req
 	return path{
 		av: verbs.AddressVector{DGID: r.PeerGID, SGIDIndex: uint8(id.gidIndex), HopLimit: hopLimit,
@@ -243,12 +230,8 @@ func (id *ID) reqPath(responderResources, initiatorDepth uint8) path {
 	}
 }
 
-// Reject rejects a connection request (rdma_reject) with a consumer
-// reject carrying privateData.
-func (id *ID) Reject(privateData []byte) error {
-	if id.rem != nil {
-		return id.remoteReject(privateData)
-	}
+// Reject replies with a consumer REJ (for a UD ID a SIDR_REP's refusal).
+func (id *inprocID) Reject(privateData []byte) error {
 	id.mu.Lock()
 	if id.state != stateRequested {
 		id.mu.Unlock()
@@ -265,7 +248,7 @@ func (id *ID) Reject(privateData []byte) error {
 
 // onPassiveEvent is the IB CM's news of a connection this ID was asked
 // for.
-func (id *ID) onPassiveEvent(ev cm.Event) {
+func (id *inprocID) onPassiveEvent(ev cm.Event) {
 	switch ev.Type {
 	case cm.EventRTUReceived, cm.EventEstablished:
 		id.mu.Lock()
@@ -276,7 +259,7 @@ func (id *ID) onPassiveEvent(ev cm.Event) {
 		}
 		id.mu.Unlock()
 		if ok {
-			id.post(Event{Type: EventEstablished, ID: id})
+			id.post(Event{Type: EventEstablished, ID: id.front})
 		}
 	case cm.EventTimeout:
 		id.failConnect(Event{Type: EventUnreachable, Err: ErrTimedOut})

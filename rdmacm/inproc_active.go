@@ -11,24 +11,18 @@ import (
 	"github.com/softnic/softnic/verbs"
 )
 
-// The active side: Connect sends a REQ; the REP moves the QP to RTS and
-// answers with an RTU (onREP); a REJ or the REQ's retries running out end
-// the attempt. An ID without a QP, whose program moves its own, gets
-// EventConnectResponse instead and answers with Establish (userqp.go).
+// The active side in process: Connect sends a REQ; the REP moves the QP
+// to RTS and answers with an RTU (onREP); a REJ or the REQ's retries
+// running out end the attempt. An ID without a QP, whose program moves
+// its own, gets EventConnectResponse instead and answers with Establish
+// (inproc_userqp.go).
 
 // hopLimit is the GRH hop limit (IPv4 TTL) of connections, the kernel's
 // default TTL, as rxe's rdma_cm connections carry it.
 const hopLimit = 64
 
-// Connect connects to the peer resolved by ResolveAddr and ResolveRoute
-// (rdma_connect). It returns once the REQ is sent; EventEstablished,
-// EventRejected (ErrRefused when nobody listens on the port),
-// EventUnreachable (no answer after the CM's retries) or EventConnectError
-// follows.
-func (id *ID) Connect(p *ConnParam) error {
-	if id.rem != nil {
-		return id.remoteConnect(p)
-	}
+// Connect sends the REQ (or for a UD ID the SIDR_REQ, inproc_ud.go).
+func (id *inprocID) Connect(p *ConnParam) error {
 	id.mu.Lock()
 	defer id.mu.Unlock()
 	if id.isUD() {
@@ -74,14 +68,14 @@ func (id *ID) Connect(p *ConnParam) error {
 }
 
 // peerAV is the address vector of the peer. Called under mu.
-func (id *ID) peerAV() verbs.AddressVector {
+func (id *inprocID) peerAV() verbs.AddressVector {
 	return verbs.AddressVector{DGID: id.peerGIDOrAddr(), SGIDIndex: uint8(id.gidIndex), HopLimit: hopLimit,
 		TrafficClass: id.tos}
 }
 
 // peerGIDOrAddr is the GID ResolveAddr found for the peer, or the peer's
 // address as one. Called under mu.
-func (id *ID) peerGIDOrAddr() verbs.GID {
+func (id *inprocID) peerGIDOrAddr() verbs.GID {
 	if id.peerGID != (verbs.GID{}) {
 		return id.peerGID
 	}
@@ -89,7 +83,7 @@ func (id *ID) peerGIDOrAddr() verbs.GID {
 }
 
 // pathMTU is the largest MTU of the device's link. Called under mu.
-func (id *ID) pathMTU() verbs.MTU { return id.dev.ActiveMTU() }
+func (id *inprocID) pathMTU() verbs.MTU { return id.dev.ActiveMTU() }
 
 func retryCount(p *ConnParam) uint8 {
 	if p.RetryCount == 0 {
@@ -100,7 +94,7 @@ func retryCount(p *ConnParam) uint8 {
 
 // cmaPrivateData is a REQ's private data: the rdma_cm header with both
 // addresses and our port, then the caller's. Called under mu.
-func (id *ID) cmaPrivateData(user []byte) []byte {
+func (id *inprocID) cmaPrivateData(user []byte) []byte {
 	b := make([]byte, mad.CMAHeaderLen+len(user))
 	h := mad.CMAHeader(b[:mad.CMAHeaderLen])
 	h.SetVersion(mad.CMAVersion)
@@ -116,7 +110,7 @@ func (id *ID) cmaPrivateData(user []byte) []byte {
 }
 
 // onActiveEvent is the IB CM's news of a connection this ID asked for.
-func (id *ID) onActiveEvent(ev cm.Event) {
+func (id *inprocID) onActiveEvent(ev cm.Event) {
 	switch ev.Type {
 	case cm.EventREPReceived:
 		id.onREP(ev)
@@ -131,7 +125,7 @@ func (id *ID) onActiveEvent(ev cm.Event) {
 }
 
 // onREP connects the QP to the replying QP and confirms with an RTU.
-func (id *ID) onREP(ev cm.Event) {
+func (id *inprocID) onREP(ev cm.Event) {
 	id.mu.Lock()
 	if id.state != stateConnect {
 		id.mu.Unlock()
@@ -146,7 +140,7 @@ func (id *ID) onREP(ev cm.Event) {
 	if qp == nil {
 		id.state = stateResponded
 		id.mu.Unlock()
-		id.post(Event{Type: EventConnectResponse, ID: id, Param: repParam(&ev)})
+		id.post(Event{Type: EventConnectResponse, ID: id.front, Param: repParam(&ev)})
 		return
 	}
 	err := toRTS(qp, &p)
@@ -163,7 +157,7 @@ func (id *ID) onREP(ev cm.Event) {
 		id.failConnect(Event{Type: EventConnectError, Err: err})
 		return
 	}
-	id.post(Event{Type: EventEstablished, ID: id, Param: repParam(&ev)})
+	id.post(Event{Type: EventEstablished, ID: id.front, Param: repParam(&ev)})
 }
 
 // repParam is what a REP tells the active side.
@@ -174,7 +168,7 @@ func repParam(ev *cm.Event) ConnParam {
 
 // failConnect ends a connection attempt: the QP goes to ERR and the ID
 // back to the state it could connect from, as librdmacm leaves it.
-func (id *ID) failConnect(ev Event) {
+func (id *inprocID) failConnect(ev Event) {
 	id.mu.Lock()
 	if id.state == stateDestroying {
 		id.mu.Unlock()
@@ -187,14 +181,6 @@ func (id *ID) failConnect(ev Event) {
 	id.conn, id.path = nil, nil
 	id.state = stateRouteResolved
 	id.mu.Unlock()
-	ev.ID = id
+	ev.ID = id.front
 	id.post(ev)
-}
-
-// rejectError is the error of a rejected connection.
-func rejectError(r mad.RejectReason) error {
-	if r == mad.RejectInvalidServiceID {
-		return fmt.Errorf("%w (nobody listens on the port)", ErrRefused)
-	}
-	return fmt.Errorf("rdmacm: connection rejected, reason %d", r)
 }

@@ -9,36 +9,11 @@ import (
 	"github.com/softnic/softnic/verbs"
 )
 
-// The UDP port space (udaddy): an ID's QP is a UD QP, ready to send and
-// receive once created, as librdmacm makes it; "connecting" is service ID
-// resolution. Connect sends a SIDR_REQ with the rdma_cm header, and the
-// SIDR_REP's QPN and Q_Key come back in EventEstablished (Event.UD), or
-// its refusal in EventUnreachable (Reason: the status), as Linux's; a
-// listener gets each SIDR_REQ as EventConnectRequest, and Accept answers
-// with the new ID's QPN and Q_Key (no event follows on the passive side,
-// as with the kernel's CM).
-
-// UDPQKey is the Q_Key of the UDP port space's QPs (RDMA_UDP_QKEY).
-const UDPQKey = 0x01234567
-
-// UDParam is what EventEstablished of a UD ID carries (struct
-// rdma_ud_param): the peer's address vector, QP and Q_Key.
-type UDParam struct {
-	AV   verbs.AddressVector
-	QPN  uint32
-	QKey uint32
-}
+// The UDP port space in process: the ID's UD QP goes to RTS when it is
+// made, Connect sends a SIDR_REQ, and a listener answers SIDR_REQs.
 
 // isUD reports whether the ID's port space has UD QPs.
-func (id *ID) isUD() bool { return id.ps == PortSpaceUDP }
-
-// qpType is the type of QP the ID's port space connects.
-func (id *ID) qpType() verbs.QPType {
-	if id.isUD() {
-		return verbs.QPTypeUD
-	}
-	return verbs.QPTypeRC
-}
+func (id *inprocID) isUD() bool { return id.ps == PortSpaceUDP }
 
 // readyUD takes a new UD QP to RTS with the port space's Q_Key, as
 // librdmacm's ucma_init_ud_qp does.
@@ -62,7 +37,7 @@ func readyUD(qp *verbs.QP) error {
 
 // readyQP takes the ID's new QP as far as it goes before a connection:
 // INIT for RC, RTS for UD. id.mu is held.
-func (id *ID) readyQP(qp *verbs.QP) error {
+func (id *inprocID) readyQP(qp *verbs.QP) error {
 	if id.isUD() {
 		return readyUD(qp)
 	}
@@ -71,7 +46,7 @@ func (id *ID) readyQP(qp *verbs.QP) error {
 
 // connectUD resolves the peer's service (rdma_connect on a UD ID). id.mu
 // is held.
-func (id *ID) connectUD(p *ConnParam) error {
+func (id *inprocID) connectUD(p *ConnParam) error {
 	if id.state != stateRouteResolved {
 		return fmt.Errorf("connect: %w", ErrState)
 	}
@@ -88,7 +63,7 @@ func (id *ID) connectUD(p *ConnParam) error {
 }
 
 // onSIDREvent is the answer to connectUD's request.
-func (id *ID) onSIDREvent(ev cm.Event) {
+func (id *inprocID) onSIDREvent(ev cm.Event) {
 	id.mu.Lock()
 	if id.state != stateConnect {
 		id.mu.Unlock()
@@ -109,13 +84,13 @@ func (id *ID) onSIDREvent(ev cm.Event) {
 			UD: &UDParam{AV: id.peerAV(), QPN: ev.RemoteQPN, QKey: ev.QKey}}
 	}
 	id.mu.Unlock()
-	out.ID = id
+	out.ID = id.front
 	id.post(out)
 }
 
 // onSIDRREQ turns a SIDR_REQ to the listener on dev into a new ID and an
 // EventConnectRequest, or refuses it.
-func (id *ID) onSIDRREQ(dev *verbs.Device, ev cm.Event) {
+func (id *inprocID) onSIDRREQ(dev *verbs.Device, ev cm.Event) {
 	if len(ev.PrivateData) < mad.CMAHeaderLen {
 		ev.Conn.SIDRReply(mad.SIDRRejected, 0, 0, nil)
 		return
@@ -127,13 +102,13 @@ func (id *ID) onSIDRREQ(dev *verbs.Device, ev cm.Event) {
 		ev.Conn.SIDRReply(mad.SIDRRejected, 0, 0, nil)
 		return
 	}
-	id.post(Event{Type: EventConnectRequest, ID: child, Listen: id,
+	id.post(Event{Type: EventConnectRequest, ID: child.front, Listen: id.front,
 		Param: ConnParam{PrivateData: ev.PrivateData[mad.CMAHeaderLen:]}})
 }
 
 // acceptUD answers the request with the ID's QP (rdma_accept on a UD ID).
 // id.mu is held.
-func (id *ID) acceptUD(p *ConnParam) error {
+func (id *inprocID) acceptUD(p *ConnParam) error {
 	if len(p.PrivateData) > mad.SIDRREPPrivateDataLen {
 		return fmt.Errorf("accept: %d bytes of private data: %w", len(p.PrivateData), ErrInvalidArgument)
 	}

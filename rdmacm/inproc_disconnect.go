@@ -6,15 +6,8 @@ import (
 	"github.com/softnic/softnic/ibtransport/cm"
 )
 
-// Disconnect ends the connection (rdma_disconnect): the QP goes to ERR,
-// flushing what is posted, and a DREQ goes to the peer. EventDisconnected
-// follows on the DREP (or when the DREQ's retries run out), and on the
-// peer's side on the DREQ. After the peer disconnected first, Disconnect
-// has nothing left to do and returns nil.
-func (id *ID) Disconnect() error {
-	if id.rem != nil {
-		return id.remoteDisconnect()
-	}
+// Disconnect moves the QP to ERR and sends the DREQ.
+func (id *inprocID) Disconnect() error {
 	id.mu.Lock()
 	if id.isUD() {
 		id.mu.Unlock()
@@ -38,7 +31,7 @@ func (id *ID) Disconnect() error {
 
 // onConnectedEvent handles the events of a connection that both sides
 // share: disconnection and the end of TIMEWAIT.
-func (id *ID) onConnectedEvent(ev cm.Event) {
+func (id *inprocID) onConnectedEvent(ev cm.Event) {
 	var out EventType
 	switch ev.Type {
 	case cm.EventDREQReceived:
@@ -59,6 +52,6 @@ func (id *ID) onConnectedEvent(ev cm.Event) {
 	gone := id.state == stateDestroying
 	id.mu.Unlock()
 	if !gone {
-		id.post(Event{Type: out, ID: id})
+		id.post(Event{Type: out, ID: id.front})
 	}
 }
