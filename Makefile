@@ -31,7 +31,8 @@ demo:
 	$(MAKE) build
 	bash demo/demo.sh
 
-# The whole suite: unit, fault-injection, integration (root) and interop (root + qemu).
+# The whole suite: unit, fault-injection, integration and system tests
+# (root: test/system, test/middleware, test/isolation) and interop (root + qemu).
 # The interop tests run last, alone: their qemu TCG guests need the host's CPUs
 # (a guest whose NIC stalls is replaced: test/interop/README.md).
 test:

@@ -5,9 +5,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
 
-	"github.com/softnic/softnic/internal/netnstest"
 	"github.com/softnic/softnic/roce"
 	"github.com/softnic/softnic/roce/xdplink"
 )
@@ -37,21 +35,4 @@ func TestDevinfoLayout(t *testing.T) {
 	assert.Contains(t, out, "active_mtu:\t\t4096 (5)")
 	assert.Contains(t, out, "PORT_DOWN (1)")
 	assert.NotContains(t, out, "GID[")
-}
-
-func TestDevinfoOnInterface(t *testing.T) {
-	netnstest.Integration(t)
-	pair := netnstest.NewT(t, netnstest.Config{MTU: 9000})
-	var code int
-	var out, errOut string
-	require.NoError(t, pair.A.Do(func() error {
-		code, out, errOut = runCmd("devinfo", "-v", "-d", pair.A.Ifname)
-		return nil
-	}))
-	require.Equal(t, 0, code, errOut)
-	assert.Contains(t, out, "active_mtu:\t\t4096 (5)")
-	assert.Contains(t, out, "GID[  1]:\t\t::ffff:"+pair.A.Addr4().String()+", RoCE v2")
-	code, _, errOut = runCmd("devinfo", "-d", "no-such-interface")
-	assert.Equal(t, 1, code)
-	assert.Contains(t, errOut, "no-such-interface")
 }

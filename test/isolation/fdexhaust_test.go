@@ -28,7 +28,7 @@ func TestDescriptorExhaustionLeavesOthersServed(t *testing.T) {
 	b := w.startRole(t, "transfer", otherUID, w.transferEnv()...)
 	require.NoError(t, b.round(0), "user B's transfer before the attack")
 
-	a := w.startRole(t, "fdhog", attackerUID, "SOCK="+w.a.sock)
+	a := w.startRole(t, "fdhog", attackerUID, "SOCK="+w.a.Sock)
 	// B's transfers while A works: each must succeed, however many fit.
 	stop := make(chan struct{})
 	var during []error
@@ -82,12 +82,12 @@ func TestDescriptorExhaustionLeavesOthersServed(t *testing.T) {
 	}
 
 	assert.NoError(t, b.round(1000), "user B's transfer while A holds its descriptors")
-	w.a.alive(t, "while user A holds its descriptors")
+	alive(t, w.a, "while user A holds its descriptors")
 	a.exit(t)
 	assert.NoError(t, b.round(1001), "user B's transfer after A exited")
-	again := w.startRole(t, "session", attackerUID, "SOCK="+w.a.sock)
+	again := w.startRole(t, "session", attackerUID, "SOCK="+w.a.Sock)
 	assert.Equal(t, "ok", again.next(t, time.Minute), "a new session of user A after A exited")
-	w.a.alive(t, "at the end")
+	alive(t, w.a, "at the end")
 }
 
 func init() { roles["fdhog"] = fdHogRole }

@@ -16,6 +16,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/softnic/softnic/internal/systest"
+
 	"github.com/softnic/softnic/internal/netnstest"
 	"github.com/softnic/softnic/internal/syncbuf"
 	"github.com/softnic/softnic/roce"
@@ -63,7 +65,7 @@ func TestLiveControlFuzzAsSecondUser(t *testing.T) {
 		"-test.fuzztime="+fuzzTime.String(), "-test.fuzzcachedir="+filepath.Join(work, "cache"), "-test.parallel=1")
 	fz.Dir = work
 	seen := filepath.Join(work, "seen")
-	fz.Env = append(os.Environ(), fuzzSocketEnv+"="+w.a.sock, fuzzSeenEnv+"="+seen)
+	fz.Env = append(os.Environ(), fuzzSocketEnv+"="+w.a.Sock, fuzzSeenEnv+"="+seen)
 	fz.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: otherUID, Gid: otherUID}}
 	var fout syncbuf.Buffer
 	fz.Stdout, fz.Stderr = &fout, &fout
@@ -72,21 +74,21 @@ func TestLiveControlFuzzAsSecondUser(t *testing.T) {
 	errs := <-rounds
 
 	said := fout.String()
-	t.Logf("the fuzzer said:\n%s\nuser 65534's transfers meanwhile: %d", tail(said, 3), len(errs))
+	t.Logf("the fuzzer said:\n%s\nuser 65534's transfers meanwhile: %d", systest.Tail(said, 3), len(errs))
 	crashers, _ := filepath.Glob(filepath.Join(work, "testdata", "fuzz", "FuzzLiveControl", "*"))
 	for _, c := range crashers {
 		data, _ := os.ReadFile(c)
 		t.Logf("failing input %s:\n%s", filepath.Base(c), data)
 	}
-	assert.NoError(t, ferr, "the fuzzer:\n%s", tail(said, 60))
+	assert.NoError(t, ferr, "the fuzzer:\n%s", systest.Tail(said, 60))
 	assert.FileExists(t, seen, "the fuzzer ran no input against the live daemon")
 	assert.Empty(t, crashers, "the fuzzer found failing inputs")
 	for i, err := range errs {
 		assert.NoError(t, err, "user 65534's transfer %d, while the fuzzer ran", i+1)
 	}
 	assert.NoError(t, pp.round(ctx), "user 65534's transfer after the fuzzing")
-	w.a.alive(t, "after the fuzzing")
-	w.b.alive(t, "after the fuzzing")
+	alive(t, w.a, "after the fuzzing")
+	alive(t, w.b, "after the fuzzing")
 }
 
 // pingpong runs ibv_rc_pingpong as user 65534 through the provider: the
@@ -100,11 +102,11 @@ type pingpong struct {
 const pingpongIters = 2000
 
 func (w *world) newPingpong(t *testing.T) *pingpong {
-	index := func(d *daemonProc) string {
-		c, err := dialWithin(d.sock, 10*time.Second)
+	index := func(d *systest.Daemon) string {
+		c, err := dialWithin(d.Sock, 10*time.Second)
 		require.NoError(t, err)
 		defer c.Close()
-		i, err := gidIndex(c, roce.GIDFromAddr(d.end.Addr4()))
+		i, err := gidIndex(c, roce.GIDFromAddr(d.End.Addr4()))
 		require.NoError(t, err)
 		return strconv.Itoa(i)
 	}

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/softnic/softnic/daemon/client"
+	"github.com/softnic/softnic/internal/systest"
 )
 
 // roleEnv names the role the test binary plays, as another user, instead
@@ -35,7 +36,7 @@ func TestMain(m *testing.M) {
 		run(bufio.NewScanner(os.Stdin))
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	systest.Main(m)
 }
 
 // errnoName is the errno a daemon's refusal carries ("EMFILE"), or "-".

@@ -42,8 +42,8 @@ func holdRole(in *bufio.Scanner) {
 // and other users' sessions without them; root sees all.
 func TestStatShowsOwnSessions(t *testing.T) {
 	w := newWorld(t)
-	mine := w.startRole(t, "hold", attackerUID, "SOCK="+w.a.sock)
-	theirs := w.startRole(t, "hold", otherUID, "SOCK="+w.a.sock)
+	mine := w.startRole(t, "hold", attackerUID, "SOCK="+w.a.Sock)
+	theirs := w.startRole(t, "hold", otherUID, "SOCK="+w.a.Sock)
 	var minePID, theirPID int
 	_, err := fmt.Sscanf(mine.next(t, time.Minute), "held %d", &minePID)
 	require.NoError(t, err)
@@ -123,20 +123,20 @@ func memlockRole(*bufio.Scanner) {
 // without bound (CAP_IPC_LOCK).
 func TestRegisteredBytesCountAgainstMemlock(t *testing.T) {
 	w := newWorld(t)
-	plain := w.startRole(t, "memlock", attackerUID, "SOCK="+w.a.sock)
+	plain := w.startRole(t, "memlock", attackerUID, "SOCK="+w.a.Sock)
 	assert.Equal(t, "512K: -", plain.next(t, time.Minute))
 	assert.Equal(t, "768K more: ENOMEM", plain.next(t, time.Minute))
 	assert.Equal(t, "768K after dereg: -", plain.next(t, time.Minute))
 
 	capable := w.startRoleWith(t, "memlock", attackerUID, &syscall.SysProcAttr{AmbientCaps: []uintptr{unix.CAP_IPC_LOCK}},
-		"SOCK="+w.a.sock)
+		"SOCK="+w.a.Sock)
 	assert.Equal(t, "512K: -", capable.next(t, time.Minute))
 	assert.Equal(t, "768K more: -", capable.next(t, time.Minute), "CAP_IPC_LOCK lifts the bound")
 
 	// In a user namespace of its own a user holds every capability, but
 	// only there: the bound holds, as the kernel's capable() asks the
 	// initial namespace.
-	nsRoot := w.startRoleVia(t, "memlock", attackerUID, nil, []string{"unshare", "-Ur"}, "SOCK="+w.a.sock)
+	nsRoot := w.startRoleVia(t, "memlock", attackerUID, nil, []string{"unshare", "-Ur"}, "SOCK="+w.a.Sock)
 	assert.Equal(t, "512K: -", nsRoot.next(t, time.Minute))
 	assert.Equal(t, "768K more: ENOMEM", nsRoot.next(t, time.Minute), "CAP_IPC_LOCK of a user namespace lifts nothing")
 }

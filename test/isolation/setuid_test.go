@@ -76,7 +76,7 @@ func TestExecOfSetuidProgramEndsAccess(t *testing.T) {
 	require.NoError(t, err, "attacker said %q", l)
 
 	// The peer: this test, as root, through the other end's daemon.
-	peer, err := newEndpoint(w.b.sock, w.pair.B.Addr4(), 2*page)
+	peer, err := newEndpoint(w.b.Sock, w.pair.B.Addr4(), 2*page)
 	require.NoError(t, err)
 	t.Cleanup(peer.close)
 	qpRead, err := peer.newQP()

@@ -32,9 +32,9 @@ func TestAddressSpaceExhaustionLeavesOthersServed(t *testing.T) {
 	w := newWorld(t)
 	b := w.startRole(t, "transfer", otherUID, w.transferEnv()...)
 	require.NoError(t, b.round(0), "user B's transfer before the attack")
-	before := memoryFigures(w.a.cmd.Process.Pid)
+	before := memoryFigures(w.a.Pid())
 
-	a := w.startRole(t, "vmhog", attackerUID, "SOCK="+w.a.sock)
+	a := w.startRole(t, "vmhog", attackerUID, "SOCK="+w.a.Sock)
 	// B's transfers while A works: each must succeed, however many fit.
 	held := make(chan string, 1)
 	go func() {
@@ -56,7 +56,7 @@ func TestAddressSpaceExhaustionLeavesOthersServed(t *testing.T) {
 	// What B's last sessions freed, A takes again.
 	a.send(t, "top up")
 	t.Logf("user A: %s; topped up: %s; user B's transfers meanwhile: %d", said, a.next(t, 5*time.Minute), len(during))
-	t.Logf("memory before: %s; while A holds: %s", before, memoryFigures(w.a.cmd.Process.Pid))
+	t.Logf("memory before: %s; while A holds: %s", before, memoryFigures(w.a.Pid()))
 	for i, err := range during {
 		assert.NoError(t, err, "user B's transfer %d, while A shared memory", i+1)
 	}
@@ -65,13 +65,13 @@ func TestAddressSpaceExhaustionLeavesOthersServed(t *testing.T) {
 	assert.Equal(t, "ENOMEM", m[5], "user A's refusal: %s", m[4])
 
 	assert.NoError(t, b.round(1000), "user B's transfer while A holds its shared memory")
-	w.a.alive(t, "while user A holds its shared memory")
+	alive(t, w.a, "while user A holds its shared memory")
 	a.exit(t)
 	assert.NoError(t, b.round(1001), "user B's transfer after A exited")
-	again := w.startRole(t, "session", attackerUID, "SOCK="+w.a.sock)
+	again := w.startRole(t, "session", attackerUID, "SOCK="+w.a.Sock)
 	assert.Equal(t, "ok", again.next(t, time.Minute), "a new session of user A after A exited")
-	w.a.alive(t, "at the end")
-	t.Logf("memory at the end: %s", memoryFigures(w.a.cmd.Process.Pid))
+	alive(t, w.a, "at the end")
+	t.Logf("memory at the end: %s", memoryFigures(w.a.Pid()))
 }
 
 func init() { roles["vmhog"] = vmHogRole }

@@ -5,15 +5,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"io"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -24,7 +21,7 @@ import (
 	"github.com/softnic/softnic/daemon/client"
 	"github.com/softnic/softnic/internal/netnstest"
 	"github.com/softnic/softnic/internal/syncbuf"
-	"github.com/softnic/softnic/roce"
+	"github.com/softnic/softnic/internal/systest"
 )
 
 // The unprivileged users: the attacker, and the user who must keep being
@@ -35,29 +32,15 @@ const (
 )
 
 // world is a softnic daemon on each end of a veth pair, as the README
-// runs them (socket mode 0666, every local user served), with softnic, its
-// provider and the test's programs in a root-owned directory every user
-// may enter.
+// runs them (socket mode 0666, every local user served), with softnic,
+// its provider and the test's programs in root-owned directories every
+// user may enter.
 type world struct {
-	dir    string // root-owned, 0755
+	dir    string // root-owned, 0755: the test's programs
 	bin    string // softnic
 	runDir string // root-owned, 0755, as the daemon's run directory must be
 	pair   *netnstest.Pair
-	a, b   *daemonProc
-
-	once    sync.Once
-	testBin string // this test binary, where other users may run it
-}
-
-// daemonProc is one `softnic daemon`, watched: done closes when it exits,
-// with err its exit (a crash shows as a signal or Go's exit status 2).
-type daemonProc struct {
-	end  *netnstest.End
-	sock string
-	cmd  *exec.Cmd
-	log  *syncbuf.Buffer
-	done chan struct{}
-	err  error
+	a, b   *systest.Daemon
 }
 
 // newWorld builds softnic (static, as a release is) and the provider,
@@ -65,113 +48,24 @@ type daemonProc struct {
 func newWorld(t *testing.T) *world {
 	netnstest.Integration(t)
 	netnstest.RequireCommands(t, "apt-get install libibverbs-dev gcc make util-linux iproute2", "cc", "make", "setpriv", "ip")
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	w := &world{dir: worldDir(t)}
-	w.bin = filepath.Join(w.dir, "softnic")
-	build := exec.CommandContext(ctx, filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", w.bin,
-		"github.com/softnic/softnic/cmd/softnic")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	out, err := build.CombinedOutput()
-	require.NoError(t, err, "go build softnic: %s", out)
-	out, err = exec.CommandContext(ctx, "make", "-s", "-C", filepath.Join("..", "..", "provider"), "O="+w.dir).CombinedOutput()
-	require.NoError(t, err, "make provider: %s", out)
-	w.pair = netnstest.NewT(t, netnstest.Config{MTU: 1500})
-	w.runDir = worldDir(t)
-	w.a = w.startDaemon(t, &w.pair.A)
-	w.b = w.startDaemon(t, &w.pair.B)
-	return w
-}
-
-// worldDir is a temporary root-owned directory every user may enter and
-// none but root may write.
-func worldDir(t *testing.T) string {
-	dir, err := os.MkdirTemp("", "softnic-isolation-")
-	require.NoError(t, err)
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	require.NoError(t, os.Chmod(dir, 0o755))
-	return dir
+	sw := systest.NewWorld(t, systest.Config{Provider: true, AwaitGID: true})
+	return &world{dir: systest.RootDir(t), bin: sw.Bin, runDir: sw.RunDir, pair: sw.Pair, a: sw.A, b: sw.B}
 }
 
 // userDir is a temporary directory owned by uid, mode 0700.
-func userDir(t *testing.T, uid int) string {
-	dir, err := os.MkdirTemp("", "softnic-isolation-user-")
-	require.NoError(t, err)
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	require.NoError(t, os.Chown(dir, uid, uid))
-	return dir
-}
+func userDir(t *testing.T, uid int) string { return systest.UserDir(t, uid) }
 
-// startDaemon runs `softnic daemon` on end and returns once it serves and
-// its GID table holds the end's IPv4 address; the test's end stops it.
-func (w *world) startDaemon(t *testing.T, end *netnstest.End) *daemonProc {
-	d := &daemonProc{end: end, sock: filepath.Join(w.runDir, "softnic_"+end.Ifname+".sock"), log: &syncbuf.Buffer{},
-		done: make(chan struct{})}
-	d.cmd = exec.Command("ip", "netns", "exec", end.Namespace, w.bin, "daemon", "-d", end.Ifname, "--run-dir", w.runDir)
-	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
-	require.NoError(t, d.cmd.Start())
-	go func() { d.err = d.cmd.Wait(); close(d.done) }()
-	t.Cleanup(func() { d.stop(t, w.runDir) })
-	require.Eventually(t, func() bool { return strings.Contains(d.log.String(), "serving") || d.exited() }, 20*time.Second,
-		20*time.Millisecond, "the daemon on %s did not start:\n%s", end.Ifname, d.log.String())
-	require.False(t, d.exited(), "the daemon on %s exited: %v\n%s", end.Ifname, d.err, d.log.String())
-	require.Eventually(t, func() bool {
-		c, err := client.Dial(d.sock)
-		if err != nil {
-			return false
-		}
-		defer c.Close()
-		_, err = gidIndex(c, roce.GIDFromAddr(end.Addr4()))
-		return err == nil
-	}, 20*time.Second, 50*time.Millisecond, "the daemon on %s never had %v in its GID table", end.Ifname, end.Addr4())
-	return d
-}
-
-// exited reports whether the daemon's process is gone.
-func (d *daemonProc) exited() bool {
-	select {
-	case <-d.done:
-		return true
-	default:
-		return false
-	}
-}
-
-// stop ends the daemon with SIGTERM (SIGKILL after 10 s), and takes away
-// its device file if a crashed daemon left it: /dev/infiniband is the
-// host's.
-func (d *daemonProc) stop(t *testing.T, runDir string) {
-	if !d.exited() {
-		d.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-d.done:
-		case <-time.After(10 * time.Second):
-			d.cmd.Process.Kill()
-			<-d.done
-		}
-	}
-	h := fnv.New32a()
-	h.Write([]byte(runDir))
-	cdev := filepath.Join("/dev/infiniband", fmt.Sprintf("softnic_%s.%08x", d.end.Ifname, h.Sum32()))
-	if target, err := os.Readlink(cdev); err == nil && target == "/dev/null" {
-		os.Remove(cdev)
-	}
-	if t.Failed() {
-		t.Logf("daemon on %s (exit %v) said:\n%s", d.end.Ifname, d.err, tail(d.log.String(), 40))
-	}
-}
-
-// alive fails the test unless the daemon still runs and serves a new
+// alive fails the test unless the daemon d still runs and serves a new
 // session (root's, which no user limit refuses).
-func (d *daemonProc) alive(t *testing.T, when string) {
+func alive(t *testing.T, d *systest.Daemon, when string) {
 	t.Helper()
-	if d.exited() {
-		t.Errorf("%s: the daemon on %s is gone: %v\n%s", when, d.end.Ifname, d.err, crash(d.log.String()))
+	if d.Exited() {
+		t.Errorf("%s: the daemon on %s is gone: %v\n%s", when, d.End.Ifname, d.Wait(), crash(d.Log.String()))
 		return
 	}
-	c, err := dialWithin(d.sock, 10*time.Second)
+	c, err := dialWithin(d.Sock, 10*time.Second)
 	if err != nil {
-		t.Errorf("%s: the daemon on %s serves no new session: %v", when, d.end.Ifname, err)
+		t.Errorf("%s: the daemon on %s serves no new session: %v", when, d.End.Ifname, err)
 		return
 	}
 	c.Close()
@@ -188,16 +82,7 @@ func crash(out string) string {
 			}
 		}
 	}
-	return tail(out, 40)
-}
-
-// tail returns the last n lines of s.
-func tail(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = append([]string{fmt.Sprintf("[%d lines before]", len(lines)-n)}, lines[len(lines)-n:]...)
-	}
-	return strings.Join(lines, "\n")
+	return systest.Tail(out, 40)
 }
 
 // errNoReply is a call the daemon did not answer within its bound.
@@ -234,9 +119,8 @@ func dialWithin(sock string, d time.Duration) (*client.Conn, error) {
 // user namespace, as an attacker who sets the variables himself: there a
 // set-user-ID program it runs gains root's rights.
 func (w *world) userCommand(ctx context.Context, end *netnstest.End, uid int, argv ...string) *exec.Cmd {
-	args := append([]string{"netns", "exec", end.Namespace, "setpriv", fmt.Sprintf("--reuid=%d", uid),
-		fmt.Sprintf("--regid=%d", uid), "--clear-groups", w.bin, "exec", "--run-dir", w.runDir, "--sysfs", "env",
-		"-d", end.Ifname, "--"}, argv...)
+	args := append([]string{"netns", "exec", end.Namespace}, systest.AsUser(uid, append([]string{w.bin, "exec", "--run-dir", w.runDir,
+		"--sysfs", "env", "-d", end.Ifname, "--"}, argv...)...)...)
 	return exec.CommandContext(ctx, "ip", args...)
 }
 
@@ -265,17 +149,11 @@ func (w *world) startRoleWith(t *testing.T, name string, uid int, attr *syscall.
 // startRoleVia is startRoleWith, the test binary run through the command
 // via (e.g. unshare -Ur) when not nil.
 func (w *world) startRoleVia(t *testing.T, name string, uid int, attr *syscall.SysProcAttr, via []string, env ...string) *program {
-	w.once.Do(func() {
-		self, err := os.ReadFile(os.Args[0])
-		require.NoError(t, err)
-		w.testBin = filepath.Join(w.dir, "isolation.test")
-		require.NoError(t, os.WriteFile(w.testBin, self, 0o755))
-	})
-	argv := append(append([]string{}, via...), w.testBin, "-test.run=^$")
+	argv := append(append([]string{}, via...), systest.TestBinary(t), "-test.run=^$")
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = append(append(os.Environ(), roleEnv+"="+name), env...)
 	cmd.Dir = w.dir
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid)}}
+	cmd.SysProcAttr = systest.Credential(uid)
 	if attr != nil {
 		cmd.SysProcAttr.AmbientCaps = attr.AmbientCaps
 	}
@@ -316,7 +194,7 @@ func startProgram(t *testing.T, name string, cmd *exec.Cmd) *program {
 		cmd.Process.Kill()
 		cmd.Wait()
 		if t.Failed() {
-			t.Logf("%s said:\n%s", name, tail(p.log.String(), 40))
+			t.Logf("%s said:\n%s", name, systest.Tail(p.log.String(), 40))
 		}
 	})
 	return p
@@ -384,7 +262,7 @@ func (w *world) addrs() (netip.Addr, netip.Addr) { return w.pair.A.Addr4(), w.pa
 // two daemons.
 func (w *world) transferEnv() []string {
 	a, b := w.addrs()
-	return []string{"SOCK_A=" + w.a.sock, "SOCK_B=" + w.b.sock, "ADDR_A=" + a.String(), "ADDR_B=" + b.String()}
+	return []string{"SOCK_A=" + w.a.Sock, "SOCK_B=" + w.b.Sock, "ADDR_A=" + a.String(), "ADDR_B=" + b.String()}
 }
 
 // noCores keeps a crashing daemon from dumping a core: one that mapped

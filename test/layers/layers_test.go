@@ -31,7 +31,7 @@ var layers = []struct {
 	{"rdmacm", 5},
 	{"daemon", 6},
 	{"tools/", 7},
-	{"cmd/", 8}, {"bench/", 8}, {"test/", 8},
+	{"cmd/", 8}, {"bench/", 8}, {"test/", 8}, {"internal/systest", 8},
 }
 
 // upward are the imports against the layers that remain, each a package

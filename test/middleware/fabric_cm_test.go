@@ -8,6 +8,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/softnic/softnic/internal/systest"
 )
 
 // TestFabricInfo runs `fi_info -p 'verbs;ofi_rxm'`: libfabric's reliable
@@ -18,13 +20,13 @@ func TestFabricInfo(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	out, err := combined(w.user(ctx, &w.pair.A, "fi_info", "-p", "verbs;ofi_rxm"))
-	require.NoError(t, err, "fi_info -p 'verbs;ofi_rxm': %s\n%s", firstError(out), tail(out, 20))
-	re := regexp.MustCompile(`(?m)^provider: verbs;ofi_rxm\n\s+fabric: .*\n\s+domain: ` + regexp.QuoteMeta(w.a.dev) +
+	require.NoError(t, err, "fi_info -p 'verbs;ofi_rxm': %s\n%s", firstError(out), systest.Tail(out, 20))
+	re := regexp.MustCompile(`(?m)^provider: verbs;ofi_rxm\n\s+fabric: .*\n\s+domain: ` + regexp.QuoteMeta(w.a.Name) +
 		`\n(?:.*\n)*?\s+type: FI_EP_RDM$`)
-	assert.Regexp(t, re, out, "fi_info lists no verbs;ofi_rxm RDM endpoint on %s", w.a.dev)
+	assert.Regexp(t, re, out, "fi_info lists no verbs;ofi_rxm RDM endpoint on %s", w.a.Name)
 	// the provider listed the device the daemon serves: the daemon saw
 	// fi_info's session
-	assert.Regexp(t, `session started" pid=\d+ uid=65534`, w.a.log.String())
+	assert.Regexp(t, `session started" pid=\d+ uid=65534`, w.a.Log.String())
 }
 
 // TestFabricPingpong runs fi_pingpong over the verbs provider's connected

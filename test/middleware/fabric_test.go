@@ -9,6 +9,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/softnic/softnic/internal/systest"
 )
 
 // fabricPingpong is one fi_pingpong run: its endpoint type, the provider
@@ -44,7 +46,7 @@ func (w *world) fabricPingpong(t *testing.T, c fabricPingpong, port int) {
 	serr := srv.wait(30 * time.Second)
 	sout := srv.out.String()
 	require.True(t, cerr == nil && serr == nil, "fi_pingpong -e %s: client %v: %s\nserver %v: %s\nclient said:\n%s\nserver said:\n%s",
-		c.ep, cerr, firstError(cout), serr, firstError(sout), tail(cout, 20), tail(sout, 20))
+		c.ep, cerr, firstError(cout), serr, firstError(sout), systest.Tail(cout, 20), systest.Tail(sout, 20))
 	m := fabricResult.FindStringSubmatch(cout)
 	require.NotNil(t, m, "fi_pingpong printed no result:\n%s", cout)
 	assert.Equal(t, fmt.Sprint(iters), m[2])

@@ -13,27 +13,30 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/softnic/softnic/internal/systest"
 )
 
 // mpiProgram compiles testdata/mpicheck.c with Open MPI's mpicc into the
 // tools' directory, once.
 func mpiProgram(t *testing.T) string {
 	t.Helper()
-	tools.mpiOnce.Do(func() {
-		prog := filepath.Join(tools.dir, "mpicheck")
+	dir := systest.ToolsDir(t)
+	mpi.once.Do(func() {
+		prog := filepath.Join(dir, "mpicheck")
 		src, err := filepath.Abs(filepath.Join("testdata", "mpicheck.c"))
 		if err != nil {
-			tools.mpiErr = err
+			mpi.err = err
 			return
 		}
 		if out, err := exec.Command("mpicc", "-O1", "-Wall", "-Werror", "-o", prog, src).CombinedOutput(); err != nil {
-			tools.mpiErr = fmt.Errorf("mpicc mpicheck.c: %v: %s", err, out)
+			mpi.err = fmt.Errorf("mpicc mpicheck.c: %v: %s", err, out)
 			return
 		}
-		tools.mpicheck = prog
+		mpi.prog = prog
 	})
-	require.NoError(t, tools.mpiErr)
-	return tools.mpicheck
+	require.NoError(t, mpi.err)
+	return mpi.prog
 }
 
 // mpiTransports are the two ways Open MPI reaches an RDMA device: its UCX
@@ -77,7 +80,7 @@ func TestOpenMPI(t *testing.T) {
 			cmd.Env = append(cmd.Env,
 				fmt.Sprintf("MW_HOSTS=hosta=%s:%s hostb=%s:%s", w.pair.A.Namespace, w.pair.A.Ifname,
 					w.pair.B.Namespace, w.pair.B.Ifname),
-				"MW_SOFTNIC="+tools.bin, "MW_RUN_DIR="+w.runDir, "MW_TMP="+userDir(t))
+				"MW_SOFTNIC="+w.bin, "MW_RUN_DIR="+w.runDir, "MW_TMP="+userDir(t))
 			before := w.snapshot(t)
 			n := runMPI(t, cmd)
 			d := w.delta(t, before)
@@ -102,7 +105,7 @@ func TestOpenMPI(t *testing.T) {
 func runMPI(t *testing.T, cmd *exec.Cmd) int64 {
 	t.Helper()
 	out, err := combined(cmd)
-	require.NoError(t, err, "mpirun: %s\n%s", firstError(out), tail(out, 40))
+	require.NoError(t, err, "mpirun: %s\n%s", firstError(out), systest.Tail(out, 40))
 	m := mpiOK.FindStringSubmatch(out)
 	require.NotNil(t, m, "mpicheck did not say ok:\n%s", out)
 	assert.Regexp(t, `rank 1 of 2 on .* done`, out)

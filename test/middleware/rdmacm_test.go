@@ -13,6 +13,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/softnic/softnic/internal/systest"
 	"golang.org/x/sys/unix"
 
 	"github.com/softnic/softnic/daemon/client"
@@ -74,7 +76,7 @@ func TestRdmaCMSuite(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	before := w.snapshot(t)
-	cmd := w.user(ctx, &w.pair.A, "/usr/bin/python3", filepath.Join(dir, "run_tests.py"), "--dev", w.a.dev, "--port", "1",
+	cmd := w.user(ctx, &w.pair.A, "/usr/bin/python3", filepath.Join(dir, "run_tests.py"), "--dev", w.a.Name, "--port", "1",
 		"--gid", fmt.Sprint(w.gidIndex(t, w.a)), "-v", "test_rdmacm")
 	out2, err := combined(cmd)
 	res := string(out2)
@@ -90,7 +92,7 @@ func TestRdmaCMSuite(t *testing.T) {
 		}
 	}
 	assert.Empty(t, bad, "tests that did not pass")
-	require.NoError(t, err, "run_tests.py: %s\n%s", firstError(res), tail(res, 40))
+	require.NoError(t, err, "run_tests.py: %s\n%s", firstError(res), systest.Tail(res, 40))
 	verdict := "OK"
 	if len(multicast) > 0 {
 		verdict = fmt.Sprintf("OK (skipped=%d)", len(multicast))
@@ -104,20 +106,20 @@ func TestRdmaCMSuite(t *testing.T) {
 
 // gidIndex is the index of d's end's IPv4 address in its device's GID
 // table.
-func (w *world) gidIndex(t *testing.T, d *daemon) int {
+func (w *world) gidIndex(t *testing.T, d *systest.Daemon) int {
 	t.Helper()
-	c, err := client.Dial(d.sock(w.runDir))
+	c, err := client.Dial(d.Sock)
 	require.NoError(t, err)
 	defer c.Close()
 	port, err := c.QueryPort()
 	require.NoError(t, err)
-	want := roce.GIDFromAddr(d.end.Addr4())
+	want := roce.GIDFromAddr(d.End.Addr4())
 	for i := 0; i < int(port.GIDTableLen); i++ {
 		if g, err := c.QueryGID(i); err == nil && g == want {
 			return i
 		}
 	}
-	require.Fail(t, "no IPv4 GID", "%v not in %s's GID table", d.end.Addr4(), d.dev)
+	require.Fail(t, "no IPv4 GID", "%v not in %s's GID table", d.End.Addr4(), d.Name)
 	return 0
 }
 
@@ -221,7 +223,7 @@ func TestCmtime(t *testing.T) {
 }
 
 // settles waits (up to a minute) until d's device holds what want says.
-func (w *world) settles(t *testing.T, d *daemon, want resources, what string) {
+func (w *world) settles(t *testing.T, d *systest.Daemon, want resources, what string) {
 	t.Helper()
 	var last string
 	ok := func() bool {

@@ -10,6 +10,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/softnic/softnic/internal/systest"
 )
 
 // ucxPerf is one ucx_perftest case: the test, its message size and
@@ -59,15 +61,15 @@ func (w *world) ucxPerftest(t *testing.T, tls string, c ucxPerf, port int) []str
 	}
 	before := w.snapshot(t)
 	srv := start(t, "ucx_perftest server", w.user(ctx, &w.pair.A,
-		append(env(w.a.dev), "ucx_perftest", "-p", fmt.Sprint(port))...))
+		append(env(w.a.Name), "ucx_perftest", "-p", fmt.Sprint(port))...))
 	listeningTCP(t, &w.pair.A, port, srv)
-	cli := w.user(ctx, &w.pair.B, append(env(w.b.dev), "ucx_perftest", addr(&w.pair.A), "-p", fmt.Sprint(port),
+	cli := w.user(ctx, &w.pair.B, append(env(w.b.Name), "ucx_perftest", addr(&w.pair.A), "-p", fmt.Sprint(port),
 		"-t", c.test, "-s", fmt.Sprint(c.size), "-n", fmt.Sprint(c.iters))...)
 	cout, cerr := combined(cli)
 	serr := srv.wait(30 * time.Second)
 	sout := srv.out.String()
 	require.True(t, cerr == nil && serr == nil, "ucx_perftest %s over %s: client %v: %s\nserver %v: %s\nclient said:\n%s\nserver said:\n%s",
-		c.test, tls, cerr, firstError(cout), serr, firstError(sout), tail(cout, 25), tail(sout, 25))
+		c.test, tls, cerr, firstError(cout), serr, firstError(sout), systest.Tail(cout, 25), systest.Tail(sout, 25))
 	m := ucxPerfFinal.FindStringSubmatch(cout)
 	require.NotNil(t, m, "ucx_perftest printed no Final line:\n%s", cout)
 	assert.Equal(t, fmt.Sprint(c.iters), m[1], "iterations in the Final line")

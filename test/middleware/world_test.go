@@ -5,13 +5,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"hash/fnv"
 	"net/netip"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,83 +18,32 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/softnic/softnic/daemon/client"
 	"github.com/softnic/softnic/internal/netnstest"
 	"github.com/softnic/softnic/internal/syncbuf"
-	"github.com/softnic/softnic/roce"
+	"github.com/softnic/softnic/internal/systest"
 )
 
 // nobody is the unprivileged user the programs run as.
-const nobody = 65534
+const nobody = systest.Nobody
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if tools.dir != "" {
-		os.RemoveAll(tools.dir)
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { systest.Main(m) }
 
-// tools are built once per test binary: softnic (static, as a release
-// is), its provider and librdmacm, and testdata/mpicheck.c, in a
-// root-owned directory every user may enter.
-var tools struct {
-	once     sync.Once
-	dir      string
-	bin      string // softnic
-	mpicheck string // "" until mpiProgram builds it
-	mpiOnce  sync.Once
-	mpiErr   error
-	err      error
-}
-
-func buildTools(t *testing.T) {
-	t.Helper()
-	tools.once.Do(func() {
-		dir, err := os.MkdirTemp("", "softnic-middleware-")
-		if err != nil {
-			tools.err = err
-			return
-		}
-		tools.dir = dir
-		if err := os.Chmod(dir, 0o755); err != nil {
-			tools.err = err
-			return
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		defer cancel()
-		tools.bin = filepath.Join(dir, "softnic")
-		build := exec.CommandContext(ctx, filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", tools.bin,
-			"github.com/softnic/softnic/cmd/softnic")
-		build.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := build.CombinedOutput(); err != nil {
-			tools.err = fmt.Errorf("go build softnic: %v: %s", err, out)
-			return
-		}
-		if out, err := exec.CommandContext(ctx, "make", "-s", "-C", filepath.Join("..", "..", "provider"),
-			"O="+dir).CombinedOutput(); err != nil {
-			tools.err = fmt.Errorf("make provider: %v: %s", err, out)
-		}
-	})
-	require.NoError(t, tools.err)
+// mpi is testdata/mpicheck.c, built once per test binary by mpiProgram.
+var mpi struct {
+	once sync.Once
+	prog string
+	err  error
 }
 
 // world is a softnic daemon on each end of a veth pair, sharing one run
-// directory, as the README runs them.
+// directory, as the README runs them, with softnic (static, as a release
+// is), its provider and librdmacm in a root-owned directory every user
+// may enter.
 type world struct {
+	bin    string // softnic
 	runDir string // root-owned, 0755
 	pair   *netnstest.Pair
-	a, b   *daemon
-}
-
-// daemon is one `softnic daemon`, watched: done closes when it exits.
-type daemon struct {
-	end  *netnstest.End
-	dev  string // its device's name
-	cmd  *exec.Cmd
-	log  *syncbuf.Buffer
-	done chan struct{}
-	err  error
+	a, b   *systest.Daemon
 }
 
 // newWorld checks that the programs the test runs are installed (install
@@ -115,100 +61,16 @@ func newWorldArgs(t *testing.T, daemonArgs []string, install string, programs ..
 	netnstest.RequireCommands(t, "apt-get install libibverbs-dev gcc make util-linux iproute2",
 		"cc", "make", "setpriv", "prlimit", "ip", "ss")
 	netnstest.RequireCommands(t, "apt-get install "+install, programs...)
-	buildTools(t)
-	w := &world{runDir: rootDir(t)}
-	w.pair = netnstest.NewT(t, netnstest.Config{MTU: 1500})
-	w.a = w.startDaemon(t, &w.pair.A, daemonArgs)
-	w.b = w.startDaemon(t, &w.pair.B, daemonArgs)
-	return w
+	sw := systest.NewWorld(t, systest.Config{Provider: true, Args: [2][]string{daemonArgs, daemonArgs}, AwaitGID: true})
+	return &world{bin: sw.Bin, runDir: sw.RunDir, pair: sw.Pair, a: sw.A, b: sw.B}
 }
 
 // rootDir is a temporary root-owned directory every user may enter and
 // none but root may write.
-func rootDir(t *testing.T) string {
-	dir, err := os.MkdirTemp("", "softnic-middleware-")
-	require.NoError(t, err)
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	require.NoError(t, os.Chmod(dir, 0o755))
-	return dir
-}
+func rootDir(t *testing.T) string { return systest.RootDir(t) }
 
 // userDir is a temporary directory nobody owns.
-func userDir(t *testing.T) string {
-	dir, err := os.MkdirTemp("", "softnic-middleware-user-")
-	require.NoError(t, err)
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	require.NoError(t, os.Chown(dir, nobody, nobody))
-	return dir
-}
-
-// startDaemon runs `softnic daemon` on end and returns once it serves and
-// its GID table holds the end's IPv4 address.
-func (w *world) startDaemon(t *testing.T, end *netnstest.End, args []string) *daemon {
-	d := &daemon{end: end, dev: "softnic_" + end.Ifname, log: &syncbuf.Buffer{}, done: make(chan struct{})}
-	argv := append([]string{"netns", "exec", end.Namespace, tools.bin, "daemon", "-d", end.Ifname, "--run-dir", w.runDir}, args...)
-	d.cmd = exec.Command("ip", argv...)
-	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
-	require.NoError(t, d.cmd.Start())
-	go func() { d.err = d.cmd.Wait(); close(d.done) }()
-	t.Cleanup(func() { d.stop(t, w.runDir) })
-	require.Eventually(t, func() bool { return strings.Contains(d.log.String(), "serving") || d.exited() }, 20*time.Second,
-		20*time.Millisecond, "the daemon on %s did not start:\n%s", end.Ifname, d.log.String())
-	require.False(t, d.exited(), "the daemon on %s exited: %v\n%s", end.Ifname, d.err, d.log.String())
-	want := roce.GIDFromAddr(end.Addr4())
-	require.Eventually(t, func() bool {
-		c, err := client.Dial(d.sock(w.runDir))
-		if err != nil {
-			return false
-		}
-		defer c.Close()
-		port, err := c.QueryPort()
-		if err != nil {
-			return false
-		}
-		for i := 0; i < int(port.GIDTableLen); i++ {
-			if g, err := c.QueryGID(i); err == nil && g == want {
-				return true
-			}
-		}
-		return false
-	}, 20*time.Second, 50*time.Millisecond, "the daemon on %s never had %v in its GID table", end.Ifname, end.Addr4())
-	return d
-}
-
-func (d *daemon) sock(runDir string) string { return filepath.Join(runDir, d.dev+".sock") }
-
-func (d *daemon) exited() bool {
-	select {
-	case <-d.done:
-		return true
-	default:
-		return false
-	}
-}
-
-// stop ends the daemon with SIGTERM (SIGKILL after 10 s) and takes away
-// the device file a crashed daemon left in the host's /dev/infiniband.
-func (d *daemon) stop(t *testing.T, runDir string) {
-	if !d.exited() {
-		d.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-d.done:
-		case <-time.After(10 * time.Second):
-			d.cmd.Process.Kill()
-			<-d.done
-		}
-	}
-	h := fnv.New32a()
-	h.Write([]byte(runDir))
-	cdev := filepath.Join("/dev/infiniband", fmt.Sprintf("%s.%08x", d.dev, h.Sum32()))
-	if target, err := os.Readlink(cdev); err == nil && target == "/dev/null" {
-		os.Remove(cdev)
-	}
-	if t.Failed() {
-		t.Logf("daemon on %s (exit %v) said:\n%s", d.end.Ifname, d.err, tail(d.log.String(), 30))
-	}
-}
+func userDir(t *testing.T) string { return systest.UserDir(t, nobody) }
 
 // user is argv run on end's device through softnic exec, as user nobody
 // with CAP_IPC_LOCK (registered pages count against RLIMIT_MEMLOCK, as
@@ -230,16 +92,14 @@ func (w *world) userWith(ctx context.Context, end *netnstest.End, limits []strin
 		args = append(append(append(args, "prlimit"), limits...), "--")
 	}
 	args = append(args, w.execArgs(end)...)
-	args = append(args, "setpriv", fmt.Sprintf("--reuid=%d", nobody), fmt.Sprintf("--regid=%d", nobody), "--clear-groups",
-		"--inh-caps=+ipc_lock", "--ambient-caps=+ipc_lock", "--pdeathsig=KILL")
-	args = append(args, argv...)
+	args = append(args, systest.AsUserIPCLock(nobody, argv...)...)
 	return w.command(ctx, "ip", args...)
 }
 
 // execArgs is `softnic exec` on end's device, ready for the program's
 // argv.
 func (w *world) execArgs(end *netnstest.End) []string {
-	return []string{tools.bin, "exec", "--run-dir", w.runDir, "-d", end.Ifname, "--"}
+	return []string{w.bin, "exec", "--run-dir", w.runDir, "-d", end.Ifname, "--"}
 }
 
 // command is exec.CommandContext in a process group of its own, run from
@@ -279,7 +139,7 @@ func start(t *testing.T, name string, cmd *exec.Cmd) *proc {
 	t.Cleanup(func() {
 		p.kill()
 		if t.Failed() {
-			t.Logf("%s said:\n%s", name, tail(p.out.String(), 40))
+			t.Logf("%s said:\n%s", name, systest.Tail(p.out.String(), 40))
 		}
 	})
 	return p
@@ -331,14 +191,14 @@ func listeningTCP(t *testing.T, end *netnstest.End, port int, p *proc) {
 
 // listeningCM waits until an rdma_cm ID on d's device listens on port (as
 // `softnic stat res cm_id` shows it), or p ends.
-func (w *world) listeningCM(t *testing.T, d *daemon, port int, p *proc) {
+func (w *world) listeningCM(t *testing.T, d *systest.Daemon, port int, p *proc) {
 	t.Helper()
 	want := regexp.MustCompile(fmt.Sprintf(`state LISTEN .*src-addr \S*:%d\b`, port))
 	ok := func() bool {
 		if p.exited() {
 			return true
 		}
-		out, _ := exec.Command(tools.bin, "stat", "res", "cm_id", "--run-dir", w.runDir, "-d", d.end.Ifname).Output()
+		out, _ := exec.Command(w.bin, "stat", "res", "cm_id", "--run-dir", w.runDir, "-d", d.End.Ifname).Output()
 		return want.Match(out)
 	}
 	require.Eventually(t, ok, 30*time.Second, 20*time.Millisecond, "%s never listened on rdma_cm port %d:\n%s", p.name, port, p.out.String())
@@ -349,13 +209,13 @@ func (w *world) listeningCM(t *testing.T, d *daemon, port int, p *proc) {
 type counters map[string]uint64
 
 // stat reads d's device counters with `softnic stat -j`.
-func (w *world) stat(t *testing.T, d *daemon) counters {
+func (w *world) stat(t *testing.T, d *systest.Daemon) counters {
 	t.Helper()
-	out, err := exec.Command(tools.bin, "stat", "-j", "--run-dir", w.runDir, "-d", d.end.Ifname).Output()
+	out, err := exec.Command(w.bin, "stat", "-j", "--run-dir", w.runDir, "-d", d.End.Ifname).Output()
 	require.NoError(t, err, "softnic stat: %s", out)
 	var devs []map[string]any
 	require.NoError(t, json.Unmarshal(out, &devs), "softnic stat -j: %s", out)
-	require.Len(t, devs, 1, "softnic stat -j -d %s: %s", d.end.Ifname, out)
+	require.Len(t, devs, 1, "softnic stat -j -d %s: %s", d.End.Ifname, out)
 	c := counters{}
 	for k, v := range devs[0] {
 		if f, ok := v.(float64); ok {
@@ -419,9 +279,9 @@ type resources map[string]int
 var resLine = regexp.MustCompile(`(?m)^\d+: (\S+): (.*)$`)
 
 // res reads d's device's objects with `softnic stat res`.
-func (w *world) res(t *testing.T, d *daemon) (resources, string) {
+func (w *world) res(t *testing.T, d *systest.Daemon) (resources, string) {
 	t.Helper()
-	out, err := exec.Command(tools.bin, "stat", "res", "--run-dir", w.runDir, "-d", d.end.Ifname).CombinedOutput()
+	out, err := exec.Command(w.bin, "stat", "res", "--run-dir", w.runDir, "-d", d.End.Ifname).CombinedOutput()
 	require.NoError(t, err, "softnic stat res: %s", out)
 	m := resLine.FindSubmatch(out)
 	require.NotNil(t, m, "softnic stat res: %s", out)
@@ -461,15 +321,6 @@ func firstError(out string) string {
 		return lines[0]
 	}
 	return ""
-}
-
-// tail returns the last n lines of s.
-func tail(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = append([]string{fmt.Sprintf("[%d lines before]", len(lines)-n)}, lines[len(lines)-n:]...)
-	}
-	return strings.Join(lines, "\n")
 }
 
 // addr is end's IPv4 address as text.

@@ -1,4 +1,4 @@
-package main
+package system
 
 import (
 	"context"
@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"syscall"
 	"testing"
 	"time"
 
@@ -14,6 +13,7 @@ import (
 
 	"github.com/softnic/softnic/hostif"
 	"github.com/softnic/softnic/internal/netnstest"
+	"github.com/softnic/softnic/internal/systest"
 )
 
 // TestProviderHostInterface builds the provider's side of the host
@@ -30,7 +30,7 @@ func TestProviderHostInterface(t *testing.T) {
 	netnstest.RequireCommands(t, "apt-get install gcc libibverbs-dev librdmacm-dev", "cc")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	provider := filepath.Join("..", "..", "provider")
+	provider := filepath.Join(systest.Root(t), "provider")
 	src := func(names ...string) []string {
 		var paths []string
 		for _, n := range names {
@@ -46,7 +46,7 @@ func TestProviderHostInterface(t *testing.T) {
 		{"provider_hostif", src("objects.c", "device.c", "qp.c", "datapath.c", "extended.c"), 18},
 		{"provider_hostif_cm", src("rdmacm_event.c", "rdmacm_qp.c", "rdmacm_addr.c", "rdmacm_unsup.c"), 8},
 	}
-	dir := worldDir(t)
+	dir := systest.RootDir(t)
 	for _, p := range programs {
 		bin := filepath.Join(dir, p.name)
 		args := append([]string{"-O1", "-g", "-std=gnu11", "-Wall", "-Wextra", "-Werror",
@@ -57,7 +57,7 @@ func TestProviderHostInterface(t *testing.T) {
 		cmd.Env = append(os.Environ(), "SOFTNIC_RUN_DIR="+dir)
 		if os.Geteuid() == 0 {
 			require.NoError(t, os.Chmod(dir, 0o777))
-			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+			cmd.SysProcAttr = systest.Credential(systest.Nobody)
 		}
 		prog := startCProgram(t, cmd)
 		prog.waitFor(t, fmt.Sprintf("version %d", hostif.Version))
@@ -77,7 +77,7 @@ func TestProviderDestroysChannels(t *testing.T) {
 	defer cancel()
 	prog := buildCProgram(t, ctx, w.bin, "channel_destroy", "-lrdmacm")
 	fds := func() int {
-		entries, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", w.daemons[0].Process.Pid))
+		entries, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", w.daemons[0].Pid()))
 		require.NoError(t, err)
 		return len(entries)
 	}

@@ -1,8 +1,7 @@
-package main
+package system
 
 import (
 	"bufio"
-	"context"
 	"fmt"
 	"io"
 	"os"
@@ -17,9 +16,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/softnic/softnic/daemon/client"
+	"github.com/softnic/softnic/hostif"
 	"github.com/softnic/softnic/ibtransport"
 	"github.com/softnic/softnic/internal/netnstest"
-	"github.com/softnic/softnic/internal/syncbuf"
+	"github.com/softnic/softnic/internal/systest"
 )
 
 // TestMain lets the test binary play a daemon's client in another process
@@ -28,7 +28,11 @@ func TestMain(m *testing.M) {
 	if sock := os.Getenv("SOFTNIC_DAEMON_CLIENT"); sock != "" {
 		os.Exit(daemonClient(sock))
 	}
-	os.Exit(m.Run())
+	systest.Main(m)
+}
+
+func hostifQP(pd, cq uint32) hostif.CreateQPRequest {
+	return hostif.CreateQPRequest{PD: pd, SendCQ: cq, RecvCQ: cq, MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}
 }
 
 // daemonClient makes a PD, an MR over its own heap, a CQ and a QP, says
@@ -66,19 +70,17 @@ func daemonClient(sock string) int {
 // over its files, and SIGTERM leaves no XDP program and no file.
 func TestDaemonOnVeth(t *testing.T) {
 	netnstest.Integration(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	bin := buildSoftnic(t, ctx)
+	bin := systest.Softnic(t)
 	pair := netnstest.NewT(t, netnstest.Config{})
-	runDir := worldDir(t)
+	runDir := systest.RootDir(t)
 	sock := filepath.Join(runDir, "softnic_"+pair.A.Ifname+".sock")
 	xdpAttached := func() bool {
 		out, err := pair.A.Command("ip", "link", "show", "dev", pair.A.Ifname).CombinedOutput()
 		require.NoError(t, err, string(out))
 		return strings.Contains(string(out), "xdp")
 	}
-	start := func() (*exec.Cmd, *syncbuf.Buffer) { return startDaemon(t, bin, &pair.A, runDir) }
-	d, dout := start()
+	start := func() *systest.Daemon { return systest.StartDaemon(t, bin, &pair.A, runDir) }
+	d := start()
 	require.True(t, xdpAttached())
 
 	second, err := exec.Command("ip", "netns", "exec", pair.A.Namespace, bin, "daemon", "-d", pair.A.Ifname, "--run-dir", runDir).CombinedOutput()
@@ -93,32 +95,31 @@ func TestDaemonOnVeth(t *testing.T) {
 	require.NoError(t, c1.Process.Kill())
 	c1.Wait()
 	require.Eventually(t, func() bool {
-		return strings.Contains(dout.String(), fmt.Sprintf(`msg="session ended" pid=%d`, c1.Process.Pid))
-	}, time.Second, 5*time.Millisecond, "the killed client's session did not end within a second:\n%s", dout.String())
+		return strings.Contains(d.Log.String(), fmt.Sprintf(`msg="session ended" pid=%d`, c1.Process.Pid))
+	}, time.Second, 5*time.Millisecond, "the killed client's session did not end within a second:\n%s", d.Log.String())
 	c2.Process.Kill()
 	c2.Wait()
 
 	// SIGKILL: the XDP link dies with the process; the files stay and the
 	// next daemon starts over them.
-	require.NoError(t, d.Process.Kill())
-	d.Wait()
+	require.NoError(t, d.Kill())
 	require.False(t, xdpAttached(), "XDP program left after SIGKILL")
 	require.FileExists(t, sock)
-	d, dout = start()
+	d = start()
 	c3, out3 := startClient(t, sock)
 	require.Contains(t, out3, "ready")
 	c3.Process.Kill()
 	c3.Wait()
 
-	require.NoError(t, d.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, d.Signal(syscall.SIGTERM))
 	done := make(chan error, 1)
 	go func() { done <- d.Wait() }()
 	select {
 	case err := <-done:
-		require.NoError(t, err, dout.String())
+		require.NoError(t, err, d.Log.String())
 	case <-time.After(10 * time.Second):
-		d.Process.Kill()
-		t.Fatalf("the daemon did not stop on SIGTERM:\n%s", dout.String())
+		d.Kill()
+		t.Fatalf("the daemon did not stop on SIGTERM:\n%s", d.Log.String())
 	}
 	assert.False(t, xdpAttached(), "XDP program left after SIGTERM")
 	left, err := os.ReadDir(runDir)
@@ -126,58 +127,12 @@ func TestDaemonOnVeth(t *testing.T) {
 	assert.Empty(t, left, "files left in the run directory")
 }
 
-// startDaemon runs bin as `softnic daemon` on end's interface with run
-// directory runDir (and the flags extra), returns once it serves, and
-// kills it when the test ends (a failed test leaves no daemon running).
-func startDaemon(t *testing.T, bin string, end *netnstest.End, runDir string, extra ...string) (*exec.Cmd, *syncbuf.Buffer) {
-	args := append([]string{"netns", "exec", end.Namespace, bin, "daemon", "-d", end.Ifname, "--run-dir", runDir}, extra...)
-	cmd := exec.Command("ip", args...)
-	out := &syncbuf.Buffer{}
-	cmd.Stdout, cmd.Stderr = out, out
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() { stopDaemon(cmd) })
-	require.Eventually(t, func() bool { return strings.Contains(out.String(), "serving") }, 10*time.Second,
-		20*time.Millisecond, "the daemon did not start:\n%s", out.String())
-	return cmd, out
-}
-
-// stopDaemon ends a daemon with SIGTERM, so that it takes away what it
-// published (its device file in /dev/infiniband too), and with SIGKILL if
-// it has not stopped within 10 s.
-func stopDaemon(cmd *exec.Cmd) {
-	if cmd.ProcessState != nil {
-		return // the test waited for it already
-	}
-	cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan struct{})
-	go func() { cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		cmd.Process.Kill()
-		<-done
-	}
-}
-
-// worldDir is a temporary directory every user may enter.
-func worldDir(t *testing.T) string {
-	dir, err := os.MkdirTemp("", "softnic-daemon-")
-	require.NoError(t, err)
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	require.NoError(t, os.Chmod(dir, 0o755))
-	return dir
-}
-
 // startClient runs this test binary as user nobody, as the daemon's client
 // on sock, and returns it once it holds its objects.
 func startClient(t *testing.T, sock string) (*exec.Cmd, string) {
-	bin := filepath.Join(worldDir(t), "client.test")
-	self, err := os.ReadFile(os.Args[0])
-	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(bin, self, 0o755))
-	cmd := exec.Command(bin, "-test.run=^$")
+	cmd := exec.Command(systest.TestBinary(t), "-test.run=^$")
 	cmd.Env = append(os.Environ(), "SOFTNIC_DAEMON_CLIENT="+sock)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	cmd.SysProcAttr = systest.Credential(systest.Nobody)
 	in, err := cmd.StdinPipe()
 	require.NoError(t, err)
 	out, err := cmd.StdoutPipe()

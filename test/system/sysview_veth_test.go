@@ -1,4 +1,4 @@
-package main
+package system
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 
 	"github.com/softnic/softnic/internal/netnstest"
 	"github.com/softnic/softnic/internal/syncbuf"
+	"github.com/softnic/softnic/internal/systest"
 )
 
 // viewWorld is a daemon on each end of a veth pair, and softnic with its
@@ -26,7 +27,7 @@ type viewWorld struct {
 	a, b    *netnstest.End
 	runDirs map[*netnstest.End]string
 	names   map[*netnstest.End]string
-	daemons []*exec.Cmd
+	daemons []*systest.Daemon
 	logs    []*syncbuf.Buffer
 }
 
@@ -35,57 +36,22 @@ type viewWorld struct {
 func newViewWorld(t *testing.T, nameA, nameB string, shared bool) *viewWorld {
 	netnstest.RequireCommands(t, "apt-get install ibverbs-utils perftest libibverbs-dev gcc make",
 		append([]string{"cc", "make", "setpriv"}, stockTools...)...)
-	built, p, _, _ := vethSoftnic(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	dir := worldDir(t)
-	buildProvider(t, ctx, dir)
-	self, err := os.ReadFile(built)
-	require.NoError(t, err)
-	w := &viewWorld{bin: filepath.Join(dir, "softnic"), a: &p.A, b: &p.B,
+	sw := systest.NewWorld(t, systest.Config{Provider: true, Names: [2]string{nameA, nameB}, OwnRunDirs: !shared})
+	w := &viewWorld{bin: sw.Bin, a: &sw.Pair.A, b: &sw.Pair.B,
 		runDirs: map[*netnstest.End]string{}, names: map[*netnstest.End]string{}}
-	require.NoError(t, os.WriteFile(w.bin, self, 0o755))
-	shareDir := worldDir(t)
-	for _, c := range []struct {
-		end  *netnstest.End
-		name string
-	}{{w.a, nameA}, {w.b, nameB}} {
-		w.runDirs[c.end] = shareDir
-		if !shared {
-			w.runDirs[c.end] = worldDir(t)
-		}
-		spec := c.end.Ifname
-		w.names[c.end] = defaultDeviceName(c.end.Ifname)
-		if c.name != "" {
-			spec += ":" + c.name
-			w.names[c.end] = c.name
-		}
-		d, log := startSpecDaemon(t, w.bin, c.end, w.runDirs[c.end], spec)
+	for _, d := range []*systest.Daemon{sw.A, sw.B} {
+		w.runDirs[d.End], w.names[d.End] = d.RunDir, d.Name
 		w.daemons = append(w.daemons, d)
-		w.logs = append(w.logs, log)
+		w.logs = append(w.logs, d.Log)
 	}
 	return w
-}
-
-// startSpecDaemon runs bin as `softnic daemon -d SPEC` in end's namespace
-// and returns once it serves.
-func startSpecDaemon(t *testing.T, bin string, end *netnstest.End, runDir, spec string) (*exec.Cmd, *syncbuf.Buffer) {
-	t.Helper()
-	cmd := exec.Command("ip", "netns", "exec", end.Namespace, bin, "daemon", "-d", spec, "--run-dir", runDir)
-	out := &syncbuf.Buffer{}
-	cmd.Stdout, cmd.Stderr = out, out
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() { stopDaemon(cmd) })
-	require.Eventually(t, func() bool { return strings.Contains(out.String(), "serving") }, 10*time.Second,
-		20*time.Millisecond, "the daemon did not start:\n%s", out.String())
-	return cmd, out
 }
 
 // stop ends the daemons with SIGTERM and checks that they left nothing in
 // their run directories.
 func (w *viewWorld) stop(t *testing.T) {
 	for _, d := range w.daemons {
-		require.NoError(t, d.Process.Signal(syscall.SIGTERM))
+		require.NoError(t, d.Signal(syscall.SIGTERM))
 		require.NoError(t, d.Wait())
 	}
 	for _, dir := range w.runDirs {
@@ -103,8 +69,7 @@ func (w *viewWorld) nobody(ctx context.Context, end *netnstest.End, args ...stri
 
 // nobodyRuns is nobody for any program.
 func (w *viewWorld) nobodyRuns(ctx context.Context, end *netnstest.End, argv ...string) *exec.Cmd {
-	cmd := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", end.Namespace, "setpriv", "--reuid=65534",
-		"--regid=65534", "--clear-groups"}, argv...)...)
+	cmd := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", end.Namespace}, systest.AsUser(systest.Nobody, argv...)...)...)
 	cmd.Env = append(os.Environ(), "SOFTNIC_RUN_DIR="+w.runDirs[end])
 	cmd.WaitDelay = 5 * time.Second
 	return cmd
@@ -188,7 +153,7 @@ func TestExecSysClassView(t *testing.T) {
 			}
 			// The rest of /sys/class: the namespace's interfaces.
 			assert.Regexp(t, `(?m)^classnet=.*\blo\b.*\b`+iface+`\b`, out)
-			assert.Contains(t, out, "verbs=abi_version "+cdevName(w.runDirs[w.a], dev)+"\n", "only this namespace's device")
+			assert.Contains(t, out, "verbs=abi_version "+filepath.Base(systest.DeviceFile(w.runDirs[w.a], dev))+"\n", "only this namespace's device")
 		})
 	}
 	// The caller's /sys/class is untouched.
@@ -511,7 +476,7 @@ func TestExecPrivileges(t *testing.T) {
 	require.NoError(t, err)
 	self, err := os.ReadFile(idPath)
 	require.NoError(t, err)
-	suid := filepath.Join(worldDir(t), "id")
+	suid := filepath.Join(systest.RootDir(t), "id")
 	require.NoError(t, os.WriteFile(suid, self, 0o755))
 	require.NoError(t, syscall.Chmod(suid, 0o4755))
 	out, errOut, err = outputs(t, w.nobody(ctx, w.a, "exec", "--sysfs", "env", "--", suid))

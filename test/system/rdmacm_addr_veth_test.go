@@ -1,4 +1,4 @@
-package main
+package system
 
 import (
 	"bufio"
@@ -15,6 +15,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/softnic/softnic/internal/systest"
 
 	"github.com/softnic/softnic/daemon/client"
 	"github.com/softnic/softnic/hostif"
@@ -52,7 +54,7 @@ const noRoute = "198.51.100.1"
 func (w *providerWorld) testCMAddr(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	bin := filepath.Join(worldDir(t), "cm_addr")
+	bin := filepath.Join(systest.RootDir(t), "cm_addr")
 	out, err := exec.CommandContext(ctx, "cc", "-Wall", "-Wextra", "-Werror", "-o", bin, filepath.Join("testdata", "cm_addr.c"),
 		"-lrdmacm", "-libverbs").CombinedOutput()
 	require.NoError(t, err, "cc: %s", out)
@@ -149,8 +151,8 @@ func (w *providerWorld) testListenerNamespace(t *testing.T) {
 		socks, befores = append(socks, sock), append(befores, before)
 	}
 	for i, end := range []*netnstest.End{w.a, w.b} {
-		srv := exec.CommandContext(ctx, "ip", "netns", "exec", end.Namespace, "setpriv", "--reuid=65534", "--regid=65534",
-			"--clear-groups", w.bin, "exec", "--run-dir", w.runDir, "--", "rping", "-s")
+		srv := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", end.Namespace},
+			systest.AsUser(systest.Nobody, w.bin, "exec", "--run-dir", w.runDir, "--", "rping", "-s")...)...)
 		srv.WaitDelay = 5 * time.Second
 		out, exited := startWatched(t, srv)
 		outs = append(outs, out)

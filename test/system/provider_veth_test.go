@@ -1,11 +1,10 @@
-package main
+package system
 
 import (
 	"context"
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/softnic/softnic/internal/netnstest"
 	"github.com/softnic/softnic/internal/syncbuf"
+	"github.com/softnic/softnic/internal/systest"
 )
 
 // stockTools are Debian's packaged RDMA programs the provider runs.
@@ -25,54 +25,35 @@ var stockTools = []string{"ibv_devices", "ibv_devinfo", "ibv_rc_pingpong", "ibv_
 	"ibv_srq_pingpong", "ib_write_bw", "ib_send_bw", "ib_read_bw", "ib_atomic_bw", "ib_write_lat", "ib_send_lat",
 	"ib_read_lat", "ibv_asyncwatch", "ss"}
 
-// buildProvider builds the C provider (provider/, make O=dir) into dir.
-func buildProvider(t *testing.T, ctx context.Context, dir string) {
-	t.Helper()
-	out, err := exec.CommandContext(ctx, "make", "-s", "-C", filepath.Join("..", "..", "provider"), "O="+dir).CombinedOutput()
-	require.NoError(t, err, "make provider: %s", out)
-}
-
 // providerWorld is a daemon on each end of a veth pair, sharing one run
 // directory, and softnic with its provider where user nobody may run them.
 type providerWorld struct {
 	bin, runDir string
 	a, b        *netnstest.End
-	daemons     []*exec.Cmd
+	daemons     []*systest.Daemon
 	logs        []*syncbuf.Buffer // the daemons' output, a's first
 }
 
 func newProviderWorld(t *testing.T) *providerWorld {
 	netnstest.RequireCommands(t, "apt-get install ibverbs-utils perftest libibverbs-dev gcc make",
 		append([]string{"cc", "make", "setpriv"}, stockTools...)...)
-	built, p, _, _ := vethSoftnic(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	dir := worldDir(t)
-	buildProvider(t, ctx, dir)
-	self, err := os.ReadFile(built)
-	require.NoError(t, err)
-	w := &providerWorld{bin: filepath.Join(dir, "softnic"), runDir: worldDir(t), a: &p.A, b: &p.B}
-	require.NoError(t, os.WriteFile(w.bin, self, 0o755))
-	for _, end := range []*netnstest.End{w.a, w.b} {
-		d, log := startDaemon(t, w.bin, end, w.runDir)
-		w.daemons = append(w.daemons, d)
-		w.logs = append(w.logs, log)
-	}
-	return w
+	sw := systest.NewWorld(t, systest.Config{Provider: true})
+	return &providerWorld{bin: sw.Bin, runDir: sw.RunDir, a: &sw.Pair.A, b: &sw.Pair.B,
+		daemons: []*systest.Daemon{sw.A, sw.B}, logs: []*syncbuf.Buffer{sw.A.Log, sw.B.Log}}
 }
 
 // stop ends the daemons with SIGTERM and checks that they took their
 // trees and device files with them.
 func (w *providerWorld) stop(t *testing.T) {
 	for _, d := range w.daemons {
-		require.NoError(t, d.Process.Signal(syscall.SIGTERM))
+		require.NoError(t, d.Signal(syscall.SIGTERM))
 		require.NoError(t, d.Wait())
 	}
 	left, err := os.ReadDir(w.runDir)
 	require.NoError(t, err)
 	assert.Empty(t, left, "files left in the run directory")
 	for _, end := range []*netnstest.End{w.a, w.b} {
-		assert.NoFileExists(t, filepath.Join(cdevDir, cdevName(w.runDir, "softnic_"+end.Ifname)), "device file left")
+		assert.NoFileExists(t, systest.DeviceFile(w.runDir, "softnic_"+end.Ifname), "device file left")
 	}
 }
 
@@ -88,9 +69,8 @@ func (w *providerWorld) stop(t *testing.T) {
 // softnic exec gave the program; --pdeathsig sets it again, so that the
 // program still dies with softnic exec (killed by a test).
 func (w *providerWorld) command(ctx context.Context, end *netnstest.End, argv ...string) *exec.Cmd {
-	args := append([]string{"netns", "exec", end.Namespace, w.bin, "exec", "--run-dir", w.runDir, "-d", end.Ifname, "--",
-		"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=+ipc_lock", "--ambient-caps=+ipc_lock",
-		"--pdeathsig=KILL"}, argv...)
+	args := append([]string{"netns", "exec", end.Namespace, w.bin, "exec", "--run-dir", w.runDir, "-d", end.Ifname, "--"},
+		systest.AsUserIPCLock(systest.Nobody, argv...)...)
 	return exec.CommandContext(ctx, "ip", args...)
 }
 

@@ -1,4 +1,4 @@
-package main
+package system
 
 import (
 	"context"
@@ -12,9 +12,10 @@ import (
 	"github.com/softnic/softnic/daemon/client"
 	"github.com/softnic/softnic/hostif"
 	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/internal/netnstest"
+	"github.com/softnic/softnic/internal/systest"
 	"github.com/softnic/softnic/roce"
 	"github.com/softnic/softnic/roce/xdplink"
-	"github.com/softnic/softnic/tools/perftest"
 	"github.com/softnic/softnic/verbs"
 )
 
@@ -24,23 +25,17 @@ import (
 // 64 KiB WRITEs and a SEND go both ways, at IB MTU 1024 (a 1500-byte link).
 func TestDaemonDataOnVeth(t *testing.T) {
 	bin, p, ga, gb := vethSoftnic(t)
-	runDir := worldDir(t)
-	_, dout := startDaemon(t, bin, &p.A, runDir)
+	runDir := systest.RootDir(t)
+	dout := systest.StartDaemon(t, bin, &p.A, runDir).Log
 
 	// The peer: a device on B opened in B's namespace; it knows A's MAC
 	// beforehand (its neighbour lookups would run outside the namespace).
-	var peer perftest.Device
-	var closePeer func()
-	require.NoError(t, p.B.Do(func() (err error) {
-		peer, closePeer, err = openInterface(p.B.Ifname, 1, xdplink.Config{})
-		return err
-	}))
-	t.Cleanup(closePeer)
+	peer := openPeer(t, &p.B)
 	linkA, err := p.A.Link()
 	require.NoError(t, err)
 	var macA [6]byte
 	copy(macA[:], linkA.Attrs().HardwareAddr)
-	peer.Verbs.RoCE().SetNeighbor(p.A.Addr4(), macA)
+	peer.RoCE().SetNeighbor(p.A.Addr4(), macA)
 
 	c, err := client.Dial(filepath.Join(runDir, "softnic_"+p.A.Ifname+".sock"))
 	require.NoError(t, err)
@@ -59,11 +54,11 @@ func TestDaemonDataOnVeth(t *testing.T) {
 		MaxSendSGE: 1, MaxRecvSGE: 1})
 	require.NoError(t, err)
 
-	ppd := peer.Verbs.AllocPD()
+	ppd := peer.AllocPD()
 	pbuf := make([]byte, 1<<17)
 	pmr, err := ppd.RegMR(pbuf, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
 	require.NoError(t, err)
-	pcq, err := peer.Verbs.CreateCQ(64, nil)
+	pcq, err := peer.CreateCQ(64, nil)
 	require.NoError(t, err)
 	pqp, err := ppd.CreateQP(&verbs.QPInitAttr{SendCQ: pcq, RecvCQ: pcq, Cap: verbs.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}})
 	require.NoError(t, err)
@@ -100,6 +95,32 @@ func TestDaemonDataOnVeth(t *testing.T) {
 	require.Equal(t, ibtransport.WCRecvRDMAWithImm, wcs[0].Opcode)
 	require.EqualValues(t, 65536, wcs[0].ByteLen)
 	require.Equal(t, pbuf[:65536], buf[65536:])
+}
+
+// openPeer opens a softnic device on end's interface in end's namespace,
+// as softnic's tools open one (an AF_XDP link with the interface's
+// addresses as GIDs, one engine), until the test ends.
+func openPeer(t *testing.T, end *netnstest.End) *verbs.Device {
+	t.Helper()
+	var dev *verbs.Device
+	require.NoError(t, end.Do(func() error {
+		nd, err := xdplink.LookupNetdev(end.Ifname)
+		if err != nil {
+			return err
+		}
+		link, err := xdplink.Open(end.Ifname, xdplink.Config{Addrs: nd.GIDs})
+		if err != nil {
+			return err
+		}
+		dev, err = verbs.Open(link, verbs.Config{Addrs: nd.GIDs, Engines: 1})
+		if err != nil {
+			link.Close()
+			return err
+		}
+		t.Cleanup(func() { dev.Close(); link.Close() })
+		return nil
+	}))
+	return dev
 }
 
 func gidIndex(t *testing.T, gids []netip.Addr, a netip.Addr) uint8 {

@@ -1,4 +1,4 @@
-package main
+package system
 
 import (
 	"encoding/binary"
@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/softnic/softnic/internal/pcapfile"
-	"github.com/softnic/softnic/internal/syncbuf"
+	"github.com/softnic/softnic/internal/systest"
 	"github.com/softnic/softnic/roce"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -92,15 +92,9 @@ func tail(s string) string {
 // daemon serves is told to capture there.
 func TestDaemonCaptureOverVeth(t *testing.T) {
 	bin, p, _, gb := vethSoftnic(t)
-	runDir, file := worldDir(t), filepath.Join(t.TempDir(), "daemon.pcap")
-	d := exec.Command("ip", "netns", "exec", p.A.Namespace, bin, "daemon", "-d", p.A.Ifname, "--run-dir", runDir,
-		"--pcap", file, "--snaplen", "128")
-	dout := &syncbuf.Buffer{}
-	d.Stdout, d.Stderr = dout, dout
-	require.NoError(t, d.Start())
-	t.Cleanup(func() { d.Process.Kill(); d.Wait() })
-	require.Eventually(t, func() bool { return strings.Contains(dout.String(), "serving") }, 10*time.Second,
-		20*time.Millisecond, "the daemon did not start:\n%s", dout.String())
+	runDir, file := systest.RootDir(t), filepath.Join(t.TempDir(), "daemon.pcap")
+	d := systest.StartDaemon(t, bin, &p.A, runDir, "--pcap", file, "--snaplen", "128")
+	dout := d.Log
 
 	refused := p.A.Command(bin, "perf", "write_bw", "-d", p.A.Ifname, "--pcap", filepath.Join(t.TempDir(), "x.pcap"))
 	refused.Env = append(os.Environ(), "SOFTNIC_RUN_DIR="+runDir)
@@ -117,7 +111,7 @@ func TestDaemonCaptureOverVeth(t *testing.T) {
 	sout := <-sdone
 	require.NoError(t, err, "client:\n%s\nserver:\n%s", cout, sout)
 	requireBWResult(t, "server through the daemon", string(sout), 8192, 100)
-	require.NoError(t, d.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, d.Signal(syscall.SIGTERM))
 	require.NoError(t, d.Wait(), dout.String())
 	require.Regexp(t, `softnic: capture .*daemon.pcap: \d+ frames written, 0 dropped`, dout.String())
 

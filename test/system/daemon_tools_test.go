@@ -1,11 +1,10 @@
-package main
+package system
 
 import (
 	"fmt"
 	"math"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -17,15 +16,16 @@ import (
 
 	"github.com/softnic/softnic/internal/netnstest"
 	"github.com/softnic/softnic/internal/syncbuf"
+	"github.com/softnic/softnic/internal/systest"
 )
 
 // servedVeth is a veth pair between two namespaces with a softnic daemon
-// on each end, and a copy of the binary every user may run.
+// on each end, and the binary where every user may run it.
 type servedVeth struct {
 	bin     string
 	p       *netnstest.Pair
 	runDir  string
-	daemons [2]*exec.Cmd
+	daemons [2]*systest.Daemon
 	logs    [2]*syncbuf.Buffer
 	// ia and ib are the GID indexes of the ends' IPv4 addresses.
 	ia, ib string
@@ -40,22 +40,18 @@ func newServedVeth(t *testing.T) *servedVeth {
 // newServedVethConfig is newServedVeth with the pair built as cfg says
 // and end A's daemon given the flags extraA.
 func newServedVethConfig(t *testing.T, cfg netnstest.Config, extraA []string) *servedVeth {
-	bin, p, ga, gb := vethSoftnicConfig(t, cfg)
-	v := &servedVeth{p: p, runDir: worldDir(t), ia: indexOf(ga, p.A.Addr4()), ib: indexOf(gb, p.B.Addr4())}
-	v.bin = filepath.Join(v.runDir, "softnic")
-	self, err := os.ReadFile(bin)
-	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(v.bin, self, 0o755))
-	v.daemons[0], v.logs[0] = startDaemon(t, v.bin, &p.A, v.runDir, extraA...)
-	v.daemons[1], v.logs[1] = startDaemon(t, v.bin, &p.B, v.runDir)
-	return v
+	w := systest.NewWorld(t, systest.Config{Net: cfg, Args: [2][]string{extraA, nil}})
+	return &servedVeth{bin: w.Bin, p: w.Pair, runDir: w.RunDir, daemons: [2]*systest.Daemon{w.A, w.B},
+		logs: [2]*syncbuf.Buffer{w.A.Log, w.B.Log},
+		ia:   indexOf(w.GIDs[0], w.Pair.A.Addr4()), ib: indexOf(w.GIDs[1], w.Pair.B.Addr4())}
 }
 
 // asNobody returns the command that runs softnic with args as user nobody
 // in end's namespace, finding the daemons through $SOFTNIC_RUN_DIR.
 // setpriv and ip netns exec exec: the command's pid is softnic's.
 func (v *servedVeth) asNobody(end *netnstest.End, args ...string) *exec.Cmd {
-	cmd := end.Command("setpriv", append([]string{"--reuid=65534", "--regid=65534", "--clear-groups", v.bin}, args...)...)
+	argv := systest.AsUser(systest.Nobody, append([]string{v.bin}, args...)...)
+	cmd := end.Command(argv[0], argv[1:]...)
 	cmd.Env = append(os.Environ(), "SOFTNIC_RUN_DIR="+v.runDir)
 	return cmd
 }

@@ -1,4 +1,4 @@
-package main
+package system
 
 import (
 	"context"
@@ -14,6 +14,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/softnic/softnic/internal/systest"
 
 	"github.com/softnic/softnic/internal/netnstest"
 )
@@ -102,9 +104,7 @@ func (r *routedPath) perf(t *testing.T, bin string, extra ...string) (server, cl
 func TestCongestionOverRoutedVeth(t *testing.T) {
 	netnstest.Integration(t)
 	netnstest.RequireCommands(t, "apt-get install nftables tshark", "nft", "tshark")
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	bin := buildSoftnic(t, ctx)
+	bin := systest.Softnic(t)
 	r := newRoutedPath(t)
 
 	capture := filepath.Join(t.TempDir(), "sender.pcap")

@@ -1,64 +1,18 @@
-package main
+package system
 
 import (
-	"context"
 	"fmt"
 	"net/netip"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"regexp"
-	"runtime"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/softnic/softnic/internal/netnstest"
-	"github.com/softnic/softnic/roce/xdplink"
+	"github.com/softnic/softnic/internal/systest"
 )
-
-// buildSoftnic builds the softnic binary for tests that run it in
-// namespaces, without cgo as make build does (softnic daemon refuses to
-// start as a cgo binary: privileges.go).
-func buildSoftnic(t *testing.T, ctx context.Context) string {
-	t.Helper()
-	return buildSoftnicCgo(t, ctx, "0")
-}
-
-// buildSoftnicCgo builds the softnic binary with CGO_ENABLED=cgo.
-func buildSoftnicCgo(t *testing.T, ctx context.Context, cgo string) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "softnic")
-	cmd := exec.CommandContext(ctx, filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", bin, ".")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED="+cgo)
-	out, err := cmd.CombinedOutput()
-	require.NoError(t, err, "go build: %s", out)
-	return bin
-}
-
-// settledGIDs waits until the end's GID table holds want entries (IPv6
-// addresses join it once duplicate address detection is over) and returns it.
-func settledGIDs(t *testing.T, e *netnstest.End, want int) []netip.Addr {
-	t.Helper()
-	var gids []netip.Addr
-	for try := 0; try < 100; try++ {
-		err := e.Do(func() error {
-			var err error
-			gids, err = xdplink.GIDTable(e.Ifname)
-			return err
-		})
-		require.NoError(t, err)
-		if len(gids) >= want {
-			return gids
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	require.Failf(t, "GID table incomplete", "GID table of %s: %v, want %d entries", e.Ifname, gids, want)
-	return nil
-}
 
 func indexOf(gids []netip.Addr, a netip.Addr) string {
 	for i, g := range gids {
@@ -75,18 +29,10 @@ func indexOf(gids []netip.Addr, a netip.Addr) string {
 // address (xdplink.GIDTable's order).
 func vethSoftnic(t *testing.T) (string, *netnstest.Pair, []netip.Addr, []netip.Addr) {
 	t.Helper()
-	return vethSoftnicConfig(t, netnstest.Config{MTU: 1500})
-}
-
-// vethSoftnicConfig is vethSoftnic with the pair built as cfg says.
-func vethSoftnicConfig(t *testing.T, cfg netnstest.Config) (string, *netnstest.Pair, []netip.Addr, []netip.Addr) {
-	t.Helper()
 	netnstest.Integration(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	bin := buildSoftnic(t, ctx)
-	p := netnstest.NewT(t, cfg)
-	return bin, p, settledGIDs(t, &p.A, 3), settledGIDs(t, &p.B, 3)
+	bin := systest.Softnic(t)
+	p := netnstest.NewT(t, netnstest.Config{MTU: 1500})
+	return bin, p, systest.SettledGIDs(t, &p.A, 3), systest.SettledGIDs(t, &p.B, 3)
 }
 
 // runVethPair runs softnic (bin) with the server's arguments in p's

@@ -1,4 +1,4 @@
-package main
+package system
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/softnic/softnic/internal/netnstest"
+	"github.com/softnic/softnic/internal/systest"
 )
 
 // TestProviderFuzz builds the C provider's libFuzzer harness (provider/
@@ -24,7 +25,7 @@ func TestProviderFuzz(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
-	out, err := exec.CommandContext(ctx, "make", "-s", "-C", filepath.Join("..", "..", "provider"), "O="+dir, "fuzz").CombinedOutput()
+	out, err := exec.CommandContext(ctx, "make", "-s", "-C", filepath.Join(systest.Root(t), "provider"), "O="+dir, "fuzz").CombinedOutput()
 	require.NoError(t, err, "make fuzz: %s", out)
 	runs := "300000"
 	if testing.Short() {

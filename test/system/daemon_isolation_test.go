@@ -1,7 +1,6 @@
-package main
+package system
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/softnic/softnic/internal/netnstest"
 	"github.com/softnic/softnic/internal/syncbuf"
+	"github.com/softnic/softnic/internal/systest"
 )
 
 // daemonOutcome runs bin as a daemon on end's interface with run
@@ -57,9 +57,7 @@ func daemonOutcome(t *testing.T, bin string, end *netnstest.End, runDir string) 
 // what to do.
 func TestDaemonRefusesRunDirs(t *testing.T) {
 	netnstest.Integration(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	bin := buildSoftnic(t, ctx)
+	bin := systest.Softnic(t)
 	pair := netnstest.NewT(t, netnstest.Config{})
 	refused := func(t *testing.T, runDir, want string) {
 		t.Helper()
@@ -69,24 +67,24 @@ func TestDaemonRefusesRunDirs(t *testing.T) {
 	}
 
 	t.Run("owned by another user", func(t *testing.T) {
-		dir := worldDir(t)
+		dir := systest.RootDir(t)
 		require.NoError(t, os.Chown(dir, 65534, 65534))
 		refused(t, dir, "run directory "+dir+" is owned by uid 65534: use a directory only root can write (chown root, chmod 755)")
 	})
 	t.Run("writable by others", func(t *testing.T) {
-		dir := worldDir(t)
+		dir := systest.RootDir(t)
 		require.NoError(t, os.Chmod(dir, 0o777))
 		refused(t, dir, "run directory "+dir+" is writable by its group or others (mode 0777): use a directory only root can write")
 	})
 	t.Run("below a directory others may write", func(t *testing.T) {
-		parent := worldDir(t)
+		parent := systest.RootDir(t)
 		require.NoError(t, os.Chmod(parent, 0o777))
 		dir := filepath.Join(parent, "run")
 		refused(t, dir, "run directory "+dir+": "+parent+" above it is writable by its group or others (mode 0777) and not sticky")
 		assert.NoDirExists(t, dir, "made below the directory refused")
 	})
 	t.Run("below a sticky directory", func(t *testing.T) {
-		parent := worldDir(t)
+		parent := systest.RootDir(t)
 		require.NoError(t, os.Chmod(parent, os.ModeSticky|0o777))
 		dir := filepath.Join(parent, "run")
 		out, served := daemonOutcome(t, bin, &pair.A, dir)
@@ -104,12 +102,10 @@ func TestDaemonRefusesRunDirs(t *testing.T) {
 // and the daemon serves.
 func TestDaemonFollowsNoLinks(t *testing.T) {
 	netnstest.Integration(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	bin := buildSoftnic(t, ctx)
+	bin := systest.Softnic(t)
 	pair := netnstest.NewT(t, netnstest.Config{})
 	name := "softnic_" + pair.A.Ifname
-	elsewhere := worldDir(t)
+	elsewhere := systest.RootDir(t)
 	target := filepath.Join(elsewhere, "target")
 	targetDir := filepath.Join(elsewhere, "dir")
 	require.NoError(t, os.Mkdir(targetDir, 0o755))
@@ -126,11 +122,12 @@ func TestDaemonFollowsNoLinks(t *testing.T) {
 		t.Run(c.what, func(t *testing.T) {
 			require.NoError(t, os.WriteFile(target, []byte("theirs\n"), 0o644))
 			require.NoError(t, os.WriteFile(filepath.Join(targetDir, "abi_version"), []byte("theirs\n"), 0o644))
-			runDir := worldDir(t)
+			runDir := systest.RootDir(t)
 			link := filepath.Join(runDir, c.link)
 			require.NoError(t, os.MkdirAll(filepath.Dir(link), 0o755))
 			require.NoError(t, os.Symlink(c.to, link))
-			d, out := startDaemon(t, bin, &pair.A, runDir)
+			d := systest.StartDaemon(t, bin, &pair.A, runDir)
+			out := d.Log
 			for _, f := range []string{target, filepath.Join(targetDir, "abi_version")} {
 				b, err := os.ReadFile(f)
 				require.NoError(t, err)
@@ -148,9 +145,8 @@ func TestDaemonFollowsNoLinks(t *testing.T) {
 			assert.Equal(t, "6\n", string(b))
 			lock, err := os.ReadFile(filepath.Join(runDir, name+".lock"))
 			require.NoError(t, err)
-			assert.Equal(t, fmt.Sprintf("%d\n", d.Process.Pid), string(lock))
-			stopDaemon(d)
-			require.True(t, d.ProcessState.Success(), out.String())
+			assert.Equal(t, fmt.Sprintf("%d\n", d.Pid()), string(lock))
+			require.NoError(t, d.Stop(), out.String())
 			left, err := os.ReadDir(runDir)
 			require.NoError(t, err)
 			assert.Empty(t, left, "files left in the run directory")
@@ -193,7 +189,7 @@ func TestDaemonDropsPrivileges(t *testing.T) {
 		require.Eventually(t, func() bool { return strings.Contains(l.String(), `msg="privileges dropped"`) }, 10*time.Second,
 			10*time.Millisecond, "no privileges line:\n%s", l.String())
 	}
-	pid := v.daemons[0].Process.Pid
+	pid := v.daemons[0].Pid()
 	comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
 	require.NoError(t, err)
 	require.Equal(t, "softnic\n", string(comm), "ip netns exec runs the daemon in its own process")
@@ -277,11 +273,10 @@ func TestDaemonDropsPrivileges(t *testing.T) {
 
 	// SIGTERM: XDP detached, the device's files and its device file gone.
 	name := "softnic_" + v.p.A.Ifname
-	cdev := filepath.Join(cdevDir, cdevName(v.runDir, name))
+	cdev := systest.DeviceFile(v.runDir, name)
 	_, err = os.Lstat(cdev)
 	require.NoError(t, err, "no device file")
-	stopDaemon(v.daemons[0])
-	require.True(t, v.daemons[0].ProcessState.Success(), v.logs[0].String())
+	require.NoError(t, v.daemons[0].Stop(), v.logs[0].String())
 	link, err := v.p.A.Command("ip", "link", "show", "dev", v.p.A.Ifname).CombinedOutput()
 	require.NoError(t, err, string(link))
 	assert.NotContains(t, string(link), "xdp", "XDP program left after SIGTERM")
@@ -293,10 +288,8 @@ func TestDaemonDropsPrivileges(t *testing.T) {
 	assert.True(t, os.IsNotExist(err), "device file left: %v", err)
 
 	t.Run("cgo build", func(t *testing.T) {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		defer cancel()
-		cgoBin := buildSoftnicCgo(t, ctx, "1")
-		out, served := daemonOutcome(t, cgoBin, &v.p.A, worldDir(t))
+		cgoBin := systest.SoftnicCgo(t, t.TempDir(), "1")
+		out, served := daemonOutcome(t, cgoBin, &v.p.A, systest.RootDir(t))
 		require.False(t, served, "a cgo build served:\n%s", out)
 		assert.Contains(t, out, "built with cgo")
 		assert.Contains(t, out, "build it with CGO_ENABLED=0")

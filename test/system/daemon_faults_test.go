@@ -1,4 +1,4 @@
-package main
+package system
 
 import (
 	"fmt"
@@ -153,8 +153,8 @@ func TestDaemonClientKilled(t *testing.T) {
 	require.True(t, longS.wait(30*time.Second), "the killed client's server still runs:\n%s", longS.out.String())
 	require.Error(t, longS.err, longS.out.String())
 	for i, d := range v.daemons {
-		require.Nil(t, d.ProcessState, "daemon %d exited:\n%s", i, v.logs[i].String())
-		require.NoError(t, d.Process.Signal(syscall.Signal(0)), "daemon %d", i)
+		require.False(t, d.Exited(), "daemon %d exited:\n%s", i, v.logs[i].String())
+		require.NoError(t, d.Signal(syscall.Signal(0)), "daemon %d", i)
 	}
 }
 
@@ -177,7 +177,7 @@ func TestDaemonSIGTERMUnderLoad(t *testing.T) {
 		func() string { return "pingpong did not start:\n" + pC.out.String() })
 
 	d := v.daemons[0]
-	require.NoError(t, d.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, d.Signal(syscall.SIGTERM))
 	stopped := time.Now()
 	exited := make(chan error, 1)
 	go func() { exited <- d.Wait() }()
@@ -219,7 +219,7 @@ func TestDaemonSIGTERMUnderLoad(t *testing.T) {
 		require.NoError(t, r.cmd.Process.Signal(os.Interrupt))
 		require.True(t, r.wait(30*time.Second), "%s did not stop on SIGINT:\n%s", r.name, r.out.String())
 	}
-	require.Nil(t, v.daemons[1].ProcessState, "the other daemon exited:\n%s", v.logs[1].String())
+	require.False(t, v.daemons[1].Exited(), "the other daemon exited:\n%s", v.logs[1].String())
 	var stat string
 	waitFor(t, 10*time.Second, func() bool { stat = v.stat(t, &p.B); return statQPs(t, stat) == 0 },
 		func() string { return "the other daemon keeps the ended tools' QPs:\n" + stat })

@@ -1,4 +1,4 @@
-package main
+package system
 
 import (
 	"context"
@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/softnic/softnic/internal/systest"
 )
 
 // TestProviderSurvivesDaemonRestart runs a C program (testdata/
@@ -22,13 +24,11 @@ func TestProviderSurvivesDaemonRestart(t *testing.T) {
 	prog := buildCProgram(t, ctx, w.bin, "provider_restart")
 	p := startCProgram(t, w.command(ctx, w.a, prog))
 	p.waitFor(t, "ready")
-	daemon := w.daemons[0]
-	require.NoError(t, daemon.Process.Kill())
-	daemon.Wait()
+	require.NoError(t, w.daemons[0].Kill())
 	p.resume(t)
 	p.waitFor(t, "closed")
 
-	w.daemons[0], _ = startDaemon(t, w.bin, w.a, w.runDir)
+	w.daemons[0] = systest.StartDaemon(t, w.bin, w.a, w.runDir)
 	p.resume(t)
 	p.finish(t, 16)
 	w.stop(t)

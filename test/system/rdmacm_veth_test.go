@@ -1,4 +1,4 @@
-package main
+package system
 
 import (
 	"context"
@@ -12,6 +12,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/softnic/softnic/internal/systest"
 
 	"github.com/softnic/softnic/daemon/client"
 	"github.com/softnic/softnic/internal/netnstest"
@@ -333,7 +335,7 @@ func (w *providerWorld) stopUnderServer(t *testing.T) {
 func (w *providerWorld) testCMMisuse(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	bin := filepath.Join(worldDir(t), "cm_misuse")
+	bin := filepath.Join(systest.RootDir(t), "cm_misuse")
 	out, err := exec.CommandContext(ctx, "cc", "-Wall", "-Wextra", "-Werror", "-o", bin, filepath.Join("testdata", "cm_misuse.c"),
 		"-lrdmacm", "-libverbs").CombinedOutput()
 	require.NoError(t, err, "cc: %s", out)

@@ -1,7 +1,6 @@
-package main
+package system
 
 import (
-	"context"
 	"os/exec"
 	"strings"
 	"syscall"
@@ -10,6 +9,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/softnic/softnic/internal/systest"
 
 	"github.com/softnic/softnic/internal/netnstest"
 	"github.com/softnic/softnic/internal/syncbuf"
@@ -20,9 +21,7 @@ import (
 // and leaves no XDP program on the interface.
 func TestSignalsDetach(t *testing.T) {
 	netnstest.Integration(t) // also skips with -short, which this test's go build would slow
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	bin := buildSoftnic(t, ctx)
+	bin := systest.Softnic(t)
 	pair := netnstest.NewT(t, netnstest.Config{})
 	xdpAttached := func() bool {
 		out, err := pair.A.Command("ip", "link", "show", "dev", pair.A.Ifname).CombinedOutput()

@@ -1,4 +1,4 @@
-package main
+package system
 
 import (
 	"os"
@@ -8,6 +8,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/softnic/softnic/internal/systest"
 )
 
 // TestOpenErrorMessagesOverVeth: as an ordinary user the daemon and a
@@ -16,15 +18,11 @@ import (
 // tool and a second daemon are told another XDP program holds it and what
 // to do.
 func TestOpenErrorMessagesOverVeth(t *testing.T) {
-	built, p, _, _ := vethSoftnic(t)
-	world := worldDir(t)
-	bin := filepath.Join(world, "softnic")
-	self, err := os.ReadFile(built)
-	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(bin, self, 0o755))
-	emptyRunDir := worldDir(t)
+	bin, p, _, _ := vethSoftnic(t)
+	emptyRunDir := systest.RootDir(t)
 	asNobody := func(args ...string) *exec.Cmd {
-		cmd := p.A.Command("setpriv", append([]string{"--reuid=65534", "--regid=65534", "--clear-groups", bin}, args...)...)
+		argv := systest.AsUser(systest.Nobody, append([]string{bin}, args...)...)
+		cmd := p.A.Command(argv[0], argv[1:]...)
 		cmd.Env = append(os.Environ(), "SOFTNIC_RUN_DIR="+emptyRunDir)
 		return cmd
 	}
@@ -39,7 +37,7 @@ func TestOpenErrorMessagesOverVeth(t *testing.T) {
 	assert.Contains(t, string(out), "softnic daemon: lock file: open "+filepath.Join(emptyRunDir, "softnic_"+p.A.Ifname+".lock")+
 		": permission denied (softnic daemon needs root: run it with sudo; --run-dir names another directory)")
 	// A run directory of the user's own gets it as far as the XDP hook.
-	ownRunDir := worldDir(t)
+	ownRunDir := systest.RootDir(t)
 	require.NoError(t, os.Chown(ownRunDir, 65534, 65534))
 	out, err = asNobody("daemon", "-d", p.A.Ifname, "--run-dir", ownRunDir).CombinedOutput()
 	require.Error(t, err)
@@ -56,7 +54,7 @@ func TestOpenErrorMessagesOverVeth(t *testing.T) {
 	require.NoError(t, p.B.Command("ip", "link", "set", "dev", p.B.Ifname, "up").Run())
 
 	// A daemon of another run directory holds the interface's XDP hook.
-	startDaemon(t, bin, &p.A, worldDir(t))
+	systest.StartDaemon(t, bin, &p.A, systest.RootDir(t))
 	tool := p.A.Command(bin, "pingpong", "-d", p.A.Ifname)
 	tool.Env = append(os.Environ(), "SOFTNIC_RUN_DIR="+emptyRunDir)
 	out, err = tool.CombinedOutput()
