@@ -37,7 +37,7 @@ type Config struct {
 // CM is what librdmacm keeps per process: the devices, and the IDs open
 // on them.
 type CM struct {
-	be cmBackend // in process, or the daemon's (backend.go)
+	be CMBackend // in process, or the daemon's (backend.go)
 
 	mu     sync.Mutex
 	ids    map[*ID]struct{}
@@ -56,7 +56,7 @@ func New(cfg Config) (*CM, error) {
 	}
 	c := &CM{ids: map[*ID]struct{}{}}
 	if cfg.Devices[0].Remote() {
-		c.be = newRemoteCM(c, cfg)
+		c.be = newRemoteCM(cfg, c.hooks())
 	} else {
 		c.be = newInprocCM(c, cfg)
 	}
@@ -87,7 +87,7 @@ func (c *CM) IDs() int {
 
 // newID makes an ID of c in port space ps, its half the one half makes
 // for it; add registers it.
-func (c *CM) newID(ps mad.PortSpace, half func(*ID) idBackend) *ID {
+func (c *CM) newID(ps mad.PortSpace, half func(*ID) IDBackend) *ID {
 	id := &ID{c: c, ps: ps}
 	id.be = half(id)
 	return id

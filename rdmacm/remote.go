@@ -24,7 +24,7 @@ import (
 
 // remoteCM is the daemon backend of a CM: its side of the daemon's IDs.
 type remoteCM struct {
-	front *CM
+	hooks Hooks
 	dev   *verbs.Device // the CM's only device
 	// route is the CM's Config.Route, which ResolveAddr asks.
 	route func(dst netip.Addr) (netip.Addr, error)
@@ -43,8 +43,8 @@ type remoteChannel struct {
 	done   chan struct{}
 }
 
-func newRemoteCM(front *CM, cfg Config) *remoteCM {
-	return &remoteCM{front: front, dev: cfg.Devices[0], route: cfg.Route, ids: map[uint32]*remoteID{}}
+func newRemoteCM(cfg Config, h Hooks) *remoteCM {
+	return &remoteCM{hooks: h, dev: cfg.Devices[0], route: cfg.Route, ids: map[uint32]*remoteID{}}
 }
 
 // call runs a control call of the daemon's session.
@@ -91,21 +91,21 @@ func errnoErr(e unix.Errno) error {
 }
 
 // OpenChannel makes the daemon's channel behind ch and starts draining
-// it; a failure is kept for CreateID to report.
-func (rc *remoteCM) OpenChannel(ch *EventChannel) chanBackend {
+// it into post; a failure is kept for CreateID to report.
+func (rc *remoteCM) OpenChannel(_ *EventChannel, post func(Event)) ChannelBackend {
 	var dc *client.CMChannel
 	err := rc.call(func(c *client.Conn) (err error) { dc, err = c.CMCreateChannel(); return err })
 	if err != nil {
 		return &remoteChannel{err: fmt.Errorf("rdmacm: event channel in the daemon: %w", err)}
 	}
 	r := &remoteChannel{rc: rc, handle: dc.Handle, file: dc.File, done: make(chan struct{})}
-	go rc.drain(ch, r)
+	go rc.drain(post, r)
 	return r
 }
 
 // drain waits for the channel's pipe and takes every event queued each
 // time it is readable, until the channel is closed or the daemon goes.
-func (rc *remoteCM) drain(ch *EventChannel, r *remoteChannel) {
+func (rc *remoteCM) drain(post func(Event), r *remoteChannel) {
 	defer close(r.done)
 	buf := make([]byte, 64)
 	for {
@@ -120,7 +120,7 @@ func (rc *remoteCM) drain(ch *EventChannel, r *remoteChannel) {
 				break
 			}
 			if ev, ok := rc.event(&rec); ok {
-				ch.post(ev)
+				post(ev)
 			}
 		}
 	}

@@ -54,7 +54,7 @@ func (rc *remoteCM) event(rec *hostif.CMEvent) (Event, bool) {
 		ev.UD = &UDParam{AV: verbs.AddressVector{DGID: roce.GIDFromAddr(peer), SGIDIndex: rec.SGIDIndex, HopLimit: rec.HopLimit},
 			QPN: rec.QPN, QKey: rec.QKey}
 	}
-	ev.Err = eventErr(typ, ev.Reason, unix.Errno(-rec.Status))
+	ev.Err = rc.eventErr(typ, ev.Reason, unix.Errno(-rec.Status))
 	return ev, true
 }
 
@@ -62,22 +62,22 @@ func (rc *remoteCM) event(rec *hostif.CMEvent) (Event, bool) {
 // ID handle; an ID of a closed CM is destroyed at once.
 func (rc *remoteCM) newChild(handle uint32, listen *remoteID) *remoteID {
 	var id *remoteID
-	front := rc.front.newID(listen.front.PortSpace(), func(f *ID) idBackend {
+	front, open := rc.hooks.NewID(listen.front.PortSpace(), func(f *ID) IDBackend {
 		id = &remoteID{rc: rc, front: f, handle: handle, dev: rc.dev}
+		rc.register(id)
 		return id
 	})
-	rc.register(id)
-	if !rc.front.add(front) {
+	if !open {
 		front.Destroy()
 	}
 	return id
 }
 
 // eventErr is the error of an event, as the ID in this process gives it.
-func eventErr(typ EventType, reason mad.RejectReason, errno unix.Errno) error {
+func (rc *remoteCM) eventErr(typ EventType, reason mad.RejectReason, errno unix.Errno) error {
 	switch {
 	case typ == EventRejected:
-		return rejectError(reason)
+		return rc.hooks.RejectError(reason)
 	case typ == EventUnreachable && reason != 0:
 		return fmt.Errorf("%w (SIDR status %d)", ErrRefused, reason) // a UD ID's refusal
 	case typ == EventUnreachable:

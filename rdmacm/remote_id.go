@@ -34,7 +34,7 @@ type remoteID struct {
 
 // CreateID makes the ID in the daemon, its events going to the daemon's
 // channel behind chb.
-func (rc *remoteCM) CreateID(front *ID, chb chanBackend) (idBackend, error) {
+func (rc *remoteCM) CreateID(front *ID, chb ChannelBackend) (IDBackend, error) {
 	r, ok := chb.(*remoteChannel)
 	if !ok {
 		return nil, fmt.Errorf("create ID: channel of another CM: %w", ErrInvalidArgument)
@@ -123,7 +123,7 @@ func (id *remoteID) Bind(ap netip.AddrPort) error {
 		return fmt.Errorf("bind %v: %w", ap, err)
 	}
 	id.setAddrs(a.Local, a.Peer)
-	if !anyAddr(ap.Addr()) { // a wildcard or loopback bind attaches no device
+	if !rc.hooks.AnyAddr(ap.Addr()) { // a wildcard or loopback bind attaches no device
 		id.mu.Lock()
 		id.dev = rc.dev
 		id.mu.Unlock()
@@ -136,13 +136,14 @@ func (id *remoteID) Bind(ap netip.AddrPort) error {
 // one that counts), but for a loopback or wildcard destination, which the
 // daemon resolves to its device; the daemon finds the peers.
 func (id *remoteID) ResolveAddr(src netip.Addr, dst netip.AddrPort, timeout time.Duration) error {
-	if local := id.LocalAddr(); !src.IsValid() && (!local.IsValid() || anyAddr(local.Addr())) && !anyAddr(dst.Addr()) && id.rc.route != nil {
+	rc, local := id.rc, id.LocalAddr()
+	if !src.IsValid() && (!local.IsValid() || rc.hooks.AnyAddr(local.Addr())) && !rc.hooks.AnyAddr(dst.Addr()) && rc.route != nil {
 		var err error
-		if src, err = id.rc.route(dst.Addr()); err != nil {
+		if src, err = rc.route(dst.Addr()); err != nil {
 			return fmt.Errorf("resolve address %v: %w", dst, err)
 		}
 	}
-	err := id.rc.call(func(c *client.Conn) error { return c.CMResolveAddr(id.handle, src, dst, timeout) })
+	err := rc.call(func(c *client.Conn) error { return c.CMResolveAddr(id.handle, src, dst, timeout) })
 	if err != nil {
 		return fmt.Errorf("resolve address %v: %w", dst, err)
 	}
@@ -161,7 +162,7 @@ func (id *remoteID) ResolveRoute(timeout time.Duration) error {
 func (id *remoteID) CreateQP(pd *verbs.PD, init *verbs.QPInitAttr) (*verbs.QP, error) {
 	id.mu.Lock()
 	defer id.mu.Unlock()
-	pd, err := qpPD(id.dev, id.qp, id.front.PortSpace(), pd, init)
+	pd, err := id.rc.hooks.QPPD(id.dev, id.qp, id.front.PortSpace(), pd, init)
 	if err != nil {
 		return nil, err
 	}
@@ -262,7 +263,7 @@ func (id *remoteID) SetOption(option int, value uint8) error {
 
 // Migrate has the daemon send the ID's events to the daemon's channel
 // behind chb, whose drain posts them on its EventChannel.
-func (id *remoteID) Migrate(chb chanBackend) error {
+func (id *remoteID) Migrate(chb ChannelBackend) error {
 	r, ok := chb.(*remoteChannel)
 	if !ok || r.err != nil {
 		return fmt.Errorf("migrate: channel of another CM: %w", ErrInvalidArgument)
