@@ -10,8 +10,9 @@ import (
 
 // An ID runs in one of two places, its CM's backend: on the IB CM of its
 // device in this process (inproc*.go), or in the softnic daemon that
-// serves the device (remote*.go), as librdmacm's IDs run in the kernel
-// through rdma_ucm. New picks the backend once, from the CM's devices, as a verbs
+// serves the device (package daemon/client, whose device backend is a
+// BackendProvider), as librdmacm's IDs run in the kernel through
+// rdma_ucm. New picks the backend once, from the CM's devices, as a verbs
 // provider fills verbs_context_ops once for its device; from then on each
 // ID and each event channel hold their backend's half, and the methods of
 // CM, ID and EventChannel check what is common and call it. The

@@ -1,4 +1,4 @@
-package rdmacm
+package client
 
 import (
 	"fmt"
@@ -6,9 +6,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/softnic/softnic/daemon/client"
 	"github.com/softnic/softnic/hostif"
 	"github.com/softnic/softnic/ibtransport/mad"
+	"github.com/softnic/softnic/rdmacm"
 	"github.com/softnic/softnic/verbs"
 )
 
@@ -16,11 +16,11 @@ import (
 // knows here (its addresses, device and QP) is what the replies and
 // events said.
 
-// remoteID is an ID's daemon half: its handle there, and what the
+// dialedID is an ID's daemon half: its handle there, and what the
 // replies and events said of it.
-type remoteID struct {
-	rc     *remoteCM
-	front  *ID
+type dialedID struct {
+	rc     *dialedCM
+	front  *rdmacm.ID
 	handle uint32
 
 	mu        sync.Mutex
@@ -34,55 +34,55 @@ type remoteID struct {
 
 // CreateID makes the ID in the daemon, its events going to the daemon's
 // channel behind chb.
-func (rc *remoteCM) CreateID(front *ID, chb ChannelBackend) (IDBackend, error) {
-	r, ok := chb.(*remoteChannel)
+func (rc *dialedCM) CreateID(front *rdmacm.ID, chb rdmacm.ChannelBackend) (rdmacm.IDBackend, error) {
+	r, ok := chb.(*dialedEventChannel)
 	if !ok {
-		return nil, fmt.Errorf("create ID: channel of another CM: %w", ErrInvalidArgument)
+		return nil, fmt.Errorf("create ID: channel of another CM: %w", rdmacm.ErrInvalidArgument)
 	}
 	if r.err != nil {
 		return nil, r.err
 	}
 	var h uint32
-	if err := rc.call(func(cl *client.Conn) (err error) {
+	if err := rc.call(func(cl *Conn) (err error) {
 		h, err = cl.CMCreateID(r.handle, uint16(front.PortSpace()), 0)
 		return err
 	}); err != nil {
 		return nil, fmt.Errorf("create ID: %w", err)
 	}
-	id := &remoteID{rc: rc, front: front, handle: h}
+	id := &dialedID{rc: rc, front: front, handle: h}
 	rc.register(id)
 	return id, nil
 }
 
 // register makes id the one the daemon's events for its handle are for.
-func (rc *remoteCM) register(id *remoteID) {
+func (rc *dialedCM) register(id *dialedID) {
 	rc.mu.Lock()
 	rc.ids[id.handle] = id
 	rc.mu.Unlock()
 }
 
 // isUD reports whether the ID's port space has UD QPs.
-func (id *remoteID) isUD() bool { return id.front.PortSpace() == PortSpaceUDP }
+func (id *dialedID) isUD() bool { return id.front.PortSpace() == rdmacm.PortSpaceUDP }
 
-func (id *remoteID) Device() *verbs.Device {
+func (id *dialedID) Device() *verbs.Device {
 	id.mu.Lock()
 	defer id.mu.Unlock()
 	return id.dev
 }
 
-func (id *remoteID) QP() *verbs.QP {
+func (id *dialedID) QP() *verbs.QP {
 	id.mu.Lock()
 	defer id.mu.Unlock()
 	return id.qp
 }
 
-func (id *remoteID) LocalAddr() netip.AddrPort {
+func (id *dialedID) LocalAddr() netip.AddrPort {
 	id.mu.Lock()
 	defer id.mu.Unlock()
 	return id.local
 }
 
-func (id *remoteID) PeerAddr() netip.AddrPort {
+func (id *dialedID) PeerAddr() netip.AddrPort {
 	id.mu.Lock()
 	defer id.mu.Unlock()
 	return id.peer
@@ -90,9 +90,9 @@ func (id *remoteID) PeerAddr() netip.AddrPort {
 
 // Listening and KernelState know only what this side does: the daemon
 // keeps the ID's state, this side whether it is bound.
-func (id *remoteID) Listening() bool { return false }
+func (id *dialedID) Listening() bool { return false }
 
-func (id *remoteID) KernelState() uint8 {
+func (id *dialedID) KernelState() uint8 {
 	if id.LocalAddr().IsValid() {
 		return 7 // RDMA_CM_ADDR_BOUND
 	}
@@ -101,25 +101,25 @@ func (id *remoteID) KernelState() uint8 {
 
 // RequestTaken has nothing to count: the daemon's backlog counts the
 // requests this side has not yet taken from it.
-func (id *remoteID) RequestTaken() {}
+func (id *dialedID) RequestTaken() {}
 
 // AttachQP is refused: the daemon makes the QP of an ID of its own
 // (CreateQP).
-func (id *remoteID) AttachQP(*verbs.QP) error {
-	return fmt.Errorf("attach QP: %w", ErrInvalidArgument)
+func (id *dialedID) AttachQP(*verbs.QP) error {
+	return fmt.Errorf("attach QP: %w", rdmacm.ErrInvalidArgument)
 }
 
 // setAddrs records the addresses a reply or an event gave.
-func (id *remoteID) setAddrs(local, peer netip.AddrPort) {
+func (id *dialedID) setAddrs(local, peer netip.AddrPort) {
 	id.mu.Lock()
 	id.local, id.peer = local, peer
 	id.mu.Unlock()
 }
 
-func (id *remoteID) Bind(ap netip.AddrPort) error {
+func (id *dialedID) Bind(ap netip.AddrPort) error {
 	rc := id.rc
-	var a client.CMAddrs
-	if err := rc.call(func(c *client.Conn) (err error) { a, err = c.CMBind(id.handle, ap); return err }); err != nil {
+	var a CMAddrs
+	if err := rc.call(func(c *Conn) (err error) { a, err = c.CMBind(id.handle, ap); return err }); err != nil {
 		return fmt.Errorf("bind %v: %w", ap, err)
 	}
 	id.setAddrs(a.Local, a.Peer)
@@ -135,7 +135,7 @@ func (id *remoteID) Bind(ap netip.AddrPort) error {
 // the daemon is not told otherwise (the program's routing table is the
 // one that counts), but for a loopback or wildcard destination, which the
 // daemon resolves to its device; the daemon finds the peers.
-func (id *remoteID) ResolveAddr(src netip.Addr, dst netip.AddrPort, timeout time.Duration) error {
+func (id *dialedID) ResolveAddr(src netip.Addr, dst netip.AddrPort, timeout time.Duration) error {
 	rc, local := id.rc, id.LocalAddr()
 	if !src.IsValid() && (!local.IsValid() || rc.hooks.AnyAddr(local.Addr())) && !rc.hooks.AnyAddr(dst.Addr()) && rc.route != nil {
 		var err error
@@ -143,15 +143,15 @@ func (id *remoteID) ResolveAddr(src netip.Addr, dst netip.AddrPort, timeout time
 			return fmt.Errorf("resolve address %v: %w", dst, err)
 		}
 	}
-	err := rc.call(func(c *client.Conn) error { return c.CMResolveAddr(id.handle, src, dst, timeout) })
+	err := rc.call(func(c *Conn) error { return c.CMResolveAddr(id.handle, src, dst, timeout) })
 	if err != nil {
 		return fmt.Errorf("resolve address %v: %w", dst, err)
 	}
 	return nil
 }
 
-func (id *remoteID) ResolveRoute(timeout time.Duration) error {
-	if err := id.rc.call(func(c *client.Conn) error { return c.CMResolveRoute(id.handle, timeout) }); err != nil {
+func (id *dialedID) ResolveRoute(timeout time.Duration) error {
+	if err := id.rc.call(func(c *Conn) error { return c.CMResolveRoute(id.handle, timeout) }); err != nil {
 		return fmt.Errorf("resolve route: %w", err)
 	}
 	return nil
@@ -159,7 +159,7 @@ func (id *remoteID) ResolveRoute(timeout time.Duration) error {
 
 // CreateQP makes the ID's QP on pd through cm_create_qp: a QP of the
 // device like any other, which the daemon moved to INIT.
-func (id *remoteID) CreateQP(pd *verbs.PD, init *verbs.QPInitAttr) (*verbs.QP, error) {
+func (id *dialedID) CreateQP(pd *verbs.PD, init *verbs.QPInitAttr) (*verbs.QP, error) {
 	id.mu.Lock()
 	defer id.mu.Unlock()
 	pd, err := id.rc.hooks.QPPD(id.dev, id.qp, id.front.PortSpace(), pd, init)
@@ -167,34 +167,34 @@ func (id *remoteID) CreateQP(pd *verbs.PD, init *verbs.QPInitAttr) (*verbs.QP, e
 		return nil, err
 	}
 	h := id.handle
-	qp, err := client.CreateQPThrough(pd, init, func(c *client.Conn, req hostif.CreateQPRequest) (*client.QP, error) {
+	qp, err := CreateQPThrough(pd, init, func(c *Conn, req hostif.CreateQPRequest) (*QP, error) {
 		return c.CMCreateQP(h, req)
 	})
 	if err != nil {
-		return nil, fmt.Errorf("create QP: %w", remoteErr(err))
+		return nil, fmt.Errorf("create QP: %w", cmErr(err))
 	}
 	id.qp, id.pd = qp, pd
 	return qp, nil
 }
 
-func (id *remoteID) DestroyQP() error {
+func (id *dialedID) DestroyQP() error {
 	id.mu.Lock()
 	qp := id.qp
 	id.qp = nil
 	id.mu.Unlock()
 	if qp == nil {
-		return fmt.Errorf("destroy QP: no QP: %w", ErrState)
+		return fmt.Errorf("destroy QP: no QP: %w", rdmacm.ErrState)
 	}
-	if err := id.rc.call(func(c *client.Conn) error { return c.CMDetachQP(id.handle) }); err != nil {
+	if err := id.rc.call(func(c *Conn) error { return c.CMDetachQP(id.handle) }); err != nil {
 		return fmt.Errorf("destroy QP: %w", err)
 	}
 	return qp.Destroy()
 }
 
 // connParam encodes p for the daemon.
-func (id *remoteID) connParam(p *ConnParam, maxPrivate int) (hostif.CMConnParam, error) {
+func (id *dialedID) connParam(p *rdmacm.ConnParam, maxPrivate int) (hostif.CMConnParam, error) {
 	if len(p.PrivateData) > maxPrivate {
-		return hostif.CMConnParam{}, fmt.Errorf("%d bytes of private data, at most %d: %w", len(p.PrivateData), maxPrivate, ErrInvalidArgument)
+		return hostif.CMConnParam{}, fmt.Errorf("%d bytes of private data, at most %d: %w", len(p.PrivateData), maxPrivate, rdmacm.ErrInvalidArgument)
 	}
 	cp := hostif.CMConnParam{ID: id.handle, ResponderResources: p.ResponderResources, InitiatorDepth: p.InitiatorDepth,
 		RetryCount: p.RetryCount, RNRRetryCount: p.RNRRetryCount, PrivateLen: uint32(len(p.PrivateData)), QPNum: p.QPNum}
@@ -202,14 +202,14 @@ func (id *remoteID) connParam(p *ConnParam, maxPrivate int) (hostif.CMConnParam,
 	return cp, nil
 }
 
-func (id *remoteID) Connect(p *ConnParam) error {
+func (id *dialedID) Connect(p *rdmacm.ConnParam) error {
 	room := mad.CMAUserDataLen
 	if id.isUD() {
 		room = mad.SIDRREQPrivateDataLen - mad.CMAHeaderLen
 	}
 	cp, err := id.connParam(p, room)
 	if err == nil {
-		err = id.rc.call(func(c *client.Conn) error { return c.CMConnect(cp) })
+		err = id.rc.call(func(c *Conn) error { return c.CMConnect(cp) })
 	}
 	if err != nil {
 		return fmt.Errorf("connect: %w", err)
@@ -217,14 +217,14 @@ func (id *remoteID) Connect(p *ConnParam) error {
 	return nil
 }
 
-func (id *remoteID) Accept(p *ConnParam) error {
+func (id *dialedID) Accept(p *rdmacm.ConnParam) error {
 	room := mad.REPPrivateDataLen
 	if id.isUD() {
 		room = mad.SIDRREPPrivateDataLen
 	}
 	cp, err := id.connParam(p, room)
 	if err == nil {
-		err = id.rc.call(func(c *client.Conn) error { return c.CMAccept(cp) })
+		err = id.rc.call(func(c *Conn) error { return c.CMAccept(cp) })
 	}
 	if err != nil {
 		return fmt.Errorf("accept: %w", err)
@@ -232,70 +232,70 @@ func (id *remoteID) Accept(p *ConnParam) error {
 	return nil
 }
 
-func (id *remoteID) Reject(privateData []byte) error {
+func (id *dialedID) Reject(privateData []byte) error {
 	if len(privateData) > hostif.CMPrivateDataMax {
-		return fmt.Errorf("reject: %d bytes of private data: %w", len(privateData), ErrInvalidArgument)
+		return fmt.Errorf("reject: %d bytes of private data: %w", len(privateData), rdmacm.ErrInvalidArgument)
 	}
-	if err := id.rc.call(func(c *client.Conn) error { return c.CMReject(id.handle, privateData) }); err != nil {
+	if err := id.rc.call(func(c *Conn) error { return c.CMReject(id.handle, privateData) }); err != nil {
 		return fmt.Errorf("reject: %w", err)
 	}
 	return nil
 }
 
-func (id *remoteID) Listen(backlog int) error {
-	var a client.CMAddrs
-	if err := id.rc.call(func(c *client.Conn) (err error) { a, err = c.CMListen(id.handle, backlog); return err }); err != nil {
+func (id *dialedID) Listen(backlog int) error {
+	var a CMAddrs
+	if err := id.rc.call(func(c *Conn) (err error) { a, err = c.CMListen(id.handle, backlog); return err }); err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
 	id.setAddrs(a.Local, a.Peer)
 	return nil
 }
 
-func (id *remoteID) SetOption(option int, value uint8) error {
+func (id *dialedID) SetOption(option int, value uint8) error {
 	if option < 0 {
-		return fmt.Errorf("set option %d: %w", option, ErrNotSupported)
+		return fmt.Errorf("set option %d: %w", option, rdmacm.ErrNotSupported)
 	}
-	if err := id.rc.call(func(c *client.Conn) error { return c.CMSetOption(id.handle, uint32(option), uint32(value)) }); err != nil {
-		return fmt.Errorf("set option: %w", remoteErr(err))
+	if err := id.rc.call(func(c *Conn) error { return c.CMSetOption(id.handle, uint32(option), uint32(value)) }); err != nil {
+		return fmt.Errorf("set option: %w", cmErr(err))
 	}
 	return nil
 }
 
 // Migrate has the daemon send the ID's events to the daemon's channel
-// behind chb, whose drain posts them on its EventChannel.
-func (id *remoteID) Migrate(chb ChannelBackend) error {
-	r, ok := chb.(*remoteChannel)
+// behind chb, whose drain posts them on its event channel.
+func (id *dialedID) Migrate(chb rdmacm.ChannelBackend) error {
+	r, ok := chb.(*dialedEventChannel)
 	if !ok || r.err != nil {
-		return fmt.Errorf("migrate: channel of another CM: %w", ErrInvalidArgument)
+		return fmt.Errorf("migrate: channel of another CM: %w", rdmacm.ErrInvalidArgument)
 	}
-	if err := id.rc.call(func(c *client.Conn) error { return c.CMMigrateID(id.handle, r.handle) }); err != nil {
-		return fmt.Errorf("migrate: %w", remoteErr(err))
+	if err := id.rc.call(func(c *Conn) error { return c.CMMigrateID(id.handle, r.handle) }); err != nil {
+		return fmt.Errorf("migrate: %w", cmErr(err))
 	}
 	return nil
 }
 
-func (id *remoteID) InitQPAttr(state verbs.QPState) (verbs.QPAttr, verbs.QPAttrMask, error) {
+func (id *dialedID) InitQPAttr(state verbs.QPState) (verbs.QPAttr, verbs.QPAttrMask, error) {
 	var attr *verbs.QPAttr
 	var mask verbs.QPAttrMask
-	err := id.rc.call(func(c *client.Conn) (err error) {
+	err := id.rc.call(func(c *Conn) (err error) {
 		attr, mask, err = c.CMInitQPAttr(id.handle, state)
 		return err
 	})
 	if err != nil {
-		return verbs.QPAttr{}, 0, fmt.Errorf("init QP attributes: %w", remoteErr(err))
+		return verbs.QPAttr{}, 0, fmt.Errorf("init QP attributes: %w", cmErr(err))
 	}
 	return *attr, mask, nil
 }
 
-func (id *remoteID) Establish() error {
-	if err := id.rc.call(func(c *client.Conn) error { return c.CMEstablish(id.handle) }); err != nil {
-		return fmt.Errorf("establish: %w", remoteErr(err))
+func (id *dialedID) Establish() error {
+	if err := id.rc.call(func(c *Conn) error { return c.CMEstablish(id.handle) }); err != nil {
+		return fmt.Errorf("establish: %w", cmErr(err))
 	}
 	return nil
 }
 
-func (id *remoteID) Disconnect() error {
-	if err := id.rc.call(func(c *client.Conn) error { return c.CMDisconnect(id.handle) }); err != nil {
+func (id *dialedID) Disconnect() error {
+	if err := id.rc.call(func(c *Conn) error { return c.CMDisconnect(id.handle) }); err != nil {
 		return fmt.Errorf("disconnect: %w", err)
 	}
 	return nil
@@ -303,18 +303,18 @@ func (id *remoteID) Disconnect() error {
 
 // Destroy destroys the ID in the daemon, then its QP, as Destroy
 // does in this process.
-func (id *remoteID) Destroy() error {
+func (id *dialedID) Destroy() error {
 	id.mu.Lock()
 	if id.destroyed {
 		id.mu.Unlock()
-		return fmt.Errorf("destroy ID: %w", ErrState)
+		return fmt.Errorf("destroy ID: %w", rdmacm.ErrState)
 	}
 	id.destroyed = true
 	qp := id.qp
 	id.qp = nil
 	id.mu.Unlock()
 	rc := id.rc
-	err := rc.call(func(c *client.Conn) error { return c.CMDestroyID(id.handle) })
+	err := rc.call(func(c *Conn) error { return c.CMDestroyID(id.handle) })
 	if qp != nil {
 		qp.Destroy()
 	}
