@@ -166,15 +166,24 @@ func (id *dialedID) CreateQP(pd *verbs.PD, init *verbs.QPInitAttr) (*verbs.QP, e
 	if err != nil {
 		return nil, err
 	}
-	h := id.handle
-	qp, err := CreateQPThrough(pd, init, func(c *Conn, req hostif.CreateQPRequest) (*QP, error) {
-		return c.CMCreateQP(h, req)
-	})
+	qp, err := cmCreateQP(pd, init, id.handle)
 	if err != nil {
 		return nil, fmt.Errorf("create QP: %w", cmErr(err))
 	}
 	id.qp, id.pd = qp, pd
 	return qp, nil
+}
+
+// cmCreateQP creates the QP of the daemon's ID handle on pd as
+// PD.CreateQP does, through cm_create_qp: the QP is then like any other
+// of the device's.
+func cmCreateQP(pd *verbs.PD, init *verbs.QPInitAttr, handle uint32) (*verbs.QP, error) {
+	p, ok := pd.Backend().(*dialedPD)
+	if !ok {
+		return nil, fmt.Errorf("PD of no device a daemon serves: %w", rdmacm.ErrInvalidArgument)
+	}
+	create := func(c *Conn, req hostif.CreateQPRequest) (*QP, error) { return c.CMCreateQP(handle, req) }
+	return pd.CreateQPWith(init, func(q *verbs.QP) (verbs.QPOps, error) { return p.createQPThrough(q, init, create) })
 }
 
 func (id *dialedID) DestroyQP() error {
