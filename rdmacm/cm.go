@@ -37,14 +37,16 @@ type Config struct {
 // CM is what librdmacm keeps per process: the devices, and the IDs open
 // on them.
 type CM struct {
-	be cmBackend // in process, or the daemon's (backend.go)
+	be CMBackend // in process, or its device's provider's (backend.go)
 
 	mu     sync.Mutex
 	ids    map[*ID]struct{}
 	closed bool
 }
 
-// New returns a CM over the devices of cfg.
+// New returns a CM over the devices of cfg. Its IDs run in this process,
+// on the devices' IB CM, unless its device's verbs backend runs them
+// (a BackendProvider: a device a softnic daemon serves).
 func New(cfg Config) (*CM, error) {
 	if len(cfg.Devices) == 0 {
 		return nil, fmt.Errorf("rdmacm: no devices: %w", ErrInvalidArgument)
@@ -55,9 +57,14 @@ func New(cfg Config) (*CM, error) {
 		}
 	}
 	c := &CM{ids: map[*ID]struct{}{}}
-	if cfg.Devices[0].Remote() {
-		c.be = newRemoteCM(c, cfg)
-	} else {
+	d := cfg.Devices[0]
+	p, provides := d.Backend().(BackendProvider)
+	switch {
+	case provides:
+		c.be = p.NewCMBackend(cfg, c.hooks())
+	case d.Remote():
+		return nil, fmt.Errorf("rdmacm: the device's backend runs no connection manager: %w", ErrNotSupported)
+	default:
 		c.be = newInprocCM(c, cfg)
 	}
 	return c, nil
@@ -87,7 +94,7 @@ func (c *CM) IDs() int {
 
 // newID makes an ID of c in port space ps, its half the one half makes
 // for it; add registers it.
-func (c *CM) newID(ps mad.PortSpace, half func(*ID) idBackend) *ID {
+func (c *CM) newID(ps mad.PortSpace, half func(*ID) IDBackend) *ID {
 	id := &ID{c: c, ps: ps}
 	id.be = half(id)
 	return id

@@ -16,9 +16,16 @@
 // A CM holds the devices IDs may use (librdmacm's device list): an ID
 // takes the device whose GID table has its local address.
 //
-// Over a device a softnic daemon serves (client.DialDevice), the CM is remote:
-// its IDs run in the daemon, as librdmacm's run in the kernel through
-// rdma_ucm (docs/HOST-INTERFACE.md, "The connection manager"), with the
-// same API and events; an ID's QP is a QP of the daemon session like any
-// other. Such a device is then the CM's only one.
+// Over a device a softnic daemon serves (package daemon/client's
+// DialDevice), the CM is remote: its IDs run in the daemon, as
+// librdmacm's run in the kernel through rdma_ucm (docs/HOST-INTERFACE.md,
+// "The connection manager"), with the same API and events; an ID's QP is
+// a QP of the daemon session like any other. Such a device is then the
+// CM's only one.
+//
+// Where IDs run is the CM's backend (backend.go). The in-process one is
+// this package's (inproc*.go). The daemon's lives with the daemon's
+// client, in package daemon/client (rdmacm*.go): that device's verbs
+// backend is a BackendProvider, which New asks for the CM's backend, so
+// that this package imports nothing of the daemon's.
 package rdmacm

@@ -104,13 +104,13 @@ type EventChannel struct {
 	closed bool
 	// notify, if set, is called after each event queued (SetNotify).
 	notify func()
-	be     chanBackend // the channel's half in the CM's backend
+	be     ChannelBackend // the channel's half in the CM's backend
 }
 
 // NewEventChannel creates an event channel (rdma_create_event_channel).
 func (c *CM) NewEventChannel() *EventChannel {
 	ch := &EventChannel{wake: make(chan struct{}, 1)}
-	ch.be = c.be.OpenChannel(ch)
+	ch.be = c.be.OpenChannel(ch, ch.post)
 	return ch
 }
 

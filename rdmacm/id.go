@@ -15,7 +15,7 @@ import (
 type ID struct {
 	c  *CM
 	ps mad.PortSpace
-	be idBackend
+	be IDBackend
 }
 
 // CreateID creates an ID whose events go to ch (rdma_create_id).

@@ -33,9 +33,13 @@ type inprocChannel struct{ ch *EventChannel }
 // Close does nothing: nothing but the channel holds its events.
 func (inprocChannel) Close() {}
 
-func (c *inprocCM) OpenChannel(ch *EventChannel) chanBackend { return inprocChannel{ch} }
+// OpenChannel keeps no post: an ID queues on whichever channel it was
+// last migrated to, under that channel's lock (inprocID.post).
+func (c *inprocCM) OpenChannel(ch *EventChannel, _ func(Event)) ChannelBackend {
+	return inprocChannel{ch}
+}
 
-func (c *inprocCM) CreateID(front *ID, chb chanBackend) (idBackend, error) {
+func (c *inprocCM) CreateID(front *ID, chb ChannelBackend) (IDBackend, error) {
 	ch, ok := chb.(inprocChannel)
 	if !ok {
 		return nil, fmt.Errorf("create ID: channel of another CM: %w", ErrInvalidArgument)

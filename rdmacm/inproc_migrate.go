@@ -30,7 +30,7 @@ func (id *inprocID) post(ev Event) {
 
 // Migrate moves the ID, and the events queued for it, to the channel
 // whose half is chb.
-func (id *inprocID) Migrate(chb chanBackend) error {
+func (id *inprocID) Migrate(chb ChannelBackend) error {
 	to, ok := chb.(inprocChannel)
 	if !ok {
 		return fmt.Errorf("migrate: channel of another CM: %w", ErrInvalidArgument)

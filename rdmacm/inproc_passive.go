@@ -126,7 +126,7 @@ func (id *inprocID) newChild(dev *verbs.Device, ev cm.Event) (*inprocID, error) 
 		return nil, fmt.Errorf("%d connect requests queued: %w", id.pending, errBacklogFull)
 	}
 	var child *inprocID
-	front := id.c.front.newID(id.ps, func(f *ID) idBackend {
+	front := id.c.front.newID(id.ps, func(f *ID) IDBackend {
 		child = &inprocID{front: f, c: id.c, ps: id.ps, state: stateRequested, dev: dev, gidIndex: gi,
 			local: netip.AddrPortFrom(h.DstAddr().Unmap(), id.local.Port()),
 			peer:  netip.AddrPortFrom(h.SrcAddr().Unmap(), h.SrcPort()),

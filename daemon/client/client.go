@@ -3,6 +3,13 @@
 // creates objects through the control socket, and posts and polls through
 // the shared rings without system calls while the daemon polls.
 //
+// It holds the daemon's backends of the APIs above it too: DialDevice
+// and OpenDevice give a verbs.Device whose objects live in the daemon
+// (verbs*.go), and rdmacm.New over such a device runs its IDs in the
+// daemon through the same session (rdmacm*.go), the device's backend
+// being the CM's rdmacm.BackendProvider. The in-process backends are
+// those packages' own.
+//
 //	c, err := client.Dial("/run/softnic/softnic_eth0.sock")
 //	if err != nil {
 //		return err

@@ -45,7 +45,7 @@ type dialed struct {
 // Its QPs are RC, UC and UD, with SRQs, address handles, completion
 // channels and async events as on a device opened with verbs.Open. Its
 // QP1 and verbs.Device.CM are the daemon's: package rdmacm connects its QPs
-// through the daemon's connection manager instead.
+// through the daemon's connection manager instead (rdmacm*.go).
 func DialDevice(socket string) (*verbs.Device, error) {
 	c, err := Dial(socket)
 	if err != nil {

@@ -1,13 +1,13 @@
-package rdmacm
+package client
 
 import (
 	"fmt"
 
 	"golang.org/x/sys/unix"
 
-	"github.com/softnic/softnic/daemon/client"
 	"github.com/softnic/softnic/hostif"
 	"github.com/softnic/softnic/ibtransport/mad"
+	"github.com/softnic/softnic/rdmacm"
 	"github.com/softnic/softnic/roce"
 	"github.com/softnic/softnic/verbs"
 )
@@ -19,73 +19,73 @@ import (
 // event turns the daemon's record into an event of this CM's IDs: a
 // connect request's new ID is made here; records of IDs destroyed here
 // meanwhile are dropped.
-func (rc *remoteCM) event(rec *hostif.CMEvent) (Event, bool) {
-	typ := EventType(rec.Type)
+func (rc *dialedCM) event(rec *hostif.CMEvent) (rdmacm.Event, bool) {
+	typ := rdmacm.EventType(rec.Type)
 	rc.mu.Lock()
 	id, listen := rc.ids[rec.ID], rc.ids[rec.Listen]
 	rc.mu.Unlock()
-	if typ == EventConnectRequest && id == nil && listen != nil {
+	if typ == rdmacm.EventConnectRequest && id == nil && listen != nil {
 		id = rc.newChild(rec.ID, listen)
 	}
 	if id == nil {
-		if typ == EventConnectRequest {
+		if typ == rdmacm.EventConnectRequest {
 			// The listener was destroyed here before the daemon heard:
 			// the request's ID, the daemon's now, goes (a reject).
-			rc.call(func(c *client.Conn) error { return c.CMDestroyID(rec.ID) })
+			rc.call(func(c *Conn) error { return c.CMDestroyID(rec.ID) })
 		}
-		return Event{}, false
+		return rdmacm.Event{}, false
 	}
 	id.setAddrs(hostif.CMAddrPort(rec.Local, rec.LocalPort), hostif.CMAddrPort(rec.Peer, rec.PeerPort))
-	if typ == EventAddrResolved {
+	if typ == rdmacm.EventAddrResolved {
 		id.mu.Lock()
 		id.dev = rc.dev
 		id.mu.Unlock()
 	}
 	n := min(int(rec.PrivateLen), len(rec.Private))
-	ev := Event{Type: typ, ID: id.front, Reason: mad.RejectReason(rec.Reason), Param: ConnParam{
+	ev := rdmacm.Event{Type: typ, ID: id.front, Reason: mad.RejectReason(rec.Reason), Param: rdmacm.ConnParam{
 		PrivateData:        append([]byte(nil), rec.Private[:n]...),
 		ResponderResources: rec.ResponderResources, InitiatorDepth: rec.InitiatorDepth,
 		RetryCount: rec.RetryCount, RNRRetryCount: rec.RNRRetryCount}}
-	if typ == EventConnectRequest {
+	if typ == rdmacm.EventConnectRequest {
 		ev.Listen = listen.front
 	}
-	if typ == EventEstablished && id.isUD() {
+	if typ == rdmacm.EventEstablished && id.isUD() {
 		peer := hostif.CMAddrPort(rec.Peer, rec.PeerPort).Addr()
-		ev.UD = &UDParam{AV: verbs.AddressVector{DGID: roce.GIDFromAddr(peer), SGIDIndex: rec.SGIDIndex, HopLimit: rec.HopLimit},
+		ev.UD = &rdmacm.UDParam{AV: verbs.AddressVector{DGID: roce.GIDFromAddr(peer), SGIDIndex: rec.SGIDIndex, HopLimit: rec.HopLimit},
 			QPN: rec.QPN, QKey: rec.QKey}
 	}
-	ev.Err = eventErr(typ, ev.Reason, unix.Errno(-rec.Status))
+	ev.Err = rc.eventErr(typ, ev.Reason, unix.Errno(-rec.Status))
 	return ev, true
 }
 
 // newChild makes the ID of a connect request to listen, the daemon's
 // ID handle; an ID of a closed CM is destroyed at once.
-func (rc *remoteCM) newChild(handle uint32, listen *remoteID) *remoteID {
-	var id *remoteID
-	front := rc.front.newID(listen.front.PortSpace(), func(f *ID) idBackend {
-		id = &remoteID{rc: rc, front: f, handle: handle, dev: rc.dev}
+func (rc *dialedCM) newChild(handle uint32, listen *dialedID) *dialedID {
+	var id *dialedID
+	front, open := rc.hooks.NewID(listen.front.PortSpace(), func(f *rdmacm.ID) rdmacm.IDBackend {
+		id = &dialedID{rc: rc, front: f, handle: handle, dev: rc.dev}
+		rc.register(id)
 		return id
 	})
-	rc.register(id)
-	if !rc.front.add(front) {
+	if !open {
 		front.Destroy()
 	}
 	return id
 }
 
 // eventErr is the error of an event, as the ID in this process gives it.
-func eventErr(typ EventType, reason mad.RejectReason, errno unix.Errno) error {
+func (rc *dialedCM) eventErr(typ rdmacm.EventType, reason mad.RejectReason, errno unix.Errno) error {
 	switch {
-	case typ == EventRejected:
-		return rejectError(reason)
-	case typ == EventUnreachable && reason != 0:
-		return fmt.Errorf("%w (SIDR status %d)", ErrRefused, reason) // a UD ID's refusal
-	case typ == EventUnreachable:
-		return ErrTimedOut
+	case typ == rdmacm.EventRejected:
+		return rc.hooks.RejectError(reason)
+	case typ == rdmacm.EventUnreachable && reason != 0:
+		return fmt.Errorf("%w (SIDR status %d)", rdmacm.ErrRefused, reason) // a UD ID's refusal
+	case typ == rdmacm.EventUnreachable:
+		return rdmacm.ErrTimedOut
 	case errno == 0:
 		return nil
 	}
-	if e := errnoErr(errno); e != nil {
+	if e := cmErrnoErr(errno); e != nil {
 		return fmt.Errorf("%v: %w (%w)", typ, e, errno)
 	}
 	return fmt.Errorf("%v: %w", typ, errno)
