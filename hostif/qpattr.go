@@ -1,6 +1,9 @@
 package hostif
 
-import "github.com/softnic/softnic/ibtransport"
+import (
+	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/ibtransport/header"
+)
 
 // ModifyQPRequestOf encodes ibv_modify_qp's arguments for QP handle (0 in
 // a cm_init_qp_attr reply).
@@ -21,6 +24,6 @@ func QPAttrOf(req *ModifyQPRequest) *ibtransport.QPAttr {
 		AV: ibtransport.AddressVector{DGID: req.DGID, SGIDIndex: req.SGIDIndex, FlowLabel: req.FlowLabel,
 			HopLimit: req.HopLimit, TrafficClass: req.TrafficClass},
 		PathMTU: ibtransport.MTU(req.PathMTU), Timeout: req.Timeout, RetryCnt: req.RetryCnt, RNRRetry: req.RNRRetry,
-		RQPSN: ibtransport.PSN(req.RQPSN), SQPSN: ibtransport.PSN(req.SQPSN), MaxRdAtomic: req.MaxRdAtomic,
+		RQPSN: header.PSN(req.RQPSN), SQPSN: header.PSN(req.SQPSN), MaxRdAtomic: req.MaxRdAtomic,
 		MaxDestRdAtomic: req.MaxDestRdAtomic, MinRNRTimer: req.MinRNR, DestQPN: req.DestQPN, QKey: req.QKey}
 }

@@ -1,5 +1,7 @@
 package ibtransport
 
+import "github.com/softnic/softnic/ibtransport/header"
+
 // The notification point: a QP that receives a packet marked Congestion
 // Experienced answers its peer with a CNP (BTH opcode 0x81, BECN set,
 // P_Key 0xFFFF, the peer's QPN, 16 reserved bytes), at most one per
@@ -54,7 +56,7 @@ func (q *QP) sendCNP() {
 			return
 		}
 		p := &q.e.tx
-		n, err := LayoutPacket(buf, OpCNP, cnpReservedLen, p)
+		n, err := header.LayoutPacket(buf, header.OpCNP, cnpReservedLen, p)
 		if err != nil {
 			q.cnpPending = 0
 			return

@@ -3,6 +3,8 @@ package ibtransport
 import (
 	"encoding/binary"
 	"time"
+
+	"github.com/softnic/softnic/ibtransport/header"
 )
 
 // completer is the part of a QP that retires send work requests
@@ -12,8 +14,8 @@ import (
 // timeout, counting retry_cnt and rnr_retry.
 type completer struct {
 	qp        *QP
-	compIdx   uint32 // oldest WQE not retired
-	compPSN   PSN    // oldest unacknowledged PSN
+	compIdx   uint32     // oldest WQE not retired
+	compPSN   header.PSN // oldest unacknowledged PSN
 	retryLeft uint8
 	rnrLeft   uint8
 	retransAt int64 // retransmit deadline (engine clock), 0 when idle
@@ -21,11 +23,11 @@ type completer struct {
 	// A go-back-N restart from retryPSN already happened and no progress
 	// came since: duplicated NAKs or gaps must not restart again.
 	retried  bool
-	retryPSN PSN
+	retryPSN header.PSN
 }
 
 // start sets the first PSN the completer waits for (SQ PSN).
-func (c *completer) start(psn PSN) { c.compPSN = psn }
+func (c *completer) start(psn header.PSN) { c.compPSN = psn }
 
 // resetRetries refills the retry and RNR retry counts from the attributes.
 func (c *completer) resetRetries() {
@@ -56,7 +58,7 @@ func (c *completer) restartTimer() {
 func (c *completer) stopTimers() { c.retransAt, c.rnrAt = 0, 0 }
 
 // onResponse handles a response packet for the QP.
-func (c *completer) onResponse(p *Packet, oi *OpcodeInfo) {
+func (c *completer) onResponse(p *header.Packet, oi *header.OpcodeInfo) {
 	psn := p.BTH.PSN()
 	if !c.checkState() || !c.checkPSN(psn) {
 		return
@@ -72,11 +74,11 @@ func (c *completer) onResponse(p *Packet, oi *OpcodeInfo) {
 		return
 	}
 	switch oi.Kind {
-	case KindReadResponse:
+	case header.KindReadResponse:
 		c.doRead(p, oi, w, psn)
-	case KindAtomicAck:
+	case header.KindAtomicAck:
 		c.doAtomic(p, w, psn)
-	case KindAck:
+	case header.KindAck:
 		c.checkAck(p, w, psn)
 	}
 }
@@ -92,7 +94,7 @@ func (c *completer) checkState() bool {
 
 // checkPSN drops a response to a PSN never sent: a bogus or very stale
 // response must not retire work requests.
-func (c *completer) checkPSN(psn PSN) bool {
+func (c *completer) checkPSN(psn header.PSN) bool {
 	if !psn.Before(c.qp.req.sqPSN) {
 		inc(&c.qp.e.Ctr.RxBadResponse)
 		return false
@@ -103,7 +105,7 @@ func (c *completer) checkPSN(psn PSN) bool {
 // getWQE returns the outstanding WQE the response at psn belongs to,
 // retiring the WQEs before it that the response acknowledges; nil when
 // there is none or the response is dealt with.
-func (c *completer) getWQE(psn PSN) *sendWQE {
+func (c *completer) getWQE(psn header.PSN) *sendWQE {
 	q := c.qp
 	var w *sendWQE
 	for {
@@ -135,7 +137,7 @@ func (c *completer) getWQE(psn PSN) *sendWQE {
 }
 
 // doAtomic writes an atomic's original value into its SGL.
-func (c *completer) doAtomic(p *Packet, w *sendWQE, psn PSN) {
+func (c *completer) doAtomic(p *header.Packet, w *sendWQE, psn header.PSN) {
 	if !w.opcode.isAtomic() || psn != w.firstPSN || p.AtomicAckETH == nil {
 		inc(&c.qp.e.Ctr.RxBadResponse)
 		return
@@ -152,7 +154,7 @@ func (c *completer) doAtomic(p *Packet, w *sendWQE, psn PSN) {
 
 // doRead writes a READ response, the next one expected, into the READ's
 // SGL.
-func (c *completer) doRead(p *Packet, oi *OpcodeInfo, w *sendWQE, psn PSN) {
+func (c *completer) doRead(p *header.Packet, oi *header.OpcodeInfo, w *sendWQE, psn header.PSN) {
 	q := c.qp
 	if !w.opcode.isRead() {
 		inc(&q.e.Ctr.RxBadResponse)
@@ -170,7 +172,7 @@ func (c *completer) doRead(p *Packet, oi *OpcodeInfo, w *sendWQE, psn PSN) {
 	want := min(w.length-off, q.mtu)
 	// Each READ request of a segmented READ is answered FIRST..LAST.
 	segEnd := psn == w.lastPSN || (uint32(psn.Diff(w.firstPSN))+1)%uint32(q.req.window) == 0
-	if uint32(len(p.Payload)) != want || segEnd != (oi.Position == PositionLast || oi.Position == PositionOnly) {
+	if uint32(len(p.Payload)) != want || segEnd != (oi.Position == header.PositionLast || oi.Position == header.PositionOnly) {
 		inc(&q.e.Ctr.RxBadResponse)
 		return
 	}
@@ -185,18 +187,18 @@ func (c *completer) doRead(p *Packet, oi *OpcodeInfo, w *sendWQE, psn PSN) {
 }
 
 // checkAck handles an ACK, an RNR NAK or a NAK.
-func (c *completer) checkAck(p *Packet, w *sendWQE, psn PSN) {
+func (c *completer) checkAck(p *header.Packet, w *sendWQE, psn header.PSN) {
 	syn := p.AETH.Syndrome()
-	if psn.Before(c.compPSN) && syn.Kind() != SyndromeACK {
+	if psn.Before(c.compPSN) && syn.Kind() != header.SyndromeACK {
 		inc(&c.qp.e.Ctr.RxBadResponse) // stale NAK
 		return
 	}
 	switch syn.Kind() {
-	case SyndromeACK:
+	case header.SyndromeACK:
 		c.completeAck(w, psn)
-	case SyndromeRNRNAK:
+	case header.SyndromeRNRNAK:
 		c.onRNRNAK(syn, psn)
-	case SyndromeNAK:
+	case header.SyndromeNAK:
 		c.onNAK(syn.NAKCode(), psn)
 	default:
 		inc(&c.qp.e.Ctr.RxBadResponse)
@@ -205,7 +207,7 @@ func (c *completer) checkAck(p *Packet, w *sendWQE, psn PSN) {
 
 // completeAck retires what a positive ACK acknowledges. READs and atomics
 // are retired by their responses only.
-func (c *completer) completeAck(w *sendWQE, psn PSN) {
+func (c *completer) completeAck(w *sendWQE, psn header.PSN) {
 	if w.opcode.isRead() || w.opcode.isAtomic() || psn.Before(c.compPSN) {
 		return
 	}
@@ -216,7 +218,7 @@ func (c *completer) completeAck(w *sendWQE, psn PSN) {
 }
 
 // onRNRNAK waits the RNR timer, then sends again from psn.
-func (c *completer) onRNRNAK(syn Syndrome, psn PSN) {
+func (c *completer) onRNRNAK(syn header.Syndrome, psn header.PSN) {
 	q := c.qp
 	inc(&q.e.Ctr.RNRNAKsHandled)
 	inc(&q.ctr.RNRNAKsHandled)
@@ -236,9 +238,9 @@ func (c *completer) onRNRNAK(syn Syndrome, psn PSN) {
 
 // onNAK handles a NAK: a sequence error restarts from its PSN, every other
 // code fails the head WQE and the QP.
-func (c *completer) onNAK(code NAKCode, psn PSN) {
+func (c *completer) onNAK(code header.NAKCode, psn header.PSN) {
 	switch code {
-	case NAKPSNSequenceError:
+	case header.NAKPSNSequenceError:
 		inc(&c.qp.e.Ctr.RxNAKSeq)
 		inc(&c.qp.ctr.RxNAKSeq)
 		// The NAK acknowledges everything before its PSN.
@@ -247,11 +249,11 @@ func (c *completer) onNAK(code NAKCode, psn PSN) {
 			return
 		}
 		c.retryOnce()
-	case NAKInvalidRequest:
+	case header.NAKInvalidRequest:
 		c.failHead(WCRemInvReqErr)
-	case NAKRemoteAccessError:
+	case header.NAKRemoteAccessError:
 		c.failHead(WCRemAccessErr)
-	case NAKRemoteOperationalError:
+	case header.NAKRemoteOperationalError:
 		c.failHead(WCRemOpErr)
 	default:
 		c.failHead(WCRemInvRDReqErr)
@@ -319,7 +321,7 @@ func (c *completer) checkTimers(now int64) {
 }
 
 // progress records that everything before psn is acknowledged.
-func (c *completer) progress(psn PSN) {
+func (c *completer) progress(psn header.PSN) {
 	if !psn.After(c.compPSN) {
 		return
 	}

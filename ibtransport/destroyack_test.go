@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/softnic/softnic/ibtransport/header"
 )
 
 // A QP destroyed just after a SEND to it completed still ACKs that SEND:
@@ -48,7 +50,7 @@ func TestDestroyAfterReceiveStillAcks(t *testing.T) {
 
 	ft := &fuzzTarget{qp: q}
 	port.keep = true
-	e.Receive(ft.packet(OpRCSendOnly, 100, 50, nil), &RecvInfo{SGID: peerGID})
+	e.Receive(ft.packet(header.OpRCSendOnly, 100, 50, nil), &RecvInfo{SGID: peerGID})
 	var wcs [1]WC
 	n, err := cq.Poll(wcs[:])
 	require.NoError(t, err)
@@ -59,8 +61,8 @@ func TestDestroyAfterReceiveStillAcks(t *testing.T) {
 	e.Process()
 	require.NoError(t, <-destroyed)
 	require.Len(t, port.sent, 1, "the SEND's ACK went out before the QP went")
-	var p Packet
-	require.NoError(t, ParsePacket(port.sent[0], &p))
-	require.Equal(t, OpRCAcknowledge, p.BTH.Opcode())
-	require.Equal(t, PSN(100), p.BTH.PSN())
+	var p header.Packet
+	require.NoError(t, header.ParsePacket(port.sent[0], &p))
+	require.Equal(t, header.OpRCAcknowledge, p.BTH.Opcode())
+	require.Equal(t, header.PSN(100), p.BTH.PSN())
 }

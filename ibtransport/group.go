@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/softnic/softnic/ibtransport/header"
 )
 
 // Group is the engines of one device: one per receive queue of its link,
@@ -287,7 +289,7 @@ const (
 	forwardSlots = 256
 	// The largest IB packet: BTH, RETH and ImmDt, 4096 bytes of payload,
 	// and pad.
-	maxForwardPacket = BTHLen + RETHLen + ImmDtLen + 4096 + 4
+	maxForwardPacket = header.BTHLen + header.RETHLen + header.ImmDtLen + 4096 + 4
 )
 
 // forwardTo copies a packet that arrived at e for a QP of engine to into

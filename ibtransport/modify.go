@@ -1,6 +1,10 @@
 package ibtransport
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/softnic/softnic/ibtransport/header"
+)
 
 // Transition rules (IBA table 93, as the kernel's ib_modify_qp_is_ok keeps
 // them for RC): the attributes a transition needs and those it allows.
@@ -182,8 +186,8 @@ var attrSetters = [...]struct {
 	{QPAttrTimeout, func(d, s *QPAttr) { d.Timeout = s.Timeout }},
 	{QPAttrRetryCnt, func(d, s *QPAttr) { d.RetryCnt = s.RetryCnt }},
 	{QPAttrRNRRetry, func(d, s *QPAttr) { d.RNRRetry = s.RNRRetry }},
-	{QPAttrRQPSN, func(d, s *QPAttr) { d.RQPSN = s.RQPSN & PSNMask }},
-	{QPAttrSQPSN, func(d, s *QPAttr) { d.SQPSN = s.SQPSN & PSNMask }},
+	{QPAttrRQPSN, func(d, s *QPAttr) { d.RQPSN = s.RQPSN & header.PSNMask }},
+	{QPAttrSQPSN, func(d, s *QPAttr) { d.SQPSN = s.SQPSN & header.PSNMask }},
 	{QPAttrMaxQPRdAtomic, func(d, s *QPAttr) { d.MaxRdAtomic = s.MaxRdAtomic }},
 	{QPAttrMaxDestRdAtomic, func(d, s *QPAttr) { d.MaxDestRdAtomic = s.MaxDestRdAtomic }},
 	{QPAttrMinRNRTimer, func(d, s *QPAttr) { d.MinRNRTimer = s.MinRNRTimer }},
@@ -244,11 +248,11 @@ func validateAttr(a *QPAttr, mask QPAttrMask) error {
 		return bad("max_rd_atomic", a.MaxRdAtomic)
 	case mask&QPAttrMaxDestRdAtomic != 0 && a.MaxDestRdAtomic > MaxRdAtomic:
 		return bad("max_dest_rd_atomic", a.MaxDestRdAtomic)
-	case mask&QPAttrDestQPN != 0 && a.DestQPN > PSNMask:
+	case mask&QPAttrDestQPN != 0 && a.DestQPN > header.PSNMask:
 		return bad("dest QPN", a.DestQPN)
-	case mask&QPAttrRQPSN != 0 && a.RQPSN > PSNMask:
+	case mask&QPAttrRQPSN != 0 && a.RQPSN > header.PSNMask:
 		return bad("RQ PSN", a.RQPSN)
-	case mask&QPAttrSQPSN != 0 && a.SQPSN > PSNMask:
+	case mask&QPAttrSQPSN != 0 && a.SQPSN > header.PSNMask:
 		return bad("SQ PSN", a.SQPSN)
 	case mask&QPAttrPort != 0 && a.Port != 1:
 		return bad("port", a.Port)

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/softnic/softnic/ibtransport/header"
 )
 
 // QPState is the state of a queue pair (ibv_qp_state).
@@ -91,8 +93,8 @@ type QPAttr struct {
 	Timeout         uint8 // retransmit timeout 4.096 µs × 2^Timeout; 0 waits forever
 	RetryCnt        uint8 // 0..7; 7 retries forever
 	RNRRetry        uint8 // 0..7; 7 retries forever
-	RQPSN           PSN
-	SQPSN           PSN
+	RQPSN           header.PSN
+	SQPSN           header.PSN
 	MaxRdAtomic     uint8 // READ/atomic requests in flight as requester
 	MaxDestRdAtomic uint8 // READ/atomic responder resources
 	MinRNRTimer     uint8 // RNR NAK timer code this QP sends
@@ -353,7 +355,7 @@ func (g *Group) numberQP(q *QP, gsi bool) error {
 		return nil
 	}
 	for {
-		q.qpn = g.nextQPN & PSNMask
+		q.qpn = g.nextQPN & header.PSNMask
 		g.nextQPN++
 		if _, used := g.qps[q.qpn]; !used && q.qpn > gsiQPN {
 			return nil

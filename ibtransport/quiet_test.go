@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/softnic/softnic/ibtransport/header"
 )
 
 // linkedGroups are two devices' engine groups joined by an in-memory link:
@@ -110,7 +112,7 @@ func (l *linkedGroups) connect(t *testing.T, mr [2]*testRegion, cq [2]*testCQ) [
 			QPAttrState|QPAttrAccessFlags))
 		qps[s] = q
 	}
-	psn := [2]PSN{0x123456, 0xabcdef}
+	psn := [2]header.PSN{0x123456, 0xabcdef}
 	for s, q := range qps {
 		require.NoError(t, q.Modify(&QPAttr{State: QPSRTR, PathMTU: MTU1024, DestQPN: qps[1-s].QPN(), RQPSN: psn[1-s],
 			MaxDestRdAtomic: 16, MinRNRTimer: 1, AV: AddressVector{DGID: l.sides[1-s].gid, HopLimit: 64}},

@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/softnic/softnic/ibtransport/header"
 )
 
 // TestSegmentedRead checks that a READ of more than the QP's window of
@@ -28,25 +30,25 @@ func TestSegmentedRead(t *testing.T) {
 		QPAttrState|QPAttrSQPSN|QPAttrTimeout|QPAttrRetryCnt|QPAttrRNRRetry|QPAttrMaxQPRdAtomic))
 	require.NoError(t, q.PostSend(&SendWR{ID: 7, Opcode: WRRDMARead, Flags: SendSignaled, SGL: []SGE{mr.SGE(0, pkts*mtu)},
 		RemoteAddr: 0x100000, RKey: 1}))
-	var p Packet
-	request := func() (PSN, uint64, uint32) {
+	var p header.Packet
+	request := func() (header.PSN, uint64, uint32) {
 		t.Helper()
 		require.Len(t, port.sent, 1)
-		require.NoError(t, ParsePacket(port.sent[0], &p))
-		require.Equal(t, OpRCReadRequest, p.BTH.Opcode())
+		require.NoError(t, header.ParsePacket(port.sent[0], &p))
+		require.Equal(t, header.OpRCReadRequest, p.BTH.Opcode())
 		port.sent = nil
 		return p.BTH.PSN(), p.RETH.VA(), p.RETH.DMALength()
 	}
-	respond := func(psn PSN, pos int, n int) {
-		ops := [...]Opcode{OpRCReadResponseFirst, OpRCReadResponseMiddle, OpRCReadResponseLast, OpRCReadResponseOnly}
+	respond := func(psn header.PSN, pos int, n int) {
+		ops := [...]header.Opcode{header.OpRCReadResponseFirst, header.OpRCReadResponseMiddle, header.OpRCReadResponseLast, header.OpRCReadResponseOnly}
 		b := make([]byte, 512)
-		var r Packet
-		l, err := LayoutPacket(b, ops[pos], mtu, &r)
+		var r header.Packet
+		l, err := header.LayoutPacket(b, ops[pos], mtu, &r)
 		require.NoError(t, err)
 		r.BTH.SetDestQPN(q.QPN())
 		r.BTH.SetPSN(psn)
 		if r.AETH != nil {
-			r.AETH.SetSyndrome(ACKSyndrome(UnlimitedCredits))
+			r.AETH.SetSyndrome(header.ACKSyndrome(header.UnlimitedCredits))
 		}
 		for i := range r.Payload {
 			r.Payload[i] = byte(n)
@@ -54,7 +56,7 @@ func TestSegmentedRead(t *testing.T) {
 		e.Receive(b[:l], &RecvInfo{SGID: peerGID})
 	}
 	e.Process()
-	next := PSN(100)
+	next := header.PSN(100)
 	for seg := 0; seg < 3; seg++ {
 		psn, va, dmaLen := request()
 		segPkts := min(readSegmentPSNs, pkts-seg*readSegmentPSNs)

@@ -1,19 +1,21 @@
 package ibtransport
 
+import "github.com/softnic/softnic/ibtransport/header"
+
 // requester is the send side of a QP (rxe_req.c): it turns send work
 // requests into request packets, assigning PSNs, within the QP's window,
 // max_rd_atomic and the device-wide window. What was sent is retired or
 // rewound by the completer.
 type requester struct {
 	qp          *QP
-	reqIdx      uint32 // next WQE to transmit (SQ counter)
-	sqPSN       PSN    // PSN of the next new packet
-	rdAtomicOut int    // READ/atomic WQEs in [compIdx, reqIdx)
-	sinceAckReq int    // packets sent since the last AckReq
+	reqIdx      uint32     // next WQE to transmit (SQ counter)
+	sqPSN       header.PSN // PSN of the next new packet
+	rdAtomicOut int        // READ/atomic WQEs in [compIdx, reqIdx)
+	sinceAckReq int        // packets sent since the last AckReq
 	// sentPSN is one past the highest PSN transmitted (for a READ, its
 	// last response's): packets from the completer's compPSN up to it
 	// await their ACK and keep the retransmit timer running.
-	sentPSN PSN
+	sentPSN header.PSN
 	// localErr: the requester met a WQE that failed local checks, which
 	// the completer retires once it reaches the head. Until then it has
 	// nothing to look at (it runs for every active QP on every pass).
@@ -32,7 +34,7 @@ type requester struct {
 }
 
 // start sets the first PSN the requester sends (SQ PSN).
-func (r *requester) start(psn PSN) {
+func (r *requester) start(psn header.PSN) {
 	r.sqPSN = psn
 	r.sentPSN = psn
 }
@@ -81,7 +83,7 @@ func (r *requester) restartAt(idx uint32) {
 // rewind makes the requester send everything again from compPSN, in WQE
 // compIdx (go-back-N). Only WQEs up to reqIdx (which may be half sent)
 // have been transmitted.
-func (r *requester) rewind(compIdx uint32, compPSN PSN) {
+func (r *requester) rewind(compIdx uint32, compPSN header.PSN) {
 	q := r.qp
 	end := r.reqIdx
 	if end != q.sq.tail.Load() {

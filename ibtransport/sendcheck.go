@@ -1,6 +1,10 @@
 package ibtransport
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/softnic/softnic/ibtransport/header"
+)
 
 // SendLimits are what a QP takes of one send work request: SGEs, and
 // bytes of inline data.
@@ -26,7 +30,7 @@ func CheckSendWR(typ QPType, lim SendLimits, wr *SendWR) error {
 			ErrInvalidArgument)
 	case wr.Flags&SendInline == 0 && len(wr.SGL) > lim.MaxSGE:
 		return fmt.Errorf("post send: %d SGEs, at most %d: %w", len(wr.SGL), lim.MaxSGE, ErrInvalidArgument)
-	case typ == QPTypeUD && wr.RemoteQPN > PSNMask:
+	case typ == QPTypeUD && wr.RemoteQPN > header.PSNMask:
 		return fmt.Errorf("post send: remote QPN %#x: %w", wr.RemoteQPN, ErrInvalidArgument)
 	}
 	return nil

@@ -3,6 +3,8 @@ package ibtransport
 import (
 	"sync"
 	"sync/atomic"
+
+	"github.com/softnic/softnic/ibtransport/header"
 )
 
 type wqeState uint8
@@ -33,9 +35,9 @@ type sendWQE struct {
 	// Engine-owned.
 	state    wqeState
 	status   WCStatus
-	firstPSN PSN
-	lastPSN  PSN
-	nextPSN  PSN // next PSN to transmit; its payload starts (nextPSN-firstPSN) × MTU bytes in
+	firstPSN header.PSN
+	lastPSN  header.PSN
+	nextPSN  header.PSN // next PSN to transmit; its payload starts (nextPSN-firstPSN) × MTU bytes in
 	sge0     SGE
 	mr0      Region // the region behind sge0, resolved before the first packet
 }

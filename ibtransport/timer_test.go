@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/softnic/softnic/ibtransport/header"
 )
 
 // TestResponsesHoldOffRetransmitTimer checks that every response to a sent
@@ -27,15 +29,15 @@ func TestResponsesHoldOffRetransmitTimer(t *testing.T) {
 	require.NoError(t, q.PostSend(&SendWR{ID: 1, Opcode: WRRDMARead, SGL: []SGE{mr.SGE(0, 1024)}, RemoteAddr: 0x1000, RKey: 1}))
 	e.Process()
 	require.NotZero(t, q.comp.retransAt)
-	response := func(op Opcode, psn PSN) { receiveResponse(t, e, q, op, psn, 256) }
-	response(OpRCReadResponseFirst, 100)
-	require.Equal(t, PSN(101), q.comp.compPSN)
+	response := func(op header.Opcode, psn header.PSN) { receiveResponse(t, e, q, op, psn, 256) }
+	response(header.OpRCReadResponseFirst, 100)
+	require.Equal(t, header.PSN(101), q.comp.compPSN)
 	// The same response again, discarded, still pushes the timeout out.
 	e.Process() // end of the first batch
 	before := q.comp.retransAt
 	time.Sleep(time.Millisecond)
-	response(OpRCReadResponseFirst, 100)
-	require.Equal(t, PSN(101), q.comp.compPSN)
+	response(header.OpRCReadResponseFirst, 100)
+	require.Equal(t, header.PSN(101), q.comp.compPSN)
 	require.Greater(t, q.comp.retransAt, before)
 	// Nothing more: the timeout restarts the READ from PSN 101. (A pass
 	// may check timers against a reading a few passes old, but not after

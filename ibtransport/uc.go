@@ -1,5 +1,7 @@
 package ibtransport
 
+import "github.com/softnic/softnic/ibtransport/header"
+
 // A UC QP is connected like an RC QP (a path, a destination QP, PSNs in
 // both directions) but unreliable: its packets ask for no ACK, nothing is
 // retransmitted and no window holds them back, so a send work request
@@ -22,10 +24,10 @@ var ucTransitions = map[[2]QPState]transition{
 }
 
 // serviceOf is the QP type a connected transport's packets are for.
-var serviceOf = [...]QPType{TransportRC: QPTypeRC, TransportUC: QPTypeUC, TransportUD: QPTypeUD}
+var serviceOf = [...]QPType{header.TransportRC: QPTypeRC, header.TransportUC: QPTypeUC, header.TransportUD: QPTypeUD}
 
 // ucOpcodeBase added to an RC SEND or WRITE opcode makes its UC twin.
-const ucOpcodeBase = OpUCSendFirst - OpRCSendFirst
+const ucOpcodeBase = header.OpUCSendFirst - header.OpRCSendFirst
 
 // sendUnreliable sends the packets of posted UC work requests, in order,
 // until the queue is empty, the budget is spent or the link has no buffer,

@@ -5,6 +5,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/softnic/softnic/ibtransport/header"
 )
 
 // newUCTarget creates a UC QP in RTS on e, connected to peerQPN at MTU
@@ -40,8 +42,8 @@ func newUCFeed(t *testing.T) *ucFeed {
 
 // send delivers a UC packet of n payload bytes of value fill at psn; a
 // RETH names va (an offset in the region) and length, with rkey.
-func (f *ucFeed) send(op Opcode, psn PSN, n int, fill byte, rkey uint32, off uint64, length uint32) {
-	pkt := f.ft.packet(op, psn, n, func(p *Packet) {
+func (f *ucFeed) send(op header.Opcode, psn header.PSN, n int, fill byte, rkey uint32, off uint64, length uint32) {
+	pkt := f.ft.packet(op, psn, n, func(p *header.Packet) {
 		p.BTH.SetDestQPN(f.ft.uc.QPN())
 		p.BTH.SetAckReq(false)
 		if p.RETH != nil {
@@ -72,7 +74,9 @@ func (f *ucFeed) expectMessage(t *testing.T, op WCOpcode, off int, first, last b
 	assert.Equal(t, []byte{first, last, last}, []byte{mem[255], mem[256], mem[299]})
 }
 
-func (f *ucFeed) sendOp(op Opcode, psn PSN, n int, fill byte) { f.send(op, psn, n, fill, 0, 0, 0) }
+func (f *ucFeed) sendOp(op header.Opcode, psn header.PSN, n int, fill byte) {
+	f.send(op, psn, n, fill, 0, 0, 0)
+}
 
 // TestUCPSNGapDropsMessage: a gap in the middle of a SEND drops exactly
 // that message; the packets after it are dropped until the next FIRST or
@@ -80,18 +84,18 @@ func (f *ucFeed) sendOp(op Opcode, psn PSN, n int, fill byte) { f.send(op, psn, 
 func TestUCPSNGapDropsMessage(t *testing.T) {
 	f := newUCFeed(t)
 	ctr := &f.ft.e.Ctr
-	f.sendOp(OpUCSendFirst, 100, 256, 1)
-	f.sendOp(OpUCSendMiddle, 101, 256, 1)
-	f.sendOp(OpUCSendLast, 103, 10, 1) // 102 lost
+	f.sendOp(header.OpUCSendFirst, 100, 256, 1)
+	f.sendOp(header.OpUCSendMiddle, 101, 256, 1)
+	f.sendOp(header.OpUCSendLast, 103, 10, 1) // 102 lost
 	assert.Equal(t, uint64(1), ctr.RxUCPSNGap.Load())
-	f.sendOp(OpUCSendLast, 104, 10, 1)
+	f.sendOp(header.OpUCSendLast, 104, 10, 1)
 	assert.Equal(t, uint64(1), ctr.RxUCResync.Load())
 	assert.Empty(t, f.ft.cq.wcs, "the dropped message completes nothing")
 
-	f.sendOp(OpUCSendFirst, 110, 256, 2)
-	f.sendOp(OpUCSendLastImm, 111, 44, 3)
+	f.sendOp(header.OpUCSendFirst, 110, 256, 2)
+	f.sendOp(header.OpUCSendLastImm, 111, 44, 3)
 	f.expectMessage(t, WCRecv, 0, 2, 3)
-	f.sendOp(OpUCSendOnly, 112, 5, 4)
+	f.sendOp(header.OpUCSendOnly, 112, 5, 4)
 	require.Len(t, f.ft.cq.wcs, 2)
 	assert.Equal(t, uint64(21), f.ft.cq.wcs[1].WRID)
 	assert.Empty(t, f.ft.port.sent, "UC never answers")
@@ -104,20 +108,20 @@ func TestUCPSNGapDropsMessage(t *testing.T) {
 func TestUCOpcodeSequence(t *testing.T) {
 	f := newUCFeed(t)
 	ctr := &f.ft.e.Ctr
-	f.sendOp(OpUCSendMiddle, 100, 256, 1)
+	f.sendOp(header.OpUCSendMiddle, 100, 256, 1)
 	assert.Equal(t, uint64(1), ctr.RxUCOpSeq.Load())
-	f.sendOp(OpUCSendFirst, 100, 256, 1)
-	f.sendOp(OpUCWriteLast, 101, 10, 1)
+	f.sendOp(header.OpUCSendFirst, 100, 256, 1)
+	f.sendOp(header.OpUCWriteLast, 101, 10, 1)
 	assert.Equal(t, uint64(2), ctr.RxUCOpSeq.Load())
-	f.sendOp(OpUCSendFirst, 102, 256, 1)
-	f.sendOp(OpUCSendFirst, 103, 256, 5) // abandons the message of 102
+	f.sendOp(header.OpUCSendFirst, 102, 256, 1)
+	f.sendOp(header.OpUCSendFirst, 103, 256, 5) // abandons the message of 102
 	assert.Equal(t, uint64(3), ctr.RxUCOpSeq.Load())
-	f.sendOp(OpUCSendLast, 104, 1, 6)
+	f.sendOp(header.OpUCSendLast, 104, 1, 6)
 	require.Len(t, f.ft.cq.wcs, 1)
 	assert.Equal(t, uint32(257), f.ft.cq.wcs[0].ByteLen)
 	assert.Equal(t, uint64(20), f.ft.cq.wcs[0].WRID)
 	// A FIRST shorter than the MTU breaks the message.
-	f.sendOp(OpUCSendFirst, 105, 100, 1)
+	f.sendOp(header.OpUCSendFirst, 105, 100, 1)
 	assert.Equal(t, uint64(1), ctr.RxUCLength.Load())
 	assert.Equal(t, QPSRTS, f.ft.uc.State())
 	assert.Empty(t, f.ft.port.sent)
@@ -129,18 +133,18 @@ func TestUCWrite(t *testing.T) {
 	f := newUCFeed(t)
 	ctr := &f.ft.e.Ctr
 	key := f.ft.mr.RKey()
-	f.send(OpUCWriteOnly, 100, 64, 7, key+1, 0, 64)
-	f.send(OpUCWriteFirst, 101, 256, 7, key, 4000, 512) // past the region's end
-	f.send(OpUCWriteLast, 102, 256, 7, 0, 0, 0)
+	f.send(header.OpUCWriteOnly, 100, 64, 7, key+1, 0, 64)
+	f.send(header.OpUCWriteFirst, 101, 256, 7, key, 4000, 512) // past the region's end
+	f.send(header.OpUCWriteLast, 102, 256, 7, 0, 0, 0)
 	assert.Equal(t, uint64(2), ctr.RxUCAccess.Load())
 	assert.Equal(t, uint64(1), ctr.RxUCResync.Load())
 	assert.Equal(t, f.ft.orig, f.ft.whole, "dropped WRITEs wrote nothing")
 
-	f.send(OpUCWriteFirst, 103, 256, 8, key, 1000, 300)
-	f.send(OpUCWriteLastImm, 104, 44, 9, 0, 0, 0)
+	f.send(header.OpUCWriteFirst, 103, 256, 8, key, 1000, 300)
+	f.send(header.OpUCWriteLastImm, 104, 44, 9, 0, 0, 0)
 	f.expectMessage(t, WCRecvRDMAWithImm, 1000, 8, 9)
 	mem := f.ft.whole[4096:]
-	f.send(OpUCWriteOnly, 105, 4, 10, key, 2000, 4)
+	f.send(header.OpUCWriteOnly, 105, 4, 10, key, 2000, 4)
 	assert.Equal(t, []byte{10, 10, 10, 10}, mem[2000:2004])
 	require.Len(t, f.ft.cq.wcs, 1, "a plain WRITE consumes no receive")
 	assert.Empty(t, f.ft.port.sent)
@@ -150,16 +154,16 @@ func TestUCWrite(t *testing.T) {
 func TestUCNoReceive(t *testing.T) {
 	f := newUCFeed(t)
 	for i := range 4 {
-		f.sendOp(OpUCSendOnly, PSN(100+i), 8, 1)
+		f.sendOp(header.OpUCSendOnly, header.PSN(100+i), 8, 1)
 	}
 	require.Len(t, f.ft.cq.wcs, 4)
-	f.sendOp(OpUCSendOnly, 104, 8, 1)
-	f.sendOp(OpUCSendFirst, 105, 256, 1)
-	f.sendOp(OpUCSendLast, 106, 8, 1)
+	f.sendOp(header.OpUCSendOnly, 104, 8, 1)
+	f.sendOp(header.OpUCSendFirst, 105, 256, 1)
+	f.sendOp(header.OpUCSendLast, 106, 8, 1)
 	assert.Equal(t, uint64(2), f.ft.e.Ctr.RxNoRecv.Load())
 	assert.Equal(t, uint64(1), f.ft.e.Ctr.RxUCResync.Load())
 	require.NoError(t, f.ft.uc.PostRecv(&RecvWR{ID: 30, SGL: []SGE{f.ft.mr.SGE(0, 10)}}))
-	f.sendOp(OpUCSendOnly, 107, 20, 1) // longer than the receive
+	f.sendOp(header.OpUCSendOnly, 107, 20, 1) // longer than the receive
 	require.Len(t, f.ft.cq.wcs, 5)
 	assert.Equal(t, WCLocLenErr, f.ft.cq.wcs[4].Status)
 	assert.Equal(t, QPSRTS, f.ft.uc.State())
@@ -177,18 +181,18 @@ func TestUCSendPackets(t *testing.T) {
 		SGL: []SGE{f.ft.mr.SGE(0, 300)}, RemoteAddr: 0x7000, RKey: 0x55}))
 	require.NoError(t, q.PostSend(&SendWR{ID: 3, Opcode: WRRDMAWrite, SGL: []SGE{f.ft.mr.SGE(0, 10)}, RemoteAddr: 0x9000, RKey: 0x55}))
 	f.ft.e.Process()
-	ops := []Opcode{OpUCSendFirst, OpUCSendMiddle, OpUCSendLastImm, OpUCWriteFirst, OpUCWriteLastImm, OpUCWriteOnly}
+	ops := []header.Opcode{header.OpUCSendFirst, header.OpUCSendMiddle, header.OpUCSendLastImm, header.OpUCWriteFirst, header.OpUCWriteLastImm, header.OpUCWriteOnly}
 	require.Len(t, f.ft.port.sent, len(ops))
-	var p Packet
+	var p header.Packet
 	for i, raw := range f.ft.port.sent {
-		require.NoError(t, ParsePacket(raw, &p))
+		require.NoError(t, header.ParsePacket(raw, &p))
 		assert.Equal(t, ops[i], p.BTH.Opcode(), "packet %d", i)
-		assert.Equal(t, PSN(500+i), p.BTH.PSN())
+		assert.Equal(t, header.PSN(500+i), p.BTH.PSN())
 		assert.False(t, p.BTH.AckReq())
 		assert.Equal(t, uint32(peerQPN), p.BTH.DestQPN())
 		assert.Equal(t, i == 3 || i == 5, p.RETH != nil)
 	}
-	require.NoError(t, ParsePacket(f.ft.port.sent[3], &p))
+	require.NoError(t, header.ParsePacket(f.ft.port.sent[3], &p))
 	assert.Equal(t, uint32(300), p.RETH.DMALength())
 	assert.Equal(t, uint64(0x7000), p.RETH.VA())
 	require.Len(t, f.ft.cq.wcs, 2, "unsignaled WRITE completes silently")
@@ -245,8 +249,8 @@ func TestUCRules(t *testing.T) {
 	require.NoError(t, q.PostSend(&SendWR{Opcode: WRSend, SGL: []SGE{ft.mr.SGE(0, 8)}}))
 	// An RC packet for the UC QP is another service's.
 	before := ft.e.Ctr.RxWrongService.Load()
-	ft.e.Receive(ft.packet(OpRCSendOnly, 1, 8, func(p *Packet) { p.BTH.SetDestQPN(q.QPN()) }), &RecvInfo{SGID: peerGID})
-	ft.e.Receive(ft.packet(OpUCSendOnly, 100, 8, nil), &RecvInfo{SGID: peerGID}) // to the RC QP
+	ft.e.Receive(ft.packet(header.OpRCSendOnly, 1, 8, func(p *header.Packet) { p.BTH.SetDestQPN(q.QPN()) }), &RecvInfo{SGID: peerGID})
+	ft.e.Receive(ft.packet(header.OpUCSendOnly, 100, 8, nil), &RecvInfo{SGID: peerGID}) // to the RC QP
 	assert.Equal(t, before+2, ft.e.Ctr.RxWrongService.Load())
 }
 
@@ -258,17 +262,17 @@ func TestUCAllocatesNothing(t *testing.T) {
 	q := f.ft.uc
 	wr := SendWR{ID: 5, Opcode: WRRDMAWriteWithImm, Flags: SendSignaled, SGL: []SGE{f.ft.mr.SGE(2000, 600)}, RemoteAddr: 1, RKey: 2}
 	recv := RecvWR{ID: 10, SGL: []SGE{f.ft.mr.SGE(0, 500)}}
-	first := f.ft.packet(OpUCSendFirst, 0, 256, func(p *Packet) { p.BTH.SetDestQPN(q.QPN()) })
-	last := f.ft.packet(OpUCSendLastImm, 0, 100, func(p *Packet) { p.BTH.SetDestQPN(q.QPN()) })
+	first := f.ft.packet(header.OpUCSendFirst, 0, 256, func(p *header.Packet) { p.BTH.SetDestQPN(q.QPN()) })
+	last := f.ft.packet(header.OpUCSendLastImm, 0, 100, func(p *header.Packet) { p.BTH.SetDestQPN(q.QPN()) })
 	f.ft.cq.wcs = make([]WC, 0, 8)
-	psn := PSN(100)
+	psn := header.PSN(100)
 	var postErr error
 	step := func() {
 		if err := q.PostSend(&wr); err != nil {
 			postErr = err
 		}
-		BTH(first).SetPSN(psn)
-		BTH(last).SetPSN(psn.Add(1))
+		header.BTH(first).SetPSN(psn)
+		header.BTH(last).SetPSN(psn.Add(1))
 		psn = psn.Add(2)
 		f.ft.e.Receive(first, f.info)
 		f.ft.e.Receive(last, f.info)

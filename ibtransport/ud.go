@@ -3,6 +3,8 @@ package ibtransport
 import (
 	"fmt"
 	"sync/atomic"
+
+	"github.com/softnic/softnic/ibtransport/header"
 )
 
 // A UD QP shares the RC QP's queues and its state machine (with
@@ -186,12 +188,12 @@ func (q *QP) sendDatagram(i uint32, w *sendWQE) (WCStatus, bool) {
 
 // buildDatagram lays out the UD SEND packet of the WQE in slot i for d.
 func (q *QP) buildDatagram(buf []byte, i uint32, w *sendWQE, d *udDest) (int, bool) {
-	op := OpUDSendOnly
+	op := header.OpUDSendOnly
 	if w.opcode == WRSendWithImm {
-		op = OpUDSendOnlyImm
+		op = header.OpUDSendOnlyImm
 	}
 	p := &q.e.tx
-	n, err := LayoutPacket(buf, op, int(w.length), p)
+	n, err := header.LayoutPacket(buf, op, int(w.length), p)
 	if err != nil {
 		return 0, false
 	}

@@ -5,6 +5,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/softnic/softnic/ibtransport/header"
 )
 
 // TestUDReceive checks the UD receive path at the packet level: the GRH
@@ -18,8 +20,8 @@ func TestUDReceive(t *testing.T) {
 		ip4[i] = byte(0x40 + i)
 	}
 	info := &RecvInfo{SGID: peerGID, NetHeader: ip4}
-	send := func(op Opcode, dst *QP, qkey uint32, n int) {
-		pkt := ft.packet(op, 5, n, func(p *Packet) {
+	send := func(op header.Opcode, dst *QP, qkey uint32, n int) {
+		pkt := ft.packet(op, 5, n, func(p *header.Packet) {
 			p.BTH.SetDestQPN(dst.QPN())
 			if p.DETH != nil {
 				p.DETH.SetQKey(qkey)
@@ -34,7 +36,7 @@ func TestUDReceive(t *testing.T) {
 		})
 		ft.e.Receive(pkt, info)
 	}
-	send(OpUDSendOnlyImm, ft.ud, fuzzQKey, 300)
+	send(header.OpUDSendOnlyImm, ft.ud, fuzzQKey, 300)
 	require.Len(t, ft.cq.wcs, 1)
 	wc := ft.cq.wcs[0]
 	// SL: the RoCE packet type, IPv4, as ConnectX's CQE has it.
@@ -46,10 +48,10 @@ func TestUDReceive(t *testing.T) {
 	assert.Equal(t, byte(0), mem[40])
 	assert.Equal(t, byte(255), mem[40+255])
 
-	send(OpUDSendOnly, ft.ud, fuzzQKey+1, 10)
+	send(header.OpUDSendOnly, ft.ud, fuzzQKey+1, 10)
 	assert.Equal(t, uint64(1), ft.e.Ctr.RxBadQKey.Load())
-	send(OpUDSendOnly, ft.qp, fuzzQKey, 10)
-	send(OpRCSendOnly, ft.ud, 0, 10)
+	send(header.OpUDSendOnly, ft.qp, fuzzQKey, 10)
+	send(header.OpRCSendOnly, ft.ud, 0, 10)
 	assert.Equal(t, uint64(2), ft.e.Ctr.RxWrongService.Load())
 	require.Len(t, ft.cq.wcs, 1)
 	assert.Equal(t, QPSRTS, ft.ud.State())
@@ -62,7 +64,7 @@ func TestUDReceive(t *testing.T) {
 		ip6[i] = byte(0x60 + i)
 	}
 	info.NetHeader = ip6
-	send(OpUDSendOnly, ft.ud, fuzzQKey, 16)
+	send(header.OpUDSendOnly, ft.ud, fuzzQKey, 16)
 	require.Len(t, ft.cq.wcs, 2)
 	assert.Equal(t, WC{WRID: 11, Opcode: WCRecv, Flags: WCWithGRH, ByteLen: GRHLen + 16, QPN: ft.ud.QPN(), SrcQP: peerQPN,
 		SL: RoCEPacketIPv6, NetworkHdrType: NetworkIPv6}, ft.cq.wcs[1])
@@ -92,8 +94,8 @@ func TestUDForwarded(t *testing.T) {
 	require.Equal(t, 0, q.EngineIndex())
 
 	frame := make([]byte, 4200)
-	var p Packet
-	n, err := LayoutPacket(frame, OpUDSendOnly, 64, &p)
+	var p header.Packet
+	n, err := header.LayoutPacket(frame, header.OpUDSendOnly, 64, &p)
 	require.NoError(t, err)
 	p.BTH.SetDestQPN(q.QPN())
 	p.DETH.SetQKey(fuzzQKey)
@@ -123,7 +125,7 @@ func TestUDAllocatesNothing(t *testing.T) {
 	ft := newFuzzTarget(t)
 	ah, err := ft.e.g.CreateAH(&AddressVector{DGID: peerGID})
 	require.NoError(t, err)
-	in := ft.packet(OpUDSendOnlyImm, 1, 200, func(p *Packet) {
+	in := ft.packet(header.OpUDSendOnlyImm, 1, 200, func(p *header.Packet) {
 		p.BTH.SetDestQPN(ft.ud.QPN())
 		p.DETH.SetQKey(fuzzQKey)
 		p.DETH.SetSrcQP(peerQPN)

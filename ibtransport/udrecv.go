@@ -1,5 +1,7 @@
 package ibtransport
 
+import "github.com/softnic/softnic/ibtransport/header"
+
 // udReceiver is the receive side of UD QPs, one per engine: it checks a
 // datagram against its QP, fills the next receive with the GRH and the
 // payload, and completes it. It has no per-QP state: every datagram is a
@@ -11,7 +13,7 @@ type udReceiver struct {
 
 // receive handles a UD packet for q, an engine's UD QP in a state that
 // receives (Engine.receive checked both).
-func (u *udReceiver) receive(q *QP, p *Packet, info *RecvInfo) {
+func (u *udReceiver) receive(q *QP, p *header.Packet, info *RecvInfo) {
 	e := u.e
 	if p.DETH.QKey() != q.attr.QKey {
 		inc(&e.Ctr.RxBadQKey)
@@ -58,7 +60,7 @@ func (u *udReceiver) fillGRH(info *RecvInfo) NetworkType {
 
 // complete completes the receive the datagram filled, with status st; net
 // is the network header's type fillGRH returned when st is WCSuccess.
-func (u *udReceiver) complete(q *QP, p *Packet, net NetworkType, st WCStatus) {
+func (u *udReceiver) complete(q *QP, p *header.Packet, net NetworkType, st WCStatus) {
 	r := &q.resp
 	wc := WC{WRID: r.recv.id, Status: st, Opcode: WCRecv, QPN: q.qpn}
 	if st == WCSuccess {

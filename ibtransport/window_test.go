@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/softnic/softnic/ibtransport/header"
 )
 
 // TestDeviceWindow checks the device-wide window over many QPs: no QP
@@ -21,7 +23,7 @@ func TestDeviceWindow(t *testing.T) {
 		qps[i] = q
 		byPeer[0x1000+uint32(i)] = q
 	}
-	ack := func(q *QP, psn PSN) { receiveACK(t, e, q, psn) }
+	ack := func(q *QP, psn header.PSN) { receiveACK(t, e, q, psn) }
 	total := 0
 	for round := 0; total < nQP*perQP*msgLen/256; round++ {
 		require.Less(t, round, 1000, "no progress")
@@ -33,10 +35,10 @@ func TestDeviceWindow(t *testing.T) {
 		// What is unacknowledged now: everything just sent.
 		require.LessOrEqual(t, len(port.sent), maxDeviceUnacked+msgLen/256-1)
 		require.Equal(t, len(port.sent), e.unacked)
-		last := map[*QP]PSN{}
-		var p Packet
+		last := map[*QP]header.PSN{}
+		var p header.Packet
 		for _, raw := range port.sent {
-			require.NoError(t, ParsePacket(raw, &p))
+			require.NoError(t, header.ParsePacket(raw, &p))
 			last[byPeer[p.BTH.DestQPN()]] = p.BTH.PSN()
 		}
 		total += len(port.sent)
@@ -89,14 +91,14 @@ func TestQPWindow(t *testing.T) {
 		return len(port.sent)
 	}
 	require.Equal(t, window, drain())
-	var p Packet
-	require.NoError(t, ParsePacket(port.sent[ackReqInterval-1], &p))
+	var p header.Packet
+	require.NoError(t, header.ParsePacket(port.sent[ackReqInterval-1], &p))
 	require.True(t, p.BTH.AckReq())
 	first := p.BTH.PSN()
 	require.Zero(t, drain(), "sent past the window without an ACK")
 	receiveACK(t, e, q, first)
 	require.Equal(t, ackReqInterval, drain())
-	require.NoError(t, ParsePacket(port.sent[ackReqInterval-1], &p))
+	require.NoError(t, header.ParsePacket(port.sent[ackReqInterval-1], &p))
 	receiveACK(t, e, q, p.BTH.PSN())
 	require.Equal(t, perQP*ackReqInterval-window-ackReqInterval, drain())
 	require.Zero(t, e.Ctr.Retransmits.Load())
@@ -132,9 +134,9 @@ func TestPassBudget(t *testing.T) {
 		require.Len(t, port.sent, passBudget, "pass %d", pass)
 		require.True(t, busy, "pass %d stopped for the budget with packets left", pass)
 		sent := map[int]bool{}
-		var p Packet
+		var p header.Packet
 		for _, raw := range port.sent {
-			require.NoError(t, ParsePacket(raw, &p))
+			require.NoError(t, header.ParsePacket(raw, &p))
 			sent[byPeer[p.BTH.DestQPN()]] = true
 		}
 		for i := range sent {
@@ -180,7 +182,7 @@ func TestWindowWaitParksQPs(t *testing.T) {
 		byPeer[0x3000+uint32(i)] = q
 		index[q] = i
 	}
-	ack := func(q *QP, psn PSN) { receiveACK(t, e, q, psn) }
+	ack := func(q *QP, psn header.PSN) { receiveACK(t, e, q, psn) }
 	firstRound := make([]int, nQP) // round in which each QP first sent
 	for i := range firstRound {
 		firstRound[i] = -1
@@ -196,10 +198,10 @@ func TestWindowWaitParksQPs(t *testing.T) {
 			parked = true
 			require.Less(t, len(e.active), nQP, "round %d: QPs waiting for the window stay active", round)
 		}
-		last := map[*QP]PSN{}
-		var p Packet
+		last := map[*QP]header.PSN{}
+		var p header.Packet
 		for _, raw := range port.sent {
-			require.NoError(t, ParsePacket(raw, &p))
+			require.NoError(t, header.ParsePacket(raw, &p))
 			q := byPeer[p.BTH.DestQPN()]
 			last[q] = p.BTH.PSN()
 			if firstRound[index[q]] < 0 {
@@ -225,19 +227,19 @@ func TestWindowWaitParksQPs(t *testing.T) {
 }
 
 // receiveACK hands the engine an ACK for q up to psn from the peer.
-func receiveACK(t *testing.T, e *Engine, q *QP, psn PSN) {
+func receiveACK(t *testing.T, e *Engine, q *QP, psn header.PSN) {
 	t.Helper()
-	receiveResponse(t, e, q, OpRCAcknowledge, psn, 0)
+	receiveResponse(t, e, q, header.OpRCAcknowledge, psn, 0)
 }
 
 // receiveResponse hands the engine a response packet for q from the peer:
 // opcode op, PSN psn, payload bytes of payload, and an ACK syndrome if the
 // opcode has an AETH.
-func receiveResponse(t *testing.T, e *Engine, q *QP, op Opcode, psn PSN, payload int) {
+func receiveResponse(t *testing.T, e *Engine, q *QP, op header.Opcode, psn header.PSN, payload int) {
 	t.Helper()
-	receiveFromPeer(t, e, q, op, psn, payload, func(p *Packet) {
+	receiveFromPeer(t, e, q, op, psn, payload, func(p *header.Packet) {
 		if p.AETH != nil {
-			p.AETH.SetSyndrome(ACKSyndrome(UnlimitedCredits))
+			p.AETH.SetSyndrome(header.ACKSyndrome(header.UnlimitedCredits))
 		}
 	})
 }
@@ -245,11 +247,11 @@ func receiveResponse(t *testing.T, e *Engine, q *QP, op Opcode, psn PSN, payload
 // receiveFromPeer hands the engine a packet for q from the peer: opcode
 // op, PSN psn, payload bytes of payload, the rest of its headers set by
 // fill.
-func receiveFromPeer(t *testing.T, e *Engine, q *QP, op Opcode, psn PSN, payload int, fill func(p *Packet)) {
+func receiveFromPeer(t *testing.T, e *Engine, q *QP, op header.Opcode, psn header.PSN, payload int, fill func(p *header.Packet)) {
 	t.Helper()
 	b := make([]byte, 64+payload)
-	var p Packet
-	n, err := LayoutPacket(b, op, payload, &p)
+	var p header.Packet
+	n, err := header.LayoutPacket(b, op, payload, &p)
 	require.NoError(t, err)
 	p.BTH.SetDestQPN(q.QPN())
 	p.BTH.SetPSN(psn)

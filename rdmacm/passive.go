@@ -7,8 +7,8 @@ import (
 	"math/rand/v2"
 	"net/netip"
 
-	"github.com/softnic/softnic/ibtransport"
 	"github.com/softnic/softnic/ibtransport/cm"
+	"github.com/softnic/softnic/ibtransport/header"
 	"github.com/softnic/softnic/ibtransport/mad"
 	"github.com/softnic/softnic/verbs"
 )
@@ -144,7 +144,7 @@ func (id *ID) newChild(dev *verbs.Device, ev cm.Event) (*ID, error) {
 		local: netip.AddrPortFrom(h.DstAddr().Unmap(), id.local.Port()),
 		peer:  netip.AddrPortFrom(h.SrcAddr().Unmap(), h.SrcPort()),
 		conn:  ev.Conn, listen: id, req: ev, tos: id.tos, ackTimeout: id.ackTimeout,
-		ourPSN: rand.Uint32() & ibtransport.PSNMask}
+		ourPSN: rand.Uint32() & header.PSNMask}
 	child.ch.Store(id.ch.Load())
 	id.c.mu.Lock()
 	id.c.ids[child] = struct{}{}

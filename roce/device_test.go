@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/ibtransport/header"
 	"github.com/softnic/softnic/roce"
 	"github.com/softnic/softnic/roce/memlink"
 	"github.com/softnic/softnic/verbs"
@@ -73,8 +74,8 @@ func TestDeviceDropsBadFrames(t *testing.T) {
 		e := roce.Encap{SrcMAC: la.HardwareAddr(), DstMAC: lb.HardwareAddr(), Src: addrA, Dst: dst, HopLimit: 64, SrcPort: 0xc000}
 		f := la.TxFrame()
 		require.NotNil(t, f)
-		var p ibtransport.Packet
-		n, err := ibtransport.LayoutPacket(f[e.HeaderLen():], ibtransport.OpRCAcknowledge, 0, &p)
+		var p header.Packet
+		n, err := header.LayoutPacket(f[e.HeaderLen():], header.OpRCAcknowledge, 0, &p)
 		require.NoError(t, err)
 		l, err := e.Finish(f, n)
 		require.NoError(t, err)

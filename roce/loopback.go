@@ -1,6 +1,9 @@
 package roce
 
-import "github.com/softnic/softnic/ibtransport"
+import (
+	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/ibtransport/header"
+)
 
 // Loopback: packets to one of the device's own GIDs never reach the link,
 // the way a NIC loops back traffic to its own GIDs. They wait in the lane's
@@ -62,7 +65,7 @@ func (p *loopPath) Send(n int) {
 	ln := p.ln
 	ln.loopQ = append(ln.loopQ, loopPacket{buf: ln.loopBuf, n: n, info: p.info})
 	lp := &ln.loopQ[len(ln.loopQ)-1]
-	p.encap.writeIPHeader(lp.net[:], p.encap.TrafficClass, udpHeaderLen+n+ibtransport.ICRCLen)
+	p.encap.writeIPHeader(lp.net[:], p.encap.TrafficClass, udpHeaderLen+n+header.ICRCLen)
 	lp.info.NetHeader = lp.net[:p.encap.ipHeaderLen()]
 	ln.loopBuf = nil
 	ln.ctr.Loopback.Add(1)

@@ -5,11 +5,12 @@ import (
 	"net/netip"
 
 	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/ibtransport/header"
 )
 
 // maxPayloadHeaders is the largest header before a payload: BTH + RETH +
 // ImmDt (WRITE ONLY with immediate).
-const maxPayloadHeaders = ibtransport.BTHLen + ibtransport.RETHLen + ibtransport.ImmDtLen
+const maxPayloadHeaders = header.BTHLen + header.RETHLen + header.ImmDtLen
 
 // Path implements ibtransport.Port: it prepares transmission to av, as
 // connecting a QP does. A destination among the device's own addresses gets
@@ -39,7 +40,7 @@ func (ln *lane) Path(av *ibtransport.AddressVector, qpn uint32, pathMTU int) (ib
 		return nil, err
 	}
 	hl := encap.HeaderLen()
-	maxIB := ln.link.MTU() - (hl - ethHeaderLen) - ibtransport.ICRCLen
+	maxIB := ln.link.MTU() - (hl - ethHeaderLen) - header.ICRCLen
 	if maxPayloadHeaders+pathMTU > maxIB {
 		return nil, fmt.Errorf("path MTU %d does not fit the link MTU %d: %w", pathMTU, ln.link.MTU(), ibtransport.ErrInvalidArgument)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/softnic/softnic/ibtransport"
 	"github.com/softnic/softnic/ibtransport/cm"
+	"github.com/softnic/softnic/ibtransport/header"
 	"github.com/softnic/softnic/roce"
 )
 
@@ -23,7 +24,7 @@ type (
 	AddressVector = ibtransport.AddressVector
 	GID           = ibtransport.GID
 	MTU           = ibtransport.MTU
-	PSN           = ibtransport.PSN
+	PSN           = header.PSN
 	Access        = ibtransport.Access
 	SGE           = ibtransport.SGE
 	SendWR        = ibtransport.SendWR

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/ibtransport/header"
 	"github.com/softnic/softnic/ibtransport/mad"
 	"github.com/softnic/softnic/roce"
 )
@@ -61,7 +62,7 @@ func guidOf(mac [6]byte) uint64 {
 func TestRpingMADTransport(t *testing.T) {
 	x := loadRping(t)
 	for _, c := range x.mads {
-		assert.Equal(t, ibtransport.OpUDSendOnly, c.pkt.Opcode())
+		assert.Equal(t, header.OpUDSendOnly, c.pkt.Opcode())
 		assert.Equal(t, uint16(mad.GSIPKey), c.pkt.BTH.PKey())
 		assert.Equal(t, uint32(mad.GSIQKey), c.pkt.DETH.QKey())
 		assert.Equal(t, uint32(mad.GSIQPN), c.pkt.DETH.SrcQP())

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/ibtransport/header"
 	"github.com/softnic/softnic/internal/pcapfile"
 	"github.com/softnic/softnic/roce"
 	"github.com/softnic/softnic/roce/capture"
@@ -73,7 +74,7 @@ func (p *writePair) write(t *testing.T) {
 
 // readCapture parses every frame of a pcap file: the IB opcodes and, per
 // frame, whether it was sent by src.
-func readCapture(t *testing.T, file []byte) (ops []ibtransport.Opcode, fromA []bool) {
+func readCapture(t *testing.T, file []byte) (ops []header.Opcode, fromA []bool) {
 	rd, err := pcapfile.NewReader(bytes.NewReader(file))
 	require.NoError(t, err)
 	for {
@@ -85,7 +86,7 @@ func readCapture(t *testing.T, file []byte) (ops []ibtransport.Opcode, fromA []b
 		require.Equal(t, pkt.OrigLen, len(pkt.Data), "whole frames at the default snap length")
 		var f roce.Frame
 		require.NoError(t, roce.ParseFrame(pkt.Data, &f), "frame %d: encapsulation and ICRC", len(ops)+1)
-		ops = append(ops, ibtransport.Opcode(f.IB[0]))
+		ops = append(ops, header.Opcode(f.IB[0]))
 		fromA = append(fromA, f.Src == netip.MustParseAddr("10.5.0.1"))
 	}
 }
@@ -107,8 +108,8 @@ func TestCaptureBothDirections(t *testing.T) {
 	require.NoError(t, c.Stop())
 	require.Equal(t, capture.Stats{Written: 5}, c.Stats())
 	ops, fromA := readCapture(t, file.Bytes())
-	require.Equal(t, []ibtransport.Opcode{ibtransport.OpRCWriteFirst, ibtransport.OpRCWriteMiddle, ibtransport.OpRCWriteMiddle,
-		ibtransport.OpRCWriteLast, ibtransport.OpRCAcknowledge}, ops)
+	require.Equal(t, []header.Opcode{header.OpRCWriteFirst, header.OpRCWriteMiddle, header.OpRCWriteMiddle,
+		header.OpRCWriteLast, header.OpRCAcknowledge}, ops)
 	require.Equal(t, []bool{true, true, true, true, false}, fromA)
 
 	// Stopped, the device captures nothing more, and may capture again.
@@ -161,8 +162,8 @@ func TestCaptureIntoFile(t *testing.T) {
 		require.False(t, pkt.Timestamp.Before(before.Truncate(time.Microsecond)) || pkt.Timestamp.After(after), "%v not within [%v, %v]", pkt.Timestamp, before, after)
 	}
 	ops, fromA := readCapture(t, b)
-	require.Equal(t, []ibtransport.Opcode{ibtransport.OpRCWriteFirst, ibtransport.OpRCWriteMiddle, ibtransport.OpRCWriteMiddle,
-		ibtransport.OpRCWriteLast, ibtransport.OpRCAcknowledge}, ops)
+	require.Equal(t, []header.Opcode{header.OpRCWriteFirst, header.OpRCWriteMiddle, header.OpRCWriteMiddle,
+		header.OpRCWriteLast, header.OpRCAcknowledge}, ops)
 	require.Equal(t, []bool{true, true, true, true, false}, fromA)
 	// The file header, five record headers, WRITE FIRST (with its RETH),
 	// two MIDDLE and LAST of 1024 bytes of payload, and the ACK; nothing
