@@ -11,6 +11,8 @@ import (
 	"github.com/softnic/softnic/internal/pcapfile"
 
 	"github.com/softnic/softnic/ibtransport/header"
+
+	"github.com/softnic/softnic/ibtransport/ibv"
 )
 
 // connectX4LxCNP returns the IB part (BTH and the 16 reserved bytes) of
@@ -45,7 +47,7 @@ func TestCNPFromConnectXCapture(t *testing.T) {
 	q := ft.qp
 	require.Zero(t, q.CongestionRate())
 	hw.BTH.SetDestQPN(q.QPN())
-	ft.e.Receive(cnp, &RecvInfo{SGID: GID{9}})
+	ft.e.Receive(cnp, &RecvInfo{SGID: ibv.GID{9}})
 	assert.Equal(t, uint64(1), ft.e.Ctr.RPCNPIgnored.Load(), "a CNP from another path")
 	assert.Zero(t, q.CongestionRate())
 

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/softnic/softnic/ibtransport/header"
+
+	"github.com/softnic/softnic/ibtransport/ibv"
 )
 
 // completer is the part of a QP that retires send work requests
@@ -85,7 +87,7 @@ func (c *completer) onResponse(p *header.Packet, oi *header.OpcodeInfo) {
 
 // checkState drops responses unless the QP sends.
 func (c *completer) checkState() bool {
-	if st := c.qp.st; st != QPSRTS && st != QPSSQD {
+	if st := c.qp.st; st != ibv.QPSRTS && st != ibv.QPSSQD {
 		inc(&c.qp.e.Ctr.RxFiltered)
 		return false
 	}
@@ -123,11 +125,11 @@ func (c *completer) getWQE(psn header.PSN) *sendWQE {
 		}
 		// A response beyond this WQE acknowledges it, unless it is a READ
 		// or atomic, whose own response must have been lost.
-		if w.opcode.isRead() || w.opcode.isAtomic() {
+		if w.opcode.IsRead() || w.opcode.IsAtomic() {
 			c.retryOnce()
 			return nil
 		}
-		c.completeHead(WCSuccess)
+		c.completeHead(ibv.WCSuccess)
 	}
 	if psn.Before(w.firstPSN) {
 		inc(&q.e.Ctr.RxBadResponse) // late duplicate of something already retired
@@ -138,7 +140,7 @@ func (c *completer) getWQE(psn header.PSN) *sendWQE {
 
 // doAtomic writes an atomic's original value into its SGL.
 func (c *completer) doAtomic(p *header.Packet, w *sendWQE, psn header.PSN) {
-	if !w.opcode.isAtomic() || psn != w.firstPSN || p.AtomicAckETH == nil {
+	if !w.opcode.IsAtomic() || psn != w.firstPSN || p.AtomicAckETH == nil {
 		inc(&c.qp.e.Ctr.RxBadResponse)
 		return
 	}
@@ -146,17 +148,17 @@ func (c *completer) doAtomic(p *header.Packet, w *sendWQE, psn header.PSN) {
 	binary.NativeEndian.PutUint64(b[:], p.AtomicAckETH.OrigData())
 	c.qp.e.SettleWrites() // b is written now, after what came before
 	if !c.qp.sq.scatter(c.compIdx, w, 0, b[:]) {
-		c.failHead(WCLocProtErr)
+		c.failHead(ibv.WCLocProtErr)
 		return
 	}
-	c.completeHead(WCSuccess)
+	c.completeHead(ibv.WCSuccess)
 }
 
 // doRead writes a READ response, the next one expected, into the READ's
 // SGL.
 func (c *completer) doRead(p *header.Packet, oi *header.OpcodeInfo, w *sendWQE, psn header.PSN) {
 	q := c.qp
-	if !w.opcode.isRead() {
+	if !w.opcode.IsRead() {
 		inc(&q.e.Ctr.RxBadResponse)
 		return
 	}
@@ -177,12 +179,12 @@ func (c *completer) doRead(p *header.Packet, oi *header.OpcodeInfo, w *sendWQE, 
 		return
 	}
 	if !q.scatterPayload(c.compIdx, w, off, p.Payload) {
-		c.failHead(WCLocProtErr)
+		c.failHead(ibv.WCLocProtErr)
 		return
 	}
 	c.progress(psn.Add(1))
 	if psn == w.lastPSN {
-		c.completeHead(WCSuccess)
+		c.completeHead(ibv.WCSuccess)
 	}
 }
 
@@ -208,12 +210,12 @@ func (c *completer) checkAck(p *header.Packet, w *sendWQE, psn header.PSN) {
 // completeAck retires what a positive ACK acknowledges. READs and atomics
 // are retired by their responses only.
 func (c *completer) completeAck(w *sendWQE, psn header.PSN) {
-	if w.opcode.isRead() || w.opcode.isAtomic() || psn.Before(c.compPSN) {
+	if w.opcode.IsRead() || w.opcode.IsAtomic() || psn.Before(c.compPSN) {
 		return
 	}
 	c.progress(psn.Add(1))
 	if psn == w.lastPSN {
-		c.completeHead(WCSuccess)
+		c.completeHead(ibv.WCSuccess)
 	}
 }
 
@@ -227,7 +229,7 @@ func (c *completer) onRNRNAK(syn header.Syndrome, psn header.PSN) {
 		if c.rnrLeft == 0 {
 			inc(&q.e.Ctr.RNRRetryExceeded)
 			inc(&q.ctr.RNRRetryExceeded)
-			c.failHead(WCRNRRetryExcErr)
+			c.failHead(ibv.WCRNRRetryExcErr)
 			return
 		}
 		c.rnrLeft--
@@ -250,18 +252,18 @@ func (c *completer) onNAK(code header.NAKCode, psn header.PSN) {
 		}
 		c.retryOnce()
 	case header.NAKInvalidRequest:
-		c.failHead(WCRemInvReqErr)
+		c.failHead(ibv.WCRemInvReqErr)
 	case header.NAKRemoteAccessError:
-		c.failHead(WCRemAccessErr)
+		c.failHead(ibv.WCRemAccessErr)
 	case header.NAKRemoteOperationalError:
-		c.failHead(WCRemOpErr)
+		c.failHead(ibv.WCRemOpErr)
 	default:
-		c.failHead(WCRemInvRDReqErr)
+		c.failHead(ibv.WCRemInvRDReqErr)
 	}
 }
 
 // failHead completes the oldest WQE with st and fails the QP.
-func (c *completer) failHead(st WCStatus) {
+func (c *completer) failHead(st ibv.WCStatus) {
 	c.completeHead(st)
 	c.qp.fail()
 }
@@ -285,7 +287,7 @@ func (c *completer) retry() bool {
 		if c.retryLeft == 0 {
 			inc(&c.qp.e.Ctr.RetryExceeded)
 			inc(&c.qp.ctr.RetryExceeded)
-			c.failHead(WCRetryExcErr)
+			c.failHead(ibv.WCRetryExcErr)
 			return false
 		}
 		c.retryLeft--
@@ -335,26 +337,26 @@ func (c *completer) progress(psn header.PSN) {
 
 // completeHead retires the oldest WQE with status st, posting a completion
 // if it is signaled or failed.
-func (c *completer) completeHead(st WCStatus) {
+func (c *completer) completeHead(st ibv.WCStatus) {
 	q := c.qp
 	w := q.sqSlot(c.compIdx)
-	if st == WCSuccess && w.state == wqeSending {
+	if st == ibv.WCSuccess && w.state == wqeSending {
 		c.progress(w.lastPSN.Add(1))
 	}
 	// Free the slot before the completion is visible: a poster that saw
 	// the completion may reuse the slot at once, as libibverbs allows.
-	signaled := st != WCSuccess || w.flags&SendSignaled != 0
-	var wc WC
+	signaled := st != ibv.WCSuccess || w.flags&ibv.SendSignaled != 0
+	var wc ibv.WC
 	if signaled {
 		wc = q.sendWC(w, st)
-		if st == WCSuccess {
+		if st == ibv.WCSuccess {
 			wc.ByteLen = w.length
-			if w.opcode.isAtomic() {
+			if w.opcode.IsAtomic() {
 				wc.ByteLen = 8
 			}
 		}
 	}
-	if st == WCSuccess && w.opcode.isSend() {
+	if st == ibv.WCSuccess && w.opcode.IsSend() {
 		inc(&q.e.Ctr.RdmaSends)
 		inc(&q.ctr.RdmaSends)
 	}
@@ -403,7 +405,7 @@ func (c *completer) flush() {
 	q := c.qp
 	tail := q.sq.tail.Load()
 	for c.compIdx != tail {
-		wc := q.sendWC(q.sqSlot(c.compIdx), WCWRFlushErr)
+		wc := q.sendWC(q.sqSlot(c.compIdx), ibv.WCWRFlushErr)
 		c.retireHead() // the slot is free before its completion shows
 		q.complete(q.sendCQ, wc, false)
 	}

@@ -18,9 +18,10 @@
 // work completions into a CompletionQueue, and the responder takes receives
 // from a QP's own RecvQueue or a SharedRecvQueue's. A QP is created with
 // Group.CreateQP from a QPConfig naming them. The work request and
-// completion types (SendWR, RecvWR, SGE, WC) and the QP attributes are this
-// package's: they are the engine's vocabulary, and verbs gives them their
-// libibverbs names.
+// completion types (SendWR, RecvWR, SGE, WC), the QP attributes and the
+// errors are package ibv's: the vocabulary the engine shares with verbs,
+// which gives them their libibverbs names, and with the daemon's host
+// interface and client, which need no engine.
 //
 // A device runs one Engine per receive queue of its link, in a Group: each
 // engine is single-threaded and owns the QPs placed on it, which is where

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/softnic/softnic/ibtransport/header"
+
+	"github.com/softnic/softnic/ibtransport/ibv"
 )
 
 type command struct {
@@ -105,7 +107,7 @@ type Engine struct {
 	reads, writes copyQueue
 	copyFailed    []*QP
 	ud            udReceiver
-	Ctr           Counters
+	Ctr           ibv.Counters
 }
 
 // Group returns the engines of the device this engine belongs to.
@@ -308,7 +310,7 @@ func (e *Engine) receive(ib []byte, info *RecvInfo, forwarded bool) {
 		inc(&e.Ctr.RxWrongService)
 		return
 	}
-	if q.st < QPSRTR || q.st == QPSErr {
+	if q.st < ibv.QPSRTR || q.st == ibv.QPSErr {
 		inc(&e.Ctr.RxFiltered)
 		return
 	}
@@ -329,7 +331,7 @@ func (e *Engine) receive(ib []byte, info *RecvInfo, forwarded bool) {
 		q.commEst = true
 		e.emit(q, QPEventCommEst)
 	}
-	if q.typ == QPTypeUC {
+	if q.typ == ibv.QPTypeUC {
 		q.resp.onUCRequest(p, oi)
 		return
 	}

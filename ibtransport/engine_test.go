@@ -7,6 +7,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/softnic/softnic/ibtransport/header"
+
+	"github.com/softnic/softnic/ibtransport/ibv"
 )
 
 // fakePort collects the packets an engine sends, without any framing.
@@ -16,16 +18,16 @@ type fakePort struct {
 	keep bool
 }
 
-func (f *fakePort) Path(*AddressVector, uint32, int) (TxPath, error) { return f, nil }
-func (f *fakePort) Buffer() []byte                                   { return f.buf[:] }
-func (f *fakePort) ActiveMTU() int                                   { return 1024 }
+func (f *fakePort) Path(*ibv.AddressVector, uint32, int) (TxPath, error) { return f, nil }
+func (f *fakePort) Buffer() []byte                                       { return f.buf[:] }
+func (f *fakePort) ActiveMTU() int                                       { return 1024 }
 func (f *fakePort) Send(n int) {
 	if f.keep {
 		f.sent = append(f.sent, append([]byte(nil), f.buf[:n]...))
 	}
 }
 
-var peerGID = GID{0: 0xfe, 15: 2}
+var peerGID = ibv.GID{0: 0xfe, 15: 2}
 
 const peerQPN = 0x99
 
@@ -51,25 +53,25 @@ func newFuzzTarget(t testing.TB) *fuzzTarget {
 		ft.whole[i] = byte(i * 31)
 	}
 	ft.orig = append([]byte(nil), ft.whole...)
-	ft.mr = newTestRegion(ft.whole[4096:8192], 0x1234, AccessAll)
+	ft.mr = newTestRegion(ft.whole[4096:8192], 0x1234, ibv.AccessAll)
 	ft.cq = &testCQ{}
 	var err error
-	ft.qp, err = e.CreateQP(&QPConfig{Memory: &testMemory{ft.mr}, SendCQ: ft.cq, RecvCQ: ft.cq, Cap: QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 2, MaxRecvSGE: 2}})
+	ft.qp, err = e.CreateQP(&QPConfig{Memory: &testMemory{ft.mr}, SendCQ: ft.cq, RecvCQ: ft.cq, Cap: ibv.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 2, MaxRecvSGE: 2}})
 	require.NoError(t, err)
 	q := ft.qp
-	require.NoError(t, q.Modify(&QPAttr{State: QPSInit, AccessFlags: AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic},
-		QPAttrState|QPAttrAccessFlags))
-	require.NoError(t, q.Modify(&QPAttr{State: QPSRTR, PathMTU: MTU256, DestQPN: peerQPN, RQPSN: 100, MaxDestRdAtomic: 2,
-		AV: AddressVector{DGID: peerGID}}, QPAttrState|QPAttrAV|QPAttrPathMTU|QPAttrDestQPN|QPAttrRQPSN|
-		QPAttrMaxDestRdAtomic|QPAttrMinRNRTimer))
-	require.NoError(t, q.Modify(&QPAttr{State: QPSRTS, SQPSN: 500, Timeout: 0, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 2},
-		QPAttrState|QPAttrSQPSN|QPAttrTimeout|QPAttrRetryCnt|QPAttrRNRRetry|QPAttrMaxQPRdAtomic))
+	require.NoError(t, q.Modify(&ibv.QPAttr{State: ibv.QPSInit, AccessFlags: ibv.AccessRemoteWrite | ibv.AccessRemoteRead | ibv.AccessRemoteAtomic},
+		ibv.QPAttrState|ibv.QPAttrAccessFlags))
+	require.NoError(t, q.Modify(&ibv.QPAttr{State: ibv.QPSRTR, PathMTU: ibv.MTU256, DestQPN: peerQPN, RQPSN: 100, MaxDestRdAtomic: 2,
+		AV: ibv.AddressVector{DGID: peerGID}}, ibv.QPAttrState|ibv.QPAttrAV|ibv.QPAttrPathMTU|ibv.QPAttrDestQPN|ibv.QPAttrRQPSN|
+		ibv.QPAttrMaxDestRdAtomic|ibv.QPAttrMinRNRTimer))
+	require.NoError(t, q.Modify(&ibv.QPAttr{State: ibv.QPSRTS, SQPSN: 500, Timeout: 0, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 2},
+		ibv.QPAttrState|ibv.QPAttrSQPSN|ibv.QPAttrTimeout|ibv.QPAttrRetryCnt|ibv.QPAttrRNRRetry|ibv.QPAttrMaxQPRdAtomic))
 	for i := range 4 {
-		require.NoError(t, q.PostRecv(&RecvWR{ID: uint64(i), SGL: []SGE{ft.mr.SGE(i*1000, 1000)}}))
+		require.NoError(t, q.PostRecv(&ibv.RecvWR{ID: uint64(i), SGL: []ibv.SGE{ft.mr.SGE(i*1000, 1000)}}))
 	}
 	// Something outstanding, so responses have a WQE to match.
-	require.NoError(t, q.PostSend(&SendWR{ID: 1, Opcode: WRRDMARead, Flags: SendSignaled,
-		SGL: []SGE{ft.mr.SGE(0, 600)}, RemoteAddr: 0x1000, RKey: 1}))
+	require.NoError(t, q.PostSend(&ibv.SendWR{ID: 1, Opcode: ibv.WRRDMARead, Flags: ibv.SendSignaled,
+		SGL: []ibv.SGE{ft.mr.SGE(0, 600)}, RemoteAddr: 0x1000, RKey: 1}))
 	e.Process()
 	ft.ud = newUDTarget(t, e, &testMemory{ft.mr}, ft.cq, ft.mr)
 	ft.uc = newUCTarget(t, e, &testMemory{ft.mr}, ft.cq, ft.mr)
@@ -82,13 +84,13 @@ const fuzzQKey = 0x1234567
 // newUDTarget creates a UD QP in RTS on e with Q_Key fuzzQKey and four
 // receives of 500 bytes in mr.
 func newUDTarget(t testing.TB, e *Engine, mem Memory, cq CompletionQueue, mr *testRegion) *QP {
-	q, err := e.CreateQP(&QPConfig{Memory: mem, SendCQ: cq, RecvCQ: cq, Type: QPTypeUD, Cap: QPCap{MaxSendWR: 4, MaxRecvWR: 4}})
+	q, err := e.CreateQP(&QPConfig{Memory: mem, SendCQ: cq, RecvCQ: cq, Type: ibv.QPTypeUD, Cap: ibv.QPCap{MaxSendWR: 4, MaxRecvWR: 4}})
 	require.NoError(t, err)
-	require.NoError(t, q.Modify(&QPAttr{State: QPSInit, Port: 1, QKey: fuzzQKey}, QPAttrState|QPAttrPKeyIndex|QPAttrPort|QPAttrQKey))
-	require.NoError(t, q.Modify(&QPAttr{State: QPSRTR}, QPAttrState))
-	require.NoError(t, q.Modify(&QPAttr{State: QPSRTS, SQPSN: 1}, QPAttrState|QPAttrSQPSN))
+	require.NoError(t, q.Modify(&ibv.QPAttr{State: ibv.QPSInit, Port: 1, QKey: fuzzQKey}, ibv.QPAttrState|ibv.QPAttrPKeyIndex|ibv.QPAttrPort|ibv.QPAttrQKey))
+	require.NoError(t, q.Modify(&ibv.QPAttr{State: ibv.QPSRTR}, ibv.QPAttrState))
+	require.NoError(t, q.Modify(&ibv.QPAttr{State: ibv.QPSRTS, SQPSN: 1}, ibv.QPAttrState|ibv.QPAttrSQPSN))
 	for i := range 4 {
-		require.NoError(t, q.PostRecv(&RecvWR{ID: uint64(10 + i), SGL: []SGE{mr.SGE(i*500, 500)}}))
+		require.NoError(t, q.PostRecv(&ibv.RecvWR{ID: uint64(10 + i), SGL: []ibv.SGE{mr.SGE(i*500, 500)}}))
 	}
 	return q
 }
@@ -185,9 +187,9 @@ func FuzzEngineReceive(f *testing.F) {
 		}
 		require.True(t, bytes.Equal(ft.orig[:4096], ft.whole[:4096]) && bytes.Equal(ft.orig[8192:], ft.whole[8192:]),
 			"bytes outside the registered region changed")
-		require.LessOrEqual(t, ft.qp.State(), QPSErr)
-		require.Equal(t, QPSRTS, ft.ud.State(), "a UD QP stays up whatever it receives")
-		require.Equal(t, QPSRTS, ft.uc.State(), "a UC QP stays up whatever it receives")
+		require.LessOrEqual(t, ft.qp.State(), ibv.QPSErr)
+		require.Equal(t, ibv.QPSRTS, ft.ud.State(), "a UD QP stays up whatever it receives")
+		require.Equal(t, ibv.QPSRTS, ft.uc.State(), "a UC QP stays up whatever it receives")
 	})
 }
 
@@ -197,7 +199,7 @@ func TestEngineResponses(t *testing.T) {
 	ft.port.keep = true
 	info := &RecvInfo{SGID: peerGID}
 	// From a stranger GID: ignored.
-	ft.e.Receive(ft.packet(header.OpRCWriteOnly, 100, 0, nil), &RecvInfo{SGID: GID{1}})
+	ft.e.Receive(ft.packet(header.OpRCWriteOnly, 100, 0, nil), &RecvInfo{SGID: ibv.GID{1}})
 	ft.e.Process()
 	require.Empty(t, ft.port.sent)
 	require.Equal(t, uint64(1), ft.e.Ctr.RxFiltered.Load())
@@ -237,14 +239,14 @@ func TestEngineResponses(t *testing.T) {
 	ft.e.Receive(ft.packet(header.OpRCAcknowledge, 500, 0, func(p *header.Packet) {
 		p.AETH.SetSyndrome(header.NAKSyndrome(header.NAKRemoteAccessError))
 	}), info)
-	var wcs [8]WC
+	var wcs [8]ibv.WC
 	n, err := ft.cq.Poll(wcs[:])
 	require.NoError(t, err)
 	require.Equal(t, 5, n) // the READ, then the four receives flushed
-	require.Equal(t, WCRemAccessErr, wcs[0].Status)
+	require.Equal(t, ibv.WCRemAccessErr, wcs[0].Status)
 	require.Equal(t, uint64(1), wcs[0].WRID)
 	for _, wc := range wcs[1:5] {
-		require.Equal(t, WCWRFlushErr, wc.Status)
+		require.Equal(t, ibv.WCWRFlushErr, wc.Status)
 	}
-	require.Equal(t, QPSErr, ft.qp.State())
+	require.Equal(t, ibv.QPSErr, ft.qp.State())
 }

@@ -6,6 +6,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/softnic/softnic/ibtransport/header"
+
+	"github.com/softnic/softnic/ibtransport/ibv"
 )
 
 // TestReadReplayReplacesResponse: a READ asked again from inside its
@@ -88,11 +90,11 @@ type readResponder struct {
 
 func newReadResponder(t *testing.T, pkts int) *readResponder {
 	port, e, mr, cq := newWindowTestEngine()
-	q, err := e.CreateQP(&QPConfig{Memory: &testMemory{mr}, SendCQ: cq, RecvCQ: cq, Cap: QPCap{MaxSendWR: 1, MaxRecvWR: 1}})
+	q, err := e.CreateQP(&QPConfig{Memory: &testMemory{mr}, SendCQ: cq, RecvCQ: cq, Cap: ibv.QPCap{MaxSendWR: 1, MaxRecvWR: 1}})
 	require.NoError(t, err)
-	require.NoError(t, q.Modify(&QPAttr{State: QPSInit, AccessFlags: AccessRemoteRead}, QPAttrState|QPAttrAccessFlags))
-	require.NoError(t, q.Modify(&QPAttr{State: QPSRTR, PathMTU: MTU256, DestQPN: peerQPN, AV: AddressVector{DGID: peerGID},
-		RQPSN: 100, MaxDestRdAtomic: 4}, QPAttrState|QPAttrAV|QPAttrPathMTU|QPAttrDestQPN|QPAttrRQPSN|QPAttrMaxDestRdAtomic|QPAttrMinRNRTimer))
+	require.NoError(t, q.Modify(&ibv.QPAttr{State: ibv.QPSInit, AccessFlags: ibv.AccessRemoteRead}, ibv.QPAttrState|ibv.QPAttrAccessFlags))
+	require.NoError(t, q.Modify(&ibv.QPAttr{State: ibv.QPSRTR, PathMTU: ibv.MTU256, DestQPN: peerQPN, AV: ibv.AddressVector{DGID: peerGID},
+		RQPSN: 100, MaxDestRdAtomic: 4}, ibv.QPAttrState|ibv.QPAttrAV|ibv.QPAttrPathMTU|ibv.QPAttrDestQPN|ibv.QPAttrRQPSN|ibv.QPAttrMaxDestRdAtomic|ibv.QPAttrMinRNRTimer))
 	return &readResponder{e: e, q: q, port: port, mr: mr, pkts: pkts, t: t}
 }
 

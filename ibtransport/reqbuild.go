@@ -1,6 +1,10 @@
 package ibtransport
 
-import "github.com/softnic/softnic/ibtransport/header"
+import (
+	"github.com/softnic/softnic/ibtransport/header"
+
+	"github.com/softnic/softnic/ibtransport/ibv"
+)
 
 var sendOps = [2][4][3]header.Opcode{ // [write][position first,middle,last,only][plain,imm,inv]
 	{
@@ -31,13 +35,13 @@ func sendOpcode(w *sendWQE, psn header.PSN) header.Opcode {
 	}
 	variant := 0
 	switch w.opcode {
-	case WRSendWithImm, WRRDMAWriteWithImm:
+	case ibv.WRSendWithImm, ibv.WRRDMAWriteWithImm:
 		variant = 1
-	case WRSendWithInv:
+	case ibv.WRSendWithInv:
 		variant = 2
 	}
 	wi := 0
-	if w.opcode.isWrite() {
+	if w.opcode.IsWrite() {
 		wi = 1
 	}
 	return sendOps[wi][pos][variant]
@@ -51,13 +55,13 @@ func (r *requester) buildRequest(buf []byte, i uint32, w *sendWQE) (int, bool) {
 	var n int
 	last := true
 	switch {
-	case op.isSend() || op.isWrite():
+	case op.IsSend() || op.IsWrite():
 		var ok bool
 		if n, ok = r.buildSendWrite(buf, i, w, sendOpcode(w, psn)); !ok {
 			return 0, false
 		}
 		last = psn == w.lastPSN
-	case op.isRead():
+	case op.IsRead():
 		n = r.buildRead(buf, w)
 	default:
 		n = r.buildAtomic(buf, i, w)
@@ -82,7 +86,7 @@ func (q *QP) setRequestBTH(w *sendWQE, psn header.PSN, last, ackReq bool) {
 	p.BTH.SetPSN(psn)
 	p.BTH.SetAckReq(ackReq)
 	p.BTH.SetMigReq(true)
-	p.BTH.SetSolicitedEvent(last && w.flags&SendSolicited != 0 && (w.opcode.isSend() || w.opcode == WRRDMAWriteWithImm))
+	p.BTH.SetSolicitedEvent(last && w.flags&ibv.SendSolicited != 0 && (w.opcode.IsSend() || w.opcode == ibv.WRRDMAWriteWithImm))
 }
 
 // buildSendWrite lays out the SEND or WRITE packet of w at its nextPSN,
@@ -139,14 +143,14 @@ func (r *requester) buildAtomic(buf []byte, i uint32, w *sendWQE) int {
 	q := r.qp
 	p := &q.e.tx
 	opc := header.OpRCFetchAdd
-	if w.opcode == WRAtomicCmpAndSwp {
+	if w.opcode == ibv.WRAtomicCmpAndSwp {
 		opc = header.OpRCCompareSwap
 	}
 	a := &q.sq.atomics[i&q.sq.mask]
 	n, _ := header.LayoutPacket(buf, opc, 0, p)
 	p.AtomicETH.SetVA(w.remoteAddr)
 	p.AtomicETH.SetRKey(w.rkey)
-	if w.opcode == WRAtomicCmpAndSwp {
+	if w.opcode == ibv.WRAtomicCmpAndSwp {
 		p.AtomicETH.SetSwapAdd(a.swap)
 		p.AtomicETH.SetCompare(a.compareAdd)
 	} else {

@@ -1,6 +1,10 @@
 package ibtransport
 
-import "github.com/softnic/softnic/ibtransport/header"
+import (
+	"github.com/softnic/softnic/ibtransport/header"
+
+	"github.com/softnic/softnic/ibtransport/ibv"
+)
 
 // requester is the send side of a QP (rxe_req.c): it turns send work
 // requests into request packets, assigning PSNs, within the QP's window,
@@ -68,7 +72,7 @@ func (r *requester) retire(idx uint32, w *sendWQE) {
 	if r.reqIdx == idx {
 		// Retired before the requester re-sent it after a go-back.
 		r.reqIdx++
-	} else if w.opcode.isRead() || w.opcode.isAtomic() {
+	} else if w.opcode.IsRead() || w.opcode.IsAtomic() {
 		r.rdAtomicOut--
 	}
 }
@@ -150,13 +154,13 @@ func (r *requester) mayTransmit(w *sendWQE) bool {
 func (r *requester) startWQE(w *sendWQE) bool {
 	q := r.qp
 	c := &q.comp
-	if q.st == QPSSQD {
+	if q.st == ibv.QPSSQD {
 		return false
 	}
-	if w.flags&SendFence != 0 && c.compIdx != r.reqIdx {
+	if w.flags&ibv.SendFence != 0 && c.compIdx != r.reqIdx {
 		return false
 	}
-	if (w.opcode.isRead() || w.opcode.isAtomic()) && r.rdAtomicOut >= q.maxRdAtomic() {
+	if (w.opcode.IsRead() || w.opcode.IsAtomic()) && r.rdAtomicOut >= q.maxRdAtomic() {
 		return false
 	}
 	if c.compIdx != r.reqIdx && r.sqPSN.Diff(c.compPSN) >= r.window {
@@ -170,7 +174,7 @@ func (r *requester) startWQE(w *sendWQE) bool {
 		q.e.waitWindow(q)
 		return false
 	}
-	if st := r.prepare(r.reqIdx, w); st != WCSuccess {
+	if st := r.prepare(r.reqIdx, w); st != ibv.WCSuccess {
 		r.failWQE(w, st)
 		return false
 	}
@@ -190,7 +194,7 @@ func (r *requester) assignPSNs(w *sendWQE) {
 }
 
 // failWQE marks w failed with st; the completer completes it at the head.
-func (r *requester) failWQE(w *sendWQE, st WCStatus) {
+func (r *requester) failWQE(w *sendWQE, st ibv.WCStatus) {
 	w.state, w.status = wqeError, st
 	r.localErr = true
 }
@@ -206,7 +210,7 @@ func (r *requester) transmit(w *sendWQE) bool {
 	n, ok := r.buildRequest(buf, r.reqIdx, w)
 	if !ok {
 		// The memory behind the SGL was deregistered under the WQE.
-		r.failWQE(w, WCLocProtErr)
+		r.failWQE(w, ibv.WCLocProtErr)
 		return false
 	}
 	q.path.Send(n)
@@ -221,7 +225,7 @@ func (r *requester) transmit(w *sendWQE) bool {
 	q.comp.armTimer()
 	if w.nextPSN == w.lastPSN.Add(1) {
 		r.reqIdx++
-		if w.opcode.isRead() || w.opcode.isAtomic() {
+		if w.opcode.IsRead() || w.opcode.IsAtomic() {
 			r.rdAtomicOut++
 		}
 	}
@@ -230,15 +234,15 @@ func (r *requester) transmit(w *sendWQE) bool {
 
 // prepare checks the local SGL of the WQE in slot i and resolves its keys
 // before the WQE's first packet.
-func (r *requester) prepare(i uint32, w *sendWQE) WCStatus {
+func (r *requester) prepare(i uint32, w *sendWQE) ibv.WCStatus {
 	q := r.qp
 	op := w.opcode
-	var need Access // READ and atomic results are written into the SGL
-	if op.isRead() || op.isAtomic() {
-		need = AccessLocalWrite
+	var need ibv.Access // READ and atomic results are written into the SGL
+	if op.IsRead() || op.IsAtomic() {
+		need = ibv.AccessLocalWrite
 	}
-	if op.isAtomic() && w.length < 8 {
-		return WCLocLenErr
+	if op.IsAtomic() && w.length < 8 {
+		return ibv.WCLocLenErr
 	}
 	for j := range int(w.nsge) {
 		s, mr := q.sq.sge(i, w, j)
@@ -248,9 +252,9 @@ func (r *requester) prepare(i uint32, w *sendWQE) WCStatus {
 		}
 		reg := q.mem.LocalRegion(s.LKey, s.Addr, s.Length, need)
 		if reg == nil {
-			return WCLocProtErr
+			return ibv.WCLocProtErr
 		}
 		*mr = reg
 	}
-	return WCSuccess
+	return ibv.WCSuccess
 }

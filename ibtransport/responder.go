@@ -5,6 +5,8 @@ import (
 	"unsafe"
 
 	"github.com/softnic/softnic/ibtransport/header"
+
+	"github.com/softnic/softnic/ibtransport/ibv"
 )
 
 // resource remembers an executed READ or atomic so that a duplicate request
@@ -52,8 +54,8 @@ type responder struct {
 	recv       recvWQE
 	recvMRs    []Region
 	recvOff    uint32
-	recvBad    WCStatus // a problem found with the WQE's SGL
-	recvCap    uint64   // total length of the WQE's SGL
+	recvBad    ibv.WCStatus // a problem found with the WQE's SGL
+	recvCap    uint64       // total length of the WQE's SGL
 
 	// The WRITE in progress.
 	wMR        Region
@@ -78,7 +80,7 @@ func (r *responder) initResources(n int) {
 // applying every check a remote access must pass: the QP's own access
 // flags here, the region's protection domain, rights and bounds in the
 // Memory of the QP's PD.
-func (r *responder) lookupRKey(rkey uint32, va uint64, n uint32, a Access) (Region, bool) {
+func (r *responder) lookupRKey(rkey uint32, va uint64, n uint32, a ibv.Access) (Region, bool) {
 	q := r.qp
 	if q.attr.AccessFlags&a == 0 {
 		return nil, false
@@ -98,7 +100,7 @@ func (r *responder) onRequest(p *header.Packet, oi *header.OpcodeInfo) {
 		return
 	}
 	if !r.checkOpSeq(oi) || !r.checkLength(oi, uint32(len(p.Payload))) {
-		r.nakError(psn, header.NAKInvalidRequest, WCRemInvReqErr)
+		r.nakError(psn, header.NAKInvalidRequest, ibv.WCRemInvReqErr)
 		return
 	}
 	switch oi.Kind {
@@ -182,12 +184,12 @@ func (r *responder) executeSend(p *header.Packet, oi *header.OpcodeInfo, psn hea
 	if (oi.Position == header.PositionFirst || oi.Position == header.PositionOnly) && !r.checkResource(psn) {
 		return
 	}
-	if r.recvBad != WCSuccess {
+	if r.recvBad != ibv.WCSuccess {
 		r.nakError(psn, header.NAKRemoteOperationalError, r.recvBad)
 		return
 	}
-	if st := r.scatterRecv(p.Payload); st != WCSuccess {
-		if st == WCLocLenErr {
+	if st := r.scatterRecv(p.Payload); st != ibv.WCSuccess {
+		if st == ibv.WCLocLenErr {
 			r.nakError(psn, header.NAKInvalidRequest, st)
 		} else {
 			r.nakError(psn, header.NAKRemoteOperationalError, st)
@@ -207,21 +209,21 @@ func (r *responder) executeSend(p *header.Packet, oi *header.OpcodeInfo, psn hea
 // invalidating the rkey a SEND_WITH_INV names.
 func (r *responder) finishSend(p *header.Packet, psn header.PSN) bool {
 	r.mode = modeIdle
-	var flags WCFlags
+	var flags ibv.WCFlags
 	var imm, inv uint32
 	if p.ImmDt != nil {
-		flags, imm = WCWithImm, p.ImmDt.Imm()
+		flags, imm = ibv.WCWithImm, p.ImmDt.Imm()
 	}
 	if p.IETH != nil {
 		inv = p.IETH.RKey()
 		if !r.qp.mem.InvalidateRKey(inv) {
-			r.nakError(psn, header.NAKInvalidRequest, WCRemInvReqErr)
+			r.nakError(psn, header.NAKInvalidRequest, ibv.WCRemInvReqErr)
 			return false
 		}
-		flags = WCWithInv
+		flags = ibv.WCWithInv
 	}
 	r.msn++
-	r.finishRecv(WCRecv, r.recvOff, flags, imm, inv, p.BTH.SolicitedEvent())
+	r.finishRecv(ibv.WCRecv, r.recvOff, flags, imm, inv, p.BTH.SolicitedEvent())
 	return true
 }
 
@@ -241,7 +243,7 @@ func (r *responder) executeWrite(p *header.Packet, oi *header.OpcodeInfo, psn he
 		return
 	}
 	if plen > r.wRemaining || (oi.Position == header.PositionLast && plen != r.wRemaining) {
-		r.nakError(psn, header.NAKInvalidRequest, WCRemInvReqErr)
+		r.nakError(psn, header.NAKInvalidRequest, ibv.WCRemInvReqErr)
 		return
 	}
 	if p.ImmDt != nil && !r.checkResource(psn) {
@@ -269,7 +271,7 @@ func (r *responder) finishWrite(p *header.Packet) {
 	r.wMR = nil
 	r.msn++
 	if p.ImmDt != nil {
-		r.finishRecv(WCRecvRDMAWithImm, r.wTotal, WCWithImm, p.ImmDt.Imm(), 0, p.BTH.SolicitedEvent())
+		r.finishRecv(ibv.WCRecvRDMAWithImm, r.wTotal, ibv.WCWithImm, p.ImmDt.Imm(), 0, p.BTH.SolicitedEvent())
 	}
 }
 
@@ -279,16 +281,16 @@ func (r *responder) startWrite(p *header.Packet, oi *header.OpcodeInfo, psn head
 	n := p.RETH.DMALength()
 	r.wMR, r.wVA, r.wRemaining, r.wTotal = nil, p.RETH.VA(), n, n
 	if n > 0 {
-		mr, ok := r.lookupRKey(p.RETH.RKey(), r.wVA, n, AccessRemoteWrite)
+		mr, ok := r.lookupRKey(p.RETH.RKey(), r.wVA, n, ibv.AccessRemoteWrite)
 		if !ok {
-			r.nakError(psn, header.NAKRemoteAccessError, WCRemAccessErr)
+			r.nakError(psn, header.NAKRemoteAccessError, ibv.WCRemAccessErr)
 			return false
 		}
 		r.wMR = mr
 	}
 	plen := uint32(len(p.Payload))
 	if (oi.Position == header.PositionOnly && plen != n) || (oi.Position == header.PositionFirst && n <= r.qp.mtu) {
-		r.nakError(psn, header.NAKInvalidRequest, WCRemInvReqErr)
+		r.nakError(psn, header.NAKInvalidRequest, ibv.WCRemInvReqErr)
 		return false
 	}
 	return true
@@ -298,11 +300,11 @@ func (r *responder) startWrite(p *header.Packet, oi *header.OpcodeInfo, psn head
 func (r *responder) writeData(payload []byte, psn header.PSN) bool {
 	plen := uint32(len(payload))
 	if r.wMR == nil {
-		r.nakError(psn, header.NAKRemoteAccessError, WCRemAccessErr)
+		r.nakError(psn, header.NAKRemoteAccessError, ibv.WCRemAccessErr)
 		return false
 	}
 	if !r.qp.writePayload(r.wMR, payload, r.wVA) {
-		r.nakError(psn, header.NAKRemoteAccessError, WCRemAccessErr)
+		r.nakError(psn, header.NAKRemoteAccessError, ibv.WCRemAccessErr)
 		return false
 	}
 	r.wVA += uint64(plen)
@@ -314,7 +316,7 @@ func (r *responder) writeData(payload []byte, psn header.PSN) bool {
 // the job ring to answer (without it the requester retries).
 func (r *responder) checkRdAtomic(psn header.PSN) bool {
 	if r.qp.attr.MaxDestRdAtomic == 0 {
-		r.nakError(psn, header.NAKInvalidRequest, WCRemInvReqErr)
+		r.nakError(psn, header.NAKInvalidRequest, ibv.WCRemInvReqErr)
 		return false
 	}
 	return !r.jobsFull()
@@ -328,8 +330,8 @@ func (r *responder) executeRead(p *header.Packet, psn header.PSN) {
 	var mr Region
 	if n > 0 {
 		var ok bool
-		if mr, ok = r.lookupRKey(rkey, va, n, AccessRemoteRead); !ok {
-			r.nakError(psn, header.NAKRemoteAccessError, WCRemAccessErr)
+		if mr, ok = r.lookupRKey(rkey, va, n, ibv.AccessRemoteRead); !ok {
+			r.nakError(psn, header.NAKRemoteAccessError, ibv.WCRemAccessErr)
 			return
 		}
 	}
@@ -347,12 +349,12 @@ func (r *responder) executeAtomic(p *header.Packet, psn header.PSN) {
 	a := p.AtomicETH
 	va := a.VA()
 	if va&7 != 0 {
-		r.nakError(psn, header.NAKInvalidRequest, WCRemInvReqErr)
+		r.nakError(psn, header.NAKInvalidRequest, ibv.WCRemInvReqErr)
 		return
 	}
-	mr, ok := r.lookupRKey(a.RKey(), va, 8, AccessRemoteAtomic)
+	mr, ok := r.lookupRKey(a.RKey(), va, 8, ibv.AccessRemoteAtomic)
 	if !ok {
-		r.nakError(psn, header.NAKRemoteAccessError, WCRemAccessErr)
+		r.nakError(psn, header.NAKRemoteAccessError, ibv.WCRemAccessErr)
 		return
 	}
 	r.qp.e.SettleWrites() // the atomic reads what earlier WRITEs wrote
@@ -444,7 +446,7 @@ func (r *responder) replayRead(p *header.Packet, psn header.PSN) {
 		var mr Region
 		if n > 0 {
 			var ok bool
-			if mr, ok = r.lookupRKey(res.rkey, va, n, AccessRemoteRead); !ok {
+			if mr, ok = r.lookupRKey(res.rkey, va, n, ibv.AccessRemoteRead); !ok {
 				return
 			}
 		}

@@ -1,6 +1,10 @@
 package ibtransport
 
-import "github.com/softnic/softnic/ibtransport/header"
+import (
+	"github.com/softnic/softnic/ibtransport/header"
+
+	"github.com/softnic/softnic/ibtransport/ibv"
+)
 
 type jobKind uint8
 
@@ -61,7 +65,7 @@ func (r *responder) queueAck(syn header.Syndrome, psn header.PSN) {
 
 // nakError answers a request that cannot be executed with a NAK and moves
 // the QP to ERR after it (IBA class B/C errors).
-func (r *responder) nakError(psn header.PSN, code header.NAKCode, recvStatus WCStatus) {
+func (r *responder) nakError(psn header.PSN, code header.NAKCode, recvStatus ibv.WCStatus) {
 	inc(&r.qp.e.Ctr.TxNAKError)
 	if r.recvActive {
 		r.completeRecv(recvStatus, 0)

@@ -7,21 +7,23 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/softnic/softnic/ibtransport/header"
+
+	"github.com/softnic/softnic/ibtransport/ibv"
 )
 
 // newUCTarget creates a UC QP in RTS on e, connected to peerQPN at MTU
 // 256, expecting PSN 100 and sending from PSN 500, with four receives of
 // 1000 bytes in mr (IDs 20 to 23).
 func newUCTarget(t testing.TB, e *Engine, mem Memory, cq CompletionQueue, mr *testRegion) *QP {
-	q, err := e.CreateQP(&QPConfig{Memory: mem, SendCQ: cq, RecvCQ: cq, Type: QPTypeUC, Cap: QPCap{MaxSendWR: 8, MaxRecvWR: 4}})
+	q, err := e.CreateQP(&QPConfig{Memory: mem, SendCQ: cq, RecvCQ: cq, Type: ibv.QPTypeUC, Cap: ibv.QPCap{MaxSendWR: 8, MaxRecvWR: 4}})
 	require.NoError(t, err)
-	require.NoError(t, q.Modify(&QPAttr{State: QPSInit, Port: 1, AccessFlags: AccessRemoteWrite},
-		QPAttrState|QPAttrPKeyIndex|QPAttrPort|QPAttrAccessFlags))
-	require.NoError(t, q.Modify(&QPAttr{State: QPSRTR, PathMTU: MTU256, DestQPN: peerQPN, RQPSN: 100,
-		AV: AddressVector{DGID: peerGID}}, QPAttrState|QPAttrAV|QPAttrPathMTU|QPAttrDestQPN|QPAttrRQPSN))
-	require.NoError(t, q.Modify(&QPAttr{State: QPSRTS, SQPSN: 500}, QPAttrState|QPAttrSQPSN))
+	require.NoError(t, q.Modify(&ibv.QPAttr{State: ibv.QPSInit, Port: 1, AccessFlags: ibv.AccessRemoteWrite},
+		ibv.QPAttrState|ibv.QPAttrPKeyIndex|ibv.QPAttrPort|ibv.QPAttrAccessFlags))
+	require.NoError(t, q.Modify(&ibv.QPAttr{State: ibv.QPSRTR, PathMTU: ibv.MTU256, DestQPN: peerQPN, RQPSN: 100,
+		AV: ibv.AddressVector{DGID: peerGID}}, ibv.QPAttrState|ibv.QPAttrAV|ibv.QPAttrPathMTU|ibv.QPAttrDestQPN|ibv.QPAttrRQPSN))
+	require.NoError(t, q.Modify(&ibv.QPAttr{State: ibv.QPSRTS, SQPSN: 500}, ibv.QPAttrState|ibv.QPAttrSQPSN))
 	for i := range 4 {
-		require.NoError(t, q.PostRecv(&RecvWR{ID: uint64(20 + i), SGL: []SGE{mr.SGE(i*1000, 1000)}}))
+		require.NoError(t, q.PostRecv(&ibv.RecvWR{ID: uint64(20 + i), SGL: []ibv.SGE{mr.SGE(i*1000, 1000)}}))
 	}
 	return q
 }
@@ -65,10 +67,10 @@ func (f *ucFeed) send(op header.Opcode, psn header.PSN, n int, fill byte, rkey u
 // expectMessage checks the one completion, of receive 20, for a 300-byte
 // message with immediate whose first packet (256 bytes of first) and last
 // (of last) landed at off in the region.
-func (f *ucFeed) expectMessage(t *testing.T, op WCOpcode, off int, first, last byte) {
+func (f *ucFeed) expectMessage(t *testing.T, op ibv.WCOpcode, off int, first, last byte) {
 	t.Helper()
 	require.Len(t, f.ft.cq.wcs, 1)
-	assert.Equal(t, WC{WRID: 20, Opcode: op, ByteLen: 300, Flags: WCWithImm, Imm: 0xabcd,
+	assert.Equal(t, ibv.WC{WRID: 20, Opcode: op, ByteLen: 300, Flags: ibv.WCWithImm, Imm: 0xabcd,
 		QPN: f.ft.uc.QPN(), SrcQP: peerQPN}, f.ft.cq.wcs[0])
 	mem := f.ft.whole[4096+off:]
 	assert.Equal(t, []byte{first, last, last}, []byte{mem[255], mem[256], mem[299]})
@@ -94,12 +96,12 @@ func TestUCPSNGapDropsMessage(t *testing.T) {
 
 	f.sendOp(header.OpUCSendFirst, 110, 256, 2)
 	f.sendOp(header.OpUCSendLastImm, 111, 44, 3)
-	f.expectMessage(t, WCRecv, 0, 2, 3)
+	f.expectMessage(t, ibv.WCRecv, 0, 2, 3)
 	f.sendOp(header.OpUCSendOnly, 112, 5, 4)
 	require.Len(t, f.ft.cq.wcs, 2)
 	assert.Equal(t, uint64(21), f.ft.cq.wcs[1].WRID)
 	assert.Empty(t, f.ft.port.sent, "UC never answers")
-	assert.Equal(t, QPSRTS, f.ft.uc.State())
+	assert.Equal(t, ibv.QPSRTS, f.ft.uc.State())
 }
 
 // TestUCOpcodeSequence: a MIDDLE or LAST with no message in progress, a
@@ -123,7 +125,7 @@ func TestUCOpcodeSequence(t *testing.T) {
 	// A FIRST shorter than the MTU breaks the message.
 	f.sendOp(header.OpUCSendFirst, 105, 100, 1)
 	assert.Equal(t, uint64(1), ctr.RxUCLength.Load())
-	assert.Equal(t, QPSRTS, f.ft.uc.State())
+	assert.Equal(t, ibv.QPSRTS, f.ft.uc.State())
 	assert.Empty(t, f.ft.port.sent)
 }
 
@@ -142,7 +144,7 @@ func TestUCWrite(t *testing.T) {
 
 	f.send(header.OpUCWriteFirst, 103, 256, 8, key, 1000, 300)
 	f.send(header.OpUCWriteLastImm, 104, 44, 9, 0, 0, 0)
-	f.expectMessage(t, WCRecvRDMAWithImm, 1000, 8, 9)
+	f.expectMessage(t, ibv.WCRecvRDMAWithImm, 1000, 8, 9)
 	mem := f.ft.whole[4096:]
 	f.send(header.OpUCWriteOnly, 105, 4, 10, key, 2000, 4)
 	assert.Equal(t, []byte{10, 10, 10, 10}, mem[2000:2004])
@@ -162,11 +164,11 @@ func TestUCNoReceive(t *testing.T) {
 	f.sendOp(header.OpUCSendLast, 106, 8, 1)
 	assert.Equal(t, uint64(2), f.ft.e.Ctr.RxNoRecv.Load())
 	assert.Equal(t, uint64(1), f.ft.e.Ctr.RxUCResync.Load())
-	require.NoError(t, f.ft.uc.PostRecv(&RecvWR{ID: 30, SGL: []SGE{f.ft.mr.SGE(0, 10)}}))
+	require.NoError(t, f.ft.uc.PostRecv(&ibv.RecvWR{ID: 30, SGL: []ibv.SGE{f.ft.mr.SGE(0, 10)}}))
 	f.sendOp(header.OpUCSendOnly, 107, 20, 1) // longer than the receive
 	require.Len(t, f.ft.cq.wcs, 5)
-	assert.Equal(t, WCLocLenErr, f.ft.cq.wcs[4].Status)
-	assert.Equal(t, QPSRTS, f.ft.uc.State())
+	assert.Equal(t, ibv.WCLocLenErr, f.ft.cq.wcs[4].Status)
+	assert.Equal(t, ibv.QPSRTS, f.ft.uc.State())
 }
 
 // TestUCSendPackets checks the packets a UC QP builds: UC opcodes, PSNs
@@ -175,11 +177,11 @@ func TestUCNoReceive(t *testing.T) {
 func TestUCSendPackets(t *testing.T) {
 	f := newUCFeed(t)
 	q := f.ft.uc
-	require.NoError(t, q.PostSend(&SendWR{ID: 1, Opcode: WRSendWithImm, Flags: SendSignaled, Imm: 5,
-		SGL: []SGE{f.ft.mr.SGE(0, 600)}}))
-	require.NoError(t, q.PostSend(&SendWR{ID: 2, Opcode: WRRDMAWriteWithImm, Flags: SendSignaled,
-		SGL: []SGE{f.ft.mr.SGE(0, 300)}, RemoteAddr: 0x7000, RKey: 0x55}))
-	require.NoError(t, q.PostSend(&SendWR{ID: 3, Opcode: WRRDMAWrite, SGL: []SGE{f.ft.mr.SGE(0, 10)}, RemoteAddr: 0x9000, RKey: 0x55}))
+	require.NoError(t, q.PostSend(&ibv.SendWR{ID: 1, Opcode: ibv.WRSendWithImm, Flags: ibv.SendSignaled, Imm: 5,
+		SGL: []ibv.SGE{f.ft.mr.SGE(0, 600)}}))
+	require.NoError(t, q.PostSend(&ibv.SendWR{ID: 2, Opcode: ibv.WRRDMAWriteWithImm, Flags: ibv.SendSignaled,
+		SGL: []ibv.SGE{f.ft.mr.SGE(0, 300)}, RemoteAddr: 0x7000, RKey: 0x55}))
+	require.NoError(t, q.PostSend(&ibv.SendWR{ID: 3, Opcode: ibv.WRRDMAWrite, SGL: []ibv.SGE{f.ft.mr.SGE(0, 10)}, RemoteAddr: 0x9000, RKey: 0x55}))
 	f.ft.e.Process()
 	ops := []header.Opcode{header.OpUCSendFirst, header.OpUCSendMiddle, header.OpUCSendLastImm, header.OpUCWriteFirst, header.OpUCWriteLastImm, header.OpUCWriteOnly}
 	require.Len(t, f.ft.port.sent, len(ops))
@@ -196,8 +198,8 @@ func TestUCSendPackets(t *testing.T) {
 	assert.Equal(t, uint32(300), p.RETH.DMALength())
 	assert.Equal(t, uint64(0x7000), p.RETH.VA())
 	require.Len(t, f.ft.cq.wcs, 2, "unsignaled WRITE completes silently")
-	assert.Equal(t, WC{WRID: 1, Opcode: WCSend, ByteLen: 600, QPN: q.QPN(), SrcQP: peerQPN}, f.ft.cq.wcs[0])
-	assert.Equal(t, WC{WRID: 2, Opcode: WCRDMAWrite, ByteLen: 300, QPN: q.QPN(), SrcQP: peerQPN}, f.ft.cq.wcs[1])
+	assert.Equal(t, ibv.WC{WRID: 1, Opcode: ibv.WCSend, ByteLen: 600, QPN: q.QPN(), SrcQP: peerQPN}, f.ft.cq.wcs[0])
+	assert.Equal(t, ibv.WC{WRID: 2, Opcode: ibv.WCRDMAWrite, ByteLen: 300, QPN: q.QPN(), SrcQP: peerQPN}, f.ft.cq.wcs[1])
 	assert.True(t, q.quiet(), "nothing awaits an ACK")
 }
 
@@ -209,17 +211,17 @@ func TestUCDrain(t *testing.T) {
 	var events []QPEvent
 	f.ft.e.onEvent = func(_ *QP, ev QPEvent) { events = append(events, ev) }
 	for id := range uint64(2) {
-		require.NoError(t, q.PostSend(&SendWR{ID: id, Opcode: WRSend, Flags: SendSignaled, SGL: []SGE{f.ft.mr.SGE(0, 600)}}))
+		require.NoError(t, q.PostSend(&ibv.SendWR{ID: id, Opcode: ibv.WRSend, Flags: ibv.SendSignaled, SGL: []ibv.SGE{f.ft.mr.SGE(0, 600)}}))
 	}
 	f.ft.e.passLeft = 1 // one packet, then the pass ends
 	q.service(0)
 	require.Len(t, f.ft.port.sent, 1)
-	require.NoError(t, q.Modify(&QPAttr{State: QPSSQD}, QPAttrState))
+	require.NoError(t, q.Modify(&ibv.QPAttr{State: ibv.QPSSQD}, ibv.QPAttrState))
 	f.ft.e.Process()
 	require.Equal(t, 3, len(f.ft.port.sent), "the first message whole, nothing of the second")
 	require.Len(t, f.ft.cq.wcs, 1)
 	assert.Equal(t, []QPEvent{QPEventSQDrained}, events)
-	require.NoError(t, q.Modify(&QPAttr{State: QPSRTS}, QPAttrState))
+	require.NoError(t, q.Modify(&ibv.QPAttr{State: ibv.QPSRTS}, ibv.QPAttrState))
 	f.ft.e.Process()
 	require.Equal(t, 6, len(f.ft.port.sent))
 	require.Len(t, f.ft.cq.wcs, 2)
@@ -228,25 +230,25 @@ func TestUCDrain(t *testing.T) {
 // TestUCRules: UC's modify masks and send opcodes.
 func TestUCRules(t *testing.T) {
 	ft := newFuzzTarget(t)
-	q, err := ft.e.CreateQP(&QPConfig{Memory: &testMemory{ft.mr}, SendCQ: ft.cq, RecvCQ: ft.cq, Type: QPTypeUC, Cap: QPCap{MaxSendWR: 2, MaxRecvWR: 2}})
+	q, err := ft.e.CreateQP(&QPConfig{Memory: &testMemory{ft.mr}, SendCQ: ft.cq, RecvCQ: ft.cq, Type: ibv.QPTypeUC, Cap: ibv.QPCap{MaxSendWR: 2, MaxRecvWR: 2}})
 	require.NoError(t, err)
-	assert.ErrorIs(t, q.Modify(&QPAttr{State: QPSInit}, QPAttrState), ErrInvalidArgument, "P_Key index, port, access needed")
-	require.NoError(t, q.Modify(&QPAttr{State: QPSInit, Port: 1}, QPAttrState|QPAttrPKeyIndex|QPAttrPort|QPAttrAccessFlags))
-	rtr := &QPAttr{State: QPSRTR, PathMTU: MTU1024, DestQPN: peerQPN, RQPSN: 1, AV: AddressVector{DGID: peerGID}, MaxDestRdAtomic: 1}
-	mask := QPAttrState | QPAttrAV | QPAttrPathMTU | QPAttrDestQPN | QPAttrRQPSN
-	assert.ErrorIs(t, q.Modify(rtr, mask|QPAttrMaxDestRdAtomic), ErrInvalidArgument)
-	assert.ErrorIs(t, q.Modify(rtr, mask|QPAttrMinRNRTimer), ErrInvalidArgument)
-	assert.ErrorIs(t, q.Modify(rtr, mask&^QPAttrRQPSN), ErrInvalidArgument)
+	assert.ErrorIs(t, q.Modify(&ibv.QPAttr{State: ibv.QPSInit}, ibv.QPAttrState), ibv.ErrInvalidArgument, "P_Key index, port, access needed")
+	require.NoError(t, q.Modify(&ibv.QPAttr{State: ibv.QPSInit, Port: 1}, ibv.QPAttrState|ibv.QPAttrPKeyIndex|ibv.QPAttrPort|ibv.QPAttrAccessFlags))
+	rtr := &ibv.QPAttr{State: ibv.QPSRTR, PathMTU: ibv.MTU1024, DestQPN: peerQPN, RQPSN: 1, AV: ibv.AddressVector{DGID: peerGID}, MaxDestRdAtomic: 1}
+	mask := ibv.QPAttrState | ibv.QPAttrAV | ibv.QPAttrPathMTU | ibv.QPAttrDestQPN | ibv.QPAttrRQPSN
+	assert.ErrorIs(t, q.Modify(rtr, mask|ibv.QPAttrMaxDestRdAtomic), ibv.ErrInvalidArgument)
+	assert.ErrorIs(t, q.Modify(rtr, mask|ibv.QPAttrMinRNRTimer), ibv.ErrInvalidArgument)
+	assert.ErrorIs(t, q.Modify(rtr, mask&^ibv.QPAttrRQPSN), ibv.ErrInvalidArgument)
 	require.NoError(t, q.Modify(rtr, mask))
-	rts := &QPAttr{State: QPSRTS, SQPSN: 1, Timeout: 14, RetryCnt: 7}
-	for _, m := range []QPAttrMask{QPAttrTimeout, QPAttrRetryCnt, QPAttrRNRRetry, QPAttrMaxQPRdAtomic} {
-		assert.ErrorIs(t, q.Modify(rts, QPAttrState|QPAttrSQPSN|m), ErrInvalidArgument)
+	rts := &ibv.QPAttr{State: ibv.QPSRTS, SQPSN: 1, Timeout: 14, RetryCnt: 7}
+	for _, m := range []ibv.QPAttrMask{ibv.QPAttrTimeout, ibv.QPAttrRetryCnt, ibv.QPAttrRNRRetry, ibv.QPAttrMaxQPRdAtomic} {
+		assert.ErrorIs(t, q.Modify(rts, ibv.QPAttrState|ibv.QPAttrSQPSN|m), ibv.ErrInvalidArgument)
 	}
-	require.NoError(t, q.Modify(rts, QPAttrState|QPAttrSQPSN))
-	for _, op := range []WROpcode{WRRDMARead, WRAtomicCmpAndSwp, WRAtomicFetchAndAdd, WRSendWithInv} {
-		assert.ErrorIs(t, q.PostSend(&SendWR{Opcode: op, SGL: []SGE{ft.mr.SGE(0, 8)}}), ErrInvalidArgument, "%v", op)
+	require.NoError(t, q.Modify(rts, ibv.QPAttrState|ibv.QPAttrSQPSN))
+	for _, op := range []ibv.WROpcode{ibv.WRRDMARead, ibv.WRAtomicCmpAndSwp, ibv.WRAtomicFetchAndAdd, ibv.WRSendWithInv} {
+		assert.ErrorIs(t, q.PostSend(&ibv.SendWR{Opcode: op, SGL: []ibv.SGE{ft.mr.SGE(0, 8)}}), ibv.ErrInvalidArgument, "%v", op)
 	}
-	require.NoError(t, q.PostSend(&SendWR{Opcode: WRSend, SGL: []SGE{ft.mr.SGE(0, 8)}}))
+	require.NoError(t, q.PostSend(&ibv.SendWR{Opcode: ibv.WRSend, SGL: []ibv.SGE{ft.mr.SGE(0, 8)}}))
 	// An RC packet for the UC QP is another service's.
 	before := ft.e.Ctr.RxWrongService.Load()
 	ft.e.Receive(ft.packet(header.OpRCSendOnly, 1, 8, func(p *header.Packet) { p.BTH.SetDestQPN(q.QPN()) }), &RecvInfo{SGID: peerGID})
@@ -260,11 +262,11 @@ func TestUCAllocatesNothing(t *testing.T) {
 	f := newUCFeed(t)
 	f.ft.port.keep = false
 	q := f.ft.uc
-	wr := SendWR{ID: 5, Opcode: WRRDMAWriteWithImm, Flags: SendSignaled, SGL: []SGE{f.ft.mr.SGE(2000, 600)}, RemoteAddr: 1, RKey: 2}
-	recv := RecvWR{ID: 10, SGL: []SGE{f.ft.mr.SGE(0, 500)}}
+	wr := ibv.SendWR{ID: 5, Opcode: ibv.WRRDMAWriteWithImm, Flags: ibv.SendSignaled, SGL: []ibv.SGE{f.ft.mr.SGE(2000, 600)}, RemoteAddr: 1, RKey: 2}
+	recv := ibv.RecvWR{ID: 10, SGL: []ibv.SGE{f.ft.mr.SGE(0, 500)}}
 	first := f.ft.packet(header.OpUCSendFirst, 0, 256, func(p *header.Packet) { p.BTH.SetDestQPN(q.QPN()) })
 	last := f.ft.packet(header.OpUCSendLastImm, 0, 100, func(p *header.Packet) { p.BTH.SetDestQPN(q.QPN()) })
-	f.ft.cq.wcs = make([]WC, 0, 8)
+	f.ft.cq.wcs = make([]ibv.WC, 0, 8)
 	psn := header.PSN(100)
 	var postErr error
 	step := func() {

@@ -4,6 +4,8 @@ import (
 	"sync/atomic"
 
 	"github.com/softnic/softnic/ibtransport/header"
+
+	"github.com/softnic/softnic/ibtransport/ibv"
 )
 
 // The UC receive side (IBA 9.7.x for UC, rxe_resp.c's UC paths) uses the
@@ -92,12 +94,12 @@ func (r *responder) ucSend(p *header.Packet, oi *header.OpcodeInfo) {
 		return
 	}
 	st := r.recvBad
-	if st == WCSuccess {
+	if st == ibv.WCSuccess {
 		st = r.scatterRecv(p.Payload)
 	}
-	if st != WCSuccess {
-		if st == WCLocLenErr && r.qp.srq != nil {
-			st = WCRemInvReqErr
+	if st != ibv.WCSuccess {
+		if st == ibv.WCLocLenErr && r.qp.srq != nil {
+			st = ibv.WCRemInvReqErr
 		}
 		r.completeRecv(st, 0)
 		r.ucDrop(&r.qp.e.Ctr.RxUCLength)
@@ -109,13 +111,13 @@ func (r *responder) ucSend(p *header.Packet, oi *header.OpcodeInfo) {
 		return
 	}
 	r.mode = modeIdle
-	var flags WCFlags
+	var flags ibv.WCFlags
 	var imm uint32
 	if p.ImmDt != nil {
-		flags, imm = WCWithImm, p.ImmDt.Imm()
+		flags, imm = ibv.WCWithImm, p.ImmDt.Imm()
 	}
 	r.msn++
-	r.finishRecv(WCRecv, r.recvOff, flags, imm, 0, p.BTH.SolicitedEvent())
+	r.finishRecv(ibv.WCRecv, r.recvOff, flags, imm, 0, p.BTH.SolicitedEvent())
 }
 
 // ucWrite places a WRITE packet in the target region; an rkey, bounds or
@@ -164,7 +166,7 @@ func (r *responder) ucStartWrite(p *header.Packet, oi *header.OpcodeInfo) bool {
 	if n == 0 {
 		return true
 	}
-	mr, ok := r.lookupRKey(p.RETH.RKey(), r.wVA, n, AccessRemoteWrite)
+	mr, ok := r.lookupRKey(p.RETH.RKey(), r.wVA, n, ibv.AccessRemoteWrite)
 	if !ok {
 		r.ucDrop(&ctr.RxUCAccess)
 		return false

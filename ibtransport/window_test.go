@@ -6,6 +6,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/softnic/softnic/ibtransport/header"
+
+	"github.com/softnic/softnic/ibtransport/ibv"
 )
 
 // TestDeviceWindow checks the device-wide window over many QPs: no QP
@@ -49,22 +51,22 @@ func TestDeviceWindow(t *testing.T) {
 	}
 	require.Positive(t, e.Ctr.TxWindowStalls.Load())
 	require.Zero(t, e.Ctr.Retransmits.Load())
-	var wcs [nQP * perQP]WC
+	var wcs [nQP * perQP]ibv.WC
 	n, err := cq.Poll(wcs[:])
 	require.NoError(t, err)
 	require.Equal(t, nQP*perQP, n)
 	for _, wc := range wcs[:n] {
-		require.Equal(t, WCSuccess, wc.Status)
+		require.Equal(t, ibv.WCSuccess, wc.Status)
 	}
 
 	// Messages in flight on QPs that are reset or destroyed leave the window.
 	for _, q := range qps {
-		require.NoError(t, q.PostSend(&SendWR{Opcode: WRRDMAWrite, SGL: []SGE{mr.SGE(0, msgLen)}, RemoteAddr: 0x10000, RKey: 1}))
+		require.NoError(t, q.PostSend(&ibv.SendWR{Opcode: ibv.WRRDMAWrite, SGL: []ibv.SGE{mr.SGE(0, msgLen)}, RemoteAddr: 0x10000, RKey: 1}))
 	}
 	e.Process()
 	require.Equal(t, nQP*msgLen/256, e.unacked)
-	require.NoError(t, qps[0].Modify(&QPAttr{State: QPSErr}, QPAttrState))
-	require.NoError(t, qps[1].Modify(&QPAttr{State: QPSReset}, QPAttrState))
+	require.NoError(t, qps[0].Modify(&ibv.QPAttr{State: ibv.QPSErr}, ibv.QPAttrState))
+	require.NoError(t, qps[1].Modify(&ibv.QPAttr{State: ibv.QPSReset}, ibv.QPAttrState))
 	require.Equal(t, (nQP-2)*msgLen/256, e.unacked)
 	for _, q := range qps {
 		require.NoError(t, q.Destroy())
@@ -152,16 +154,16 @@ func TestPassBudget(t *testing.T) {
 // of msgLen bytes posted.
 func windowTestQP(t *testing.T, e *Engine, mr *testRegion, cq *testCQ, destQPN uint32, perQP, msgLen int) *QP {
 	t.Helper()
-	q, err := e.CreateQP(&QPConfig{Memory: &testMemory{mr}, SendCQ: cq, RecvCQ: cq, Cap: QPCap{MaxSendWR: perQP, MaxRecvWR: 1}})
+	q, err := e.CreateQP(&QPConfig{Memory: &testMemory{mr}, SendCQ: cq, RecvCQ: cq, Cap: ibv.QPCap{MaxSendWR: perQP, MaxRecvWR: 1}})
 	require.NoError(t, err)
-	require.NoError(t, q.Modify(&QPAttr{State: QPSInit, AccessFlags: AccessRemoteWrite}, QPAttrState|QPAttrAccessFlags))
-	require.NoError(t, q.Modify(&QPAttr{State: QPSRTR, PathMTU: MTU256, DestQPN: destQPN, AV: AddressVector{DGID: peerGID}},
-		QPAttrState|QPAttrAV|QPAttrPathMTU|QPAttrDestQPN|QPAttrRQPSN|QPAttrMaxDestRdAtomic|QPAttrMinRNRTimer))
-	require.NoError(t, q.Modify(&QPAttr{State: QPSRTS, Timeout: 14, RetryCnt: 7, RNRRetry: 7},
-		QPAttrState|QPAttrSQPSN|QPAttrTimeout|QPAttrRetryCnt|QPAttrRNRRetry|QPAttrMaxQPRdAtomic))
+	require.NoError(t, q.Modify(&ibv.QPAttr{State: ibv.QPSInit, AccessFlags: ibv.AccessRemoteWrite}, ibv.QPAttrState|ibv.QPAttrAccessFlags))
+	require.NoError(t, q.Modify(&ibv.QPAttr{State: ibv.QPSRTR, PathMTU: ibv.MTU256, DestQPN: destQPN, AV: ibv.AddressVector{DGID: peerGID}},
+		ibv.QPAttrState|ibv.QPAttrAV|ibv.QPAttrPathMTU|ibv.QPAttrDestQPN|ibv.QPAttrRQPSN|ibv.QPAttrMaxDestRdAtomic|ibv.QPAttrMinRNRTimer))
+	require.NoError(t, q.Modify(&ibv.QPAttr{State: ibv.QPSRTS, Timeout: 14, RetryCnt: 7, RNRRetry: 7},
+		ibv.QPAttrState|ibv.QPAttrSQPSN|ibv.QPAttrTimeout|ibv.QPAttrRetryCnt|ibv.QPAttrRNRRetry|ibv.QPAttrMaxQPRdAtomic))
 	for j := range perQP {
-		require.NoError(t, q.PostSend(&SendWR{ID: uint64(j), Opcode: WRRDMAWrite, Flags: SendSignaled,
-			SGL: []SGE{mr.SGE(0, msgLen)}, RemoteAddr: 0x10000, RKey: 1}))
+		require.NoError(t, q.PostSend(&ibv.SendWR{ID: uint64(j), Opcode: ibv.WRRDMAWrite, Flags: ibv.SendSignaled,
+			SGL: []ibv.SGE{mr.SGE(0, msgLen)}, RemoteAddr: 0x10000, RKey: 1}))
 	}
 	return q
 }
@@ -219,7 +221,7 @@ func TestWindowWaitParksQPs(t *testing.T) {
 		// by round i/8 (one round of slack).
 		require.LessOrEqual(t, r, i/8+1, "QP %d first sent in round %d", i, r)
 	}
-	var wcs [nQP * perQP]WC
+	var wcs [nQP * perQP]ibv.WC
 	n, err := cq.Poll(wcs[:])
 	require.NoError(t, err)
 	require.Equal(t, nQP*perQP, n)
@@ -266,5 +268,5 @@ func newWindowTestEngine() (*fakePort, *Engine, *testRegion, *testCQ) {
 	port := &fakePort{keep: true}
 	e := NewEngine(port, func() {})
 	e.Exit()
-	return port, e, newTestRegion(make([]byte, 1<<16), 0x77, AccessAll), &testCQ{}
+	return port, e, newTestRegion(make([]byte, 1<<16), 0x77, ibv.AccessAll), &testCQ{}
 }

@@ -5,8 +5,8 @@ import (
 	"errors"
 	"net/netip"
 
-	"github.com/softnic/softnic/ibtransport"
 	"github.com/softnic/softnic/ibtransport/header"
+	"github.com/softnic/softnic/ibtransport/ibv"
 )
 
 // UDPPort is the IANA-assigned UDP destination port of RoCEv2.
@@ -49,10 +49,10 @@ type Frame struct {
 }
 
 // SrcGID returns the source address as a GID.
-func (f *Frame) SrcGID() ibtransport.GID { return GIDFromAddr(f.Src) }
+func (f *Frame) SrcGID() ibv.GID { return GIDFromAddr(f.Src) }
 
 // DstGID returns the destination address as a GID.
-func (f *Frame) DstGID() ibtransport.GID { return GIDFromAddr(f.Dst) }
+func (f *Frame) DstGID() ibv.GID { return GIDFromAddr(f.Dst) }
 
 // ParseFrame parses the Ethernet frame b (without FCS) into f and verifies
 // its ICRC. It returns ErrNotRoCE for frames that are not RoCEv2, and

@@ -3,6 +3,7 @@ package roce
 import (
 	"github.com/softnic/softnic/ibtransport"
 	"github.com/softnic/softnic/ibtransport/header"
+	"github.com/softnic/softnic/ibtransport/ibv"
 )
 
 // Loopback: packets to one of the device's own GIDs never reach the link,
@@ -37,7 +38,7 @@ type loopPath struct {
 // the first time.
 func (ln *lane) loopPath(src, dst int, encap Encap) *loopPath {
 	if ln.loopFree == nil && ln.loopQ == nil {
-		size := maxPayloadHeaders + ibtransport.MTU4096.Bytes() + 8
+		size := maxPayloadHeaders + ibv.MTU4096.Bytes() + 8
 		backing := make([]byte, loopBuffers*size)
 		for j := range loopBuffers {
 			ln.loopFree = append(ln.loopFree, backing[j*size:(j+1)*size:(j+1)*size])

@@ -8,7 +8,7 @@ import (
 
 	"github.com/softnic/softnic/daemon/client"
 	"github.com/softnic/softnic/hostif"
-	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/ibtransport/ibv"
 )
 
 func (pd *PD) remoteQP(init *QPInitAttr) (*QP, error) {
@@ -75,7 +75,7 @@ func (r *remoteQP) state() QPState {
 
 // checkSend refuses what the transport's QP refuses at post time, before
 // the daemon would fail the QP for it: a QP not ready to send, what
-// ibtransport.CheckSendWR refuses, and a UD send without an AH of this
+// ibv.CheckSendWR refuses, and a UD send without an AH of this
 // device, whose daemon handle it returns. A device whose daemon is gone
 // gets that error first, whatever the QP's last known state.
 func (r *remoteQP) checkSend(wr *SendWR) (ah uint32, err error) {
@@ -86,8 +86,8 @@ func (r *remoteQP) checkSend(wr *SendWR) (ah uint32, err error) {
 	case QPSReset, QPSInit, QPSRTR:
 		return 0, fmt.Errorf("post send on QP %d: %w (%v)", r.q.QPN, ErrInvalidState, st)
 	}
-	lim := ibtransport.SendLimits{MaxSGE: max(r.cap.MaxSendSGE, 1), MaxInline: r.cap.MaxInlineData}
-	if err := ibtransport.CheckSendWR(r.typ, lim, wr); err != nil || r.typ != QPTypeUD {
+	lim := ibv.SendLimits{MaxSGE: max(r.cap.MaxSendSGE, 1), MaxInline: r.cap.MaxInlineData}
+	if err := ibv.CheckSendWR(r.typ, lim, wr); err != nil || r.typ != QPTypeUD {
 		return 0, err
 	}
 	h, ok := r.dev.remote.objects.ahHandle(wr.AH)

@@ -7,8 +7,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/softnic/softnic/ibtransport"
 	"github.com/softnic/softnic/ibtransport/header"
+	"github.com/softnic/softnic/ibtransport/ibv"
 	"github.com/softnic/softnic/ibtransport/mad"
 	"github.com/softnic/softnic/roce"
 )
@@ -119,7 +119,7 @@ func TestRpingREQ(t *testing.T) {
 	assert.Equal(t, uint8(mad.TransportRC), r.TransportServiceType())
 	assert.False(t, r.EndToEndFlowControl())
 	assert.Equal(t, uint16(0xffff), r.PKey())
-	assert.Equal(t, ibtransport.MTU1024, r.PathMTU(), "path MTU 1024")
+	assert.Equal(t, ibv.MTU1024, r.PathMTU(), "path MTU 1024")
 	assert.False(t, r.RDCExists())
 	assert.False(t, r.SRQ())
 	assert.Zero(t, r.ExtendedTransportType())

@@ -12,8 +12,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/softnic/softnic/ibtransport"
 	"github.com/softnic/softnic/ibtransport/header"
+	"github.com/softnic/softnic/ibtransport/ibv"
 	"github.com/softnic/softnic/internal/pcapfile"
 	"github.com/softnic/softnic/roce"
 	"github.com/softnic/softnic/roce/capture"
@@ -46,7 +46,7 @@ func newWritePair(t *testing.T, size int) *writePair {
 		pd := d.AllocPD()
 		cq, err := d.CreateCQ(64, nil)
 		require.NoError(t, err)
-		qp, err := pd.CreateQP(&verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, Cap: ibtransport.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1}})
+		qp, err := pd.CreateQP(&verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, Cap: ibv.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1}})
 		require.NoError(t, err)
 		mr, err := pd.RegMR(buf, access)
 		require.NoError(t, err)
@@ -54,22 +54,22 @@ func newWritePair(t *testing.T, size int) *writePair {
 	}
 	var qb *verbs.QP
 	p.qa, p.ca, p.src = mk(a, p.srcBuf, 0)
-	qb, _, p.dst = mk(b, make([]byte, size), ibtransport.AccessLocalWrite|ibtransport.AccessRemoteWrite)
-	require.NoError(t, verbstest.ConnectRC(t, p.qa, qb, addrA, addrB, ibtransport.MTU1024))
+	qb, _, p.dst = mk(b, make([]byte, size), ibv.AccessLocalWrite|ibv.AccessRemoteWrite)
+	require.NoError(t, verbstest.ConnectRC(t, p.qa, qb, addrA, addrB, ibv.MTU1024))
 	return p
 }
 
 // write does one signalled RDMA WRITE of the whole buffer and waits for it.
 func (p *writePair) write(t *testing.T) {
-	require.NoError(t, p.qa.PostSend(&ibtransport.SendWR{ID: 1, Opcode: ibtransport.WRRDMAWrite, Flags: ibtransport.SendSignaled,
-		SGL:        []ibtransport.SGE{{Addr: p.src.Addr(), Length: uint32(len(p.srcBuf)), LKey: p.src.LKey()}},
+	require.NoError(t, p.qa.PostSend(&ibv.SendWR{ID: 1, Opcode: ibv.WRRDMAWrite, Flags: ibv.SendSignaled,
+		SGL:        []ibv.SGE{{Addr: p.src.Addr(), Length: uint32(len(p.srcBuf)), LKey: p.src.LKey()}},
 		RemoteAddr: p.dst.Addr(), RKey: p.dst.RKey()}))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	var wc [1]ibtransport.WC
+	var wc [1]ibv.WC
 	_, err := p.ca.Wait(ctx, wc[:])
 	require.NoError(t, err)
-	require.Equal(t, ibtransport.WCSuccess, wc[0].Status)
+	require.Equal(t, ibv.WCSuccess, wc[0].Status)
 }
 
 // readCapture parses every frame of a pcap file: the IB opcodes and, per

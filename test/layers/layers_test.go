@@ -24,7 +24,7 @@ var layers = []struct {
 	rank   int
 }{
 	{"bpf", 0}, {"xdp", 0}, {"counters", 0}, {"internal/", 0},
-	{"ibtransport", 1}, {"ibtransport/header", 1},
+	{"ibtransport", 1}, {"ibtransport/header", 1}, {"ibtransport/ibv", 1},
 	{"ibtransport/", 2}, {"hostif", 2}, {"internal/procmem", 2},
 	{"roce", 3},
 	{"verbs", 4},

@@ -1,4 +1,4 @@
-package ibtransport
+package ibv
 
 import (
 	"fmt"
@@ -25,7 +25,7 @@ func CheckSendWR(typ QPType, lim SendLimits, wr *SendWR) error {
 		return fmt.Errorf("post send: opcode %v on a UC QP: %w", wr.Opcode, ErrInvalidArgument)
 	case typ == QPTypeUD && wr.Opcode != WRSend && wr.Opcode != WRSendWithImm:
 		return fmt.Errorf("post send: opcode %v on a UD QP: %w", wr.Opcode, ErrInvalidArgument)
-	case wr.Flags&SendInline != 0 && (!(wr.Opcode.isSend() || wr.Opcode.isWrite()) || len(wr.InlineData) > lim.MaxInline):
+	case wr.Flags&SendInline != 0 && (!(wr.Opcode.IsSend() || wr.Opcode.IsWrite()) || len(wr.InlineData) > lim.MaxInline):
 		return fmt.Errorf("post send: inline %v of %d bytes (max %d): %w", wr.Opcode, len(wr.InlineData), lim.MaxInline,
 			ErrInvalidArgument)
 	case wr.Flags&SendInline == 0 && len(wr.SGL) > lim.MaxSGE:
