@@ -6,29 +6,29 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/ibtransport/ibv"
 	"github.com/softnic/softnic/verbs"
 )
 
 // sender is one side of the write benchmark: post a signaled WRITE, poll
 // completions.
 type sender interface {
-	post(wr *ibtransport.SendWR) error
-	poll(wcs []ibtransport.WC) (int, error)
+	post(wr *ibv.SendWR) error
+	poll(wcs []ibv.WC) (int, error)
 }
 
 type daemonSender struct{ q *clientQP }
 
-func (s daemonSender) post(wr *ibtransport.SendWR) error      { return s.q.qp.PostSend(wr) }
-func (s daemonSender) poll(wcs []ibtransport.WC) (int, error) { return s.q.cq.Poll(wcs) }
+func (s daemonSender) post(wr *ibv.SendWR) error      { return s.q.qp.PostSend(wr) }
+func (s daemonSender) poll(wcs []ibv.WC) (int, error) { return s.q.cq.Poll(wcs) }
 
 type localSender struct {
 	qp *verbs.QP
 	cq *verbs.CQ
 }
 
-func (s localSender) post(wr *ibtransport.SendWR) error      { return s.qp.PostSend(wr) }
-func (s localSender) poll(wcs []ibtransport.WC) (int, error) { return s.cq.Poll(wcs) }
+func (s localSender) post(wr *ibv.SendWR) error      { return s.qp.PostSend(wr) }
+func (s localSender) poll(wcs []ibv.WC) (int, error) { return s.cq.Poll(wcs) }
 
 // BenchmarkWrite compares 64 KiB and 64 B WRITEs, 16 in flight, over the
 // in-memory link: from a client through the daemon, and from a QP of the
@@ -39,7 +39,7 @@ func BenchmarkWrite(b *testing.B) {
 			b.Run(fmt.Sprintf("%s/%dB", mode, size), func(b *testing.B) {
 				r := newRig(b)
 				var s sender
-				var sge ibtransport.SGE
+				var sge ibv.SGE
 				if mode == "daemon" {
 					q := connectClient(b, r)
 					s, sge = daemonSender{q}, q.mr.SGE(0, size)
@@ -54,10 +54,10 @@ func BenchmarkWrite(b *testing.B) {
 	}
 }
 
-func runWrites(b *testing.B, s sender, sge ibtransport.SGE, dst *verbs.MR) {
-	wr := ibtransport.SendWR{Opcode: ibtransport.WRRDMAWrite, Flags: ibtransport.SendSignaled,
-		SGL: []ibtransport.SGE{sge}, RemoteAddr: dst.Addr(), RKey: dst.RKey()}
-	wcs := make([]ibtransport.WC, 16)
+func runWrites(b *testing.B, s sender, sge ibv.SGE, dst *verbs.MR) {
+	wr := ibv.SendWR{Opcode: ibv.WRRDMAWrite, Flags: ibv.SendSignaled,
+		SGL: []ibv.SGE{sge}, RemoteAddr: dst.Addr(), RKey: dst.RKey()}
+	wcs := make([]ibv.WC, 16)
 	b.SetBytes(int64(sge.Length))
 	b.ReportAllocs()
 	inflight, posted, done := 0, 0, 0
@@ -75,7 +75,7 @@ func runWrites(b *testing.B, s sender, sge ibtransport.SGE, dst *verbs.MR) {
 			b.Fatal(err)
 		}
 		for _, wc := range wcs[:n] {
-			if wc.Status != ibtransport.WCSuccess {
+			if wc.Status != ibv.WCSuccess {
 				b.Fatalf("completion %d: %v", wc.WRID, wc.Status)
 			}
 		}
@@ -86,7 +86,7 @@ func runWrites(b *testing.B, s sender, sge ibtransport.SGE, dst *verbs.MR) {
 
 // localQP is a QP of the daemon's device made in this process, connected
 // to a second QP of the peer device.
-func localQP(b testing.TB, r *rig) (localSender, ibtransport.SGE) {
+func localQP(b testing.TB, r *rig) (localSender, ibv.SGE) {
 	pd := r.a.AllocPD()
 	cq, err := r.a.CreateCQ(64, nil)
 	require.NoError(b, err)

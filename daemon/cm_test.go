@@ -15,7 +15,7 @@ import (
 	"github.com/softnic/softnic/daemon"
 	"github.com/softnic/softnic/daemon/client"
 	"github.com/softnic/softnic/hostif"
-	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/ibtransport/ibv"
 	"github.com/softnic/softnic/rdmacm"
 	"github.com/softnic/softnic/rdmacm/rdmacmtest"
 	"github.com/softnic/softnic/roce/memlink"
@@ -328,16 +328,16 @@ func TestCMBadCommands(t *testing.T) {
 	assert.Equal(t, unix.EINVAL, errno(c.CMConnect(hostif.CMConnParam{ID: id})), "connect before resolving")
 	assert.Equal(t, unix.EINVAL, errno(c.CMConnect(hostif.CMConnParam{ID: id, PrivateLen: 1 << 20})), "private data longer than the body")
 	assert.Equal(t, unix.EINVAL, errno(c.CMAccept(hostif.CMConnParam{ID: id})), "accept without a request")
-	_, _, err = c.CMInitQPAttr(id, ibtransport.QPSRTR)
+	_, _, err = c.CMInitQPAttr(id, ibv.QPSRTR)
 	assert.Equal(t, unix.EINVAL, errno(err), "RTR's attributes with no connection")
-	_, _, err = c.CMInitQPAttr(id, ibtransport.QPSErr)
+	_, _, err = c.CMInitQPAttr(id, ibv.QPSErr)
 	assert.Equal(t, unix.EINVAL, errno(err), "attributes of a state the CM does not move to")
-	_, _, err = c.CMInitQPAttr(id+100, ibtransport.QPSInit)
+	_, _, err = c.CMInitQPAttr(id+100, ibv.QPSInit)
 	assert.Equal(t, unix.ENOENT, errno(err), "no such ID")
-	attr, mask, err := c.CMInitQPAttr(id, ibtransport.QPSInit)
+	attr, mask, err := c.CMInitQPAttr(id, ibv.QPSInit)
 	require.NoError(t, err)
-	assert.Equal(t, ibtransport.QPSInit, attr.State)
-	assert.NotZero(t, mask&ibtransport.QPAttrAccessFlags)
+	assert.Equal(t, ibv.QPSInit, attr.State)
+	assert.NotZero(t, mask&ibv.QPAttrAccessFlags)
 	assert.Equal(t, unix.EINVAL, errno(c.CMEstablish(id)), "establish with no connect response")
 	assert.Equal(t, unix.EINVAL, errno(c.CMDetachQP(id)), "no QP to let go")
 	assert.Equal(t, unix.ENOSYS, errno(c.CMSetOption(id, 1, 1)), "REUSEADDR")

@@ -8,7 +8,7 @@ import (
 
 	"github.com/softnic/softnic/counters"
 	"github.com/softnic/softnic/hostif"
-	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/ibtransport/ibv"
 )
 
 // serverCounters are the daemon's own counters, for an operator who
@@ -59,4 +59,4 @@ func (ss *session) queryCounters(req hostif.CountersRequest) (any, []int, error)
 
 // QPCounterRefs returns every QP's number and live counters, in QPN
 // order, for a monitor that reads many QPs (the daemon's metrics).
-func (s *Server) QPCounterRefs() []ibtransport.QPCountersRef { return s.dev.QPCounterRefs() }
+func (s *Server) QPCounterRefs() []ibv.QPCountersRef { return s.dev.QPCounterRefs() }

@@ -9,7 +9,7 @@ import (
 
 	"github.com/softnic/softnic/counters"
 	"github.com/softnic/softnic/daemon/client"
-	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/ibtransport/ibv"
 	"github.com/softnic/softnic/verbs"
 )
 
@@ -31,9 +31,9 @@ func TestCountersByMonitor(t *testing.T) {
 	require.True(t, ok)
 	require.Greater(t, len(before), 84, "more counters than one reply holds: paged")
 
-	require.NoError(t, q.qp.PostSend(&ibtransport.SendWR{ID: 1, Opcode: ibtransport.WRRDMAWrite, Flags: ibtransport.SendSignaled,
-		SGL: []ibtransport.SGE{q.mr.SGE(0, 4096)}, RemoteAddr: r.pmr.Addr(), RKey: r.pmr.RKey()}))
-	require.Equal(t, ibtransport.WCSuccess, q.poll(t).Status)
+	require.NoError(t, q.qp.PostSend(&ibv.SendWR{ID: 1, Opcode: ibv.WRRDMAWrite, Flags: ibv.SendSignaled,
+		SGL: []ibv.SGE{q.mr.SGE(0, 4096)}, RemoteAddr: r.pmr.Addr(), RKey: r.pmr.RKey()}))
+	require.Equal(t, ibv.WCSuccess, q.poll(t).Status)
 
 	qc, err := m.QPCounters(q.qp.QPN)
 	require.NoError(t, err)

@@ -17,7 +17,7 @@ import (
 	"github.com/softnic/softnic/daemon"
 	"github.com/softnic/softnic/daemon/client"
 	"github.com/softnic/softnic/hostif"
-	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/ibtransport/ibv"
 	"github.com/softnic/softnic/roce/memlink"
 	"github.com/softnic/softnic/verbs"
 )
@@ -72,20 +72,20 @@ func newRigLimited(t testing.TB, l daemon.Limits) *rig {
 	return r
 }
 
-const allAccess = ibtransport.AccessLocalWrite | ibtransport.AccessRemoteWrite | ibtransport.AccessRemoteRead
+const allAccess = ibv.AccessLocalWrite | ibv.AccessRemoteWrite | ibv.AccessRemoteRead
 
 // toRTS moves a QP through INIT and RTR to RTS, aimed at dest on gid.
-func toRTS(t testing.TB, modify func(*ibtransport.QPAttr, ibtransport.QPAttrMask) error, dest uint32, gid ibtransport.GID) {
-	require.NoError(t, modify(&ibtransport.QPAttr{State: ibtransport.QPSInit, AccessFlags: allAccess, Port: 1},
-		ibtransport.QPAttrState|ibtransport.QPAttrAccessFlags|ibtransport.QPAttrPort|ibtransport.QPAttrPKeyIndex))
-	require.NoError(t, modify(&ibtransport.QPAttr{State: ibtransport.QPSRTR, PathMTU: ibtransport.MTU1024, DestQPN: dest,
-		RQPSN: 100, MaxDestRdAtomic: 4, MinRNRTimer: 1, AV: ibtransport.AddressVector{DGID: gid, HopLimit: 64}},
-		ibtransport.QPAttrState|ibtransport.QPAttrAV|ibtransport.QPAttrPathMTU|ibtransport.QPAttrDestQPN|
-			ibtransport.QPAttrRQPSN|ibtransport.QPAttrMaxDestRdAtomic|ibtransport.QPAttrMinRNRTimer))
-	require.NoError(t, modify(&ibtransport.QPAttr{State: ibtransport.QPSRTS, SQPSN: 100, Timeout: 10, RetryCnt: 7,
+func toRTS(t testing.TB, modify func(*ibv.QPAttr, ibv.QPAttrMask) error, dest uint32, gid ibv.GID) {
+	require.NoError(t, modify(&ibv.QPAttr{State: ibv.QPSInit, AccessFlags: allAccess, Port: 1},
+		ibv.QPAttrState|ibv.QPAttrAccessFlags|ibv.QPAttrPort|ibv.QPAttrPKeyIndex))
+	require.NoError(t, modify(&ibv.QPAttr{State: ibv.QPSRTR, PathMTU: ibv.MTU1024, DestQPN: dest,
+		RQPSN: 100, MaxDestRdAtomic: 4, MinRNRTimer: 1, AV: ibv.AddressVector{DGID: gid, HopLimit: 64}},
+		ibv.QPAttrState|ibv.QPAttrAV|ibv.QPAttrPathMTU|ibv.QPAttrDestQPN|
+			ibv.QPAttrRQPSN|ibv.QPAttrMaxDestRdAtomic|ibv.QPAttrMinRNRTimer))
+	require.NoError(t, modify(&ibv.QPAttr{State: ibv.QPSRTS, SQPSN: 100, Timeout: 10, RetryCnt: 7,
 		RNRRetry: 7, MaxRdAtomic: 4},
-		ibtransport.QPAttrState|ibtransport.QPAttrSQPSN|ibtransport.QPAttrTimeout|ibtransport.QPAttrRetryCnt|
-			ibtransport.QPAttrRNRRetry|ibtransport.QPAttrMaxQPRdAtomic))
+		ibv.QPAttrState|ibv.QPAttrSQPSN|ibv.QPAttrTimeout|ibv.QPAttrRetryCnt|
+			ibv.QPAttrRNRRetry|ibv.QPAttrMaxQPRdAtomic))
 }
 
 // clientQP is a QP made through the daemon and connected to the rig's peer.
@@ -118,7 +118,7 @@ func connectClient(t testing.TB, r *rig) *clientQP {
 	require.NoError(t, err)
 	toRTS(t, q.qp.Modify, r.peer.QPN(), gidB)
 	toRTS(t, r.peer.Modify, q.qp.QPN, gidA)
-	require.Equal(t, ibtransport.QPSRTS, q.qp.State())
+	require.Equal(t, ibv.QPSRTS, q.qp.State())
 	return q
 }
 
@@ -136,8 +136,8 @@ func (r *rig) reconnect(t *testing.T, c *client.Conn, req hostif.CreateQPRequest
 }
 
 // poll waits for one completion on the client's CQ.
-func (q *clientQP) poll(t *testing.T) ibtransport.WC {
-	wcs := make([]ibtransport.WC, 1)
+func (q *clientQP) poll(t *testing.T) ibv.WC {
+	wcs := make([]ibv.WC, 1)
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
 		n, err := q.cq.Poll(wcs)
@@ -148,7 +148,7 @@ func (q *clientQP) poll(t *testing.T) ibtransport.WC {
 		time.Sleep(50 * time.Microsecond)
 	}
 	t.Fatal("no completion from the daemon")
-	return ibtransport.WC{}
+	return ibv.WC{}
 }
 
 // waitWrites waits until n WRITEs changed the peer's region: reading the
@@ -178,12 +178,12 @@ func TestClientThroughDaemon(t *testing.T) {
 		q.buf[i] = byte(i * 3)
 	}
 
-	require.NoError(t, q.qp.PostSend(&ibtransport.SendWR{ID: 1, Opcode: ibtransport.WRRDMAWrite, Flags: ibtransport.SendSignaled,
-		SGL: []ibtransport.SGE{q.mr.SGE(0, 5000)}, RemoteAddr: r.pmr.Addr(), RKey: r.pmr.RKey()}))
+	require.NoError(t, q.qp.PostSend(&ibv.SendWR{ID: 1, Opcode: ibv.WRRDMAWrite, Flags: ibv.SendSignaled,
+		SGL: []ibv.SGE{q.mr.SGE(0, 5000)}, RemoteAddr: r.pmr.Addr(), RKey: r.pmr.RKey()}))
 	wc := q.poll(t)
-	require.Equal(t, ibtransport.WCSuccess, wc.Status)
+	require.Equal(t, ibv.WCSuccess, wc.Status)
 	require.EqualValues(t, 1, wc.WRID)
-	require.Equal(t, ibtransport.WCRDMAWrite, wc.Opcode)
+	require.Equal(t, ibv.WCRDMAWrite, wc.Opcode)
 	r.waitWrites(t, 1)
 	require.Equal(t, q.buf[:5000], r.pbuf[:5000])
 
@@ -196,13 +196,13 @@ func TestClientThroughDaemon(t *testing.T) {
 	require.Equal(t, verbs.WCSuccess, waitPeer(t, r.pscq).Status)
 	require.Equal(t, r.pbuf[:3000], q.buf[10000:13000])
 
-	require.NoError(t, q.qp.PostRecv(&ibtransport.RecvWR{ID: 3, SGL: []ibtransport.SGE{q.mr.SGE(20000, 100), q.mr.SGE(30000, 1000)}}))
+	require.NoError(t, q.qp.PostRecv(&ibv.RecvWR{ID: 3, SGL: []ibv.SGE{q.mr.SGE(20000, 100), q.mr.SGE(30000, 1000)}}))
 	require.NoError(t, r.peer.PostSend(&verbs.SendWR{ID: 4, Opcode: verbs.WRSendWithImm, Imm: 0x01020304, Flags: verbs.SendSignaled,
 		SGL: []verbs.SGE{r.pmr.SGE(100, 600)}}))
 	require.Equal(t, verbs.WCSuccess, waitPeer(t, r.pscq).Status)
 	wc = q.poll(t)
-	require.Equal(t, ibtransport.WCSuccess, wc.Status)
-	require.Equal(t, ibtransport.WCRecv, wc.Opcode)
+	require.Equal(t, ibv.WCSuccess, wc.Status)
+	require.Equal(t, ibv.WCRecv, wc.Opcode)
 	require.EqualValues(t, 3, wc.WRID)
 	require.EqualValues(t, 600, wc.ByteLen)
 	require.EqualValues(t, 0x01020304, wc.Imm)
@@ -211,22 +211,22 @@ func TestClientThroughDaemon(t *testing.T) {
 
 	// The client's SEND, gathered from two pieces of its memory.
 	require.NoError(t, r.peer.PostRecv(&verbs.RecvWR{ID: 5, SGL: []verbs.SGE{r.pmr.SGE(40000, 2000)}}))
-	require.NoError(t, q.qp.PostSend(&ibtransport.SendWR{ID: 6, Opcode: ibtransport.WRSend, Flags: ibtransport.SendSignaled,
-		SGL: []ibtransport.SGE{q.mr.SGE(0, 10), q.mr.SGE(500, 20)}}))
-	require.Equal(t, ibtransport.WCSuccess, q.poll(t).Status)
+	require.NoError(t, q.qp.PostSend(&ibv.SendWR{ID: 6, Opcode: ibv.WRSend, Flags: ibv.SendSignaled,
+		SGL: []ibv.SGE{q.mr.SGE(0, 10), q.mr.SGE(500, 20)}}))
+	require.Equal(t, ibv.WCSuccess, q.poll(t).Status)
 	rwc := waitPeer(t, r.prcq)
 	require.Equal(t, verbs.WCSuccess, rwc.Status)
 	require.EqualValues(t, 30, rwc.ByteLen)
 	require.Equal(t, append(append([]byte{}, q.buf[:10]...), q.buf[500:520]...), r.pbuf[40000:40030])
 
 	// A READ from the peer into the client's memory, and inline data.
-	require.NoError(t, q.qp.PostSend(&ibtransport.SendWR{ID: 7, Opcode: ibtransport.WRRDMARead, Flags: ibtransport.SendSignaled,
-		SGL: []ibtransport.SGE{q.mr.SGE(50000, 4000)}, RemoteAddr: r.pmr.Addr() + 8000, RKey: r.pmr.RKey()}))
-	require.Equal(t, ibtransport.WCSuccess, q.poll(t).Status)
+	require.NoError(t, q.qp.PostSend(&ibv.SendWR{ID: 7, Opcode: ibv.WRRDMARead, Flags: ibv.SendSignaled,
+		SGL: []ibv.SGE{q.mr.SGE(50000, 4000)}, RemoteAddr: r.pmr.Addr() + 8000, RKey: r.pmr.RKey()}))
+	require.Equal(t, ibv.WCSuccess, q.poll(t).Status)
 	require.Equal(t, r.pbuf[8000:12000], q.buf[50000:54000])
-	require.NoError(t, q.qp.PostSend(&ibtransport.SendWR{ID: 8, Opcode: ibtransport.WRRDMAWrite, Flags: ibtransport.SendSignaled | ibtransport.SendInline,
+	require.NoError(t, q.qp.PostSend(&ibv.SendWR{ID: 8, Opcode: ibv.WRRDMAWrite, Flags: ibv.SendSignaled | ibv.SendInline,
 		InlineData: []byte("inline!"), RemoteAddr: r.pmr.Addr() + 60000, RKey: r.pmr.RKey()}))
-	require.Equal(t, ibtransport.WCSuccess, q.poll(t).Status)
+	require.Equal(t, ibv.WCSuccess, q.poll(t).Status)
 	r.waitWrites(t, 2)
 	require.Equal(t, []byte("inline!"), r.pbuf[60000:60007])
 }
@@ -283,12 +283,12 @@ func TestGarbageInSendQueue(t *testing.T) {
 	}))
 	wc := q.poll(t)
 	require.EqualValues(t, 42, wc.WRID)
-	require.Equal(t, ibtransport.WCLocQPOpErr, wc.Status)
-	require.NoError(t, q.qp.PostSend(&ibtransport.SendWR{ID: 43, Opcode: ibtransport.WRRDMAWrite, Flags: ibtransport.SendSignaled,
-		SGL: []ibtransport.SGE{q.mr.SGE(0, 8)}, RemoteAddr: r.pmr.Addr(), RKey: r.pmr.RKey()}))
+	require.Equal(t, ibv.WCLocQPOpErr, wc.Status)
+	require.NoError(t, q.qp.PostSend(&ibv.SendWR{ID: 43, Opcode: ibv.WRRDMAWrite, Flags: ibv.SendSignaled,
+		SGL: []ibv.SGE{q.mr.SGE(0, 8)}, RemoteAddr: r.pmr.Addr(), RKey: r.pmr.RKey()}))
 	wc = q.poll(t)
 	require.EqualValues(t, 43, wc.WRID)
-	require.Equal(t, ibtransport.WCWRFlushErr, wc.Status, "the QP is in the error state")
+	require.Equal(t, ibv.WCWRFlushErr, wc.Status, "the QP is in the error state")
 
 	// The daemon still serves.
 	other, err := client.Dial(r.socket)
@@ -314,8 +314,8 @@ func TestEventsThroughDaemon(t *testing.T) {
 		MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1, UserHandle: 0xbeef})
 
 	write := func(id uint64) {
-		require.NoError(t, qp.PostSend(&ibtransport.SendWR{ID: id, Opcode: ibtransport.WRRDMAWrite, Flags: ibtransport.SendSignaled,
-			SGL: []ibtransport.SGE{q.mr.SGE(0, 8)}, RemoteAddr: r.pmr.Addr(), RKey: r.pmr.RKey()}))
+		require.NoError(t, qp.PostSend(&ibv.SendWR{ID: id, Opcode: ibv.WRRDMAWrite, Flags: ibv.SendSignaled,
+			SGL: []ibv.SGE{q.mr.SGE(0, 8)}, RemoteAddr: r.pmr.Addr(), RKey: r.pmr.RKey()}))
 	}
 	read := func(f *os.File, n int) []byte {
 		f.SetReadDeadline(time.Now().Add(10 * time.Second))
@@ -357,11 +357,11 @@ func TestLKeysArePerSession(t *testing.T) {
 	qp := r.reconnect(t, c, hostif.CreateQPRequest{PD: pd, SendCQ: cq.Handle, RecvCQ: cq.Handle,
 		MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1})
 
-	require.NoError(t, qp.PostSend(&ibtransport.SendWR{ID: 1, Opcode: ibtransport.WRRDMAWrite, Flags: ibtransport.SendSignaled,
-		SGL: []ibtransport.SGE{victim.mr.SGE(0, 6)}, RemoteAddr: r.pmr.Addr(), RKey: r.pmr.RKey()}))
-	wcs := make([]ibtransport.WC, 1)
+	require.NoError(t, qp.PostSend(&ibv.SendWR{ID: 1, Opcode: ibv.WRRDMAWrite, Flags: ibv.SendSignaled,
+		SGL: []ibv.SGE{victim.mr.SGE(0, 6)}, RemoteAddr: r.pmr.Addr(), RKey: r.pmr.RKey()}))
+	wcs := make([]ibv.WC, 1)
 	require.Eventually(t, func() bool { n, _ := cq.Poll(wcs); return n == 1 }, 10*time.Second, 50*time.Microsecond)
-	require.Equal(t, ibtransport.WCLocProtErr, wcs[0].Status)
+	require.Equal(t, ibv.WCLocProtErr, wcs[0].Status)
 	require.NotEqual(t, []byte("secret"), r.pbuf[:6])
 }
 
@@ -408,46 +408,46 @@ func TestUDThroughDaemon(t *testing.T) {
 	udReady(t, qp.Modify, qkey)
 
 	require.NoError(t, peer.PostRecv(&verbs.RecvWR{ID: 1, SGL: []verbs.SGE{r.pmr.SGE(0, verbs.GRHLen+100)}}))
-	ah, err := q.c.CreateAH(q.pd, &ibtransport.AddressVector{DGID: gidB, HopLimit: 64})
+	ah, err := q.c.CreateAH(q.pd, &ibv.AddressVector{DGID: gidB, HopLimit: 64})
 	require.NoError(t, err)
 	copy(q.buf, "datagram")
-	require.NoError(t, qp.PostSendTo(&ibtransport.SendWR{ID: 2, Opcode: ibtransport.WRSend, Flags: ibtransport.SendSignaled,
-		SGL: []ibtransport.SGE{q.mr.SGE(0, 8)}, RemoteQPN: peer.QPN(), RemoteQKey: qkey}, ah))
-	require.Equal(t, ibtransport.WCSuccess, q.poll(t).Status)
+	require.NoError(t, qp.PostSendTo(&ibv.SendWR{ID: 2, Opcode: ibv.WRSend, Flags: ibv.SendSignaled,
+		SGL: []ibv.SGE{q.mr.SGE(0, 8)}, RemoteQPN: peer.QPN(), RemoteQKey: qkey}, ah))
+	require.Equal(t, ibv.WCSuccess, q.poll(t).Status)
 	wc := waitPeer(t, r.prcq)
 	require.Equal(t, verbs.WCSuccess, wc.Status)
 	require.Equal(t, qp.QPN, wc.SrcQP)
 	require.Equal(t, []byte("datagram"), r.pbuf[verbs.GRHLen:verbs.GRHLen+8])
 
-	require.NoError(t, qp.PostRecv(&ibtransport.RecvWR{ID: 3, SGL: []ibtransport.SGE{q.mr.SGE(1000, verbs.GRHLen+100)}}))
+	require.NoError(t, qp.PostRecv(&ibv.RecvWR{ID: 3, SGL: []ibv.SGE{q.mr.SGE(1000, verbs.GRHLen+100)}}))
 	pah, err := r.ppd.CreateAH(&verbs.AddressVector{DGID: gidA, HopLimit: 64})
 	require.NoError(t, err)
 	copy(r.pbuf[500:], "answer")
 	require.NoError(t, peer.PostSend(&verbs.SendWR{ID: 4, Opcode: verbs.WRSend, Flags: verbs.SendSignaled,
 		SGL: []verbs.SGE{r.pmr.SGE(500, 6)}, AH: pah, RemoteQPN: qp.QPN, RemoteQKey: qkey}))
 	wc = q.poll(t)
-	require.Equal(t, ibtransport.WCSuccess, wc.Status)
+	require.Equal(t, ibv.WCSuccess, wc.Status)
 	require.EqualValues(t, 3, wc.WRID)
-	require.NotZero(t, wc.Flags&ibtransport.WCWithGRH)
+	require.NotZero(t, wc.Flags&ibv.WCWithGRH)
 	require.Equal(t, []byte("answer"), q.buf[1000+verbs.GRHLen:1000+verbs.GRHLen+6])
 
 	// A send naming an AH the session does not have fails, as does one
 	// after the AH is destroyed.
 	require.NoError(t, q.c.DestroyAH(ah))
-	require.NoError(t, qp.PostSendTo(&ibtransport.SendWR{ID: 5, Opcode: ibtransport.WRSend, Flags: ibtransport.SendSignaled,
-		SGL: []ibtransport.SGE{q.mr.SGE(0, 8)}, RemoteQPN: peer.QPN(), RemoteQKey: qkey}, ah))
+	require.NoError(t, qp.PostSendTo(&ibv.SendWR{ID: 5, Opcode: ibv.WRSend, Flags: ibv.SendSignaled,
+		SGL: []ibv.SGE{q.mr.SGE(0, 8)}, RemoteQPN: peer.QPN(), RemoteQKey: qkey}, ah))
 	wc = q.poll(t)
 	require.EqualValues(t, 5, wc.WRID)
-	require.Equal(t, ibtransport.WCLocQPOpErr, wc.Status)
+	require.Equal(t, ibv.WCLocQPOpErr, wc.Status)
 	require.ErrorIs(t, q.c.DestroyAH(ah), unix.ENOENT)
 }
 
 // udReady moves a UD QP to RTS with Q_Key qkey.
-func udReady(t *testing.T, modify func(*ibtransport.QPAttr, ibtransport.QPAttrMask) error, qkey uint32) {
-	require.NoError(t, modify(&ibtransport.QPAttr{State: ibtransport.QPSInit, Port: 1, QKey: qkey},
-		ibtransport.QPAttrState|ibtransport.QPAttrPort|ibtransport.QPAttrPKeyIndex|ibtransport.QPAttrQKey))
-	require.NoError(t, modify(&ibtransport.QPAttr{State: ibtransport.QPSRTR}, ibtransport.QPAttrState))
-	require.NoError(t, modify(&ibtransport.QPAttr{State: ibtransport.QPSRTS, SQPSN: 1}, ibtransport.QPAttrState|ibtransport.QPAttrSQPSN))
+func udReady(t *testing.T, modify func(*ibv.QPAttr, ibv.QPAttrMask) error, qkey uint32) {
+	require.NoError(t, modify(&ibv.QPAttr{State: ibv.QPSInit, Port: 1, QKey: qkey},
+		ibv.QPAttrState|ibv.QPAttrPort|ibv.QPAttrPKeyIndex|ibv.QPAttrQKey))
+	require.NoError(t, modify(&ibv.QPAttr{State: ibv.QPSRTR}, ibv.QPAttrState))
+	require.NoError(t, modify(&ibv.QPAttr{State: ibv.QPSRTS, SQPSN: 1}, ibv.QPAttrState|ibv.QPAttrSQPSN))
 }
 
 // The port and GID queries answer what the device is, as ibv_query_port
@@ -480,9 +480,9 @@ func TestSRQThroughDaemon(t *testing.T) {
 	require.NoError(t, err)
 	qp := r.reconnect(t, q.c, hostif.CreateQPRequest{PD: q.pd, SendCQ: q.cq.Handle, RecvCQ: q.cq.Handle, SRQ: srq.Handle,
 		MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1})
-	require.Error(t, qp.PostRecv(&ibtransport.RecvWR{ID: 9}), "the QP has no receive queue of its own")
+	require.Error(t, qp.PostRecv(&ibv.RecvWR{ID: 9}), "the QP has no receive queue of its own")
 	for i := range 3 {
-		require.NoError(t, srq.PostRecv(&ibtransport.RecvWR{ID: uint64(10 + i), SGL: []ibtransport.SGE{q.mr.SGE(i*100, 100)}}))
+		require.NoError(t, srq.PostRecv(&ibv.RecvWR{ID: uint64(10 + i), SGL: []ibv.SGE{q.mr.SGE(i*100, 100)}}))
 	}
 	require.NoError(t, srq.Modify(3))
 	copy(r.pbuf, "via the SRQ")
@@ -490,7 +490,7 @@ func TestSRQThroughDaemon(t *testing.T) {
 		SGL: []verbs.SGE{r.pmr.SGE(0, 11)}}))
 	require.Equal(t, verbs.WCSuccess, waitPeer(t, r.pscq).Status)
 	wc := q.poll(t)
-	require.Equal(t, ibtransport.WCSuccess, wc.Status)
+	require.Equal(t, ibv.WCSuccess, wc.Status)
 	require.EqualValues(t, 10, wc.WRID)
 	require.Equal(t, []byte("via the SRQ"), q.buf[:11])
 
@@ -513,9 +513,9 @@ func TestDoorbellWakesSleepingEngine(t *testing.T) {
 	q := connectClient(t, r)
 	for i := range 3 {
 		time.Sleep(20 * time.Millisecond) // the engine's spin ends: it sleeps
-		require.NoError(t, q.qp.PostSend(&ibtransport.SendWR{ID: uint64(i), Opcode: ibtransport.WRRDMAWrite, Flags: ibtransport.SendSignaled,
-			SGL: []ibtransport.SGE{q.mr.SGE(0, 8)}, RemoteAddr: r.pmr.Addr(), RKey: r.pmr.RKey()}))
-		require.Equal(t, ibtransport.WCSuccess, q.poll(t).Status)
+		require.NoError(t, q.qp.PostSend(&ibv.SendWR{ID: uint64(i), Opcode: ibv.WRRDMAWrite, Flags: ibv.SendSignaled,
+			SGL: []ibv.SGE{q.mr.SGE(0, 8)}, RemoteAddr: r.pmr.Addr(), RKey: r.pmr.RKey()}))
+		require.Equal(t, ibv.WCSuccess, q.poll(t).Status)
 	}
 	require.NotZero(t, r.srv.Doorbells(), "the engine never slept, or the client never rang")
 	done := make(chan struct{})

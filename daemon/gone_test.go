@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/softnic/softnic/daemon/client"
-	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/ibtransport/ibv"
 	"github.com/softnic/softnic/verbs"
 )
 
@@ -24,13 +24,13 @@ func TestClientSeesDaemonGone(t *testing.T) {
 		t.Fatal("the client did not notice the daemon's end")
 	}
 	require.ErrorIs(t, q.c.Err(), client.ErrDaemonGone)
-	wcs := make([]ibtransport.WC, 4)
+	wcs := make([]ibv.WC, 4)
 	_, err := q.cq.Poll(wcs)
 	require.ErrorIs(t, err, client.ErrDaemonGone)
-	err = q.qp.PostSend(&ibtransport.SendWR{ID: 1, Opcode: ibtransport.WRRDMAWrite, Flags: ibtransport.SendSignaled,
-		SGL: []ibtransport.SGE{q.mr.SGE(0, 64)}, RemoteAddr: r.pmr.Addr(), RKey: r.pmr.RKey()})
+	err = q.qp.PostSend(&ibv.SendWR{ID: 1, Opcode: ibv.WRRDMAWrite, Flags: ibv.SendSignaled,
+		SGL: []ibv.SGE{q.mr.SGE(0, 64)}, RemoteAddr: r.pmr.Addr(), RKey: r.pmr.RKey()})
 	require.ErrorIs(t, err, client.ErrDaemonGone)
-	require.ErrorIs(t, q.qp.PostRecv(&ibtransport.RecvWR{ID: 2, SGL: []ibtransport.SGE{q.mr.SGE(0, 64)}}), client.ErrDaemonGone)
+	require.ErrorIs(t, q.qp.PostRecv(&ibv.RecvWR{ID: 2, SGL: []ibv.SGE{q.mr.SGE(0, 64)}}), client.ErrDaemonGone)
 	_, err = q.c.AllocPD()
 	require.ErrorIs(t, err, client.ErrDaemonGone)
 }

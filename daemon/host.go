@@ -7,6 +7,7 @@ import (
 
 	"github.com/softnic/softnic/hostif"
 	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/ibtransport/ibv"
 	"github.com/softnic/softnic/verbs"
 )
 
@@ -131,8 +132,8 @@ type hostQP struct {
 	sq, rq *hostif.WorkQueue
 	sdec   *hostif.SendDecoder
 	rdec   *hostif.RecvDecoder
-	send   ibtransport.SendWR
-	recv   ibtransport.RecvWR
+	send   ibv.SendWR
+	recv   ibv.RecvWR
 	// sqDone and rqDone keep the rings' consumer indices at the work
 	// requests done (rqDone nil on an SRQ); entries dropped here count.
 	sqDone, rqDone *ibtransport.RetiredMirror
@@ -199,7 +200,7 @@ func (q *hostQP) fetchRecvs() (full bool) {
 // broke wq's indices. An entry that cannot be decoded is posted with
 // memory no region has (poisonSGL). One the queue refuses (a QP in RESET)
 // is dropped, and counted done in done.
-func fetchRecvs(wq *hostif.WorkQueue, dec *hostif.RecvDecoder, wr *ibtransport.RecvWR, post func(*ibtransport.RecvWR) error,
+func fetchRecvs(wq *hostif.WorkQueue, dec *hostif.RecvDecoder, wr *ibv.RecvWR, post func(*ibv.RecvWR) error,
 	done *ibtransport.RetiredMirror) (full, ok bool) {
 	n, ok := wq.Pending()
 	if !ok {
@@ -209,7 +210,7 @@ func fetchRecvs(wq *hostif.WorkQueue, dec *hostif.RecvDecoder, wr *ibtransport.R
 	for i := range n {
 		e := wq.Entry(cons + i)
 		if err := dec.Decode(e, wr); err != nil {
-			*wr = ibtransport.RecvWR{ID: binary.LittleEndian.Uint64(e), SGL: poisonSGL[:]}
+			*wr = ibv.RecvWR{ID: binary.LittleEndian.Uint64(e), SGL: poisonSGL[:]}
 		}
 		err := post(wr)
 		if errors.Is(err, verbs.ErrQueueFull) {
@@ -231,7 +232,7 @@ type hostSRQ struct {
 	ring *ring
 	wq   *hostif.WorkQueue
 	dec  *hostif.RecvDecoder
-	recv ibtransport.RecvWR
+	recv ibv.RecvWR
 	pd   uint32
 	// done keeps the ring's consumer index at the receives the engines
 	// took; entries dropped here count.
@@ -251,7 +252,7 @@ func (s *hostSRQ) fetch() (full bool) {
 // poisonSGL names memory no region has (keys are never 0): a receive the
 // daemon could not decode takes it, and completes with a local protection
 // error when a message arrives for it.
-var poisonSGL = [1]ibtransport.SGE{{Length: 1}}
+var poisonSGL = [1]ibv.SGE{{Length: 1}}
 
 // breakQP handles a queue whose indices the client broke: an error
 // completion (wr_id 0) moves the QP to the error state, and its queues are

@@ -11,7 +11,7 @@ import (
 	"github.com/softnic/softnic/daemon"
 	"github.com/softnic/softnic/daemon/client"
 	"github.com/softnic/softnic/hostif"
-	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/ibtransport/ibv"
 )
 
 // errnoOf is the errno of a refused command.
@@ -86,9 +86,9 @@ func TestLimits(t *testing.T) {
 	require.Equal(t, unix.ENOMEM, errnoOf(t, err), "SRQs")
 	gid, err := c.QueryGID(0)
 	require.NoError(t, err)
-	_, err = c.CreateAH(pd, &ibtransport.AddressVector{DGID: gid, HopLimit: 64})
+	_, err = c.CreateAH(pd, &ibv.AddressVector{DGID: gid, HopLimit: 64})
 	require.NoError(t, err)
-	_, err = c.CreateAH(pd, &ibtransport.AddressVector{DGID: gid, HopLimit: 64})
+	_, err = c.CreateAH(pd, &ibv.AddressVector{DGID: gid, HopLimit: 64})
 	require.Equal(t, unix.ENOMEM, errnoOf(t, err), "AHs")
 
 	mem, fd := sealedMemfd(t, 16384)

@@ -7,7 +7,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/softnic/softnic/hostif"
-	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/ibtransport/ibv"
 	"github.com/softnic/softnic/verbs"
 )
 
@@ -186,7 +186,7 @@ func (ss *session) createQP(req hostif.CreateQPRequest) (any, []int, error) {
 		}
 		req.MaxRecvWR = 0 // the SRQ's receives serve the QP
 	}
-	if req.MaxSendWR == 0 || (req.MaxRecvWR == 0) != (srq != nil) || req.MaxSendWR > ibtransport.MaxQPWR || req.MaxRecvWR > ibtransport.MaxQPWR {
+	if req.MaxSendWR == 0 || (req.MaxRecvWR == 0) != (srq != nil) || req.MaxSendWR > ibv.MaxQPWR || req.MaxRecvWR > ibv.MaxQPWR {
 		return nil, nil, fmt.Errorf("QP of %d and %d work requests: %w", req.MaxSendWR, req.MaxRecvWR, unix.EINVAL)
 	}
 	sDepth, rDepth := hostif.Pow2(int(req.MaxSendWR)), 0
@@ -209,7 +209,7 @@ func (ss *session) createQP(req hostif.CreateQPRequest) (any, []int, error) {
 		ss.give(resQP, 1)
 		return nil, nil, err
 	}
-	var ahs func(uint32) *ibtransport.AH
+	var ahs func(uint32) *ibv.AH
 	if qp.Type() == verbs.QPTypeUD {
 		ahs = ss.lookupAH
 	}
@@ -237,7 +237,7 @@ func (ss *session) createQP(req hostif.CreateQPRequest) (any, []int, error) {
 
 // newHostQP makes the QP's rings: its send queue, then its receive queue
 // (none when rDepth is 0: the QP has an SRQ), in one memfd.
-func (ss *session) newHostQP(qp *verbs.QP, sDepth, rDepth int, cap verbs.QPCap, ahs func(uint32) *ibtransport.AH) (*hostQP, error) {
+func (ss *session) newHostQP(qp *verbs.QP, sDepth, rDepth int, cap verbs.QPCap, ahs func(uint32) *ibv.AH) (*hostQP, error) {
 	sStride, rStride := hostif.SendStride(cap.MaxSendSGE, cap.MaxInlineData), hostif.RecvStride(cap.MaxRecvSGE)
 	sSize, rSize := hostif.RingSize(sDepth, sStride), 0
 	if rDepth > 0 {
@@ -287,7 +287,7 @@ func (ss *session) modifyQP(req hostif.ModifyQPRequest) error {
 	if q == nil {
 		return fmt.Errorf("QP %d: %w", req.Handle, errNoObject)
 	}
-	return q.qp.Modify(hostif.QPAttrOf(&req), ibtransport.QPAttrMask(req.Mask))
+	return q.qp.Modify(hostif.QPAttrOf(&req), ibv.QPAttrMask(req.Mask))
 }
 
 // The destroy commands: each object goes if nothing of the session uses
@@ -460,7 +460,7 @@ func (ss *session) publishAHs(h uint32, ah *verbs.AH) {
 }
 
 // lookupAH resolves a UD entry's AH handle (the engine's goroutine).
-func (ss *session) lookupAH(h uint32) *ibtransport.AH { return (*ss.ahs.Load())[h] }
+func (ss *session) lookupAH(h uint32) *ibv.AH { return (*ss.ahs.Load())[h] }
 
 // createSRQ makes a shared receive queue and its ring.
 func (ss *session) createSRQ(req hostif.CreateSRQRequest) (any, []int, error) {

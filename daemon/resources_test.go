@@ -10,7 +10,7 @@ import (
 
 	"github.com/softnic/softnic/daemon/client"
 	"github.com/softnic/softnic/hostif"
-	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/ibtransport/ibv"
 )
 
 func commOf(r hostif.SessionResources) string { return strings.TrimRight(string(r.Comm[:]), "\x00") }
@@ -39,7 +39,7 @@ func TestResourcesByMonitor(t *testing.T) {
 	require.NoError(t, err)
 	gidB, err := r.b.GID(0)
 	require.NoError(t, err)
-	_, err = other.CreateAH(pd, &ibtransport.AddressVector{DGID: gidB, HopLimit: 64})
+	_, err = other.CreateAH(pd, &ibv.AddressVector{DGID: gidB, HopLimit: 64})
 	require.NoError(t, err)
 
 	res, err = m.Resources()

@@ -4,7 +4,7 @@ import (
 	"encoding/binary"
 	"sync/atomic"
 
-	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/ibtransport/ibv"
 )
 
 // CompletionQueue is a completion queue in shared memory: the daemon
@@ -40,7 +40,7 @@ func (c *CompletionQueue) entry(i uint32) []byte {
 // Push writes wc as the next entry and reports false when the CQ has no
 // room, or when the client's consumer index is ahead of what was written
 // (it broke its queue): the CQ overran.
-func (c *CompletionQueue) Push(wc *ibtransport.WC) bool {
+func (c *CompletionQueue) Push(wc *ibv.WC) bool {
 	if c.next-atomic.LoadUint32(word(c.mem, offCQCons)) > c.mask {
 		return false
 	}
@@ -49,7 +49,7 @@ func (c *CompletionQueue) Push(wc *ibtransport.WC) bool {
 	le.PutUint64(e[offCQWRID:], wc.WRID)
 	e[offCQStatus], e[offCQOpcode], e[offCQFlags], e[offCQSL] = uint8(wc.Status), uint8(wc.Opcode), uint8(wc.Flags), wc.SL
 	le.PutUint32(e[offCQByteLen:], wc.ByteLen)
-	if wc.Flags&ibtransport.WCWithInv != 0 {
+	if wc.Flags&ibv.WCWithInv != 0 {
 		le.PutUint32(e[offCQImm:], wc.InvalidatedRKey)
 	} else {
 		binary.BigEndian.PutUint32(e[offCQImm:], wc.Imm)
@@ -83,7 +83,7 @@ func (c *CompletionQueue) TakeArm(solicited bool) bool {
 
 // Poll moves up to len(wcs) completions into wcs, returns how many, and
 // publishes the new consumer index.
-func (c *CompletionQueue) Poll(wcs []ibtransport.WC) int {
+func (c *CompletionQueue) Poll(wcs []ibv.WC) int {
 	n := 0
 	for n < len(wcs) {
 		e := c.entry(c.next)
@@ -100,14 +100,14 @@ func (c *CompletionQueue) Poll(wcs []ibtransport.WC) int {
 	return n
 }
 
-func decodeWC(e []byte, wc *ibtransport.WC) {
+func decodeWC(e []byte, wc *ibv.WC) {
 	le := binary.LittleEndian
-	*wc = ibtransport.WC{WRID: le.Uint64(e[offCQWRID:]), Status: ibtransport.WCStatus(e[offCQStatus]),
-		Opcode: ibtransport.WCOpcode(e[offCQOpcode]), Flags: ibtransport.WCFlags(e[offCQFlags]), SL: e[offCQSL],
+	*wc = ibv.WC{WRID: le.Uint64(e[offCQWRID:]), Status: ibv.WCStatus(e[offCQStatus]),
+		Opcode: ibv.WCOpcode(e[offCQOpcode]), Flags: ibv.WCFlags(e[offCQFlags]), SL: e[offCQSL],
 		ByteLen: le.Uint32(e[offCQByteLen:]), QPN: le.Uint32(e[offCQQPN:]), SrcQP: le.Uint32(e[offCQSrcQP:]),
 		PKeyIndex: le.Uint16(e[offCQPKeyIndex:]), SLID: le.Uint16(e[offCQSLID:]), DLIDPathBits: e[offCQDLIDPathBits],
-		NetworkHdrType: ibtransport.NetworkType(e[offCQNetworkType])}
-	if wc.Flags&ibtransport.WCWithInv != 0 {
+		NetworkHdrType: ibv.NetworkType(e[offCQNetworkType])}
+	if wc.Flags&ibv.WCWithInv != 0 {
 		wc.InvalidatedRKey = le.Uint32(e[offCQImm:])
 	} else {
 		wc.Imm = binary.BigEndian.Uint32(e[offCQImm:])

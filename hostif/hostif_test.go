@@ -6,7 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/ibtransport/ibv"
 )
 
 func newSQ(t testing.TB, depth, stride int) *WorkQueue {
@@ -16,8 +16,8 @@ func newSQ(t testing.TB, depth, stride int) *WorkQueue {
 }
 
 func TestSendRoundTrip(t *testing.T) {
-	ah := &ibtransport.AH{}
-	ahs := func(h uint32) *ibtransport.AH {
+	ah := &ibv.AH{}
+	ahs := func(h uint32) *ibv.AH {
 		if h == 7 {
 			return ah
 		}
@@ -26,20 +26,20 @@ func TestSendRoundTrip(t *testing.T) {
 	stride := SendStride(4, 64)
 	require.Equal(t, 128, stride)
 	require.Equal(t, 256, SendStride(4, 100))
-	for _, wr := range []ibtransport.SendWR{
-		{ID: 1, Opcode: ibtransport.WRRDMAWrite, Flags: ibtransport.SendSignaled, RemoteAddr: 0x1000, RKey: 9,
-			SGL: []ibtransport.SGE{{Addr: 1, Length: 2, LKey: 3}, {Addr: 4, Length: 5, LKey: 6}}},
-		{ID: 2, Opcode: ibtransport.WRRDMAWriteWithImm, Imm: 0xdeadbeef, SGL: []ibtransport.SGE{}},
-		{ID: 3, Opcode: ibtransport.WRSend, Flags: ibtransport.SendInline | ibtransport.SendSolicited, InlineData: []byte("hello")},
-		{ID: 4, Opcode: ibtransport.WRSendWithImm, Imm: 42, SGL: []ibtransport.SGE{{Addr: 8, Length: 8, LKey: 8}}},
-		{ID: 5, Opcode: ibtransport.WRSendWithInv, InvalidateRKey: 0x12345678, SGL: []ibtransport.SGE{}},
-		{ID: 6, Opcode: ibtransport.WRRDMARead, Flags: ibtransport.SendFence, RemoteAddr: 77, RKey: 1, SGL: []ibtransport.SGE{}},
-		{ID: 7, Opcode: ibtransport.WRAtomicCmpAndSwp, CompareAdd: 1, Swap: 2, RemoteAddr: 64, RKey: 3, SGL: []ibtransport.SGE{}},
-		{ID: 8, Opcode: ibtransport.WRAtomicFetchAndAdd, CompareAdd: 5, RemoteAddr: 64, RKey: 3, SGL: []ibtransport.SGE{}},
+	for _, wr := range []ibv.SendWR{
+		{ID: 1, Opcode: ibv.WRRDMAWrite, Flags: ibv.SendSignaled, RemoteAddr: 0x1000, RKey: 9,
+			SGL: []ibv.SGE{{Addr: 1, Length: 2, LKey: 3}, {Addr: 4, Length: 5, LKey: 6}}},
+		{ID: 2, Opcode: ibv.WRRDMAWriteWithImm, Imm: 0xdeadbeef, SGL: []ibv.SGE{}},
+		{ID: 3, Opcode: ibv.WRSend, Flags: ibv.SendInline | ibv.SendSolicited, InlineData: []byte("hello")},
+		{ID: 4, Opcode: ibv.WRSendWithImm, Imm: 42, SGL: []ibv.SGE{{Addr: 8, Length: 8, LKey: 8}}},
+		{ID: 5, Opcode: ibv.WRSendWithInv, InvalidateRKey: 0x12345678, SGL: []ibv.SGE{}},
+		{ID: 6, Opcode: ibv.WRRDMARead, Flags: ibv.SendFence, RemoteAddr: 77, RKey: 1, SGL: []ibv.SGE{}},
+		{ID: 7, Opcode: ibv.WRAtomicCmpAndSwp, CompareAdd: 1, Swap: 2, RemoteAddr: 64, RKey: 3, SGL: []ibv.SGE{}},
+		{ID: 8, Opcode: ibv.WRAtomicFetchAndAdd, CompareAdd: 5, RemoteAddr: 64, RKey: 3, SGL: []ibv.SGE{}},
 	} {
 		e := make([]byte, stride)
 		require.NoError(t, EncodeSend(e, &wr, 0))
-		var got ibtransport.SendWR
+		var got ibv.SendWR
 		require.NoError(t, NewSendDecoder(stride, 4, 64, nil).Decode(e, &got), "%v", wr.Opcode)
 		if wr.InlineData == nil {
 			wr.InlineData = nil
@@ -47,29 +47,29 @@ func TestSendRoundTrip(t *testing.T) {
 		require.Equal(t, wr, got)
 	}
 
-	ud := ibtransport.SendWR{ID: 9, Opcode: ibtransport.WRSend, AH: ah, RemoteQPN: 0x11, RemoteQKey: 0x80000000,
-		SGL: []ibtransport.SGE{{Addr: 1, Length: 1, LKey: 1}}}
+	ud := ibv.SendWR{ID: 9, Opcode: ibv.WRSend, AH: ah, RemoteQPN: 0x11, RemoteQKey: 0x80000000,
+		SGL: []ibv.SGE{{Addr: 1, Length: 1, LKey: 1}}}
 	e := make([]byte, stride)
 	require.NoError(t, EncodeSend(e, &ud, 7))
-	var got ibtransport.SendWR
+	var got ibv.SendWR
 	require.NoError(t, NewSendDecoder(stride, 4, 64, ahs).Decode(e, &got))
 	require.Equal(t, ud, got)
 	require.NoError(t, EncodeSend(e, &ud, 8))
 	require.ErrorIs(t, NewSendDecoder(stride, 4, 64, ahs).Decode(e, &got), ErrBadEntry, "an AH handle the session does not have")
 
-	require.Error(t, EncodeSend(e, &ibtransport.SendWR{Opcode: ibtransport.WRSend, SGL: make([]ibtransport.SGE, 5)}, 0))
-	require.Error(t, EncodeSend(e, &ibtransport.SendWR{Opcode: 200}, 0))
+	require.Error(t, EncodeSend(e, &ibv.SendWR{Opcode: ibv.WRSend, SGL: make([]ibv.SGE, 5)}, 0))
+	require.Error(t, EncodeSend(e, &ibv.SendWR{Opcode: 200}, 0))
 }
 
 func TestSendDecodeRejects(t *testing.T) {
 	stride := SendStride(2, 32)
 	good := func() []byte {
 		e := make([]byte, stride)
-		require.NoError(t, EncodeSend(e, &ibtransport.SendWR{Opcode: ibtransport.WRSend, SGL: []ibtransport.SGE{{}}}, 0))
+		require.NoError(t, EncodeSend(e, &ibv.SendWR{Opcode: ibv.WRSend, SGL: []ibv.SGE{{}}}, 0))
 		return e
 	}
 	d := NewSendDecoder(stride, 2, 32, nil)
-	var wr ibtransport.SendWR
+	var wr ibv.SendWR
 	for name, spoil := range map[string]func(e []byte){
 		"opcode 7 (LOCAL_INV)":    func(e []byte) { e[offSendOpcode] = 7 },
 		"opcode 255":              func(e []byte) { e[offSendOpcode] = 255 },
@@ -92,10 +92,10 @@ func TestRecvRoundTripAndRejects(t *testing.T) {
 	stride := RecvStride(3)
 	require.Equal(t, 64, stride)
 	e := make([]byte, stride)
-	wr := ibtransport.RecvWR{ID: 77, SGL: []ibtransport.SGE{{Addr: 1, Length: 2, LKey: 3}, {Addr: 4, Length: 5, LKey: 6}}}
+	wr := ibv.RecvWR{ID: 77, SGL: []ibv.SGE{{Addr: 1, Length: 2, LKey: 3}, {Addr: 4, Length: 5, LKey: 6}}}
 	require.NoError(t, EncodeRecv(e, &wr))
 	d := NewRecvDecoder(stride, 3)
-	var got ibtransport.RecvWR
+	var got ibv.RecvWR
 	require.NoError(t, d.Decode(e, &got))
 	require.Equal(t, wr, got)
 
@@ -104,7 +104,7 @@ func TestRecvRoundTripAndRejects(t *testing.T) {
 	e[offRecvCount] = 1
 	e[offRecvReserved] = 1
 	require.ErrorIs(t, d.Decode(e, &got), ErrBadEntry)
-	require.Error(t, EncodeRecv(e, &ibtransport.RecvWR{SGL: make([]ibtransport.SGE, 4)}))
+	require.Error(t, EncodeRecv(e, &ibv.RecvWR{SGL: make([]ibv.SGE, 4)}))
 }
 
 func TestWorkQueue(t *testing.T) {
@@ -153,19 +153,19 @@ func TestCompletionQueue(t *testing.T) {
 	client, err := NewCompletionQueue(mem, 4)
 	require.NoError(t, err)
 
-	wcs := []ibtransport.WC{
-		{WRID: 1, Status: ibtransport.WCSuccess, Opcode: ibtransport.WCRecv, Flags: ibtransport.WCWithImm | ibtransport.WCWithGRH,
+	wcs := []ibv.WC{
+		{WRID: 1, Status: ibv.WCSuccess, Opcode: ibv.WCRecv, Flags: ibv.WCWithImm | ibv.WCWithGRH,
 			ByteLen: 100, Imm: 0xabcdef01, QPN: 17, SrcQP: 18, PKeyIndex: 1, SLID: 2, SL: 3, DLIDPathBits: 4,
-			NetworkHdrType: ibtransport.NetworkIPv4},
-		{WRID: 2, Status: ibtransport.WCRemAccessErr, Opcode: ibtransport.WCRDMAWrite, QPN: 17},
-		{WRID: 3, Opcode: ibtransport.WCRecv, Flags: ibtransport.WCWithInv, InvalidatedRKey: 0x1234, QPN: 17},
-		{WRID: 4, Opcode: ibtransport.WCFetchAdd, ByteLen: 8},
+			NetworkHdrType: ibv.NetworkIPv4},
+		{WRID: 2, Status: ibv.WCRemAccessErr, Opcode: ibv.WCRDMAWrite, QPN: 17},
+		{WRID: 3, Opcode: ibv.WCRecv, Flags: ibv.WCWithInv, InvalidatedRKey: 0x1234, QPN: 17},
+		{WRID: 4, Opcode: ibv.WCFetchAdd, ByteLen: 8},
 	}
 	for i := range wcs {
 		require.True(t, daemon.Push(&wcs[i]))
 	}
 	require.False(t, daemon.Push(&wcs[0]), "full")
-	got := make([]ibtransport.WC, 3)
+	got := make([]ibv.WC, 3)
 	require.Equal(t, 3, client.Poll(got))
 	require.Equal(t, wcs[:3], got)
 	require.True(t, daemon.Push(&wcs[0]))
@@ -173,7 +173,7 @@ func TestCompletionQueue(t *testing.T) {
 	require.True(t, daemon.Push(&wcs[2]))
 	require.False(t, daemon.Push(&wcs[2]), "full again")
 	require.Equal(t, 3, client.Poll(got))
-	require.Equal(t, []ibtransport.WC{wcs[3], wcs[0], wcs[1]}, got)
+	require.Equal(t, []ibv.WC{wcs[3], wcs[0], wcs[1]}, got)
 	require.Equal(t, 1, client.Poll(got))
 	require.Zero(t, client.Poll(got))
 
@@ -201,13 +201,13 @@ func TestCompletionQueueConcurrent(t *testing.T) {
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		for i := uint64(0); i < n; {
-			wc := ibtransport.WC{WRID: i, ByteLen: uint32(i * 3), QPN: uint32(i)}
+			wc := ibv.WC{WRID: i, ByteLen: uint32(i * 3), QPN: uint32(i)}
 			if daemon.Push(&wc) {
 				i++
 			}
 		}
 	})
-	got := make([]ibtransport.WC, 16)
+	got := make([]ibv.WC, 16)
 	for next := uint64(0); next < n; {
 		k := client.Poll(got)
 		for _, wc := range got[:k] {
@@ -222,21 +222,21 @@ func TestCompletionQueueConcurrent(t *testing.T) {
 func FuzzSendDecode(f *testing.F) {
 	stride := SendStride(4, 64)
 	e := make([]byte, stride)
-	EncodeSend(e, &ibtransport.SendWR{Opcode: ibtransport.WRRDMAWrite, SGL: []ibtransport.SGE{{Addr: 1, Length: 2, LKey: 3}}}, 0)
+	EncodeSend(e, &ibv.SendWR{Opcode: ibv.WRRDMAWrite, SGL: []ibv.SGE{{Addr: 1, Length: 2, LKey: 3}}}, 0)
 	f.Add(e)
-	EncodeSend(e, &ibtransport.SendWR{Opcode: ibtransport.WRSend, Flags: ibtransport.SendInline, InlineData: []byte("abc")}, 1)
+	EncodeSend(e, &ibv.SendWR{Opcode: ibv.WRSend, Flags: ibv.SendInline, InlineData: []byte("abc")}, 1)
 	f.Add(e)
-	ah := &ibtransport.AH{}
+	ah := &ibv.AH{}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		e := make([]byte, stride)
 		copy(e, data)
-		for _, ahs := range []func(uint32) *ibtransport.AH{nil, func(h uint32) *ibtransport.AH {
+		for _, ahs := range []func(uint32) *ibv.AH{nil, func(h uint32) *ibv.AH {
 			if h == 1 {
 				return ah
 			}
 			return nil
 		}} {
-			var wr ibtransport.SendWR
+			var wr ibv.SendWR
 			if err := NewSendDecoder(stride, 4, 64, ahs).Decode(e, &wr); err != nil {
 				continue
 			}
@@ -246,7 +246,7 @@ func FuzzSendDecode(f *testing.F) {
 			}
 			again := make([]byte, stride)
 			require.NoError(t, EncodeSend(again, &wr, h))
-			var wr2 ibtransport.SendWR
+			var wr2 ibv.SendWR
 			require.NoError(t, NewSendDecoder(stride, 4, 64, ahs).Decode(again, &wr2))
 			require.Equal(t, wr, wr2)
 		}
@@ -256,12 +256,12 @@ func FuzzSendDecode(f *testing.F) {
 func FuzzRecvDecode(f *testing.F) {
 	stride := RecvStride(4)
 	e := make([]byte, stride)
-	EncodeRecv(e, &ibtransport.RecvWR{ID: 1, SGL: []ibtransport.SGE{{Addr: 1, Length: 2, LKey: 3}}})
+	EncodeRecv(e, &ibv.RecvWR{ID: 1, SGL: []ibv.SGE{{Addr: 1, Length: 2, LKey: 3}}})
 	f.Add(e)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		e := make([]byte, stride)
 		copy(e, data)
-		var wr ibtransport.RecvWR
+		var wr ibv.RecvWR
 		if err := NewRecvDecoder(stride, 4).Decode(e, &wr); err != nil {
 			return
 		}
@@ -279,10 +279,10 @@ func BenchmarkPostAndComplete(b *testing.B) {
 	cqMem := make([]byte, RingSize(256, CQEntrySize))
 	daemonCQ, _ := NewCompletionQueue(cqMem, 256)
 	clientCQ, _ := NewCompletionQueue(cqMem, 256)
-	wr := ibtransport.SendWR{ID: 1, Opcode: ibtransport.WRRDMAWrite, Flags: ibtransport.SendSignaled,
-		SGL: []ibtransport.SGE{{Addr: 1, Length: 64, LKey: 2}}, RemoteAddr: 3, RKey: 4}
-	var got ibtransport.SendWR
-	wcs := make([]ibtransport.WC, 1)
+	wr := ibv.SendWR{ID: 1, Opcode: ibv.WRRDMAWrite, Flags: ibv.SendSignaled,
+		SGL: []ibv.SGE{{Addr: 1, Length: 64, LKey: 2}}, RemoteAddr: 3, RKey: 4}
+	var got ibv.SendWR
+	wcs := make([]ibv.WC, 1)
 	b.ReportAllocs()
 	for b.Loop() {
 		e, _ := sq.Next()
@@ -293,7 +293,7 @@ func BenchmarkPostAndComplete(b *testing.B) {
 			b.Fatal(err)
 		}
 		sq.Take(1)
-		daemonCQ.Push(&ibtransport.WC{WRID: got.ID})
+		daemonCQ.Push(&ibv.WC{WRID: got.ID})
 		if clientCQ.Poll(wcs) != 1 {
 			b.Fatal("no completion")
 		}

@@ -4,11 +4,11 @@ import (
 	"encoding/binary"
 	"fmt"
 
-	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/ibtransport/ibv"
 )
 
 // EncodeRecv writes wr into the receive entry e.
-func EncodeRecv(e []byte, wr *ibtransport.RecvWR) error {
+func EncodeRecv(e []byte, wr *ibv.RecvWR) error {
 	if recvHeader+sgeSize*len(wr.SGL) > len(e) {
 		return fmt.Errorf("%w: %d SGEs in entries of %d", ErrBadEntry, len(wr.SGL), len(e))
 	}
@@ -23,17 +23,17 @@ func EncodeRecv(e []byte, wr *ibtransport.RecvWR) error {
 // SendDecoder.
 type RecvDecoder struct {
 	entry []byte
-	sgl   []ibtransport.SGE
+	sgl   []ibv.SGE
 }
 
 // NewRecvDecoder returns a decoder for entries of stride bytes with up to
 // maxSGE SGEs.
 func NewRecvDecoder(stride, maxSGE int) *RecvDecoder {
-	return &RecvDecoder{entry: make([]byte, stride), sgl: make([]ibtransport.SGE, maxSGE)}
+	return &RecvDecoder{entry: make([]byte, stride), sgl: make([]ibv.SGE, maxSGE)}
 }
 
 // Decode copies the entry e out of shared memory and decodes the copy.
-func (d *RecvDecoder) Decode(e []byte, wr *ibtransport.RecvWR) error {
+func (d *RecvDecoder) Decode(e []byte, wr *ibv.RecvWR) error {
 	b := d.entry
 	if len(e) != len(b) {
 		return fmt.Errorf("%w: entry of %d bytes, stride %d", ErrBadEntry, len(e), len(b))
@@ -46,6 +46,6 @@ func (d *RecvDecoder) Decode(e []byte, wr *ibtransport.RecvWR) error {
 	case count > uint32(len(d.sgl)) || recvHeader+sgeSize*int(count) > len(b):
 		return fmt.Errorf("%w: %d SGEs, at most %d", ErrBadEntry, count, len(d.sgl))
 	}
-	*wr = ibtransport.RecvWR{ID: binary.LittleEndian.Uint64(b[offRecvWRID:]), SGL: getSGL(d.sgl[:count], b[recvHeader:])}
+	*wr = ibv.RecvWR{ID: binary.LittleEndian.Uint64(b[offRecvWRID:]), SGL: getSGL(d.sgl[:count], b[recvHeader:])}
 	return nil
 }

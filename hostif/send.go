@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/ibtransport/ibv"
 )
 
 // ErrBadEntry is returned for a work queue entry the daemon cannot execute.
@@ -14,30 +14,30 @@ var ErrBadEntry = errors.New("hostif: bad work queue entry")
 // ibvFromWR is libibverbs' ibv_wr_opcode value of each opcode, as the
 // entries carry them.
 var ibvFromWR = [...]uint8{
-	ibtransport.WRRDMAWrite:         0,
-	ibtransport.WRRDMAWriteWithImm:  1,
-	ibtransport.WRSend:              2,
-	ibtransport.WRSendWithImm:       3,
-	ibtransport.WRRDMARead:          4,
-	ibtransport.WRAtomicCmpAndSwp:   5,
-	ibtransport.WRAtomicFetchAndAdd: 6,
-	ibtransport.WRSendWithInv:       9,
+	ibv.WRRDMAWrite:         0,
+	ibv.WRRDMAWriteWithImm:  1,
+	ibv.WRSend:              2,
+	ibv.WRSendWithImm:       3,
+	ibv.WRRDMARead:          4,
+	ibv.WRAtomicCmpAndSwp:   5,
+	ibv.WRAtomicFetchAndAdd: 6,
+	ibv.WRSendWithInv:       9,
 }
 
 // wrFromIBV maps an entry's opcode back; ok is false for values no opcode
 // has.
 var wrFromIBV = func() (t [256]struct {
-	op ibtransport.WROpcode
+	op ibv.WROpcode
 	ok bool
 }) {
-	for op, ibv := range ibvFromWR {
-		t[ibv].op, t[ibv].ok = ibtransport.WROpcode(op), true
+	for op, code := range ibvFromWR {
+		t[code].op, t[code].ok = ibv.WROpcode(op), true
 	}
 	return t
 }()
 
 // sendFlagsMask is the ibv_send_flags an entry may carry (FENCE, SIGNALED,
-// SOLICITED, INLINE), which have ibtransport.SendFlags' values.
+// SOLICITED, INLINE), which have ibv.SendFlags' values.
 const sendFlagsMask = 0xf
 
 // SendStride returns the stride of send entries for maxSGE SGEs and
@@ -51,12 +51,12 @@ func RecvStride(maxSGE int) int { return Pow2(recvHeader + sgeSize*max(maxSGE, 1
 
 // EncodeSend writes wr into the send entry e; ah is the daemon's handle of
 // wr.AH for a UD QP.
-func EncodeSend(e []byte, wr *ibtransport.SendWR, ah uint32) error {
+func EncodeSend(e []byte, wr *ibv.SendWR, ah uint32) error {
 	if int(wr.Opcode) >= len(ibvFromWR) {
 		return fmt.Errorf("%w: opcode %v", ErrBadEntry, wr.Opcode)
 	}
 	count := len(wr.SGL)
-	if wr.Flags&ibtransport.SendInline != 0 {
+	if wr.Flags&ibv.SendInline != 0 {
 		count = len(wr.InlineData)
 		if sendHeader+count > len(e) {
 			return fmt.Errorf("%w: %d inline bytes in entries of %d", ErrBadEntry, count, len(e))
@@ -73,7 +73,7 @@ func EncodeSend(e []byte, wr *ibtransport.SendWR, ah uint32) error {
 	e[offSendOpcode] = ibvFromWR[wr.Opcode]
 	e[offSendFlags] = uint8(wr.Flags) & sendFlagsMask
 	le.PutUint16(e[offSendCount:], uint16(count))
-	if wr.Opcode == ibtransport.WRSendWithInv {
+	if wr.Opcode == ibv.WRSendWithInv {
 		le.PutUint32(e[offSendImm:], wr.InvalidateRKey)
 	} else {
 		binary.BigEndian.PutUint32(e[offSendImm:], wr.Imm)
@@ -90,7 +90,7 @@ func EncodeSend(e []byte, wr *ibtransport.SendWR, ah uint32) error {
 	return nil
 }
 
-func putSGL(b []byte, sgl []ibtransport.SGE) {
+func putSGL(b []byte, sgl []ibv.SGE) {
 	for i, s := range sgl {
 		binary.LittleEndian.PutUint64(b[i*sgeSize+offSGEAddr:], s.Addr)
 		binary.LittleEndian.PutUint32(b[i*sgeSize+offSGELength:], s.Length)
@@ -103,22 +103,22 @@ func putSGL(b []byte, sgl []ibtransport.SGE) {
 // QP's PostSend copies what it keeps.
 type SendDecoder struct {
 	entry     []byte
-	sgl       []ibtransport.SGE
+	sgl       []ibv.SGE
 	maxInline int
 	// ah resolves a UD entry's AH handle; nil for other QPs, whose entries'
 	// UD fields are ignored.
-	ah func(handle uint32) *ibtransport.AH
+	ah func(handle uint32) *ibv.AH
 }
 
 // NewSendDecoder returns a decoder for entries of stride bytes with up to
 // maxSGE SGEs or maxInline bytes inline.
-func NewSendDecoder(stride, maxSGE, maxInline int, ah func(uint32) *ibtransport.AH) *SendDecoder {
-	return &SendDecoder{entry: make([]byte, stride), sgl: make([]ibtransport.SGE, maxSGE), maxInline: maxInline, ah: ah}
+func NewSendDecoder(stride, maxSGE, maxInline int, ah func(uint32) *ibv.AH) *SendDecoder {
+	return &SendDecoder{entry: make([]byte, stride), sgl: make([]ibv.SGE, maxSGE), maxInline: maxInline, ah: ah}
 }
 
 // Decode copies the entry e out of shared memory and decodes the copy into
 // wr; it returns ErrBadEntry if a field is out of range.
-func (d *SendDecoder) Decode(e []byte, wr *ibtransport.SendWR) error {
+func (d *SendDecoder) Decode(e []byte, wr *ibv.SendWR) error {
 	b := d.entry
 	if len(e) != len(b) {
 		return fmt.Errorf("%w: entry of %d bytes, stride %d", ErrBadEntry, len(e), len(b))
@@ -136,10 +136,10 @@ func (d *SendDecoder) Decode(e []byte, wr *ibtransport.SendWR) error {
 	case le.Uint32(b[offSendReserved:]) != 0 || le.Uint32(b[offSendReserved2:]) != 0:
 		return fmt.Errorf("%w: reserved bytes set", ErrBadEntry)
 	}
-	*wr = ibtransport.SendWR{ID: le.Uint64(b[offSendWRID:]), Opcode: op, Flags: ibtransport.SendFlags(flags),
+	*wr = ibv.SendWR{ID: le.Uint64(b[offSendWRID:]), Opcode: op, Flags: ibv.SendFlags(flags),
 		RemoteAddr: le.Uint64(b[offSendRemoteAddr:]), RKey: le.Uint32(b[offSendRKey:]),
 		CompareAdd: le.Uint64(b[offSendCompareAdd:]), Swap: le.Uint64(b[offSendSwap:])}
-	if op == ibtransport.WRSendWithInv {
+	if op == ibv.WRSendWithInv {
 		wr.InvalidateRKey = le.Uint32(b[offSendImm:])
 	} else {
 		wr.Imm = binary.BigEndian.Uint32(b[offSendImm:])
@@ -151,8 +151,8 @@ func (d *SendDecoder) Decode(e []byte, wr *ibtransport.SendWR) error {
 }
 
 // decodeData points wr at the entry's inline bytes or SGEs.
-func (d *SendDecoder) decodeData(b []byte, count int, wr *ibtransport.SendWR) error {
-	if wr.Flags&ibtransport.SendInline != 0 {
+func (d *SendDecoder) decodeData(b []byte, count int, wr *ibv.SendWR) error {
+	if wr.Flags&ibv.SendInline != 0 {
 		if count > d.maxInline || sendHeader+count > len(b) {
 			return fmt.Errorf("%w: %d inline bytes, at most %d", ErrBadEntry, count, d.maxInline)
 		}
@@ -166,16 +166,16 @@ func (d *SendDecoder) decodeData(b []byte, count int, wr *ibtransport.SendWR) er
 	return nil
 }
 
-func getSGL(sgl []ibtransport.SGE, b []byte) []ibtransport.SGE {
+func getSGL(sgl []ibv.SGE, b []byte) []ibv.SGE {
 	for i := range sgl {
-		sgl[i] = ibtransport.SGE{Addr: binary.LittleEndian.Uint64(b[i*sgeSize+offSGEAddr:]),
+		sgl[i] = ibv.SGE{Addr: binary.LittleEndian.Uint64(b[i*sgeSize+offSGEAddr:]),
 			Length: binary.LittleEndian.Uint32(b[i*sgeSize+offSGELength:]), LKey: binary.LittleEndian.Uint32(b[i*sgeSize+offSGELKey:])}
 	}
 	return sgl
 }
 
 // decodeUD resolves a UD entry's address handle and destination.
-func (d *SendDecoder) decodeUD(b []byte, wr *ibtransport.SendWR) error {
+func (d *SendDecoder) decodeUD(b []byte, wr *ibv.SendWR) error {
 	if d.ah == nil {
 		return nil
 	}

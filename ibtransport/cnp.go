@@ -1,5 +1,11 @@
 package ibtransport
 
+import (
+	"github.com/softnic/softnic/ibtransport/header"
+
+	"github.com/softnic/softnic/ibtransport/ibv"
+)
+
 // The notification point: a QP that receives a packet marked Congestion
 // Experienced answers its peer with a CNP (BTH opcode 0x81, BECN set,
 // P_Key 0xFFFF, the peer's QPN, 16 reserved bytes), at most one per
@@ -29,7 +35,7 @@ const maxPendingCNPs = 16
 // than a NIC that saw the real spacing.
 func (e *Engine) noteCE(q *QP, n int) {
 	inc(&e.Ctr.NPECNMarked)
-	if e.g.cc.NPOff || q.typ == QPTypeUD {
+	if e.g.cc.NPOff || q.typ == ibv.QPTypeUD {
 		return
 	}
 	at := max(e.now(), e.ceAt+int64(n+wireOverhead)*8e9/int64(e.g.cc.LineRate))
@@ -54,7 +60,7 @@ func (q *QP) sendCNP() {
 			return
 		}
 		p := &q.e.tx
-		n, err := LayoutPacket(buf, OpCNP, cnpReservedLen, p)
+		n, err := header.LayoutPacket(buf, header.OpCNP, cnpReservedLen, p)
 		if err != nil {
 			q.cnpPending = 0
 			return
@@ -72,7 +78,7 @@ func (q *QP) sendCNP() {
 // whose path it came on cuts its rate (reaction point); anything else
 // ignores it.
 func (e *Engine) onCNP(q *QP, info *RecvInfo) {
-	if e.g.cc.RPOff || q.typ != QPTypeRC || (q.st != QPSRTS && q.st != QPSSQD) ||
+	if e.g.cc.RPOff || q.typ != ibv.QPTypeRC || (q.st != ibv.QPSRTS && q.st != ibv.QPSSQD) ||
 		info.SGID != q.attr.AV.DGID || info.DGIDIndex != int(q.attr.AV.SGIDIndex) {
 		inc(&e.Ctr.RPCNPIgnored)
 		return

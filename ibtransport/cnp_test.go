@@ -9,6 +9,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/softnic/softnic/internal/pcapfile"
+
+	"github.com/softnic/softnic/ibtransport/header"
+
+	"github.com/softnic/softnic/ibtransport/ibv"
 )
 
 // connectX4LxCNP returns the IB part (BTH and the 16 reserved bytes) of
@@ -23,8 +27,8 @@ func connectX4LxCNP(t *testing.T) []byte {
 	p, err := rd.Next()
 	require.NoError(t, err)
 	const headers = 14 + 20 + 8
-	require.Len(t, p.Data, headers+BTHLen+cnpReservedLen+ICRCLen)
-	return append([]byte(nil), p.Data[headers:len(p.Data)-ICRCLen]...)
+	require.Len(t, p.Data, headers+header.BTHLen+cnpReservedLen+header.ICRCLen)
+	return append([]byte(nil), p.Data[headers:len(p.Data)-header.ICRCLen]...)
 }
 
 // TestCNPFromConnectXCapture replays the ConnectX-4 Lx CNP, addressed to
@@ -33,9 +37,9 @@ func connectX4LxCNP(t *testing.T) []byte {
 // path is not handled.
 func TestCNPFromConnectXCapture(t *testing.T) {
 	cnp := connectX4LxCNP(t)
-	var hw Packet
-	require.NoError(t, ParsePacket(cnp, &hw))
-	require.Equal(t, OpCNP, hw.Opcode())
+	var hw header.Packet
+	require.NoError(t, header.ParsePacket(cnp, &hw))
+	require.Equal(t, header.OpCNP, hw.Opcode())
 	require.True(t, hw.BTH.BECN())
 	require.Equal(t, uint32(0x118), hw.BTH.DestQPN())
 
@@ -43,7 +47,7 @@ func TestCNPFromConnectXCapture(t *testing.T) {
 	q := ft.qp
 	require.Zero(t, q.CongestionRate())
 	hw.BTH.SetDestQPN(q.QPN())
-	ft.e.Receive(cnp, &RecvInfo{SGID: GID{9}})
+	ft.e.Receive(cnp, &RecvInfo{SGID: ibv.GID{9}})
 	assert.Equal(t, uint64(1), ft.e.Ctr.RPCNPIgnored.Load(), "a CNP from another path")
 	assert.Zero(t, q.CongestionRate())
 
@@ -68,31 +72,31 @@ func TestCNPSentForCEMark(t *testing.T) {
 	ft.port.keep = true
 	ft.port.sent = nil
 	marked := RecvInfo{SGID: peerGID, CE: true}
-	ft.e.Receive(ft.packet(OpRCSendOnly, 100, 10, nil), &marked)
+	ft.e.Receive(ft.packet(header.OpRCSendOnly, 100, 10, nil), &marked)
 	ft.e.Process()
 	require.Len(t, ft.port.sent, 2, "a CNP and the ACK")
 	want := connectX4LxCNP(t)
-	var p Packet
-	require.NoError(t, ParsePacket(want, &p))
+	var p header.Packet
+	require.NoError(t, header.ParsePacket(want, &p))
 	p.BTH.SetDestQPN(peerQPN)
 	assert.Equal(t, want, ft.port.sent[0], "the CNP, byte for byte as ConnectX's but for the QPN")
-	assert.Equal(t, OpRCAcknowledge, Opcode(ft.port.sent[1][0]))
+	assert.Equal(t, header.OpRCAcknowledge, header.Opcode(ft.port.sent[1][0]))
 	assert.Equal(t, uint64(1), ft.e.Ctr.NPECNMarked.Load())
 	assert.Equal(t, uint64(1), ft.e.Ctr.NPCNPSent.Load())
 
 	ft.port.sent = nil
-	ft.e.Receive(ft.packet(OpRCSendOnly, 101, 10, nil), &marked)
-	ft.e.Receive(ft.packet(OpRCSendOnly, 102, 10, nil), &marked)
+	ft.e.Receive(ft.packet(header.OpRCSendOnly, 101, 10, nil), &marked)
+	ft.e.Receive(ft.packet(header.OpRCSendOnly, 102, 10, nil), &marked)
 	ft.e.Process()
 	assert.Equal(t, uint64(3), ft.e.Ctr.NPECNMarked.Load())
 	assert.Equal(t, uint64(1), ft.e.Ctr.NPCNPSent.Load(), "one CNP per interval")
 	for _, pkt := range ft.port.sent {
-		assert.NotEqual(t, OpCNP, Opcode(pkt[0]))
+		assert.NotEqual(t, header.OpCNP, header.Opcode(pkt[0]))
 	}
 
 	// An unmarked packet never makes a CNP.
 	ft.e.g.cc.CNPInterval = 0
-	ft.e.Receive(ft.packet(OpRCSendOnly, 103, 10, nil), &RecvInfo{SGID: peerGID})
+	ft.e.Receive(ft.packet(header.OpRCSendOnly, 103, 10, nil), &RecvInfo{SGID: peerGID})
 	ft.e.Process()
 	assert.Equal(t, uint64(1), ft.e.Ctr.NPCNPSent.Load())
 }
@@ -110,11 +114,11 @@ func TestCNPBatchAtLineRate(t *testing.T) {
 	ft.e.g.cc.LineRate = 10e9
 	ft.port.keep = true
 	marked := RecvInfo{SGID: peerGID, CE: true}
-	psn := PSN(10)
+	psn := header.PSN(10)
 	batch := func(k, size int) uint64 {
 		before := ft.e.Ctr.NPCNPSent.Load()
 		for range k {
-			ft.e.Receive(ft.packet(OpRCSendOnly, psn, size, nil), &marked)
+			ft.e.Receive(ft.packet(header.OpRCSendOnly, psn, size, nil), &marked)
 			psn++
 		}
 		ft.e.Process()

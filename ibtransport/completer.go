@@ -3,6 +3,10 @@ package ibtransport
 import (
 	"encoding/binary"
 	"time"
+
+	"github.com/softnic/softnic/ibtransport/header"
+
+	"github.com/softnic/softnic/ibtransport/ibv"
 )
 
 // completer is the part of a QP that retires send work requests
@@ -12,8 +16,8 @@ import (
 // timeout, counting retry_cnt and rnr_retry.
 type completer struct {
 	qp        *QP
-	compIdx   uint32 // oldest WQE not retired
-	compPSN   PSN    // oldest unacknowledged PSN
+	compIdx   uint32     // oldest WQE not retired
+	compPSN   header.PSN // oldest unacknowledged PSN
 	retryLeft uint8
 	rnrLeft   uint8
 	retransAt int64 // retransmit deadline (engine clock), 0 when idle
@@ -21,11 +25,11 @@ type completer struct {
 	// A go-back-N restart from retryPSN already happened and no progress
 	// came since: duplicated NAKs or gaps must not restart again.
 	retried  bool
-	retryPSN PSN
+	retryPSN header.PSN
 }
 
 // start sets the first PSN the completer waits for (SQ PSN).
-func (c *completer) start(psn PSN) { c.compPSN = psn }
+func (c *completer) start(psn header.PSN) { c.compPSN = psn }
 
 // resetRetries refills the retry and RNR retry counts from the attributes.
 func (c *completer) resetRetries() {
@@ -56,7 +60,7 @@ func (c *completer) restartTimer() {
 func (c *completer) stopTimers() { c.retransAt, c.rnrAt = 0, 0 }
 
 // onResponse handles a response packet for the QP.
-func (c *completer) onResponse(p *Packet, oi *OpcodeInfo) {
+func (c *completer) onResponse(p *header.Packet, oi *header.OpcodeInfo) {
 	psn := p.BTH.PSN()
 	if !c.checkState() || !c.checkPSN(psn) {
 		return
@@ -72,18 +76,18 @@ func (c *completer) onResponse(p *Packet, oi *OpcodeInfo) {
 		return
 	}
 	switch oi.Kind {
-	case KindReadResponse:
+	case header.KindReadResponse:
 		c.doRead(p, oi, w, psn)
-	case KindAtomicAck:
+	case header.KindAtomicAck:
 		c.doAtomic(p, w, psn)
-	case KindAck:
+	case header.KindAck:
 		c.checkAck(p, w, psn)
 	}
 }
 
 // checkState drops responses unless the QP sends.
 func (c *completer) checkState() bool {
-	if st := c.qp.st; st != QPSRTS && st != QPSSQD {
+	if st := c.qp.st; st != ibv.QPSRTS && st != ibv.QPSSQD {
 		inc(&c.qp.e.Ctr.RxFiltered)
 		return false
 	}
@@ -92,7 +96,7 @@ func (c *completer) checkState() bool {
 
 // checkPSN drops a response to a PSN never sent: a bogus or very stale
 // response must not retire work requests.
-func (c *completer) checkPSN(psn PSN) bool {
+func (c *completer) checkPSN(psn header.PSN) bool {
 	if !psn.Before(c.qp.req.sqPSN) {
 		inc(&c.qp.e.Ctr.RxBadResponse)
 		return false
@@ -103,7 +107,7 @@ func (c *completer) checkPSN(psn PSN) bool {
 // getWQE returns the outstanding WQE the response at psn belongs to,
 // retiring the WQEs before it that the response acknowledges; nil when
 // there is none or the response is dealt with.
-func (c *completer) getWQE(psn PSN) *sendWQE {
+func (c *completer) getWQE(psn header.PSN) *sendWQE {
 	q := c.qp
 	var w *sendWQE
 	for {
@@ -121,11 +125,11 @@ func (c *completer) getWQE(psn PSN) *sendWQE {
 		}
 		// A response beyond this WQE acknowledges it, unless it is a READ
 		// or atomic, whose own response must have been lost.
-		if w.opcode.isRead() || w.opcode.isAtomic() {
+		if w.opcode.IsRead() || w.opcode.IsAtomic() {
 			c.retryOnce()
 			return nil
 		}
-		c.completeHead(WCSuccess)
+		c.completeHead(ibv.WCSuccess)
 	}
 	if psn.Before(w.firstPSN) {
 		inc(&q.e.Ctr.RxBadResponse) // late duplicate of something already retired
@@ -135,8 +139,8 @@ func (c *completer) getWQE(psn PSN) *sendWQE {
 }
 
 // doAtomic writes an atomic's original value into its SGL.
-func (c *completer) doAtomic(p *Packet, w *sendWQE, psn PSN) {
-	if !w.opcode.isAtomic() || psn != w.firstPSN || p.AtomicAckETH == nil {
+func (c *completer) doAtomic(p *header.Packet, w *sendWQE, psn header.PSN) {
+	if !w.opcode.IsAtomic() || psn != w.firstPSN || p.AtomicAckETH == nil {
 		inc(&c.qp.e.Ctr.RxBadResponse)
 		return
 	}
@@ -144,17 +148,17 @@ func (c *completer) doAtomic(p *Packet, w *sendWQE, psn PSN) {
 	binary.NativeEndian.PutUint64(b[:], p.AtomicAckETH.OrigData())
 	c.qp.e.SettleWrites() // b is written now, after what came before
 	if !c.qp.sq.scatter(c.compIdx, w, 0, b[:]) {
-		c.failHead(WCLocProtErr)
+		c.failHead(ibv.WCLocProtErr)
 		return
 	}
-	c.completeHead(WCSuccess)
+	c.completeHead(ibv.WCSuccess)
 }
 
 // doRead writes a READ response, the next one expected, into the READ's
 // SGL.
-func (c *completer) doRead(p *Packet, oi *OpcodeInfo, w *sendWQE, psn PSN) {
+func (c *completer) doRead(p *header.Packet, oi *header.OpcodeInfo, w *sendWQE, psn header.PSN) {
 	q := c.qp
-	if !w.opcode.isRead() {
+	if !w.opcode.IsRead() {
 		inc(&q.e.Ctr.RxBadResponse)
 		return
 	}
@@ -170,33 +174,33 @@ func (c *completer) doRead(p *Packet, oi *OpcodeInfo, w *sendWQE, psn PSN) {
 	want := min(w.length-off, q.mtu)
 	// Each READ request of a segmented READ is answered FIRST..LAST.
 	segEnd := psn == w.lastPSN || (uint32(psn.Diff(w.firstPSN))+1)%uint32(q.req.window) == 0
-	if uint32(len(p.Payload)) != want || segEnd != (oi.Position == PositionLast || oi.Position == PositionOnly) {
+	if uint32(len(p.Payload)) != want || segEnd != (oi.Position == header.PositionLast || oi.Position == header.PositionOnly) {
 		inc(&q.e.Ctr.RxBadResponse)
 		return
 	}
 	if !q.scatterPayload(c.compIdx, w, off, p.Payload) {
-		c.failHead(WCLocProtErr)
+		c.failHead(ibv.WCLocProtErr)
 		return
 	}
 	c.progress(psn.Add(1))
 	if psn == w.lastPSN {
-		c.completeHead(WCSuccess)
+		c.completeHead(ibv.WCSuccess)
 	}
 }
 
 // checkAck handles an ACK, an RNR NAK or a NAK.
-func (c *completer) checkAck(p *Packet, w *sendWQE, psn PSN) {
+func (c *completer) checkAck(p *header.Packet, w *sendWQE, psn header.PSN) {
 	syn := p.AETH.Syndrome()
-	if psn.Before(c.compPSN) && syn.Kind() != SyndromeACK {
+	if psn.Before(c.compPSN) && syn.Kind() != header.SyndromeACK {
 		inc(&c.qp.e.Ctr.RxBadResponse) // stale NAK
 		return
 	}
 	switch syn.Kind() {
-	case SyndromeACK:
+	case header.SyndromeACK:
 		c.completeAck(w, psn)
-	case SyndromeRNRNAK:
+	case header.SyndromeRNRNAK:
 		c.onRNRNAK(syn, psn)
-	case SyndromeNAK:
+	case header.SyndromeNAK:
 		c.onNAK(syn.NAKCode(), psn)
 	default:
 		inc(&c.qp.e.Ctr.RxBadResponse)
@@ -205,18 +209,18 @@ func (c *completer) checkAck(p *Packet, w *sendWQE, psn PSN) {
 
 // completeAck retires what a positive ACK acknowledges. READs and atomics
 // are retired by their responses only.
-func (c *completer) completeAck(w *sendWQE, psn PSN) {
-	if w.opcode.isRead() || w.opcode.isAtomic() || psn.Before(c.compPSN) {
+func (c *completer) completeAck(w *sendWQE, psn header.PSN) {
+	if w.opcode.IsRead() || w.opcode.IsAtomic() || psn.Before(c.compPSN) {
 		return
 	}
 	c.progress(psn.Add(1))
 	if psn == w.lastPSN {
-		c.completeHead(WCSuccess)
+		c.completeHead(ibv.WCSuccess)
 	}
 }
 
 // onRNRNAK waits the RNR timer, then sends again from psn.
-func (c *completer) onRNRNAK(syn Syndrome, psn PSN) {
+func (c *completer) onRNRNAK(syn header.Syndrome, psn header.PSN) {
 	q := c.qp
 	inc(&q.e.Ctr.RNRNAKsHandled)
 	inc(&q.ctr.RNRNAKsHandled)
@@ -225,7 +229,7 @@ func (c *completer) onRNRNAK(syn Syndrome, psn PSN) {
 		if c.rnrLeft == 0 {
 			inc(&q.e.Ctr.RNRRetryExceeded)
 			inc(&q.ctr.RNRRetryExceeded)
-			c.failHead(WCRNRRetryExcErr)
+			c.failHead(ibv.WCRNRRetryExcErr)
 			return
 		}
 		c.rnrLeft--
@@ -236,9 +240,9 @@ func (c *completer) onRNRNAK(syn Syndrome, psn PSN) {
 
 // onNAK handles a NAK: a sequence error restarts from its PSN, every other
 // code fails the head WQE and the QP.
-func (c *completer) onNAK(code NAKCode, psn PSN) {
+func (c *completer) onNAK(code header.NAKCode, psn header.PSN) {
 	switch code {
-	case NAKPSNSequenceError:
+	case header.NAKPSNSequenceError:
 		inc(&c.qp.e.Ctr.RxNAKSeq)
 		inc(&c.qp.ctr.RxNAKSeq)
 		// The NAK acknowledges everything before its PSN.
@@ -247,19 +251,19 @@ func (c *completer) onNAK(code NAKCode, psn PSN) {
 			return
 		}
 		c.retryOnce()
-	case NAKInvalidRequest:
-		c.failHead(WCRemInvReqErr)
-	case NAKRemoteAccessError:
-		c.failHead(WCRemAccessErr)
-	case NAKRemoteOperationalError:
-		c.failHead(WCRemOpErr)
+	case header.NAKInvalidRequest:
+		c.failHead(ibv.WCRemInvReqErr)
+	case header.NAKRemoteAccessError:
+		c.failHead(ibv.WCRemAccessErr)
+	case header.NAKRemoteOperationalError:
+		c.failHead(ibv.WCRemOpErr)
 	default:
-		c.failHead(WCRemInvRDReqErr)
+		c.failHead(ibv.WCRemInvRDReqErr)
 	}
 }
 
 // failHead completes the oldest WQE with st and fails the QP.
-func (c *completer) failHead(st WCStatus) {
+func (c *completer) failHead(st ibv.WCStatus) {
 	c.completeHead(st)
 	c.qp.fail()
 }
@@ -283,7 +287,7 @@ func (c *completer) retry() bool {
 		if c.retryLeft == 0 {
 			inc(&c.qp.e.Ctr.RetryExceeded)
 			inc(&c.qp.ctr.RetryExceeded)
-			c.failHead(WCRetryExcErr)
+			c.failHead(ibv.WCRetryExcErr)
 			return false
 		}
 		c.retryLeft--
@@ -319,7 +323,7 @@ func (c *completer) checkTimers(now int64) {
 }
 
 // progress records that everything before psn is acknowledged.
-func (c *completer) progress(psn PSN) {
+func (c *completer) progress(psn header.PSN) {
 	if !psn.After(c.compPSN) {
 		return
 	}
@@ -333,26 +337,26 @@ func (c *completer) progress(psn PSN) {
 
 // completeHead retires the oldest WQE with status st, posting a completion
 // if it is signaled or failed.
-func (c *completer) completeHead(st WCStatus) {
+func (c *completer) completeHead(st ibv.WCStatus) {
 	q := c.qp
 	w := q.sqSlot(c.compIdx)
-	if st == WCSuccess && w.state == wqeSending {
+	if st == ibv.WCSuccess && w.state == wqeSending {
 		c.progress(w.lastPSN.Add(1))
 	}
 	// Free the slot before the completion is visible: a poster that saw
 	// the completion may reuse the slot at once, as libibverbs allows.
-	signaled := st != WCSuccess || w.flags&SendSignaled != 0
-	var wc WC
+	signaled := st != ibv.WCSuccess || w.flags&ibv.SendSignaled != 0
+	var wc ibv.WC
 	if signaled {
 		wc = q.sendWC(w, st)
-		if st == WCSuccess {
+		if st == ibv.WCSuccess {
 			wc.ByteLen = w.length
-			if w.opcode.isAtomic() {
+			if w.opcode.IsAtomic() {
 				wc.ByteLen = 8
 			}
 		}
 	}
-	if st == WCSuccess && w.opcode.isSend() {
+	if st == ibv.WCSuccess && w.opcode.IsSend() {
 		inc(&q.e.Ctr.RdmaSends)
 		inc(&q.ctr.RdmaSends)
 	}
@@ -401,7 +405,7 @@ func (c *completer) flush() {
 	q := c.qp
 	tail := q.sq.tail.Load()
 	for c.compIdx != tail {
-		wc := q.sendWC(q.sqSlot(c.compIdx), WCWRFlushErr)
+		wc := q.sendWC(q.sqSlot(c.compIdx), ibv.WCWRFlushErr)
 		c.retireHead() // the slot is free before its completion shows
 		q.complete(q.sendCQ, wc, false)
 	}

@@ -3,6 +3,8 @@ package ibtransport
 import (
 	"fmt"
 	"time"
+
+	"github.com/softnic/softnic/ibtransport/ibv"
 )
 
 // CongestionConfig configures RoCEv2 congestion control (DCQCN, Zhu et al.,
@@ -140,7 +142,7 @@ func (c *CongestionConfig) fill() {
 func (c CongestionConfig) Check() error {
 	c.fill()
 	bad := func(what string, v any) error {
-		return fmt.Errorf("congestion control: %s %v out of range: %w", what, v, ErrInvalidArgument)
+		return fmt.Errorf("congestion control: %s %v out of range: %w", what, v, ibv.ErrInvalidArgument)
 	}
 	switch {
 	case c.CNPInterval < 0:

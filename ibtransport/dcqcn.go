@@ -3,6 +3,8 @@ package ibtransport
 import (
 	"math"
 	"sync/atomic"
+
+	"github.com/softnic/softnic/ibtransport/header"
 )
 
 // reactionPoint is DCQCN's sender side for one QP (Zhu et al., SIGCOMM
@@ -74,7 +76,7 @@ const pacingSlack = 50_000
 // wireOverhead is what the network carries besides an IB packet's bytes:
 // Ethernet header, IPv4, UDP and the ICRC. The pacer counts it, so that
 // the rate is the rate of the Ethernet frames, as a bottleneck sees them.
-const wireOverhead = 14 + 20 + 8 + ICRCLen
+const wireOverhead = 14 + 20 + 8 + header.ICRCLen
 
 // onCNP handles a CNP that arrived at now: the first one starts pacing
 // at the line rate; a cut happens at once, or at the end of the monitor

@@ -7,6 +7,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/softnic/softnic/ibtransport/ibv"
 )
 
 // paperConfig is the DCQCN paper's parameters (Zhu et al. 2015, section
@@ -289,6 +291,6 @@ func TestCongestionConfigCheck(t *testing.T) {
 	assert.Equal(t, uint64(50e6), d.HAIRate)
 	for _, bad := range []CongestionConfig{{G: 1025}, {InitialAlpha: 1024}, {MinDecFac: 101}, {GD: 21},
 		{MinRate: 2e9, LineRate: 1e9}, {MinRate: 1000}, {CNPInterval: -1}, {Threshold: -1}} {
-		assert.ErrorIs(t, bad.Check(), ErrInvalidArgument, "%+v", bad)
+		assert.ErrorIs(t, bad.Check(), ibv.ErrInvalidArgument, "%+v", bad)
 	}
 }

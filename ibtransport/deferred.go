@@ -1,5 +1,7 @@
 package ibtransport
 
+import "github.com/softnic/softnic/ibtransport/ibv"
+
 // Reaching another process's memory (a daemon client's region) costs a
 // system call, whatever the size: one per packet halved the daemon's
 // bandwidth. So for regions that offer it (DeferredRegion) the engine
@@ -23,17 +25,11 @@ package ibtransport
 // Process, as when a region is deregistered under a work request; a
 // packet whose payload could not be read is dropped by the port.
 
-// Piece is one copy of a batch: between Buf and len(Buf) bytes at Addr.
-type Piece struct {
-	Buf  []byte
-	Addr uint64
-}
-
 // VectorMemory copies many ranges of one memory in one go; on an error
 // some of the copies may not have been done.
 type VectorMemory interface {
-	ReadVec(pieces []Piece) error  // Addr to Buf
-	WriteVec(pieces []Piece) error // Buf to Addr
+	ReadVec(pieces []ibv.Piece) error  // Addr to Buf
+	WriteVec(pieces []ibv.Piece) error // Buf to Addr
 }
 
 // DeferredRegion is a Region whose copies are cheaper together.
@@ -47,14 +43,14 @@ type DeferredRegion interface {
 // deferredCopy is a queued copy and the QP it is for.
 type deferredCopy struct {
 	mem VectorMemory
-	pc  Piece
+	pc  ibv.Piece
 	qp  *QP
 }
 
 // copyQueue is a queue of deferred copies in one direction.
 type copyQueue struct {
 	copies []deferredCopy
-	batch  []Piece
+	batch  []ibv.Piece
 }
 
 // ReadsPending reports whether packets built since the last SettleReads
@@ -79,7 +75,7 @@ func (e *Engine) SettleWrites() {
 
 // settle does the queue's copies, one op call per run of copies to one
 // memory.
-func (cq *copyQueue) settle(e *Engine, op func(VectorMemory, []Piece) error, drop func([]byte)) {
+func (cq *copyQueue) settle(e *Engine, op func(VectorMemory, []ibv.Piece) error, drop func([]byte)) {
 	for start := 0; start < len(cq.copies); {
 		mem := cq.copies[start].mem
 		end := start + 1
@@ -138,7 +134,7 @@ func (q *QP) writePayload(mr Region, src []byte, va uint64) bool {
 func (q *QP) deferCopy(cq *copyQueue, d DeferredRegion, buf []byte, va uint64) bool {
 	mem, addr, ok := d.Deferred(len(buf), va)
 	if ok {
-		cq.copies = append(cq.copies, deferredCopy{mem: mem, pc: Piece{Buf: buf, Addr: addr}, qp: q})
+		cq.copies = append(cq.copies, deferredCopy{mem: mem, pc: ibv.Piece{Buf: buf, Addr: addr}, qp: q})
 	}
 	return ok
 }

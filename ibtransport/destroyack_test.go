@@ -6,6 +6,10 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/softnic/softnic/ibtransport/header"
+
+	"github.com/softnic/softnic/ibtransport/ibv"
 )
 
 // A QP destroyed just after a SEND to it completed still ACKs that SEND:
@@ -31,25 +35,25 @@ func TestDestroyAfterReceiveStillAcks(t *testing.T) {
 			}
 		}
 	})
-	mr := newTestRegion(make([]byte, 4096), 0x1234, AccessAll)
+	mr := newTestRegion(make([]byte, 4096), 0x1234, ibv.AccessAll)
 	cq := &testCQ{}
-	q, err := e.CreateQP(&QPConfig{Memory: &testMemory{mr}, SendCQ: cq, RecvCQ: cq, Cap: QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	q, err := e.CreateQP(&QPConfig{Memory: &testMemory{mr}, SendCQ: cq, RecvCQ: cq, Cap: ibv.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
 	require.NoError(t, err)
-	require.NoError(t, q.Modify(&QPAttr{State: QPSInit}, QPAttrState))
-	require.NoError(t, q.Modify(&QPAttr{State: QPSRTR, PathMTU: MTU1024, DestQPN: peerQPN, RQPSN: 100, MaxDestRdAtomic: 1,
-		AV: AddressVector{DGID: peerGID}}, QPAttrState|QPAttrAV|QPAttrPathMTU|QPAttrDestQPN|QPAttrRQPSN|
-		QPAttrMaxDestRdAtomic|QPAttrMinRNRTimer))
-	require.NoError(t, q.Modify(&QPAttr{State: QPSRTS, SQPSN: 500, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 1},
-		QPAttrState|QPAttrSQPSN|QPAttrTimeout|QPAttrRetryCnt|QPAttrRNRRetry|QPAttrMaxQPRdAtomic))
-	require.NoError(t, q.PostRecv(&RecvWR{ID: 1, SGL: []SGE{mr.SGE(0, 100)}}))
+	require.NoError(t, q.Modify(&ibv.QPAttr{State: ibv.QPSInit}, ibv.QPAttrState))
+	require.NoError(t, q.Modify(&ibv.QPAttr{State: ibv.QPSRTR, PathMTU: ibv.MTU1024, DestQPN: peerQPN, RQPSN: 100, MaxDestRdAtomic: 1,
+		AV: ibv.AddressVector{DGID: peerGID}}, ibv.QPAttrState|ibv.QPAttrAV|ibv.QPAttrPathMTU|ibv.QPAttrDestQPN|ibv.QPAttrRQPSN|
+		ibv.QPAttrMaxDestRdAtomic|ibv.QPAttrMinRNRTimer))
+	require.NoError(t, q.Modify(&ibv.QPAttr{State: ibv.QPSRTS, SQPSN: 500, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 1},
+		ibv.QPAttrState|ibv.QPAttrSQPSN|ibv.QPAttrTimeout|ibv.QPAttrRetryCnt|ibv.QPAttrRNRRetry|ibv.QPAttrMaxQPRdAtomic))
+	require.NoError(t, q.PostRecv(&ibv.RecvWR{ID: 1, SGL: []ibv.SGE{mr.SGE(0, 100)}}))
 	close(stop)
 	loop.Wait()
 	e.Process() // the receive posted above is taken
 
 	ft := &fuzzTarget{qp: q}
 	port.keep = true
-	e.Receive(ft.packet(OpRCSendOnly, 100, 50, nil), &RecvInfo{SGID: peerGID})
-	var wcs [1]WC
+	e.Receive(ft.packet(header.OpRCSendOnly, 100, 50, nil), &RecvInfo{SGID: peerGID})
+	var wcs [1]ibv.WC
 	n, err := cq.Poll(wcs[:])
 	require.NoError(t, err)
 	require.Equal(t, 1, n, "the receive completed")
@@ -59,8 +63,8 @@ func TestDestroyAfterReceiveStillAcks(t *testing.T) {
 	e.Process()
 	require.NoError(t, <-destroyed)
 	require.Len(t, port.sent, 1, "the SEND's ACK went out before the QP went")
-	var p Packet
-	require.NoError(t, ParsePacket(port.sent[0], &p))
-	require.Equal(t, OpRCAcknowledge, p.BTH.Opcode())
-	require.Equal(t, PSN(100), p.BTH.PSN())
+	var p header.Packet
+	require.NoError(t, header.ParsePacket(port.sent[0], &p))
+	require.Equal(t, header.OpRCAcknowledge, p.BTH.Opcode())
+	require.Equal(t, header.PSN(100), p.BTH.PSN())
 }

@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/softnic/softnic/ibtransport/ibv"
 )
 
 // TestDoorbellOnlyWhenSleeping checks that posters ring the doorbell (a
@@ -13,8 +15,8 @@ func TestDoorbellOnlyWhenSleeping(t *testing.T) {
 	wakes := 0
 	e := NewEngine(&fakePort{}, func() { wakes++ })
 	e.Exit() // commands run inline
-	mr := newTestRegion(make([]byte, 64), 1, AccessAll)
-	q, err := e.CreateQP(&QPConfig{Memory: &testMemory{mr}, SendCQ: &testCQ{}, RecvCQ: &testCQ{}, Cap: QPCap{MaxSendWR: 1, MaxRecvWR: 1}})
+	mr := newTestRegion(make([]byte, 64), 1, ibv.AccessAll)
+	q, err := e.CreateQP(&QPConfig{Memory: &testMemory{mr}, SendCQ: &testCQ{}, RecvCQ: &testCQ{}, Cap: ibv.QPCap{MaxSendWR: 1, MaxRecvWR: 1}})
 	require.NoError(t, err)
 
 	// Awake: a post leaves a kick for the next pass, without a doorbell.

@@ -4,6 +4,10 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/softnic/softnic/ibtransport/header"
+
+	"github.com/softnic/softnic/ibtransport/ibv"
 )
 
 type command struct {
@@ -15,7 +19,7 @@ type command struct {
 // to and from the link):
 //
 //	Receive: ParsePacket reads the BTH and the extension headers
-//	  (packet.go, headers.go); the P_Key, the destination QP (forwarded to
+//	  (package header); the P_Key, the destination QP (forwarded to
 //	  its engine if another of the group holds it), its service and state
 //	  are checked, a CNP goes to the QP's reaction point (cnp.go), a UD
 //	  datagram to udReceiver (udrecv.go); a connected QP's packet must
@@ -95,15 +99,15 @@ type Engine struct {
 	// the notification point reckons it (cnp.go noteCE).
 	ceAt int64
 
-	rx Packet // parse scratch
-	tx Packet // build scratch
+	rx header.Packet // parse scratch
+	tx header.Packet // build scratch
 	// reads and writes are the copies to and from memory that defers them,
 	// queued until the port settles them (deferred.go); copyFailed the QPs
 	// of failed ones.
 	reads, writes copyQueue
 	copyFailed    []*QP
 	ud            udReceiver
-	Ctr           Counters
+	Ctr           ibv.Counters
 }
 
 // Group returns the engines of the device this engine belongs to.
@@ -268,7 +272,7 @@ func (e *Engine) Receive(ib []byte, info *RecvInfo) {
 // group forwarded (forwarded) were counted there.
 func (e *Engine) receive(ib []byte, info *RecvInfo, forwarded bool) {
 	p := &e.rx
-	if err := ParsePacket(ib, p); err != nil {
+	if err := header.ParsePacket(ib, p); err != nil {
 		inc(&e.Ctr.RxBadPacket)
 		return
 	}
@@ -279,7 +283,7 @@ func (e *Engine) receive(ib []byte, info *RecvInfo, forwarded bool) {
 	}
 	// Like rxe, accept the default partition only (full or limited
 	// membership, not both limited).
-	if pk := p.BTH.PKey(); pk&0x7fff != DefaultPKey&0x7fff || pk&0x8000 == 0 {
+	if pk := p.BTH.PKey(); pk&0x7fff != header.DefaultPKey&0x7fff || pk&0x8000 == 0 {
 		inc(&e.Ctr.RxBadPKey)
 		return
 	}
@@ -298,7 +302,7 @@ func (e *Engine) receive(ib []byte, info *RecvInfo, forwarded bool) {
 	if !forwarded && q.strays.Load() != 0 {
 		q.strays.Store(0) // a packet that came in at q's engine ends a run of strays
 	}
-	if oi.Transport == TransportCNP {
+	if oi.Transport == header.TransportCNP {
 		e.onCNP(q, info)
 		return
 	}
@@ -306,11 +310,11 @@ func (e *Engine) receive(ib []byte, info *RecvInfo, forwarded bool) {
 		inc(&e.Ctr.RxWrongService)
 		return
 	}
-	if q.st < QPSRTR || q.st == QPSErr {
+	if q.st < ibv.QPSRTR || q.st == ibv.QPSErr {
 		inc(&e.Ctr.RxFiltered)
 		return
 	}
-	if oi.Transport == TransportUD {
+	if oi.Transport == header.TransportUD {
 		// Datagrams come from anywhere: no path to match.
 		e.ud.receive(q, p, info)
 		return
@@ -327,14 +331,14 @@ func (e *Engine) receive(ib []byte, info *RecvInfo, forwarded bool) {
 		q.commEst = true
 		e.emit(q, QPEventCommEst)
 	}
-	if q.typ == QPTypeUC {
+	if q.typ == ibv.QPTypeUC {
 		q.resp.onUCRequest(p, oi)
 		return
 	}
 	switch oi.Kind {
-	case KindSend, KindWrite, KindReadRequest, KindAtomicRequest:
+	case header.KindSend, header.KindWrite, header.KindReadRequest, header.KindAtomicRequest:
 		q.resp.onRequest(p, oi)
-	case KindReadResponse, KindAck, KindAtomicAck:
+	case header.KindReadResponse, header.KindAck, header.KindAtomicAck:
 		q.comp.onResponse(p, oi)
 	default:
 		inc(&e.Ctr.RxUnsupported)

@@ -5,6 +5,10 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/softnic/softnic/ibtransport/header"
+
+	"github.com/softnic/softnic/ibtransport/ibv"
 )
 
 // fakePort collects the packets an engine sends, without any framing.
@@ -14,16 +18,16 @@ type fakePort struct {
 	keep bool
 }
 
-func (f *fakePort) Path(*AddressVector, uint32, int) (TxPath, error) { return f, nil }
-func (f *fakePort) Buffer() []byte                                   { return f.buf[:] }
-func (f *fakePort) ActiveMTU() int                                   { return 1024 }
+func (f *fakePort) Path(*ibv.AddressVector, uint32, int) (TxPath, error) { return f, nil }
+func (f *fakePort) Buffer() []byte                                       { return f.buf[:] }
+func (f *fakePort) ActiveMTU() int                                       { return 1024 }
 func (f *fakePort) Send(n int) {
 	if f.keep {
 		f.sent = append(f.sent, append([]byte(nil), f.buf[:n]...))
 	}
 }
 
-var peerGID = GID{0: 0xfe, 15: 2}
+var peerGID = ibv.GID{0: 0xfe, 15: 2}
 
 const peerQPN = 0x99
 
@@ -49,25 +53,25 @@ func newFuzzTarget(t testing.TB) *fuzzTarget {
 		ft.whole[i] = byte(i * 31)
 	}
 	ft.orig = append([]byte(nil), ft.whole...)
-	ft.mr = newTestRegion(ft.whole[4096:8192], 0x1234, AccessAll)
+	ft.mr = newTestRegion(ft.whole[4096:8192], 0x1234, ibv.AccessAll)
 	ft.cq = &testCQ{}
 	var err error
-	ft.qp, err = e.CreateQP(&QPConfig{Memory: &testMemory{ft.mr}, SendCQ: ft.cq, RecvCQ: ft.cq, Cap: QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 2, MaxRecvSGE: 2}})
+	ft.qp, err = e.CreateQP(&QPConfig{Memory: &testMemory{ft.mr}, SendCQ: ft.cq, RecvCQ: ft.cq, Cap: ibv.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 2, MaxRecvSGE: 2}})
 	require.NoError(t, err)
 	q := ft.qp
-	require.NoError(t, q.Modify(&QPAttr{State: QPSInit, AccessFlags: AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic},
-		QPAttrState|QPAttrAccessFlags))
-	require.NoError(t, q.Modify(&QPAttr{State: QPSRTR, PathMTU: MTU256, DestQPN: peerQPN, RQPSN: 100, MaxDestRdAtomic: 2,
-		AV: AddressVector{DGID: peerGID}}, QPAttrState|QPAttrAV|QPAttrPathMTU|QPAttrDestQPN|QPAttrRQPSN|
-		QPAttrMaxDestRdAtomic|QPAttrMinRNRTimer))
-	require.NoError(t, q.Modify(&QPAttr{State: QPSRTS, SQPSN: 500, Timeout: 0, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 2},
-		QPAttrState|QPAttrSQPSN|QPAttrTimeout|QPAttrRetryCnt|QPAttrRNRRetry|QPAttrMaxQPRdAtomic))
+	require.NoError(t, q.Modify(&ibv.QPAttr{State: ibv.QPSInit, AccessFlags: ibv.AccessRemoteWrite | ibv.AccessRemoteRead | ibv.AccessRemoteAtomic},
+		ibv.QPAttrState|ibv.QPAttrAccessFlags))
+	require.NoError(t, q.Modify(&ibv.QPAttr{State: ibv.QPSRTR, PathMTU: ibv.MTU256, DestQPN: peerQPN, RQPSN: 100, MaxDestRdAtomic: 2,
+		AV: ibv.AddressVector{DGID: peerGID}}, ibv.QPAttrState|ibv.QPAttrAV|ibv.QPAttrPathMTU|ibv.QPAttrDestQPN|ibv.QPAttrRQPSN|
+		ibv.QPAttrMaxDestRdAtomic|ibv.QPAttrMinRNRTimer))
+	require.NoError(t, q.Modify(&ibv.QPAttr{State: ibv.QPSRTS, SQPSN: 500, Timeout: 0, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 2},
+		ibv.QPAttrState|ibv.QPAttrSQPSN|ibv.QPAttrTimeout|ibv.QPAttrRetryCnt|ibv.QPAttrRNRRetry|ibv.QPAttrMaxQPRdAtomic))
 	for i := range 4 {
-		require.NoError(t, q.PostRecv(&RecvWR{ID: uint64(i), SGL: []SGE{ft.mr.SGE(i*1000, 1000)}}))
+		require.NoError(t, q.PostRecv(&ibv.RecvWR{ID: uint64(i), SGL: []ibv.SGE{ft.mr.SGE(i*1000, 1000)}}))
 	}
 	// Something outstanding, so responses have a WQE to match.
-	require.NoError(t, q.PostSend(&SendWR{ID: 1, Opcode: WRRDMARead, Flags: SendSignaled,
-		SGL: []SGE{ft.mr.SGE(0, 600)}, RemoteAddr: 0x1000, RKey: 1}))
+	require.NoError(t, q.PostSend(&ibv.SendWR{ID: 1, Opcode: ibv.WRRDMARead, Flags: ibv.SendSignaled,
+		SGL: []ibv.SGE{ft.mr.SGE(0, 600)}, RemoteAddr: 0x1000, RKey: 1}))
 	e.Process()
 	ft.ud = newUDTarget(t, e, &testMemory{ft.mr}, ft.cq, ft.mr)
 	ft.uc = newUCTarget(t, e, &testMemory{ft.mr}, ft.cq, ft.mr)
@@ -80,22 +84,22 @@ const fuzzQKey = 0x1234567
 // newUDTarget creates a UD QP in RTS on e with Q_Key fuzzQKey and four
 // receives of 500 bytes in mr.
 func newUDTarget(t testing.TB, e *Engine, mem Memory, cq CompletionQueue, mr *testRegion) *QP {
-	q, err := e.CreateQP(&QPConfig{Memory: mem, SendCQ: cq, RecvCQ: cq, Type: QPTypeUD, Cap: QPCap{MaxSendWR: 4, MaxRecvWR: 4}})
+	q, err := e.CreateQP(&QPConfig{Memory: mem, SendCQ: cq, RecvCQ: cq, Type: ibv.QPTypeUD, Cap: ibv.QPCap{MaxSendWR: 4, MaxRecvWR: 4}})
 	require.NoError(t, err)
-	require.NoError(t, q.Modify(&QPAttr{State: QPSInit, Port: 1, QKey: fuzzQKey}, QPAttrState|QPAttrPKeyIndex|QPAttrPort|QPAttrQKey))
-	require.NoError(t, q.Modify(&QPAttr{State: QPSRTR}, QPAttrState))
-	require.NoError(t, q.Modify(&QPAttr{State: QPSRTS, SQPSN: 1}, QPAttrState|QPAttrSQPSN))
+	require.NoError(t, q.Modify(&ibv.QPAttr{State: ibv.QPSInit, Port: 1, QKey: fuzzQKey}, ibv.QPAttrState|ibv.QPAttrPKeyIndex|ibv.QPAttrPort|ibv.QPAttrQKey))
+	require.NoError(t, q.Modify(&ibv.QPAttr{State: ibv.QPSRTR}, ibv.QPAttrState))
+	require.NoError(t, q.Modify(&ibv.QPAttr{State: ibv.QPSRTS, SQPSN: 1}, ibv.QPAttrState|ibv.QPAttrSQPSN))
 	for i := range 4 {
-		require.NoError(t, q.PostRecv(&RecvWR{ID: uint64(10 + i), SGL: []SGE{mr.SGE(i*500, 500)}}))
+		require.NoError(t, q.PostRecv(&ibv.RecvWR{ID: uint64(10 + i), SGL: []ibv.SGE{mr.SGE(i*500, 500)}}))
 	}
 	return q
 }
 
 // packet builds a request or response aimed at the target's QP.
-func (ft *fuzzTarget) packet(op Opcode, psn PSN, payload int, fill func(p *Packet)) []byte {
+func (ft *fuzzTarget) packet(op header.Opcode, psn header.PSN, payload int, fill func(p *header.Packet)) []byte {
 	b := make([]byte, 4200)
-	var p Packet
-	n, err := LayoutPacket(b, op, payload, &p)
+	var p header.Packet
+	n, err := header.LayoutPacket(b, op, payload, &p)
 	if err != nil {
 		panic(err)
 	}
@@ -113,45 +117,45 @@ func (ft *fuzzTarget) packet(op Opcode, psn PSN, payload int, fill func(p *Packe
 // panic, and no byte outside the region may change.
 func FuzzEngineReceive(f *testing.F) {
 	ft := newFuzzTarget(f)
-	reth := func(off uint64, n uint32) func(p *Packet) {
-		return func(p *Packet) {
+	reth := func(off uint64, n uint32) func(p *header.Packet) {
+		return func(p *header.Packet) {
 			p.RETH.SetVA(ft.mr.Addr() + off)
 			p.RETH.SetRKey(ft.mr.RKey())
 			p.RETH.SetDMALength(n)
 		}
 	}
-	f.Add(ft.packet(OpRCWriteOnly, 100, 64, reth(0, 64)))
-	f.Add(ft.packet(OpRCWriteFirst, 100, 256, reth(3800, 512)))
-	f.Add(ft.packet(OpRCReadRequest, 100, 0, reth(10, 3000)))
-	f.Add(ft.packet(OpRCSendOnlyImm, 100, 200, nil))
-	f.Add(ft.packet(OpRCSendFirst, 100, 256, nil))
-	f.Add(ft.packet(OpRCFetchAdd, 100, 0, func(p *Packet) {
+	f.Add(ft.packet(header.OpRCWriteOnly, 100, 64, reth(0, 64)))
+	f.Add(ft.packet(header.OpRCWriteFirst, 100, 256, reth(3800, 512)))
+	f.Add(ft.packet(header.OpRCReadRequest, 100, 0, reth(10, 3000)))
+	f.Add(ft.packet(header.OpRCSendOnlyImm, 100, 200, nil))
+	f.Add(ft.packet(header.OpRCSendFirst, 100, 256, nil))
+	f.Add(ft.packet(header.OpRCFetchAdd, 100, 0, func(p *header.Packet) {
 		p.AtomicETH.SetVA(ft.mr.Addr() + 8)
 		p.AtomicETH.SetRKey(ft.mr.RKey())
 	}))
-	f.Add(ft.packet(OpRCReadResponseFirst, 500, 256, nil))
-	f.Add(ft.packet(OpRCAcknowledge, 500, 0, func(p *Packet) { p.AETH.SetSyndrome(NAKSyndrome(NAKPSNSequenceError)) }))
-	f.Add(ft.packet(OpRCSendLastInv, 100, 4, func(p *Packet) { p.IETH.SetRKey(ft.mr.RKey()) }))
-	deth := func(qkey uint32) func(p *Packet) {
-		return func(p *Packet) {
+	f.Add(ft.packet(header.OpRCReadResponseFirst, 500, 256, nil))
+	f.Add(ft.packet(header.OpRCAcknowledge, 500, 0, func(p *header.Packet) { p.AETH.SetSyndrome(header.NAKSyndrome(header.NAKPSNSequenceError)) }))
+	f.Add(ft.packet(header.OpRCSendLastInv, 100, 4, func(p *header.Packet) { p.IETH.SetRKey(ft.mr.RKey()) }))
+	deth := func(qkey uint32) func(p *header.Packet) {
+		return func(p *header.Packet) {
 			p.DETH.SetQKey(qkey)
 			p.DETH.SetSrcQP(peerQPN)
 		}
 	}
-	f.Add(ft.packet(OpUDSendOnly, 7, 300, deth(fuzzQKey)))
-	f.Add(ft.packet(OpUDSendOnlyImm, 8, 460, deth(fuzzQKey)))
-	f.Add(ft.packet(OpUDSendOnly, 9, 20, deth(fuzzQKey+1)))
-	f.Add(ft.packet(OpUCSendFirst, 100, 256, nil))
-	f.Add(ft.packet(OpUCSendOnlyImm, 100, 200, nil))
-	f.Add(ft.packet(OpUCWriteFirst, 100, 256, reth(3800, 512)))
-	f.Add(ft.packet(OpUCWriteOnlyImm, 100, 64, reth(0, 64)))
+	f.Add(ft.packet(header.OpUDSendOnly, 7, 300, deth(fuzzQKey)))
+	f.Add(ft.packet(header.OpUDSendOnlyImm, 8, 460, deth(fuzzQKey)))
+	f.Add(ft.packet(header.OpUDSendOnly, 9, 20, deth(fuzzQKey+1)))
+	f.Add(ft.packet(header.OpUCSendFirst, 100, 256, nil))
+	f.Add(ft.packet(header.OpUCSendOnlyImm, 100, 200, nil))
+	f.Add(ft.packet(header.OpUCWriteFirst, 100, 256, reth(3800, 512)))
+	f.Add(ft.packet(header.OpUCWriteOnlyImm, 100, 64, reth(0, 64)))
 	// A UC message with a PSN gap, as two length-prefixed packets.
-	gap := append([]byte{16}, ft.packet(OpUCSendFirst, 100, 256, nil)...)
-	f.Add(append(append(gap, 1), ft.packet(OpUCSendLast, 102, 10, nil)...))
+	gap := append([]byte{16}, ft.packet(header.OpUCSendFirst, 100, 256, nil)...)
+	f.Add(append(append(gap, 1), ft.packet(header.OpUCSendLast, 102, 10, nil)...))
 	// A CNP (congestion control), and a SEND marked CE (BTH byte 4 bit
 	// 0x20 selects the CE mark below).
-	f.Add(ft.packet(OpCNP, 0, 16, func(p *Packet) { p.BTH.SetBECN(true) }))
-	f.Add(ft.packet(OpRCSendOnly, 100, 30, func(p *Packet) { p.BTH[4] |= 0x20 }))
+	f.Add(ft.packet(header.OpCNP, 0, 16, func(p *header.Packet) { p.BTH.SetBECN(true) }))
+	f.Add(ft.packet(header.OpRCSendOnly, 100, 30, func(p *header.Packet) { p.BTH[4] |= 0x20 }))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		ft := newFuzzTarget(t)
 		ip4 := make([]byte, 20)
@@ -163,18 +167,18 @@ func FuzzEngineReceive(f *testing.F) {
 			data = data[1:]
 			pkt := data[:min(n, len(data))]
 			data = data[len(pkt):]
-			if len(pkt) >= BTHLen {
+			if len(pkt) >= header.BTHLen {
 				// Aim at the QP and keep the PSN near the expected one, or
 				// everything is just out of sequence.
-				BTH(pkt).SetDestQPN(ft.qp.QPN())
+				header.BTH(pkt).SetDestQPN(ft.qp.QPN())
 				switch pkt[0] & 0xe0 {
 				case 0x60:
-					BTH(pkt).SetDestQPN(ft.ud.QPN())
+					header.BTH(pkt).SetDestQPN(ft.ud.QPN())
 				case 0x20:
-					BTH(pkt).SetDestQPN(ft.uc.QPN())
+					header.BTH(pkt).SetDestQPN(ft.uc.QPN())
 				}
 				if pkt[9]&0x80 == 0 {
-					BTH(pkt).SetPSN(100 + PSN(pkt[11]&3))
+					header.BTH(pkt).SetPSN(100 + header.PSN(pkt[11]&3))
 				}
 				info.CE = pkt[4]&0x20 != 0
 			}
@@ -183,9 +187,9 @@ func FuzzEngineReceive(f *testing.F) {
 		}
 		require.True(t, bytes.Equal(ft.orig[:4096], ft.whole[:4096]) && bytes.Equal(ft.orig[8192:], ft.whole[8192:]),
 			"bytes outside the registered region changed")
-		require.LessOrEqual(t, ft.qp.State(), QPSErr)
-		require.Equal(t, QPSRTS, ft.ud.State(), "a UD QP stays up whatever it receives")
-		require.Equal(t, QPSRTS, ft.uc.State(), "a UC QP stays up whatever it receives")
+		require.LessOrEqual(t, ft.qp.State(), ibv.QPSErr)
+		require.Equal(t, ibv.QPSRTS, ft.ud.State(), "a UD QP stays up whatever it receives")
+		require.Equal(t, ibv.QPSRTS, ft.uc.State(), "a UC QP stays up whatever it receives")
 	})
 }
 
@@ -195,54 +199,54 @@ func TestEngineResponses(t *testing.T) {
 	ft.port.keep = true
 	info := &RecvInfo{SGID: peerGID}
 	// From a stranger GID: ignored.
-	ft.e.Receive(ft.packet(OpRCWriteOnly, 100, 0, nil), &RecvInfo{SGID: GID{1}})
+	ft.e.Receive(ft.packet(header.OpRCWriteOnly, 100, 0, nil), &RecvInfo{SGID: ibv.GID{1}})
 	ft.e.Process()
 	require.Empty(t, ft.port.sent)
 	require.Equal(t, uint64(1), ft.e.Ctr.RxFiltered.Load())
 	// To another of the device's GIDs than the QP's source GID: ignored.
-	ft.e.Receive(ft.packet(OpRCWriteOnly, 100, 0, nil), &RecvInfo{SGID: peerGID, DGIDIndex: 1})
+	ft.e.Receive(ft.packet(header.OpRCWriteOnly, 100, 0, nil), &RecvInfo{SGID: peerGID, DGIDIndex: 1})
 	require.Equal(t, uint64(2), ft.e.Ctr.RxFiltered.Load())
 	// Another partition: ignored.
-	ft.e.Receive(ft.packet(OpRCWriteOnly, 100, 0, func(p *Packet) { p.BTH.SetPKey(0x8001) }), info)
+	ft.e.Receive(ft.packet(header.OpRCWriteOnly, 100, 0, func(p *header.Packet) { p.BTH.SetPKey(0x8001) }), info)
 	require.Equal(t, uint64(1), ft.e.Ctr.RxBadPKey.Load())
 	ft.e.Process()
 	require.Empty(t, ft.port.sent)
 	// A 3-packet READ at MTU 256 of 600 bytes: FIRST, MIDDLE, LAST with
 	// AETH on FIRST and LAST.
-	ft.e.Receive(ft.packet(OpRCReadRequest, 100, 0, func(p *Packet) {
+	ft.e.Receive(ft.packet(header.OpRCReadRequest, 100, 0, func(p *header.Packet) {
 		p.RETH.SetVA(ft.mr.Addr() + 100)
 		p.RETH.SetRKey(ft.mr.RKey())
 		p.RETH.SetDMALength(600)
 	}), info)
 	ft.e.Process()
 	require.Len(t, ft.port.sent, 3)
-	var p Packet
-	ops := []Opcode{OpRCReadResponseFirst, OpRCReadResponseMiddle, OpRCReadResponseLast}
+	var p header.Packet
+	ops := []header.Opcode{header.OpRCReadResponseFirst, header.OpRCReadResponseMiddle, header.OpRCReadResponseLast}
 	for i, raw := range ft.port.sent {
-		require.NoError(t, ParsePacket(raw, &p))
+		require.NoError(t, header.ParsePacket(raw, &p))
 		require.Equal(t, ops[i], p.BTH.Opcode())
-		require.Equal(t, PSN(100+i), p.BTH.PSN())
+		require.Equal(t, header.PSN(100+i), p.BTH.PSN())
 		require.Equal(t, uint32(peerQPN), p.BTH.DestQPN())
 		require.Equal(t, i != 1, p.AETH != nil)
 		want := ft.whole[4096+100+i*256 : 4096+100+min((i+1)*256, 600)]
 		require.Equal(t, want, p.Payload)
 	}
 	// An ACK for PSNs never sent retires nothing.
-	ft.e.Receive(ft.packet(OpRCAcknowledge, 700, 0, func(p *Packet) { p.AETH.SetSyndrome(ACKSyndrome(UnlimitedCredits)) }), info)
+	ft.e.Receive(ft.packet(header.OpRCAcknowledge, 700, 0, func(p *header.Packet) { p.AETH.SetSyndrome(header.ACKSyndrome(header.UnlimitedCredits)) }), info)
 	require.Equal(t, uint64(1), ft.e.Ctr.RxBadResponse.Load())
 	// A NAK for the QP's own READ fails it with the matching status.
 	ft.port.sent = nil
-	ft.e.Receive(ft.packet(OpRCAcknowledge, 500, 0, func(p *Packet) {
-		p.AETH.SetSyndrome(NAKSyndrome(NAKRemoteAccessError))
+	ft.e.Receive(ft.packet(header.OpRCAcknowledge, 500, 0, func(p *header.Packet) {
+		p.AETH.SetSyndrome(header.NAKSyndrome(header.NAKRemoteAccessError))
 	}), info)
-	var wcs [8]WC
+	var wcs [8]ibv.WC
 	n, err := ft.cq.Poll(wcs[:])
 	require.NoError(t, err)
 	require.Equal(t, 5, n) // the READ, then the four receives flushed
-	require.Equal(t, WCRemAccessErr, wcs[0].Status)
+	require.Equal(t, ibv.WCRemAccessErr, wcs[0].Status)
 	require.Equal(t, uint64(1), wcs[0].WRID)
 	for _, wc := range wcs[1:5] {
-		require.Equal(t, WCWRFlushErr, wc.Status)
+		require.Equal(t, ibv.WCWRFlushErr, wc.Status)
 	}
-	require.Equal(t, QPSErr, ft.qp.State())
+	require.Equal(t, ibv.QPSErr, ft.qp.State())
 }

@@ -1,5 +1,7 @@
 package ibtransport
 
+import "github.com/softnic/softnic/ibtransport/ibv"
+
 // QPEvent is an asynchronous event the engine raises about a QP (the QP
 // kinds of ibv_event_type; verbs adds those of SRQs and CQs).
 type QPEvent uint8
@@ -43,7 +45,7 @@ func (e *Engine) emit(q *QP, ev QPEvent) {
 
 // fail moves the QP to ERR on the engine's own account and says so.
 func (q *QP) fail() {
-	if q.st == QPSErr {
+	if q.st == ibv.QPSErr {
 		return
 	}
 	q.toError()
@@ -52,7 +54,7 @@ func (q *QP) fail() {
 
 // complete posts a completion; a CQ overrun fails the QP, as IBA makes it
 // an error of the QPs using the CQ.
-func (q *QP) complete(cq CompletionQueue, wc WC, solicited bool) {
+func (q *QP) complete(cq CompletionQueue, wc ibv.WC, solicited bool) {
 	q.e.SettleWrites() // a completion says the data is in place
 	if !cq.Push(wc, solicited) {
 		q.fail()

@@ -4,11 +4,14 @@ import (
 	"cmp"
 	"fmt"
 	"math/bits"
-	"reflect"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/softnic/softnic/ibtransport/header"
+
+	"github.com/softnic/softnic/ibtransport/ibv"
 )
 
 // Group is the engines of one device: one per receive queue of its link,
@@ -120,38 +123,15 @@ func (g *Group) QPs() int {
 
 // Counters returns the engines' counters: with one engine the live ones,
 // with several their sum at the time of the call.
-func (g *Group) Counters() *Counters {
+func (g *Group) Counters() *ibv.Counters {
 	if len(g.engines) == 1 {
 		return &g.engines[0].Ctr
 	}
-	var sum Counters
+	var sum ibv.Counters
 	for _, e := range g.engines {
-		AddCounters(&sum, &e.Ctr)
+		ibv.AddCounters(&sum, &e.Ctr)
 	}
 	return &sum
-}
-
-// AddCounters adds every atomic counter of *src to the same field of *dst,
-// going into nested structs: dst and src are pointers to the same struct
-// type, whose fields are atomic.Uint64, atomic.Int64 or such structs.
-func AddCounters(dst, src any) {
-	addCounters(reflect.ValueOf(dst).Elem(), reflect.ValueOf(src).Elem())
-}
-
-func addCounters(dst, src reflect.Value) {
-	for i := range dst.NumField() {
-		d, s := dst.Field(i).Addr().Interface(), src.Field(i).Addr().Interface()
-		switch d := d.(type) {
-		case *atomic.Uint64:
-			d.Add(s.(*atomic.Uint64).Load())
-		case *atomic.Int64:
-			d.Add(s.(*atomic.Int64).Load())
-		default:
-			if dst.Field(i).Kind() == reflect.Struct {
-				addCounters(dst.Field(i), src.Field(i))
-			}
-		}
-	}
 }
 
 // EngineFor returns which of n engines serves the connection between QPs a and
@@ -228,7 +208,7 @@ const followAfter = 64
 // Datagram QPs hear from many peers and stay; so do QPs on an SRQ, which
 // keeps its QPs on one engine.
 func (e *Engine) noteStray(q *QP) {
-	if q.typ == QPTypeUD || q.srq != nil {
+	if q.typ == ibv.QPTypeUD || q.srq != nil {
 		return
 	}
 	if q.strays.Add(1) == followAfter {
@@ -280,14 +260,14 @@ type forwardSlot struct {
 	n    int
 	info RecvInfo
 	buf  [maxForwardPacket]byte
-	net  [GRHLen]byte // info.NetHeader's copy
+	net  [ibv.GRHLen]byte // info.NetHeader's copy
 }
 
 const (
 	forwardSlots = 256
 	// The largest IB packet: BTH, RETH and ImmDt, 4096 bytes of payload,
 	// and pad.
-	maxForwardPacket = BTHLen + RETHLen + ImmDtLen + 4096 + 4
+	maxForwardPacket = header.BTHLen + header.RETHLen + header.ImmDtLen + 4096 + 4
 )
 
 // forwardTo copies a packet that arrived at e for a QP of engine to into
@@ -351,24 +331,18 @@ func (e *Engine) hasForwarded() bool {
 	return false
 }
 
-// QPCountersRef names one QP's counters: what QPCounterRefs lists.
-type QPCountersRef struct {
-	QPN uint32
-	Ctr *QPCounters
-}
-
 // QPCounterRefs appends every QP's number and counters to dst, in QPN
 // order. It pauses the engines only to copy the table (Do); the counters
 // are read after, while they run.
-func (g *Group) QPCounterRefs(dst []QPCountersRef) []QPCountersRef {
+func (g *Group) QPCounterRefs(dst []ibv.QPCountersRef) []ibv.QPCountersRef {
 	start := len(dst)
 	g.Do(func() error {
 		for qpn, q := range g.qps {
-			dst = append(dst, QPCountersRef{QPN: qpn, Ctr: q.ctr})
+			dst = append(dst, ibv.QPCountersRef{QPN: qpn, Ctr: q.ctr})
 		}
 		return nil
 	})
-	slices.SortFunc(dst[start:], func(a, b QPCountersRef) int { return cmp.Compare(a.QPN, b.QPN) })
+	slices.SortFunc(dst[start:], func(a, b ibv.QPCountersRef) int { return cmp.Compare(a.QPN, b.QPN) })
 	return dst
 }
 
@@ -388,8 +362,8 @@ func (g *Group) QPCongestionRate(qpn uint32) (uint64, bool) {
 
 // QPCounters returns the counters of QP qpn, or nil when the group has no
 // such QP.
-func (g *Group) QPCounters(qpn uint32) *QPCounters {
-	var c *QPCounters
+func (g *Group) QPCounters(qpn uint32) *ibv.QPCounters {
+	var c *ibv.QPCounters
 	g.Do(func() error {
 		if q := g.qps[qpn]; q != nil {
 			c = q.ctr

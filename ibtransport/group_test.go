@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/softnic/softnic/ibtransport/header"
 )
 
 // TestGroupPlacesConnections checks that connecting a QP moves it to the
@@ -33,8 +35,8 @@ func TestGroupPlacesConnections(t *testing.T) {
 	require.NotZero(t, perEngine[0])
 	require.NotZero(t, perEngine[1])
 
-	var p Packet
-	last := map[*QP]PSN{}
+	var p header.Packet
+	last := map[*QP]header.PSN{}
 	for k, e := range g.Engines() {
 		for busy := true; busy; {
 			busy, _ = e.Process()
@@ -43,7 +45,7 @@ func TestGroupPlacesConnections(t *testing.T) {
 		require.Equal(t, len(ports[k].sent), e.unacked, "engine %d: what it sent is what its window counts", k)
 		require.LessOrEqual(t, e.unacked, maxDeviceUnacked+msgLen/256-1)
 		for _, raw := range ports[k].sent {
-			require.NoError(t, ParsePacket(raw, &p))
+			require.NoError(t, header.ParsePacket(raw, &p))
 			q := byPeer[p.BTH.DestQPN()]
 			require.Equal(t, k, q.EngineIndex(), "engine %d sent a packet of another engine's QP", k)
 			last[q] = p.BTH.PSN()
@@ -99,8 +101,8 @@ func TestFollowKeepsOrder(t *testing.T) {
 		q = windowTestQP(t, g.Engines()[0], mr, cq, dest, 1, 8)
 	}
 	e0, e1 := g.Engines()[0], g.Engines()[1]
-	write := func(psn PSN) {
-		receiveFromPeer(t, e0, q, OpRCWriteOnly, psn, 8, func(p *Packet) {
+	write := func(psn header.PSN) {
+		receiveFromPeer(t, e0, q, header.OpRCWriteOnly, psn, 8, func(p *header.Packet) {
 			p.RETH.SetVA(mr.Addr() + 8*uint64(psn))
 			p.RETH.SetRKey(mr.RKey())
 			p.RETH.SetDMALength(8)
@@ -114,7 +116,7 @@ func TestFollowKeepsOrder(t *testing.T) {
 	e0.Process()
 	e1.Process()
 	require.Zero(t, e0.Ctr.RxOutOfSeq.Load()+e1.Ctr.RxOutOfSeq.Load(), "the request after the move overtook the one before")
-	require.Equal(t, PSN(2), q.resp.ePSN)
+	require.Equal(t, header.PSN(2), q.resp.ePSN)
 	require.Equal(t, uint64(1), e0.Ctr.Followed.Load())
 	require.Equal(t, uint64(1), e0.Ctr.Forwarded.Load(), "handed over after the move")
 }

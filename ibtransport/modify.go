@@ -1,54 +1,60 @@
 package ibtransport
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/softnic/softnic/ibtransport/header"
+
+	"github.com/softnic/softnic/ibtransport/ibv"
+)
 
 // Transition rules (IBA table 93, as the kernel's ib_modify_qp_is_ok keeps
 // them for RC): the attributes a transition needs and those it allows.
 type transition struct {
-	required, optional QPAttrMask
+	required, optional ibv.QPAttrMask
 }
 
-var transitions = map[[2]QPState]transition{
-	{QPSReset, QPSInit}: {0, QPAttrPKeyIndex | QPAttrPort | QPAttrAccessFlags},
-	{QPSInit, QPSInit}:  {0, QPAttrPKeyIndex | QPAttrPort | QPAttrAccessFlags},
-	{QPSInit, QPSRTR}: {QPAttrAV | QPAttrPathMTU | QPAttrDestQPN | QPAttrRQPSN | QPAttrMaxDestRdAtomic | QPAttrMinRNRTimer,
-		QPAttrPKeyIndex | QPAttrAccessFlags},
-	{QPSRTR, QPSRTS}: {QPAttrSQPSN | QPAttrTimeout | QPAttrRetryCnt | QPAttrRNRRetry | QPAttrMaxQPRdAtomic,
-		QPAttrCurState | QPAttrAccessFlags | QPAttrMinRNRTimer},
-	{QPSRTS, QPSRTS}: {0, QPAttrCurState | QPAttrAccessFlags | QPAttrMinRNRTimer},
-	{QPSRTS, QPSSQD}: {0, 0},
-	{QPSSQD, QPSRTS}: {0, QPAttrCurState | QPAttrAccessFlags | QPAttrMinRNRTimer},
-	{QPSSQD, QPSSQD}: {0, QPAttrAV | QPAttrAccessFlags | QPAttrPKeyIndex | QPAttrMinRNRTimer | QPAttrTimeout |
-		QPAttrRetryCnt | QPAttrRNRRetry | QPAttrMaxQPRdAtomic | QPAttrMaxDestRdAtomic},
-	{QPSSQE, QPSRTS}: {0, QPAttrCurState | QPAttrAccessFlags},
+var transitions = map[[2]ibv.QPState]transition{
+	{ibv.QPSReset, ibv.QPSInit}: {0, ibv.QPAttrPKeyIndex | ibv.QPAttrPort | ibv.QPAttrAccessFlags},
+	{ibv.QPSInit, ibv.QPSInit}:  {0, ibv.QPAttrPKeyIndex | ibv.QPAttrPort | ibv.QPAttrAccessFlags},
+	{ibv.QPSInit, ibv.QPSRTR}: {ibv.QPAttrAV | ibv.QPAttrPathMTU | ibv.QPAttrDestQPN | ibv.QPAttrRQPSN | ibv.QPAttrMaxDestRdAtomic | ibv.QPAttrMinRNRTimer,
+		ibv.QPAttrPKeyIndex | ibv.QPAttrAccessFlags},
+	{ibv.QPSRTR, ibv.QPSRTS}: {ibv.QPAttrSQPSN | ibv.QPAttrTimeout | ibv.QPAttrRetryCnt | ibv.QPAttrRNRRetry | ibv.QPAttrMaxQPRdAtomic,
+		ibv.QPAttrCurState | ibv.QPAttrAccessFlags | ibv.QPAttrMinRNRTimer},
+	{ibv.QPSRTS, ibv.QPSRTS}: {0, ibv.QPAttrCurState | ibv.QPAttrAccessFlags | ibv.QPAttrMinRNRTimer},
+	{ibv.QPSRTS, ibv.QPSSQD}: {0, 0},
+	{ibv.QPSSQD, ibv.QPSRTS}: {0, ibv.QPAttrCurState | ibv.QPAttrAccessFlags | ibv.QPAttrMinRNRTimer},
+	{ibv.QPSSQD, ibv.QPSSQD}: {0, ibv.QPAttrAV | ibv.QPAttrAccessFlags | ibv.QPAttrPKeyIndex | ibv.QPAttrMinRNRTimer | ibv.QPAttrTimeout |
+		ibv.QPAttrRetryCnt | ibv.QPAttrRNRRetry | ibv.QPAttrMaxQPRdAtomic | ibv.QPAttrMaxDestRdAtomic},
+	{ibv.QPSSQE, ibv.QPSRTS}: {0, ibv.QPAttrCurState | ibv.QPAttrAccessFlags},
 }
 
 // udTransitions are IBA table 93's rules for UD QPs, as the kernel's
 // ib_modify_qp_is_ok keeps them: no address vector, destination QP or
 // receive PSN, a Q_Key from INIT on.
-var udTransitions = map[[2]QPState]transition{
-	{QPSReset, QPSInit}: {QPAttrPKeyIndex | QPAttrPort | QPAttrQKey, 0},
-	{QPSInit, QPSInit}:  {0, QPAttrPKeyIndex | QPAttrPort | QPAttrQKey},
-	{QPSInit, QPSRTR}:   {0, QPAttrPKeyIndex | QPAttrQKey},
-	{QPSRTR, QPSRTS}:    {QPAttrSQPSN, QPAttrCurState | QPAttrQKey},
-	{QPSRTS, QPSRTS}:    {0, QPAttrCurState | QPAttrQKey},
-	{QPSRTS, QPSSQD}:    {0, 0},
-	{QPSSQD, QPSRTS}:    {0, QPAttrCurState | QPAttrQKey},
-	{QPSSQD, QPSSQD}:    {0, QPAttrPKeyIndex | QPAttrQKey},
-	{QPSSQE, QPSRTS}:    {0, QPAttrCurState | QPAttrQKey},
+var udTransitions = map[[2]ibv.QPState]transition{
+	{ibv.QPSReset, ibv.QPSInit}: {ibv.QPAttrPKeyIndex | ibv.QPAttrPort | ibv.QPAttrQKey, 0},
+	{ibv.QPSInit, ibv.QPSInit}:  {0, ibv.QPAttrPKeyIndex | ibv.QPAttrPort | ibv.QPAttrQKey},
+	{ibv.QPSInit, ibv.QPSRTR}:   {0, ibv.QPAttrPKeyIndex | ibv.QPAttrQKey},
+	{ibv.QPSRTR, ibv.QPSRTS}:    {ibv.QPAttrSQPSN, ibv.QPAttrCurState | ibv.QPAttrQKey},
+	{ibv.QPSRTS, ibv.QPSRTS}:    {0, ibv.QPAttrCurState | ibv.QPAttrQKey},
+	{ibv.QPSRTS, ibv.QPSSQD}:    {0, 0},
+	{ibv.QPSSQD, ibv.QPSRTS}:    {0, ibv.QPAttrCurState | ibv.QPAttrQKey},
+	{ibv.QPSSQD, ibv.QPSSQD}:    {0, ibv.QPAttrPKeyIndex | ibv.QPAttrQKey},
+	{ibv.QPSSQE, ibv.QPSRTS}:    {0, ibv.QPAttrCurState | ibv.QPAttrQKey},
 }
 
 // Modify changes the QP's attributes and state (ibv_modify_qp). Only the
 // attributes in mask are read. A transition the QP state machine does not
 // have, a missing required attribute or an out-of-range value is an error
 // and changes nothing.
-func (q *QP) Modify(attr *QPAttr, mask QPAttrMask) error {
+func (q *QP) Modify(attr *ibv.QPAttr, mask ibv.QPAttrMask) error {
 	var err error
-	if g := q.home.Load().g; len(g.engines) > 1 && q.typ != QPTypeUD && mask&QPAttrState != 0 && attr.State == QPSRTR && mask&QPAttrDestQPN != 0 {
+	if g := q.home.Load().g; len(g.engines) > 1 && q.typ != ibv.QPTypeUD && mask&ibv.QPAttrState != 0 && attr.State == ibv.QPSRTR && mask&ibv.QPAttrDestQPN != 0 {
 		// Connecting: the QP moves to its connection's engine first, so
 		// that its path is that engine's.
 		err = g.Do(func() error {
-			if q.st == QPSInit {
+			if q.st == ibv.QPSInit {
 				g.place(q, attr.DestQPN)
 			}
 			return q.modify(attr, mask)
@@ -80,21 +86,21 @@ func (q *QP) do(fn func() error) error {
 	}
 }
 
-func (q *QP) modify(attr *QPAttr, mask QPAttrMask) error {
+func (q *QP) modify(attr *ibv.QPAttr, mask ibv.QPAttrMask) error {
 	q.e.activate(q)
 	cur := q.st
 	next := cur
-	if mask&QPAttrState != 0 {
+	if mask&ibv.QPAttrState != 0 {
 		next = attr.State
 	}
-	if mask&QPAttrCurState != 0 && attr.CurState != cur {
-		return fmt.Errorf("current state is %v, not %v: %w", cur, attr.CurState, ErrInvalidArgument)
+	if mask&ibv.QPAttrCurState != 0 && attr.CurState != cur {
+		return fmt.Errorf("current state is %v, not %v: %w", cur, attr.CurState, ibv.ErrInvalidArgument)
 	}
-	if next == QPSReset || next == QPSErr {
-		if mask&^(QPAttrState|QPAttrCurState) != 0 {
-			return fmt.Errorf("%v to %v takes no attributes: %w", cur, next, ErrInvalidArgument)
+	if next == ibv.QPSReset || next == ibv.QPSErr {
+		if mask&^(ibv.QPAttrState|ibv.QPAttrCurState) != 0 {
+			return fmt.Errorf("%v to %v takes no attributes: %w", cur, next, ibv.ErrInvalidArgument)
 		}
-		if next == QPSReset {
+		if next == ibv.QPSReset {
 			q.reset()
 		} else {
 			q.toError()
@@ -116,7 +122,7 @@ func (q *QP) modify(attr *QPAttr, mask QPAttrMask) error {
 	q.attr.Merge(attr, mask)
 	q.attrMu.Unlock()
 	q.applyAttr(path, mask)
-	if next == QPSSQD && cur != QPSSQD {
+	if next == ibv.QPSSQD && cur != ibv.QPSSQD {
 		q.sqDrained = false
 	}
 	q.setState(next)
@@ -126,40 +132,40 @@ func (q *QP) modify(attr *QPAttr, mask QPAttrMask) error {
 // checkTransition checks that the state machine of QPs of type typ has the
 // transition from cur to next and that mask gives the attributes it needs
 // and no others.
-func checkTransition(typ QPType, cur, next QPState, mask QPAttrMask) error {
+func checkTransition(typ ibv.QPType, cur, next ibv.QPState, mask ibv.QPAttrMask) error {
 	table := transitions
 	switch typ {
-	case QPTypeUD:
+	case ibv.QPTypeUD:
 		table = udTransitions
-	case QPTypeUC:
+	case ibv.QPTypeUC:
 		table = ucTransitions
 	}
-	tr, ok := table[[2]QPState{cur, next}]
+	tr, ok := table[[2]ibv.QPState{cur, next}]
 	if !ok {
-		return fmt.Errorf("no transition from %v to %v: %w", cur, next, ErrInvalidState)
+		return fmt.Errorf("no transition from %v to %v: %w", cur, next, ibv.ErrInvalidState)
 	}
-	given := mask &^ QPAttrState
+	given := mask &^ ibv.QPAttrState
 	if missing := tr.required &^ given; missing != 0 {
-		return fmt.Errorf("%v to %v needs attributes %#x: %w", cur, next, uint32(missing), ErrInvalidArgument)
+		return fmt.Errorf("%v to %v needs attributes %#x: %w", cur, next, uint32(missing), ibv.ErrInvalidArgument)
 	}
 	if extra := given &^ (tr.required | tr.optional); extra != 0 {
-		return fmt.Errorf("%v to %v does not take attributes %#x: %w", cur, next, uint32(extra), ErrInvalidArgument)
+		return fmt.Errorf("%v to %v does not take attributes %#x: %w", cur, next, uint32(extra), ibv.ErrInvalidArgument)
 	}
 	return nil
 }
 
 // newPath asks the port for the path of a new address vector or path MTU;
 // nil when mask changes neither.
-func (q *QP) newPath(attr *QPAttr, mask QPAttrMask) (TxPath, error) {
-	if mask&(QPAttrAV|QPAttrPathMTU) == 0 {
+func (q *QP) newPath(attr *ibv.QPAttr, mask ibv.QPAttrMask) (TxPath, error) {
+	if mask&(ibv.QPAttrAV|ibv.QPAttrPathMTU) == 0 {
 		return nil, nil
 	}
 	av := q.attr.AV
-	if mask&QPAttrAV != 0 {
+	if mask&ibv.QPAttrAV != 0 {
 		av = attr.AV
 	}
 	mtu := q.attr.PathMTU
-	if mask&QPAttrPathMTU != 0 {
+	if mask&ibv.QPAttrPathMTU != 0 {
 		mtu = attr.PathMTU
 	}
 	p, err := q.e.port.Path(&av, q.qpn, mtu.Bytes())
@@ -169,55 +175,22 @@ func (q *QP) newPath(attr *QPAttr, mask QPAttrMask) (TxPath, error) {
 	return p, nil
 }
 
-// attrSetters copy one attribute each, selected by its mask bit.
-var attrSetters = [...]struct {
-	mask QPAttrMask
-	set  func(dst, src *QPAttr)
-}{
-	{QPAttrAccessFlags, func(d, s *QPAttr) { d.AccessFlags = s.AccessFlags }},
-	{QPAttrPKeyIndex, func(d, s *QPAttr) { d.PKeyIndex = s.PKeyIndex }},
-	{QPAttrPort, func(d, s *QPAttr) { d.Port = s.Port }},
-	{QPAttrAV, func(d, s *QPAttr) { d.AV = s.AV }},
-	{QPAttrPathMTU, func(d, s *QPAttr) { d.PathMTU = s.PathMTU }},
-	{QPAttrTimeout, func(d, s *QPAttr) { d.Timeout = s.Timeout }},
-	{QPAttrRetryCnt, func(d, s *QPAttr) { d.RetryCnt = s.RetryCnt }},
-	{QPAttrRNRRetry, func(d, s *QPAttr) { d.RNRRetry = s.RNRRetry }},
-	{QPAttrRQPSN, func(d, s *QPAttr) { d.RQPSN = s.RQPSN & PSNMask }},
-	{QPAttrSQPSN, func(d, s *QPAttr) { d.SQPSN = s.SQPSN & PSNMask }},
-	{QPAttrMaxQPRdAtomic, func(d, s *QPAttr) { d.MaxRdAtomic = s.MaxRdAtomic }},
-	{QPAttrMaxDestRdAtomic, func(d, s *QPAttr) { d.MaxDestRdAtomic = s.MaxDestRdAtomic }},
-	{QPAttrMinRNRTimer, func(d, s *QPAttr) { d.MinRNRTimer = s.MinRNRTimer }},
-	{QPAttrDestQPN, func(d, s *QPAttr) { d.DestQPN = s.DestQPN }},
-	{QPAttrQKey, func(d, s *QPAttr) { d.QKey = s.QKey }},
-}
-
-// Merge copies the attributes of src that mask selects into a, as Modify
-// records them (the state aside, which Modify moves itself): a QP's
-// attributes as ibv_query_qp returns them.
-func (a *QPAttr) Merge(src *QPAttr, mask QPAttrMask) {
-	for _, s := range attrSetters {
-		if mask&s.mask != 0 {
-			s.set(a, src)
-		}
-	}
-}
-
 // applyAttr brings the engine's copies of the attributes (path, MTU, PSNs,
-// responder resources, retry counts) up to date after Merge.
-func (q *QP) applyAttr(path TxPath, mask QPAttrMask) {
+// responder resources, retry counts) up to date after QPAttr.Merge.
+func (q *QP) applyAttr(path TxPath, mask ibv.QPAttrMask) {
 	if path != nil {
 		q.path = path
 		q.mtu = uint32(q.attr.PathMTU.Bytes())
 		q.req.window = windowFor(q.mtu)
 	}
 	q.destQPN = q.attr.DestQPN
-	if mask&QPAttrRQPSN != 0 {
+	if mask&ibv.QPAttrRQPSN != 0 {
 		q.resp.ePSN = q.attr.RQPSN
 	}
-	if mask&QPAttrMaxDestRdAtomic != 0 {
+	if mask&ibv.QPAttrMaxDestRdAtomic != 0 {
 		q.resp.initResources(int(q.attr.MaxDestRdAtomic))
 	}
-	if mask&QPAttrSQPSN != 0 {
+	if mask&ibv.QPAttrSQPSN != 0 {
 		q.req.start(q.attr.SQPSN)
 		q.comp.start(q.attr.SQPSN)
 		q.req.recount()
@@ -225,34 +198,34 @@ func (q *QP) applyAttr(path TxPath, mask QPAttrMask) {
 	q.comp.resetRetries()
 }
 
-func validateAttr(a *QPAttr, mask QPAttrMask) error {
+func validateAttr(a *ibv.QPAttr, mask ibv.QPAttrMask) error {
 	bad := func(what string, v any) error {
-		return fmt.Errorf("%s %v out of range: %w", what, v, ErrInvalidArgument)
+		return fmt.Errorf("%s %v out of range: %w", what, v, ibv.ErrInvalidArgument)
 	}
 	switch {
-	case mask&QPAttrPathMTU != 0 && a.PathMTU.Bytes() == 0:
+	case mask&ibv.QPAttrPathMTU != 0 && a.PathMTU.Bytes() == 0:
 		return bad("path MTU", a.PathMTU)
-	case mask&QPAttrTimeout != 0 && a.Timeout > 31:
+	case mask&ibv.QPAttrTimeout != 0 && a.Timeout > 31:
 		return bad("timeout", a.Timeout)
-	case mask&QPAttrRetryCnt != 0 && a.RetryCnt > 7:
+	case mask&ibv.QPAttrRetryCnt != 0 && a.RetryCnt > 7:
 		return bad("retry count", a.RetryCnt)
-	case mask&QPAttrRNRRetry != 0 && a.RNRRetry > 7:
+	case mask&ibv.QPAttrRNRRetry != 0 && a.RNRRetry > 7:
 		return bad("RNR retry", a.RNRRetry)
-	case mask&QPAttrMinRNRTimer != 0 && a.MinRNRTimer > 31:
+	case mask&ibv.QPAttrMinRNRTimer != 0 && a.MinRNRTimer > 31:
 		return bad("min RNR timer", a.MinRNRTimer)
-	case mask&QPAttrMaxQPRdAtomic != 0 && a.MaxRdAtomic > MaxRdAtomic:
+	case mask&ibv.QPAttrMaxQPRdAtomic != 0 && a.MaxRdAtomic > ibv.MaxRdAtomic:
 		return bad("max_rd_atomic", a.MaxRdAtomic)
-	case mask&QPAttrMaxDestRdAtomic != 0 && a.MaxDestRdAtomic > MaxRdAtomic:
+	case mask&ibv.QPAttrMaxDestRdAtomic != 0 && a.MaxDestRdAtomic > ibv.MaxRdAtomic:
 		return bad("max_dest_rd_atomic", a.MaxDestRdAtomic)
-	case mask&QPAttrDestQPN != 0 && a.DestQPN > PSNMask:
+	case mask&ibv.QPAttrDestQPN != 0 && a.DestQPN > header.PSNMask:
 		return bad("dest QPN", a.DestQPN)
-	case mask&QPAttrRQPSN != 0 && a.RQPSN > PSNMask:
+	case mask&ibv.QPAttrRQPSN != 0 && a.RQPSN > header.PSNMask:
 		return bad("RQ PSN", a.RQPSN)
-	case mask&QPAttrSQPSN != 0 && a.SQPSN > PSNMask:
+	case mask&ibv.QPAttrSQPSN != 0 && a.SQPSN > header.PSNMask:
 		return bad("SQ PSN", a.SQPSN)
-	case mask&QPAttrPort != 0 && a.Port != 1:
+	case mask&ibv.QPAttrPort != 0 && a.Port != 1:
 		return bad("port", a.Port)
-	case mask&QPAttrAccessFlags != 0 && a.AccessFlags&^AccessAll != 0:
+	case mask&ibv.QPAttrAccessFlags != 0 && a.AccessFlags&^ibv.AccessAll != 0:
 		return bad("access flags", a.AccessFlags)
 	}
 	return nil

@@ -1,10 +1,14 @@
 package ibtransport
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/softnic/softnic/ibtransport/ibv"
+)
 
 // PostSend posts a send work request (ibv_post_send). The request's SGL and
 // inline data are copied, so wr may be reused when PostSend returns.
-func (q *QP) PostSend(wr *SendWR) error {
+func (q *QP) PostSend(wr *ibv.SendWR) error {
 	if err := q.checkPostSend(); err != nil {
 		return err
 	}
@@ -21,7 +25,7 @@ func (q *QP) PostSend(wr *SendWR) error {
 // PostSendList posts several send work requests at once, in order, with one
 // doorbell (ibv_post_send with a list). It returns how many were posted; on
 // an error, wrs[n] is the request that failed (libibverbs' bad_wr).
-func (q *QP) PostSendList(wrs []SendWR) (int, error) {
+func (q *QP) PostSendList(wrs []ibv.SendWR) (int, error) {
 	if err := q.checkPostSend(); err != nil {
 		return 0, err
 	}
@@ -45,7 +49,7 @@ func (q *QP) PostSendList(wrs []SendWR) (int, error) {
 // takes the QP to the error state, as a NIC completes a descriptor it
 // cannot execute: the daemon's answer to a client's entry it could not
 // decode or post. The completion comes whatever the QP's signaling.
-func (q *QP) PostSendError(id uint64, st WCStatus) error {
+func (q *QP) PostSendError(id uint64, st ibv.WCStatus) error {
 	if err := q.checkPostSend(); err != nil {
 		return err
 	}
@@ -57,7 +61,7 @@ func (q *QP) PostSendError(id uint64, st WCStatus) error {
 		return err
 	}
 	i := t & sq.mask
-	sq.slots[i] = sendWQE{id: id, opcode: WRSend, flags: SendSignaled, state: wqeError, status: st}
+	sq.slots[i] = sendWQE{id: id, opcode: ibv.WRSend, flags: ibv.SendSignaled, state: wqeError, status: st}
 	if sq.ud != nil {
 		sq.ud[i] = udDest{}
 	}
@@ -69,19 +73,19 @@ func (q *QP) PostSendError(id uint64, st WCStatus) error {
 
 func (q *QP) checkPostSend() error {
 	switch q.State() {
-	case QPSReset, QPSInit, QPSRTR:
-		return fmt.Errorf("post send on QP %d: %w (%v)", q.qpn, ErrInvalidState, q.State())
+	case ibv.QPSReset, ibv.QPSInit, ibv.QPSRTR:
+		return fmt.Errorf("post send on QP %d: %w (%v)", q.qpn, ibv.ErrInvalidState, q.State())
 	}
 	return nil
 }
 
 // checkSendWR checks wr against the QP's service and limits
 // (CheckSendWR), and a UD send's AH against the engine's.
-func (q *QP) checkSendWR(wr *SendWR) error {
-	if err := CheckSendWR(q.typ, SendLimits{MaxSGE: q.sq.maxSGE, MaxInline: q.sq.maxInline}, wr); err != nil {
+func (q *QP) checkSendWR(wr *ibv.SendWR) error {
+	if err := ibv.CheckSendWR(q.typ, ibv.SendLimits{MaxSGE: q.sq.maxSGE, MaxInline: q.sq.maxInline}, wr); err != nil {
 		return err
 	}
-	if q.typ == QPTypeUD {
+	if q.typ == ibv.QPTypeUD {
 		return q.checkUDAH(wr)
 	}
 	return nil
@@ -92,14 +96,14 @@ func (q *QP) checkSendWR(wr *SendWR) error {
 func (q *QP) nextSendSlot() (uint32, error) {
 	t := q.sq.tail.Load()
 	if t-q.sq.head.Load() >= uint32(len(q.sq.slots)) {
-		return 0, fmt.Errorf("post send on QP %d: %w", q.qpn, ErrQueueFull)
+		return 0, fmt.Errorf("post send on QP %d: %w", q.qpn, ibv.ErrQueueFull)
 	}
 	return t, nil
 }
 
 // postSendLocked validates wr and copies it into the next SQ slot; sq.mu is
 // held.
-func (q *QP) postSendLocked(wr *SendWR) error {
+func (q *QP) postSendLocked(wr *ibv.SendWR) error {
 	if err := q.checkSendWR(wr); err != nil {
 		return err
 	}
@@ -111,17 +115,17 @@ func (q *QP) postSendLocked(wr *SendWR) error {
 	i := t & sq.mask
 	s := &sq.slots[i]
 	*s = sendWQE{id: wr.ID, remoteAddr: wr.RemoteAddr, rkey: wr.RKey, imm: wr.Imm, opcode: wr.Opcode, flags: wr.Flags}
-	if wr.Opcode == WRSendWithInv {
+	if wr.Opcode == ibv.WRSendWithInv {
 		s.imm = wr.InvalidateRKey // read back through invalidateRKey
 	}
 	if q.sigAll {
-		s.flags |= SendSignaled
+		s.flags |= ibv.SendSignaled
 	}
 	n := sq.copyData(i, s, wr)
 	if sq.ud != nil {
-		sq.ud[i] = udDest{ah: wr.AH, qpn: wr.RemoteQPN, qkey: wr.RemoteQKey}
+		sq.ud[i] = udDest{ah: pathsOf(wr.AH), qpn: wr.RemoteQPN, qkey: wr.RemoteQKey}
 	}
-	if wr.Opcode.isAtomic() {
+	if wr.Opcode.IsAtomic() {
 		if sq.atomics == nil {
 			sq.atomics = make([]atomicOperands, len(sq.slots))
 		}
@@ -129,10 +133,10 @@ func (q *QP) postSendLocked(wr *SendWR) error {
 	}
 	s.length = uint32(min(n, 1<<32-1))
 	s.state = wqeNew
-	s.status = WCSuccess
+	s.status = ibv.WCSuccess
 	if n > 1<<31 {
 		s.state = wqeError
-		s.status = WCLocLenErr
+		s.status = ibv.WCLocLenErr
 	}
 	sq.tail.Store(t + 1)
 	return nil
@@ -140,8 +144,8 @@ func (q *QP) postSendLocked(wr *SendWR) error {
 
 // copyData copies wr's inline data or SGL into slot i and returns the
 // message length.
-func (sq *sendQueue) copyData(i uint32, s *sendWQE, wr *SendWR) uint64 {
-	if wr.Flags&SendInline != 0 {
+func (sq *sendQueue) copyData(i uint32, s *sendWQE, wr *ibv.SendWR) uint64 {
+	if wr.Flags&ibv.SendInline != 0 {
 		if sq.inline == nil {
 			sq.inline = make([]byte, len(sq.slots)*sq.maxInline)
 		}
@@ -160,16 +164,16 @@ func (sq *sendQueue) copyData(i uint32, s *sendWQE, wr *SendWR) uint64 {
 
 func (q *QP) checkPostRecv() error {
 	if q.srq != nil {
-		return fmt.Errorf("post receive on QP %d: the QP uses an SRQ: %w", q.qpn, ErrInvalidArgument)
+		return fmt.Errorf("post receive on QP %d: the QP uses an SRQ: %w", q.qpn, ibv.ErrInvalidArgument)
 	}
-	if q.State() == QPSReset {
-		return fmt.Errorf("post receive on QP %d: %w (RESET)", q.qpn, ErrInvalidState)
+	if q.State() == ibv.QPSReset {
+		return fmt.Errorf("post receive on QP %d: %w (RESET)", q.qpn, ibv.ErrInvalidState)
 	}
 	return nil
 }
 
 // PostRecv posts a receive work request (ibv_post_recv).
-func (q *QP) PostRecv(wr *RecvWR) error {
+func (q *QP) PostRecv(wr *ibv.RecvWR) error {
 	if err := q.checkPostRecv(); err != nil {
 		return err
 	}
@@ -182,7 +186,7 @@ func (q *QP) PostRecv(wr *RecvWR) error {
 
 // PostRecvList posts several receives with one doorbell; it returns how many
 // it posted (on an error, wrs[n] failed).
-func (q *QP) PostRecvList(wrs []RecvWR) (int, error) {
+func (q *QP) PostRecvList(wrs []ibv.RecvWR) (int, error) {
 	if err := q.checkPostRecv(); err != nil {
 		return 0, err
 	}

@@ -6,120 +6,11 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/softnic/softnic/ibtransport/header"
+
+	"github.com/softnic/softnic/ibtransport/ibv"
 )
-
-// QPState is the state of a queue pair (ibv_qp_state).
-type QPState uint8
-
-// Queue pair states, numbered as in libibverbs.
-const (
-	QPSReset QPState = iota
-	QPSInit
-	QPSRTR
-	QPSRTS
-	QPSSQD
-	QPSSQE
-	QPSErr
-)
-
-var qpStateNames = [...]string{"RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR"}
-
-func (s QPState) String() string { return nameOf(qpStateNames[:], s, "QPState") }
-
-// MTU is an IB path MTU code (ibv_mtu).
-type MTU uint8
-
-// Path MTUs.
-const (
-	MTU256  MTU = 1
-	MTU512  MTU = 2
-	MTU1024 MTU = 3
-	MTU2048 MTU = 4
-	MTU4096 MTU = 5
-)
-
-// Bytes returns the MTU in bytes, 0 for an invalid code.
-func (m MTU) Bytes() int {
-	if m < MTU256 || m > MTU4096 {
-		return 0
-	}
-	return 128 << m
-}
-
-// AddressVector says where a QP's packets go (ibv_ah_attr with its GRH).
-type AddressVector struct {
-	DGID         GID
-	SGIDIndex    uint8
-	FlowLabel    uint32
-	HopLimit     uint8
-	TrafficClass uint8
-}
-
-// QPAttrMask selects the attributes a ModifyQP call sets (ibv_qp_attr_mask).
-type QPAttrMask uint32
-
-// Attribute mask bits, with libibverbs' values.
-const (
-	QPAttrState           QPAttrMask = 1 << 0
-	QPAttrCurState        QPAttrMask = 1 << 1
-	QPAttrAccessFlags     QPAttrMask = 1 << 3
-	QPAttrPKeyIndex       QPAttrMask = 1 << 4
-	QPAttrPort            QPAttrMask = 1 << 5
-	QPAttrQKey            QPAttrMask = 1 << 6
-	QPAttrAV              QPAttrMask = 1 << 7
-	QPAttrPathMTU         QPAttrMask = 1 << 8
-	QPAttrTimeout         QPAttrMask = 1 << 9
-	QPAttrRetryCnt        QPAttrMask = 1 << 10
-	QPAttrRNRRetry        QPAttrMask = 1 << 11
-	QPAttrRQPSN           QPAttrMask = 1 << 12
-	QPAttrMaxQPRdAtomic   QPAttrMask = 1 << 13
-	QPAttrMinRNRTimer     QPAttrMask = 1 << 15
-	QPAttrSQPSN           QPAttrMask = 1 << 16
-	QPAttrMaxDestRdAtomic QPAttrMask = 1 << 17
-	QPAttrDestQPN         QPAttrMask = 1 << 20
-)
-
-// QPAttr holds QP attributes (ibv_qp_attr).
-type QPAttr struct {
-	State           QPState
-	CurState        QPState
-	AccessFlags     Access // remote access the QP allows as a responder
-	PKeyIndex       uint16
-	Port            uint8
-	AV              AddressVector
-	PathMTU         MTU
-	Timeout         uint8 // retransmit timeout 4.096 µs × 2^Timeout; 0 waits forever
-	RetryCnt        uint8 // 0..7; 7 retries forever
-	RNRRetry        uint8 // 0..7; 7 retries forever
-	RQPSN           PSN
-	SQPSN           PSN
-	MaxRdAtomic     uint8 // READ/atomic requests in flight as requester
-	MaxDestRdAtomic uint8 // READ/atomic responder resources
-	MinRNRTimer     uint8 // RNR NAK timer code this QP sends
-	DestQPN         uint32
-	QKey            uint32 // UD: the Q_Key received packets must carry
-}
-
-// QPType is a QP's transport service (ibv_qp_type). RC is the zero value.
-type QPType uint8
-
-// QP types.
-const (
-	QPTypeRC QPType = iota
-	QPTypeUC
-	QPTypeUD
-)
-
-var qpTypeNames = [...]string{"RC", "UC", "UD"}
-
-func (t QPType) String() string { return nameOf(qpTypeNames[:], t, "QPType") }
-
-// QPCap are the queue sizes of a QP (ibv_qp_cap).
-type QPCap struct {
-	MaxSendWR, MaxRecvWR   int
-	MaxSendSGE, MaxRecvSGE int
-	MaxInlineData          int
-}
 
 // QPConfig describes a QP to create: its queue sizes and the verbs objects
 // it works with (package verbs fills it from ibv_qp_init_attr and the PD).
@@ -130,22 +21,18 @@ type QPConfig struct {
 	// SRQ is the shared receive queue the QP takes receives from; nil
 	// gives the QP its own receive queue of Cap.MaxRecvWR receives.
 	SRQ SharedRecvQueue
-	Cap QPCap
+	Cap ibv.QPCap
 	// SigAll makes every send work request signaled.
 	SigAll bool
 	// Type is the transport service; the zero value is RC.
-	Type QPType
+	Type ibv.QPType
 	// GSI makes the QP the device's general services QP, QP1 (a UD QP
 	// that carries management datagrams); a group has at most one.
 	GSI bool
 }
 
-// Limits of this implementation.
+// Limits of the engine.
 const (
-	MaxQPWR     = 1 << 15
-	MaxSGE      = 256
-	MaxInline   = 4096
-	MaxRdAtomic = 16
 	// The requester's window of unacknowledged PSNs (windowFor): 512 KiB
 	// of payload, and between 128 and 256 packets. rxe's is 128 packets at
 	// any MTU, and with an AckReq every ackReqInterval packets that is two
@@ -179,7 +66,7 @@ const (
 // that is more (16 each), as rxe's send queue gives it (rxe_qp.c,
 // rxe_init_sq) and ConnectX rounds it up to its WQE's room: programs that
 // ask for none and post small inline sends (rdma_xclient) count on it.
-func inlineRoom(c QPCap) int {
+func inlineRoom(c ibv.QPCap) int {
 	return max(c.MaxInlineData, inlineBytesPerSGE*max(c.MaxSendSGE, 1))
 }
 
@@ -205,8 +92,8 @@ type QP struct {
 	srq    SharedRecvQueue
 	srqRQ  *RecvQueue // srq's ring
 	sigAll bool
-	typ    QPType
-	cap    QPCap
+	typ    ibv.QPType
+	cap    ibv.QPCap
 
 	state atomic.Uint32 // mirror of st for posters
 	// mirrors, if set, are words of memory shared with the QP's owner (a
@@ -218,7 +105,7 @@ type QP struct {
 	// engine than e (noteStray).
 	strays atomic.Uint32
 	attrMu sync.Mutex
-	attr   QPAttr // last attributes set, for Query
+	attr   ibv.QPAttr // last attributes set, for Query
 
 	sq sendQueue
 	rq RecvQueue // without an SRQ
@@ -229,7 +116,7 @@ type QP struct {
 	// start once the device window has room.
 	waitsWindow bool
 	destroyed   bool
-	st          QPState
+	st          ibv.QPState
 	// sqDrained: the SQ drained event for the current SQD state went out.
 	sqDrained bool
 	// commEst: the QP received a packet since it entered RTR and raised
@@ -249,7 +136,7 @@ type QP struct {
 	resp responder
 	// ctr is apart from the QP: it keeps the QP in its allocation size
 	// class (footprint_test.go) and its lines apart from the posters'.
-	ctr *QPCounters
+	ctr *ibv.QPCounters
 	// Congestion control: the reaction point (dcqcn.go) and, for the
 	// notification point (cnp.go), when the last CNP was queued.
 	rp    reactionPoint
@@ -258,7 +145,7 @@ type QP struct {
 
 // Counters returns the QP's counters, which any goroutine may read while
 // the QP runs.
-func (q *QP) Counters() *QPCounters { return q.ctr }
+func (q *QP) Counters() *ibv.QPCounters { return q.ctr }
 
 // countSent counts a packet of n bytes the QP sent, for the device and
 // for the QP.
@@ -274,21 +161,21 @@ func (q *QP) countSent(n int) {
 func (g *Group) CreateQP(init *QPConfig) (*QP, error) {
 	c := init.Cap
 	if init.Memory == nil || init.SendCQ == nil || init.RecvCQ == nil {
-		return nil, fmt.Errorf("create QP: memory, send and receive CQs are required: %w", ErrInvalidArgument)
+		return nil, fmt.Errorf("create QP: memory, send and receive CQs are required: %w", ibv.ErrInvalidArgument)
 	}
-	if c.MaxSendWR <= 0 || c.MaxSendWR > MaxQPWR || c.MaxRecvWR < 0 || c.MaxRecvWR > MaxQPWR ||
-		c.MaxSendSGE < 0 || c.MaxSendSGE > MaxSGE || c.MaxRecvSGE < 0 || c.MaxRecvSGE > MaxSGE ||
-		c.MaxInlineData < 0 || c.MaxInlineData > MaxInline {
-		return nil, fmt.Errorf("create QP: capabilities %+v out of range: %w", c, ErrInvalidArgument)
+	if c.MaxSendWR <= 0 || c.MaxSendWR > ibv.MaxQPWR || c.MaxRecvWR < 0 || c.MaxRecvWR > ibv.MaxQPWR ||
+		c.MaxSendSGE < 0 || c.MaxSendSGE > ibv.MaxSGE || c.MaxRecvSGE < 0 || c.MaxRecvSGE > ibv.MaxSGE ||
+		c.MaxInlineData < 0 || c.MaxInlineData > ibv.MaxInline {
+		return nil, fmt.Errorf("create QP: capabilities %+v out of range: %w", c, ibv.ErrInvalidArgument)
 	}
-	if init.Type > QPTypeUD {
-		return nil, fmt.Errorf("create QP: type %v: %w", init.Type, ErrInvalidArgument)
+	if init.Type > ibv.QPTypeUD {
+		return nil, fmt.Errorf("create QP: type %v: %w", init.Type, ibv.ErrInvalidArgument)
 	}
-	if init.GSI && init.Type != QPTypeUD {
-		return nil, fmt.Errorf("create QP: the GSI QP is a UD QP: %w", ErrInvalidArgument)
+	if init.GSI && init.Type != ibv.QPTypeUD {
+		return nil, fmt.Errorf("create QP: the GSI QP is a UD QP: %w", ibv.ErrInvalidArgument)
 	}
 	if init.SRQ == nil && c.MaxRecvWR == 0 {
-		return nil, fmt.Errorf("create QP: no SRQ and no receive queue: %w", ErrInvalidArgument)
+		return nil, fmt.Errorf("create QP: no SRQ and no receive queue: %w", ibv.ErrInvalidArgument)
 	}
 	if c.MaxSendSGE == 0 {
 		c.MaxSendSGE = 1
@@ -298,13 +185,13 @@ func (g *Group) CreateQP(init *QPConfig) (*QP, error) {
 	}
 	c.MaxInlineData = inlineRoom(c)
 	e := g.engines[0]
-	q := &QP{e: e, ctr: new(QPCounters), mem: init.Memory, sendCQ: init.SendCQ, recvCQ: init.RecvCQ, srq: init.SRQ, sigAll: init.SigAll, typ: init.Type}
+	q := &QP{e: e, ctr: new(ibv.QPCounters), mem: init.Memory, sendCQ: init.SendCQ, recvCQ: init.RecvCQ, srq: init.SRQ, sigAll: init.SigAll, typ: init.Type}
 	if init.SRQ != nil {
 		q.srqRQ = init.SRQ.RecvQueue()
 	}
 	size := 1 << bits.Len(uint(c.MaxSendWR-1))
 	q.sq.init(size, c.MaxSendSGE, c.MaxInlineData)
-	if q.typ == QPTypeUD {
+	if q.typ == ibv.QPTypeUD {
 		q.initUD(e)
 	}
 	if init.SRQ == nil {
@@ -318,7 +205,7 @@ func (g *Group) CreateQP(init *QPConfig) (*QP, error) {
 		recvSGE = max(recvSGE, q.srqRQ.MaxSGE())
 	}
 	q.req.qp, q.comp.qp, q.resp.qp = q, q, q
-	q.resp.recv.sge = make([]SGE, 0, recvSGE)
+	q.resp.recv.sge = make([]ibv.SGE, 0, recvSGE)
 	q.resp.recvMRs = make([]Region, recvSGE)
 	q.home.Store(e)
 	err := g.Do(func() error {
@@ -327,7 +214,7 @@ func (g *Group) CreateQP(init *QPConfig) (*QP, error) {
 		}
 		g.qps[q.qpn] = q
 		e.nQPs.Add(1)
-		if q.typ == QPTypeUD && q.srq != nil {
+		if q.typ == ibv.QPTypeUD && q.srq != nil {
 			g.placeUD(q)
 		}
 		return nil
@@ -347,13 +234,13 @@ const gsiQPN = 1
 func (g *Group) numberQP(q *QP, gsi bool) error {
 	if gsi {
 		if g.qps[gsiQPN] != nil {
-			return fmt.Errorf("the group has a GSI QP already: %w", ErrInvalidArgument)
+			return fmt.Errorf("the group has a GSI QP already: %w", ibv.ErrInvalidArgument)
 		}
 		q.qpn = gsiQPN
 		return nil
 	}
 	for {
-		q.qpn = g.nextQPN & PSNMask
+		q.qpn = g.nextQPN & header.PSNMask
 		g.nextQPN++
 		if _, used := g.qps[q.qpn]; !used && q.qpn > gsiQPN {
 			return nil
@@ -362,7 +249,7 @@ func (g *Group) numberQP(q *QP, gsi bool) error {
 }
 
 // Type returns the QP's transport service.
-func (q *QP) Type() QPType { return q.typ }
+func (q *QP) Type() ibv.QPType { return q.typ }
 
 // QPN returns the queue pair number.
 func (q *QP) QPN() uint32 { return q.qpn }
@@ -372,13 +259,13 @@ func (q *QP) QPN() uint32 { return q.qpn }
 func (q *QP) EngineIndex() int { return q.home.Load().index }
 
 // Cap returns the queue sizes actually allocated.
-func (q *QP) Cap() QPCap { return q.cap }
+func (q *QP) Cap() ibv.QPCap { return q.cap }
 
 // State returns the current state.
-func (q *QP) State() QPState { return QPState(q.state.Load()) }
+func (q *QP) State() ibv.QPState { return ibv.QPState(q.state.Load()) }
 
 // Query returns the current attributes (ibv_query_qp).
-func (q *QP) Query() QPAttr {
+func (q *QP) Query() ibv.QPAttr {
 	q.attrMu.Lock()
 	defer q.attrMu.Unlock()
 	a := q.attr
@@ -393,7 +280,7 @@ func (q *QP) Destroy() error {
 	g := q.home.Load().g
 	return g.Do(func() error {
 		if g.qps[q.qpn] != q {
-			return fmt.Errorf("destroy QP %d: %w", q.qpn, ErrInvalidArgument)
+			return fmt.Errorf("destroy QP %d: %w", q.qpn, ibv.ErrInvalidArgument)
 		}
 		// Unmirrored first: the QP's owner sees no RESET it did not ask
 		// for (a daemon's shutdown destroys its clients' QPs, and they are
@@ -408,8 +295,8 @@ func (q *QP) Destroy() error {
 	})
 }
 
-func (q *QP) setState(s QPState) {
-	if s == QPSRTR {
+func (q *QP) setState(s ibv.QPState) {
+	if s == ibv.QPSRTR {
 		q.commEst = false
 	}
 	q.st = s
@@ -433,7 +320,7 @@ func (q *QP) MirrorState(word *uint32) {
 // reset returns the QP to RESET: queues emptied without completions, all
 // protocol state cleared. Engine goroutine only.
 func (q *QP) reset() {
-	q.setState(QPSReset)
+	q.setState(ibv.QPSReset)
 	q.sq.mu.Lock()
 	q.sq.head.Store(q.sq.tail.Load())
 	q.sq.mu.Unlock()
@@ -454,7 +341,7 @@ func (q *QP) reset() {
 	q.resp.recv.sge = recv[:0]
 	q.resp.recvMRs = mrs
 	q.attrMu.Lock()
-	q.attr = QPAttr{}
+	q.attr = ibv.QPAttr{}
 	q.attrMu.Unlock()
 	q.path = nil
 }

@@ -5,6 +5,10 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/softnic/softnic/ibtransport/header"
+
+	"github.com/softnic/softnic/ibtransport/ibv"
 )
 
 // linkedGroups are two devices' engine groups joined by an in-memory link:
@@ -18,7 +22,7 @@ type linkedGroups struct {
 type linkedSide struct {
 	g     *Group
 	ports []*fakePort
-	gid   GID
+	gid   ibv.GID
 }
 
 func newLinkedGroups(engines int) *linkedGroups {
@@ -37,7 +41,7 @@ func newLinkedGroups(engines int) *linkedGroups {
 		for _, e := range side.g.Engines() {
 			e.Exit() // no engine goroutines: calls run inline
 		}
-		side.gid = GID{0: 0xfe, 15: byte(s + 1)}
+		side.gid = ibv.GID{0: 0xfe, 15: byte(s + 1)}
 	}
 	return l
 }
@@ -104,21 +108,21 @@ func (l *linkedGroups) connect(t *testing.T, mr [2]*testRegion, cq [2]*testCQ) [
 	var qps [2]*QP
 	for s := range qps {
 		q, err := l.sides[s].g.CreateQP(&QPConfig{Memory: &testMemory{mr[s]}, SendCQ: cq[s], RecvCQ: cq[s],
-			Cap: QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}})
+			Cap: ibv.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}})
 		require.NoError(t, err)
-		require.NoError(t, q.Modify(&QPAttr{State: QPSInit, AccessFlags: AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic},
-			QPAttrState|QPAttrAccessFlags))
+		require.NoError(t, q.Modify(&ibv.QPAttr{State: ibv.QPSInit, AccessFlags: ibv.AccessRemoteWrite | ibv.AccessRemoteRead | ibv.AccessRemoteAtomic},
+			ibv.QPAttrState|ibv.QPAttrAccessFlags))
 		qps[s] = q
 	}
-	psn := [2]PSN{0x123456, 0xabcdef}
+	psn := [2]header.PSN{0x123456, 0xabcdef}
 	for s, q := range qps {
-		require.NoError(t, q.Modify(&QPAttr{State: QPSRTR, PathMTU: MTU1024, DestQPN: qps[1-s].QPN(), RQPSN: psn[1-s],
-			MaxDestRdAtomic: 16, MinRNRTimer: 1, AV: AddressVector{DGID: l.sides[1-s].gid, HopLimit: 64}},
-			QPAttrState|QPAttrAV|QPAttrPathMTU|QPAttrDestQPN|QPAttrRQPSN|QPAttrMaxDestRdAtomic|QPAttrMinRNRTimer))
+		require.NoError(t, q.Modify(&ibv.QPAttr{State: ibv.QPSRTR, PathMTU: ibv.MTU1024, DestQPN: qps[1-s].QPN(), RQPSN: psn[1-s],
+			MaxDestRdAtomic: 16, MinRNRTimer: 1, AV: ibv.AddressVector{DGID: l.sides[1-s].gid, HopLimit: 64}},
+			ibv.QPAttrState|ibv.QPAttrAV|ibv.QPAttrPathMTU|ibv.QPAttrDestQPN|ibv.QPAttrRQPSN|ibv.QPAttrMaxDestRdAtomic|ibv.QPAttrMinRNRTimer))
 	}
 	for s, q := range qps {
-		require.NoError(t, q.Modify(&QPAttr{State: QPSRTS, SQPSN: psn[s], Timeout: 8, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 16},
-			QPAttrState|QPAttrSQPSN|QPAttrTimeout|QPAttrRetryCnt|QPAttrRNRRetry|QPAttrMaxQPRdAtomic))
+		require.NoError(t, q.Modify(&ibv.QPAttr{State: ibv.QPSRTS, SQPSN: psn[s], Timeout: 8, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 16},
+			ibv.QPAttrState|ibv.QPAttrSQPSN|ibv.QPAttrTimeout|ibv.QPAttrRetryCnt|ibv.QPAttrRNRRetry|ibv.QPAttrMaxQPRdAtomic))
 	}
 	return qps
 }
@@ -134,7 +138,7 @@ func TestQuietQPsLeaveEngineLoop(t *testing.T) {
 	var mr [2]*testRegion
 	var cq [2]*testCQ
 	for s := range mr {
-		mr[s] = newTestRegion(make([]byte, size+2*guard), uint32(0x100+s), AccessAll)
+		mr[s] = newTestRegion(make([]byte, size+2*guard), uint32(0x100+s), ibv.AccessAll)
 		cq[s] = &testCQ{}
 	}
 	qp := l.connect(t, mr, cq)
@@ -149,34 +153,34 @@ func TestQuietQPsLeaveEngineLoop(t *testing.T) {
 	require.Zero(t, l.activeQPs(), "connected QPs with nothing to do stay active")
 
 	x, y := qp[0], qp[1]
-	for i, op := range []WROpcode{WRSend, WRRDMAWrite, WRRDMAWriteWithImm, WRRDMARead, WRAtomicCmpAndSwp, WRAtomicFetchAndAdd} {
+	for i, op := range []ibv.WROpcode{ibv.WRSend, ibv.WRRDMAWrite, ibv.WRRDMAWriteWithImm, ibv.WRRDMARead, ibv.WRAtomicCmpAndSwp, ibv.WRAtomicFetchAndAdd} {
 		id := uint64(i + 1)
 		src, dst := mr[0].buf, mr[1].buf
-		if op == WRRDMARead {
+		if op == ibv.WRRDMARead {
 			src, dst = dst, src
 		}
 		for j := range src {
 			src[j], dst[j] = byte(i+j), ^byte(i+j)
 		}
 		n := size
-		if op.isAtomic() {
+		if op.IsAtomic() {
 			n = 8
 		}
 		want := append([]byte(nil), dst...)
 		copy(want[guard:guard+n], src[guard:guard+n])
-		wr := SendWR{ID: id, Opcode: op, Flags: SendSignaled, SGL: []SGE{mr[0].SGE(guard, n)},
+		wr := ibv.SendWR{ID: id, Opcode: op, Flags: ibv.SendSignaled, SGL: []ibv.SGE{mr[0].SGE(guard, n)},
 			RemoteAddr: mr[1].Addr() + guard, RKey: mr[1].RKey()}
 		switch op {
-		case WRSend:
-			require.NoError(t, y.PostRecv(&RecvWR{ID: id, SGL: []SGE{mr[1].SGE(guard, n)}}))
-		case WRRDMAWriteWithImm:
+		case ibv.WRSend:
+			require.NoError(t, y.PostRecv(&ibv.RecvWR{ID: id, SGL: []ibv.SGE{mr[1].SGE(guard, n)}}))
+		case ibv.WRRDMAWriteWithImm:
 			wr.Imm = 7
-			require.NoError(t, y.PostRecv(&RecvWR{ID: id}))
-		case WRAtomicCmpAndSwp:
+			require.NoError(t, y.PostRecv(&ibv.RecvWR{ID: id}))
+		case ibv.WRAtomicCmpAndSwp:
 			wr.CompareAdd, wr.Swap = binary.NativeEndian.Uint64(dst[guard:]), 0x1122334455667788
 			want = append([]byte(nil), dst...)
 			binary.NativeEndian.PutUint64(want[guard:], wr.Swap)
-		case WRAtomicFetchAndAdd:
+		case ibv.WRAtomicFetchAndAdd:
 			wr.CompareAdd = 5
 			want = append([]byte(nil), dst...)
 			binary.NativeEndian.PutUint64(want[guard:], binary.NativeEndian.Uint64(dst[guard:])+5)
@@ -185,16 +189,16 @@ func TestQuietQPsLeaveEngineLoop(t *testing.T) {
 		require.NoError(t, x.PostSend(&wr))
 		l.pump(t)
 		require.Len(t, cq[0].wcs, 1, "%v", op)
-		require.Equal(t, WCSuccess, cq[0].wcs[0].Status, "%v", op)
+		require.Equal(t, ibv.WCSuccess, cq[0].wcs[0].Status, "%v", op)
 		require.Equal(t, id, cq[0].wcs[0].WRID, "%v", op)
 		cq[0].wcs = nil
-		if op == WRSend || op == WRRDMAWriteWithImm {
+		if op == ibv.WRSend || op == ibv.WRRDMAWriteWithImm {
 			require.Len(t, cq[1].wcs, 1, "%v", op)
-			require.Equal(t, WCSuccess, cq[1].wcs[0].Status, "%v", op)
+			require.Equal(t, ibv.WCSuccess, cq[1].wcs[0].Status, "%v", op)
 			require.Equal(t, uint32(n), cq[1].wcs[0].ByteLen, "%v", op)
 			cq[1].wcs = nil
 		}
-		if op.isAtomic() {
+		if op.IsAtomic() {
 			// The atomic's response carries the old value into src.
 			require.Equal(t, old, binary.NativeEndian.Uint64(src[guard:]), "%v", op)
 		}

@@ -3,6 +3,8 @@ package ibtransport
 import (
 	"math/rand/v2"
 	"testing"
+
+	"github.com/softnic/softnic/ibtransport/header"
 )
 
 // TestRandomPackets throws random well-formed packets at fresh engines:
@@ -13,7 +15,7 @@ func TestRandomPackets(t *testing.T) {
 		ft := newFuzzTarget(t)
 		info := &RecvInfo{SGID: peerGID}
 		for range 5 {
-			op := Opcode(rng.IntN(0x18))
+			op := header.Opcode(rng.IntN(0x18))
 			if !op.Valid() {
 				continue
 			}
@@ -21,7 +23,7 @@ func TestRandomPackets(t *testing.T) {
 			if op.Info().HasPayload {
 				pl = rng.IntN(300)
 			}
-			b := ft.packet(op, PSN(100+rng.IntN(3)), pl, func(p *Packet) {
+			b := ft.packet(op, header.PSN(100+rng.IntN(3)), pl, func(p *header.Packet) {
 				for _, h := range [][]byte{p.RETH, p.AtomicETH, p.AETH, p.AtomicAckETH, p.ImmDt, p.IETH} {
 					for j := range h {
 						h[j] = byte(rng.Uint32())

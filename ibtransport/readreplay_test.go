@@ -4,6 +4,10 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/softnic/softnic/ibtransport/header"
+
+	"github.com/softnic/softnic/ibtransport/ibv"
 )
 
 // TestReadReplayReplacesResponse: a READ asked again from inside its
@@ -20,7 +24,7 @@ func TestReadReplayReplacesResponse(t *testing.T) {
 	e.Process() // one pass: the first packetBudget responses
 	first := sentPSNs()
 	require.Len(t, first, packetBudget)
-	require.Equal(t, PSN(100), first[0])
+	require.Equal(t, header.PSN(100), first[0])
 	// Asked again from PSN 110, twice (a requester's timer may fire again
 	// before the replay arrives).
 	read(110, 10)
@@ -31,7 +35,7 @@ func TestReadReplayReplacesResponse(t *testing.T) {
 	rest := sentPSNs()
 	require.Len(t, rest, pkts-10, "responses after the repeated request")
 	for i, psn := range rest {
-		require.Equal(t, PSN(110+i), psn, "response %d", i)
+		require.Equal(t, header.PSN(110+i), psn, "response %d", i)
 	}
 	require.Equal(t, uint64(2), e.Ctr.RxDuplicate.Load())
 }
@@ -51,7 +55,7 @@ func TestReadReplayCancelsLaterResponses(t *testing.T) {
 			busy, _ = e.Process()
 		}
 	}
-	second := PSN(100 + pkts)
+	second := header.PSN(100 + pkts)
 	read(100, 0)
 	read(second, 0)
 	e.Process() // one pass: the first packetBudget responses of the first
@@ -62,7 +66,7 @@ func TestReadReplayCancelsLaterResponses(t *testing.T) {
 	rest := sentPSNs()
 	require.Len(t, rest, pkts-5, "responses after the repeated request: the first READ's rest only")
 	for i, psn := range rest {
-		require.Equal(t, PSN(105+i), psn, "response %d", i)
+		require.Equal(t, header.PSN(105+i), psn, "response %d", i)
 	}
 	read(second, 0) // and then repeats the second READ's request
 	drain()
@@ -86,17 +90,17 @@ type readResponder struct {
 
 func newReadResponder(t *testing.T, pkts int) *readResponder {
 	port, e, mr, cq := newWindowTestEngine()
-	q, err := e.CreateQP(&QPConfig{Memory: &testMemory{mr}, SendCQ: cq, RecvCQ: cq, Cap: QPCap{MaxSendWR: 1, MaxRecvWR: 1}})
+	q, err := e.CreateQP(&QPConfig{Memory: &testMemory{mr}, SendCQ: cq, RecvCQ: cq, Cap: ibv.QPCap{MaxSendWR: 1, MaxRecvWR: 1}})
 	require.NoError(t, err)
-	require.NoError(t, q.Modify(&QPAttr{State: QPSInit, AccessFlags: AccessRemoteRead}, QPAttrState|QPAttrAccessFlags))
-	require.NoError(t, q.Modify(&QPAttr{State: QPSRTR, PathMTU: MTU256, DestQPN: peerQPN, AV: AddressVector{DGID: peerGID},
-		RQPSN: 100, MaxDestRdAtomic: 4}, QPAttrState|QPAttrAV|QPAttrPathMTU|QPAttrDestQPN|QPAttrRQPSN|QPAttrMaxDestRdAtomic|QPAttrMinRNRTimer))
+	require.NoError(t, q.Modify(&ibv.QPAttr{State: ibv.QPSInit, AccessFlags: ibv.AccessRemoteRead}, ibv.QPAttrState|ibv.QPAttrAccessFlags))
+	require.NoError(t, q.Modify(&ibv.QPAttr{State: ibv.QPSRTR, PathMTU: ibv.MTU256, DestQPN: peerQPN, AV: ibv.AddressVector{DGID: peerGID},
+		RQPSN: 100, MaxDestRdAtomic: 4}, ibv.QPAttrState|ibv.QPAttrAV|ibv.QPAttrPathMTU|ibv.QPAttrDestQPN|ibv.QPAttrRQPSN|ibv.QPAttrMaxDestRdAtomic|ibv.QPAttrMinRNRTimer))
 	return &readResponder{e: e, q: q, port: port, mr: mr, pkts: pkts, t: t}
 }
 
 // read delivers a READ request at psn for the responses from the skip'th on.
-func (r *readResponder) read(psn PSN, skip int) {
-	receiveFromPeer(r.t, r.e, r.q, OpRCReadRequest, psn, 0, func(p *Packet) {
+func (r *readResponder) read(psn header.PSN, skip int) {
+	receiveFromPeer(r.t, r.e, r.q, header.OpRCReadRequest, psn, 0, func(p *header.Packet) {
 		p.RETH.SetVA(r.mr.Addr() + uint64(skip*256))
 		p.RETH.SetRKey(r.mr.RKey())
 		p.RETH.SetDMALength(uint32((r.pkts - skip) * 256))
@@ -104,11 +108,11 @@ func (r *readResponder) read(psn PSN, skip int) {
 }
 
 // sentPSNs returns the PSNs of the packets sent since the last call.
-func (r *readResponder) sentPSNs() []PSN {
-	var psns []PSN
-	var p Packet
+func (r *readResponder) sentPSNs() []header.PSN {
+	var psns []header.PSN
+	var p header.Packet
 	for _, raw := range r.port.sent {
-		require.NoError(r.t, ParsePacket(raw, &p))
+		require.NoError(r.t, header.ParsePacket(raw, &p))
 		psns = append(psns, p.BTH.PSN())
 	}
 	r.port.sent = nil

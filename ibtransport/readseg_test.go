@@ -4,6 +4,10 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/softnic/softnic/ibtransport/header"
+
+	"github.com/softnic/softnic/ibtransport/ibv"
 )
 
 // TestSegmentedRead checks that a READ of more than the QP's window of
@@ -17,36 +21,36 @@ func TestSegmentedRead(t *testing.T) {
 	const mtu = 256
 	readSegmentPSNs := int(windowFor(mtu))
 	pkts := 2*readSegmentPSNs + 44
-	mr := newTestRegion(make([]byte, pkts*mtu), 0x77, AccessAll)
+	mr := newTestRegion(make([]byte, pkts*mtu), 0x77, ibv.AccessAll)
 	cq := &testCQ{}
-	q, err := e.CreateQP(&QPConfig{Memory: &testMemory{mr}, SendCQ: cq, RecvCQ: cq, Cap: QPCap{MaxSendWR: 4, MaxRecvWR: 1}})
+	q, err := e.CreateQP(&QPConfig{Memory: &testMemory{mr}, SendCQ: cq, RecvCQ: cq, Cap: ibv.QPCap{MaxSendWR: 4, MaxRecvWR: 1}})
 	require.NoError(t, err)
-	require.NoError(t, q.Modify(&QPAttr{State: QPSInit}, QPAttrState))
-	require.NoError(t, q.Modify(&QPAttr{State: QPSRTR, PathMTU: MTU256, DestQPN: peerQPN, AV: AddressVector{DGID: peerGID}},
-		QPAttrState|QPAttrAV|QPAttrPathMTU|QPAttrDestQPN|QPAttrRQPSN|QPAttrMaxDestRdAtomic|QPAttrMinRNRTimer))
-	require.NoError(t, q.Modify(&QPAttr{State: QPSRTS, SQPSN: 100, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 1},
-		QPAttrState|QPAttrSQPSN|QPAttrTimeout|QPAttrRetryCnt|QPAttrRNRRetry|QPAttrMaxQPRdAtomic))
-	require.NoError(t, q.PostSend(&SendWR{ID: 7, Opcode: WRRDMARead, Flags: SendSignaled, SGL: []SGE{mr.SGE(0, pkts*mtu)},
+	require.NoError(t, q.Modify(&ibv.QPAttr{State: ibv.QPSInit}, ibv.QPAttrState))
+	require.NoError(t, q.Modify(&ibv.QPAttr{State: ibv.QPSRTR, PathMTU: ibv.MTU256, DestQPN: peerQPN, AV: ibv.AddressVector{DGID: peerGID}},
+		ibv.QPAttrState|ibv.QPAttrAV|ibv.QPAttrPathMTU|ibv.QPAttrDestQPN|ibv.QPAttrRQPSN|ibv.QPAttrMaxDestRdAtomic|ibv.QPAttrMinRNRTimer))
+	require.NoError(t, q.Modify(&ibv.QPAttr{State: ibv.QPSRTS, SQPSN: 100, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 1},
+		ibv.QPAttrState|ibv.QPAttrSQPSN|ibv.QPAttrTimeout|ibv.QPAttrRetryCnt|ibv.QPAttrRNRRetry|ibv.QPAttrMaxQPRdAtomic))
+	require.NoError(t, q.PostSend(&ibv.SendWR{ID: 7, Opcode: ibv.WRRDMARead, Flags: ibv.SendSignaled, SGL: []ibv.SGE{mr.SGE(0, pkts*mtu)},
 		RemoteAddr: 0x100000, RKey: 1}))
-	var p Packet
-	request := func() (PSN, uint64, uint32) {
+	var p header.Packet
+	request := func() (header.PSN, uint64, uint32) {
 		t.Helper()
 		require.Len(t, port.sent, 1)
-		require.NoError(t, ParsePacket(port.sent[0], &p))
-		require.Equal(t, OpRCReadRequest, p.BTH.Opcode())
+		require.NoError(t, header.ParsePacket(port.sent[0], &p))
+		require.Equal(t, header.OpRCReadRequest, p.BTH.Opcode())
 		port.sent = nil
 		return p.BTH.PSN(), p.RETH.VA(), p.RETH.DMALength()
 	}
-	respond := func(psn PSN, pos int, n int) {
-		ops := [...]Opcode{OpRCReadResponseFirst, OpRCReadResponseMiddle, OpRCReadResponseLast, OpRCReadResponseOnly}
+	respond := func(psn header.PSN, pos int, n int) {
+		ops := [...]header.Opcode{header.OpRCReadResponseFirst, header.OpRCReadResponseMiddle, header.OpRCReadResponseLast, header.OpRCReadResponseOnly}
 		b := make([]byte, 512)
-		var r Packet
-		l, err := LayoutPacket(b, ops[pos], mtu, &r)
+		var r header.Packet
+		l, err := header.LayoutPacket(b, ops[pos], mtu, &r)
 		require.NoError(t, err)
 		r.BTH.SetDestQPN(q.QPN())
 		r.BTH.SetPSN(psn)
 		if r.AETH != nil {
-			r.AETH.SetSyndrome(ACKSyndrome(UnlimitedCredits))
+			r.AETH.SetSyndrome(header.ACKSyndrome(header.UnlimitedCredits))
 		}
 		for i := range r.Payload {
 			r.Payload[i] = byte(n)
@@ -54,7 +58,7 @@ func TestSegmentedRead(t *testing.T) {
 		e.Receive(b[:l], &RecvInfo{SGID: peerGID})
 	}
 	e.Process()
-	next := PSN(100)
+	next := header.PSN(100)
 	for seg := 0; seg < 3; seg++ {
 		psn, va, dmaLen := request()
 		segPkts := min(readSegmentPSNs, pkts-seg*readSegmentPSNs)
@@ -81,7 +85,7 @@ func TestSegmentedRead(t *testing.T) {
 	require.Empty(t, port.sent)
 	require.Zero(t, e.Ctr.RxBadResponse.Load())
 	require.Len(t, cq.wcs, 1)
-	require.Equal(t, WC{WRID: 7, Status: WCSuccess, Opcode: WCRDMARead, ByteLen: uint32(pkts * mtu), QPN: q.QPN(), SrcQP: peerQPN}, cq.wcs[0])
+	require.Equal(t, ibv.WC{WRID: 7, Status: ibv.WCSuccess, Opcode: ibv.WCRDMARead, ByteLen: uint32(pkts * mtu), QPN: q.QPN(), SrcQP: peerQPN}, cq.wcs[0])
 	for i := range pkts {
 		require.Equal(t, byte(i), mr.buf[i*mtu], "packet %d", i)
 	}

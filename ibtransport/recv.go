@@ -1,5 +1,7 @@
 package ibtransport
 
+import "github.com/softnic/softnic/ibtransport/ibv"
+
 // takeRecv starts filling the next posted receive, from the SRQ or the
 // QP's own receive queue.
 func (r *responder) takeRecv() bool {
@@ -22,7 +24,7 @@ func (r *responder) takeRecv() bool {
 	}
 	r.recvActive = true
 	r.recvOff = 0
-	r.recvBad = WCSuccess
+	r.recvBad = ibv.WCSuccess
 	r.recvCap = 0
 	for i, s := range r.recv.sge {
 		r.recvCap += uint64(s.Length)
@@ -30,9 +32,9 @@ func (r *responder) takeRecv() bool {
 		if s.Length == 0 {
 			continue
 		}
-		mr := q.mem.LocalRegion(s.LKey, s.Addr, s.Length, AccessLocalWrite)
+		mr := q.mem.LocalRegion(s.LKey, s.Addr, s.Length, ibv.AccessLocalWrite)
 		if mr == nil {
-			r.recvBad = WCLocProtErr
+			r.recvBad = ibv.WCLocProtErr
 			continue
 		}
 		r.recvMRs[i] = mr
@@ -41,10 +43,10 @@ func (r *responder) takeRecv() bool {
 }
 
 // scatterRecv copies a SEND payload into the active receive.
-func (r *responder) scatterRecv(src []byte) WCStatus {
+func (r *responder) scatterRecv(src []byte) ibv.WCStatus {
 	off := r.recvOff
 	if uint64(off)+uint64(len(src)) > r.recvCap {
-		return WCLocLenErr // checked first: nothing is written
+		return ibv.WCLocLenErr // checked first: nothing is written
 	}
 	r.recvOff += uint32(len(src))
 	for i, s := range r.recv.sge {
@@ -57,24 +59,24 @@ func (r *responder) scatterRecv(src []byte) WCStatus {
 		}
 		mr := r.recvMRs[i]
 		if mr == nil {
-			return WCLocProtErr
+			return ibv.WCLocProtErr
 		}
 		n := min(s.Length-off, uint32(len(src)))
 		if !r.qp.writePayload(mr, src[:n], s.Addr+uint64(off)) {
-			return WCLocProtErr
+			return ibv.WCLocProtErr
 		}
 		src = src[n:]
 		off = 0
 	}
 	if len(src) != 0 {
-		return WCLocLenErr
+		return ibv.WCLocLenErr
 	}
-	return WCSuccess
+	return ibv.WCSuccess
 }
 
 // finishRecv completes the active receive successfully.
-func (r *responder) finishRecv(op WCOpcode, n uint32, flags WCFlags, imm, inv uint32, solicited bool) {
-	wc := r.recvWC(WCSuccess, op, n)
+func (r *responder) finishRecv(op ibv.WCOpcode, n uint32, flags ibv.WCFlags, imm, inv uint32, solicited bool) {
+	wc := r.recvWC(ibv.WCSuccess, op, n)
 	wc.Flags, wc.Imm, wc.InvalidatedRKey = flags, imm, inv
 	r.recvActive = false
 	inc(&r.qp.e.Ctr.RdmaRecvs)
@@ -83,12 +85,12 @@ func (r *responder) finishRecv(op WCOpcode, n uint32, flags WCFlags, imm, inv ui
 }
 
 // completeRecv completes the active receive with st.
-func (r *responder) completeRecv(st WCStatus, n uint32) {
-	wc := r.recvWC(st, WCRecv, n)
+func (r *responder) completeRecv(st ibv.WCStatus, n uint32) {
+	wc := r.recvWC(st, ibv.WCRecv, n)
 	r.recvActive = false
 	r.qp.complete(r.qp.recvCQ, wc, false)
 }
 
-func (r *responder) recvWC(st WCStatus, op WCOpcode, n uint32) WC {
-	return WC{WRID: r.recv.id, Status: st, Opcode: op, ByteLen: n, QPN: r.qp.qpn, SrcQP: r.qp.destQPN}
+func (r *responder) recvWC(st ibv.WCStatus, op ibv.WCOpcode, n uint32) ibv.WC {
+	return ibv.WC{WRID: r.recv.id, Status: st, Opcode: op, ByteLen: n, QPN: r.qp.qpn, SrcQP: r.qp.destQPN}
 }

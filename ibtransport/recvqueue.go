@@ -5,12 +5,14 @@ import (
 	"math/bits"
 	"sync"
 	"sync/atomic"
+
+	"github.com/softnic/softnic/ibtransport/ibv"
 )
 
 // recvWQE is a posted receive.
 type recvWQE struct {
 	id  uint64
-	sge []SGE
+	sge []ibv.SGE
 }
 
 // RecvQueue is a ring of posted receives: a QP's own receive queue, or the
@@ -31,21 +33,21 @@ func (r *RecvQueue) Init(n, maxSGE int) {
 	r.slots = make([]recvWQE, size)
 	r.mask = uint32(size - 1)
 	r.maxSGE = maxSGE
-	backing := make([]SGE, size*maxSGE)
+	backing := make([]ibv.SGE, size*maxSGE)
 	for i := range r.slots {
 		r.slots[i].sge = backing[i*maxSGE : i*maxSGE : (i+1)*maxSGE]
 	}
 }
 
 // Post posts a receive; its SGL is copied.
-func (r *RecvQueue) Post(wr *RecvWR) error {
+func (r *RecvQueue) Post(wr *ibv.RecvWR) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.postLocked(wr)
 }
 
 // PostList posts wrs in order and returns how many it posted.
-func (r *RecvQueue) PostList(wrs []RecvWR) (int, error) {
+func (r *RecvQueue) PostList(wrs []ibv.RecvWR) (int, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for i := range wrs {
@@ -56,13 +58,13 @@ func (r *RecvQueue) PostList(wrs []RecvWR) (int, error) {
 	return len(wrs), nil
 }
 
-func (r *RecvQueue) postLocked(wr *RecvWR) error {
+func (r *RecvQueue) postLocked(wr *ibv.RecvWR) error {
 	if len(wr.SGL) > r.maxSGE {
-		return fmt.Errorf("post receive: %d SGEs, at most %d: %w", len(wr.SGL), r.maxSGE, ErrInvalidArgument)
+		return fmt.Errorf("post receive: %d SGEs, at most %d: %w", len(wr.SGL), r.maxSGE, ibv.ErrInvalidArgument)
 	}
 	t := r.tail.Load()
 	if t-r.head.Load() >= uint32(len(r.slots)) {
-		return fmt.Errorf("post receive: %w", ErrQueueFull)
+		return fmt.Errorf("post receive: %w", ibv.ErrQueueFull)
 	}
 	s := &r.slots[t&r.mask]
 	s.id = wr.ID

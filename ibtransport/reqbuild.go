@@ -1,22 +1,28 @@
 package ibtransport
 
-var sendOps = [2][4][3]Opcode{ // [write][position first,middle,last,only][plain,imm,inv]
+import (
+	"github.com/softnic/softnic/ibtransport/header"
+
+	"github.com/softnic/softnic/ibtransport/ibv"
+)
+
+var sendOps = [2][4][3]header.Opcode{ // [write][position first,middle,last,only][plain,imm,inv]
 	{
-		{OpRCSendFirst, OpRCSendFirst, OpRCSendFirst},
-		{OpRCSendMiddle, OpRCSendMiddle, OpRCSendMiddle},
-		{OpRCSendLast, OpRCSendLastImm, OpRCSendLastInv},
-		{OpRCSendOnly, OpRCSendOnlyImm, OpRCSendOnlyInv},
+		{header.OpRCSendFirst, header.OpRCSendFirst, header.OpRCSendFirst},
+		{header.OpRCSendMiddle, header.OpRCSendMiddle, header.OpRCSendMiddle},
+		{header.OpRCSendLast, header.OpRCSendLastImm, header.OpRCSendLastInv},
+		{header.OpRCSendOnly, header.OpRCSendOnlyImm, header.OpRCSendOnlyInv},
 	},
 	{
-		{OpRCWriteFirst, OpRCWriteFirst, OpRCWriteFirst},
-		{OpRCWriteMiddle, OpRCWriteMiddle, OpRCWriteMiddle},
-		{OpRCWriteLast, OpRCWriteLastImm, OpRCWriteLast},
-		{OpRCWriteOnly, OpRCWriteOnlyImm, OpRCWriteOnly},
+		{header.OpRCWriteFirst, header.OpRCWriteFirst, header.OpRCWriteFirst},
+		{header.OpRCWriteMiddle, header.OpRCWriteMiddle, header.OpRCWriteMiddle},
+		{header.OpRCWriteLast, header.OpRCWriteLastImm, header.OpRCWriteLast},
+		{header.OpRCWriteOnly, header.OpRCWriteOnlyImm, header.OpRCWriteOnly},
 	},
 }
 
 // sendOpcode returns the opcode of the SEND or WRITE packet psn of w.
-func sendOpcode(w *sendWQE, psn PSN) Opcode {
+func sendOpcode(w *sendWQE, psn header.PSN) header.Opcode {
 	first, last := psn == w.firstPSN, psn == w.lastPSN
 	pos := 1
 	switch {
@@ -29,13 +35,13 @@ func sendOpcode(w *sendWQE, psn PSN) Opcode {
 	}
 	variant := 0
 	switch w.opcode {
-	case WRSendWithImm, WRRDMAWriteWithImm:
+	case ibv.WRSendWithImm, ibv.WRRDMAWriteWithImm:
 		variant = 1
-	case WRSendWithInv:
+	case ibv.WRSendWithInv:
 		variant = 2
 	}
 	wi := 0
-	if w.opcode.isWrite() {
+	if w.opcode.IsWrite() {
 		wi = 1
 	}
 	return sendOps[wi][pos][variant]
@@ -49,13 +55,13 @@ func (r *requester) buildRequest(buf []byte, i uint32, w *sendWQE) (int, bool) {
 	var n int
 	last := true
 	switch {
-	case op.isSend() || op.isWrite():
+	case op.IsSend() || op.IsWrite():
 		var ok bool
 		if n, ok = r.buildSendWrite(buf, i, w, sendOpcode(w, psn)); !ok {
 			return 0, false
 		}
 		last = psn == w.lastPSN
-	case op.isRead():
+	case op.IsRead():
 		n = r.buildRead(buf, w)
 	default:
 		n = r.buildAtomic(buf, i, w)
@@ -74,25 +80,25 @@ func (r *requester) buildRequest(buf []byte, i uint32, w *sendWQE) (int, bool) {
 // in q.e.tx: the destination QP, the PSN, AckReq, MigReq and, on the last
 // packet of a SEND or WRITE with immediate that asks for it, the solicited
 // event. RC and UC requests share it; UC passes ackReq false.
-func (q *QP) setRequestBTH(w *sendWQE, psn PSN, last, ackReq bool) {
+func (q *QP) setRequestBTH(w *sendWQE, psn header.PSN, last, ackReq bool) {
 	p := &q.e.tx
 	p.BTH.SetDestQPN(q.destQPN)
 	p.BTH.SetPSN(psn)
 	p.BTH.SetAckReq(ackReq)
 	p.BTH.SetMigReq(true)
-	p.BTH.SetSolicitedEvent(last && w.flags&SendSolicited != 0 && (w.opcode.isSend() || w.opcode == WRRDMAWriteWithImm))
+	p.BTH.SetSolicitedEvent(last && w.flags&ibv.SendSolicited != 0 && (w.opcode.IsSend() || w.opcode == ibv.WRRDMAWriteWithImm))
 }
 
 // buildSendWrite lays out the SEND or WRITE packet of w at its nextPSN,
 // with opcode op, and its payload. Every packet of a message but the last
 // carries a whole MTU.
-func (r *requester) buildSendWrite(buf []byte, i uint32, w *sendWQE, op Opcode) (int, bool) {
+func (r *requester) buildSendWrite(buf []byte, i uint32, w *sendWQE, op header.Opcode) (int, bool) {
 	q := r.qp
 	p := &q.e.tx
 	psn := w.nextPSN
 	offset := uint32(psn.Diff(w.firstPSN)) * q.mtu
 	payload := min(w.length-offset, q.mtu)
-	n, _ := LayoutPacket(buf, op, int(payload), p)
+	n, _ := header.LayoutPacket(buf, op, int(payload), p)
 	if p.RETH != nil {
 		p.RETH.SetVA(w.remoteAddr)
 		p.RETH.SetRKey(w.rkey)
@@ -124,7 +130,7 @@ func (r *requester) buildRead(buf []byte, w *sendWQE) int {
 	seg := uint32(r.window)
 	end := min((idx/seg+1)*seg, uint32(w.lastPSN.Diff(w.firstPSN))+1)
 	off := idx * q.mtu
-	n, _ := LayoutPacket(buf, OpRCReadRequest, 0, p)
+	n, _ := header.LayoutPacket(buf, header.OpRCReadRequest, 0, p)
 	p.RETH.SetVA(w.remoteAddr + uint64(off))
 	p.RETH.SetRKey(w.rkey)
 	p.RETH.SetDMALength(min(w.length-off, (end-idx)*q.mtu))
@@ -136,15 +142,15 @@ func (r *requester) buildRead(buf []byte, w *sendWQE) int {
 func (r *requester) buildAtomic(buf []byte, i uint32, w *sendWQE) int {
 	q := r.qp
 	p := &q.e.tx
-	opc := OpRCFetchAdd
-	if w.opcode == WRAtomicCmpAndSwp {
-		opc = OpRCCompareSwap
+	opc := header.OpRCFetchAdd
+	if w.opcode == ibv.WRAtomicCmpAndSwp {
+		opc = header.OpRCCompareSwap
 	}
 	a := &q.sq.atomics[i&q.sq.mask]
-	n, _ := LayoutPacket(buf, opc, 0, p)
+	n, _ := header.LayoutPacket(buf, opc, 0, p)
 	p.AtomicETH.SetVA(w.remoteAddr)
 	p.AtomicETH.SetRKey(w.rkey)
-	if w.opcode == WRAtomicCmpAndSwp {
+	if w.opcode == ibv.WRAtomicCmpAndSwp {
 		p.AtomicETH.SetSwapAdd(a.swap)
 		p.AtomicETH.SetCompare(a.compareAdd)
 	} else {

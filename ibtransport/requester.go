@@ -1,19 +1,25 @@
 package ibtransport
 
+import (
+	"github.com/softnic/softnic/ibtransport/header"
+
+	"github.com/softnic/softnic/ibtransport/ibv"
+)
+
 // requester is the send side of a QP (rxe_req.c): it turns send work
 // requests into request packets, assigning PSNs, within the QP's window,
 // max_rd_atomic and the device-wide window. What was sent is retired or
 // rewound by the completer.
 type requester struct {
 	qp          *QP
-	reqIdx      uint32 // next WQE to transmit (SQ counter)
-	sqPSN       PSN    // PSN of the next new packet
-	rdAtomicOut int    // READ/atomic WQEs in [compIdx, reqIdx)
-	sinceAckReq int    // packets sent since the last AckReq
+	reqIdx      uint32     // next WQE to transmit (SQ counter)
+	sqPSN       header.PSN // PSN of the next new packet
+	rdAtomicOut int        // READ/atomic WQEs in [compIdx, reqIdx)
+	sinceAckReq int        // packets sent since the last AckReq
 	// sentPSN is one past the highest PSN transmitted (for a READ, its
 	// last response's): packets from the completer's compPSN up to it
 	// await their ACK and keep the retransmit timer running.
-	sentPSN PSN
+	sentPSN header.PSN
 	// localErr: the requester met a WQE that failed local checks, which
 	// the completer retires once it reaches the head. Until then it has
 	// nothing to look at (it runs for every active QP on every pass).
@@ -32,7 +38,7 @@ type requester struct {
 }
 
 // start sets the first PSN the requester sends (SQ PSN).
-func (r *requester) start(psn PSN) {
+func (r *requester) start(psn header.PSN) {
 	r.sqPSN = psn
 	r.sentPSN = psn
 }
@@ -66,7 +72,7 @@ func (r *requester) retire(idx uint32, w *sendWQE) {
 	if r.reqIdx == idx {
 		// Retired before the requester re-sent it after a go-back.
 		r.reqIdx++
-	} else if w.opcode.isRead() || w.opcode.isAtomic() {
+	} else if w.opcode.IsRead() || w.opcode.IsAtomic() {
 		r.rdAtomicOut--
 	}
 }
@@ -81,7 +87,7 @@ func (r *requester) restartAt(idx uint32) {
 // rewind makes the requester send everything again from compPSN, in WQE
 // compIdx (go-back-N). Only WQEs up to reqIdx (which may be half sent)
 // have been transmitted.
-func (r *requester) rewind(compIdx uint32, compPSN PSN) {
+func (r *requester) rewind(compIdx uint32, compPSN header.PSN) {
 	q := r.qp
 	end := r.reqIdx
 	if end != q.sq.tail.Load() {
@@ -148,13 +154,13 @@ func (r *requester) mayTransmit(w *sendWQE) bool {
 func (r *requester) startWQE(w *sendWQE) bool {
 	q := r.qp
 	c := &q.comp
-	if q.st == QPSSQD {
+	if q.st == ibv.QPSSQD {
 		return false
 	}
-	if w.flags&SendFence != 0 && c.compIdx != r.reqIdx {
+	if w.flags&ibv.SendFence != 0 && c.compIdx != r.reqIdx {
 		return false
 	}
-	if (w.opcode.isRead() || w.opcode.isAtomic()) && r.rdAtomicOut >= q.maxRdAtomic() {
+	if (w.opcode.IsRead() || w.opcode.IsAtomic()) && r.rdAtomicOut >= q.maxRdAtomic() {
 		return false
 	}
 	if c.compIdx != r.reqIdx && r.sqPSN.Diff(c.compPSN) >= r.window {
@@ -168,7 +174,7 @@ func (r *requester) startWQE(w *sendWQE) bool {
 		q.e.waitWindow(q)
 		return false
 	}
-	if st := r.prepare(r.reqIdx, w); st != WCSuccess {
+	if st := r.prepare(r.reqIdx, w); st != ibv.WCSuccess {
 		r.failWQE(w, st)
 		return false
 	}
@@ -188,7 +194,7 @@ func (r *requester) assignPSNs(w *sendWQE) {
 }
 
 // failWQE marks w failed with st; the completer completes it at the head.
-func (r *requester) failWQE(w *sendWQE, st WCStatus) {
+func (r *requester) failWQE(w *sendWQE, st ibv.WCStatus) {
 	w.state, w.status = wqeError, st
 	r.localErr = true
 }
@@ -204,7 +210,7 @@ func (r *requester) transmit(w *sendWQE) bool {
 	n, ok := r.buildRequest(buf, r.reqIdx, w)
 	if !ok {
 		// The memory behind the SGL was deregistered under the WQE.
-		r.failWQE(w, WCLocProtErr)
+		r.failWQE(w, ibv.WCLocProtErr)
 		return false
 	}
 	q.path.Send(n)
@@ -219,7 +225,7 @@ func (r *requester) transmit(w *sendWQE) bool {
 	q.comp.armTimer()
 	if w.nextPSN == w.lastPSN.Add(1) {
 		r.reqIdx++
-		if w.opcode.isRead() || w.opcode.isAtomic() {
+		if w.opcode.IsRead() || w.opcode.IsAtomic() {
 			r.rdAtomicOut++
 		}
 	}
@@ -228,15 +234,15 @@ func (r *requester) transmit(w *sendWQE) bool {
 
 // prepare checks the local SGL of the WQE in slot i and resolves its keys
 // before the WQE's first packet.
-func (r *requester) prepare(i uint32, w *sendWQE) WCStatus {
+func (r *requester) prepare(i uint32, w *sendWQE) ibv.WCStatus {
 	q := r.qp
 	op := w.opcode
-	var need Access // READ and atomic results are written into the SGL
-	if op.isRead() || op.isAtomic() {
-		need = AccessLocalWrite
+	var need ibv.Access // READ and atomic results are written into the SGL
+	if op.IsRead() || op.IsAtomic() {
+		need = ibv.AccessLocalWrite
 	}
-	if op.isAtomic() && w.length < 8 {
-		return WCLocLenErr
+	if op.IsAtomic() && w.length < 8 {
+		return ibv.WCLocLenErr
 	}
 	for j := range int(w.nsge) {
 		s, mr := q.sq.sge(i, w, j)
@@ -246,9 +252,9 @@ func (r *requester) prepare(i uint32, w *sendWQE) WCStatus {
 		}
 		reg := q.mem.LocalRegion(s.LKey, s.Addr, s.Length, need)
 		if reg == nil {
-			return WCLocProtErr
+			return ibv.WCLocProtErr
 		}
 		*mr = reg
 	}
-	return WCSuccess
+	return ibv.WCSuccess
 }

@@ -3,6 +3,10 @@ package ibtransport
 import (
 	"sync/atomic"
 	"unsafe"
+
+	"github.com/softnic/softnic/ibtransport/header"
+
+	"github.com/softnic/softnic/ibtransport/ibv"
 )
 
 // resource remembers an executed READ or atomic so that a duplicate request
@@ -10,8 +14,8 @@ import (
 type resource struct {
 	used     bool
 	atomic   bool
-	firstPSN PSN
-	lastPSN  PSN
+	firstPSN header.PSN
+	lastPSN  header.PSN
 	rkey     uint32
 	va       uint64
 	length   uint32
@@ -19,7 +23,7 @@ type resource struct {
 }
 
 // holds reports whether psn is one of the PSNs the request took.
-func (res *resource) holds(psn PSN) bool {
+func (res *resource) holds(psn header.PSN) bool {
 	return psn.InWindow(res.firstPSN, uint32(res.lastPSN.Diff(res.firstPSN))+1)
 }
 
@@ -37,7 +41,7 @@ const (
 // leave in PSN order (responses.go).
 type responder struct {
 	qp      *QP
-	ePSN    PSN // expected PSN
+	ePSN    header.PSN // expected PSN
 	msn     uint32
 	nakSent bool // a PSN sequence NAK for the current gap went out
 	mode    respMode
@@ -50,8 +54,8 @@ type responder struct {
 	recv       recvWQE
 	recvMRs    []Region
 	recvOff    uint32
-	recvBad    WCStatus // a problem found with the WQE's SGL
-	recvCap    uint64   // total length of the WQE's SGL
+	recvBad    ibv.WCStatus // a problem found with the WQE's SGL
+	recvCap    uint64       // total length of the WQE's SGL
 
 	// The WRITE in progress.
 	wMR        Region
@@ -76,7 +80,7 @@ func (r *responder) initResources(n int) {
 // applying every check a remote access must pass: the QP's own access
 // flags here, the region's protection domain, rights and bounds in the
 // Memory of the QP's PD.
-func (r *responder) lookupRKey(rkey uint32, va uint64, n uint32, a Access) (Region, bool) {
+func (r *responder) lookupRKey(rkey uint32, va uint64, n uint32, a ibv.Access) (Region, bool) {
 	q := r.qp
 	if q.attr.AccessFlags&a == 0 {
 		return nil, false
@@ -87,7 +91,7 @@ func (r *responder) lookupRKey(rkey uint32, va uint64, n uint32, a Access) (Regi
 
 // onRequest handles a request packet for the QP: named checks, then the
 // execution of the request, each answering with a NAK where it fails.
-func (r *responder) onRequest(p *Packet, oi *OpcodeInfo) {
+func (r *responder) onRequest(p *header.Packet, oi *header.OpcodeInfo) {
 	if r.errPending {
 		return
 	}
@@ -96,24 +100,24 @@ func (r *responder) onRequest(p *Packet, oi *OpcodeInfo) {
 		return
 	}
 	if !r.checkOpSeq(oi) || !r.checkLength(oi, uint32(len(p.Payload))) {
-		r.nakError(psn, NAKInvalidRequest, WCRemInvReqErr)
+		r.nakError(psn, header.NAKInvalidRequest, ibv.WCRemInvReqErr)
 		return
 	}
 	switch oi.Kind {
-	case KindSend:
+	case header.KindSend:
 		r.executeSend(p, oi, psn)
-	case KindWrite:
+	case header.KindWrite:
 		r.executeWrite(p, oi, psn)
-	case KindReadRequest:
+	case header.KindReadRequest:
 		r.executeRead(p, psn)
-	case KindAtomicRequest:
+	case header.KindAtomicRequest:
 		r.executeAtomic(p, psn)
 	}
 }
 
 // checkPSN accepts the expected PSN. Ahead of it, the first packet of a
 // gap gets a sequence NAK; behind it, a duplicate is answered again.
-func (r *responder) checkPSN(p *Packet, oi *OpcodeInfo, psn PSN) bool {
+func (r *responder) checkPSN(p *header.Packet, oi *header.OpcodeInfo, psn header.PSN) bool {
 	ctr := &r.qp.e.Ctr
 	if d := psn.Diff(r.ePSN); d > 0 {
 		inc(&ctr.RxOutOfSeq)
@@ -122,7 +126,7 @@ func (r *responder) checkPSN(p *Packet, oi *OpcodeInfo, psn PSN) bool {
 			r.nakSent = true
 			inc(&ctr.TxNAKSeq)
 			inc(&r.qp.ctr.TxNAKSeq)
-			r.queueAck(NAKSyndrome(NAKPSNSequenceError), r.ePSN)
+			r.queueAck(header.NAKSyndrome(header.NAKPSNSequenceError), r.ePSN)
 		}
 		return false
 	} else if d < 0 {
@@ -136,12 +140,12 @@ func (r *responder) checkPSN(p *Packet, oi *OpcodeInfo, psn PSN) bool {
 
 // checkOpSeq: a message in progress must go on; none may start in the
 // middle.
-func (r *responder) checkOpSeq(oi *OpcodeInfo) bool {
-	mid := oi.Position == PositionMiddle || oi.Position == PositionLast
+func (r *responder) checkOpSeq(oi *header.OpcodeInfo) bool {
+	mid := oi.Position == header.PositionMiddle || oi.Position == header.PositionLast
 	switch {
-	case oi.Kind == KindSend && mid:
+	case oi.Kind == header.KindSend && mid:
 		return r.mode == modeSend
-	case oi.Kind == KindWrite && mid:
+	case oi.Kind == header.KindWrite && mid:
 		return r.mode == modeWrite
 	default:
 		return r.mode == modeIdle
@@ -150,50 +154,50 @@ func (r *responder) checkOpSeq(oi *OpcodeInfo) bool {
 
 // checkLength: FIRST and MIDDLE packets carry a whole MTU, LAST at least
 // a byte, none more than an MTU.
-func (r *responder) checkLength(oi *OpcodeInfo, plen uint32) bool {
+func (r *responder) checkLength(oi *header.OpcodeInfo, plen uint32) bool {
 	mtu := r.qp.mtu
 	switch oi.Position {
-	case PositionFirst, PositionMiddle:
+	case header.PositionFirst, header.PositionMiddle:
 		return plen == mtu
-	case PositionLast:
+	case header.PositionLast:
 		return plen >= 1 && plen <= mtu
-	case PositionOnly:
+	case header.PositionOnly:
 		return plen <= mtu
 	}
 	return true
 }
 
 // advance accepts the in-order packet psn, which uses n PSNs.
-func (r *responder) advance(psn PSN, n uint32) {
+func (r *responder) advance(psn header.PSN, n uint32) {
 	r.ePSN = psn.Add(n)
 	r.nakSent = false
 }
 
 // ackIfRequested queues an ACK of psn if the requester asked for one.
-func (r *responder) ackIfRequested(p *Packet, psn PSN) {
+func (r *responder) ackIfRequested(p *header.Packet, psn header.PSN) {
 	if p.BTH.AckReq() {
-		r.queueAck(ACKSyndrome(UnlimitedCredits), psn)
+		r.queueAck(header.ACKSyndrome(header.UnlimitedCredits), psn)
 	}
 }
 
-func (r *responder) executeSend(p *Packet, oi *OpcodeInfo, psn PSN) {
-	if (oi.Position == PositionFirst || oi.Position == PositionOnly) && !r.checkResource(psn) {
+func (r *responder) executeSend(p *header.Packet, oi *header.OpcodeInfo, psn header.PSN) {
+	if (oi.Position == header.PositionFirst || oi.Position == header.PositionOnly) && !r.checkResource(psn) {
 		return
 	}
-	if r.recvBad != WCSuccess {
-		r.nakError(psn, NAKRemoteOperationalError, r.recvBad)
+	if r.recvBad != ibv.WCSuccess {
+		r.nakError(psn, header.NAKRemoteOperationalError, r.recvBad)
 		return
 	}
-	if st := r.scatterRecv(p.Payload); st != WCSuccess {
-		if st == WCLocLenErr {
-			r.nakError(psn, NAKInvalidRequest, st)
+	if st := r.scatterRecv(p.Payload); st != ibv.WCSuccess {
+		if st == ibv.WCLocLenErr {
+			r.nakError(psn, header.NAKInvalidRequest, st)
 		} else {
-			r.nakError(psn, NAKRemoteOperationalError, st)
+			r.nakError(psn, header.NAKRemoteOperationalError, st)
 		}
 		return
 	}
 	r.advance(psn, 1)
-	if oi.Position == PositionFirst || oi.Position == PositionMiddle {
+	if oi.Position == header.PositionFirst || oi.Position == header.PositionMiddle {
 		r.mode = modeSend
 	} else if !r.finishSend(p, psn) {
 		return
@@ -203,29 +207,29 @@ func (r *responder) executeSend(p *Packet, oi *OpcodeInfo, psn PSN) {
 
 // finishSend completes the receive a SEND's last packet filled,
 // invalidating the rkey a SEND_WITH_INV names.
-func (r *responder) finishSend(p *Packet, psn PSN) bool {
+func (r *responder) finishSend(p *header.Packet, psn header.PSN) bool {
 	r.mode = modeIdle
-	var flags WCFlags
+	var flags ibv.WCFlags
 	var imm, inv uint32
 	if p.ImmDt != nil {
-		flags, imm = WCWithImm, p.ImmDt.Imm()
+		flags, imm = ibv.WCWithImm, p.ImmDt.Imm()
 	}
 	if p.IETH != nil {
 		inv = p.IETH.RKey()
 		if !r.qp.mem.InvalidateRKey(inv) {
-			r.nakError(psn, NAKInvalidRequest, WCRemInvReqErr)
+			r.nakError(psn, header.NAKInvalidRequest, ibv.WCRemInvReqErr)
 			return false
 		}
-		flags = WCWithInv
+		flags = ibv.WCWithInv
 	}
 	r.msn++
-	r.finishRecv(WCRecv, r.recvOff, flags, imm, inv, p.BTH.SolicitedEvent())
+	r.finishRecv(ibv.WCRecv, r.recvOff, flags, imm, inv, p.BTH.SolicitedEvent())
 	return true
 }
 
 // checkResource takes the receive a SEND or WRITE with immediate
 // consumes, or answers with an RNR NAK when none is posted.
-func (r *responder) checkResource(psn PSN) bool {
+func (r *responder) checkResource(psn header.PSN) bool {
 	if !r.takeRecv() {
 		r.rnrNAK(psn)
 		return false
@@ -233,13 +237,13 @@ func (r *responder) checkResource(psn PSN) bool {
 	return true
 }
 
-func (r *responder) executeWrite(p *Packet, oi *OpcodeInfo, psn PSN) {
+func (r *responder) executeWrite(p *header.Packet, oi *header.OpcodeInfo, psn header.PSN) {
 	plen := uint32(len(p.Payload))
 	if p.RETH != nil && !r.startWrite(p, oi, psn) {
 		return
 	}
-	if plen > r.wRemaining || (oi.Position == PositionLast && plen != r.wRemaining) {
-		r.nakError(psn, NAKInvalidRequest, WCRemInvReqErr)
+	if plen > r.wRemaining || (oi.Position == header.PositionLast && plen != r.wRemaining) {
+		r.nakError(psn, header.NAKInvalidRequest, ibv.WCRemInvReqErr)
 		return
 	}
 	if p.ImmDt != nil && !r.checkResource(psn) {
@@ -249,7 +253,7 @@ func (r *responder) executeWrite(p *Packet, oi *OpcodeInfo, psn PSN) {
 		return
 	}
 	r.advance(psn, 1)
-	if oi.Position == PositionFirst || oi.Position == PositionMiddle {
+	if oi.Position == header.PositionFirst || oi.Position == header.PositionMiddle {
 		r.mode = modeWrite
 	} else {
 		r.finishWrite(p)
@@ -259,7 +263,7 @@ func (r *responder) executeWrite(p *Packet, oi *OpcodeInfo, psn PSN) {
 
 // finishWrite ends the WRITE whose last packet p was placed, completing
 // the receive a WRITE with immediate consumed.
-func (r *responder) finishWrite(p *Packet) {
+func (r *responder) finishWrite(p *header.Packet) {
 	r.mode = modeIdle
 	if r.wMR != nil {
 		r.wMR.RemoteWritten()
@@ -267,40 +271,40 @@ func (r *responder) finishWrite(p *Packet) {
 	r.wMR = nil
 	r.msn++
 	if p.ImmDt != nil {
-		r.finishRecv(WCRecvRDMAWithImm, r.wTotal, WCWithImm, p.ImmDt.Imm(), 0, p.BTH.SolicitedEvent())
+		r.finishRecv(ibv.WCRecvRDMAWithImm, r.wTotal, ibv.WCWithImm, p.ImmDt.Imm(), 0, p.BTH.SolicitedEvent())
 	}
 }
 
 // startWrite checks the rkey and length of a WRITE's RETH and makes it the
 // WRITE in progress.
-func (r *responder) startWrite(p *Packet, oi *OpcodeInfo, psn PSN) bool {
+func (r *responder) startWrite(p *header.Packet, oi *header.OpcodeInfo, psn header.PSN) bool {
 	n := p.RETH.DMALength()
 	r.wMR, r.wVA, r.wRemaining, r.wTotal = nil, p.RETH.VA(), n, n
 	if n > 0 {
-		mr, ok := r.lookupRKey(p.RETH.RKey(), r.wVA, n, AccessRemoteWrite)
+		mr, ok := r.lookupRKey(p.RETH.RKey(), r.wVA, n, ibv.AccessRemoteWrite)
 		if !ok {
-			r.nakError(psn, NAKRemoteAccessError, WCRemAccessErr)
+			r.nakError(psn, header.NAKRemoteAccessError, ibv.WCRemAccessErr)
 			return false
 		}
 		r.wMR = mr
 	}
 	plen := uint32(len(p.Payload))
-	if (oi.Position == PositionOnly && plen != n) || (oi.Position == PositionFirst && n <= r.qp.mtu) {
-		r.nakError(psn, NAKInvalidRequest, WCRemInvReqErr)
+	if (oi.Position == header.PositionOnly && plen != n) || (oi.Position == header.PositionFirst && n <= r.qp.mtu) {
+		r.nakError(psn, header.NAKInvalidRequest, ibv.WCRemInvReqErr)
 		return false
 	}
 	return true
 }
 
 // writeData copies a WRITE packet's payload into the target region.
-func (r *responder) writeData(payload []byte, psn PSN) bool {
+func (r *responder) writeData(payload []byte, psn header.PSN) bool {
 	plen := uint32(len(payload))
 	if r.wMR == nil {
-		r.nakError(psn, NAKRemoteAccessError, WCRemAccessErr)
+		r.nakError(psn, header.NAKRemoteAccessError, ibv.WCRemAccessErr)
 		return false
 	}
 	if !r.qp.writePayload(r.wMR, payload, r.wVA) {
-		r.nakError(psn, NAKRemoteAccessError, WCRemAccessErr)
+		r.nakError(psn, header.NAKRemoteAccessError, ibv.WCRemAccessErr)
 		return false
 	}
 	r.wVA += uint64(plen)
@@ -310,15 +314,15 @@ func (r *responder) writeData(payload []byte, psn PSN) bool {
 
 // checkRdAtomic: a READ or atomic needs responder resources, and room in
 // the job ring to answer (without it the requester retries).
-func (r *responder) checkRdAtomic(psn PSN) bool {
+func (r *responder) checkRdAtomic(psn header.PSN) bool {
 	if r.qp.attr.MaxDestRdAtomic == 0 {
-		r.nakError(psn, NAKInvalidRequest, WCRemInvReqErr)
+		r.nakError(psn, header.NAKInvalidRequest, ibv.WCRemInvReqErr)
 		return false
 	}
 	return !r.jobsFull()
 }
 
-func (r *responder) executeRead(p *Packet, psn PSN) {
+func (r *responder) executeRead(p *header.Packet, psn header.PSN) {
 	if !r.checkRdAtomic(psn) {
 		return
 	}
@@ -326,8 +330,8 @@ func (r *responder) executeRead(p *Packet, psn PSN) {
 	var mr Region
 	if n > 0 {
 		var ok bool
-		if mr, ok = r.lookupRKey(rkey, va, n, AccessRemoteRead); !ok {
-			r.nakError(psn, NAKRemoteAccessError, WCRemAccessErr)
+		if mr, ok = r.lookupRKey(rkey, va, n, ibv.AccessRemoteRead); !ok {
+			r.nakError(psn, header.NAKRemoteAccessError, ibv.WCRemAccessErr)
 			return
 		}
 	}
@@ -338,23 +342,23 @@ func (r *responder) executeRead(p *Packet, psn PSN) {
 	r.pushJob(respJob{kind: jobRead, psn: psn, msn: r.msn, mr: mr, va: va, remaining: n, first: true})
 }
 
-func (r *responder) executeAtomic(p *Packet, psn PSN) {
+func (r *responder) executeAtomic(p *header.Packet, psn header.PSN) {
 	if !r.checkRdAtomic(psn) {
 		return
 	}
 	a := p.AtomicETH
 	va := a.VA()
 	if va&7 != 0 {
-		r.nakError(psn, NAKInvalidRequest, WCRemInvReqErr)
+		r.nakError(psn, header.NAKInvalidRequest, ibv.WCRemInvReqErr)
 		return
 	}
-	mr, ok := r.lookupRKey(a.RKey(), va, 8, AccessRemoteAtomic)
+	mr, ok := r.lookupRKey(a.RKey(), va, 8, ibv.AccessRemoteAtomic)
 	if !ok {
-		r.nakError(psn, NAKRemoteAccessError, WCRemAccessErr)
+		r.nakError(psn, header.NAKRemoteAccessError, ibv.WCRemAccessErr)
 		return
 	}
 	r.qp.e.SettleWrites() // the atomic reads what earlier WRITEs wrote
-	orig := doAtomic(mr, va, p.BTH.Opcode() == OpRCCompareSwap, a.Compare(), a.SwapAdd())
+	orig := doAtomic(mr, va, p.BTH.Opcode() == header.OpRCCompareSwap, a.Compare(), a.SwapAdd())
 	*r.allocResource() = resource{used: true, atomic: true, firstPSN: psn, lastPSN: psn, rkey: a.RKey(), va: va, length: 8, orig: orig}
 	r.msn++
 	r.advance(psn, 1)
@@ -401,15 +405,15 @@ func (r *responder) allocResource() *resource {
 // duplicate answers a request whose PSN was already accepted: SEND and WRITE
 // are acknowledged again, READ and atomic answered again from the responder
 // resources without executing them twice.
-func (r *responder) duplicate(p *Packet, oi *OpcodeInfo, psn PSN) {
+func (r *responder) duplicate(p *header.Packet, oi *header.OpcodeInfo, psn header.PSN) {
 	switch oi.Kind {
-	case KindSend, KindWrite:
-		r.queueAck(ACKSyndrome(UnlimitedCredits), r.ePSN.Add(PSNMask))
-	case KindReadRequest:
+	case header.KindSend, header.KindWrite:
+		r.queueAck(header.ACKSyndrome(header.UnlimitedCredits), r.ePSN.Add(header.PSNMask))
+	case header.KindReadRequest:
 		if !r.jobsFull() {
 			r.replayRead(p, psn)
 		}
-	case KindAtomicRequest:
+	case header.KindAtomicRequest:
 		if r.jobsFull() {
 			return
 		}
@@ -425,7 +429,7 @@ func (r *responder) duplicate(p *Packet, oi *OpcodeInfo, psn PSN) {
 
 // replayRead answers a duplicate READ request from the resource of the
 // READ it repeats, if it asks for a part of that READ's data.
-func (r *responder) replayRead(p *Packet, psn PSN) {
+func (r *responder) replayRead(p *header.Packet, psn header.PSN) {
 	for i := range r.res {
 		res := &r.res[i]
 		if !res.used || res.atomic || !res.holds(psn) {
@@ -442,7 +446,7 @@ func (r *responder) replayRead(p *Packet, psn PSN) {
 		var mr Region
 		if n > 0 {
 			var ok bool
-			if mr, ok = r.lookupRKey(res.rkey, va, n, AccessRemoteRead); !ok {
+			if mr, ok = r.lookupRKey(res.rkey, va, n, ibv.AccessRemoteRead); !ok {
 				return
 			}
 		}
@@ -466,7 +470,7 @@ func (r *responder) replayRead(p *Packet, psn PSN) {
 // drop 64% of softnic's responses, and 128 outstanding 1 MiB READs ran
 // at 1-2 MB/s. rxe does the same, answering a repeated READ from the
 // resource in place of the response in progress.
-func (r *responder) cancelReadJobs(res *resource, psn PSN) {
+func (r *responder) cancelReadJobs(res *resource, psn header.PSN) {
 	for i := r.jobHead; i != r.jobTail; i++ {
 		j := &r.jobs[i%uint32(len(r.jobs))]
 		if (j.kind == jobRead || j.kind == jobAtomic) && (res.holds(j.psn) || !j.psn.Before(psn)) {

@@ -1,5 +1,11 @@
 package ibtransport
 
+import (
+	"github.com/softnic/softnic/ibtransport/header"
+
+	"github.com/softnic/softnic/ibtransport/ibv"
+)
+
 type jobKind uint8
 
 const (
@@ -17,16 +23,16 @@ type respJob struct {
 	// original value there instead (origData), which keeps the ring of
 	// every idle QP small.
 	va        uint64
-	psn       PSN // (next) PSN to send
+	psn       header.PSN // (next) PSN to send
 	msn       uint32
 	remaining uint32
 	kind      jobKind
-	syn       Syndrome
+	syn       header.Syndrome
 	first     bool
 }
 
 // atomicJob returns the job of an atomic ACK carrying orig.
-func atomicJob(psn PSN, msn uint32, orig uint64) respJob {
+func atomicJob(psn header.PSN, msn uint32, orig uint64) respJob {
 	return respJob{kind: jobAtomic, psn: psn, msn: msn, va: orig}
 }
 
@@ -43,10 +49,10 @@ func (r *responder) pushJob(j respJob) {
 
 // queueAck queues an ACK or NAK; a plain ACK merges into an ACK already
 // waiting at the tail, ACKs being cumulative.
-func (r *responder) queueAck(syn Syndrome, psn PSN) {
-	if syn.Kind() == SyndromeACK && r.jobTail != r.jobHead {
+func (r *responder) queueAck(syn header.Syndrome, psn header.PSN) {
+	if syn.Kind() == header.SyndromeACK && r.jobTail != r.jobHead {
 		j := &r.jobs[(r.jobTail-1)%uint32(len(r.jobs))]
-		if j.kind == jobAck && j.syn.Kind() == SyndromeACK {
+		if j.kind == jobAck && j.syn.Kind() == header.SyndromeACK {
 			j.psn, j.msn = psn, r.msn
 			return
 		}
@@ -59,21 +65,21 @@ func (r *responder) queueAck(syn Syndrome, psn PSN) {
 
 // nakError answers a request that cannot be executed with a NAK and moves
 // the QP to ERR after it (IBA class B/C errors).
-func (r *responder) nakError(psn PSN, code NAKCode, recvStatus WCStatus) {
+func (r *responder) nakError(psn header.PSN, code header.NAKCode, recvStatus ibv.WCStatus) {
 	inc(&r.qp.e.Ctr.TxNAKError)
 	if r.recvActive {
 		r.completeRecv(recvStatus, 0)
 	}
 	r.jobTail = r.jobHead + min(r.jobTail-r.jobHead, uint32(len(r.jobs)-1))
-	r.queueAck(NAKSyndrome(code), psn)
+	r.queueAck(header.NAKSyndrome(code), psn)
 	r.errPending = true
 }
 
-func (r *responder) rnrNAK(psn PSN) {
+func (r *responder) rnrNAK(psn header.PSN) {
 	inc(&r.qp.e.Ctr.TxRNRNAK)
 	inc(&r.qp.ctr.TxRNRNAK)
 	r.nakSent = true // the retry after the RNR wait fills the gap
-	r.queueAck(RNRNAKSyndrome(RNRTimer(r.qp.attr.MinRNRTimer)), psn)
+	r.queueAck(header.RNRNAKSyndrome(header.RNRTimer(r.qp.attr.MinRNRTimer)), psn)
 }
 
 // idle reports whether no response waits and no error is pending.
@@ -124,12 +130,12 @@ func (r *responder) buildResponse(buf []byte, j *respJob) (n int, done, ok bool)
 	p := &r.qp.e.tx
 	switch j.kind {
 	case jobAck:
-		n, _ = LayoutPacket(buf, OpRCAcknowledge, 0, p)
+		n, _ = header.LayoutPacket(buf, header.OpRCAcknowledge, 0, p)
 		p.AETH.SetSyndrome(j.syn)
 		p.AETH.SetMSN(j.msn)
 	case jobAtomic:
-		n, _ = LayoutPacket(buf, OpRCAtomicAcknowledge, 0, p)
-		p.AETH.SetSyndrome(ACKSyndrome(UnlimitedCredits))
+		n, _ = header.LayoutPacket(buf, header.OpRCAtomicAcknowledge, 0, p)
+		p.AETH.SetSyndrome(header.ACKSyndrome(header.UnlimitedCredits))
 		p.AETH.SetMSN(j.msn)
 		p.AtomicAckETH.SetOrigData(j.origData())
 	case jobRead:
@@ -147,18 +153,18 @@ func (r *responder) buildReadResponse(buf []byte, j *respJob) (n int, done, ok b
 	p := &q.e.tx
 	payload := min(j.remaining, q.mtu)
 	last := j.remaining <= q.mtu
-	op := OpRCReadResponseMiddle
+	op := header.OpRCReadResponseMiddle
 	switch {
 	case j.first && last:
-		op = OpRCReadResponseOnly
+		op = header.OpRCReadResponseOnly
 	case j.first:
-		op = OpRCReadResponseFirst
+		op = header.OpRCReadResponseFirst
 	case last:
-		op = OpRCReadResponseLast
+		op = header.OpRCReadResponseLast
 	}
-	n, _ = LayoutPacket(buf, op, int(payload), p)
+	n, _ = header.LayoutPacket(buf, op, int(payload), p)
 	if p.AETH != nil {
-		p.AETH.SetSyndrome(ACKSyndrome(UnlimitedCredits))
+		p.AETH.SetSyndrome(header.ACKSyndrome(header.UnlimitedCredits))
 		p.AETH.SetMSN(j.msn)
 	}
 	if payload > 0 && !q.readPayload(j.mr, p.Payload[:payload], j.va) {

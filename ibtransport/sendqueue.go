@@ -3,6 +3,10 @@ package ibtransport
 import (
 	"sync"
 	"sync/atomic"
+
+	"github.com/softnic/softnic/ibtransport/header"
+
+	"github.com/softnic/softnic/ibtransport/ibv"
 )
 
 type wqeState uint8
@@ -28,15 +32,15 @@ type sendWQE struct {
 	imm    uint32
 	length uint32
 	nsge   uint16 // SGEs in the SGL (0 with SendInline)
-	opcode WROpcode
-	flags  SendFlags
+	opcode ibv.WROpcode
+	flags  ibv.SendFlags
 	// Engine-owned.
 	state    wqeState
-	status   WCStatus
-	firstPSN PSN
-	lastPSN  PSN
-	nextPSN  PSN // next PSN to transmit; its payload starts (nextPSN-firstPSN) × MTU bytes in
-	sge0     SGE
+	status   ibv.WCStatus
+	firstPSN header.PSN
+	lastPSN  header.PSN
+	nextPSN  header.PSN // next PSN to transmit; its payload starts (nextPSN-firstPSN) × MTU bytes in
+	sge0     ibv.SGE
 	mr0      Region // the region behind sge0, resolved before the first packet
 }
 
@@ -59,7 +63,7 @@ type sendQueue struct {
 	maxInline int
 	// SGEs 1..maxSGE-1 of each slot and the regions behind them
 	// (maxSGE-1 per slot), allocated with the queue when maxSGE > 1.
-	moreSGE []SGE
+	moreSGE []ibv.SGE
 	moreMR  []Region
 	// Allocated on the first post that needs them, so that QPs that never
 	// send inline data or atomics do not pay for them: maxInline bytes and
@@ -80,13 +84,13 @@ func (sq *sendQueue) init(size, maxSGE, maxInline int) {
 	sq.maxSGE = maxSGE
 	sq.maxInline = maxInline
 	if maxSGE > 1 {
-		sq.moreSGE = make([]SGE, size*(maxSGE-1))
+		sq.moreSGE = make([]ibv.SGE, size*(maxSGE-1))
 		sq.moreMR = make([]Region, size*(maxSGE-1))
 	}
 }
 
 // sge returns SGE j of the WQE in slot i, and where its region is kept.
-func (sq *sendQueue) sge(i uint32, w *sendWQE, j int) (*SGE, *Region) {
+func (sq *sendQueue) sge(i uint32, w *sendWQE, j int) (*ibv.SGE, *Region) {
 	if j == 0 {
 		return &w.sge0, &w.mr0
 	}
@@ -105,7 +109,7 @@ func (sq *sendQueue) inlineData(i uint32, w *sendWQE) []byte {
 // defers its reads.
 func (q *QP) gather(i uint32, w *sendWQE, off uint32, dst []byte) bool {
 	sq := &q.sq
-	if w.flags&SendInline != 0 {
+	if w.flags&ibv.SendInline != 0 {
 		copy(dst, sq.inlineData(i, w)[off:])
 		return true
 	}
@@ -179,7 +183,7 @@ func packetCount(n, mtu uint32) uint32 { return max((n+mtu-1)/mtu, 1) }
 
 // packets returns how many PSNs a WQE uses.
 func (q *QP) packets(w *sendWQE) uint32 {
-	if w.opcode.isAtomic() {
+	if w.opcode.IsAtomic() {
 		return 1
 	}
 	return packetCount(w.length, q.mtu)
@@ -188,6 +192,6 @@ func (q *QP) packets(w *sendWQE) uint32 {
 func (q *QP) sqSlot(i uint32) *sendWQE { return &q.sq.slots[i&q.sq.mask] }
 
 // sendWC returns the completion of w with status st.
-func (q *QP) sendWC(w *sendWQE, st WCStatus) WC {
-	return WC{WRID: w.id, Status: st, Opcode: wcOpcodeOf(w.opcode), QPN: q.qpn, SrcQP: q.destQPN}
+func (q *QP) sendWC(w *sendWQE, st ibv.WCStatus) ibv.WC {
+	return ibv.WC{WRID: w.id, Status: st, Opcode: w.opcode.WCOpcode(), QPN: q.qpn, SrcQP: q.destQPN}
 }

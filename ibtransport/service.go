@@ -1,16 +1,18 @@
 package ibtransport
 
+import "github.com/softnic/softnic/ibtransport/ibv"
+
 // service does a QP's share of Process: responses, then the completer's
 // timers and local errors, then new requests. It reports whether the QP
 // has more to send right now.
 func (q *QP) service(now int64) bool {
-	if q.typ != QPTypeRC {
+	if q.typ != ibv.QPTypeRC {
 		return q.serviceUnacked()
 	}
 	switch q.st {
-	case QPSReset, QPSInit:
+	case ibv.QPSReset, ibv.QPSInit:
 		return false
-	case QPSErr:
+	case ibv.QPSErr:
 		q.flush()
 		return false
 	}
@@ -18,18 +20,18 @@ func (q *QP) service(now int64) bool {
 		q.sendCNP()
 	}
 	busy := q.resp.sendResponses()
-	if q.st == QPSErr {
+	if q.st == ibv.QPSErr {
 		q.flush()
 		return false
 	}
-	if q.st == QPSSQD && !q.sqDrained && q.comp.compIdx == q.req.reqIdx && !q.comp.outstanding() {
+	if q.st == ibv.QPSSQD && !q.sqDrained && q.comp.compIdx == q.req.reqIdx && !q.comp.outstanding() {
 		q.sqDrained = true
 		q.e.emit(q, QPEventSQDrained)
 	}
-	if q.st == QPSRTS || q.st == QPSSQD {
+	if q.st == ibv.QPSRTS || q.st == ibv.QPSSQD {
 		q.comp.checkTimers(now)
 		q.comp.completeLocalErrors()
-		if q.st == QPSErr {
+		if q.st == ibv.QPSErr {
 			q.flush()
 			return false
 		}
@@ -44,7 +46,7 @@ func (q *QP) service(now int64) bool {
 			// now. Nothing may bring the engine back for it (no packet,
 			// no timer, no post), and the QP would look busy forever.
 			q.comp.completeLocalErrors()
-			if q.st == QPSErr {
+			if q.st == ibv.QPSErr {
 				q.flush()
 				return false
 			}
@@ -60,7 +62,7 @@ func (c *completer) timersIdle() bool { return c.retransAt == 0 && c.rnrAt == 0 
 // for the device window: nothing in flight, no response, no timer. It can
 // leave the active list until admitWaiting brings it back.
 func (q *QP) onlyWaitsWindow() bool {
-	return q.waitsWindow && !q.awaitingAck() && q.comp.timersIdle() && q.resp.idle() && q.st == QPSRTS
+	return q.waitsWindow && !q.awaitingAck() && q.comp.timersIdle() && q.resp.idle() && q.st == ibv.QPSRTS
 }
 
 // quiet reports whether the QP has nothing to do until a packet, a post or
@@ -68,7 +70,7 @@ func (q *QP) onlyWaitsWindow() bool {
 // send, no timer.
 func (q *QP) quiet() bool {
 	switch q.st {
-	case QPSReset, QPSInit:
+	case ibv.QPSReset, ibv.QPSInit:
 		return true
 	}
 	switch {
@@ -78,9 +80,9 @@ func (q *QP) quiet() bool {
 		return false
 	case q.comp.compIdx != q.sq.tail.Load():
 		return false
-	case q.st == QPSErr && q.srq == nil && q.rq.Len() > 0:
+	case q.st == ibv.QPSErr && q.srq == nil && q.rq.Len() > 0:
 		return false
-	case q.st == QPSSQD && !q.sqDrained:
+	case q.st == ibv.QPSSQD && !q.sqDrained:
 		return false
 	}
 	return true
@@ -88,15 +90,15 @@ func (q *QP) quiet() bool {
 
 // toError moves the QP to ERR; the next service flushes its queues.
 func (q *QP) toError() {
-	if q.st == QPSErr {
+	if q.st == ibv.QPSErr {
 		return
 	}
-	q.setState(QPSErr)
+	q.setState(ibv.QPSErr)
 	q.comp.stopTimers()
 	q.resp.jobHead, q.resp.jobTail = 0, 0
 	q.resp.errPending = false
 	if q.resp.recvActive {
-		q.resp.completeRecv(WCWRFlushErr, 0)
+		q.resp.completeRecv(ibv.WCWRFlushErr, 0)
 	}
 	q.flush()
 	if q.srq != nil {
@@ -109,7 +111,7 @@ func (q *QP) flush() {
 	q.comp.flush()
 	if q.srq == nil {
 		for w := q.rq.peek(); w != nil; w = q.rq.peek() {
-			wc := WC{WRID: w.id, Status: WCWRFlushErr, Opcode: WCRecv, QPN: q.qpn, SrcQP: q.destQPN}
+			wc := ibv.WC{WRID: w.id, Status: ibv.WCWRFlushErr, Opcode: ibv.WCRecv, QPN: q.qpn, SrcQP: q.destQPN}
 			q.rq.pop()
 			q.publishRecvRetired()
 			q.complete(q.recvCQ, wc, false)

@@ -1,5 +1,11 @@
 package ibtransport
 
+import (
+	"github.com/softnic/softnic/ibtransport/header"
+
+	"github.com/softnic/softnic/ibtransport/ibv"
+)
+
 // A UC QP is connected like an RC QP (a path, a destination QP, PSNs in
 // both directions) but unreliable: its packets ask for no ACK, nothing is
 // retransmitted and no window holds them back, so a send work request
@@ -9,23 +15,23 @@ package ibtransport
 // ucTransitions are IBA table 93's rules for UC QPs, as the kernel's
 // ib_modify_qp_is_ok keeps them: RC's without the READ/atomic resources,
 // the RNR timer and the retry counts.
-var ucTransitions = map[[2]QPState]transition{
-	{QPSReset, QPSInit}: {QPAttrPKeyIndex | QPAttrPort | QPAttrAccessFlags, 0},
-	{QPSInit, QPSInit}:  {0, QPAttrPKeyIndex | QPAttrPort | QPAttrAccessFlags},
-	{QPSInit, QPSRTR}:   {QPAttrAV | QPAttrPathMTU | QPAttrDestQPN | QPAttrRQPSN, QPAttrPKeyIndex | QPAttrAccessFlags},
-	{QPSRTR, QPSRTS}:    {QPAttrSQPSN, QPAttrCurState | QPAttrAccessFlags},
-	{QPSRTS, QPSRTS}:    {0, QPAttrCurState | QPAttrAccessFlags},
-	{QPSRTS, QPSSQD}:    {0, 0},
-	{QPSSQD, QPSRTS}:    {0, QPAttrCurState | QPAttrAccessFlags},
-	{QPSSQD, QPSSQD}:    {0, QPAttrAV | QPAttrAccessFlags | QPAttrPKeyIndex},
-	{QPSSQE, QPSRTS}:    {0, QPAttrCurState | QPAttrAccessFlags},
+var ucTransitions = map[[2]ibv.QPState]transition{
+	{ibv.QPSReset, ibv.QPSInit}: {ibv.QPAttrPKeyIndex | ibv.QPAttrPort | ibv.QPAttrAccessFlags, 0},
+	{ibv.QPSInit, ibv.QPSInit}:  {0, ibv.QPAttrPKeyIndex | ibv.QPAttrPort | ibv.QPAttrAccessFlags},
+	{ibv.QPSInit, ibv.QPSRTR}:   {ibv.QPAttrAV | ibv.QPAttrPathMTU | ibv.QPAttrDestQPN | ibv.QPAttrRQPSN, ibv.QPAttrPKeyIndex | ibv.QPAttrAccessFlags},
+	{ibv.QPSRTR, ibv.QPSRTS}:    {ibv.QPAttrSQPSN, ibv.QPAttrCurState | ibv.QPAttrAccessFlags},
+	{ibv.QPSRTS, ibv.QPSRTS}:    {0, ibv.QPAttrCurState | ibv.QPAttrAccessFlags},
+	{ibv.QPSRTS, ibv.QPSSQD}:    {0, 0},
+	{ibv.QPSSQD, ibv.QPSRTS}:    {0, ibv.QPAttrCurState | ibv.QPAttrAccessFlags},
+	{ibv.QPSSQD, ibv.QPSSQD}:    {0, ibv.QPAttrAV | ibv.QPAttrAccessFlags | ibv.QPAttrPKeyIndex},
+	{ibv.QPSSQE, ibv.QPSRTS}:    {0, ibv.QPAttrCurState | ibv.QPAttrAccessFlags},
 }
 
 // serviceOf is the QP type a connected transport's packets are for.
-var serviceOf = [...]QPType{TransportRC: QPTypeRC, TransportUC: QPTypeUC, TransportUD: QPTypeUD}
+var serviceOf = [...]ibv.QPType{header.TransportRC: ibv.QPTypeRC, header.TransportUC: ibv.QPTypeUC, header.TransportUD: ibv.QPTypeUD}
 
 // ucOpcodeBase added to an RC SEND or WRITE opcode makes its UC twin.
-const ucOpcodeBase = OpUCSendFirst - OpRCSendFirst
+const ucOpcodeBase = header.OpUCSendFirst - header.OpRCSendFirst
 
 // sendUnreliable sends the packets of posted UC work requests, in order,
 // until the queue is empty, the budget is spent or the link has no buffer,
@@ -46,7 +52,7 @@ func (q *QP) sendUnreliable() bool {
 		}
 		w := q.sqSlot(c.compIdx)
 		if w.state == wqeNew {
-			if q.st == QPSSQD {
+			if q.st == ibv.QPSSQD {
 				return false // draining: no new message starts
 			}
 			q.startUC(c.compIdx, w)
@@ -59,7 +65,7 @@ func (q *QP) sendUnreliable() bool {
 			return false
 		}
 		if w.nextPSN == w.lastPSN.Add(1) {
-			c.completeHead(WCSuccess)
+			c.completeHead(ibv.WCSuccess)
 		}
 	}
 	return true
@@ -68,7 +74,7 @@ func (q *QP) sendUnreliable() bool {
 // startUC checks the SGL of the new WQE in slot i and assigns its PSNs.
 func (q *QP) startUC(i uint32, w *sendWQE) {
 	r := &q.req
-	if st := r.prepare(i, w); st != WCSuccess {
+	if st := r.prepare(i, w); st != ibv.WCSuccess {
 		w.state, w.status = wqeError, st
 		return
 	}
@@ -86,7 +92,7 @@ func (q *QP) transmitUC(i uint32, w *sendWQE) bool {
 	n, ok := q.req.buildSendWrite(buf, i, w, sendOpcode(w, psn)+ucOpcodeBase)
 	if !ok {
 		// The memory behind the SGL was deregistered under the WQE.
-		w.state, w.status = wqeError, WCLocProtErr
+		w.state, w.status = wqeError, ibv.WCLocProtErr
 		return false
 	}
 	q.setRequestBTH(w, psn, psn == w.lastPSN, false)

@@ -1,6 +1,12 @@
 package ibtransport
 
-import "sync/atomic"
+import (
+	"sync/atomic"
+
+	"github.com/softnic/softnic/ibtransport/header"
+
+	"github.com/softnic/softnic/ibtransport/ibv"
+)
 
 // The UC receive side (IBA 9.7.x for UC, rxe_resp.c's UC paths) uses the
 // responder's state but answers nothing: a packet it cannot take drops the
@@ -9,7 +15,7 @@ import "sync/atomic"
 // begun to fill is not completed: the next message fills it again.
 
 // onUCRequest handles a UC packet for the QP.
-func (r *responder) onUCRequest(p *Packet, oi *OpcodeInfo) {
+func (r *responder) onUCRequest(p *header.Packet, oi *header.OpcodeInfo) {
 	if !r.ucAccept(oi, p.BTH.PSN()) {
 		return
 	}
@@ -17,7 +23,7 @@ func (r *responder) onUCRequest(p *Packet, oi *OpcodeInfo) {
 		r.ucDrop(&r.qp.e.Ctr.RxUCLength)
 		return
 	}
-	if oi.Kind == KindSend {
+	if oi.Kind == header.KindSend {
 		r.ucSend(p, oi)
 	} else {
 		r.ucWrite(p, oi)
@@ -28,9 +34,9 @@ func (r *responder) onUCRequest(p *Packet, oi *OpcodeInfo) {
 // FIRST or ONLY always starts a message (abandoning one in progress and
 // resynchronizing to its PSN), a MIDDLE or LAST must continue the message
 // in progress at the expected PSN.
-func (r *responder) ucAccept(oi *OpcodeInfo, psn PSN) bool {
+func (r *responder) ucAccept(oi *header.OpcodeInfo, psn header.PSN) bool {
 	ctr := &r.qp.e.Ctr
-	if oi.Position == PositionFirst || oi.Position == PositionOnly {
+	if oi.Position == header.PositionFirst || oi.Position == header.PositionOnly {
 		if psn != r.ePSN {
 			inc(&ctr.RxOutOfSeq)
 		}
@@ -82,49 +88,49 @@ func (r *responder) ucTakeRecv() bool {
 // ucSend places a SEND packet in the active receive. A receive that cannot
 // hold the message (or whose SGL is bad) completes in error, as UD's do
 // (class D, class E with an SRQ), and the rest of the message is dropped.
-func (r *responder) ucSend(p *Packet, oi *OpcodeInfo) {
+func (r *responder) ucSend(p *header.Packet, oi *header.OpcodeInfo) {
 	psn := p.BTH.PSN()
-	if (oi.Position == PositionFirst || oi.Position == PositionOnly) && !r.ucTakeRecv() {
+	if (oi.Position == header.PositionFirst || oi.Position == header.PositionOnly) && !r.ucTakeRecv() {
 		return
 	}
 	st := r.recvBad
-	if st == WCSuccess {
+	if st == ibv.WCSuccess {
 		st = r.scatterRecv(p.Payload)
 	}
-	if st != WCSuccess {
-		if st == WCLocLenErr && r.qp.srq != nil {
-			st = WCRemInvReqErr
+	if st != ibv.WCSuccess {
+		if st == ibv.WCLocLenErr && r.qp.srq != nil {
+			st = ibv.WCRemInvReqErr
 		}
 		r.completeRecv(st, 0)
 		r.ucDrop(&r.qp.e.Ctr.RxUCLength)
 		return
 	}
 	r.advance(psn, 1)
-	if oi.Position == PositionFirst || oi.Position == PositionMiddle {
+	if oi.Position == header.PositionFirst || oi.Position == header.PositionMiddle {
 		r.mode = modeSend
 		return
 	}
 	r.mode = modeIdle
-	var flags WCFlags
+	var flags ibv.WCFlags
 	var imm uint32
 	if p.ImmDt != nil {
-		flags, imm = WCWithImm, p.ImmDt.Imm()
+		flags, imm = ibv.WCWithImm, p.ImmDt.Imm()
 	}
 	r.msn++
-	r.finishRecv(WCRecv, r.recvOff, flags, imm, 0, p.BTH.SolicitedEvent())
+	r.finishRecv(ibv.WCRecv, r.recvOff, flags, imm, 0, p.BTH.SolicitedEvent())
 }
 
 // ucWrite places a WRITE packet in the target region; an rkey, bounds or
 // access violation or a length the RETH does not announce drops the
 // message silently.
-func (r *responder) ucWrite(p *Packet, oi *OpcodeInfo) {
+func (r *responder) ucWrite(p *header.Packet, oi *header.OpcodeInfo) {
 	ctr := &r.qp.e.Ctr
 	if p.RETH != nil && !r.ucStartWrite(p, oi) {
 		return
 	}
 	payload := p.Payload
 	plen := uint32(len(payload))
-	if plen > r.wRemaining || (oi.Position == PositionLast && plen != r.wRemaining) {
+	if plen > r.wRemaining || (oi.Position == header.PositionLast && plen != r.wRemaining) {
 		r.ucDrop(&ctr.RxUCLength)
 		return
 	}
@@ -140,7 +146,7 @@ func (r *responder) ucWrite(p *Packet, oi *OpcodeInfo) {
 		return
 	}
 	r.advance(p.BTH.PSN(), 1)
-	if oi.Position == PositionFirst || oi.Position == PositionMiddle {
+	if oi.Position == header.PositionFirst || oi.Position == header.PositionMiddle {
 		r.mode = modeWrite
 		return
 	}
@@ -148,19 +154,19 @@ func (r *responder) ucWrite(p *Packet, oi *OpcodeInfo) {
 }
 
 // ucStartWrite checks a WRITE's RETH and makes it the WRITE in progress.
-func (r *responder) ucStartWrite(p *Packet, oi *OpcodeInfo) bool {
+func (r *responder) ucStartWrite(p *header.Packet, oi *header.OpcodeInfo) bool {
 	ctr := &r.qp.e.Ctr
 	n := p.RETH.DMALength()
 	r.wMR, r.wVA, r.wRemaining, r.wTotal = nil, p.RETH.VA(), n, n
 	plen := uint32(len(p.Payload))
-	if (oi.Position == PositionOnly && plen != n) || (oi.Position == PositionFirst && n <= r.qp.mtu) {
+	if (oi.Position == header.PositionOnly && plen != n) || (oi.Position == header.PositionFirst && n <= r.qp.mtu) {
 		r.ucDrop(&ctr.RxUCLength)
 		return false
 	}
 	if n == 0 {
 		return true
 	}
-	mr, ok := r.lookupRKey(p.RETH.RKey(), r.wVA, n, AccessRemoteWrite)
+	mr, ok := r.lookupRKey(p.RETH.RKey(), r.wVA, n, ibv.AccessRemoteWrite)
 	if !ok {
 		r.ucDrop(&ctr.RxUCAccess)
 		return false

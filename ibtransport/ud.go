@@ -2,7 +2,10 @@ package ibtransport
 
 import (
 	"fmt"
-	"sync/atomic"
+
+	"github.com/softnic/softnic/ibtransport/header"
+
+	"github.com/softnic/softnic/ibtransport/ibv"
 )
 
 // A UD QP shares the RC QP's queues and its state machine (with
@@ -11,56 +14,46 @@ import (
 // names, completed as soon as the packet is handed to the link, and each
 // packet received fills one receive, behind a GRH.
 
-// GRHLen is the size of the Global Route Header a UD receive buffer starts
-// with.
-const GRHLen = 40
-
 // controlledQKey is the Q_Key bit that makes a send use the QP's own Q_Key
 // instead of the work request's (IBA 10.2.4).
 const controlledQKey = 0x80000000
 
-// AH is an address handle (ibv_ah): where UD packets go. It keeps a
-// transmit path on every engine of its device, made when it is created, so
-// that sending to it resolves nothing.
-type AH struct {
-	g         *Group
-	av        AddressVector
-	paths     []TxPath // by engine index; used by that engine only
-	destroyed atomic.Bool
+// ahPaths is what the engines send to an AH of their group with (the
+// AH's Backend): a transmit path on every engine, made when the AH is
+// created, so that sending to it resolves nothing.
+type ahPaths struct {
+	g     *Group
+	paths []TxPath // by engine index; used by that engine only
 }
 
 // CreateAH creates an address handle for av (ibv_create_ah). It fails when
 // av's destination cannot be reached from its source GID.
-func (g *Group) CreateAH(av *AddressVector) (*AH, error) {
-	ah := &AH{g: g, av: *av, paths: make([]TxPath, len(g.engines))}
+func (g *Group) CreateAH(av *ibv.AddressVector) (*ibv.AH, error) {
+	ap := &ahPaths{g: g, paths: make([]TxPath, len(g.engines))}
+	dst := *av
 	for i, e := range g.engines {
 		err := e.Do(func() error {
-			p, err := e.port.Path(&ah.av, 0, e.port.ActiveMTU())
-			ah.paths[i] = p
+			p, err := e.port.Path(&dst, 0, e.port.ActiveMTU())
+			ap.paths[i] = p
 			return err
 		})
 		if err != nil {
 			return nil, fmt.Errorf("create AH: %w", err)
 		}
 	}
-	return ah, nil
+	return ibv.NewAH(dst, ap), nil
 }
 
-// AV returns the address vector the AH was created with.
-func (ah *AH) AV() AddressVector { return ah.av }
-
-// Destroy destroys the AH (ibv_destroy_ah): later posts naming it fail.
-// Sends already posted still go out.
-func (ah *AH) Destroy() error {
-	if ah.destroyed.Swap(true) {
-		return fmt.Errorf("destroy AH: already destroyed: %w", ErrInvalidArgument)
-	}
-	return nil
+// pathsOf returns the engines' paths to ah, nil for an AH no group of
+// engines made.
+func pathsOf(ah *ibv.AH) *ahPaths {
+	ap, _ := ah.Backend().(*ahPaths)
+	return ap
 }
 
 // udDest is where one UD send goes (ibv_send_wr.wr.ud).
 type udDest struct {
-	ah   *AH
+	ah   *ahPaths
 	qpn  uint32
 	qkey uint32
 }
@@ -81,12 +74,12 @@ func (g *Group) placeUD(q *QP) {
 }
 
 // checkUDAH checks a UD send's AH: one of this engine's, not destroyed.
-func (q *QP) checkUDAH(wr *SendWR) error {
+func (q *QP) checkUDAH(wr *ibv.SendWR) error {
 	switch {
-	case wr.AH == nil || wr.AH.destroyed.Load():
-		return fmt.Errorf("post send: UD send without a valid AH: %w", ErrInvalidArgument)
-	case wr.AH.g != q.home.Load().g:
-		return fmt.Errorf("post send: AH of another device: %w", ErrInvalidArgument)
+	case wr.AH == nil || wr.AH.Destroyed():
+		return fmt.Errorf("post send: UD send without a valid AH: %w", ibv.ErrInvalidArgument)
+	case pathsOf(wr.AH) == nil || pathsOf(wr.AH).g != q.home.Load().g:
+		return fmt.Errorf("post send: AH of another device: %w", ibv.ErrInvalidArgument)
 	}
 	return nil
 }
@@ -94,18 +87,18 @@ func (q *QP) checkUDAH(wr *SendWR) error {
 // serviceUnacked is a UD or UC QP's share of Process: it sends what was
 // posted, with nothing to wait for.
 func (q *QP) serviceUnacked() bool {
-	if q.cnpPending > 0 && q.st >= QPSRTR && q.st != QPSErr {
+	if q.cnpPending > 0 && q.st >= ibv.QPSRTR && q.st != ibv.QPSErr {
 		q.sendCNP()
 	}
 	switch q.st {
-	case QPSRTS:
-		if q.typ == QPTypeUC {
+	case ibv.QPSRTS:
+		if q.typ == ibv.QPTypeUC {
 			return q.sendUnreliable()
 		}
 		return q.sendDatagrams()
-	case QPSSQD:
+	case ibv.QPSSQD:
 		busy, drained := false, q.comp.compIdx == q.sq.tail.Load()
-		if q.typ == QPTypeUC {
+		if q.typ == ibv.QPTypeUC {
 			// The message in progress goes out whole; those not started
 			// wait for RTS.
 			busy = q.sendUnreliable()
@@ -116,7 +109,7 @@ func (q *QP) serviceUnacked() bool {
 			q.e.emit(q, QPEventSQDrained)
 		}
 		return busy
-	case QPSErr:
+	case ibv.QPSErr:
 		q.flush()
 	}
 	return false
@@ -141,18 +134,18 @@ func (q *QP) sendDatagrams() bool {
 		if !done {
 			return false
 		}
-		if st != WCSuccess {
+		if st != ibv.WCSuccess {
 			c.failHead(st)
 			return false
 		}
-		c.completeHead(WCSuccess)
+		c.completeHead(ibv.WCSuccess)
 	}
 	return true
 }
 
 // sendDatagram sends the WQE in slot i. It reports false when the link
 // has no buffer now; otherwise the WQE is done, with the status returned.
-func (q *QP) sendDatagram(i uint32, w *sendWQE) (WCStatus, bool) {
+func (q *QP) sendDatagram(i uint32, w *sendWQE) (ibv.WCStatus, bool) {
 	if w.state == wqeError {
 		return w.status, true
 	}
@@ -162,42 +155,42 @@ func (q *QP) sendDatagram(i uint32, w *sendWQE) (WCStatus, bool) {
 		// spends it.
 		inc(&q.e.Ctr.TxUDTooLong)
 		q.req.sqPSN = psn.Add(1)
-		return WCSuccess, true
+		return ibv.WCSuccess, true
 	}
-	if st := q.req.prepare(i, w); st != WCSuccess {
+	if st := q.req.prepare(i, w); st != ibv.WCSuccess {
 		return st, true
 	}
 	d := &q.sq.ud[i&q.sq.mask]
 	path := d.ah.paths[q.e.index]
 	buf := path.Buffer()
 	if buf == nil {
-		return WCSuccess, false
+		return ibv.WCSuccess, false
 	}
 	n, ok := q.buildDatagram(buf, i, w, d)
 	if !ok {
-		return WCLocProtErr, true // the memory was deregistered under the WQE
+		return ibv.WCLocProtErr, true // the memory was deregistered under the WQE
 	}
 	q.req.sqPSN = psn.Add(1)
 	path.Send(n)
 	q.e.passLeft--
 	q.countSent(n)
-	return WCSuccess, true
+	return ibv.WCSuccess, true
 }
 
 // buildDatagram lays out the UD SEND packet of the WQE in slot i for d.
 func (q *QP) buildDatagram(buf []byte, i uint32, w *sendWQE, d *udDest) (int, bool) {
-	op := OpUDSendOnly
-	if w.opcode == WRSendWithImm {
-		op = OpUDSendOnlyImm
+	op := header.OpUDSendOnly
+	if w.opcode == ibv.WRSendWithImm {
+		op = header.OpUDSendOnlyImm
 	}
 	p := &q.e.tx
-	n, err := LayoutPacket(buf, op, int(w.length), p)
+	n, err := header.LayoutPacket(buf, op, int(w.length), p)
 	if err != nil {
 		return 0, false
 	}
 	p.BTH.SetDestQPN(d.qpn)
 	p.BTH.SetPSN(q.req.sqPSN)
-	p.BTH.SetSolicitedEvent(w.flags&SendSolicited != 0)
+	p.BTH.SetSolicitedEvent(w.flags&ibv.SendSolicited != 0)
 	qkey := d.qkey
 	if qkey&controlledQKey != 0 {
 		qkey = q.attr.QKey

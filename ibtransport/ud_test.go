@@ -5,6 +5,10 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/softnic/softnic/ibtransport/header"
+
+	"github.com/softnic/softnic/ibtransport/ibv"
 )
 
 // TestUDReceive checks the UD receive path at the packet level: the GRH
@@ -18,8 +22,8 @@ func TestUDReceive(t *testing.T) {
 		ip4[i] = byte(0x40 + i)
 	}
 	info := &RecvInfo{SGID: peerGID, NetHeader: ip4}
-	send := func(op Opcode, dst *QP, qkey uint32, n int) {
-		pkt := ft.packet(op, 5, n, func(p *Packet) {
+	send := func(op header.Opcode, dst *QP, qkey uint32, n int) {
+		pkt := ft.packet(op, 5, n, func(p *header.Packet) {
 			p.BTH.SetDestQPN(dst.QPN())
 			if p.DETH != nil {
 				p.DETH.SetQKey(qkey)
@@ -34,26 +38,26 @@ func TestUDReceive(t *testing.T) {
 		})
 		ft.e.Receive(pkt, info)
 	}
-	send(OpUDSendOnlyImm, ft.ud, fuzzQKey, 300)
+	send(header.OpUDSendOnlyImm, ft.ud, fuzzQKey, 300)
 	require.Len(t, ft.cq.wcs, 1)
 	wc := ft.cq.wcs[0]
 	// SL: the RoCE packet type, IPv4, as ConnectX's CQE has it.
-	assert.Equal(t, WC{WRID: 10, Opcode: WCRecv, Flags: WCWithGRH | WCWithImm, ByteLen: GRHLen + 300, Imm: 0x01020304,
-		QPN: ft.ud.QPN(), SrcQP: peerQPN, SL: RoCEPacketIPv4, NetworkHdrType: NetworkIPv4}, wc)
+	assert.Equal(t, ibv.WC{WRID: 10, Opcode: ibv.WCRecv, Flags: ibv.WCWithGRH | ibv.WCWithImm, ByteLen: ibv.GRHLen + 300, Imm: 0x01020304,
+		QPN: ft.ud.QPN(), SrcQP: peerQPN, SL: ibv.RoCEPacketIPv4, NetworkHdrType: ibv.NetworkIPv4}, wc)
 	mem := ft.whole[4096:]
 	assert.Equal(t, make([]byte, 20), mem[:20])
 	assert.Equal(t, ip4, mem[20:40])
 	assert.Equal(t, byte(0), mem[40])
 	assert.Equal(t, byte(255), mem[40+255])
 
-	send(OpUDSendOnly, ft.ud, fuzzQKey+1, 10)
+	send(header.OpUDSendOnly, ft.ud, fuzzQKey+1, 10)
 	assert.Equal(t, uint64(1), ft.e.Ctr.RxBadQKey.Load())
-	send(OpUDSendOnly, ft.qp, fuzzQKey, 10)
-	send(OpRCSendOnly, ft.ud, 0, 10)
+	send(header.OpUDSendOnly, ft.qp, fuzzQKey, 10)
+	send(header.OpRCSendOnly, ft.ud, 0, 10)
 	assert.Equal(t, uint64(2), ft.e.Ctr.RxWrongService.Load())
 	require.Len(t, ft.cq.wcs, 1)
-	assert.Equal(t, QPSRTS, ft.ud.State())
-	assert.Equal(t, QPSRTS, ft.qp.State())
+	assert.Equal(t, ibv.QPSRTS, ft.ud.State())
+	assert.Equal(t, ibv.QPSRTS, ft.qp.State())
 
 	// Over IPv6 the GRH is the IPv6 header as it came, and the SL says
 	// IPv6 in ConnectX's encoding (1), not the kernel's NetworkIPv6 (3).
@@ -62,18 +66,18 @@ func TestUDReceive(t *testing.T) {
 		ip6[i] = byte(0x60 + i)
 	}
 	info.NetHeader = ip6
-	send(OpUDSendOnly, ft.ud, fuzzQKey, 16)
+	send(header.OpUDSendOnly, ft.ud, fuzzQKey, 16)
 	require.Len(t, ft.cq.wcs, 2)
-	assert.Equal(t, WC{WRID: 11, Opcode: WCRecv, Flags: WCWithGRH, ByteLen: GRHLen + 16, QPN: ft.ud.QPN(), SrcQP: peerQPN,
-		SL: RoCEPacketIPv6, NetworkHdrType: NetworkIPv6}, ft.cq.wcs[1])
+	assert.Equal(t, ibv.WC{WRID: 11, Opcode: ibv.WCRecv, Flags: ibv.WCWithGRH, ByteLen: ibv.GRHLen + 16, QPN: ft.ud.QPN(), SrcQP: peerQPN,
+		SL: ibv.RoCEPacketIPv6, NetworkHdrType: ibv.NetworkIPv6}, ft.cq.wcs[1])
 	assert.Equal(t, ip6, mem[500:540])
 	assert.Equal(t, []byte{0, 1, 2, 3}, mem[540:544])
 }
 
 func TestRoCEPacketType(t *testing.T) {
-	assert.Equal(t, uint8(2), NetworkIPv4.RoCEPacketType())
-	assert.Equal(t, uint8(1), NetworkIPv6.RoCEPacketType())
-	assert.Equal(t, uint8(0), NetworkIB.RoCEPacketType())
+	assert.Equal(t, uint8(2), ibv.NetworkIPv4.RoCEPacketType())
+	assert.Equal(t, uint8(1), ibv.NetworkIPv6.RoCEPacketType())
+	assert.Equal(t, uint8(0), ibv.NetworkIB.RoCEPacketType())
 }
 
 // TestUDForwarded checks that a UD QP stays on the engine it was created
@@ -86,14 +90,14 @@ func TestUDForwarded(t *testing.T) {
 		e.Exit()
 	}
 	mem := make([]byte, 4096)
-	mr := newTestRegion(mem, 0x77, AccessAll)
+	mr := newTestRegion(mem, 0x77, ibv.AccessAll)
 	cq := &testCQ{}
 	q := newUDTarget(t, g.Engines()[0], &testMemory{mr}, cq, mr)
 	require.Equal(t, 0, q.EngineIndex())
 
 	frame := make([]byte, 4200)
-	var p Packet
-	n, err := LayoutPacket(frame, OpUDSendOnly, 64, &p)
+	var p header.Packet
+	n, err := header.LayoutPacket(frame, header.OpUDSendOnly, 64, &p)
 	require.NoError(t, err)
 	p.BTH.SetDestQPN(q.QPN())
 	p.DETH.SetQKey(fuzzQKey)
@@ -110,10 +114,10 @@ func TestUDForwarded(t *testing.T) {
 	require.Empty(t, cq.wcs)
 	g.Engines()[0].Process()
 	require.Len(t, cq.wcs, 1)
-	assert.Equal(t, WCSuccess, cq.wcs[0].Status)
-	assert.Equal(t, NetworkIPv6, cq.wcs[0].NetworkHdrType)
-	assert.Equal(t, uint32(GRHLen+64), cq.wcs[0].ByteLen)
-	assert.Equal(t, want, mem[:GRHLen])
+	assert.Equal(t, ibv.WCSuccess, cq.wcs[0].Status)
+	assert.Equal(t, ibv.NetworkIPv6, cq.wcs[0].NetworkHdrType)
+	assert.Equal(t, uint32(ibv.GRHLen+64), cq.wcs[0].ByteLen)
+	assert.Equal(t, want, mem[:ibv.GRHLen])
 }
 
 // TestUDAllocatesNothing checks a UD QP's packet path: posting a send,
@@ -121,18 +125,18 @@ func TestUDForwarded(t *testing.T) {
 // nothing.
 func TestUDAllocatesNothing(t *testing.T) {
 	ft := newFuzzTarget(t)
-	ah, err := ft.e.g.CreateAH(&AddressVector{DGID: peerGID})
+	ah, err := ft.e.g.CreateAH(&ibv.AddressVector{DGID: peerGID})
 	require.NoError(t, err)
-	in := ft.packet(OpUDSendOnlyImm, 1, 200, func(p *Packet) {
+	in := ft.packet(header.OpUDSendOnlyImm, 1, 200, func(p *header.Packet) {
 		p.BTH.SetDestQPN(ft.ud.QPN())
 		p.DETH.SetQKey(fuzzQKey)
 		p.DETH.SetSrcQP(peerQPN)
 	})
 	info := &RecvInfo{SGID: peerGID, NetHeader: make([]byte, 20)}
-	wr := SendWR{ID: 5, Opcode: WRSendWithImm, Flags: SendSignaled, SGL: []SGE{ft.mr.SGE(2000, 300)},
+	wr := ibv.SendWR{ID: 5, Opcode: ibv.WRSendWithImm, Flags: ibv.SendSignaled, SGL: []ibv.SGE{ft.mr.SGE(2000, 300)},
 		AH: ah, RemoteQPN: peerQPN, RemoteQKey: fuzzQKey}
-	recv := RecvWR{ID: 10, SGL: []SGE{ft.mr.SGE(0, 500)}}
-	ft.cq.wcs = make([]WC, 0, 8)
+	recv := ibv.RecvWR{ID: 10, SGL: []ibv.SGE{ft.mr.SGE(0, 500)}}
+	ft.cq.wcs = make([]ibv.WC, 0, 8)
 	var postErr error
 	steps, sent := 0, ft.e.Ctr.TxPackets.Load()
 	step := func() {

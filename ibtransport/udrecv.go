@@ -1,17 +1,23 @@
 package ibtransport
 
+import (
+	"github.com/softnic/softnic/ibtransport/header"
+
+	"github.com/softnic/softnic/ibtransport/ibv"
+)
+
 // udReceiver is the receive side of UD QPs, one per engine: it checks a
 // datagram against its QP, fills the next receive with the GRH and the
 // payload, and completes it. It has no per-QP state: every datagram is a
 // whole message.
 type udReceiver struct {
 	e   *Engine
-	grh [GRHLen]byte // scratch
+	grh [ibv.GRHLen]byte // scratch
 }
 
 // receive handles a UD packet for q, an engine's UD QP in a state that
 // receives (Engine.receive checked both).
-func (u *udReceiver) receive(q *QP, p *Packet, info *RecvInfo) {
+func (u *udReceiver) receive(q *QP, p *header.Packet, info *RecvInfo) {
 	e := u.e
 	if p.DETH.QKey() != q.attr.QKey {
 		inc(&e.Ctr.RxBadQKey)
@@ -24,18 +30,18 @@ func (u *udReceiver) receive(q *QP, p *Packet, info *RecvInfo) {
 		return
 	}
 	st := r.recvBad
-	if st == WCSuccess && uint64(GRHLen+len(p.Payload)) > r.recvCap {
+	if st == ibv.WCSuccess && uint64(ibv.GRHLen+len(p.Payload)) > r.recvCap {
 		// Like rxe: the receive completes in error and the QP goes on
 		// (class D; with an SRQ, class E).
-		st = WCLocLenErr
+		st = ibv.WCLocLenErr
 		if q.srq != nil {
-			st = WCRemInvReqErr
+			st = ibv.WCRemInvReqErr
 		}
 	}
-	var net NetworkType
-	if st == WCSuccess {
+	var net ibv.NetworkType
+	if st == ibv.WCSuccess {
 		net = u.fillGRH(info)
-		if st = r.scatterRecv(u.grh[:]); st == WCSuccess {
+		if st = r.scatterRecv(u.grh[:]); st == ibv.WCSuccess {
 			st = r.scatterRecv(p.Payload)
 		}
 	}
@@ -45,38 +51,38 @@ func (u *udReceiver) receive(q *QP, p *Packet, info *RecvInfo) {
 // fillGRH writes the GRH of a received datagram into u.grh as rxe and
 // mlx5 do: an IPv6 header as it came, or an IPv4 header in the last 20
 // bytes after 20 zero bytes. It returns which of the two it was.
-func (u *udReceiver) fillGRH(info *RecvInfo) NetworkType {
+func (u *udReceiver) fillGRH(info *RecvInfo) ibv.NetworkType {
 	clear(u.grh[:])
 	h := info.NetHeader
-	if len(h) >= GRHLen {
+	if len(h) >= ibv.GRHLen {
 		copy(u.grh[:], h)
-		return NetworkIPv6
+		return ibv.NetworkIPv6
 	}
-	copy(u.grh[GRHLen-20:], h)
-	return NetworkIPv4
+	copy(u.grh[ibv.GRHLen-20:], h)
+	return ibv.NetworkIPv4
 }
 
 // complete completes the receive the datagram filled, with status st; net
 // is the network header's type fillGRH returned when st is WCSuccess.
-func (u *udReceiver) complete(q *QP, p *Packet, net NetworkType, st WCStatus) {
+func (u *udReceiver) complete(q *QP, p *header.Packet, net ibv.NetworkType, st ibv.WCStatus) {
 	r := &q.resp
-	wc := WC{WRID: r.recv.id, Status: st, Opcode: WCRecv, QPN: q.qpn}
-	if st == WCSuccess {
+	wc := ibv.WC{WRID: r.recv.id, Status: st, Opcode: ibv.WCRecv, QPN: q.qpn}
+	if st == ibv.WCSuccess {
 		inc(&q.e.Ctr.RdmaRecvs)
 		inc(&q.ctr.RdmaRecvs)
-		wc.ByteLen = uint32(GRHLen + len(p.Payload))
+		wc.ByteLen = uint32(ibv.GRHLen + len(p.Payload))
 		wc.SrcQP = p.DETH.SrcQP()
-		wc.Flags = WCWithGRH
+		wc.Flags = ibv.WCWithGRH
 		// PKeyIndex stays 0, the index of the datagram's P_Key: the
 		// table's one entry, the default partition (Engine.receive
 		// dropped any other), whatever index the QP was given.
 		wc.NetworkHdrType = net
 		wc.SL = net.RoCEPacketType()
 		if p.ImmDt != nil {
-			wc.Flags |= WCWithImm
+			wc.Flags |= ibv.WCWithImm
 			wc.Imm = p.ImmDt.Imm()
 		}
 	}
 	r.recvActive = false
-	q.complete(q.recvCQ, wc, st == WCSuccess && p.BTH.SolicitedEvent())
+	q.complete(q.recvCQ, wc, st == ibv.WCSuccess && p.BTH.SolicitedEvent())
 }

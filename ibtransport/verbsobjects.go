@@ -1,5 +1,7 @@
 package ibtransport
 
+import "github.com/softnic/softnic/ibtransport/ibv"
+
 // The engine executes requests against memory regions and reports work
 // completions, but those objects belong to package verbs (protection
 // domains, memory regions, completion queues, shared receive queues). The
@@ -14,11 +16,11 @@ type Memory interface {
 	// every right in access (0 asks for local read only) and holds the n
 	// bytes at virtual address va; nil otherwise. Work requests' SGEs
 	// are resolved with it.
-	LocalRegion(lkey uint32, va uint64, n uint32, access Access) Region
+	LocalRegion(lkey uint32, va uint64, n uint32, access ibv.Access) Region
 	// RemoteRegion is LocalRegion for a peer's request: the region whose
 	// rkey is rkey, which must still be valid (not invalidated by a
 	// SEND_WITH_INV).
-	RemoteRegion(rkey uint32, va uint64, n uint32, access Access) Region
+	RemoteRegion(rkey uint32, va uint64, n uint32, access ibv.Access) Region
 	// InvalidateRKey invalidates rkey (SEND_WITH_INV) and reports false if
 	// no region of the domain has it.
 	InvalidateRKey(rkey uint32) bool
@@ -54,7 +56,7 @@ type CompletionQueue interface {
 	// reports false when the queue is full: the completion is lost, and
 	// the engine moves the QP to ERR, as IBA makes a CQ overrun an error
 	// of the QPs using the CQ.
-	Push(wc WC, solicited bool) bool
+	Push(wc ibv.WC, solicited bool) bool
 }
 
 // SharedRecvQueue is a receive queue several QPs take receives from (a

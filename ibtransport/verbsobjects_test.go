@@ -1,6 +1,10 @@
 package ibtransport
 
-import "unsafe"
+import (
+	"unsafe"
+
+	"github.com/softnic/softnic/ibtransport/ibv"
+)
 
 // The engine's tests stand in for package verbs with these minimal
 // implementations of the interfaces in verbsobjects.go.
@@ -10,20 +14,20 @@ type testRegion struct {
 	buf          []byte
 	addr         uint64
 	key          uint32
-	access       Access
+	access       ibv.Access
 	rkeyValid    bool
 	remoteWrites int
 }
 
-func newTestRegion(buf []byte, key uint32, access Access) *testRegion {
+func newTestRegion(buf []byte, key uint32, access ibv.Access) *testRegion {
 	return &testRegion{buf: buf, addr: uint64(uintptr(unsafe.Pointer(unsafe.SliceData(buf)))), key: key, access: access,
 		rkeyValid: true}
 }
 
 func (m *testRegion) Addr() uint64 { return m.addr }
 func (m *testRegion) RKey() uint32 { return m.key }
-func (m *testRegion) SGE(off, n int) SGE {
-	return SGE{Addr: m.addr + uint64(off), Length: uint32(n), LKey: m.key}
+func (m *testRegion) SGE(off, n int) ibv.SGE {
+	return ibv.SGE{Addr: m.addr + uint64(off), Length: uint32(n), LKey: m.key}
 }
 
 func (m *testRegion) RemoteWritten() { m.remoteWrites++ }
@@ -60,7 +64,7 @@ func (m *testRegion) Slice(va uint64, n uint32) ([]byte, bool) {
 // testMemory is a protection domain holding one region.
 type testMemory struct{ mr *testRegion }
 
-func (t *testMemory) LocalRegion(lkey uint32, va uint64, n uint32, a Access) Region {
+func (t *testMemory) LocalRegion(lkey uint32, va uint64, n uint32, a ibv.Access) Region {
 	if lkey != t.mr.key || t.mr.access&a != a {
 		return nil
 	}
@@ -70,7 +74,7 @@ func (t *testMemory) LocalRegion(lkey uint32, va uint64, n uint32, a Access) Reg
 	return t.mr
 }
 
-func (t *testMemory) RemoteRegion(rkey uint32, va uint64, n uint32, a Access) Region {
+func (t *testMemory) RemoteRegion(rkey uint32, va uint64, n uint32, a ibv.Access) Region {
 	if !t.mr.rkeyValid {
 		return nil
 	}
@@ -86,14 +90,14 @@ func (t *testMemory) InvalidateRKey(rkey uint32) bool {
 }
 
 // testCQ is an unbounded completion queue.
-type testCQ struct{ wcs []WC }
+type testCQ struct{ wcs []ibv.WC }
 
-func (c *testCQ) Push(wc WC, _ bool) bool {
+func (c *testCQ) Push(wc ibv.WC, _ bool) bool {
 	c.wcs = append(c.wcs, wc)
 	return true
 }
 
-func (c *testCQ) Poll(wcs []WC) (int, error) {
+func (c *testCQ) Poll(wcs []ibv.WC) (int, error) {
 	n := copy(wcs, c.wcs)
 	c.wcs = c.wcs[n:]
 	return n, nil

@@ -4,6 +4,10 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/softnic/softnic/ibtransport/header"
+
+	"github.com/softnic/softnic/ibtransport/ibv"
 )
 
 // TestDeviceWindow checks the device-wide window over many QPs: no QP
@@ -21,7 +25,7 @@ func TestDeviceWindow(t *testing.T) {
 		qps[i] = q
 		byPeer[0x1000+uint32(i)] = q
 	}
-	ack := func(q *QP, psn PSN) { receiveACK(t, e, q, psn) }
+	ack := func(q *QP, psn header.PSN) { receiveACK(t, e, q, psn) }
 	total := 0
 	for round := 0; total < nQP*perQP*msgLen/256; round++ {
 		require.Less(t, round, 1000, "no progress")
@@ -33,10 +37,10 @@ func TestDeviceWindow(t *testing.T) {
 		// What is unacknowledged now: everything just sent.
 		require.LessOrEqual(t, len(port.sent), maxDeviceUnacked+msgLen/256-1)
 		require.Equal(t, len(port.sent), e.unacked)
-		last := map[*QP]PSN{}
-		var p Packet
+		last := map[*QP]header.PSN{}
+		var p header.Packet
 		for _, raw := range port.sent {
-			require.NoError(t, ParsePacket(raw, &p))
+			require.NoError(t, header.ParsePacket(raw, &p))
 			last[byPeer[p.BTH.DestQPN()]] = p.BTH.PSN()
 		}
 		total += len(port.sent)
@@ -47,22 +51,22 @@ func TestDeviceWindow(t *testing.T) {
 	}
 	require.Positive(t, e.Ctr.TxWindowStalls.Load())
 	require.Zero(t, e.Ctr.Retransmits.Load())
-	var wcs [nQP * perQP]WC
+	var wcs [nQP * perQP]ibv.WC
 	n, err := cq.Poll(wcs[:])
 	require.NoError(t, err)
 	require.Equal(t, nQP*perQP, n)
 	for _, wc := range wcs[:n] {
-		require.Equal(t, WCSuccess, wc.Status)
+		require.Equal(t, ibv.WCSuccess, wc.Status)
 	}
 
 	// Messages in flight on QPs that are reset or destroyed leave the window.
 	for _, q := range qps {
-		require.NoError(t, q.PostSend(&SendWR{Opcode: WRRDMAWrite, SGL: []SGE{mr.SGE(0, msgLen)}, RemoteAddr: 0x10000, RKey: 1}))
+		require.NoError(t, q.PostSend(&ibv.SendWR{Opcode: ibv.WRRDMAWrite, SGL: []ibv.SGE{mr.SGE(0, msgLen)}, RemoteAddr: 0x10000, RKey: 1}))
 	}
 	e.Process()
 	require.Equal(t, nQP*msgLen/256, e.unacked)
-	require.NoError(t, qps[0].Modify(&QPAttr{State: QPSErr}, QPAttrState))
-	require.NoError(t, qps[1].Modify(&QPAttr{State: QPSReset}, QPAttrState))
+	require.NoError(t, qps[0].Modify(&ibv.QPAttr{State: ibv.QPSErr}, ibv.QPAttrState))
+	require.NoError(t, qps[1].Modify(&ibv.QPAttr{State: ibv.QPSReset}, ibv.QPAttrState))
 	require.Equal(t, (nQP-2)*msgLen/256, e.unacked)
 	for _, q := range qps {
 		require.NoError(t, q.Destroy())
@@ -89,14 +93,14 @@ func TestQPWindow(t *testing.T) {
 		return len(port.sent)
 	}
 	require.Equal(t, window, drain())
-	var p Packet
-	require.NoError(t, ParsePacket(port.sent[ackReqInterval-1], &p))
+	var p header.Packet
+	require.NoError(t, header.ParsePacket(port.sent[ackReqInterval-1], &p))
 	require.True(t, p.BTH.AckReq())
 	first := p.BTH.PSN()
 	require.Zero(t, drain(), "sent past the window without an ACK")
 	receiveACK(t, e, q, first)
 	require.Equal(t, ackReqInterval, drain())
-	require.NoError(t, ParsePacket(port.sent[ackReqInterval-1], &p))
+	require.NoError(t, header.ParsePacket(port.sent[ackReqInterval-1], &p))
 	receiveACK(t, e, q, p.BTH.PSN())
 	require.Equal(t, perQP*ackReqInterval-window-ackReqInterval, drain())
 	require.Zero(t, e.Ctr.Retransmits.Load())
@@ -132,9 +136,9 @@ func TestPassBudget(t *testing.T) {
 		require.Len(t, port.sent, passBudget, "pass %d", pass)
 		require.True(t, busy, "pass %d stopped for the budget with packets left", pass)
 		sent := map[int]bool{}
-		var p Packet
+		var p header.Packet
 		for _, raw := range port.sent {
-			require.NoError(t, ParsePacket(raw, &p))
+			require.NoError(t, header.ParsePacket(raw, &p))
 			sent[byPeer[p.BTH.DestQPN()]] = true
 		}
 		for i := range sent {
@@ -150,16 +154,16 @@ func TestPassBudget(t *testing.T) {
 // of msgLen bytes posted.
 func windowTestQP(t *testing.T, e *Engine, mr *testRegion, cq *testCQ, destQPN uint32, perQP, msgLen int) *QP {
 	t.Helper()
-	q, err := e.CreateQP(&QPConfig{Memory: &testMemory{mr}, SendCQ: cq, RecvCQ: cq, Cap: QPCap{MaxSendWR: perQP, MaxRecvWR: 1}})
+	q, err := e.CreateQP(&QPConfig{Memory: &testMemory{mr}, SendCQ: cq, RecvCQ: cq, Cap: ibv.QPCap{MaxSendWR: perQP, MaxRecvWR: 1}})
 	require.NoError(t, err)
-	require.NoError(t, q.Modify(&QPAttr{State: QPSInit, AccessFlags: AccessRemoteWrite}, QPAttrState|QPAttrAccessFlags))
-	require.NoError(t, q.Modify(&QPAttr{State: QPSRTR, PathMTU: MTU256, DestQPN: destQPN, AV: AddressVector{DGID: peerGID}},
-		QPAttrState|QPAttrAV|QPAttrPathMTU|QPAttrDestQPN|QPAttrRQPSN|QPAttrMaxDestRdAtomic|QPAttrMinRNRTimer))
-	require.NoError(t, q.Modify(&QPAttr{State: QPSRTS, Timeout: 14, RetryCnt: 7, RNRRetry: 7},
-		QPAttrState|QPAttrSQPSN|QPAttrTimeout|QPAttrRetryCnt|QPAttrRNRRetry|QPAttrMaxQPRdAtomic))
+	require.NoError(t, q.Modify(&ibv.QPAttr{State: ibv.QPSInit, AccessFlags: ibv.AccessRemoteWrite}, ibv.QPAttrState|ibv.QPAttrAccessFlags))
+	require.NoError(t, q.Modify(&ibv.QPAttr{State: ibv.QPSRTR, PathMTU: ibv.MTU256, DestQPN: destQPN, AV: ibv.AddressVector{DGID: peerGID}},
+		ibv.QPAttrState|ibv.QPAttrAV|ibv.QPAttrPathMTU|ibv.QPAttrDestQPN|ibv.QPAttrRQPSN|ibv.QPAttrMaxDestRdAtomic|ibv.QPAttrMinRNRTimer))
+	require.NoError(t, q.Modify(&ibv.QPAttr{State: ibv.QPSRTS, Timeout: 14, RetryCnt: 7, RNRRetry: 7},
+		ibv.QPAttrState|ibv.QPAttrSQPSN|ibv.QPAttrTimeout|ibv.QPAttrRetryCnt|ibv.QPAttrRNRRetry|ibv.QPAttrMaxQPRdAtomic))
 	for j := range perQP {
-		require.NoError(t, q.PostSend(&SendWR{ID: uint64(j), Opcode: WRRDMAWrite, Flags: SendSignaled,
-			SGL: []SGE{mr.SGE(0, msgLen)}, RemoteAddr: 0x10000, RKey: 1}))
+		require.NoError(t, q.PostSend(&ibv.SendWR{ID: uint64(j), Opcode: ibv.WRRDMAWrite, Flags: ibv.SendSignaled,
+			SGL: []ibv.SGE{mr.SGE(0, msgLen)}, RemoteAddr: 0x10000, RKey: 1}))
 	}
 	return q
 }
@@ -180,7 +184,7 @@ func TestWindowWaitParksQPs(t *testing.T) {
 		byPeer[0x3000+uint32(i)] = q
 		index[q] = i
 	}
-	ack := func(q *QP, psn PSN) { receiveACK(t, e, q, psn) }
+	ack := func(q *QP, psn header.PSN) { receiveACK(t, e, q, psn) }
 	firstRound := make([]int, nQP) // round in which each QP first sent
 	for i := range firstRound {
 		firstRound[i] = -1
@@ -196,10 +200,10 @@ func TestWindowWaitParksQPs(t *testing.T) {
 			parked = true
 			require.Less(t, len(e.active), nQP, "round %d: QPs waiting for the window stay active", round)
 		}
-		last := map[*QP]PSN{}
-		var p Packet
+		last := map[*QP]header.PSN{}
+		var p header.Packet
 		for _, raw := range port.sent {
-			require.NoError(t, ParsePacket(raw, &p))
+			require.NoError(t, header.ParsePacket(raw, &p))
 			q := byPeer[p.BTH.DestQPN()]
 			last[q] = p.BTH.PSN()
 			if firstRound[index[q]] < 0 {
@@ -217,7 +221,7 @@ func TestWindowWaitParksQPs(t *testing.T) {
 		// by round i/8 (one round of slack).
 		require.LessOrEqual(t, r, i/8+1, "QP %d first sent in round %d", i, r)
 	}
-	var wcs [nQP * perQP]WC
+	var wcs [nQP * perQP]ibv.WC
 	n, err := cq.Poll(wcs[:])
 	require.NoError(t, err)
 	require.Equal(t, nQP*perQP, n)
@@ -225,19 +229,19 @@ func TestWindowWaitParksQPs(t *testing.T) {
 }
 
 // receiveACK hands the engine an ACK for q up to psn from the peer.
-func receiveACK(t *testing.T, e *Engine, q *QP, psn PSN) {
+func receiveACK(t *testing.T, e *Engine, q *QP, psn header.PSN) {
 	t.Helper()
-	receiveResponse(t, e, q, OpRCAcknowledge, psn, 0)
+	receiveResponse(t, e, q, header.OpRCAcknowledge, psn, 0)
 }
 
 // receiveResponse hands the engine a response packet for q from the peer:
 // opcode op, PSN psn, payload bytes of payload, and an ACK syndrome if the
 // opcode has an AETH.
-func receiveResponse(t *testing.T, e *Engine, q *QP, op Opcode, psn PSN, payload int) {
+func receiveResponse(t *testing.T, e *Engine, q *QP, op header.Opcode, psn header.PSN, payload int) {
 	t.Helper()
-	receiveFromPeer(t, e, q, op, psn, payload, func(p *Packet) {
+	receiveFromPeer(t, e, q, op, psn, payload, func(p *header.Packet) {
 		if p.AETH != nil {
-			p.AETH.SetSyndrome(ACKSyndrome(UnlimitedCredits))
+			p.AETH.SetSyndrome(header.ACKSyndrome(header.UnlimitedCredits))
 		}
 	})
 }
@@ -245,11 +249,11 @@ func receiveResponse(t *testing.T, e *Engine, q *QP, op Opcode, psn PSN, payload
 // receiveFromPeer hands the engine a packet for q from the peer: opcode
 // op, PSN psn, payload bytes of payload, the rest of its headers set by
 // fill.
-func receiveFromPeer(t *testing.T, e *Engine, q *QP, op Opcode, psn PSN, payload int, fill func(p *Packet)) {
+func receiveFromPeer(t *testing.T, e *Engine, q *QP, op header.Opcode, psn header.PSN, payload int, fill func(p *header.Packet)) {
 	t.Helper()
 	b := make([]byte, 64+payload)
-	var p Packet
-	n, err := LayoutPacket(b, op, payload, &p)
+	var p header.Packet
+	n, err := header.LayoutPacket(b, op, payload, &p)
 	require.NoError(t, err)
 	p.BTH.SetDestQPN(q.QPN())
 	p.BTH.SetPSN(psn)
@@ -264,5 +268,5 @@ func newWindowTestEngine() (*fakePort, *Engine, *testRegion, *testCQ) {
 	port := &fakePort{keep: true}
 	e := NewEngine(port, func() {})
 	e.Exit()
-	return port, e, newTestRegion(make([]byte, 1<<16), 0x77, AccessAll), &testCQ{}
+	return port, e, newTestRegion(make([]byte, 1<<16), 0x77, ibv.AccessAll), &testCQ{}
 }

@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/ibtransport/header"
 	"github.com/softnic/softnic/ibtransport/mad"
 	"github.com/softnic/softnic/rdmacm"
 	"github.com/softnic/softnic/rdmacm/rdmacmtest"
@@ -123,8 +123,8 @@ func TestLostRTU(t *testing.T) {
 	var dropped atomic.Int32
 	a.link.SetTap(func(frame []byte) bool {
 		var fr roce.Frame
-		var p ibtransport.Packet
-		if roce.ParseFrame(append([]byte(nil), frame...), &fr) != nil || ibtransport.ParsePacket(fr.IB, &p) != nil ||
+		var p header.Packet
+		if roce.ParseFrame(append([]byte(nil), frame...), &fr) != nil || header.ParsePacket(fr.IB, &p) != nil ||
 			!mad.ToGSI(&p) || mad.MAD(p.Payload).Header().AttrID() != mad.AttrRTU {
 			return true
 		}

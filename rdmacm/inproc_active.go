@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 
-	"github.com/softnic/softnic/ibtransport"
 	"github.com/softnic/softnic/ibtransport/cm"
+	"github.com/softnic/softnic/ibtransport/header"
 	"github.com/softnic/softnic/ibtransport/mad"
 	"github.com/softnic/softnic/roce"
 	"github.com/softnic/softnic/verbs"
@@ -35,7 +35,7 @@ func (id *inprocID) Connect(p *ConnParam) error {
 		return fmt.Errorf("connect: %d bytes of private data, at most %d: %w", len(p.PrivateData), mad.CMAUserDataLen, ErrInvalidArgument)
 	}
 	id.param = *p
-	id.ourPSN = rand.Uint32() & ibtransport.PSNMask
+	id.ourPSN = rand.Uint32() & header.PSNMask
 	local, err := id.dev.GID(id.gidIndex)
 	if err != nil {
 		return fmt.Errorf("connect: %w", err)

@@ -7,8 +7,8 @@ import (
 	"math/rand/v2"
 	"net/netip"
 
-	"github.com/softnic/softnic/ibtransport"
 	"github.com/softnic/softnic/ibtransport/cm"
+	"github.com/softnic/softnic/ibtransport/header"
 	"github.com/softnic/softnic/ibtransport/mad"
 	"github.com/softnic/softnic/verbs"
 )
@@ -131,7 +131,7 @@ func (id *inprocID) newChild(dev *verbs.Device, ev cm.Event) (*inprocID, error) 
 			local: netip.AddrPortFrom(h.DstAddr().Unmap(), id.local.Port()),
 			peer:  netip.AddrPortFrom(h.SrcAddr().Unmap(), h.SrcPort()),
 			conn:  ev.Conn, listen: id, req: ev, tos: id.tos, ackTimeout: id.ackTimeout,
-			ourPSN: rand.Uint32() & ibtransport.PSNMask}
+			ourPSN: rand.Uint32() & header.PSNMask}
 		return child
 	})
 	child.ch.Store(id.ch.Load())

@@ -3,7 +3,7 @@ package rdmacm
 import (
 	"fmt"
 
-	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/ibtransport/header"
 	"github.com/softnic/softnic/verbs"
 )
 
@@ -60,14 +60,14 @@ func (p *path) access() verbs.Access {
 // rtr is what moves a QP of the connection along p to RTR.
 func (p *path) rtr() (verbs.QPAttr, verbs.QPAttrMask) {
 	return verbs.QPAttr{State: verbs.QPSRTR, AccessFlags: p.access(), AV: p.av, PathMTU: p.mtu, DestQPN: p.destQPN,
-			RQPSN: ibtransport.PSN(p.recvPSN), MaxDestRdAtomic: max(p.responderResources, 1), MinRNRTimer: minRNRTimer},
+			RQPSN: header.PSN(p.recvPSN), MaxDestRdAtomic: max(p.responderResources, 1), MinRNRTimer: minRNRTimer},
 		verbs.QPAttrState | verbs.QPAttrAccessFlags | verbs.QPAttrAV | verbs.QPAttrPathMTU | verbs.QPAttrDestQPN |
 			verbs.QPAttrRQPSN | verbs.QPAttrMaxDestRdAtomic | verbs.QPAttrMinRNRTimer
 }
 
 // rts is what moves it on to RTS.
 func (p *path) rts() (verbs.QPAttr, verbs.QPAttrMask) {
-	return verbs.QPAttr{State: verbs.QPSRTS, SQPSN: ibtransport.PSN(p.sendPSN), Timeout: p.ackTimeout,
+	return verbs.QPAttr{State: verbs.QPSRTS, SQPSN: header.PSN(p.sendPSN), Timeout: p.ackTimeout,
 			RetryCnt: p.retryCount, RNRRetry: p.rnrRetryCount, MaxRdAtomic: max(p.initiatorDepth, 1)},
 		verbs.QPAttrState | verbs.QPAttrSQPSN | verbs.QPAttrTimeout | verbs.QPAttrRetryCnt | verbs.QPAttrRNRRetry |
 			verbs.QPAttrMaxQPRdAtomic

@@ -3,7 +3,7 @@ package rdmacm
 import (
 	"fmt"
 
-	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/ibtransport/ibv"
 	"github.com/softnic/softnic/verbs"
 )
 
@@ -50,8 +50,8 @@ func (id *inprocID) InitQPAttr(state verbs.QPState) (verbs.QPAttr, verbs.QPAttrM
 // the one Accept or the REP settled. Called under mu.
 func (id *inprocID) connPath() *path {
 	if id.state == stateRequested {
-		p := id.reqPath(min(id.req.InitiatorDepth, ibtransport.MaxRdAtomic),
-			min(id.req.ResponderResources, ibtransport.MaxRdAtomic))
+		p := id.reqPath(min(id.req.InitiatorDepth, ibv.MaxRdAtomic),
+			min(id.req.ResponderResources, ibv.MaxRdAtomic))
 		return &p
 	}
 	return id.path

@@ -4,7 +4,7 @@ import (
 	"errors"
 	"sync/atomic"
 
-	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/ibtransport/header"
 )
 
 // RxCounters counts received frames by what became of them. A device keeps
@@ -24,14 +24,14 @@ type RxCounters struct {
 }
 
 // Count records the outcome of parsing one frame: err is what ParseFrame or
-// ibtransport.ParsePacket returned, nil for a good frame.
+// header.ParsePacket returned, nil for a good frame.
 func (c *RxCounters) Count(err error) {
 	switch {
 	case err == nil:
 		c.Good.Add(1)
 	case errors.Is(err, ErrNotRoCE):
 		c.NotRoCE.Add(1)
-	case errors.Is(err, ibtransport.ErrTruncated):
+	case errors.Is(err, header.ErrTruncated):
 		c.Truncated.Add(1)
 	case errors.Is(err, ErrBadIPHeader), errors.Is(err, ErrAddressFamily):
 		c.BadIPHeader.Add(1)
@@ -43,8 +43,8 @@ func (c *RxCounters) Count(err error) {
 		c.BadUDPLength.Add(1)
 	case errors.Is(err, ErrBadICRC):
 		c.BadICRC.Add(1)
-	case errors.Is(err, ibtransport.ErrBadVersion), errors.Is(err, ibtransport.ErrUnknownOpcode),
-		errors.Is(err, ibtransport.ErrBadPadCount), errors.Is(err, ibtransport.ErrUnexpectedPayload):
+	case errors.Is(err, header.ErrBadVersion), errors.Is(err, header.ErrUnknownOpcode),
+		errors.Is(err, header.ErrBadPadCount), errors.Is(err, header.ErrUnexpectedPayload):
 		c.BadIBHeader.Add(1)
 	default:
 		c.OtherErrors.Add(1)

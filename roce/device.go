@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/ibtransport/ibv"
 )
 
 // DeviceConfig describes a RoCE device.
@@ -77,7 +78,7 @@ type Device struct {
 	group   *ibtransport.Group
 	lanes   []*lane
 	addrs   []netip.Addr
-	gids    []ibtransport.GID
+	gids    []ibv.GID
 	mac     [6]byte
 	batch   int
 	spin    time.Duration
@@ -100,7 +101,7 @@ type Device struct {
 // NewDevice creates a device on link and starts its engine goroutines.
 func NewDevice(link Link, cfg DeviceConfig) (*Device, error) {
 	if len(cfg.Addrs) == 0 {
-		return nil, fmt.Errorf("new RoCE device: no addresses: %w", ibtransport.ErrInvalidArgument)
+		return nil, fmt.Errorf("new RoCE device: no addresses: %w", ibv.ErrInvalidArgument)
 	}
 	d := &Device{link: link, mac: link.HardwareAddr(), batch: cfg.RxBatch, spin: cfg.Spin, pollHold: cfg.PollHold,
 		resolve: cfg.Resolve, neigh: map[netip.Addr][6]byte{}}
@@ -118,7 +119,7 @@ func NewDevice(link Link, cfg DeviceConfig) (*Device, error) {
 	}
 	for _, a := range cfg.Addrs {
 		if !a.IsValid() {
-			return nil, fmt.Errorf("new RoCE device: invalid address: %w", ibtransport.ErrInvalidArgument)
+			return nil, fmt.Errorf("new RoCE device: invalid address: %w", ibv.ErrInvalidArgument)
 		}
 		d.addrs = append(d.addrs, a.Unmap())
 		d.gids = append(d.gids, GIDFromAddr(a))
@@ -235,7 +236,7 @@ func (d *Device) Counters() *DeviceCounters {
 	}
 	var sum DeviceCounters
 	for _, ln := range d.lanes {
-		ibtransport.AddCounters(&sum, &ln.ctr)
+		ibv.AddCounters(&sum, &ln.ctr)
 	}
 	return &sum
 }
@@ -244,9 +245,9 @@ func (d *Device) Counters() *DeviceCounters {
 func (d *Device) Link() Link { return d.link }
 
 // GID returns entry i of the GID table.
-func (d *Device) GID(i int) (ibtransport.GID, error) {
+func (d *Device) GID(i int) (ibv.GID, error) {
 	if i < 0 || i >= len(d.gids) {
-		return ibtransport.GID{}, fmt.Errorf("GID index %d of %d: %w", i, len(d.gids), ibtransport.ErrInvalidArgument)
+		return ibv.GID{}, fmt.Errorf("GID index %d of %d: %w", i, len(d.gids), ibv.ErrInvalidArgument)
 	}
 	return d.gids[i], nil
 }

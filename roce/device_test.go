@@ -9,7 +9,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/ibtransport/header"
+	"github.com/softnic/softnic/ibtransport/ibv"
 	"github.com/softnic/softnic/roce"
 	"github.com/softnic/softnic/roce/memlink"
 	"github.com/softnic/softnic/verbs"
@@ -19,7 +20,7 @@ import (
 // devicePair returns two devices on a memlink pair with a connected QP each.
 // The QPs, CQs and PDs are verbs objects: the RoCE device only carries
 // their packets.
-func devicePair(t *testing.T, cfg memlink.Config, addrA, addrB netip.Addr, mtu ibtransport.MTU) (*roce.Device, *roce.Device, *verbs.QP, *verbs.QP, *verbs.CQ, *verbs.CQ, error) {
+func devicePair(t *testing.T, cfg memlink.Config, addrA, addrB netip.Addr, mtu ibv.MTU) (*roce.Device, *roce.Device, *verbs.QP, *verbs.QP, *verbs.CQ, *verbs.CQ, error) {
 	t.Helper()
 	la, lb := memlink.Pair(cfg)
 	a, err := verbs.Open(la, verbs.Config{Addrs: []netip.Addr{addrA}})
@@ -31,7 +32,7 @@ func devicePair(t *testing.T, cfg memlink.Config, addrA, addrB netip.Addr, mtu i
 		cq, err := d.CreateCQ(64, nil)
 		require.NoError(t, err)
 		qp, err := d.AllocPD().CreateQP(&verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq,
-			Cap: ibtransport.QPCap{MaxSendWR: 16, MaxRecvWR: 16}})
+			Cap: ibv.QPCap{MaxSendWR: 16, MaxRecvWR: 16}})
 		require.NoError(t, err)
 		return qp, cq
 	}
@@ -43,21 +44,21 @@ func devicePair(t *testing.T, cfg memlink.Config, addrA, addrB netip.Addr, mtu i
 
 func TestDeviceIPv6AndCounters(t *testing.T) {
 	a, b, qa, qb, ca, cb, err := devicePair(t, memlink.Config{}, netip.MustParseAddr("fd00::1"), netip.MustParseAddr("fd00::2"),
-		ibtransport.MTU4096)
+		ibv.MTU4096)
 	require.NoError(t, err)
 	// A zero-length SEND and its ACK, over IPv6. The receive goes first:
 	// a SEND that found none would get an RNR NAK, one more frame for A.
-	require.NoError(t, qb.PostRecv(&ibtransport.RecvWR{ID: 2}))
-	require.NoError(t, qa.PostSend(&ibtransport.SendWR{ID: 1, Opcode: ibtransport.WRSend, Flags: ibtransport.SendSignaled | ibtransport.SendInline}))
+	require.NoError(t, qb.PostRecv(&ibv.RecvWR{ID: 2}))
+	require.NoError(t, qa.PostSend(&ibv.SendWR{ID: 1, Opcode: ibv.WRSend, Flags: ibv.SendSignaled | ibv.SendInline}))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	var wc [1]ibtransport.WC
+	var wc [1]ibv.WC
 	_, err = ca.Wait(ctx, wc[:])
 	require.NoError(t, err)
-	require.Equal(t, ibtransport.WCSuccess, wc[0].Status)
+	require.Equal(t, ibv.WCSuccess, wc[0].Status)
 	_, err = cb.Wait(ctx, wc[:])
 	require.NoError(t, err)
-	require.Equal(t, ibtransport.WCSuccess, wc[0].Status)
+	require.Equal(t, ibv.WCSuccess, wc[0].Status)
 	require.Equal(t, uint64(1), b.Counters().Rx.Good.Load())
 	require.Equal(t, uint64(1), a.Counters().Rx.Good.Load()) // the ACK
 	require.Equal(t, uint64(1), a.Counters().TxFrames.Load())
@@ -73,8 +74,8 @@ func TestDeviceDropsBadFrames(t *testing.T) {
 		e := roce.Encap{SrcMAC: la.HardwareAddr(), DstMAC: lb.HardwareAddr(), Src: addrA, Dst: dst, HopLimit: 64, SrcPort: 0xc000}
 		f := la.TxFrame()
 		require.NotNil(t, f)
-		var p ibtransport.Packet
-		n, err := ibtransport.LayoutPacket(f[e.HeaderLen():], ibtransport.OpRCAcknowledge, 0, &p)
+		var p header.Packet
+		n, err := header.LayoutPacket(f[e.HeaderLen():], header.OpRCAcknowledge, 0, &p)
 		require.NoError(t, err)
 		l, err := e.Finish(f, n)
 		require.NoError(t, err)
@@ -99,10 +100,10 @@ func TestDeviceDropsBadFrames(t *testing.T) {
 
 func TestPathMTUMustFitLink(t *testing.T) {
 	_, _, _, _, _, _, err := devicePair(t, memlink.Config{MTU: 1500}, netip.MustParseAddr("10.2.0.1"),
-		netip.MustParseAddr("10.2.0.2"), ibtransport.MTU2048)
-	require.ErrorIs(t, err, ibtransport.ErrInvalidArgument)
+		netip.MustParseAddr("10.2.0.2"), ibv.MTU2048)
+	require.ErrorIs(t, err, ibv.ErrInvalidArgument)
 	_, _, _, _, _, _, err = devicePair(t, memlink.Config{MTU: 1500}, netip.MustParseAddr("10.2.0.1"),
-		netip.MustParseAddr("10.2.0.2"), ibtransport.MTU1024)
+		netip.MustParseAddr("10.2.0.2"), ibv.MTU1024)
 	require.NoError(t, err)
 }
 
@@ -121,11 +122,11 @@ func TestDeviceResolvesNeighbours(t *testing.T) {
 		}})
 	require.NoError(t, err)
 	t.Cleanup(func() { d.Close() })
-	_, err = d.Path(&ibtransport.AddressVector{DGID: roce.GIDFromAddr(netip.MustParseAddr("10.3.0.9"))}, 5, 1024)
+	_, err = d.Path(&ibv.AddressVector{DGID: roce.GIDFromAddr(netip.MustParseAddr("10.3.0.9"))}, 5, 1024)
 	require.Error(t, err)
-	_, err = d.Path(&ibtransport.AddressVector{DGID: roce.GIDFromAddr(peer)}, 5, 1024)
+	_, err = d.Path(&ibv.AddressVector{DGID: roce.GIDFromAddr(peer)}, 5, 1024)
 	require.NoError(t, err)
-	_, err = d.Path(&ibtransport.AddressVector{DGID: roce.GIDFromAddr(peer)}, 6, 1024)
+	_, err = d.Path(&ibv.AddressVector{DGID: roce.GIDFromAddr(peer)}, 6, 1024)
 	require.NoError(t, err)
 	require.Equal(t, 2, asked, "the second path to the peer uses the cached entry")
 }

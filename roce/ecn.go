@@ -3,7 +3,7 @@ package roce
 import (
 	"fmt"
 
-	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/ibtransport/ibv"
 )
 
 // ECN is the ECN codepoint (RFC 3168) a device's packets leave with: the
@@ -50,7 +50,7 @@ func ParseECN(s string) (ECN, error) {
 	case "off", "none":
 		return ECNNotECT, nil
 	}
-	return 0, fmt.Errorf("ECN %q: want ect0, ect1 or off: %w", s, ibtransport.ErrInvalidArgument)
+	return 0, fmt.Errorf("ECN %q: want ect0, ect1 or off: %w", s, ibv.ErrInvalidArgument)
 }
 
 // DefaultCNPDSCP is the DSCP ConnectX sends CNPs with (CS6).
@@ -81,7 +81,7 @@ func (d *Device) cnpTrafficClass() uint8 {
 // control.
 func (d *Device) setCongestion(cfg DeviceConfig) error {
 	if cfg.ECN > ECNECT1 {
-		return fmt.Errorf("new RoCE device: ECN setting %d: %w", cfg.ECN, ibtransport.ErrInvalidArgument)
+		return fmt.Errorf("new RoCE device: ECN setting %d: %w", cfg.ECN, ibv.ErrInvalidArgument)
 	}
 	d.ecn = cfg.ECN
 	switch {
@@ -90,7 +90,7 @@ func (d *Device) setCongestion(cfg DeviceConfig) error {
 	case cfg.CNPDSCP < 0:
 		d.cnpDSCP = 0
 	case cfg.CNPDSCP > 63:
-		return fmt.Errorf("new RoCE device: CNP DSCP %d: %w", cfg.CNPDSCP, ibtransport.ErrInvalidArgument)
+		return fmt.Errorf("new RoCE device: CNP DSCP %d: %w", cfg.CNPDSCP, ibv.ErrInvalidArgument)
 	default:
 		d.cnpDSCP = uint8(cfg.CNPDSCP)
 	}

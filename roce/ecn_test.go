@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/ibtransport/header"
 	"github.com/softnic/softnic/internal/pcapfile"
 )
 
@@ -35,8 +35,8 @@ func TestCNPFrameMatchesConnectX(t *testing.T) {
 		CNPTrafficClass: d.cnpTrafficClass(), HopLimit: hf.HopLimit, SrcPort: hf.SrcPort}
 	frame := make([]byte, 256)
 	ib := frame[e.HeaderLen():]
-	var pkt ibtransport.Packet
-	n, err := ibtransport.LayoutPacket(ib, ibtransport.OpCNP, 16, &pkt)
+	var pkt header.Packet
+	n, err := header.LayoutPacket(ib, header.OpCNP, 16, &pkt)
 	require.NoError(t, err)
 	clear(pkt.Payload)
 	pkt.BTH.SetBECN(true)

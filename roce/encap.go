@@ -3,7 +3,7 @@ package roce
 import (
 	"net/netip"
 
-	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/ibtransport/header"
 )
 
 // Encap is the encapsulation of the frames sent on one path: the addresses
@@ -44,7 +44,7 @@ func (e *Encap) ipHeaderLen() int {
 
 // FrameLen returns the length of the frame around an IB packet of ibLen
 // bytes (BTH through pad).
-func (e *Encap) FrameLen(ibLen int) int { return e.HeaderLen() + ibLen + ibtransport.ICRCLen }
+func (e *Encap) FrameLen(ibLen int) int { return e.HeaderLen() + ibLen + header.ICRCLen }
 
 // Finish completes a frame whose IB packet (BTH through pad, ibLen bytes) has
 // been written at frame[e.HeaderLen():]: it writes the Ethernet, IP and UDP
@@ -60,10 +60,10 @@ func (e *Encap) Finish(frame []byte, ibLen int) (int, error) {
 		return 0, ErrAddressFamily
 	}
 	ipOff, ipLen := e.ipOffset(), e.ipHeaderLen()
-	udpLen := udpHeaderLen + ibLen + ibtransport.ICRCLen
+	udpLen := udpHeaderLen + ibLen + header.ICRCLen
 	total := ipOff + ipLen + udpLen
 	if len(frame) < total {
-		return 0, ibtransport.ErrTruncated
+		return 0, header.ErrTruncated
 	}
 	frame = frame[:total]
 	etherType := uint16(etherTypeIPv6)
@@ -78,7 +78,7 @@ func (e *Encap) Finish(frame []byte, ibLen int) (int, error) {
 	}
 	ip := frame[ipOff:]
 	tc := e.TrafficClass
-	if ibtransport.Opcode(frame[ipOff+ipLen+udpHeaderLen]) == ibtransport.OpCNP {
+	if header.Opcode(frame[ipOff+ipLen+udpHeaderLen]) == header.OpCNP {
 		tc = e.CNPTrafficClass
 	}
 	e.writeIPHeader(ip, tc, udpLen)

@@ -5,7 +5,8 @@ import (
 	"errors"
 	"net/netip"
 
-	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/ibtransport/header"
+	"github.com/softnic/softnic/ibtransport/ibv"
 )
 
 // UDPPort is the IANA-assigned UDP destination port of RoCEv2.
@@ -14,7 +15,7 @@ const UDPPort = 4791
 // Errors from ParseFrame. ErrNotRoCE marks frames that are simply something
 // else (ARP, TCP, another UDP port); the others mark RoCEv2 frames that are
 // malformed or damaged. A frame shorter than its headers say gives
-// ibtransport.ErrTruncated, as a short IB packet does, so that one
+// header.ErrTruncated, as a short IB packet does, so that one
 // errors.Is test covers both layers. They are sentinels so the receive path
 // can count them without allocating.
 var (
@@ -48,14 +49,14 @@ type Frame struct {
 }
 
 // SrcGID returns the source address as a GID.
-func (f *Frame) SrcGID() ibtransport.GID { return GIDFromAddr(f.Src) }
+func (f *Frame) SrcGID() ibv.GID { return GIDFromAddr(f.Src) }
 
 // DstGID returns the destination address as a GID.
-func (f *Frame) DstGID() ibtransport.GID { return GIDFromAddr(f.Dst) }
+func (f *Frame) DstGID() ibv.GID { return GIDFromAddr(f.Dst) }
 
 // ParseFrame parses the Ethernet frame b (without FCS) into f and verifies
 // its ICRC. It returns ErrNotRoCE for frames that are not RoCEv2, and
-// ibtransport.ErrTruncated or another of the package's errors for RoCEv2
+// header.ErrTruncated or another of the package's errors for RoCEv2
 // frames that are malformed. f's fields are valid, as far as they were
 // parsed, even when the ICRC is bad, so a tool can still show the frame.
 //
@@ -93,7 +94,7 @@ func ParseFrame(b []byte, f *Frame) error {
 // the payload.
 func parseEthernet(b []byte, f *Frame) (uint16, error) {
 	if len(b) < ethHeaderLen {
-		return 0, ibtransport.ErrTruncated
+		return 0, header.ErrTruncated
 	}
 	eth := etherHeader(b)
 	f.DstMAC, f.SrcMAC = eth.Dst(), eth.Src()
@@ -101,7 +102,7 @@ func parseEthernet(b []byte, f *Frame) (uint16, error) {
 	off := ethHeaderLen
 	if etherType == etherTypeVLAN {
 		if len(b) < off+vlanTagLen {
-			return 0, ibtransport.ErrTruncated
+			return 0, header.ErrTruncated
 		}
 		tag := vlanTag(b[off:])
 		f.HasVLAN, f.VLAN = true, tag.TCI()
@@ -146,7 +147,7 @@ func parseIPv6(ip ipv6Header, f *Frame) (pkt, udp []byte, err error) {
 // source port and its views of the IB packet and the ICRC.
 func parseUDP(b []byte, f *Frame) error {
 	if len(b) < udpHeaderLen {
-		return ibtransport.ErrTruncated
+		return header.ErrTruncated
 	}
 	udp := udpHeader(b)
 	if udp.DstPort() != UDPPort {
@@ -156,11 +157,11 @@ func parseUDP(b []byte, f *Frame) error {
 	if udp.Length() != len(b) {
 		return ErrBadUDPLength
 	}
-	if len(b) < udpHeaderLen+ibtransport.BTHLen+ibtransport.ICRCLen {
-		return ibtransport.ErrTruncated
+	if len(b) < udpHeaderLen+header.BTHLen+header.ICRCLen {
+		return header.ErrTruncated
 	}
 	ib := b[udpHeaderLen:]
-	end := len(ib) - ibtransport.ICRCLen
+	end := len(ib) - header.ICRCLen
 	f.IB = ib[:end:end]
 	f.ICRC = binary.LittleEndian.Uint32(ib[end:])
 	return nil

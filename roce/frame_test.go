@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/ibtransport/header"
 )
 
 func testEncaps() map[string]Encap {
@@ -32,10 +32,10 @@ func testEncaps() map[string]Encap {
 }
 
 // buildFrame builds a frame carrying opcode op with size bytes of payload.
-func buildFrame(t testing.TB, e Encap, op ibtransport.Opcode, size int) []byte {
+func buildFrame(t testing.TB, e Encap, op header.Opcode, size int) []byte {
 	frame := make([]byte, 10000)
-	var p ibtransport.Packet
-	ibLen, err := ibtransport.LayoutPacket(frame[e.HeaderLen():], op, size, &p)
+	var p header.Packet
+	ibLen, err := header.LayoutPacket(frame[e.HeaderLen():], op, size, &p)
 	require.NoError(t, err)
 	p.BTH.SetDestQPN(0x000011)
 	p.BTH.SetPSN(0x123456)
@@ -57,7 +57,7 @@ func buildFrame(t testing.TB, e Encap, op ibtransport.Opcode, size int) []byte {
 func TestFrameRoundTrip(t *testing.T) {
 	for name, e := range testEncaps() {
 		for i := 0; i < 256; i++ {
-			op := ibtransport.Opcode(i)
+			op := header.Opcode(i)
 			if !op.Valid() {
 				continue
 			}
@@ -76,7 +76,7 @@ func TestFrameRoundTrip(t *testing.T) {
 				assert.Equal(t, e.HasVLAN, f.HasVLAN)
 				assert.Equal(t, e.VLAN, f.VLAN)
 				wantTC := e.TrafficClass
-				if op == ibtransport.OpCNP {
+				if op == header.OpCNP {
 					wantTC = e.CNPTrafficClass // CNPs carry their own DSCP
 				}
 				assert.Equal(t, wantTC, f.TrafficClass)
@@ -85,8 +85,8 @@ func TestFrameRoundTrip(t *testing.T) {
 				if e.Src.Is6() {
 					assert.Equal(t, e.FlowLabel, f.FlowLabel)
 				}
-				var p ibtransport.Packet
-				require.NoError(t, ibtransport.ParsePacket(f.IB, &p))
+				var p header.Packet
+				require.NoError(t, header.ParsePacket(f.IB, &p))
 				assert.Equal(t, op, p.Opcode())
 				assert.Equal(t, uint32(0x11), p.BTH.DestQPN())
 				require.Len(t, p.Payload, size)
@@ -100,7 +100,7 @@ func TestFrameRoundTrip(t *testing.T) {
 
 func TestICRCIgnoresVariantFields(t *testing.T) {
 	for name, e := range testEncaps() {
-		b := buildFrame(t, e, ibtransport.OpRCWriteOnly, 100)
+		b := buildFrame(t, e, header.OpRCWriteOnly, 100)
 		var f Frame
 		require.NoError(t, ParseFrame(b, &f))
 		ip := b[f.IPOffset:]
@@ -132,7 +132,7 @@ func TestICRCEqualsCRCOfMaskedPacket(t *testing.T) {
 	// An independent statement of Annex 17: CRC-32 of 8 bytes of ones, then the
 	// packet with its variant fields replaced by ones, stored little-endian.
 	e := testEncaps()["ipv4"]
-	b := buildFrame(t, e, ibtransport.OpRCSendOnly, 33)
+	b := buildFrame(t, e, header.OpRCSendOnly, 33)
 	ip := append([]byte(nil), b[14:len(b)-4]...)
 	ip[1], ip[8], ip[10], ip[11] = 0xff, 0xff, 0xff, 0xff
 	ip[26], ip[27] = 0xff, 0xff
@@ -146,7 +146,7 @@ func TestICRCEqualsCRCOfMaskedPacket(t *testing.T) {
 
 // malformations are mutations of a good IPv4 frame and the error each must give.
 func TestMalformedFrames(t *testing.T) {
-	good := buildFrame(t, testEncaps()["ipv4"], ibtransport.OpRCWriteFirst, 256)
+	good := buildFrame(t, testEncaps()["ipv4"], header.OpRCWriteFirst, 256)
 	fixIPv4 := func(b []byte) {
 		binary.BigEndian.PutUint16(b[24:], 0)
 		binary.BigEndian.PutUint16(b[24:], ipChecksum(b[14:34]))
@@ -168,7 +168,7 @@ func TestMalformedFrames(t *testing.T) {
 			binary.BigEndian.PutUint16(b[16:], uint16(len(b)))
 			fixIPv4(b)
 			return b
-		}, ibtransport.ErrTruncated},
+		}, header.ErrTruncated},
 		{"bad udp length", func(b []byte) []byte { b[38]++; return b }, ErrBadUDPLength},
 		{"bad icrc", func(b []byte) []byte { b[len(b)-1] ^= 0x80; return b }, ErrBadICRC},
 		{"payload bit flip", func(b []byte) []byte { b[100] ^= 4; return b }, ErrBadICRC},
@@ -186,11 +186,11 @@ func TestMalformedFrames(t *testing.T) {
 	// Truncated at every offset: a typed error each time, never a panic.
 	var counters RxCounters
 	for _, e := range testEncaps() {
-		b := buildFrame(t, e, ibtransport.OpRCReadRequest, 0)
+		b := buildFrame(t, e, header.OpRCReadRequest, 0)
 		for cut := 0; cut < len(b); cut++ {
 			err := ParseFrame(b[:cut], &f)
 			require.Error(t, err)
-			require.ErrorIs(t, err, ibtransport.ErrTruncated, "cut at %d of %d", cut, len(b))
+			require.ErrorIs(t, err, header.ErrTruncated, "cut at %d of %d", cut, len(b))
 			counters.Count(err)
 		}
 	}
@@ -207,20 +207,20 @@ func TestTransportErrorsInsideGoodFrames(t *testing.T) {
 		mutate func(bth []byte)
 		want   error
 	}{
-		{"unknown opcode", func(b []byte) { b[0] = 0x1f }, ibtransport.ErrUnknownOpcode},
-		{"bad version", func(b []byte) { b[1] |= 0x03 }, ibtransport.ErrBadVersion},
-		{"wrong pad count", func(b []byte) { b[1] |= 0x30 }, ibtransport.ErrBadPadCount},
+		{"unknown opcode", func(b []byte) { b[0] = 0x1f }, header.ErrUnknownOpcode},
+		{"bad version", func(b []byte) { b[1] |= 0x03 }, header.ErrBadVersion},
+		{"wrong pad count", func(b []byte) { b[1] |= 0x30 }, header.ErrBadPadCount},
 	}
 	var counters RxCounters
 	for _, c := range cases {
-		b := buildFrame(t, e, ibtransport.OpRCReadRequest, 0)
+		b := buildFrame(t, e, header.OpRCReadRequest, 0)
 		hl := e.HeaderLen()
 		c.mutate(b[hl:])
 		putICRC(b[14:])
 		var f Frame
 		require.NoError(t, ParseFrame(b, &f), c.name)
-		var p ibtransport.Packet
-		err := ibtransport.ParsePacket(f.IB, &p)
+		var p header.Packet
+		err := header.ParsePacket(f.IB, &p)
 		assert.ErrorIs(t, err, c.want, c.name)
 		counters.Count(err)
 	}
@@ -234,7 +234,7 @@ func TestEncapErrors(t *testing.T) {
 	assert.ErrorIs(t, err, ErrAddressFamily)
 	e = testEncaps()["ipv4"]
 	_, err = e.Finish(make([]byte, 40), 16)
-	assert.ErrorIs(t, err, ibtransport.ErrTruncated)
+	assert.ErrorIs(t, err, header.ErrTruncated)
 }
 
 func TestGIDs(t *testing.T) {
@@ -275,7 +275,7 @@ func TestSourcePort(t *testing.T) {
 
 func TestParseAndFinishAllocateNothing(t *testing.T) {
 	for name, e := range testEncaps() {
-		b := buildFrame(t, e, ibtransport.OpRCWriteMiddle, 1024)
+		b := buildFrame(t, e, header.OpRCWriteMiddle, 1024)
 		var f Frame
 		allocs := testing.AllocsPerRun(500, func() {
 			require.NoError(t, ParseFrame(b, &f))
@@ -292,8 +292,8 @@ func TestParseAndFinishAllocateNothing(t *testing.T) {
 
 func FuzzParseFrame(f *testing.F) {
 	for _, e := range testEncaps() {
-		for _, op := range []ibtransport.Opcode{ibtransport.OpRCSendOnly, ibtransport.OpRCAcknowledge,
-			ibtransport.OpRCWriteFirst, ibtransport.OpRCFetchAdd, ibtransport.OpUDSendOnly} {
+		for _, op := range []header.Opcode{header.OpRCSendOnly, header.OpRCAcknowledge,
+			header.OpRCWriteFirst, header.OpRCFetchAdd, header.OpUDSendOnly} {
 			size := 0
 			if op.Info().HasPayload {
 				size = 21
@@ -310,10 +310,10 @@ func FuzzParseFrame(f *testing.F) {
 			require.Zero(t, c.OtherErrors.Load(), "untyped error %v", err)
 			return
 		}
-		var p ibtransport.Packet
-		_ = ibtransport.ParsePacket(fr.IB, &p)
+		var p header.Packet
+		_ = header.ParsePacket(fr.IB, &p)
 		// A frame that parsed must re-encode to the same bytes' ICRC.
-		require.Equal(t, fr.ICRC, ICRC(b[fr.IPOffset:fr.IPOffset+len(fr.IB)+ibtransport.ICRCLen+udpHeaderLen+ipHeaderLen(fr)]),
+		require.Equal(t, fr.ICRC, ICRC(b[fr.IPOffset:fr.IPOffset+len(fr.IB)+header.ICRCLen+udpHeaderLen+ipHeaderLen(fr)]),
 			"ICRC disagrees with itself")
 		require.Equal(t, b[fr.IPOffset:fr.IPOffset+ipHeaderLen(fr)], fr.IPHeader, "IPHeader")
 	})
@@ -329,7 +329,7 @@ func ipHeaderLen(f Frame) int {
 func BenchmarkICRC(b *testing.B) {
 	for _, size := range []int{64, 1024, 4096} {
 		e := testEncaps()["ipv4"]
-		frame := buildFrame(b, e, ibtransport.OpRCWriteMiddle, size)
+		frame := buildFrame(b, e, header.OpRCWriteMiddle, size)
 		pkt := frame[14:]
 		b.Run(fmt.Sprintf("payload=%d", size), func(b *testing.B) {
 			b.SetBytes(int64(len(pkt)))
@@ -342,7 +342,7 @@ func BenchmarkICRC(b *testing.B) {
 }
 
 func BenchmarkParseFrame(b *testing.B) {
-	frame := buildFrame(b, testEncaps()["ipv4"], ibtransport.OpRCWriteMiddle, 4096)
+	frame := buildFrame(b, testEncaps()["ipv4"], header.OpRCWriteMiddle, 4096)
 	var f Frame
 	b.SetBytes(int64(len(frame)))
 	b.ReportAllocs()
@@ -360,7 +360,7 @@ func FuzzEncapRoundTrip(f *testing.F) {
 	f.Add(true, false, uint16(0), uint8(0x68), uint8(64), uint32(0), uint16(0xc011), []byte("0123456789abcdef"))
 	f.Add(false, true, uint16(0x6064), uint8(0xff), uint8(1), uint32(0xfffff), uint16(1), []byte("0123456789abcdefghij"))
 	f.Fuzz(func(t *testing.T, v4, vlan bool, tci uint16, tc, hop uint8, flow uint32, sport uint16, ib []byte) {
-		if len(ib) < ibtransport.BTHLen || len(ib) > 4096 {
+		if len(ib) < header.BTHLen || len(ib) > 4096 {
 			return
 		}
 		if !vlan {
@@ -390,8 +390,8 @@ func FuzzEncapRoundTrip(f *testing.F) {
 func BenchmarkFinish(b *testing.B) {
 	for _, name := range []string{"ipv4", "ipv6-vlan"} {
 		e := testEncaps()[name]
-		frame := buildFrame(b, e, ibtransport.OpRCWriteMiddle, 1024)
-		ibLen := len(frame) - e.HeaderLen() - ibtransport.ICRCLen
+		frame := buildFrame(b, e, header.OpRCWriteMiddle, 1024)
+		ibLen := len(frame) - e.HeaderLen() - header.ICRCLen
 		b.Run(name, func(b *testing.B) {
 			b.SetBytes(int64(len(frame)))
 			b.ReportAllocs()

@@ -3,19 +3,19 @@ package roce
 import (
 	"net/netip"
 
-	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/ibtransport/ibv"
 )
 
 // GIDFromAddr returns the RoCEv2 GID of an IP address: the IPv6 address
 // itself, or the IPv4 address mapped into IPv6 (::ffff:a.b.c.d).
-func GIDFromAddr(a netip.Addr) ibtransport.GID { return a.As16() }
+func GIDFromAddr(a netip.Addr) ibv.GID { return a.As16() }
 
 // AddrFromGID returns the IP address a RoCEv2 GID stands for; IPv4-mapped
 // GIDs give IPv4 addresses.
-func AddrFromGID(g ibtransport.GID) netip.Addr { return netip.AddrFrom16(g).Unmap() }
+func AddrFromGID(g ibv.GID) netip.Addr { return netip.AddrFrom16(g).Unmap() }
 
 // IsIPv4GID reports whether g is an IPv4-mapped GID.
-func IsIPv4GID(g ibtransport.GID) bool { return netip.AddrFrom16(g).Is4In6() }
+func IsIPv4GID(g ibv.GID) bool { return netip.AddrFrom16(g).Is4In6() }
 
 // DefaultGID returns the link-local IPv6 address derived from mac: the
 // modified EUI-64 interface identifier under fe80::/64. Linux puts it first

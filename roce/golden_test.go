@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/ibtransport/header"
 	"github.com/softnic/softnic/internal/pcapfile"
 )
 
@@ -25,7 +25,7 @@ func TestGoldenCaptures(t *testing.T) {
 	files, err := filepath.Glob("testdata/*.pcap*")
 	require.NoError(t, err)
 	require.NotEmpty(t, files, "golden captures missing from roce/testdata")
-	opcodes := map[ibtransport.Opcode]int{}
+	opcodes := map[header.Opcode]int{}
 	sources := map[string]int{}
 	for _, path := range files {
 		n := checkGoldenFile(t, path, opcodes)
@@ -44,7 +44,7 @@ func TestGoldenCaptures(t *testing.T) {
 	}
 }
 
-func checkGoldenFile(t *testing.T, path string, opcodes map[ibtransport.Opcode]int) int {
+func checkGoldenFile(t *testing.T, path string, opcodes map[header.Opcode]int) int {
 	f, err := os.Open(path)
 	require.NoError(t, err)
 	defer f.Close()
@@ -68,29 +68,29 @@ func checkGoldenFile(t *testing.T, path string, opcodes map[ibtransport.Opcode]i
 		}
 		roceFrames++
 		require.NoError(t, err, "%s frame %d", path, i)
-		var p ibtransport.Packet
-		require.NoError(t, ibtransport.ParsePacket(fr.IB, &p), "%s frame %d", path, i)
+		var p header.Packet
+		require.NoError(t, header.ParsePacket(fr.IB, &p), "%s frame %d", path, i)
 		opcodes[p.Opcode()]++
 
 		// Rebuild the IB packet from the parsed fields in a fresh buffer and
 		// compare: proves the views read and write the same bits.
 		rebuilt := make([]byte, len(fr.IB))
-		var q ibtransport.Packet
-		n, err := ibtransport.LayoutPacket(rebuilt, p.Opcode(), len(p.Payload), &q)
+		var q header.Packet
+		n, err := header.LayoutPacket(rebuilt, p.Opcode(), len(p.Payload), &q)
 		require.NoError(t, err)
 		require.Equal(t, len(fr.IB), n, "%s frame %d length", path, i)
 		copyPacketFields(&q, &p)
 		require.Equal(t, fr.IB, rebuilt, "%s frame %d: rebuilt IB packet differs", path, i)
 
 		// Recompute the ICRC over the original bytes.
-		ipEnd := fr.IPOffset + ipHeaderLen(fr) + udpHeaderLen + len(fr.IB) + ibtransport.ICRCLen
+		ipEnd := fr.IPOffset + ipHeaderLen(fr) + udpHeaderLen + len(fr.IB) + header.ICRCLen
 		require.Equal(t, fr.ICRC, ICRC(frame[fr.IPOffset:ipEnd]), "%s frame %d ICRC", path, i)
 	}
 }
 
 // copyPacketFields sets every header field of dst from src; both have the
 // same opcode and payload length.
-func copyPacketFields(dst, src *ibtransport.Packet) {
+func copyPacketFields(dst, src *header.Packet) {
 	b, s := dst.BTH, src.BTH
 	b.SetSolicitedEvent(s.SolicitedEvent())
 	b.SetMigReq(s.MigReq())

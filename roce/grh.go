@@ -1,6 +1,8 @@
 package roce
 
-import "github.com/softnic/softnic/ibtransport"
+import (
+	"github.com/softnic/softnic/ibtransport/ibv"
+)
 
 // GRH is what ParseGRH reads from the GRH at the start of a UD receive
 // buffer: the addressing of the datagram as it came.
@@ -8,7 +10,7 @@ type GRH struct {
 	// Version is the IP version of the header the GRH holds, 4 or 6.
 	Version uint8
 	// SGID and DGID are the datagram's source and destination addresses.
-	SGID, DGID   ibtransport.GID
+	SGID, DGID   ibv.GID
 	TrafficClass uint8 // IPv4: the TOS byte
 	HopLimit     uint8 // IPv4: the TTL
 	FlowLabel    uint32
@@ -21,12 +23,12 @@ type GRH struct {
 // if the last 20 bytes say version 4. ok is false when grh is short or
 // holds neither.
 func ParseGRH(grh []byte) (h GRH, ok bool) {
-	if len(grh) < ibtransport.GRHLen {
+	if len(grh) < ibv.GRHLen {
 		return h, false
 	}
-	grh = grh[:ibtransport.GRHLen]
+	grh = grh[:ibv.GRHLen]
 	ip6 := ipv6Header(grh)
-	ip4 := ipv4Header(grh[ibtransport.GRHLen-ipv4HeaderLen:])
+	ip4 := ipv4Header(grh[ibv.GRHLen-ipv4HeaderLen:])
 	switch {
 	case ip6.Version() != 6 && ip4.Version() != 4:
 		return h, false

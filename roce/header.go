@@ -4,7 +4,7 @@ import (
 	"encoding/binary"
 	"net/netip"
 
-	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/ibtransport/header"
 )
 
 // The views below are typed byte slices over the headers around an IB
@@ -152,7 +152,7 @@ func (h ipv4Header) check() error {
 	avail := len(h)
 	switch {
 	case avail < ipv4HeaderLen:
-		return ibtransport.ErrTruncated
+		return header.ErrTruncated
 	case h.Version() != 4 || h.HeaderLen() < ipv4HeaderLen:
 		return ErrBadIPHeader
 	case h.Protocol() != ipProtoUDP:
@@ -162,7 +162,7 @@ func (h ipv4Header) check() error {
 	case h.TotalLen() < ipv4HeaderLen:
 		return ErrBadIPHeader
 	case h.TotalLen() > avail:
-		return ibtransport.ErrTruncated
+		return header.ErrTruncated
 	case h.IsFragment():
 		return ErrFragment
 	case !h.ChecksumValid():
@@ -266,13 +266,13 @@ func (h ipv6Header) check() error {
 	avail := len(h)
 	switch {
 	case avail < ipv6HeaderLen:
-		return ibtransport.ErrTruncated
+		return header.ErrTruncated
 	case h.Version() != 6:
 		return ErrBadIPHeader
 	case h.NextHeader() != ipProtoUDP:
 		return ErrNotRoCE
 	case ipv6HeaderLen+h.PayloadLen() > avail:
-		return ibtransport.ErrTruncated
+		return header.ErrTruncated
 	}
 	return nil
 }

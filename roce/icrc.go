@@ -4,7 +4,7 @@ import (
 	"encoding/binary"
 	"hash/crc32"
 
-	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/ibtransport/header"
 )
 
 // lrhState is the CRC state after the 8 bytes of ones that stand in for the
@@ -40,7 +40,7 @@ const bthFlags = 4
 func ICRC(pkt []byte) uint32 {
 	var saved variantFields
 	ipLen := maskVariant(pkt, &saved)
-	crc := updateCRC(lrhState, pkt[:len(pkt)-ibtransport.ICRCLen])
+	crc := updateCRC(lrhState, pkt[:len(pkt)-header.ICRCLen])
 	restoreVariant(pkt, ipLen, &saved)
 	return crc
 }
@@ -82,5 +82,5 @@ func restoreVariant(pkt []byte, ipLen int, s *variantFields) {
 // putICRC computes the ICRC of pkt (IP header onward) and stores it in the
 // last four bytes, least significant byte first as IBA transmits it.
 func putICRC(pkt []byte) {
-	binary.LittleEndian.PutUint32(pkt[len(pkt)-ibtransport.ICRCLen:], ICRC(pkt))
+	binary.LittleEndian.PutUint32(pkt[len(pkt)-header.ICRCLen:], ICRC(pkt))
 }

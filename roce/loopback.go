@@ -1,6 +1,10 @@
 package roce
 
-import "github.com/softnic/softnic/ibtransport"
+import (
+	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/ibtransport/header"
+	"github.com/softnic/softnic/ibtransport/ibv"
+)
 
 // Loopback: packets to one of the device's own GIDs never reach the link,
 // the way a NIC loops back traffic to its own GIDs. They wait in the lane's
@@ -34,7 +38,7 @@ type loopPath struct {
 // the first time.
 func (ln *lane) loopPath(src, dst int, encap Encap) *loopPath {
 	if ln.loopFree == nil && ln.loopQ == nil {
-		size := maxPayloadHeaders + ibtransport.MTU4096.Bytes() + 8
+		size := maxPayloadHeaders + ibv.MTU4096.Bytes() + 8
 		backing := make([]byte, loopBuffers*size)
 		for j := range loopBuffers {
 			ln.loopFree = append(ln.loopFree, backing[j*size:(j+1)*size:(j+1)*size])
@@ -62,7 +66,7 @@ func (p *loopPath) Send(n int) {
 	ln := p.ln
 	ln.loopQ = append(ln.loopQ, loopPacket{buf: ln.loopBuf, n: n, info: p.info})
 	lp := &ln.loopQ[len(ln.loopQ)-1]
-	p.encap.writeIPHeader(lp.net[:], p.encap.TrafficClass, udpHeaderLen+n+ibtransport.ICRCLen)
+	p.encap.writeIPHeader(lp.net[:], p.encap.TrafficClass, udpHeaderLen+n+header.ICRCLen)
 	lp.info.NetHeader = lp.net[:p.encap.ipHeaderLen()]
 	ln.loopBuf = nil
 	ln.ctr.Loopback.Add(1)

@@ -5,19 +5,21 @@ import (
 	"net/netip"
 
 	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/ibtransport/header"
+	"github.com/softnic/softnic/ibtransport/ibv"
 )
 
 // maxPayloadHeaders is the largest header before a payload: BTH + RETH +
 // ImmDt (WRITE ONLY with immediate).
-const maxPayloadHeaders = ibtransport.BTHLen + ibtransport.RETHLen + ibtransport.ImmDtLen
+const maxPayloadHeaders = header.BTHLen + header.RETHLen + header.ImmDtLen
 
 // Path implements ibtransport.Port: it prepares transmission to av, as
 // connecting a QP does. A destination among the device's own addresses gets
 // a loopPath, any other a path over the link, with the neighbour resolved
 // and the MTU checked now, off the packet path.
-func (ln *lane) Path(av *ibtransport.AddressVector, qpn uint32, pathMTU int) (ibtransport.TxPath, error) {
+func (ln *lane) Path(av *ibv.AddressVector, qpn uint32, pathMTU int) (ibtransport.TxPath, error) {
 	if int(av.SGIDIndex) >= len(ln.d.addrs) {
-		return nil, fmt.Errorf("source GID index %d of %d: %w", av.SGIDIndex, len(ln.d.addrs), ibtransport.ErrInvalidArgument)
+		return nil, fmt.Errorf("source GID index %d of %d: %w", av.SGIDIndex, len(ln.d.addrs), ibv.ErrInvalidArgument)
 	}
 	src := ln.d.addrs[av.SGIDIndex]
 	dst := AddrFromGID(av.DGID)
@@ -39,9 +41,9 @@ func (ln *lane) Path(av *ibtransport.AddressVector, qpn uint32, pathMTU int) (ib
 		return nil, err
 	}
 	hl := encap.HeaderLen()
-	maxIB := ln.link.MTU() - (hl - ethHeaderLen) - ibtransport.ICRCLen
+	maxIB := ln.link.MTU() - (hl - ethHeaderLen) - header.ICRCLen
 	if maxPayloadHeaders+pathMTU > maxIB {
-		return nil, fmt.Errorf("path MTU %d does not fit the link MTU %d: %w", pathMTU, ln.link.MTU(), ibtransport.ErrInvalidArgument)
+		return nil, fmt.Errorf("path MTU %d does not fit the link MTU %d: %w", pathMTU, ln.link.MTU(), ibv.ErrInvalidArgument)
 	}
 	return &path{ln: ln, encap: encap, hl: hl, maxIB: maxIB}, nil
 }

@@ -3,44 +3,44 @@ package verbs
 import (
 	"fmt"
 
-	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/ibtransport/ibv"
 	"github.com/softnic/softnic/roce"
 )
 
 // AH is an address handle (ibv_ah): the destination of UD sends, named by
 // each SendWR (SendWR.AH, with RemoteQPN and RemoteQKey).
-type AH = ibtransport.AH
+type AH = ibv.AH
 
 // QP types (ibv_qp_type).
-type QPType = ibtransport.QPType
+type QPType = ibv.QPType
 
 // QP types: RC is the default.
 const (
-	QPTypeRC = ibtransport.QPTypeRC
-	QPTypeUC = ibtransport.QPTypeUC
-	QPTypeUD = ibtransport.QPTypeUD
+	QPTypeRC = ibv.QPTypeRC
+	QPTypeUC = ibv.QPTypeUC
+	QPTypeUD = ibv.QPTypeUD
 )
 
 // QPAttrQKey selects QPAttr.QKey (IBV_QP_QKEY).
-const QPAttrQKey = ibtransport.QPAttrQKey
+const QPAttrQKey = ibv.QPAttrQKey
 
 // GRHLen is the size of the GRH at the start of every UD receive buffer.
-const GRHLen = ibtransport.GRHLen
+const GRHLen = ibv.GRHLen
 
 // WCWithGRH marks a completion whose receive buffer starts with a GRH.
-const WCWithGRH = ibtransport.WCWithGRH
+const WCWithGRH = ibv.WCWithGRH
 
 // Network header types of UD completions (WC.NetworkHdrType).
 const (
-	NetworkIPv4 = ibtransport.NetworkIPv4
-	NetworkIPv6 = ibtransport.NetworkIPv6
+	NetworkIPv4 = ibv.NetworkIPv4
+	NetworkIPv6 = ibv.NetworkIPv6
 )
 
 // RoCE packet types: a UD completion's SL on RoCE, as ConnectX reports it
 // (WC.SL; NetworkType.RoCEPacketType).
 const (
-	RoCEPacketIPv4 = ibtransport.RoCEPacketIPv4
-	RoCEPacketIPv6 = ibtransport.RoCEPacketIPv6
+	RoCEPacketIPv4 = ibv.RoCEPacketIPv4
+	RoCEPacketIPv6 = ibv.RoCEPacketIPv6
 )
 
 // CreateAH creates an address handle for av (ibv_create_ah). Its source

@@ -4,8 +4,8 @@ import (
 	"context"
 
 	"github.com/softnic/softnic/counters"
-	"github.com/softnic/softnic/ibtransport"
 	"github.com/softnic/softnic/ibtransport/cm"
+	"github.com/softnic/softnic/ibtransport/ibv"
 	"github.com/softnic/softnic/roce"
 )
 
@@ -34,10 +34,10 @@ type DeviceOps interface {
 	Err() error
 	QPs() int
 	GSICounters() *GSICounters
-	Counters() *ibtransport.Counters
+	Counters() *ibv.Counters
 	DeviceCounters() []counters.Counter
 	QPCounters(qpn uint32) ([]counters.Counter, bool)
-	QPCounterRefs() []ibtransport.QPCountersRef
+	QPCounterRefs() []ibv.QPCountersRef
 	GID(index int) (GID, error)
 	Query() DeviceAttr
 	ActiveMTU() MTU
@@ -89,7 +89,7 @@ type QPOps interface {
 	Type() QPType
 	Cap() QPCap
 	EngineIndex() int
-	Counters() *ibtransport.QPCounters
+	Counters() *ibv.QPCounters
 	CongestionRate() uint64
 	Destroy() error
 	String() string

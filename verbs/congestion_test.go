@@ -11,6 +11,7 @@ import (
 
 	"github.com/softnic/softnic/counters"
 	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/ibtransport/header"
 	"github.com/softnic/softnic/roce/memlink"
 	"github.com/softnic/softnic/verbs"
 )
@@ -64,7 +65,7 @@ func newCongestedPair(t *testing.T, ccA, ccB ibtransport.CongestionConfig) *cong
 	})
 	lb.SetTap(func(frame []byte) bool {
 		ib := frame[ipv4At+20+8:]
-		if ibtransport.Opcode(ib[0]) == ibtransport.OpCNP {
+		if header.Opcode(ib[0]) == header.OpCNP {
 			cp.mu.Lock()
 			cp.cnpTOS[frame[ipv4At+1]]++
 			cp.cnpBytes = append(cp.cnpBytes[:0], ib...)

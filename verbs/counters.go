@@ -4,7 +4,7 @@ import (
 	"slices"
 
 	"github.com/softnic/softnic/counters"
-	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/ibtransport/ibv"
 )
 
 // RXECounters are the counters Linux's rxe keeps (rxe_hw_counters.c), in
@@ -20,7 +20,7 @@ var RXECounters = []string{"sent_pkts", "rcvd_pkts", "duplicate_request", "out_o
 
 // DeviceCounters returns the device's counters by name: rxe's first
 // (RXECounters), then softnic's own: the rest of the engines'
-// (ibtransport.Counters, summed over engines), the received frames by
+// (ibv.Counters, summed over engines), the received frames by
 // outcome (rx_good, rx_bad_icrc, the malformed ones by reason), the
 // link's (the XDP program's verdicts xdp_*, the AF_XDP rings' xsk_*), QP1's
 // (gsi_*) and the connection manager's (cm_*). Each call reads them
@@ -38,7 +38,7 @@ func (d *Device) QPCounters(qpn uint32) ([]counters.Counter, bool) {
 // QPCounterRefs returns every QP's number and live counters, in QPN order
 // (nil on a device reached through a daemon): for a monitor that reads
 // many QPs, such as the daemon's metrics.
-func (d *Device) QPCounterRefs() []ibtransport.QPCountersRef {
+func (d *Device) QPCounterRefs() []ibv.QPCountersRef {
 	return d.ops.QPCounterRefs()
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/softnic/softnic/counters"
 	"github.com/softnic/softnic/ibtransport"
 	"github.com/softnic/softnic/ibtransport/cm"
+	"github.com/softnic/softnic/ibtransport/ibv"
 	"github.com/softnic/softnic/roce"
 )
 
@@ -105,15 +106,15 @@ func (e *engine) Done() <-chan struct{}                  { return nil }
 func (e *engine) Err() error                             { return nil }
 func (e *engine) QPs() int                               { return e.group.QPs() }
 func (e *engine) GSICounters() *GSICounters              { return &e.gsi.ctr }
-func (e *engine) Counters() *ibtransport.Counters        { return e.group.Counters() }
+func (e *engine) Counters() *ibv.Counters                { return e.group.Counters() }
 func (e *engine) GID(index int) (GID, error)             { return e.dev.GID(index) }
 func (e *engine) RoCE() *roce.Device                     { return e.dev }
 func (e *engine) CM() *cm.Manager                        { return e.cm }
 func (e *engine) NewCompChannel(*CompChannel) ChannelOps { return engineChannel{} }
 
 func (e *engine) Query() DeviceAttr {
-	return DeviceAttr{MaxQPWR: ibtransport.MaxQPWR, MaxSGE: ibtransport.MaxSGE, MaxCQE: MaxCQE,
-		MaxInlineData: ibtransport.MaxInline, MaxQPRdAtom: ibtransport.MaxRdAtomic, MaxMsgSize: 1 << 31,
+	return DeviceAttr{MaxQPWR: ibv.MaxQPWR, MaxSGE: ibv.MaxSGE, MaxCQE: MaxCQE,
+		MaxInlineData: ibv.MaxInline, MaxQPRdAtom: ibv.MaxRdAtomic, MaxMsgSize: 1 << 31,
 		AtomicHostOrder: true, PhysPortCnt: 1}
 }
 
@@ -155,7 +156,7 @@ func (e *engine) QPCounters(qpn uint32) ([]counters.Counter, bool) {
 	return append(cs, counters.Counter{Name: "rp_current_rate_mbps", Value: rate / 1e6}), true
 }
 
-func (e *engine) QPCounterRefs() []ibtransport.QPCountersRef { return e.group.QPCounterRefs(nil) }
+func (e *engine) QPCounterRefs() []ibv.QPCountersRef { return e.group.QPCounterRefs(nil) }
 
 func (e *engine) AllocMemory(n int) ([]byte, uint32, error) {
 	mem, err := unix.Mmap(-1, 0, n, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)

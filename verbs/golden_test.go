@@ -10,7 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/ibtransport/header"
 	"github.com/softnic/softnic/internal/pcapfile"
 	"github.com/softnic/softnic/roce"
 	"github.com/softnic/softnic/roce/memlink"
@@ -33,7 +33,7 @@ type goldenConn struct {
 	responses            []string // summaries of rxe's responses
 }
 
-func summarize(p *ibtransport.Packet) string {
+func summarize(p *header.Packet) string {
 	s := fmt.Sprintf("%v psn %d len %d", p.BTH.Opcode(), p.BTH.PSN(), len(p.Payload))
 	if p.AETH != nil {
 		s += fmt.Sprintf(" syn %#x msn %d", uint8(p.AETH.Syndrome()), p.AETH.MSN())
@@ -57,8 +57,8 @@ func loadGolden(t *testing.T, name string) []*goldenConn {
 		}
 		var fr roce.Frame
 		require.NoError(t, roce.ParseFrame(pkt.Data, &fr))
-		var p ibtransport.Packet
-		require.NoError(t, ibtransport.ParsePacket(fr.IB, &p))
+		var p header.Packet
+		require.NoError(t, header.ParsePacket(fr.IB, &p))
 		qpn := p.BTH.DestQPN()
 		switch {
 		case fr.Src == goldenClient:
@@ -95,11 +95,11 @@ func replay(t *testing.T, c *goldenConn) []string {
 
 	// The first request PSN is the lowest one (PSNs of one capture do not
 	// wrap); the base address the lowest remote address, page aligned.
-	var first ibtransport.PSN
+	var first header.PSN
 	var base uint64
-	var p ibtransport.Packet
+	var p header.Packet
 	for i, raw := range c.requests {
-		require.NoError(t, ibtransport.ParsePacket(raw, &p))
+		require.NoError(t, header.ParsePacket(raw, &p))
 		if i == 0 || p.BTH.PSN().Before(first) {
 			first = p.BTH.PSN()
 		}
@@ -144,8 +144,8 @@ func replay(t *testing.T, c *goldenConn) []string {
 				}
 				var fr roce.Frame
 				require.NoError(t, roce.ParseFrame(frame, &fr))
-				var q ibtransport.Packet
-				require.NoError(t, ibtransport.ParsePacket(fr.IB, &q))
+				var q header.Packet
+				require.NoError(t, header.ParsePacket(fr.IB, &q))
 				require.Equal(t, c.clientQPN, q.BTH.DestQPN())
 				got = append(got, summarize(&q))
 			}, 64)
@@ -160,7 +160,7 @@ func replay(t *testing.T, c *goldenConn) []string {
 		require.NotNil(t, buf)
 		hl := encap.HeaderLen()
 		n := copy(buf[hl:], raw)
-		require.NoError(t, ibtransport.ParsePacket(buf[hl:hl+n], &p))
+		require.NoError(t, header.ParsePacket(buf[hl:hl+n], &p))
 		p.BTH.SetDestQPN(v.qp.QPN())
 		switch {
 		case p.RETH != nil:
@@ -237,7 +237,7 @@ func TestGoldenRxeResponder(t *testing.T) {
 
 // requestSummary describes a request packet relative to the first PSN of
 // its connection, for comparing requesters.
-func requestSummary(p *ibtransport.Packet, first ibtransport.PSN) string {
+func requestSummary(p *header.Packet, first header.PSN) string {
 	s := fmt.Sprintf("%v psn +%d ackreq %v len %d", p.BTH.Opcode(), p.BTH.PSN().Diff(first), p.BTH.AckReq(), len(p.Payload))
 	if p.RETH != nil {
 		s += fmt.Sprintf(" dmalen %d", p.RETH.DMALength())
@@ -263,33 +263,33 @@ func TestGoldenRxeRequester(t *testing.T) {
 }
 
 func requesterReplay(t *testing.T, name string, c *goldenConn) {
-	var p ibtransport.Packet
-	require.NoError(t, ibtransport.ParsePacket(c.requests[0], &p))
+	var p header.Packet
+	require.NoError(t, header.ParsePacket(c.requests[0], &p))
 	first := p.BTH.PSN()
 	// The work requests, read back from the packets.
 	var wrs []verbs.SendWR
 	var want []string
 	sendLen := 0
 	for _, raw := range c.requests {
-		require.NoError(t, ibtransport.ParsePacket(raw, &p))
+		require.NoError(t, header.ParsePacket(raw, &p))
 		want = append(want, requestSummary(&p, first))
 		oi := p.Info()
 		switch oi.Kind {
-		case ibtransport.KindSend:
+		case header.KindSend:
 			sendLen += len(p.Payload)
-			if oi.Position == ibtransport.PositionLast || oi.Position == ibtransport.PositionOnly {
+			if oi.Position == header.PositionLast || oi.Position == header.PositionOnly {
 				wrs = append(wrs, verbs.SendWR{Opcode: verbs.WRSend, SGL: []verbs.SGE{{Length: uint32(sendLen)}}})
 				sendLen = 0
 			}
-		case ibtransport.KindWrite:
+		case header.KindWrite:
 			if p.RETH != nil {
 				wrs = append(wrs, verbs.SendWR{Opcode: verbs.WRRDMAWrite, SGL: []verbs.SGE{{Length: p.RETH.DMALength()}}})
 			}
-		case ibtransport.KindReadRequest:
+		case header.KindReadRequest:
 			wrs = append(wrs, verbs.SendWR{Opcode: verbs.WRRDMARead, SGL: []verbs.SGE{{Length: p.RETH.DMALength()}}})
-		case ibtransport.KindAtomicRequest:
+		case header.KindAtomicRequest:
 			wr := verbs.SendWR{Opcode: verbs.WRAtomicFetchAndAdd, SGL: []verbs.SGE{{Length: 8}}, CompareAdd: p.AtomicETH.SwapAdd()}
-			if p.BTH.Opcode() == ibtransport.OpRCCompareSwap {
+			if p.BTH.Opcode() == header.OpRCCompareSwap {
 				wr = verbs.SendWR{Opcode: verbs.WRAtomicCmpAndSwp, SGL: []verbs.SGE{{Length: 8}},
 					CompareAdd: p.AtomicETH.Compare(), Swap: p.AtomicETH.SwapAdd()}
 			}
@@ -331,7 +331,7 @@ func requesterReplay(t *testing.T, name string, c *goldenConn) {
 			}
 			var fr roce.Frame
 			require.NoError(t, roce.ParseFrame(frame, &fr))
-			require.NoError(t, ibtransport.ParsePacket(fr.IB, &p))
+			require.NoError(t, header.ParsePacket(fr.IB, &p))
 			require.Equal(t, c.serverQPN, p.BTH.DestQPN())
 			got = append(got, requestSummary(&p, first))
 		}, 64)
@@ -355,14 +355,14 @@ func requesterReplay(t *testing.T, name string, c *goldenConn) {
 		}
 		var fr roce.Frame
 		require.NoError(t, roce.ParseFrame(pkt.Data, &fr))
-		require.NoError(t, ibtransport.ParsePacket(fr.IB, &p))
+		require.NoError(t, header.ParsePacket(fr.IB, &p))
 		if fr.Src != goldenServer || p.BTH.DestQPN() != c.clientQPN {
 			continue
 		}
 		buf := lb.TxFrame()
 		hl := encap.HeaderLen()
 		n := copy(buf[hl:], fr.IB)
-		ibtransport.BTH(buf[hl:]).SetDestQPN(v.qp.QPN())
+		header.BTH(buf[hl:]).SetDestQPN(v.qp.QPN())
 		l, err := encap.Finish(buf, n)
 		require.NoError(t, err)
 		lb.Send(buf[:l])

@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/ibtransport/header"
 	"github.com/softnic/softnic/internal/pcapfile"
 	"github.com/softnic/softnic/roce"
 	"github.com/softnic/softnic/roce/memlink"
@@ -58,18 +58,18 @@ func TestGoldenRxeUDReceive(t *testing.T) {
 		u := newUDEndpoint(t, dev, 2, verbs.GRHLen+512, goldenUDQKey)
 		u.postRecvs(t, 0, 2)
 		encap := roce.Encap{SrcMAC: la.HardwareAddr(), DstMAC: lb.HardwareAddr(), Src: from, Dst: to, HopLimit: 64, SrcPort: 0xdf94}
-		var p ibtransport.Packet
+		var p header.Packet
 		for i, raw := range pkts {
 			buf := la.TxFrame()
 			hl := encap.HeaderLen()
 			n := copy(buf[hl:], raw)
-			ibtransport.BTH(buf[hl:]).SetDestQPN(u.qp.QPN())
+			header.BTH(buf[hl:]).SetDestQPN(u.qp.QPN())
 			l, err := encap.Finish(buf, n)
 			require.NoError(t, err)
 			la.Send(buf[:l])
 			require.NoError(t, la.Flush())
 			wc := waitOK(t, u.rcq, uint64(i))
-			require.NoError(t, ibtransport.ParsePacket(raw, &p))
+			require.NoError(t, header.ParsePacket(raw, &p))
 			assert.Equal(t, uint32(verbs.GRHLen+512), wc.ByteLen)
 			assert.Equal(t, p.DETH.SrcQP(), wc.SrcQP)
 			slot := u.buf[i*u.slot : (i+1)*u.slot]
@@ -88,8 +88,8 @@ func TestGoldenRxeUDSend(t *testing.T) {
 	for _, dir := range [][2]netip.Addr{{goldenClient, goldenServer}, {goldenServer, goldenClient}} {
 		from, to := dir[0], dir[1]
 		want := loadGoldenUD(t, from)
-		var p ibtransport.Packet
-		require.NoError(t, ibtransport.ParsePacket(want[0], &p))
+		var p header.Packet
+		require.NoError(t, header.ParsePacket(want[0], &p))
 		la, lb := memlink.Pair(memlink.Config{})
 		dev, err := verbs.Open(la, verbs.Config{Addrs: []netip.Addr{from}})
 		require.NoError(t, err)
@@ -102,7 +102,7 @@ func TestGoldenRxeUDSend(t *testing.T) {
 		ah, err := u.pd.CreateAH(&verbs.AddressVector{DGID: roce.GIDFromAddr(to), HopLimit: 64})
 		require.NoError(t, err)
 		for i, raw := range want {
-			require.NoError(t, ibtransport.ParsePacket(raw, &p))
+			require.NoError(t, header.ParsePacket(raw, &p))
 			copy(u.buf[len(u.buf)-u.slot:], p.Payload)
 			u.send(t, ah, p.BTH.DestQPN(), goldenUDQKey, uint64(i), len(p.Payload), verbs.WRSend, 0)
 			waitOK(t, u.scq, uint64(i))
@@ -124,7 +124,7 @@ func TestGoldenRxeUDSend(t *testing.T) {
 		for i := range want {
 			// Our QP number is not rxe's: the DETH's source QP is ours.
 			w := append([]byte(nil), want[i]...)
-			ibtransport.DETH(w[ibtransport.BTHLen:]).SetSrcQP(u.qp.QPN())
+			header.DETH(w[header.BTHLen:]).SetSrcQP(u.qp.QPN())
 			assert.Equal(t, w, got[i], "packet %d from %v", i, from)
 		}
 		dev.Close()

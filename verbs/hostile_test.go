@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/ibtransport/header"
 	"github.com/softnic/softnic/roce"
 	"github.com/softnic/softnic/roce/memlink"
 	"github.com/softnic/softnic/verbs"
@@ -171,15 +171,15 @@ type rawPeer struct {
 	qpn    uint32 // the victim QP
 	victim *endpoint
 	engine *verbs.Device
-	pkt    ibtransport.Packet
+	pkt    header.Packet
 	// stashed is a response sendUntilReceived read for response to return.
 	stashed *rawResponse
 }
 
 type rawResponse struct {
-	op      ibtransport.Opcode
-	psn     ibtransport.PSN
-	syn     ibtransport.Syndrome
+	op      header.Opcode
+	psn     header.PSN
+	syn     header.Syndrome
 	payload []byte
 }
 
@@ -204,14 +204,14 @@ func newRawPeer(t *testing.T, m mode, access verbs.Access) *rawPeer {
 }
 
 // send builds one packet with build filling the headers and payload.
-func (r *rawPeer) send(op ibtransport.Opcode, psn ibtransport.PSN, payload int, build func(p *ibtransport.Packet)) {
+func (r *rawPeer) send(op header.Opcode, psn header.PSN, payload int, build func(p *header.Packet)) {
 	buf := r.link.TxFrame()
 	for deadline := time.Now().Add(5 * time.Second); buf == nil && time.Now().Before(deadline); buf = r.link.TxFrame() {
 		r.link.Wait(time.Millisecond) // the victim has not consumed our frames yet
 	}
 	require.NotNil(r.t, buf)
 	hl := r.encap.HeaderLen()
-	n, err := ibtransport.LayoutPacket(buf[hl:], op, payload, &r.pkt)
+	n, err := header.LayoutPacket(buf[hl:], op, payload, &r.pkt)
 	require.NoError(r.t, err)
 	r.pkt.BTH.SetDestQPN(r.qpn)
 	r.pkt.BTH.SetPSN(psn)
@@ -229,11 +229,11 @@ func (r *rawPeer) send(op ibtransport.Opcode, psn ibtransport.PSN, payload int, 
 // with an RNR NAK, as a requester retries: through the daemon, a receive
 // the test posted just before may still be in the client's ring when the
 // packet arrives. The answer that is not an RNR NAK is left for response.
-func (r *rawPeer) sendUntilReceived(op ibtransport.Opcode, psn ibtransport.PSN, payload int, build func(p *ibtransport.Packet)) {
+func (r *rawPeer) sendUntilReceived(op header.Opcode, psn header.PSN, payload int, build func(p *header.Packet)) {
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
 		r.send(op, psn, payload, build)
 		gotOp, gotPSN, syn, data := r.response()
-		if syn.Kind() != ibtransport.SyndromeRNRNAK {
+		if syn.Kind() != header.SyndromeRNRNAK {
 			r.stashed = &rawResponse{op: gotOp, psn: gotPSN, syn: syn, payload: data}
 			return
 		}
@@ -244,15 +244,15 @@ func (r *rawPeer) sendUntilReceived(op ibtransport.Opcode, psn ibtransport.PSN, 
 
 // response waits for the next packet from the victim and returns its opcode,
 // PSN and syndrome (0 without AETH).
-func (r *rawPeer) response() (ibtransport.Opcode, ibtransport.PSN, ibtransport.Syndrome, []byte) {
+func (r *rawPeer) response() (header.Opcode, header.PSN, header.Syndrome, []byte) {
 	if s := r.stashed; s != nil {
 		r.stashed = nil
 		return s.op, s.psn, s.syn, s.payload
 	}
 	deadline := time.Now().Add(5 * time.Second)
-	var op ibtransport.Opcode
-	var psn ibtransport.PSN
-	var syn ibtransport.Syndrome
+	var op header.Opcode
+	var psn header.PSN
+	var syn header.Syndrome
 	var payload []byte
 	for time.Now().Before(deadline) {
 		got := r.link.Receive(func(frame []byte) {
@@ -261,8 +261,8 @@ func (r *rawPeer) response() (ibtransport.Opcode, ibtransport.PSN, ibtransport.S
 			}
 			var f roce.Frame
 			require.NoError(r.t, roce.ParseFrame(frame, &f))
-			var p ibtransport.Packet
-			require.NoError(r.t, ibtransport.ParsePacket(f.IB, &p))
+			var p header.Packet
+			require.NoError(r.t, header.ParsePacket(f.IB, &p))
 			require.Equal(r.t, uint32(rawQPN), p.BTH.DestQPN())
 			op, psn = p.BTH.Opcode(), p.BTH.PSN()
 			if p.AETH != nil {
@@ -288,14 +288,14 @@ func (r *rawPeer) silent() {
 func TestHostilePeerNAKs(t *testing.T) { forEachMode(t, testHostilePeerNAKs) }
 
 func testHostilePeerNAKs(t *testing.T, m mode) {
-	nakAccess := ibtransport.NAKSyndrome(ibtransport.NAKRemoteAccessError)
-	nakInvalid := ibtransport.NAKSyndrome(ibtransport.NAKInvalidRequest)
+	nakAccess := header.NAKSyndrome(header.NAKRemoteAccessError)
+	nakInvalid := header.NAKSyndrome(header.NAKInvalidRequest)
 	type env struct {
 		r                       *rawPeer
 		good, readOnly, otherPD *guarded
 	}
-	reth := func(g *guarded, off uint64, n uint32) func(p *ibtransport.Packet) {
-		return func(p *ibtransport.Packet) {
+	reth := func(g *guarded, off uint64, n uint32) func(p *header.Packet) {
+		return func(p *header.Packet) {
 			p.RETH.SetVA(g.mr.Addr() + off)
 			p.RETH.SetRKey(g.mr.RKey())
 			p.RETH.SetDMALength(n)
@@ -305,72 +305,72 @@ func testHostilePeerNAKs(t *testing.T, m mode) {
 		name string
 		qpAc verbs.Access
 		send func(e *env)
-		want ibtransport.Syndrome
+		want header.Syndrome
 	}{
 		{"write with a guessed rkey", allAccess, func(e *env) {
-			e.r.send(ibtransport.OpRCWriteOnly, 1000, 16, func(p *ibtransport.Packet) {
+			e.r.send(header.OpRCWriteOnly, 1000, 16, func(p *header.Packet) {
 				reth(e.good, 0, 16)(p)
 				p.RETH.SetRKey(rand.Uint32())
 			})
 		}, nakAccess},
 		{"write out of bounds", allAccess, func(e *env) {
-			e.r.send(ibtransport.OpRCWriteOnly, 1000, 16, reth(e.good, 4096-8, 16))
+			e.r.send(header.OpRCWriteOnly, 1000, 16, reth(e.good, 4096-8, 16))
 		}, nakAccess},
 		{"write with a huge length", allAccess, func(e *env) {
-			e.r.send(ibtransport.OpRCWriteFirst, 1000, 1024, reth(e.good, 0, 1<<31))
+			e.r.send(header.OpRCWriteFirst, 1000, 1024, reth(e.good, 0, 1<<31))
 		}, nakAccess},
 		{"read out of bounds", allAccess, func(e *env) {
-			e.r.send(ibtransport.OpRCReadRequest, 1000, 0, reth(e.good, 1, 4096))
+			e.r.send(header.OpRCReadRequest, 1000, 0, reth(e.good, 1, 4096))
 		}, nakAccess},
 		{"write to a read-only region", allAccess, func(e *env) {
-			e.r.send(ibtransport.OpRCWriteOnly, 1000, 16, reth(e.readOnly, 0, 16))
+			e.r.send(header.OpRCWriteOnly, 1000, 16, reth(e.readOnly, 0, 16))
 		}, nakAccess},
 		{"write to a QP without remote write", verbs.AccessRemoteRead, func(e *env) {
-			e.r.send(ibtransport.OpRCWriteOnly, 1000, 16, reth(e.good, 0, 16))
+			e.r.send(header.OpRCWriteOnly, 1000, 16, reth(e.good, 0, 16))
 		}, nakAccess},
 		{"region of another PD", allAccess, func(e *env) {
-			e.r.send(ibtransport.OpRCReadRequest, 1000, 0, reth(e.otherPD, 0, 16))
+			e.r.send(header.OpRCReadRequest, 1000, 0, reth(e.otherPD, 0, 16))
 		}, nakAccess},
 		{"deregistered region", allAccess, func(e *env) {
 			require.NoError(t, e.good.mr.Dereg())
-			e.r.send(ibtransport.OpRCReadRequest, 1000, 0, reth(e.good, 0, 16))
+			e.r.send(header.OpRCReadRequest, 1000, 0, reth(e.good, 0, 16))
 		}, nakAccess},
 		{"misaligned atomic", allAccess, func(e *env) {
-			e.r.send(ibtransport.OpRCFetchAdd, 1000, 0, func(p *ibtransport.Packet) {
+			e.r.send(header.OpRCFetchAdd, 1000, 0, func(p *header.Packet) {
 				p.AtomicETH.SetVA(e.good.mr.Addr() + 12)
 				p.AtomicETH.SetRKey(e.good.mr.RKey())
 				p.AtomicETH.SetSwapAdd(1)
 			})
 		}, nakInvalid},
 		{"atomic past the end", allAccess, func(e *env) {
-			e.r.send(ibtransport.OpRCFetchAdd, 1000, 0, func(p *ibtransport.Packet) {
+			e.r.send(header.OpRCFetchAdd, 1000, 0, func(p *header.Packet) {
 				p.AtomicETH.SetVA(e.good.mr.Addr() + 4096)
 				p.AtomicETH.SetRKey(e.good.mr.RKey())
 			})
 		}, nakAccess},
 		{"payload longer than the RETH length", allAccess, func(e *env) {
-			e.r.send(ibtransport.OpRCWriteOnly, 1000, 32, reth(e.good, 0, 16))
+			e.r.send(header.OpRCWriteOnly, 1000, 32, reth(e.good, 0, 16))
 		}, nakInvalid},
 		{"SEND MIDDLE without FIRST", allAccess, func(e *env) {
-			e.r.send(ibtransport.OpRCSendMiddle, 1000, 1024, nil)
+			e.r.send(header.OpRCSendMiddle, 1000, 1024, nil)
 		}, nakInvalid},
 		{"WRITE FIRST shorter than the MTU", allAccess, func(e *env) {
-			e.r.send(ibtransport.OpRCWriteFirst, 1000, 100, reth(e.good, 0, 2000))
+			e.r.send(header.OpRCWriteFirst, 1000, 100, reth(e.good, 0, 2000))
 		}, nakInvalid},
 		{"payload longer than the MTU", allAccess, func(e *env) {
-			e.r.send(ibtransport.OpRCWriteOnly, 1000, 1028, reth(e.good, 0, 1028))
+			e.r.send(header.OpRCWriteOnly, 1000, 1028, reth(e.good, 0, 1028))
 		}, nakInvalid},
 		{"SEND invalidating another PD's rkey", allAccess, func(e *env) {
 			require.NoError(t, e.r.victim.qp.PostRecv(&verbs.RecvWR{ID: 1, SGL: []verbs.SGE{e.good.mr.SGE(0, 64)}}))
-			e.r.sendUntilReceived(ibtransport.OpRCSendOnlyInv, 1000, 0, func(p *ibtransport.Packet) { p.IETH.SetRKey(e.otherPD.mr.RKey()) })
+			e.r.sendUntilReceived(header.OpRCSendOnlyInv, 1000, 0, func(p *header.Packet) { p.IETH.SetRKey(e.otherPD.mr.RKey()) })
 		}, nakInvalid},
 		{"WRITE LAST beyond the announced length", allAccess, func(e *env) {
-			e.r.send(ibtransport.OpRCWriteFirst, 1000, 1024, reth(e.good, 0, 1500))
+			e.r.send(header.OpRCWriteFirst, 1000, 1024, reth(e.good, 0, 1500))
 			op, psn, syn, _ := e.r.response()
-			require.Equal(t, ibtransport.OpRCAcknowledge, op)
-			require.Equal(t, ibtransport.PSN(1000), psn)
-			require.Equal(t, ibtransport.SyndromeACK, syn.Kind())
-			e.r.send(ibtransport.OpRCWriteLast, 1001, 1024, nil)
+			require.Equal(t, header.OpRCAcknowledge, op)
+			require.Equal(t, header.PSN(1000), psn)
+			require.Equal(t, header.SyndromeACK, syn.Kind())
+			e.r.send(header.OpRCWriteLast, 1001, 1024, nil)
 		}, nakInvalid},
 	}
 	for _, c := range cases {
@@ -383,12 +383,12 @@ func testHostilePeerNAKs(t *testing.T, m mode) {
 			}
 			c.send(e)
 			op, psn, syn, _ := r.response()
-			require.Equal(t, ibtransport.OpRCAcknowledge, op)
+			require.Equal(t, header.OpRCAcknowledge, op)
 			require.Equal(t, c.want, syn, "got %v", syn)
 			require.Equal(t, r.pkt.BTH.PSN(), psn)
 			require.Eventually(t, func() bool { return r.victim.qp.State() == verbs.QPSErr }, 5*time.Second, time.Millisecond)
 			// Further requests are ignored.
-			r.send(ibtransport.OpRCReadRequest, r.pkt.BTH.PSN().Add(1), 0, reth(e.readOnly, 0, 16))
+			r.send(header.OpRCReadRequest, r.pkt.BTH.PSN().Add(1), 0, reth(e.readOnly, 0, 16))
 			r.silent()
 			if c.name != "WRITE LAST beyond the announced length" {
 				e.good.unchanged(t)
@@ -406,57 +406,57 @@ func TestHostilePeerProtocol(t *testing.T) { forEachMode(t, testHostilePeerProto
 func testHostilePeerProtocol(t *testing.T, m mode) {
 	r := newRawPeer(t, m, allAccess)
 	g := newGuarded(t, r.victim.pd, 4096, allAccess, 1)
-	rethTo := func(off uint64, n uint32) func(p *ibtransport.Packet) {
-		return func(p *ibtransport.Packet) {
+	rethTo := func(off uint64, n uint32) func(p *header.Packet) {
+		return func(p *header.Packet) {
 			p.RETH.SetVA(g.mr.Addr() + off)
 			p.RETH.SetRKey(g.mr.RKey())
 			p.RETH.SetDMALength(n)
 		}
 	}
 	// A gap: one sequence NAK carrying the expected PSN, not one per packet.
-	r.send(ibtransport.OpRCWriteOnly, 1002, 8, rethTo(0, 8))
-	r.send(ibtransport.OpRCWriteOnly, 1003, 8, rethTo(0, 8))
+	r.send(header.OpRCWriteOnly, 1002, 8, rethTo(0, 8))
+	r.send(header.OpRCWriteOnly, 1003, 8, rethTo(0, 8))
 	op, psn, syn, _ := r.response()
-	require.Equal(t, ibtransport.OpRCAcknowledge, op)
-	require.Equal(t, ibtransport.NAKSyndrome(ibtransport.NAKPSNSequenceError), syn)
-	require.Equal(t, ibtransport.PSN(1000), psn)
+	require.Equal(t, header.OpRCAcknowledge, op)
+	require.Equal(t, header.NAKSyndrome(header.NAKPSNSequenceError), syn)
+	require.Equal(t, header.PSN(1000), psn)
 	r.silent()
 	// In order now.
-	r.send(ibtransport.OpRCWriteOnly, 1000, 8, func(p *ibtransport.Packet) {
+	r.send(header.OpRCWriteOnly, 1000, 8, func(p *header.Packet) {
 		rethTo(0, 8)(p)
 		copy(p.Payload, "ABCDEFGH")
 	})
 	_, psn, syn, _ = r.response()
-	require.Equal(t, ibtransport.PSN(1000), psn)
-	require.Equal(t, ibtransport.ACKSyndrome(ibtransport.UnlimitedCredits), syn)
+	require.Equal(t, header.PSN(1000), psn)
+	require.Equal(t, header.ACKSyndrome(header.UnlimitedCredits), syn)
 	// A duplicate WRITE is acknowledged again, not executed again.
 	g.whole[guardLen] = 'Z'
-	r.send(ibtransport.OpRCWriteOnly, 1000, 8, rethTo(0, 8))
+	r.send(header.OpRCWriteOnly, 1000, 8, rethTo(0, 8))
 	_, psn, syn, _ = r.response()
-	require.Equal(t, ibtransport.PSN(1000), psn)
-	require.Equal(t, ibtransport.SyndromeACK, syn.Kind())
+	require.Equal(t, header.PSN(1000), psn)
+	require.Equal(t, header.SyndromeACK, syn.Kind())
 	require.Equal(t, "ZBCDEFGH", string(g.whole[guardLen:guardLen+8]))
 	// An atomic, then its duplicate: the original value is replayed, the
 	// addition happens once.
 	g.whole[guardLen+8] = 5
-	add := func(p *ibtransport.Packet) {
+	add := func(p *header.Packet) {
 		p.AtomicETH.SetVA(g.mr.Addr() + 8)
 		p.AtomicETH.SetRKey(g.mr.RKey())
 		p.AtomicETH.SetSwapAdd(10)
 	}
 	for range 2 {
-		r.send(ibtransport.OpRCFetchAdd, 1001, 0, add)
+		r.send(header.OpRCFetchAdd, 1001, 0, add)
 		op, psn, _, _ = r.response()
-		require.Equal(t, ibtransport.OpRCAtomicAcknowledge, op)
-		require.Equal(t, ibtransport.PSN(1001), psn)
+		require.Equal(t, header.OpRCAtomicAcknowledge, op)
+		require.Equal(t, header.PSN(1001), psn)
 	}
 	require.Equal(t, byte(15), g.whole[guardLen+8])
 	// A READ and its duplicate give the same data.
 	for range 2 {
-		r.send(ibtransport.OpRCReadRequest, 1002, 0, rethTo(0, 8))
+		r.send(header.OpRCReadRequest, 1002, 0, rethTo(0, 8))
 		op, psn, _, data := r.response()
-		require.Equal(t, ibtransport.OpRCReadResponseOnly, op)
-		require.Equal(t, ibtransport.PSN(1002), psn)
+		require.Equal(t, header.OpRCReadResponseOnly, op)
+		require.Equal(t, header.PSN(1002), psn)
 		require.Equal(t, "ZBCDEFGH", string(data))
 	}
 	// A three-packet READ, then a retry of its last two packets, as a
@@ -464,14 +464,14 @@ func testHostilePeerProtocol(t *testing.T, m mode) {
 	// with MIDDLE and LAST, like rxe's.
 	fill(g.whole[guardLen:guardLen+4096], 9)
 	for _, c := range []struct {
-		psn ibtransport.PSN
+		psn header.PSN
 		off uint64
-		ops []ibtransport.Opcode
+		ops []header.Opcode
 	}{
-		{1003, 0, []ibtransport.Opcode{ibtransport.OpRCReadResponseFirst, ibtransport.OpRCReadResponseMiddle, ibtransport.OpRCReadResponseLast}},
-		{1004, 1024, []ibtransport.Opcode{ibtransport.OpRCReadResponseMiddle, ibtransport.OpRCReadResponseLast}},
+		{1003, 0, []header.Opcode{header.OpRCReadResponseFirst, header.OpRCReadResponseMiddle, header.OpRCReadResponseLast}},
+		{1004, 1024, []header.Opcode{header.OpRCReadResponseMiddle, header.OpRCReadResponseLast}},
 	} {
-		r.send(ibtransport.OpRCReadRequest, c.psn, 0, rethTo(c.off, uint32(2500-c.off)))
+		r.send(header.OpRCReadRequest, c.psn, 0, rethTo(c.off, uint32(2500-c.off)))
 		for i, want := range c.ops {
 			op, psn, _, data := r.response()
 			require.Equal(t, want, op)
@@ -483,23 +483,23 @@ func testHostilePeerProtocol(t *testing.T, m mode) {
 	r.silent()
 	g.orig = append(g.orig[:0], g.whole...)
 	// A SEND with no receive posted gets an RNR NAK with the QP's timer.
-	r.send(ibtransport.OpRCSendOnly, 1006, 4, nil)
+	r.send(header.OpRCSendOnly, 1006, 4, nil)
 	_, psn, syn, _ = r.response()
-	require.Equal(t, ibtransport.PSN(1006), psn)
-	require.Equal(t, ibtransport.RNRNAKSyndrome(1), syn)
+	require.Equal(t, header.PSN(1006), psn)
+	require.Equal(t, header.RNRNAKSyndrome(1), syn)
 	require.Equal(t, verbs.QPSRTR, r.victim.qp.State())
 	// Garbage never panics: random bytes after a valid BTH, random opcodes.
 	rng := rand.New(rand.NewPCG(1, 2))
 	for i := range 2000 {
-		op := ibtransport.Opcode(rng.IntN(0x18))
-		if !op.Valid() || op.Info().Kind == ibtransport.KindSend && i%2 == 0 {
+		op := header.Opcode(rng.IntN(0x18))
+		if !op.Valid() || op.Info().Kind == header.KindSend && i%2 == 0 {
 			continue
 		}
 		size := 0
 		if op.Info().HasPayload {
 			size = rng.IntN(1100)
 		}
-		r.send(op, ibtransport.PSN(1007+rng.IntN(3)), size, func(p *ibtransport.Packet) {
+		r.send(op, header.PSN(1007+rng.IntN(3)), size, func(p *header.Packet) {
 			for _, h := range [][]byte{p.RETH, p.AtomicETH, p.AETH, p.AtomicAckETH, p.ImmDt, p.IETH} {
 				for j := range h {
 					h[j] = byte(rng.Uint32())
@@ -563,31 +563,31 @@ func testHostileResponder(t *testing.T, m mode) {
 	require.NoError(t, v.qp.PostSend(&verbs.SendWR{ID: 1, Opcode: verbs.WRRDMARead, Flags: verbs.SendSignaled,
 		SGL: []verbs.SGE{g.mr.SGE(1000, 100)}, RemoteAddr: 0x10000, RKey: 0x1234}))
 	op, psn, _, _ := r.response()
-	require.Equal(t, ibtransport.OpRCReadRequest, op)
-	require.Equal(t, ibtransport.PSN(5000), psn)
-	resp := func(op ibtransport.Opcode, psn ibtransport.PSN, n int, b byte) {
-		r.send(op, psn, n, func(p *ibtransport.Packet) {
+	require.Equal(t, header.OpRCReadRequest, op)
+	require.Equal(t, header.PSN(5000), psn)
+	resp := func(op header.Opcode, psn header.PSN, n int, b byte) {
+		r.send(op, psn, n, func(p *header.Packet) {
 			if p.AETH != nil {
-				p.AETH.SetSyndrome(ibtransport.ACKSyndrome(ibtransport.UnlimitedCredits))
+				p.AETH.SetSyndrome(header.ACKSyndrome(header.UnlimitedCredits))
 			}
 			for i := range p.Payload {
 				p.Payload[i] = b
 			}
 		})
 	}
-	resp(ibtransport.OpRCReadResponseOnly, 5000, 1024, 0xaa)                   // too long
-	resp(ibtransport.OpRCReadResponseOnly, 5000, 50, 0xab)                     // too short
-	resp(ibtransport.OpRCReadResponseFirst, 5000, 1024, 0xac)                  // FIRST of a one-packet READ
-	resp(ibtransport.OpRCAtomicAcknowledge, 5000, 0, 0)                        // wrong kind
-	resp(ibtransport.OpRCReadResponseOnly, 5001, 100, 0xad)                    // PSN never sent
-	r.send(ibtransport.OpRCAcknowledge, 5003, 0, func(p *ibtransport.Packet) { // ACK far ahead
-		p.AETH.SetSyndrome(ibtransport.ACKSyndrome(ibtransport.UnlimitedCredits))
+	resp(header.OpRCReadResponseOnly, 5000, 1024, 0xaa)              // too long
+	resp(header.OpRCReadResponseOnly, 5000, 50, 0xab)                // too short
+	resp(header.OpRCReadResponseFirst, 5000, 1024, 0xac)             // FIRST of a one-packet READ
+	resp(header.OpRCAtomicAcknowledge, 5000, 0, 0)                   // wrong kind
+	resp(header.OpRCReadResponseOnly, 5001, 100, 0xad)               // PSN never sent
+	r.send(header.OpRCAcknowledge, 5003, 0, func(p *header.Packet) { // ACK far ahead
+		p.AETH.SetSyndrome(header.ACKSyndrome(header.UnlimitedCredits))
 	})
 	noWC(t, v.scq)
 	g.unchanged(t)
 	require.GreaterOrEqual(t, r.engine.Counters().RxBadResponse.Load(), uint64(5))
 	// The right response completes the READ, placing exactly 100 bytes.
-	resp(ibtransport.OpRCReadResponseOnly, 5000, 100, 0xee)
+	resp(header.OpRCReadResponseOnly, 5000, 100, 0xee)
 	waitOK(t, v.scq, 1)
 	for i := range 100 {
 		g.orig[guardLen+1000+i] = 0xee
@@ -597,8 +597,8 @@ func testHostileResponder(t *testing.T, m mode) {
 	require.NoError(t, v.qp.PostSend(&verbs.SendWR{ID: 2, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
 		SGL: []verbs.SGE{g.mr.SGE(0, 10)}, RemoteAddr: 0x10000, RKey: 0x1234}))
 	_, psn, _, _ = r.response()
-	r.send(ibtransport.OpRCAcknowledge, psn, 0, func(p *ibtransport.Packet) {
-		p.AETH.SetSyndrome(ibtransport.NAKSyndrome(ibtransport.NAKRemoteOperationalError))
+	r.send(header.OpRCAcknowledge, psn, 0, func(p *header.Packet) {
+		p.AETH.SetSyndrome(header.NAKSyndrome(header.NAKRemoteOperationalError))
 	})
 	wc := waitWC(t, v.scq)
 	require.Equal(t, uint64(2), wc.WRID)

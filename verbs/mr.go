@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/ibtransport/ibv"
 )
 
 // MR is a registered memory region (ibv_mr): a byte slice the transport may
@@ -220,7 +221,7 @@ func (p *enginePD) regBuf(buf []byte, addr uint64, access Access) (*MR, error) {
 }
 
 func checkAccess(access Access) error {
-	if access&^ibtransport.AccessAll != 0 {
+	if access&^ibv.AccessAll != 0 {
 		return fmt.Errorf("register MR: unknown access flags %#x: %w", access, ErrInvalidArgument)
 	}
 	if access&(AccessRemoteWrite|AccessRemoteAtomic) != 0 && access&AccessLocalWrite == 0 {

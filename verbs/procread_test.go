@@ -8,7 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/ibtransport/ibv"
 	"github.com/softnic/softnic/internal/procmem"
 	"github.com/softnic/softnic/internal/procmem/memchild"
 	"github.com/softnic/softnic/roce/memlink"
@@ -23,13 +23,13 @@ type countingMemory struct {
 	wcalls, writes atomic.Int64
 }
 
-func (m *countingMemory) WriteVec(pieces []ibtransport.Piece) error {
+func (m *countingMemory) WriteVec(pieces []ibv.Piece) error {
 	m.wcalls.Add(1)
 	m.writes.Add(int64(len(pieces)))
 	return m.Process.WriteVec(pieces)
 }
 
-func (m *countingMemory) ReadVec(pieces []ibtransport.Piece) error {
+func (m *countingMemory) ReadVec(pieces []ibv.Piece) error {
 	m.calls.Add(1)
 	m.reads.Add(int64(len(pieces)))
 	return m.Process.ReadVec(pieces)

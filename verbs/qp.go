@@ -2,6 +2,7 @@ package verbs
 
 import (
 	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/ibtransport/ibv"
 )
 
 // QP is a queue pair (ibv_qp). Its backend runs it: on a device opened
@@ -66,7 +67,7 @@ func (q *QP) EngineIndex() int { return q.ops.EngineIndex() }
 
 // Counters returns the QP's transport counters; through a daemon all zero,
 // as they are the daemon's (softnic stat).
-func (q *QP) Counters() *ibtransport.QPCounters { return q.ops.Counters() }
+func (q *QP) Counters() *ibv.QPCounters { return q.ops.Counters() }
 
 // CongestionRate returns the rate DCQCN holds the QP's sends to, in
 // bits per second, or 0 while it is not rate limited (always 0 through a

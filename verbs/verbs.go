@@ -3,7 +3,8 @@ package verbs
 import (
 	"sync/atomic"
 
-	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/ibtransport/header"
+	"github.com/softnic/softnic/ibtransport/ibv"
 	"github.com/softnic/softnic/roce"
 )
 
@@ -11,134 +12,134 @@ import (
 // attributes are the transport engine's; they keep their libibverbs names
 // here. PD, MR, CQ, CompChannel and SRQ are this package's own.
 type (
-	QPAttr        = ibtransport.QPAttr
-	QPAttrMask    = ibtransport.QPAttrMask
-	QPCap         = ibtransport.QPCap
-	QPState       = ibtransport.QPState
-	AddressVector = ibtransport.AddressVector
-	GID           = ibtransport.GID
-	MTU           = ibtransport.MTU
-	PSN           = ibtransport.PSN
-	Access        = ibtransport.Access
-	SGE           = ibtransport.SGE
-	SendWR        = ibtransport.SendWR
-	RecvWR        = ibtransport.RecvWR
-	WROpcode      = ibtransport.WROpcode
-	SendFlags     = ibtransport.SendFlags
-	WC            = ibtransport.WC
-	WCStatus      = ibtransport.WCStatus
-	WCOpcode      = ibtransport.WCOpcode
-	WCFlags       = ibtransport.WCFlags
+	QPAttr        = ibv.QPAttr
+	QPAttrMask    = ibv.QPAttrMask
+	QPCap         = ibv.QPCap
+	QPState       = ibv.QPState
+	AddressVector = ibv.AddressVector
+	GID           = ibv.GID
+	MTU           = ibv.MTU
+	PSN           = header.PSN
+	Access        = ibv.Access
+	SGE           = ibv.SGE
+	SendWR        = ibv.SendWR
+	RecvWR        = ibv.RecvWR
+	WROpcode      = ibv.WROpcode
+	SendFlags     = ibv.SendFlags
+	WC            = ibv.WC
+	WCStatus      = ibv.WCStatus
+	WCOpcode      = ibv.WCOpcode
+	WCFlags       = ibv.WCFlags
 )
 
 // Access flags.
 const (
-	AccessLocalWrite   = ibtransport.AccessLocalWrite
-	AccessRemoteWrite  = ibtransport.AccessRemoteWrite
-	AccessRemoteRead   = ibtransport.AccessRemoteRead
-	AccessRemoteAtomic = ibtransport.AccessRemoteAtomic
+	AccessLocalWrite   = ibv.AccessLocalWrite
+	AccessRemoteWrite  = ibv.AccessRemoteWrite
+	AccessRemoteRead   = ibv.AccessRemoteRead
+	AccessRemoteAtomic = ibv.AccessRemoteAtomic
 )
 
 // QP states.
 const (
-	QPSReset = ibtransport.QPSReset
-	QPSInit  = ibtransport.QPSInit
-	QPSRTR   = ibtransport.QPSRTR
-	QPSRTS   = ibtransport.QPSRTS
-	QPSSQD   = ibtransport.QPSSQD
-	QPSSQE   = ibtransport.QPSSQE
-	QPSErr   = ibtransport.QPSErr
+	QPSReset = ibv.QPSReset
+	QPSInit  = ibv.QPSInit
+	QPSRTR   = ibv.QPSRTR
+	QPSRTS   = ibv.QPSRTS
+	QPSSQD   = ibv.QPSSQD
+	QPSSQE   = ibv.QPSSQE
+	QPSErr   = ibv.QPSErr
 )
 
 // Path MTUs.
 const (
-	MTU256  = ibtransport.MTU256
-	MTU512  = ibtransport.MTU512
-	MTU1024 = ibtransport.MTU1024
-	MTU2048 = ibtransport.MTU2048
-	MTU4096 = ibtransport.MTU4096
+	MTU256  = ibv.MTU256
+	MTU512  = ibv.MTU512
+	MTU1024 = ibv.MTU1024
+	MTU2048 = ibv.MTU2048
+	MTU4096 = ibv.MTU4096
 )
 
 // QP attribute mask bits.
 const (
-	QPAttrState           = ibtransport.QPAttrState
-	QPAttrCurState        = ibtransport.QPAttrCurState
-	QPAttrAccessFlags     = ibtransport.QPAttrAccessFlags
-	QPAttrPKeyIndex       = ibtransport.QPAttrPKeyIndex
-	QPAttrPort            = ibtransport.QPAttrPort
-	QPAttrAV              = ibtransport.QPAttrAV
-	QPAttrPathMTU         = ibtransport.QPAttrPathMTU
-	QPAttrTimeout         = ibtransport.QPAttrTimeout
-	QPAttrRetryCnt        = ibtransport.QPAttrRetryCnt
-	QPAttrRNRRetry        = ibtransport.QPAttrRNRRetry
-	QPAttrRQPSN           = ibtransport.QPAttrRQPSN
-	QPAttrMaxQPRdAtomic   = ibtransport.QPAttrMaxQPRdAtomic
-	QPAttrMinRNRTimer     = ibtransport.QPAttrMinRNRTimer
-	QPAttrSQPSN           = ibtransport.QPAttrSQPSN
-	QPAttrMaxDestRdAtomic = ibtransport.QPAttrMaxDestRdAtomic
-	QPAttrDestQPN         = ibtransport.QPAttrDestQPN
+	QPAttrState           = ibv.QPAttrState
+	QPAttrCurState        = ibv.QPAttrCurState
+	QPAttrAccessFlags     = ibv.QPAttrAccessFlags
+	QPAttrPKeyIndex       = ibv.QPAttrPKeyIndex
+	QPAttrPort            = ibv.QPAttrPort
+	QPAttrAV              = ibv.QPAttrAV
+	QPAttrPathMTU         = ibv.QPAttrPathMTU
+	QPAttrTimeout         = ibv.QPAttrTimeout
+	QPAttrRetryCnt        = ibv.QPAttrRetryCnt
+	QPAttrRNRRetry        = ibv.QPAttrRNRRetry
+	QPAttrRQPSN           = ibv.QPAttrRQPSN
+	QPAttrMaxQPRdAtomic   = ibv.QPAttrMaxQPRdAtomic
+	QPAttrMinRNRTimer     = ibv.QPAttrMinRNRTimer
+	QPAttrSQPSN           = ibv.QPAttrSQPSN
+	QPAttrMaxDestRdAtomic = ibv.QPAttrMaxDestRdAtomic
+	QPAttrDestQPN         = ibv.QPAttrDestQPN
 )
 
 // Send work request opcodes.
 const (
-	WRSend              = ibtransport.WRSend
-	WRSendWithImm       = ibtransport.WRSendWithImm
-	WRSendWithInv       = ibtransport.WRSendWithInv
-	WRRDMAWrite         = ibtransport.WRRDMAWrite
-	WRRDMAWriteWithImm  = ibtransport.WRRDMAWriteWithImm
-	WRRDMARead          = ibtransport.WRRDMARead
-	WRAtomicCmpAndSwp   = ibtransport.WRAtomicCmpAndSwp
-	WRAtomicFetchAndAdd = ibtransport.WRAtomicFetchAndAdd
+	WRSend              = ibv.WRSend
+	WRSendWithImm       = ibv.WRSendWithImm
+	WRSendWithInv       = ibv.WRSendWithInv
+	WRRDMAWrite         = ibv.WRRDMAWrite
+	WRRDMAWriteWithImm  = ibv.WRRDMAWriteWithImm
+	WRRDMARead          = ibv.WRRDMARead
+	WRAtomicCmpAndSwp   = ibv.WRAtomicCmpAndSwp
+	WRAtomicFetchAndAdd = ibv.WRAtomicFetchAndAdd
 )
 
 // Send flags.
 const (
-	SendFence     = ibtransport.SendFence
-	SendSignaled  = ibtransport.SendSignaled
-	SendSolicited = ibtransport.SendSolicited
-	SendInline    = ibtransport.SendInline
+	SendFence     = ibv.SendFence
+	SendSignaled  = ibv.SendSignaled
+	SendSolicited = ibv.SendSolicited
+	SendInline    = ibv.SendInline
 )
 
 // Work completion statuses.
 const (
-	WCSuccess        = ibtransport.WCSuccess
-	WCLocLenErr      = ibtransport.WCLocLenErr
-	WCLocQPOpErr     = ibtransport.WCLocQPOpErr
-	WCLocProtErr     = ibtransport.WCLocProtErr
-	WCWRFlushErr     = ibtransport.WCWRFlushErr
-	WCBadRespErr     = ibtransport.WCBadRespErr
-	WCLocAccessErr   = ibtransport.WCLocAccessErr
-	WCRemInvReqErr   = ibtransport.WCRemInvReqErr
-	WCRemAccessErr   = ibtransport.WCRemAccessErr
-	WCRemOpErr       = ibtransport.WCRemOpErr
-	WCRetryExcErr    = ibtransport.WCRetryExcErr
-	WCRNRRetryExcErr = ibtransport.WCRNRRetryExcErr
-	WCRemInvRDReqErr = ibtransport.WCRemInvRDReqErr
-	WCGeneralErr     = ibtransport.WCGeneralErr
+	WCSuccess        = ibv.WCSuccess
+	WCLocLenErr      = ibv.WCLocLenErr
+	WCLocQPOpErr     = ibv.WCLocQPOpErr
+	WCLocProtErr     = ibv.WCLocProtErr
+	WCWRFlushErr     = ibv.WCWRFlushErr
+	WCBadRespErr     = ibv.WCBadRespErr
+	WCLocAccessErr   = ibv.WCLocAccessErr
+	WCRemInvReqErr   = ibv.WCRemInvReqErr
+	WCRemAccessErr   = ibv.WCRemAccessErr
+	WCRemOpErr       = ibv.WCRemOpErr
+	WCRetryExcErr    = ibv.WCRetryExcErr
+	WCRNRRetryExcErr = ibv.WCRNRRetryExcErr
+	WCRemInvRDReqErr = ibv.WCRemInvRDReqErr
+	WCGeneralErr     = ibv.WCGeneralErr
 )
 
 // Work completion opcodes.
 const (
-	WCSend            = ibtransport.WCSend
-	WCRDMAWrite       = ibtransport.WCRDMAWrite
-	WCRDMARead        = ibtransport.WCRDMARead
-	WCCompSwap        = ibtransport.WCCompSwap
-	WCFetchAdd        = ibtransport.WCFetchAdd
-	WCRecv            = ibtransport.WCRecv
-	WCRecvRDMAWithImm = ibtransport.WCRecvRDMAWithImm
+	WCSend            = ibv.WCSend
+	WCRDMAWrite       = ibv.WCRDMAWrite
+	WCRDMARead        = ibv.WCRDMARead
+	WCCompSwap        = ibv.WCCompSwap
+	WCFetchAdd        = ibv.WCFetchAdd
+	WCRecv            = ibv.WCRecv
+	WCRecvRDMAWithImm = ibv.WCRecvRDMAWithImm
 )
 
 // Work completion flags.
 const (
-	WCWithImm = ibtransport.WCWithImm
-	WCWithInv = ibtransport.WCWithInv
+	WCWithImm = ibv.WCWithImm
+	WCWithInv = ibv.WCWithInv
 )
 
 // Errors.
 var (
-	ErrInvalidArgument = ibtransport.ErrInvalidArgument
-	ErrQueueFull       = ibtransport.ErrQueueFull
-	ErrInvalidState    = ibtransport.ErrInvalidState
+	ErrInvalidArgument = ibv.ErrInvalidArgument
+	ErrQueueFull       = ibv.ErrQueueFull
+	ErrInvalidState    = ibv.ErrInvalidState
 )
 
 // Device is an opened RDMA device (ibv_context). Its backend runs it: the
@@ -194,7 +195,7 @@ func (d *Device) RoCE() *roce.Device { return d.ops.RoCE() }
 // Counters returns the transport engines' counters (their sum at the time
 // of the call when the device has several); all zero on a device reached
 // through a daemon, whose engines count in the daemon.
-func (d *Device) Counters() *ibtransport.Counters { return d.ops.Counters() }
+func (d *Device) Counters() *ibv.Counters { return d.ops.Counters() }
 
 // GID returns entry index of the GID table (ibv_query_gid).
 func (d *Device) GID(index int) (GID, error) { return d.ops.GID(index) }

@@ -9,7 +9,7 @@ import (
 	"strings"
 
 	"github.com/softnic/softnic/daemon/client"
-	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/ibtransport/ibv"
 	"github.com/softnic/softnic/roce/xdplink"
 	"github.com/softnic/softnic/verbs"
 )
@@ -94,12 +94,12 @@ func formatDevinfo(nd *xdplink.Netdev, name string, verbose bool) string {
 	kv("\t", "hw_ver", 4, "0x0")
 	kv("\t", "phys_port_cnt", 3, "1")
 	if verbose {
-		kv("\t", "max_qp_wr", 3, "%d", ibtransport.MaxQPWR)
-		kv("\t", "max_sge", 3, "%d", ibtransport.MaxSGE)
-		kv("\t", "max_sge_rd", 3, "%d", ibtransport.MaxSGE)
+		kv("\t", "max_qp_wr", 3, "%d", ibv.MaxQPWR)
+		kv("\t", "max_sge", 3, "%d", ibv.MaxSGE)
+		kv("\t", "max_sge_rd", 3, "%d", ibv.MaxSGE)
 		kv("\t", "max_cqe", 3, "%d", verbs.MaxCQE)
-		kv("\t", "max_qp_rd_atom", 3, "%d", ibtransport.MaxRdAtomic)
-		kv("\t", "max_qp_init_rd_atom", 2, "%d", ibtransport.MaxRdAtomic)
+		kv("\t", "max_qp_rd_atom", 3, "%d", ibv.MaxRdAtomic)
+		kv("\t", "max_qp_init_rd_atom", 2, "%d", ibv.MaxRdAtomic)
 		kv("\t", "atomic_cap", 3, "ATOMIC_HCA (1)")
 		kv("\t", "max_pkeys", 3, "1")
 		kv("\t", "local_ca_ack_delay", 2, "15")

@@ -8,7 +8,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/ibtransport/header"
 	"github.com/softnic/softnic/ibtransport/mad"
 	"github.com/softnic/softnic/internal/pcapfile"
 	"github.com/softnic/softnic/roce"
@@ -132,12 +132,12 @@ func describeFrame(w *strings.Builder, data []byte, origLen int) (good, isRoCE b
 		return false, true
 	}
 	fmt.Fprintf(w, "%s:%d > %s ", f.Src, f.SrcPort, f.Dst)
-	var p ibtransport.Packet
-	perr := ibtransport.ParsePacket(f.IB, &p)
+	var p header.Packet
+	perr := header.ParsePacket(f.IB, &p)
 	if p.BTH != nil {
 		describePacket(w, &p)
-	} else if len(f.IB) >= ibtransport.BTHLen {
-		fmt.Fprintf(w, "%v ", ibtransport.BTH(f.IB).Opcode())
+	} else if len(f.IB) >= header.BTHLen {
+		fmt.Fprintf(w, "%v ", header.BTH(f.IB).Opcode())
 	}
 	if perr != nil {
 		fmt.Fprintf(w, "[%v] ", perr)
@@ -170,10 +170,10 @@ func ipPayloadEnd(f *roce.Frame) int {
 	if f.Src.Is6() {
 		ipLen = 40
 	}
-	return ipLen + 8 + len(f.IB) + ibtransport.ICRCLen
+	return ipLen + 8 + len(f.IB) + header.ICRCLen
 }
 
-func describePacket(w *strings.Builder, p *ibtransport.Packet) {
+func describePacket(w *strings.Builder, p *header.Packet) {
 	b := p.BTH
 	fmt.Fprintf(w, "%v qp=0x%06x psn=%d", b.Opcode(), b.DestQPN(), b.PSN())
 	if b.AckReq() {
@@ -188,7 +188,7 @@ func describePacket(w *strings.Builder, p *ibtransport.Packet) {
 	if b.BECN() {
 		w.WriteString(" BECN")
 	}
-	if b.PKey() != ibtransport.DefaultPKey {
+	if b.PKey() != header.DefaultPKey {
 		fmt.Fprintf(w, " pkey=0x%04x", b.PKey())
 	}
 	if p.DETH != nil {

@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/ibtransport/header"
 	"github.com/softnic/softnic/ibtransport/mad"
 	"github.com/softnic/softnic/internal/pcapfile"
 	"github.com/softnic/softnic/roce"
@@ -27,11 +27,11 @@ func testEncap(qpn uint32) roce.Encap {
 	}
 }
 
-func roceFrame(t testing.TB, op ibtransport.Opcode, size int) []byte {
+func roceFrame(t testing.TB, op header.Opcode, size int) []byte {
 	e := testEncap(0x12)
 	b := make([]byte, 9000)
-	var p ibtransport.Packet
-	n, err := ibtransport.LayoutPacket(b[e.HeaderLen():], op, size, &p)
+	var p header.Packet
+	n, err := header.LayoutPacket(b[e.HeaderLen():], op, size, &p)
 	require.NoError(t, err)
 	p.BTH.SetDestQPN(0x12)
 	p.BTH.SetPSN(77)
@@ -41,7 +41,7 @@ func roceFrame(t testing.TB, op ibtransport.Opcode, size int) []byte {
 		p.RETH.SetDMALength(uint32(size))
 	}
 	if p.AETH != nil {
-		p.AETH.SetSyndrome(ibtransport.ACKSyndrome(ibtransport.UnlimitedCredits))
+		p.AETH.SetSyndrome(header.ACKSyndrome(header.UnlimitedCredits))
 	}
 	n, err = e.Finish(b, n)
 	require.NoError(t, err)
@@ -71,9 +71,9 @@ func TestInspectGoodCapture(t *testing.T) {
 	arp := make([]byte, 42)
 	arp[12], arp[13] = 0x08, 0x06
 	path := writeCapture(t,
-		roceFrame(t, ibtransport.OpRCWriteOnly, 100),
+		roceFrame(t, header.OpRCWriteOnly, 100),
 		arp,
-		roceFrame(t, ibtransport.OpRCAcknowledge, 0),
+		roceFrame(t, header.OpRCAcknowledge, 0),
 	)
 	code, out, _ := runCmd("inspect", path)
 	assert.Equal(t, 0, code, out)
@@ -104,9 +104,9 @@ func TestInspectGoldenCaptures(t *testing.T) {
 }
 
 func TestInspectBadICRC(t *testing.T) {
-	bad := roceFrame(t, ibtransport.OpRCSendOnly, 64)
+	bad := roceFrame(t, header.OpRCSendOnly, 64)
 	bad[60] ^= 0x10
-	path := writeCapture(t, roceFrame(t, ibtransport.OpRCSendOnly, 64), bad)
+	path := writeCapture(t, roceFrame(t, header.OpRCSendOnly, 64), bad)
 	code, out, _ := runCmd("inspect", path)
 	assert.Equal(t, 1, code)
 	assert.Contains(t, out, "BAD")
@@ -128,8 +128,8 @@ func TestInspectUnreadable(t *testing.T) {
 func FuzzInspect(f *testing.F) {
 	var buf bytes.Buffer
 	w, _ := pcapfile.NewWriter(&buf)
-	_ = w.WritePacket(time.Unix(0, 0), roceFrame(f, ibtransport.OpRCReadResponseFirst, 32))
-	_ = w.WritePacket(time.Unix(0, 0), roceFrame(f, ibtransport.OpRCCompareSwap, 0))
+	_ = w.WritePacket(time.Unix(0, 0), roceFrame(f, header.OpRCReadResponseFirst, 32))
+	_ = w.WritePacket(time.Unix(0, 0), roceFrame(f, header.OpRCCompareSwap, 0))
 	f.Add(buf.Bytes())
 	rping, err := os.ReadFile("../../roce/testdata/rxe-rping.pcap")
 	require.NoError(f, err)

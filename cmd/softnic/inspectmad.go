@@ -5,7 +5,7 @@ import (
 	"net/netip"
 	"strings"
 
-	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/ibtransport/ibv"
 	"github.com/softnic/softnic/ibtransport/mad"
 )
 
@@ -90,7 +90,7 @@ func portSpaceName(ps mad.PortSpace) string {
 }
 
 // pathMTU formats an IB MTU enum as bytes.
-func pathMTU(m ibtransport.MTU) string {
+func pathMTU(m ibv.MTU) string {
 	if m.Bytes() == 0 {
 		return fmt.Sprintf("invalid(%d)", m)
 	}

@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/ibtransport/header"
 	"github.com/softnic/softnic/ibtransport/mad"
 )
 
@@ -42,8 +42,8 @@ func TestInspectRpingMADs(t *testing.T) {
 func udFrame(t testing.TB, destQPN uint32, payload []byte) []byte {
 	e := testEncap(mad.GSIQPN)
 	b := make([]byte, 2048)
-	var p ibtransport.Packet
-	n, err := ibtransport.LayoutPacket(b[e.HeaderLen():], ibtransport.OpUDSendOnly, len(payload), &p)
+	var p header.Packet
+	n, err := header.LayoutPacket(b[e.HeaderLen():], header.OpUDSendOnly, len(payload), &p)
 	require.NoError(t, err)
 	p.BTH.SetDestQPN(destQPN)
 	p.DETH.SetQKey(mad.GSIQKey)

@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/ibtransport/ibv"
 )
 
 // softnic stat res prints a line per served device in rdma resource
@@ -24,7 +24,7 @@ func TestStatResCommand(t *testing.T) {
 	pd, err := c.AllocPD()
 	require.NoError(t, err)
 	buf := make([]byte, 4096)
-	_, err = c.RegMR(pd, buf, ibtransport.AccessLocalWrite)
+	_, err = c.RegMR(pd, buf, ibv.AccessLocalWrite)
 	require.NoError(t, err)
 	cq, err := c.CreateCQ(16, nil, 0)
 	require.NoError(t, err)

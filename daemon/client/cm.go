@@ -8,7 +8,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/softnic/softnic/hostif"
-	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/ibtransport/ibv"
 )
 
 // The connection manager's calls (rdma_cm through the daemon): the
@@ -154,12 +154,12 @@ func (c *Conn) CMDisconnect(id uint32) error {
 
 // CMInitQPAttr returns the attributes that move a QP of the ID's
 // connection to state (rdma_init_qp_attr).
-func (c *Conn) CMInitQPAttr(id uint32, state ibtransport.QPState) (*ibtransport.QPAttr, ibtransport.QPAttrMask, error) {
+func (c *Conn) CMInitQPAttr(id uint32, state ibv.QPState) (*ibv.QPAttr, ibv.QPAttrMask, error) {
 	var r hostif.ModifyQPRequest
 	if _, err := c.call(hostif.OpCMInitQPAttr, hostif.CMInitQPAttrRequest{ID: id, State: uint32(state)}, &r); err != nil {
 		return nil, 0, err
 	}
-	return hostif.QPAttrOf(&r), ibtransport.QPAttrMask(r.Mask), nil
+	return hostif.QPAttrOf(&r), ibv.QPAttrMask(r.Mask), nil
 }
 
 // CMEstablish sends the RTU of an active ID whose QP is the program's

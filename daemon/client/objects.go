@@ -8,7 +8,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/softnic/softnic/hostif"
-	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/ibtransport/ibv"
 )
 
 // AllocPD allocates a protection domain and returns its handle.
@@ -33,13 +33,13 @@ type MR struct {
 }
 
 // SGE returns the SGE for n bytes at offset off of the region.
-func (m MR) SGE(off, n int) ibtransport.SGE {
-	return ibtransport.SGE{Addr: m.Addr + uint64(off), Length: uint32(n), LKey: m.LKey}
+func (m MR) SGE(off, n int) ibv.SGE {
+	return ibv.SGE{Addr: m.Addr + uint64(off), Length: uint32(n), LKey: m.LKey}
 }
 
 // RegMR registers buf in pd. The daemon reads and writes buf's memory
 // directly: keep buf alive (and the Go runtime does not move heap memory).
-func (c *Conn) RegMR(pd uint32, buf []byte, access ibtransport.Access) (MR, error) {
+func (c *Conn) RegMR(pd uint32, buf []byte, access ibv.Access) (MR, error) {
 	addr := uint64(uintptr(unsafe.Pointer(unsafe.SliceData(buf))))
 	var r hostif.RegMRReply
 	_, err := c.call(hostif.OpRegMR, hostif.RegMRRequest{PD: pd, Access: uint32(access), Addr: addr, Length: uint64(len(buf))}, &r)
@@ -154,7 +154,7 @@ func mapRing(fds []int, size int) ([]byte, error) {
 
 // Poll moves up to len(wcs) completions into wcs (ibv_poll_cq). Once the
 // daemon is gone, an empty ring gives ErrDaemonGone.
-func (cq *CQ) Poll(wcs []ibtransport.WC) (int, error) {
+func (cq *CQ) Poll(wcs []ibv.WC) (int, error) {
 	n := cq.ring.Poll(wcs)
 	if n > 0 {
 		return n, nil
@@ -215,29 +215,29 @@ func (c *Conn) createQP(op hostif.Op, req any) (*QP, error) {
 }
 
 // Modify changes the QP's attributes (ibv_modify_qp).
-func (q *QP) Modify(attr *ibtransport.QPAttr, mask ibtransport.QPAttrMask) error {
+func (q *QP) Modify(attr *ibv.QPAttr, mask ibv.QPAttrMask) error {
 	req := hostif.ModifyQPRequestOf(q.Handle, attr, mask)
 	_, err := q.c.call(hostif.OpModifyQP, req, &hostif.Empty{})
 	return err
 }
 
 // State returns the QP's state as the daemon last published it.
-func (q *QP) State() ibtransport.QPState { return ibtransport.QPState(q.sq.State()) }
+func (q *QP) State() ibv.QPState { return ibv.QPState(q.sq.State()) }
 
 // PostSend posts wr (ibv_post_send): it is encoded into the send queue and
 // the doorbell rung, with no system call while the daemon polls.
-func (q *QP) PostSend(wr *ibtransport.SendWR) error { return q.PostSendTo(wr, 0) }
+func (q *QP) PostSend(wr *ibv.SendWR) error { return q.PostSendTo(wr, 0) }
 
 // PostRecv posts wr to the receive queue (ibv_post_recv); a QP with an
 // SRQ has none.
-func (q *QP) PostRecv(wr *ibtransport.RecvWR) error {
+func (q *QP) PostRecv(wr *ibv.RecvWR) error {
 	if q.rq == nil {
 		return fmt.Errorf("softnic daemon: post receive on QP %d: it has an SRQ", q.QPN)
 	}
 	return postRecv(q.c, q.rq, wr)
 }
 
-func postRecv(c *Conn, wq *hostif.WorkQueue, wr *ibtransport.RecvWR) error {
+func postRecv(c *Conn, wq *hostif.WorkQueue, wr *ibv.RecvWR) error {
 	if err := c.Err(); err != nil {
 		return err
 	}
@@ -280,7 +280,7 @@ func (q *QP) PostSendEntry(fill func(e []byte)) error {
 
 // CreateAH creates an address handle for UD sends to av (ibv_create_ah)
 // and returns its handle.
-func (c *Conn) CreateAH(pd uint32, av *ibtransport.AddressVector) (uint32, error) {
+func (c *Conn) CreateAH(pd uint32, av *ibv.AddressVector) (uint32, error) {
 	var r hostif.HandleReply
 	_, err := c.call(hostif.OpCreateAH, hostif.CreateAHRequest{PD: pd, Port: 1, SGIDIndex: av.SGIDIndex, HopLimit: av.HopLimit,
 		TrafficClass: av.TrafficClass, FlowLabel: av.FlowLabel, DGID: av.DGID}, &r)
@@ -295,7 +295,7 @@ func (c *Conn) DestroyAH(ah uint32) error {
 
 // PostSendTo posts a UD send to the address handle ah (PostSend of other
 // QPs: ah 0); wr's RemoteQPN and RemoteQKey name the destination QP.
-func (q *QP) PostSendTo(wr *ibtransport.SendWR, ah uint32) error {
+func (q *QP) PostSendTo(wr *ibv.SendWR, ah uint32) error {
 	if err := q.c.Err(); err != nil {
 		return err
 	}
@@ -319,7 +319,7 @@ func (c *Conn) QueryPort() (hostif.QueryPortReply, error) {
 }
 
 // QueryGID returns the GID at index i of the port's table (ibv_query_gid).
-func (c *Conn) QueryGID(i int) (ibtransport.GID, error) {
+func (c *Conn) QueryGID(i int) (ibv.GID, error) {
 	var r hostif.QueryGIDReply
 	_, err := c.call(hostif.OpQueryGID, hostif.QueryGIDRequest{Index: uint32(i)}, &r)
 	return r.GID, err
@@ -355,7 +355,7 @@ func (c *Conn) CreateSRQ(pd uint32, maxWR, maxSGE, limit int, userHandle uint64)
 }
 
 // PostRecv posts a receive to the SRQ (ibv_post_srq_recv).
-func (s *SRQ) PostRecv(wr *ibtransport.RecvWR) error { return postRecv(s.c, s.wq, wr) }
+func (s *SRQ) PostRecv(wr *ibv.RecvWR) error { return postRecv(s.c, s.wq, wr) }
 
 // Modify sets and arms the SRQ's limit (ibv_modify_srq).
 func (s *SRQ) Modify(limit int) error {

@@ -11,6 +11,7 @@ import (
 	"github.com/softnic/softnic/hostif"
 	"github.com/softnic/softnic/ibtransport"
 	"github.com/softnic/softnic/ibtransport/cm"
+	"github.com/softnic/softnic/ibtransport/ibv"
 	"github.com/softnic/softnic/roce"
 	"github.com/softnic/softnic/verbs"
 )
@@ -114,10 +115,10 @@ func (r *dialed) Done() <-chan struct{}                        { return r.c.Done
 func (r *dialed) Err() error                                   { return r.c.Err() }
 func (r *dialed) QPs() int                                     { return 0 }
 func (r *dialed) GSICounters() *verbs.GSICounters              { return &verbs.GSICounters{} }
-func (r *dialed) Counters() *ibtransport.Counters              { return &ibtransport.Counters{} }
+func (r *dialed) Counters() *ibv.Counters                      { return &ibv.Counters{} }
 func (r *dialed) DeviceCounters() []counters.Counter           { return nil }
 func (r *dialed) QPCounters(uint32) ([]counters.Counter, bool) { return nil, false }
-func (r *dialed) QPCounterRefs() []ibtransport.QPCountersRef   { return nil }
+func (r *dialed) QPCounterRefs() []ibv.QPCountersRef           { return nil }
 func (r *dialed) NodeGUID() uint64                             { return r.c.Device.NodeGUID }
 func (r *dialed) RoCE() *roce.Device                           { return nil }
 func (r *dialed) CM() *cm.Manager                              { return nil }

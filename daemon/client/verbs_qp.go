@@ -7,7 +7,7 @@ import (
 	"sync/atomic"
 
 	"github.com/softnic/softnic/hostif"
-	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/ibtransport/ibv"
 	"github.com/softnic/softnic/verbs"
 )
 
@@ -64,7 +64,7 @@ type dialedQP struct {
 	// only when this process modifies it.
 	failed atomic.Bool
 	// counters stay zero: the daemon's engines count.
-	counters ibtransport.QPCounters
+	counters ibv.QPCounters
 }
 
 // state is the QP's state as far as this process knows. A QP in RESET or
@@ -80,7 +80,7 @@ func (r *dialedQP) State() verbs.QPState {
 
 // checkSend refuses what the transport's QP refuses at post time, before
 // the daemon would fail the QP for it: a QP not ready to send, what
-// ibtransport.CheckSendWR refuses, and a UD send without an AH of this
+// ibv.CheckSendWR refuses, and a UD send without an AH of this
 // device, whose daemon handle it returns. A device whose daemon is gone
 // gets that error first, whatever the QP's last known state.
 func (r *dialedQP) checkSend(wr *verbs.SendWR) (ah uint32, err error) {
@@ -91,8 +91,8 @@ func (r *dialedQP) checkSend(wr *verbs.SendWR) (ah uint32, err error) {
 	case verbs.QPSReset, verbs.QPSInit, verbs.QPSRTR:
 		return 0, fmt.Errorf("post send on QP %d: %w (%v)", r.q.QPN, verbs.ErrInvalidState, st)
 	}
-	lim := ibtransport.SendLimits{MaxSGE: max(r.cap.MaxSendSGE, 1), MaxInline: r.cap.MaxInlineData}
-	if err := ibtransport.CheckSendWR(r.typ, lim, wr); err != nil || r.typ != verbs.QPTypeUD {
+	lim := ibv.SendLimits{MaxSGE: max(r.cap.MaxSendSGE, 1), MaxInline: r.cap.MaxInlineData}
+	if err := ibv.CheckSendWR(r.typ, lim, wr); err != nil || r.typ != verbs.QPTypeUD {
 		return 0, err
 	}
 	h, ok := r.r.objects.ahHandle(wr.AH)
@@ -217,8 +217,8 @@ func (r *dialedQP) EngineIndex() int   { return 0 }
 
 // Counters are the daemon's (softnic stat): here they stay zero, as
 // CongestionRate does.
-func (r *dialedQP) Counters() *ibtransport.QPCounters { return &r.counters }
-func (r *dialedQP) CongestionRate() uint64            { return 0 }
+func (r *dialedQP) Counters() *ibv.QPCounters { return &r.counters }
+func (r *dialedQP) CongestionRate() uint64    { return 0 }
 
 func (r *dialedQP) String() string {
 	return fmt.Sprintf("QP %d (%v, through the daemon)", r.q.QPN, r.State())

@@ -22,7 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/softnic/softnic/counters"
-	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/ibtransport/ibv"
 )
 
 // Device is what the metrics read of one served device: daemon.Server
@@ -31,7 +31,7 @@ type Device interface {
 	// Counters returns the device's counters by name.
 	Counters() []counters.Counter
 	// QPCounterRefs returns every QP's number and live counters.
-	QPCounterRefs() []ibtransport.QPCountersRef
+	QPCounterRefs() []ibv.QPCountersRef
 }
 
 // Source is one served device and its name (softnic_IFACE).
@@ -102,9 +102,9 @@ func (c *Collector) collectQPs(ch chan<- prometheus.Metric, descs descCache, s S
 			ch <- metric(d, prometheus.CounterValue, ctr.Value, s.Name, "1", qpn)
 		}
 	}
-	var sum ibtransport.QPCounters
+	var sum ibv.QPCounters
 	for _, r := range others {
-		ibtransport.AddCounters(&sum, r.Ctr)
+		ibv.AddCounters(&sum, r.Ctr)
 	}
 	for _, ctr := range counters.Append(nil, "", &sum) {
 		d := descs.get("softnic_qp_others_"+ctr.Name, "softnic QP counter "+ctr.Name+", summed over the QPs without series of their own", "device", "port")
@@ -124,12 +124,12 @@ func metric(d *prometheus.Desc, t prometheus.ValueType, v uint64, labels ...stri
 
 // busiest splits refs into the n that sent and received the most bytes,
 // in QPN order, and the others.
-func busiest(refs []ibtransport.QPCountersRef, n int) (top, others []ibtransport.QPCountersRef) {
+func busiest(refs []ibv.QPCountersRef, n int) (top, others []ibv.QPCountersRef) {
 	if len(refs) <= n {
 		return refs, nil
 	}
 	type ranked struct {
-		ref   ibtransport.QPCountersRef
+		ref   ibv.QPCountersRef
 		bytes uint64
 	}
 	rs := make([]ranked, len(refs))
@@ -147,7 +147,7 @@ func busiest(refs []ibtransport.QPCountersRef, n int) (top, others []ibtransport
 			others = append(others, r.ref)
 		}
 	}
-	slices.SortFunc(top, func(a, b ibtransport.QPCountersRef) int { return cmp.Compare(a.QPN, b.QPN) })
+	slices.SortFunc(top, func(a, b ibv.QPCountersRef) int { return cmp.Compare(a.QPN, b.QPN) })
 	return top, others
 }
 

@@ -16,7 +16,7 @@ import (
 	"github.com/softnic/softnic/counters"
 	"github.com/softnic/softnic/daemon"
 	"github.com/softnic/softnic/daemon/metrics"
-	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/ibtransport/ibv"
 	"github.com/softnic/softnic/roce/memlink"
 	"github.com/softnic/softnic/verbs"
 )
@@ -24,11 +24,11 @@ import (
 // fakeDevice has the counters a test gives it.
 type fakeDevice struct {
 	cs   []counters.Counter
-	refs []ibtransport.QPCountersRef
+	refs []ibv.QPCountersRef
 }
 
-func (f *fakeDevice) Counters() []counters.Counter               { return f.cs }
-func (f *fakeDevice) QPCounterRefs() []ibtransport.QPCountersRef { return f.refs }
+func (f *fakeDevice) Counters() []counters.Counter       { return f.cs }
+func (f *fakeDevice) QPCounterRefs() []ibv.QPCountersRef { return f.refs }
 
 // gather collects c once and returns its families by name.
 func gather(t *testing.T, c prometheus.Collector) map[string]*dto.MetricFamily {
@@ -59,12 +59,12 @@ func TestQPSeriesBounded(t *testing.T) {
 	dev := &fakeDevice{cs: []counters.Counter{{Name: "sent_pkts", Value: 12}, {Name: "rx_bad_icrc", Value: 3}}}
 	const n = 10000
 	for i := range n {
-		c := new(ibtransport.QPCounters)
+		c := new(ibv.QPCounters)
 		c.TxPackets.Store(1)
 		if i%1000 == 7 { // ten busy QPs
 			c.TxBytes.Store(uint64(1000 + i))
 		}
-		dev.refs = append(dev.refs, ibtransport.QPCountersRef{QPN: uint32(100 + i), Ctr: c})
+		dev.refs = append(dev.refs, ibv.QPCountersRef{QPN: uint32(100 + i), Ctr: c})
 	}
 	fams := gather(t, metrics.NewCollector([]metrics.Source{{Name: "softnic_mem0", Dev: dev}}, metrics.Config{TopQPs: 4}))
 

@@ -3,7 +3,7 @@ package cm
 import (
 	"time"
 
-	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/ibtransport/ibv"
 	"github.com/softnic/softnic/ibtransport/mad"
 )
 
@@ -20,7 +20,7 @@ type Conn struct {
 	remoteID    uint32
 	remoteGUID  uint64
 	remoteKnown bool // remoteID and remoteGUID are set and in m.remote
-	peer        ibtransport.AddressVector
+	peer        ibv.AddressVector
 	tid         uint64 // of the REQ, carried by REP, RTU, MRA and REJ
 	localQPN    uint32
 	remoteQPN   uint32

@@ -1,14 +1,14 @@
 package cm
 
 import (
-	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/ibtransport/ibv"
 	"github.com/softnic/softnic/ibtransport/mad"
 )
 
 // receiveDREQ takes the peer's disconnect: DREP at once, then TIMEWAIT.
 // A DREQ for no connection of ours still gets a DREP, so that the peer
 // stops resending it (cm.c's cm_issue_drep).
-func (m *Manager) receiveDREQ(from ibtransport.AddressVector, r mad.DREQ) {
+func (m *Manager) receiveDREQ(from ibv.AddressVector, r mad.DREQ) {
 	tid := mad.MAD(r).Header().TID()
 	c := m.conns[r.RemoteCommID()]
 	if c == nil || !c.remoteKnown || c.remoteID != r.LocalCommID() {

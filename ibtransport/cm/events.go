@@ -1,7 +1,7 @@
 package cm
 
 import (
-	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/ibtransport/ibv"
 	"github.com/softnic/softnic/ibtransport/mad"
 )
 
@@ -84,15 +84,15 @@ type Event struct {
 	// InitiatorDepth are the sender's: what it accepts and what it issues.
 	ServiceID                uint64
 	Transport                uint8 // mad.TransportRC or mad.TransportUC
-	PathMTU                  ibtransport.MTU
+	PathMTU                  ibv.MTU
 	RetryCount               uint8
 	PKey                     uint16
 	LocalACKTimeout          uint8 // of the primary path
 	RemoteCMResponseTimeout  uint8 // how long the sender waits for us
 	LocalCMResponseTimeout   uint8 // how long the sender takes to answer
 	MaxCMRetries             uint8
-	Peer                     ibtransport.AddressVector // where the MAD came from
-	PeerGID, LocalGID        ibtransport.GID           // primary path, as we see it
+	Peer                     ibv.AddressVector // where the MAD came from
+	PeerGID, LocalGID        ibv.GID           // primary path, as we see it
 	FlowLabel                uint32
 	TrafficClass, HopLimit   uint8
 	EndToEndFlowControl, SRQ bool

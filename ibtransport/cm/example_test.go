@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"log"
 
-	"github.com/softnic/softnic/ibtransport"
 	"github.com/softnic/softnic/ibtransport/cm"
+	"github.com/softnic/softnic/ibtransport/ibv"
 	"github.com/softnic/softnic/ibtransport/mad"
 )
 
@@ -14,10 +14,10 @@ import (
 func Example() {
 	var client, server *cm.Manager
 	wire := make(chan func(), 16)
-	sendTo := func(peer **cm.Manager) func(ibtransport.AddressVector, mad.MAD) error {
-		return func(_ ibtransport.AddressVector, m mad.MAD) error {
+	sendTo := func(peer **cm.Manager) func(ibv.AddressVector, mad.MAD) error {
+		return func(_ ibv.AddressVector, m mad.MAD) error {
 			msg := append(mad.MAD(nil), m...) // Send must not keep m
-			wire <- func() { (*peer).Receive(ibtransport.AddressVector{}, msg) }
+			wire <- func() { (*peer).Receive(ibv.AddressVector{}, msg) }
 			return nil
 		}
 	}
@@ -50,7 +50,7 @@ func Example() {
 	}
 	_, err = client.Connect(cm.REQParams{
 		ServiceID: mad.ServiceID(mad.PortSpaceTCP, 7174),
-		LocalQPN:  17, StartingPSN: 200, PathMTU: ibtransport.MTU1024,
+		LocalQPN:  17, StartingPSN: 200, PathMTU: ibv.MTU1024,
 		Transport: mad.TransportRC, RetryCount: 7, RNRRetryCount: 7,
 	}, func(e cm.Event) {
 		if e.Type == cm.EventREPReceived {

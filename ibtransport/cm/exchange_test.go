@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/ibtransport/ibv"
 	"github.com/softnic/softnic/ibtransport/mad"
 )
 
@@ -36,7 +36,7 @@ func TestFullExchange(t *testing.T) {
 	assert.Equal(t, uint32(0xabcdef), ev.StartingPSN)
 	assert.Equal(t, uint8(1), ev.ResponderResources)
 	assert.Equal(t, uint8(2), ev.InitiatorDepth)
-	assert.Equal(t, ibtransport.MTU1024, ev.PathMTU)
+	assert.Equal(t, ibv.MTU1024, ev.PathMTU)
 	assert.Equal(t, uint8(7), ev.RetryCount)
 	assert.Equal(t, uint8(6), ev.RNRRetryCount)
 	assert.Equal(t, uint8(mad.TransportRC), ev.Transport)
@@ -179,9 +179,9 @@ func checkREP(t *testing.T, r mad.REP, req mad.REQ, localID uint32) {
 // Linux's values: REQ 2×2^(18-8) + 2^(20-8) ms, REP 2^(20-8) ms,
 // TIMEWAIT 2^(19-8) ms.
 func TestTimeoutDefaults(t *testing.T) {
-	m := New(Config{Send: func(ibtransport.AddressVector, mad.MAD) error { return nil }})
+	m := New(Config{Send: func(ibv.AddressVector, mad.MAD) error { return nil }})
 	defer m.Close()
-	c, err := m.Connect(REQParams{Transport: mad.TransportRC, PathMTU: ibtransport.MTU1024}, nil)
+	c, err := m.Connect(REQParams{Transport: mad.TransportRC, PathMTU: ibv.MTU1024}, nil)
 	require.NoError(t, err)
 	m.mu.Lock()
 	assert.Equal(t, 6144*time.Millisecond, c.timeout)

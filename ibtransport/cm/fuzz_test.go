@@ -7,7 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/ibtransport/ibv"
 	"github.com/softnic/softnic/ibtransport/mad"
 )
 
@@ -21,11 +21,11 @@ type fixture struct {
 	sent  int
 }
 
-var fixturePeer = ibtransport.AddressVector{DGID: ibtransport.GID{0: 0xfe, 0x80, 15: 9}, HopLimit: 64}
+var fixturePeer = ibv.AddressVector{DGID: ibv.GID{0: 0xfe, 0x80, 15: 9}, HopLimit: 64}
 
 func newFixture(t testing.TB) *fixture {
 	f := &fixture{}
-	f.m = New(Config{CAGUID: guidB, Send: func(ibtransport.AddressVector, mad.MAD) error {
+	f.m = New(Config{CAGUID: guidB, Send: func(ibv.AddressVector, mad.MAD) error {
 		f.mu.Lock()
 		f.sent++
 		f.mu.Unlock()
@@ -64,7 +64,7 @@ func (f *fixture) sidr(t testing.TB) {
 
 func (f *fixture) params() REQParams {
 	return REQParams{Peer: fixturePeer, ServiceID: testSvcID, LocalQPN: 0x20,
-		PathMTU: ibtransport.MTU1024, Transport: mad.TransportRC, HopLimit: 64}
+		PathMTU: ibv.MTU1024, Transport: mad.TransportRC, HopLimit: 64}
 }
 
 // active makes an active connection and takes it steps of the way:

@@ -6,7 +6,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/ibtransport/ibv"
 	"github.com/softnic/softnic/ibtransport/mad"
 	"github.com/softnic/softnic/roce"
 	"github.com/softnic/softnic/roce/rocetest"
@@ -92,7 +92,7 @@ func paramsOf(c capturedMAD) REQParams {
 	r := mad.REQ(c.msg)
 	p := r.PrimaryPath()
 	return REQParams{
-		Peer:     ibtransport.AddressVector{DGID: c.frame.DstGID(), HopLimit: c.frame.HopLimit},
+		Peer:     ibv.AddressVector{DGID: c.frame.DstGID(), HopLimit: c.frame.HopLimit},
 		LocalGID: p.LocalGID(), PeerGID: p.RemoteGID(), ServiceID: r.ServiceID(),
 		LocalQPN: r.LocalQPN(), StartingPSN: r.StartingPSN(),
 		ResponderResources: r.ResponderResources(), InitiatorDepth: r.InitiatorDepth(),
@@ -105,7 +105,7 @@ func paramsOf(c capturedMAD) REQParams {
 // sink is a Send that keeps what it is given.
 type sink struct{ sent []mad.MAD }
 
-func (s *sink) send(_ ibtransport.AddressVector, m mad.MAD) error {
+func (s *sink) send(_ ibv.AddressVector, m mad.MAD) error {
 	s.sent = append(s.sent, append(mad.MAD(nil), m...))
 	return nil
 }
@@ -136,7 +136,7 @@ func TestGoldenActiveSide(t *testing.T) {
 
 	rep := append(mad.MAD(nil), x.rep.msg...)
 	mad.REP(rep).SetRemoteCommID(c.LocalID())
-	m.Receive(ibtransport.AddressVector{DGID: x.rep.frame.SrcGID()}, rep)
+	m.Receive(ibv.AddressVector{DGID: x.rep.frame.SrcGID()}, rep)
 	ev := expect(t, evs, EventREPReceived)
 	assert.Equal(t, mad.REP(rep).LocalQPN(), ev.RemoteQPN)
 	assert.Equal(t, mad.REP(rep).StartingPSN(), ev.StartingPSN)
@@ -161,7 +161,7 @@ func TestGoldenActiveSide(t *testing.T) {
 
 	drep := append(mad.MAD(nil), x.drep.msg...)
 	mad.DREP(drep).SetRemoteCommID(c.LocalID())
-	m.Receive(ibtransport.AddressVector{}, drep)
+	m.Receive(ibv.AddressVector{}, drep)
 	expect(t, evs, EventDisconnected)
 	assert.Equal(t, StateTimewait, c.State())
 }
@@ -179,7 +179,7 @@ func TestGoldenPassiveSide(t *testing.T) {
 	evs := make(chan Event, 8)
 	_, err := m.Listen(mad.REQ(x.req.msg).ServiceID(), func(e Event) { evs <- e })
 	require.NoError(t, err)
-	m.Receive(ibtransport.AddressVector{DGID: x.req.frame.SrcGID()}, x.req.msg)
+	m.Receive(ibv.AddressVector{DGID: x.req.frame.SrcGID()}, x.req.msg)
 	ev := expect(t, evs, EventREQReceived)
 	c := ev.Conn
 	assert.Equal(t, x.req.frame.SrcGID(), ev.PeerGID)
@@ -210,12 +210,12 @@ func TestGoldenPassiveSide(t *testing.T) {
 
 	rtu := append(mad.MAD(nil), x.rtu.msg...)
 	mad.RTU(rtu).SetRemoteCommID(c.LocalID())
-	m.Receive(ibtransport.AddressVector{}, rtu)
+	m.Receive(ibv.AddressVector{}, rtu)
 	expect(t, evs, EventRTUReceived)
 
 	dreq := append(mad.MAD(nil), x.dreq.msg...)
 	mad.DREQ(dreq).SetRemoteCommID(c.LocalID())
-	m.Receive(ibtransport.AddressVector{}, dreq)
+	m.Receive(ibv.AddressVector{}, dreq)
 	expect(t, evs, EventDREQReceived)
 	drep := mad.DREP(out.last(t, mad.AttrDREP))
 	wantD := mad.DREP(x.drep.msg)
@@ -237,7 +237,7 @@ func TestGoldenReject(t *testing.T) {
 	out := &sink{}
 	m := New(Config{Send: out.send})
 	defer m.Close()
-	m.Receive(ibtransport.AddressVector{DGID: req.frame.SrcGID()}, req.msg)
+	m.Receive(ibv.AddressVector{DGID: req.frame.SrcGID()}, req.msg)
 	got := mad.REJ(out.last(t, mad.AttrREJ))
 	assert.Equal(t, mad.RejectInvalidServiceID, got.Reason())
 	assert.Equal(t, mad.REQ(req.msg).LocalCommID(), got.RemoteCommID())

@@ -1,13 +1,13 @@
 package cm
 
 import (
-	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/ibtransport/ibv"
 	"github.com/softnic/softnic/ibtransport/mad"
 )
 
 // receiveREQ takes a new connection to a listener, answers a duplicate as
 // its connection's state says, or rejects what nobody can take.
-func (m *Manager) receiveREQ(from ibtransport.AddressVector, r mad.REQ) {
+func (m *Manager) receiveREQ(from ibv.AddressVector, r mad.REQ) {
 	if c := m.remote[remoteKey{r.LocalCommID(), r.LocalCAGUID()}]; c != nil {
 		m.duplicateREQ(c)
 		return
@@ -33,7 +33,7 @@ func unacceptable(r mad.REQ) (mad.RejectReason, bool) {
 	if (t != mad.TransportRC && t != mad.TransportUC) || r.ExtendedTransportType() != 0 {
 		return mad.RejectInvalidTransportType, false
 	}
-	if mtu := r.PathMTU(); mtu < ibtransport.MTU256 || mtu > ibtransport.MTU4096 {
+	if mtu := r.PathMTU(); mtu < ibv.MTU256 || mtu > ibv.MTU4096 {
 		return mad.RejectInvalidMTU, false
 	}
 	return 0, true
@@ -58,7 +58,7 @@ func (m *Manager) duplicateREQ(c *Conn) {
 // passiveConn makes the connection a REQ asks for, timed as cm.c's
 // cm_req_handler: the REP waits for the REQ's local CM response timeout,
 // TIMEWAIT lasts as the path's local ACK timeout.
-func (m *Manager) passiveConn(from ibtransport.AddressVector, r mad.REQ) *Conn {
+func (m *Manager) passiveConn(from ibv.AddressVector, r mad.REQ) *Conn {
 	c := &Conn{m: m, peer: from, state: StateREQRcvd}
 	c.localID = m.newLocalID()
 	c.remoteID, c.remoteGUID, c.remoteKnown = r.LocalCommID(), r.LocalCAGUID(), true
@@ -73,7 +73,7 @@ func (m *Manager) passiveConn(from ibtransport.AddressVector, r mad.REQ) *Conn {
 }
 
 // reqEvent copies out what the consumer needs of a REQ.
-func reqEvent(c *Conn, l *Listener, from ibtransport.AddressVector, r mad.REQ) Event {
+func reqEvent(c *Conn, l *Listener, from ibv.AddressVector, r mad.REQ) Event {
 	p := r.PrimaryPath()
 	return Event{
 		Type: EventREQReceived, Conn: c, Listener: l,

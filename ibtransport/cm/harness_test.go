@@ -7,7 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/ibtransport/ibv"
 	"github.com/softnic/softnic/ibtransport/mad"
 )
 
@@ -50,14 +50,14 @@ type wire struct {
 	wake    chan struct{}
 	done    chan struct{}
 	ends    [2]*Manager
-	gids    [2]ibtransport.GID
+	gids    [2]ibv.GID
 	stopped sync.WaitGroup
 }
 
 func newWire() *wire {
 	w := &wire{seen: map[[2]int]int{}, wake: make(chan struct{}, 1), done: make(chan struct{})}
-	w.gids[0] = ibtransport.GID{0: 0xfe, 0x80, 15: 1}
-	w.gids[1] = ibtransport.GID{0: 0xfe, 0x80, 15: 2}
+	w.gids[0] = ibv.GID{0: 0xfe, 0x80, 15: 1}
+	w.gids[1] = ibv.GID{0: 0xfe, 0x80, 15: 2}
 	return w
 }
 
@@ -111,7 +111,7 @@ func (w *wire) pump() {
 			w.queue = w.queue[1:]
 			w.mu.Unlock()
 			to := 1 - s.from
-			w.ends[to].Receive(ibtransport.AddressVector{DGID: w.gids[s.from], HopLimit: 64}, s.msg)
+			w.ends[to].Receive(ibv.AddressVector{DGID: w.gids[s.from], HopLimit: 64}, s.msg)
 		}
 	}
 }
@@ -156,9 +156,9 @@ func newScaledPair(t *testing.T, ms time.Duration) *pair {
 	t.Helper()
 	p := &pair{w: newWire(), aEv: make(chan Event, 1024), bEv: make(chan Event, 1024)}
 	p.a = New(Config{CAGUID: guidA, Millisecond: ms,
-		Send: func(_ ibtransport.AddressVector, m mad.MAD) error { return p.w.send(0, m) }})
+		Send: func(_ ibv.AddressVector, m mad.MAD) error { return p.w.send(0, m) }})
 	p.b = New(Config{CAGUID: guidB, Millisecond: ms,
-		Send: func(_ ibtransport.AddressVector, m mad.MAD) error { return p.w.send(1, m) }})
+		Send: func(_ ibv.AddressVector, m mad.MAD) error { return p.w.send(1, m) }})
 	p.w.ends = [2]*Manager{p.a, p.b}
 	p.w.stopped.Add(1)
 	go p.w.pump()
@@ -187,10 +187,10 @@ func (p *pair) reqParams() REQParams {
 		pd[i] = byte(i + 1)
 	}
 	return REQParams{
-		Peer:     ibtransport.AddressVector{DGID: p.w.gids[1], HopLimit: 64},
+		Peer:     ibv.AddressVector{DGID: p.w.gids[1], HopLimit: 64},
 		LocalGID: p.w.gids[0], PeerGID: p.w.gids[1], ServiceID: testSvcID,
 		LocalQPN: 0x11, StartingPSN: 0xabcdef, ResponderResources: 1, InitiatorDepth: 2,
-		PathMTU: ibtransport.MTU1024, RetryCount: 7, RNRRetryCount: 6,
+		PathMTU: ibv.MTU1024, RetryCount: 7, RNRRetryCount: 6,
 		Transport: mad.TransportRC, PrivateData: pd,
 		TrafficClass: 0x20, HopLimit: 64, FlowLabel: 0xc675e,
 	}

@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/ibtransport/ibv"
 	"github.com/softnic/softnic/ibtransport/mad"
 )
 
@@ -107,7 +107,7 @@ func TestCloseWithLiveConnections(t *testing.T) {
 	assert.ErrorIs(t, err, ErrClosed)
 	_, err = p.b.Listen(1, nil)
 	assert.ErrorIs(t, err, ErrClosed)
-	p.b.Receive(ibtransport.AddressVector{}, p.w.sentBy(0, mad.AttrREQ)[0])
+	p.b.Receive(ibv.AddressVector{}, p.w.sentBy(0, mad.AttrREQ)[0])
 	assert.True(t, p.b.empty())
 	p.a.Close() // twice is fine
 }

@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/ibtransport/ibv"
 	"github.com/softnic/softnic/ibtransport/mad"
 )
 
@@ -128,7 +128,7 @@ func TestDuplicateREQAnswers(t *testing.T) {
 	active := p.connect(t)
 	ev := expect(t, p.bEv, EventREQReceived)
 	req := p.w.sentBy(0, mad.AttrREQ)[0]
-	from := ibtransport.AddressVector{DGID: p.w.gids[0]}
+	from := ibv.AddressVector{DGID: p.w.gids[0]}
 	count := func(a mad.AttrID) int { return len(p.w.sentBy(1, a)) }
 
 	p.b.Receive(from, req)
@@ -194,7 +194,7 @@ func TestUnsupportedTransport(t *testing.T) {
 		msg := p.a.buildREQ(c, &rp)
 		tc.set(mad.REQ(msg))
 		before := len(p.w.sentBy(1, mad.AttrREJ))
-		p.b.Receive(ibtransport.AddressVector{DGID: req[0]}, msg)
+		p.b.Receive(ibv.AddressVector{DGID: req[0]}, msg)
 		rejs := p.w.sentBy(1, mad.AttrREJ)
 		require.Len(t, rejs, before+1)
 		assert.Equal(t, tc.reason, mad.REJ(rejs[before]).Reason())
@@ -343,7 +343,7 @@ func TestDREQForUnknownConnection(t *testing.T) {
 	msg := newMAD(mad.AttrDREQ, 77)
 	mad.DREQ(msg).SetLocalCommID(5)
 	mad.DREQ(msg).SetRemoteCommID(6)
-	p.b.Receive(ibtransport.AddressVector{DGID: p.w.gids[0]}, msg)
+	p.b.Receive(ibv.AddressVector{DGID: p.w.gids[0]}, msg)
 	dreps := p.w.sentBy(1, mad.AttrDREP)
 	require.Len(t, dreps, 1)
 	assert.Equal(t, uint32(6), mad.DREP(dreps[0]).LocalCommID())
@@ -366,7 +366,7 @@ func TestDelayedMRA(t *testing.T) {
 	p.connect(t)
 	ev := expect(t, p.bEv, EventREQReceived)
 	req := p.w.sentBy(0, mad.AttrREQ)[0]
-	from := ibtransport.AddressVector{DGID: p.w.gids[0]}
+	from := ibv.AddressVector{DGID: p.w.gids[0]}
 
 	require.NoError(t, ev.Conn.DelayMRA(24, nil))
 	assert.Equal(t, StateMRAREQSent, ev.Conn.State())

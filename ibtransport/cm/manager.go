@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/ibtransport/ibv"
 	"github.com/softnic/softnic/ibtransport/mad"
 )
 
@@ -34,7 +34,7 @@ type Config struct {
 	// Send sends one 256-byte CM MAD to QP1 at to. It is called with no
 	// lock of the Manager held; it must not block long and must not change
 	// or keep m after it returns.
-	Send func(to ibtransport.AddressVector, m mad.MAD) error
+	Send func(to ibv.AddressVector, m mad.MAD) error
 	// CAGUID is this device's node GUID, sent in REQs and REPs.
 	CAGUID uint64
 
@@ -78,7 +78,7 @@ type remoteKey struct {
 }
 
 type outgoing struct {
-	to ibtransport.AddressVector
+	to ibv.AddressVector
 	m  mad.MAD
 }
 
@@ -165,7 +165,7 @@ func (m *Manager) convert(t uint8) time.Duration {
 
 // queue hands a MAD to the outbox; the caller holds mu and sends it with
 // unlockAndSend.
-func (m *Manager) queue(to ibtransport.AddressVector, msg mad.MAD) {
+func (m *Manager) queue(to ibv.AddressVector, msg mad.MAD) {
 	m.outbox = append(m.outbox, outgoing{to, msg})
 }
 

@@ -1,22 +1,22 @@
 package cm
 
 import (
-	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/ibtransport/ibv"
 	"github.com/softnic/softnic/ibtransport/mad"
 )
 
 // REQParams are what the active side asks for (Linux ib_cm_req_param with
 // its primary path).
 type REQParams struct {
-	Peer              ibtransport.AddressVector // the peer's QP1, also the connection's path
-	LocalGID, PeerGID ibtransport.GID           // primary path SGID and DGID
+	Peer              ibv.AddressVector // the peer's QP1, also the connection's path
+	LocalGID, PeerGID ibv.GID           // primary path SGID and DGID
 	ServiceID         uint64
 	LocalQPN          uint32
 	StartingPSN       uint32 // the first PSN our receive queue expects
 	// ResponderResources: RDMA READs and atomics we accept at once;
 	// InitiatorDepth: those we issue at once.
 	ResponderResources, InitiatorDepth uint8
-	PathMTU                            ibtransport.MTU
+	PathMTU                            ibv.MTU
 	RetryCount, RNRRetryCount          uint8  // 3 bits each; RNR 7 = forever
 	Transport                          uint8  // mad.TransportRC or mad.TransportUC
 	PKey                               uint16 // zero: 0xffff
@@ -54,7 +54,7 @@ type REPParams struct {
 func (p *REQParams) check() error {
 	switch {
 	case p.Transport != mad.TransportRC && p.Transport != mad.TransportUC,
-		p.PathMTU < ibtransport.MTU256 || p.PathMTU > ibtransport.MTU4096,
+		p.PathMTU < ibv.MTU256 || p.PathMTU > ibv.MTU4096,
 		len(p.PrivateData) > mad.REQPrivateDataLen,
 		p.LocalQPN >= 1<<24, p.StartingPSN >= 1<<24,
 		p.RetryCount > 7, p.RNRRetryCount > 7, p.MaxCMRetries > 15,

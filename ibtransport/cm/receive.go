@@ -3,7 +3,7 @@ package cm
 import (
 	"encoding/binary"
 
-	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/ibtransport/ibv"
 	"github.com/softnic/softnic/ibtransport/mad"
 )
 
@@ -11,7 +11,7 @@ import (
 // that answers its sender (built from its GRH). A MAD that is not a CM
 // message this package reads, or that no connection expects, is counted
 // and dropped. b is not kept.
-func (m *Manager) Receive(from ibtransport.AddressVector, b []byte) {
+func (m *Manager) Receive(from ibv.AddressVector, b []byte) {
 	msg, err := mad.Parse(b)
 	if err != nil {
 		m.counters.countBad(err)

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/ibtransport/ibv"
 	"github.com/softnic/softnic/ibtransport/mad"
 )
 
@@ -16,7 +16,7 @@ import (
 
 // SIDRParams is a service ID resolution request (ResolveService).
 type SIDRParams struct {
-	Peer        ibtransport.AddressVector // the peer's QP1
+	Peer        ibv.AddressVector // the peer's QP1
 	ServiceID   uint64
 	PKey        uint16 // zero: the default partition, 0xffff
 	PrivateData []byte // at most mad.SIDRREQPrivateDataLen bytes
@@ -31,7 +31,7 @@ type SIDRParams struct {
 // (cm.c's remote_sidr_table).
 type sidrKey struct {
 	requestID uint32
-	gid       ibtransport.GID
+	gid       ibv.GID
 }
 
 // ResolveService sends a SIDR_REQ and starts its retry timer. h gets
@@ -74,7 +74,7 @@ func (m *Manager) ResolveService(p SIDRParams, h Handler) (*Conn, error) {
 // receiveSIDRREQ gives a request to its service's listener; a request
 // seen again while its answer is pending is dropped, one for a service
 // nobody listens on is answered "unsupported" (cm.c's cm_sidr_req_handler).
-func (m *Manager) receiveSIDRREQ(from ibtransport.AddressVector, r mad.SIDRREQ) {
+func (m *Manager) receiveSIDRREQ(from ibv.AddressVector, r mad.SIDRREQ) {
 	key := sidrKey{r.RequestID(), from.DGID}
 	if m.sidrRemote[key] != nil {
 		m.counters.Duplicates.Add(1)

@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/ibtransport/ibv"
 	"github.com/softnic/softnic/ibtransport/mad"
 )
 
@@ -15,7 +15,7 @@ const testUDPSvcID = 0x0111<<16 | 7174
 
 func (p *pair) resolve(t *testing.T, svc uint64) *Conn {
 	t.Helper()
-	c, err := p.a.ResolveService(SIDRParams{Peer: ibtransport.AddressVector{DGID: p.w.gids[1], HopLimit: 64},
+	c, err := p.a.ResolveService(SIDRParams{Peer: ibv.AddressVector{DGID: p.w.gids[1], HopLimit: 64},
 		ServiceID: svc, PrivateData: []byte{1, 2, 3}}, func(e Event) { p.aEv <- e })
 	require.NoError(t, err)
 	return c
@@ -71,7 +71,7 @@ func TestSIDRRetriesAndTimeout(t *testing.T) {
 		}
 		return deliver
 	})
-	c, err := p.a.ResolveService(SIDRParams{Peer: ibtransport.AddressVector{DGID: p.w.gids[1]},
+	c, err := p.a.ResolveService(SIDRParams{Peer: ibv.AddressVector{DGID: p.w.gids[1]},
 		ServiceID: testUDPSvcID, Timeout: 100 * time.Millisecond, MaxRetries: 2}, func(e Event) { p.aEv <- e })
 	require.NoError(t, err)
 	req := expect(t, p.bEv, EventSIDRREQReceived)

@@ -5,7 +5,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/ibtransport/header"
 	"github.com/softnic/softnic/ibtransport/mad"
 	"github.com/softnic/softnic/roce"
 	"github.com/softnic/softnic/roce/rocetest"
@@ -16,7 +16,7 @@ const rpingCapture = "../../roce/testdata/rxe-rping.pcap"
 // capturedPacket is one frame of a golden capture, parsed.
 type capturedPacket struct {
 	frame roce.Frame
-	pkt   ibtransport.Packet
+	pkt   header.Packet
 }
 
 // isMAD reports whether the packet is a datagram to the GSI QP.

@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/ibtransport/ibv"
 	"github.com/softnic/softnic/ibtransport/mad"
 )
 
@@ -44,7 +44,7 @@ var bitFields = []fieldCase{
 	{"REQ starting PSN", func(m mad.MAD, o bool) { mad.REQ(m).SetStartingPSN(u32v(o, 24)) }, 68, []byte{0xff, 0xff, 0xff}},
 	{"REQ local CM timeout", func(m mad.MAD, o bool) { mad.REQ(m).SetLocalCMResponseTimeout(u8(o, 5)) }, 71, []byte{0xf8}},
 	{"REQ retry count", func(m mad.MAD, o bool) { mad.REQ(m).SetRetryCount(u8(o, 3)) }, 71, []byte{0x07}},
-	{"REQ path MTU", func(m mad.MAD, o bool) { mad.REQ(m).SetPathMTU(ibtransport.MTU(u8(o, 4))) }, 74, []byte{0xf0}},
+	{"REQ path MTU", func(m mad.MAD, o bool) { mad.REQ(m).SetPathMTU(ibv.MTU(u8(o, 4))) }, 74, []byte{0xf0}},
 	{"REQ RDC exists", func(m mad.MAD, o bool) { mad.REQ(m).SetRDCExists(o) }, 74, []byte{0x08}},
 	{"REQ RNR retry", func(m mad.MAD, o bool) { mad.REQ(m).SetRNRRetryCount(u8(o, 3)) }, 74, []byte{0x07}},
 	{"REQ max CM retries", func(m mad.MAD, o bool) { mad.REQ(m).SetMaxCMRetries(u8(o, 4)) }, 75, []byte{0xf0}},
@@ -107,7 +107,7 @@ func TestGetters(t *testing.T) {
 	r.PrimaryPath().SetSL(9)
 	assert.Equal(t, uint8(21), r.RemoteCMResponseTimeout())
 	assert.Equal(t, uint8(mad.TransportUC), r.TransportServiceType())
-	assert.Equal(t, ibtransport.MTU4096, r.PathMTU())
+	assert.Equal(t, ibv.MTU4096, r.PathMTU())
 	assert.Equal(t, uint8(6), r.RNRRetryCount())
 	assert.Equal(t, uint32(0xabcde), r.PrimaryPath().FlowLabel())
 	assert.Equal(t, uint8(0x2a), r.PrimaryPath().PacketRate())
@@ -220,7 +220,7 @@ func TestAttrNames(t *testing.T) {
 
 func TestPathGIDs(t *testing.T) {
 	p := make(mad.Path, mad.PathLen)
-	var l, r ibtransport.GID
+	var l, r ibv.GID
 	for i := range l {
 		l[i], r[i] = byte(i), byte(0x80+i)
 	}

@@ -7,7 +7,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/ibtransport/header"
+	"github.com/softnic/softnic/ibtransport/ibv"
 	"github.com/softnic/softnic/ibtransport/mad"
 	"github.com/softnic/softnic/roce"
 )
@@ -61,7 +62,7 @@ func guidOf(mac [6]byte) uint64 {
 func TestRpingMADTransport(t *testing.T) {
 	x := loadRping(t)
 	for _, c := range x.mads {
-		assert.Equal(t, ibtransport.OpUDSendOnly, c.pkt.Opcode())
+		assert.Equal(t, header.OpUDSendOnly, c.pkt.Opcode())
 		assert.Equal(t, uint16(mad.GSIPKey), c.pkt.BTH.PKey())
 		assert.Equal(t, uint32(mad.GSIQKey), c.pkt.DETH.QKey())
 		assert.Equal(t, uint32(mad.GSIQPN), c.pkt.DETH.SrcQP())
@@ -118,7 +119,7 @@ func TestRpingREQ(t *testing.T) {
 	assert.Equal(t, uint8(mad.TransportRC), r.TransportServiceType())
 	assert.False(t, r.EndToEndFlowControl())
 	assert.Equal(t, uint16(0xffff), r.PKey())
-	assert.Equal(t, ibtransport.MTU1024, r.PathMTU(), "path MTU 1024")
+	assert.Equal(t, ibv.MTU1024, r.PathMTU(), "path MTU 1024")
 	assert.False(t, r.RDCExists())
 	assert.False(t, r.SRQ())
 	assert.Zero(t, r.ExtendedTransportType())

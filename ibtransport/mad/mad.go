@@ -4,7 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 
-	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/ibtransport/header"
 )
 
 // Sizes of a MAD and its parts, in bytes.
@@ -31,7 +31,7 @@ const (
 
 // ToGSI reports whether a parsed packet is a datagram to the GSI QP, whose
 // payload is a MAD.
-func ToGSI(p *ibtransport.Packet) bool { return p.DETH != nil && p.BTH.DestQPN() == GSIQPN }
+func ToGSI(p *header.Packet) bool { return p.DETH != nil && p.BTH.DestQPN() == GSIQPN }
 
 // Errors from Parse. Plain sentinels, so a receive path can count them with
 // errors.Is without allocating.

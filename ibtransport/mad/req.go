@@ -1,6 +1,8 @@
 package mad
 
-import "github.com/softnic/softnic/ibtransport"
+import (
+	"github.com/softnic/softnic/ibtransport/ibv"
+)
 
 // REQ field offsets (IBA table 106, plus the 24-byte header).
 const (
@@ -148,10 +150,10 @@ func (r REQ) PKey() uint16 { return u16(r, reqPKey) }
 func (r REQ) SetPKey(k uint16) { putU16(r, reqPKey, k) }
 
 // PathMTU returns the path MTU (the IB enum: 1 = 256 ... 5 = 4096).
-func (r REQ) PathMTU() ibtransport.MTU { return ibtransport.MTU(bits(r, reqByte74, 4, 4)) }
+func (r REQ) PathMTU() ibv.MTU { return ibv.MTU(bits(r, reqByte74, 4, 4)) }
 
 // SetPathMTU sets the path MTU.
-func (r REQ) SetPathMTU(m ibtransport.MTU) { putBits(r, reqByte74, 4, 4, uint8(m)) }
+func (r REQ) SetPathMTU(m ibv.MTU) { putBits(r, reqByte74, 4, 4, uint8(m)) }
 
 // RDCExists reports the RD channel bit (RD only).
 func (r REQ) RDCExists() bool { return flag(r, reqByte74, 3) }
@@ -252,16 +254,16 @@ func (p Path) RemoteLID() uint16 { return u16(p, pathRemoteLID) }
 func (p Path) SetRemoteLID(l uint16) { putU16(p, pathRemoteLID, l) }
 
 // LocalGID returns the sender's port GID.
-func (p Path) LocalGID() ibtransport.GID { return ibtransport.GID(p[pathLocalGID:pathRemoteGID]) }
+func (p Path) LocalGID() ibv.GID { return ibv.GID(p[pathLocalGID:pathRemoteGID]) }
 
 // SetLocalGID sets the sender's port GID.
-func (p Path) SetLocalGID(g ibtransport.GID) { copy(p[pathLocalGID:], g[:]) }
+func (p Path) SetLocalGID(g ibv.GID) { copy(p[pathLocalGID:], g[:]) }
 
 // RemoteGID returns the receiver's port GID.
-func (p Path) RemoteGID() ibtransport.GID { return ibtransport.GID(p[pathRemoteGID:pathFlow]) }
+func (p Path) RemoteGID() ibv.GID { return ibv.GID(p[pathRemoteGID:pathFlow]) }
 
 // SetRemoteGID sets the receiver's port GID.
-func (p Path) SetRemoteGID(g ibtransport.GID) { copy(p[pathRemoteGID:], g[:]) }
+func (p Path) SetRemoteGID(g ibv.GID) { copy(p[pathRemoteGID:], g[:]) }
 
 // FlowLabel returns the 20-bit flow label.
 func (p Path) FlowLabel() uint32 { return u32(p, pathFlow) >> 12 }

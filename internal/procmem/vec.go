@@ -5,20 +5,20 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/ibtransport/ibv"
 )
 
 // ReadVec copies, for each piece, len(Buf) bytes at Addr in the process
 // into Buf (ibtransport.VectorMemory: the engine reads a pass's packet
 // payloads so): one system call per run of pieces at adjacent addresses,
 // a message's packets, of up to 64 pieces.
-func (p *Process) ReadVec(pieces []ibtransport.Piece) error { return p.vec(pieces, false) }
+func (p *Process) ReadVec(pieces []ibv.Piece) error { return p.vec(pieces, false) }
 
 // WriteVec copies each piece's Buf to Addr in the process, as ReadVec
 // reads.
-func (p *Process) WriteVec(pieces []ibtransport.Piece) error { return p.vec(pieces, true) }
+func (p *Process) WriteVec(pieces []ibv.Piece) error { return p.vec(pieces, true) }
 
-func (p *Process) vec(pieces []ibtransport.Piece, write bool) error {
+func (p *Process) vec(pieces []ibv.Piece, write bool) error {
 	var b batch
 	for _, pc := range pieces {
 		if len(pc.Buf) == 0 {

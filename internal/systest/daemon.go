@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/softnic/softnic/daemon/client"
-	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/ibtransport/ibv"
 	"github.com/softnic/softnic/internal/netnstest"
 	"github.com/softnic/softnic/internal/syncbuf"
 	"github.com/softnic/softnic/roce"
@@ -144,7 +144,7 @@ func (d *Daemon) AwaitGID(t testing.TB) {
 	}
 }
 
-func (d *Daemon) hasGID(want ibtransport.GID) bool {
+func (d *Daemon) hasGID(want ibv.GID) bool {
 	c, err := client.Dial(d.Sock)
 	if err != nil {
 		return false

@@ -12,7 +12,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/ibtransport/header"
+	"github.com/softnic/softnic/ibtransport/ibv"
 	"github.com/softnic/softnic/internal/pcapfile"
 	"github.com/softnic/softnic/roce"
 	"github.com/softnic/softnic/roce/capture"
@@ -45,7 +46,7 @@ func newWritePair(t *testing.T, size int) *writePair {
 		pd := d.AllocPD()
 		cq, err := d.CreateCQ(64, nil)
 		require.NoError(t, err)
-		qp, err := pd.CreateQP(&verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, Cap: ibtransport.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1}})
+		qp, err := pd.CreateQP(&verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, Cap: ibv.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1}})
 		require.NoError(t, err)
 		mr, err := pd.RegMR(buf, access)
 		require.NoError(t, err)
@@ -53,27 +54,27 @@ func newWritePair(t *testing.T, size int) *writePair {
 	}
 	var qb *verbs.QP
 	p.qa, p.ca, p.src = mk(a, p.srcBuf, 0)
-	qb, _, p.dst = mk(b, make([]byte, size), ibtransport.AccessLocalWrite|ibtransport.AccessRemoteWrite)
-	require.NoError(t, verbstest.ConnectRC(t, p.qa, qb, addrA, addrB, ibtransport.MTU1024))
+	qb, _, p.dst = mk(b, make([]byte, size), ibv.AccessLocalWrite|ibv.AccessRemoteWrite)
+	require.NoError(t, verbstest.ConnectRC(t, p.qa, qb, addrA, addrB, ibv.MTU1024))
 	return p
 }
 
 // write does one signalled RDMA WRITE of the whole buffer and waits for it.
 func (p *writePair) write(t *testing.T) {
-	require.NoError(t, p.qa.PostSend(&ibtransport.SendWR{ID: 1, Opcode: ibtransport.WRRDMAWrite, Flags: ibtransport.SendSignaled,
-		SGL:        []ibtransport.SGE{{Addr: p.src.Addr(), Length: uint32(len(p.srcBuf)), LKey: p.src.LKey()}},
+	require.NoError(t, p.qa.PostSend(&ibv.SendWR{ID: 1, Opcode: ibv.WRRDMAWrite, Flags: ibv.SendSignaled,
+		SGL:        []ibv.SGE{{Addr: p.src.Addr(), Length: uint32(len(p.srcBuf)), LKey: p.src.LKey()}},
 		RemoteAddr: p.dst.Addr(), RKey: p.dst.RKey()}))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	var wc [1]ibtransport.WC
+	var wc [1]ibv.WC
 	_, err := p.ca.Wait(ctx, wc[:])
 	require.NoError(t, err)
-	require.Equal(t, ibtransport.WCSuccess, wc[0].Status)
+	require.Equal(t, ibv.WCSuccess, wc[0].Status)
 }
 
 // readCapture parses every frame of a pcap file: the IB opcodes and, per
 // frame, whether it was sent by src.
-func readCapture(t *testing.T, file []byte) (ops []ibtransport.Opcode, fromA []bool) {
+func readCapture(t *testing.T, file []byte) (ops []header.Opcode, fromA []bool) {
 	rd, err := pcapfile.NewReader(bytes.NewReader(file))
 	require.NoError(t, err)
 	for {
@@ -85,7 +86,7 @@ func readCapture(t *testing.T, file []byte) (ops []ibtransport.Opcode, fromA []b
 		require.Equal(t, pkt.OrigLen, len(pkt.Data), "whole frames at the default snap length")
 		var f roce.Frame
 		require.NoError(t, roce.ParseFrame(pkt.Data, &f), "frame %d: encapsulation and ICRC", len(ops)+1)
-		ops = append(ops, ibtransport.Opcode(f.IB[0]))
+		ops = append(ops, header.Opcode(f.IB[0]))
 		fromA = append(fromA, f.Src == netip.MustParseAddr("10.5.0.1"))
 	}
 }
@@ -107,8 +108,8 @@ func TestCaptureBothDirections(t *testing.T) {
 	require.NoError(t, c.Stop())
 	require.Equal(t, capture.Stats{Written: 5}, c.Stats())
 	ops, fromA := readCapture(t, file.Bytes())
-	require.Equal(t, []ibtransport.Opcode{ibtransport.OpRCWriteFirst, ibtransport.OpRCWriteMiddle, ibtransport.OpRCWriteMiddle,
-		ibtransport.OpRCWriteLast, ibtransport.OpRCAcknowledge}, ops)
+	require.Equal(t, []header.Opcode{header.OpRCWriteFirst, header.OpRCWriteMiddle, header.OpRCWriteMiddle,
+		header.OpRCWriteLast, header.OpRCAcknowledge}, ops)
 	require.Equal(t, []bool{true, true, true, true, false}, fromA)
 
 	// Stopped, the device captures nothing more, and may capture again.
@@ -161,8 +162,8 @@ func TestCaptureIntoFile(t *testing.T) {
 		require.False(t, pkt.Timestamp.Before(before.Truncate(time.Microsecond)) || pkt.Timestamp.After(after), "%v not within [%v, %v]", pkt.Timestamp, before, after)
 	}
 	ops, fromA := readCapture(t, b)
-	require.Equal(t, []ibtransport.Opcode{ibtransport.OpRCWriteFirst, ibtransport.OpRCWriteMiddle, ibtransport.OpRCWriteMiddle,
-		ibtransport.OpRCWriteLast, ibtransport.OpRCAcknowledge}, ops)
+	require.Equal(t, []header.Opcode{header.OpRCWriteFirst, header.OpRCWriteMiddle, header.OpRCWriteMiddle,
+		header.OpRCWriteLast, header.OpRCAcknowledge}, ops)
 	require.Equal(t, []bool{true, true, true, true, false}, fromA)
 	// The file header, five record headers, WRITE FIRST (with its RETH),
 	// two MIDDLE and LAST of 1024 bytes of payload, and the ACK; nothing

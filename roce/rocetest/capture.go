@@ -8,7 +8,7 @@ import (
 	"io"
 	"os"
 
-	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/ibtransport/header"
 	"github.com/softnic/softnic/internal/pcapfile"
 	"github.com/softnic/softnic/roce"
 )
@@ -17,7 +17,7 @@ import (
 // its IB packet. Both view a copy of the frame the Packet owns.
 type Packet struct {
 	Frame roce.Frame
-	IB    ibtransport.Packet
+	IB    header.Packet
 }
 
 // ReadFile parses every frame of the pcap file at path; a frame that is not
@@ -46,7 +46,7 @@ func ReadFile(path string) ([]Packet, error) {
 		if err := roce.ParseFrame(append([]byte(nil), p.Data...), &c.Frame); err != nil {
 			return nil, fmt.Errorf("%s frame %d: %w", path, i, err)
 		}
-		if err := ibtransport.ParsePacket(c.Frame.IB, &c.IB); err != nil {
+		if err := header.ParsePacket(c.Frame.IB, &c.IB); err != nil {
 			return nil, fmt.Errorf("%s frame %d: %w", path, i, err)
 		}
 		out = append(out, c)

@@ -14,7 +14,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/softnic/softnic/bpf"
-	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/ibtransport/header"
 	"github.com/softnic/softnic/internal/netnstest"
 	"github.com/softnic/softnic/roce"
 	"github.com/softnic/softnic/xdp"
@@ -133,13 +133,13 @@ func TestXDPLinkFrames(t *testing.T) {
 				}
 				for i := 0; i < n; i++ {
 					// BTH (SEND ONLY, QP 17, PSN i) and a payload of the IB MTU.
-					ib := make([]byte, ibtransport.BTHLen+tc.ibMTU)
-					bth := ibtransport.BTH(ib)
-					bth.SetOpcode(ibtransport.OpRCSendOnly)
+					ib := make([]byte, header.BTHLen+tc.ibMTU)
+					bth := header.BTH(ib)
+					bth.SetOpcode(header.OpRCSendOnly)
 					bth.SetPKey(0xffff)
 					bth.SetDestQPN(17)
-					bth.SetPSN(ibtransport.PSN(i))
-					for j := ibtransport.BTHLen; j < len(ib); j++ {
+					bth.SetPSN(header.PSN(i))
+					for j := header.BTHLen; j < len(ib); j++ {
 						ib[j] = byte(i + j)
 					}
 					sent = append(sent, ib)
@@ -268,8 +268,8 @@ func TestXDPLinkHotPathAllocs(t *testing.T) {
 		pair := netnstest.NewT(t, netnstest.Config{MTU: mtu})
 		a, b := openLinkT(t, &pair.A), openLinkT(t, &pair.B)
 		e := roce.Encap{SrcMAC: a.HardwareAddr(), DstMAC: b.HardwareAddr(), Src: pair.A.Addr4(), Dst: pair.B.Addr4(), HopLimit: 64, SrcPort: roce.SourcePort(1)}
-		ib := make([]byte, ibtransport.BTHLen+mtu-100)
-		ibtransport.BTH(ib).SetOpcode(ibtransport.OpRCSendOnly)
+		ib := make([]byte, header.BTHLen+mtu-100)
+		header.BTH(ib).SetOpcode(header.OpRCSendOnly)
 		received := 0
 		onFrame := func(frame []byte) {
 			if frame != nil {
@@ -346,7 +346,7 @@ func TestXDPLinkSplit(t *testing.T) {
 	e := roce.Encap{SrcMAC: b.HardwareAddr(), DstMAC: a.HardwareAddr(), Src: pair.B.Addr4(), Dst: pair.A.Addr4(), HopLimit: 64, SrcPort: roce.SourcePort(17)}
 	for q, l := range bs {
 		ib := make([]byte, 64)
-		ib[0] = byte(ibtransport.OpRCSendOnly)
+		ib[0] = byte(header.OpRCSendOnly)
 		ib[20] = byte(q) // the payload says which queue sent it
 		sendIB(t, l, &e, ib)
 		require.NoError(t, l.Flush())

@@ -14,7 +14,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 
-	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/ibtransport/header"
 	"github.com/softnic/softnic/internal/pcapfile"
 	"github.com/softnic/softnic/roce"
 )
@@ -52,7 +52,7 @@ func summarizeCapture(path string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	ops := map[string]map[ibtransport.Opcode]int{"softnic": {}, "rxe": {}}
+	ops := map[string]map[header.Opcode]int{"softnic": {}, "rxe": {}}
 	frames := 0
 	for i := 1; ; i++ {
 		pkt, err := rd.Next()
@@ -69,8 +69,8 @@ func summarizeCapture(path string) (string, error) {
 		if err := roce.ParseFrame(append([]byte(nil), pkt.Data...), &fr); err != nil {
 			return "", fmt.Errorf("frame %d: %w", i, err)
 		}
-		var p ibtransport.Packet
-		if err := ibtransport.ParsePacket(fr.IB, &p); err != nil {
+		var p header.Packet
+		if err := header.ParsePacket(fr.IB, &p); err != nil {
 			return "", fmt.Errorf("frame %d: %w", i, err)
 		}
 		who := "rxe"
@@ -93,7 +93,7 @@ func summarizeCapture(path string) (string, error) {
 		sort.Ints(keys)
 		fmt.Fprintf(&b, " %s:", who)
 		for _, k := range keys {
-			fmt.Fprintf(&b, " %v %d×%d", ibtransport.Opcode(k), k, ops[who][ibtransport.Opcode(k)])
+			fmt.Fprintf(&b, " %v %d×%d", header.Opcode(k), k, ops[who][header.Opcode(k)])
 		}
 		b.WriteString(";")
 	}

@@ -19,7 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/softnic/softnic/daemon/client"
-	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/ibtransport/ibv"
 	"github.com/softnic/softnic/roce"
 )
 
@@ -92,9 +92,9 @@ func TestExecOfSetuidProgramEndsAccess(t *testing.T) {
 
 	// Before the exec the rkey reaches the attacker's page: the rig works.
 	mine := bytes.Repeat([]byte("attacker page "), page)[:page]
-	require.Equal(t, ibtransport.WCSuccess, peer.rdma(t, qpRead, ibtransport.WRRDMARead, 0, uint32(rkey)))
+	require.Equal(t, ibv.WCSuccess, peer.rdma(t, qpRead, ibv.WRRDMARead, 0, uint32(rkey)))
 	require.Equal(t, mine, peer.buf[:page], "the READ before the exec")
-	require.Equal(t, ibtransport.WCSuccess, peer.rdma(t, qpWrite, ibtransport.WRRDMAWrite, 0, uint32(rkey)))
+	require.Equal(t, ibv.WCSuccess, peer.rdma(t, qpWrite, ibv.WRRDMAWrite, 0, uint32(rkey)))
 
 	p.send(t, "fork")
 	var childPID, helperPID, uid, euid int
@@ -117,13 +117,13 @@ func TestExecOfSetuidProgramEndsAccess(t *testing.T) {
 
 	// The pre-exec rkey, after the exec.
 	clear(peer.buf)
-	status := peer.rdma(t, qpRead, ibtransport.WRRDMARead, 0, uint32(rkey))
-	assert.NotEqual(t, ibtransport.WCSuccess, status, "RDMA READ of the setuid program's page after the exec: %v", status)
+	status := peer.rdma(t, qpRead, ibv.WRRDMARead, 0, uint32(rkey))
+	assert.NotEqual(t, ibv.WCSuccess, status, "RDMA READ of the setuid program's page after the exec: %v", status)
 	assert.False(t, leaks(peer.buf[:page], secretPage), "the READ brought the setuid program's secret page: "+
 		"it begins %x, the READ brought %x", secretPage[:16], peer.buf[:16])
 	copy(peer.buf[page:], bytes.Repeat([]byte("written by uid 65534 "), page))
-	status = peer.rdma(t, qpWrite, ibtransport.WRRDMAWrite, page, uint32(rkey))
-	assert.NotEqual(t, ibtransport.WCSuccess, status, "RDMA WRITE into the setuid program's page after the exec: %v", status)
+	status = peer.rdma(t, qpWrite, ibv.WRRDMAWrite, page, uint32(rkey))
+	assert.NotEqual(t, ibv.WCSuccess, status, "RDMA WRITE into the setuid program's page after the exec: %v", status)
 	now := readMem(t, helperPID, pageAddr)
 	assert.True(t, bytes.Equal(secretPage, now), "the setuid program's page changed: %s", changed(secretPage, now))
 
@@ -139,7 +139,7 @@ func TestExecOfSetuidProgramEndsAccess(t *testing.T) {
 		require.True(t, ok, "the child said %q", l)
 		return strings.Fields(got)[0]
 	}
-	rw := int(ibtransport.AccessLocalWrite | ibtransport.AccessRemoteRead | ibtransport.AccessRemoteWrite)
+	rw := int(ibv.AccessLocalWrite | ibv.AccessRemoteRead | ibv.AccessRemoteWrite)
 	assert.NotEqual(t, "ok", reg(pageAddr, rw), "the child registered the setuid program's page")
 	assert.NotEqual(t, "ok", reg(stackAddr, rw), "the child registered the setuid program's stack secret")
 
@@ -170,10 +170,10 @@ func TestExecOfSetuidProgramEndsAccess(t *testing.T) {
 
 // rdma posts one signaled READ into, or WRITE from, the peer's buffer at
 // off, of a page at fixedAddr with rkey, and returns its status.
-func (e *endpoint) rdma(t *testing.T, qp *client.QP, op ibtransport.WROpcode, off int, rkey uint32) ibtransport.WCStatus {
+func (e *endpoint) rdma(t *testing.T, qp *client.QP, op ibv.WROpcode, off int, rkey uint32) ibv.WCStatus {
 	t.Helper()
-	require.NoError(t, qp.PostSend(&ibtransport.SendWR{ID: uint64(op), Opcode: op, Flags: ibtransport.SendSignaled,
-		SGL: []ibtransport.SGE{e.mr.SGE(off, page)}, RemoteAddr: fixedAddr, RKey: rkey}))
+	require.NoError(t, qp.PostSend(&ibv.SendWR{ID: uint64(op), Opcode: op, Flags: ibv.SendSignaled,
+		SGL: []ibv.SGE{e.mr.SGE(off, page)}, RemoteAddr: fixedAddr, RKey: rkey}))
 	wcs, err := e.poll(1, time.Minute)
 	require.NoError(t, err, "%v", op)
 	t.Logf("%v at %#x: %v", op, fixedAddr, wcs[0].Status)

@@ -9,7 +9,7 @@ import (
 
 	"github.com/softnic/softnic/daemon/client"
 	"github.com/softnic/softnic/hostif"
-	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/ibtransport/ibv"
 	"github.com/softnic/softnic/roce"
 )
 
@@ -22,7 +22,7 @@ type endpoint struct {
 	buf  []byte
 	mr   client.MR
 	cq   *client.CQ
-	gid  ibtransport.GID
+	gid  ibv.GID
 	gidx uint8
 }
 
@@ -50,7 +50,7 @@ func (e *endpoint) setUp() error {
 	if e.pd, err = e.c.AllocPD(); err != nil {
 		return fmt.Errorf("alloc_pd: %w", err)
 	}
-	access := ibtransport.AccessLocalWrite | ibtransport.AccessRemoteWrite | ibtransport.AccessRemoteRead
+	access := ibv.AccessLocalWrite | ibv.AccessRemoteWrite | ibv.AccessRemoteRead
 	if e.mr, err = e.c.RegMR(e.pd, e.buf, access); err != nil {
 		return fmt.Errorf("reg_mr: %w", err)
 	}
@@ -78,7 +78,7 @@ func (e *endpoint) newQP() (*client.QP, error) {
 }
 
 // gidIndex finds gid in the daemon's GID table.
-func gidIndex(c *client.Conn, gid ibtransport.GID) (int, error) {
+func gidIndex(c *client.Conn, gid ibv.GID) (int, error) {
 	port, err := c.QueryPort()
 	if err != nil {
 		return 0, fmt.Errorf("query_port: %w", err)
@@ -95,30 +95,30 @@ func gidIndex(c *client.Conn, gid ibtransport.GID) (int, error) {
 // dgid, from the endpoint's GID. retry is the transport retry count: 7
 // (rxe's infinite) for transfers that must finish, less where the peer may
 // be gone and the request must end in an error.
-func (e *endpoint) connectRC(qp *client.QP, dest uint32, dgid ibtransport.GID, retry uint8) error {
-	access := ibtransport.AccessLocalWrite | ibtransport.AccessRemoteWrite | ibtransport.AccessRemoteRead
-	if err := qp.Modify(&ibtransport.QPAttr{State: ibtransport.QPSInit, AccessFlags: access, Port: 1},
-		ibtransport.QPAttrState|ibtransport.QPAttrAccessFlags|ibtransport.QPAttrPort|ibtransport.QPAttrPKeyIndex); err != nil {
+func (e *endpoint) connectRC(qp *client.QP, dest uint32, dgid ibv.GID, retry uint8) error {
+	access := ibv.AccessLocalWrite | ibv.AccessRemoteWrite | ibv.AccessRemoteRead
+	if err := qp.Modify(&ibv.QPAttr{State: ibv.QPSInit, AccessFlags: access, Port: 1},
+		ibv.QPAttrState|ibv.QPAttrAccessFlags|ibv.QPAttrPort|ibv.QPAttrPKeyIndex); err != nil {
 		return fmt.Errorf("modify_qp INIT: %w", err)
 	}
-	if err := qp.Modify(&ibtransport.QPAttr{State: ibtransport.QPSRTR, PathMTU: ibtransport.MTU1024, DestQPN: dest,
-		RQPSN: 100, MaxDestRdAtomic: 1, MinRNRTimer: 1, AV: ibtransport.AddressVector{DGID: dgid, SGIDIndex: e.gidx, HopLimit: 64}},
-		ibtransport.QPAttrState|ibtransport.QPAttrAV|ibtransport.QPAttrPathMTU|ibtransport.QPAttrDestQPN|
-			ibtransport.QPAttrRQPSN|ibtransport.QPAttrMaxDestRdAtomic|ibtransport.QPAttrMinRNRTimer); err != nil {
+	if err := qp.Modify(&ibv.QPAttr{State: ibv.QPSRTR, PathMTU: ibv.MTU1024, DestQPN: dest,
+		RQPSN: 100, MaxDestRdAtomic: 1, MinRNRTimer: 1, AV: ibv.AddressVector{DGID: dgid, SGIDIndex: e.gidx, HopLimit: 64}},
+		ibv.QPAttrState|ibv.QPAttrAV|ibv.QPAttrPathMTU|ibv.QPAttrDestQPN|
+			ibv.QPAttrRQPSN|ibv.QPAttrMaxDestRdAtomic|ibv.QPAttrMinRNRTimer); err != nil {
 		return fmt.Errorf("modify_qp RTR: %w", err)
 	}
-	if err := qp.Modify(&ibtransport.QPAttr{State: ibtransport.QPSRTS, SQPSN: 100, Timeout: 12, RetryCnt: retry,
+	if err := qp.Modify(&ibv.QPAttr{State: ibv.QPSRTS, SQPSN: 100, Timeout: 12, RetryCnt: retry,
 		RNRRetry: 7, MaxRdAtomic: 1},
-		ibtransport.QPAttrState|ibtransport.QPAttrSQPSN|ibtransport.QPAttrTimeout|ibtransport.QPAttrRetryCnt|
-			ibtransport.QPAttrRNRRetry|ibtransport.QPAttrMaxQPRdAtomic); err != nil {
+		ibv.QPAttrState|ibv.QPAttrSQPSN|ibv.QPAttrTimeout|ibv.QPAttrRetryCnt|
+			ibv.QPAttrRNRRetry|ibv.QPAttrMaxQPRdAtomic); err != nil {
 		return fmt.Errorf("modify_qp RTS: %w", err)
 	}
 	return nil
 }
 
 // poll waits for n completions on the endpoint's CQ, up to d.
-func (e *endpoint) poll(n int, d time.Duration) ([]ibtransport.WC, error) {
-	wcs := make([]ibtransport.WC, n)
+func (e *endpoint) poll(n int, d time.Duration) ([]ibv.WC, error) {
+	wcs := make([]ibv.WC, n)
 	got := 0
 	for end := time.Now().Add(d); got < n; {
 		k, err := e.cq.Poll(wcs[got:])
@@ -167,15 +167,15 @@ func transfer(sockX, sockY string, addrX, addrY netip.Addr, seed byte) error {
 	for i := range x.buf {
 		x.buf[i] = byte(i*131) ^ seed
 	}
-	if err := qy.PostRecv(&ibtransport.RecvWR{ID: 1, SGL: []ibtransport.SGE{y.mr.SGE(writeLen, sendLen)}}); err != nil {
+	if err := qy.PostRecv(&ibv.RecvWR{ID: 1, SGL: []ibv.SGE{y.mr.SGE(writeLen, sendLen)}}); err != nil {
 		return fmt.Errorf("receiver: post_recv: %w", err)
 	}
-	if err := qx.PostSend(&ibtransport.SendWR{ID: 2, Opcode: ibtransport.WRRDMAWrite, Flags: ibtransport.SendSignaled,
-		SGL: []ibtransport.SGE{x.mr.SGE(0, writeLen)}, RemoteAddr: y.mr.Addr, RKey: y.mr.RKey}); err != nil {
+	if err := qx.PostSend(&ibv.SendWR{ID: 2, Opcode: ibv.WRRDMAWrite, Flags: ibv.SendSignaled,
+		SGL: []ibv.SGE{x.mr.SGE(0, writeLen)}, RemoteAddr: y.mr.Addr, RKey: y.mr.RKey}); err != nil {
 		return fmt.Errorf("sender: post WRITE: %w", err)
 	}
-	if err := qx.PostSend(&ibtransport.SendWR{ID: 3, Opcode: ibtransport.WRSend, Flags: ibtransport.SendSignaled,
-		SGL: []ibtransport.SGE{x.mr.SGE(writeLen, sendLen)}}); err != nil {
+	if err := qx.PostSend(&ibv.SendWR{ID: 3, Opcode: ibv.WRSend, Flags: ibv.SendSignaled,
+		SGL: []ibv.SGE{x.mr.SGE(writeLen, sendLen)}}); err != nil {
 		return fmt.Errorf("sender: post SEND: %w", err)
 	}
 	wcs, err := x.poll(2, 20*time.Second)
@@ -183,7 +183,7 @@ func transfer(sockX, sockY string, addrX, addrY netip.Addr, seed byte) error {
 		return fmt.Errorf("sender: %w", err)
 	}
 	for _, wc := range wcs {
-		if wc.Status != ibtransport.WCSuccess {
+		if wc.Status != ibv.WCSuccess {
 			return fmt.Errorf("sender: WR %d: %v", wc.WRID, wc.Status)
 		}
 	}
@@ -191,7 +191,7 @@ func transfer(sockX, sockY string, addrX, addrY netip.Addr, seed byte) error {
 	if err != nil {
 		return fmt.Errorf("receiver: %w", err)
 	}
-	if wcs[0].Status != ibtransport.WCSuccess || wcs[0].ByteLen != sendLen {
+	if wcs[0].Status != ibv.WCSuccess || wcs[0].ByteLen != sendLen {
 		return fmt.Errorf("receiver: receive %v, %d bytes", wcs[0].Status, wcs[0].ByteLen)
 	}
 	if !bytes.Equal(x.buf, y.buf) {

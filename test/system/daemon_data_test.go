@@ -11,7 +11,7 @@ import (
 
 	"github.com/softnic/softnic/daemon/client"
 	"github.com/softnic/softnic/hostif"
-	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/ibtransport/ibv"
 	"github.com/softnic/softnic/internal/netnstest"
 	"github.com/softnic/softnic/internal/systest"
 	"github.com/softnic/softnic/roce"
@@ -46,7 +46,7 @@ func TestDaemonDataOnVeth(t *testing.T) {
 	for i := range buf {
 		buf[i] = byte(i * 7)
 	}
-	mr, err := c.RegMR(pd, buf, ibtransport.AccessLocalWrite|ibtransport.AccessRemoteWrite)
+	mr, err := c.RegMR(pd, buf, ibv.AccessLocalWrite|ibv.AccessRemoteWrite)
 	require.NoError(t, err)
 	cq, err := c.CreateCQ(64, nil, 0)
 	require.NoError(t, err)
@@ -68,12 +68,12 @@ func TestDaemonDataOnVeth(t *testing.T) {
 	toRTSOn(t, pqp.Modify, qp.QPN, gidA, gidIndex(t, gb, p.B.Addr4()))
 
 	// The client's WRITE leaves from its memory through the daemon.
-	require.NoError(t, qp.PostSend(&ibtransport.SendWR{ID: 1, Opcode: ibtransport.WRRDMAWrite, Flags: ibtransport.SendSignaled,
-		SGL: []ibtransport.SGE{mr.SGE(0, 65536)}, RemoteAddr: pmr.Addr(), RKey: pmr.RKey()}))
-	wcs := make([]ibtransport.WC, 1)
+	require.NoError(t, qp.PostSend(&ibv.SendWR{ID: 1, Opcode: ibv.WRRDMAWrite, Flags: ibv.SendSignaled,
+		SGL: []ibv.SGE{mr.SGE(0, 65536)}, RemoteAddr: pmr.Addr(), RKey: pmr.RKey()}))
+	wcs := make([]ibv.WC, 1)
 	require.Eventually(t, func() bool { n, _ := cq.Poll(wcs); return n == 1 }, 10*time.Second, 100*time.Microsecond,
 		"no completion of the client's WRITE:\n%s", dout.String())
-	require.Equal(t, ibtransport.WCSuccess, wcs[0].Status)
+	require.Equal(t, ibv.WCSuccess, wcs[0].Status)
 	require.Eventually(t, func() bool { return pmr.RemoteWriteSeq() == 1 }, 10*time.Second, time.Millisecond)
 	require.Equal(t, buf[:65536], pbuf[:65536])
 
@@ -82,7 +82,7 @@ func TestDaemonDataOnVeth(t *testing.T) {
 	for i := range pbuf {
 		pbuf[i] = byte(i * 3)
 	}
-	require.NoError(t, qp.PostRecv(&ibtransport.RecvWR{ID: 2}))
+	require.NoError(t, qp.PostRecv(&ibv.RecvWR{ID: 2}))
 	require.NoError(t, pqp.PostSend(&verbs.SendWR{ID: 3, Opcode: verbs.WRRDMAWriteWithImm, Imm: 7, Flags: verbs.SendSignaled,
 		SGL: []verbs.SGE{pmr.SGE(0, 65536)}, RemoteAddr: mr.Addr + 65536, RKey: mr.RKey}))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -92,7 +92,7 @@ func TestDaemonDataOnVeth(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, verbs.WCSuccess, pwcs[0].Status)
 	require.Eventually(t, func() bool { n, _ := cq.Poll(wcs); return n == 1 }, 10*time.Second, 100*time.Microsecond)
-	require.Equal(t, ibtransport.WCRecvRDMAWithImm, wcs[0].Opcode)
+	require.Equal(t, ibv.WCRecvRDMAWithImm, wcs[0].Opcode)
 	require.EqualValues(t, 65536, wcs[0].ByteLen)
 	require.Equal(t, pbuf[:65536], buf[65536:])
 }
@@ -134,15 +134,15 @@ func gidIndex(t *testing.T, gids []netip.Addr, a netip.Addr) uint8 {
 }
 
 // toRTSOn moves a QP to RTS aimed at dest on gid, from GID index sgid.
-func toRTSOn(t *testing.T, modify func(*ibtransport.QPAttr, ibtransport.QPAttrMask) error, dest uint32, gid ibtransport.GID, sgid uint8) {
-	require.NoError(t, modify(&ibtransport.QPAttr{State: ibtransport.QPSInit, AccessFlags: ibtransport.AccessRemoteWrite, Port: 1},
-		ibtransport.QPAttrState|ibtransport.QPAttrAccessFlags|ibtransport.QPAttrPort|ibtransport.QPAttrPKeyIndex))
-	require.NoError(t, modify(&ibtransport.QPAttr{State: ibtransport.QPSRTR, PathMTU: ibtransport.MTU1024, DestQPN: dest,
-		RQPSN: 100, MaxDestRdAtomic: 1, MinRNRTimer: 1, AV: ibtransport.AddressVector{DGID: gid, SGIDIndex: sgid, HopLimit: 64}},
-		ibtransport.QPAttrState|ibtransport.QPAttrAV|ibtransport.QPAttrPathMTU|ibtransport.QPAttrDestQPN|
-			ibtransport.QPAttrRQPSN|ibtransport.QPAttrMaxDestRdAtomic|ibtransport.QPAttrMinRNRTimer))
-	require.NoError(t, modify(&ibtransport.QPAttr{State: ibtransport.QPSRTS, SQPSN: 100, Timeout: 14, RetryCnt: 7,
+func toRTSOn(t *testing.T, modify func(*ibv.QPAttr, ibv.QPAttrMask) error, dest uint32, gid ibv.GID, sgid uint8) {
+	require.NoError(t, modify(&ibv.QPAttr{State: ibv.QPSInit, AccessFlags: ibv.AccessRemoteWrite, Port: 1},
+		ibv.QPAttrState|ibv.QPAttrAccessFlags|ibv.QPAttrPort|ibv.QPAttrPKeyIndex))
+	require.NoError(t, modify(&ibv.QPAttr{State: ibv.QPSRTR, PathMTU: ibv.MTU1024, DestQPN: dest,
+		RQPSN: 100, MaxDestRdAtomic: 1, MinRNRTimer: 1, AV: ibv.AddressVector{DGID: gid, SGIDIndex: sgid, HopLimit: 64}},
+		ibv.QPAttrState|ibv.QPAttrAV|ibv.QPAttrPathMTU|ibv.QPAttrDestQPN|
+			ibv.QPAttrRQPSN|ibv.QPAttrMaxDestRdAtomic|ibv.QPAttrMinRNRTimer))
+	require.NoError(t, modify(&ibv.QPAttr{State: ibv.QPSRTS, SQPSN: 100, Timeout: 14, RetryCnt: 7,
 		RNRRetry: 7, MaxRdAtomic: 1},
-		ibtransport.QPAttrState|ibtransport.QPAttrSQPSN|ibtransport.QPAttrTimeout|ibtransport.QPAttrRetryCnt|
-			ibtransport.QPAttrRNRRetry|ibtransport.QPAttrMaxQPRdAtomic))
+		ibv.QPAttrState|ibv.QPAttrSQPSN|ibv.QPAttrTimeout|ibv.QPAttrRetryCnt|
+			ibv.QPAttrRNRRetry|ibv.QPAttrMaxQPRdAtomic))
 }

@@ -17,7 +17,7 @@ import (
 
 	"github.com/softnic/softnic/daemon/client"
 	"github.com/softnic/softnic/hostif"
-	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/ibtransport/ibv"
 	"github.com/softnic/softnic/internal/netnstest"
 	"github.com/softnic/softnic/internal/systest"
 )
@@ -48,7 +48,7 @@ func daemonClient(sock string) int {
 		return fail(err)
 	}
 	buf := make([]byte, 1<<20)
-	if _, err := c.RegMR(pd, buf, ibtransport.AccessLocalWrite|ibtransport.AccessRemoteWrite); err != nil {
+	if _, err := c.RegMR(pd, buf, ibv.AccessLocalWrite|ibv.AccessRemoteWrite); err != nil {
 		return fail(err)
 	}
 	cq, err := c.CreateCQ(16, nil, 0)

@@ -12,7 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/ibtransport/ibv"
 	"github.com/softnic/softnic/internal/cpupin"
 	"github.com/softnic/softnic/tools/oob"
 	"github.com/softnic/softnic/verbs"
@@ -220,14 +220,14 @@ func (r *runCtx) connect(remote []oob.PerftestDest, mtu verbs.MTU) error {
 			}
 		}
 		rtr := &verbs.QPAttr{State: verbs.QPSRTR, PathMTU: mtu, DestQPN: rem.QPN, RQPSN: verbs.PSN(rem.PSN),
-			MinRNRTimer: 12, MaxDestRdAtomic: uint8(min(max(r.p.OutReads, 1), ibtransport.MaxRdAtomic)),
+			MinRNRTimer: 12, MaxDestRdAtomic: uint8(min(max(r.p.OutReads, 1), ibv.MaxRdAtomic)),
 			AV: verbs.AddressVector{DGID: rem.GID, SGIDIndex: uint8(r.p.GIDIndex), HopLimit: 0xff, TrafficClass: r.p.TrafficClass}}
 		if err := qp.Modify(rtr, verbs.QPAttrState|verbs.QPAttrAV|verbs.QPAttrPathMTU|verbs.QPAttrDestQPN|
 			verbs.QPAttrRQPSN|verbs.QPAttrMaxDestRdAtomic|verbs.QPAttrMinRNRTimer); err != nil {
 			return fmt.Errorf("QP %#x to RTR: %w", qp.QPN(), err)
 		}
 		rts := &verbs.QPAttr{State: verbs.QPSRTS, SQPSN: verbs.PSN(r.local[i].PSN), Timeout: r.p.QPTimeout, RetryCnt: 7, RNRRetry: 7,
-			MaxRdAtomic: uint8(min(max(int(rem.OutReads), 1), ibtransport.MaxRdAtomic))}
+			MaxRdAtomic: uint8(min(max(int(rem.OutReads), 1), ibv.MaxRdAtomic))}
 		if err := qp.Modify(rts, verbs.QPAttrState|verbs.QPAttrSQPSN|verbs.QPAttrTimeout|verbs.QPAttrRetryCnt|
 			verbs.QPAttrRNRRetry|verbs.QPAttrMaxQPRdAtomic); err != nil {
 			return fmt.Errorf("QP %#x to RTS: %w", qp.QPN(), err)

@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/ibtransport/header"
 	"github.com/softnic/softnic/ibtransport/mad"
 	"github.com/softnic/softnic/rdmacm"
 	"github.com/softnic/softnic/roce"
@@ -37,7 +37,7 @@ func (l tapLink) Send(frame []byte) {
 // step is one message of an rping run as the flow test compares it: who
 // sent it (c or s) and what, without the ACKs, whose coalescing is the
 // transport's business.
-func step(from string, p *ibtransport.Packet) string {
+func step(from string, p *header.Packet) string {
 	if mad.ToGSI(p) {
 		m, err := mad.Parse(p.Payload)
 		if err != nil {
@@ -46,9 +46,9 @@ func step(from string, p *ibtransport.Packet) string {
 		return fmt.Sprintf("%s MAD %#x", from, uint16(m.Header().AttrID()))
 	}
 	switch op := p.Opcode(); op {
-	case ibtransport.OpRCAcknowledge:
+	case header.OpRCAcknowledge:
 		return ""
-	case ibtransport.OpRCReadRequest, ibtransport.OpRCWriteOnly:
+	case header.OpRCReadRequest, header.OpRCWriteOnly:
 		return fmt.Sprintf("%s %v len=%d payload=%d", from, op, p.RETH.DMALength(), len(p.Payload))
 	default:
 		return fmt.Sprintf("%s %v payload=%d", from, op, len(p.Payload))
@@ -109,7 +109,7 @@ func TestFlowAsCaptured(t *testing.T) {
 		var fr roce.Frame
 		require.NoError(t, roce.ParseFrame(f, &fr))
 		c := capturedPacket{src: fr.Src.Unmap()}
-		require.NoError(t, ibtransport.ParsePacket(fr.IB, &c.pkt))
+		require.NoError(t, header.ParsePacket(fr.IB, &c.pkt))
 		ours = append(ours, c)
 	}
 	mu.Unlock()
@@ -124,7 +124,7 @@ func TestFlowAsCaptured(t *testing.T) {
 func readData(pkts []capturedPacket) []byte {
 	var b bytes.Buffer
 	for _, c := range pkts {
-		if c.pkt.Opcode() == ibtransport.OpRCReadResponseOnly {
+		if c.pkt.Opcode() == header.OpRCReadResponseOnly {
 			b.Write(c.pkt.Payload)
 		}
 	}

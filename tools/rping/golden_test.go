@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/softnic/softnic/ibtransport"
+	"github.com/softnic/softnic/ibtransport/header"
 	"github.com/softnic/softnic/ibtransport/mad"
 	"github.com/softnic/softnic/roce/rocetest"
 )
@@ -16,7 +16,7 @@ import (
 // transport headers and payload.
 type capturedPacket struct {
 	src netip.Addr
-	pkt ibtransport.Packet
+	pkt header.Packet
 }
 
 // readCapture returns the RoCEv2 packets of a pcap file, in order.
@@ -41,23 +41,23 @@ func TestCapturedRping(t *testing.T) {
 	pkts := readCapture(t, "../../roce/testdata/rxe-rping.pcap")
 	client := netip.MustParseAddr("10.77.0.12")
 	var sends, reads, writes, goAheads [][]byte
-	var readRETH, writeRETH []ibtransport.RETH
+	var readRETH, writeRETH []header.RETH
 	var readResponses [][]byte
 	for _, c := range pkts {
 		p := &c.pkt
 		switch op := p.Opcode(); {
 		case mad.ToGSI(p):
 			checkCapturedMAD(t, p.Payload)
-		case op == ibtransport.OpRCSendOnly && c.src == client:
+		case op == header.OpRCSendOnly && c.src == client:
 			sends = append(sends, p.Payload)
-		case op == ibtransport.OpRCSendOnly:
+		case op == header.OpRCSendOnly:
 			goAheads = append(goAheads, p.Payload)
-		case op == ibtransport.OpRCReadRequest:
+		case op == header.OpRCReadRequest:
 			readRETH = append(readRETH, p.RETH)
 			reads = append(reads, nil)
-		case op == ibtransport.OpRCReadResponseOnly:
+		case op == header.OpRCReadResponseOnly:
 			readResponses = append(readResponses, p.Payload)
-		case op == ibtransport.OpRCWriteOnly:
+		case op == header.OpRCWriteOnly:
 			writeRETH = append(writeRETH, p.RETH)
 			writes = append(writes, p.Payload)
 		}

@@ -1,4 +1,4 @@
-package ibtransport
+package header
 
 // PSN is a 24-bit packet sequence number. PSNs wrap at 2^24; comparisons
 // treat the space as a circle, so a PSN is "after" another when it lies in

@@ -1,4 +1,4 @@
-package ibtransport
+package ibv
 
 import "fmt"
 
@@ -22,10 +22,19 @@ var wrOpcodeNames = [...]string{"SEND", "SEND_WITH_IMM", "SEND_WITH_INV", "RDMA_
 
 func (o WROpcode) String() string { return nameOf(wrOpcodeNames[:], o, "WROpcode") }
 
-func (o WROpcode) isSend() bool  { return o <= WRSendWithInv }
-func (o WROpcode) isWrite() bool { return o == WRRDMAWrite || o == WRRDMAWriteWithImm }
-func (o WROpcode) isRead() bool  { return o == WRRDMARead }
-func (o WROpcode) isAtomic() bool {
+// IsSend reports whether o is a SEND, with or without immediate data or
+// invalidate.
+func (o WROpcode) IsSend() bool { return o <= WRSendWithInv }
+
+// IsWrite reports whether o is an RDMA WRITE, with or without immediate
+// data.
+func (o WROpcode) IsWrite() bool { return o == WRRDMAWrite || o == WRRDMAWriteWithImm }
+
+// IsRead reports whether o is an RDMA READ.
+func (o WROpcode) IsRead() bool { return o == WRRDMARead }
+
+// IsAtomic reports whether o is an atomic operation.
+func (o WROpcode) IsAtomic() bool {
 	return o == WRAtomicCmpAndSwp || o == WRAtomicFetchAndAdd
 }
 
@@ -236,7 +245,9 @@ func (n NetworkType) RoCEPacketType() uint8 {
 	return RoCEPacketGRH
 }
 
-func wcOpcodeOf(o WROpcode) WCOpcode {
+// WCOpcode returns the opcode of the completion of a work request of
+// opcode o.
+func (o WROpcode) WCOpcode() WCOpcode {
 	switch o {
 	case WRRDMAWrite, WRRDMAWriteWithImm:
 		return WCRDMAWrite

@@ -1,19 +1,19 @@
-package ibtransport
+package header
 
 import "errors"
 
 // Errors from ParsePacket. They are plain sentinels so that a receive path
 // can count them with errors.Is without allocating.
 var (
-	ErrTruncated     = errors.New("ibtransport: packet shorter than its headers")
-	ErrBadVersion    = errors.New("ibtransport: unsupported transport header version")
-	ErrUnknownOpcode = errors.New("ibtransport: unknown opcode")
-	ErrBadPadCount   = errors.New("ibtransport: pad count larger than the payload")
+	ErrTruncated     = errors.New("header: packet shorter than its headers")
+	ErrBadVersion    = errors.New("header: unsupported transport header version")
+	ErrUnknownOpcode = errors.New("header: unknown opcode")
+	ErrBadPadCount   = errors.New("header: pad count larger than the payload")
 	// ErrUnexpectedPayload is a header-only opcode (ACK, READ request,
 	// atomic) followed by more bytes.
-	ErrUnexpectedPayload = errors.New("ibtransport: payload on an opcode that carries none")
+	ErrUnexpectedPayload = errors.New("header: payload on an opcode that carries none")
 	// ErrShortBuffer is returned by LayoutPacket when b cannot hold the packet.
-	ErrShortBuffer = errors.New("ibtransport: buffer too small for the packet")
+	ErrShortBuffer = errors.New("header: buffer too small for the packet")
 )
 
 // Packet is a parsed IB packet: views into the buffer it was parsed from.

@@ -1,4 +1,4 @@
-package ibtransport
+package ibv
 
 import "net/netip"
 

@@ -1,4 +1,4 @@
-package ibtransport
+package header
 
 import (
 	"strconv"

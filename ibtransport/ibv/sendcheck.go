@@ -1,6 +1,10 @@
-package ibtransport
+package ibv
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/softnic/softnic/ibtransport/header"
+)
 
 // SendLimits are what a QP takes of one send work request: SGEs, and
 // bytes of inline data.
@@ -21,12 +25,12 @@ func CheckSendWR(typ QPType, lim SendLimits, wr *SendWR) error {
 		return fmt.Errorf("post send: opcode %v on a UC QP: %w", wr.Opcode, ErrInvalidArgument)
 	case typ == QPTypeUD && wr.Opcode != WRSend && wr.Opcode != WRSendWithImm:
 		return fmt.Errorf("post send: opcode %v on a UD QP: %w", wr.Opcode, ErrInvalidArgument)
-	case wr.Flags&SendInline != 0 && (!(wr.Opcode.isSend() || wr.Opcode.isWrite()) || len(wr.InlineData) > lim.MaxInline):
+	case wr.Flags&SendInline != 0 && (!(wr.Opcode.IsSend() || wr.Opcode.IsWrite()) || len(wr.InlineData) > lim.MaxInline):
 		return fmt.Errorf("post send: inline %v of %d bytes (max %d): %w", wr.Opcode, len(wr.InlineData), lim.MaxInline,
 			ErrInvalidArgument)
 	case wr.Flags&SendInline == 0 && len(wr.SGL) > lim.MaxSGE:
 		return fmt.Errorf("post send: %d SGEs, at most %d: %w", len(wr.SGL), lim.MaxSGE, ErrInvalidArgument)
-	case typ == QPTypeUD && wr.RemoteQPN > PSNMask:
+	case typ == QPTypeUD && wr.RemoteQPN > header.PSNMask:
 		return fmt.Errorf("post send: remote QPN %#x: %w", wr.RemoteQPN, ErrInvalidArgument)
 	}
 	return nil

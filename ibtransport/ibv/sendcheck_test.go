@@ -1,9 +1,11 @@
-package ibtransport
+package ibv
 
 import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/softnic/softnic/ibtransport/header"
 )
 
 // TestCheckSendWR: what each service refuses at post time, the check
@@ -24,9 +26,9 @@ func TestCheckSendWR(t *testing.T) {
 		{"UC WRITE", QPTypeUC, SendWR{Opcode: WRRDMAWriteWithImm, SGL: sge}, true},
 		{"UC READ", QPTypeUC, SendWR{Opcode: WRRDMARead, SGL: sge}, false},
 		{"UC send with invalidate", QPTypeUC, SendWR{Opcode: WRSendWithInv}, false},
-		{"UD send", QPTypeUD, SendWR{Opcode: WRSendWithImm, SGL: sge, RemoteQPN: PSNMask}, true},
+		{"UD send", QPTypeUD, SendWR{Opcode: WRSendWithImm, SGL: sge, RemoteQPN: header.PSNMask}, true},
 		{"UD WRITE", QPTypeUD, SendWR{Opcode: WRRDMAWrite, SGL: sge}, false},
-		{"UD remote QPN past 24 bits", QPTypeUD, SendWR{Opcode: WRSend, RemoteQPN: PSNMask + 1}, false},
+		{"UD remote QPN past 24 bits", QPTypeUD, SendWR{Opcode: WRSend, RemoteQPN: header.PSNMask + 1}, false},
 		{"inline at the limit", QPTypeRC, SendWR{Opcode: WRRDMAWrite, Flags: SendInline, InlineData: make([]byte, 16)}, true},
 		{"inline past the limit", QPTypeRC, SendWR{Opcode: WRSend, Flags: SendInline, InlineData: make([]byte, 17)}, false},
 		{"inline READ", QPTypeRC, SendWR{Opcode: WRRDMARead, Flags: SendInline}, false},

@@ -1,0 +1,26 @@
+package ibv
+
+import "errors"
+
+// Access is a set of access rights (ibv_access_flags): those a memory
+// region grants, and those a QP allows its peer as a responder.
+type Access uint32
+
+// Access rights, with libibverbs' values.
+const (
+	AccessLocalWrite   Access = 1 << 0
+	AccessRemoteWrite  Access = 1 << 1
+	AccessRemoteRead   Access = 1 << 2
+	AccessRemoteAtomic Access = 1 << 3
+)
+
+// AccessAll is every access right there is.
+const AccessAll = AccessLocalWrite | AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic
+
+// Errors of the verbs calls, whichever backend runs them (the engine, a
+// daemon's client): callers match them with errors.Is.
+var (
+	ErrInvalidArgument = errors.New("ibv: invalid argument")
+	ErrQueueFull       = errors.New("ibv: work queue full")
+	ErrInvalidState    = errors.New("ibv: operation not allowed in the QP state")
+)
