@@ -14,6 +14,7 @@ import (
 
 	"github.com/softnic/softnic/daemon"
 	"github.com/softnic/softnic/daemon/client"
+	hostsession "github.com/softnic/softnic/daemon/client/session"
 	"github.com/softnic/softnic/hostif"
 	"github.com/softnic/softnic/ibtransport/ibv"
 	"github.com/softnic/softnic/rdmacm"
@@ -226,7 +227,7 @@ func TestCMRefusedThroughDaemon(t *testing.T) {
 // sessions left, kind naming what is checked.
 func assertNoObjects(t *testing.T, socket, kind string) {
 	t.Helper()
-	m, err := client.DialMonitor(socket)
+	m, err := hostsession.DialMonitor(socket)
 	require.NoError(t, err)
 	defer m.Close()
 	require.Eventually(t, func() bool {
@@ -288,7 +289,7 @@ func establishThroughDaemons(t *testing.T, port uint16) (a, b *cmSide, c *cmEsta
 // object left.
 func waitDaemonEmpty(t *testing.T, socket string) {
 	t.Helper()
-	m, err := client.DialMonitor(socket)
+	m, err := hostsession.DialMonitor(socket)
 	require.NoError(t, err)
 	defer m.Close()
 	require.Eventually(t, func() bool {
@@ -302,12 +303,12 @@ func waitDaemonEmpty(t *testing.T, socket string) {
 // arguments: each gets its errno, and the session goes on.
 func TestCMBadCommands(t *testing.T) {
 	a, _ := newCMSides(t, true, true)
-	c, err := client.Dial(a.socket)
+	c, err := hostsession.Dial(a.socket)
 	require.NoError(t, err)
 	defer c.Close()
 	errno := func(err error) unix.Errno {
 		t.Helper()
-		var ce *client.Error
+		var ce *hostsession.Error
 		require.ErrorAs(t, err, &ce)
 		return ce.Errno
 	}
@@ -354,7 +355,7 @@ func TestCMBadCommands(t *testing.T) {
 	require.NoError(t, err)
 
 	// Another session cannot listen on the same port: the device's.
-	c2, err := client.Dial(a.socket)
+	c2, err := hostsession.Dial(a.socket)
 	require.NoError(t, err)
 	defer c2.Close()
 	ch2, err := c2.CMCreateChannel()

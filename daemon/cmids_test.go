@@ -6,7 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/softnic/softnic/daemon/client"
+	hostsession "github.com/softnic/softnic/daemon/client/session"
 	"github.com/softnic/softnic/hostif"
 )
 
@@ -15,17 +15,17 @@ import (
 // state as the kernel names it; a destroyed ID leaves the list.
 func TestCMIDsByMonitor(t *testing.T) {
 	r := newRig(t)
-	m, err := client.DialMonitor(r.socket)
+	m, err := hostsession.DialMonitor(r.socket)
 	require.NoError(t, err)
 	defer m.Close()
 	ids, err := m.CMIDs()
 	require.NoError(t, err)
 	require.Empty(t, ids)
 
-	var sessions [2]*client.Conn
+	var sessions [2]*hostsession.Conn
 	var listener uint32
 	for i := range sessions {
-		c, err := client.Dial(r.socket)
+		c, err := hostsession.Dial(r.socket)
 		require.NoError(t, err)
 		defer c.Close()
 		sessions[i] = c

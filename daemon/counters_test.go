@@ -8,7 +8,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/softnic/softnic/counters"
-	"github.com/softnic/softnic/daemon/client"
+	hostsession "github.com/softnic/softnic/daemon/client/session"
 	"github.com/softnic/softnic/ibtransport/ibv"
 	"github.com/softnic/softnic/verbs"
 )
@@ -19,7 +19,7 @@ import (
 func TestCountersByMonitor(t *testing.T) {
 	r := newRig(t)
 	q := connectClient(t, r)
-	m, err := client.DialMonitor(r.socket)
+	m, err := hostsession.DialMonitor(r.socket)
 	require.NoError(t, err)
 	defer m.Close()
 	before, err := m.DeviceCounters()
@@ -48,7 +48,7 @@ func TestCountersByMonitor(t *testing.T) {
 	require.GreaterOrEqual(t, a-b, sent)
 
 	_, err = m.QPCounters(0xfffff0)
-	var ce *client.Error
+	var ce *hostsession.Error
 	require.True(t, errors.As(err, &ce), "%v", err)
 	require.Equal(t, unix.ENOENT, ce.Errno)
 	res, err := m.Resources()

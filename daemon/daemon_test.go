@@ -16,6 +16,7 @@ import (
 
 	"github.com/softnic/softnic/daemon"
 	"github.com/softnic/softnic/daemon/client"
+	hostsession "github.com/softnic/softnic/daemon/client/session"
 	"github.com/softnic/softnic/hostif"
 	"github.com/softnic/softnic/ibtransport/ibv"
 	"github.com/softnic/softnic/roce/memlink"
@@ -90,16 +91,16 @@ func toRTS(t testing.TB, modify func(*ibv.QPAttr, ibv.QPAttrMask) error, dest ui
 
 // clientQP is a QP made through the daemon and connected to the rig's peer.
 type clientQP struct {
-	c   *client.Conn
+	c   *hostsession.Conn
 	pd  uint32
-	cq  *client.CQ
-	qp  *client.QP
+	cq  *hostsession.CQ
+	qp  *hostsession.QP
 	buf []byte
-	mr  client.MR
+	mr  hostsession.MR
 }
 
 func connectClient(t testing.TB, r *rig) *clientQP {
-	c, err := client.Dial(r.socket)
+	c, err := hostsession.Dial(r.socket)
 	require.NoError(t, err)
 	t.Cleanup(func() { c.Close() })
 	q := &clientQP{c: c, buf: make([]byte, 1<<16)}
@@ -124,7 +125,7 @@ func connectClient(t testing.TB, r *rig) *clientQP {
 
 // reconnect makes a QP through c and connects the rig's peer QP to it
 // instead (from RESET).
-func (r *rig) reconnect(t *testing.T, c *client.Conn, req hostif.CreateQPRequest) *client.QP {
+func (r *rig) reconnect(t *testing.T, c *hostsession.Conn, req hostif.CreateQPRequest) *hostsession.QP {
 	qp, err := c.CreateQP(req)
 	require.NoError(t, err)
 	gidA, _ := r.a.GID(0)
@@ -262,7 +263,7 @@ func TestBadCommands(t *testing.T) {
 	require.ErrorIs(t, err, unix.ENOENT, "an SRQ the session does not have")
 
 	// A second client cannot use the first one's handles.
-	other, err := client.Dial(r.socket)
+	other, err := hostsession.Dial(r.socket)
 	require.NoError(t, err)
 	defer other.Close()
 	_, err = other.RegMR(q.pd, q.buf, allAccess)
@@ -291,7 +292,7 @@ func TestGarbageInSendQueue(t *testing.T) {
 	require.Equal(t, ibv.WCWRFlushErr, wc.Status, "the QP is in the error state")
 
 	// The daemon still serves.
-	other, err := client.Dial(r.socket)
+	other, err := hostsession.Dial(r.socket)
 	require.NoError(t, err)
 	defer other.Close()
 	_, err = other.AllocPD()
@@ -347,7 +348,7 @@ func TestLKeysArePerSession(t *testing.T) {
 	victim := connectClient(t, r)
 	copy(victim.buf, "secret")
 
-	c, err := client.Dial(r.socket)
+	c, err := hostsession.Dial(r.socket)
 	require.NoError(t, err)
 	defer c.Close()
 	pd, err := c.AllocPD()

@@ -6,7 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/softnic/softnic/daemon/client"
+	hostsession "github.com/softnic/softnic/daemon/client/session"
 	"github.com/softnic/softnic/hostif"
 )
 
@@ -70,10 +70,10 @@ func FuzzControlMessages(f *testing.F) {
 	seed(hostif.OpCMEstablish, hostif.HandleRequest{Handle: 2})
 
 	r := newRig(f)
-	var conn *client.Conn
+	var conn *hostsession.Conn
 	f.Fuzz(func(t *testing.T, msg []byte) {
 		if conn == nil {
-			c, err := client.Dial(r.socket)
+			c, err := hostsession.Dial(r.socket)
 			require.NoError(t, err, "the daemon stopped serving")
 			conn = c
 		}

@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/softnic/softnic/daemon/client"
+	hostsession "github.com/softnic/softnic/daemon/client/session"
 	"github.com/softnic/softnic/ibtransport/ibv"
 	"github.com/softnic/softnic/verbs"
 )
@@ -23,20 +24,20 @@ func TestClientSeesDaemonGone(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the client did not notice the daemon's end")
 	}
-	require.ErrorIs(t, q.c.Err(), client.ErrDaemonGone)
+	require.ErrorIs(t, q.c.Err(), hostsession.ErrDaemonGone)
 	wcs := make([]ibv.WC, 4)
 	_, err := q.cq.Poll(wcs)
-	require.ErrorIs(t, err, client.ErrDaemonGone)
+	require.ErrorIs(t, err, hostsession.ErrDaemonGone)
 	err = q.qp.PostSend(&ibv.SendWR{ID: 1, Opcode: ibv.WRRDMAWrite, Flags: ibv.SendSignaled,
 		SGL: []ibv.SGE{q.mr.SGE(0, 64)}, RemoteAddr: r.pmr.Addr(), RKey: r.pmr.RKey()})
-	require.ErrorIs(t, err, client.ErrDaemonGone)
-	require.ErrorIs(t, q.qp.PostRecv(&ibv.RecvWR{ID: 2, SGL: []ibv.SGE{q.mr.SGE(0, 64)}}), client.ErrDaemonGone)
+	require.ErrorIs(t, err, hostsession.ErrDaemonGone)
+	require.ErrorIs(t, q.qp.PostRecv(&ibv.RecvWR{ID: 2, SGL: []ibv.SGE{q.mr.SGE(0, 64)}}), hostsession.ErrDaemonGone)
 	_, err = q.c.AllocPD()
-	require.ErrorIs(t, err, client.ErrDaemonGone)
+	require.ErrorIs(t, err, hostsession.ErrDaemonGone)
 }
 
 // A verbs device reached through the daemon gets the same: its empty CQ
-// polls and its posts fail with client.ErrDaemonGone once the daemon went.
+// polls and its posts fail with hostsession.ErrDaemonGone once the daemon went.
 func TestVerbsSeesDaemonGone(t *testing.T) {
 	r := newRig(t)
 	dev, err := client.DialDevice(r.socket)
@@ -60,6 +61,6 @@ func TestVerbsSeesDaemonGone(t *testing.T) {
 		_, err = cq.Poll(wcs)
 		return err != nil
 	}, 10*time.Second, time.Millisecond, "polls go on as if the daemon ran")
-	require.ErrorIs(t, err, client.ErrDaemonGone)
-	require.ErrorIs(t, qp.PostRecv(&verbs.RecvWR{ID: 1, SGL: []verbs.SGE{mr.SGE(0, 64)}}), client.ErrDaemonGone)
+	require.ErrorIs(t, err, hostsession.ErrDaemonGone)
+	require.ErrorIs(t, qp.PostRecv(&verbs.RecvWR{ID: 1, SGL: []verbs.SGE{mr.SGE(0, 64)}}), hostsession.ErrDaemonGone)
 }

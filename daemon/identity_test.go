@@ -15,7 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
-	"github.com/softnic/softnic/daemon/client"
+	hostsession "github.com/softnic/softnic/daemon/client/session"
 	"github.com/softnic/softnic/hostif"
 )
 
@@ -44,7 +44,7 @@ func playRole(role, sock string) int {
 		fmt.Println("no role", role)
 		return 2
 	}
-	c, err := client.Dial(sock)
+	c, err := hostsession.Dial(sock)
 	if err != nil {
 		fmt.Println("dial:", err)
 		return 1
@@ -125,20 +125,20 @@ func rawCommand(fd int, op hostif.Op) string {
 }
 
 func errText(err error) string {
-	var ce *client.Error
+	var ce *hostsession.Error
 	switch {
 	case err == nil:
 		return "ok"
 	case errors.As(err, &ce):
 		return unix.ErrnoName(ce.Errno)
-	case errors.Is(err, client.ErrDaemonGone):
+	case errors.Is(err, hostsession.ErrDaemonGone):
 		return "closed"
 	}
 	return err.Error()
 }
 
 // socketFD returns the session's control socket descriptor.
-func socketFD(c *client.Conn) int {
+func socketFD(c *hostsession.Conn) int {
 	raw, err := c.SyscallConn()
 	if err != nil {
 		return -1
@@ -150,7 +150,7 @@ func socketFD(c *client.Conn) int {
 
 // handOn runs a process of its own ("foreign") with the session's socket
 // and returns what it said.
-func handOn(c *client.Conn) string {
+func handOn(c *hostsession.Conn) string {
 	dup, err := unix.Dup(socketFD(c))
 	if err != nil {
 		return err.Error()
@@ -220,7 +220,7 @@ func TestCredentialsBeforeAccept(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c, err := client.Dial(r.socket)
+			c, err := hostsession.Dial(r.socket)
 			if err == nil {
 				_, err = c.AllocPD()
 				c.Close()

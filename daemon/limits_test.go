@@ -9,7 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/softnic/softnic/daemon"
-	"github.com/softnic/softnic/daemon/client"
+	hostsession "github.com/softnic/softnic/daemon/client/session"
 	"github.com/softnic/softnic/hostif"
 	"github.com/softnic/softnic/ibtransport/ibv"
 )
@@ -17,7 +17,7 @@ import (
 // errnoOf is the errno of a refused command.
 func errnoOf(t *testing.T, err error) unix.Errno {
 	t.Helper()
-	var ce *client.Error
+	var ce *hostsession.Error
 	require.ErrorAs(t, err, &ce)
 	return ce.Errno
 }
@@ -31,11 +31,11 @@ func TestLimits(t *testing.T) {
 	// channels in the first session.
 	r := newRigLimited(t, daemon.Limits{Sessions: 2, PDs: 2, MRs: 1, CQs: 2, QPs: 1, SRQs: 1, AHs: 1, CMIDs: 1,
 		Descriptors: 2*5 + 2, RingBytes: 64 << 10, SharedBytes: 8192})
-	c, err := client.Dial(r.socket)
+	c, err := hostsession.Dial(r.socket)
 	require.NoError(t, err)
-	other, err := client.Dial(r.socket)
+	other, err := hostsession.Dial(r.socket)
 	require.NoError(t, err)
-	_, err = client.Dial(r.socket)
+	_, err = hostsession.Dial(r.socket)
 	require.Equal(t, unix.EAGAIN, errnoOf(t, err), "a third session")
 
 	pd, err := c.AllocPD()
@@ -114,7 +114,7 @@ func TestLimits(t *testing.T) {
 	other.Close()
 	require.Eventually(t, func() bool { return r.srv.Usage(uid) == daemon.Usage{} }, 10*time.Second, 10*time.Millisecond,
 		"all given back: %+v", r.srv.Usage(uid))
-	c, err = client.Dial(r.socket)
+	c, err = hostsession.Dial(r.socket)
 	require.NoError(t, err)
 	defer c.Close()
 	require.Equal(t, daemon.Usage{Sessions: 1, Descriptors: 5, RingBytes: 4096}, r.srv.Usage(uid))

@@ -8,7 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/softnic/softnic/daemon/client"
+	hostsession "github.com/softnic/softnic/daemon/client/session"
 	"github.com/softnic/softnic/hostif"
 	"github.com/softnic/softnic/ibtransport/ibv"
 )
@@ -19,7 +19,7 @@ func commOf(r hostif.SessionResources) string { return strings.TrimRight(string(
 // session itself, and sees a closed session's objects go.
 func TestResourcesByMonitor(t *testing.T) {
 	r := newRig(t)
-	m, err := client.DialMonitor(r.socket)
+	m, err := hostsession.DialMonitor(r.socket)
 	require.NoError(t, err)
 	defer m.Close()
 	res, err := m.Resources()
@@ -28,7 +28,7 @@ func TestResourcesByMonitor(t *testing.T) {
 	require.Empty(t, res.Session)
 
 	q := connectClient(t, r) // a PD, an MR, a CQ and an RC QP
-	other, err := client.Dial(r.socket)
+	other, err := hostsession.Dial(r.socket)
 	require.NoError(t, err)
 	defer other.Close()
 	pd, err := other.AllocPD()
@@ -72,13 +72,13 @@ func TestResourcesPaged(t *testing.T) {
 	r := newRig(t)
 	const n = hostif.ResourcesPerReply + 8
 	for range n {
-		c, err := client.Dial(r.socket)
+		c, err := hostsession.Dial(r.socket)
 		require.NoError(t, err)
 		defer c.Close()
 		_, err = c.AllocPD()
 		require.NoError(t, err)
 	}
-	m, err := client.DialMonitor(r.socket)
+	m, err := hostsession.DialMonitor(r.socket)
 	require.NoError(t, err)
 	defer m.Close()
 	res, err := m.Resources()
@@ -95,10 +95,10 @@ func TestResourcesPaged(t *testing.T) {
 // nothing else.
 func TestMonitorOpensNoSession(t *testing.T) {
 	r := newRig(t)
-	m, err := client.DialMonitor(r.socket)
+	m, err := hostsession.DialMonitor(r.socket)
 	require.NoError(t, err)
 	defer m.Close()
-	c, err := client.Dial(r.socket)
+	c, err := hostsession.Dial(r.socket)
 	require.NoError(t, err)
 	defer c.Close()
 	buf := make([]byte, hostif.MaxMessage)

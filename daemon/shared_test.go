@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/softnic/softnic/daemon/client"
+	hostsession "github.com/softnic/softnic/daemon/client/session"
 	"github.com/softnic/softnic/verbs"
 )
 
@@ -116,7 +117,7 @@ func TestFreeMemory(t *testing.T) {
 // the client says it mapped, each range once.
 func TestShareMemoryRefused(t *testing.T) {
 	r := newRig(t)
-	c, err := client.Dial(r.socket)
+	c, err := hostsession.Dial(r.socket)
 	require.NoError(t, err)
 	defer c.Close()
 	memfd := func(n int, seals int) (int, []byte) {
@@ -134,7 +135,7 @@ func TestShareMemoryRefused(t *testing.T) {
 		return fd, mem
 	}
 	errno := func(err error) unix.Errno {
-		var ce *client.Error
+		var ce *hostsession.Error
 		require.ErrorAs(t, err, &ce)
 		return ce.Errno
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/softnic/softnic/daemon"
 	"github.com/softnic/softnic/daemon/client"
+	"github.com/softnic/softnic/daemon/client/session"
 	"github.com/softnic/softnic/roce/memlink"
 	"github.com/softnic/softnic/verbs"
 )
@@ -86,7 +87,7 @@ func TestOpenDeviceByName(t *testing.T) {
 }
 
 // When the daemon goes, a dialed device's blocked waits end with
-// client.ErrDaemonGone, and its events say EventDeviceFatal.
+// session.ErrDaemonGone, and its events say EventDeviceFatal.
 func TestDaemonGoneEndsWaits(t *testing.T) {
 	var cl closers
 	defer cl.close()
@@ -110,7 +111,7 @@ func TestDaemonGoneEndsWaits(t *testing.T) {
 	time.Sleep(10 * time.Millisecond) // both block
 	require.NoError(t, srv.Close())
 	for range 2 {
-		require.ErrorIs(t, <-errs, client.ErrDaemonGone)
+		require.ErrorIs(t, <-errs, session.ErrDaemonGone)
 	}
 	select {
 	case ev := <-dev.Events():
@@ -169,7 +170,7 @@ func TestDroppedAHLeavesTheDaemon(t *testing.T) {
 	var cl closers
 	defer cl.close()
 	dev, srv := servedEngine(t, &cl)
-	mon, err := client.DialMonitor(srv.Socket())
+	mon, err := session.DialMonitor(srv.Socket())
 	require.NoError(t, err)
 	defer mon.Close()
 	ahs := func() uint32 {

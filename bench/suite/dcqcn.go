@@ -19,7 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/softnic/softnic/counters"
-	"github.com/softnic/softnic/daemon/client"
+	"github.com/softnic/softnic/daemon/client/session"
 	"github.com/softnic/softnic/internal/syncbuf"
 )
 
@@ -289,7 +289,7 @@ func (t *dcqcnTopo) run(ctx context.Context, name string, flags [2][]string) (*d
 	r := &dcqcnRun{name: name, flags: flags}
 	t.runs++
 	var traces [2]string
-	mon, err := client.DialMonitor(t.socket())
+	mon, err := session.DialMonitor(t.socket())
 	if err != nil {
 		return nil, err
 	}
@@ -357,7 +357,7 @@ func (t *dcqcnTopo) run(ctx context.Context, name string, flags [2][]string) (*d
 			continue
 		}
 		s, err := t.sample(ctx, mon, qpns, start)
-		var ce *client.Error
+		var ce *session.Error
 		switch {
 		case errors.As(err, &ce) && ce.Errno == unix.ENOENT && len(r.samples) == 0:
 			continue // the server printed its QPN a moment before the QP was listed
@@ -411,7 +411,7 @@ func waitQPNs(ctx context.Context, sout *[2]syncbuf.Buffer) ([2]uint32, error) {
 // sample reads the receiving QPs' counters, timed since start between
 // the two reads (the rates come from them), and the bottleneck's state,
 // whose tc command may take long on a loaded machine.
-func (t *dcqcnTopo) sample(ctx context.Context, mon *client.Monitor, qpns [2]uint32, start time.Time) (dcqcnSampleAt, error) {
+func (t *dcqcnTopo) sample(ctx context.Context, mon *session.Monitor, qpns [2]uint32, start time.Time) (dcqcnSampleAt, error) {
 	var s dcqcnSampleAt
 	t0 := time.Since(start)
 	for i, qpn := range qpns {

@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/softnic/softnic/daemon"
-	"github.com/softnic/softnic/daemon/client"
+	"github.com/softnic/softnic/daemon/client/session"
 	"github.com/softnic/softnic/hostif"
 	"github.com/softnic/softnic/verbs"
 )
@@ -103,7 +103,7 @@ func hostifQP(pd, cq uint32) hostif.CreateQPRequest {
 // process, as `softnic daemon -d memB -d memA` would, until the test ends,
 // and returns their run directory and a session on memA once both sockets
 // are there.
-func serveMemAB(t *testing.T) (string, *client.Conn) {
+func serveMemAB(t *testing.T) (string, *session.Conn) {
 	t.Helper()
 	useServedMem(t)
 	dir := t.TempDir()
@@ -126,12 +126,12 @@ func serveMemAB(t *testing.T) (string, *client.Conn) {
 
 // dialWhenServed connects to the daemon socket sock once a daemon starting
 // up serves it.
-func dialWhenServed(t *testing.T, sock string) *client.Conn {
+func dialWhenServed(t *testing.T, sock string) *session.Conn {
 	t.Helper()
-	var c *client.Conn
+	var c *session.Conn
 	require.Eventually(t, func() bool {
 		var err error
-		c, err = client.Dial(sock)
+		c, err = session.Dial(sock)
 		return err == nil
 	}, 5*time.Second, 10*time.Millisecond, "the daemon never served %s", sock)
 	return c

@@ -17,6 +17,7 @@ import (
 
 	"github.com/softnic/softnic/counters"
 	"github.com/softnic/softnic/daemon/client"
+	"github.com/softnic/softnic/daemon/client/session"
 )
 
 func init() {
@@ -37,7 +38,7 @@ type statOptions struct {
 type statTarget struct {
 	index int
 	name  string
-	mon   *client.Monitor
+	mon   *session.Monitor
 }
 
 func runStat(args []string, stdout, stderr io.Writer) int {
@@ -145,7 +146,7 @@ func statTargets(o statOptions) ([]statTarget, error) {
 			return nil, fmt.Errorf("no daemon serves %s (no device of that name, nor one serving an interface of that name here: no socket %s); start one with softnic daemon -d %s",
 				o.ifname, filepath.Join(o.runDir, name+".sock"), o.ifname)
 		}
-		m, err := client.DialMonitor(filepath.Join(o.runDir, name+".sock"))
+		m, err := session.DialMonitor(filepath.Join(o.runDir, name+".sock"))
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", name, err)
 		}
@@ -156,7 +157,7 @@ func statTargets(o statOptions) ([]statTarget, error) {
 	}
 	var ts []statTarget
 	for i, name := range names {
-		m, err := client.DialMonitor(filepath.Join(o.runDir, name+".sock"))
+		m, err := session.DialMonitor(filepath.Join(o.runDir, name+".sock"))
 		if err != nil {
 			for _, t := range ts {
 				t.mon.Close()
@@ -180,7 +181,7 @@ func readStats(ts []statTarget, qp int) ([][]counters.Counter, time.Time, error)
 			all[i], err = t.mon.DeviceCounters()
 		} else {
 			all[i], err = t.mon.QPCounters(uint32(qp))
-			if ce := (*client.Error)(nil); errors.As(err, &ce) && ce.Errno == unix.ENOENT { // another device's QP
+			if ce := (*session.Error)(nil); errors.As(err, &ce) && ce.Errno == unix.ENOENT { // another device's QP
 				err = nil
 			}
 		}

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/softnic/softnic/daemon/client"
+	"github.com/softnic/softnic/daemon/client/session"
 	"github.com/softnic/softnic/hostif"
 	"github.com/softnic/softnic/ibtransport/mad"
 	"github.com/softnic/softnic/rdmacm"
@@ -21,7 +22,7 @@ import (
 type deviceStat struct {
 	index int
 	name  string
-	res   client.Resources
+	res   session.Resources
 }
 
 // runStatRes is `softnic stat res`: the devices' objects, as `rdma
@@ -79,7 +80,7 @@ func runStatRes(args []string, stdout, stderr io.Writer) int {
 // directory's index-th) holds: with cmIDs a line per rdma_cm ID, else its
 // summary line and, with sessions, a line per session.
 func showDevice(w io.Writer, runDir string, index int, name string, cmIDs, sessions bool) error {
-	m, err := client.DialMonitor(filepath.Join(runDir, name+".sock"))
+	m, err := session.DialMonitor(filepath.Join(runDir, name+".sock"))
 	if err != nil {
 		return err
 	}

@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/softnic/softnic/daemon/client/session"
 	"github.com/softnic/softnic/hostif"
 	"github.com/softnic/softnic/rdmacm"
 	"github.com/softnic/softnic/verbs"
@@ -53,14 +54,14 @@ func (r *dialed) NewCMBackend(cfg rdmacm.Config, h rdmacm.Hooks) rdmacm.CMBacken
 }
 
 // call runs a control call of the daemon's session.
-func (rc *dialedCM) call(fn func(*Conn) error) error {
+func (rc *dialedCM) call(fn func(*session.Conn) error) error {
 	return cmErr(rc.r.call(fn))
 }
 
 // cmErr gives a command's errno the error of package rdmacm it stands
 // for (the daemon's reply stays in the chain).
 func cmErr(err error) error {
-	var ce *Error
+	var ce *session.Error
 	if err == nil || !errors.As(err, &ce) {
 		return err
 	}
@@ -98,8 +99,8 @@ func cmErrnoErr(e unix.Errno) error {
 // OpenChannel makes the daemon's channel behind ch and starts draining
 // it into post; a failure is kept for CreateID to report.
 func (rc *dialedCM) OpenChannel(_ *rdmacm.EventChannel, post func(rdmacm.Event)) rdmacm.ChannelBackend {
-	var dc *CMChannel
-	err := rc.call(func(c *Conn) (err error) { dc, err = c.CMCreateChannel(); return err })
+	var dc *session.CMChannel
+	err := rc.call(func(c *session.Conn) (err error) { dc, err = c.CMCreateChannel(); return err })
 	if err != nil {
 		return &dialedEventChannel{err: fmt.Errorf("rdmacm: event channel in the daemon: %w", err)}
 	}
@@ -120,7 +121,7 @@ func (rc *dialedCM) drain(post func(rdmacm.Event), r *dialedEventChannel) {
 		for {
 			var rec hostif.CMEvent
 			var ok bool
-			err := rc.call(func(c *Conn) (err error) { rec, ok, err = c.CMGetEvent(r.handle); return err })
+			err := rc.call(func(c *session.Conn) (err error) { rec, ok, err = c.CMGetEvent(r.handle); return err })
 			if err != nil || !ok {
 				break
 			}
@@ -138,6 +139,6 @@ func (r *dialedEventChannel) Close() {
 	if r.file != nil {
 		r.file.Close()
 		<-r.done
-		r.rc.call(func(c *Conn) error { return c.CMDestroyChannel(r.handle) })
+		r.rc.call(func(c *session.Conn) error { return c.CMDestroyChannel(r.handle) })
 	}
 }

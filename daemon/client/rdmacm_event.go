@@ -5,6 +5,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/softnic/softnic/daemon/client/session"
 	"github.com/softnic/softnic/hostif"
 	"github.com/softnic/softnic/ibtransport/mad"
 	"github.com/softnic/softnic/rdmacm"
@@ -31,7 +32,7 @@ func (rc *dialedCM) event(rec *hostif.CMEvent) (rdmacm.Event, bool) {
 		if typ == rdmacm.EventConnectRequest {
 			// The listener was destroyed here before the daemon heard:
 			// the request's ID, the daemon's now, goes (a reject).
-			rc.call(func(c *Conn) error { return c.CMDestroyID(rec.ID) })
+			rc.call(func(c *session.Conn) error { return c.CMDestroyID(rec.ID) })
 		}
 		return rdmacm.Event{}, false
 	}

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/softnic/softnic/daemon/client/session"
 	"github.com/softnic/softnic/hostif"
 	"github.com/softnic/softnic/ibtransport/mad"
 	"github.com/softnic/softnic/rdmacm"
@@ -43,7 +44,7 @@ func (rc *dialedCM) CreateID(front *rdmacm.ID, chb rdmacm.ChannelBackend) (rdmac
 		return nil, r.err
 	}
 	var h uint32
-	if err := rc.call(func(cl *Conn) (err error) {
+	if err := rc.call(func(cl *session.Conn) (err error) {
 		h, err = cl.CMCreateID(r.handle, uint16(front.PortSpace()), 0)
 		return err
 	}); err != nil {
@@ -118,8 +119,8 @@ func (id *dialedID) setAddrs(local, peer netip.AddrPort) {
 
 func (id *dialedID) Bind(ap netip.AddrPort) error {
 	rc := id.rc
-	var a CMAddrs
-	if err := rc.call(func(c *Conn) (err error) { a, err = c.CMBind(id.handle, ap); return err }); err != nil {
+	var a session.CMAddrs
+	if err := rc.call(func(c *session.Conn) (err error) { a, err = c.CMBind(id.handle, ap); return err }); err != nil {
 		return fmt.Errorf("bind %v: %w", ap, err)
 	}
 	id.setAddrs(a.Local, a.Peer)
@@ -143,7 +144,7 @@ func (id *dialedID) ResolveAddr(src netip.Addr, dst netip.AddrPort, timeout time
 			return fmt.Errorf("resolve address %v: %w", dst, err)
 		}
 	}
-	err := rc.call(func(c *Conn) error { return c.CMResolveAddr(id.handle, src, dst, timeout) })
+	err := rc.call(func(c *session.Conn) error { return c.CMResolveAddr(id.handle, src, dst, timeout) })
 	if err != nil {
 		return fmt.Errorf("resolve address %v: %w", dst, err)
 	}
@@ -151,7 +152,7 @@ func (id *dialedID) ResolveAddr(src netip.Addr, dst netip.AddrPort, timeout time
 }
 
 func (id *dialedID) ResolveRoute(timeout time.Duration) error {
-	if err := id.rc.call(func(c *Conn) error { return c.CMResolveRoute(id.handle, timeout) }); err != nil {
+	if err := id.rc.call(func(c *session.Conn) error { return c.CMResolveRoute(id.handle, timeout) }); err != nil {
 		return fmt.Errorf("resolve route: %w", err)
 	}
 	return nil
@@ -182,7 +183,9 @@ func cmCreateQP(pd *verbs.PD, init *verbs.QPInitAttr, handle uint32) (*verbs.QP,
 	if !ok {
 		return nil, fmt.Errorf("PD of no device a daemon serves: %w", rdmacm.ErrInvalidArgument)
 	}
-	create := func(c *Conn, req hostif.CreateQPRequest) (*QP, error) { return c.CMCreateQP(handle, req) }
+	create := func(c *session.Conn, req hostif.CreateQPRequest) (*session.QP, error) {
+		return c.CMCreateQP(handle, req)
+	}
 	return pd.CreateQPWith(init, func(q *verbs.QP) (verbs.QPOps, error) { return p.createQPThrough(q, init, create) })
 }
 
@@ -194,7 +197,7 @@ func (id *dialedID) DestroyQP() error {
 	if qp == nil {
 		return fmt.Errorf("destroy QP: no QP: %w", rdmacm.ErrState)
 	}
-	if err := id.rc.call(func(c *Conn) error { return c.CMDetachQP(id.handle) }); err != nil {
+	if err := id.rc.call(func(c *session.Conn) error { return c.CMDetachQP(id.handle) }); err != nil {
 		return fmt.Errorf("destroy QP: %w", err)
 	}
 	return qp.Destroy()
@@ -218,7 +221,7 @@ func (id *dialedID) Connect(p *rdmacm.ConnParam) error {
 	}
 	cp, err := id.connParam(p, room)
 	if err == nil {
-		err = id.rc.call(func(c *Conn) error { return c.CMConnect(cp) })
+		err = id.rc.call(func(c *session.Conn) error { return c.CMConnect(cp) })
 	}
 	if err != nil {
 		return fmt.Errorf("connect: %w", err)
@@ -233,7 +236,7 @@ func (id *dialedID) Accept(p *rdmacm.ConnParam) error {
 	}
 	cp, err := id.connParam(p, room)
 	if err == nil {
-		err = id.rc.call(func(c *Conn) error { return c.CMAccept(cp) })
+		err = id.rc.call(func(c *session.Conn) error { return c.CMAccept(cp) })
 	}
 	if err != nil {
 		return fmt.Errorf("accept: %w", err)
@@ -245,15 +248,15 @@ func (id *dialedID) Reject(privateData []byte) error {
 	if len(privateData) > hostif.CMPrivateDataMax {
 		return fmt.Errorf("reject: %d bytes of private data: %w", len(privateData), rdmacm.ErrInvalidArgument)
 	}
-	if err := id.rc.call(func(c *Conn) error { return c.CMReject(id.handle, privateData) }); err != nil {
+	if err := id.rc.call(func(c *session.Conn) error { return c.CMReject(id.handle, privateData) }); err != nil {
 		return fmt.Errorf("reject: %w", err)
 	}
 	return nil
 }
 
 func (id *dialedID) Listen(backlog int) error {
-	var a CMAddrs
-	if err := id.rc.call(func(c *Conn) (err error) { a, err = c.CMListen(id.handle, backlog); return err }); err != nil {
+	var a session.CMAddrs
+	if err := id.rc.call(func(c *session.Conn) (err error) { a, err = c.CMListen(id.handle, backlog); return err }); err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
 	id.setAddrs(a.Local, a.Peer)
@@ -264,7 +267,7 @@ func (id *dialedID) SetOption(option int, value uint8) error {
 	if option < 0 {
 		return fmt.Errorf("set option %d: %w", option, rdmacm.ErrNotSupported)
 	}
-	if err := id.rc.call(func(c *Conn) error { return c.CMSetOption(id.handle, uint32(option), uint32(value)) }); err != nil {
+	if err := id.rc.call(func(c *session.Conn) error { return c.CMSetOption(id.handle, uint32(option), uint32(value)) }); err != nil {
 		return fmt.Errorf("set option: %w", cmErr(err))
 	}
 	return nil
@@ -277,7 +280,7 @@ func (id *dialedID) Migrate(chb rdmacm.ChannelBackend) error {
 	if !ok || r.err != nil {
 		return fmt.Errorf("migrate: channel of another CM: %w", rdmacm.ErrInvalidArgument)
 	}
-	if err := id.rc.call(func(c *Conn) error { return c.CMMigrateID(id.handle, r.handle) }); err != nil {
+	if err := id.rc.call(func(c *session.Conn) error { return c.CMMigrateID(id.handle, r.handle) }); err != nil {
 		return fmt.Errorf("migrate: %w", cmErr(err))
 	}
 	return nil
@@ -286,25 +289,25 @@ func (id *dialedID) Migrate(chb rdmacm.ChannelBackend) error {
 func (id *dialedID) InitQPAttr(state verbs.QPState) (verbs.QPAttr, verbs.QPAttrMask, error) {
 	var attr *verbs.QPAttr
 	var mask verbs.QPAttrMask
-	err := id.rc.call(func(c *Conn) (err error) {
+	err := id.rc.call(func(c *session.Conn) (err error) {
 		attr, mask, err = c.CMInitQPAttr(id.handle, state)
 		return err
 	})
 	if err != nil {
-		return verbs.QPAttr{}, 0, fmt.Errorf("init QP attributes: %w", cmErr(err))
+		return verbs.QPAttr{}, 0, fmt.Errorf("init session.QP attributes: %w", cmErr(err))
 	}
 	return *attr, mask, nil
 }
 
 func (id *dialedID) Establish() error {
-	if err := id.rc.call(func(c *Conn) error { return c.CMEstablish(id.handle) }); err != nil {
+	if err := id.rc.call(func(c *session.Conn) error { return c.CMEstablish(id.handle) }); err != nil {
 		return fmt.Errorf("establish: %w", cmErr(err))
 	}
 	return nil
 }
 
 func (id *dialedID) Disconnect() error {
-	if err := id.rc.call(func(c *Conn) error { return c.CMDisconnect(id.handle) }); err != nil {
+	if err := id.rc.call(func(c *session.Conn) error { return c.CMDisconnect(id.handle) }); err != nil {
 		return fmt.Errorf("disconnect: %w", err)
 	}
 	return nil
@@ -323,7 +326,7 @@ func (id *dialedID) Destroy() error {
 	id.qp = nil
 	id.mu.Unlock()
 	rc := id.rc
-	err := rc.call(func(c *Conn) error { return c.CMDestroyID(id.handle) })
+	err := rc.call(func(c *session.Conn) error { return c.CMDestroyID(id.handle) })
 	if qp != nil {
 		qp.Destroy()
 	}

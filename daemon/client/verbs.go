@@ -8,8 +8,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/softnic/softnic/counters"
+	"github.com/softnic/softnic/daemon/client/session"
 	"github.com/softnic/softnic/hostif"
-	"github.com/softnic/softnic/ibtransport"
 	"github.com/softnic/softnic/ibtransport/cm"
 	"github.com/softnic/softnic/ibtransport/ibv"
 	"github.com/softnic/softnic/roce"
@@ -25,7 +25,7 @@ type dialed struct {
 	d    *verbs.Device
 	emit func(verbs.Event)
 	mu   sync.Mutex // serialises control calls
-	c    *Conn
+	c    *session.Conn
 	// objects are the device's objects by the names the daemon gives
 	// them; pipes read its event pipes.
 	objects dialedObjects
@@ -33,12 +33,9 @@ type dialed struct {
 	// waitChannel is the completion channel of the CQs made without one
 	// of the program's, on which CQ.Wait sleeps; made with the first.
 	waitMu      sync.Mutex
-	waitChannel *Channel
-	// ahGroup makes the AHs programs hold (dialedPD.CreateAH); it has no
-	// engine.
-	ahGroup   ibtransport.Group
-	closeOnce sync.Once
-	closeErr  error
+	waitChannel *session.Channel
+	closeOnce   sync.Once
+	closeErr    error
 }
 
 // DialDevice opens the device a softnic daemon serves on socket
@@ -48,7 +45,7 @@ type dialed struct {
 // QP1 and verbs.Device.CM are the daemon's: package rdmacm connects its QPs
 // through the daemon's connection manager instead (rdmacm*.go).
 func DialDevice(socket string) (*verbs.Device, error) {
-	c, err := Dial(socket)
+	c, err := session.Dial(socket)
 	if err != nil {
 		return nil, err
 	}
@@ -67,7 +64,7 @@ func DialDevice(socket string) (*verbs.Device, error) {
 
 // Control runs fn with the daemon session of a device reached through
 // DialDevice, under the lock that serialises its control calls.
-func Control(d *verbs.Device, fn func(*Conn) error) error {
+func Control(d *verbs.Device, fn func(*session.Conn) error) error {
 	r, ok := d.Backend().(*dialed)
 	if !ok {
 		return fmt.Errorf("not a device reached through a daemon: %w", verbs.ErrInvalidArgument)
@@ -76,7 +73,7 @@ func Control(d *verbs.Device, fn func(*Conn) error) error {
 }
 
 // call runs a control call under the device's lock.
-func (r *dialed) call(fn func(c *Conn) error) error {
+func (r *dialed) call(fn func(c *session.Conn) error) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return fn(r.c)
@@ -96,7 +93,7 @@ func (r *dialed) Close() error {
 // that errors.Is finds the same errors on both kinds of device; the
 // daemon's error stays in the chain.
 func daemonErr(err error) error {
-	var ce *Error
+	var ce *session.Error
 	if !errors.As(err, &ce) {
 		return err
 	}
@@ -128,7 +125,7 @@ func (r *dialed) ActiveMTU() verbs.MTU                         { return verbs.MT
 
 func (r *dialed) GID(index int) (verbs.GID, error) {
 	var g verbs.GID
-	err := r.call(func(c *Conn) (err error) { g, err = c.QueryGID(index); return err })
+	err := r.call(func(c *session.Conn) (err error) { g, err = c.QueryGID(index); return err })
 	return g, err
 }
 
@@ -141,7 +138,7 @@ func (r *dialed) Query() verbs.DeviceAttr {
 // PortState asks the daemon, and says PortDown if it cannot.
 func (r *dialed) PortState() verbs.PortState {
 	var p hostif.QueryPortReply
-	if err := r.call(func(c *Conn) (err error) { p, err = c.QueryPort(); return err }); err != nil {
+	if err := r.call(func(c *session.Conn) (err error) { p, err = c.QueryPort(); return err }); err != nil {
 		return verbs.PortDown
 	}
 	return verbs.PortState(p.State)
@@ -156,13 +153,13 @@ type dialedPD struct {
 
 func (r *dialed) AllocPD(pd *verbs.PD) verbs.PDOps {
 	p := &dialedPD{r: r, pd: pd}
-	r.call(func(c *Conn) (err error) { p.handle, err = c.AllocPD(); return err })
+	r.call(func(c *session.Conn) (err error) { p.handle, err = c.AllocPD(); return err })
 	return p // a failed allocation leaves handle 0, which every later call gets ENOENT for
 }
 
 func (p *dialedPD) RegMR(buf []byte, access verbs.Access) (*verbs.MR, error) {
-	var r MR
-	err := p.r.call(func(c *Conn) (err error) { r, err = c.RegMR(p.handle, buf, access); return err })
+	var r session.MR
+	err := p.r.call(func(c *session.Conn) (err error) { r, err = c.RegMR(p.handle, buf, access); return err })
 	if err != nil {
 		return nil, fmt.Errorf("register MR: %w", daemonErr(err))
 	}
@@ -177,7 +174,7 @@ type dialedMR struct {
 }
 
 func (m *dialedMR) Dereg() error {
-	err := m.r.call(func(c *Conn) error { return c.DeregMR(m.handle) })
+	err := m.r.call(func(c *session.Conn) error { return c.DeregMR(m.handle) })
 	if err != nil {
 		return fmt.Errorf("deregister MR: %w", daemonErr(err))
 	}

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/softnic/softnic/daemon/client/session"
 	"github.com/softnic/softnic/hostif"
 	"github.com/softnic/softnic/verbs"
 )
@@ -27,14 +28,14 @@ import (
 // CreateCQ with the channel does).
 type dialedChannel struct {
 	r   *dialed
-	ch  *Channel
+	ch  *session.Channel
 	err error
 }
 
 // dialedCQ is a dialed device's CQ: the ring the daemon fills, and the
 // waiters' wake-up.
 type dialedCQ struct {
-	cq     *verbs.CQ // the API's CQ, which events name
+	cq     *verbs.CQ // the API's session.CQ, which events name
 	r      *dialed
 	ring   *hostif.CompletionQueue
 	handle uint32
@@ -50,9 +51,9 @@ func (r *dialed) NewCompChannel(*verbs.CompChannel) verbs.ChannelOps {
 
 // openChannel makes a completion channel in the daemon and starts reading
 // its pipe.
-func (r *dialed) openChannel() (*Channel, error) {
-	var ch *Channel
-	err := r.call(func(c *Conn) (err error) { ch, err = c.CreateCompChannel(); return err })
+func (r *dialed) openChannel() (*session.Channel, error) {
+	var ch *session.Channel
+	err := r.call(func(c *session.Conn) (err error) { ch, err = c.CreateCompChannel(); return err })
 	if err != nil {
 		return nil, fmt.Errorf("create completion channel: %w", daemonErr(err))
 	}
@@ -66,7 +67,7 @@ func (r *dialed) openChannel() (*Channel, error) {
 
 // channelFor returns the daemon's channel a new CQ is attached to: ch's,
 // or without one the device's own, made with the first such CQ.
-func (r *dialed) channelFor(ch *verbs.CompChannel) (*Channel, error) {
+func (r *dialed) channelFor(ch *verbs.CompChannel) (*session.Channel, error) {
 	if ch != nil {
 		rc := ch.Backend().(*dialedChannel) // of this device (CreateCQ checked)
 		return rc.ch, rc.err
@@ -89,8 +90,8 @@ func (r *dialed) CreateCQ(front *verbs.CQ, n int) (verbs.CQOps, error) {
 		return nil, fmt.Errorf("create CQ: %w", err)
 	}
 	h := r.objects.handle()
-	var cq *CQ
-	err = r.call(func(c *Conn) (err error) { cq, err = c.CreateCQ(n, dch, h); return err })
+	var cq *session.CQ
+	err = r.call(func(c *session.Conn) (err error) { cq, err = c.CreateCQ(n, dch, h); return err })
 	if err != nil {
 		return nil, fmt.Errorf("create CQ: %w", daemonErr(err))
 	}
@@ -244,7 +245,7 @@ func (ch *dialedChannel) Destroy() error {
 	if ch.ch == nil {
 		return nil // it never opened: nothing is held
 	}
-	err := ch.r.call(func(c *Conn) error { return c.DestroyCompChannel(ch.ch.Handle) })
+	err := ch.r.call(func(c *session.Conn) error { return c.DestroyCompChannel(ch.ch.Handle) })
 	if err != nil {
 		return fmt.Errorf("destroy completion channel: %w", daemonErr(err))
 	}

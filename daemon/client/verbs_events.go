@@ -7,14 +7,14 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/softnic/softnic/daemon/client/session"
 	"github.com/softnic/softnic/hostif"
 	"github.com/softnic/softnic/verbs"
 )
 
-// dialedObjects are a dialed device's CQs, QPs, SRQs and AHs as the
+// dialedObjects are a dialed device's CQs, QPs and SRQs as the
 // daemon's messages name them: events carry the user handle this process
-// gave the object (docs/HOST-INTERFACE.md, "Events"), completions the QPN,
-// UD work requests the AH's daemon handle.
+// gave the object (docs/HOST-INTERFACE.md, "Events"), completions the QPN.
 type dialedObjects struct {
 	next atomic.Uint64 // the last user handle given
 	mu   sync.Mutex
@@ -22,9 +22,6 @@ type dialedObjects struct {
 	// byQPN the QPs by number.
 	byHandle map[uint64]any
 	byQPN    map[uint32]*dialedQP
-	// ahs maps each AH, by a weak pointer, to its daemon handle (read on
-	// every UD post; see remoteAH).
-	ahs sync.Map
 	// srqs counts the SRQs made: while there are none, completions are
 	// not looked up for their SRQ's count.
 	srqs atomic.Int32
@@ -120,7 +117,7 @@ func (r *dialed) asyncEvent(handle uint64, typ uint32) {
 		qp.failed.Store(true)
 		ev = verbs.Event{Type: verbs.EventQPFatal, QP: qp.qp}
 	case typ == hostif.EventQPLastWQE && qp != nil:
-		qp.failed.Store(true) // raised when a QP on an SRQ reaches ERR
+		qp.failed.Store(true) // raised when a session.QP on an session.SRQ reaches ERR
 		ev = verbs.Event{Type: verbs.EventQPLastWQEReached, QP: qp.qp}
 	case typ == hostif.EventCommEst && qp != nil:
 		ev = verbs.Event{Type: verbs.EventCommEst, QP: qp.qp}
@@ -164,7 +161,7 @@ type pipeReaders struct {
 // them cannot interrupt. The duplicate shares the pipe's O_NONBLOCK with
 // f, which nothing else reads.
 func (p *pipeReaders) start(f *os.File, read func(*os.File)) error {
-	dup, err := PollableDup(f, f.Name())
+	dup, err := session.PollableDup(f, f.Name())
 	if err != nil {
 		return err
 	}

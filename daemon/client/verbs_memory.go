@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/softnic/softnic/daemon/client/session"
 )
 
 // AllocMemory makes n bytes of a sealed memfd, maps it and shares it with
@@ -28,7 +30,7 @@ func (r *dialed) AllocMemory(n int) ([]byte, uint32, error) {
 		return nil, 0, fmt.Errorf("alloc memory: %w", err)
 	}
 	var h uint32
-	err = r.call(func(c *Conn) (err error) { h, err = c.ShareMemory(mem, fd); return err })
+	err = r.call(func(c *session.Conn) (err error) { h, err = c.ShareMemory(mem, fd); return err })
 	if err != nil {
 		unix.Munmap(mem)
 		return nil, 0, fmt.Errorf("alloc memory: %w", daemonErr(err))
@@ -39,8 +41,8 @@ func (r *dialed) AllocMemory(n int) ([]byte, uint32, error) {
 // FreeMemory unshares the memory. Unless regions are still registered in
 // it, any failure (the daemon is gone) leaves nothing of it mapped there.
 func (r *dialed) FreeMemory(_ []byte, handle uint32) error {
-	err := r.call(func(c *Conn) error { return c.UnshareMemory(handle) })
-	var ce *Error
+	err := r.call(func(c *session.Conn) error { return c.UnshareMemory(handle) })
+	var ce *session.Error
 	if errors.As(err, &ce) && ce.Errno == unix.EBUSY {
 		return fmt.Errorf("free memory: regions are registered in it: %w", daemonErr(err))
 	}

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/softnic/softnic/daemon/client/session"
 	"github.com/softnic/softnic/hostif"
 	"github.com/softnic/softnic/ibtransport/ibv"
 	"github.com/softnic/softnic/verbs"
@@ -13,13 +14,13 @@ import (
 
 // CreateQP makes the QP in the daemon.
 func (p *dialedPD) CreateQP(q *verbs.QP, init *verbs.QPInitAttr) (verbs.QPOps, error) {
-	return p.createQPThrough(q, init, (*Conn).CreateQP)
+	return p.createQPThrough(q, init, (*session.Conn).CreateQP)
 }
 
 // createQPThrough makes a QP with create, which sends the command that
 // makes it in the daemon (create_qp, or cm_create_qp for an rdma_cm ID).
 func (p *dialedPD) createQPThrough(front *verbs.QP, init *verbs.QPInitAttr,
-	create func(*Conn, hostif.CreateQPRequest) (*QP, error)) (*dialedQP, error) {
+	create func(*session.Conn, hostif.CreateQPRequest) (*session.QP, error)) (*dialedQP, error) {
 	c := init.Cap
 	var srq *dialedSRQ
 	var srqHandle uint32
@@ -33,8 +34,8 @@ func (p *dialedPD) createQPThrough(front *verbs.QP, init *verbs.QPInitAttr,
 	req := hostif.CreateQPRequest{PD: p.handle, Type: uint32(init.Type), SendCQ: sendCQ.handle, RecvCQ: recvCQ.handle,
 		SRQ: srqHandle, MaxSendWR: uint32(c.MaxSendWR), MaxRecvWR: uint32(max(c.MaxRecvWR, 1)), MaxSendSGE: uint32(c.MaxSendSGE),
 		MaxRecvSGE: uint32(c.MaxRecvSGE), MaxInline: uint32(c.MaxInlineData), UserHandle: h}
-	var q *QP
-	err := r.call(func(cl *Conn) (err error) { q, err = create(cl, req); return err })
+	var q *session.QP
+	err := r.call(func(cl *session.Conn) (err error) { q, err = create(cl, req); return err })
 	if err != nil {
 		return nil, fmt.Errorf("create QP: %w", daemonErr(err))
 	}
@@ -48,8 +49,8 @@ func (p *dialedPD) createQPThrough(front *verbs.QP, init *verbs.QPInitAttr,
 // state is the daemon's, as last set through Modify, or ERR once this
 // process learned that the QP went there by itself (failed).
 type dialedQP struct {
-	qp     *verbs.QP // the API's QP, which events name
-	q      *QP
+	qp     *verbs.QP // the API's session.QP, which events name
+	q      *session.QP
 	r      *dialed
 	handle uint64 // the user handle its events carry
 	cap    verbs.QPCap
@@ -89,13 +90,13 @@ func (r *dialedQP) checkSend(wr *verbs.SendWR) (ah uint32, err error) {
 	}
 	switch st := r.State(); st {
 	case verbs.QPSReset, verbs.QPSInit, verbs.QPSRTR:
-		return 0, fmt.Errorf("post send on QP %d: %w (%v)", r.q.QPN, verbs.ErrInvalidState, st)
+		return 0, fmt.Errorf("post send on session.QP %d: %w (%v)", r.q.QPN, verbs.ErrInvalidState, st)
 	}
 	lim := ibv.SendLimits{MaxSGE: max(r.cap.MaxSendSGE, 1), MaxInline: r.cap.MaxInlineData}
 	if err := ibv.CheckSendWR(r.typ, lim, wr); err != nil || r.typ != verbs.QPTypeUD {
 		return 0, err
 	}
-	h, ok := r.r.objects.ahHandle(wr.AH)
+	h, ok := r.r.ahHandle(wr.AH)
 	if wr.AH == nil || !ok {
 		return 0, fmt.Errorf("post send: UD send without a valid AH: %w", verbs.ErrInvalidArgument)
 	}
@@ -115,7 +116,7 @@ func (r *dialedQP) PostSend(wr *verbs.SendWR) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err := r.q.PostSendTo(wr, ah); err != nil {
-		return fmt.Errorf("post send on QP %d: %w", r.q.QPN, ringErr(err))
+		return fmt.Errorf("post send on session.QP %d: %w", r.q.QPN, ringErr(err))
 	}
 	return nil
 }
@@ -126,16 +127,16 @@ func (r *dialedQP) PostRecv(wr *verbs.RecvWR) error {
 	}
 	switch {
 	case r.srq != nil:
-		return fmt.Errorf("post receive on QP %d: the QP uses an SRQ: %w", r.q.QPN, verbs.ErrInvalidArgument)
+		return fmt.Errorf("post receive on session.QP %d: the session.QP uses an SRQ: %w", r.q.QPN, verbs.ErrInvalidArgument)
 	case r.State() == verbs.QPSReset:
-		return fmt.Errorf("post receive on QP %d: %w (RESET)", r.q.QPN, verbs.ErrInvalidState)
+		return fmt.Errorf("post receive on session.QP %d: %w (RESET)", r.q.QPN, verbs.ErrInvalidState)
 	case len(wr.SGL) > max(r.cap.MaxRecvSGE, 1):
 		return fmt.Errorf("post receive: %d SGEs, at most %d: %w", len(wr.SGL), r.cap.MaxRecvSGE, verbs.ErrInvalidArgument)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err := r.q.PostRecv(wr); err != nil {
-		return fmt.Errorf("post receive on QP %d: %w", r.q.QPN, ringErr(err))
+		return fmt.Errorf("post receive on session.QP %d: %w", r.q.QPN, ringErr(err))
 	}
 	return nil
 }
@@ -144,7 +145,7 @@ func (r *dialedQP) PostRecv(wr *verbs.RecvWR) error {
 // an entry the ring cannot hold to a bad argument.
 func ringErr(err error) error {
 	switch {
-	case err == ErrQueueFull:
+	case err == session.ErrQueueFull:
 		return verbs.ErrQueueFull
 	case errors.Is(err, hostif.ErrBadEntry):
 		return fmt.Errorf("%w: %w", verbs.ErrInvalidArgument, err)
@@ -158,12 +159,12 @@ func ringErr(err error) error {
 // An event that comes during the call is kept.
 func (r *dialedQP) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
 	failed := r.failed.Swap(false)
-	err := r.r.call(func(*Conn) error { return r.q.Modify(attr, mask) })
+	err := r.r.call(func(*session.Conn) error { return r.q.Modify(attr, mask) })
 	if err != nil {
 		if failed {
 			r.failed.Store(true)
 		}
-		return fmt.Errorf("modify QP %d: %w", r.q.QPN, daemonErr(err))
+		return fmt.Errorf("modify session.QP %d: %w", r.q.QPN, daemonErr(err))
 	}
 	r.mu.Lock()
 	r.attr.Merge(attr, mask)
@@ -172,9 +173,9 @@ func (r *dialedQP) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
 }
 
 func (r *dialedQP) Destroy() error {
-	err := r.r.call(func(*Conn) error { return r.q.Destroy() })
+	err := r.r.call(func(*session.Conn) error { return r.q.Destroy() })
 	if err != nil {
-		return fmt.Errorf("destroy QP %d: %w", r.q.QPN, daemonErr(err))
+		return fmt.Errorf("destroy session.QP %d: %w", r.q.QPN, daemonErr(err))
 	}
 	r.r.objects.remove(r.handle)
 	return nil

@@ -5,14 +5,15 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/softnic/softnic/daemon/client/session"
 	"github.com/softnic/softnic/verbs"
 )
 
 // dialedSRQ is an SRQ the daemon's engines take receives from: this
 // process posts into its ring.
 type dialedSRQ struct {
-	srq    *verbs.SRQ // the API's SRQ, which events name
-	s      *SRQ
+	srq    *verbs.SRQ // the API's session.SRQ, which events name
+	s      *session.SRQ
 	r      *dialed
 	handle uint64 // the user handle its events carry
 	maxSGE int
@@ -26,8 +27,8 @@ type dialedSRQ struct {
 func (p *dialedPD) CreateSRQ(front *verbs.SRQ, maxWR, maxSGE int) (verbs.SRQOps, error) {
 	r := p.r
 	h := r.objects.handle()
-	var s *SRQ
-	err := r.call(func(c *Conn) (err error) { s, err = c.CreateSRQ(p.handle, maxWR, maxSGE, 0, h); return err })
+	var s *session.SRQ
+	err := r.call(func(c *session.Conn) (err error) { s, err = c.CreateSRQ(p.handle, maxWR, maxSGE, 0, h); return err })
 	if err != nil {
 		return nil, fmt.Errorf("create SRQ: %w", daemonErr(err))
 	}
@@ -44,7 +45,7 @@ func (s *dialedSRQ) PostRecv(wr *verbs.RecvWR) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.s.PostRecv(wr); err != nil {
-		return fmt.Errorf("post SRQ receive: %w", ringErr(err))
+		return fmt.Errorf("post session.SRQ receive: %w", ringErr(err))
 	}
 	s.posted.Add(1)
 	return nil
@@ -58,7 +59,7 @@ func (s *dialedSRQ) Modify(limit int) error {
 	if limit < 0 {
 		return fmt.Errorf("modify SRQ: limit %d: %w", limit, verbs.ErrInvalidArgument)
 	}
-	if err := s.r.call(func(*Conn) error { return s.s.Modify(limit) }); err != nil {
+	if err := s.r.call(func(*session.Conn) error { return s.s.Modify(limit) }); err != nil {
 		return fmt.Errorf("modify SRQ: %w", daemonErr(err))
 	}
 	return nil

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/softnic/softnic/daemon/client"
+	"github.com/softnic/softnic/daemon/client/session"
 	"github.com/softnic/softnic/ibtransport/ibv"
 	"github.com/softnic/softnic/internal/netnstest"
 	"github.com/softnic/softnic/internal/syncbuf"
@@ -145,7 +145,7 @@ func (d *Daemon) AwaitGID(t testing.TB) {
 }
 
 func (d *Daemon) hasGID(want ibv.GID) bool {
-	c, err := client.Dial(d.Sock)
+	c, err := session.Dial(d.Sock)
 	if err != nil {
 		return false
 	}

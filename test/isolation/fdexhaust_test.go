@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/softnic/softnic/daemon/client"
+	"github.com/softnic/softnic/daemon/client/session"
 )
 
 // TestDescriptorExhaustionLeavesOthersServed: user A (65534) makes the
@@ -103,9 +103,9 @@ func init() { roles["fdhog"] = fdHogRole }
 // "holding ..." again; it holds all until its stdin closes.
 func fdHogRole(in *bufio.Scanner) {
 	sock := os.Getenv("SOCK")
-	var conns []*client.Conn
+	var conns []*session.Conn
 	total := 0
-	fill := func(c *client.Conn, s int) int {
+	fill := func(c *session.Conn, s int) int {
 		n := 0
 		for {
 			ch, err := c.CreateCompChannel()

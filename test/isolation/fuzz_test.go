@@ -16,7 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/softnic/softnic/daemon"
-	"github.com/softnic/softnic/daemon/client"
+	"github.com/softnic/softnic/daemon/client/session"
 	"github.com/softnic/softnic/hostif"
 	"github.com/softnic/softnic/roce/memlink"
 	"github.com/softnic/softnic/verbs"
@@ -94,7 +94,7 @@ func inProcessDaemon(f *testing.F) string {
 
 // dialServed opens a session, waiting out a refusal with EAGAIN: a user's
 // connections that just closed may still count against its session bound.
-func dialServed(sock string) (*client.Conn, error) {
+func dialServed(sock string) (*session.Conn, error) {
 	for end := time.Now().Add(10 * time.Second); ; {
 		c, err := dialWithin(sock, 10*time.Second)
 		if errors.Is(err, unix.EAGAIN) && time.Now().Before(end) {

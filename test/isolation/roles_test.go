@@ -11,7 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/softnic/softnic/daemon/client"
+	"github.com/softnic/softnic/daemon/client/session"
 	"github.com/softnic/softnic/internal/systest"
 )
 
@@ -41,7 +41,7 @@ func TestMain(m *testing.M) {
 
 // errnoName is the errno a daemon's refusal carries ("EMFILE"), or "-".
 func errnoName(err error) string {
-	var e *client.Error
+	var e *session.Error
 	if errors.As(err, &e) {
 		return unix.ErrnoName(e.Errno)
 	}

@@ -18,7 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
-	"github.com/softnic/softnic/daemon/client"
+	"github.com/softnic/softnic/daemon/client/session"
 	"github.com/softnic/softnic/ibtransport/ibv"
 	"github.com/softnic/softnic/roce"
 )
@@ -170,7 +170,7 @@ func TestExecOfSetuidProgramEndsAccess(t *testing.T) {
 
 // rdma posts one signaled READ into, or WRITE from, the peer's buffer at
 // off, of a page at fixedAddr with rkey, and returns its status.
-func (e *endpoint) rdma(t *testing.T, qp *client.QP, op ibv.WROpcode, off int, rkey uint32) ibv.WCStatus {
+func (e *endpoint) rdma(t *testing.T, qp *session.QP, op ibv.WROpcode, off int, rkey uint32) ibv.WCStatus {
 	t.Helper()
 	require.NoError(t, qp.PostSend(&ibv.SendWR{ID: uint64(op), Opcode: op, Flags: ibv.SendSignaled,
 		SGL: []ibv.SGE{e.mr.SGE(off, page)}, RemoteAddr: fixedAddr, RKey: rkey}))

@@ -7,7 +7,7 @@ import (
 	"runtime"
 	"time"
 
-	"github.com/softnic/softnic/daemon/client"
+	"github.com/softnic/softnic/daemon/client/session"
 	"github.com/softnic/softnic/hostif"
 	"github.com/softnic/softnic/ibtransport/ibv"
 	"github.com/softnic/softnic/roce"
@@ -17,11 +17,11 @@ import (
 // an MR over buf, a CQ and RC QPs, and the GID index of the end's IPv4
 // address.
 type endpoint struct {
-	c    *client.Conn
+	c    *session.Conn
 	pd   uint32
 	buf  []byte
-	mr   client.MR
-	cq   *client.CQ
+	mr   session.MR
+	cq   *session.CQ
 	gid  ibv.GID
 	gidx uint8
 }
@@ -68,7 +68,7 @@ func (e *endpoint) close() {
 }
 
 // newQP makes an RC QP on the endpoint's CQ.
-func (e *endpoint) newQP() (*client.QP, error) {
+func (e *endpoint) newQP() (*session.QP, error) {
 	qp, err := e.c.CreateQP(hostif.CreateQPRequest{PD: e.pd, SendCQ: e.cq.Handle, RecvCQ: e.cq.Handle, MaxSendWR: 16,
 		MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1})
 	if err != nil {
@@ -78,7 +78,7 @@ func (e *endpoint) newQP() (*client.QP, error) {
 }
 
 // gidIndex finds gid in the daemon's GID table.
-func gidIndex(c *client.Conn, gid ibv.GID) (int, error) {
+func gidIndex(c *session.Conn, gid ibv.GID) (int, error) {
 	port, err := c.QueryPort()
 	if err != nil {
 		return 0, fmt.Errorf("query_port: %w", err)
@@ -95,7 +95,7 @@ func gidIndex(c *client.Conn, gid ibv.GID) (int, error) {
 // dgid, from the endpoint's GID. retry is the transport retry count: 7
 // (rxe's infinite) for transfers that must finish, less where the peer may
 // be gone and the request must end in an error.
-func (e *endpoint) connectRC(qp *client.QP, dest uint32, dgid ibv.GID, retry uint8) error {
+func (e *endpoint) connectRC(qp *session.QP, dest uint32, dgid ibv.GID, retry uint8) error {
 	access := ibv.AccessLocalWrite | ibv.AccessRemoteWrite | ibv.AccessRemoteRead
 	if err := qp.Modify(&ibv.QPAttr{State: ibv.QPSInit, AccessFlags: access, Port: 1},
 		ibv.QPAttrState|ibv.QPAttrAccessFlags|ibv.QPAttrPort|ibv.QPAttrPKeyIndex); err != nil {

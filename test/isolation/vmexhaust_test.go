@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
-	"github.com/softnic/softnic/daemon/client"
+	"github.com/softnic/softnic/daemon/client/session"
 )
 
 // TestAddressSpaceExhaustionLeavesOthersServed: user A (65534) makes the
@@ -116,8 +116,8 @@ func vmHogRole(in *bufio.Scanner) {
 		ladder = append(ladder, m)
 	}
 	sock := os.Getenv("SOCK")
-	type session struct {
-		c    *client.Conn
+	type held struct {
+		c    *session.Conn
 		used map[int]bool // the ladder's mappings it shared
 	}
 	// The reserve: once the daemon's address space is full, a new session
@@ -127,11 +127,11 @@ func vmHogRole(in *bufio.Scanner) {
 		fail("reserve session", err)
 		return
 	}
-	var sessions []*session
+	var sessions []*held
 	var shared uint64
 	shares := 0
 	var refusal, dialed error
-	pick := func(i int) *session {
+	pick := func(i int) *held {
 		for _, s := range sessions {
 			if !s.used[i] {
 				return s
@@ -145,7 +145,7 @@ func vmHogRole(in *bufio.Scanner) {
 			dialed = fmt.Errorf("session %d: %w", len(sessions)+2, err)
 			return nil
 		}
-		s := &session{c, map[int]bool{}}
+		s := &held{c, map[int]bool{}}
 		sessions = append(sessions, s)
 		return s
 	}
@@ -159,7 +159,7 @@ func vmHogRole(in *bufio.Scanner) {
 				}
 				if _, err := s.c.ShareMemory(m, fd); err != nil {
 					refusal = err
-					if errors.Is(err, client.ErrDaemonGone) {
+					if errors.Is(err, session.ErrDaemonGone) {
 						break levels
 					}
 					break
@@ -180,7 +180,7 @@ func vmHogRole(in *bufio.Scanner) {
 	for in.Scan() {
 		if in.Text() == "top up" {
 			if reserve != nil {
-				sessions = append([]*session{{reserve, map[int]bool{}}}, sessions...)
+				sessions = append([]*held{{reserve, map[int]bool{}}}, sessions...)
 				reserve, dialed = nil, nil
 			}
 			hog()

@@ -18,7 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
-	"github.com/softnic/softnic/daemon/client"
+	"github.com/softnic/softnic/daemon/client/session"
 	"github.com/softnic/softnic/internal/netnstest"
 	"github.com/softnic/softnic/internal/syncbuf"
 	"github.com/softnic/softnic/internal/systest"
@@ -88,16 +88,16 @@ func crash(out string) string {
 // errNoReply is a call the daemon did not answer within its bound.
 var errNoReply = errors.New("no reply")
 
-// dialWithin is client.Dial bounded by d: a daemon that stopped accepting
+// dialWithin is session.Dial bounded by d: a daemon that stopped accepting
 // leaves the connection in its backlog, and the hello unanswered.
-func dialWithin(sock string, d time.Duration) (*client.Conn, error) {
+func dialWithin(sock string, d time.Duration) (*session.Conn, error) {
 	type result struct {
-		c   *client.Conn
+		c   *session.Conn
 		err error
 	}
 	ch := make(chan result, 1)
 	go func() {
-		c, err := client.Dial(sock)
+		c, err := session.Dial(sock)
 		ch <- result{c, err}
 	}()
 	select {

@@ -24,16 +24,18 @@ const module = "github.com/softnic/softnic/"
 // other the package and those under it); a package imports only ranks at
 // or below its own. The IB vocabulary (header, ibv) lies under the
 // transport engine, and so do the packages that need only it: the
-// management datagrams and the IB CM, the host interface, the daemon's
-// metrics, procmem. The daemon's client (daemon/client), a verbs and
-// rdma_cm backend, sits with the daemon.
+// management datagrams and the IB CM, the host interface and a session
+// at its level (daemon/client/session), the daemon's metrics, procmem.
+// The daemon's client (daemon/client), the verbs and rdma_cm backend
+// built on that session, sits with the daemon.
 var layers = []struct {
 	prefix string
 	rank   int
 }{
 	{"bpf", 0}, {"xdp", 0}, {"counters", 0}, {"internal/", 0},
 	{"ibtransport/header", 1}, {"ibtransport/ibv", 1},
-	{"ibtransport/", 2}, {"hostif", 2}, {"internal/procmem", 2}, {"daemon/metrics", 2},
+	{"ibtransport/", 2}, {"hostif", 2}, {"daemon/client/session", 2}, {"internal/procmem", 2},
+	{"daemon/metrics", 2},
 	{"ibtransport", 3},
 	{"roce", 4},
 	{"verbs", 5},
@@ -94,7 +96,7 @@ func TestImportsFollowTheLayers(t *testing.T) {
 // do not import the daemon's client, their backend.
 func TestTheEngineIsAboveItsVocabulary(t *testing.T) {
 	var lines []string
-	for _, pkg := range []string{"hostif", "ibtransport/mad", "ibtransport/cm", "daemon/metrics",
+	for _, pkg := range []string{"hostif", "ibtransport/mad", "ibtransport/cm", "daemon/client/session", "daemon/metrics",
 		"internal/procmem", "ibtransport/ibv"} {
 		lines = append(lines, module+pkg+" "+module+"ibtransport "+module+"ibtransport/header")
 	}
@@ -104,7 +106,7 @@ func TestTheEngineIsAboveItsVocabulary(t *testing.T) {
 		module+"verbs "+module+"daemon/client "+module+"ibtransport",
 		module+"rdmacm "+module+"daemon/client "+module+"verbs")
 	assert.Equal(t, []string{
-		"daemon/metrics -> ibtransport", "hostif -> ibtransport",
+		"daemon/client/session -> ibtransport", "daemon/metrics -> ibtransport", "hostif -> ibtransport",
 		"ibtransport/cm -> ibtransport", "ibtransport/ibv -> ibtransport", "ibtransport/mad -> ibtransport",
 		"internal/procmem -> ibtransport", "rdmacm -> daemon/client", "verbs -> daemon/client",
 	}, upward(t, lines))

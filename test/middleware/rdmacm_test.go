@@ -14,10 +14,11 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/softnic/softnic/internal/systest"
 	"golang.org/x/sys/unix"
 
-	"github.com/softnic/softnic/daemon/client"
+	"github.com/softnic/softnic/internal/systest"
+
+	"github.com/softnic/softnic/daemon/client/session"
 	"github.com/softnic/softnic/roce"
 )
 
@@ -108,7 +109,7 @@ func TestRdmaCMSuite(t *testing.T) {
 // table.
 func (w *world) gidIndex(t *testing.T, d *systest.Daemon) int {
 	t.Helper()
-	c, err := client.Dial(d.Sock)
+	c, err := session.Dial(d.Sock)
 	require.NoError(t, err)
 	defer c.Close()
 	port, err := c.QueryPort()

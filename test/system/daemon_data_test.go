@@ -9,7 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/softnic/softnic/daemon/client"
+	"github.com/softnic/softnic/daemon/client/session"
 	"github.com/softnic/softnic/hostif"
 	"github.com/softnic/softnic/ibtransport/ibv"
 	"github.com/softnic/softnic/internal/netnstest"
@@ -37,7 +37,7 @@ func TestDaemonDataOnVeth(t *testing.T) {
 	copy(macA[:], linkA.Attrs().HardwareAddr)
 	peer.RoCE().SetNeighbor(p.A.Addr4(), macA)
 
-	c, err := client.Dial(filepath.Join(runDir, "softnic_"+p.A.Ifname+".sock"))
+	c, err := session.Dial(filepath.Join(runDir, "softnic_"+p.A.Ifname+".sock"))
 	require.NoError(t, err)
 	defer c.Close()
 	pd, err := c.AllocPD()

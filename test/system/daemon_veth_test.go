@@ -15,7 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/softnic/softnic/daemon/client"
+	"github.com/softnic/softnic/daemon/client/session"
 	"github.com/softnic/softnic/hostif"
 	"github.com/softnic/softnic/ibtransport/ibv"
 	"github.com/softnic/softnic/internal/netnstest"
@@ -39,7 +39,7 @@ func hostifQP(pd, cq uint32) hostif.CreateQPRequest {
 // "ready", and holds them until its standard input closes.
 func daemonClient(sock string) int {
 	fail := func(err error) int { fmt.Println("error:", err); return 1 }
-	c, err := client.Dial(sock)
+	c, err := session.Dial(sock)
 	if err != nil {
 		return fail(err)
 	}

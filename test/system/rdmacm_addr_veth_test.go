@@ -18,7 +18,7 @@ import (
 
 	"github.com/softnic/softnic/internal/systest"
 
-	"github.com/softnic/softnic/daemon/client"
+	"github.com/softnic/softnic/daemon/client/session"
 	"github.com/softnic/softnic/hostif"
 	"github.com/softnic/softnic/internal/netnstest"
 )
@@ -90,7 +90,7 @@ func (w *providerWorld) testCMAddr(t *testing.T) {
 // comm on end's daemon.
 func (w *providerWorld) sessionOf(t *testing.T, end *netnstest.End, comm string) hostif.SessionResources {
 	t.Helper()
-	m, err := client.DialMonitor(filepath.Join(w.runDir, "softnic_"+end.Ifname+".sock"))
+	m, err := session.DialMonitor(filepath.Join(w.runDir, "softnic_"+end.Ifname+".sock"))
 	require.NoError(t, err)
 	defer m.Close()
 	res, err := m.Resources()

@@ -15,7 +15,7 @@ import (
 
 	"github.com/softnic/softnic/internal/systest"
 
-	"github.com/softnic/softnic/daemon/client"
+	"github.com/softnic/softnic/daemon/client/session"
 	"github.com/softnic/softnic/internal/netnstest"
 )
 
@@ -179,7 +179,7 @@ type listenerCount struct {
 // listeners asks the daemon at sock for its sessions after session ID
 // after (softnic stat res -d's cm_listen).
 func listeners(sock string, after uint32) (listenerCount, error) {
-	m, err := client.DialMonitor(sock)
+	m, err := session.DialMonitor(sock)
 	if err != nil {
 		return listenerCount{}, err
 	}

@@ -1,22 +1,19 @@
-// Package client is the Go side of softnic's host interface
-// (docs/HOST-INTERFACE.md): it opens a session with a running daemon,
-// creates objects through the control socket, and posts and polls through
-// the shared rings without system calls while the daemon polls.
+// Package session is a session with a softnic daemon at the level of
+// its host interface (docs/HOST-INTERFACE.md): it opens the session,
+// creates objects through the control socket by handle, and posts and
+// polls through the shared rings without system calls while the daemon
+// polls. It needs only the interface's layouts and the IB vocabulary,
+// not the engine. Package daemon/client builds the verbs and rdma_cm
+// backends on it; tests and tools that speak the protocol itself use it
+// directly.
 //
-// It holds the daemon's backends of the APIs above it too: DialDevice
-// and OpenDevice give a verbs.Device whose objects live in the daemon
-// (verbs*.go), and rdmacm.New over such a device runs its IDs in the
-// daemon through the same session (rdmacm*.go), the device's backend
-// being the CM's rdmacm.BackendProvider. The in-process backends are
-// those packages' own.
-//
-//	c, err := client.Dial("/run/softnic/softnic_eth0.sock")
+//	c, err := session.Dial("/run/softnic/softnic_eth0.sock")
 //	if err != nil {
 //		return err
 //	}
 //	defer c.Close()
 //	pd, err := c.AllocPD()
-package client
+package session
 
 import (
 	"errors"

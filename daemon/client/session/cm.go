@@ -1,4 +1,4 @@
-package client
+package session
 
 import (
 	"net/netip"
