@@ -145,7 +145,7 @@ func (ss *session) hello(req hostif.HelloRequest) (any, []int, error) {
 		ss.give(resDescriptor, 3)
 		return nil, nil, err
 	}
-	page, err := ss.newRing("session", pageSize)
+	page, err := ss.newRing("session", hostif.SessionPageSize)
 	if err != nil {
 		return fail(err)
 	}

@@ -65,7 +65,7 @@ func (h *hostQueues) remove(ss *session) {
 func (h *hostQueues) Poll() bool {
 	worked := h.retryBacklog()
 	for _, ss := range *h.list.Load() {
-		db := atomic.LoadUint32(ss.word(offDoorbell))
+		db := atomic.LoadUint32(ss.word(hostif.PageDoorbell))
 		if db == ss.seenDoorbell {
 			continue
 		}
@@ -107,10 +107,10 @@ func (h *hostQueues) Sleep() bool {
 	}
 	list := *h.list.Load()
 	for _, ss := range list {
-		atomic.StoreUint32(ss.word(offSleeping), 1)
+		atomic.StoreUint32(ss.word(hostif.PageSleeping), 1)
 	}
 	for _, ss := range list {
-		if atomic.LoadUint32(ss.word(offDoorbell)) != ss.seenDoorbell {
+		if atomic.LoadUint32(ss.word(hostif.PageDoorbell)) != ss.seenDoorbell {
 			return false
 		}
 	}
@@ -119,7 +119,7 @@ func (h *hostQueues) Sleep() bool {
 
 func (h *hostQueues) Awake() {
 	for _, ss := range *h.list.Load() {
-		atomic.StoreUint32(ss.word(offSleeping), 0)
+		atomic.StoreUint32(ss.word(hostif.PageSleeping), 0)
 	}
 }
 

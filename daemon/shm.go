@@ -78,12 +78,3 @@ func (ss *session) freeRing(r *ring) {
 	ss.give(resRingBytes, int64(len(r.mem)))
 	r.close()
 }
-
-// pageSize is the session page's size.
-const pageSize = 4096
-
-// Session page words (docs/HOST-INTERFACE.md).
-const (
-	offDoorbell = 0
-	offSleeping = 64
-)

@@ -8,9 +8,8 @@ import (
 	"github.com/softnic/softnic/roce"
 )
 
-// The queue pair and the vocabulary of work requests, completions and QP
-// attributes are the transport engine's; they keep their libibverbs names
-// here. PD, MR, CQ, CompChannel and SRQ are this package's own.
+// The vocabulary of work requests, completions, address handles and QP
+// attributes is package ibv's, under its libibverbs names here.
 type (
 	QPAttr        = ibv.QPAttr
 	QPAttrMask    = ibv.QPAttrMask

@@ -62,16 +62,6 @@ func DialDevice(socket string) (*verbs.Device, error) {
 	return r.d, nil
 }
 
-// Control runs fn with the daemon session of a device reached through
-// DialDevice, under the lock that serialises its control calls.
-func Control(d *verbs.Device, fn func(*session.Conn) error) error {
-	r, ok := d.Backend().(*dialed)
-	if !ok {
-		return fmt.Errorf("not a device reached through a daemon: %w", verbs.ErrInvalidArgument)
-	}
-	return r.call(fn)
-}
-
 // call runs a control call under the device's lock.
 func (r *dialed) call(fn func(c *session.Conn) error) error {
 	r.mu.Lock()
