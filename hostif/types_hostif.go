@@ -23,6 +23,67 @@ const HeaderLen = C.SN_HEADER_LEN
 // MaxMessage is the largest control message either side sends.
 const MaxMessage = C.SN_MAX_MESSAGE
 
+// Control commands: the op of a message's header.
+const (
+	OpHello             Op = C.SN_OP_HELLO
+	OpAllocPD           Op = C.SN_OP_ALLOC_PD
+	OpDeallocPD         Op = C.SN_OP_DEALLOC_PD
+	OpRegMR             Op = C.SN_OP_REG_MR
+	OpDeregMR           Op = C.SN_OP_DEREG_MR
+	OpCreateCompChannel Op = C.SN_OP_CREATE_COMP_CHANNEL
+	OpCreateCQ          Op = C.SN_OP_CREATE_CQ
+	OpDestroyCQ         Op = C.SN_OP_DESTROY_CQ
+	OpCreateQP          Op = C.SN_OP_CREATE_QP
+	OpModifyQP          Op = C.SN_OP_MODIFY_QP
+	OpDestroyQP         Op = C.SN_OP_DESTROY_QP
+	OpCreateAH          Op = C.SN_OP_CREATE_AH
+	OpDestroyAH         Op = C.SN_OP_DESTROY_AH
+	OpQueryPort         Op = C.SN_OP_QUERY_PORT
+	OpQueryGID          Op = C.SN_OP_QUERY_GID
+	OpCreateSRQ         Op = C.SN_OP_CREATE_SRQ
+	OpModifySRQ         Op = C.SN_OP_MODIFY_SRQ
+	OpDestroySRQ        Op = C.SN_OP_DESTROY_SRQ
+	OpQueryResources    Op = C.SN_OP_QUERY_RESOURCES
+	// The connection manager (rdma_cm through the daemon: hostif/cm.go).
+	OpCMCreateChannel Op = C.SN_OP_CM_CREATE_CHANNEL
+	OpCMCreateID      Op = C.SN_OP_CM_CREATE_ID
+	OpCMBind          Op = C.SN_OP_CM_BIND
+	OpCMResolveAddr   Op = C.SN_OP_CM_RESOLVE_ADDR
+	OpCMResolveRoute  Op = C.SN_OP_CM_RESOLVE_ROUTE
+	OpCMCreateQP      Op = C.SN_OP_CM_CREATE_QP
+	OpCMConnect       Op = C.SN_OP_CM_CONNECT
+	OpCMListen        Op = C.SN_OP_CM_LISTEN
+	OpCMAccept        Op = C.SN_OP_CM_ACCEPT
+	OpCMReject        Op = C.SN_OP_CM_REJECT
+	OpCMDisconnect    Op = C.SN_OP_CM_DISCONNECT
+	OpCMDestroyID     Op = C.SN_OP_CM_DESTROY_ID
+	OpCMGetEvent      Op = C.SN_OP_CM_GET_EVENT
+	OpCMQueryAddr     Op = C.SN_OP_CM_QUERY_ADDR
+	OpCMDetachQP      Op = C.SN_OP_CM_DETACH_QP
+	// Memory the client shares with the daemon by descriptor (a sealed
+	// memfd): regions inside it are reached without reads or writes of
+	// the client's /proc/self/mem.
+	OpShareMemory   Op = C.SN_OP_SHARE_MEMORY
+	OpUnshareMemory Op = C.SN_OP_UNSHARE_MEMORY
+	// The device's and its QPs' counters (hostif/counters.go).
+	OpQueryCounters Op = C.SN_OP_QUERY_COUNTERS
+	// An rdma_cm ID's option (rdma_set_option; hostif/cm.go).
+	OpCMSetOption Op = C.SN_OP_CM_SET_OPTION
+	// An rdma_cm ID's events to another channel (rdma_migrate_id).
+	OpCMMigrateID Op = C.SN_OP_CM_MIGRATE_ID
+	// The attributes that move a QP the program made through the states
+	// of an ID's connection (rdma_init_qp_attr), and the RTU that ends an
+	// active side's exchange once that QP is ready (rdma_establish).
+	OpCMInitQPAttr Op = C.SN_OP_CM_INIT_QP_ATTR
+	OpCMEstablish  Op = C.SN_OP_CM_ESTABLISH
+	// The device's rdma_cm IDs, for monitors (softnic stat res cm_id).
+	OpQueryCMIDs Op = C.SN_OP_QUERY_CM_IDS
+	// Destroying the channels: completion channels and rdma_cm event
+	// channels hold a descriptor of the daemon's each.
+	OpDestroyCompChannel Op = C.SN_OP_DESTROY_COMP_CHANNEL
+	OpCMDestroyChannel   Op = C.SN_OP_CM_DESTROY_CHANNEL
+)
+
 // Header starts every control message: Length counts header and body,
 // Status is a reply's, 0 or a negative errno.
 type Header C.struct_sn_header

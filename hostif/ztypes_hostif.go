@@ -11,6 +11,67 @@ const HeaderLen = 16
 // MaxMessage is the largest control message either side sends.
 const MaxMessage = 4096
 
+// Control commands: the op of a message's header.
+const (
+	OpHello             Op = 1
+	OpAllocPD           Op = 2
+	OpDeallocPD         Op = 3
+	OpRegMR             Op = 4
+	OpDeregMR           Op = 5
+	OpCreateCompChannel Op = 6
+	OpCreateCQ          Op = 7
+	OpDestroyCQ         Op = 8
+	OpCreateQP          Op = 9
+	OpModifyQP          Op = 10
+	OpDestroyQP         Op = 11
+	OpCreateAH          Op = 12
+	OpDestroyAH         Op = 13
+	OpQueryPort         Op = 14
+	OpQueryGID          Op = 15
+	OpCreateSRQ         Op = 16
+	OpModifySRQ         Op = 17
+	OpDestroySRQ        Op = 18
+	OpQueryResources    Op = 19
+	// The connection manager (rdma_cm through the daemon: hostif/cm.go).
+	OpCMCreateChannel Op = 20
+	OpCMCreateID      Op = 21
+	OpCMBind          Op = 22
+	OpCMResolveAddr   Op = 23
+	OpCMResolveRoute  Op = 24
+	OpCMCreateQP      Op = 25
+	OpCMConnect       Op = 26
+	OpCMListen        Op = 27
+	OpCMAccept        Op = 28
+	OpCMReject        Op = 29
+	OpCMDisconnect    Op = 30
+	OpCMDestroyID     Op = 31
+	OpCMGetEvent      Op = 32
+	OpCMQueryAddr     Op = 33
+	OpCMDetachQP      Op = 34
+	// Memory the client shares with the daemon by descriptor (a sealed
+	// memfd): regions inside it are reached without reads or writes of
+	// the client's /proc/self/mem.
+	OpShareMemory   Op = 35
+	OpUnshareMemory Op = 36
+	// The device's and its QPs' counters (hostif/counters.go).
+	OpQueryCounters Op = 37
+	// An rdma_cm ID's option (rdma_set_option; hostif/cm.go).
+	OpCMSetOption Op = 38
+	// An rdma_cm ID's events to another channel (rdma_migrate_id).
+	OpCMMigrateID Op = 39
+	// The attributes that move a QP the program made through the states
+	// of an ID's connection (rdma_init_qp_attr), and the RTU that ends an
+	// active side's exchange once that QP is ready (rdma_establish).
+	OpCMInitQPAttr Op = 40
+	OpCMEstablish  Op = 41
+	// The device's rdma_cm IDs, for monitors (softnic stat res cm_id).
+	OpQueryCMIDs Op = 42
+	// Destroying the channels: completion channels and rdma_cm event
+	// channels hold a descriptor of the daemon's each.
+	OpDestroyCompChannel Op = 43
+	OpCMDestroyChannel   Op = 44
+)
+
 // Header starts every control message: Length counts header and body,
 // Status is a reply's, 0 or a negative errno.
 type Header struct {
