@@ -6,20 +6,12 @@ import (
 	"fmt"
 )
 
-// Op is a control command (docs/HOST-INTERFACE.md). Its constants come
-// from provider/hostif.h's enum sn_op (ztypes_hostif.go).
+// Op is a control command (docs/HOST-INTERFACE.md). Its constants and
+// their names come from provider/hostif.h's enum sn_op (ztypes_hostif.go).
 type Op uint16
 
-var opNames = [...]string{"", "hello", "alloc_pd", "dealloc_pd", "reg_mr", "dereg_mr", "create_comp_channel",
-	"create_cq", "destroy_cq", "create_qp", "modify_qp", "destroy_qp", "create_ah", "destroy_ah", "query_port", "query_gid", "create_srq", "modify_srq", "destroy_srq",
-	"query_resources", "cm_create_channel", "cm_create_id", "cm_bind", "cm_resolve_addr", "cm_resolve_route",
-	"cm_create_qp", "cm_connect", "cm_listen", "cm_accept", "cm_reject", "cm_disconnect", "cm_destroy_id",
-	"cm_get_event", "cm_query_addr", "cm_detach_qp", "share_memory", "unshare_memory", "query_counters",
-	"cm_set_option", "cm_migrate_id", "cm_init_qp_attr", "cm_establish", "query_cm_ids",
-	"destroy_comp_channel", "cm_destroy_channel"}
-
 func (o Op) String() string {
-	if int(o) < len(opNames) && o != 0 {
+	if int(o) < len(opNames) && opNames[o] != "" {
 		return opNames[o]
 	}
 	return fmt.Sprintf("op(%d)", uint16(o))

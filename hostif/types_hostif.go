@@ -3,8 +3,9 @@
 // The layouts' Go side, as declarations of C's: layoutgen writes
 // ztypes_hostif.go from this file and provider/hostif.h, each C reference
 // replaced by what the C compiler makes of it (a struct's fields with Go
-// names, a constant's value, a struct's fields' offsets). Edit this file
-// or the header, then go generate ./hostif (make generate).
+// names, a constant's value, a struct's fields' offsets, an enum's
+// enumerators' names by value). Edit this file or the header, then go
+// generate ./hostif (make generate).
 
 package hostif
 
@@ -83,6 +84,10 @@ const (
 	OpDestroyCompChannel Op = C.SN_OP_DESTROY_COMP_CHANNEL
 	OpCMDestroyChannel   Op = C.SN_OP_CM_DESTROY_CHANNEL
 )
+
+// opNames are the commands' names for Op's String: enum sn_op's, SN_OP_
+// dropped, in lower case.
+var opNames = C.names_enum_sn_op
 
 // Header starts every control message: Length counts header and body,
 // Status is a reply's, 0 or a negative errno.

@@ -72,6 +72,55 @@ const (
 	OpCMDestroyChannel   Op = 44
 )
 
+// opNames are the commands' names for Op's String: enum sn_op's, SN_OP_
+// dropped, in lower case.
+var opNames = [...]string{
+	1:  "hello",
+	2:  "alloc_pd",
+	3:  "dealloc_pd",
+	4:  "reg_mr",
+	5:  "dereg_mr",
+	6:  "create_comp_channel",
+	7:  "create_cq",
+	8:  "destroy_cq",
+	9:  "create_qp",
+	10: "modify_qp",
+	11: "destroy_qp",
+	12: "create_ah",
+	13: "destroy_ah",
+	14: "query_port",
+	15: "query_gid",
+	16: "create_srq",
+	17: "modify_srq",
+	18: "destroy_srq",
+	19: "query_resources",
+	20: "cm_create_channel",
+	21: "cm_create_id",
+	22: "cm_bind",
+	23: "cm_resolve_addr",
+	24: "cm_resolve_route",
+	25: "cm_create_qp",
+	26: "cm_connect",
+	27: "cm_listen",
+	28: "cm_accept",
+	29: "cm_reject",
+	30: "cm_disconnect",
+	31: "cm_destroy_id",
+	32: "cm_get_event",
+	33: "cm_query_addr",
+	34: "cm_detach_qp",
+	35: "share_memory",
+	36: "unshare_memory",
+	37: "query_counters",
+	38: "cm_set_option",
+	39: "cm_migrate_id",
+	40: "cm_init_qp_attr",
+	41: "cm_establish",
+	42: "query_cm_ids",
+	43: "destroy_comp_channel",
+	44: "cm_destroy_channel",
+}
+
 // Header starts every control message: Length counts header and body,
 // Status is a reply's, 0 or a negative errno.
 type Header struct {
