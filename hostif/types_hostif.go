@@ -11,6 +11,7 @@ package hostif
 
 /*
 #include "hostif.h"
+#include <infiniband/verbs.h>
 #include <rdma/ib_user_verbs.h>
 */
 import "C"
@@ -230,6 +231,20 @@ const offCQ = C.offsetof_struct_sn_cq_entry
 // AsyncEventLen is the size of an async event record: struct
 // ib_uverbs_async_event_desc, which ibv_get_async_event reads.
 const AsyncEventLen = C.sizeof_struct_ib_uverbs_async_event_desc
+
+// The async events the daemon sends (docs/HOST-INTERFACE.md, "Events"):
+// their types are libibverbs' enum ibv_event_type, which
+// ibv_get_async_event returns as they are.
+const (
+	EventCQErr           uint32 = C.IBV_EVENT_CQ_ERR
+	EventQPFatal         uint32 = C.IBV_EVENT_QP_FATAL
+	EventCommEst         uint32 = C.IBV_EVENT_COMM_EST
+	EventSQDrained       uint32 = C.IBV_EVENT_SQ_DRAINED
+	EventPortActive      uint32 = C.IBV_EVENT_PORT_ACTIVE
+	EventPortErr         uint32 = C.IBV_EVENT_PORT_ERR
+	EventSRQLimitReached uint32 = C.IBV_EVENT_SRQ_LIMIT_REACHED
+	EventQPLastWQE       uint32 = C.IBV_EVENT_QP_LAST_WQE_REACHED
+)
 
 // Async event record layout: u64 element (the user handle of the QP, CQ
 // or SRQ, or the port number of a port's event), u32 event type, u32

@@ -494,6 +494,20 @@ const (
 // ib_uverbs_async_event_desc, which ibv_get_async_event reads.
 const AsyncEventLen = 16
 
+// The async events the daemon sends (docs/HOST-INTERFACE.md, "Events"):
+// their types are libibverbs' enum ibv_event_type, which
+// ibv_get_async_event returns as they are.
+const (
+	EventCQErr           uint32 = 0
+	EventQPFatal         uint32 = 1
+	EventCommEst         uint32 = 4
+	EventSQDrained       uint32 = 5
+	EventPortActive      uint32 = 9
+	EventPortErr         uint32 = 10
+	EventSRQLimitReached uint32 = 15
+	EventQPLastWQE       uint32 = 16
+)
+
 // Async event record layout: u64 element (the user handle of the QP, CQ
 // or SRQ, or the port number of a port's event), u32 event type, u32
 // reserved.
