@@ -90,6 +90,14 @@ const (
 // dropped, in lower case.
 var opNames = C.names_enum_sn_op
 
+// The descriptors a hello request passes, in this order: the client's
+// /proc/self/mem and /proc/self/maps, HelloFDs of them.
+const (
+	HelloMemFD  = C.SN_HELLO_MEM_FD
+	HelloMapsFD = C.SN_HELLO_MAPS_FD
+	HelloFDs    = C.SN_HELLO_FDS
+)
+
 // Header starts every control message: Length counts header and body,
 // Status is a reply's, 0 or a negative errno.
 type Header C.struct_sn_header

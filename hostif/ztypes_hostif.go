@@ -121,6 +121,14 @@ var opNames = [...]string{
 	44: "cm_destroy_channel",
 }
 
+// The descriptors a hello request passes, in this order: the client's
+// /proc/self/mem and /proc/self/maps, HelloFDs of them.
+const (
+	HelloMemFD  = 0
+	HelloMapsFD = 1
+	HelloFDs    = 2
+)
+
 // Header starts every control message: Length counts header and body,
 // Status is a reply's, 0 or a negative errno.
 type Header struct {

@@ -123,18 +123,21 @@ func Dial(socket string) (*Conn, error) {
 	return c, nil
 }
 
-// selfMemory opens this process's mem and maps files for hello.
-func selfMemory() ([2]int, error) {
+// selfMemory opens this process's mem and maps files for hello, in the
+// order hello passes them.
+func selfMemory() ([hostif.HelloFDs]int, error) {
+	var fds [hostif.HelloFDs]int
 	mem, err := unix.Open("/proc/self/mem", unix.O_RDWR|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return [2]int{}, fmt.Errorf("softnic daemon: open /proc/self/mem: %w", err)
+		return fds, fmt.Errorf("softnic daemon: open /proc/self/mem: %w", err)
 	}
 	maps, err := unix.Open("/proc/self/maps", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		unix.Close(mem)
-		return [2]int{}, fmt.Errorf("softnic daemon: open /proc/self/maps: %w", err)
+		return fds, fmt.Errorf("softnic daemon: open /proc/self/maps: %w", err)
 	}
-	return [2]int{mem, maps}, nil
+	fds[hostif.HelloMemFD], fds[hostif.HelloMapsFD] = mem, maps
+	return fds, nil
 }
 
 // SyscallConn returns the control socket's raw connection, for a program
