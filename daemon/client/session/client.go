@@ -107,7 +107,7 @@ func Dial(socket string) (*Conn, error) {
 		uc.Close()
 		return nil, err
 	}
-	c.page, err = unix.Mmap(fds[0], 0, 4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	c.page, err = unix.Mmap(fds[0], 0, hostif.SessionPageSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	unix.Close(fds[0])
 	if err != nil {
 		closeAll(fds[1:])
@@ -115,7 +115,8 @@ func Dial(socket string) (*Conn, error) {
 		return nil, fmt.Errorf("softnic daemon: session page: %w", err)
 	}
 	c.Async, c.doorbell = os.NewFile(uintptr(fds[1]), "softnic-async"), fds[2]
-	c.rung, c.sleeping = (*uint32)(unsafe.Pointer(&c.page[0])), (*uint32)(unsafe.Pointer(&c.page[64]))
+	c.rung = (*uint32)(unsafe.Pointer(&c.page[hostif.PageDoorbell]))
+	c.sleeping = (*uint32)(unsafe.Pointer(&c.page[hostif.PageSleeping]))
 	if err := c.watch(); err != nil {
 		c.Close()
 		return nil, err
