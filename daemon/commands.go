@@ -127,11 +127,11 @@ func (ss *session) hello(req hostif.HelloRequest) (any, []int, error) {
 	if ss.page != nil {
 		return nil, nil, errProto
 	}
-	fds, err := ss.takeFDs(2)
+	fds, err := ss.takeFDs(hostif.HelloFDs)
 	if err != nil {
 		return nil, nil, fmt.Errorf("hello wants /proc/self/mem and /proc/self/maps: %w", err)
 	}
-	proc, err := procmem.FromDescriptors(fds[0], fds[1])
+	proc, err := procmem.FromDescriptors(fds[hostif.HelloMemFD], fds[hostif.HelloMapsFD])
 	if err != nil {
 		return nil, nil, err
 	}

@@ -6,80 +6,12 @@ import (
 	"fmt"
 )
 
-// Op is a control command (docs/HOST-INTERFACE.md).
+// Op is a control command (docs/HOST-INTERFACE.md). Its constants and
+// their names come from provider/hostif.h's enum sn_op (ztypes_hostif.go).
 type Op uint16
 
-// Control commands.
-const (
-	OpHello Op = iota + 1
-	OpAllocPD
-	OpDeallocPD
-	OpRegMR
-	OpDeregMR
-	OpCreateCompChannel
-	OpCreateCQ
-	OpDestroyCQ
-	OpCreateQP
-	OpModifyQP
-	OpDestroyQP
-	OpCreateAH
-	OpDestroyAH
-	OpQueryPort
-	OpQueryGID
-	OpCreateSRQ
-	OpModifySRQ
-	OpDestroySRQ
-	OpQueryResources
-	// The connection manager (rdma_cm through the daemon: hostif/cm.go).
-	OpCMCreateChannel
-	OpCMCreateID
-	OpCMBind
-	OpCMResolveAddr
-	OpCMResolveRoute
-	OpCMCreateQP
-	OpCMConnect
-	OpCMListen
-	OpCMAccept
-	OpCMReject
-	OpCMDisconnect
-	OpCMDestroyID
-	OpCMGetEvent
-	OpCMQueryAddr
-	OpCMDetachQP
-	// Memory the client shares with the daemon by descriptor (a sealed
-	// memfd): regions inside it are reached without reads or writes of
-	// the client's /proc/self/mem.
-	OpShareMemory
-	OpUnshareMemory
-	// The device's and its QPs' counters (hostif/counters.go).
-	OpQueryCounters
-	// An rdma_cm ID's option (rdma_set_option; hostif/cm.go).
-	OpCMSetOption
-	// An rdma_cm ID's events to another channel (rdma_migrate_id).
-	OpCMMigrateID
-	// The attributes that move a QP the program made through the states
-	// of an ID's connection (rdma_init_qp_attr), and the RTU that ends an
-	// active side's exchange once that QP is ready (rdma_establish).
-	OpCMInitQPAttr
-	OpCMEstablish
-	// The device's rdma_cm IDs, for monitors (softnic stat res cm_id).
-	OpQueryCMIDs
-	// Destroying the channels: completion channels and rdma_cm event
-	// channels hold a descriptor of the daemon's each.
-	OpDestroyCompChannel
-	OpCMDestroyChannel
-)
-
-var opNames = [...]string{"", "hello", "alloc_pd", "dealloc_pd", "reg_mr", "dereg_mr", "create_comp_channel",
-	"create_cq", "destroy_cq", "create_qp", "modify_qp", "destroy_qp", "create_ah", "destroy_ah", "query_port", "query_gid", "create_srq", "modify_srq", "destroy_srq",
-	"query_resources", "cm_create_channel", "cm_create_id", "cm_bind", "cm_resolve_addr", "cm_resolve_route",
-	"cm_create_qp", "cm_connect", "cm_listen", "cm_accept", "cm_reject", "cm_disconnect", "cm_destroy_id",
-	"cm_get_event", "cm_query_addr", "cm_detach_qp", "share_memory", "unshare_memory", "query_counters",
-	"cm_set_option", "cm_migrate_id", "cm_init_qp_attr", "cm_establish", "query_cm_ids",
-	"destroy_comp_channel", "cm_destroy_channel"}
-
 func (o Op) String() string {
-	if int(o) < len(opNames) && o != 0 {
+	if int(o) < len(opNames) && opNames[o] != "" {
 		return opNames[o]
 	}
 	return fmt.Sprintf("op(%d)", uint16(o))

@@ -2,7 +2,13 @@ package hostif
 
 import (
 	"encoding/binary"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"maps"
 	"net/netip"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -46,7 +52,8 @@ func TestOpNumbers(t *testing.T) {
 		"create_srq", "modify_srq", "destroy_srq", "query_resources", "cm_create_channel", "cm_create_id", "cm_bind",
 		"cm_resolve_addr", "cm_resolve_route", "cm_create_qp", "cm_connect", "cm_listen", "cm_accept", "cm_reject",
 		"cm_disconnect", "cm_destroy_id", "cm_get_event", "cm_query_addr", "cm_detach_qp", "share_memory",
-		"unshare_memory", "query_counters", "cm_set_option", "cm_migrate_id"}
+		"unshare_memory", "query_counters", "cm_set_option", "cm_migrate_id", "cm_init_qp_attr", "cm_establish",
+		"query_cm_ids", "destroy_comp_channel", "cm_destroy_channel"}
 	for i, n := range names {
 		require.Equal(t, n, Op(i+1).String(), "op %d", i+1)
 	}
@@ -65,6 +72,43 @@ func TestOpNumbers(t *testing.T) {
 	require.Equal(t, Op(44), OpCMDestroyChannel)
 	require.Equal(t, "cm_destroy_channel", OpCMDestroyChannel.String())
 	require.Equal(t, "op(45)", Op(45).String())
+}
+
+// Every enumerator of enum sn_op has its Op constant in types_hostif.go,
+// named after it (SN_OP_CM_CREATE_CHANNEL: OpCMCreateChannel), and no
+// other constant is an Op: a command added to the header only, or a Go
+// name paired with another command's enumerator, fails it.
+func TestOpsAreTheEnums(t *testing.T) {
+	f, err := parser.ParseFile(token.NewFileSet(), "types_hostif.go", nil, 0)
+	require.NoError(t, err)
+	paired := map[string]string{} // C enumerator: Go name
+	for _, d := range f.Decls {
+		g, ok := d.(*ast.GenDecl)
+		if !ok || g.Tok != token.CONST {
+			continue
+		}
+		for _, s := range g.Specs {
+			v := s.(*ast.ValueSpec)
+			if typ, ok := v.Type.(*ast.Ident); !ok || typ.Name != "Op" {
+				continue
+			}
+			sel, ok := v.Values[0].(*ast.SelectorExpr)
+			require.True(t, ok, "%s: not a C reference", v.Names[0].Name)
+			paired[sel.Sel.Name] = v.Names[0].Name
+		}
+	}
+	var enum []string
+	for _, n := range opNames {
+		if n != "" {
+			enum = append(enum, "SN_OP_"+strings.ToUpper(n))
+		}
+	}
+	require.ElementsMatch(t, enum, slices.Collect(maps.Keys(paired)))
+	squash := func(s string) string { return strings.ToLower(strings.ReplaceAll(s, "_", "")) }
+	for c, goName := range paired {
+		require.Equal(t, squash(strings.TrimPrefix(c, "SN_OP_")), squash(strings.TrimPrefix(goName, "Op")),
+			"%s = C.%s", goName, c)
+	}
 }
 
 // query_cm_ids' bodies have the sizes docs/HOST-INTERFACE.md gives them,

@@ -2,19 +2,6 @@ package hostif
 
 import "encoding/binary"
 
-// libibverbs' enum ibv_event_type values of the async events the daemon
-// sends (docs/HOST-INTERFACE.md, "Events").
-const (
-	EventCQErr           uint32 = 0
-	EventQPFatal         uint32 = 1
-	EventCommEst         uint32 = 4
-	EventSQDrained       uint32 = 5
-	EventPortActive      uint32 = 9
-	EventPortErr         uint32 = 10
-	EventSRQLimitReached uint32 = 15
-	EventQPLastWQE       uint32 = 16
-)
-
 // AsyncEvent is an async event record: u64 element (the user handle of
 // the QP, CQ or SRQ, or the port number of a port's event), u32 event
 // type, u32 reserved.

@@ -3,13 +3,15 @@
 // The layouts' Go side, as declarations of C's: layoutgen writes
 // ztypes_hostif.go from this file and provider/hostif.h, each C reference
 // replaced by what the C compiler makes of it (a struct's fields with Go
-// names, a constant's value, a struct's fields' offsets). Edit this file
-// or the header, then go generate ./hostif (make generate).
+// names, a constant's value, a struct's fields' offsets, an enum's
+// enumerators' names by value). Edit this file or the header, then go
+// generate ./hostif (make generate).
 
 package hostif
 
 /*
 #include "hostif.h"
+#include <infiniband/verbs.h>
 #include <rdma/ib_user_verbs.h>
 */
 import "C"
@@ -22,6 +24,79 @@ const HeaderLen = C.SN_HEADER_LEN
 
 // MaxMessage is the largest control message either side sends.
 const MaxMessage = C.SN_MAX_MESSAGE
+
+// Control commands: the op of a message's header.
+const (
+	OpHello             Op = C.SN_OP_HELLO
+	OpAllocPD           Op = C.SN_OP_ALLOC_PD
+	OpDeallocPD         Op = C.SN_OP_DEALLOC_PD
+	OpRegMR             Op = C.SN_OP_REG_MR
+	OpDeregMR           Op = C.SN_OP_DEREG_MR
+	OpCreateCompChannel Op = C.SN_OP_CREATE_COMP_CHANNEL
+	OpCreateCQ          Op = C.SN_OP_CREATE_CQ
+	OpDestroyCQ         Op = C.SN_OP_DESTROY_CQ
+	OpCreateQP          Op = C.SN_OP_CREATE_QP
+	OpModifyQP          Op = C.SN_OP_MODIFY_QP
+	OpDestroyQP         Op = C.SN_OP_DESTROY_QP
+	OpCreateAH          Op = C.SN_OP_CREATE_AH
+	OpDestroyAH         Op = C.SN_OP_DESTROY_AH
+	OpQueryPort         Op = C.SN_OP_QUERY_PORT
+	OpQueryGID          Op = C.SN_OP_QUERY_GID
+	OpCreateSRQ         Op = C.SN_OP_CREATE_SRQ
+	OpModifySRQ         Op = C.SN_OP_MODIFY_SRQ
+	OpDestroySRQ        Op = C.SN_OP_DESTROY_SRQ
+	OpQueryResources    Op = C.SN_OP_QUERY_RESOURCES
+	// The connection manager (rdma_cm through the daemon: hostif/cm.go).
+	OpCMCreateChannel Op = C.SN_OP_CM_CREATE_CHANNEL
+	OpCMCreateID      Op = C.SN_OP_CM_CREATE_ID
+	OpCMBind          Op = C.SN_OP_CM_BIND
+	OpCMResolveAddr   Op = C.SN_OP_CM_RESOLVE_ADDR
+	OpCMResolveRoute  Op = C.SN_OP_CM_RESOLVE_ROUTE
+	OpCMCreateQP      Op = C.SN_OP_CM_CREATE_QP
+	OpCMConnect       Op = C.SN_OP_CM_CONNECT
+	OpCMListen        Op = C.SN_OP_CM_LISTEN
+	OpCMAccept        Op = C.SN_OP_CM_ACCEPT
+	OpCMReject        Op = C.SN_OP_CM_REJECT
+	OpCMDisconnect    Op = C.SN_OP_CM_DISCONNECT
+	OpCMDestroyID     Op = C.SN_OP_CM_DESTROY_ID
+	OpCMGetEvent      Op = C.SN_OP_CM_GET_EVENT
+	OpCMQueryAddr     Op = C.SN_OP_CM_QUERY_ADDR
+	OpCMDetachQP      Op = C.SN_OP_CM_DETACH_QP
+	// Memory the client shares with the daemon by descriptor (a sealed
+	// memfd): regions inside it are reached without reads or writes of
+	// the client's /proc/self/mem.
+	OpShareMemory   Op = C.SN_OP_SHARE_MEMORY
+	OpUnshareMemory Op = C.SN_OP_UNSHARE_MEMORY
+	// The device's and its QPs' counters (hostif/counters.go).
+	OpQueryCounters Op = C.SN_OP_QUERY_COUNTERS
+	// An rdma_cm ID's option (rdma_set_option; hostif/cm.go).
+	OpCMSetOption Op = C.SN_OP_CM_SET_OPTION
+	// An rdma_cm ID's events to another channel (rdma_migrate_id).
+	OpCMMigrateID Op = C.SN_OP_CM_MIGRATE_ID
+	// The attributes that move a QP the program made through the states
+	// of an ID's connection (rdma_init_qp_attr), and the RTU that ends an
+	// active side's exchange once that QP is ready (rdma_establish).
+	OpCMInitQPAttr Op = C.SN_OP_CM_INIT_QP_ATTR
+	OpCMEstablish  Op = C.SN_OP_CM_ESTABLISH
+	// The device's rdma_cm IDs, for monitors (softnic stat res cm_id).
+	OpQueryCMIDs Op = C.SN_OP_QUERY_CM_IDS
+	// Destroying the channels: completion channels and rdma_cm event
+	// channels hold a descriptor of the daemon's each.
+	OpDestroyCompChannel Op = C.SN_OP_DESTROY_COMP_CHANNEL
+	OpCMDestroyChannel   Op = C.SN_OP_CM_DESTROY_CHANNEL
+)
+
+// opNames are the commands' names for Op's String: enum sn_op's, SN_OP_
+// dropped, in lower case.
+var opNames = C.names_enum_sn_op
+
+// The descriptors a hello request passes, in this order: the client's
+// /proc/self/mem and /proc/self/maps, HelloFDs of them.
+const (
+	HelloMemFD  = C.SN_HELLO_MEM_FD
+	HelloMapsFD = C.SN_HELLO_MAPS_FD
+	HelloFDs    = C.SN_HELLO_FDS
+)
 
 // Header starts every control message: Length counts header and body,
 // Status is a reply's, 0 or a negative errno.
@@ -164,6 +239,20 @@ const offCQ = C.offsetof_struct_sn_cq_entry
 // AsyncEventLen is the size of an async event record: struct
 // ib_uverbs_async_event_desc, which ibv_get_async_event reads.
 const AsyncEventLen = C.sizeof_struct_ib_uverbs_async_event_desc
+
+// The async events the daemon sends (docs/HOST-INTERFACE.md, "Events"):
+// their types are libibverbs' enum ibv_event_type, which
+// ibv_get_async_event returns as they are.
+const (
+	EventCQErr           uint32 = C.IBV_EVENT_CQ_ERR
+	EventQPFatal         uint32 = C.IBV_EVENT_QP_FATAL
+	EventCommEst         uint32 = C.IBV_EVENT_COMM_EST
+	EventSQDrained       uint32 = C.IBV_EVENT_SQ_DRAINED
+	EventPortActive      uint32 = C.IBV_EVENT_PORT_ACTIVE
+	EventPortErr         uint32 = C.IBV_EVENT_PORT_ERR
+	EventSRQLimitReached uint32 = C.IBV_EVENT_SRQ_LIMIT_REACHED
+	EventQPLastWQE       uint32 = C.IBV_EVENT_QP_LAST_WQE_REACHED
+)
 
 // Async event record layout: u64 element (the user handle of the QP, CQ
 // or SRQ, or the port number of a port's event), u32 event type, u32

@@ -11,6 +11,124 @@ const HeaderLen = 16
 // MaxMessage is the largest control message either side sends.
 const MaxMessage = 4096
 
+// Control commands: the op of a message's header.
+const (
+	OpHello             Op = 1
+	OpAllocPD           Op = 2
+	OpDeallocPD         Op = 3
+	OpRegMR             Op = 4
+	OpDeregMR           Op = 5
+	OpCreateCompChannel Op = 6
+	OpCreateCQ          Op = 7
+	OpDestroyCQ         Op = 8
+	OpCreateQP          Op = 9
+	OpModifyQP          Op = 10
+	OpDestroyQP         Op = 11
+	OpCreateAH          Op = 12
+	OpDestroyAH         Op = 13
+	OpQueryPort         Op = 14
+	OpQueryGID          Op = 15
+	OpCreateSRQ         Op = 16
+	OpModifySRQ         Op = 17
+	OpDestroySRQ        Op = 18
+	OpQueryResources    Op = 19
+	// The connection manager (rdma_cm through the daemon: hostif/cm.go).
+	OpCMCreateChannel Op = 20
+	OpCMCreateID      Op = 21
+	OpCMBind          Op = 22
+	OpCMResolveAddr   Op = 23
+	OpCMResolveRoute  Op = 24
+	OpCMCreateQP      Op = 25
+	OpCMConnect       Op = 26
+	OpCMListen        Op = 27
+	OpCMAccept        Op = 28
+	OpCMReject        Op = 29
+	OpCMDisconnect    Op = 30
+	OpCMDestroyID     Op = 31
+	OpCMGetEvent      Op = 32
+	OpCMQueryAddr     Op = 33
+	OpCMDetachQP      Op = 34
+	// Memory the client shares with the daemon by descriptor (a sealed
+	// memfd): regions inside it are reached without reads or writes of
+	// the client's /proc/self/mem.
+	OpShareMemory   Op = 35
+	OpUnshareMemory Op = 36
+	// The device's and its QPs' counters (hostif/counters.go).
+	OpQueryCounters Op = 37
+	// An rdma_cm ID's option (rdma_set_option; hostif/cm.go).
+	OpCMSetOption Op = 38
+	// An rdma_cm ID's events to another channel (rdma_migrate_id).
+	OpCMMigrateID Op = 39
+	// The attributes that move a QP the program made through the states
+	// of an ID's connection (rdma_init_qp_attr), and the RTU that ends an
+	// active side's exchange once that QP is ready (rdma_establish).
+	OpCMInitQPAttr Op = 40
+	OpCMEstablish  Op = 41
+	// The device's rdma_cm IDs, for monitors (softnic stat res cm_id).
+	OpQueryCMIDs Op = 42
+	// Destroying the channels: completion channels and rdma_cm event
+	// channels hold a descriptor of the daemon's each.
+	OpDestroyCompChannel Op = 43
+	OpCMDestroyChannel   Op = 44
+)
+
+// opNames are the commands' names for Op's String: enum sn_op's, SN_OP_
+// dropped, in lower case.
+var opNames = [...]string{
+	1:  "hello",
+	2:  "alloc_pd",
+	3:  "dealloc_pd",
+	4:  "reg_mr",
+	5:  "dereg_mr",
+	6:  "create_comp_channel",
+	7:  "create_cq",
+	8:  "destroy_cq",
+	9:  "create_qp",
+	10: "modify_qp",
+	11: "destroy_qp",
+	12: "create_ah",
+	13: "destroy_ah",
+	14: "query_port",
+	15: "query_gid",
+	16: "create_srq",
+	17: "modify_srq",
+	18: "destroy_srq",
+	19: "query_resources",
+	20: "cm_create_channel",
+	21: "cm_create_id",
+	22: "cm_bind",
+	23: "cm_resolve_addr",
+	24: "cm_resolve_route",
+	25: "cm_create_qp",
+	26: "cm_connect",
+	27: "cm_listen",
+	28: "cm_accept",
+	29: "cm_reject",
+	30: "cm_disconnect",
+	31: "cm_destroy_id",
+	32: "cm_get_event",
+	33: "cm_query_addr",
+	34: "cm_detach_qp",
+	35: "share_memory",
+	36: "unshare_memory",
+	37: "query_counters",
+	38: "cm_set_option",
+	39: "cm_migrate_id",
+	40: "cm_init_qp_attr",
+	41: "cm_establish",
+	42: "query_cm_ids",
+	43: "destroy_comp_channel",
+	44: "cm_destroy_channel",
+}
+
+// The descriptors a hello request passes, in this order: the client's
+// /proc/self/mem and /proc/self/maps, HelloFDs of them.
+const (
+	HelloMemFD  = 0
+	HelloMapsFD = 1
+	HelloFDs    = 2
+)
+
 // Header starts every control message: Length counts header and body,
 // Status is a reply's, 0 or a negative errno.
 type Header struct {
@@ -383,6 +501,20 @@ const (
 // AsyncEventLen is the size of an async event record: struct
 // ib_uverbs_async_event_desc, which ibv_get_async_event reads.
 const AsyncEventLen = 16
+
+// The async events the daemon sends (docs/HOST-INTERFACE.md, "Events"):
+// their types are libibverbs' enum ibv_event_type, which
+// ibv_get_async_event returns as they are.
+const (
+	EventCQErr           uint32 = 0
+	EventQPFatal         uint32 = 1
+	EventCommEst         uint32 = 4
+	EventSQDrained       uint32 = 5
+	EventPortActive      uint32 = 9
+	EventPortErr         uint32 = 10
+	EventSRQLimitReached uint32 = 15
+	EventQPLastWQE       uint32 = 16
+)
 
 // Async event record layout: u64 element (the user handle of the QP, CQ
 // or SRQ, or the port number of a port's event), u32 event type, u32

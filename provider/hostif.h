@@ -1,10 +1,11 @@
 /*
  * hostif.h: softnic's host interface, as docs/HOST-INTERFACE.md specifies
- * it: the control messages' bodies (little-endian, no padding) and the
- * shared rings' layouts. This header is their source: package hostif's
- * Go declarations of them (hostif/ztypes_hostif.go, fields named after
- * these) are generated from it with go generate ./hostif, which refuses
- * padding and fields other than fixed-size integers, arrays and structs.
+ * it: the control messages' numbers and bodies (little-endian, no
+ * padding) and the shared rings' layouts. This header is their source:
+ * package hostif's Go declarations of them (hostif/ztypes_hostif.go,
+ * fields named after these) are generated from it with go generate
+ * ./hostif, which refuses padding and fields other than fixed-size
+ * integers, arrays and structs.
  *
  * The provider speaks version 4: hello passes the client's own
  * /proc/self/mem and /proc/self/maps descriptors, and channels are

@@ -107,7 +107,7 @@ func Dial(socket string) (*Conn, error) {
 		uc.Close()
 		return nil, err
 	}
-	c.page, err = unix.Mmap(fds[0], 0, 4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	c.page, err = unix.Mmap(fds[0], 0, hostif.SessionPageSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	unix.Close(fds[0])
 	if err != nil {
 		closeAll(fds[1:])
@@ -115,7 +115,8 @@ func Dial(socket string) (*Conn, error) {
 		return nil, fmt.Errorf("softnic daemon: session page: %w", err)
 	}
 	c.Async, c.doorbell = os.NewFile(uintptr(fds[1]), "softnic-async"), fds[2]
-	c.rung, c.sleeping = (*uint32)(unsafe.Pointer(&c.page[0])), (*uint32)(unsafe.Pointer(&c.page[64]))
+	c.rung = (*uint32)(unsafe.Pointer(&c.page[hostif.PageDoorbell]))
+	c.sleeping = (*uint32)(unsafe.Pointer(&c.page[hostif.PageSleeping]))
 	if err := c.watch(); err != nil {
 		c.Close()
 		return nil, err
@@ -123,18 +124,21 @@ func Dial(socket string) (*Conn, error) {
 	return c, nil
 }
 
-// selfMemory opens this process's mem and maps files for hello.
-func selfMemory() ([2]int, error) {
+// selfMemory opens this process's mem and maps files for hello, in the
+// order hello passes them.
+func selfMemory() ([hostif.HelloFDs]int, error) {
+	var fds [hostif.HelloFDs]int
 	mem, err := unix.Open("/proc/self/mem", unix.O_RDWR|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return [2]int{}, fmt.Errorf("softnic daemon: open /proc/self/mem: %w", err)
+		return fds, fmt.Errorf("softnic daemon: open /proc/self/mem: %w", err)
 	}
 	maps, err := unix.Open("/proc/self/maps", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		unix.Close(mem)
-		return [2]int{}, fmt.Errorf("softnic daemon: open /proc/self/maps: %w", err)
+		return fds, fmt.Errorf("softnic daemon: open /proc/self/maps: %w", err)
 	}
-	return [2]int{mem, maps}, nil
+	fds[hostif.HelloMemFD], fds[hostif.HelloMapsFD] = mem, maps
+	return fds, nil
 }
 
 // SyscallConn returns the control socket's raw connection, for a program

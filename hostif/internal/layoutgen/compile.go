@@ -11,26 +11,29 @@ import (
 )
 
 // cLayout is what the C compiler made of an input's references: the
-// constants' values, in the order of consts, and the structs by tag.
+// constants' values, the structs and the enums' enumerators by tag.
 type cLayout struct {
 	consts  map[cRef]int64
 	structs map[string]*dwarf.StructType
+	enums   map[string][]*dwarf.EnumValue
 }
 
 // compile has the C compiler lay out what in refers to, as cgo -godefs
-// does: it compiles the preamble with a variable of each struct and an
-// enum of each constant, with debugging information, and reads the DWARF
-// of the object.
+// does: it compiles the preamble with a variable of each struct and enum
+// and an enum of each constant, with debugging information, and reads the
+// DWARF of the object.
 func compile(in *input, cc string, cflags []string) (*cLayout, error) {
 	var prog strings.Builder
 	prog.WriteString(in.preamble)
 	var consts []cRef
-	structs := map[string]bool{}
+	structs, enums := map[string]bool{}, map[string]bool{}
 	for _, d := range in.decls {
 		for _, s := range d.specs {
 			switch s.ref.kind {
 			case refConst, refSizeof:
 				consts = append(consts, s.ref)
+			case refEnumNames:
+				enums[s.ref.name] = true
 			default:
 				structs[s.ref.name] = true
 			}
@@ -50,6 +53,9 @@ func compile(in *input, cc string, cflags []string) (*cLayout, error) {
 	for tag := range structs {
 		fmt.Fprintf(&prog, "struct %s layoutgen_s_%s;\n", tag, tag)
 	}
+	for tag := range enums {
+		fmt.Fprintf(&prog, "enum %s layoutgen_e_%s;\n", tag, tag)
+	}
 	dir, err := os.MkdirTemp("", "layoutgen")
 	if err != nil {
 		return nil, err
@@ -67,7 +73,7 @@ func compile(in *input, cc string, cflags []string) (*cLayout, error) {
 }
 
 // readLayout reads the object's variables layoutgen_k (the enum of
-// consts) and layoutgen_s_TAG.
+// consts), layoutgen_s_TAG and layoutgen_e_TAG.
 func readLayout(obj string, consts []cRef) (*cLayout, error) {
 	f, err := elf.Open(obj)
 	if err != nil {
@@ -78,7 +84,8 @@ func readLayout(obj string, consts []cRef) (*cLayout, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &cLayout{consts: map[cRef]int64{}, structs: map[string]*dwarf.StructType{}}
+	l := &cLayout{consts: map[cRef]int64{}, structs: map[string]*dwarf.StructType{},
+		enums: map[string][]*dwarf.EnumValue{}}
 	r := d.Reader()
 	for {
 		e, err := r.Next()
@@ -102,6 +109,10 @@ func readLayout(obj string, consts []cRef) (*cLayout, error) {
 		}
 		switch t := t.(type) {
 		case *dwarf.EnumType:
+			if tag, ok := strings.CutPrefix(name, "layoutgen_e_"); ok {
+				l.enums[tag] = t.Val
+				continue
+			}
 			for _, v := range t.Val {
 				var i int
 				if _, err := fmt.Sscanf(v.Name, "layoutgen_k%d", &i); err == nil && i < len(consts) {

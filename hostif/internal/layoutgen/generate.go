@@ -1,7 +1,7 @@
 // Package layoutgen writes Go declarations of C structs and constants
 // from a cgo -godefs style input (input.go), as the C compiler lays them
-// out: package hostif's bodies, ring entry offsets and constants from
-// provider/hostif.h.
+// out: package hostif's bodies, ring entry offsets, constants and command
+// names from provider/hostif.h.
 //
 // It reads the compiler's DWARF itself rather than run cgo -godefs, which
 // drops a common prefix of a struct's field names (user_handle becomes
@@ -102,6 +102,8 @@ func (g *gen) spec(s spec) error {
 		}
 		fmt.Fprintf(&g.b, "%s%s = %d", s.name, typ, g.l.consts[s.ref])
 		return nil
+	case refEnumNames:
+		return g.enumNames(s)
 	}
 	st, ok := g.l.structs[s.ref.name]
 	if !ok {
@@ -127,6 +129,27 @@ func (g *gen) spec(s spec) error {
 			typ = t
 		}
 		fmt.Fprintf(&g.b, "%s %s\n", goName(s.name, f.cName), typ)
+	}
+	g.b.WriteString("}")
+	return nil
+}
+
+// enumNames writes s, the names of an enum's enumerators, as an array
+// indexed by their values.
+func (g *gen) enumNames(s spec) error {
+	vals, ok := g.l.enums[s.ref.name]
+	if !ok || len(vals) == 0 {
+		return fmt.Errorf("%s: no enum %s with enumerators in the object's DWARF", s.name, s.ref.name)
+	}
+	names, err := enumNames(vals)
+	if err != nil {
+		return fmt.Errorf("%s (enum %s): %v", s.name, s.ref.name, err)
+	}
+	fmt.Fprintf(&g.b, "%s = [...]string{\n", s.name)
+	for i, n := range names {
+		if n != "" {
+			fmt.Fprintf(&g.b, "%d: %q,\n", i, n)
+		}
 	}
 	g.b.WriteString("}")
 	return nil

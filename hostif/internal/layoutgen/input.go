@@ -9,13 +9,19 @@ import (
 )
 
 // An input is a Go file in the shape of cgo -godefs' inputs: a package
-// clause, a cgo preamble of #includes before import "C", and const and
-// type declarations whose values and types are references to C:
+// clause, a cgo preamble of #includes before import "C", and const, var
+// and type declarations whose values and types are references to C:
 //
 //	const Version = C.SN_VERSION               // a macro or enum constant
+//	const OpHello Op = C.SN_OP_HELLO           // the same, of a Go type
 //	const sendHeader = C.sizeof_struct_sn_send_entry
 //	const offSend = C.offsetof_struct_sn_send_entry // offSendWRID, ...
 //	type HelloReply C.struct_sn_hello_reply   // the struct's fields
+//	var opNames = C.names_enum_sn_op          // the enumerators' names
+//
+// An enum's names are an array of strings indexed by the enumerators'
+// values: their names with the prefix common to all (up to an underscore)
+// dropped, in lower case (SN_OP_ALLOC_PD: "alloc_pd").
 //
 // Every spec has one name and refers to C; the generator writes the
 // declarations in order, with their comments, the references replaced.
@@ -26,7 +32,7 @@ type input struct {
 }
 
 type decl struct {
-	tok   token.Token // token.CONST or token.TYPE
+	tok   token.Token // token.CONST, token.VAR or token.TYPE
 	doc   string
 	paren bool
 	specs []spec
@@ -48,10 +54,11 @@ type cRef struct {
 type refKind int
 
 const (
-	refConst    refKind = iota // C.NAME
-	refSizeof                  // C.sizeof_struct_NAME
-	refOffsetof                // C.offsetof_struct_NAME: a constant per field
-	refStruct                  // C.struct_NAME as a type
+	refConst     refKind = iota // C.NAME
+	refSizeof                   // C.sizeof_struct_NAME
+	refOffsetof                 // C.offsetof_struct_NAME: a constant per field
+	refStruct                   // C.struct_NAME as a type
+	refEnumNames                // C.names_enum_NAME: the names of enum NAME
 )
 
 // parseInput reads the input src (named file, for messages).
@@ -71,7 +78,7 @@ func parseInput(file string, src []byte) (*input, error) {
 	for _, d := range f.Decls {
 		g, ok := d.(*ast.GenDecl)
 		if !ok {
-			return nil, fmt.Errorf("%s: only const, type and import \"C\" declarations", fset.Position(d.Pos()))
+			return nil, fmt.Errorf("%s: only const, var, type and import \"C\" declarations", fset.Position(d.Pos()))
 		}
 		switch g.Tok {
 		case token.IMPORT:
@@ -80,13 +87,13 @@ func parseInput(file string, src []byte) (*input, error) {
 			}
 			in.preamble = g.Doc.Text()
 			continue
-		case token.CONST, token.TYPE:
+		case token.CONST, token.VAR, token.TYPE:
 		default:
-			return nil, fmt.Errorf("%s: only const, type and import \"C\" declarations", fset.Position(g.Pos()))
+			return nil, fmt.Errorf("%s: only const, var, type and import \"C\" declarations", fset.Position(g.Pos()))
 		}
 		out := decl{tok: g.Tok, doc: text(g.Doc), paren: g.Lparen.IsValid()}
 		for _, s := range g.Specs {
-			sp, err := parseSpec(s, text)
+			sp, err := parseSpec(g.Tok, s, text)
 			if err != nil {
 				return nil, fmt.Errorf("%s: %v", fset.Position(s.Pos()), err)
 			}
@@ -100,7 +107,7 @@ func parseInput(file string, src []byte) (*input, error) {
 	return in, nil
 }
 
-func parseSpec(s ast.Spec, text func(*ast.CommentGroup) string) (spec, error) {
+func parseSpec(tok token.Token, s ast.Spec, text func(*ast.CommentGroup) string) (spec, error) {
 	switch s := s.(type) {
 	case *ast.TypeSpec:
 		name, ok := cName(s.Type)
@@ -114,10 +121,17 @@ func parseSpec(s ast.Spec, text func(*ast.CommentGroup) string) (spec, error) {
 			return spec{}, fmt.Errorf("one name and one C value a spec")
 		}
 		name, ok := cName(s.Values[0])
-		if !ok {
-			return spec{}, fmt.Errorf("const %s: not a C constant", s.Names[0].Name)
-		}
 		sp := spec{doc: text(s.Doc), comment: text(s.Comment), name: s.Names[0].Name}
+		if names := strings.HasPrefix(name, "names_enum_"); !ok || names != (tok == token.VAR) {
+			return spec{}, fmt.Errorf("%s %s: not a C constant (a const) or enum's names (a var)", tok, sp.name)
+		}
+		if tok == token.VAR {
+			if s.Type != nil {
+				return spec{}, fmt.Errorf("var %s: an enum's names take no type", sp.name)
+			}
+			sp.ref = cRef{refEnumNames, strings.TrimPrefix(name, "names_enum_")}
+			return sp, nil
+		}
 		if s.Type != nil {
 			id, ok := s.Type.(*ast.Ident)
 			if !ok {

@@ -1,6 +1,10 @@
 package layoutgen
 
-import "strings"
+import (
+	"debug/dwarf"
+	"fmt"
+	"strings"
+)
 
 // goName is the Go name of field cField of a C struct that the Go
 // declaration goDecl (a type, or a prefix of offsets) stands for: a
@@ -48,3 +52,42 @@ var renames = map[string]string{
 // fieldTypes are the fields whose Go type is a named type of the package
 // rather than the C field's integer type (GoType.c_field: Go type).
 var fieldTypes = map[string]string{"Header.op": "Op"}
+
+// maxEnumValue bounds the values of an enum whose names are an array.
+const maxEnumValue = 1 << 12
+
+// enumNames returns the names of an enum's enumerators indexed by their
+// values ("" where there is none): each name without the prefix that all
+// share, up to an underscore, in lower case. The values must be distinct,
+// as an array's indexes are, and small.
+func enumNames(vals []*dwarf.EnumValue) ([]string, error) {
+	prefix := vals[0].Name
+	for _, v := range vals[1:] {
+		n := 0
+		for n < len(prefix) && n < len(v.Name) && prefix[n] == v.Name[n] {
+			n++
+		}
+		prefix = prefix[:n]
+	}
+	prefix = prefix[:strings.LastIndexByte(prefix, '_')+1]
+	var names []string
+	cNames := map[int64]string{}
+	for _, v := range vals {
+		if v.Val < 0 || v.Val >= maxEnumValue {
+			return nil, fmt.Errorf("%s is %d, not an index below %d", v.Name, v.Val, maxEnumValue)
+		}
+		name := strings.ToLower(strings.TrimPrefix(v.Name, prefix))
+		if name == "" {
+			return nil, fmt.Errorf("%s is all prefix", v.Name)
+		}
+		if other, ok := cNames[v.Val]; ok {
+			return nil, fmt.Errorf("%s is %d, as %s is", v.Name, v.Val, other)
+		}
+		cNames[v.Val] = v.Name
+		for int64(len(names)) <= v.Val {
+			names = append(names, "")
+		}
+		names[v.Val] = name
+	}
+	return names, nil
+}
