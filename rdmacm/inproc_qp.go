@@ -14,10 +14,14 @@ const (
 	// default of 0 means 655 ms, which turns one receive not yet posted
 	// into a long stall.
 	minRNRTimer = 12
-	// ackTimeout is the RTS local ACK timeout (4.096 µs × 2^14 = 67 ms)
-	// unless the ID's OptionACKTimeout says otherwise: a RoCE path's round
-	// trip is far shorter, and a short timeout heals a lost packet fast.
-	ackTimeout = 14
+	// ackTimeout is the RTS local ACK timeout (4.096 µs × 2^17 = 537 ms)
+	// unless the ID's OptionACKTimeout says otherwise: what Linux's
+	// rdma_cm gives a RoCE QP (cma.c's packet lifetime of 16 for RoCE,
+	// plus one: cm.c's cm_ack_timeout against rxe's ACK delay of 15). A
+	// peer that drains a window slower than the timeout (rxe in a slow
+	// guest takes tens of ms for 512 KiB) must not see it all sent again:
+	// that is a retransmission storm, which ends in retry exceeded.
+	ackTimeout = 17
 	// defaultRetryCount is used when ConnParam.RetryCount is 0.
 	defaultRetryCount = 7
 )
