@@ -181,25 +181,19 @@ func (r *dialedQP) Destroy() error {
 	return nil
 }
 
-// PostSendList posts wrs one by one into the ring.
-func (r *dialedQP) PostSendList(wrs []verbs.SendWR) (int, error) {
+// postEach posts wrs one by one into a ring with post; it returns how
+// many it posted (on an error, wrs[n] failed), as the List verbs do.
+func postEach[WR any](wrs []WR, post func(*WR) error) (int, error) {
 	for i := range wrs {
-		if err := r.PostSend(&wrs[i]); err != nil {
+		if err := post(&wrs[i]); err != nil {
 			return i, err
 		}
 	}
 	return len(wrs), nil
 }
 
-// PostRecvList posts wrs one by one into the ring.
-func (r *dialedQP) PostRecvList(wrs []verbs.RecvWR) (int, error) {
-	for i := range wrs {
-		if err := r.PostRecv(&wrs[i]); err != nil {
-			return i, err
-		}
-	}
-	return len(wrs), nil
-}
+func (r *dialedQP) PostSendList(wrs []verbs.SendWR) (int, error) { return postEach(wrs, r.PostSend) }
+func (r *dialedQP) PostRecvList(wrs []verbs.RecvWR) (int, error) { return postEach(wrs, r.PostRecv) }
 
 // Query returns the attributes this process set, with the state as far
 // as it knows.

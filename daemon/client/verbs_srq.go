@@ -65,12 +65,4 @@ func (s *dialedSRQ) Modify(limit int) error {
 	return nil
 }
 
-// PostRecvList posts wrs one by one into the ring.
-func (s *dialedSRQ) PostRecvList(wrs []verbs.RecvWR) (int, error) {
-	for i := range wrs {
-		if err := s.PostRecv(&wrs[i]); err != nil {
-			return i, err
-		}
-	}
-	return len(wrs), nil
-}
+func (s *dialedSRQ) PostRecvList(wrs []verbs.RecvWR) (int, error) { return postEach(wrs, s.PostRecv) }
