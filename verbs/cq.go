@@ -107,9 +107,10 @@ func (c *CQ) RequestNotify(solicitedOnly bool) error {
 	return nil
 }
 
-// sendEvent sends the CQ on its completion channel, if it has one and the
-// channel has room (an event is a hint: a full channel holds enough).
-func (c *CQ) sendEvent() {
+// SendEvent sends the CQ on its completion channel, if it has one and the
+// channel has room (an event is a hint: a full channel holds enough): a
+// backend calls it when an armed CQ got its completion.
+func (c *CQ) SendEvent() {
 	if c.channel == nil {
 		return
 	}

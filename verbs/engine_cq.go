@@ -88,7 +88,7 @@ func (c *engineCQ) Push(wc WC, solicited bool) bool {
 	}
 	if a := c.armed.Load(); a != 0 && (a == 1 || solicited || wc.Status != WCSuccess) {
 		if c.armed.CompareAndSwap(a, 0) {
-			c.cq.sendEvent()
+			c.cq.SendEvent()
 		}
 	}
 	return true

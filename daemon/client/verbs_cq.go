@@ -121,7 +121,7 @@ func (r *dialed) readChannel(f *os.File) {
 // event then comes early, never late.
 func (c *dialedCQ) event() {
 	if c.armed.Swap(0) != 0 {
-		sendEvent(c.cq)
+		c.cq.SendEvent()
 	}
 	c.wake.signal()
 }
@@ -250,15 +250,4 @@ func (ch *dialedChannel) Destroy() error {
 		return fmt.Errorf("destroy completion channel: %w", daemonErr(err))
 	}
 	return nil
-}
-
-// sendEvent sends cq on its completion channel, if it has one with room
-// (an event is a hint: a full channel holds enough).
-func sendEvent(cq *verbs.CQ) {
-	if ch := cq.Channel(); ch != nil {
-		select {
-		case ch.C <- cq:
-		default:
-		}
-	}
 }
