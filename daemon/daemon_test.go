@@ -443,6 +443,36 @@ func TestUDThroughDaemon(t *testing.T) {
 	require.ErrorIs(t, q.c.DestroyAH(ah), unix.ENOENT)
 }
 
+// A UD send naming an AH handle of another session fails: each session's
+// handles name its own AHs only, whatever numbers they share.
+func TestUDAHOfAnotherSession(t *testing.T) {
+	r := newRig(t)
+	q := connectClient(t, r)
+	other, err := hostsession.Dial(r.socket)
+	require.NoError(t, err)
+	t.Cleanup(func() { other.Close() })
+	otherPD, err := other.AllocPD()
+	require.NoError(t, err)
+	const qkey = 0x1234
+	gidB, _ := r.b.GID(0)
+	qp, err := q.c.CreateQP(hostif.CreateQPRequest{PD: q.pd, Type: uint32(verbs.QPTypeUD), SendCQ: q.cq.Handle,
+		RecvCQ: q.cq.Handle, MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1})
+	require.NoError(t, err)
+	udReady(t, qp.Modify, qkey)
+	own, err := q.c.CreateAH(q.pd, &ibv.AddressVector{DGID: gidB, HopLimit: 64})
+	require.NoError(t, err)
+	var foreign uint32
+	for foreign == 0 || foreign == own {
+		foreign, err = other.CreateAH(otherPD, &ibv.AddressVector{DGID: gidB, HopLimit: 64})
+		require.NoError(t, err)
+	}
+	require.NoError(t, qp.PostSendTo(&ibv.SendWR{ID: 7, Opcode: ibv.WRSend, Flags: ibv.SendSignaled,
+		SGL: []ibv.SGE{q.mr.SGE(0, 8)}, RemoteQPN: 1, RemoteQKey: qkey}, foreign))
+	wc := q.poll(t)
+	require.EqualValues(t, 7, wc.WRID)
+	require.Equal(t, ibv.WCLocQPOpErr, wc.Status)
+}
+
 // udReady moves a UD QP to RTS with Q_Key qkey.
 func udReady(t *testing.T, modify func(*ibv.QPAttr, ibv.QPAttrMask) error, qkey uint32) {
 	require.NoError(t, modify(&ibv.QPAttr{State: ibv.QPSInit, Port: 1, QKey: qkey},
