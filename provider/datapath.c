@@ -93,6 +93,10 @@ int sn_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_send_wr
 		*bad = wr;
 		return EIO;
 	}
+	if (sn_send_refused(qp)) {
+		*bad = wr;
+		return EINVAL;
+	}
 	pthread_spin_lock(&sq->lock);
 	for (; wr; wr = wr->next) {
 		uint8_t *e = next_entry(sq);
@@ -154,6 +158,10 @@ int sn_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_recv_wr
 	if (!qp->has_rq) {
 		*bad = wr;
 		return EINVAL; /* its receives go to the SRQ */
+	}
+	if (sn_recv_refused(qp)) {
+		*bad = wr;
+		return EINVAL;
 	}
 	return post_recvs(to_ctx(ibqp->context), &qp->rq, qp->max_recv_sge, wr, bad);
 }

@@ -172,6 +172,8 @@ static int sn_query_device_ex(struct ibv_context *context, const struct ibv_quer
 	a->max_pkeys = 1;
 	a->local_ca_ack_delay = 15;
 	a->phys_port_cnt = 1;
+	if (attr_size >= offsetof(struct ibv_device_attr_ex, phys_port_cnt_ex) + sizeof(attr->phys_port_cnt_ex))
+		attr->phys_port_cnt_ex = a->phys_port_cnt;
 	return 0;
 }
 

@@ -203,7 +203,7 @@ static void wr_start(struct ibv_qp_ex *x)
 	pthread_spin_lock(&qp->sq.lock);
 	qp->wr_first = qp->sq.next;
 	qp->wr_entry = NULL;
-	qp->wr_err = sn_daemon_gone(to_ctx(x->qp_base.context), 0) ? EIO : 0;
+	qp->wr_err = sn_daemon_gone(to_ctx(x->qp_base.context), 0) ? EIO : sn_send_refused(qp) ? EINVAL : 0;
 }
 
 static int wr_complete(struct ibv_qp_ex *x)

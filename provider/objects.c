@@ -137,8 +137,11 @@ static uint8_t *map_one(int n, int fd, size_t size)
  * with the CQ's address, which ibv_get_cq_event reads back. */
 struct ibv_cq *sn_create_cq(struct ibv_context *context, int cqe, struct ibv_comp_channel *channel, int vector)
 {
-	(void)vector;
 	struct sn_context *ctx = to_ctx(context);
+	if (vector < 0 || vector >= context->num_comp_vectors) {
+		errno = EINVAL; /* as the kernel's create_cq checks it */
+		return NULL;
+	}
 	struct sn_create_cq_req req = {.entries = cqe > 0 ? cqe : 0};
 	if (channel && !(req.channel = sn_channel_handle(ctx, channel))) {
 		errno = EINVAL; /* a channel libibverbs made on the kernel's device file: run under softnic exec */

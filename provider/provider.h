@@ -120,6 +120,27 @@ static inline struct sn_context *to_ctx(struct ibv_context *c)
 	return sn_container_of(c, struct sn_context, vctx.context);
 }
 
+/* sn_qp_state is the QP's state as the daemon last published it (it
+ * follows the program's modify_qp, rdma_cm's moves and the transport's
+ * moves to ERR alike). */
+static inline enum ibv_qp_state sn_qp_state(struct sn_qp *qp)
+{
+	return __atomic_load_n((uint32_t *)(qp->mem + SN_WQ_STATE), __ATOMIC_ACQUIRE);
+}
+
+/* A send is refused at once in RESET, INIT and RTR, a receive in RESET
+ * (IBTA C10-97.2.1: an immediate error, EINVAL as Linux rxe gives). */
+static inline int sn_send_refused(struct sn_qp *qp)
+{
+	enum ibv_qp_state s = sn_qp_state(qp);
+	return s == IBV_QPS_RESET || s == IBV_QPS_INIT || s == IBV_QPS_RTR;
+}
+
+static inline int sn_recv_refused(struct sn_qp *qp)
+{
+	return sn_qp_state(qp) == IBV_QPS_RESET;
+}
+
 /* control.c */
 #define SN_MAX_SEND_FDS 8 /* descriptors a message may carry (the fuzz harness's replies too) */
 int sn_connect(struct sn_context *ctx, const char *ibdev_name);

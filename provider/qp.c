@@ -39,6 +39,13 @@ static int qp_type(enum ibv_qp_type t)
 	}
 }
 
+/* unsupported_type says whether t is a QP type libibverbs knows that
+ * softnic does not offer (the kernel's EOPNOTSUPP), not a wrong value. */
+static int unsupported_type(enum ibv_qp_type t)
+{
+	return t == IBV_QPT_RAW_PACKET || t == IBV_QPT_XRC_SEND || t == IBV_QPT_XRC_RECV || t == IBV_QPT_DRIVER;
+}
+
 static int ring_ok(uint32_t depth, uint32_t stride)
 {
 	return depth && !(depth & (depth - 1)) && depth <= SN_MAX_DEPTH && stride >= 32 && stride <= SN_MAX_STRIDE &&
@@ -106,7 +113,7 @@ struct ibv_qp *sn_create_qp_for(struct ibv_pd *pd, struct ibv_qp_init_attr *attr
 {
 	int type = qp_type(attr->qp_type);
 	if (type < 0 || !attr->send_cq || !attr->recv_cq) {
-		errno = EINVAL;
+		errno = type < 0 && unsupported_type(attr->qp_type) ? EOPNOTSUPP : EINVAL;
 		return NULL;
 	}
 	struct sn_qp *qp = calloc(1, sizeof(*qp));
@@ -295,7 +302,7 @@ static void fetch_cm_attrs(struct sn_qp *qp)
 {
 	if (!qp->cm_id || qp->vqp.qp.qp_type == IBV_QPT_UD || qp->cm_fetched == SN_CM_FETCHED_ALL)
 		return;
-	enum ibv_qp_state s = __atomic_load_n((uint32_t *)(qp->mem + SN_WQ_STATE), __ATOMIC_ACQUIRE);
+	enum ibv_qp_state s = sn_qp_state(qp);
 	for (int i = 0; i < 3; i++) {
 		if (qp->cm_fetched & (1 << i))
 			continue;
@@ -343,7 +350,7 @@ int sn_query_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask, struct 
 	fetch_cm_attrs(qp);
 	*attr = qp->attr;
 	pthread_mutex_unlock(&qp->attr_lock);
-	attr->qp_state = __atomic_load_n((uint32_t *)(qp->mem + SN_WQ_STATE), __ATOMIC_ACQUIRE);
+	attr->qp_state = sn_qp_state(qp);
 	attr->cur_qp_state = attr->qp_state;
 	attr->cap = qp->cap;
 	memset(init, 0, sizeof(*init));
