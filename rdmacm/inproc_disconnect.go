@@ -1,6 +1,7 @@
 package rdmacm
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/softnic/softnic/ibtransport/cm"
@@ -26,7 +27,14 @@ func (id *inprocID) Disconnect() error {
 	toError(id.qp)
 	conn := id.conn
 	id.mu.Unlock()
-	return conn.Disconnect(nil)
+	if err := conn.Disconnect(nil); err != nil && !errors.Is(err, cm.ErrState) {
+		return err
+	}
+	// A connection the IB CM no longer holds established (the peer's DREQ
+	// came first and was answered, its event not yet here) is as good as
+	// disconnected: Linux's rdma_disconnect ignores what the CM says of
+	// its DREQ and DREP alike and succeeds once the QP is in ERR.
+	return nil
 }
 
 // onConnectedEvent handles the events of a connection that both sides
