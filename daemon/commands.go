@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"errors"
 	"fmt"
 
 	"golang.org/x/sys/unix"
@@ -111,6 +112,9 @@ func (ss *session) allocPD(hostif.Empty) (any, []int, error) {
 
 func (ss *session) queryGID(req hostif.QueryGIDRequest) (any, []int, error) {
 	gid, err := ss.s.dev.GID(int(req.Index))
+	if errors.Is(err, verbs.ErrEmptyGID) {
+		return nil, nil, fmt.Errorf("GID %d: %w", req.Index, unix.ENODATA)
+	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("GID %d: %w", req.Index, unix.EINVAL)
 	}
@@ -181,6 +185,6 @@ const ibvGIDTypeRoCEv2 = 2
 func (ss *session) queryPort(hostif.HandleRequest) (any, []int, error) {
 	d := ss.s.dev
 	return hostif.QueryPortReply{State: uint8(d.PortState()), MaxMTU: uint8(verbs.MTU4096), ActiveMTU: uint8(d.ActiveMTU()), LinkLayer: 2,
-		GIDTableLen: uint32(len(d.GIDTable())), PKeyTableLen: 1, LinkMTU: uint32(d.RoCE().Link().MTU()),
+		GIDTableLen: uint32(d.RoCE().GIDTableLen()), PKeyTableLen: 1, LinkMTU: uint32(d.RoCE().Link().MTU()),
 		MaxMsgSize: uint32(d.Query().MaxMsgSize)}, nil, nil
 }

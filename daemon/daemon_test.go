@@ -492,12 +492,15 @@ func TestQueries(t *testing.T) {
 	require.EqualValues(t, 4, port.State, "ACTIVE")
 	require.EqualValues(t, 2, port.LinkLayer, "Ethernet")
 	require.EqualValues(t, r.a.ActiveMTU(), port.ActiveMTU)
-	require.EqualValues(t, len(r.a.GIDTable()), port.GIDTableLen)
+	require.EqualValues(t, r.a.RoCE().GIDTableLen(), port.GIDTableLen)
+	require.Greater(t, int(port.GIDTableLen), len(r.a.GIDTable()), "empty entries after the addresses")
 	gid, err := q.c.QueryGID(0)
 	require.NoError(t, err)
 	want, _ := r.a.GID(0)
 	require.Equal(t, want, gid)
-	_, err = q.c.QueryGID(99)
+	_, err = q.c.QueryGID(len(r.a.GIDTable()))
+	require.ErrorIs(t, err, unix.ENODATA, "an empty entry")
+	_, err = q.c.QueryGID(int(port.GIDTableLen))
 	require.ErrorIs(t, err, unix.EINVAL)
 }
 

@@ -244,13 +244,27 @@ func (d *Device) Counters() *DeviceCounters {
 // Link returns the device's link.
 func (d *Device) Link() Link { return d.link }
 
-// GID returns entry i of the GID table.
+// GID returns entry i of the GID table: an address's GID, or
+// ibv.ErrEmptyGID for an entry past the addresses.
 func (d *Device) GID(i int) (ibv.GID, error) {
-	if i < 0 || i >= len(d.gids) {
-		return ibv.GID{}, fmt.Errorf("GID index %d of %d: %w", i, len(d.gids), ibv.ErrInvalidArgument)
+	switch {
+	case i >= len(d.gids) && i < d.GIDTableLen():
+		return ibv.GID{}, fmt.Errorf("GID index %d: %w", i, ibv.ErrEmptyGID)
+	case i < 0 || i >= len(d.gids):
+		return ibv.GID{}, fmt.Errorf("GID index %d of %d: %w", i, d.GIDTableLen(), ibv.ErrInvalidArgument)
 	}
 	return d.gids[i], nil
 }
+
+// GIDTableLen is the GID table's length (the port's gid_tbl_len): the
+// device's addresses, then empty entries up to minGIDTableLen.
+func (d *Device) GIDTableLen() int { return max(minGIDTableLen, len(d.gids)) }
+
+// minGIDTableLen is the shortest GID table a device has. A kernel device's
+// table is as long as its hardware's (ConnectX's 255 on RoCE, rxe's 1024),
+// most entries empty; programs look for an empty one (rdma-core's tests)
+// or read the table up to its end.
+const minGIDTableLen = 16
 
 // SetNeighbor records the MAC address of a peer IP address. Paths to
 // addresses without an entry ask DeviceConfig.Resolve, or else use the

@@ -139,6 +139,7 @@ var (
 	ErrInvalidArgument = ibv.ErrInvalidArgument
 	ErrQueueFull       = ibv.ErrQueueFull
 	ErrInvalidState    = ibv.ErrInvalidState
+	ErrEmptyGID        = ibv.ErrEmptyGID
 )
 
 // Device is an opened RDMA device (ibv_context). Its backend runs it: the
@@ -196,11 +197,13 @@ func (d *Device) RoCE() *roce.Device { return d.ops.RoCE() }
 // through a daemon, whose engines count in the daemon.
 func (d *Device) Counters() *ibv.Counters { return d.ops.Counters() }
 
-// GID returns entry index of the GID table (ibv_query_gid).
+// GID returns entry index of the GID table (ibv_query_gid_ex): an
+// entry that holds no GID gives ErrEmptyGID.
 func (d *Device) GID(index int) (GID, error) { return d.ops.GID(index) }
 
-// GIDTable returns the whole GID table (ibv_query_gid_table): the entries
-// GID returns, from index 0 up to the first that fails.
+// GIDTable returns the GID table's entries that hold a GID
+// (ibv_query_gid_table), each at its index: from index 0 up to the first
+// that fails (a device's addresses come first, the empty entries after).
 func (d *Device) GIDTable() []GID {
 	var gids []GID
 	for i := 0; ; i++ {

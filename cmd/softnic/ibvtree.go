@@ -77,6 +77,7 @@ type ibvTree struct {
 	netns    string
 	log      *slog.Logger
 	gids     []netip.Addr
+	gidLen   int // the table's length, as written
 	madeCdev bool
 	stop     context.CancelFunc
 	done     chan struct{}
@@ -235,7 +236,8 @@ func cpuMask(cpus []bool, nbits int) string {
 }
 
 // writeGIDs writes port 1's GID table as libibverbs parses it, each file
-// replaced whole (rename), and drops entries beyond the table.
+// replaced whole (rename): the addresses' entries, then the empty ones up
+// to the table's length (emptyGID), and drops entries beyond the table.
 func (t *ibvTree) writeGIDs(dev *verbs.Device) error {
 	var gids []netip.Addr
 	for _, g := range dev.GIDTable() {
@@ -244,11 +246,16 @@ func (t *ibvTree) writeGIDs(dev *verbs.Device) error {
 	if slices.Equal(gids, t.gids) {
 		return nil
 	}
+	n := len(gids)
+	if r := dev.RoCE(); r != nil {
+		n = r.GIDTableLen()
+	}
 	port := path.Join(t.devDir(), "ports", "1")
 	for i, g := range gids {
 		if err := t.writeFile(path.Join(port, "gids", fmt.Sprint(i)), fmtGID(g)); err != nil {
 			return err
 		}
+		t.removeAll(path.Join(port, "gid_attrs", "types", fmt.Sprint(i))) // an empty entry's link
 		if err := t.writeFile(path.Join(port, "gid_attrs", "types", fmt.Sprint(i)), "RoCE v2"); err != nil {
 			return err
 		}
@@ -256,14 +263,33 @@ func (t *ibvTree) writeGIDs(dev *verbs.Device) error {
 			return err
 		}
 	}
-	for i := len(gids); i < len(t.gids); i++ {
-		t.removeAll(path.Join(port, "gids", fmt.Sprint(i)))
+	for i := len(gids); i < max(n, t.gidLen); i++ {
 		t.removeAll(path.Join(port, "gid_attrs", "types", fmt.Sprint(i)))
 		t.removeAll(path.Join(port, "gid_attrs", "ndevs", fmt.Sprint(i)))
+		if i >= n {
+			t.removeAll(path.Join(port, "gids", fmt.Sprint(i)))
+			continue
+		}
+		if err := t.writeFile(path.Join(port, "gids", fmt.Sprint(i)), fmtGID(netip.IPv6Unspecified())); err != nil {
+			return err
+		}
+		if err := t.symlink(emptyGIDType, path.Join(port, "gid_attrs", "types", fmt.Sprint(i))); err != nil {
+			return err
+		}
 	}
-	t.gids = gids
+	t.gids, t.gidLen = gids, n
 	return nil
 }
+
+// emptyGIDType is what an empty entry's gid_attrs/types file links to: a
+// file whose read fails with EINVAL, as the kernel's read of an empty
+// entry's type does. libibverbs' sysfs fallback of ibv_query_gid_ex and
+// ibv_query_gid_table tells an empty entry by that EINVAL and the zero GID
+// (ENODATA, the entry skipped); a plain file cannot fail a read, and any
+// other failure makes the query fail. The loopback's link speed is such a
+// file in every network namespace (it has no link settings), outside
+// /sys/class, which softnic exec's view replaces.
+const emptyGIDType = "/sys/devices/virtual/net/lo/speed"
 
 // follow rewrites the GID table when the interface's addresses change
 // (an IPv6 address joins once duplicate address detection is over).

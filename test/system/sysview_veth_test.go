@@ -100,6 +100,9 @@ func viewScript(dev, iface string) string {
 	return strings.Join([]string{
 		"echo type1=$(cat " + d + "/ports/1/gid_attrs/types/1)",
 		"echo ndev1=$(cat " + d + "/ports/1/gid_attrs/ndevs/1)",
+		// The table's last entry is empty, read as the kernel's are.
+		"echo gid15=$(cat " + d + "/ports/1/gids/15)",
+		"echo type15=$(cat " + d + "/ports/1/gid_attrs/types/15 2>&1 >/dev/null | sed 's/.*: //')",
 		"echo net=$(ls " + d + "/device/net/)",
 		"echo ifindex=$(cat " + d + "/device/net/" + iface + "/ifindex)",
 		"echo guid=$(cat " + d + "/node_guid)",
@@ -145,6 +148,7 @@ func TestExecSysClassView(t *testing.T) {
 			assert.Empty(t, errOut, "softnic exec said something")
 			for _, want := range []string{
 				"type1=RoCE v2\n", "ndev1=" + iface + "\n", "net=" + iface + "\n",
+				"gid15=0000:0000:0000:0000:0000:0000:0000:0000\n", "type15=Invalid argument\n",
 				"ifindex=" + strings.TrimSpace(string(ifindex)) + "\n",
 				"ib=" + dev + "\n", "abi=6\n", "uid=" + who.uid + " gid=" + who.uid + "\n",
 				who.umap + "\n", who.caps + "\n", "CapAmb: 0000000000000000\n", "read-only\n",

@@ -1,6 +1,7 @@
 package session
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"unsafe"
@@ -322,6 +323,12 @@ func (c *Conn) QueryPort() (hostif.QueryPortReply, error) {
 func (c *Conn) QueryGID(i int) (ibv.GID, error) {
 	var r hostif.QueryGIDReply
 	_, err := c.call(hostif.OpQueryGID, hostif.QueryGIDRequest{Index: uint32(i)}, &r)
+	switch {
+	case errors.Is(err, unix.ENODATA):
+		err = fmt.Errorf("GID %d: %w (%w)", i, ibv.ErrEmptyGID, err)
+	case errors.Is(err, unix.EINVAL):
+		err = fmt.Errorf("GID %d: %w (%w)", i, ibv.ErrInvalidArgument, err)
+	}
 	return r.GID, err
 }
 
