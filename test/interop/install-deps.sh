@@ -10,9 +10,10 @@ command -v qemu-system-x86_64 >/dev/null 2>&1 || need="$need qemu-system-x86"
 command -v ip >/dev/null 2>&1 || need="$need iproute2"
 command -v tcpdump >/dev/null 2>&1 || need="$need tcpdump"
 command -v dpkg-deb >/dev/null 2>&1 || need="$need dpkg"
+command -v xz >/dev/null 2>&1 || need="$need xz-utils" # Debian 13's kernel modules
 
 if [ -z "$need" ]; then
-	echo "install-deps: qemu-system-x86_64, ip, tcpdump and dpkg-deb already present"
+	echo "install-deps: qemu-system-x86_64, ip, tcpdump, dpkg-deb and xz already present"
 else
 	if [ "$(id -u)" -ne 0 ]; then
 		echo "install-deps: needs root to apt-get install:$need" >&2

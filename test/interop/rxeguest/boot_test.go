@@ -8,6 +8,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -87,6 +89,36 @@ func TestGuestBringsUpRxe(t *testing.T) {
 	require.Regexp(t, `(?m)^#\s+Transport: rc_verbs\n#\s+Device: rxe0:1$`, res.Output, "ucx_info -d lists rc_verbs on rxe0")
 	require.Regexp(t, `(?m)^#\s+Transport: ud_verbs\n#\s+Device: rxe0:1$`, res.Output, "ucx_info -d lists ud_verbs on rxe0")
 	require.Regexp(t, `(?m)^\s+domain: rxe0\n(?:.*\n)*?\s+type: FI_EP_MSG$`, res.Output, "fi_info lists verbs' msg endpoint on rxe0")
+}
+
+// TestTrixieGuestBringsUpRxe boots a Debian 13 guest (Linux 6.12,
+// rdma-core 56): rxe0 up with the IPv4 GID at index 1, and the rxe of a
+// kernel with IBTA 1.5's ATOMIC_WRITE and FLUSH (ibv_devinfo's
+// device_cap_flags_ex lists them).
+func TestTrixieGuestBringsUpRxe(t *testing.T) {
+	requireGuestTools(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	img, err := BuildRelease(ctx, DefaultCacheDir(), Trixie)
+	require.NoError(t, err)
+	require.True(t, strings.HasPrefix(img.KernelVersion, "6.12."), "kernel %s", img.KernelVersion)
+	n := testNetwork(t, ctx, 1)
+	res, err := Boot(ctx, img, Config{Name: "rxe-trixie", NetNS: n.BridgeNS, Tap: n.Taps[0], Addr: netip.MustParsePrefix("10.77.0.11/24"),
+		Script: "ibv_devinfo -d rxe0 -v\nping -c 1 -W 5 10.77.0.1 && echo PEER-REACHABLE\nexit 42\n"})
+	require.NoError(t, err)
+	t.Logf("guest ran in %v; output:\n%s", res.Duration.Round(time.Millisecond), res.Output)
+	require.Equal(t, 42, res.ExitStatus, "console:\n%s", res.Console)
+	require.Regexp(t, `state:\s+PORT_ACTIVE`, res.Output)
+	require.Regexp(t, `GID\[\s*1\]:\s+::ffff:10\.77\.0\.11, RoCE v2`, res.Output)
+	require.Contains(t, res.Output, "PEER-REACHABLE")
+	// ibv_devinfo of rdma-core 56 names neither flag: the kernel ABI's
+	// IB_UVERBS_DEVICE_FLUSH_GLOBAL (bit 38) and _ATOMIC_WRITE (bit 40).
+	m := regexp.MustCompile(`device_cap_flags_ex:\s+0x([0-9A-Fa-f]+)`).FindStringSubmatch(res.Output)
+	require.NotNil(t, m, "device_cap_flags_ex")
+	flags, err := strconv.ParseUint(m[1], 16, 64)
+	require.NoError(t, err)
+	require.NotZero(t, flags&(1<<40), "rxe of Linux 6.12 offers ATOMIC_WRITE")
+	require.NotZero(t, flags&(1<<38), "and FLUSH to global visibility")
 }
 
 // TestGuestReportsSetupFailure checks that a broken guest

@@ -307,4 +307,4 @@ func shellQuote(s string) string {
 
 // HostCommands are the host's commands that Build, NewNetwork and Boot
 // run: test/interop/install-deps.sh installs those apt does not bring.
-var HostCommands = []string{"qemu-system-x86_64", "apt-get", "apt-cache", "dpkg-deb", "ip", "tcpdump"}
+var HostCommands = []string{"qemu-system-x86_64", "apt-get", "apt-cache", "dpkg-deb", "ip", "tcpdump", "xz"}

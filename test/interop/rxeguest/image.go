@@ -94,10 +94,10 @@ type manifest struct {
 }
 
 // recipeKey names the cache entry: it covers everything that shapes the image.
-func recipeKey() string {
+func recipeKey(r Release) string {
 	h := sha256.New()
-	fmt.Fprintln(h, imageFormat, kernelMetaPackage)
-	fmt.Fprintln(h, strings.Join(imagePackages, ","))
+	fmt.Fprintln(h, imageFormat, kernelMetaPackage, r.Suite)
+	fmt.Fprintln(h, strings.Join(r.packages(), ","))
 	fmt.Fprintln(h, strings.Join(imageModules, ","))
 	fmt.Fprintln(h, toolPattern.String(), strings.Join(extraTools, ","), strings.Join(dlopenedLibs, ","))
 	fmt.Fprintln(h, strings.Join(pluginGlobs, ","), alternativeLibs)
@@ -120,9 +120,15 @@ func DefaultCacheDir() string {
 }
 
 // Build returns the guest image cached under cacheDir, building it from
-// Debian packages (apt-get download, dpkg -x) if it is not there yet.
+// Debian packages of the host's release (apt-get download, dpkg -x) if it
+// is not there yet.
 func Build(ctx context.Context, cacheDir string) (*Image, error) {
-	dir := filepath.Join(cacheDir, "image-"+recipeKey())
+	return BuildRelease(ctx, cacheDir, Release{})
+}
+
+// BuildRelease is Build for release r's packages.
+func BuildRelease(ctx context.Context, cacheDir string, r Release) (*Image, error) {
+	dir := filepath.Join(cacheDir, "image-"+recipeKey(r))
 	if img, err := loadImage(dir); err == nil {
 		return img, nil
 	}
@@ -136,7 +142,11 @@ func Build(ctx context.Context, cacheDir string) (*Image, error) {
 	}
 	defer os.RemoveAll(work)
 	out := filepath.Join(work, "out")
-	if err := buildImage(ctx, work, out); err != nil {
+	a, err := r.apt(ctx, cacheDir)
+	if err != nil {
+		return nil, err
+	}
+	if err := buildImage(ctx, a, r.packages(), work, out); err != nil {
 		return nil, err
 	}
 	if err := os.Rename(out, dir); err != nil {
@@ -198,8 +208,8 @@ func run(ctx context.Context, dir string, name string, args ...string) ([]byte, 
 
 // resolveKernelPackage finds the versioned linux-image package the
 // metapackage depends on.
-func resolveKernelPackage(ctx context.Context) (string, error) {
-	out, err := run(ctx, "", "apt-cache", "depends", kernelMetaPackage)
+func resolveKernelPackage(ctx context.Context, a *apt) (string, error) {
+	out, err := a.run(ctx, "", "apt-cache", "depends", kernelMetaPackage)
 	if err != nil {
 		return "", err
 	}
@@ -214,21 +224,21 @@ func resolveKernelPackage(ctx context.Context) (string, error) {
 
 // downloadPackages fetches the .deb files into dir, running apt-get update
 // once if the package lists are missing.
-func downloadPackages(ctx context.Context, dir string) ([]string, error) {
-	kernelPkg, err := resolveKernelPackage(ctx)
+func downloadPackages(ctx context.Context, a *apt, packages []string, dir string) ([]string, error) {
+	kernelPkg, err := resolveKernelPackage(ctx, a)
 	if err != nil {
-		_, uerr := run(ctx, "", "apt-get", "update")
+		_, uerr := a.run(ctx, "", "apt-get", "update")
 		if uerr != nil {
 			return nil, fmt.Errorf("%w (and apt-get update failed: %v)", err, uerr)
 		}
-		if kernelPkg, err = resolveKernelPackage(ctx); err != nil {
+		if kernelPkg, err = resolveKernelPackage(ctx, a); err != nil {
 			return nil, err
 		}
 	}
-	pkgs := append([]string{kernelPkg}, imagePackages...)
+	pkgs := append([]string{kernelPkg}, packages...)
 	// The sandbox user _apt cannot write into a root-owned temp dir.
 	args := append([]string{"-o", "APT::Sandbox::User=root", "download"}, pkgs...)
-	if _, err := run(ctx, dir, "apt-get", args...); err != nil {
+	if _, err := a.run(ctx, dir, "apt-get", args...); err != nil {
 		return nil, fmt.Errorf("download guest packages: %w", err)
 	}
 	debs, err := filepath.Glob(filepath.Join(dir, "*.deb"))
@@ -239,7 +249,7 @@ func downloadPackages(ctx context.Context, dir string) ([]string, error) {
 	return debs, nil
 }
 
-func buildImage(ctx context.Context, work, out string) error {
+func buildImage(ctx context.Context, a *apt, packages []string, work, out string) error {
 	debDir := filepath.Join(work, "debs")
 	root := filepath.Join(work, "root")
 	for _, d := range []string{debDir, root, out} {
@@ -247,7 +257,7 @@ func buildImage(ctx context.Context, work, out string) error {
 			return fmt.Errorf("create %s: %w", d, err)
 		}
 	}
-	debs, err := downloadPackages(ctx, debDir)
+	debs, err := downloadPackages(ctx, a, packages, debDir)
 	if err != nil {
 		return err
 	}
@@ -263,7 +273,7 @@ func buildImage(ctx context.Context, work, out string) error {
 		versions = append(versions, string(nv))
 	}
 
-	kvers, err := filepath.Glob(filepath.Join(root, "lib/modules/*"))
+	kvers, err := filepath.Glob(filepath.Join(root, merged(root, "lib/modules"), "*"))
 	if err != nil || len(kvers) != 1 {
 		return fmt.Errorf("expected one kernel under lib/modules, found %v", kvers)
 	}
@@ -297,15 +307,22 @@ func addModules(tr *tree, modDir string) error {
 	if err != nil {
 		return err
 	}
-	order, err := moduleLoadOrder(index, imageModules, moduleDepends)
+	builtin := builtinModules(modDir)
+	var want []string
+	for _, m := range imageModules {
+		if !builtin[canonicalModuleName(m)] {
+			want = append(want, m)
+		}
+	}
+	order, err := moduleLoadOrder(index, want, moduleDepends)
 	if err != nil {
 		return err
 	}
 	var names []string
 	for _, m := range order {
-		data, err := os.ReadFile(m.path)
+		data, err := moduleData(m.path)
 		if err != nil {
-			return fmt.Errorf("read module: %w", err)
+			return err
 		}
 		tr.File("lib/modules/rxeguest/"+m.name+".ko", 0o644, data)
 		names = append(names, m.name)
@@ -317,7 +334,7 @@ func addModules(tr *tree, modDir string) error {
 // addUserland copies busybox, the tools, the rxe verbs provider and the
 // shared libraries all of them need, and the files a shell expects.
 func addUserland(tr *tree, root string) error {
-	busybox, err := os.ReadFile(filepath.Join(root, "bin/busybox"))
+	busybox, err := os.ReadFile(filepath.Join(root, merged(root, "bin/busybox")))
 	if err != nil {
 		return fmt.Errorf("busybox-static: %w", err)
 	}
@@ -361,6 +378,18 @@ func addUserland(tr *tree, root string) error {
 	return nil
 }
 
+// merged is rel (a path under / of the packages) where the packages put
+// it: there, or under usr/ (Debian 13's packages install into the merged
+// /usr only).
+func merged(root, rel string) string {
+	if _, err := os.Lstat(filepath.Join(root, rel)); err != nil {
+		if _, uerr := os.Lstat(filepath.Join(root, "usr", rel)); uerr == nil {
+			return filepath.Join("usr", rel)
+		}
+	}
+	return rel
+}
+
 // addTools copies the tools toolPattern and extraTools name and returns
 // their paths under root.
 func addTools(tr *tree, root string) ([]string, error) {
@@ -376,7 +405,7 @@ func addTools(tr *tree, root string) ([]string, error) {
 		}
 	}
 	for _, t := range extraTools {
-		tools = append(tools, filepath.Join(root, t))
+		tools = append(tools, filepath.Join(root, merged(root, t)))
 	}
 	for _, p := range tools {
 		data, err := os.ReadFile(p)
@@ -416,6 +445,9 @@ func addProvider(tr *tree, root string) (string, error) {
 func addPlugins(tr *tree, root string) ([]string, error) {
 	var plugins []string
 	for _, g := range pluginGlobs {
+		if _, err := os.Stat(filepath.Join(root, filepath.Dir(g))); err != nil {
+			continue // its package is not in this release's image
+		}
 		ps, err := filepath.Glob(filepath.Join(root, g))
 		if err != nil || len(ps) == 0 {
 			return nil, fmt.Errorf("no plugin %s in the packages", g)

@@ -5,6 +5,8 @@ import (
 	"debug/elf"
 	"fmt"
 	"io/fs"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 )
@@ -12,7 +14,7 @@ import (
 // kernelModule is one loadable module of the unpacked kernel package.
 type kernelModule struct {
 	name string // canonical name: '-' replaced by '_'
-	path string // absolute path of the .ko file
+	path string // absolute path of the .ko file (maybe compressed)
 }
 
 // canonicalModuleName folds the two spellings the kernel treats as equal.
@@ -21,8 +23,9 @@ func canonicalModuleName(name string) string {
 }
 
 // indexModules maps canonical module names to their .ko files under dir
-// (a lib/modules/<version> tree). Compressed modules are refused because the
-// guest loads modules with busybox insmod.
+// (a lib/modules/<version> tree), xz-compressed ones (.ko.xz, as Debian
+// 13 ships them) too: moduleData gives them uncompressed, for the guest's
+// busybox insmod.
 func indexModules(dir string) (map[string]string, error) {
 	index := make(map[string]string)
 	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
@@ -33,11 +36,13 @@ func indexModules(dir string) (map[string]string, error) {
 			return nil
 		}
 		base := d.Name()
-		switch {
-		case strings.HasSuffix(base, ".ko"):
-			index[canonicalModuleName(strings.TrimSuffix(base, ".ko"))] = path
-		case strings.Contains(base, ".ko."):
-			return fmt.Errorf("compressed module %s: unsupported, the guest uses busybox insmod", path)
+		for _, ext := range []string{".ko", ".ko.xz"} {
+			if name, ok := strings.CutSuffix(base, ext); ok {
+				index[canonicalModuleName(name)] = path
+			}
+		}
+		if strings.Contains(base, ".ko.") && !strings.HasSuffix(base, ".ko.xz") {
+			return fmt.Errorf("compressed module %s: unsupported compression", path)
 		}
 		return nil
 	})
@@ -47,10 +52,29 @@ func indexModules(dir string) (map[string]string, error) {
 	return index, nil
 }
 
+// moduleData is the module file at path, uncompressed.
+func moduleData(path string) ([]byte, error) {
+	var out []byte
+	var err error
+	if strings.HasSuffix(path, ".ko.xz") {
+		out, err = exec.Command("xz", "-dc", path).Output()
+	} else {
+		out, err = os.ReadFile(path)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read module %s: %w", path, err)
+	}
+	return out, nil
+}
+
 // moduleDepends reads the depends= entry of a module's .modinfo section,
 // the same information depmod turns into modules.dep.
 func moduleDepends(path string) ([]string, error) {
-	f, err := elf.Open(path)
+	data, err := moduleData(path)
+	if err != nil {
+		return nil, err
+	}
+	f, err := elf.NewFile(bytes.NewReader(data))
 	if err != nil {
 		return nil, fmt.Errorf("open module %s: %w", path, err)
 	}
@@ -59,11 +83,11 @@ func moduleDepends(path string) ([]string, error) {
 	if sec == nil {
 		return nil, fmt.Errorf("module %s has no .modinfo section", path)
 	}
-	data, err := sec.Data()
+	info, err := sec.Data()
 	if err != nil {
 		return nil, fmt.Errorf("read .modinfo of %s: %w", path, err)
 	}
-	return parseModinfoDepends(data), nil
+	return parseModinfoDepends(info), nil
 }
 
 // parseModinfoDepends extracts the module names listed in the NUL-separated
@@ -130,4 +154,17 @@ func moduleLoadOrder(index map[string]string, want []string, depends func(path s
 		}
 	}
 	return order, nil
+}
+
+// builtinModules are the modules the kernel has built in (its
+// modules.builtin list: Debian 13's has virtio_pci), which need no loading.
+func builtinModules(modDir string) map[string]bool {
+	data, _ := os.ReadFile(filepath.Join(modDir, "modules.builtin"))
+	builtin := map[string]bool{}
+	for _, line := range strings.Split(string(data), "\n") {
+		if name, ok := strings.CutSuffix(filepath.Base(line), ".ko"); ok {
+			builtin[canonicalModuleName(name)] = true
+		}
+	}
+	return builtin
 }
