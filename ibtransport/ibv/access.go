@@ -12,6 +12,10 @@ const (
 	AccessRemoteWrite  Access = 1 << 1
 	AccessRemoteRead   Access = 1 << 2
 	AccessRemoteAtomic Access = 1 << 3
+	// AccessOnDemand is a region's on-demand paging
+	// (IBV_ACCESS_ON_DEMAND): registered without its pages, which are
+	// looked up as each access reaches them. It is no right a QP grants.
+	AccessOnDemand Access = 1 << 6
 )
 
 // AccessAll is every access right there is.
