@@ -113,6 +113,13 @@ func (ss *session) reregMR(req hostif.ReregMRRequest) (any, error) {
 		}
 		pdHandle = req.PD
 	}
+	newLength := uint64(1) // only a new translation's length is checked
+	if flags&verbs.ReregChangeTranslation != 0 {
+		newLength = req.Length
+	}
+	if err := mr.CheckRereg(flags, pd, newLength, verbs.Access(req.Access)); err != nil {
+		return nil, err
+	}
 	access := mr.Access()
 	if flags&verbs.ReregChangeAccess != 0 {
 		access = verbs.Access(req.Access)
@@ -121,8 +128,10 @@ func (ss *session) reregMR(req hostif.ReregMRRequest) (any, error) {
 	if flags&verbs.ReregChangeTranslation != 0 {
 		addr, length = req.Addr, req.Length
 	}
-	if _, shared := ss.mrShared[req.Handle]; shared && flags&verbs.ReregChangeTranslation == 0 {
-		// Shared memory stays as it is: the access changes only.
+	_, shared := ss.mrShared[req.Handle]
+	if shared && flags&verbs.ReregChangeTranslation == 0 || !ss.replaces(mr, flags, access) {
+		// The memory stays as it is, checked and counted: the PD or the
+		// rights change only, as mlx5's UMR rereg changes them.
 		if err := mr.ReregAt(flags, pd, verbs.Placement{}, verbs.Access(req.Access)); err != nil {
 			return nil, err
 		}
@@ -150,6 +159,16 @@ func (ss *session) reregMR(req hostif.ReregMRRequest) (any, error) {
 	}
 	ss.mrPD[req.Handle] = pdHandle
 	return hostif.RegMRReply{Handle: req.Handle, LKey: mr.LKey(), RKey: mr.RKey()}, nil
+}
+
+// replaces reports whether a rereg of mr to access needs its memory
+// checked and counted again: a new translation, a move into or out of
+// ODP, or a write right the region lacked (the kernel pins it again
+// writable, which a read-only mapping refuses).
+func (ss *session) replaces(mr *verbs.MR, flags verbs.ReregFlags, access verbs.Access) bool {
+	odp := access&verbs.AccessOnDemand != 0
+	return flags&verbs.ReregChangeTranslation != 0 || odp != mr.OnDemand() ||
+		(!odp && writeAccess(access) && !writeAccess(mr.Access()))
 }
 
 // placement is place's checks and accounting for a region's new

@@ -25,13 +25,15 @@ const (
 // translation without memory, access given without ReregChangeAccess, a
 // PD of another device: ErrInvalidArgument.
 func (m *MR) Rereg(flags ReregFlags, pd *PD, buf []byte, access Access) error {
-	if err := m.checkRereg(flags, pd, uint64(len(buf)), access); err != nil {
+	if err := m.CheckRereg(flags, pd, uint64(len(buf)), access); err != nil {
 		return err
 	}
 	return m.ops.Rereg(m, flags, pd, buf, access)
 }
 
-func (m *MR) checkRereg(flags ReregFlags, pd *PD, length uint64, access Access) error {
+// CheckRereg refuses what Rereg refuses before changing anything, for a
+// backend that must check before it places the new memory (the daemon's).
+func (m *MR) CheckRereg(flags ReregFlags, pd *PD, length uint64, access Access) error {
 	switch {
 	case flags == 0 || flags&^reregAll != 0:
 		return fmt.Errorf("rereg MR: flags %#x: %w", flags, ErrInvalidArgument)
@@ -64,7 +66,7 @@ type Placement struct {
 // not nil, becomes the region's pager when the translation stays but the
 // access makes it ODP.
 func (m *MR) ReregAt(flags ReregFlags, pd *PD, at Placement, access Access) error {
-	if err := m.checkRereg(flags, pd, max(at.Length, uint64(len(at.Buf))), access); err != nil {
+	if err := m.CheckRereg(flags, pd, max(at.Length, uint64(len(at.Buf))), access); err != nil {
 		return err
 	}
 	r, ok := m.ops.(*engineMR)
