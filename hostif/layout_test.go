@@ -101,7 +101,7 @@ var goEntries = map[string]map[string]goEntry{
 		"opcode": {offCQOpcode, 1}, "flags": {offCQFlags, 1}, "sl": {offCQSL, 1}, "byte_len": {offCQByteLen, 4},
 		"imm": {offCQImm, 4}, "qpn": {offCQQPN, 4}, "src_qp": {offCQSrcQP, 4}, "pkey_index": {offCQPKeyIndex, 2},
 		"slid": {offCQSLID, 2}, "dlid_path_bits": {offCQDLIDPathBits, 1}, "network_type": {offCQNetworkType, 1},
-		"reserved": {offCQReserved, CQEntrySize - offCQReserved},
+		"discarded": {offCQDiscarded, 1}, "reserved": {offCQReserved, CQEntrySize - offCQReserved},
 	},
 }
 
