@@ -20,11 +20,16 @@ import (
 // fault that cannot be resolved fails: a local protection error, or a
 // remote access error NAK for a peer's request.
 
-// AccessOnDemand is IBV_ACCESS_ON_DEMAND.
-const AccessOnDemand = ibv.AccessOnDemand
+// AccessOnDemand is IBV_ACCESS_ON_DEMAND; AccessHugeTLB is
+// IBV_ACCESS_HUGETLB, taken and ignored.
+const (
+	AccessOnDemand = ibv.AccessOnDemand
+	AccessHugeTLB  = ibv.AccessHugeTLB
+)
 
-// accessMR is every flag a region may have.
-const accessMR = ibv.AccessAll | AccessOnDemand
+// accessMR is every flag a region may have. IBV_ACCESS_HUGETLB is taken
+// and ignored: it tells a NIC's page table it may use huge pages.
+const accessMR = ibv.AccessAll | AccessOnDemand | ibv.AccessHugeTLB
 
 // The errors of advise and rereg that the kernel tells apart.
 var (

@@ -46,8 +46,10 @@ func TestODPRegionTraffic(t *testing.T) { forEachMode(t, testODPRegionTraffic) }
 func testODPRegionTraffic(t *testing.T, m mode) {
 	_, x, y := connectedPairMode(t, m, memlink.Config{}, defaultOpts())
 	src, sbuf := regMR(t, x.pd, 4096, allAccess|verbs.AccessOnDemand)
-	dst, dbuf := regMR(t, y.pd, 4096, allAccess|verbs.AccessOnDemand)
+	dst, dbuf := regMR(t, y.pd, 4096, allAccess|verbs.AccessOnDemand|verbs.AccessHugeTLB)
 	require.True(t, dst.OnDemand())
+	_, err := y.pd.RegMR(make([]byte, 8), verbs.AccessLocalWrite|1<<8)
+	require.ErrorIs(t, err, verbs.ErrInvalidArgument, "an unknown access flag")
 	fill(sbuf, 3)
 	require.Equal(t, verbs.WCSuccess, writeTo(t, x, src, 1000, dst.Addr()+8, dst.RKey()))
 	require.Equal(t, sbuf[:1000], dbuf[8:1008])
