@@ -31,6 +31,8 @@ var handlers = map[hostif.Op]handler{
 	hostif.OpModifySRQ:          with(noReply((*session).modifySRQ)),
 	hostif.OpDeallocPD:          with(noReply((*session).deallocPD)),
 	hostif.OpDeregMR:            with(noReply((*session).deregMR)),
+	hostif.OpAdviseMR:           with(noReply((*session).adviseMR)),
+	hostif.OpReregMR:            with(noFDs((*session).reregMR)),
 	hostif.OpDestroyCQ:          with(noReply((*session).destroyCQ)),
 	hostif.OpDestroyQP:          with(noReply((*session).destroyQPHandle)),
 	hostif.OpDestroyAH:          with(noReply((*session).destroyAH)),

@@ -36,6 +36,12 @@ func FuzzControlMessages(f *testing.F) {
 	seed(hostif.OpShareMemory, hostif.ShareMemoryRequest{Addr: 1 << 12, Length: 1 << 60})
 	seed(hostif.OpUnshareMemory, hostif.HandleRequest{Handle: 1})
 	seed(hostif.Op(999), hostif.Empty{})
+	// ODP: an implicit region, advice past its count, rereg of it.
+	seed(hostif.OpRegMR, hostif.RegMRRequest{PD: 1, Access: 1 | 1<<6, Addr: 0, Length: 1<<64 - 1})
+	seed(hostif.OpAdviseMR, hostif.AdviseMRRequest{PD: 1, Advice: 1, Flags: 1, Count: 33})
+	seed(hostif.OpAdviseMR, hostif.AdviseMRRequest{PD: 1, Advice: 2, Count: 1,
+		SGE: [hostif.AdviseSGEs]hostif.AdviseSGE{{Addr: 1<<64 - 8, Length: 1 << 31}}})
+	seed(hostif.OpReregMR, hostif.ReregMRRequest{Handle: 2, Flags: 7, PD: 1, Access: 1 << 6, Addr: 1<<64 - 4096, Length: 1 << 20})
 	// The connection manager's commands, with handles a session's first
 	// objects get (1, 2, 3...).
 	seed(hostif.OpCMCreateChannel, hostif.Empty{})

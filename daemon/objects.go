@@ -21,34 +21,17 @@ func (ss *session) regMR(req hostif.RegMRRequest) (any, error) {
 		return nil, fmt.Errorf("PD %d: %w", req.PD, errNoObject)
 	}
 	access := verbs.Access(req.Access)
-	write := access&(verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteAtomic) != 0
-	if err := ss.proc.CheckMappedBy(req.Addr, req.Length, write, registrable); err != nil {
-		return nil, err
-	}
-	pinned := pinnedBytes(req.Addr, req.Length)
-	if err := ss.pin(pinned); err != nil {
-		return nil, err
-	}
 	if err := ss.take(resMR, 1); err != nil {
-		ss.pinned -= pinned
 		return nil, err
 	}
-	sh, shared := ss.sharedFor(req.Addr, req.Length)
-	var mr *verbs.MR
-	var err error
-	if shared != nil {
-		mr, err = ss.regSharedMR(pd, shared, req.Addr, req.Length, access)
-	} else {
-		mr, err = pd.RegProcessMemory(ss.proc, req.Addr, req.Length, access)
-	}
+	mr, pinned, sh, err := ss.place(pd, req.Addr, req.Length, access)
 	if err != nil {
-		ss.pinned -= pinned
 		ss.give(resMR, 1)
 		return nil, err
 	}
 	h := ss.handle()
 	ss.mrs[h], ss.mrPD[h] = &hostMR{mr: mr, pinned: pinned}, req.PD
-	if shared != nil {
+	if sh != 0 {
 		ss.mrShared[h] = sh
 	}
 	return hostif.RegMRReply{Handle: h, LKey: mr.LKey(), RKey: mr.RKey()}, nil

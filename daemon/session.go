@@ -34,7 +34,9 @@ type session struct {
 	// at hello; nil before. helloProc is the same for the checker's
 	// goroutine (checkSessions), which reads it under procMu: end sets
 	// it nil there before it closes the descriptors.
-	proc      *procmem.Process
+	proc *procmem.Process
+	// pager is the page table of the session's ODP regions (odp.go).
+	pager     *procmem.Pager
 	procMu    sync.Mutex
 	helloProc *procmem.Process
 	// pidFile is the peer's pidfd in the runtime's poller (watch).
@@ -254,7 +256,11 @@ func errnoOf(err error) unix.Errno {
 		return unix.EBUSY
 	case errors.Is(err, errProto), errors.Is(err, hostif.ErrMessage):
 		return unix.EPROTO
-	case errors.Is(err, procmem.ErrFault):
+	case errors.Is(err, verbs.ErrNoRegion):
+		return unix.ENOENT
+	case errors.Is(err, verbs.ErrNotSupported):
+		return unix.EOPNOTSUPP
+	case errors.Is(err, procmem.ErrFault), errors.Is(err, verbs.ErrFault):
 		return unix.EFAULT
 	case errors.Is(err, procmem.ErrGone):
 		return unix.ESRCH

@@ -53,7 +53,7 @@ func TestOpNumbers(t *testing.T) {
 		"cm_resolve_addr", "cm_resolve_route", "cm_create_qp", "cm_connect", "cm_listen", "cm_accept", "cm_reject",
 		"cm_disconnect", "cm_destroy_id", "cm_get_event", "cm_query_addr", "cm_detach_qp", "share_memory",
 		"unshare_memory", "query_counters", "cm_set_option", "cm_migrate_id", "cm_init_qp_attr", "cm_establish",
-		"query_cm_ids", "destroy_comp_channel", "cm_destroy_channel"}
+		"query_cm_ids", "destroy_comp_channel", "cm_destroy_channel", "advise_mr", "rereg_mr"}
 	for i, n := range names {
 		require.Equal(t, n, Op(i+1).String(), "op %d", i+1)
 	}
@@ -71,7 +71,9 @@ func TestOpNumbers(t *testing.T) {
 	require.Equal(t, Op(43), OpDestroyCompChannel)
 	require.Equal(t, Op(44), OpCMDestroyChannel)
 	require.Equal(t, "cm_destroy_channel", OpCMDestroyChannel.String())
-	require.Equal(t, "op(45)", Op(45).String())
+	require.Equal(t, Op(45), OpAdviseMR)
+	require.Equal(t, Op(46), OpReregMR)
+	require.Equal(t, "op(47)", Op(47).String())
 }
 
 // Every enumerator of enum sn_op has its Op constant in types_hostif.go,

@@ -59,6 +59,7 @@ func (c *CompletionQueue) Push(wc *ibv.WC) bool {
 	le.PutUint16(e[offCQPKeyIndex:], wc.PKeyIndex)
 	le.PutUint16(e[offCQSLID:], wc.SLID)
 	e[offCQDLIDPathBits], e[offCQNetworkType] = wc.DLIDPathBits, uint8(wc.NetworkHdrType)
+	e[offCQDiscarded] = 0 // the client may have marked the slot's last entry
 	c.next++
 	atomic.StoreUint32(word(e, offCQSequence), c.next)
 	return true
@@ -89,6 +90,11 @@ func (c *CompletionQueue) Poll(wcs []ibv.WC) int {
 		e := c.entry(c.next)
 		if atomic.LoadUint32(word(e, offCQSequence)) != c.next+1 {
 			break
+		}
+		if e[offCQDiscarded] != 0 { // dropped by its QP's reset
+			c.next++
+			atomic.StoreUint32(word(c.mem, offCQCons), c.next)
+			continue
 		}
 		decodeWC(e, &wcs[n])
 		c.next++

@@ -48,6 +48,9 @@ var goBodies = []goBody{
 	{"sn_hello_reply", HelloReply{}, nil},
 	{"sn_reg_mr_req", RegMRRequest{}, nil},
 	{"sn_reg_mr_reply", RegMRReply{}, nil},
+	{"sn_advise_mr_req", AdviseMRRequest{}, nil},
+	{"sn_sge", AdviseSGE{}, nil},
+	{"sn_rereg_mr_req", ReregMRRequest{}, nil},
 	{"sn_create_cq_req", CreateCQRequest{}, nil},
 	{"sn_create_cq_reply", CreateCQReply{}, nil},
 	{"sn_create_qp_req", CreateQPRequest{}, nil},
@@ -98,7 +101,7 @@ var goEntries = map[string]map[string]goEntry{
 		"opcode": {offCQOpcode, 1}, "flags": {offCQFlags, 1}, "sl": {offCQSL, 1}, "byte_len": {offCQByteLen, 4},
 		"imm": {offCQImm, 4}, "qpn": {offCQQPN, 4}, "src_qp": {offCQSrcQP, 4}, "pkey_index": {offCQPKeyIndex, 2},
 		"slid": {offCQSLID, 2}, "dlid_path_bits": {offCQDLIDPathBits, 1}, "network_type": {offCQNetworkType, 1},
-		"reserved": {offCQReserved, CQEntrySize - offCQReserved},
+		"discarded": {offCQDiscarded, 1}, "reserved": {offCQReserved, CQEntrySize - offCQReserved},
 	},
 }
 

@@ -84,6 +84,20 @@ const (
 	// channels hold a descriptor of the daemon's each.
 	OpDestroyCompChannel Op = C.SN_OP_DESTROY_COMP_CHANNEL
 	OpCMDestroyChannel   Op = C.SN_OP_CM_DESTROY_CHANNEL
+	// On-demand paging's prefetch (ibv_advise_mr) and ibv_rereg_mr.
+	OpAdviseMR Op = C.SN_OP_ADVISE_MR
+	OpReregMR  Op = C.SN_OP_REREG_MR
+)
+
+// AdviseSGEs is how many SGEs one advise_mr request carries.
+const AdviseSGEs = C.SN_ADVISE_SGES
+
+// The on-demand paging capabilities (ibv_odp_caps) softnic reports.
+const (
+	ODPGeneral = C.SN_ODP_GENERAL
+	ODPRC      = C.SN_ODP_RC
+	ODPUC      = C.SN_ODP_UC
+	ODPUD      = C.SN_ODP_UD
 )
 
 // opNames are the commands' names for Op's String: enum sn_op's, SN_OP_
@@ -113,6 +127,12 @@ type (
 	HandleReply   C.struct_sn_handle
 	RegMRRequest  C.struct_sn_reg_mr_req
 	RegMRReply    C.struct_sn_reg_mr_reply
+	// AdviseMRRequest is ibv_advise_mr's arguments, Count of its SGEs.
+	AdviseMRRequest C.struct_sn_advise_mr_req
+	// AdviseSGE is one range of an advise: an ibv_sge.
+	AdviseSGE C.struct_sn_sge
+	// ReregMRRequest is ibv_rereg_mr's; its reply is a RegMRReply.
+	ReregMRRequest C.struct_sn_rereg_mr_req
 	// ShareMemoryRequest comes with one descriptor, a memfd: Length bytes
 	// of it from offset 0 are mapped at Addr in the client.
 	ShareMemoryRequest C.struct_sn_share_memory_req

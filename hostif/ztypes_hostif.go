@@ -70,6 +70,20 @@ const (
 	// channels hold a descriptor of the daemon's each.
 	OpDestroyCompChannel Op = 43
 	OpCMDestroyChannel   Op = 44
+	// On-demand paging's prefetch (ibv_advise_mr) and ibv_rereg_mr.
+	OpAdviseMR Op = 45
+	OpReregMR  Op = 46
+)
+
+// AdviseSGEs is how many SGEs one advise_mr request carries.
+const AdviseSGEs = 32
+
+// The on-demand paging capabilities (ibv_odp_caps) softnic reports.
+const (
+	ODPGeneral = 3
+	ODPRC      = 63
+	ODPUC      = 39
+	ODPUD      = 35
 )
 
 // opNames are the commands' names for Op's String: enum sn_op's, SN_OP_
@@ -119,6 +133,8 @@ var opNames = [...]string{
 	42: "query_cm_ids",
 	43: "destroy_comp_channel",
 	44: "cm_destroy_channel",
+	45: "advise_mr",
+	46: "rereg_mr",
 }
 
 // The descriptors a hello request passes, in this order: the client's
@@ -178,6 +194,29 @@ type (
 		Handle uint32
 		LKey   uint32
 		RKey   uint32
+	}
+	// AdviseMRRequest is ibv_advise_mr's arguments, Count of its SGEs.
+	AdviseMRRequest struct {
+		PD     uint32
+		Advice uint32
+		Flags  uint32
+		Count  uint32
+		SGE    [32]AdviseSGE
+	}
+	// AdviseSGE is one range of an advise: an ibv_sge.
+	AdviseSGE struct {
+		Addr   uint64
+		Length uint32
+		LKey   uint32
+	}
+	// ReregMRRequest is ibv_rereg_mr's; its reply is a RegMRReply.
+	ReregMRRequest struct {
+		Handle uint32
+		Flags  uint32
+		PD     uint32
+		Access uint32
+		Addr   uint64
+		Length uint64
 	}
 	// ShareMemoryRequest comes with one descriptor, a memfd: Length bytes
 	// of it from offset 0 are mapped at Addr in the client.
@@ -495,7 +534,8 @@ const (
 	offCQSLID         = 34
 	offCQDLIDPathBits = 36
 	offCQNetworkType  = 37
-	offCQReserved     = 38
+	offCQDiscarded    = 38
+	offCQReserved     = 39
 )
 
 // AsyncEventLen is the size of an async event record: struct

@@ -101,7 +101,9 @@ typedef void (*sn_unused_op)(void);
  * rdma-core keeps them. verbs_set_ops() copies the ones that are not NULL.
  */
 struct sn_context_ops {
-	sn_unused_op advise_mr, alloc_dm, alloc_mw, alloc_null_mr, alloc_parent_domain;
+	int (*advise_mr)(struct ibv_pd *pd, enum ibv_advise_mr_advice advice, uint32_t flags, struct ibv_sge *sg_list,
+			 uint32_t num_sges);
+	sn_unused_op alloc_dm, alloc_mw, alloc_null_mr, alloc_parent_domain;
 	struct ibv_pd *(*alloc_pd)(struct ibv_context *context);
 	sn_unused_op alloc_td;
 	void (*async_event)(struct ibv_context *context, struct ibv_async_event *event);
@@ -151,7 +153,8 @@ struct sn_context_ops {
 	sn_unused_op read_counters, reg_dm_mr, reg_dmabuf_mr;
 	struct ibv_mr *(*reg_mr)(struct ibv_pd *pd, void *addr, size_t length, uint64_t hca_va, int access);
 	int (*req_notify_cq)(struct ibv_cq *cq, int solicited_only);
-	sn_unused_op rereg_mr, resize_cq, set_ece, unimport_dm, unimport_mr, unimport_pd;
+	int (*rereg_mr)(struct sn_verbs_mr *mr, int flags, struct ibv_pd *pd, void *addr, size_t length, int access);
+	sn_unused_op resize_cq, set_ece, unimport_dm, unimport_mr, unimport_pd;
 };
 
 /* 76 operations, each one pointer: a count that changes means a typo. */

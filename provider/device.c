@@ -80,6 +80,8 @@ static const struct sn_context_ops sn_ops = {
 	.create_srq = sn_create_srq,
 	.dealloc_pd = sn_dealloc_pd,
 	.dereg_mr = sn_dereg_mr,
+	.advise_mr = sn_advise_mr,
+	.rereg_mr = sn_rereg_mr,
 	.destroy_ah = sn_destroy_ah,
 	.destroy_cq = sn_destroy_cq,
 	.destroy_qp = sn_destroy_qp,
@@ -174,6 +176,12 @@ static int sn_query_device_ex(struct ibv_context *context, const struct ibv_quer
 	a->phys_port_cnt = 1;
 	if (attr_size >= offsetof(struct ibv_device_attr_ex, phys_port_cnt_ex) + sizeof(attr->phys_port_cnt_ex))
 		attr->phys_port_cnt_ex = a->phys_port_cnt;
+	if (attr_size >= offsetof(struct ibv_device_attr_ex, odp_caps) + sizeof(attr->odp_caps)) {
+		attr->odp_caps.general_caps = SN_ODP_GENERAL;
+		attr->odp_caps.per_transport_caps.rc_odp_caps = SN_ODP_RC;
+		attr->odp_caps.per_transport_caps.uc_odp_caps = SN_ODP_UC;
+		attr->odp_caps.per_transport_caps.ud_odp_caps = SN_ODP_UD;
+	}
 	return 0;
 }
 

@@ -70,6 +70,8 @@ enum sn_op {
 	SN_OP_QUERY_CM_IDS,
 	SN_OP_DESTROY_COMP_CHANNEL, /* u32 handle -> empty; EBUSY while a CQ uses it */
 	SN_OP_CM_DESTROY_CHANNEL, /* u32 channel -> empty; EBUSY while an ID has its events on it */
+	SN_OP_ADVISE_MR = 45, /* sn_advise_mr_req -> empty */
+	SN_OP_REREG_MR = 46, /* sn_rereg_mr_req -> sn_reg_mr_reply */
 };
 _Static_assert(SN_OP_CM_CREATE_CHANNEL == 20 && SN_OP_CM_DETACH_QP == 34 && SN_OP_CM_SET_OPTION == 38 &&
 		       SN_OP_CM_MIGRATE_ID == 39 && SN_OP_CM_ESTABLISH == 41 && SN_OP_QUERY_CM_IDS == 42 &&
@@ -104,6 +106,19 @@ struct sn_reg_mr_req {
 struct sn_reg_mr_reply {
 	uint32_t handle, lkey, rkey;
 } __attribute__((packed));
+
+/* rereg_mr: ibv_rereg_mr's flags (enum ibv_rereg_mr_flags) on region
+ * handle; pd, access and addr/length count only where flags say. */
+struct sn_rereg_mr_req {
+	uint32_t handle, flags, pd, access;
+	uint64_t addr, length;
+} __attribute__((packed));
+
+/* The on-demand paging capabilities softnic has (ibv_odp_caps, with
+ * libibverbs' bit values): general IBV_ODP_SUPPORT and _IMPLICIT; RC
+ * SEND, RECV, WRITE, READ, ATOMIC, SRQ_RECV; UC SEND, RECV, WRITE,
+ * SRQ_RECV; UD SEND, RECV, SRQ_RECV. */
+enum { SN_ODP_GENERAL = 0x3, SN_ODP_RC = 0x3f, SN_ODP_UC = 0x27, SN_ODP_UD = 0x23 };
 
 struct sn_create_cq_req {
 	uint32_t entries, channel;
@@ -252,6 +267,7 @@ struct sn_cm_event {
 _Static_assert(sizeof(struct sn_header) == SN_HEADER_LEN, "header");
 _Static_assert(sizeof(struct sn_hello_reply) == 40, "hello reply");
 _Static_assert(sizeof(struct sn_reg_mr_req) == 24, "reg_mr request");
+_Static_assert(sizeof(struct sn_rereg_mr_req) == 32, "rereg_mr request");
 _Static_assert(sizeof(struct sn_create_qp_req) == 48, "create_qp request");
 _Static_assert(sizeof(struct sn_create_qp_reply) == 40, "create_qp reply");
 _Static_assert(sizeof(struct sn_modify_qp_req) == 68, "modify_qp request");
@@ -306,6 +322,16 @@ struct sn_sge {
 	uint32_t length, lkey;
 } __attribute__((packed));
 
+/* advise_mr: ibv_advise_mr's advice (enum ibv_advise_mr_advice), flags
+ * (IBV_ADVISE_MR_FLAG_FLUSH) and the first count of its SGEs; a list
+ * longer than SN_ADVISE_SGES takes several requests. */
+#define SN_ADVISE_SGES 32
+struct sn_advise_mr_req {
+	uint32_t pd, advice, flags, count;
+	struct sn_sge sge[SN_ADVISE_SGES];
+} __attribute__((packed));
+_Static_assert(sizeof(struct sn_advise_mr_req) == 16 + 16 * SN_ADVISE_SGES, "advise_mr request");
+
 /* A receive queue entry; its SGEs follow at offset 16. */
 struct sn_recv_entry {
 	uint64_t wr_id;
@@ -322,7 +348,11 @@ struct sn_cq_entry {
 	uint32_t qpn, src_qp;
 	uint16_t pkey_index, slid;
 	uint8_t dlid_path_bits, network_type;
-	uint8_t reserved[26];
+	/* The client's: set on a written entry it has not consumed, that its
+	 * QP's move to RESET dropped (as libmlx5's mlx5_cq_clean); polls
+	 * step over it. The daemon never reads an entry back. */
+	uint8_t discarded;
+	uint8_t reserved[25];
 } __attribute__((packed));
 
 _Static_assert(sizeof(struct sn_send_entry) == 64, "send entry header");

@@ -81,6 +81,53 @@ int sn_dereg_mr(struct sn_verbs_mr *vmr)
 	return err;
 }
 
+/* sn_advise_mr sends the SGEs SN_ADVISE_SGES at a time; the daemon checks
+ * them (lkeys of this PD's ODP regions, ranges inside them) and faults the
+ * pages in. It returns an errno, as libibverbs' ibv_advise_mr does. */
+int sn_advise_mr(struct ibv_pd *ibpd, enum ibv_advise_mr_advice advice, uint32_t flags, struct ibv_sge *sg_list,
+		 uint32_t num_sges)
+{
+	struct sn_pd *pd = sn_container_of(ibpd, struct sn_pd, ibv);
+	if (!num_sges || !sg_list)
+		return EINVAL;
+	for (uint32_t done = 0; done < num_sges;) {
+		struct sn_advise_mr_req req = {.pd = pd->handle, .advice = advice, .flags = flags};
+		uint32_t n = num_sges - done < SN_ADVISE_SGES ? num_sges - done : SN_ADVISE_SGES;
+		for (uint32_t i = 0; i < n; i++)
+			req.sge[i] = (struct sn_sge){.addr = sg_list[done + i].addr, .length = sg_list[done + i].length,
+						     .lkey = sg_list[done + i].lkey};
+		req.count = n;
+		if (sn_call(to_ctx(ibpd->context), SN_OP_ADVISE_MR, &req, sizeof(req), NULL, 0, NULL, 0) < 0)
+			return errno;
+		done += n;
+	}
+	return 0;
+}
+
+/* sn_rereg_mr changes the region in the daemon, which keeps its keys, and
+ * the access libibverbs keeps in verbs_mr (ibv_rereg_mr sets the PD, the
+ * address and the length itself). Errors are errnos; libibverbs turns them
+ * into IBV_REREG_MR_ERR_CMD. */
+int sn_rereg_mr(struct sn_verbs_mr *vmr, int flags, struct ibv_pd *ibpd, void *addr, size_t length, int access)
+{
+	struct sn_mr *mr = sn_container_of(vmr, struct sn_mr, vmr);
+	struct sn_rereg_mr_req req = {.handle = mr->handle, .flags = flags, .access = access,
+				      .addr = (uintptr_t)addr, .length = length};
+	if (flags & IBV_REREG_MR_CHANGE_PD) {
+		if (!ibpd)
+			return EINVAL;
+		req.pd = sn_container_of(ibpd, struct sn_pd, ibv)->handle;
+	}
+	struct sn_reg_mr_reply r;
+	if (sn_call(to_ctx(vmr->ibv_mr.context), SN_OP_REREG_MR, &req, sizeof(req), &r, sizeof(r), NULL, 0) < 0)
+		return errno;
+	vmr->ibv_mr.lkey = r.lkey;
+	vmr->ibv_mr.rkey = r.rkey;
+	if (flags & IBV_REREG_MR_CHANGE_ACCESS)
+		vmr->access = access;
+	return 0;
+}
+
 /* sn_create_ah makes an address handle from the attribute's global route:
  * on RoCE every address is a GID. */
 struct ibv_ah *sn_create_ah(struct ibv_pd *ibpd, struct ibv_ah_attr *attr)

@@ -163,6 +163,9 @@ struct ibv_pd *sn_alloc_pd(struct ibv_context *context);
 int sn_dealloc_pd(struct ibv_pd *pd);
 struct ibv_mr *sn_reg_mr(struct ibv_pd *pd, void *addr, size_t length, uint64_t hca_va, int access);
 int sn_dereg_mr(struct sn_verbs_mr *mr);
+int sn_advise_mr(struct ibv_pd *pd, enum ibv_advise_mr_advice advice, uint32_t flags, struct ibv_sge *sg_list,
+		 uint32_t num_sges);
+int sn_rereg_mr(struct sn_verbs_mr *mr, int flags, struct ibv_pd *pd, void *addr, size_t length, int access);
 struct ibv_ah *sn_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr);
 int sn_destroy_ah(struct ibv_ah *ah);
 struct ibv_cq *sn_create_cq(struct ibv_context *context, int cqe, struct ibv_comp_channel *channel, int vector);

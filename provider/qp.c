@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "provider.h"
+#include "ring.h"
 
 /* Ring sizes the provider believes: a reply asking for more is broken. */
 #define SN_MAX_DEPTH (1u << 16)
@@ -325,6 +326,30 @@ static void fetch_cm_attrs(struct sn_qp *qp)
 	}
 }
 
+/* cq_clean discards the completions of QP qpn that cq holds and the
+ * program has not polled, as libmlx5 does when a QP moves to RESET: the
+ * QP starts again with nothing of its past in its CQs. The daemon, done
+ * with the QP's old work once modify_qp returned, writes none of them any
+ * more. Receive completions of a QP that takes its receives from an SRQ
+ * stay (sends_only): their work requests are the SRQ's, and gone. */
+static void cq_clean(struct ibv_cq *ibcq, uint32_t qpn, int sends_only)
+{
+	if (!ibcq)
+		return;
+	struct sn_cq *cq = sn_container_of(ibcq, struct sn_cq, ibv);
+	pthread_spin_lock(&cq->lock);
+	for (uint32_t i = cq->next;; i++) {
+		uint8_t *e = cq_written(cq, i);
+		if (!e)
+			break;
+		struct sn_cq_entry c;
+		memcpy(&c, e, sizeof(c));
+		if (c.qpn == qpn && (!sends_only || c.opcode < IBV_WC_RECV))
+			e[offsetof(struct sn_cq_entry, discarded)] = 1;
+	}
+	pthread_spin_unlock(&cq->lock);
+}
+
 int sn_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask)
 {
 	struct sn_qp *qp = sn_container_of(ibqp, struct sn_qp, vqp.qp);
@@ -336,6 +361,12 @@ int sn_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask)
 	if (!err)
 		sn_qp_remember(&qp->attr, attr, mask);
 	pthread_mutex_unlock(&qp->attr_lock);
+	if (!err && (mask & IBV_QP_STATE) && attr->qp_state == IBV_QPS_RESET) {
+		int srq = ibqp->srq != NULL;
+		cq_clean(ibqp->send_cq, ibqp->qp_num, srq && ibqp->recv_cq == ibqp->send_cq);
+		if (ibqp->recv_cq != ibqp->send_cq)
+			cq_clean(ibqp->recv_cq, ibqp->qp_num, srq);
+	}
 	return err;
 }
 

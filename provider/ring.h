@@ -35,14 +35,28 @@ static inline void put_sges(uint8_t *data, const struct ibv_sge *sg, int n)
 	}
 }
 
-/* cq_entry returns the CQ's entry at cq->next if the daemon has written
+/* cq_written returns the CQ's entry at index i if the daemon has written
  * it (its sequence says so), else NULL. */
-static inline const uint8_t *cq_entry(const struct sn_cq *cq)
+static inline uint8_t *cq_written(const struct sn_cq *cq, uint32_t i)
 {
-	const uint8_t *e = cq->ring + SN_RING_HEADER + (size_t)(cq->next & cq->mask) * SN_CQ_ENTRY;
-	if (load_acquire(e + offsetof(struct sn_cq_entry, sequence)) != cq->next + 1)
+	uint8_t *e = cq->ring + SN_RING_HEADER + (size_t)(i & cq->mask) * SN_CQ_ENTRY;
+	if (load_acquire(e + offsetof(struct sn_cq_entry, sequence)) != i + 1)
 		return NULL;
 	return e;
+}
+
+/* cq_entry returns the CQ's entry at cq->next if the daemon has written
+ * it, else NULL, consuming the entries a QP's reset discarded on the way
+ * (cq_clean). Called with the CQ's lock held. */
+static inline const uint8_t *cq_entry(struct sn_cq *cq)
+{
+	for (;;) {
+		uint8_t *e = cq_written(cq, cq->next);
+		if (!e || !e[offsetof(struct sn_cq_entry, discarded)])
+			return e;
+		cq->next++;
+		store_release(cq->ring + SN_CQ_CONSUMER, cq->next);
+	}
 }
 
 #endif

@@ -64,6 +64,10 @@ type DeviceOps interface {
 // once the API checked what both backends refuse alike.
 type PDOps interface {
 	RegMR(buf []byte, access Access) (*MR, error)
+	// RegImplicitMR registers the whole address space (PD.RegImplicitMR).
+	RegImplicitMR(access Access) (*MR, error)
+	// AdviseMR is PD.AdviseMR once its arguments were checked.
+	AdviseMR(advice Advice, flags uint32, sges []SGE) error
 	// CreateQP makes q's backend; q is the QP its events name.
 	CreateQP(q *QP, init *QPInitAttr) (QPOps, error)
 	CreateSRQ(s *SRQ, maxWR, maxSGE int) (SRQOps, error)
@@ -73,6 +77,9 @@ type PDOps interface {
 // MROps is a memory region's backend.
 type MROps interface {
 	Dereg() error
+	// Rereg is MR.Rereg once its arguments were checked; it changes m's
+	// fields (Addr, Len, Access, PD, keys) as the region changed.
+	Rereg(m *MR, flags ReregFlags, pd *PD, buf []byte, access Access) error
 }
 
 // QPOps is a queue pair's backend; the engine's QP (*ibtransport.QP) is
@@ -141,6 +148,13 @@ func NewMR(pd *PD, r RegisteredMR, ops MROps) *MR {
 		ops: ops, valid: true}
 	m.rkeyValid.Store(true)
 	return m
+}
+
+// Reregistered updates m after its backend (one outside this package)
+// re-registered it (MR.Rereg): its memory, keys and rights are r's now,
+// and its PD pd.
+func (m *MR) Reregistered(pd *PD, r RegisteredMR, length uint64) {
+	m.pd, m.buf, m.addr, m.size, m.access, m.lkey, m.rkey = pd, r.Buf, r.Addr, length, r.Access, r.LKey, r.RKey
 }
 
 // CreateQPWith creates a QP in pd as CreateQP does, with create making its

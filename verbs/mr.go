@@ -13,7 +13,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/softnic/softnic/ibtransport"
-	"github.com/softnic/softnic/ibtransport/ibv"
 )
 
 // MR is a registered memory region (ibv_mr): a byte slice the transport may
@@ -28,13 +27,19 @@ type MR struct {
 	proc ProcessMemory
 	// vec is proc when it copies many ranges in one go: packets' payloads
 	// are then copied in batches (procLocalView).
-	vec    vectorMemory
-	size   uint64
-	addr   uint64
-	access Access
-	ops    MROps
-	lkey   uint32
-	rkey   uint32
+	vec vectorMemory
+	// pager finds the pages of an ODP region in another process's
+	// memory (odp.go); nil otherwise.
+	pager Pager
+	// release frees what the region holds besides its keys (an implicit
+	// region's own mem descriptor); nil if nothing.
+	release func()
+	size    uint64
+	addr    uint64
+	access  Access
+	ops     MROps
+	lkey    uint32
+	rkey    uint32
 	// valid is false once deregistered, which every access checks; it
 	// changes only under Group.Do, while no engine runs.
 	valid bool
@@ -90,7 +95,7 @@ func (m *MR) holds(va uint64, n uint32) bool {
 // grants reports whether an access by a QP of pd to n bytes at va with
 // rights a is allowed; engine goroutine only.
 func (m *MR) grants(pd *PD, va uint64, n uint32, a Access) bool {
-	return m.valid && m.pd == pd && m.access&a == a && m.holds(va, n)
+	return m.valid && m.pd == pd && m.access&a == a && m.holds(va, n) && m.paged(va, n, a)
 }
 
 // localView is the region as the engine holds it after an lkey lookup
@@ -216,12 +221,14 @@ func (p *enginePD) RegMR(buf []byte, access Access) (*MR, error) {
 // address addr, once access was checked.
 func (p *enginePD) regBuf(buf []byte, addr uint64, access Access) (*MR, error) {
 	m := &MR{pd: p.pd, buf: buf, size: uint64(len(buf)), addr: addr, access: access}
-	populate(buf)
+	if access&AccessOnDemand == 0 {
+		populate(buf) // an ODP region's pages come in as they are used
+	}
 	return p.register(m)
 }
 
 func checkAccess(access Access) error {
-	if access&^ibv.AccessAll != 0 {
+	if access&^accessMR != 0 {
 		return fmt.Errorf("register MR: unknown access flags %#x: %w", access, ErrInvalidArgument)
 	}
 	if access&(AccessRemoteWrite|AccessRemoteAtomic) != 0 && access&AccessLocalWrite == 0 {
@@ -279,6 +286,9 @@ func (r *engineMR) Dereg() error {
 		m.valid = false
 		delete(d.mrs.lkeys, m.lkey)
 		delete(d.mrs.rkeys, m.rkey)
+		if m.release != nil {
+			m.release()
+		}
 		return nil
 	})
 }

@@ -226,6 +226,7 @@ type DeviceAttr struct {
 	MaxMsgSize      int // bytes per message
 	AtomicHostOrder bool
 	PhysPortCnt     int
+	ODP             ODPCaps // on-demand paging (odp.go)
 }
 
 // Query returns the device's limits (ibv_query_device).

@@ -3,6 +3,7 @@ package client
 import (
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -88,8 +89,14 @@ func daemonErr(err error) error {
 		return err
 	}
 	switch ce.Errno {
-	case unix.EINVAL, unix.ENOENT, unix.EBUSY:
+	case unix.EINVAL, unix.EBUSY:
 		return fmt.Errorf("%w: %w", verbs.ErrInvalidArgument, err)
+	case unix.ENOENT: // no such object; for advise_mr, no such ODP region
+		return fmt.Errorf("%w: %w: %w", verbs.ErrInvalidArgument, verbs.ErrNoRegion, err)
+	case unix.EFAULT:
+		return fmt.Errorf("%w: %w", verbs.ErrFault, err)
+	case unix.EOPNOTSUPP:
+		return fmt.Errorf("%w: %w", verbs.ErrNotSupported, err)
 	}
 	return err
 }
@@ -122,7 +129,9 @@ func (r *dialed) GID(index int) (verbs.GID, error) {
 func (r *dialed) Query() verbs.DeviceAttr {
 	h := r.c.Device
 	return verbs.DeviceAttr{MaxQPWR: int(h.MaxQPWR), MaxSGE: int(h.MaxSGE), MaxCQE: int(h.MaxCQE), MaxInlineData: int(h.MaxInline),
-		MaxQPRdAtom: int(h.MaxRdAtomic), MaxMsgSize: 1 << 31, AtomicHostOrder: true, PhysPortCnt: 1}
+		MaxQPRdAtom: int(h.MaxRdAtomic), MaxMsgSize: 1 << 31, AtomicHostOrder: true, PhysPortCnt: 1,
+		ODP: verbs.ODPCaps{General: hostif.ODPGeneral, RC: hostif.ODPRC, UC: hostif.ODPUC, UD: hostif.ODPUD,
+			MaxImplicitB: math.MaxUint64}}
 }
 
 // PortState asks the daemon, and says PortDown if it cannot.

@@ -12,6 +12,13 @@ const (
 	AccessRemoteWrite  Access = 1 << 1
 	AccessRemoteRead   Access = 1 << 2
 	AccessRemoteAtomic Access = 1 << 3
+	// AccessOnDemand is a region's on-demand paging
+	// (IBV_ACCESS_ON_DEMAND): registered without its pages, which are
+	// looked up as each access reaches them. It is no right a QP grants.
+	AccessOnDemand Access = 1 << 6
+	// AccessHugeTLB says a region lies in huge pages (IBV_ACCESS_HUGETLB),
+	// which lets a NIC map it in larger pages; softnic maps nothing.
+	AccessHugeTLB Access = 1 << 7
 )
 
 // AccessAll is every access right there is.
