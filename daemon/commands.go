@@ -31,6 +31,7 @@ var handlers = map[hostif.Op]handler{
 	hostif.OpDeallocPD:          with(noReply((*session).deallocPD)),
 	hostif.OpDeregMR:            with(noReply((*session).deregMR)),
 	hostif.OpDestroyCQ:          with(noReply((*session).destroyCQ)),
+	hostif.OpResizeCQ:           with((*session).resizeCQ),
 	hostif.OpDestroyQP:          with(noReply((*session).destroyQPHandle)),
 	hostif.OpDestroyAH:          with(noReply((*session).destroyAH)),
 	hostif.OpDestroySRQ:         with(noReply((*session).destroySRQHandle)),

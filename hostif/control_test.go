@@ -71,6 +71,8 @@ func TestOpNumbers(t *testing.T) {
 	require.Equal(t, Op(43), OpDestroyCompChannel)
 	require.Equal(t, Op(44), OpCMDestroyChannel)
 	require.Equal(t, "cm_destroy_channel", OpCMDestroyChannel.String())
+	require.Equal(t, Op(47), OpResizeCQ)
+	require.Equal(t, "resize_cq", OpResizeCQ.String())
 	require.Equal(t, "op(45)", Op(45).String())
 }
 

@@ -84,6 +84,7 @@ const (
 	// channels hold a descriptor of the daemon's each.
 	OpDestroyCompChannel Op = C.SN_OP_DESTROY_COMP_CHANNEL
 	OpCMDestroyChannel   Op = C.SN_OP_CM_DESTROY_CHANNEL
+	OpResizeCQ           Op = C.SN_OP_RESIZE_CQ
 )
 
 // opNames are the commands' names for Op's String: enum sn_op's, SN_OP_
@@ -118,6 +119,8 @@ type (
 	ShareMemoryRequest C.struct_sn_share_memory_req
 	CreateCQRequest    C.struct_sn_create_cq_req
 	CreateCQReply      C.struct_sn_create_cq_reply
+	ResizeCQRequest    C.struct_sn_resize_cq_req
+	ResizeCQReply      C.struct_sn_resize_cq_reply
 	CreateQPRequest    C.struct_sn_create_qp_req
 	CreateQPReply      C.struct_sn_create_qp_reply
 	// ModifyQPRequest carries struct ibv_qp_attr's fields that softnic

@@ -70,6 +70,7 @@ const (
 	// channels hold a descriptor of the daemon's each.
 	OpDestroyCompChannel Op = 43
 	OpCMDestroyChannel   Op = 44
+	OpResizeCQ           Op = 47
 )
 
 // opNames are the commands' names for Op's String: enum sn_op's, SN_OP_
@@ -119,6 +120,7 @@ var opNames = [...]string{
 	42: "query_cm_ids",
 	43: "destroy_comp_channel",
 	44: "cm_destroy_channel",
+	47: "resize_cq",
 }
 
 // The descriptors a hello request passes, in this order: the client's
@@ -193,6 +195,13 @@ type (
 	CreateCQReply struct {
 		Handle uint32
 		Depth  uint32
+	}
+	ResizeCQRequest struct {
+		Handle  uint32
+		Entries uint32
+	}
+	ResizeCQReply struct {
+		Depth uint32
 	}
 	CreateQPRequest struct {
 		PD         uint32
@@ -496,6 +505,8 @@ const (
 	offCQDLIDPathBits = 36
 	offCQNetworkType  = 37
 	offCQReserved     = 38
+	offCQTimestamp    = 40
+	offCQReserved2    = 48
 )
 
 // AsyncEventLen is the size of an async event record: struct

@@ -70,10 +70,11 @@ enum sn_op {
 	SN_OP_QUERY_CM_IDS,
 	SN_OP_DESTROY_COMP_CHANNEL, /* u32 handle -> empty; EBUSY while a CQ uses it */
 	SN_OP_CM_DESTROY_CHANNEL, /* u32 channel -> empty; EBUSY while an ID has its events on it */
+	SN_OP_RESIZE_CQ = 47, /* struct sn_resize_cq_req -> struct sn_resize_cq_reply; fd: the new ring */
 };
 _Static_assert(SN_OP_CM_CREATE_CHANNEL == 20 && SN_OP_CM_DETACH_QP == 34 && SN_OP_CM_SET_OPTION == 38 &&
 		       SN_OP_CM_MIGRATE_ID == 39 && SN_OP_CM_ESTABLISH == 41 && SN_OP_QUERY_CM_IDS == 42 &&
-		       SN_OP_DESTROY_COMP_CHANNEL == 43 && SN_OP_CM_DESTROY_CHANNEL == 44,
+		       SN_OP_DESTROY_COMP_CHANNEL == 43 && SN_OP_CM_DESTROY_CHANNEL == 44 && SN_OP_RESIZE_CQ == 47,
 	       "op numbers");
 
 /* hello's descriptors, in this order. */
@@ -112,6 +113,17 @@ struct sn_create_cq_req {
 
 struct sn_create_cq_reply {
 	uint32_t handle, depth;
+} __attribute__((packed));
+
+/* resize_cq: the CQ's completions move to a new ring of depth entries (a
+ * power of two, at least entries and at least the completions it holds),
+ * which comes with the reply; the old ring is written no more. */
+struct sn_resize_cq_req {
+	uint32_t handle, entries;
+} __attribute__((packed));
+
+struct sn_resize_cq_reply {
+	uint32_t depth;
 } __attribute__((packed));
 
 /* QP types of create_qp: RC 0, UC 1, UD 2 (not libibverbs' numbers). */
@@ -266,6 +278,7 @@ _Static_assert(sizeof(struct sn_cm_create_qp_req) == 56, "cm_create_qp request")
 _Static_assert(sizeof(struct sn_cm_conn_param) == 240, "CM connection parameters");
 _Static_assert(sizeof(struct sn_share_memory_req) == 16, "share_memory request");
 _Static_assert(sizeof(struct sn_cm_event) == 304, "CM event");
+_Static_assert(sizeof(struct sn_resize_cq_req) == 8, "resize_cq request");
 
 /* Shared memory: every ring is a 4096-byte header and its entries. */
 #define SN_RING_HEADER 4096
@@ -322,7 +335,9 @@ struct sn_cq_entry {
 	uint32_t qpn, src_qp;
 	uint16_t pkey_index, slid;
 	uint8_t dlid_path_bits, network_type;
-	uint8_t reserved[26];
+	uint8_t reserved[2];
+	uint64_t timestamp; /* ns of CLOCK_REALTIME when the engine made the completion */
+	uint8_t reserved2[16];
 } __attribute__((packed));
 
 _Static_assert(sizeof(struct sn_send_entry) == 64, "send entry header");
