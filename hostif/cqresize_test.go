@@ -42,6 +42,9 @@ func TestCQMoveTo(t *testing.T) {
 	push(daemonOld, 3, 4, 5) // wraps the 4-entry ring; 2..5 are held
 	require.Equal(t, 4, daemonOld.Held())
 	client.Arm(true)
+	require.False(t, daemonOld.WantsTimestamps())
+	client.SetTimestamps()
+	require.True(t, daemonOld.WantsTimestamps())
 
 	small := newTestCQ(t, 2)
 	require.False(t, daemonOld.MoveTo(small), "no room for four")
@@ -49,6 +52,7 @@ func TestCQMoveTo(t *testing.T) {
 	require.True(t, daemonOld.MoveTo(daemonNew))
 	require.Equal(t, uint32(ArmSolicited), atomic.LoadUint32(word(daemonNew.mem, offArmed)), "the arm moved")
 	require.Equal(t, uint32(ArmNone), atomic.LoadUint32(word(daemonOld.mem, offArmed)))
+	require.True(t, daemonNew.WantsTimestamps(), "the options moved")
 	push(daemonNew, 6)
 
 	clientNew := &CompletionQueue{mem: daemonNew.mem, mask: daemonNew.mask}

@@ -200,7 +200,12 @@ const (
 	offCQCons   = C.SN_CQ_CONSUMER // completion queues: client
 	offArmed    = C.SN_CQ_ARMED    // completion queues: client sets, daemon clears
 	offOverrun  = C.SN_CQ_OVERRUN  // completion queues: daemon
+	offOptions  = C.SN_CQ_OPTIONS  // completion queues: client
 )
+
+// CQTimestamps in a completion queue's options asks the daemon to stamp
+// each entry's timestamp.
+const CQTimestamps = C.SN_CQ_TIMESTAMPS
 
 // Armed values of a completion queue.
 const (

@@ -435,7 +435,12 @@ const (
 	offCQCons   = 0   // completion queues: client
 	offArmed    = 64  // completion queues: client sets, daemon clears
 	offOverrun  = 128 // completion queues: daemon
+	offOptions  = 192 // completion queues: client
 )
+
+// CQTimestamps in a completion queue's options asks the daemon to stamp
+// each entry's timestamp.
+const CQTimestamps = 1
 
 // Armed values of a completion queue.
 const (

@@ -152,7 +152,12 @@ struct ibv_cq_ex *sn_create_cq_ex(struct ibv_context *context, struct ibv_cq_ini
 	struct ibv_cq *ibcq = sn_create_cq(context, attr->cqe, attr->channel, attr->comp_vector);
 	if (!ibcq)
 		return NULL;
-	struct ibv_cq_ex *x = &sn_container_of(ibcq, struct sn_cq, ibv)->ex;
+	struct sn_cq *cq = sn_container_of(ibcq, struct sn_cq, ibv);
+	struct ibv_cq_ex *x = &cq->ex;
+	/* The daemon reads the clock for each entry only if asked: before
+	 * any QP uses the CQ. */
+	if (attr->wc_flags & (IBV_WC_EX_WITH_COMPLETION_TIMESTAMP | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK))
+		__atomic_store_n((uint32_t *)(cq->ring + SN_CQ_OPTIONS), SN_CQ_TIMESTAMPS, __ATOMIC_RELEASE);
 	x->start_poll = cq_start_poll;
 	x->next_poll = cq_next_poll;
 	x->end_poll = cq_end_poll;

@@ -293,6 +293,8 @@ _Static_assert(sizeof(struct sn_resize_cq_req) == 8, "resize_cq request");
 #define SN_CQ_CONSUMER 0 /* client, release */
 #define SN_CQ_ARMED 64 /* client sets, daemon clears */
 #define SN_CQ_OVERRUN 128 /* daemon */
+#define SN_CQ_OPTIONS 192 /* client, before a QP uses the CQ: SN_CQ_TIMESTAMPS */
+#define SN_CQ_TIMESTAMPS 1 /* stamp each entry's timestamp */
 #define SN_CQ_ENTRY 64
 
 enum { SN_ARM_NONE, SN_ARM_NEXT, SN_ARM_SOLICITED };

@@ -55,9 +55,8 @@ func (d *Device) CreateSharedCQ(ring *hostif.CompletionQueue, notify func()) (*C
 		return nil, err
 	}
 	c := &CQ{dev: d}
-	// The ring's entries always carry the timestamp: the client decides
-	// whether it reads it.
-	c.ops = &engineCQ{cq: c, e: e, ring: ring, onArmed: notify, shared: e.dev.Engines() > 1, stamp: true}
+	// The client asks for timestamps in the ring (pushShared).
+	c.ops = &engineCQ{cq: c, e: e, ring: ring, onArmed: notify, shared: e.dev.Engines() > 1}
 	return c, nil
 }
 
@@ -110,6 +109,9 @@ func (c *engineCQ) overran() {
 
 // pushShared adds a completion to the shared ring.
 func (c *engineCQ) pushShared(wc *WC, solicited bool) bool {
+	if c.ring.WantsTimestamps() {
+		wc.Timestamp = deviceClock()
+	}
 	if !c.ring.Push(wc) {
 		c.ring.SetOverrun()
 		c.overran()

@@ -98,6 +98,9 @@ func (r *dialed) CreateCQ(front *verbs.CQ, n int) (verbs.CQOps, error) {
 		return nil, fmt.Errorf("create CQ: %w", daemonErr(err))
 	}
 	c := &dialedCQ{cq: front, r: r, scq: cq, handle: cq.Handle}
+	if front.Timestamps() {
+		cq.Ring().SetTimestamps() // before any QP uses it
+	}
 	c.ring.Store(cq.Ring())
 	r.objects.add(h, c)
 	return c, nil
@@ -164,11 +167,6 @@ func (c *dialedCQ) Poll(wcs []verbs.WC) (int, error) {
 	n := c.ring.Load().Poll(wcs)
 	c.mu.Unlock()
 	if n > 0 {
-		if !c.cq.Timestamps() {
-			for i := range wcs[:n] {
-				wcs[i].Timestamp = 0 // the ring has it; the CQ was not asked for it
-			}
-		}
 		c.r.objects.noteCompletions(wcs[:n])
 		return n, nil
 	}
