@@ -11,14 +11,31 @@ import (
 	"github.com/softnic/softnic/verbs"
 )
 
-func TestCQResize(t *testing.T) { forEachMode(t, testCQResize) }
+func TestCQResize(t *testing.T) {
+	forEachMode(t, func(t *testing.T, m mode) { testCQResize(t, newPairMode(t, m, memlink.Config{}, verbs.Config{})) })
+}
+
+// With two engines on each device, a resize pauses both (Group.Do): the
+// one that runs the CQ's QP and the other.
+func TestCQResizeTwoEngines(t *testing.T) {
+	forEachMode(t, func(t *testing.T, m mode) {
+		la, lb := memlink.PairQueues(memlink.Config{}, 2)
+		p := &testPair{}
+		t.Cleanup(p.close)
+		p.add(func() { la.Close(); lb.Close() })
+		dc := verbs.Config{Engines: 2}
+		p.a, p.engA = openMode(t, m, la, dc, addrA, &p.closers)
+		p.b, p.engB = openMode(t, m, lb, dc, addrB, &p.closers)
+		require.Equal(t, 2, p.engB.RoCE().Engines())
+		testCQResize(t, p)
+	})
+}
 
 // y's receive CQ is resized while it holds completions nobody polled: x
 // waits for its sends' completions, which come after y's responder made
 // the receives' (it completes a SEND before it ACKs it), so y's CQ holds
 // exactly them.
-func testCQResize(t *testing.T, m mode) {
-	p := newPairMode(t, m, memlink.Config{}, verbs.Config{})
+func testCQResize(t *testing.T, p *testPair) {
 	o := defaultOpts()
 	ch := p.b.NewCompChannel()
 	x := newEndpoint(t, p.a, nil, o, nil)
