@@ -61,6 +61,8 @@ func (d *Device) CreateSharedCQ(ring *hostif.CompletionQueue, notify func()) (*C
 }
 
 func (c *engineCQ) Cap() int {
+	c.mu.Lock() // Resize replaces the ring with it held
+	defer c.mu.Unlock()
 	if c.ring != nil {
 		return c.ring.Depth()
 	}

@@ -47,6 +47,8 @@ func (d *Device) ResizeSharedCQ(cq *CQ, ring *hostif.CompletionQueue) error {
 		return fmt.Errorf("resize shared CQ: not a shared CQ of this device: %w", ErrInvalidArgument)
 	}
 	return c.e.group.Do(func() error {
+		c.mu.Lock()
+		defer c.mu.Unlock()
 		c.pushMu.Lock()
 		defer c.pushMu.Unlock()
 		if held := c.ring.Held(); !c.ring.MoveTo(ring) {
