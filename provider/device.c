@@ -194,12 +194,13 @@ static int sn_query_device_ex(struct ibv_context *context, const struct ibv_quer
 	a->max_pkeys = 1;
 	a->local_ca_ack_delay = 15;
 	a->phys_port_cnt = 1;
+	if (attr_size >= offsetof(struct ibv_device_attr_ex, phys_port_cnt_ex) + sizeof(attr->phys_port_cnt_ex))
+		attr->phys_port_cnt_ex = a->phys_port_cnt;
+	/* The device clock (provider.h): its ticks are ns. */
 	if (attr_size >= offsetof(struct ibv_device_attr_ex, hca_core_clock) + sizeof(attr->hca_core_clock)) {
 		attr->completion_timestamp_mask = UINT64_MAX;
 		attr->hca_core_clock = SN_HCA_CORE_CLOCK_KHZ;
 	}
-	if (attr_size >= offsetof(struct ibv_device_attr_ex, phys_port_cnt_ex) + sizeof(attr->phys_port_cnt_ex))
-		attr->phys_port_cnt_ex = 1;
 	return 0;
 }
 

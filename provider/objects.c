@@ -139,7 +139,7 @@ struct ibv_cq *sn_create_cq(struct ibv_context *context, int cqe, struct ibv_com
 {
 	struct sn_context *ctx = to_ctx(context);
 	if (vector < 0 || vector >= context->num_comp_vectors) {
-		errno = EINVAL; /* as the kernel's create_cq */
+		errno = EINVAL; /* as the kernel's create_cq checks it */
 		return NULL;
 	}
 	struct sn_create_cq_req req = {.entries = cqe > 0 ? cqe : 0};
