@@ -178,6 +178,11 @@ static int sn_query_device_ex(struct ibv_context *context, const struct ibv_quer
 	memset(attr, 0, attr_size < sizeof(*attr) ? attr_size : sizeof(*attr));
 	struct ibv_device_attr *a = &attr->orig_attr;
 	const struct sn_hello_reply *l = &ctx->limits;
+	/* The device clock (provider.h): its ticks are ns. */
+	if (attr_size >= offsetof(struct ibv_device_attr_ex, hca_core_clock) + sizeof(attr->hca_core_clock)) {
+		attr->completion_timestamp_mask = UINT64_MAX;
+		attr->hca_core_clock = SN_HCA_CORE_CLOCK_KHZ;
+	}
 	strcpy(a->fw_ver, "0.0.0");
 	a->node_guid = a->sys_image_guid = htobe64(l->node_guid);
 	a->max_mr_size = UINT64_MAX;
@@ -196,11 +201,6 @@ static int sn_query_device_ex(struct ibv_context *context, const struct ibv_quer
 	a->phys_port_cnt = 1;
 	if (attr_size >= offsetof(struct ibv_device_attr_ex, phys_port_cnt_ex) + sizeof(attr->phys_port_cnt_ex))
 		attr->phys_port_cnt_ex = a->phys_port_cnt;
-	/* The device clock (provider.h): its ticks are ns. */
-	if (attr_size >= offsetof(struct ibv_device_attr_ex, hca_core_clock) + sizeof(attr->hca_core_clock)) {
-		attr->completion_timestamp_mask = UINT64_MAX;
-		attr->hca_core_clock = SN_HCA_CORE_CLOCK_KHZ;
-	}
 	return 0;
 }
 
