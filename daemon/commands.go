@@ -34,6 +34,7 @@ var handlers = map[hostif.Op]handler{
 	hostif.OpAdviseMR:           with(noReply((*session).adviseMR)),
 	hostif.OpReregMR:            with(noFDs((*session).reregMR)),
 	hostif.OpDestroyCQ:          with(noReply((*session).destroyCQ)),
+	hostif.OpResizeCQ:           with((*session).resizeCQ),
 	hostif.OpDestroyQP:          with(noReply((*session).destroyQPHandle)),
 	hostif.OpDestroyAH:          with(noReply((*session).destroyAH)),
 	hostif.OpDestroySRQ:         with(noReply((*session).destroySRQHandle)),

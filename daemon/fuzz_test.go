@@ -24,6 +24,8 @@ func FuzzControlMessages(f *testing.F) {
 	seed(hostif.OpAllocPD, hostif.Empty{})
 	seed(hostif.OpRegMR, hostif.RegMRRequest{PD: 1, Access: 7, Addr: 4096, Length: 1 << 40})
 	seed(hostif.OpCreateCQ, hostif.CreateCQRequest{Entries: 1 << 30, Channel: 3})
+	seed(hostif.OpResizeCQ, hostif.ResizeCQRequest{Handle: 2, Entries: 1 << 30})
+	seed(hostif.OpResizeCQ, hostif.ResizeCQRequest{Handle: 2, Entries: 1})
 	seed(hostif.OpCreateQP, hostif.CreateQPRequest{PD: 1, SendCQ: 2, RecvCQ: 2, MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1 << 20})
 	seed(hostif.OpModifyQP, hostif.ModifyQPRequest{Handle: 3, Mask: 0xffffffff, State: 9, PathMTU: 200})
 	seed(hostif.OpDestroyQP, hostif.HandleRequest{Handle: 3})

@@ -73,7 +73,9 @@ func TestOpNumbers(t *testing.T) {
 	require.Equal(t, "cm_destroy_channel", OpCMDestroyChannel.String())
 	require.Equal(t, Op(45), OpAdviseMR)
 	require.Equal(t, Op(46), OpReregMR)
-	require.Equal(t, "op(47)", Op(47).String())
+	require.Equal(t, Op(47), OpResizeCQ)
+	require.Equal(t, "resize_cq", OpResizeCQ.String())
+	require.Equal(t, "op(48)", Op(48).String())
 }
 
 // Every enumerator of enum sn_op has its Op constant in types_hostif.go,

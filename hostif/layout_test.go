@@ -53,6 +53,8 @@ var goBodies = []goBody{
 	{"sn_rereg_mr_req", ReregMRRequest{}, nil},
 	{"sn_create_cq_req", CreateCQRequest{}, nil},
 	{"sn_create_cq_reply", CreateCQReply{}, nil},
+	{"sn_resize_cq_req", ResizeCQRequest{}, nil},
+	{"sn_resize_cq_reply", ResizeCQReply{}, nil},
 	{"sn_create_qp_req", CreateQPRequest{}, nil},
 	{"sn_create_qp_reply", CreateQPReply{}, nil},
 	{"sn_modify_qp_req", ModifyQPRequest{}, nil},
@@ -101,7 +103,8 @@ var goEntries = map[string]map[string]goEntry{
 		"opcode": {offCQOpcode, 1}, "flags": {offCQFlags, 1}, "sl": {offCQSL, 1}, "byte_len": {offCQByteLen, 4},
 		"imm": {offCQImm, 4}, "qpn": {offCQQPN, 4}, "src_qp": {offCQSrcQP, 4}, "pkey_index": {offCQPKeyIndex, 2},
 		"slid": {offCQSLID, 2}, "dlid_path_bits": {offCQDLIDPathBits, 1}, "network_type": {offCQNetworkType, 1},
-		"discarded": {offCQDiscarded, 1}, "reserved": {offCQReserved, CQEntrySize - offCQReserved},
+		"discarded": {offCQDiscarded, 1}, "reserved": {offCQReserved, 1}, "timestamp": {offCQTimestamp, 8},
+		"reserved2": {offCQReserved2, CQEntrySize - offCQReserved2},
 	},
 }
 

@@ -87,6 +87,7 @@ const (
 	// On-demand paging's prefetch (ibv_advise_mr) and ibv_rereg_mr.
 	OpAdviseMR Op = C.SN_OP_ADVISE_MR
 	OpReregMR  Op = C.SN_OP_REREG_MR
+	OpResizeCQ Op = C.SN_OP_RESIZE_CQ
 )
 
 // AdviseSGEs is how many SGEs one advise_mr request carries.
@@ -138,6 +139,8 @@ type (
 	ShareMemoryRequest C.struct_sn_share_memory_req
 	CreateCQRequest    C.struct_sn_create_cq_req
 	CreateCQReply      C.struct_sn_create_cq_reply
+	ResizeCQRequest    C.struct_sn_resize_cq_req
+	ResizeCQReply      C.struct_sn_resize_cq_reply
 	CreateQPRequest    C.struct_sn_create_qp_req
 	CreateQPReply      C.struct_sn_create_qp_reply
 	// ModifyQPRequest carries struct ibv_qp_attr's fields that softnic
@@ -217,7 +220,12 @@ const (
 	offCQCons   = C.SN_CQ_CONSUMER // completion queues: client
 	offArmed    = C.SN_CQ_ARMED    // completion queues: client sets, daemon clears
 	offOverrun  = C.SN_CQ_OVERRUN  // completion queues: daemon
+	offOptions  = C.SN_CQ_OPTIONS  // completion queues: client
 )
+
+// CQTimestamps in a completion queue's options asks the daemon to stamp
+// each entry's timestamp.
+const CQTimestamps = C.SN_CQ_TIMESTAMPS
 
 // Armed values of a completion queue.
 const (

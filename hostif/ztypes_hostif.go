@@ -73,6 +73,7 @@ const (
 	// On-demand paging's prefetch (ibv_advise_mr) and ibv_rereg_mr.
 	OpAdviseMR Op = 45
 	OpReregMR  Op = 46
+	OpResizeCQ Op = 47
 )
 
 // AdviseSGEs is how many SGEs one advise_mr request carries.
@@ -135,6 +136,7 @@ var opNames = [...]string{
 	44: "cm_destroy_channel",
 	45: "advise_mr",
 	46: "rereg_mr",
+	47: "resize_cq",
 }
 
 // The descriptors a hello request passes, in this order: the client's
@@ -232,6 +234,13 @@ type (
 	CreateCQReply struct {
 		Handle uint32
 		Depth  uint32
+	}
+	ResizeCQRequest struct {
+		Handle  uint32
+		Entries uint32
+	}
+	ResizeCQReply struct {
+		Depth uint32
 	}
 	CreateQPRequest struct {
 		PD         uint32
@@ -465,7 +474,12 @@ const (
 	offCQCons   = 0   // completion queues: client
 	offArmed    = 64  // completion queues: client sets, daemon clears
 	offOverrun  = 128 // completion queues: daemon
+	offOptions  = 192 // completion queues: client
 )
+
+// CQTimestamps in a completion queue's options asks the daemon to stamp
+// each entry's timestamp.
+const CQTimestamps = 1
 
 // Armed values of a completion queue.
 const (
@@ -536,6 +550,8 @@ const (
 	offCQNetworkType  = 37
 	offCQDiscarded    = 38
 	offCQReserved     = 39
+	offCQTimestamp    = 40
+	offCQReserved2    = 48
 )
 
 // AsyncEventLen is the size of an async event record: struct

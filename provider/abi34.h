@@ -148,13 +148,15 @@ struct sn_context_ops {
 	int (*query_port)(struct ibv_context *context, uint8_t port_num, struct ibv_port_attr *attr);
 	int (*query_qp)(struct ibv_qp *qp, struct ibv_qp_attr *attr, int attr_mask,
 			struct ibv_qp_init_attr *init_attr);
-	sn_unused_op query_qp_data_in_order, query_rt_values;
+	sn_unused_op query_qp_data_in_order;
+	int (*query_rt_values)(struct ibv_context *context, struct ibv_values_ex *values);
 	int (*query_srq)(struct ibv_srq *srq, struct ibv_srq_attr *attr);
 	sn_unused_op read_counters, reg_dm_mr, reg_dmabuf_mr;
 	struct ibv_mr *(*reg_mr)(struct ibv_pd *pd, void *addr, size_t length, uint64_t hca_va, int access);
 	int (*req_notify_cq)(struct ibv_cq *cq, int solicited_only);
 	int (*rereg_mr)(struct sn_verbs_mr *mr, int flags, struct ibv_pd *pd, void *addr, size_t length, int access);
-	sn_unused_op resize_cq, set_ece, unimport_dm, unimport_mr, unimport_pd;
+	int (*resize_cq)(struct ibv_cq *cq, int cqe);
+	sn_unused_op set_ece, unimport_dm, unimport_mr, unimport_pd;
 };
 
 /* 76 operations, each one pointer: a count that changes means a typo. */

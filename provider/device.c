@@ -12,9 +12,11 @@
 #define _GNU_SOURCE
 #include <endian.h>
 #include <errno.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "devmatch.h"
@@ -68,6 +70,24 @@ static void sn_cq_event(struct ibv_cq *cq)
 	(void)cq;
 }
 
+/* sn_query_rt_values reads the device clock as mlx5 does: its ticks (ns of
+ * CLOCK_REALTIME, a vDSO read, no call to the daemon) in raw_clock's
+ * tv_nsec, tv_sec 0; EINVAL for comp_mask bits it does not know. */
+static int sn_query_rt_values(struct ibv_context *context, struct ibv_values_ex *values)
+{
+	(void)context;
+	if (values->comp_mask & ~(uint32_t)IBV_VALUES_MASK_RAW_CLOCK)
+		return EINVAL;
+	if (values->comp_mask & IBV_VALUES_MASK_RAW_CLOCK) {
+		struct timespec t;
+		if (clock_gettime(CLOCK_REALTIME, &t))
+			return errno;
+		values->raw_clock.tv_sec = 0;
+		values->raw_clock.tv_nsec = t.tv_sec * 1000000000L + t.tv_nsec;
+	}
+	return 0;
+}
+
 static const struct sn_context_ops sn_ops = {
 	.alloc_pd = sn_alloc_pd,
 	.async_event = sn_async_event,
@@ -96,9 +116,11 @@ static const struct sn_context_ops sn_ops = {
 	.query_device_ex = sn_query_device_ex,
 	.query_port = sn_query_port,
 	.query_qp = sn_query_qp,
+	.query_rt_values = sn_query_rt_values,
 	.query_srq = sn_query_srq,
 	.reg_mr = sn_reg_mr,
 	.req_notify_cq = sn_req_notify_cq,
+	.resize_cq = sn_resize_cq,
 };
 
 static struct verbs_context *sn_alloc_context(struct ibv_device *device, int cmd_fd, void *private_data)
@@ -158,6 +180,11 @@ static int sn_query_device_ex(struct ibv_context *context, const struct ibv_quer
 	memset(attr, 0, attr_size < sizeof(*attr) ? attr_size : sizeof(*attr));
 	struct ibv_device_attr *a = &attr->orig_attr;
 	const struct sn_hello_reply *l = &ctx->limits;
+	/* The device clock (provider.h): its ticks are ns. */
+	if (attr_size >= offsetof(struct ibv_device_attr_ex, hca_core_clock) + sizeof(attr->hca_core_clock)) {
+		attr->completion_timestamp_mask = UINT64_MAX;
+		attr->hca_core_clock = SN_HCA_CORE_CLOCK_KHZ;
+	}
 	strcpy(a->fw_ver, "0.0.0");
 	a->node_guid = a->sys_image_guid = htobe64(l->node_guid);
 	a->max_mr_size = UINT64_MAX;

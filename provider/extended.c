@@ -15,10 +15,13 @@
 
 #include "ring.h"
 
-/* The completion fields softnic's entries carry, as rdma_rxe's. */
+/* The completion fields softnic's entries carry: rdma_rxe's, and the time
+ * the engine made the completion, in the device clock's ticks (ns of
+ * CLOCK_REALTIME: verbs/clock.go), which are also wall-clock ns. */
 #define SN_WC_EX_FLAGS                                                                                       \
 	(IBV_WC_EX_WITH_BYTE_LEN | IBV_WC_EX_WITH_IMM | IBV_WC_EX_WITH_QP_NUM | IBV_WC_EX_WITH_SRC_QP |      \
-	 IBV_WC_EX_WITH_SLID | IBV_WC_EX_WITH_SL | IBV_WC_EX_WITH_DLID_PATH_BITS)
+	 IBV_WC_EX_WITH_SLID | IBV_WC_EX_WITH_SL | IBV_WC_EX_WITH_DLID_PATH_BITS |                          \
+	 IBV_WC_EX_WITH_COMPLETION_TIMESTAMP | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK)
 
 static inline struct sn_cq *to_cq_ex(struct ibv_cq_ex *x)
 {
@@ -123,13 +126,25 @@ static uint8_t cq_read_dlid_path_bits(struct ibv_cq_ex *x)
 	return to_cq_ex(x)->cur.dlid_path_bits;
 }
 
+static uint64_t cq_read_completion_ts(struct ibv_cq_ex *x)
+{
+	return to_cq_ex(x)->cur.timestamp;
+}
+
 /* sn_create_cq_ex makes a CQ as sn_create_cq does, polled the extended
- * way too. Timestamps, parent domains and overrun-ignoring CQs are not
- * softnic's (EOPNOTSUPP). libibverbs then fills what ibv_create_cq's
- * wrapper fills (verbs_init_cq). */
+ * way too, with mlx5's errnos for what it is not asked right: comp_mask
+ * bits past those libibverbs knows are EINVAL; completion fields softnic's
+ * entries do not carry (CVLAN, flow tag, TM info), a parent domain and
+ * flags other than SINGLE_THREADED (IGNORE_OVERRUN) are EOPNOTSUPP.
+ * libibverbs then fills what ibv_create_cq's wrapper fills
+ * (verbs_init_cq). */
 struct ibv_cq_ex *sn_create_cq_ex(struct ibv_context *context, struct ibv_cq_init_attr_ex *attr)
 {
-	if ((attr->wc_flags & ~(uint64_t)SN_WC_EX_FLAGS) || (attr->comp_mask & ~IBV_CQ_INIT_ATTR_MASK_FLAGS) ||
+	if (attr->comp_mask & ~(uint32_t)(IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD)) {
+		errno = EINVAL;
+		return NULL;
+	}
+	if ((attr->wc_flags & ~(uint64_t)SN_WC_EX_FLAGS) || (attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_PD) ||
 	    ((attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) && (attr->flags & ~IBV_CREATE_CQ_ATTR_SINGLE_THREADED))) {
 		errno = EOPNOTSUPP;
 		return NULL;
@@ -137,7 +152,12 @@ struct ibv_cq_ex *sn_create_cq_ex(struct ibv_context *context, struct ibv_cq_ini
 	struct ibv_cq *ibcq = sn_create_cq(context, attr->cqe, attr->channel, attr->comp_vector);
 	if (!ibcq)
 		return NULL;
-	struct ibv_cq_ex *x = &sn_container_of(ibcq, struct sn_cq, ibv)->ex;
+	struct sn_cq *cq = sn_container_of(ibcq, struct sn_cq, ibv);
+	struct ibv_cq_ex *x = &cq->ex;
+	/* The daemon reads the clock for each entry only if asked: before
+	 * any QP uses the CQ. */
+	if (attr->wc_flags & (IBV_WC_EX_WITH_COMPLETION_TIMESTAMP | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK))
+		__atomic_store_n((uint32_t *)(cq->ring + SN_CQ_OPTIONS), SN_CQ_TIMESTAMPS, __ATOMIC_RELEASE);
 	x->start_poll = cq_start_poll;
 	x->next_poll = cq_next_poll;
 	x->end_poll = cq_end_poll;
@@ -151,6 +171,8 @@ struct ibv_cq_ex *sn_create_cq_ex(struct ibv_context *context, struct ibv_cq_ini
 	x->read_slid = cq_read_slid;
 	x->read_sl = cq_read_sl;
 	x->read_dlid_path_bits = cq_read_dlid_path_bits;
+	x->read_completion_ts = cq_read_completion_ts;
+	x->read_completion_wallclock_ns = cq_read_completion_ts; /* the same clock */
 	return x;
 }
 

@@ -111,7 +111,8 @@ static void fuzz_cq(const uint8_t *d, size_t n)
 			taken++;
 			(void)(cq_read_opcode(&cq.ex) + cq_read_byte_len(&cq.ex) + cq_read_imm_data(&cq.ex) +
 			       cq_read_qp_num(&cq.ex) + cq_read_src_qp(&cq.ex) + cq_read_wc_flags(&cq.ex) +
-			       cq_read_slid(&cq.ex) + cq_read_sl(&cq.ex) + cq_read_dlid_path_bits(&cq.ex));
+			       cq_read_slid(&cq.ex) + cq_read_sl(&cq.ex) + cq_read_dlid_path_bits(&cq.ex) +
+			       cq_read_completion_ts(&cq.ex));
 		} while (cq_next_poll(&cq.ex) == 0);
 		cq_end_poll(&cq.ex);
 		if (taken > DEPTH)

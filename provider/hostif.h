@@ -72,10 +72,11 @@ enum sn_op {
 	SN_OP_CM_DESTROY_CHANNEL, /* u32 channel -> empty; EBUSY while an ID has its events on it */
 	SN_OP_ADVISE_MR = 45, /* sn_advise_mr_req -> empty */
 	SN_OP_REREG_MR = 46, /* sn_rereg_mr_req -> sn_reg_mr_reply */
+	SN_OP_RESIZE_CQ = 47, /* struct sn_resize_cq_req -> struct sn_resize_cq_reply; fd: the new ring */
 };
 _Static_assert(SN_OP_CM_CREATE_CHANNEL == 20 && SN_OP_CM_DETACH_QP == 34 && SN_OP_CM_SET_OPTION == 38 &&
 		       SN_OP_CM_MIGRATE_ID == 39 && SN_OP_CM_ESTABLISH == 41 && SN_OP_QUERY_CM_IDS == 42 &&
-		       SN_OP_DESTROY_COMP_CHANNEL == 43 && SN_OP_CM_DESTROY_CHANNEL == 44,
+		       SN_OP_DESTROY_COMP_CHANNEL == 43 && SN_OP_CM_DESTROY_CHANNEL == 44 && SN_OP_RESIZE_CQ == 47,
 	       "op numbers");
 
 /* hello's descriptors, in this order. */
@@ -127,6 +128,17 @@ struct sn_create_cq_req {
 
 struct sn_create_cq_reply {
 	uint32_t handle, depth;
+} __attribute__((packed));
+
+/* resize_cq: the CQ's completions move to a new ring of depth entries (a
+ * power of two, at least entries and at least the completions it holds),
+ * which comes with the reply; the old ring is written no more. */
+struct sn_resize_cq_req {
+	uint32_t handle, entries;
+} __attribute__((packed));
+
+struct sn_resize_cq_reply {
+	uint32_t depth;
 } __attribute__((packed));
 
 /* QP types of create_qp: RC 0, UC 1, UD 2 (not libibverbs' numbers). */
@@ -282,6 +294,7 @@ _Static_assert(sizeof(struct sn_cm_create_qp_req) == 56, "cm_create_qp request")
 _Static_assert(sizeof(struct sn_cm_conn_param) == 240, "CM connection parameters");
 _Static_assert(sizeof(struct sn_share_memory_req) == 16, "share_memory request");
 _Static_assert(sizeof(struct sn_cm_event) == 304, "CM event");
+_Static_assert(sizeof(struct sn_resize_cq_req) == 8, "resize_cq request");
 
 /* Shared memory: every ring is a 4096-byte header and its entries. */
 #define SN_RING_HEADER 4096
@@ -296,6 +309,8 @@ _Static_assert(sizeof(struct sn_cm_event) == 304, "CM event");
 #define SN_CQ_CONSUMER 0 /* client, release */
 #define SN_CQ_ARMED 64 /* client sets, daemon clears */
 #define SN_CQ_OVERRUN 128 /* daemon */
+#define SN_CQ_OPTIONS 192 /* client, before a QP uses the CQ: SN_CQ_TIMESTAMPS */
+#define SN_CQ_TIMESTAMPS 1 /* stamp each entry's timestamp */
 #define SN_CQ_ENTRY 64
 
 enum { SN_ARM_NONE, SN_ARM_NEXT, SN_ARM_SOLICITED };
@@ -352,7 +367,9 @@ struct sn_cq_entry {
 	 * QP's move to RESET dropped (as libmlx5's mlx5_cq_clean); polls
 	 * step over it. The daemon never reads an entry back. */
 	uint8_t discarded;
-	uint8_t reserved[25];
+	uint8_t reserved;
+	uint64_t timestamp; /* ns of CLOCK_REALTIME when the engine made the completion */
+	uint8_t reserved2[16];
 } __attribute__((packed));
 
 _Static_assert(sizeof(struct sn_send_entry) == 64, "send entry header");

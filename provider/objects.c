@@ -237,6 +237,62 @@ int sn_destroy_cq(struct ibv_cq *ibcq)
 	return 0;
 }
 
+/* map_cq_ring maps the ring of depth entries a reply passed (n
+ * descriptors, fd), or fails with EPROTO for a depth that is not a power
+ * of two the provider can index. */
+static uint8_t *map_cq_ring(int n, int fd, uint32_t depth, size_t *size)
+{
+	if (depth == 0 || (depth & (depth - 1)) || depth > (1u << 24)) {
+		if (n > 0)
+			close(fd);
+		errno = EPROTO;
+		return NULL;
+	}
+	*size = SN_RING_HEADER + (size_t)depth * SN_CQ_ENTRY;
+	return map_one(n, fd, *size);
+}
+
+/*
+ * sn_resize_cq asks the daemon to move the CQ's completions to a new ring
+ * of at least cqe entries and goes on polling there at the same index
+ * (docs/HOST-INTERFACE.md, resize_cq). It holds the CQ's lock over the
+ * call, as mlx5 holds its CQ's over the kernel's resize and copy, so no
+ * completion is polled from the old ring meanwhile: the daemon copied
+ * exactly those this process had not polled. An arm made in the old ring
+ * during the call (ibv_req_notify_cq takes no lock) moves to the new one.
+ * EINVAL for cqe out of 1..max_cqe or below the completions held.
+ */
+int sn_resize_cq(struct ibv_cq *ibcq, int cqe)
+{
+	struct sn_cq *cq = sn_container_of(ibcq, struct sn_cq, ibv);
+	struct sn_context *ctx = to_ctx(ibcq->context);
+	if (cqe <= 0 || (uint32_t)cqe > ctx->limits.max_cqe)
+		return EINVAL;
+	struct sn_resize_cq_req req = {.handle = cq->handle, .entries = (uint32_t)cqe};
+	struct sn_resize_cq_reply r;
+	pthread_spin_lock(&cq->lock);
+	int fd = -1, n = sn_call(ctx, SN_OP_RESIZE_CQ, &req, sizeof(req), &r, sizeof(r), &fd, 1);
+	size_t size = 0;
+	uint8_t *ring = n < 0 ? NULL : map_cq_ring(n, fd, r.depth, &size);
+	if (!ring) {
+		/* After a reply the daemon writes the new ring only: the
+		 * CQ is lost to this process, as a CQ whose daemon is gone. */
+		int err = errno;
+		pthread_spin_unlock(&cq->lock);
+		return err;
+	}
+	uint32_t armed = __atomic_exchange_n((uint32_t *)(cq->ring + SN_CQ_ARMED), 0, __ATOMIC_SEQ_CST);
+	if (armed)
+		__atomic_store_n((uint32_t *)(ring + SN_CQ_ARMED), armed, __ATOMIC_SEQ_CST);
+	munmap(cq->ring, cq->size);
+	cq->ring = ring;
+	cq->size = size;
+	cq->mask = r.depth - 1;
+	ibcq->cqe = (int)r.depth;
+	pthread_spin_unlock(&cq->lock);
+	return 0;
+}
+
 struct ibv_srq *sn_create_srq(struct ibv_pd *ibpd, struct ibv_srq_init_attr *attr)
 {
 	struct sn_pd *pd = sn_container_of(ibpd, struct sn_pd, ibv);

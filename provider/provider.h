@@ -79,6 +79,11 @@ struct sn_cq {
 	struct sn_cq_entry cur; /* the entry an extended poll (ibv_start_poll) is at */
 };
 
+/* The device clock: the host's CLOCK_REALTIME in ns (a 1 GHz clock, in
+ * kHz as hca_core_clock gives it), which the daemon stamps completions
+ * with (verbs/clock.go says why that clock). */
+#define SN_HCA_CORE_CLOCK_KHZ 1000000
+
 struct sn_qp {
 	struct sn_verbs_qp vqp;
 	uint32_t handle;
@@ -170,6 +175,7 @@ struct ibv_ah *sn_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr);
 int sn_destroy_ah(struct ibv_ah *ah);
 struct ibv_cq *sn_create_cq(struct ibv_context *context, int cqe, struct ibv_comp_channel *channel, int vector);
 int sn_destroy_cq(struct ibv_cq *cq);
+int sn_resize_cq(struct ibv_cq *cq, int cqe);
 struct ibv_srq *sn_create_srq(struct ibv_pd *pd, struct ibv_srq_init_attr *attr);
 int sn_modify_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr, int mask);
 int sn_query_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr);

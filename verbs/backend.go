@@ -109,6 +109,8 @@ type CQOps interface {
 	Poll(wcs []WC) (int, error)
 	Wait(ctx context.Context, wcs []WC) (int, error)
 	RequestNotify(solicitedOnly bool)
+	// Resize makes the CQ hold at least n (1..MaxCQE) completions.
+	Resize(n int) error
 }
 
 // ChannelOps is a completion channel's backend.

@@ -59,6 +59,8 @@ type CQ struct {
 	dev     *Device
 	channel *CompChannel
 	ops     CQOps
+	// timestamps: the completions carry WC.Timestamp (CreateCQEx).
+	timestamps bool
 	// Context is free for the user (ibv_cq's cq_context).
 	Context any
 }
@@ -67,13 +69,30 @@ type CQ struct {
 // attached to ch for events if ch is not nil. Its QPs must be of the same
 // device.
 func (d *Device) CreateCQ(n int, ch *CompChannel) (*CQ, error) {
+	return d.CreateCQEx(CQInitAttr{CQE: n, Channel: ch})
+}
+
+// CQInitAttr is what a CQ is made with (ibv_cq_init_attr_ex): at least CQE
+// entries, the completion channel (nil for none), and whether each
+// completion carries the device clock's time the engine made it at
+// (WC.Timestamp; IBV_WC_EX_WITH_COMPLETION_TIMESTAMP and its _WALLCLOCK,
+// which are the same clock here).
+type CQInitAttr struct {
+	CQE        int
+	Channel    *CompChannel
+	Timestamps bool
+}
+
+// CreateCQEx creates a completion queue (ibv_create_cq_ex).
+func (d *Device) CreateCQEx(attr CQInitAttr) (*CQ, error) {
+	n, ch := attr.CQE, attr.Channel
 	if n <= 0 || n > MaxCQE {
 		return nil, fmt.Errorf("create CQ of %d entries: %w", n, ErrInvalidArgument)
 	}
 	if ch != nil && ch.dev != d {
 		return nil, fmt.Errorf("create CQ: completion channel of another device: %w", ErrInvalidArgument)
 	}
-	c := &CQ{dev: d, channel: ch}
+	c := &CQ{dev: d, channel: ch, timestamps: attr.Timestamps}
 	ops, err := d.ops.CreateCQ(c, n)
 	if err != nil {
 		return nil, err
@@ -84,6 +103,20 @@ func (d *Device) CreateCQ(n int, ch *CompChannel) (*CQ, error) {
 
 // Cap returns the number of completions the CQ holds.
 func (c *CQ) Cap() int { return c.ops.Cap() }
+
+// Timestamps reports whether the CQ's completions carry WC.Timestamp.
+func (c *CQ) Timestamps() bool { return c.timestamps }
+
+// Resize makes the CQ hold at least n completions (ibv_resize_cq), larger
+// or smaller, keeping those it holds: ErrInvalidArgument for n out of
+// 1..MaxCQE or fewer than the completions it holds now. Cap then says
+// what it holds.
+func (c *CQ) Resize(n int) error {
+	if n <= 0 || n > MaxCQE {
+		return fmt.Errorf("resize CQ to %d entries: %w", n, ErrInvalidArgument)
+	}
+	return c.ops.Resize(n)
+}
 
 // Poll moves up to len(wcs) completions into wcs and returns how many
 // (ibv_poll_cq). After an overrun it returns ErrCQOverflow. When the CQ is

@@ -24,7 +24,10 @@
 // checked against the region's bounds, protection domain and access rights.
 //
 // Completions are polled in batches (CQ.Poll), waited for with a context
-// (CQ.Wait), or signalled on a CompChannel after CQ.RequestNotify.
+// (CQ.Wait), or signalled on a CompChannel after CQ.RequestNotify. A CQ
+// made with CreateCQEx and Timestamps carries the device clock's time each
+// completion was made at (WC.Timestamp, Device.Clock: clock.go), and
+// CQ.Resize grows or shrinks a CQ, keeping what it holds.
 // Asynchronous events (QP fatal, SQ drained, SRQ limit, last WQE reached)
 // arrive on Device.Events.
 //

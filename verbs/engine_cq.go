@@ -23,8 +23,10 @@ type engineCQ struct {
 	// pushMu serialises the engines' pushes when the device has several
 	// (a CQ's QPs may live on different engines); with one engine it is
 	// the only producer and takes no lock.
-	pushMu   sync.Mutex
-	shared   bool
+	pushMu sync.Mutex
+	shared bool
+	stamp  bool // set WC.Timestamp
+
 	overflow atomic.Bool
 	waiters  atomic.Int32
 	notify   chan struct{}
@@ -39,7 +41,7 @@ type engineCQ struct {
 func (e *engine) CreateCQ(c *CQ, n int) (CQOps, error) {
 	size := 1 << bits.Len(uint(n-1))
 	return &engineCQ{cq: c, e: e, slots: make([]WC, size), mask: uint64(size - 1), notify: make(chan struct{}, 1),
-		shared: e.dev.Engines() > 1}, nil
+		shared: e.dev.Engines() > 1, stamp: c.timestamps}, nil
 }
 
 // CreateSharedCQ creates a completion queue whose completions go to ring,
@@ -53,11 +55,14 @@ func (d *Device) CreateSharedCQ(ring *hostif.CompletionQueue, notify func()) (*C
 		return nil, err
 	}
 	c := &CQ{dev: d}
+	// The client asks for timestamps in the ring (pushShared).
 	c.ops = &engineCQ{cq: c, e: e, ring: ring, onArmed: notify, shared: e.dev.Engines() > 1}
 	return c, nil
 }
 
 func (c *engineCQ) Cap() int {
+	c.mu.Lock() // Resize replaces the ring with it held
+	defer c.mu.Unlock()
 	if c.ring != nil {
 		return c.ring.Depth()
 	}
@@ -66,6 +71,9 @@ func (c *engineCQ) Cap() int {
 
 // Push adds a completion. It reports false if the CQ overran.
 func (c *engineCQ) Push(wc WC, solicited bool) bool {
+	if c.stamp {
+		wc.Timestamp = deviceClock() // made now, whenever it is polled
+	}
 	if c.shared {
 		c.pushMu.Lock()
 		defer c.pushMu.Unlock()
@@ -103,6 +111,9 @@ func (c *engineCQ) overran() {
 
 // pushShared adds a completion to the shared ring.
 func (c *engineCQ) pushShared(wc *WC, solicited bool) bool {
+	if c.ring.WantsTimestamps() {
+		wc.Timestamp = deviceClock()
+	}
 	if !c.ring.Push(wc) {
 		c.ring.SetOverrun()
 		c.overran()

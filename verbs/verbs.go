@@ -227,10 +227,19 @@ type DeviceAttr struct {
 	AtomicHostOrder bool
 	PhysPortCnt     int
 	ODP             ODPCaps // on-demand paging (odp.go)
+	// The device clock (clock.go): its frequency in kHz and the bits of a
+	// completion timestamp (ibv_device_attr_ex's hca_core_clock and
+	// completion_timestamp_mask).
+	HCACoreClockKHz         uint64
+	CompletionTimestampMask uint64
 }
 
-// Query returns the device's limits (ibv_query_device).
-func (d *Device) Query() DeviceAttr { return d.ops.Query() }
+// Query returns the device's limits (ibv_query_device_ex).
+func (d *Device) Query() DeviceAttr {
+	a := d.ops.Query()
+	a.HCACoreClockKHz, a.CompletionTimestampMask = HCACoreClockKHz, CompletionTimestampMask
+	return a
+}
 
 // ActiveMTU returns the port's active MTU (ibv_port_attr.active_mtu): the
 // largest IB MTU whose packets fit the link.

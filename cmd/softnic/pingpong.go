@@ -52,6 +52,7 @@ func (o *pingpongFlags) define(f flagSet) {
 	f.intVar(&cfg.GIDIndex, "g", "gid-idx", -1, "local port GID index (default: the first IPv4 GID)")
 	f.boolVar(&cfg.Validate, "c", "chk", "validate received buffer")
 	f.boolVar(&cfg.Events, "e", "events", "sleep on CQ events (default poll)")
+	f.boolVar(&cfg.Timestamps, "t", "ts", "get CQE with timestamp")
 	f.BoolVar(&o.stats, "softnic-stats", false, "softnic: after the run, print the engine's counters (retransmissions, timeouts, RNR NAKs...) and the XDP link's ring statistics")
 	f.BoolVar(&keepIRQs, "softnic-keep-irqs", false, keepIRQsUsage)
 	f.DurationVar(&cfg.ConnectWait, "connect-wait", dialWait, "softnic: how long a client retries while the server is not listening")

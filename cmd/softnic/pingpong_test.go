@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"regexp"
+	"strconv"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -55,6 +56,34 @@ func TestPingpongEvents(t *testing.T) {
 	// no retransmission, no RNR NAK.
 	assert.Regexp(t, `(?m)^ softnic engine counters:\n  RxPackets +1800$`, cout, "client counters")
 	assert.NotContains(t, sout, "softnic engine counters", "server printed counters it was not asked for")
+}
+
+// TestPingpongTimestamps runs -t on both sides: rc_pingpong's three
+// lines of device clock ticks between receive completions, which the
+// engine stamps as it makes them, ordered min <= average <= max.
+func TestPingpongTimestamps(t *testing.T) {
+	useMemDevices(t)
+	port := freePort(t)
+	sout, cout := runPair(t,
+		[]string{"pingpong", "-t", "-d", "memA", "-g", "0", "-p", port, "-n", "200"},
+		[]string{"pingpong", "--ts", "-d", "memB", "-g", "0", "-p", port, "-n", "200", "127.0.0.1"})
+	lines := regexp.MustCompile(`(?m)^200 iters in .*
+Max receive completion clock cycles = (\d+)
+` +
+		`Min receive completion clock cycles = (\d+)
+Average receive completion clock cycles = ([0-9.]+)$`)
+	for side, out := range map[string]string{"server": sout, "client": cout} {
+		m := lines.FindStringSubmatch(out)
+		if !assert.NotNil(t, m, "%s:\n%s", side, out) {
+			continue
+		}
+		hi, _ := strconv.ParseFloat(m[1], 64)
+		lo, _ := strconv.ParseFloat(m[2], 64)
+		avg, _ := strconv.ParseFloat(m[3], 64)
+		assert.Greater(t, hi, 0.0, side)
+		assert.LessOrEqual(t, lo, avg, side)
+		assert.LessOrEqual(t, avg, hi, side)
+	}
 }
 
 // TestPingpongUD runs the --ud mode (ibv_ud_pingpong) on both sides, with

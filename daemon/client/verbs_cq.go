@@ -35,9 +35,11 @@ type dialedChannel struct {
 // dialedCQ is a dialed device's CQ: the ring the daemon fills, and the
 // waiters' wake-up.
 type dialedCQ struct {
-	cq     *verbs.CQ // the API's session.CQ, which events name
-	r      *dialed
-	ring   *hostif.CompletionQueue
+	cq  *verbs.CQ // the API's session.CQ, which events name
+	r   *dialed
+	scq *session.CQ
+	// ring is scq's ring, which Resize replaces while it holds mu.
+	ring   atomic.Pointer[hostif.CompletionQueue]
 	handle uint32
 	armed  atomic.Uint32 // the program's arm: 0, hostif.ArmNext or hostif.ArmSolicited
 	mu     sync.Mutex    // serialises pollers
@@ -95,7 +97,11 @@ func (r *dialed) CreateCQ(front *verbs.CQ, n int) (verbs.CQOps, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create CQ: %w", daemonErr(err))
 	}
-	c := &dialedCQ{cq: front, r: r, ring: cq.Ring(), handle: cq.Handle}
+	c := &dialedCQ{cq: front, r: r, scq: cq, handle: cq.Handle}
+	if front.Timestamps() {
+		cq.Ring().SetTimestamps() // before any QP uses it
+	}
+	c.ring.Store(cq.Ring())
 	r.objects.add(h, c)
 	return c, nil
 }
@@ -126,17 +132,39 @@ func (c *dialedCQ) event() {
 	c.wake.signal()
 }
 
-func (c *dialedCQ) Cap() int { return c.ring.Depth() }
+func (c *dialedCQ) Cap() int { return c.ring.Load().Depth() }
+
+// Resize has the daemon move the CQ's completions to a new ring (resize_cq)
+// while it holds the pollers' and arms' lock, so that none is taken from
+// the old ring meanwhile.
+func (c *dialedCQ) Resize(n int) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	err := c.r.call(func(*session.Conn) error { return c.scq.Resize(n) })
+	if err != nil {
+		return fmt.Errorf("resize CQ: %w", daemonErr(err))
+	}
+	c.ring.Store(c.scq.Ring())
+	return nil
+}
+
+// arm arms the ring, with the pollers' lock: not in a ring Resize is
+// leaving.
+func (c *dialedCQ) arm(solicitedOnly bool) {
+	c.mu.Lock()
+	c.ring.Load().Arm(solicitedOnly)
+	c.mu.Unlock()
+}
 
 // Poll polls the ring. As on a CQ of this process, one that overran gives
 // ErrCQOverflow from then on; one whose daemon is gone gives
 // ErrDaemonGone once it is empty.
 func (c *dialedCQ) Poll(wcs []verbs.WC) (int, error) {
-	if c.ring.Overrun() {
+	if c.ring.Load().Overrun() {
 		return 0, verbs.ErrCQOverflow
 	}
 	c.mu.Lock()
-	n := c.ring.Poll(wcs)
+	n := c.ring.Load().Poll(wcs)
 	c.mu.Unlock()
 	if n > 0 {
 		c.r.objects.noteCompletions(wcs[:n])
@@ -154,7 +182,7 @@ func (c *dialedCQ) RequestNotify(solicitedOnly bool) {
 		v = hostif.ArmSolicited
 	}
 	c.armed.Store(v)
-	c.ring.Arm(solicitedOnly)
+	c.arm(solicitedOnly)
 	if solicitedOnly {
 		c.wake.signal()
 	}
@@ -188,7 +216,7 @@ func (c *dialedCQ) armAndTake(wcs []verbs.WC) (n int, armed bool, err error) {
 	if c.armed.Load() == hostif.ArmSolicited {
 		return 0, false, nil
 	}
-	c.ring.Arm(false)
+	c.arm(false)
 	n, err = c.Poll(wcs)
 	return n, true, err
 }

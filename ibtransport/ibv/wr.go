@@ -209,6 +209,10 @@ type WC struct {
 	SL             uint8
 	DLIDPathBits   uint8
 	NetworkHdrType NetworkType
+	// Timestamp is when the engine made the completion, in nanoseconds of
+	// the host's CLOCK_REALTIME (the device clock, DeviceClock), on a CQ
+	// made with timestamps; 0 otherwise.
+	Timestamp uint64
 }
 
 // NetworkType is the network header of a received packet

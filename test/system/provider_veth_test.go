@@ -32,6 +32,9 @@ type providerWorld struct {
 	a, b        *netnstest.End
 	daemons     []*systest.Daemon
 	logs        []*syncbuf.Buffer // the daemons' output, a's first
+	// runuser: command runs softnic exec itself as user nobody
+	// (runuser -u nobody --), as a user without privileges starts it.
+	runuser bool
 }
 
 func newProviderWorld(t *testing.T) *providerWorld {
@@ -69,6 +72,11 @@ func (w *providerWorld) stop(t *testing.T) {
 // softnic exec gave the program; --pdeathsig sets it again, so that the
 // program still dies with softnic exec (killed by a test).
 func (w *providerWorld) command(ctx context.Context, end *netnstest.End, argv ...string) *exec.Cmd {
+	if w.runuser {
+		args := append([]string{"netns", "exec", end.Namespace, "runuser", "-u", "nobody", "--",
+			w.bin, "exec", "--run-dir", w.runDir, "-d", end.Ifname, "--"}, argv...)
+		return exec.CommandContext(ctx, "ip", args...)
+	}
 	args := append([]string{"netns", "exec", end.Namespace, w.bin, "exec", "--run-dir", w.runDir, "-d", end.Ifname, "--"},
 		systest.AsUserIPCLock(systest.Nobody, argv...)...)
 	return exec.CommandContext(ctx, "ip", args...)

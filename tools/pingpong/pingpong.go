@@ -31,6 +31,10 @@ type Config struct {
 	// Events is rc_pingpong's -e: sleep until a completion event instead
 	// of busy-polling the CQ (the default).
 	Events bool
+	// Timestamps is rc_pingpong's -t: a CQ whose completions carry the
+	// device clock's time, and the ticks between receive completions
+	// printed at the end.
+	Timestamps bool
 	// ConnectWait is how long the client retries connecting.
 	ConnectWait time.Duration
 	// UD runs ibv_ud_pingpong instead: UD QPs, an address handle to the
@@ -108,6 +112,9 @@ func Run(ctx context.Context, dev perftest.Device, cfg Config, out io.Writer) er
 		return err
 	}
 	c.report(out, time.Since(start))
+	if cfg.Timestamps {
+		c.gaps.report(out)
+	}
 	if cfg.Host == "" && cfg.Validate {
 		return c.validate(out, c.buf[c.dataOff():])
 	}

@@ -23,8 +23,9 @@ type pingpong struct {
 	qp    *verbs.QP
 	sge   []verbs.SGE // the receives'; the sends' too on RC
 	gidx  int
-	ud    udPeer // with Config.UD
-	routs int    // receives posted and not yet completed
+	ud    udPeer   // with Config.UD
+	routs int      // receives posted and not yet completed
+	gaps  recvGaps // with -t
 }
 
 // init is pp_init_ctx and the receives main posts: the buffer, MR, CQ
@@ -57,7 +58,15 @@ func (c *pingpong) init() error {
 	if cfg.Events {
 		c.ch = c.dev.Verbs.NewCompChannel()
 	}
-	if c.cq, err = c.dev.Verbs.CreateCQ(cfg.RxDepth+1, c.ch); err != nil {
+	if cfg.Timestamps {
+		mask := c.dev.Verbs.Query().CompletionTimestampMask
+		if mask == 0 {
+			return errors.New("The device isn't completion timestamp capable")
+		}
+		c.gaps = newRecvGaps(mask)
+	}
+	attr := verbs.CQInitAttr{CQE: cfg.RxDepth + 1, Channel: c.ch, Timestamps: cfg.Timestamps}
+	if c.cq, err = c.dev.Verbs.CreateCQEx(attr); err != nil {
 		return fmt.Errorf("Couldn't create CQ: %w", err)
 	}
 	if err := c.createQP(pd); err != nil {
@@ -278,6 +287,9 @@ func (c *pingpong) complete(wc *verbs.WC, rcnt, scnt *int) error {
 			}
 		}
 		*rcnt++
+		if c.cfg.Timestamps {
+			c.gaps.add(wc.Timestamp)
+		}
 	default:
 		return fmt.Errorf("Completion for unknown wr_id %d", wc.WRID)
 	}

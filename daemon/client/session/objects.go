@@ -395,5 +395,32 @@ func (cq *CQ) Destroy() error {
 	return err
 }
 
+// Resize moves the CQ to a new ring of at least entries completions
+// (resize_cq): the daemon copies the completions not yet polled into it,
+// and the new ring goes on at the index the old one had reached. The
+// caller polls and arms nothing meanwhile (or does so in the old ring,
+// which Follow brings along); Ring returns the new ring after it. If the
+// new ring cannot be mapped the CQ is lost: the daemon writes it only.
+func (cq *CQ) Resize(entries int) error {
+	var r hostif.ResizeCQReply
+	fds, err := cq.c.call(hostif.OpResizeCQ, hostif.ResizeCQRequest{Handle: cq.Handle, Entries: uint32(entries)}, &r)
+	if err != nil {
+		return err
+	}
+	mem, err := mapRing(fds, hostif.RingSize(int(r.Depth), hostif.CQEntrySize))
+	if err != nil {
+		return err
+	}
+	ring, err := hostif.NewCompletionQueue(mem, int(r.Depth))
+	if err != nil {
+		unix.Munmap(mem)
+		return err
+	}
+	ring.Follow(cq.ring)
+	unix.Munmap(cq.mem)
+	cq.ring, cq.mem = ring, mem
+	return nil
+}
+
 // Ring returns the CQ's shared ring, which the caller polls.
 func (cq *CQ) Ring() *hostif.CompletionQueue { return cq.ring }
