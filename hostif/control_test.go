@@ -72,6 +72,11 @@ func TestOpNumbers(t *testing.T) {
 	require.Equal(t, Op(44), OpCMDestroyChannel)
 	require.Equal(t, "cm_destroy_channel", OpCMDestroyChannel.String())
 	require.Equal(t, "op(45)", Op(45).String())
+	require.Equal(t, Op(50), OpAllocDM)
+	require.Equal(t, "alloc_dm", OpAllocDM.String())
+	require.Equal(t, Op(51), OpFreeDM)
+	require.Equal(t, Op(52), OpRegDMMR)
+	require.Equal(t, "reg_dm_mr", OpRegDMMR.String())
 }
 
 // Every enumerator of enum sn_op has its Op constant in types_hostif.go,

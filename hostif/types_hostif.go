@@ -25,6 +25,13 @@ const HeaderLen = C.SN_HEADER_LEN
 // MaxMessage is the largest control message either side sends.
 const MaxMessage = C.SN_MAX_MESSAGE
 
+// MaxDMSize is a device's memory (ibv_alloc_dm), over all its sessions;
+// DMMaxLogAlign the largest alignment an allocation may ask.
+const (
+	MaxDMSize     = C.SN_MAX_DM_SIZE
+	DMMaxLogAlign = C.SN_DM_MAX_LOG_ALIGN
+)
+
 // Control commands: the op of a message's header.
 const (
 	OpHello             Op = C.SN_OP_HELLO
@@ -84,6 +91,10 @@ const (
 	// channels hold a descriptor of the daemon's each.
 	OpDestroyCompChannel Op = C.SN_OP_DESTROY_COMP_CHANNEL
 	OpCMDestroyChannel   Op = C.SN_OP_CM_DESTROY_CHANNEL
+	// Device memory.
+	OpAllocDM Op = C.SN_OP_ALLOC_DM
+	OpFreeDM  Op = C.SN_OP_FREE_DM
+	OpRegDMMR Op = C.SN_OP_REG_DM_MR
 )
 
 // opNames are the commands' names for Op's String: enum sn_op's, SN_OP_
@@ -112,7 +123,12 @@ type (
 	HandleRequest C.struct_sn_handle
 	HandleReply   C.struct_sn_handle
 	RegMRRequest  C.struct_sn_reg_mr_req
-	RegMRReply    C.struct_sn_reg_mr_reply
+	// AllocDMRequest asks for device memory (ibv_alloc_dm); the reply
+	// carries its memfd.
+	AllocDMRequest C.struct_sn_alloc_dm_req
+	// RegDMMRRequest registers a range of device memory, zero-based.
+	RegDMMRRequest C.struct_sn_reg_dm_mr_req
+	RegMRReply     C.struct_sn_reg_mr_reply
 	// ShareMemoryRequest comes with one descriptor, a memfd: Length bytes
 	// of it from offset 0 are mapped at Addr in the client.
 	ShareMemoryRequest C.struct_sn_share_memory_req

@@ -11,6 +11,13 @@ const HeaderLen = 16
 // MaxMessage is the largest control message either side sends.
 const MaxMessage = 4096
 
+// MaxDMSize is a device's memory (ibv_alloc_dm), over all its sessions;
+// DMMaxLogAlign the largest alignment an allocation may ask.
+const (
+	MaxDMSize     = 262144
+	DMMaxLogAlign = 12
+)
+
 // Control commands: the op of a message's header.
 const (
 	OpHello             Op = 1
@@ -70,6 +77,10 @@ const (
 	// channels hold a descriptor of the daemon's each.
 	OpDestroyCompChannel Op = 43
 	OpCMDestroyChannel   Op = 44
+	// Device memory.
+	OpAllocDM Op = 50
+	OpFreeDM  Op = 51
+	OpRegDMMR Op = 52
 )
 
 // opNames are the commands' names for Op's String: enum sn_op's, SN_OP_
@@ -119,6 +130,9 @@ var opNames = [...]string{
 	42: "query_cm_ids",
 	43: "destroy_comp_channel",
 	44: "cm_destroy_channel",
+	50: "alloc_dm",
+	51: "free_dm",
+	52: "reg_dm_mr",
 }
 
 // The descriptors a hello request passes, in this order: the client's
@@ -173,6 +187,22 @@ type (
 		Access uint32
 		Addr   uint64
 		Length uint64
+	}
+	// AllocDMRequest asks for device memory (ibv_alloc_dm); the reply
+	// carries its memfd.
+	AllocDMRequest struct {
+		Length   uint64
+		LogAlign uint32
+		Reserved uint32
+	}
+	// RegDMMRRequest registers a range of device memory, zero-based.
+	RegDMMRRequest struct {
+		PD       uint32
+		Dm       uint32
+		Access   uint32
+		Reserved uint32
+		Offset   uint64
+		Length   uint64
 	}
 	RegMRReply struct {
 		Handle uint32

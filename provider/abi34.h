@@ -101,7 +101,9 @@ typedef void (*sn_unused_op)(void);
  * rdma-core keeps them. verbs_set_ops() copies the ones that are not NULL.
  */
 struct sn_context_ops {
-	sn_unused_op advise_mr, alloc_dm, alloc_mw, alloc_null_mr, alloc_parent_domain;
+	sn_unused_op advise_mr;
+	struct ibv_dm *(*alloc_dm)(struct ibv_context *context, struct ibv_alloc_dm_attr *attr);
+	sn_unused_op alloc_mw, alloc_null_mr, alloc_parent_domain;
 	struct ibv_pd *(*alloc_pd)(struct ibv_context *context);
 	sn_unused_op alloc_td;
 	void (*async_event)(struct ibv_context *context, struct ibv_async_event *event);
@@ -130,7 +132,8 @@ struct sn_context_ops {
 	int (*destroy_srq)(struct ibv_srq *srq);
 	sn_unused_op destroy_wq, detach_mcast;
 	void (*free_context)(struct ibv_context *context);
-	sn_unused_op free_dm, get_srq_num, import_dm, import_mr, import_pd, modify_cq, modify_flow_action_esp;
+	int (*free_dm)(struct ibv_dm *dm);
+	sn_unused_op get_srq_num, import_dm, import_mr, import_pd, modify_cq, modify_flow_action_esp;
 	int (*modify_qp)(struct ibv_qp *qp, struct ibv_qp_attr *attr, int attr_mask);
 	sn_unused_op modify_qp_rate_limit;
 	int (*modify_srq)(struct ibv_srq *srq, struct ibv_srq_attr *attr, int attr_mask);
@@ -148,7 +151,10 @@ struct sn_context_ops {
 			struct ibv_qp_init_attr *init_attr);
 	sn_unused_op query_qp_data_in_order, query_rt_values;
 	int (*query_srq)(struct ibv_srq *srq, struct ibv_srq_attr *attr);
-	sn_unused_op read_counters, reg_dm_mr, reg_dmabuf_mr;
+	sn_unused_op read_counters;
+	struct ibv_mr *(*reg_dm_mr)(struct ibv_pd *pd, struct ibv_dm *dm, uint64_t dm_offset, size_t length,
+				    unsigned int access);
+	sn_unused_op reg_dmabuf_mr;
 	struct ibv_mr *(*reg_mr)(struct ibv_pd *pd, void *addr, size_t length, uint64_t hca_va, int access);
 	int (*req_notify_cq)(struct ibv_cq *cq, int solicited_only);
 	sn_unused_op rereg_mr, resize_cq, set_ece, unimport_dm, unimport_mr, unimport_pd;

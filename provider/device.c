@@ -69,6 +69,7 @@ static void sn_cq_event(struct ibv_cq *cq)
 }
 
 static const struct sn_context_ops sn_ops = {
+	.alloc_dm = sn_alloc_dm,
 	.alloc_pd = sn_alloc_pd,
 	.async_event = sn_async_event,
 	.cq_event = sn_cq_event,
@@ -85,6 +86,7 @@ static const struct sn_context_ops sn_ops = {
 	.destroy_qp = sn_destroy_qp,
 	.destroy_srq = sn_destroy_srq,
 	.free_context = sn_free_context,
+	.free_dm = sn_free_dm,
 	.modify_qp = sn_modify_qp,
 	.modify_srq = sn_modify_srq,
 	.poll_cq = sn_poll_cq,
@@ -95,6 +97,7 @@ static const struct sn_context_ops sn_ops = {
 	.query_port = sn_query_port,
 	.query_qp = sn_query_qp,
 	.query_srq = sn_query_srq,
+	.reg_dm_mr = sn_reg_dm_mr,
 	.reg_mr = sn_reg_mr,
 	.req_notify_cq = sn_req_notify_cq,
 };
@@ -172,6 +175,8 @@ static int sn_query_device_ex(struct ibv_context *context, const struct ibv_quer
 	a->max_pkeys = 1;
 	a->local_ca_ack_delay = 15;
 	a->phys_port_cnt = 1;
+	if (attr_size >= offsetof(struct ibv_device_attr_ex, max_dm_size) + sizeof(attr->max_dm_size))
+		attr->max_dm_size = SN_MAX_DM_SIZE; /* dm.c: the daemon's memory, every session's */
 	return 0;
 }
 

@@ -115,6 +115,12 @@ struct sn_srq {
 	uint32_t max_sge, limit;
 };
 
+/* sn_pd_handle is the daemon's handle of pd. */
+static inline uint32_t sn_pd_handle(struct ibv_pd *pd)
+{
+	return sn_container_of(pd, struct sn_pd, ibv)->handle;
+}
+
 static inline struct sn_context *to_ctx(struct ibv_context *c)
 {
 	return sn_container_of(c, struct sn_context, vctx.context);
@@ -169,6 +175,11 @@ int sn_wq_init(struct sn_wq *wq, uint8_t *ring, uint32_t depth, uint32_t stride)
 struct ibv_cq_ex *sn_create_cq_ex(struct ibv_context *context, struct ibv_cq_init_attr_ex *attr);
 struct ibv_qp *sn_create_qp_ex(struct ibv_context *context, struct ibv_qp_init_attr_ex *attr);
 struct ibv_qp *sn_create_qp_wr(struct ibv_pd *pd, struct ibv_qp_init_attr *attr, uint32_t cm_id, const uint64_t *ops);
+
+/* dm.c: device memory */
+struct ibv_dm *sn_alloc_dm(struct ibv_context *context, struct ibv_alloc_dm_attr *attr);
+int sn_free_dm(struct ibv_dm *dm);
+struct ibv_mr *sn_reg_dm_mr(struct ibv_pd *pd, struct ibv_dm *dm, uint64_t off, size_t length, unsigned int access);
 
 /* channel.c */
 uint32_t sn_channel_handle(struct sn_context *ctx, struct ibv_comp_channel *ch);

@@ -37,6 +37,7 @@ const (
 	AccessRemoteWrite  = ibv.AccessRemoteWrite
 	AccessRemoteRead   = ibv.AccessRemoteRead
 	AccessRemoteAtomic = ibv.AccessRemoteAtomic
+	AccessZeroBased    = ibv.AccessZeroBased
 )
 
 // QP states.
