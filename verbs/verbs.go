@@ -224,6 +224,7 @@ type DeviceAttr struct {
 	MaxMsgSize      int // bytes per message
 	AtomicHostOrder bool
 	PhysPortCnt     int
+	MaxDMSize       uint64 // bytes of device memory (AllocDM), every user's
 }
 
 // Query returns the device's limits (ibv_query_device).
