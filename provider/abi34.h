@@ -103,9 +103,10 @@ typedef void (*sn_unused_op)(void);
 struct sn_context_ops {
 	sn_unused_op advise_mr;
 	struct ibv_dm *(*alloc_dm)(struct ibv_context *context, struct ibv_alloc_dm_attr *attr);
-	sn_unused_op alloc_mw, alloc_null_mr, alloc_parent_domain;
+	sn_unused_op alloc_mw, alloc_null_mr;
+	struct ibv_pd *(*alloc_parent_domain)(struct ibv_context *context, struct ibv_parent_domain_init_attr *attr);
 	struct ibv_pd *(*alloc_pd)(struct ibv_context *context);
-	sn_unused_op alloc_td;
+	struct ibv_td *(*alloc_td)(struct ibv_context *context, struct ibv_td_init_attr *init_attr);
 	void (*async_event)(struct ibv_context *context, struct ibv_async_event *event);
 	sn_unused_op attach_counters_point_flow, attach_mcast, bind_mw, close_xrcd;
 	void (*cq_event)(struct ibv_cq *cq);
@@ -121,7 +122,7 @@ struct sn_context_ops {
 	struct ibv_srq *(*create_srq)(struct ibv_pd *pd, struct ibv_srq_init_attr *attr);
 	sn_unused_op create_srq_ex, create_wq, dealloc_mw;
 	int (*dealloc_pd)(struct ibv_pd *pd);
-	sn_unused_op dealloc_td;
+	int (*dealloc_td)(struct ibv_td *td);
 	int (*dereg_mr)(struct sn_verbs_mr *mr);
 	int (*destroy_ah)(struct ibv_ah *ah);
 	sn_unused_op destroy_counters;

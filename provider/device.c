@@ -70,7 +70,9 @@ static void sn_cq_event(struct ibv_cq *cq)
 
 static const struct sn_context_ops sn_ops = {
 	.alloc_dm = sn_alloc_dm,
+	.alloc_parent_domain = sn_alloc_parent_domain,
 	.alloc_pd = sn_alloc_pd,
+	.alloc_td = sn_alloc_td,
 	.async_event = sn_async_event,
 	.cq_event = sn_cq_event,
 	.create_ah = sn_create_ah,
@@ -80,6 +82,7 @@ static const struct sn_context_ops sn_ops = {
 	.create_qp_ex = sn_create_qp_ex,
 	.create_srq = sn_create_srq,
 	.dealloc_pd = sn_dealloc_pd,
+	.dealloc_td = sn_dealloc_td,
 	.dereg_mr = sn_dereg_mr,
 	.destroy_ah = sn_destroy_ah,
 	.destroy_cq = sn_destroy_cq,

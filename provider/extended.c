@@ -124,12 +124,17 @@ static uint8_t cq_read_dlid_path_bits(struct ibv_cq_ex *x)
 }
 
 /* sn_create_cq_ex makes a CQ as sn_create_cq does, polled the extended
- * way too. Timestamps, parent domains and overrun-ignoring CQs are not
+ * way too. Timestamps and overrun-ignoring CQs are not
  * softnic's (EOPNOTSUPP). libibverbs then fills what ibv_create_cq's
  * wrapper fills (verbs_init_cq). */
 struct ibv_cq_ex *sn_create_cq_ex(struct ibv_context *context, struct ibv_cq_init_attr_ex *attr)
 {
-	if ((attr->wc_flags & ~(uint64_t)SN_WC_EX_FLAGS) || (attr->comp_mask & ~IBV_CQ_INIT_ATTR_MASK_FLAGS) ||
+	const uint32_t known = IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD; /* PD: domain.c */
+	if ((attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_PD) && !sn_is_parent_domain(context, attr->parent_domain)) {
+		errno = EINVAL;
+		return NULL;
+	}
+	if ((attr->wc_flags & ~(uint64_t)SN_WC_EX_FLAGS) || (attr->comp_mask & ~known) ||
 	    ((attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) && (attr->flags & ~IBV_CREATE_CQ_ATTR_SINGLE_THREADED))) {
 		errno = EOPNOTSUPP;
 		return NULL;
