@@ -56,3 +56,18 @@ func TestDeviceMemoryPingpong(t *testing.T) {
 		assert.Contains(t, out, "200 iters in", "a side did not finish")
 	}
 }
+
+// TestDMAndParentDomainsThroughProvider runs testdata/dm_domains.c
+// through the provider as user nobody: ibv_alloc_dm's, the copies' and
+// ibv_reg_dm_mr's refusals as mlx5's, a thread domain and a parent domain
+// and the holds they keep, an extended CQ of the parent domain, and an
+// RDMA WRITE from a QP of the parent domain into a zero-based region over
+// device memory, checked with ibv_memcpy_from_dm.
+func TestDMAndParentDomainsThroughProvider(t *testing.T) {
+	w := newProviderWorld(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	prog := buildCProgram(t, ctx, w.bin, "dm_domains")
+	startCProgram(t, w.command(ctx, w.a, prog)).finish(t, 25)
+	w.stop(t)
+}
