@@ -44,6 +44,10 @@ var handlers = map[hostif.Op]handler{
 	hostif.OpShareMemory:        with(noFDs((*session).shareMemory)),
 	hostif.OpUnshareMemory:      with(noReply((*session).unshareMemory)),
 	hostif.OpDestroyCompChannel: with(noReply((*session).destroyChannel)),
+	// Device memory (dm.go).
+	hostif.OpAllocDM: with((*session).allocDM),
+	hostif.OpFreeDM:  with(noReply((*session).freeDM)),
+	hostif.OpRegDMMR: with(noFDs((*session).regDMMR)),
 	// The connection manager (cm.go).
 	hostif.OpCMCreateChannel:  withCM((*session).cmCreateChannel),
 	hostif.OpCMCreateID:       withCM((*session).cmCreateID),

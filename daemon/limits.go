@@ -1,5 +1,7 @@
 package daemon
 
+import "github.com/softnic/softnic/hostif"
+
 // Limits bound what one user (a uid, as the control socket reports it)
 // can make the daemon hold, so that no user denies service to another.
 // A zero field takes its default (DefaultLimits); a negative one means no
@@ -23,6 +25,11 @@ type Limits struct {
 	// SharedBytes is how much of the daemon's address space the user's
 	// share_memory mappings take.
 	SharedBytes int64
+	// DMs and DMBytes bound the user's device memory allocations
+	// (ibv_alloc_dm): the device's hostif.MaxDMSize bytes are every
+	// user's, so no one user may take them all.
+	DMs     int
+	DMBytes int64
 }
 
 // DefaultLimits are the bounds a zero Limits field takes: each is far
@@ -44,6 +51,8 @@ var DefaultLimits = Limits{
 	Descriptors: 65536,
 	RingBytes:   2 << 30,
 	SharedBytes: 64 << 30,
+	DMs:         256,
+	DMBytes:     hostif.MaxDMSize / 2,
 }
 
 // descriptorReserve is what DescriptorShare keeps for the daemon itself:
@@ -90,6 +99,10 @@ func (l Limits) withDefaults() Limits {
 	if l.SharedBytes == 0 {
 		l.SharedBytes = d.SharedBytes
 	}
+	pick(&l.DMs, d.DMs)
+	if l.DMBytes == 0 {
+		l.DMBytes = d.DMBytes
+	}
 	return l
 }
 
@@ -104,5 +117,6 @@ func (s *Server) Usage(uid uint32) Usage {
 	}
 	return Usage{Sessions: int(h[resSession]), PDs: int(h[resPD]), MRs: int(h[resMR]), CQs: int(h[resCQ]),
 		QPs: int(h[resQP]), SRQs: int(h[resSRQ]), AHs: int(h[resAH]), CMIDs: int(h[resCMID]),
-		Descriptors: int(h[resDescriptor]), RingBytes: h[resRingBytes], SharedBytes: h[resSharedBytes]}
+		Descriptors: int(h[resDescriptor]), RingBytes: h[resRingBytes], SharedBytes: h[resSharedBytes],
+		DMs: int(h[resDM]), DMBytes: h[resDMBytes]}
 }

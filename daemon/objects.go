@@ -324,6 +324,7 @@ func (ss *session) deregMR(req hostif.HandleRequest) error {
 		ss.shared[sh].mrs--
 		delete(ss.mrShared, req.Handle)
 	}
+	ss.dmMRGone(req.Handle)
 	return nil
 }
 

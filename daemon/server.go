@@ -53,6 +53,7 @@ type Server struct {
 	host       hostQueues
 	accts      *accounts
 	counters   serverCounters
+	dmUsed     atomic.Int64 // bytes of the device's memory allocated (dm.go)
 
 	mu       sync.Mutex
 	sessions map[*session]struct{}

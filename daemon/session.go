@@ -72,6 +72,7 @@ type session struct {
 	// the one each region inside such a mapping uses.
 	shared   map[uint32]*sharedMemory
 	mrShared map[uint32]uint32
+	dm       sessionDMs     // device memory (dm.go)
 	channels map[uint32]int // handle: the pipe's write end
 	cqs      map[uint32]*hostCQ
 	qps      map[uint32]*hostQP
@@ -297,6 +298,7 @@ func (ss *session) end() {
 		ss.deregMR(hostif.HandleRequest{Handle: h})
 	}
 	ss.unmapShared()
+	ss.freeDMs()
 	ss.procMu.Lock()
 	ss.helloProc = nil
 	ss.procMu.Unlock()

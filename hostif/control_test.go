@@ -75,7 +75,11 @@ func TestOpNumbers(t *testing.T) {
 	require.Equal(t, Op(46), OpReregMR)
 	require.Equal(t, Op(47), OpResizeCQ)
 	require.Equal(t, "resize_cq", OpResizeCQ.String())
-	require.Equal(t, "op(48)", Op(48).String())
+	require.Equal(t, Op(50), OpAllocDM)
+	require.Equal(t, "alloc_dm", OpAllocDM.String())
+	require.Equal(t, Op(51), OpFreeDM)
+	require.Equal(t, Op(52), OpRegDMMR)
+	require.Equal(t, "reg_dm_mr", OpRegDMMR.String())
 }
 
 // Every enumerator of enum sn_op has its Op constant in types_hostif.go,

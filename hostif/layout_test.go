@@ -74,6 +74,8 @@ var goBodies = []goBody{
 	{"sn_cm_create_qp_req", CMCreateQPRequest{}, nil},
 	{"sn_cm_conn_param", CMConnParam{}, map[string]string{"Private": "private_data"}},
 	{"sn_share_memory_req", ShareMemoryRequest{}, nil},
+	{"sn_alloc_dm_req", AllocDMRequest{}, nil},
+	{"sn_reg_dm_mr_req", RegDMMRRequest{}, nil},
 	{"sn_cm_init_qp_attr_req", CMInitQPAttrRequest{}, nil},
 	{"sn_cm_event", CMEvent{}, map[string]string{"Private": "private_data"}},
 }

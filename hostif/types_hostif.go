@@ -25,6 +25,13 @@ const HeaderLen = C.SN_HEADER_LEN
 // MaxMessage is the largest control message either side sends.
 const MaxMessage = C.SN_MAX_MESSAGE
 
+// MaxDMSize is a device's memory (ibv_alloc_dm), over all its sessions;
+// DMMaxLogAlign the largest alignment an allocation may ask.
+const (
+	MaxDMSize     = C.SN_MAX_DM_SIZE
+	DMMaxLogAlign = C.SN_DM_MAX_LOG_ALIGN
+)
+
 // Control commands: the op of a message's header.
 const (
 	OpHello             Op = C.SN_OP_HELLO
@@ -88,6 +95,10 @@ const (
 	OpAdviseMR Op = C.SN_OP_ADVISE_MR
 	OpReregMR  Op = C.SN_OP_REREG_MR
 	OpResizeCQ Op = C.SN_OP_RESIZE_CQ
+	// Device memory.
+	OpAllocDM Op = C.SN_OP_ALLOC_DM
+	OpFreeDM  Op = C.SN_OP_FREE_DM
+	OpRegDMMR Op = C.SN_OP_REG_DM_MR
 )
 
 // AdviseSGEs is how many SGEs one advise_mr request carries.
@@ -134,6 +145,11 @@ type (
 	AdviseSGE C.struct_sn_sge
 	// ReregMRRequest is ibv_rereg_mr's; its reply is a RegMRReply.
 	ReregMRRequest C.struct_sn_rereg_mr_req
+	// AllocDMRequest asks for device memory (ibv_alloc_dm); the reply
+	// carries its memfd.
+	AllocDMRequest C.struct_sn_alloc_dm_req
+	// RegDMMRRequest registers a range of device memory, zero-based.
+	RegDMMRRequest C.struct_sn_reg_dm_mr_req
 	// ShareMemoryRequest comes with one descriptor, a memfd: Length bytes
 	// of it from offset 0 are mapped at Addr in the client.
 	ShareMemoryRequest C.struct_sn_share_memory_req

@@ -11,6 +11,13 @@ const HeaderLen = 16
 // MaxMessage is the largest control message either side sends.
 const MaxMessage = 4096
 
+// MaxDMSize is a device's memory (ibv_alloc_dm), over all its sessions;
+// DMMaxLogAlign the largest alignment an allocation may ask.
+const (
+	MaxDMSize     = 262144
+	DMMaxLogAlign = 12
+)
+
 // Control commands: the op of a message's header.
 const (
 	OpHello             Op = 1
@@ -74,6 +81,10 @@ const (
 	OpAdviseMR Op = 45
 	OpReregMR  Op = 46
 	OpResizeCQ Op = 47
+	// Device memory.
+	OpAllocDM Op = 50
+	OpFreeDM  Op = 51
+	OpRegDMMR Op = 52
 )
 
 // AdviseSGEs is how many SGEs one advise_mr request carries.
@@ -137,6 +148,9 @@ var opNames = [...]string{
 	45: "advise_mr",
 	46: "rereg_mr",
 	47: "resize_cq",
+	50: "alloc_dm",
+	51: "free_dm",
+	52: "reg_dm_mr",
 }
 
 // The descriptors a hello request passes, in this order: the client's
@@ -219,6 +233,22 @@ type (
 		Access uint32
 		Addr   uint64
 		Length uint64
+	}
+	// AllocDMRequest asks for device memory (ibv_alloc_dm); the reply
+	// carries its memfd.
+	AllocDMRequest struct {
+		Length   uint64
+		LogAlign uint32
+		Reserved uint32
+	}
+	// RegDMMRRequest registers a range of device memory, zero-based.
+	RegDMMRRequest struct {
+		PD       uint32
+		Dm       uint32
+		Access   uint32
+		Reserved uint32
+		Offset   uint64
+		Length   uint64
 	}
 	// ShareMemoryRequest comes with one descriptor, a memfd: Length bytes
 	// of it from offset 0 are mapped at Addr in the client.

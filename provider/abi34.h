@@ -103,9 +103,11 @@ typedef void (*sn_unused_op)(void);
 struct sn_context_ops {
 	int (*advise_mr)(struct ibv_pd *pd, enum ibv_advise_mr_advice advice, uint32_t flags, struct ibv_sge *sg_list,
 			 uint32_t num_sges);
-	sn_unused_op alloc_dm, alloc_mw, alloc_null_mr, alloc_parent_domain;
+	struct ibv_dm *(*alloc_dm)(struct ibv_context *context, struct ibv_alloc_dm_attr *attr);
+	sn_unused_op alloc_mw, alloc_null_mr;
+	struct ibv_pd *(*alloc_parent_domain)(struct ibv_context *context, struct ibv_parent_domain_init_attr *attr);
 	struct ibv_pd *(*alloc_pd)(struct ibv_context *context);
-	sn_unused_op alloc_td;
+	struct ibv_td *(*alloc_td)(struct ibv_context *context, struct ibv_td_init_attr *init_attr);
 	void (*async_event)(struct ibv_context *context, struct ibv_async_event *event);
 	sn_unused_op attach_counters_point_flow, attach_mcast, bind_mw, close_xrcd;
 	void (*cq_event)(struct ibv_cq *cq);
@@ -121,7 +123,7 @@ struct sn_context_ops {
 	struct ibv_srq *(*create_srq)(struct ibv_pd *pd, struct ibv_srq_init_attr *attr);
 	sn_unused_op create_srq_ex, create_wq, dealloc_mw;
 	int (*dealloc_pd)(struct ibv_pd *pd);
-	sn_unused_op dealloc_td;
+	int (*dealloc_td)(struct ibv_td *td);
 	int (*dereg_mr)(struct sn_verbs_mr *mr);
 	int (*destroy_ah)(struct ibv_ah *ah);
 	sn_unused_op destroy_counters;
@@ -132,7 +134,8 @@ struct sn_context_ops {
 	int (*destroy_srq)(struct ibv_srq *srq);
 	sn_unused_op destroy_wq, detach_mcast;
 	void (*free_context)(struct ibv_context *context);
-	sn_unused_op free_dm, get_srq_num, import_dm, import_mr, import_pd, modify_cq, modify_flow_action_esp;
+	int (*free_dm)(struct ibv_dm *dm);
+	sn_unused_op get_srq_num, import_dm, import_mr, import_pd, modify_cq, modify_flow_action_esp;
 	int (*modify_qp)(struct ibv_qp *qp, struct ibv_qp_attr *attr, int attr_mask);
 	sn_unused_op modify_qp_rate_limit;
 	int (*modify_srq)(struct ibv_srq *srq, struct ibv_srq_attr *attr, int attr_mask);
@@ -151,7 +154,10 @@ struct sn_context_ops {
 	sn_unused_op query_qp_data_in_order;
 	int (*query_rt_values)(struct ibv_context *context, struct ibv_values_ex *values);
 	int (*query_srq)(struct ibv_srq *srq, struct ibv_srq_attr *attr);
-	sn_unused_op read_counters, reg_dm_mr, reg_dmabuf_mr;
+	sn_unused_op read_counters;
+	struct ibv_mr *(*reg_dm_mr)(struct ibv_pd *pd, struct ibv_dm *dm, uint64_t dm_offset, size_t length,
+				    unsigned int access);
+	sn_unused_op reg_dmabuf_mr;
 	struct ibv_mr *(*reg_mr)(struct ibv_pd *pd, void *addr, size_t length, uint64_t hca_va, int access);
 	int (*req_notify_cq)(struct ibv_cq *cq, int solicited_only);
 	int (*rereg_mr)(struct sn_verbs_mr *mr, int flags, struct ibv_pd *pd, void *addr, size_t length, int access);

@@ -89,7 +89,10 @@ static int sn_query_rt_values(struct ibv_context *context, struct ibv_values_ex 
 }
 
 static const struct sn_context_ops sn_ops = {
+	.alloc_dm = sn_alloc_dm,
+	.alloc_parent_domain = sn_alloc_parent_domain,
 	.alloc_pd = sn_alloc_pd,
+	.alloc_td = sn_alloc_td,
 	.async_event = sn_async_event,
 	.cq_event = sn_cq_event,
 	.create_ah = sn_create_ah,
@@ -99,6 +102,7 @@ static const struct sn_context_ops sn_ops = {
 	.create_qp_ex = sn_create_qp_ex,
 	.create_srq = sn_create_srq,
 	.dealloc_pd = sn_dealloc_pd,
+	.dealloc_td = sn_dealloc_td,
 	.dereg_mr = sn_dereg_mr,
 	.advise_mr = sn_advise_mr,
 	.rereg_mr = sn_rereg_mr,
@@ -107,6 +111,7 @@ static const struct sn_context_ops sn_ops = {
 	.destroy_qp = sn_destroy_qp,
 	.destroy_srq = sn_destroy_srq,
 	.free_context = sn_free_context,
+	.free_dm = sn_free_dm,
 	.modify_qp = sn_modify_qp,
 	.modify_srq = sn_modify_srq,
 	.poll_cq = sn_poll_cq,
@@ -118,6 +123,7 @@ static const struct sn_context_ops sn_ops = {
 	.query_qp = sn_query_qp,
 	.query_rt_values = sn_query_rt_values,
 	.query_srq = sn_query_srq,
+	.reg_dm_mr = sn_reg_dm_mr,
 	.reg_mr = sn_reg_mr,
 	.req_notify_cq = sn_req_notify_cq,
 	.resize_cq = sn_resize_cq,
@@ -209,6 +215,8 @@ static int sn_query_device_ex(struct ibv_context *context, const struct ibv_quer
 		attr->odp_caps.per_transport_caps.uc_odp_caps = SN_ODP_UC;
 		attr->odp_caps.per_transport_caps.ud_odp_caps = SN_ODP_UD;
 	}
+	if (attr_size >= offsetof(struct ibv_device_attr_ex, max_dm_size) + sizeof(attr->max_dm_size))
+		attr->max_dm_size = SN_MAX_DM_SIZE; /* dm.c: the daemon's memory, every session's */
 	return 0;
 }
 

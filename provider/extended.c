@@ -133,18 +133,22 @@ static uint64_t cq_read_completion_ts(struct ibv_cq_ex *x)
 
 /* sn_create_cq_ex makes a CQ as sn_create_cq does, polled the extended
  * way too, with mlx5's errnos for what it is not asked right: comp_mask
- * bits past those libibverbs knows are EINVAL; completion fields softnic's
- * entries do not carry (CVLAN, flow tag, TM info), a parent domain and
- * flags other than SINGLE_THREADED (IGNORE_OVERRUN) are EOPNOTSUPP.
- * libibverbs then fills what ibv_create_cq's wrapper fills
- * (verbs_init_cq). */
+ * bits past those libibverbs knows are EINVAL, and so is a PD that is not
+ * a parent domain (domain.c); completion fields softnic's entries do not
+ * carry (CVLAN, flow tag, TM info) and flags other than SINGLE_THREADED
+ * (IGNORE_OVERRUN) are EOPNOTSUPP. libibverbs then fills what
+ * ibv_create_cq's wrapper fills (verbs_init_cq). */
 struct ibv_cq_ex *sn_create_cq_ex(struct ibv_context *context, struct ibv_cq_init_attr_ex *attr)
 {
 	if (attr->comp_mask & ~(uint32_t)(IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD)) {
 		errno = EINVAL;
 		return NULL;
 	}
-	if ((attr->wc_flags & ~(uint64_t)SN_WC_EX_FLAGS) || (attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_PD) ||
+	if ((attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_PD) && !sn_is_parent_domain(context, attr->parent_domain)) {
+		errno = EINVAL;
+		return NULL;
+	}
+	if ((attr->wc_flags & ~(uint64_t)SN_WC_EX_FLAGS) ||
 	    ((attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) && (attr->flags & ~IBV_CREATE_CQ_ATTR_SINGLE_THREADED))) {
 		errno = EOPNOTSUPP;
 		return NULL;

@@ -73,6 +73,10 @@ enum sn_op {
 	SN_OP_ADVISE_MR = 45, /* sn_advise_mr_req -> empty */
 	SN_OP_REREG_MR = 46, /* sn_rereg_mr_req -> sn_reg_mr_reply */
 	SN_OP_RESIZE_CQ = 47, /* struct sn_resize_cq_req -> struct sn_resize_cq_reply; fd: the new ring */
+	/* Device memory (ibv_alloc_dm): a memfd the daemon makes and both map. */
+	SN_OP_ALLOC_DM = 50, /* sn_alloc_dm_req -> sn_handle; fd: the memory (memfd, sealed) */
+	SN_OP_FREE_DM = 51, /* u32 handle -> empty; EBUSY while a region is registered in it */
+	SN_OP_REG_DM_MR = 52, /* sn_reg_dm_mr_req -> sn_reg_mr_reply */
 };
 _Static_assert(SN_OP_CM_CREATE_CHANNEL == 20 && SN_OP_CM_DETACH_QP == 34 && SN_OP_CM_SET_OPTION == 38 &&
 		       SN_OP_CM_MIGRATE_ID == 39 && SN_OP_CM_ESTABLISH == 41 && SN_OP_QUERY_CM_IDS == 42 &&
@@ -120,6 +124,21 @@ struct sn_rereg_mr_req {
  * SEND, RECV, WRITE, READ, ATOMIC, SRQ_RECV; UC SEND, RECV, WRITE,
  * SRQ_RECV; UD SEND, RECV, SRQ_RECV. */
 enum { SN_ODP_GENERAL = 0x3, SN_ODP_RC = 0x3f, SN_ODP_UC = 0x27, SN_ODP_UD = 0x23 };
+/* Device memory: what every session of a device shares, as a NIC's
+ * on-chip memory (query_device_ex's max_dm_size). */
+#define SN_MAX_DM_SIZE (256u << 10)
+#define SN_DM_MAX_LOG_ALIGN 12 /* each DM is a mapping of its own: page aligned */
+
+struct sn_alloc_dm_req {
+	uint64_t length;
+	uint32_t log_align, reserved;
+} __attribute__((packed));
+
+/* A DM region is zero-based: SGEs and peers name offsets from offset. */
+struct sn_reg_dm_mr_req {
+	uint32_t pd, dm, access, reserved;
+	uint64_t offset, length;
+} __attribute__((packed));
 
 struct sn_create_cq_req {
 	uint32_t entries, channel;

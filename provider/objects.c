@@ -34,6 +34,10 @@ struct ibv_pd *sn_alloc_pd(struct ibv_context *context)
 int sn_dealloc_pd(struct ibv_pd *ibpd)
 {
 	struct sn_pd *pd = sn_container_of(ibpd, struct sn_pd, ibv);
+	if (pd->parent)
+		return sn_dealloc_parent_domain(pd);
+	if (__atomic_load_n(&pd->parents, __ATOMIC_ACQUIRE))
+		return EBUSY; /* a parent domain holds it, as mlx5's refcount says */
 	int err = destroy_handle(ibpd->context, SN_OP_DEALLOC_PD, pd->handle);
 	if (!err)
 		free(pd);

@@ -41,9 +41,13 @@ struct sn_channel {
 	struct sn_channel *next;
 };
 
+struct sn_parent_domain;
+
 struct sn_pd {
 	struct ibv_pd ibv;
-	uint32_t handle;
+	uint32_t handle; /* a parent domain's: its contained PD's */
+	struct sn_parent_domain *parent; /* set: this is a parent domain (domain.c) */
+	int parents; /* parent domains holding this PD (atomic) */
 };
 
 struct sn_mr {
@@ -119,6 +123,12 @@ struct sn_srq {
 	struct sn_wq wq;
 	uint32_t max_sge, limit;
 };
+
+/* sn_pd_handle is the daemon's handle of pd. */
+static inline uint32_t sn_pd_handle(struct ibv_pd *pd)
+{
+	return sn_container_of(pd, struct sn_pd, ibv)->handle;
+}
 
 static inline struct sn_context *to_ctx(struct ibv_context *c)
 {
@@ -199,6 +209,18 @@ int sn_wq_init(struct sn_wq *wq, uint8_t *ring, uint32_t depth, uint32_t stride)
 struct ibv_cq_ex *sn_create_cq_ex(struct ibv_context *context, struct ibv_cq_init_attr_ex *attr);
 struct ibv_qp *sn_create_qp_ex(struct ibv_context *context, struct ibv_qp_init_attr_ex *attr);
 struct ibv_qp *sn_create_qp_wr(struct ibv_pd *pd, struct ibv_qp_init_attr *attr, uint32_t cm_id, const uint64_t *ops);
+
+/* dm.c: device memory */
+struct ibv_dm *sn_alloc_dm(struct ibv_context *context, struct ibv_alloc_dm_attr *attr);
+int sn_free_dm(struct ibv_dm *dm);
+struct ibv_mr *sn_reg_dm_mr(struct ibv_pd *pd, struct ibv_dm *dm, uint64_t off, size_t length, unsigned int access);
+
+/* domain.c: thread domains and parent domains */
+struct ibv_td *sn_alloc_td(struct ibv_context *context, struct ibv_td_init_attr *attr);
+int sn_dealloc_td(struct ibv_td *td);
+struct ibv_pd *sn_alloc_parent_domain(struct ibv_context *context, struct ibv_parent_domain_init_attr *attr);
+int sn_dealloc_parent_domain(struct sn_pd *pd);
+int sn_is_parent_domain(struct ibv_context *context, struct ibv_pd *pd);
 
 /* channel.c */
 uint32_t sn_channel_handle(struct sn_context *ctx, struct ibv_comp_channel *ch);

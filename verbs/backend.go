@@ -58,6 +58,9 @@ type DeviceOps interface {
 	// handle of them, which FreeMemory takes back.
 	AllocMemory(n int) ([]byte, uint32, error)
 	FreeMemory(mem []byte, handle uint32) error
+	// AllocDM returns device memory of at least length bytes and its
+	// backend (Device.AllocDM checked the size).
+	AllocDM(length uint64, logAlign int) ([]byte, DMOps, error)
 }
 
 // PDOps is a protection domain's backend: it makes the objects of the PD
@@ -72,6 +75,9 @@ type PDOps interface {
 	CreateQP(q *QP, init *QPInitAttr) (QPOps, error)
 	CreateSRQ(s *SRQ, maxWR, maxSGE int) (SRQOps, error)
 	CreateAH(av *AddressVector) (*AH, error)
+	// RegDMMR registers n bytes of dm at off, at address 0 (the API
+	// checked the range and took AccessZeroBased out of access).
+	RegDMMR(dm *DM, off, n uint64, access Access) (*MR, error)
 }
 
 // MROps is a memory region's backend.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -61,6 +62,8 @@ type engine struct {
 	cm      *cm.Manager
 	// commEst holds OnCommEst's functions by *QP.
 	commEst sync.Map
+	// dmUsed is the device memory allocated (engine_dm.go).
+	dmUsed atomic.Uint64
 }
 
 // Open opens a device on link (ibv_open_device). The device runs an engine
@@ -115,7 +118,7 @@ func (e *engine) NewCompChannel(*CompChannel) ChannelOps { return engineChannel{
 func (e *engine) Query() DeviceAttr {
 	return DeviceAttr{MaxQPWR: ibv.MaxQPWR, MaxSGE: ibv.MaxSGE, MaxCQE: MaxCQE,
 		MaxInlineData: ibv.MaxInline, MaxQPRdAtom: ibv.MaxRdAtomic, MaxMsgSize: 1 << 31,
-		AtomicHostOrder: true, PhysPortCnt: 1, ODP: DeviceODPCaps}
+		AtomicHostOrder: true, PhysPortCnt: 1, ODP: DeviceODPCaps, MaxDMSize: MaxDMSize}
 }
 
 func (e *engine) ActiveMTU() MTU {

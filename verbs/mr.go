@@ -49,6 +49,9 @@ type MR struct {
 	// remoteWrites counts the peers' RDMA WRITE messages and atomics that
 	// changed the region (RemoteWriteSeq).
 	remoteWrites atomic.Uint64
+	// dm is the device memory the region lies in (RegDMMR), nil for
+	// any other.
+	dm *DM
 }
 
 // RemoteWriteSeq returns how many RDMA WRITE messages and atomics from
@@ -268,7 +271,16 @@ func (p *enginePD) register(m *MR) (*MR, error) {
 
 // Dereg deregisters the region (ibv_dereg_mr). When it returns, the engine
 // no longer reads or writes the memory, and its keys are rejected.
-func (m *MR) Dereg() error { return m.ops.Dereg() }
+func (m *MR) Dereg() error {
+	if err := m.ops.Dereg(); err != nil {
+		return err
+	}
+	if m.dm != nil {
+		m.dm.mrGone()
+		m.dm = nil
+	}
+	return nil
+}
 
 // engineMR is a region of an in-process device: its keys are in the
 // engine's table until Dereg.

@@ -10,6 +10,9 @@ type PD struct {
 	dev *Device
 	id  uint32
 	ops PDOps
+	// parent is set on a parent domain (domain.go), whose ops are its
+	// contained PD's.
+	parent *parentDomain
 }
 
 // AllocPD allocates a protection domain (ibv_alloc_pd).
@@ -47,7 +50,7 @@ func (pd *PD) checkQP(init *QPInitAttr) error {
 	if init.SendCQ.dev != pd.dev || init.RecvCQ.dev != pd.dev {
 		return fmt.Errorf("create QP: CQ of another device: %w", ErrInvalidArgument)
 	}
-	if init.SRQ != nil && init.SRQ.pd != pd {
+	if init.SRQ != nil && init.SRQ.pd.domain() != pd.domain() {
 		return fmt.Errorf("create QP: SRQ of another protection domain: %w", ErrInvalidArgument)
 	}
 	return nil

@@ -31,7 +31,7 @@ func (pd *PD) RegProcessMemory(mem ProcessMemory, addr, length uint64, access Ac
 	if err != nil {
 		return nil, err
 	}
-	mr := &MR{pd: pd, proc: mem, addr: addr, size: length, access: access}
+	mr := &MR{pd: p.pd, proc: mem, addr: addr, size: length, access: access}
 	mr.vec, _ = mem.(vectorMemory)
 	return p.register(mr)
 }

@@ -37,6 +37,7 @@ const (
 	AccessRemoteWrite  = ibv.AccessRemoteWrite
 	AccessRemoteRead   = ibv.AccessRemoteRead
 	AccessRemoteAtomic = ibv.AccessRemoteAtomic
+	AccessZeroBased    = ibv.AccessZeroBased
 )
 
 // QP states.
@@ -232,6 +233,7 @@ type DeviceAttr struct {
 	// completion_timestamp_mask).
 	HCACoreClockKHz         uint64
 	CompletionTimestampMask uint64
+	MaxDMSize               uint64 // bytes of device memory (AllocDM), every user's
 }
 
 // Query returns the device's limits (ibv_query_device_ex).

@@ -25,6 +25,7 @@ func defineLimits(fs *flag.FlagSet, l *daemon.Limits) {
 		{&l.SRQs, "max-srqs", "shared receive queues"},
 		{&l.AHs, "max-ahs", "address handles"},
 		{&l.CMIDs, "max-cm-ids", "rdma_cm IDs"},
+		{&l.DMs, "max-dms", "device memory allocations (ibv_alloc_dm)"},
 	} {
 		fs.IntVar(c.v, c.name, *c.v, "per user: at most this many "+c.what+"; -1: no bound")
 	}
@@ -35,6 +36,7 @@ func defineLimits(fs *flag.FlagSet, l *daemon.Limits) {
 		", or less where the daemon's descriptor limit is low (half of it, less a reserve, over the devices served); -1: no bound")
 	fs.Var((*limitSize)(&l.RingBytes), "max-ring-bytes", "per user: at most this much of the daemon's memory in rings (K, M, G suffixes; -1: no bound)")
 	fs.Var((*limitSize)(&l.SharedBytes), "max-shared-bytes", "per user: at most this much memory shared with the daemon by descriptor (K, M, G; -1: no bound)")
+	fs.Var((*limitSize)(&l.DMBytes), "max-dm-bytes", "per user: at most this much of the device's memory (ibv_alloc_dm; K, M; -1: the whole device)")
 }
 
 // limitSize is a byte bound: a size (byteSize) or -1 for none.

@@ -12,6 +12,10 @@ const (
 	AccessRemoteWrite  Access = 1 << 1
 	AccessRemoteRead   Access = 1 << 2
 	AccessRemoteAtomic Access = 1 << 3
+	// AccessZeroBased (IBV_ACCESS_ZERO_BASED): the region's addresses
+	// start at 0, as a device memory region's must; not a right, so not
+	// in AccessAll.
+	AccessZeroBased Access = 1 << 5
 	// AccessOnDemand is a region's on-demand paging
 	// (IBV_ACCESS_ON_DEMAND): registered without its pages, which are
 	// looked up as each access reaches them. It is no right a QP grants.

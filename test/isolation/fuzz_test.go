@@ -316,6 +316,14 @@ func fuzzSeeds(f *testing.F) []fuzzSeed {
 			m{hostif.OpUnshareMemory, hostif.HandleRequest{Handle: 2}}, m{hostif.OpDeregMR, hostif.HandleRequest{Handle: 3}}),
 		seq(carry(6, fuzzEvery), m{hostif.OpShareMemory, hostif.ShareMemoryRequest{Addr: 1 << 40, Length: 1 << 30}},
 			m{hostif.OpShareMemory, hostif.ShareMemoryRequest{Addr: 1 << 44, Length: 1 << 42}}),
+		// Device memory: a region inside it, ranges that wrap or pass its
+		// end, a free while the region is in it.
+		seq(fuzzHello, m{hostif.OpAllocPD, hostif.Empty{}}, m{hostif.OpAllocDM, hostif.AllocDMRequest{Length: 100}},
+			m{hostif.OpRegDMMR, hostif.RegDMMRRequest{PD: 1, Dm: 2, Access: 0x27, Offset: 4, Length: 96}},
+			m{hostif.OpRegDMMR, hostif.RegDMMRRequest{PD: 1, Dm: 2, Access: 0x21, Offset: 1 << 63, Length: 1 << 63}},
+			m{hostif.OpRegDMMR, hostif.RegDMMRRequest{PD: 1, Dm: 2, Access: 0x21, Offset: 8, Length: 96}},
+			m{hostif.OpFreeDM, hostif.HandleRequest{Handle: 2}}, m{hostif.OpDeregMR, hostif.HandleRequest{Handle: 3}},
+			m{hostif.OpFreeDM, hostif.HandleRequest{Handle: 2}}),
 		seq(carry(2, 0), m{hostif.OpShareMemory, hostif.ShareMemoryRequest{Addr: fixedAddr, Length: page}}),
 		seq(carry(7, 0), m{hostif.OpShareMemory, hostif.ShareMemoryRequest{Addr: fixedAddr, Length: page}}),
 		seq(fuzzHello, m{hostif.OpCreateCompChannel, hostif.Empty{}}, m{hostif.OpCreateCompChannel, hostif.Empty{}},
