@@ -40,6 +40,8 @@ var handlers = map[hostif.Op]handler{
 	hostif.OpShareMemory:        with(noFDs((*session).shareMemory)),
 	hostif.OpUnshareMemory:      with(noReply((*session).unshareMemory)),
 	hostif.OpDestroyCompChannel: with(noReply((*session).destroyChannel)),
+	hostif.OpAllocMW:            with(noFDs((*session).allocMW)),
+	hostif.OpDeallocMW:          with(noReply((*session).deallocMW)),
 	// The connection manager (cm.go).
 	hostif.OpCMCreateChannel:  withCM((*session).cmCreateChannel),
 	hostif.OpCMCreateID:       withCM((*session).cmCreateID),

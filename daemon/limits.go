@@ -23,6 +23,9 @@ type Limits struct {
 	// SharedBytes is how much of the daemon's address space the user's
 	// share_memory mappings take.
 	SharedBytes int64
+	// MWs is how many memory windows the user's sessions hold; one more
+	// is refused with ENOMEM.
+	MWs int
 }
 
 // DefaultLimits are the bounds a zero Limits field takes: each is far
@@ -44,6 +47,7 @@ var DefaultLimits = Limits{
 	Descriptors: 65536,
 	RingBytes:   2 << 30,
 	SharedBytes: 64 << 30,
+	MWs:         65536,
 }
 
 // descriptorReserve is what DescriptorShare keeps for the daemon itself:
@@ -84,6 +88,7 @@ func (l Limits) withDefaults() Limits {
 	pick(&l.AHs, d.AHs)
 	pick(&l.CMIDs, d.CMIDs)
 	pick(&l.Descriptors, d.Descriptors)
+	pick(&l.MWs, d.MWs)
 	if l.RingBytes == 0 {
 		l.RingBytes = d.RingBytes
 	}
@@ -104,5 +109,5 @@ func (s *Server) Usage(uid uint32) Usage {
 	}
 	return Usage{Sessions: int(h[resSession]), PDs: int(h[resPD]), MRs: int(h[resMR]), CQs: int(h[resCQ]),
 		QPs: int(h[resQP]), SRQs: int(h[resSRQ]), AHs: int(h[resAH]), CMIDs: int(h[resCMID]),
-		Descriptors: int(h[resDescriptor]), RingBytes: h[resRingBytes], SharedBytes: h[resSharedBytes]}
+		Descriptors: int(h[resDescriptor]), RingBytes: h[resRingBytes], SharedBytes: h[resSharedBytes], MWs: int(h[resMW])}
 }

@@ -84,6 +84,10 @@ const (
 	// channels hold a descriptor of the daemon's each.
 	OpDestroyCompChannel Op = C.SN_OP_DESTROY_COMP_CHANNEL
 	OpCMDestroyChannel   Op = C.SN_OP_CM_DESTROY_CHANNEL
+	// Memory windows (ibv_alloc_mw, ibv_dealloc_mw); binds are send
+	// entries (BIND_MW).
+	OpAllocMW   Op = C.SN_OP_ALLOC_MW
+	OpDeallocMW Op = C.SN_OP_DEALLOC_MW
 )
 
 // opNames are the commands' names for Op's String: enum sn_op's, SN_OP_
@@ -131,6 +135,8 @@ type (
 	CreateSRQRequest C.struct_sn_create_srq_req
 	CreateSRQReply   C.struct_sn_create_srq_reply
 	ModifySRQRequest C.struct_sn_modify_srq_req
+	AllocMWRequest   C.struct_sn_alloc_mw_req
+	AllocMWReply     C.struct_sn_alloc_mw_reply
 )
 
 // Bodies of the connection manager's commands (rdma_cm through the

@@ -70,6 +70,10 @@ const (
 	// channels hold a descriptor of the daemon's each.
 	OpDestroyCompChannel Op = 43
 	OpCMDestroyChannel   Op = 44
+	// Memory windows (ibv_alloc_mw, ibv_dealloc_mw); binds are send
+	// entries (BIND_MW).
+	OpAllocMW   Op = 48
+	OpDeallocMW Op = 49
 )
 
 // opNames are the commands' names for Op's String: enum sn_op's, SN_OP_
@@ -119,6 +123,8 @@ var opNames = [...]string{
 	42: "query_cm_ids",
 	43: "destroy_comp_channel",
 	44: "cm_destroy_channel",
+	48: "alloc_mw",
+	49: "dealloc_mw",
 }
 
 // The descriptors a hello request passes, in this order: the client's
@@ -287,6 +293,14 @@ type (
 	ModifySRQRequest struct {
 		Handle uint32
 		Limit  uint32
+	}
+	AllocMWRequest struct {
+		PD   uint32
+		Type uint32
+	}
+	AllocMWReply struct {
+		Handle uint32
+		RKey   uint32
 	}
 )
 

@@ -70,6 +70,8 @@ enum sn_op {
 	SN_OP_QUERY_CM_IDS,
 	SN_OP_DESTROY_COMP_CHANNEL, /* u32 handle -> empty; EBUSY while a CQ uses it */
 	SN_OP_CM_DESTROY_CHANNEL, /* u32 channel -> empty; EBUSY while an ID has its events on it */
+	SN_OP_ALLOC_MW = 48, /* sn_alloc_mw_req -> sn_alloc_mw_reply */
+	SN_OP_DEALLOC_MW = 49, /* u32 handle -> empty */
 };
 _Static_assert(SN_OP_CM_CREATE_CHANNEL == 20 && SN_OP_CM_DETACH_QP == 34 && SN_OP_CM_SET_OPTION == 38 &&
 		       SN_OP_CM_MIGRATE_ID == 39 && SN_OP_CM_ESTABLISH == 41 && SN_OP_QUERY_CM_IDS == 42 &&
@@ -103,6 +105,15 @@ struct sn_reg_mr_req {
 
 struct sn_reg_mr_reply {
 	uint32_t handle, lkey, rkey;
+} __attribute__((packed));
+
+/* alloc_mw: a memory window of type 1 or 2 (ibv_mw_type) in the PD. */
+struct sn_alloc_mw_req {
+	uint32_t pd, type;
+} __attribute__((packed));
+
+struct sn_alloc_mw_reply {
+	uint32_t handle, rkey;
 } __attribute__((packed));
 
 struct sn_create_cq_req {
@@ -288,7 +299,11 @@ enum { SN_ARM_NONE, SN_ARM_NEXT, SN_ARM_SOLICITED };
 #define SN_PAGE_DOORBELL 0 /* client: incremented after any post */
 #define SN_PAGE_SLEEPING 64 /* daemon: 1 while its engines sleep */
 
-/* A send queue entry; its SGEs or inline bytes follow at offset 64. */
+/* A send queue entry; its SGEs or inline bytes follow at offset 64.
+ * LOCAL_INV and SEND_WITH_INV carry the rkey to invalidate in imm (host
+ * order). BIND_MW carries no SGE: remote_addr and compare_add are the
+ * window's address and length, rkey its new rkey (the window's key index
+ * and the key chosen), imm the region's lkey, swap the access flags. */
 struct sn_send_entry {
 	uint64_t wr_id;
 	uint8_t opcode; /* ibv_wr_opcode */

@@ -68,6 +68,8 @@ type PDOps interface {
 	CreateQP(q *QP, init *QPInitAttr) (QPOps, error)
 	CreateSRQ(s *SRQ, maxWR, maxSGE int) (SRQOps, error)
 	CreateAH(av *AddressVector) (*AH, error)
+	// AllocMW makes mw's backend and returns the window's first rkey.
+	AllocMW(mw *MW, typ MWType) (MWOps, uint32, error)
 }
 
 // MROps is a memory region's backend.

@@ -44,6 +44,9 @@ type MR struct {
 	// remoteWrites counts the peers' RDMA WRITE messages and atomics that
 	// changed the region (RemoteWriteSeq).
 	remoteWrites atomic.Uint64
+	// windows counts the memory windows bound to the region, which keep
+	// it from being deregistered.
+	windows atomic.Int32
 }
 
 // RemoteWriteSeq returns how many RDMA WRITE messages and atomics from
@@ -163,10 +166,28 @@ func (v *remoteView) RemoteWritten() { v.remoteWrites.Add(1) }
 type keyTable struct {
 	lkeys map[uint32]*MR
 	rkeys map[uint32]*MR
+	// mws are the memory windows by key index (engine_mw.go); no region's
+	// rkey has a window's index.
+	mws map[uint32]*engineMW
 }
 
 func newKeyTable() keyTable {
-	return keyTable{lkeys: map[uint32]*MR{}, rkeys: map[uint32]*MR{}}
+	return keyTable{lkeys: map[uint32]*MR{}, rkeys: map[uint32]*MR{}, mws: map[uint32]*engineMW{}}
+}
+
+// indexUsed reports whether a window or a region's rkey has key index
+// idx; under Group.Do. A region's rkey's index is looked for among the
+// regions only when a window is allocated, which is rare.
+func (k *keyTable) indexUsed(idx uint32) bool {
+	if k.mws[idx] != nil {
+		return true
+	}
+	for rkey := range k.rkeys {
+		if rkey>>8 == idx {
+			return true
+		}
+	}
+	return false
 }
 
 // keySource generates memory keys; registration is not on the packet path,
@@ -245,7 +266,7 @@ func (p *enginePD) register(m *MR) (*MR, error) {
 		}
 		for {
 			m.rkey = d.keys.next()
-			if _, dup := d.mrs.rkeys[m.rkey]; !dup && m.rkey != m.lkey {
+			if _, dup := d.mrs.rkeys[m.rkey]; !dup && m.rkey != m.lkey && d.mrs.mws[m.rkey>>8] == nil {
 				break
 			}
 		}
@@ -275,6 +296,9 @@ func (r *engineMR) Dereg() error {
 	return d.group.Do(func() error {
 		if !m.valid && d.mrs.lkeys[m.lkey] != m {
 			return fmt.Errorf("deregister MR: %w", ErrInvalidArgument)
+		}
+		if n := m.windows.Load(); n > 0 {
+			return fmt.Errorf("deregister MR: %d memory windows bound to it: %w", n, ErrBusy)
 		}
 		m.valid = false
 		delete(d.mrs.lkeys, m.lkey)

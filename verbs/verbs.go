@@ -37,6 +37,7 @@ const (
 	AccessRemoteWrite  = ibv.AccessRemoteWrite
 	AccessRemoteRead   = ibv.AccessRemoteRead
 	AccessRemoteAtomic = ibv.AccessRemoteAtomic
+	AccessMWBind       = ibv.AccessMWBind
 )
 
 // QP states.
@@ -89,6 +90,8 @@ const (
 	WRRDMARead          = ibv.WRRDMARead
 	WRAtomicCmpAndSwp   = ibv.WRAtomicCmpAndSwp
 	WRAtomicFetchAndAdd = ibv.WRAtomicFetchAndAdd
+	WRLocalInv          = ibv.WRLocalInv
+	WRBindMW            = ibv.WRBindMW
 )
 
 // Send flags.
@@ -106,6 +109,7 @@ const (
 	WCLocQPOpErr     = ibv.WCLocQPOpErr
 	WCLocProtErr     = ibv.WCLocProtErr
 	WCWRFlushErr     = ibv.WCWRFlushErr
+	WCMWBindErr      = ibv.WCMWBindErr
 	WCBadRespErr     = ibv.WCBadRespErr
 	WCLocAccessErr   = ibv.WCLocAccessErr
 	WCRemInvReqErr   = ibv.WCRemInvReqErr
@@ -124,6 +128,8 @@ const (
 	WCRDMARead        = ibv.WCRDMARead
 	WCCompSwap        = ibv.WCCompSwap
 	WCFetchAdd        = ibv.WCFetchAdd
+	WCBindMW          = ibv.WCBindMW
+	WCLocalInv        = ibv.WCLocalInv
 	WCRecv            = ibv.WCRecv
 	WCRecvRDMAWithImm = ibv.WCRecvRDMAWithImm
 )
@@ -139,6 +145,7 @@ var (
 	ErrInvalidArgument = ibv.ErrInvalidArgument
 	ErrQueueFull       = ibv.ErrQueueFull
 	ErrInvalidState    = ibv.ErrInvalidState
+	ErrBusy            = ibv.ErrBusy
 )
 
 // Device is an opened RDMA device (ibv_context). Its backend runs it: the

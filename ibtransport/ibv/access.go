@@ -12,10 +12,15 @@ const (
 	AccessRemoteWrite  Access = 1 << 1
 	AccessRemoteRead   Access = 1 << 2
 	AccessRemoteAtomic Access = 1 << 3
+	// AccessMWBind lets memory windows be bound to a region.
+	AccessMWBind Access = 1 << 4
 )
 
 // AccessAll is every access right there is.
-const AccessAll = AccessLocalWrite | AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic
+const AccessAll = AccessLocalWrite | AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic | AccessMWBind
+
+// AccessRemote is the rights a peer may be given.
+const AccessRemote = AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic
 
 // Errors of the verbs calls, whichever backend runs them (the engine, a
 // daemon's client): callers match them with errors.Is.
@@ -23,4 +28,6 @@ var (
 	ErrInvalidArgument = errors.New("ibv: invalid argument")
 	ErrQueueFull       = errors.New("ibv: work queue full")
 	ErrInvalidState    = errors.New("ibv: operation not allowed in the QP state")
+	// ErrBusy: the object is in use (a region with windows bound to it).
+	ErrBusy = errors.New("ibv: resource busy")
 )
