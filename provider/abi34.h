@@ -101,11 +101,15 @@ typedef void (*sn_unused_op)(void);
  * rdma-core keeps them. verbs_set_ops() copies the ones that are not NULL.
  */
 struct sn_context_ops {
-	sn_unused_op advise_mr, alloc_dm, alloc_mw, alloc_null_mr, alloc_parent_domain;
+	sn_unused_op advise_mr, alloc_dm;
+	struct ibv_mw *(*alloc_mw)(struct ibv_pd *pd, enum ibv_mw_type type);
+	sn_unused_op alloc_null_mr, alloc_parent_domain;
 	struct ibv_pd *(*alloc_pd)(struct ibv_context *context);
 	sn_unused_op alloc_td;
 	void (*async_event)(struct ibv_context *context, struct ibv_async_event *event);
-	sn_unused_op attach_counters_point_flow, attach_mcast, bind_mw, close_xrcd;
+	sn_unused_op attach_counters_point_flow, attach_mcast;
+	int (*bind_mw)(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind *mw_bind);
+	sn_unused_op close_xrcd;
 	void (*cq_event)(struct ibv_cq *cq);
 	struct ibv_ah *(*create_ah)(struct ibv_pd *pd, struct ibv_ah_attr *attr);
 	sn_unused_op create_counters;
@@ -117,7 +121,8 @@ struct sn_context_ops {
 	struct ibv_qp *(*create_qp_ex)(struct ibv_context *context, struct ibv_qp_init_attr_ex *attr);
 	sn_unused_op create_rwq_ind_table;
 	struct ibv_srq *(*create_srq)(struct ibv_pd *pd, struct ibv_srq_init_attr *attr);
-	sn_unused_op create_srq_ex, create_wq, dealloc_mw;
+	sn_unused_op create_srq_ex, create_wq;
+	int (*dealloc_mw)(struct ibv_mw *mw);
 	int (*dealloc_pd)(struct ibv_pd *pd);
 	sn_unused_op dealloc_td;
 	int (*dereg_mr)(struct sn_verbs_mr *mr);
