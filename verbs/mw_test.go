@@ -228,3 +228,23 @@ func TestMWType1NoInvalidate(t *testing.T) {
 		require.Equal(t, verbs.WCSuccess, w.op(t, 1, verbs.WRRDMAWrite, 0, 8, w.rmr.Addr(), rkey).Status)
 	})
 }
+
+// A SEND_WITH_INV naming a type 1 window's rkey is an invalid request
+// (o10-37.2.26): the responder NAKs it, the sender gets REM_INV_REQ_ERR
+// and the receive fails with it.
+func TestMWRemoteInvalidateType1NAK(t *testing.T) {
+	forEachMode(t, func(t *testing.T, m mode) {
+		w := newMWWorld(t, m)
+		mw, err := w.y.pd.AllocMW(verbs.MWType1)
+		require.NoError(t, err)
+		defer mw.Dealloc()
+		rkey, err := w.y.qp.BindMW(mw, 10, verbs.SendSignaled, w.rmr, w.rmr.Addr(), 4096, verbs.AccessRemoteWrite)
+		require.NoError(t, err)
+		waitOK(t, w.y.scq, 10)
+		require.NoError(t, w.y.qp.PostRecv(&verbs.RecvWR{ID: 8, SGL: []verbs.SGE{w.rmr.SGE(6000, 64)}}))
+		require.NoError(t, w.x.qp.PostSend(&verbs.SendWR{ID: 2, Opcode: verbs.WRSendWithInv, Flags: verbs.SendSignaled,
+			SGL: []verbs.SGE{w.lmr.SGE(0, 16)}, InvalidateRKey: rkey}))
+		require.Equal(t, verbs.WCRemInvReqErr, waitWC(t, w.x.scq).Status)
+		require.Equal(t, verbs.WCRemInvReqErr, waitWC(t, w.y.rcq).Status)
+	})
+}
