@@ -51,8 +51,12 @@ func (r *requester) executeLocal(w *sendWQE) ibv.WCStatus {
 func (c *completer) completeLocal() {
 	q := c.qp
 	c.completeLocalDone()
-	if c.compIdx == q.req.reqIdx {
-		q.req.localDone = false // none executed waits behind a request in flight
+	if c.compIdx == q.sq.tail.Load() {
+		// Nothing executed can wait behind a request in flight any more.
+		// (Not before: a go-back-N rewind moves reqIdx back over local
+		// operations executed already, which the completer must still
+		// retire as the ACKs pass them.)
+		q.req.localDone = false
 	}
 	if q.req.localErr && c.compIdx != q.sq.tail.Load() {
 		if w := q.sqSlot(c.compIdx); w.state == wqeError {

@@ -85,6 +85,7 @@ func (p *enginePD) InvalidateRKey(qp *ibtransport.QP, rkey uint32, remote bool) 
 		return p.invalidateMW(qp, rkey, remote)
 	}
 	// The key stays in the table until Dereg: the engines read it without
-	// locks, so only Group.Do may change it.
-	return mr != nil && mr.pd == p.pd && mr.rkeyValid.CompareAndSwap(true, false)
+	// locks, so only Group.Do may change it. A region windows are bound to
+	// keeps its rkey, as rxe's (rxe_invalidate_mr).
+	return mr.pd == p.pd && mr.windows.Load() == 0 && mr.rkeyValid.CompareAndSwap(true, false)
 }

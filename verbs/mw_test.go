@@ -248,3 +248,43 @@ func TestMWRemoteInvalidateType1NAK(t *testing.T) {
 		require.Equal(t, verbs.WCRemInvReqErr, waitWC(t, w.y.rcq).Status)
 	})
 }
+
+// Binds between WRITEs on a lossy link complete in the order posted, each
+// once, though go-back-N sends the WRITEs around them again: the
+// requester executes a bind when it first reaches it and steps over it
+// when it rewinds, and the completer retires it with its neighbours. The
+// last bind's rkey is the window's.
+func TestMWBindsInOrderUnderLoss(t *testing.T) {
+	forEachMode(t, func(t *testing.T, m mode) {
+		o := defaultOpts()
+		faults := memlink.Faults{Loss: 0.05}
+		p, x, y := connectedPairMode(t, m, memlink.Config{Seed: 7, AtoB: faults, BtoA: faults}, o)
+		xmr, xbuf := regMR(t, x.pd, 1<<16, allAccess)
+		ymr, ybuf := regMR(t, y.pd, 1<<16, allAccess|verbs.AccessMWBind)
+		fill(ybuf, 9)
+		mw, err := y.pd.AllocMW(verbs.MWType1)
+		require.NoError(t, err)
+		defer mw.Dealloc()
+		const rounds = 20
+		var rkey uint32
+		for i := range rounds {
+			require.NoError(t, y.qp.PostSend(&verbs.SendWR{ID: uint64(2 * i), Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
+				SGL: []verbs.SGE{ymr.SGE(0, 8192)}, RemoteAddr: xmr.Addr(), RKey: xmr.RKey()}))
+			rkey, err = y.qp.BindMW(mw, uint64(2*i+1), verbs.SendSignaled, ymr, ymr.Addr(), uint64(1024*(i+1)),
+				verbs.AccessRemoteRead)
+			require.NoError(t, err)
+		}
+		for i := range 2 * rounds {
+			wc := waitOK(t, y.scq, uint64(i))
+			if i%2 == 1 {
+				require.Equal(t, verbs.WCBindMW, wc.Opcode)
+			}
+		}
+		require.Equal(t, ybuf[:8192], xbuf[:8192])
+		require.NoError(t, x.qp.PostSend(&verbs.SendWR{ID: 99, Opcode: verbs.WRRDMARead, Flags: verbs.SendSignaled,
+			SGL: []verbs.SGE{xmr.SGE(8192, 1024*rounds)}, RemoteAddr: ymr.Addr(), RKey: rkey}))
+		waitOK(t, x.scq, 99)
+		require.Equal(t, ybuf[:1024*rounds], xbuf[8192:8192+1024*rounds])
+		require.NotZero(t, p.engB.Counters().Retransmits.Load(), "the WRITEs went again")
+	})
+}
