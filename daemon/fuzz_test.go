@@ -35,6 +35,9 @@ func FuzzControlMessages(f *testing.F) {
 	seed(hostif.OpQueryCounters, hostif.CountersRequest{Flags: 7})
 	seed(hostif.OpShareMemory, hostif.ShareMemoryRequest{Addr: 1 << 12, Length: 1 << 60})
 	seed(hostif.OpUnshareMemory, hostif.HandleRequest{Handle: 1})
+	seed(hostif.OpAllocMW, hostif.AllocMWRequest{PD: 1, Type: 2})
+	seed(hostif.OpAllocMW, hostif.AllocMWRequest{PD: 1, Type: 1 << 31})
+	seed(hostif.OpDeallocMW, hostif.HandleRequest{Handle: 2})
 	seed(hostif.Op(999), hostif.Empty{})
 	// The connection manager's commands, with handles a session's first
 	// objects get (1, 2, 3...).

@@ -288,3 +288,38 @@ func TestMWBindsInOrderUnderLoss(t *testing.T) {
 		require.NotZero(t, p.engB.Counters().Retransmits.Load(), "the WRITEs went again")
 	})
 }
+
+// A QP binds only its own PD's windows, to its own PD's regions: a
+// window's rkey names it to any QP (and the daemon's sessions share one
+// key space), so the PD check is what keeps one from binding another's.
+func TestMWBindOtherPD(t *testing.T) {
+	forEachMode(t, func(t *testing.T, m mode) {
+		w := newMWWorld(t, m)
+		o := defaultOpts()
+		x2 := newEndpoint(t, w.p.a, nil, o, nil)
+		y2 := newEndpoint(t, w.p.b, nil, o, nil) // a PD of its own
+		connect(t, x2, y2, o)
+		mw, err := w.y.pd.AllocMW(verbs.MWType2)
+		require.NoError(t, err)
+		defer mw.Dealloc()
+		own, _ := regMR(t, y2.pd, 4096, allAccess|verbs.AccessMWBind)
+		for i, b := range []verbs.MWBind{
+			{RKey: verbs.IncRKey(mw.RKey()), LKey: own.LKey(), Addr: own.Addr(), Length: 64, Access: verbs.AccessRemoteWrite},
+			{RKey: verbs.IncRKey(mw.RKey()), LKey: w.rmr.LKey(), Addr: w.rmr.Addr(), Length: 64, Access: verbs.AccessRemoteWrite},
+		} {
+			require.NoError(t, y2.qp.PostSend(&verbs.SendWR{ID: uint64(i), Opcode: verbs.WRBindMW, Flags: verbs.SendSignaled, Bind: b}))
+			require.Equal(t, verbs.WCMWBindErr, waitWC(t, y2.scq).Status)
+			connectAgain(t, x2, y2, o)
+		}
+		// Its own PD's QP binds it.
+		w.bind2(t, mw, 0, 64, verbs.AccessRemoteWrite)
+	})
+}
+
+// connectAgain takes both QPs through RESET to RTS again.
+func connectAgain(t *testing.T, x, y *endpoint, o qpOpts) {
+	t.Helper()
+	require.NoError(t, x.qp.Modify(&verbs.QPAttr{State: verbs.QPSReset}, verbs.QPAttrState))
+	require.NoError(t, y.qp.Modify(&verbs.QPAttr{State: verbs.QPSReset}, verbs.QPAttrState))
+	connect(t, x, y, o)
+}
