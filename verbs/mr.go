@@ -167,27 +167,28 @@ type keyTable struct {
 	lkeys map[uint32]*MR
 	rkeys map[uint32]*MR
 	// mws are the memory windows by key index (engine_mw.go); no region's
-	// rkey has a window's index.
-	mws map[uint32]*engineMW
+	// rkey has a window's index. rkeyIndex counts the regions' rkeys by
+	// index, which a window's allocation looks up (under Group.Do: a scan
+	// of the regions there would hold every engine).
+	mws       map[uint32]*engineMW
+	rkeyIndex map[uint32]int
 }
 
 func newKeyTable() keyTable {
-	return keyTable{lkeys: map[uint32]*MR{}, rkeys: map[uint32]*MR{}, mws: map[uint32]*engineMW{}}
+	return keyTable{lkeys: map[uint32]*MR{}, rkeys: map[uint32]*MR{}, mws: map[uint32]*engineMW{},
+		rkeyIndex: map[uint32]int{}}
 }
 
 // indexUsed reports whether a window or a region's rkey has key index
-// idx; under Group.Do. A region's rkey's index is looked for among the
-// regions only when a window is allocated, which is rare.
-func (k *keyTable) indexUsed(idx uint32) bool {
-	if k.mws[idx] != nil {
-		return true
+// idx; under Group.Do.
+func (k *keyTable) indexUsed(idx uint32) bool { return k.mws[idx] != nil || k.rkeyIndex[idx] > 0 }
+
+// dropRKey forgets a region's rkey; under Group.Do.
+func (k *keyTable) dropRKey(rkey uint32) {
+	delete(k.rkeys, rkey)
+	if k.rkeyIndex[rkey>>8]--; k.rkeyIndex[rkey>>8] <= 0 {
+		delete(k.rkeyIndex, rkey>>8)
 	}
-	for rkey := range k.rkeys {
-		if rkey>>8 == idx {
-			return true
-		}
-	}
-	return false
 }
 
 // keySource generates memory keys; registration is not on the packet path,
@@ -272,6 +273,7 @@ func (p *enginePD) register(m *MR) (*MR, error) {
 		}
 		d.mrs.lkeys[m.lkey] = m
 		d.mrs.rkeys[m.rkey] = m
+		d.mrs.rkeyIndex[m.rkey>>8]++
 		return nil
 	})
 	if err != nil {
@@ -302,7 +304,7 @@ func (r *engineMR) Dereg() error {
 		}
 		m.valid = false
 		delete(d.mrs.lkeys, m.lkey)
-		delete(d.mrs.rkeys, m.rkey)
+		d.mrs.dropRKey(m.rkey)
 		return nil
 	})
 }
