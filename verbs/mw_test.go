@@ -323,3 +323,59 @@ func connectAgain(t *testing.T, x, y *endpoint, o qpOpts) {
 	require.NoError(t, y.qp.Modify(&verbs.QPAttr{State: verbs.QPSReset}, verbs.QPAttrState))
 	connect(t, x, y, o)
 }
+
+// One type 1 window reached through QPs on both engines of a device at
+// once, and a type 2 window bound by each of them: the engines share the
+// window table without locks, and each window's binding is what its
+// engine swapped in.
+func TestMWAcrossEngines(t *testing.T) {
+	p := newMultiPair(t, memlink.Config{}, 2, 2)
+	o := defaultOpts()
+	ypd := p.b.AllocPD()
+	ymr, ybuf := regMR(t, ypd, 1<<16, allAccess|verbs.AccessMWBind)
+	mw1, err := ypd.AllocMW(verbs.MWType1)
+	require.NoError(t, err)
+	defer mw1.Dealloc()
+	const n = 8
+	xs, ys := make([]*endpoint, n), make([]*endpoint, n)
+	engines := map[int]bool{}
+	for i := range n {
+		xs[i], ys[i] = newEndpoint(t, p.a, nil, o, nil), newEndpoint(t, p.b, ypd, o, nil)
+		connect(t, xs[i], ys[i], o)
+		engines[ys[i].qp.EngineIndex()] = true
+	}
+	require.Len(t, engines, 2, "the QPs are on both engines")
+	rkey1, err := ys[0].qp.BindMW(mw1, 1, verbs.SendSignaled, ymr, ymr.Addr(), 1<<15, verbs.AccessRemoteWrite)
+	require.NoError(t, err)
+	waitOK(t, ys[0].scq, 1)
+	rkeys := make([]uint32, n)
+	for i, y := range ys {
+		mw, err := ypd.AllocMW(verbs.MWType2)
+		require.NoError(t, err)
+		defer mw.Dealloc()
+		rkeys[i] = verbs.IncRKey(mw.RKey())
+		require.NoError(t, y.qp.PostSend(&verbs.SendWR{ID: 2, Opcode: verbs.WRBindMW, Flags: verbs.SendSignaled,
+			Bind: verbs.MWBind{RKey: rkeys[i], LKey: ymr.LKey(), Addr: ymr.Addr() + 1<<15 + uint64(4096*i), Length: 4096,
+				Access: verbs.AccessRemoteWrite}}))
+	}
+	for _, y := range ys {
+		waitOK(t, y.scq, 2)
+	}
+	xbufs := make([][]byte, n)
+	for i, x := range xs {
+		var xmr *verbs.MR
+		xmr, xbufs[i] = regMR(t, x.pd, 8192, allAccess)
+		fill(xbufs[i], byte(i))
+		_, err := x.qp.PostSendList([]verbs.SendWR{
+			{ID: 3, Opcode: verbs.WRRDMAWrite, SGL: []verbs.SGE{xmr.SGE(0, 4096)}, RemoteAddr: ymr.Addr() + uint64(4096*i), RKey: rkey1},
+			{ID: 4, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled, SGL: []verbs.SGE{xmr.SGE(4096, 4096)},
+				RemoteAddr: ymr.Addr() + 1<<15 + uint64(4096*i), RKey: rkeys[i]},
+		})
+		require.NoError(t, err)
+	}
+	for i, x := range xs {
+		waitOK(t, x.scq, 4)
+		require.Equal(t, xbufs[i][:4096], ybuf[4096*i:4096*(i+1)])
+		require.Equal(t, xbufs[i][4096:], ybuf[1<<15+4096*i:1<<15+4096*(i+1)])
+	}
+}
