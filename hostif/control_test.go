@@ -72,6 +72,10 @@ func TestOpNumbers(t *testing.T) {
 	require.Equal(t, Op(44), OpCMDestroyChannel)
 	require.Equal(t, "cm_destroy_channel", OpCMDestroyChannel.String())
 	require.Equal(t, "op(45)", Op(45).String())
+	require.Equal(t, Op(48), OpAllocMW)
+	require.Equal(t, Op(49), OpDeallocMW)
+	require.Equal(t, "alloc_mw", OpAllocMW.String())
+	require.Equal(t, "dealloc_mw", OpDeallocMW.String())
 }
 
 // Every enumerator of enum sn_op has its Op constant in types_hostif.go,
