@@ -45,9 +45,11 @@ var handlers = map[hostif.Op]handler{
 	hostif.OpUnshareMemory:      with(noReply((*session).unshareMemory)),
 	hostif.OpDestroyCompChannel: with(noReply((*session).destroyChannel)),
 	// Device memory (dm.go).
-	hostif.OpAllocDM: with((*session).allocDM),
-	hostif.OpFreeDM:  with(noReply((*session).freeDM)),
-	hostif.OpRegDMMR: with(noFDs((*session).regDMMR)),
+	hostif.OpAllocDM:   with((*session).allocDM),
+	hostif.OpFreeDM:    with(noReply((*session).freeDM)),
+	hostif.OpRegDMMR:   with(noFDs((*session).regDMMR)),
+	hostif.OpAllocMW:   with(noFDs((*session).allocMW)),
+	hostif.OpDeallocMW: with(noReply((*session).deallocMW)),
 	// The connection manager (cm.go).
 	hostif.OpCMCreateChannel:  withCM((*session).cmCreateChannel),
 	hostif.OpCMCreateID:       withCM((*session).cmCreateID),

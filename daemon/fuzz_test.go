@@ -40,6 +40,9 @@ func FuzzControlMessages(f *testing.F) {
 	seed(hostif.OpAllocDM, hostif.AllocDMRequest{Length: 100, LogAlign: 6})
 	seed(hostif.OpRegDMMR, hostif.RegDMMRRequest{PD: 1, Dm: 2, Access: 0x21, Offset: 1 << 63, Length: 1 << 63})
 	seed(hostif.OpFreeDM, hostif.HandleRequest{Handle: 2})
+	seed(hostif.OpAllocMW, hostif.AllocMWRequest{PD: 1, Type: 2})
+	seed(hostif.OpAllocMW, hostif.AllocMWRequest{PD: 1, Type: 1 << 31})
+	seed(hostif.OpDeallocMW, hostif.HandleRequest{Handle: 2})
 	seed(hostif.Op(999), hostif.Empty{})
 	// ODP: an implicit region, advice past its count, rereg of it.
 	seed(hostif.OpRegMR, hostif.RegMRRequest{PD: 1, Access: 1 | 1<<6, Addr: 0, Length: 1<<64 - 1})

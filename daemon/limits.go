@@ -30,6 +30,9 @@ type Limits struct {
 	// user's, so no one user may take them all.
 	DMs     int
 	DMBytes int64
+	// MWs is how many memory windows the user's sessions hold; one more
+	// is refused with ENOMEM.
+	MWs int
 }
 
 // DefaultLimits are the bounds a zero Limits field takes: each is far
@@ -53,6 +56,7 @@ var DefaultLimits = Limits{
 	SharedBytes: 64 << 30,
 	DMs:         256,
 	DMBytes:     hostif.MaxDMSize / 2,
+	MWs:         65536,
 }
 
 // descriptorReserve is what DescriptorShare keeps for the daemon itself:
@@ -93,6 +97,7 @@ func (l Limits) withDefaults() Limits {
 	pick(&l.AHs, d.AHs)
 	pick(&l.CMIDs, d.CMIDs)
 	pick(&l.Descriptors, d.Descriptors)
+	pick(&l.MWs, d.MWs)
 	if l.RingBytes == 0 {
 		l.RingBytes = d.RingBytes
 	}
@@ -118,5 +123,5 @@ func (s *Server) Usage(uid uint32) Usage {
 	return Usage{Sessions: int(h[resSession]), PDs: int(h[resPD]), MRs: int(h[resMR]), CQs: int(h[resCQ]),
 		QPs: int(h[resQP]), SRQs: int(h[resSRQ]), AHs: int(h[resAH]), CMIDs: int(h[resCMID]),
 		Descriptors: int(h[resDescriptor]), RingBytes: h[resRingBytes], SharedBytes: h[resSharedBytes],
-		DMs: int(h[resDM]), DMBytes: h[resDMBytes]}
+		DMs: int(h[resDM]), DMBytes: h[resDMBytes], MWs: int(h[resMW])}
 }

@@ -351,7 +351,7 @@ func (ss *session) deallocPD(req hostif.HandleRequest) error {
 	return nil
 }
 
-// pdInUse reports whether an AH, MR, QP or SRQ of the session is in PD h.
+// pdInUse reports whether an AH, MR, MW, QP or SRQ of the session is in PD h.
 func (ss *session) pdInUse(h uint32) bool {
 	for _, pd := range ss.ahPD {
 		if pd == h {
@@ -370,6 +370,11 @@ func (ss *session) pdInUse(h uint32) bool {
 	}
 	for _, s := range ss.srqs {
 		if s.pd == h {
+			return true
+		}
+	}
+	for _, w := range ss.mws {
+		if w.pd == h {
 			return true
 		}
 	}

@@ -72,7 +72,8 @@ type session struct {
 	// the one each region inside such a mapping uses.
 	shared   map[uint32]*sharedMemory
 	mrShared map[uint32]uint32
-	dm       sessionDMs     // device memory (dm.go)
+	dm       sessionDMs // device memory (dm.go)
+	mws      map[uint32]*hostMW
 	channels map[uint32]int // handle: the pipe's write end
 	cqs      map[uint32]*hostCQ
 	qps      map[uint32]*hostQP
@@ -102,7 +103,7 @@ func newSession(s *Server, c *net.UnixConn, p peer, a *account) *session {
 	ss := &session{s: s, conn: c, peer: p, acct: a, async: -1, pds: map[uint32]*verbs.PD{}, mrs: map[uint32]*hostMR{},
 		mrPD: map[uint32]uint32{}, channels: map[uint32]int{}, cqs: map[uint32]*hostCQ{}, qps: map[uint32]*hostQP{},
 		srqs: map[uint32]*hostSRQ{}, ahPD: map[uint32]uint32{}, shared: map[uint32]*sharedMemory{},
-		mrShared: map[uint32]uint32{}}
+		mrShared: map[uint32]uint32{}, mws: map[uint32]*hostMW{}}
 	ss.fetchers.Store(&[]fetcher{})
 	ss.ahs.Store(&map[uint32]*verbs.AH{})
 	return ss
@@ -253,7 +254,7 @@ func errnoOf(err error) unix.Errno {
 		return errno
 	case errors.Is(err, errNoObject):
 		return unix.ENOENT
-	case errors.Is(err, errBusy):
+	case errors.Is(err, errBusy), errors.Is(err, verbs.ErrBusy):
 		return unix.EBUSY
 	case errors.Is(err, errProto), errors.Is(err, hostif.ErrMessage):
 		return unix.EPROTO
@@ -293,6 +294,9 @@ func (ss *session) end() {
 	ss.conn.Close() // the client may learn the end now: its QPs are gone
 	for h := range ss.srqs {
 		ss.destroySRQ(h)
+	}
+	for h := range ss.mws { // bound windows keep their regions
+		ss.deallocMW(hostif.HandleRequest{Handle: h})
 	}
 	for h := range ss.mrs {
 		ss.deregMR(hostif.HandleRequest{Handle: h})

@@ -80,6 +80,10 @@ func TestOpNumbers(t *testing.T) {
 	require.Equal(t, Op(51), OpFreeDM)
 	require.Equal(t, Op(52), OpRegDMMR)
 	require.Equal(t, "reg_dm_mr", OpRegDMMR.String())
+	require.Equal(t, Op(48), OpAllocMW)
+	require.Equal(t, Op(49), OpDeallocMW)
+	require.Equal(t, "alloc_mw", OpAllocMW.String())
+	require.Equal(t, "dealloc_mw", OpDeallocMW.String())
 }
 
 // Every enumerator of enum sn_op has its Op constant in types_hostif.go,

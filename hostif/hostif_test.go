@@ -71,7 +71,7 @@ func TestSendDecodeRejects(t *testing.T) {
 	d := NewSendDecoder(stride, 2, 32, nil)
 	var wr ibv.SendWR
 	for name, spoil := range map[string]func(e []byte){
-		"opcode 7 (LOCAL_INV)":    func(e []byte) { e[offSendOpcode] = 7 },
+		"opcode 10 (TSO)":         func(e []byte) { e[offSendOpcode] = 10 },
 		"opcode 255":              func(e []byte) { e[offSendOpcode] = 255 },
 		"unknown flag":            func(e []byte) { e[offSendFlags] |= 0x10 },
 		"reserved word":           func(e []byte) { e[offSendReserved+1] = 1 },
@@ -297,5 +297,24 @@ func BenchmarkPostAndComplete(b *testing.B) {
 		if clientCQ.Poll(wcs) != 1 {
 			b.Fatal("no completion")
 		}
+	}
+}
+
+// A BIND_MW and a LOCAL_INV entry carry their window's binding and the
+// rkey to invalidate through the ring unchanged.
+func TestSendBindRoundTrip(t *testing.T) {
+	stride := SendStride(1, 0)
+	d := NewSendDecoder(stride, 1, 0, nil)
+	for _, wr := range []ibv.SendWR{
+		{ID: 5, Opcode: ibv.WRBindMW, Flags: ibv.SendSignaled, Bind: ibv.MWBind{RKey: 0x123456ab, LKey: 77,
+			Addr: 1 << 40, Length: 3 << 32, Access: ibv.AccessRemoteWrite | ibv.AccessRemoteRead}},
+		{ID: 6, Opcode: ibv.WRLocalInv, InvalidateRKey: 0xfeedbeef},
+	} {
+		e := make([]byte, stride)
+		require.NoError(t, EncodeSend(e, &wr, 0))
+		var got ibv.SendWR
+		require.NoError(t, d.Decode(e, &got))
+		got.SGL = nil
+		require.Equal(t, wr, got)
 	}
 }

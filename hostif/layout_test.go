@@ -63,6 +63,8 @@ var goBodies = []goBody{
 	{"sn_create_srq_req", CreateSRQRequest{}, nil},
 	{"sn_create_srq_reply", CreateSRQReply{}, nil},
 	{"sn_modify_srq_req", ModifySRQRequest{}, nil},
+	{"sn_alloc_mw_req", AllocMWRequest{}, nil},
+	{"sn_alloc_mw_reply", AllocMWReply{}, nil},
 	{"sn_cm_create_id_req", CMCreateIDRequest{}, nil},
 	{"sn_cm_bind_req", CMAddrRequest{}, nil},
 	{"sn_cm_addr_reply", CMAddrReply{}, nil},

@@ -21,6 +21,8 @@ var ibvFromWR = [...]uint8{
 	ibv.WRRDMARead:          4,
 	ibv.WRAtomicCmpAndSwp:   5,
 	ibv.WRAtomicFetchAndAdd: 6,
+	ibv.WRLocalInv:          7,
+	ibv.WRBindMW:            8,
 	ibv.WRSendWithInv:       9,
 }
 
@@ -73,16 +75,19 @@ func EncodeSend(e []byte, wr *ibv.SendWR, ah uint32) error {
 	e[offSendOpcode] = ibvFromWR[wr.Opcode]
 	e[offSendFlags] = uint8(wr.Flags) & sendFlagsMask
 	le.PutUint16(e[offSendCount:], uint16(count))
-	if wr.Opcode == ibv.WRSendWithInv {
-		le.PutUint32(e[offSendImm:], wr.InvalidateRKey)
-	} else {
-		binary.BigEndian.PutUint32(e[offSendImm:], wr.Imm)
-	}
 	le.PutUint64(e[offSendRemoteAddr:], wr.RemoteAddr)
 	le.PutUint32(e[offSendRKey:], wr.RKey)
 	le.PutUint32(e[offSendReserved:], 0)
 	le.PutUint64(e[offSendCompareAdd:], wr.CompareAdd)
 	le.PutUint64(e[offSendSwap:], wr.Swap)
+	switch wr.Opcode {
+	case ibv.WRSendWithInv, ibv.WRLocalInv:
+		le.PutUint32(e[offSendImm:], wr.InvalidateRKey)
+	case ibv.WRBindMW:
+		encodeBind(e, &wr.Bind)
+	default:
+		binary.BigEndian.PutUint32(e[offSendImm:], wr.Imm)
+	}
 	le.PutUint32(e[offSendAH:], ah)
 	le.PutUint32(e[offSendRemoteQPN:], wr.RemoteQPN)
 	le.PutUint32(e[offSendRemoteQKey:], wr.RemoteQKey)
@@ -139,9 +144,12 @@ func (d *SendDecoder) Decode(e []byte, wr *ibv.SendWR) error {
 	*wr = ibv.SendWR{ID: le.Uint64(b[offSendWRID:]), Opcode: op, Flags: ibv.SendFlags(flags),
 		RemoteAddr: le.Uint64(b[offSendRemoteAddr:]), RKey: le.Uint32(b[offSendRKey:]),
 		CompareAdd: le.Uint64(b[offSendCompareAdd:]), Swap: le.Uint64(b[offSendSwap:])}
-	if op == ibv.WRSendWithInv {
+	switch op {
+	case ibv.WRSendWithInv, ibv.WRLocalInv:
 		wr.InvalidateRKey = le.Uint32(b[offSendImm:])
-	} else {
+	case ibv.WRBindMW:
+		decodeBind(b, wr)
+	default:
 		wr.Imm = binary.BigEndian.Uint32(b[offSendImm:])
 	}
 	if err := d.decodeData(b, count, wr); err != nil {
@@ -186,4 +194,27 @@ func (d *SendDecoder) decodeUD(b []byte, wr *ibv.SendWR) error {
 	}
 	wr.RemoteQPN, wr.RemoteQKey = le.Uint32(b[offSendRemoteQPN:]), le.Uint32(b[offSendRemoteQKey:])
 	return nil
+}
+
+// A BIND_MW entry carries its binding in the fields of other opcodes
+// (provider/hostif.h): remote_addr and compare_add the window's address
+// and length, rkey its new rkey, imm the region's lkey (little-endian),
+// swap the window's access flags.
+func encodeBind(e []byte, b *ibv.MWBind) {
+	le := binary.LittleEndian
+	le.PutUint64(e[offSendRemoteAddr:], b.Addr)
+	le.PutUint64(e[offSendCompareAdd:], b.Length)
+	le.PutUint32(e[offSendRKey:], b.RKey)
+	le.PutUint32(e[offSendImm:], b.LKey)
+	le.PutUint64(e[offSendSwap:], uint64(b.Access))
+}
+
+// decodeBind reads a BIND_MW entry's binding into wr.Bind; access flags
+// past 32 bits become ones no bind accepts (MW_BIND_ERR).
+func decodeBind(b []byte, wr *ibv.SendWR) {
+	le := binary.LittleEndian
+	access := le.Uint64(b[offSendSwap:])
+	wr.Bind = ibv.MWBind{Addr: wr.RemoteAddr, Length: wr.CompareAdd, RKey: wr.RKey, LKey: le.Uint32(b[offSendImm:]),
+		Access: ibv.Access(min(access, 1<<31))}
+	wr.RemoteAddr, wr.CompareAdd, wr.RKey, wr.Swap = 0, 0, 0, 0
 }

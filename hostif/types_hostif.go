@@ -99,6 +99,10 @@ const (
 	OpAllocDM Op = C.SN_OP_ALLOC_DM
 	OpFreeDM  Op = C.SN_OP_FREE_DM
 	OpRegDMMR Op = C.SN_OP_REG_DM_MR
+	// Memory windows (ibv_alloc_mw, ibv_dealloc_mw); binds are send
+	// entries (BIND_MW).
+	OpAllocMW   Op = C.SN_OP_ALLOC_MW
+	OpDeallocMW Op = C.SN_OP_DEALLOC_MW
 )
 
 // AdviseSGEs is how many SGEs one advise_mr request carries.
@@ -170,6 +174,8 @@ type (
 	CreateSRQRequest C.struct_sn_create_srq_req
 	CreateSRQReply   C.struct_sn_create_srq_reply
 	ModifySRQRequest C.struct_sn_modify_srq_req
+	AllocMWRequest   C.struct_sn_alloc_mw_req
+	AllocMWReply     C.struct_sn_alloc_mw_reply
 )
 
 // Bodies of the connection manager's commands (rdma_cm through the

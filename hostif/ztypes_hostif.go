@@ -85,6 +85,10 @@ const (
 	OpAllocDM Op = 50
 	OpFreeDM  Op = 51
 	OpRegDMMR Op = 52
+	// Memory windows (ibv_alloc_mw, ibv_dealloc_mw); binds are send
+	// entries (BIND_MW).
+	OpAllocMW   Op = 48
+	OpDeallocMW Op = 49
 )
 
 // AdviseSGEs is how many SGEs one advise_mr request carries.
@@ -148,6 +152,8 @@ var opNames = [...]string{
 	45: "advise_mr",
 	46: "rereg_mr",
 	47: "resize_cq",
+	48: "alloc_mw",
+	49: "dealloc_mw",
 	50: "alloc_dm",
 	51: "free_dm",
 	52: "reg_dm_mr",
@@ -365,6 +371,14 @@ type (
 	ModifySRQRequest struct {
 		Handle uint32
 		Limit  uint32
+	}
+	AllocMWRequest struct {
+		PD   uint32
+		Type uint32
+	}
+	AllocMWReply struct {
+		Handle uint32
+		RKey   uint32
 	}
 )
 

@@ -25,6 +25,7 @@ type completer struct {
 	// A go-back-N restart from retryPSN already happened and no progress
 	// came since: duplicated NAKs or gaps must not restart again.
 	retried  bool
+	inLocal  bool // in completeLocalDone
 	retryPSN header.PSN
 }
 
@@ -116,6 +117,10 @@ func (c *completer) getWQE(psn header.PSN) *sendWQE {
 			return nil
 		}
 		w = q.sqSlot(c.compIdx)
+		if w.state == wqeLocalDone {
+			c.completeHead(ibv.WCSuccess)
+			continue
+		}
 		if w.state != wqeSending {
 			inc(&q.e.Ctr.RxBadResponse)
 			return nil
@@ -365,6 +370,9 @@ func (c *completer) completeHead(st ibv.WCStatus) {
 	if signaled {
 		q.complete(q.sendCQ, wc, false)
 	}
+	if q.req.localDone {
+		c.completeLocalDone()
+	}
 	if !q.awaitingAck() {
 		c.retransAt = 0
 	}
@@ -388,15 +396,11 @@ func (c *completer) outstanding() bool {
 	return q.sqSlot(c.compIdx).state == wqeSending
 }
 
-// completeLocalErrors completes a WQE that failed local checks once every
-// earlier WQE is retired, and fails the QP.
+// completeLocalErrors completes the local operations and a WQE that
+// failed local checks once every earlier WQE is retired (completeLocal).
 func (c *completer) completeLocalErrors() {
-	q := c.qp
-	if !q.req.localErr || c.compIdx == q.sq.tail.Load() {
-		return
-	}
-	if w := q.sqSlot(c.compIdx); w.state == wqeError {
-		c.failHead(w.status)
+	if q := c.qp; q.req.localErr || q.req.localDone {
+		c.completeLocal()
 	}
 }
 

@@ -115,7 +115,7 @@ func (q *QP) postSendLocked(wr *ibv.SendWR) error {
 	i := t & sq.mask
 	s := &sq.slots[i]
 	*s = sendWQE{id: wr.ID, remoteAddr: wr.RemoteAddr, rkey: wr.RKey, imm: wr.Imm, opcode: wr.Opcode, flags: wr.Flags}
-	if wr.Opcode == ibv.WRSendWithInv {
+	if wr.Opcode == ibv.WRSendWithInv || wr.Opcode == ibv.WRLocalInv {
 		s.imm = wr.InvalidateRKey // read back through invalidateRKey
 	}
 	if q.sigAll {
@@ -125,11 +125,16 @@ func (q *QP) postSendLocked(wr *ibv.SendWR) error {
 	if sq.ud != nil {
 		sq.ud[i] = udDest{ah: pathsOf(wr.AH), qpn: wr.RemoteQPN, qkey: wr.RemoteQKey}
 	}
-	if wr.Opcode.IsAtomic() {
+	if wr.Opcode.IsAtomic() || wr.Opcode == ibv.WRBindMW {
 		if sq.atomics == nil {
 			sq.atomics = make([]atomicOperands, len(sq.slots))
 		}
 		sq.atomics[i] = atomicOperands{compareAdd: wr.CompareAdd, swap: wr.Swap}
+	}
+	if wr.Opcode == ibv.WRBindMW {
+		b := &wr.Bind
+		s.remoteAddr, s.rkey, s.imm = b.Addr, b.RKey, b.LKey
+		sq.atomics[i] = atomicOperands{compareAdd: b.Length, swap: uint64(b.Access)}
 	}
 	s.length = uint32(min(n, 1<<32-1))
 	s.state = wqeNew

@@ -24,6 +24,9 @@ type requester struct {
 	// the completer retires once it reaches the head. Until then it has
 	// nothing to look at (it runs for every active QP on every pass).
 	localErr bool
+	// localDone: the requester executed a local operation, which the
+	// completer completes once every earlier WQE is retired.
+	localDone bool
 	// credit is what the QP counts in the device-wide window
 	// (Engine.unacked): its PSNs assigned and not acknowledged, at most
 	// window (what it lets out at once). None while creditFreed: after a
@@ -128,6 +131,12 @@ func (r *requester) sendRequests() bool {
 			return false
 		}
 		w := q.sqSlot(r.reqIdx)
+		if w.opcode.IsLocal() && w.state != wqeError {
+			if !r.doLocal(w) {
+				return false
+			}
+			continue
+		}
 		if !r.mayTransmit(w) || !r.transmit(w) {
 			return false
 		}

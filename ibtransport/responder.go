@@ -85,7 +85,7 @@ func (r *responder) lookupRKey(rkey uint32, va uint64, n uint32, a ibv.Access) (
 	if q.attr.AccessFlags&a == 0 {
 		return nil, false
 	}
-	mr := q.mem.RemoteRegion(rkey, va, n, a)
+	mr := q.mem.RemoteRegion(q, rkey, va, n, a)
 	return mr, mr != nil
 }
 
@@ -216,7 +216,7 @@ func (r *responder) finishSend(p *header.Packet, psn header.PSN) bool {
 	}
 	if p.IETH != nil {
 		inv = p.IETH.RKey()
-		if !r.qp.mem.InvalidateRKey(inv) {
+		if !r.qp.mem.InvalidateRKey(r.qp, inv, true) {
 			r.nakError(psn, header.NAKInvalidRequest, ibv.WCRemInvReqErr)
 			return false
 		}

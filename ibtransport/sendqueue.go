@@ -12,9 +12,10 @@ import (
 type wqeState uint8
 
 const (
-	wqeNew     wqeState = iota // posted, not yet started
-	wqeSending                 // PSNs assigned; packets (re)transmitting
-	wqeError                   // failed a local check; completes with status when it reaches the head
+	wqeNew       wqeState = iota // posted, not yet started
+	wqeSending                   // PSNs assigned; packets (re)transmitting
+	wqeError                     // failed a local check; completes with status when it reaches the head
+	wqeLocalDone                 // a local operation (bind, local invalidation) executed; completes at the head
 )
 
 // sendWQE is a posted send work request with the requester's progress. An
@@ -44,10 +45,14 @@ type sendWQE struct {
 	mr0      Region // the region behind sge0, resolved before the first packet
 }
 
-// invalidateRKey returns the rkey a SEND_WITH_INV invalidates.
+// invalidateRKey returns the rkey a SEND_WITH_INV or LOCAL_INV
+// invalidates.
 func (w *sendWQE) invalidateRKey() uint32 { return w.imm }
 
-// atomicOperands are the operands of an atomic work request.
+// atomicOperands are the operands of an atomic work request. A BIND_MW
+// keeps its window's length and rights there (bindOf), the rest of its
+// binding in the slot's remoteAddr, rkey and imm: a field more in the
+// send queue would cost every idle QP.
 type atomicOperands struct {
 	compareAdd, swap uint64
 }

@@ -41,7 +41,7 @@ func (q *QP) service(now int64) bool {
 		if q.req.sendRequests() {
 			busy = true
 		}
-		if q.req.localErr {
+		if q.req.localErr || q.req.localDone {
 			// A WQE failed its local checks as it was sent: complete it
 			// now. Nothing may bring the engine back for it (no packet,
 			// no timer, no post), and the QP would look busy forever.

@@ -17,13 +17,22 @@ type Memory interface {
 	// bytes at virtual address va; nil otherwise. Work requests' SGEs
 	// are resolved with it.
 	LocalRegion(lkey uint32, va uint64, n uint32, access ibv.Access) Region
-	// RemoteRegion is LocalRegion for a peer's request: the region whose
-	// rkey is rkey, which must still be valid (not invalidated by a
-	// SEND_WITH_INV).
-	RemoteRegion(rkey uint32, va uint64, n uint32, access ibv.Access) Region
-	// InvalidateRKey invalidates rkey (SEND_WITH_INV) and reports false if
-	// no region of the domain has it.
-	InvalidateRKey(rkey uint32) bool
+	// RemoteRegion is LocalRegion for a peer's request arriving on qp: the
+	// region whose rkey is rkey, which must still be valid (not
+	// invalidated by a SEND_WITH_INV), or the memory window bound with
+	// rkey, whose range and rights it must be in, and which, of type 2,
+	// must be bound to qp.
+	RemoteRegion(qp *QP, rkey uint32, va uint64, n uint32, access ibv.Access) Region
+	// InvalidateRKey invalidates rkey, for a SEND_WITH_INV arriving on qp
+	// (remote) or a LOCAL_INV qp posted, and reports false if no region or
+	// type 2 window of the domain has it (or, remote, the window is bound
+	// to another QP).
+	InvalidateRKey(qp *QP, rkey uint32, remote bool) bool
+	// BindMW executes a BIND_MW work request qp posted, binding the
+	// window b names (a type 2 window to qp), and reports false if the
+	// bind breaks a rule of IBA 10.6.7 (the completion is then
+	// MW_BIND_ERR).
+	BindMW(qp *QP, b *ibv.MWBind) bool
 }
 
 // Region is a registered memory region as the engine holds it between

@@ -74,14 +74,17 @@ func (t *testMemory) LocalRegion(lkey uint32, va uint64, n uint32, a ibv.Access)
 	return t.mr
 }
 
-func (t *testMemory) RemoteRegion(rkey uint32, va uint64, n uint32, a ibv.Access) Region {
+func (t *testMemory) RemoteRegion(_ *QP, rkey uint32, va uint64, n uint32, a ibv.Access) Region {
 	if !t.mr.rkeyValid {
 		return nil
 	}
 	return t.LocalRegion(rkey, va, n, a)
 }
 
-func (t *testMemory) InvalidateRKey(rkey uint32) bool {
+// BindMW binds nothing: windows are package verbs', tested there.
+func (t *testMemory) BindMW(*QP, *ibv.MWBind) bool { return false }
+
+func (t *testMemory) InvalidateRKey(_ *QP, rkey uint32, _ bool) bool {
 	if rkey != t.mr.key {
 		return false
 	}

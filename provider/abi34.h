@@ -104,12 +104,15 @@ struct sn_context_ops {
 	int (*advise_mr)(struct ibv_pd *pd, enum ibv_advise_mr_advice advice, uint32_t flags, struct ibv_sge *sg_list,
 			 uint32_t num_sges);
 	struct ibv_dm *(*alloc_dm)(struct ibv_context *context, struct ibv_alloc_dm_attr *attr);
-	sn_unused_op alloc_mw, alloc_null_mr;
+	struct ibv_mw *(*alloc_mw)(struct ibv_pd *pd, enum ibv_mw_type type);
+	sn_unused_op alloc_null_mr;
 	struct ibv_pd *(*alloc_parent_domain)(struct ibv_context *context, struct ibv_parent_domain_init_attr *attr);
 	struct ibv_pd *(*alloc_pd)(struct ibv_context *context);
 	struct ibv_td *(*alloc_td)(struct ibv_context *context, struct ibv_td_init_attr *init_attr);
 	void (*async_event)(struct ibv_context *context, struct ibv_async_event *event);
-	sn_unused_op attach_counters_point_flow, attach_mcast, bind_mw, close_xrcd;
+	sn_unused_op attach_counters_point_flow, attach_mcast;
+	int (*bind_mw)(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind *mw_bind);
+	sn_unused_op close_xrcd;
 	void (*cq_event)(struct ibv_cq *cq);
 	struct ibv_ah *(*create_ah)(struct ibv_pd *pd, struct ibv_ah_attr *attr);
 	sn_unused_op create_counters;
@@ -121,7 +124,8 @@ struct sn_context_ops {
 	struct ibv_qp *(*create_qp_ex)(struct ibv_context *context, struct ibv_qp_init_attr_ex *attr);
 	sn_unused_op create_rwq_ind_table;
 	struct ibv_srq *(*create_srq)(struct ibv_pd *pd, struct ibv_srq_init_attr *attr);
-	sn_unused_op create_srq_ex, create_wq, dealloc_mw;
+	sn_unused_op create_srq_ex, create_wq;
+	int (*dealloc_mw)(struct ibv_mw *mw);
 	int (*dealloc_pd)(struct ibv_pd *pd);
 	int (*dealloc_td)(struct ibv_td *td);
 	int (*dereg_mr)(struct sn_verbs_mr *mr);

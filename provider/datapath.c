@@ -34,8 +34,8 @@ static int encode_send(struct sn_qp *qp, uint8_t *e, const struct ibv_send_wr *w
 {
 	struct sn_send_entry h = {.wr_id = wr->wr_id, .opcode = wr->opcode, .flags = wr->send_flags & SN_SEND_FLAGS};
 	uint8_t *data = e + sizeof(h);
-	if (wr->opcode > IBV_WR_ATOMIC_FETCH_AND_ADD && wr->opcode != IBV_WR_SEND_WITH_INV)
-		return EINVAL; /* memory windows, local invalidation, TSO: softnic has none */
+	if (wr->opcode > IBV_WR_SEND_WITH_INV)
+		return EINVAL; /* TSO and the drivers' own: softnic has none */
 	if (qp->sig_all)
 		h.flags |= IBV_SEND_SIGNALED;
 	if (h.flags & IBV_SEND_INLINE) {
@@ -52,7 +52,13 @@ static int encode_send(struct sn_qp *qp, uint8_t *e, const struct ibv_send_wr *w
 	}
 	switch (wr->opcode) {
 	case IBV_WR_SEND_WITH_INV:
+	case IBV_WR_LOCAL_INV:
 		h.imm = wr->invalidate_rkey;
+		break;
+	case IBV_WR_BIND_MW:
+		if (h.count || (!wr->bind_mw.bind_info.mr && wr->bind_mw.bind_info.length))
+			return EINVAL;
+		sn_put_bind(&h, wr->bind_mw.rkey, &wr->bind_mw.bind_info);
 		break;
 	case IBV_WR_RDMA_WRITE_WITH_IMM:
 	case IBV_WR_SEND_WITH_IMM:

@@ -90,9 +90,11 @@ static int sn_query_rt_values(struct ibv_context *context, struct ibv_values_ex 
 
 static const struct sn_context_ops sn_ops = {
 	.alloc_dm = sn_alloc_dm,
+	.alloc_mw = sn_alloc_mw,
 	.alloc_parent_domain = sn_alloc_parent_domain,
 	.alloc_pd = sn_alloc_pd,
 	.alloc_td = sn_alloc_td,
+	.bind_mw = sn_bind_mw,
 	.async_event = sn_async_event,
 	.cq_event = sn_cq_event,
 	.create_ah = sn_create_ah,
@@ -101,6 +103,7 @@ static const struct sn_context_ops sn_ops = {
 	.create_qp = sn_create_qp,
 	.create_qp_ex = sn_create_qp_ex,
 	.create_srq = sn_create_srq,
+	.dealloc_mw = sn_dealloc_mw,
 	.dealloc_pd = sn_dealloc_pd,
 	.dealloc_td = sn_dealloc_td,
 	.dereg_mr = sn_dereg_mr,
@@ -196,9 +199,12 @@ static int sn_query_device_ex(struct ibv_context *context, const struct ibv_quer
 	a->max_mr_size = UINT64_MAX;
 	a->page_size_cap = 0xfffff000;
 	a->vendor_id = 0xffffff;
-	a->max_qp = a->max_cq = a->max_mr = a->max_pd = a->max_ah = a->max_srq = 0x10000;
+	a->max_qp = a->max_cq = a->max_mr = a->max_pd = a->max_ah = a->max_srq = a->max_mw = 0x10000;
 	a->max_qp_wr = a->max_srq_wr = l->max_qp_wr;
-	a->device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_CHANGE_PHY_PORT;
+	/* Memory windows of type 1 and 2B (a type 2 window is bound to a QP), as
+	 * ConnectX's and rxe's. */
+	a->device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_CHANGE_PHY_PORT | IBV_DEVICE_MEM_WINDOW |
+			      IBV_DEVICE_MEM_WINDOW_TYPE_2B;
 	a->max_sge = a->max_sge_rd = a->max_srq_sge = l->max_sge;
 	a->max_cqe = l->max_cqe;
 	a->max_qp_rd_atom = a->max_qp_init_rd_atom = l->max_rd_atomic;

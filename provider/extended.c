@@ -274,6 +274,26 @@ static void wr_send_inv(struct ibv_qp_ex *x, uint32_t rkey)
 		h->imm = rkey;
 }
 
+static void wr_local_inv(struct ibv_qp_ex *x, uint32_t rkey)
+{
+	struct sn_send_entry *h = begin_wr(x, IBV_WR_LOCAL_INV);
+	if (h)
+		h->imm = rkey;
+}
+
+static void wr_bind_mw(struct ibv_qp_ex *x, struct ibv_mw *mw, uint32_t rkey, const struct ibv_mw_bind_info *info)
+{
+	struct sn_qp *qp = to_qp_ex(x);
+	if (!mw || (!info->mr && info->length)) {
+		if (!qp->wr_err)
+			qp->wr_err = EINVAL;
+		return;
+	}
+	struct sn_send_entry *h = begin_wr(x, IBV_WR_BIND_MW);
+	if (h)
+		sn_put_bind(h, rkey, info);
+}
+
 static struct sn_send_entry *begin_remote(struct ibv_qp_ex *x, enum ibv_wr_opcode opcode, uint32_t rkey,
 					  uint64_t addr)
 {
@@ -391,7 +411,8 @@ static void wr_set_inline_data(struct ibv_qp_ex *x, void *addr, size_t length)
 #define SN_UC_SEND_OPS (SN_UD_SEND_OPS | IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM)
 #define SN_RC_SEND_OPS                                                                                       \
 	(SN_UC_SEND_OPS | IBV_QP_EX_WITH_SEND_WITH_INV | IBV_QP_EX_WITH_RDMA_READ |                          \
-	 IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD)
+	 IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_BIND_MW |      \
+	 IBV_QP_EX_WITH_LOCAL_INV)
 
 static uint64_t send_ops(enum ibv_qp_type type)
 {
@@ -434,6 +455,8 @@ static void set_wr_ops(struct ibv_qp *ibqp, uint64_t ops)
 	OP(IBV_QP_EX_WITH_RDMA_READ, wr_rdma_read);
 	OP(IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP, wr_atomic_cmp_swp);
 	OP(IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD, wr_atomic_fetch_add);
+	OP(IBV_QP_EX_WITH_BIND_MW, wr_bind_mw);
+	OP(IBV_QP_EX_WITH_LOCAL_INV, wr_local_inv);
 #undef OP
 	qp->vqp.comp_mask |= SN_VERBS_QP_EX;
 }

@@ -77,6 +77,8 @@ enum sn_op {
 	SN_OP_ALLOC_DM = 50, /* sn_alloc_dm_req -> sn_handle; fd: the memory (memfd, sealed) */
 	SN_OP_FREE_DM = 51, /* u32 handle -> empty; EBUSY while a region is registered in it */
 	SN_OP_REG_DM_MR = 52, /* sn_reg_dm_mr_req -> sn_reg_mr_reply */
+	SN_OP_ALLOC_MW = 48, /* sn_alloc_mw_req -> sn_alloc_mw_reply */
+	SN_OP_DEALLOC_MW = 49, /* u32 handle -> empty */
 };
 _Static_assert(SN_OP_CM_CREATE_CHANNEL == 20 && SN_OP_CM_DETACH_QP == 34 && SN_OP_CM_SET_OPTION == 38 &&
 		       SN_OP_CM_MIGRATE_ID == 39 && SN_OP_CM_ESTABLISH == 41 && SN_OP_QUERY_CM_IDS == 42 &&
@@ -138,6 +140,15 @@ struct sn_alloc_dm_req {
 struct sn_reg_dm_mr_req {
 	uint32_t pd, dm, access, reserved;
 	uint64_t offset, length;
+} __attribute__((packed));
+
+/* alloc_mw: a memory window of type 1 or 2 (ibv_mw_type) in the PD. */
+struct sn_alloc_mw_req {
+	uint32_t pd, type;
+} __attribute__((packed));
+
+struct sn_alloc_mw_reply {
+	uint32_t handle, rkey;
 } __attribute__((packed));
 
 struct sn_create_cq_req {
@@ -338,7 +349,11 @@ enum { SN_ARM_NONE, SN_ARM_NEXT, SN_ARM_SOLICITED };
 #define SN_PAGE_DOORBELL 0 /* client: incremented after any post */
 #define SN_PAGE_SLEEPING 64 /* daemon: 1 while its engines sleep */
 
-/* A send queue entry; its SGEs or inline bytes follow at offset 64. */
+/* A send queue entry; its SGEs or inline bytes follow at offset 64.
+ * LOCAL_INV and SEND_WITH_INV carry the rkey to invalidate in imm (host
+ * order). BIND_MW carries no SGE: remote_addr and compare_add are the
+ * window's address and length, rkey its new rkey (the window's key index
+ * and the key chosen), imm the region's lkey, swap the access flags. */
 struct sn_send_entry {
 	uint64_t wr_id;
 	uint8_t opcode; /* ibv_wr_opcode */

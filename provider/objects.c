@@ -132,6 +132,76 @@ int sn_rereg_mr(struct sn_verbs_mr *vmr, int flags, struct ibv_pd *ibpd, void *a
 	return 0;
 }
 
+/* sn_alloc_mw allocates a memory window: type 1 or 2, EINVAL for another
+ * (rdma-core's tests want EOPNOTSUPP only from a device without windows). */
+struct ibv_mw *sn_alloc_mw(struct ibv_pd *ibpd, enum ibv_mw_type type)
+{
+	struct sn_pd *pd = sn_container_of(ibpd, struct sn_pd, ibv);
+	if (type != IBV_MW_TYPE_1 && type != IBV_MW_TYPE_2) {
+		errno = EINVAL;
+		return NULL;
+	}
+	struct sn_mw *mw = calloc(1, sizeof(*mw));
+	if (!mw)
+		return NULL;
+	struct sn_alloc_mw_req req = {.pd = pd->handle, .type = type};
+	struct sn_alloc_mw_reply r;
+	if (sn_call(to_ctx(ibpd->context), SN_OP_ALLOC_MW, &req, sizeof(req), &r, sizeof(r), NULL, 0) < 0) {
+		int e = errno;
+		free(mw);
+		errno = e;
+		return NULL;
+	}
+	mw->handle = r.handle;
+	mw->ibv.context = ibpd->context;
+	mw->ibv.pd = ibpd;
+	mw->ibv.rkey = r.rkey;
+	mw->ibv.handle = r.handle;
+	mw->ibv.type = type;
+	return &mw->ibv;
+}
+
+/* sn_dealloc_mw deallocates a window, bound or not: the daemon unbinds it. */
+int sn_dealloc_mw(struct ibv_mw *ibmw)
+{
+	struct sn_mw *mw = sn_container_of(ibmw, struct sn_mw, ibv);
+	int err = destroy_handle(ibmw->context, SN_OP_DEALLOC_MW, mw->handle);
+	if (!err)
+		free(mw);
+	return err;
+}
+
+/* sn_put_bind writes a BIND_MW entry's binding (hostif.h): the window is
+ * named by the new rkey's key index, as a ConnectX WQE names it. */
+void sn_put_bind(struct sn_send_entry *h, uint32_t rkey, const struct ibv_mw_bind_info *info)
+{
+	h->rkey = rkey;
+	h->remote_addr = info->addr;
+	h->compare_add = info->length;
+	h->imm = info->mr ? info->mr->lkey : 0;
+	h->swap = info->mw_access_flags;
+}
+
+/* sn_bind_mw binds a type 1 window by a work request on qp (ibv_bind_mw),
+ * with the window's key one more (ibv_inc_rkey), as mlx5 does; mw->rkey
+ * is the new rkey once the request is posted. */
+int sn_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind *mw_bind)
+{
+	const struct ibv_mw_bind_info *info = &mw_bind->bind_info;
+	if (mw->type != IBV_MW_TYPE_1 || (!info->mr && info->length))
+		return EINVAL;
+	struct ibv_send_wr wr = {.wr_id = mw_bind->wr_id, .opcode = IBV_WR_BIND_MW, .send_flags = mw_bind->send_flags};
+	wr.bind_mw.mw = mw;
+	wr.bind_mw.rkey = ibv_inc_rkey(mw->rkey);
+	wr.bind_mw.bind_info = *info;
+	struct ibv_send_wr *bad;
+	int err = sn_post_send(qp, &wr, &bad);
+	if (err)
+		return err;
+	mw->rkey = wr.bind_mw.rkey;
+	return 0;
+}
+
 /* sn_create_ah makes an address handle from the attribute's global route:
  * on RoCE every address is a GID. */
 struct ibv_ah *sn_create_ah(struct ibv_pd *ibpd, struct ibv_ah_attr *attr)

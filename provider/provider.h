@@ -55,6 +55,11 @@ struct sn_mr {
 	uint32_t handle;
 };
 
+struct sn_mw {
+	struct ibv_mw ibv;
+	uint32_t handle;
+};
+
 struct sn_ah {
 	struct ibv_ah ibv;
 	uint32_t handle;
@@ -181,6 +186,10 @@ int sn_dereg_mr(struct sn_verbs_mr *mr);
 int sn_advise_mr(struct ibv_pd *pd, enum ibv_advise_mr_advice advice, uint32_t flags, struct ibv_sge *sg_list,
 		 uint32_t num_sges);
 int sn_rereg_mr(struct sn_verbs_mr *mr, int flags, struct ibv_pd *pd, void *addr, size_t length, int access);
+struct ibv_mw *sn_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type);
+int sn_dealloc_mw(struct ibv_mw *mw);
+int sn_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind *mw_bind);
+void sn_put_bind(struct sn_send_entry *h, uint32_t rkey, const struct ibv_mw_bind_info *info);
 struct ibv_ah *sn_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr);
 int sn_destroy_ah(struct ibv_ah *ah);
 struct ibv_cq *sn_create_cq(struct ibv_context *context, int cqe, struct ibv_comp_channel *channel, int vector);

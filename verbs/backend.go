@@ -78,6 +78,8 @@ type PDOps interface {
 	// RegDMMR registers n bytes of dm at off, at address 0 (the API
 	// checked the range and took AccessZeroBased out of access).
 	RegDMMR(dm *DM, off, n uint64, access Access) (*MR, error)
+	// AllocMW makes mw's backend and returns the window's first rkey.
+	AllocMW(mw *MW, typ MWType) (MWOps, uint32, error)
 }
 
 // MROps is a memory region's backend.

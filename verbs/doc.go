@@ -22,6 +22,10 @@
 // Go byte slices; an SGE or a remote address is a virtual address inside a
 // region (MR.Addr plus an offset), and every access, local or remote, is
 // checked against the region's bounds, protection domain and access rights.
+// A memory window (PD.AllocMW) opens part of a region to peers with rights
+// of its own: QP.BindMW binds a type 1 window, a SendWR with WRBindMW a
+// type 2 one (to the posting QP); WRLocalInv and a peer's SEND_WITH_INV
+// invalidate a type 2 window.
 //
 // Completions are polled in batches (CQ.Poll), waited for with a context
 // (CQ.Wait), or signalled on a CompChannel after CQ.RequestNotify. A CQ

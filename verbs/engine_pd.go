@@ -53,9 +53,12 @@ func (p *enginePD) LocalRegion(lkey uint32, va uint64, n uint32, a Access) ibtra
 	return (*localView)(mr)
 }
 
-func (p *enginePD) RemoteRegion(rkey uint32, va uint64, n uint32, a Access) ibtransport.Region {
+func (p *enginePD) RemoteRegion(qp *ibtransport.QP, rkey uint32, va uint64, n uint32, a Access) ibtransport.Region {
 	mr := p.e.mrs.rkeys[rkey]
-	if mr == nil || !mr.rkeyValid.Load() || !mr.grants(p.pd, va, n, a) {
+	if mr == nil {
+		return p.windowRegion(qp, rkey, va, n, a)
+	}
+	if !mr.rkeyValid.Load() || !mr.grants(p.pd, va, n, a) {
 		return nil
 	}
 	if mr.vec != nil {
@@ -64,9 +67,25 @@ func (p *enginePD) RemoteRegion(rkey uint32, va uint64, n uint32, a Access) ibtr
 	return (*remoteView)(mr)
 }
 
-func (p *enginePD) InvalidateRKey(rkey uint32) bool {
+// windowRegion is RemoteRegion through a memory window.
+func (p *enginePD) windowRegion(qp *ibtransport.QP, rkey uint32, va uint64, n uint32, a Access) ibtransport.Region {
+	b := p.window(qp, rkey, va, n, a)
+	switch {
+	case b == nil || !b.mr.valid:
+		return nil
+	case b.mr.vec != nil:
+		return (*procWindowView)(b)
+	}
+	return b
+}
+
+func (p *enginePD) InvalidateRKey(qp *ibtransport.QP, rkey uint32, remote bool) bool {
 	mr := p.e.mrs.rkeys[rkey]
+	if mr == nil {
+		return p.invalidateMW(qp, rkey, remote)
+	}
 	// The key stays in the table until Dereg: the engines read it without
-	// locks, so only Group.Do may change it.
-	return mr != nil && mr.pd == p.pd && mr.rkeyValid.CompareAndSwap(true, false)
+	// locks, so only Group.Do may change it. A region windows are bound to
+	// keeps its rkey, as rxe's (rxe_invalidate_mr).
+	return mr.pd == p.pd && mr.windows.Load() == 0 && mr.rkeyValid.CompareAndSwap(true, false)
 }

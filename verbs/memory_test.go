@@ -32,26 +32,26 @@ func TestMemoryChecks(t *testing.T) {
 	onEngine := func(fn func()) { require.NoError(t, d.ops.(*engine).group.Do(func() error { fn(); return nil })) }
 	onEngine(func() {
 		require.NotNil(t, mem.LocalRegion(mr.LKey(), a, 2048, AccessLocalWrite))
-		require.NotNil(t, mem.RemoteRegion(mr.RKey(), a+2047, 1, AccessRemoteWrite))
+		require.NotNil(t, mem.RemoteRegion(nil, mr.RKey(), a+2047, 1, AccessRemoteWrite))
 		require.NotNil(t, mem.LocalRegion(mr.LKey(), a+2048, 0, 0), "empty access at the end")
 		for _, c := range []struct {
 			name string
 			r    ibtransport.Region
 		}{
 			{"past the end", mem.LocalRegion(mr.LKey(), a+1, 2048, 0)},
-			{"before the start", mem.RemoteRegion(mr.RKey(), a-1, 1, AccessRemoteWrite)},
-			{"length wraps", mem.RemoteRegion(mr.RKey(), a+8, ^uint32(0), AccessRemoteWrite)},
-			{"address wraps", mem.RemoteRegion(mr.RKey(), ^uint64(0), 2, AccessRemoteWrite)},
-			{"right not granted", mem.RemoteRegion(mr.RKey(), a, 8, AccessRemoteRead)},
+			{"before the start", mem.RemoteRegion(nil, mr.RKey(), a-1, 1, AccessRemoteWrite)},
+			{"length wraps", mem.RemoteRegion(nil, mr.RKey(), a+8, ^uint32(0), AccessRemoteWrite)},
+			{"address wraps", mem.RemoteRegion(nil, mr.RKey(), ^uint64(0), 2, AccessRemoteWrite)},
+			{"right not granted", mem.RemoteRegion(nil, mr.RKey(), a, 8, AccessRemoteRead)},
 			{"local write on a read-only region", mem.LocalRegion(ro.LKey(), ro.Addr(), 8, AccessLocalWrite)},
 			{"rkey used as lkey", mem.LocalRegion(mr.RKey(), a, 8, 0)},
-			{"lkey used as rkey", mem.RemoteRegion(mr.LKey(), a, 8, AccessRemoteWrite)},
-			{"other PD", otherMem.RemoteRegion(mr.RKey(), a, 8, AccessRemoteWrite)},
+			{"lkey used as rkey", mem.RemoteRegion(nil, mr.LKey(), a, 8, AccessRemoteWrite)},
+			{"other PD", otherMem.RemoteRegion(nil, mr.RKey(), a, 8, AccessRemoteWrite)},
 		} {
 			require.Nil(t, c.r, c.name)
 		}
 		// A view checks bounds on every access.
-		v := mem.RemoteRegion(mr.RKey(), a, 8, AccessRemoteWrite)
+		v := mem.RemoteRegion(nil, mr.RKey(), a, 8, AccessRemoteWrite)
 		require.True(t, v.WriteAt([]byte("0123456789"), a+100))
 		require.Equal(t, []byte("0123456789"), mr.Bytes()[100:110])
 		b := make([]byte, 10)
@@ -71,10 +71,10 @@ func TestMemoryChecks(t *testing.T) {
 		// SEND_WITH_INV: only the PD's own regions; the rkey dies, the
 		// lkey lives.
 		local := mem.LocalRegion(mr.LKey(), a, 8, 0)
-		require.False(t, otherMem.InvalidateRKey(mr.RKey()))
-		require.True(t, mem.InvalidateRKey(mr.RKey()))
-		require.False(t, mem.InvalidateRKey(mr.RKey()))
-		require.Nil(t, mem.RemoteRegion(mr.RKey(), a, 8, AccessRemoteWrite))
+		require.False(t, otherMem.InvalidateRKey(nil, mr.RKey(), true))
+		require.True(t, mem.InvalidateRKey(nil, mr.RKey(), true))
+		require.False(t, mem.InvalidateRKey(nil, mr.RKey(), true))
+		require.Nil(t, mem.RemoteRegion(nil, mr.RKey(), a, 8, AccessRemoteWrite))
 		require.False(t, v.ReadAt(b[:8], a), "a view taken before the invalidation")
 		require.False(t, v.WriteAt(b[:8], a))
 		_, ok = v.Atomic(a+96, false, 0, 1)

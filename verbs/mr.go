@@ -52,6 +52,9 @@ type MR struct {
 	// dm is the device memory the region lies in (RegDMMR), nil for
 	// any other.
 	dm *DM
+	// windows counts the memory windows bound to the region, which keep
+	// it from being deregistered.
+	windows atomic.Int32
 }
 
 // RemoteWriteSeq returns how many RDMA WRITE messages and atomics from
@@ -171,10 +174,29 @@ func (v *remoteView) RemoteWritten() { v.remoteWrites.Add(1) }
 type keyTable struct {
 	lkeys map[uint32]*MR
 	rkeys map[uint32]*MR
+	// mws are the memory windows by key index (engine_mw.go); no region's
+	// rkey has a window's index. rkeyIndex counts the regions' rkeys by
+	// index, which a window's allocation looks up (under Group.Do: a scan
+	// of the regions there would hold every engine).
+	mws       map[uint32]*engineMW
+	rkeyIndex map[uint32]int
 }
 
 func newKeyTable() keyTable {
-	return keyTable{lkeys: map[uint32]*MR{}, rkeys: map[uint32]*MR{}}
+	return keyTable{lkeys: map[uint32]*MR{}, rkeys: map[uint32]*MR{}, mws: map[uint32]*engineMW{},
+		rkeyIndex: map[uint32]int{}}
+}
+
+// indexUsed reports whether a window or a region's rkey has key index
+// idx; under Group.Do.
+func (k *keyTable) indexUsed(idx uint32) bool { return k.mws[idx] != nil || k.rkeyIndex[idx] > 0 }
+
+// dropRKey forgets a region's rkey; under Group.Do.
+func (k *keyTable) dropRKey(rkey uint32) {
+	delete(k.rkeys, rkey)
+	if k.rkeyIndex[rkey>>8]--; k.rkeyIndex[rkey>>8] <= 0 {
+		delete(k.rkeyIndex, rkey>>8)
+	}
 }
 
 // keySource generates memory keys; registration is not on the packet path,
@@ -255,12 +277,13 @@ func (p *enginePD) register(m *MR) (*MR, error) {
 		}
 		for {
 			m.rkey = d.keys.next()
-			if _, dup := d.mrs.rkeys[m.rkey]; !dup && m.rkey != m.lkey {
+			if _, dup := d.mrs.rkeys[m.rkey]; !dup && m.rkey != m.lkey && d.mrs.mws[m.rkey>>8] == nil {
 				break
 			}
 		}
 		d.mrs.lkeys[m.lkey] = m
 		d.mrs.rkeys[m.rkey] = m
+		d.mrs.rkeyIndex[m.rkey>>8]++
 		return nil
 	})
 	if err != nil {
@@ -295,9 +318,12 @@ func (r *engineMR) Dereg() error {
 		if !m.valid && d.mrs.lkeys[m.lkey] != m {
 			return fmt.Errorf("deregister MR: %w", ErrInvalidArgument)
 		}
+		if n := m.windows.Load(); n > 0 {
+			return fmt.Errorf("deregister MR: %d memory windows bound to it: %w", n, ErrBusy)
+		}
 		m.valid = false
 		delete(d.mrs.lkeys, m.lkey)
-		delete(d.mrs.rkeys, m.rkey)
+		d.mrs.dropRKey(m.rkey)
 		if m.release != nil {
 			m.release()
 		}

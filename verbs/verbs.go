@@ -38,6 +38,7 @@ const (
 	AccessRemoteRead   = ibv.AccessRemoteRead
 	AccessRemoteAtomic = ibv.AccessRemoteAtomic
 	AccessZeroBased    = ibv.AccessZeroBased
+	AccessMWBind       = ibv.AccessMWBind
 )
 
 // QP states.
@@ -90,6 +91,8 @@ const (
 	WRRDMARead          = ibv.WRRDMARead
 	WRAtomicCmpAndSwp   = ibv.WRAtomicCmpAndSwp
 	WRAtomicFetchAndAdd = ibv.WRAtomicFetchAndAdd
+	WRLocalInv          = ibv.WRLocalInv
+	WRBindMW            = ibv.WRBindMW
 )
 
 // Send flags.
@@ -107,6 +110,7 @@ const (
 	WCLocQPOpErr     = ibv.WCLocQPOpErr
 	WCLocProtErr     = ibv.WCLocProtErr
 	WCWRFlushErr     = ibv.WCWRFlushErr
+	WCMWBindErr      = ibv.WCMWBindErr
 	WCBadRespErr     = ibv.WCBadRespErr
 	WCLocAccessErr   = ibv.WCLocAccessErr
 	WCRemInvReqErr   = ibv.WCRemInvReqErr
@@ -125,6 +129,8 @@ const (
 	WCRDMARead        = ibv.WCRDMARead
 	WCCompSwap        = ibv.WCCompSwap
 	WCFetchAdd        = ibv.WCFetchAdd
+	WCBindMW          = ibv.WCBindMW
+	WCLocalInv        = ibv.WCLocalInv
 	WCRecv            = ibv.WCRecv
 	WCRecvRDMAWithImm = ibv.WCRecvRDMAWithImm
 )
@@ -141,6 +147,7 @@ var (
 	ErrQueueFull       = ibv.ErrQueueFull
 	ErrInvalidState    = ibv.ErrInvalidState
 	ErrEmptyGID        = ibv.ErrEmptyGID
+	ErrBusy            = ibv.ErrBusy
 )
 
 // Device is an opened RDMA device (ibv_context). Its backend runs it: the

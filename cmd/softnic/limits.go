@@ -26,6 +26,7 @@ func defineLimits(fs *flag.FlagSet, l *daemon.Limits) {
 		{&l.AHs, "max-ahs", "address handles"},
 		{&l.CMIDs, "max-cm-ids", "rdma_cm IDs"},
 		{&l.DMs, "max-dms", "device memory allocations (ibv_alloc_dm)"},
+		{&l.MWs, "max-mws", "memory windows"},
 	} {
 		fs.IntVar(c.v, c.name, *c.v, "per user: at most this many "+c.what+"; -1: no bound")
 	}

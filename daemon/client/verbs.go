@@ -89,7 +89,9 @@ func daemonErr(err error) error {
 		return err
 	}
 	switch ce.Errno {
-	case unix.EINVAL, unix.EBUSY:
+	case unix.EBUSY:
+		return fmt.Errorf("%w: %w: %w", verbs.ErrBusy, verbs.ErrInvalidArgument, err)
+	case unix.EINVAL:
 		return fmt.Errorf("%w: %w", verbs.ErrInvalidArgument, err)
 	case unix.ENOENT: // no such object; for advise_mr, no such ODP region
 		return fmt.Errorf("%w: %w: %w", verbs.ErrInvalidArgument, verbs.ErrNoRegion, err)
@@ -176,6 +178,30 @@ func (m *dialedMR) Dereg() error {
 	err := m.r.call(func(c *session.Conn) error { return c.DeregMR(m.handle) })
 	if err != nil {
 		return fmt.Errorf("deregister MR: %w", daemonErr(err))
+	}
+	return nil
+}
+
+func (p *dialedPD) AllocMW(mw *verbs.MW, typ verbs.MWType) (verbs.MWOps, uint32, error) {
+	var h, rkey uint32
+	err := p.r.call(func(c *session.Conn) (err error) { h, rkey, err = c.AllocMW(p.handle, typ); return err })
+	if err != nil {
+		return nil, 0, fmt.Errorf("allocate MW: %w", daemonErr(err))
+	}
+	return &dialedMW{r: p.r, handle: h}, rkey, nil
+}
+
+// dialedMW is a memory window of the daemon's; binds go through the send
+// queue, naming the window by its rkey.
+type dialedMW struct {
+	r      *dialed
+	handle uint32
+}
+
+func (w *dialedMW) Dealloc() error {
+	err := w.r.call(func(c *session.Conn) error { return c.DeallocMW(w.handle) })
+	if err != nil {
+		return fmt.Errorf("deallocate MW: %w", daemonErr(err))
 	}
 	return nil
 }

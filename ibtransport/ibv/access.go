@@ -23,10 +23,15 @@ const (
 	// AccessHugeTLB says a region lies in huge pages (IBV_ACCESS_HUGETLB),
 	// which lets a NIC map it in larger pages; softnic maps nothing.
 	AccessHugeTLB Access = 1 << 7
+	// AccessMWBind lets memory windows be bound to a region.
+	AccessMWBind Access = 1 << 4
 )
 
 // AccessAll is every access right there is.
-const AccessAll = AccessLocalWrite | AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic
+const AccessAll = AccessLocalWrite | AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic | AccessMWBind
+
+// AccessRemote is the rights a peer may be given.
+const AccessRemote = AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic
 
 // Errors of the verbs calls, whichever backend runs them (the engine, a
 // daemon's client): callers match them with errors.Is.
@@ -34,4 +39,6 @@ var (
 	ErrInvalidArgument = errors.New("ibv: invalid argument")
 	ErrQueueFull       = errors.New("ibv: work queue full")
 	ErrInvalidState    = errors.New("ibv: operation not allowed in the QP state")
+	// ErrBusy: the object is in use (a region with windows bound to it).
+	ErrBusy = errors.New("ibv: resource busy")
 )

@@ -19,12 +19,14 @@ type SendLimits struct{ MaxSGE, MaxInline int }
 // check. Every error wraps ErrInvalidArgument.
 func CheckSendWR(typ QPType, lim SendLimits, wr *SendWR) error {
 	switch {
-	case wr.Opcode > WRAtomicFetchAndAdd:
+	case wr.Opcode > WRBindMW:
 		return fmt.Errorf("post send: opcode %v: %w", wr.Opcode, ErrInvalidArgument)
 	case typ == QPTypeUC && !ucOpcode(wr.Opcode):
 		return fmt.Errorf("post send: opcode %v on a UC QP: %w", wr.Opcode, ErrInvalidArgument)
 	case typ == QPTypeUD && wr.Opcode != WRSend && wr.Opcode != WRSendWithImm:
 		return fmt.Errorf("post send: opcode %v on a UD QP: %w", wr.Opcode, ErrInvalidArgument)
+	case wr.Opcode.IsLocal() && (wr.Flags&SendInline != 0 || len(wr.SGL) != 0):
+		return fmt.Errorf("post send: %v with data: %w", wr.Opcode, ErrInvalidArgument)
 	case wr.Flags&SendInline != 0 && (!(wr.Opcode.IsSend() || wr.Opcode.IsWrite()) || len(wr.InlineData) > lim.MaxInline):
 		return fmt.Errorf("post send: inline %v of %d bytes (max %d): %w", wr.Opcode, len(wr.InlineData), lim.MaxInline,
 			ErrInvalidArgument)

@@ -15,10 +15,15 @@ const (
 	WRRDMARead
 	WRAtomicCmpAndSwp
 	WRAtomicFetchAndAdd
+	// WRLocalInv invalidates the type 2 memory window whose rkey is
+	// InvalidateRKey, on the local device, in send queue order.
+	WRLocalInv
+	// WRBindMW binds a memory window (Bind), in send queue order.
+	WRBindMW
 )
 
 var wrOpcodeNames = [...]string{"SEND", "SEND_WITH_IMM", "SEND_WITH_INV", "RDMA_WRITE",
-	"RDMA_WRITE_WITH_IMM", "RDMA_READ", "ATOMIC_CMP_AND_SWP", "ATOMIC_FETCH_AND_ADD"}
+	"RDMA_WRITE_WITH_IMM", "RDMA_READ", "ATOMIC_CMP_AND_SWP", "ATOMIC_FETCH_AND_ADD", "LOCAL_INV", "BIND_MW"}
 
 func (o WROpcode) String() string { return nameOf(wrOpcodeNames[:], o, "WROpcode") }
 
@@ -37,6 +42,10 @@ func (o WROpcode) IsRead() bool { return o == WRRDMARead }
 func (o WROpcode) IsAtomic() bool {
 	return o == WRAtomicCmpAndSwp || o == WRAtomicFetchAndAdd
 }
+
+// IsLocal reports whether o is executed by the local device with no
+// packet (a bind or a local invalidation).
+func (o WROpcode) IsLocal() bool { return o == WRLocalInv || o == WRBindMW }
 
 // SendFlags modify a send work request (ibv_send_flags).
 type SendFlags uint8
@@ -74,8 +83,11 @@ type SendWR struct {
 	// Imm is the immediate data of the _WITH_IMM opcodes, as the 32-bit
 	// value carried big-endian on the wire.
 	Imm uint32
-	// InvalidateRKey is the remote key SEND_WITH_INV invalidates.
+	// InvalidateRKey is the remote key SEND_WITH_INV or LOCAL_INV
+	// invalidates.
 	InvalidateRKey uint32
+	// Bind is what a BIND_MW binds.
+	Bind MWBind
 	// RemoteAddr and RKey address the remote memory of RDMA and atomic
 	// operations.
 	RemoteAddr uint64
@@ -91,6 +103,35 @@ type SendWR struct {
 	RemoteQPN  uint32
 	RemoteQKey uint32
 }
+
+// MWBind is a memory window binding (ibv_mw_bind_info with the new rkey):
+// the window whose key index (RKey's upper 24 bits) is RKey's gets RKey,
+// and opens Length bytes at Addr of the region whose lkey is LKey to
+// peers with Access. A Length of 0 unbinds a type 1 window.
+type MWBind struct {
+	RKey   uint32
+	LKey   uint32
+	Addr   uint64
+	Length uint64
+	Access Access
+}
+
+// IncRKey returns rkey with its key (the low 8 bits, the consumer's) one
+// more, its index unchanged (ibv_inc_rkey): the rkey to bind a window
+// with next.
+func IncRKey(rkey uint32) uint32 { return rkey&^0xff | (rkey+1)&0xff }
+
+// MWType is a memory window's type (ibv_mw_type).
+type MWType uint8
+
+// Memory window types, with libibverbs' values. A type 1 window is bound
+// by ibv_bind_mw and reached through any QP of its PD; a type 2 window
+// (2B, as ConnectX's and rxe's) by a BIND_MW work request, to the QP
+// that posted it, which alone reaches it.
+const (
+	MWType1 MWType = 1
+	MWType2 MWType = 2
+)
 
 // RecvWR is a receive work request (ibv_recv_wr).
 type RecvWR struct {
@@ -154,6 +195,8 @@ const (
 	WCRDMARead        WCOpcode = 2
 	WCCompSwap        WCOpcode = 3
 	WCFetchAdd        WCOpcode = 4
+	WCBindMW          WCOpcode = 5
+	WCLocalInv        WCOpcode = 6
 	WCRecv            WCOpcode = 128
 	WCRecvRDMAWithImm WCOpcode = 129
 )
@@ -170,6 +213,10 @@ func (o WCOpcode) String() string {
 		return "COMP_SWAP"
 	case WCFetchAdd:
 		return "FETCH_ADD"
+	case WCBindMW:
+		return "BIND_MW"
+	case WCLocalInv:
+		return "LOCAL_INV"
 	case WCRecv:
 		return "RECV"
 	case WCRecvRDMAWithImm:
@@ -261,6 +308,10 @@ func (o WROpcode) WCOpcode() WCOpcode {
 		return WCCompSwap
 	case WRAtomicFetchAndAdd:
 		return WCFetchAdd
+	case WRBindMW:
+		return WCBindMW
+	case WRLocalInv:
+		return WCLocalInv
 	}
 	return WCSend
 }

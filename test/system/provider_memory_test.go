@@ -148,3 +148,18 @@ func freeHugePage(t *testing.T) string {
 	}
 	return ""
 }
+
+// TestProviderMemoryWindows runs testdata/mw.c through the provider, as
+// user nobody: the device's window caps, ibv_alloc_mw (type 3 EINVAL), a
+// type 2 window bound by IBV_WR_BIND_MW, written through, its region's
+// dereg refused (EBUSY), invalidated by IBV_WR_LOCAL_INV and then
+// refused; a type 1 window bound by ibv_bind_mw (mw->rkey incremented),
+// written through, deallocated while bound and then refused.
+func TestProviderMemoryWindows(t *testing.T) {
+	w := newProviderWorld(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	prog := buildCProgram(t, ctx, w.bin, "mw")
+	startCProgram(t, w.command(ctx, w.a, prog)).finish(t, 22)
+	w.stop(t)
+}

@@ -424,3 +424,17 @@ func (cq *CQ) Resize(entries int) error {
 
 // Ring returns the CQ's shared ring, which the caller polls.
 func (cq *CQ) Ring() *hostif.CompletionQueue { return cq.ring }
+
+// AllocMW allocates a memory window of type typ (1 or 2) in pd
+// (ibv_alloc_mw) and returns its handle and first rkey.
+func (c *Conn) AllocMW(pd uint32, typ ibv.MWType) (handle, rkey uint32, err error) {
+	var r hostif.AllocMWReply
+	_, err = c.call(hostif.OpAllocMW, hostif.AllocMWRequest{PD: pd, Type: uint32(typ)}, &r)
+	return r.Handle, r.RKey, err
+}
+
+// DeallocMW deallocates a memory window, unbinding it (ibv_dealloc_mw).
+func (c *Conn) DeallocMW(mw uint32) error {
+	_, err := c.call(hostif.OpDeallocMW, hostif.HandleRequest{Handle: mw}, &hostif.Empty{})
+	return err
+}
