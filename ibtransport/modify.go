@@ -225,7 +225,9 @@ func validateAttr(a *ibv.QPAttr, mask ibv.QPAttrMask) error {
 		return bad("SQ PSN", a.SQPSN)
 	case mask&ibv.QPAttrPort != 0 && a.Port != 1:
 		return bad("port", a.Port)
-	case mask&ibv.QPAttrAccessFlags != 0 && a.AccessFlags&^ibv.AccessAll != 0:
+	case mask&ibv.QPAttrAccessFlags != 0 && a.AccessFlags&^(ibv.AccessAll|ibv.AccessFlushPersistent) != 0:
+		// A QP may allow persistent FLUSHes (the kernel checks nothing
+		// there); no region grants them, so they are NAKed.
 		return bad("access flags", a.AccessFlags)
 	}
 	return nil

@@ -64,6 +64,11 @@ func (p *enginePD) RemoteRegion(rkey uint32, va uint64, n uint32, a Access) ibtr
 	return (*remoteView)(mr)
 }
 
+func (p *enginePD) RemoteKeyGrants(rkey uint32, a Access) bool {
+	mr := p.e.mrs.rkeys[rkey]
+	return mr != nil && mr.rkeyValid.Load() && mr.valid && mr.pd == p.pd && mr.access&a == a
+}
+
 func (p *enginePD) InvalidateRKey(rkey uint32) bool {
 	mr := p.e.mrs.rkeys[rkey]
 	// The key stays in the table until Dereg: the engines read it without

@@ -29,6 +29,8 @@ type (
 	WCStatus      = ibv.WCStatus
 	WCOpcode      = ibv.WCOpcode
 	WCFlags       = ibv.WCFlags
+	FlushType     = ibv.FlushType
+	FlushLevel    = ibv.FlushLevel
 )
 
 // Access flags.
@@ -37,6 +39,19 @@ const (
 	AccessRemoteWrite  = ibv.AccessRemoteWrite
 	AccessRemoteRead   = ibv.AccessRemoteRead
 	AccessRemoteAtomic = ibv.AccessRemoteAtomic
+	// AccessFlushGlobal lets a peer FLUSH the region to global visibility
+	// (IBV_ACCESS_FLUSH_GLOBAL). AccessFlushPersistent is refused at
+	// registration: softnic has no persistent memory.
+	AccessFlushGlobal     = ibv.AccessFlushGlobal
+	AccessFlushPersistent = ibv.AccessFlushPersistent
+)
+
+// FLUSH placement types and selectivity levels.
+const (
+	FlushGlobal     = ibv.FlushGlobal
+	FlushPersistent = ibv.FlushPersistent
+	FlushRange      = ibv.FlushRange
+	FlushMR         = ibv.FlushMR
 )
 
 // QP states.
@@ -89,6 +104,8 @@ const (
 	WRRDMARead          = ibv.WRRDMARead
 	WRAtomicCmpAndSwp   = ibv.WRAtomicCmpAndSwp
 	WRAtomicFetchAndAdd = ibv.WRAtomicFetchAndAdd
+	WRAtomicWrite       = ibv.WRAtomicWrite
+	WRFlush             = ibv.WRFlush
 )
 
 // Send flags.
@@ -124,6 +141,8 @@ const (
 	WCRDMARead        = ibv.WCRDMARead
 	WCCompSwap        = ibv.WCCompSwap
 	WCFetchAdd        = ibv.WCFetchAdd
+	WCFlush           = ibv.WCFlush
+	WCAtomicWrite     = ibv.WCAtomicWrite
 	WCRecv            = ibv.WCRecv
 	WCRecvRDMAWithImm = ibv.WCRecvRDMAWithImm
 )

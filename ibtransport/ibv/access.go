@@ -12,10 +12,16 @@ const (
 	AccessRemoteWrite  Access = 1 << 1
 	AccessRemoteRead   Access = 1 << 2
 	AccessRemoteAtomic Access = 1 << 3
+	// FLUSH rights (IBTA 1.5): a region (and a responder QP) must grant
+	// the placement type a peer's FLUSH asks for. softnic grants global
+	// visibility only: its memory is not persistent, so it refuses
+	// AccessFlushPersistent, as rxe does for memory that is not pmem.
+	AccessFlushGlobal     Access = 1 << 8
+	AccessFlushPersistent Access = 1 << 9
 )
 
-// AccessAll is every access right there is.
-const AccessAll = AccessLocalWrite | AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic
+// AccessAll is every access right softnic grants.
+const AccessAll = AccessLocalWrite | AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic | AccessFlushGlobal
 
 // Errors of the verbs calls, whichever backend runs them (the engine, a
 // daemon's client): callers match them with errors.Is.

@@ -1,0 +1,143 @@
+package verbs_test
+
+import (
+	"bytes"
+	"encoding/binary"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/softnic/softnic/roce/memlink"
+	"github.com/softnic/softnic/verbs"
+)
+
+// flushOpts are the default options with the responder QPs allowing
+// global FLUSHes, which rxe asks of a QP as of a region.
+func flushOpts() qpOpts {
+	o := defaultOpts()
+	o.access |= verbs.AccessFlushGlobal
+	return o
+}
+
+// TestAtomicWriteAndFlush: an ATOMIC_WRITE lands its 8 bytes unchanged
+// after the WRITE before it, and FLUSHes of a range and of a whole region
+// complete, each with its own completion opcode.
+func TestAtomicWriteAndFlush(t *testing.T) { forEachMode(t, testAtomicWriteAndFlush) }
+
+func testAtomicWriteAndFlush(t *testing.T, m mode) {
+	_, x, y := connectedPairMode(t, m, memlink.Config{}, flushOpts())
+	lmr, lbuf := regMR(t, x.pd, 4096, allAccess)
+	rmr, rbuf := regMR(t, y.pd, 4096, allAccess|verbs.AccessFlushGlobal)
+	fill(lbuf, 3)
+	word := [8]byte{0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88}
+	wrs := []verbs.SendWR{
+		{ID: 1, Opcode: verbs.WRRDMAWrite, SGL: []verbs.SGE{lmr.SGE(0, 2048)}, RemoteAddr: rmr.Addr(), RKey: rmr.RKey()},
+		{ID: 2, Opcode: verbs.WRAtomicWrite, Flags: verbs.SendSignaled, RemoteAddr: rmr.Addr() + 2048,
+			RKey: rmr.RKey(), AtomicWrite: word},
+		{ID: 3, Opcode: verbs.WRFlush, Flags: verbs.SendSignaled, RemoteAddr: rmr.Addr(), RKey: rmr.RKey(),
+			FlushLength: 2056, FlushType: verbs.FlushGlobal, FlushLevel: verbs.FlushRange},
+		{ID: 4, Opcode: verbs.WRFlush, Flags: verbs.SendSignaled, RemoteAddr: rmr.Addr() + 5000, RKey: rmr.RKey(),
+			FlushType: verbs.FlushGlobal, FlushLevel: verbs.FlushMR},
+	}
+	n, err := x.qp.PostSendList(wrs)
+	require.NoError(t, err)
+	require.Equal(t, len(wrs), n)
+	wc := waitOK(t, x.scq, 2)
+	require.Equal(t, verbs.WCAtomicWrite, wc.Opcode)
+	require.Equal(t, uint32(8), wc.ByteLen)
+	require.Equal(t, word[:], rbuf[2048:2056], "the bytes as they lay in the request")
+	require.True(t, bytes.Equal(lbuf[:2048], rbuf[:2048]), "the WRITE before it landed first")
+	wc = waitOK(t, x.scq, 3)
+	require.Equal(t, verbs.WCFlush, wc.Opcode)
+	require.Equal(t, uint32(2056), wc.ByteLen)
+	wc = waitOK(t, x.scq, 4)
+	require.Equal(t, verbs.WCFlush, wc.Opcode)
+	require.Equal(t, make([]byte, 4096-2056), rbuf[2056:])
+	noWC(t, y.rcq) // neither consumes a receive
+
+	// A second ATOMIC_WRITE replaces the word whole.
+	binary.NativeEndian.PutUint64(word[:], 0x0102030405060708)
+	require.NoError(t, x.qp.PostSend(&verbs.SendWR{ID: 5, Opcode: verbs.WRAtomicWrite, Flags: verbs.SendSignaled,
+		RemoteAddr: rmr.Addr() + 2048, RKey: rmr.RKey(), AtomicWrite: word}))
+	waitOK(t, x.scq, 5)
+	require.Equal(t, uint64(0x0102030405060708), binary.NativeEndian.Uint64(rbuf[2048:]))
+}
+
+// refusal posts wr from x to y's region and checks that it fails with st,
+// the completion of the responder's NAK, and that the requester's QP is in
+// error.
+func refusal(t *testing.T, x *endpoint, wr *verbs.SendWR, st verbs.WCStatus) {
+	t.Helper()
+	wr.Flags |= verbs.SendSignaled
+	require.NoError(t, x.qp.PostSend(wr))
+	wc := waitWC(t, x.scq)
+	require.Equal(t, wr.ID, wc.WRID)
+	require.Equal(t, st, wc.Status, "%v: %v", wr.Opcode, wc.Status)
+	require.Equal(t, verbs.QPSErr, x.qp.State())
+}
+
+// TestAtomicWriteRefused: the responder NAKs an ATOMIC_WRITE to an
+// unaligned address (invalid request, IBA A19.4.2) and one to a region
+// without remote write (remote access error), writing nothing.
+func TestAtomicWriteRefused(t *testing.T) { forEachMode(t, testAtomicWriteRefused) }
+
+func testAtomicWriteRefused(t *testing.T, m mode) {
+	word := [8]byte{1, 2, 3, 4, 5, 6, 7, 8}
+	t.Run("unaligned", func(t *testing.T) {
+		_, x, y := connectedPairMode(t, m, memlink.Config{}, flushOpts())
+		rmr, rbuf := regMR(t, y.pd, 64, allAccess)
+		refusal(t, x, &verbs.SendWR{ID: 1, Opcode: verbs.WRAtomicWrite, RemoteAddr: rmr.Addr() + 4, RKey: rmr.RKey(),
+			AtomicWrite: word}, verbs.WCRemInvReqErr)
+		require.Equal(t, make([]byte, 64), rbuf)
+	})
+	t.Run("no remote write", func(t *testing.T) {
+		_, x, y := connectedPairMode(t, m, memlink.Config{}, flushOpts())
+		rmr, rbuf := regMR(t, y.pd, 64, verbs.AccessLocalWrite|verbs.AccessRemoteRead|verbs.AccessRemoteAtomic)
+		refusal(t, x, &verbs.SendWR{ID: 1, Opcode: verbs.WRAtomicWrite, RemoteAddr: rmr.Addr(), RKey: rmr.RKey(),
+			AtomicWrite: word}, verbs.WCRemAccessErr)
+		require.Equal(t, make([]byte, 64), rbuf)
+	})
+	t.Run("past the region", func(t *testing.T) {
+		_, x, y := connectedPairMode(t, m, memlink.Config{}, flushOpts())
+		rmr, _ := regMR(t, y.pd, 64, allAccess)
+		refusal(t, x, &verbs.SendWR{ID: 1, Opcode: verbs.WRAtomicWrite, RemoteAddr: rmr.Addr() + 64, RKey: rmr.RKey(),
+			AtomicWrite: word}, verbs.WCRemAccessErr)
+	})
+}
+
+// TestFlushRefused: a FLUSH to a region without FLUSH access is NAKed
+// with a remote access error, as is a persistent FLUSH (no region can
+// grant one: registering persistent access fails); one to a QP that does
+// not allow FLUSHes is an invalid request, as rxe answers.
+func TestFlushRefused(t *testing.T) { forEachMode(t, testFlushRefused) }
+
+func testFlushRefused(t *testing.T, m mode) {
+	flush := func(mr *verbs.MR, typ verbs.FlushType, level verbs.FlushLevel) *verbs.SendWR {
+		return &verbs.SendWR{ID: 7, Opcode: verbs.WRFlush, RemoteAddr: mr.Addr(), RKey: mr.RKey(), FlushLength: 64,
+			FlushType: typ, FlushLevel: level}
+	}
+	t.Run("region without flush", func(t *testing.T) {
+		_, x, y := connectedPairMode(t, m, memlink.Config{}, flushOpts())
+		rmr, _ := regMR(t, y.pd, 64, allAccess)
+		refusal(t, x, flush(rmr, verbs.FlushGlobal, verbs.FlushRange), verbs.WCRemAccessErr)
+	})
+	t.Run("whole region without flush", func(t *testing.T) {
+		_, x, y := connectedPairMode(t, m, memlink.Config{}, flushOpts())
+		rmr, _ := regMR(t, y.pd, 64, allAccess)
+		refusal(t, x, flush(rmr, verbs.FlushGlobal, verbs.FlushMR), verbs.WCRemAccessErr)
+	})
+	t.Run("persistent", func(t *testing.T) {
+		o := flushOpts()
+		o.access |= verbs.AccessFlushPersistent
+		_, x, y := connectedPairMode(t, m, memlink.Config{}, o)
+		_, err := y.pd.RegMR(make([]byte, 64), allAccess|verbs.AccessFlushPersistent)
+		require.ErrorIs(t, err, verbs.ErrInvalidArgument)
+		rmr, _ := regMR(t, y.pd, 64, allAccess|verbs.AccessFlushGlobal)
+		refusal(t, x, flush(rmr, verbs.FlushPersistent, verbs.FlushRange), verbs.WCRemAccessErr)
+	})
+	t.Run("QP without flush", func(t *testing.T) {
+		_, x, y := connectedPairMode(t, m, memlink.Config{}, defaultOpts())
+		rmr, _ := regMR(t, y.pd, 64, allAccess|verbs.AccessFlushGlobal)
+		refusal(t, x, flush(rmr, verbs.FlushGlobal, verbs.FlushRange), verbs.WCRemInvReqErr)
+	})
+}
