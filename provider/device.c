@@ -174,6 +174,11 @@ static int sn_query_device_ex(struct ibv_context *context, const struct ibv_quer
 	a->phys_port_cnt = 1;
 	if (attr_size >= offsetof(struct ibv_device_attr_ex, phys_port_cnt_ex) + sizeof(attr->phys_port_cnt_ex))
 		attr->phys_port_cnt_ex = a->phys_port_cnt;
+	/* The engines execute ATOMIC_WRITE, and FLUSH to global visibility;
+	 * softnic has no persistent memory, so no persistent FLUSH (as rxe
+	 * without pmem, though rxe sets the flag and refuses the regions). */
+	if (attr_size >= offsetof(struct ibv_device_attr_ex, device_cap_flags_ex) + sizeof(attr->device_cap_flags_ex))
+		attr->device_cap_flags_ex = a->device_cap_flags | SN_DEVICE_ATOMIC_WRITE | SN_DEVICE_FLUSH_GLOBAL;
 	return 0;
 }
 
