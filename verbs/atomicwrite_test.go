@@ -141,3 +141,38 @@ func testFlushRefused(t *testing.T, m mode) {
 		refusal(t, x, flush(rmr, verbs.FlushGlobal, verbs.FlushRange), verbs.WCRemInvReqErr)
 	})
 }
+
+// TestAtomicWriteDuplicate loses the responses of an ATOMIC_WRITE and of
+// the WRITE after it to the same word: the requester sends both again,
+// and the responder answers the repeated ATOMIC_WRITE from its resource
+// without executing it again, which would put its value back over the
+// WRITE's.
+func TestAtomicWriteDuplicate(t *testing.T) { forEachMode(t, testAtomicWriteDuplicate) }
+
+func testAtomicWriteDuplicate(t *testing.T, m mode) {
+	o := flushOpts()
+	o.timeout = 8 // 1 ms
+	p, x, y := connectedPairMode(t, m, memlink.Config{}, o)
+	lmr, lbuf := regMR(t, x.pd, 8, allAccess)
+	rmr, rbuf := regMR(t, y.pd, 8, allAccess)
+	copy(lbuf, "WRITTEN!")
+	lost := 0
+	p.lb.SetTap(func([]byte) bool {
+		lost++
+		return lost > 2
+	})
+	wrs := []verbs.SendWR{
+		{ID: 1, Opcode: verbs.WRAtomicWrite, Flags: verbs.SendSignaled, RemoteAddr: rmr.Addr(), RKey: rmr.RKey(),
+			AtomicWrite: [8]byte{'A', 'T', 'O', 'M', 'I', 'C', '!', '!'}},
+		{ID: 2, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled, SGL: []verbs.SGE{lmr.SGE(0, 8)},
+			RemoteAddr: rmr.Addr(), RKey: rmr.RKey()},
+	}
+	n, err := x.qp.PostSendList(wrs)
+	require.NoError(t, err)
+	require.Equal(t, 2, n)
+	waitOK(t, x.scq, 1)
+	waitOK(t, x.scq, 2)
+	p.lb.SetTap(nil)
+	require.Equal(t, "WRITTEN!", string(rbuf))
+	require.NotZero(t, p.engB.Counters().RxDuplicate.Load(), "the requests came again")
+}
