@@ -30,10 +30,11 @@ import (
 // runs unchanged: build it there with `cc -O1 -o atomic_write
 // atomic_write.c -libverbs` (checks.h beside it) and run `atomic_write
 // server 1` on one side and `atomic_write client` under `softnic exec` on
-// the other, passing each side's "mr", "qp 0 ..." lines to the other's
-// stdin as "mr ..." and "peer 0 QPN GID" (the server prints "ready" once
-// connected; a line on its stdin then makes it check the region). Either
-// role may be the rxe side.
+// the other: give the server the client's "qp 0 QPN GID" as "peer 0 QPN
+// GID"; once it says "ready", give the client the server's "mr ..." line
+// and its "qp 0 QPN GID" as "peer 0 QPN GID"; when the client has ended,
+// any line on the server's stdin makes it check the region. Either role
+// may be the rxe side.
 func TestProviderAtomicWriteFlush(t *testing.T) {
 	w := newProviderWorld(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -46,12 +47,13 @@ func TestProviderAtomicWriteFlush(t *testing.T) {
 
 	cli := startCProgram(t, w.command(ctx, w.a, prog, "client"))
 	cliQP := strings.TrimPrefix(cli.waitForPrefix(t, "qp 0 "), "qp 0 ")
-	fmt.Fprintf(cli.stdin, "%s\npeer 0 %s\n", mrLine, qp0)
-	fmt.Fprintf(srv.stdin, "peer 0 %s\n", cliQP)
-
 	f := newFlusher(t, w.daemons[0].Sock)
-	fmt.Fprintf(srv.stdin, "peer 1 %s\n", f.line())
+	// The server's QPs reach RTS before the client sends: its unaligned
+	// ATOMIC_WRITE takes the server's QP to ERR, which would fail the
+	// server's move from RTR to RTS if it came first.
+	fmt.Fprintf(srv.stdin, "peer 0 %s\npeer 1 %s\n", cliQP, f.line())
 	srv.waitFor(t, "ready")
+	fmt.Fprintf(cli.stdin, "%s\npeer 0 %s\n", mrLine, qp0)
 	f.connect(t, qp1)
 	cli.finish(t, 7)
 	f.flushes(t, mrLine)

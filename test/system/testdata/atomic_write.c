@@ -8,7 +8,9 @@
  * remote write and FLUSH_GLOBAL, and prints
  *	"mr ADDR RKEY ADDR2 RKEY2" and "qp I QPN GID" for each QP,
  * reads "peer I QPN GID" for each from stdin and connects it, says
- * "ready", and at the next stdin line checks the region: 64 bytes a peer
+ * "ready" (start the client's requests only then: its unaligned
+ * ATOMIC_WRITE takes the QP to ERR), and at the next stdin line checks
+ * the region: 64 bytes a peer
  * WROTE (pattern 7) and the 8 bytes an ATOMIC_WRITE wrote after them.
  *
  * atomic_write client: checks ibv_query_device_ex's ATOMIC_WRITE and
@@ -84,10 +86,10 @@ static int rts(struct ibv_qp *qp, int sgid, uint32_t dest_qpn, const union ibv_g
 	struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .port_num = 1,
 				.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_FLUSH_GLOBAL};
 	int err = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
-	if (!err)
-		err = qp_rts(qp, sgid, dest_qpn, dgid) ? errno : 0;
 	if (err)
-		fprintf(stderr, "atomic_write: connecting QP %u to %u: %s\n", qp->qp_num, dest_qpn, strerror(err));
+		fprintf(stderr, "atomic_write: QP %u to INIT: %s\n", qp->qp_num, strerror(err));
+	else if ((err = qp_rts(qp, sgid, dest_qpn, dgid)))
+		fprintf(stderr, "atomic_write: QP %u to RTR and RTS, aimed at %u: failed\n", qp->qp_num, dest_qpn);
 	return err;
 }
 
