@@ -3,10 +3,13 @@ package verbs_test
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/softnic/softnic/ibtransport/header"
+	"github.com/softnic/softnic/roce"
 	"github.com/softnic/softnic/roce/memlink"
 	"github.com/softnic/softnic/verbs"
 )
@@ -175,4 +178,61 @@ func testAtomicWriteDuplicate(t *testing.T, m mode) {
 	p.lb.SetTap(nil)
 	require.Equal(t, "WRITTEN!", string(rbuf))
 	require.NotZero(t, p.engB.Counters().RxDuplicate.Load(), "the requests came again")
+}
+
+// TestAtomicWriteFlushOnTheWire checks the packets against Linux rxe's
+// (rxe_opcode.c, rxe_hdr.h, rxe_resp.c): ATOMIC_WRITE is opcode 0x1d with
+// a RETH of length 8 and the 8 bytes as payload; FLUSH is 0x1c with the
+// FETH (placement type in bits 3-0, selectivity level in bits 5-4) before
+// a RETH; each is answered by an RDMA READ RESPONSE ONLY (0x10) of no
+// bytes at the request's PSN, with an ACK AETH whose MSN counts it.
+func TestAtomicWriteFlushOnTheWire(t *testing.T) {
+	p, x, y := connectedPair(t, memlink.Config{}, flushOpts())
+	rmr, _ := regMR(t, y.pd, 64, allAccess|verbs.AccessFlushGlobal)
+	var reqs, resps []string
+	summary := func(frame []byte) string {
+		var fr roce.Frame
+		require.NoError(t, roce.ParseFrame(frame, &fr))
+		var pk header.Packet
+		require.NoError(t, header.ParsePacket(fr.IB, &pk))
+		s := fmt.Sprintf("%#x psn+%d ackreq %v", uint8(pk.BTH.Opcode()), pk.BTH.PSN().Diff(0x123456),
+			pk.BTH.AckReq())
+		if pk.FETH != nil {
+			s += fmt.Sprintf(" feth %x", []byte(pk.FETH))
+		}
+		if pk.RETH != nil {
+			s += fmt.Sprintf(" va+%d rkey ok %v len %d", pk.RETH.VA()-rmr.Addr(), pk.RETH.RKey() == rmr.RKey(),
+				pk.RETH.DMALength())
+		}
+		if pk.AETH != nil {
+			s = fmt.Sprintf("%#x psn+%d syn %#x msn %d", uint8(pk.BTH.Opcode()), pk.BTH.PSN().Diff(0x123456),
+				uint8(pk.AETH.Syndrome()), pk.AETH.MSN())
+		}
+		return s + fmt.Sprintf(" payload %x pad %d", pk.Payload, pk.BTH.PadCount())
+	}
+	p.la.SetTap(func(f []byte) bool { reqs = append(reqs, summary(f)); return true })
+	p.lb.SetTap(func(f []byte) bool { resps = append(resps, summary(f)); return true })
+	wrs := []verbs.SendWR{
+		{ID: 1, Opcode: verbs.WRAtomicWrite, RemoteAddr: rmr.Addr() + 8, RKey: rmr.RKey(),
+			AtomicWrite: [8]byte{1, 2, 3, 4, 5, 6, 7, 8}},
+		{ID: 2, Opcode: verbs.WRFlush, RemoteAddr: rmr.Addr(), RKey: rmr.RKey(), FlushLength: 16,
+			FlushType: verbs.FlushGlobal, FlushLevel: verbs.FlushRange},
+		{ID: 3, Opcode: verbs.WRFlush, Flags: verbs.SendSignaled, RemoteAddr: rmr.Addr(), RKey: rmr.RKey(),
+			FlushType: verbs.FlushGlobal, FlushLevel: verbs.FlushMR},
+	}
+	_, err := x.qp.PostSendList(wrs)
+	require.NoError(t, err)
+	waitOK(t, x.scq, 3)
+	p.la.SetTap(nil)
+	p.lb.SetTap(nil)
+	require.Equal(t, []string{
+		"0x1d psn+0 ackreq true va+8 rkey ok true len 8 payload 0102030405060708 pad 0",
+		"0x1c psn+1 ackreq true feth 00000001 va+0 rkey ok true len 16 payload  pad 0",
+		"0x1c psn+2 ackreq true feth 00000011 va+0 rkey ok true len 0 payload  pad 0",
+	}, reqs)
+	require.Equal(t, []string{
+		"0x10 psn+0 syn 0x1f msn 1 payload  pad 0",
+		"0x10 psn+1 syn 0x1f msn 2 payload  pad 0",
+		"0x10 psn+2 syn 0x1f msn 3 payload  pad 0",
+	}, resps)
 }
