@@ -36,6 +36,10 @@ func TestSendRoundTrip(t *testing.T) {
 		{ID: 6, Opcode: ibv.WRRDMARead, Flags: ibv.SendFence, RemoteAddr: 77, RKey: 1, SGL: []ibv.SGE{}},
 		{ID: 7, Opcode: ibv.WRAtomicCmpAndSwp, CompareAdd: 1, Swap: 2, RemoteAddr: 64, RKey: 3, SGL: []ibv.SGE{}},
 		{ID: 8, Opcode: ibv.WRAtomicFetchAndAdd, CompareAdd: 5, RemoteAddr: 64, RKey: 3, SGL: []ibv.SGE{}},
+		{ID: 10, Opcode: ibv.WRAtomicWrite, AtomicWrite: [8]byte{1, 2, 3, 4, 5, 6, 7, 8}, RemoteAddr: 64, RKey: 3,
+			SGL: []ibv.SGE{}},
+		{ID: 11, Opcode: ibv.WRFlush, Flags: ibv.SendSignaled, RemoteAddr: 64, RKey: 3, FlushLength: 1 << 20,
+			FlushType: ibv.FlushGlobal, FlushLevel: ibv.FlushMR, SGL: []ibv.SGE{}},
 	} {
 		e := make([]byte, stride)
 		require.NoError(t, EncodeSend(e, &wr, 0))
@@ -71,14 +75,24 @@ func TestSendDecodeRejects(t *testing.T) {
 	d := NewSendDecoder(stride, 2, 32, nil)
 	var wr ibv.SendWR
 	for name, spoil := range map[string]func(e []byte){
-		"opcode 10 (TSO)":         func(e []byte) { e[offSendOpcode] = 10 },
-		"opcode 255":              func(e []byte) { e[offSendOpcode] = 255 },
-		"unknown flag":            func(e []byte) { e[offSendFlags] |= 0x10 },
-		"reserved word":           func(e []byte) { e[offSendReserved+1] = 1 },
-		"second reserved word":    func(e []byte) { e[offSendReserved2] = 1 },
-		"more SGEs than the QP's": func(e []byte) { e[offSendCount] = 3 },
-		"SGE count past stride":   func(e []byte) { e[offSendCount], e[offSendCount+1] = 0xff, 0xff },
-		"inline past the maximum": func(e []byte) { e[offSendFlags] |= 8; e[offSendCount] = 33 },
+		"opcode 10 (TSO)":          func(e []byte) { e[offSendOpcode] = 10 },
+		"opcode 255":               func(e []byte) { e[offSendOpcode] = 255 },
+		"unknown flag":             func(e []byte) { e[offSendFlags] |= 0x10 },
+		"reserved word":            func(e []byte) { e[offSendReserved+1] = 1 },
+		"second reserved word":     func(e []byte) { e[offSendReserved2] = 1 },
+		"more SGEs than the QP's":  func(e []byte) { e[offSendCount] = 3 },
+		"SGE count past stride":    func(e []byte) { e[offSendCount], e[offSendCount+1] = 0xff, 0xff },
+		"inline past the maximum":  func(e []byte) { e[offSendFlags] |= 8; e[offSendCount] = 33 },
+		"ATOMIC_WRITE with an SGE": func(e []byte) { e[offSendOpcode] = 15 },
+		"FLUSH with an SGE":        func(e []byte) { e[offSendOpcode] = 14 },
+		"FLUSH length past 32 bits": func(e []byte) {
+			e[offSendOpcode], e[offSendCount] = 14, 0
+			e[offSendCompareAdd+4] = 1
+		},
+		"FLUSH spec past two bytes": func(e []byte) {
+			e[offSendOpcode], e[offSendCount] = 14, 0
+			e[offSendSwap+2] = 1
+		},
 	} {
 		e := good()
 		spoil(e)

@@ -24,6 +24,8 @@ var ibvFromWR = [...]uint8{
 	ibv.WRLocalInv:          7,
 	ibv.WRBindMW:            8,
 	ibv.WRSendWithInv:       9,
+	ibv.WRFlush:             14,
+	ibv.WRAtomicWrite:       15,
 }
 
 // wrFromIBV maps an entry's opcode back; ok is false for values no opcode
@@ -88,10 +90,51 @@ func EncodeSend(e []byte, wr *ibv.SendWR, ah uint32) error {
 	default:
 		binary.BigEndian.PutUint32(e[offSendImm:], wr.Imm)
 	}
+	putOperands(e, wr)
 	le.PutUint32(e[offSendAH:], ah)
 	le.PutUint32(e[offSendRemoteQPN:], wr.RemoteQPN)
 	le.PutUint32(e[offSendRemoteQKey:], wr.RemoteQKey)
 	le.PutUint32(e[offSendReserved2:], 0)
+	return nil
+}
+
+// putOperands writes the operands of the IBTA 1.5 opcodes, which take the
+// atomics' fields: ATOMIC_WRITE's 8 bytes, as they lie in memory, where
+// the compare/add value goes; FLUSH's length there, and its placement
+// type and selectivity level in the swap field's first two bytes.
+func putOperands(e []byte, wr *ibv.SendWR) {
+	switch wr.Opcode {
+	case ibv.WRAtomicWrite:
+		copy(e[offSendCompareAdd:offSendCompareAdd+8], wr.AtomicWrite[:])
+		binary.LittleEndian.PutUint64(e[offSendSwap:], 0)
+	case ibv.WRFlush:
+		binary.LittleEndian.PutUint64(e[offSendCompareAdd:], uint64(wr.FlushLength))
+		binary.LittleEndian.PutUint64(e[offSendSwap:], uint64(wr.FlushType)|uint64(wr.FlushLevel)<<8)
+	}
+}
+
+// getOperands is putOperands' reverse; ErrBadEntry for a FLUSH whose
+// length or spec does not fit (CheckSendWR judges the values) or either
+// opcode with data.
+func getOperands(b []byte, count int, wr *ibv.SendWR) error {
+	le := binary.LittleEndian
+	switch wr.Opcode {
+	case ibv.WRAtomicWrite:
+		copy(wr.AtomicWrite[:], b[offSendCompareAdd:offSendCompareAdd+8])
+		wr.CompareAdd, wr.Swap = 0, 0
+	case ibv.WRFlush:
+		n, spec := le.Uint64(b[offSendCompareAdd:]), le.Uint64(b[offSendSwap:])
+		if n > 1<<32-1 || spec > 0xffff {
+			return fmt.Errorf("%w: FLUSH length %d, type and level %#x", ErrBadEntry, n, spec)
+		}
+		wr.FlushLength, wr.FlushType, wr.FlushLevel = uint32(n), ibv.FlushType(spec), ibv.FlushLevel(spec>>8)
+		wr.CompareAdd, wr.Swap = 0, 0
+	default:
+		return nil
+	}
+	if count != 0 || wr.Flags&ibv.SendInline != 0 {
+		return fmt.Errorf("%w: %v with data", ErrBadEntry, wr.Opcode)
+	}
 	return nil
 }
 
@@ -151,6 +194,9 @@ func (d *SendDecoder) Decode(e []byte, wr *ibv.SendWR) error {
 		decodeBind(b, wr)
 	default:
 		wr.Imm = binary.BigEndian.Uint32(b[offSendImm:])
+	}
+	if err := getOperands(b, count, wr); err != nil {
+		return err
 	}
 	if err := d.decodeData(b, count, wr); err != nil {
 		return err

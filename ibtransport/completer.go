@@ -130,7 +130,7 @@ func (c *completer) getWQE(psn header.PSN) *sendWQE {
 		}
 		// A response beyond this WQE acknowledges it, unless it is a READ
 		// or atomic, whose own response must have been lost.
-		if w.opcode.IsRead() || w.opcode.IsAtomic() {
+		if needsResponse(w.opcode) {
 			c.retryOnce()
 			return nil
 		}
@@ -163,6 +163,10 @@ func (c *completer) doAtomic(p *header.Packet, w *sendWQE, psn header.PSN) {
 // SGL.
 func (c *completer) doRead(p *header.Packet, oi *header.OpcodeInfo, w *sendWQE, psn header.PSN) {
 	q := c.qp
+	if w.opcode.IsAtomicWrite() || w.opcode.IsFlush() {
+		c.doZeroRead(p, oi, w, psn)
+		return
+	}
 	if !w.opcode.IsRead() {
 		inc(&q.e.Ctr.RxBadResponse)
 		return
@@ -193,6 +197,17 @@ func (c *completer) doRead(p *header.Packet, oi *header.OpcodeInfo, w *sendWQE, 
 	}
 }
 
+// doZeroRead retires an ATOMIC_WRITE or FLUSH on its response, an RDMA
+// READ RESPONSE ONLY of no bytes whose AETH is an ACK (rxe's answer).
+func (c *completer) doZeroRead(p *header.Packet, oi *header.OpcodeInfo, w *sendWQE, psn header.PSN) {
+	if oi.Position != header.PositionOnly || len(p.Payload) != 0 || psn != w.firstPSN ||
+		p.AETH.Syndrome().Kind() != header.SyndromeACK {
+		inc(&c.qp.e.Ctr.RxBadResponse)
+		return
+	}
+	c.completeHead(ibv.WCSuccess)
+}
+
 // checkAck handles an ACK, an RNR NAK or a NAK.
 func (c *completer) checkAck(p *header.Packet, w *sendWQE, psn header.PSN) {
 	syn := p.AETH.Syndrome()
@@ -215,7 +230,7 @@ func (c *completer) checkAck(p *header.Packet, w *sendWQE, psn header.PSN) {
 // completeAck retires what a positive ACK acknowledges. READs and atomics
 // are retired by their responses only.
 func (c *completer) completeAck(w *sendWQE, psn header.PSN) {
-	if w.opcode.IsRead() || w.opcode.IsAtomic() || psn.Before(c.compPSN) {
+	if needsResponse(w.opcode) || psn.Before(c.compPSN) {
 		return
 	}
 	c.progress(psn.Add(1))

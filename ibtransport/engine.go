@@ -336,7 +336,8 @@ func (e *Engine) receive(ib []byte, info *RecvInfo, forwarded bool) {
 		return
 	}
 	switch oi.Kind {
-	case header.KindSend, header.KindWrite, header.KindReadRequest, header.KindAtomicRequest:
+	case header.KindSend, header.KindWrite, header.KindReadRequest, header.KindAtomicRequest,
+		header.KindAtomicWrite, header.KindFlush:
 		q.resp.onRequest(p, oi)
 	case header.KindReadResponse, header.KindAck, header.KindAtomicAck:
 		q.comp.onResponse(p, oi)

@@ -59,7 +59,8 @@ func newFuzzTarget(t testing.TB) *fuzzTarget {
 	ft.qp, err = e.CreateQP(&QPConfig{Memory: &testMemory{ft.mr}, SendCQ: ft.cq, RecvCQ: ft.cq, Cap: ibv.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 2, MaxRecvSGE: 2}})
 	require.NoError(t, err)
 	q := ft.qp
-	require.NoError(t, q.Modify(&ibv.QPAttr{State: ibv.QPSInit, AccessFlags: ibv.AccessRemoteWrite | ibv.AccessRemoteRead | ibv.AccessRemoteAtomic},
+	require.NoError(t, q.Modify(&ibv.QPAttr{State: ibv.QPSInit, AccessFlags: ibv.AccessRemoteWrite | ibv.AccessRemoteRead | ibv.AccessRemoteAtomic |
+		ibv.AccessFlushGlobal},
 		ibv.QPAttrState|ibv.QPAttrAccessFlags))
 	require.NoError(t, q.Modify(&ibv.QPAttr{State: ibv.QPSRTR, PathMTU: ibv.MTU256, DestQPN: peerQPN, RQPSN: 100, MaxDestRdAtomic: 2,
 		AV: ibv.AddressVector{DGID: peerGID}}, ibv.QPAttrState|ibv.QPAttrAV|ibv.QPAttrPathMTU|ibv.QPAttrDestQPN|ibv.QPAttrRQPSN|
@@ -132,6 +133,16 @@ func FuzzEngineReceive(f *testing.F) {
 	f.Add(ft.packet(header.OpRCFetchAdd, 100, 0, func(p *header.Packet) {
 		p.AtomicETH.SetVA(ft.mr.Addr() + 8)
 		p.AtomicETH.SetRKey(ft.mr.RKey())
+	}))
+	f.Add(ft.packet(header.OpRCAtomicWrite, 100, 8, reth(16, 8)))
+	f.Add(ft.packet(header.OpRCAtomicWrite, 100, 8, reth(4092, 8))) // unaligned, past the end
+	f.Add(ft.packet(header.OpRCFlush, 100, 0, func(p *header.Packet) {
+		reth(0, 4096)(p)
+		p.FETH.Set(header.FlushGlobal, header.FlushRange)
+	}))
+	f.Add(ft.packet(header.OpRCFlush, 100, 0, func(p *header.Packet) {
+		reth(1<<40, 1<<31+1)(p)
+		p.FETH.Set(header.FlushGlobal|header.FlushPersistent, header.FlushMR)
 	}))
 	f.Add(ft.packet(header.OpRCReadResponseFirst, 500, 256, nil))
 	f.Add(ft.packet(header.OpRCAcknowledge, 500, 0, func(p *header.Packet) { p.AETH.SetSyndrome(header.NAKSyndrome(header.NAKPSNSequenceError)) }))

@@ -225,9 +225,11 @@ func validateAttr(a *ibv.QPAttr, mask ibv.QPAttrMask) error {
 		return bad("SQ PSN", a.SQPSN)
 	case mask&ibv.QPAttrPort != 0 && a.Port != 1:
 		return bad("port", a.Port)
-	case mask&ibv.QPAttrAccessFlags != 0 && a.AccessFlags&^(ibv.AccessAll|ibv.AccessOnDemand) != 0:
+	case mask&ibv.QPAttrAccessFlags != 0 && a.AccessFlags&^(ibv.AccessAll|ibv.AccessOnDemand|ibv.AccessFlushPersistent) != 0:
 		// IBV_ACCESS_ON_DEMAND is a region's flag, which programs also
-		// put in a QP's (rdma-core's OdpRdmaRC): the kernel ignores it.
+		// put in a QP's (rdma-core's OdpRdmaRC): the kernel ignores it. A
+		// QP may allow persistent FLUSHes (the kernel checks nothing
+		// there); no region grants them, so they are NAKed.
 		return bad("access flags", a.AccessFlags)
 	}
 	return nil

@@ -1,6 +1,7 @@
 package ibtransport
 
 import (
+	"encoding/binary"
 	"fmt"
 
 	"github.com/softnic/softnic/ibtransport/ibv"
@@ -121,15 +122,27 @@ func (q *QP) postSendLocked(wr *ibv.SendWR) error {
 	if q.sigAll {
 		s.flags |= ibv.SendSignaled
 	}
-	n := sq.copyData(i, s, wr)
+	var n uint64
+	switch {
+	case wr.Opcode.IsAtomicWrite():
+		n = 8 // the value rides in the slot's operands, not an SGL
+	case wr.Opcode.IsFlush():
+		n = uint64(wr.FlushLength) // flushes remote bytes, sends none
+		s.imm = flushSpec(wr.FlushType, wr.FlushLevel)
+	default:
+		n = sq.copyData(i, s, wr)
+	}
 	if sq.ud != nil {
 		sq.ud[i] = udDest{ah: pathsOf(wr.AH), qpn: wr.RemoteQPN, qkey: wr.RemoteQKey}
 	}
-	if wr.Opcode.IsAtomic() || wr.Opcode == ibv.WRBindMW {
+	if wr.Opcode.IsAtomic() || wr.Opcode.IsAtomicWrite() || wr.Opcode == ibv.WRBindMW {
 		if sq.atomics == nil {
 			sq.atomics = make([]atomicOperands, len(sq.slots))
 		}
 		sq.atomics[i] = atomicOperands{compareAdd: wr.CompareAdd, swap: wr.Swap}
+		if wr.Opcode.IsAtomicWrite() {
+			sq.atomics[i] = atomicOperands{compareAdd: binary.NativeEndian.Uint64(wr.AtomicWrite[:])}
+		}
 	}
 	if wr.Opcode == ibv.WRBindMW {
 		b := &wr.Bind

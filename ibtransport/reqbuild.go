@@ -1,6 +1,8 @@
 package ibtransport
 
 import (
+	"encoding/binary"
+
 	"github.com/softnic/softnic/ibtransport/header"
 
 	"github.com/softnic/softnic/ibtransport/ibv"
@@ -63,6 +65,10 @@ func (r *requester) buildRequest(buf []byte, i uint32, w *sendWQE) (int, bool) {
 		last = psn == w.lastPSN
 	case op.IsRead():
 		n = r.buildRead(buf, w)
+	case op.IsAtomicWrite():
+		n = r.buildAtomicWrite(buf, i, w)
+	case op.IsFlush():
+		n = r.buildFlush(buf, w)
 	default:
 		n = r.buildAtomic(buf, i, w)
 	}
@@ -156,6 +162,33 @@ func (r *requester) buildAtomic(buf []byte, i uint32, w *sendWQE) int {
 	} else {
 		p.AtomicETH.SetSwapAdd(a.compareAdd)
 	}
+	w.nextPSN = w.nextPSN.Add(1)
+	return n
+}
+
+// buildAtomicWrite lays out an ATOMIC_WRITE: a RETH of 8 bytes and the
+// value, as the poster's memory held it.
+func (r *requester) buildAtomicWrite(buf []byte, i uint32, w *sendWQE) int {
+	q := r.qp
+	p := &q.e.tx
+	n, _ := header.LayoutPacket(buf, header.OpRCAtomicWrite, 8, p)
+	p.RETH.SetVA(w.remoteAddr)
+	p.RETH.SetRKey(w.rkey)
+	p.RETH.SetDMALength(8)
+	binary.NativeEndian.PutUint64(p.Payload, q.sq.atomics[i&q.sq.mask].compareAdd)
+	w.nextPSN = w.nextPSN.Add(1)
+	return n
+}
+
+// buildFlush lays out a FLUSH: its FETH, and a RETH naming the range
+// (which a whole-region FLUSH sends too, as rxe does).
+func (r *requester) buildFlush(buf []byte, w *sendWQE) int {
+	p := &r.qp.e.tx
+	n, _ := header.LayoutPacket(buf, header.OpRCFlush, 0, p)
+	p.FETH.Set(w.flushSpec())
+	p.RETH.SetVA(w.remoteAddr)
+	p.RETH.SetRKey(w.rkey)
+	p.RETH.SetDMALength(w.length)
 	w.nextPSN = w.nextPSN.Add(1)
 	return n
 }

@@ -75,7 +75,7 @@ func (r *requester) retire(idx uint32, w *sendWQE) {
 	if r.reqIdx == idx {
 		// Retired before the requester re-sent it after a go-back.
 		r.reqIdx++
-	} else if w.opcode.IsRead() || w.opcode.IsAtomic() {
+	} else if usesRdAtomic(w.opcode) {
 		r.rdAtomicOut--
 	}
 }
@@ -169,7 +169,7 @@ func (r *requester) startWQE(w *sendWQE) bool {
 	if w.flags&ibv.SendFence != 0 && c.compIdx != r.reqIdx {
 		return false
 	}
-	if (w.opcode.IsRead() || w.opcode.IsAtomic()) && r.rdAtomicOut >= q.maxRdAtomic() {
+	if usesRdAtomic(w.opcode) && r.rdAtomicOut >= q.maxRdAtomic() {
 		return false
 	}
 	if c.compIdx != r.reqIdx && r.sqPSN.Diff(c.compPSN) >= r.window {
@@ -234,7 +234,7 @@ func (r *requester) transmit(w *sendWQE) bool {
 	q.comp.armTimer()
 	if w.nextPSN == w.lastPSN.Add(1) {
 		r.reqIdx++
-		if w.opcode.IsRead() || w.opcode.IsAtomic() {
+		if usesRdAtomic(w.opcode) {
 			r.rdAtomicOut++
 		}
 	}
@@ -252,6 +252,9 @@ func (r *requester) prepare(i uint32, w *sendWQE) ibv.WCStatus {
 	}
 	if op.IsAtomic() && w.length < 8 {
 		return ibv.WCLocLenErr
+	}
+	if op.IsAtomicWrite() || op.IsFlush() {
+		return ibv.WCSuccess // no local memory: the value is in the slot
 	}
 	for j := range int(w.nsge) {
 		s, mr := q.sq.sge(i, w, j)

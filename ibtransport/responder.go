@@ -1,6 +1,7 @@
 package ibtransport
 
 import (
+	"encoding/binary"
 	"sync/atomic"
 	"unsafe"
 
@@ -12,8 +13,11 @@ import (
 // resource remembers an executed READ or atomic so that a duplicate request
 // can be answered again (responder resources, IBA 9.7.5.1.2).
 type resource struct {
-	used     bool
-	atomic   bool
+	used   bool
+	atomic bool
+	// zeroRead: an ATOMIC_WRITE or FLUSH, answered (again) by an RDMA
+	// READ RESPONSE ONLY without payload, never executed twice.
+	zeroRead bool
 	firstPSN header.PSN
 	lastPSN  header.PSN
 	rkey     uint32
@@ -112,6 +116,10 @@ func (r *responder) onRequest(p *header.Packet, oi *header.OpcodeInfo) {
 		r.executeRead(p, psn)
 	case header.KindAtomicRequest:
 		r.executeAtomic(p, psn)
+	case header.KindAtomicWrite:
+		r.executeAtomicWrite(p, psn)
+	case header.KindFlush:
+		r.executeFlush(p, psn)
 	}
 }
 
@@ -393,6 +401,18 @@ func AtomicWord(b []byte, cas bool, compare, swapAdd uint64) (uint64, bool) {
 	}
 }
 
+// StoreWord stores b into the 8 bytes of w, for a Region whose memory is
+// in this process, as one atomic store (the application may read the
+// word at the same time); false if w is not an aligned word. The bytes
+// land as they are: the store is of the word they make in the CPU's order.
+func StoreWord(w []byte, b [8]byte) bool {
+	if len(w) != 8 || uintptr(unsafe.Pointer(&w[0]))&7 != 0 {
+		return false
+	}
+	atomic.StoreUint64((*uint64)(unsafe.Pointer(&w[0])), binary.NativeEndian.Uint64(b[:]))
+	return true
+}
+
 func (r *responder) allocResource() *resource {
 	if len(r.res) == 0 {
 		r.initResources(1)
@@ -424,6 +444,8 @@ func (r *responder) duplicate(p *header.Packet, oi *header.OpcodeInfo, psn heade
 				return
 			}
 		}
+	case header.KindAtomicWrite, header.KindFlush:
+		r.replayZeroRead(psn)
 	}
 }
 
@@ -432,7 +454,7 @@ func (r *responder) duplicate(p *header.Packet, oi *header.OpcodeInfo, psn heade
 func (r *responder) replayRead(p *header.Packet, psn header.PSN) {
 	for i := range r.res {
 		res := &r.res[i]
-		if !res.used || res.atomic || !res.holds(psn) {
+		if !res.used || res.atomic || res.zeroRead || !res.holds(psn) {
 			continue
 		}
 		va, n := p.RETH.VA(), p.RETH.DMALength()

@@ -49,6 +49,24 @@ type sendWQE struct {
 // invalidates.
 func (w *sendWQE) invalidateRKey() uint32 { return w.imm }
 
+// flushSpec packs a FLUSH's placement type and selectivity level into the
+// slot's imm, which a FLUSH has no other use for.
+func flushSpec(t ibv.FlushType, l ibv.FlushLevel) uint32 { return uint32(t) | uint32(l)<<8 }
+
+// flushSpec returns a FLUSH's placement type and selectivity level.
+func (w *sendWQE) flushSpec() (t, l uint8) { return uint8(w.imm), uint8(w.imm >> 8) }
+
+// usesRdAtomic reports whether op takes one of the responder's READ and
+// atomic resources, counted against max_rd_atomic: READs, atomics and,
+// as rxe's requester counts it, ATOMIC_WRITE (not FLUSH).
+func usesRdAtomic(op ibv.WROpcode) bool { return op.IsRead() || op.IsAtomic() || op.IsAtomicWrite() }
+
+// needsResponse reports whether op is retired only by its own response,
+// which carries data (READ, atomics): an ACK of a later PSN means it was
+// lost. ATOMIC_WRITE and FLUSH answer with no data, and a later ACK
+// acknowledges them (rxe's completer does the same).
+func needsResponse(op ibv.WROpcode) bool { return op.IsRead() || op.IsAtomic() }
+
 // atomicOperands are the operands of an atomic work request. A BIND_MW
 // keeps its window's length and rights there (bindOf), the rest of its
 // binding in the slot's remoteAddr, rkey and imm: a field more in the
@@ -188,7 +206,7 @@ func packetCount(n, mtu uint32) uint32 { return max((n+mtu-1)/mtu, 1) }
 
 // packets returns how many PSNs a WQE uses.
 func (q *QP) packets(w *sendWQE) uint32 {
-	if w.opcode.IsAtomic() {
+	if w.opcode.IsAtomic() || w.opcode.IsAtomicWrite() || w.opcode.IsFlush() {
 		return 1
 	}
 	return packetCount(w.length, q.mtu)

@@ -23,6 +23,10 @@ type Memory interface {
 	// rkey, whose range and rights it must be in, and which, of type 2,
 	// must be bound to qp.
 	RemoteRegion(qp *QP, rkey uint32, va uint64, n uint32, access ibv.Access) Region
+	// RemoteKeyGrants reports whether rkey names a valid region of the
+	// domain granting every right in access, wherever its range: a FLUSH
+	// of a whole region checks no addresses.
+	RemoteKeyGrants(rkey uint32, access ibv.Access) bool
 	// InvalidateRKey invalidates rkey, for a SEND_WITH_INV arriving on qp
 	// (remote) or a LOCAL_INV qp posted, and reports false if no region or
 	// type 2 window of the domain has it (or, remote, the window is bound
@@ -52,6 +56,10 @@ type Region interface {
 	// Atomic executes a CompareSwap (cas) or FetchAdd on the 8-byte word
 	// at va, which is aligned, and returns the word's original value.
 	Atomic(va uint64, cas bool, compare, swapAdd uint64) (uint64, bool)
+	// AtomicWrite stores the 8 bytes b, unchanged, into the aligned word
+	// at va as one single-copy atomic store (IBTA 1.5 ATOMIC_WRITE): an
+	// observer sees the whole old word or the whole new one.
+	AtomicWrite(va uint64, b [8]byte) bool
 	// RemoteWritten is called after a peer's RDMA WRITE message (its last
 	// packet) or atomic has changed bytes of the region, so that a local
 	// poller watching the region can learn it without racing the engine.

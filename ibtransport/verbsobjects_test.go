@@ -49,6 +49,11 @@ func (m *testRegion) Atomic(va uint64, cas bool, compare, swapAdd uint64) (uint6
 	return AtomicWord(b, cas, compare, swapAdd)
 }
 
+func (m *testRegion) AtomicWrite(va uint64, b [8]byte) bool {
+	w, _ := m.Slice(va, 8)
+	return StoreWord(w, b)
+}
+
 // Slice returns the region's n bytes at va, if it holds them.
 func (m *testRegion) Slice(va uint64, n uint32) ([]byte, bool) {
 	if va < m.addr {
@@ -79,6 +84,10 @@ func (t *testMemory) RemoteRegion(_ *QP, rkey uint32, va uint64, n uint32, a ibv
 		return nil
 	}
 	return t.LocalRegion(rkey, va, n, a)
+}
+
+func (t *testMemory) RemoteKeyGrants(rkey uint32, a ibv.Access) bool {
+	return rkey == t.mr.key && t.mr.rkeyValid && t.mr.access&a == a
 }
 
 // BindMW binds nothing: windows are package verbs', tested there.

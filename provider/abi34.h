@@ -93,6 +93,20 @@ struct sn_verbs_qp {
 	void *xrcd;
 };
 
+/*
+ * IBTA 1.5's FLUSH and ATOMIC_WRITE as the kernel's uverbs ABI numbers them
+ * (ib_user_verbs.h: IB_UVERBS_DEVICE_FLUSH_GLOBAL 1 << 38, _PERSISTENT
+ * 1 << 39, _ATOMIC_WRITE 1 << 40 in device_cap_flags_ex; the access flags
+ * IB_UVERBS_ACCESS_FLUSH_GLOBAL 1 << 8, _PERSISTENT 1 << 9). rdma-core 44's
+ * verbs.h, which softnic builds against, has ATOMIC_WRITE's opcodes but
+ * neither the device flags nor anything of FLUSH (rdma-core 47 added them).
+ */
+#define SN_DEVICE_FLUSH_GLOBAL (1ULL << 38)
+#define SN_DEVICE_FLUSH_PERSISTENT (1ULL << 39)
+#define SN_DEVICE_ATOMIC_WRITE (1ULL << 40)
+#define SN_ACCESS_FLUSH_GLOBAL (1 << 8)
+#define SN_ACCESS_FLUSH_PERSISTENT (1 << 9)
+
 /* Placeholder for an operation softnic leaves to libibverbs' default. */
 typedef void (*sn_unused_op)(void);
 

@@ -223,6 +223,11 @@ static int sn_query_device_ex(struct ibv_context *context, const struct ibv_quer
 	}
 	if (attr_size >= offsetof(struct ibv_device_attr_ex, max_dm_size) + sizeof(attr->max_dm_size))
 		attr->max_dm_size = SN_MAX_DM_SIZE; /* dm.c: the daemon's memory, every session's */
+	/* The engines execute ATOMIC_WRITE, and FLUSH to global visibility;
+	 * softnic has no persistent memory, so no persistent FLUSH (as rxe
+	 * without pmem, though rxe sets the flag and refuses the regions). */
+	if (attr_size >= offsetof(struct ibv_device_attr_ex, device_cap_flags_ex) + sizeof(attr->device_cap_flags_ex))
+		attr->device_cap_flags_ex = a->device_cap_flags | SN_DEVICE_ATOMIC_WRITE | SN_DEVICE_FLUSH_GLOBAL;
 	return 0;
 }
 

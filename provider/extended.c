@@ -338,6 +338,15 @@ static void wr_atomic_fetch_add(struct ibv_qp_ex *x, uint32_t rkey, uint64_t add
 		h->compare_add = add;
 }
 
+/* wr_atomic_write (IBTA 1.5): the 8 bytes at value go on the wire as they
+ * lie, in the entry's compare/add field (docs/HOST-INTERFACE.md). */
+static void wr_atomic_write(struct ibv_qp_ex *x, uint32_t rkey, uint64_t addr, const void *value)
+{
+	struct sn_send_entry *h = begin_remote(x, IBV_WR_ATOMIC_WRITE, rkey, addr);
+	if (h)
+		memcpy(&h->compare_add, value, sizeof(h->compare_add));
+}
+
 /* building returns the QP whose work request a setter completes, or NULL
  * when there is none (an error came first). */
 static struct sn_qp *building(struct ibv_qp_ex *x)
@@ -412,7 +421,7 @@ static void wr_set_inline_data(struct ibv_qp_ex *x, void *addr, size_t length)
 #define SN_RC_SEND_OPS                                                                                       \
 	(SN_UC_SEND_OPS | IBV_QP_EX_WITH_SEND_WITH_INV | IBV_QP_EX_WITH_RDMA_READ |                          \
 	 IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_BIND_MW |      \
-	 IBV_QP_EX_WITH_LOCAL_INV)
+	 IBV_QP_EX_WITH_LOCAL_INV | IBV_QP_EX_WITH_ATOMIC_WRITE)
 
 static uint64_t send_ops(enum ibv_qp_type type)
 {
@@ -457,6 +466,7 @@ static void set_wr_ops(struct ibv_qp *ibqp, uint64_t ops)
 	OP(IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD, wr_atomic_fetch_add);
 	OP(IBV_QP_EX_WITH_BIND_MW, wr_bind_mw);
 	OP(IBV_QP_EX_WITH_LOCAL_INV, wr_local_inv);
+	OP(IBV_QP_EX_WITH_ATOMIC_WRITE, wr_atomic_write);
 #undef OP
 	qp->vqp.comp_mask |= SN_VERBS_QP_EX;
 }

@@ -362,6 +362,9 @@ struct sn_send_entry {
 	uint32_t imm; /* network order as in ibv_send_wr, or the rkey to invalidate */
 	uint64_t remote_addr;
 	uint32_t rkey, reserved;
+	/* ATOMIC_WRITE: compare_add holds the 8 bytes to write as they lie in
+	 * memory. FLUSH: compare_add the length, swap's first two bytes the
+	 * placement type and the selectivity level. */
 	uint64_t compare_add, swap;
 	uint32_t ah, remote_qpn, remote_qkey, reserved2;
 } __attribute__((packed));

@@ -188,6 +188,10 @@ func (b *mwBinding) Atomic(va uint64, cas bool, compare, swapAdd uint64) (uint64
 	return (*localView)(b.mr).Atomic(va, cas, compare, swapAdd)
 }
 
+func (b *mwBinding) AtomicWrite(va uint64, w [8]byte) bool {
+	return b.current() && (*localView)(b.mr).AtomicWrite(va, w)
+}
+
 func (b *mwBinding) RemoteWritten() { b.mr.remoteWrites.Add(1) }
 
 // procWindowView is a binding over a region in another process's memory
@@ -208,5 +212,8 @@ func (v *procWindowView) WriteAt(src []byte, va uint64) bool {
 }
 func (v *procWindowView) Atomic(va uint64, cas bool, compare, swapAdd uint64) (uint64, bool) {
 	return (*mwBinding)(v).Atomic(va, cas, compare, swapAdd)
+}
+func (v *procWindowView) AtomicWrite(va uint64, w [8]byte) bool {
+	return (*mwBinding)(v).AtomicWrite(va, w)
 }
 func (v *procWindowView) RemoteWritten() { (*mwBinding)(v).RemoteWritten() }

@@ -67,6 +67,11 @@ func (p *enginePD) RemoteRegion(qp *ibtransport.QP, rkey uint32, va uint64, n ui
 	return (*remoteView)(mr)
 }
 
+func (p *enginePD) RemoteKeyGrants(rkey uint32, a Access) bool {
+	mr := p.e.mrs.rkeys[rkey]
+	return mr != nil && mr.rkeyValid.Load() && mr.valid && mr.pd == p.pd && mr.access&a == a
+}
+
 // windowRegion is RemoteRegion through a memory window.
 func (p *enginePD) windowRegion(qp *ibtransport.QP, rkey uint32, va uint64, n uint32, a Access) ibtransport.Region {
 	b := p.window(qp, rkey, va, n, a)

@@ -144,6 +144,18 @@ func (v *localView) Atomic(va uint64, cas bool, compare, swapAdd uint64) (uint64
 	return ibtransport.AtomicWord(m.buf[off:off+8], cas, compare, swapAdd)
 }
 
+func (v *localView) AtomicWrite(va uint64, b [8]byte) bool {
+	m := (*MR)(v)
+	switch {
+	case !m.valid || !m.holds(va, 8):
+		return false
+	case m.proc != nil:
+		return m.pd.ops.(*enginePD).e.atomics.store(m.proc, va, b)
+	}
+	off := va - m.addr
+	return ibtransport.StoreWord(m.buf[off:off+8], b)
+}
+
 func (v *localView) RemoteWritten() { v.remoteWrites.Add(1) }
 
 // remoteView is the region as the engine holds it after an rkey lookup:
@@ -163,6 +175,10 @@ func (v *remoteView) Atomic(va uint64, cas bool, compare, swapAdd uint64) (uint6
 		return 0, false
 	}
 	return (*localView)(v).Atomic(va, cas, compare, swapAdd)
+}
+
+func (v *remoteView) AtomicWrite(va uint64, b [8]byte) bool {
+	return v.rkeyValid.Load() && (*localView)(v).AtomicWrite(va, b)
 }
 
 func (v *remoteView) RemoteWritten() { v.remoteWrites.Add(1) }

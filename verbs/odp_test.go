@@ -48,7 +48,7 @@ func testODPRegionTraffic(t *testing.T, m mode) {
 	src, sbuf := regMR(t, x.pd, 4096, allAccess|verbs.AccessOnDemand)
 	dst, dbuf := regMR(t, y.pd, 4096, allAccess|verbs.AccessOnDemand|verbs.AccessHugeTLB)
 	require.True(t, dst.OnDemand())
-	_, err := y.pd.RegMR(make([]byte, 8), verbs.AccessLocalWrite|1<<8)
+	_, err := y.pd.RegMR(make([]byte, 8), verbs.AccessLocalWrite|1<<12)
 	require.ErrorIs(t, err, verbs.ErrInvalidArgument, "an unknown access flag")
 	fill(sbuf, 3)
 	require.Equal(t, verbs.WCSuccess, writeTo(t, x, src, 1000, dst.Addr()+8, dst.RKey()))

@@ -86,6 +86,9 @@ func (v *procLocalView) WriteAt(src []byte, va uint64) bool {
 func (v *procLocalView) Atomic(va uint64, cas bool, compare, swapAdd uint64) (uint64, bool) {
 	return (*localView)(v).Atomic(va, cas, compare, swapAdd)
 }
+func (v *procLocalView) AtomicWrite(va uint64, b [8]byte) bool {
+	return (*localView)(v).AtomicWrite(va, b)
+}
 func (v *procLocalView) RemoteWritten() { v.remoteWrites.Add(1) }
 
 func (v *procRemoteView) Deferred(n int, va uint64) (ibtransport.VectorMemory, uint64, bool) {
@@ -101,6 +104,9 @@ func (v *procRemoteView) WriteAt(src []byte, va uint64) bool {
 }
 func (v *procRemoteView) Atomic(va uint64, cas bool, compare, swapAdd uint64) (uint64, bool) {
 	return (*remoteView)(v).Atomic(va, cas, compare, swapAdd)
+}
+func (v *procRemoteView) AtomicWrite(va uint64, b [8]byte) bool {
+	return (*remoteView)(v).AtomicWrite(va, b)
 }
 func (v *procRemoteView) RemoteWritten() { v.remoteWrites.Add(1) }
 
@@ -131,4 +137,16 @@ func (u *atomicUnit) apply(mem ProcessMemory, va uint64, cas bool, compare, swap
 	}
 	binary.LittleEndian.PutUint64(b[:], next)
 	return orig, mem.WriteAt(b[:], va) == nil
+}
+
+// store executes an ATOMIC_WRITE on another process's memory: one 8-byte
+// write under the lock the other atomics take, so that it is atomic with
+// respect to them (IBV_ATOMIC_HCA, as apply).
+func (u *atomicUnit) store(mem ProcessMemory, va uint64, b [8]byte) bool {
+	if va&7 != 0 {
+		return false
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return mem.WriteAt(b[:], va) == nil
 }

@@ -29,6 +29,8 @@ type (
 	WCStatus      = ibv.WCStatus
 	WCOpcode      = ibv.WCOpcode
 	WCFlags       = ibv.WCFlags
+	FlushType     = ibv.FlushType
+	FlushLevel    = ibv.FlushLevel
 )
 
 // Access flags.
@@ -39,6 +41,19 @@ const (
 	AccessRemoteAtomic = ibv.AccessRemoteAtomic
 	AccessZeroBased    = ibv.AccessZeroBased
 	AccessMWBind       = ibv.AccessMWBind
+	// AccessFlushGlobal lets a peer FLUSH the region to global visibility
+	// (IBV_ACCESS_FLUSH_GLOBAL). AccessFlushPersistent is refused at
+	// registration: softnic has no persistent memory.
+	AccessFlushGlobal     = ibv.AccessFlushGlobal
+	AccessFlushPersistent = ibv.AccessFlushPersistent
+)
+
+// FLUSH placement types and selectivity levels.
+const (
+	FlushGlobal     = ibv.FlushGlobal
+	FlushPersistent = ibv.FlushPersistent
+	FlushRange      = ibv.FlushRange
+	FlushMR         = ibv.FlushMR
 )
 
 // QP states.
@@ -93,6 +108,8 @@ const (
 	WRAtomicFetchAndAdd = ibv.WRAtomicFetchAndAdd
 	WRLocalInv          = ibv.WRLocalInv
 	WRBindMW            = ibv.WRBindMW
+	WRAtomicWrite       = ibv.WRAtomicWrite
+	WRFlush             = ibv.WRFlush
 )
 
 // Send flags.
@@ -131,6 +148,8 @@ const (
 	WCFetchAdd        = ibv.WCFetchAdd
 	WCBindMW          = ibv.WCBindMW
 	WCLocalInv        = ibv.WCLocalInv
+	WCFlush           = ibv.WCFlush
+	WCAtomicWrite     = ibv.WCAtomicWrite
 	WCRecv            = ibv.WCRecv
 	WCRecvRDMAWithImm = ibv.WCRecvRDMAWithImm
 )

@@ -12,6 +12,7 @@ const (
 	ImmDtLen        = 4
 	IETHLen         = 4
 	DETHLen         = 8
+	FETHLen         = 4
 	ICRCLen         = 4
 )
 
@@ -222,4 +223,36 @@ func setBit(b *byte, mask byte, v bool) {
 	} else {
 		*b &^= mask
 	}
+}
+
+// FETH is the FLUSH Extended Transport Header (IBTA 1.5, A19): one
+// big-endian word whose bits 3-0 are the placement type and bits 5-4 the
+// selectivity level; the rest is reserved.
+type FETH []byte
+
+// Flush placement types (bits of the FETH's placement type, IBTA's and
+// the kernel's IB_FLUSH_GLOBAL and IB_FLUSH_PERSISTENT).
+const (
+	FlushGlobal     uint8 = 1 << 0
+	FlushPersistent uint8 = 1 << 1
+)
+
+// Flush selectivity levels: the RETH's range, or the whole region its
+// rkey names (IB_FLUSH_RANGE, IB_FLUSH_MR).
+const (
+	FlushRange uint8 = 0
+	FlushMR    uint8 = 1
+)
+
+// PlacementType returns the placement type (4 bits).
+func (f FETH) PlacementType() uint8 { return f[3] & 0x0f }
+
+// SelectivityLevel returns the selectivity level (2 bits).
+func (f FETH) SelectivityLevel() uint8 { return f[3] >> 4 & 3 }
+
+// Set writes the whole FETH: placement type t and selectivity level l,
+// reserved bits zero.
+func (f FETH) Set(t, l uint8) {
+	f[0], f[1], f[2] = 0, 0, 0
+	f[3] = t&0x0f | (l&3)<<4
 }

@@ -31,6 +31,11 @@ const (
 	OpRCFetchAdd           Opcode = 0x14
 	OpRCSendLastInv        Opcode = 0x16
 	OpRCSendOnlyInv        Opcode = 0x17
+	// IBTA 1.5 (Linux rxe since 6.2): FLUSH carries a FETH and a RETH;
+	// ATOMIC_WRITE a RETH and the 8 bytes to write. Both are answered by
+	// an RDMA READ RESPONSE ONLY without payload.
+	OpRCFlush       Opcode = 0x1c
+	OpRCAtomicWrite Opcode = 0x1d
 )
 
 // Unreliable Connected opcodes.
@@ -94,6 +99,8 @@ const (
 	KindAtomicRequest
 	KindAtomicAck
 	KindCNP
+	KindFlush
+	KindAtomicWrite
 )
 
 // Position says where a packet falls in a multi-packet message.
@@ -112,9 +119,11 @@ const (
 type Ext uint8
 
 // Extension headers, in the order they appear on the wire (DETH first for UD,
-// then RETH/AtomicETH, AETH, AtomicAckETH, ImmDt/IETH).
+// FETH before the RETH of a FLUSH, then RETH/AtomicETH, AETH, AtomicAckETH,
+// ImmDt/IETH).
 const (
 	ExtDETH Ext = 1 << iota
+	ExtFETH
 	ExtRETH
 	ExtAtomicETH
 	ExtAETH
@@ -173,6 +182,8 @@ func init() {
 		{0x14, "FETCH_ADD", KindAtomicRequest, PositionNone, ExtAtomicETH, false},
 		{0x16, "SEND_LAST_WITH_INVALIDATE", KindSend, PositionLast, ExtIETH, true},
 		{0x17, "SEND_ONLY_WITH_INVALIDATE", KindSend, PositionOnly, ExtIETH, true},
+		{0x1c, "FLUSH", KindFlush, PositionNone, ExtFETH | ExtRETH, false},
+		{0x1d, "ATOMIC_WRITE", KindAtomicWrite, PositionNone, ExtRETH, true},
 	}
 	add := func(t Transport, prefix string, base Opcode, r row) {
 		op := base | r.op
@@ -199,7 +210,7 @@ var extLens = [...]struct {
 	ext Ext
 	n   int
 }{
-	{ExtDETH, DETHLen}, {ExtRETH, RETHLen}, {ExtAtomicETH, AtomicETHLen}, {ExtAETH, AETHLen},
+	{ExtDETH, DETHLen}, {ExtFETH, FETHLen}, {ExtRETH, RETHLen}, {ExtAtomicETH, AtomicETHLen}, {ExtAETH, AETHLen},
 	{ExtAtomicAckETH, AtomicAckETHLen}, {ExtImmDt, ImmDtLen}, {ExtIETH, IETHLen},
 }
 

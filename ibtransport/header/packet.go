@@ -21,6 +21,7 @@ var (
 type Packet struct {
 	BTH          BTH
 	DETH         DETH
+	FETH         FETH
 	RETH         RETH
 	AtomicETH    AtomicETH
 	AETH         AETH
@@ -81,9 +82,13 @@ func (p *Packet) setViews(b []byte, info *OpcodeInfo) {
 		off += n
 		return h
 	}
-	// Wire order: DETH, RETH or AtomicETH, AETH, AtomicAckETH, ImmDt or IETH.
+	// Wire order: DETH, FETH, RETH or AtomicETH, AETH, AtomicAckETH, ImmDt
+	// or IETH.
 	if info.Ext&ExtDETH != 0 {
 		p.DETH = take(DETHLen)
+	}
+	if info.Ext&ExtFETH != 0 {
+		p.FETH = take(FETHLen)
 	}
 	if info.Ext&ExtRETH != 0 {
 		p.RETH = take(RETHLen)

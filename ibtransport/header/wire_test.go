@@ -21,8 +21,8 @@ func allOpcodes() []Opcode {
 
 func TestOpcodeTable(t *testing.T) {
 	ops := allOpcodes()
-	// 23 RC + 12 UC + 2 UD + CNP.
-	require.Len(t, ops, 23+12+2+1)
+	// 25 RC (IBTA 1.5's FLUSH and ATOMIC_WRITE among them) + 12 UC + 2 UD + CNP.
+	require.Len(t, ops, 25+12+2+1)
 	cases := []struct {
 		op        Opcode
 		name      string
@@ -40,6 +40,8 @@ func TestOpcodeTable(t *testing.T) {
 		{OpRCReadResponseMiddle, "RC_RDMA_READ_RESPONSE_MIDDLE", 12, PositionMiddle, true},
 		{OpRCAcknowledge, "RC_ACKNOWLEDGE", 16, PositionNone, false},
 		{OpRCAtomicAcknowledge, "RC_ATOMIC_ACKNOWLEDGE", 24, PositionNone, false},
+		{OpRCFlush, "RC_FLUSH", 32, PositionNone, false},
+		{OpRCAtomicWrite, "RC_ATOMIC_WRITE", 28, PositionNone, true},
 		{OpRCCompareSwap, "RC_COMPARE_SWAP", 40, PositionNone, false},
 		{OpRCFetchAdd, "RC_FETCH_ADD", 40, PositionNone, false},
 		{OpRCSendLastInv, "RC_SEND_LAST_WITH_INVALIDATE", 16, PositionLast, true},
@@ -72,6 +74,9 @@ func fillPacket(p *Packet, seed uint32) {
 	p.BTH.SetDestQPN(0xabcdef ^ seed)
 	p.BTH.SetAckReq(true)
 	p.BTH.SetPSN(PSN(0xfffffe + seed))
+	if p.FETH != nil {
+		p.FETH.Set(FlushGlobal, FlushMR)
+	}
 	if p.RETH != nil {
 		p.RETH.SetVA(0x1122334455667788 + uint64(seed))
 		p.RETH.SetRKey(0xdeadbeef)
@@ -351,6 +356,15 @@ func FuzzParsePacket(f *testing.F) {
 			require.Empty(t, p.Payload, "payload on %v", p.Opcode())
 		}
 		require.Equal(t, len(b), info.HeaderLen+len(p.Payload)+len(p.Pad), "views cover the packet")
+		if p.FETH != nil {
+			// The FETH precedes the RETH, and its fields read back.
+			require.Len(t, p.FETH, FETHLen)
+			var f [FETHLen]byte
+			FETH(f[:]).Set(p.FETH.PlacementType(), p.FETH.SelectivityLevel())
+			require.Equal(t, p.FETH[3]&0x3f, f[3], "FETH fields round-trip")
+			require.Equal(t, &b[BTHLen], &p.FETH[0], "FETH right after the BTH")
+			require.Equal(t, &b[BTHLen+FETHLen], &p.RETH[0], "RETH after the FETH")
+		}
 	})
 }
 
@@ -364,4 +378,36 @@ func BenchmarkParsePacket(b *testing.B) {
 			require.NoError(b, err)
 		}
 	}
+}
+
+// TestFETH checks the FLUSH extended header's bits as Linux rxe lays them
+// (rxe_hdr.h: placement type in bits 3-0, selectivity level in bits 5-4 of
+// one big-endian word).
+func TestFETH(t *testing.T) {
+	buf := make([]byte, 64)
+	var p Packet
+	n, err := LayoutPacket(buf, OpRCFlush, 0, &p)
+	require.NoError(t, err)
+	require.Equal(t, 32, n)
+	p.FETH.Set(FlushGlobal|FlushPersistent, FlushMR)
+	assert.Equal(t, []byte{0, 0, 0, 0x13}, []byte(p.FETH))
+	p.RETH.SetDMALength(4096)
+	var q Packet
+	require.NoError(t, ParsePacket(buf[:n], &q))
+	assert.Equal(t, FlushGlobal|FlushPersistent, q.FETH.PlacementType())
+	assert.Equal(t, FlushMR, q.FETH.SelectivityLevel())
+	assert.Equal(t, uint32(4096), q.RETH.DMALength())
+	// Reserved bits are ignored on receive.
+	buf[12], buf[15] = 0xff, 0xc1
+	require.NoError(t, ParsePacket(buf[:n], &q))
+	assert.Equal(t, FlushGlobal, q.FETH.PlacementType())
+	assert.Equal(t, FlushRange, q.FETH.SelectivityLevel())
+	// ATOMIC_WRITE: a RETH, then 8 bytes of payload.
+	n, err = LayoutPacket(buf, OpRCAtomicWrite, 8, &p)
+	require.NoError(t, err)
+	assert.Equal(t, 12+16+8, n)
+	assert.Equal(t, 0, p.BTH.PadCount())
+	require.NoError(t, ParsePacket(buf[:n], &q))
+	assert.Len(t, q.Payload, 8)
+	assert.Nil(t, q.FETH)
 }

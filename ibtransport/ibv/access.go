@@ -25,10 +25,16 @@ const (
 	AccessHugeTLB Access = 1 << 7
 	// AccessMWBind lets memory windows be bound to a region.
 	AccessMWBind Access = 1 << 4
+	// FLUSH rights (IBTA 1.5): a region (and a responder QP) must grant
+	// the placement type a peer's FLUSH asks for. softnic grants global
+	// visibility only: its memory is not persistent, so it refuses
+	// AccessFlushPersistent, as rxe does for memory that is not pmem.
+	AccessFlushGlobal     Access = 1 << 8
+	AccessFlushPersistent Access = 1 << 9
 )
 
 // AccessAll is every access right there is.
-const AccessAll = AccessLocalWrite | AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic | AccessMWBind
+const AccessAll = AccessLocalWrite | AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic | AccessMWBind | AccessFlushGlobal
 
 // AccessRemote is the rights a peer may be given.
 const AccessRemote = AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic

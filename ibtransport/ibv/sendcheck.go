@@ -19,8 +19,14 @@ type SendLimits struct{ MaxSGE, MaxInline int }
 // check. Every error wraps ErrInvalidArgument.
 func CheckSendWR(typ QPType, lim SendLimits, wr *SendWR) error {
 	switch {
-	case wr.Opcode > WRBindMW:
+	case wr.Opcode > WRFlush:
 		return fmt.Errorf("post send: opcode %v: %w", wr.Opcode, ErrInvalidArgument)
+	case (wr.Opcode == WRAtomicWrite || wr.Opcode == WRFlush) && typ != QPTypeRC:
+		return fmt.Errorf("post send: opcode %v on a %v QP: %w", wr.Opcode, typ, ErrInvalidArgument)
+	case wr.Opcode == WRFlush && (wr.FlushType&^(FlushGlobal|FlushPersistent) != 0 || wr.FlushType == 0 ||
+		wr.FlushLevel > FlushMR || wr.FlushLength > 1<<31):
+		return fmt.Errorf("post send: FLUSH type %#x level %d length %d: %w", wr.FlushType, wr.FlushLevel,
+			wr.FlushLength, ErrInvalidArgument)
 	case typ == QPTypeUC && !ucOpcode(wr.Opcode):
 		return fmt.Errorf("post send: opcode %v on a UC QP: %w", wr.Opcode, ErrInvalidArgument)
 	case typ == QPTypeUD && wr.Opcode != WRSend && wr.Opcode != WRSendWithImm:

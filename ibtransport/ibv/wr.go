@@ -20,10 +20,17 @@ const (
 	WRLocalInv
 	// WRBindMW binds a memory window (Bind), in send queue order.
 	WRBindMW
+	// IBTA 1.5 (RC only): an 8-byte write that is single-copy atomic at
+	// the responder and executes after every earlier request, and a FLUSH
+	// that makes what earlier requests placed in a range (or a whole
+	// region) visible at the placement type asked for.
+	WRAtomicWrite
+	WRFlush
 )
 
 var wrOpcodeNames = [...]string{"SEND", "SEND_WITH_IMM", "SEND_WITH_INV", "RDMA_WRITE",
-	"RDMA_WRITE_WITH_IMM", "RDMA_READ", "ATOMIC_CMP_AND_SWP", "ATOMIC_FETCH_AND_ADD", "LOCAL_INV", "BIND_MW"}
+	"RDMA_WRITE_WITH_IMM", "RDMA_READ", "ATOMIC_CMP_AND_SWP", "ATOMIC_FETCH_AND_ADD", "LOCAL_INV", "BIND_MW",
+	"ATOMIC_WRITE", "FLUSH"}
 
 func (o WROpcode) String() string { return nameOf(wrOpcodeNames[:], o, "WROpcode") }
 
@@ -38,7 +45,14 @@ func (o WROpcode) IsWrite() bool { return o == WRRDMAWrite || o == WRRDMAWriteWi
 // IsRead reports whether o is an RDMA READ.
 func (o WROpcode) IsRead() bool { return o == WRRDMARead }
 
-// IsAtomic reports whether o is an atomic operation.
+// IsAtomicWrite reports whether o is an ATOMIC_WRITE.
+func (o WROpcode) IsAtomicWrite() bool { return o == WRAtomicWrite }
+
+// IsFlush reports whether o is a FLUSH.
+func (o WROpcode) IsFlush() bool { return o == WRFlush }
+
+// IsAtomic reports whether o is an atomic operation that returns the
+// word's original value (CMP_AND_SWP, FETCH_AND_ADD; not ATOMIC_WRITE).
 func (o WROpcode) IsAtomic() bool {
 	return o == WRAtomicCmpAndSwp || o == WRAtomicFetchAndAdd
 }
@@ -96,6 +110,17 @@ type SendWR struct {
 	// FETCH_AND_ADD; Swap is the swap value of CMP_AND_SWP.
 	CompareAdd uint64
 	Swap       uint64
+	// AtomicWrite is the 8 bytes WRAtomicWrite writes at RemoteAddr, as
+	// they lie in memory (the wire and the responder take them unchanged,
+	// as libibverbs' ibv_wr_atomic_write takes a pointer to them).
+	AtomicWrite [8]byte
+	// A WRFlush flushes FlushLength bytes at RemoteAddr of the region of
+	// RKey (FlushLevel FlushRange) or the whole region (FlushMR), to the
+	// placement FlushType names (FlushGlobal; FlushPersistent needs
+	// persistent memory, which softnic has none of).
+	FlushLength uint32
+	FlushType   FlushType
+	FlushLevel  FlushLevel
 	// AH, RemoteQPN and RemoteQKey address a UD send (ibv_send_wr.wr.ud).
 	// A RemoteQKey with the high bit set sends the QP's own Q_Key
 	// (IBA 10.2.4).
@@ -131,6 +156,25 @@ type MWType uint8
 const (
 	MWType1 MWType = 1
 	MWType2 MWType = 2
+)
+
+// FlushType is a FLUSH's placement type (ibv_flush_type, a set of bits).
+type FlushType uint8
+
+// Flush placement types, with libibverbs' values (IBV_FLUSH_GLOBAL,
+// IBV_FLUSH_PERSISTENT), which the FETH carries.
+const (
+	FlushGlobal     FlushType = 1 << 0
+	FlushPersistent FlushType = 1 << 1
+)
+
+// FlushLevel is a FLUSH's selectivity level (ibv_selectivity_level).
+type FlushLevel uint8
+
+// Flush selectivity levels, with libibverbs' values.
+const (
+	FlushRange FlushLevel = 0 // the range of the request's RETH
+	FlushMR    FlushLevel = 1 // the whole region the rkey names
 )
 
 // RecvWR is a receive work request (ibv_recv_wr).
@@ -197,6 +241,8 @@ const (
 	WCFetchAdd        WCOpcode = 4
 	WCBindMW          WCOpcode = 5
 	WCLocalInv        WCOpcode = 6
+	WCFlush           WCOpcode = 8
+	WCAtomicWrite     WCOpcode = 9
 	WCRecv            WCOpcode = 128
 	WCRecvRDMAWithImm WCOpcode = 129
 )
@@ -217,6 +263,10 @@ func (o WCOpcode) String() string {
 		return "BIND_MW"
 	case WCLocalInv:
 		return "LOCAL_INV"
+	case WCFlush:
+		return "FLUSH"
+	case WCAtomicWrite:
+		return "ATOMIC_WRITE"
 	case WCRecv:
 		return "RECV"
 	case WCRecvRDMAWithImm:
@@ -312,6 +362,10 @@ func (o WROpcode) WCOpcode() WCOpcode {
 		return WCBindMW
 	case WRLocalInv:
 		return WCLocalInv
+	case WRAtomicWrite:
+		return WCAtomicWrite
+	case WRFlush:
+		return WCFlush
 	}
 	return WCSend
 }
