@@ -22,11 +22,12 @@ const (
 	resDescriptor
 	resRingBytes
 	resSharedBytes
+	resMcast
 	numResources
 )
 
 var resourceNames = [numResources]string{"sessions", "PDs", "MRs", "CQs", "QPs", "SRQs", "AHs", "rdma_cm IDs",
-	"descriptors", "ring bytes", "shared bytes"}
+	"descriptors", "ring bytes", "shared bytes", "multicast attachments"}
 
 // errno is what the offender gets, as from a kernel device: a process
 // out of descriptors gets EMFILE, one that opens too many sessions EAGAIN
@@ -46,7 +47,8 @@ func (r resource) errno() unix.Errno {
 func (l Limits) bounds() [numResources]int64 {
 	l = l.withDefaults()
 	return [numResources]int64{int64(l.Sessions), int64(l.PDs), int64(l.MRs), int64(l.CQs), int64(l.QPs),
-		int64(l.SRQs), int64(l.AHs), int64(l.CMIDs), int64(l.Descriptors), l.RingBytes, l.SharedBytes}
+		int64(l.SRQs), int64(l.AHs), int64(l.CMIDs), int64(l.Descriptors), l.RingBytes, l.SharedBytes,
+		int64(l.McastAttachments)}
 }
 
 // accounts holds what each user's sessions hold, against the bounds.

@@ -41,6 +41,8 @@ var handlers = map[hostif.Op]handler{
 	hostif.OpShareMemory:        with(noFDs((*session).shareMemory)),
 	hostif.OpUnshareMemory:      with(noReply((*session).unshareMemory)),
 	hostif.OpDestroyCompChannel: with(noReply((*session).destroyChannel)),
+	hostif.OpAttachMcast:        with(noReply((*session).attachMcast)),
+	hostif.OpDetachMcast:        with(noReply((*session).detachMcast)),
 	// The connection manager (cm.go).
 	hostif.OpCMCreateChannel:  withCM((*session).cmCreateChannel),
 	hostif.OpCMCreateID:       withCM((*session).cmCreateID),

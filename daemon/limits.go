@@ -23,6 +23,10 @@ type Limits struct {
 	// SharedBytes is how much of the daemon's address space the user's
 	// share_memory mappings take.
 	SharedBytes int64
+	// McastAttachments is how many (QP, multicast group) attachments the
+	// user's QPs hold: the device has room for ibv.MaxMcastGroups groups
+	// in all, of which one user takes at most this many.
+	McastAttachments int
 }
 
 // DefaultLimits are the bounds a zero Limits field takes: each is far
@@ -44,6 +48,9 @@ var DefaultLimits = Limits{
 	Descriptors: 65536,
 	RingBytes:   2 << 30,
 	SharedBytes: 64 << 30,
+	// A quarter of the device's groups: rdma-core's tests and mckey
+	// attach one QP to one group.
+	McastAttachments: 256,
 }
 
 // descriptorReserve is what DescriptorShare keeps for the daemon itself:
@@ -84,6 +91,7 @@ func (l Limits) withDefaults() Limits {
 	pick(&l.AHs, d.AHs)
 	pick(&l.CMIDs, d.CMIDs)
 	pick(&l.Descriptors, d.Descriptors)
+	pick(&l.McastAttachments, d.McastAttachments)
 	if l.RingBytes == 0 {
 		l.RingBytes = d.RingBytes
 	}
@@ -104,5 +112,6 @@ func (s *Server) Usage(uid uint32) Usage {
 	}
 	return Usage{Sessions: int(h[resSession]), PDs: int(h[resPD]), MRs: int(h[resMR]), CQs: int(h[resCQ]),
 		QPs: int(h[resQP]), SRQs: int(h[resSRQ]), AHs: int(h[resAH]), CMIDs: int(h[resCMID]),
-		Descriptors: int(h[resDescriptor]), RingBytes: h[resRingBytes], SharedBytes: h[resSharedBytes]}
+		Descriptors: int(h[resDescriptor]), RingBytes: h[resRingBytes], SharedBytes: h[resSharedBytes],
+		McastAttachments: int(h[resMcast])}
 }

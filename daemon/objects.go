@@ -414,10 +414,11 @@ func (ss *session) destroyQP(h uint32) {
 	delete(ss.qps, h)
 	ss.publishFetchers()
 	q.gone.Store(true)
-	q.qp.Destroy()
+	q.qp.Destroy() // detaches it from its groups
 	ss.s.disown(q.qp)
 	ss.freeRing(q.ring)
 	ss.give(resQP, 1)
+	ss.give(resMcast, int64(len(q.mcast)))
 }
 
 // createAH makes an address handle for UD sends.

@@ -84,6 +84,9 @@ const (
 	// channels hold a descriptor of the daemon's each.
 	OpDestroyCompChannel Op = C.SN_OP_DESTROY_COMP_CHANNEL
 	OpCMDestroyChannel   Op = C.SN_OP_CM_DESTROY_CHANNEL
+	// A UD QP's multicast groups (ibv_attach_mcast, ibv_detach_mcast).
+	OpAttachMcast Op = C.SN_OP_ATTACH_MCAST
+	OpDetachMcast Op = C.SN_OP_DETACH_MCAST
 )
 
 // opNames are the commands' names for Op's String: enum sn_op's, SN_OP_
@@ -112,7 +115,9 @@ type (
 	HandleRequest C.struct_sn_handle
 	HandleReply   C.struct_sn_handle
 	RegMRRequest  C.struct_sn_reg_mr_req
-	RegMRReply    C.struct_sn_reg_mr_reply
+	// McastRequest names a QP and a group (attach_mcast, detach_mcast).
+	McastRequest C.struct_sn_mcast_req
+	RegMRReply   C.struct_sn_reg_mr_reply
 	// ShareMemoryRequest comes with one descriptor, a memfd: Length bytes
 	// of it from offset 0 are mapped at Addr in the client.
 	ShareMemoryRequest C.struct_sn_share_memory_req

@@ -70,6 +70,9 @@ const (
 	// channels hold a descriptor of the daemon's each.
 	OpDestroyCompChannel Op = 43
 	OpCMDestroyChannel   Op = 44
+	// A UD QP's multicast groups (ibv_attach_mcast, ibv_detach_mcast).
+	OpAttachMcast Op = 55
+	OpDetachMcast Op = 56
 )
 
 // opNames are the commands' names for Op's String: enum sn_op's, SN_OP_
@@ -119,6 +122,8 @@ var opNames = [...]string{
 	42: "query_cm_ids",
 	43: "destroy_comp_channel",
 	44: "cm_destroy_channel",
+	55: "attach_mcast",
+	56: "detach_mcast",
 }
 
 // The descriptors a hello request passes, in this order: the client's
@@ -173,6 +178,12 @@ type (
 		Access uint32
 		Addr   uint64
 		Length uint64
+	}
+	// McastRequest names a QP and a group (attach_mcast, detach_mcast).
+	McastRequest struct {
+		QP  uint32
+		Lid uint32
+		GID [16]byte
 	}
 	RegMRReply struct {
 		Handle uint32

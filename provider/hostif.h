@@ -70,6 +70,9 @@ enum sn_op {
 	SN_OP_QUERY_CM_IDS,
 	SN_OP_DESTROY_COMP_CHANNEL, /* u32 handle -> empty; EBUSY while a CQ uses it */
 	SN_OP_CM_DESTROY_CHANNEL, /* u32 channel -> empty; EBUSY while an ID has its events on it */
+	/* Multicast: a UD QP's groups (ibv_attach_mcast), an ID's (rdma_join_multicast). */
+	SN_OP_ATTACH_MCAST = 55, /* sn_mcast_req -> empty */
+	SN_OP_DETACH_MCAST = 56, /* sn_mcast_req -> empty; EINVAL if not attached */
 };
 _Static_assert(SN_OP_CM_CREATE_CHANNEL == 20 && SN_OP_CM_DETACH_QP == 34 && SN_OP_CM_SET_OPTION == 38 &&
 		       SN_OP_CM_MIGRATE_ID == 39 && SN_OP_CM_ESTABLISH == 41 && SN_OP_QUERY_CM_IDS == 42 &&
@@ -94,6 +97,12 @@ struct sn_handle {
 struct sn_hello_reply {
 	uint32_t version, max_qp_wr, max_sge, max_cqe, max_inline, max_rd_atomic, active_mtu, engines;
 	uint64_t node_guid;
+} __attribute__((packed));
+
+/* attach_mcast and detach_mcast: QP handle, LID (ignored on RoCE), group GID. */
+struct sn_mcast_req {
+	uint32_t qp, lid;
+	uint8_t gid[16];
 } __attribute__((packed));
 
 struct sn_reg_mr_req {
@@ -252,6 +261,8 @@ struct sn_cm_event {
 _Static_assert(sizeof(struct sn_header) == SN_HEADER_LEN, "header");
 _Static_assert(sizeof(struct sn_hello_reply) == 40, "hello reply");
 _Static_assert(sizeof(struct sn_reg_mr_req) == 24, "reg_mr request");
+_Static_assert(sizeof(struct sn_mcast_req) == 24, "attach_mcast request");
+_Static_assert(SN_OP_ATTACH_MCAST == 55 && SN_OP_DETACH_MCAST == 56, "multicast op numbers");
 _Static_assert(sizeof(struct sn_create_qp_req) == 48, "create_qp request");
 _Static_assert(sizeof(struct sn_create_qp_reply) == 40, "create_qp reply");
 _Static_assert(sizeof(struct sn_modify_qp_req) == 68, "modify_qp request");

@@ -115,7 +115,7 @@ func (e *engine) NewCompChannel(*CompChannel) ChannelOps { return engineChannel{
 func (e *engine) Query() DeviceAttr {
 	return DeviceAttr{MaxQPWR: ibv.MaxQPWR, MaxSGE: ibv.MaxSGE, MaxCQE: MaxCQE,
 		MaxInlineData: ibv.MaxInline, MaxQPRdAtom: ibv.MaxRdAtomic, MaxMsgSize: 1 << 31,
-		AtomicHostOrder: true, PhysPortCnt: 1}
+		AtomicHostOrder: true, PhysPortCnt: 1}.WithMcast()
 }
 
 func (e *engine) ActiveMTU() MTU {

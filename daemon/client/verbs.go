@@ -122,7 +122,7 @@ func (r *dialed) GID(index int) (verbs.GID, error) {
 func (r *dialed) Query() verbs.DeviceAttr {
 	h := r.c.Device
 	return verbs.DeviceAttr{MaxQPWR: int(h.MaxQPWR), MaxSGE: int(h.MaxSGE), MaxCQE: int(h.MaxCQE), MaxInlineData: int(h.MaxInline),
-		MaxQPRdAtom: int(h.MaxRdAtomic), MaxMsgSize: 1 << 31, AtomicHostOrder: true, PhysPortCnt: 1}
+		MaxQPRdAtom: int(h.MaxRdAtomic), MaxMsgSize: 1 << 31, AtomicHostOrder: true, PhysPortCnt: 1}.WithMcast()
 }
 
 // PortState asks the daemon, and says PortDown if it cannot.
