@@ -64,6 +64,8 @@ var handlers = map[hostif.Op]handler{
 	hostif.OpCMGetEvent:       withCM((*session).cmGetEvent),
 	hostif.OpCMQueryAddr:      withCM((*session).cmQueryAddr),
 	hostif.OpCMDestroyChannel: withCM((*session).cmDestroyChannel),
+	hostif.OpCMJoinMcast:      withCM((*session).cmJoinMcast),
+	hostif.OpCMLeaveMcast:     withCM((*session).cmLeaveMcast),
 }
 
 // with decodes the body of type T a command takes before running it.

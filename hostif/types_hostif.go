@@ -87,6 +87,10 @@ const (
 	// A UD QP's multicast groups (ibv_attach_mcast, ibv_detach_mcast).
 	OpAttachMcast Op = C.SN_OP_ATTACH_MCAST
 	OpDetachMcast Op = C.SN_OP_DETACH_MCAST
+	// An rdma_cm ID's multicast groups (rdma_join_multicast,
+	// rdma_leave_multicast).
+	OpCMJoinMcast  Op = C.SN_OP_CM_JOIN_MCAST
+	OpCMLeaveMcast Op = C.SN_OP_CM_LEAVE_MCAST
 )
 
 // opNames are the commands' names for Op's String: enum sn_op's, SN_OP_
@@ -171,6 +175,8 @@ type (
 	// CMSetOptionRequest sets an ID's option (rdma_set_option at level
 	// RDMA_OPTION_ID): Option 0 the traffic class, 3 the ACK timeout.
 	CMSetOptionRequest C.struct_sn_cm_set_option_req
+	// CMMcastRequest joins or leaves an ID's multicast group.
+	CMMcastRequest C.struct_sn_cm_mcast_req
 	// CMMigrateRequest sends ID's events to Channel from now on, those
 	// not yet taken too (rdma_migrate_id).
 	CMMigrateRequest C.struct_sn_cm_migrate_req

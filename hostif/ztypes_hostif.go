@@ -73,6 +73,10 @@ const (
 	// A UD QP's multicast groups (ibv_attach_mcast, ibv_detach_mcast).
 	OpAttachMcast Op = 55
 	OpDetachMcast Op = 56
+	// An rdma_cm ID's multicast groups (rdma_join_multicast,
+	// rdma_leave_multicast).
+	OpCMJoinMcast  Op = 57
+	OpCMLeaveMcast Op = 58
 )
 
 // opNames are the commands' names for Op's String: enum sn_op's, SN_OP_
@@ -124,6 +128,8 @@ var opNames = [...]string{
 	44: "cm_destroy_channel",
 	55: "attach_mcast",
 	56: "detach_mcast",
+	57: "cm_join_mcast",
+	58: "cm_leave_mcast",
 }
 
 // The descriptors a hello request passes, in this order: the client's
@@ -380,6 +386,12 @@ type (
 		ID     uint32
 		Option uint32
 		Value  uint32
+	}
+	// CMMcastRequest joins or leaves an ID's multicast group.
+	CMMcastRequest struct {
+		ID    uint32
+		Flags uint32
+		Addr  [16]byte
 	}
 	// CMMigrateRequest sends ID's events to Channel from now on, those
 	// not yet taken too (rdma_migrate_id).

@@ -105,7 +105,9 @@ struct sn_context_ops {
 	struct ibv_pd *(*alloc_pd)(struct ibv_context *context);
 	sn_unused_op alloc_td;
 	void (*async_event)(struct ibv_context *context, struct ibv_async_event *event);
-	sn_unused_op attach_counters_point_flow, attach_mcast, bind_mw, close_xrcd;
+	sn_unused_op attach_counters_point_flow;
+	int (*attach_mcast)(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid);
+	sn_unused_op bind_mw, close_xrcd;
 	void (*cq_event)(struct ibv_cq *cq);
 	struct ibv_ah *(*create_ah)(struct ibv_pd *pd, struct ibv_ah_attr *attr);
 	sn_unused_op create_counters;
@@ -128,7 +130,8 @@ struct sn_context_ops {
 	int (*destroy_qp)(struct ibv_qp *qp);
 	sn_unused_op destroy_rwq_ind_table;
 	int (*destroy_srq)(struct ibv_srq *srq);
-	sn_unused_op destroy_wq, detach_mcast;
+	sn_unused_op destroy_wq;
+	int (*detach_mcast)(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid);
 	void (*free_context)(struct ibv_context *context);
 	sn_unused_op free_dm, get_srq_num, import_dm, import_mr, import_pd, modify_cq, modify_flow_action_esp;
 	int (*modify_qp)(struct ibv_qp *qp, struct ibv_qp_attr *attr, int attr_mask);

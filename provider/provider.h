@@ -165,6 +165,8 @@ struct ibv_mr *sn_reg_mr(struct ibv_pd *pd, void *addr, size_t length, uint64_t 
 int sn_dereg_mr(struct sn_verbs_mr *mr);
 struct ibv_ah *sn_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr);
 int sn_destroy_ah(struct ibv_ah *ah);
+int sn_attach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid);
+int sn_detach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid);
 struct ibv_cq *sn_create_cq(struct ibv_context *context, int cqe, struct ibv_comp_channel *channel, int vector);
 int sn_destroy_cq(struct ibv_cq *cq);
 struct ibv_srq *sn_create_srq(struct ibv_pd *pd, struct ibv_srq_init_attr *attr);
