@@ -83,21 +83,20 @@ func (q *QP) AttachMcast(gid ibv.GID, lid uint16) error {
 		len(qps) >= ibv.MaxMcastQPAttach, old.total >= ibv.MaxTotalMcastQPAttach:
 		return fmt.Errorf("attach multicast %v: %w", gid, ibv.ErrMcastLimit)
 	}
-	if len(qps) == 0 && m.join != nil {
-		if err := m.join(gid, true); err != nil {
-			return fmt.Errorf("attach multicast %v: join: %w", gid, err)
-		}
-	}
 	// A QP destroyed meanwhile would stay in the table: Destroy detaches
 	// under m.mu too, so check under it.
 	if g.qpOf(q) != q {
-		if len(qps) == 0 && m.join != nil {
-			_ = m.join(gid, false)
-		}
 		return fmt.Errorf("attach multicast: QP %d destroyed: %w", q.qpn, ibv.ErrInvalidArgument)
 	}
-	t := old.with(gid, append(slices.Clip(qps), q))
-	m.table.Store(t)
+	m.table.Store(old.with(gid, append(slices.Clip(qps), q)))
+	// The link joins once the QP takes the group's datagrams: whoever
+	// sees the interface in the group may send.
+	if len(qps) == 0 && m.join != nil {
+		if err := m.join(gid, true); err != nil {
+			m.table.Store(old)
+			return fmt.Errorf("attach multicast %v: join: %w", gid, err)
+		}
+	}
 	return nil
 }
 
