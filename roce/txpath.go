@@ -141,7 +141,7 @@ func (p *path) finish(buf []byte, n int) {
 		ln.spare = append(ln.spare, buf)
 		return
 	}
-	if p.loop != nil {
+	if p.loop != nil && ln.d.group.McastAttached(p.loop.info.DGID) {
 		ln.loopCopy(p.loop, buf[p.hl:p.hl+n]) // its payload read by now
 	}
 	ln.tapFrame(buf[:l])
