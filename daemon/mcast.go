@@ -5,6 +5,7 @@ import (
 
 	"github.com/softnic/softnic/hostif"
 	"github.com/softnic/softnic/ibtransport/ibv"
+	"github.com/softnic/softnic/verbs"
 )
 
 // attachMcast attaches one of the session's UD QPs to a multicast group
@@ -17,6 +18,10 @@ func (ss *session) attachMcast(req hostif.McastRequest) error {
 		return fmt.Errorf("attach multicast: QP %d: %w", req.QP, errNoObject)
 	}
 	gid := ibv.GID(req.GID)
+	if !gid.IsMulticast() || q.qp.Type() != verbs.QPTypeUD {
+		// The engine's refusals, before the bound: EINVAL, as the kernel's.
+		return fmt.Errorf("attach multicast %v to a %v QP: %w", gid, q.qp.Type(), verbs.ErrInvalidArgument)
+	}
 	if _, ok := q.mcast[gid]; ok {
 		return nil // attached already: nothing to count, as the engine does nothing
 	}

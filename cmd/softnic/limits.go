@@ -25,6 +25,7 @@ func defineLimits(fs *flag.FlagSet, l *daemon.Limits) {
 		{&l.SRQs, "max-srqs", "shared receive queues"},
 		{&l.AHs, "max-ahs", "address handles"},
 		{&l.CMIDs, "max-cm-ids", "rdma_cm IDs"},
+		{&l.McastAttachments, "max-mcast-attachments", "multicast attachments (a UD QP's group, an rdma_cm ID's join)"},
 	} {
 		fs.IntVar(c.v, c.name, *c.v, "per user: at most this many "+c.what+"; -1: no bound")
 	}
