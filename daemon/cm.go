@@ -40,6 +40,7 @@ type cmID struct {
 	channel uint32
 	user    uint64
 	qp      uint32
+	groups  int64 // multicast groups joined (cm_mcast.go)
 }
 
 // cmChannel is an event channel: rdmacm queues its events, and each one
@@ -435,6 +436,7 @@ func (ss *session) cmDestroyID(sc *sessionCM, req hostif.HandleRequest) (any, []
 	delete(sc.ids, req.Handle)
 	delete(sc.handles, c.id)
 	ss.give(resCMID, 1)
+	ss.give(resMcast, c.groups) // Destroy leaves them
 	sc.publish(ss)
 	err = c.id.Destroy()
 	return hostif.Empty{}, nil, err

@@ -57,6 +57,9 @@ func (ss *session) cmRecord(sc *sessionCM, ev rdmacm.Event) (hostif.CMEvent, boo
 	rec.Type, rec.Status, rec.ID, rec.UserHandle = uint32(ev.Type), -int32(cmErrno(ev.Err)), h, c.user
 	rec.LocalPort, rec.PeerPort = local.Port(), peer.Port()
 	rec.Local, rec.Peer = hostif.CMAddr(local.Addr()), hostif.CMAddr(peer.Addr())
+	if ev.Type == rdmacm.EventMulticastJoin || ev.Type == rdmacm.EventMulticastError {
+		rec.Peer, rec.PeerPort = hostif.CMAddr(ev.Group), 0 // the group, not the ID's peer
+	}
 	p := &ev.Param
 	rec.ResponderResources, rec.InitiatorDepth, rec.RetryCount, rec.RNRRetryCount =
 		p.ResponderResources, p.InitiatorDepth, p.RetryCount, p.RNRRetryCount

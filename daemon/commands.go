@@ -45,11 +45,13 @@ var handlers = map[hostif.Op]handler{
 	hostif.OpUnshareMemory:      with(noReply((*session).unshareMemory)),
 	hostif.OpDestroyCompChannel: with(noReply((*session).destroyChannel)),
 	// Device memory (dm.go).
-	hostif.OpAllocDM:   with((*session).allocDM),
-	hostif.OpFreeDM:    with(noReply((*session).freeDM)),
-	hostif.OpRegDMMR:   with(noFDs((*session).regDMMR)),
-	hostif.OpAllocMW:   with(noFDs((*session).allocMW)),
-	hostif.OpDeallocMW: with(noReply((*session).deallocMW)),
+	hostif.OpAllocDM:     with((*session).allocDM),
+	hostif.OpFreeDM:      with(noReply((*session).freeDM)),
+	hostif.OpRegDMMR:     with(noFDs((*session).regDMMR)),
+	hostif.OpAllocMW:     with(noFDs((*session).allocMW)),
+	hostif.OpDeallocMW:   with(noReply((*session).deallocMW)),
+	hostif.OpAttachMcast: with(noReply((*session).attachMcast)),
+	hostif.OpDetachMcast: with(noReply((*session).detachMcast)),
 	// The connection manager (cm.go).
 	hostif.OpCMCreateChannel:  withCM((*session).cmCreateChannel),
 	hostif.OpCMCreateID:       withCM((*session).cmCreateID),
@@ -71,6 +73,8 @@ var handlers = map[hostif.Op]handler{
 	hostif.OpCMGetEvent:       withCM((*session).cmGetEvent),
 	hostif.OpCMQueryAddr:      withCM((*session).cmQueryAddr),
 	hostif.OpCMDestroyChannel: withCM((*session).cmDestroyChannel),
+	hostif.OpCMJoinMcast:      withCM((*session).cmJoinMcast),
+	hostif.OpCMLeaveMcast:     withCM((*session).cmLeaveMcast),
 }
 
 // with decodes the body of type T a command takes before running it.

@@ -139,6 +139,9 @@ type hostQP struct {
 	sqDone, rqDone *ibtransport.RetiredMirror
 	fetchState
 	pd, sc, rc, srq uint32
+	// mcast is the groups the QP is attached to (attach_mcast), which
+	// count against its user's McastAttachments.
+	mcast map[ibv.GID]struct{}
 }
 
 // fetch takes the QP's posted entries to the engine and reports whether

@@ -33,6 +33,10 @@ type Limits struct {
 	// MWs is how many memory windows the user's sessions hold; one more
 	// is refused with ENOMEM.
 	MWs int
+	// McastAttachments is how many (QP, multicast group) attachments the
+	// user's QPs hold: the device has room for ibv.MaxMcastGroups groups
+	// in all, of which one user takes at most this many.
+	McastAttachments int
 }
 
 // DefaultLimits are the bounds a zero Limits field takes: each is far
@@ -57,6 +61,9 @@ var DefaultLimits = Limits{
 	DMs:         256,
 	DMBytes:     hostif.MaxDMSize / 2,
 	MWs:         65536,
+	// A quarter of the device's groups: rdma-core's tests and mckey
+	// attach one QP to one group.
+	McastAttachments: 256,
 }
 
 // descriptorReserve is what DescriptorShare keeps for the daemon itself:
@@ -98,6 +105,7 @@ func (l Limits) withDefaults() Limits {
 	pick(&l.CMIDs, d.CMIDs)
 	pick(&l.Descriptors, d.Descriptors)
 	pick(&l.MWs, d.MWs)
+	pick(&l.McastAttachments, d.McastAttachments)
 	if l.RingBytes == 0 {
 		l.RingBytes = d.RingBytes
 	}
@@ -123,5 +131,6 @@ func (s *Server) Usage(uid uint32) Usage {
 	return Usage{Sessions: int(h[resSession]), PDs: int(h[resPD]), MRs: int(h[resMR]), CQs: int(h[resCQ]),
 		QPs: int(h[resQP]), SRQs: int(h[resSRQ]), AHs: int(h[resAH]), CMIDs: int(h[resCMID]),
 		Descriptors: int(h[resDescriptor]), RingBytes: h[resRingBytes], SharedBytes: h[resSharedBytes],
-		DMs: int(h[resDM]), DMBytes: h[resDMBytes], MWs: int(h[resMW])}
+		DMs: int(h[resDM]), DMBytes: h[resDMBytes], MWs: int(h[resMW]),
+		McastAttachments: int(h[resMcast])}
 }

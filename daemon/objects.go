@@ -333,6 +333,7 @@ func (ss *session) destroyAH(req hostif.HandleRequest) error {
 	if ah == nil {
 		return errNoObject
 	}
+	ss.drainSends()
 	ss.publishAHs(req.Handle, nil)
 	ss.give(resAH, 1)
 	return ah.Destroy()
@@ -403,10 +404,11 @@ func (ss *session) destroyQP(h uint32) {
 	delete(ss.qps, h)
 	ss.publishFetchers()
 	q.gone.Store(true)
-	q.qp.Destroy()
+	q.qp.Destroy() // detaches it from its groups
 	ss.s.disown(q.qp)
 	ss.freeRing(q.ring)
 	ss.give(resQP, 1)
+	ss.give(resMcast, int64(len(q.mcast)))
 }
 
 // createAH makes an address handle for UD sends.
@@ -428,6 +430,36 @@ func (ss *session) createAH(req hostif.CreateAHRequest) (any, error) {
 	ss.ahPD[h] = req.PD
 	ss.publishAHs(h, ah)
 	return hostif.HandleReply{Handle: h}, nil
+}
+
+// drainPasses bounds how many engine passes destroy_ah waits for the
+// session's posted sends to be taken.
+const drainPasses = 4
+
+// drainSends gives the engines a few passes to take what the client
+// posted before it destroys an AH, so that sends rung in before the
+// destroy find their AH, as on a NIC, which takes the work requests
+// with the doorbell (rxe even sends them within ibv_post_send). mckey
+// posts its ten datagrams unsignaled, then destroys their AH at once:
+// taken after the destroy, the first found no AH and put the QP in
+// error, in about one run of three. The posts were published before
+// the command came, so a pass that begins after it takes them; a queue
+// that stays full (no room in the engine's) is left after drainPasses.
+func (ss *session) drainSends() {
+	for i := 0; i < drainPasses && ss.sendsPending(); i++ {
+		ss.s.betweenPasses()
+	}
+}
+
+// sendsPending reports whether a UD QP of the session has send entries
+// the engine has not yet taken and retired.
+func (ss *session) sendsPending() bool {
+	for _, q := range ss.qps {
+		if q.qp.Type() == verbs.QPTypeUD && q.sq.Producer() != q.sq.Consumer() {
+			return true
+		}
+	}
+	return false
 }
 
 // publishAHs sets (or with nil removes) the AH of handle h. The engine

@@ -268,6 +268,8 @@ func errnoOf(err error) unix.Errno {
 		return unix.ESRCH
 	case errors.Is(err, procmem.ErrDescriptor):
 		return unix.EBADF
+	case errors.Is(err, verbs.ErrMcastLimit):
+		return unix.ENOMEM
 	}
 	return unix.EINVAL
 }

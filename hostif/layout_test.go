@@ -80,6 +80,8 @@ var goBodies = []goBody{
 	{"sn_reg_dm_mr_req", RegDMMRRequest{}, nil},
 	{"sn_cm_init_qp_attr_req", CMInitQPAttrRequest{}, nil},
 	{"sn_cm_event", CMEvent{}, map[string]string{"Private": "private_data"}},
+	{"sn_mcast_req", McastRequest{}, nil},
+	{"sn_cm_mcast_req", CMMcastRequest{}, nil},
 }
 
 // goEntry is a ring entry's field as the Go side places it: its offset

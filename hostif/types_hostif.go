@@ -103,6 +103,13 @@ const (
 	// entries (BIND_MW).
 	OpAllocMW   Op = C.SN_OP_ALLOC_MW
 	OpDeallocMW Op = C.SN_OP_DEALLOC_MW
+	// A UD QP's multicast groups (ibv_attach_mcast, ibv_detach_mcast).
+	OpAttachMcast Op = C.SN_OP_ATTACH_MCAST
+	OpDetachMcast Op = C.SN_OP_DETACH_MCAST
+	// An rdma_cm ID's multicast groups (rdma_join_multicast,
+	// rdma_leave_multicast).
+	OpCMJoinMcast  Op = C.SN_OP_CM_JOIN_MCAST
+	OpCMLeaveMcast Op = C.SN_OP_CM_LEAVE_MCAST
 )
 
 // AdviseSGEs is how many SGEs one advise_mr request carries.
@@ -154,6 +161,8 @@ type (
 	AllocDMRequest C.struct_sn_alloc_dm_req
 	// RegDMMRRequest registers a range of device memory, zero-based.
 	RegDMMRRequest C.struct_sn_reg_dm_mr_req
+	// McastRequest names a QP and a group (attach_mcast, detach_mcast).
+	McastRequest C.struct_sn_mcast_req
 	// ShareMemoryRequest comes with one descriptor, a memfd: Length bytes
 	// of it from offset 0 are mapped at Addr in the client.
 	ShareMemoryRequest C.struct_sn_share_memory_req
@@ -211,6 +220,8 @@ type (
 	// CMSetOptionRequest sets an ID's option (rdma_set_option at level
 	// RDMA_OPTION_ID): Option 0 the traffic class, 3 the ACK timeout.
 	CMSetOptionRequest C.struct_sn_cm_set_option_req
+	// CMMcastRequest joins or leaves an ID's multicast group.
+	CMMcastRequest C.struct_sn_cm_mcast_req
 	// CMMigrateRequest sends ID's events to Channel from now on, those
 	// not yet taken too (rdma_migrate_id).
 	CMMigrateRequest C.struct_sn_cm_migrate_req

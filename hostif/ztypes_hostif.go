@@ -89,6 +89,13 @@ const (
 	// entries (BIND_MW).
 	OpAllocMW   Op = 48
 	OpDeallocMW Op = 49
+	// A UD QP's multicast groups (ibv_attach_mcast, ibv_detach_mcast).
+	OpAttachMcast Op = 55
+	OpDetachMcast Op = 56
+	// An rdma_cm ID's multicast groups (rdma_join_multicast,
+	// rdma_leave_multicast).
+	OpCMJoinMcast  Op = 57
+	OpCMLeaveMcast Op = 58
 )
 
 // AdviseSGEs is how many SGEs one advise_mr request carries.
@@ -157,6 +164,10 @@ var opNames = [...]string{
 	50: "alloc_dm",
 	51: "free_dm",
 	52: "reg_dm_mr",
+	55: "attach_mcast",
+	56: "detach_mcast",
+	57: "cm_join_mcast",
+	58: "cm_leave_mcast",
 }
 
 // The descriptors a hello request passes, in this order: the client's
@@ -255,6 +266,12 @@ type (
 		Reserved uint32
 		Offset   uint64
 		Length   uint64
+	}
+	// McastRequest names a QP and a group (attach_mcast, detach_mcast).
+	McastRequest struct {
+		QP  uint32
+		Lid uint32
+		GID [16]byte
 	}
 	// ShareMemoryRequest comes with one descriptor, a memfd: Length bytes
 	// of it from offset 0 are mapped at Addr in the client.
@@ -461,6 +478,12 @@ type (
 		ID     uint32
 		Option uint32
 		Value  uint32
+	}
+	// CMMcastRequest joins or leaves an ID's multicast group.
+	CMMcastRequest struct {
+		ID    uint32
+		Flags uint32
+		Addr  [16]byte
 	}
 	// CMMigrateRequest sends ID's events to Channel from now on, those
 	// not yet taken too (rdma_migrate_id).

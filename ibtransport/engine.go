@@ -287,6 +287,14 @@ func (e *Engine) receive(ib []byte, info *RecvInfo, forwarded bool) {
 		inc(&e.Ctr.RxBadPKey)
 		return
 	}
+	if p.BTH.DestQPN() == ibv.MulticastQPN {
+		if oi.Transport != header.TransportUD {
+			inc(&e.Ctr.RxWrongService)
+			return
+		}
+		e.receiveMcast(ib, p, info, forwarded)
+		return
+	}
 	q := e.g.qps[p.BTH.DestQPN()]
 	if q == nil {
 		inc(&e.Ctr.RxNoQP)

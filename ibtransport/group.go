@@ -44,6 +44,9 @@ type Group struct {
 	// allocated on first use.
 	forward [][]atomic.Pointer[forwardRing]
 
+	// mc is the multicast groups' attachments (mcast.go).
+	mc mcastState
+
 	// cc is the congestion control the QPs follow (congestion.go); set
 	// before QPs connect, read only after.
 	cc CongestionConfig

@@ -278,6 +278,10 @@ func (q *QP) Query() ibv.QPAttr {
 // at once, without completions.
 func (q *QP) Destroy() error {
 	g := q.home.Load().g
+	// After the QP left the table: an attach that raced with Destroy
+	// finds it gone, or is undone here. Until then a multicast datagram
+	// finds it in RESET and is filtered.
+	defer g.detachAllMcast(q)
 	return g.Do(func() error {
 		if g.qps[q.qpn] != q {
 			return fmt.Errorf("destroy QP %d: %w", q.qpn, ibv.ErrInvalidArgument)

@@ -124,7 +124,8 @@ struct sn_context_ops {
 	struct ibv_pd *(*alloc_pd)(struct ibv_context *context);
 	struct ibv_td *(*alloc_td)(struct ibv_context *context, struct ibv_td_init_attr *init_attr);
 	void (*async_event)(struct ibv_context *context, struct ibv_async_event *event);
-	sn_unused_op attach_counters_point_flow, attach_mcast;
+	sn_unused_op attach_counters_point_flow;
+	int (*attach_mcast)(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid);
 	int (*bind_mw)(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind *mw_bind);
 	sn_unused_op close_xrcd;
 	void (*cq_event)(struct ibv_cq *cq);
@@ -150,7 +151,8 @@ struct sn_context_ops {
 	int (*destroy_qp)(struct ibv_qp *qp);
 	sn_unused_op destroy_rwq_ind_table;
 	int (*destroy_srq)(struct ibv_srq *srq);
-	sn_unused_op destroy_wq, detach_mcast;
+	sn_unused_op destroy_wq;
+	int (*detach_mcast)(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid);
 	void (*free_context)(struct ibv_context *context);
 	int (*free_dm)(struct ibv_dm *dm);
 	sn_unused_op get_srq_num, import_dm, import_mr, import_pd, modify_cq, modify_flow_action_esp;

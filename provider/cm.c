@@ -15,7 +15,8 @@
 static int cm_op_allowed(int op)
 {
 	return (op >= SN_OP_CM_CREATE_CHANNEL && op <= SN_OP_CM_DETACH_QP && op != SN_OP_CM_CREATE_QP) ||
-	       (op >= SN_OP_CM_SET_OPTION && op <= SN_OP_CM_ESTABLISH) || op == SN_OP_CM_DESTROY_CHANNEL;
+	       (op >= SN_OP_CM_SET_OPTION && op <= SN_OP_CM_ESTABLISH) || op == SN_OP_CM_DESTROY_CHANNEL ||
+	       op == SN_OP_CM_JOIN_MCAST || op == SN_OP_CM_LEAVE_MCAST;
 }
 
 static int cm_call(struct ibv_context *context, int op, const void *req, size_t req_len, void *reply,

@@ -96,6 +96,7 @@ static const struct sn_context_ops sn_ops = {
 	.alloc_td = sn_alloc_td,
 	.bind_mw = sn_bind_mw,
 	.async_event = sn_async_event,
+	.attach_mcast = sn_attach_mcast,
 	.cq_event = sn_cq_event,
 	.create_ah = sn_create_ah,
 	.create_cq = sn_create_cq,
@@ -113,6 +114,7 @@ static const struct sn_context_ops sn_ops = {
 	.destroy_cq = sn_destroy_cq,
 	.destroy_qp = sn_destroy_qp,
 	.destroy_srq = sn_destroy_srq,
+	.detach_mcast = sn_detach_mcast,
 	.free_context = sn_free_context,
 	.free_dm = sn_free_dm,
 	.modify_qp = sn_modify_qp,
@@ -211,6 +213,10 @@ static int sn_query_device_ex(struct ibv_context *context, const struct ibv_quer
 	a->max_res_rd_atom = l->max_rd_atomic * a->max_qp;
 	a->atomic_cap = IBV_ATOMIC_HCA;
 	a->max_pkeys = 1;
+	/* As the Go API's DeviceAttr (ibtransport/ibv/mcast.go). */
+	a->max_mcast_grp = SN_MAX_MCAST_GROUPS;
+	a->max_mcast_qp_attach = SN_MAX_MCAST_QP_ATTACH;
+	a->max_total_mcast_qp_attach = SN_MAX_MCAST_GROUPS * SN_MAX_MCAST_QP_ATTACH;
 	a->local_ca_ack_delay = 15;
 	a->phys_port_cnt = 1;
 	if (attr_size >= offsetof(struct ibv_device_attr_ex, phys_port_cnt_ex) + sizeof(attr->phys_port_cnt_ex))

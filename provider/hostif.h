@@ -79,6 +79,11 @@ enum sn_op {
 	SN_OP_REG_DM_MR = 52, /* sn_reg_dm_mr_req -> sn_reg_mr_reply */
 	SN_OP_ALLOC_MW = 48, /* sn_alloc_mw_req -> sn_alloc_mw_reply */
 	SN_OP_DEALLOC_MW = 49, /* u32 handle -> empty */
+	/* Multicast: a UD QP's groups (ibv_attach_mcast), an ID's (rdma_join_multicast). */
+	SN_OP_ATTACH_MCAST = 55, /* sn_mcast_req -> empty */
+	SN_OP_DETACH_MCAST = 56, /* sn_mcast_req -> empty; EINVAL if not attached */
+	SN_OP_CM_JOIN_MCAST = 57, /* sn_cm_mcast_req -> empty; MULTICAST_JOIN follows */
+	SN_OP_CM_LEAVE_MCAST = 58, /* sn_cm_mcast_req (flags 0) -> empty; EADDRNOTAVAIL if not joined */
 };
 _Static_assert(SN_OP_CM_CREATE_CHANNEL == 20 && SN_OP_CM_DETACH_QP == 34 && SN_OP_CM_SET_OPTION == 38 &&
 		       SN_OP_CM_MIGRATE_ID == 39 && SN_OP_CM_ESTABLISH == 41 && SN_OP_QUERY_CM_IDS == 42 &&
@@ -103,6 +108,18 @@ struct sn_handle {
 struct sn_hello_reply {
 	uint32_t version, max_qp_wr, max_sge, max_cqe, max_inline, max_rd_atomic, active_mtu, engines;
 	uint64_t node_guid;
+} __attribute__((packed));
+
+/*
+ * attach_mcast and detach_mcast: QP handle, LID (ignored on RoCE), group
+ * GID. A device takes SN_MAX_MCAST_GROUPS groups of up to
+ * SN_MAX_MCAST_QP_ATTACH QPs each (ENOMEM past them).
+ */
+#define SN_MAX_MCAST_GROUPS 1024
+#define SN_MAX_MCAST_QP_ATTACH 56
+struct sn_mcast_req {
+	uint32_t qp, lid;
+	uint8_t gid[16];
 } __attribute__((packed));
 
 struct sn_reg_mr_req {
@@ -278,6 +295,18 @@ struct sn_cm_conn_param {
 	uint32_t qp_num; /* the program's own QP, for an ID without one */
 } __attribute__((packed));
 
+/*
+ * cm_join_mcast and cm_leave_mcast: an ID, rdma_join_multicast_ex's
+ * join_flags (RDMA_MC_JOIN_FLAG_*), the group's address. The
+ * MULTICAST_JOIN event gives the group as its peer address (port 0) and
+ * the group's QPN (0xFFFFFF), Q_Key, source GID index and hop limit; the
+ * group's GID is its address, as an IPv4 one is mapped.
+ */
+struct sn_cm_mcast_req {
+	uint32_t id, flags;
+	uint8_t addr[16];
+} __attribute__((packed));
+
 /* share_memory: a memfd mapped at addr for length bytes comes with it. */
 struct sn_share_memory_req {
 	uint64_t addr, length;
@@ -310,6 +339,11 @@ _Static_assert(sizeof(struct sn_header) == SN_HEADER_LEN, "header");
 _Static_assert(sizeof(struct sn_hello_reply) == 40, "hello reply");
 _Static_assert(sizeof(struct sn_reg_mr_req) == 24, "reg_mr request");
 _Static_assert(sizeof(struct sn_rereg_mr_req) == 32, "rereg_mr request");
+_Static_assert(sizeof(struct sn_mcast_req) == 24, "attach_mcast request");
+_Static_assert(SN_OP_ATTACH_MCAST == 55 && SN_OP_DETACH_MCAST == 56 && SN_OP_CM_JOIN_MCAST == 57 &&
+		       SN_OP_CM_LEAVE_MCAST == 58,
+	       "multicast op numbers");
+_Static_assert(sizeof(struct sn_cm_mcast_req) == 24, "cm_join_mcast request");
 _Static_assert(sizeof(struct sn_create_qp_req) == 48, "create_qp request");
 _Static_assert(sizeof(struct sn_create_qp_reply) == 40, "create_qp reply");
 _Static_assert(sizeof(struct sn_modify_qp_req) == 68, "modify_qp request");

@@ -434,3 +434,25 @@ int sn_destroy_srq(struct ibv_srq *ibsrq)
 	free(srq);
 	return 0;
 }
+
+/* mcast asks the daemon to attach the QP to a multicast group or detach it
+ * (op); the daemon checks the QP's type and the GID as the kernel does. */
+static int mcast(struct ibv_qp *ibqp, int op, const union ibv_gid *gid, uint16_t lid)
+{
+	struct sn_qp *qp = sn_container_of(ibqp, struct sn_qp, vqp.qp);
+	struct sn_mcast_req req = {.qp = qp->handle, .lid = lid};
+	memcpy(req.gid, gid->raw, sizeof(req.gid));
+	if (sn_call(to_ctx(ibqp->context), op, &req, sizeof(req), NULL, 0, NULL, 0) < 0)
+		return errno;
+	return 0;
+}
+
+int sn_attach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid)
+{
+	return mcast(qp, SN_OP_ATTACH_MCAST, gid, lid);
+}
+
+int sn_detach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid)
+{
+	return mcast(qp, SN_OP_DETACH_MCAST, gid, lid);
+}

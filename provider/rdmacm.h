@@ -57,6 +57,13 @@ struct cm_channel {
 	int sleepers, destroyed;
 };
 
+/* A multicast group an ID joined, with the program's context for it. */
+struct cm_mc {
+	uint8_t addr[16]; /* as on the wire */
+	void *context;
+	struct cm_mc *next;
+};
+
 struct cm_id {
 	struct rdma_cm_id id;
 	uint32_t handle;
@@ -67,6 +74,7 @@ struct cm_id {
 	struct ibv_qp_init_attr *ep_attr; /* rdma_create_ep's, for rdma_get_request's IDs */
 	int own_cqs; /* rdma_create_qp made the CQs and their channels */
 	int has_dev; /* the ID has the device, and holds a use of cm_lib.pd */
+	struct cm_mc *mcs; /* the groups joined, under cm_lib.lock */
 	struct cm_id *next;
 };
 
@@ -91,6 +99,10 @@ int cm_any_addr(const uint8_t a[16]);
 /* rdmacm_event.c */
 int cm_wait(struct cm_id *id, enum rdma_cm_event_type want);
 void cm_drop_events(struct cm_channel *c, struct rdma_cm_id *id);
+
+/* rdmacm_mcast.c */
+void *cm_mc_context(struct cm_id *id, const uint8_t a[16]);
+void cm_free_mcs(struct cm_id *id);
 
 /* rdmacm_qp.c */
 int cm_create_qp(struct cm_id *id, struct ibv_pd *pd, struct ibv_qp_init_attr *attr, const uint64_t *send_ops);

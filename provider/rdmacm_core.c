@@ -345,6 +345,7 @@ CM_EXPORT int rdma_destroy_id(struct rdma_cm_id *id)
 	cm_drop_events(c->events, id);
 	if (c->own)
 		rdma_destroy_event_channel(&c->own->ch);
+	cm_free_mcs(c); /* the daemon left them with the ID */
 	free(c->ep_attr);
 	free(c);
 	return 0;

@@ -109,7 +109,8 @@ static struct cm_event *to_event(const struct sn_cm_event *rec)
 	struct sn_cm_addr_reply a = {.local_port = rec->local_port, .peer_port = rec->peer_port};
 	memcpy(a.local, rec->local, 16);
 	memcpy(a.peer, rec->peer, 16);
-	if (rec->type != RDMA_CM_EVENT_ADDR_ERROR)
+	int mcast = rec->type == RDMA_CM_EVENT_MULTICAST_JOIN || rec->type == RDMA_CM_EVENT_MULTICAST_ERROR;
+	if (rec->type != RDMA_CM_EVENT_ADDR_ERROR && !mcast) /* a multicast event's peer is the group */
 		cm_set_addrs(id, &a);
 	/* A resolved address has the device (cma.c's addr_handler acquires
 	 * it), and with it the ID's PD. */
@@ -120,6 +121,11 @@ static struct cm_event *to_event(const struct sn_cm_event *rec)
 	e->ev.status = attach_err ? -attach_err : rec->status;
 	size_t len = rec->private_len < SN_CM_PRIVATE_MAX ? rec->private_len : SN_CM_PRIVATE_MAX;
 	memcpy(e->private_data, rec->private_data, len);
+	if (mcast) { /* the group's address vector; the join's context, as librdmacm gives it */
+		ud_param(&e->ev.param.ud, rec, NULL, 0);
+		e->ev.param.ud.private_data = cm_mc_context(id, rec->peer);
+		return e;
+	}
 	if (id->id.qp_type == IBV_QPT_UD) {
 		ud_param(&e->ev.param.ud, rec, len ? e->private_data : NULL, len);
 		return e;

@@ -29,9 +29,6 @@
 
 /* The daemon moves an ID's QP through its states itself. */
 ENOSYS_INT(rdma_notify, struct rdma_cm_id *id, enum ibv_event_type event)
-ENOSYS_INT(rdma_join_multicast, struct rdma_cm_id *id, struct sockaddr *addr, void *context)
-ENOSYS_INT(rdma_join_multicast_ex, struct rdma_cm_id *id, struct rdma_cm_join_mc_attr_ex *attr, void *context)
-ENOSYS_INT(rdma_leave_multicast, struct rdma_cm_id *id, struct sockaddr *addr)
 
 /* ECE (enhanced connection establishment): softnic's QPs have no vendor
  * options to agree on (ibv_query_ece is EOPNOTSUPP, as on rxe), and its

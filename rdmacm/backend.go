@@ -69,6 +69,9 @@ type IDBackend interface {
 	Reject(privateData []byte) error
 	Establish() error
 	Disconnect() error
+
+	JoinMulticast(addr netip.Addr, flags JoinFlags) error
+	LeaveMulticast(addr netip.Addr) error
 }
 
 // BackendProvider is a device's verbs backend (verbs.Device.Backend)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"sync"
 
 	"github.com/softnic/softnic/ibtransport/mad"
@@ -29,6 +30,8 @@ const (
 	EventEstablished     EventType = 9
 	EventDisconnected    EventType = 10
 	EventTimewaitExit    EventType = 15
+	EventMulticastJoin   EventType = 12
+	EventMulticastError  EventType = 13
 )
 
 var eventNames = map[EventType]string{
@@ -44,6 +47,8 @@ var eventNames = map[EventType]string{
 	EventEstablished:     "RDMA_CM_EVENT_ESTABLISHED",
 	EventDisconnected:    "RDMA_CM_EVENT_DISCONNECTED",
 	EventTimewaitExit:    "RDMA_CM_EVENT_TIMEWAIT_EXIT",
+	EventMulticastJoin:   "RDMA_CM_EVENT_MULTICAST_JOIN",
+	EventMulticastError:  "RDMA_CM_EVENT_MULTICAST_ERROR",
 }
 
 // String returns librdmacm's name of the event (rdma_event_str).
@@ -68,8 +73,11 @@ type Event struct {
 	// when nobody listens on the port, mad.RejectConsumer when the peer's
 	// program rejected; for a UD ID the SIDR_REP's status.
 	Reason mad.RejectReason
-	// UD is the peer's QP of a UD ID's EventEstablished.
+	// UD is the peer's QP of a UD ID's EventEstablished, or the group's
+	// address of EventMulticastJoin.
 	UD *UDParam
+	// Group is the group of EventMulticastJoin and EventMulticastError.
+	Group netip.Addr
 	// Err says why, for the error events.
 	Err error
 }

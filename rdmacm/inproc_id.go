@@ -49,6 +49,8 @@ type inprocID struct {
 	lentQP bool
 	// tos and ackTimeout are SetOption's (0: none set).
 	tos, ackTimeout uint8
+	// mcast is the multicast groups joined (inproc_mcast.go).
+	mcast []mcastJoin
 }
 
 type idState uint8
@@ -208,7 +210,8 @@ func (id *inprocID) resolveAddr(src, dst netip.Addr, loopback bool, timeout time
 		id.mu.Unlock()
 		_, _, ownErr := id.c.device(dst)
 		own = loopback || ownErr == nil
-		if err == nil && !own && id.c.cfg.Neighbor != nil {
+		if err == nil && !own && !dst.IsMulticast() && id.c.cfg.Neighbor != nil {
+			// A group has no neighbour: its frames go to its MAC address.
 			if nerr := id.c.cfg.Neighbor(dev, dst, timeout); nerr != nil {
 				err = fmt.Errorf("%w: %w", ErrTimedOut, nerr)
 			}
@@ -348,6 +351,7 @@ func (id *inprocID) AttachQP(qp *verbs.QP) error {
 // DestroyQP destroys the QP, or lets go of the caller's.
 func (id *inprocID) DestroyQP() error {
 	id.mu.Lock()
+	id.detachMcast() // the QP no longer the ID's is in none of its groups
 	qp, lent := id.qp, id.lentQP
 	id.qp, id.lentQP = nil, false
 	id.mu.Unlock()
@@ -370,6 +374,7 @@ func (id *inprocID) Destroy() error {
 		return fmt.Errorf("destroy ID: %w", ErrState)
 	}
 	id.state = stateDestroying
+	id.leaveAll()
 	conn, listens, qp, local, lent := id.conn, id.listens, id.qp, id.local, id.lentQP
 	id.conn, id.listens, id.qp = nil, nil, nil
 	id.mu.Unlock()

@@ -63,8 +63,11 @@ type DeviceCounters struct {
 	TxNoBuffer atomic.Uint64 // times the link had no TX buffer free
 	TxErrors   atomic.Uint64 `rdma:"send_err"` // frames that could not be finished
 	Loopback   atomic.Uint64 // packets between two QPs of this device
-	Passes     atomic.Uint64 // engine passes, by the engine goroutine and in Poll
-	PollPasses atomic.Uint64 // engine passes run by applications' Poll
+	// LoopbackDrops are multicast datagrams whose copy for the device's
+	// own QPs found no loopback buffer free.
+	LoopbackDrops atomic.Uint64
+	Passes        atomic.Uint64 // engine passes, by the engine goroutine and in Poll
+	PollPasses    atomic.Uint64 // engine passes run by applications' Poll
 }
 
 // Device is a RoCEv2 adapter made of a Link and ibtransport engines. Each
@@ -142,6 +145,7 @@ func NewDevice(link Link, cfg DeviceConfig) (*Device, error) {
 		ports[i], wakes[i] = ln, ln.wake
 	}
 	d.group = ibtransport.NewGroup(ports, wakes)
+	d.group.SetMcastJoin(d.joinGroup)
 	if err := d.group.SetCongestion(cfg.Congestion); err != nil {
 		for _, o := range d.lanes {
 			o.napFile.Close()

@@ -346,6 +346,9 @@ func (ln *lane) receive(frame []byte) {
 		}
 	}
 	if idx < 0 {
+		idx = ln.mcastDst(dst) // a group the device joined
+	}
+	if idx < 0 {
 		ln.ctr.RxNotForUs.Add(1)
 		return
 	}

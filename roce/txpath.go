@@ -36,16 +36,24 @@ func (ln *lane) Path(av *ibv.AddressVector, qpn uint32, pathMTU int) (ibtranspor
 			return ln.loopPath(int(av.SGIDIndex), i, encap), nil
 		}
 	}
-	var err error
-	if encap.DstMAC, err = ln.d.neighbor(dst); err != nil {
-		return nil, err
+	var loop *loopPath
+	if av.DGID.IsMulticast() {
+		// To the group's MAC address, and to the device's own QPs.
+		encap.DstMAC = MulticastMAC(dst)
+		loop = ln.loopPath(int(av.SGIDIndex), ln.d.mcastGIDIndex(av.DGID), encap)
+		loop.info.DGID = av.DGID
+	} else {
+		var err error
+		if encap.DstMAC, err = ln.d.neighbor(dst); err != nil {
+			return nil, err
+		}
 	}
 	hl := encap.HeaderLen()
 	maxIB := ln.link.MTU() - (hl - ethHeaderLen) - header.ICRCLen
 	if maxPayloadHeaders+pathMTU > maxIB {
 		return nil, fmt.Errorf("path MTU %d does not fit the link MTU %d: %w", pathMTU, ln.link.MTU(), ibv.ErrInvalidArgument)
 	}
-	return &path{ln: ln, encap: encap, hl: hl, maxIB: maxIB}, nil
+	return &path{ln: ln, encap: encap, hl: hl, maxIB: maxIB, loop: loop}, nil
 }
 
 // ActiveMTU implements ibtransport.Port: the largest IB MTU the link
@@ -81,6 +89,9 @@ type path struct {
 	encap Encap
 	hl    int
 	maxIB int
+	// loop, on a path to a multicast group, takes a copy of each packet
+	// for the device's own QPs attached to the group.
+	loop *loopPath
 }
 
 // Buffer implements ibtransport.TxPath: room after the headers in a TX frame.
@@ -129,6 +140,9 @@ func (p *path) finish(buf []byte, n int) {
 		ln.ctr.TxErrors.Add(1)
 		ln.spare = append(ln.spare, buf)
 		return
+	}
+	if p.loop != nil && ln.d.group.McastAttached(p.loop.info.DGID) {
+		ln.loopCopy(p.loop, buf[p.hl:p.hl+n]) // its payload read by now
 	}
 	ln.tapFrame(buf[:l])
 	ln.link.Send(buf[:l])

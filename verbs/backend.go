@@ -106,6 +106,8 @@ type QPOps interface {
 	EngineIndex() int
 	Counters() *ibv.QPCounters
 	CongestionRate() uint64
+	AttachMcast(gid GID, lid uint16) error
+	DetachMcast(gid GID, lid uint16) error
 	Destroy() error
 	String() string
 	DebugState() string

@@ -118,7 +118,7 @@ func (e *engine) NewCompChannel(*CompChannel) ChannelOps { return engineChannel{
 func (e *engine) Query() DeviceAttr {
 	return DeviceAttr{MaxQPWR: ibv.MaxQPWR, MaxSGE: ibv.MaxSGE, MaxCQE: MaxCQE,
 		MaxInlineData: ibv.MaxInline, MaxQPRdAtom: ibv.MaxRdAtomic, MaxMsgSize: 1 << 31,
-		AtomicHostOrder: true, PhysPortCnt: 1, ODP: DeviceODPCaps, MaxDMSize: MaxDMSize}
+		AtomicHostOrder: true, PhysPortCnt: 1, ODP: DeviceODPCaps, MaxDMSize: MaxDMSize}.WithMcast()
 }
 
 func (e *engine) ActiveMTU() MTU {

@@ -77,6 +77,19 @@ func (q *QP) CongestionRate() uint64 { return q.ops.CongestionRate() }
 // Destroy destroys the QP (ibv_destroy_qp).
 func (q *QP) Destroy() error { return q.ops.Destroy() }
 
+// AttachMcast attaches the QP to multicast group gid (ibv_attach_mcast):
+// datagrams to the group (QP 0xFFFFFF, DGID gid) reach it, from the link
+// and from the device's own QPs. Only UD QPs attach, to multicast GIDs
+// (ErrInvalidArgument); past the device's multicast limits
+// (DeviceAttr.MaxMcastGrp ...) it fails with ErrMcastLimit. lid is
+// ignored on RoCE.
+func (q *QP) AttachMcast(gid GID, lid uint16) error { return q.ops.AttachMcast(gid, lid) }
+
+// DetachMcast detaches the QP from group gid (ibv_detach_mcast); a QP not
+// attached to it fails with ErrInvalidArgument. Destroying the QP
+// detaches it from every group.
+func (q *QP) DetachMcast(gid GID, lid uint16) error { return q.ops.DetachMcast(gid, lid) }
+
 // String names the QP and its state.
 func (q *QP) String() string { return q.ops.String() }
 

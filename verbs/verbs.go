@@ -167,6 +167,7 @@ var (
 	ErrInvalidState    = ibv.ErrInvalidState
 	ErrEmptyGID        = ibv.ErrEmptyGID
 	ErrBusy            = ibv.ErrBusy
+	ErrMcastLimit      = ibv.ErrMcastLimit
 )
 
 // Device is an opened RDMA device (ibv_context). Its backend runs it: the
@@ -260,6 +261,16 @@ type DeviceAttr struct {
 	HCACoreClockKHz         uint64
 	CompletionTimestampMask uint64
 	MaxDMSize               uint64 // bytes of device memory (AllocDM), every user's
+	// Multicast: groups, QPs per group, and attachments in all
+	// (max_mcast_grp, max_mcast_qp_attach, max_total_mcast_qp_attach).
+	MaxMcastGrp, MaxMcastQPAttach, MaxTotalMcastQPAttach int
+}
+
+// WithMcast returns a with the device's multicast limits, which both
+// backends' devices share (ibv's).
+func (a DeviceAttr) WithMcast() DeviceAttr {
+	a.MaxMcastGrp, a.MaxMcastQPAttach, a.MaxTotalMcastQPAttach = ibv.MaxMcastGroups, ibv.MaxMcastQPAttach, ibv.MaxTotalMcastQPAttach
+	return a
 }
 
 // Query returns the device's limits (ibv_query_device_ex).

@@ -27,6 +27,7 @@ func defineLimits(fs *flag.FlagSet, l *daemon.Limits) {
 		{&l.CMIDs, "max-cm-ids", "rdma_cm IDs"},
 		{&l.DMs, "max-dms", "device memory allocations (ibv_alloc_dm)"},
 		{&l.MWs, "max-mws", "memory windows"},
+		{&l.McastAttachments, "max-mcast-attachments", "multicast attachments (a UD QP's group, an rdma_cm ID's join)"},
 	} {
 		fs.IntVar(c.v, c.name, *c.v, "per user: at most this many "+c.what+"; -1: no bound")
 	}

@@ -36,7 +36,10 @@ func (rc *dialedCM) event(rec *hostif.CMEvent) (rdmacm.Event, bool) {
 		}
 		return rdmacm.Event{}, false
 	}
-	id.setAddrs(hostif.CMAddrPort(rec.Local, rec.LocalPort), hostif.CMAddrPort(rec.Peer, rec.PeerPort))
+	mcast := typ == rdmacm.EventMulticastJoin || typ == rdmacm.EventMulticastError
+	if !mcast { // a multicast event's peer is the group
+		id.setAddrs(hostif.CMAddrPort(rec.Local, rec.LocalPort), hostif.CMAddrPort(rec.Peer, rec.PeerPort))
+	}
 	if typ == rdmacm.EventAddrResolved {
 		id.mu.Lock()
 		id.dev = rc.dev
@@ -54,6 +57,11 @@ func (rc *dialedCM) event(rec *hostif.CMEvent) (rdmacm.Event, bool) {
 		peer := hostif.CMAddrPort(rec.Peer, rec.PeerPort).Addr()
 		ev.UD = &rdmacm.UDParam{AV: verbs.AddressVector{DGID: roce.GIDFromAddr(peer), SGIDIndex: rec.SGIDIndex, HopLimit: rec.HopLimit},
 			QPN: rec.QPN, QKey: rec.QKey}
+	}
+	if mcast {
+		ev.Group = hostif.CMAddrPort(rec.Peer, 0).Addr()
+		ev.UD = &rdmacm.UDParam{AV: verbs.AddressVector{DGID: rdmacm.McastGID(ev.Group), SGIDIndex: rec.SGIDIndex,
+			HopLimit: rec.HopLimit}, QPN: rec.QPN, QKey: rec.QKey}
 	}
 	ev.Err = rc.eventErr(typ, ev.Reason, unix.Errno(-rec.Status))
 	return ev, true

@@ -273,6 +273,20 @@ func (id *dialedID) SetOption(option int, value uint8) error {
 	return nil
 }
 
+func (id *dialedID) JoinMulticast(addr netip.Addr, flags rdmacm.JoinFlags) error {
+	if err := id.rc.call(func(c *session.Conn) error { return c.CMJoinMcast(id.handle, uint32(flags), addr) }); err != nil {
+		return fmt.Errorf("join multicast %v: %w", addr, cmErr(err))
+	}
+	return nil
+}
+
+func (id *dialedID) LeaveMulticast(addr netip.Addr) error {
+	if err := id.rc.call(func(c *session.Conn) error { return c.CMLeaveMcast(id.handle, addr) }); err != nil {
+		return fmt.Errorf("leave multicast %v: %w", addr, cmErr(err))
+	}
+	return nil
+}
+
 // Migrate has the daemon send the ID's events to the daemon's channel
 // behind chb, whose drain posts them on its event channel.
 func (id *dialedID) Migrate(chb rdmacm.ChannelBackend) error {

@@ -133,7 +133,7 @@ func (r *dialed) Query() verbs.DeviceAttr {
 	return verbs.DeviceAttr{MaxQPWR: int(h.MaxQPWR), MaxSGE: int(h.MaxSGE), MaxCQE: int(h.MaxCQE), MaxInlineData: int(h.MaxInline),
 		MaxQPRdAtom: int(h.MaxRdAtomic), MaxMsgSize: 1 << 31, AtomicHostOrder: true, PhysPortCnt: 1,
 		ODP: verbs.ODPCaps{General: hostif.ODPGeneral, RC: hostif.ODPRC, UC: hostif.ODPUC, UD: hostif.ODPUD,
-			MaxImplicitB: math.MaxUint64}, MaxDMSize: hostif.MaxDMSize}
+			MaxImplicitB: math.MaxUint64}, MaxDMSize: hostif.MaxDMSize}.WithMcast()
 }
 
 // PortState asks the daemon, and says PortDown if it cannot.

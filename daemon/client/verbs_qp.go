@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/softnic/softnic/daemon/client/session"
 	"github.com/softnic/softnic/hostif"
 	"github.com/softnic/softnic/ibtransport/ibv"
@@ -178,6 +180,25 @@ func (r *dialedQP) Destroy() error {
 		return fmt.Errorf("destroy session.QP %d: %w", r.q.QPN, daemonErr(err))
 	}
 	r.r.objects.remove(r.handle)
+	return nil
+}
+
+func (r *dialedQP) AttachMcast(gid verbs.GID, lid uint16) error {
+	err := r.r.call(func(*session.Conn) error { return r.q.AttachMcast(gid, lid) })
+	if errors.Is(err, unix.ENOMEM) { // past the device's or the user's multicast bounds
+		return fmt.Errorf("attach multicast: %w: %w", verbs.ErrMcastLimit, err)
+	}
+	if err != nil {
+		return fmt.Errorf("attach multicast: %w", daemonErr(err))
+	}
+	return nil
+}
+
+func (r *dialedQP) DetachMcast(gid verbs.GID, lid uint16) error {
+	err := r.r.call(func(*session.Conn) error { return r.q.DetachMcast(gid, lid) })
+	if err != nil {
+		return fmt.Errorf("detach multicast: %w", daemonErr(err))
+	}
 	return nil
 }
 

@@ -92,6 +92,9 @@ type Link struct {
 	irqCPUs    unix.CPUSet // the CPUs alignIRQs chose so far
 	irqsClosed bool
 
+	groupMu sync.Mutex
+	groups  groupSockets // the multicast groups joined (mcast.go)
+
 	// Read by Stats from other goroutines.
 	rxOversized, rxBadDesc, rxJoined, txStaged, txNoBuffer, txBusyWaits atomic.Uint64
 }
@@ -121,6 +124,7 @@ func Open(ifname string, cfg Config) (l *Link, err error) {
 		}
 	}
 	l = &Link{ifname: ifname, mtu: ifc.MTU, bufLen: ifc.MTU + 26, keepIRQs: cfg.KeepIRQs, irqState: cfg.IRQState}
+	l.groups.open(ifc.Index)
 	copy(l.mac[:], ifc.HardwareAddr)
 	defer func() {
 		if err != nil {
@@ -311,6 +315,9 @@ func (l *Link) Close() error {
 		return nil
 	}
 	var errs []error
+	l.groupMu.Lock()
+	l.groups.close()
+	l.groupMu.Unlock()
 	if l.prog != nil {
 		for q := range l.socks {
 			l.prog.ClearSocket(q)

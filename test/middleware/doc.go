@@ -18,8 +18,8 @@
 //     rdma_xclient -c r, rping to an address no host answers, cmtime with
 //     10,000 connections (fewer where the hard RLIMIT_NOFILE would refuse
 //     them over the kernel too); and rdma-core's own rdma_cm tests
-//     (tests/test_rdmacm.py, python3-pyverbs), whose multicast tests skip
-//     until softnic has multicast (issue #35).
+//     (tests/test_rdmacm.py, python3-pyverbs), multicast ones included;
+//     mckey between the two daemons, each way (issue #35).
 //
 // Each test checks from the daemons' counters (`softnic stat -j`) that the
 // bytes went through softnic, not through TCP or shared memory, and,

@@ -106,6 +106,18 @@ func (c *Conn) CMSetOption(id, option, value uint32) error {
 	return err
 }
 
+// CMJoinMcast joins the ID to multicast group addr (rdma_join_multicast_ex).
+func (c *Conn) CMJoinMcast(id, flags uint32, addr netip.Addr) error {
+	_, err := c.call(hostif.OpCMJoinMcast, hostif.CMMcastRequest{ID: id, Flags: flags, Addr: hostif.CMAddr(addr)}, &hostif.Empty{})
+	return err
+}
+
+// CMLeaveMcast leaves a group the ID joined (rdma_leave_multicast).
+func (c *Conn) CMLeaveMcast(id uint32, addr netip.Addr) error {
+	_, err := c.call(hostif.OpCMLeaveMcast, hostif.CMMcastRequest{ID: id, Addr: hostif.CMAddr(addr)}, &hostif.Empty{})
+	return err
+}
+
 // CMMigrateID sends the ID's events to another channel (rdma_migrate_id).
 func (c *Conn) CMMigrateID(id, channel uint32) error {
 	_, err := c.call(hostif.OpCMMigrateID, hostif.CMMigrateRequest{ID: id, Channel: channel}, &hostif.Empty{})

@@ -263,6 +263,18 @@ func (q *QP) Destroy() error {
 	return err
 }
 
+// AttachMcast attaches the QP to multicast group gid (ibv_attach_mcast).
+func (q *QP) AttachMcast(gid ibv.GID, lid uint16) error {
+	_, err := q.c.call(hostif.OpAttachMcast, hostif.McastRequest{QP: q.Handle, Lid: uint32(lid), GID: gid}, &hostif.Empty{})
+	return err
+}
+
+// DetachMcast detaches the QP from group gid (ibv_detach_mcast).
+func (q *QP) DetachMcast(gid ibv.GID, lid uint16) error {
+	_, err := q.c.call(hostif.OpDetachMcast, hostif.McastRequest{QP: q.Handle, Lid: uint32(lid), GID: gid}, &hostif.Empty{})
+	return err
+}
+
 // PostSendEntry posts a send entry that fill writes, unchecked: for tests
 // that play a client that breaks the host interface's rules.
 func (q *QP) PostSendEntry(fill func(e []byte)) error {

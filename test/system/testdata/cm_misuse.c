@@ -87,7 +87,10 @@ int main(int argc, char **argv)
 	expect("init_qp_attr for RTR with no connection", rdma_init_qp_attr(id, &rtr, &qmask), EINVAL);
 	expect("establish with no connect response", rdma_establish(id), EINVAL);
 	struct sockaddr_in mc = {.sin_family = AF_INET};
-	expect("join_multicast", rdma_join_multicast(id, (struct sockaddr *)&mc, NULL), ENOSYS);
+	expect("join_multicast of no group", rdma_join_multicast(id, (struct sockaddr *)&mc, NULL), EINVAL);
+	mc.sin_addr.s_addr = htonl(0xef010203); /* 239.1.2.3 */
+	expect("join_multicast on a TCP ID", rdma_join_multicast(id, (struct sockaddr *)&mc, NULL), EINVAL);
+	expect("leave_multicast of a group not joined", rdma_leave_multicast(id, (struct sockaddr *)&mc), EADDRNOTAVAIL);
 	expect("SRQ without attributes", rdma_create_srq(id, NULL, NULL), EINVAL);
 	struct ibv_pd *pd = ibv_alloc_pd(id->verbs);
 	struct ibv_srq_init_attr sa = {.attr = {.max_wr = 4, .max_sge = 1}};
