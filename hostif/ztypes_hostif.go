@@ -3,7 +3,7 @@
 package hostif
 
 // Version is the host interface version this package speaks.
-const Version = 4
+const Version = 5
 
 // HeaderLen is the size of a control message's header.
 const HeaderLen = 16

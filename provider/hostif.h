@@ -20,7 +20,7 @@
 #error "the host interface is little-endian; this provider stores its fields natively"
 #endif
 
-#define SN_VERSION 4
+#define SN_VERSION 5
 #define SN_HEADER_LEN 16
 #define SN_MAX_MESSAGE 4096
 
