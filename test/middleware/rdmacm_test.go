@@ -52,18 +52,7 @@ func TestRdmaXclient(t *testing.T) {
 // multicast).
 func TestRdmaCMSuite(t *testing.T) {
 	w := newWorld(t, "python3-pyverbs", "python3", "gunzip")
-	shipped := "/usr/share/doc/rdma-core/tests"
-	if _, err := os.Stat(filepath.Join(shipped, "run_tests.py")); err != nil {
-		require.Fail(t, "no rdma-core test suite", "%v: apt-get install python3-pyverbs", err)
-	}
-	dir := filepath.Join(rootDir(t), "tests")
-	out, err := exec.Command("cp", "-r", shipped, dir).CombinedOutput()
-	require.NoError(t, err, "cp: %s", out)
-	gz, err := filepath.Glob(filepath.Join(dir, "*.gz"))
-	require.NoError(t, err)
-	out, err = exec.Command("gunzip", gz...).CombinedOutput()
-	require.NoError(t, err, "gunzip: %s", out)
-	require.NoError(t, exec.Command("chmod", "-R", "a+rX", dir).Run())
+	dir := rdmaCoreTests(t)
 	src, err := os.ReadFile(filepath.Join(dir, "test_rdmacm.py"))
 	require.NoError(t, err)
 	want := len(regexp.MustCompile(`(?m)^    def test_\w+\(`).FindAll(src, -1))
@@ -86,6 +75,26 @@ func TestRdmaCMSuite(t *testing.T) {
 	t.Logf("test_rdmacm.py: %d tests run, all passed", want)
 	d := w.delta(t, before)
 	carried(t, "the suite's traffic", d.a, d.a, 1)
+}
+
+// rdmaCoreTests is a copy of rdma-core's test suite as python3-pyverbs
+// ships it (gzipped, in /usr/share/doc/rdma-core/tests), unpacked in a
+// root-owned directory every user may read.
+func rdmaCoreTests(t *testing.T) string {
+	t.Helper()
+	shipped := "/usr/share/doc/rdma-core/tests"
+	if _, err := os.Stat(filepath.Join(shipped, "run_tests.py")); err != nil {
+		require.Fail(t, "no rdma-core test suite", "%v: apt-get install python3-pyverbs", err)
+	}
+	dir := filepath.Join(rootDir(t), "tests")
+	out, err := exec.Command("cp", "-r", shipped, dir).CombinedOutput()
+	require.NoError(t, err, "cp: %s", out)
+	gz, err := filepath.Glob(filepath.Join(dir, "*.gz"))
+	require.NoError(t, err)
+	out, err = exec.Command("gunzip", gz...).CombinedOutput()
+	require.NoError(t, err, "gunzip: %s", out)
+	require.NoError(t, exec.Command("chmod", "-R", "a+rX", dir).Run())
+	return dir
 }
 
 // gidIndex is the index of d's end's IPv4 address in its device's GID
