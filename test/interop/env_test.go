@@ -72,7 +72,15 @@ func requireInteropHost(t *testing.T) {
 // (softnic's veth of plan.queues queues) and boots the guest with plan's
 // script.
 func startInterop(t *testing.T, ctx context.Context, name string, plan interopPlan) *interopEnv {
-	img, err := rxeguest.Build(ctx, rxeguest.DefaultCacheDir())
+	e := prepareInterop(t, ctx, name, plan, rxeguest.Release{})
+	e.boot(plan.toServer, plan.toClient)
+	return e
+}
+
+// prepareInterop is startInterop up to the guest's boot, with an image
+// of release r.
+func prepareInterop(t *testing.T, ctx context.Context, name string, plan interopPlan, r rxeguest.Release) *interopEnv {
+	img, err := rxeguest.BuildRelease(ctx, rxeguest.DefaultCacheDir(), r)
 	require.NoError(t, err, "guest image")
 	bin := buildSoftnic(t, ctx)
 	n, err := rxeguest.NewNetwork(ctx, rxeguest.NetworkConfig{Name: fmt.Sprintf("%s%d", name, os.Getpid()%100000),
@@ -91,9 +99,7 @@ func startInterop(t *testing.T, ctx context.Context, name string, plan interopPl
 	if capDir == "" {
 		capDir = t.TempDir()
 	}
-	e := &interopEnv{t: t, ctx: ctx, name: name, plan: plan, img: img, bin: bin, net: n, gidx: fmt.Sprint(gidx), capDir: capDir}
-	e.boot(plan.toServer, plan.toClient)
-	return e
+	return &interopEnv{t: t, ctx: ctx, name: name, plan: plan, img: img, bin: bin, net: n, gidx: fmt.Sprint(gidx), capDir: capDir}
 }
 
 // boot starts a guest that runs the real tools of toServer and toClient.

@@ -170,6 +170,13 @@ func Start(ctx context.Context, img *Image, cfg Config) (*Guest, error) {
 	return g, nil
 }
 
+// ConsoleContains reports whether the guest's console shows s yet (a
+// script marks its progress there by writing to /dev/kmsg).
+func (g *Guest) ConsoleContains(s string) bool {
+	console, _ := os.ReadFile(filepath.Join(g.dir, "console.log"))
+	return strings.Contains(string(console), s)
+}
+
 // Wait waits for the guest to power off and returns what it reported. An
 // error means the guest did not finish its script (qemu failed, the kernel
 // panicked, or the context ended); the Result then still holds the logs.
