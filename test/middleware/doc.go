@@ -19,7 +19,9 @@
 //     10,000 connections (fewer where the hard RLIMIT_NOFILE would refuse
 //     them over the kernel too); and rdma-core's own rdma_cm tests
 //     (tests/test_rdmacm.py, python3-pyverbs), multicast ones included;
-//     mckey between the two daemons, each way (issue #35).
+//     mckey between the two daemons, each way (issue #35); and the whole
+//     of rdma-core's test suite (tests/, every module) on one daemon, as
+//     root (TestRdmaCoreSuite).
 //
 // Each test checks from the daemons' counters (`softnic stat -j`) that the
 // bytes went through softnic, not through TCP or shared memory, and,
