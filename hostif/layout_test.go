@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/softnic/softnic/hostif/internal/layoutgen"
+	"github.com/softnic/softnic/ibtransport/ibv"
 )
 
 // The layouts the host interface shares with the C provider have one
@@ -431,4 +432,11 @@ func parseStructs(t *testing.T, src string) []cStruct {
 	}
 	require.NotEmpty(t, structs, "no packed structs in the header")
 	return structs
+}
+
+// The multicast limits the C provider reports are the ones the engine
+// enforces (package ibv's), so the two copies cannot drift apart.
+func TestMcastLimitsAgree(t *testing.T) {
+	require.EqualValues(t, ibv.MaxMcastGroups, MaxMcastGroups)
+	require.EqualValues(t, ibv.MaxMcastQPAttach, MaxMcastQPAttach)
 }

@@ -32,6 +32,14 @@ const (
 	DMMaxLogAlign = C.SN_DM_MAX_LOG_ALIGN
 )
 
+// MaxMcastGroups and MaxMcastQPAttach are a device's multicast limits
+// (max_mcast_grp, max_mcast_qp_attach), which the C provider reports and
+// the engine (package ibv's) enforces.
+const (
+	MaxMcastGroups   = C.SN_MAX_MCAST_GROUPS
+	MaxMcastQPAttach = C.SN_MAX_MCAST_QP_ATTACH
+)
+
 // Control commands: the op of a message's header.
 const (
 	OpHello             Op = C.SN_OP_HELLO

@@ -18,6 +18,14 @@ const (
 	DMMaxLogAlign = 12
 )
 
+// MaxMcastGroups and MaxMcastQPAttach are a device's multicast limits
+// (max_mcast_grp, max_mcast_qp_attach), which the C provider reports and
+// the engine (package ibv's) enforces.
+const (
+	MaxMcastGroups   = 1024
+	MaxMcastQPAttach = 56
+)
+
 // Control commands: the op of a message's header.
 const (
 	OpHello             Op = 1
