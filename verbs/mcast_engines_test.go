@@ -19,20 +19,7 @@ import (
 func TestMcastEngines(t *testing.T) {
 	p := newMultiPair(t, memlink.Config{}, 2, 2)
 	o := defaultOpts()
-	var pd *verbs.PD
-	var srq *verbs.SRQ
-	for i := 0; ; i++ {
-		require.Less(t, i, 64, "no RC QP landed on engine 1")
-		pd = p.b.AllocPD()
-		var err error
-		srq, err = pd.NewSRQ(64, 1)
-		require.NoError(t, err)
-		y := newEndpoint(t, p.b, pd, o, srq)
-		connect(t, newEndpoint(t, p.a, nil, o, nil), y, o)
-		if y.qp.EngineIndex() == 1 {
-			break
-		}
-	}
+	pd, srq := srqOnEngine1(t, p, o)
 	cq, err := p.b.CreateCQ(64, nil)
 	require.NoError(t, err)
 	var far []*verbs.QP

@@ -344,27 +344,31 @@ func TestUDFanIn(t *testing.T) {
 	assert.Equal(t, uint64(senders*each-recvs), p.b.Counters().RxNoRecv.Load())
 }
 
+// srqOnEngine1 returns a PD of p's end B and an SRQ in it on engine 1 of
+// two: the first QP of an SRQ decides its engine, so it connects RC QPs
+// on fresh SRQs until one lands there.
+func srqOnEngine1(t *testing.T, p *multiPair, o qpOpts) (*verbs.PD, *verbs.SRQ) {
+	t.Helper()
+	for i := 0; ; i++ {
+		require.Less(t, i, 64, "no RC QP landed on engine 1")
+		pd := p.b.AllocPD()
+		srq, err := pd.NewSRQ(64, 1)
+		require.NoError(t, err)
+		y := newEndpoint(t, p.b, pd, o, srq)
+		connect(t, newEndpoint(t, p.a, nil, o, nil), y, o)
+		if y.qp.EngineIndex() == 1 {
+			return pd, srq
+		}
+	}
+}
+
 // TestUDSharedSRQMultiEngine gives a UD QP the SRQ of an RC QP placed on
 // engine 1 of two: the UD QP joins it there, and datagrams that arrive at
 // engine 0 are forwarded to it and fill the SRQ's receives behind a GRH.
 func TestUDSharedSRQMultiEngine(t *testing.T) {
 	p := newMultiPair(t, memlink.Config{}, 2, 2)
-	var pd *verbs.PD
-	var srq *verbs.SRQ
 	o := defaultOpts()
-	for i := 0; ; i++ {
-		// The first QP of an SRQ decides its engine.
-		require.Less(t, i, 64, "no RC QP landed on engine 1")
-		pd = p.b.AllocPD()
-		var err error
-		srq, err = pd.NewSRQ(64, 1)
-		require.NoError(t, err)
-		y := newEndpoint(t, p.b, pd, o, srq)
-		connect(t, newEndpoint(t, p.a, nil, o, nil), y, o)
-		if y.qp.EngineIndex() == 1 {
-			break
-		}
-	}
+	pd, srq := srqOnEngine1(t, p, o)
 	cq, err := p.b.CreateCQ(64, nil)
 	require.NoError(t, err)
 	qp, err := pd.CreateQP(&verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, SRQ: srq, Type: verbs.QPTypeUD, Cap: verbs.QPCap{MaxSendWR: 4}})
