@@ -19,8 +19,9 @@ type serverCounters struct {
 	AcceptErrors atomic.Uint64 `rdma:"daemon_accept_errors"`
 	// SessionsRefused counts connections over their user's session bound.
 	SessionsRefused atomic.Uint64 `rdma:"daemon_sessions_refused"`
-	// ForeignCommands counts commands from a process other than the
-	// session's (a forked child, a process the socket was passed to).
+	// ForeignCommands counts commands refused from a process other than
+	// the session's (a forked child, a process the socket was passed to):
+	// one not of sharedOps, or under other credentials.
 	ForeignCommands atomic.Uint64 `rdma:"daemon_foreign_commands"`
 	// SessionsEndedExec and SessionsEndedCredentials count sessions ended
 	// because their process exec'd or changed its credentials.

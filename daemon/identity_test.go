@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"syscall"
@@ -36,10 +37,11 @@ func playRole(role, sock string) int {
 	switch role {
 	case "foreign":
 		// A process the session's socket was handed to (descriptor 3):
-		// its command is refused.
-		fmt.Println(rawCommand(3, hostif.OpAllocPD))
+		// it may make objects, under the session's credentials, but not
+		// register memory.
+		fmt.Println(rawCommand(3, hostif.OpAllocPD), rawCommand(3, hostif.OpRegMR))
 		return 0
-	case "hand-on", "setuid", "exec":
+	case "hand-on", "hand-on-other", "setuid", "exec":
 	default:
 		fmt.Println("no role", role)
 		return 2
@@ -53,7 +55,12 @@ func playRole(role, sock string) int {
 	case "hand-on":
 		// The session's socket goes to a process of its own: a forked
 		// child, as far as the daemon can tell.
-		fmt.Println(handOn(c))
+		fmt.Println(handOn(c, nil))
+		_, err := c.AllocPD()
+		fmt.Println("own:", errText(err))
+	case "hand-on-other":
+		// To a process under another uid.
+		fmt.Println(handOn(c, &syscall.Credential{Uid: 65534, Gid: 65534}))
 		_, err := c.AllocPD()
 		fmt.Println("own:", errText(err))
 	case "setuid":
@@ -150,21 +157,50 @@ func socketFD(c *hostsession.Conn) int {
 
 // handOn runs a process of its own ("foreign") with the session's socket
 // and returns what it said.
-func handOn(c *hostsession.Conn) string {
+func handOn(c *hostsession.Conn, cred *syscall.Credential) string {
 	dup, err := unix.Dup(socketFD(c))
 	if err != nil {
 		return err.Error()
 	}
 	f := os.NewFile(uintptr(dup), "session")
 	defer f.Close()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	exe := os.Args[0]
+	if cred != nil {
+		// The build directory is its owner's only.
+		dir, err := os.MkdirTemp("", "softnic-foreign")
+		if err != nil {
+			return err.Error()
+		}
+		defer os.RemoveAll(dir)
+		exe = filepath.Join(dir, "foreign")
+		if err := copyExecutable(os.Args[0], exe); err != nil {
+			return err.Error()
+		}
+	}
+	cmd := exec.Command(exe, "-test.run=^$")
 	cmd.Env = append(os.Environ(), roleEnv+"=foreign")
 	cmd.ExtraFiles = []*os.File{f}
+	if cred != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	}
 	out, err := cmd.Output()
 	if err != nil {
 		return fmt.Sprintf("foreign: %v: %s", err, out)
 	}
 	return "foreign: " + string(out[:len(out)-1])
+}
+
+// copyExecutable copies the program at from to to, which anyone may run,
+// in a directory anyone may enter.
+func copyExecutable(from, to string) error {
+	data, err := os.ReadFile(from)
+	if err == nil {
+		err = os.Chmod(filepath.Dir(to), 0o755)
+	}
+	if err == nil {
+		err = os.WriteFile(to, data, 0o755)
+	}
+	return err
 }
 
 // play runs role against the rig's daemon and returns its lines.
@@ -187,13 +223,20 @@ func play(t *testing.T, r *rig, role string, cred *syscall.Credential) []string 
 	return lines
 }
 
-// A session serves the process that connected: a process it handed the
-// socket to (a forked child, as the kernel's uverbs write() path refuses
-// one) gets EACCES, and the session goes on serving its own process.
+// A process the session's socket was handed to (a forked child, as far
+// as the daemon can tell) may make the session's objects under its
+// credentials, as through the kernel's uverbs ioctl path, but not name
+// memory: registering gets EACCES. Under another uid every command gets
+// EACCES. The session goes on serving its own process.
 func TestForeignCommands(t *testing.T) {
 	r := newRig(t)
-	require.Equal(t, []string{"foreign: EACCES", "own: ok"}, play(t, r, "hand-on", nil))
+	require.Equal(t, []string{"foreign: ok EACCES", "own: ok"}, play(t, r, "hand-on", nil))
 	require.EqualValues(t, 1, counter(t, r, "daemon_foreign_commands"))
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the foreign process runs as nobody")
+	}
+	require.Equal(t, []string{"foreign: EACCES EACCES", "own: ok"}, play(t, r, "hand-on-other", nil))
+	require.EqualValues(t, 3, counter(t, r, "daemon_foreign_commands"))
 }
 
 // A process that changed its credentials, or exec'd, has its command

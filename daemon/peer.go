@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/softnic/softnic/hostif"
 )
 
 // peer is the process at the other end of a control connection: the one
@@ -65,15 +67,23 @@ func (p peer) exited() bool {
 // credentials than it connected with.
 var errCredentials = errors.New("the process's credentials changed")
 
-// check accepts a message whose sender (SCM_CREDENTIALS, which the kernel
-// fills in) is the peer with its credentials: another process holding
-// the connection (a forked child, one it was passed to) gets EACCES; the
-// peer under other credentials ends the session.
-func (p peer) check(c *unix.Ucred) error {
+// check accepts a message of op whose sender (SCM_CREDENTIALS, which the
+// kernel fills in) is the peer with its credentials, or another process
+// holding the connection (a forked child, one it was passed to) under the
+// same uid and gid, for an op of sharedOps (sharers.go). Another process
+// gets EACCES for any other op, or under other credentials; the peer
+// under other credentials ends the session.
+func (p peer) check(c *unix.Ucred, op hostif.Op) error {
 	switch {
-	case c == nil || int(c.Pid) != p.pid:
-		return fmt.Errorf("a command from another process than the session's (pid %d): %w", p.pid, unix.EACCES)
-	case c.Uid != p.uid || c.Gid != p.gid:
+	case c == nil:
+		return fmt.Errorf("a command with no sender's credentials: %w", unix.EACCES)
+	case int(c.Pid) != p.pid && (c.Uid != p.uid || c.Gid != p.gid):
+		return fmt.Errorf("a command from pid %d as uid %d gid %d on a session of uid %d gid %d: %w",
+			c.Pid, c.Uid, c.Gid, p.uid, p.gid, unix.EACCES)
+	case int(c.Pid) != p.pid && !sharedOps[op]:
+		return fmt.Errorf("%v from another process than the session's (pid %d), which only it may send: %w",
+			op, p.pid, unix.EACCES)
+	case int(c.Pid) == p.pid && (c.Uid != p.uid || c.Gid != p.gid):
 		return fmt.Errorf("pid %d now uid %d gid %d, connected as %d %d: %w (%w)", p.pid, c.Uid, c.Gid,
 			p.uid, p.gid, errCredentials, unix.EACCES)
 	}

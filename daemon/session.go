@@ -159,11 +159,12 @@ func (ss *session) serve() {
 
 // receive answers one message from the sender with credentials cred:
 // the session's own process, with the credentials it connected with,
-// in the address space it said hello from. It reports last when the
+// in the address space it said hello from, or for sharedOps another
+// process under those credentials. It reports last when the
 // session must end after the reply.
 func (ss *session) receive(msg, out []byte, cred *unix.Ucred) (reply []byte, fds []int, last bool) {
-	if err := ss.peer.check(cred); err != nil {
-		h, _ := hostif.DecodeHeader(msg)
+	h, _ := hostif.DecodeHeader(msg)
+	if err := ss.peer.check(cred, h.Op); err != nil {
 		if errors.Is(err, errCredentials) {
 			ss.s.counters.SessionsEndedCredentials.Add(1)
 			ss.s.cfg.Log.Warn("session ended: its process changed credentials", "pid", ss.peer.pid, "err", err)
@@ -175,7 +176,6 @@ func (ss *session) receive(msg, out []byte, cred *unix.Ucred) (reply []byte, fds
 	if ss.proc != nil && !ss.proc.Alive() {
 		// The process exec'd: what it registered, and the session, were
 		// of the address space that is gone.
-		h, _ := hostif.DecodeHeader(msg)
 		ss.s.counters.SessionsEndedExec.Add(1)
 		ss.s.cfg.Log.Info("session ended: its process exec'd", "pid", ss.peer.pid)
 		return ss.reply(out, h, nil, procmem.ErrGone), nil, true

@@ -159,21 +159,18 @@ static int send_message(int sock, const uint8_t *out, size_t out_len, const int 
 }
 
 /*
- * exchange sends one message (with nsend descriptors) and receives the
- * reply with its descriptors; it returns 0 or an errno. With
- * early_reply, a connection the daemon closed (the send fails, or the
+ * receive_message receives one message with its descriptors into in,
+ * given the send's outcome, err; it returns 0 or an errno. With
+ * early_reply, a connection the daemon closed (the send failed, or the
  * receive reports the reset) still gives the message the daemon sent
  * before it closed: a daemon that refuses a connection answers before it
  * reads the hello.
  */
-static int exchange(struct sn_context *ctx, const uint8_t *out, size_t out_len, const int *send_fds, int nsend,
-		    int early_reply, uint8_t *in, size_t *in_len, int *fds, int *nfds)
+static int receive_message(struct sn_context *ctx, int err, int early_reply, uint8_t *in, size_t *in_len, int *fds,
+			   int *nfds)
 {
 	*nfds = 0;
 	int flags = MSG_CMSG_CLOEXEC;
-	int err = send_message(ctx->sock, out, out_len, send_fds, nsend);
-	if (err && !(early_reply && (err == EPIPE || err == ECONNRESET)))
-		return err;
 	if (err)
 		flags |= MSG_DONTWAIT;
 	union {
@@ -202,6 +199,78 @@ static int exchange(struct sn_context *ctx, const uint8_t *out, size_t out_len, 
 	*in_len = n;
 	if (extra < 0 || (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)))
 		return EPROTO;
+	return 0;
+}
+
+/*
+ * exchange sends one message (with nsend descriptors) and receives the
+ * reply with its descriptors; it returns 0 or an errno (receive_message
+ * says what early_reply does). With stale, the lock's last holder died
+ * holding it, perhaps with a reply unread, which goes first: a reply not
+ * of our seq is dropped once.
+ */
+static int exchange(struct sn_context *ctx, const uint8_t *out, size_t out_len, const int *send_fds, int nsend,
+		    int early_reply, int stale, uint8_t *in, size_t *in_len, int *fds, int *nfds)
+{
+	int err = send_message(ctx->sock, out, out_len, send_fds, nsend);
+	if (err && !(early_reply && (err == EPIPE || err == ECONNRESET)))
+		return err;
+	int got = receive_message(ctx, err, early_reply, in, in_len, fds, nfds);
+	struct sn_header r, h;
+	memcpy(&h, out, sizeof(h));
+	if (got || !stale || *in_len < SN_HEADER_LEN)
+		return got;
+	memcpy(&r, in, sizeof(r));
+	if (r.seq == h.seq)
+		return 0;
+	for (int i = 0; i < *nfds; i++)
+		close(fds[i]);
+	return receive_message(ctx, err, early_reply, in, in_len, fds, nfds);
+}
+
+struct sn_calls *sn_calls_new(void)
+{
+	struct sn_calls *c = mmap(NULL, sizeof(*c), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (c == MAP_FAILED)
+		return NULL;
+	pthread_mutexattr_t a;
+	int err = pthread_mutexattr_init(&a);
+	if (!err)
+		err = pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
+	if (!err)
+		err = pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
+	if (!err)
+		err = pthread_mutex_init(&c->lock, &a);
+	pthread_mutexattr_destroy(&a);
+	if (err) {
+		munmap(c, sizeof(*c));
+		errno = err;
+		return NULL;
+	}
+	c->seq = 0;
+	return c;
+}
+
+void sn_calls_free(struct sn_calls *calls)
+{
+	if (!calls)
+		return;
+	/* A forked child may use it still: only this process's mapping goes. */
+	munmap(calls, sizeof(*calls));
+}
+
+/*
+ * call_lock takes the lock of the context's commands, which the
+ * processes sharing the context share (struct sn_calls); it reports
+ * whether the last holder died holding it.
+ */
+static int call_lock(struct sn_context *ctx)
+{
+	int r = pthread_mutex_lock(&ctx->calls->lock);
+	if (r == EOWNERDEAD) {
+		pthread_mutex_consistent(&ctx->calls->lock);
+		return 1;
+	}
 	return 0;
 }
 
@@ -258,15 +327,16 @@ int sn_call_fds(struct sn_context *ctx, enum sn_op op, const void *req, size_t r
 		errno = EINVAL;
 		return -1;
 	}
-	pthread_mutex_lock(&ctx->call_lock);
-	struct sn_header h = {.op = op, .version = SN_VERSION, .length = SN_HEADER_LEN + req_len, .seq = ++ctx->seq};
+	int stale = call_lock(ctx);
+	struct sn_header h = {
+		.op = op, .version = SN_VERSION, .length = SN_HEADER_LEN + req_len, .seq = ++ctx->calls->seq};
 	memcpy(out, &h, sizeof(h));
 	if (req_len)
 		memcpy(out + SN_HEADER_LEN, req, req_len);
 	size_t in_len = 0;
 	int got[4], n = 0;
-	int err = exchange(ctx, out, h.length, send_fds, nsend, op == SN_OP_HELLO, in, &in_len, got, &n);
-	pthread_mutex_unlock(&ctx->call_lock);
+	int err = exchange(ctx, out, h.length, send_fds, nsend, op == SN_OP_HELLO, stale, in, &in_len, got, &n);
+	pthread_mutex_unlock(&ctx->calls->lock);
 	if (err == ECONNRESET || err == EPIPE)
 		__atomic_store_n(&ctx->gone, 1, __ATOMIC_RELAXED);
 	if (!err)

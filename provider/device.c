@@ -47,7 +47,7 @@ static void sn_free_context(struct ibv_context *context)
 		close(ctx->doorbell_fd);
 	if (ctx->sock >= 0)
 		close(ctx->sock); /* the daemon destroys what the session still holds */
-	pthread_mutex_destroy(&ctx->call_lock);
+	sn_calls_free(ctx->calls);
 	pthread_mutex_destroy(&ctx->channel_lock);
 	verbs_uninit_context(&ctx->vctx); /* closes cmd_fd and async_fd */
 	free(ctx);
@@ -141,7 +141,14 @@ static struct verbs_context *sn_alloc_context(struct ibv_device *device, int cmd
 	if (!ctx)
 		return NULL;
 	ctx->sock = ctx->doorbell_fd = -1;
-	pthread_mutex_init(&ctx->call_lock, NULL);
+	ctx->calls = sn_calls_new();
+	if (!ctx->calls) {
+		int err = errno;
+		verbs_uninit_context(&ctx->vctx);
+		free(ctx);
+		errno = err;
+		return NULL;
+	}
 	pthread_mutex_init(&ctx->channel_lock, NULL);
 	int err = sn_connect(ctx, device->name);
 	if (err) {

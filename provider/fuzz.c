@@ -45,7 +45,9 @@ static void fuzz_call(const uint8_t *d, size_t n)
 	if (socketpair(AF_UNIX, SOCK_SEQPACKET, 0, sv) < 0)
 		abort();
 	struct sn_context ctx = {.sock = sv[0]};
-	pthread_mutex_init(&ctx.call_lock, NULL);
+	ctx.calls = sn_calls_new();
+	if (!ctx.calls)
+		abort();
 	send_reply(sv[1], d + 2, n - 2, d[1] % 6);
 	int fds[3];
 	uint8_t reply[64];
@@ -57,6 +59,7 @@ static void fuzz_call(const uint8_t *d, size_t n)
 		close(fds[i]);
 	close(sv[0]);
 	close(sv[1]);
+	sn_calls_free(ctx.calls);
 	if (open_fds() != before)
 		abort(); /* a descriptor leaked */
 }

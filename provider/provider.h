@@ -20,13 +20,29 @@
 
 struct sn_channel;
 
+/*
+ * What the processes that share a context share: its process and those
+ * it forks, which the daemon lets make the session's objects
+ * (daemon/sharers.go). One command at a time on the socket, whoever
+ * sends it, so that each reads its own reply: a page mapped shared and
+ * anonymous, which fork keeps shared, holds a process-shared, robust
+ * lock and the sequence numbers.
+ */
+struct sn_calls {
+	pthread_mutex_t lock;
+	uint32_t seq;
+};
+
+/* sn_calls_new maps and initializes a context's sn_calls; NULL with errno. */
+struct sn_calls *sn_calls_new(void);
+void sn_calls_free(struct sn_calls *calls);
+
 /* A device context: one session with the daemon. */
 struct sn_context {
 	struct verbs_context vctx; /* first: libibverbs allocates us with it */
 	int sock; /* the control socket (SOCK_SEQPACKET) */
 	int gone; /* the daemon closed the socket: the session's objects are gone (atomic) */
-	pthread_mutex_t call_lock; /* one command at a time on the socket */
-	uint32_t seq;
+	struct sn_calls *calls; /* one command at a time on the socket */
 	uint8_t *page; /* the session page: doorbell and sleeping words */
 	int doorbell_fd; /* the daemon's eventfd, written only while it sleeps */
 	struct sn_hello_reply limits;

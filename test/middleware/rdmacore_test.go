@@ -47,11 +47,7 @@ var suiteSkips = []suiteSkip{
 
 // suiteFailsYet are the suite's tests softnic fails yet, and why: each
 // must fail until it is fixed, then go from the list.
-var suiteFailsYet = map[string]string{
-	// Its forked children use the parent's context; the daemon takes
-	// commands only from the process that connected (docs/SECURITY.md).
-	"tests.test_device.DMTest.test_multi_process_alloc_dm": "a forked child's commands on its parent's session",
-}
+var suiteFailsYet = map[string]string{}
 
 // suiteOutcome is how one test of the suite ended: "ok", "skipped", "ERROR",
 // "FAIL", "expected failure" or "unexpected success", and a skip's reason.
