@@ -44,8 +44,9 @@ static void fuzz_call(const uint8_t *d, size_t n)
 	int before = open_fds(), sv[2];
 	if (socketpair(AF_UNIX, SOCK_SEQPACKET, 0, sv) < 0)
 		abort();
-	struct sn_context ctx = {.sock = sv[0]};
-	pthread_mutex_init(&ctx.call_lock, NULL);
+	struct sn_session s = {.sock = sv[0]};
+	struct sn_context ctx = {.s = &s};
+	pthread_mutex_init(&s.call_lock, NULL);
 	send_reply(sv[1], d + 2, n - 2, d[1] % 6);
 	int fds[3];
 	uint8_t reply[64];
