@@ -53,6 +53,7 @@ struct sn_session *sn_session_new(void)
 	if (!s)
 		return NULL;
 	s->refs = 1;
+	s->pid = getpid();
 	s->sock = s->doorbell_fd = -1;
 	pthread_mutex_init(&s->call_lock, NULL);
 	pthread_mutex_init(&s->channel_lock, NULL);

@@ -20,9 +20,10 @@
  * other descriptor to libibverbs', which refuses a non-device with EINVAL
  * and an open of /dev/null that is no context of this process with
  * EOPNOTSUPP (the softnic device it matches has no import_context). A
- * descriptor another process passed is such a one: the daemon takes a
- * session's commands from the process that opened it only
- * (docs/SECURITY.md), so contexts are not shared across processes.
+ * descriptor another process passed, or a forked child inherited, is such
+ * a one: the daemon takes a session's commands from the process that
+ * opened it only (docs/SECURITY.md), so contexts are not shared across
+ * processes.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -81,7 +82,10 @@ static struct sn_session *find_session(int fd, struct ibv_device **device, int *
 	struct sn_session *s = NULL;
 	int err = ENOENT;
 	pthread_mutex_lock(&contexts_lock);
+	pid_t me = getpid();
 	for (struct sn_context *c = contexts; c && !s && err == ENOENT; c = c->next) {
+		if (c->s->pid != me)
+			continue; /* a forked child's copy of its parent's list: the daemon refuses it the session */
 		int same = same_file(fd, c->vctx.context.cmd_fd);
 		if (same < 0 && errno != EBADF)
 			err = EOPNOTSUPP;

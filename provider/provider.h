@@ -10,6 +10,7 @@
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include <infiniband/verbs.h>
 
@@ -29,6 +30,7 @@ struct sn_channel;
  */
 struct sn_session {
 	int refs; /* contexts on it (atomic) */
+	pid_t pid; /* the process that opened it, the only one the daemon serves it to */
 	int sock; /* the control socket (SOCK_SEQPACKET) */
 	int gone; /* the daemon closed the socket: the session's objects are gone (atomic) */
 	pthread_mutex_t call_lock; /* one command at a time on the socket, from any context */
