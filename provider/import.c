@@ -72,12 +72,27 @@ static int same_file(int a, int b)
 	return r < 0 ? -1 : r == 0;
 }
 
+/* copy_lib_ops gives ctx the entries libibverbs itself sets in a context
+ * it opened (set_lib_ops in its device.c, static there), from the
+ * context whose cmd_fd is imported: libibverbs opened it, or it was
+ * imported from one libibverbs opened, so these are that library's. */
+static void copy_lib_ops(struct verbs_context *ctx, const struct verbs_context *from)
+{
+	ctx->create_cq_ex = from->create_cq_ex;
+	ctx->query_port = from->query_port;
+	ctx->context.ops._compat_query_port = from->context.ops._compat_query_port;
+	ctx->context.ops._compat_query_device = from->context.ops._compat_query_device;
+	ctx->ABI_placeholder1 = from->ABI_placeholder1;
+	ctx->ABI_placeholder2 = from->ABI_placeholder2;
+}
+
 /* find_session returns the session of the context whose command
- * descriptor is fd's open file, held, with that context's device and its
- * async event descriptor duplicated into *async_fd; NULL with errno
+ * descriptor is fd's open file, held, with that context's device, its
+ * async event descriptor duplicated into *async_fd and libibverbs'
+ * entries copied into *lib (copy_lib_ops); NULL with errno
  * ENOENT if there is none, EOPNOTSUPP if kcmp cannot tell (ENOSYS, or
  * EPERM under a seccomp filter that refuses it). */
-static struct sn_session *find_session(int fd, struct ibv_device **device, int *async_fd)
+static struct sn_session *find_session(int fd, struct ibv_device **device, int *async_fd, struct verbs_context *lib)
 {
 	struct sn_session *s = NULL;
 	int err = ENOENT;
@@ -98,6 +113,7 @@ static struct sn_session *find_session(int fd, struct ibv_device **device, int *
 		}
 		s = c->s;
 		*device = c->vctx.context.device;
+		copy_lib_ops(lib, &c->vctx); /* under the lock: c may be closed once it is let go */
 		__atomic_add_fetch(&s->refs, 1, __ATOMIC_ACQ_REL);
 	}
 	pthread_mutex_unlock(&contexts_lock);
@@ -106,22 +122,10 @@ static struct sn_session *find_session(int fd, struct ibv_device **device, int *
 	return s;
 }
 
-/* copy_lib_ops gives ctx the entries libibverbs itself sets in a context
- * it opened (set_lib_ops in its device.c, static there), taken from one
- * it opened: the same library's functions. */
-static void copy_lib_ops(struct verbs_context *ctx, const struct verbs_context *from)
-{
-	ctx->create_cq_ex = from->create_cq_ex;
-	ctx->query_port = from->query_port;
-	ctx->context.ops._compat_query_port = from->context.ops._compat_query_port;
-	ctx->context.ops._compat_query_device = from->context.ops._compat_query_device;
-	ctx->ABI_placeholder1 = from->ABI_placeholder1;
-	ctx->ABI_placeholder2 = from->ABI_placeholder2;
-}
-
 /* import_softnic makes a context on session s (held for it), with
- * cmd_fd, which it then owns, and async_fd. */
-static struct ibv_context *import_softnic(struct sn_session *s, struct ibv_device *device, int cmd_fd, int async_fd)
+ * cmd_fd, which it then owns, async_fd, and libibverbs' entries of lib. */
+static struct ibv_context *import_softnic(struct sn_session *s, struct ibv_device *device, int cmd_fd, int async_fd,
+					  const struct verbs_context *lib)
 {
 	struct sn_context *ctx = _verbs_init_and_alloc_context(device, cmd_fd, sizeof(*ctx), NULL, 0);
 	if (!ctx) {
@@ -134,18 +138,8 @@ static struct ibv_context *import_softnic(struct sn_session *s, struct ibv_devic
 	ctx->s = s;
 	ctx->vctx.context.async_fd = async_fd;
 	sn_set_ops(ctx);
-	pthread_mutex_lock(&contexts_lock);
-	/* Any softnic context of the process was opened by libibverbs: the
-	 * list has one while s is held. */
-	for (struct sn_context *c = contexts; c; c = c->next) {
-		if (c->s == s) {
-			copy_lib_ops(&ctx->vctx, &c->vctx);
-			break;
-		}
-	}
-	ctx->next = contexts;
-	contexts = ctx;
-	pthread_mutex_unlock(&contexts_lock);
+	copy_lib_ops(&ctx->vctx, lib);
+	sn_context_register(ctx);
 	return &ctx->vctx.context;
 }
 
@@ -157,9 +151,10 @@ SN_EXPORT struct ibv_context *ibv_import_device(int cmd_fd)
 	struct ibv_device *device = NULL;
 	int async_fd = -1, err = ENOENT;
 	if (fstat(cmd_fd, &st) == 0 && S_ISCHR(st.st_mode)) {
-		struct sn_session *s = find_session(cmd_fd, &device, &async_fd);
+		struct verbs_context lib = {0};
+		struct sn_session *s = find_session(cmd_fd, &device, &async_fd, &lib);
 		if (s)
-			return import_softnic(s, device, cmd_fd, async_fd);
+			return import_softnic(s, device, cmd_fd, async_fd, &lib);
 		err = errno;
 	}
 	if (err != ENOENT) {
