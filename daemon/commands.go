@@ -45,9 +45,13 @@ var handlers = map[hostif.Op]handler{
 	hostif.OpUnshareMemory:      with(noReply((*session).unshareMemory)),
 	hostif.OpDestroyCompChannel: with(noReply((*session).destroyChannel)),
 	// Device memory (dm.go).
-	hostif.OpAllocDM:     with((*session).allocDM),
-	hostif.OpFreeDM:      with(noReply((*session).freeDM)),
-	hostif.OpRegDMMR:     with(noFDs((*session).regDMMR)),
+	hostif.OpAllocDM: with((*session).allocDM),
+	hostif.OpFreeDM:  with(noReply((*session).freeDM)),
+	hostif.OpRegDMMR: with(noFDs((*session).regDMMR)),
+	// Importing objects (import.go).
+	hostif.OpQueryPD:     with(noReply((*session).queryPD)),
+	hostif.OpQueryMR:     with(noFDs((*session).queryMR)),
+	hostif.OpQueryDM:     with((*session).queryDM),
 	hostif.OpAllocMW:     with(noFDs((*session).allocMW)),
 	hostif.OpDeallocMW:   with(noReply((*session).deallocMW)),
 	hostif.OpAttachMcast: with(noReply((*session).attachMcast)),

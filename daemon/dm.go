@@ -17,9 +17,11 @@ import (
 // shares; each user's part of them is bounded (Limits.DMs, DMBytes).
 
 // hostDM is one allocation: length bytes the client asked for, in a
-// mapping of whole pages.
+// mapping of whole pages, and its memfd, kept (one descriptor, counted)
+// to pass again to a context that imports it (query_dm, import.go).
 type hostDM struct {
 	mem    []byte
+	fd     int
 	length uint64
 	// mrs counts the regions in it: it is unmapped only when none is
 	// left, as an engine may copy to any registered region.
@@ -38,33 +40,44 @@ func (ss *session) allocDM(req hostif.AllocDMRequest) (any, []int, error) {
 	if req.Length == 0 || req.Length > hostif.MaxDMSize || req.LogAlign > hostif.DMMaxLogAlign || req.Reserved != 0 {
 		return nil, nil, fmt.Errorf("device memory of %d bytes, alignment 2^%d: %w", req.Length, req.LogAlign, unix.EINVAL)
 	}
-	n := int64(req.Length)
-	if err := ss.take(resDM, 1); err != nil {
+	if err := ss.takeDM(int64(req.Length)); err != nil {
 		return nil, nil, err
-	}
-	if err := ss.take(resDMBytes, n); err != nil {
-		ss.give(resDM, 1)
-		return nil, nil, err
-	}
-	if !ss.s.reserveDM(n) {
-		ss.give(resDMBytes, n)
-		ss.give(resDM, 1)
-		return nil, nil, fmt.Errorf("device memory of %d bytes: the device's %d are taken: %w", n, hostif.MaxDMSize, unix.ENOMEM)
 	}
 	fd, mem, err := newDMMemory(req.Length)
 	if err != nil {
-		ss.s.releaseDM(n)
-		ss.give(resDMBytes, n)
-		ss.give(resDM, 1)
+		ss.dropDM(&hostDM{length: req.Length})
 		return nil, nil, err
 	}
 	if ss.dm.dms == nil {
 		ss.dm = sessionDMs{dms: map[uint32]*hostDM{}, mrDM: map[uint32]uint32{}}
 	}
 	h := ss.handle()
-	ss.dm.dms[h] = &hostDM{mem: mem, length: req.Length}
-	ss.closeAfterReply = append(ss.closeAfterReply, fd)
+	ss.dm.dms[h] = &hostDM{mem: mem, fd: fd, length: req.Length}
 	return hostif.HandleReply{Handle: h}, []int{fd}, nil
+}
+
+// takeDM charges an allocation of n bytes: one DM, its bytes and its
+// memfd to the user, the bytes to the device.
+func (ss *session) takeDM(n int64) error {
+	if err := ss.take(resDM, 1); err != nil {
+		return err
+	}
+	if err := ss.take(resDMBytes, n); err != nil {
+		ss.give(resDM, 1)
+		return err
+	}
+	if err := ss.take(resDescriptor, 1); err != nil {
+		ss.give(resDMBytes, n)
+		ss.give(resDM, 1)
+		return err
+	}
+	if !ss.s.reserveDM(n) {
+		ss.give(resDescriptor, 1)
+		ss.give(resDMBytes, n)
+		ss.give(resDM, 1)
+		return fmt.Errorf("device memory of %d bytes: the device's %d are taken: %w", n, hostif.MaxDMSize, unix.ENOMEM)
+	}
+	return nil
 }
 
 // newDMMemory makes a memfd of length bytes rounded up to pages, sealed
@@ -118,12 +131,14 @@ func (ss *session) freeDM(req hostif.HandleRequest) error {
 	}
 	delete(ss.dm.dms, req.Handle)
 	ss.dropDM(dm)
+	unix.Close(dm.fd)
 	return unix.Munmap(dm.mem)
 }
 
-// dropDM gives back what dm was charged.
+// dropDM gives back what dm was charged (takeDM).
 func (ss *session) dropDM(dm *hostDM) {
 	ss.s.releaseDM(int64(dm.length))
+	ss.give(resDescriptor, 1)
 	ss.give(resDMBytes, int64(dm.length))
 	ss.give(resDM, 1)
 }
@@ -177,6 +192,7 @@ func (ss *session) dmMRGone(h uint32) {
 // mapped rather than pulled from under an engine).
 func (ss *session) freeDMs() {
 	for h, dm := range ss.dm.dms {
+		unix.Close(dm.fd)
 		if dm.mrs == 0 {
 			unix.Munmap(dm.mem)
 		}

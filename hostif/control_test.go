@@ -84,6 +84,10 @@ func TestOpNumbers(t *testing.T) {
 	require.Equal(t, Op(49), OpDeallocMW)
 	require.Equal(t, "alloc_mw", OpAllocMW.String())
 	require.Equal(t, "dealloc_mw", OpDeallocMW.String())
+	require.Equal(t, Op(85), OpQueryPD)
+	require.Equal(t, Op(86), OpQueryMR)
+	require.Equal(t, Op(87), OpQueryDM)
+	require.Equal(t, "query_dm", OpQueryDM.String())
 }
 
 // Every enumerator of enum sn_op has its Op constant in types_hostif.go,

@@ -118,6 +118,11 @@ const (
 	// rdma_leave_multicast).
 	OpCMJoinMcast  Op = C.SN_OP_CM_JOIN_MCAST
 	OpCMLeaveMcast Op = C.SN_OP_CM_LEAVE_MCAST
+	// What a second context of the session (ibv_import_device) asks
+	// about the handles it imports.
+	OpQueryPD Op = C.SN_OP_QUERY_PD
+	OpQueryMR Op = C.SN_OP_QUERY_MR
+	OpQueryDM Op = C.SN_OP_QUERY_DM
 )
 
 // AdviseSGEs is how many SGEs one advise_mr request carries.
@@ -193,6 +198,10 @@ type (
 	ModifySRQRequest C.struct_sn_modify_srq_req
 	AllocMWRequest   C.struct_sn_alloc_mw_req
 	AllocMWReply     C.struct_sn_alloc_mw_reply
+	// QueryMRReply is what ibv_import_mr learns of a region.
+	QueryMRReply C.struct_sn_query_mr_reply
+	// QueryDMReply comes with the allocation's memfd.
+	QueryDMReply C.struct_sn_query_dm_reply
 )
 
 // Bodies of the connection manager's commands (rdma_cm through the

@@ -104,6 +104,11 @@ const (
 	// rdma_leave_multicast).
 	OpCMJoinMcast  Op = 57
 	OpCMLeaveMcast Op = 58
+	// What a second context of the session (ibv_import_device) asks
+	// about the handles it imports.
+	OpQueryPD Op = 85
+	OpQueryMR Op = 86
+	OpQueryDM Op = 87
 )
 
 // AdviseSGEs is how many SGEs one advise_mr request carries.
@@ -176,6 +181,9 @@ var opNames = [...]string{
 	56: "detach_mcast",
 	57: "cm_join_mcast",
 	58: "cm_leave_mcast",
+	85: "query_pd",
+	86: "query_mr",
+	87: "query_dm",
 }
 
 // The descriptors a hello request passes, in this order: the client's
@@ -404,6 +412,18 @@ type (
 	AllocMWReply struct {
 		Handle uint32
 		RKey   uint32
+	}
+	// QueryMRReply is what ibv_import_mr learns of a region.
+	QueryMRReply struct {
+		PD     uint32
+		LKey   uint32
+		RKey   uint32
+		Access uint32
+		Length uint64
+	}
+	// QueryDMReply comes with the allocation's memfd.
+	QueryDMReply struct {
+		Length uint64
 	}
 )
 

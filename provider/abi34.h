@@ -80,6 +80,10 @@ struct sn_verbs_mr {
 	int access;
 };
 
+/* verbs_mr's mr_type of an MR ibv_import_mr made (IBV_MR_TYPE_IMPORTED_MR):
+ * ibv_dereg_mr then leaves its (NULL) range's fork state alone. */
+#define SN_MR_TYPE_IMPORTED 2
+
 /* verbs_qp's comp_mask: the QP's ibv_qp_ex is valid (VERBS_QP_EX). */
 #define SN_VERBS_QP_EX (1u << 1)
 
@@ -155,7 +159,11 @@ struct sn_context_ops {
 	int (*detach_mcast)(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid);
 	void (*free_context)(struct ibv_context *context);
 	int (*free_dm)(struct ibv_dm *dm);
-	sn_unused_op get_srq_num, import_dm, import_mr, import_pd, modify_cq, modify_flow_action_esp;
+	sn_unused_op get_srq_num;
+	struct ibv_dm *(*import_dm)(struct ibv_context *context, uint32_t dm_handle);
+	struct ibv_mr *(*import_mr)(struct ibv_pd *pd, uint32_t mr_handle);
+	struct ibv_pd *(*import_pd)(struct ibv_context *context, uint32_t pd_handle);
+	sn_unused_op modify_cq, modify_flow_action_esp;
 	int (*modify_qp)(struct ibv_qp *qp, struct ibv_qp_attr *attr, int attr_mask);
 	sn_unused_op modify_qp_rate_limit;
 	int (*modify_srq)(struct ibv_srq *srq, struct ibv_srq_attr *attr, int attr_mask);
@@ -182,7 +190,10 @@ struct sn_context_ops {
 	int (*req_notify_cq)(struct ibv_cq *cq, int solicited_only);
 	int (*rereg_mr)(struct sn_verbs_mr *mr, int flags, struct ibv_pd *pd, void *addr, size_t length, int access);
 	int (*resize_cq)(struct ibv_cq *cq, int cqe);
-	sn_unused_op set_ece, unimport_dm, unimport_mr, unimport_pd;
+	sn_unused_op set_ece;
+	void (*unimport_dm)(struct ibv_dm *dm);
+	void (*unimport_mr)(struct ibv_mr *mr);
+	void (*unimport_pd)(struct ibv_pd *pd);
 };
 
 /* 76 operations, each one pointer: a count that changes means a typo. */

@@ -55,10 +55,10 @@ SN_EXPORT struct ibv_comp_channel *ibv_create_comp_channel(struct ibv_context *c
 	c->ch.context = context;
 	c->ch.fd = fd;
 	c->handle = r.handle;
-	pthread_mutex_lock(&ctx->channel_lock);
-	c->next = ctx->channels;
-	ctx->channels = c;
-	pthread_mutex_unlock(&ctx->channel_lock);
+	pthread_mutex_lock(&ctx->s->channel_lock);
+	c->next = ctx->s->channels;
+	ctx->s->channels = c;
+	pthread_mutex_unlock(&ctx->s->channel_lock);
 	return &c->ch;
 }
 
@@ -66,15 +66,15 @@ SN_EXPORT struct ibv_comp_channel *ibv_create_comp_channel(struct ibv_context *c
 static int unlink_channel(struct sn_context *ctx, struct ibv_comp_channel *ch)
 {
 	int found = 0;
-	pthread_mutex_lock(&ctx->channel_lock);
-	for (struct sn_channel **p = &ctx->channels; *p; p = &(*p)->next) {
+	pthread_mutex_lock(&ctx->s->channel_lock);
+	for (struct sn_channel **p = &ctx->s->channels; *p; p = &(*p)->next) {
 		if (&(*p)->ch == ch) {
 			*p = (*p)->next;
 			found = 1;
 			break;
 		}
 	}
-	pthread_mutex_unlock(&ctx->channel_lock);
+	pthread_mutex_unlock(&ctx->s->channel_lock);
 	return found;
 }
 
@@ -108,13 +108,13 @@ SN_EXPORT int ibv_destroy_comp_channel(struct ibv_comp_channel *channel)
 uint32_t sn_channel_handle(struct sn_context *ctx, struct ibv_comp_channel *ch)
 {
 	uint32_t h = 0;
-	pthread_mutex_lock(&ctx->channel_lock);
-	for (struct sn_channel *c = ctx->channels; c; c = c->next) {
+	pthread_mutex_lock(&ctx->s->channel_lock);
+	for (struct sn_channel *c = ctx->s->channels; c; c = c->next) {
 		if (&c->ch == ch) {
 			h = c->handle;
 			break;
 		}
 	}
-	pthread_mutex_unlock(&ctx->channel_lock);
+	pthread_mutex_unlock(&ctx->s->channel_lock);
 	return h;
 }

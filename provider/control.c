@@ -46,12 +46,49 @@ static int sn_open_socket(const char *ibdev_name)
 	return fd;
 }
 
+/* sn_session_new makes a session not yet connected, held once. */
+struct sn_session *sn_session_new(void)
+{
+	struct sn_session *s = calloc(1, sizeof(*s));
+	if (!s)
+		return NULL;
+	s->refs = 1;
+	s->pid = getpid();
+	s->sock = s->doorbell_fd = -1;
+	s->calls = sn_calls_new();
+	if (!s->calls) {
+		int err = errno;
+		free(s);
+		errno = err;
+		return NULL;
+	}
+	pthread_mutex_init(&s->channel_lock, NULL);
+	return s;
+}
+
+/* sn_session_put drops a context's hold on s; the last one ends the
+ * session, and the daemon destroys what it still holds. */
+void sn_session_put(struct sn_session *s)
+{
+	if (__atomic_sub_fetch(&s->refs, 1, __ATOMIC_ACQ_REL) != 0)
+		return;
+	if (s->page)
+		munmap(s->page, SN_PAGE_SIZE);
+	if (s->doorbell_fd >= 0)
+		close(s->doorbell_fd);
+	if (s->sock >= 0)
+		close(s->sock);
+	sn_calls_free(s->calls);
+	pthread_mutex_destroy(&s->channel_lock);
+	free(s);
+}
+
 /* sn_connect opens the session on device ibdev_name's control socket;
  * 0 or an errno. */
 int sn_connect(struct sn_context *ctx, const char *ibdev_name)
 {
-	ctx->sock = sn_open_socket(ibdev_name);
-	if (ctx->sock < 0)
+	ctx->s->sock = sn_open_socket(ibdev_name);
+	if (ctx->s->sock < 0)
 		return errno;
 	return sn_hello(ctx);
 }
@@ -71,8 +108,8 @@ static int hello_call(struct sn_context *ctx, int *fds, int max_fds)
 	mine[SN_HELLO_MAPS_FD] = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
 	int n = -1;
 	if (mine[SN_HELLO_MEM_FD] >= 0 && mine[SN_HELLO_MAPS_FD] >= 0)
-		n = sn_call_fds(ctx, SN_OP_HELLO, &version, sizeof(version), mine, SN_HELLO_FDS, &ctx->limits,
-				sizeof(ctx->limits), fds, max_fds);
+		n = sn_call_fds(ctx, SN_OP_HELLO, &version, sizeof(version), mine, SN_HELLO_FDS, &ctx->s->limits,
+				sizeof(ctx->s->limits), fds, max_fds);
 	int e = errno;
 	for (int i = 0; i < SN_HELLO_FDS; i++)
 		if (mine[i] >= 0)
@@ -96,15 +133,15 @@ int sn_hello(struct sn_context *ctx)
 			close(fds[i]);
 		return EPROTO;
 	}
-	ctx->page = sn_map_ring(fds[0], SN_PAGE_SIZE);
+	ctx->s->page = sn_map_ring(fds[0], SN_PAGE_SIZE);
 	close(fds[0]);
-	if (!ctx->page) {
+	if (!ctx->s->page) {
 		close(fds[1]);
 		close(fds[2]);
 		return errno;
 	}
 	ctx->vctx.context.async_fd = fds[1];
-	ctx->doorbell_fd = fds[2];
+	ctx->s->doorbell_fd = fds[2];
 	return 0;
 }
 
@@ -181,14 +218,14 @@ static int receive_message(struct sn_context *ctx, int err, int early_reply, uin
 	struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf.buf, .msg_controllen = sizeof(cbuf)};
 	ssize_t n;
 	do
-		n = recvmsg(ctx->sock, &msg, flags);
+		n = recvmsg(ctx->s->sock, &msg, flags);
 	while (n < 0 && errno == EINTR);
 	/* A daemon that closed with our message unread left ECONNRESET,
 	 * which the first receive reports (and clears) before the messages
 	 * it queued. */
 	if (n < 0 && early_reply && errno == ECONNRESET) {
 		err = ECONNRESET;
-		n = recvmsg(ctx->sock, &msg, flags | MSG_DONTWAIT);
+		n = recvmsg(ctx->s->sock, &msg, flags | MSG_DONTWAIT);
 	}
 	if (n < 0)
 		return err ? err : errno;
@@ -212,7 +249,7 @@ static int receive_message(struct sn_context *ctx, int err, int early_reply, uin
 static int exchange(struct sn_context *ctx, const uint8_t *out, size_t out_len, const int *send_fds, int nsend,
 		    int early_reply, int stale, uint8_t *in, size_t *in_len, int *fds, int *nfds)
 {
-	int err = send_message(ctx->sock, out, out_len, send_fds, nsend);
+	int err = send_message(ctx->s->sock, out, out_len, send_fds, nsend);
 	if (err && !(early_reply && (err == EPIPE || err == ECONNRESET)))
 		return err;
 	int got = receive_message(ctx, err, early_reply, in, in_len, fds, nfds);
@@ -266,9 +303,9 @@ void sn_calls_free(struct sn_calls *calls)
  */
 static int call_lock(struct sn_context *ctx)
 {
-	int r = pthread_mutex_lock(&ctx->calls->lock);
+	int r = pthread_mutex_lock(&ctx->s->calls->lock);
 	if (r == EOWNERDEAD) {
-		pthread_mutex_consistent(&ctx->calls->lock);
+		pthread_mutex_consistent(&ctx->s->calls->lock);
 		return 1;
 	}
 	return 0;
@@ -329,16 +366,16 @@ int sn_call_fds(struct sn_context *ctx, enum sn_op op, const void *req, size_t r
 	}
 	int stale = call_lock(ctx);
 	struct sn_header h = {
-		.op = op, .version = SN_VERSION, .length = SN_HEADER_LEN + req_len, .seq = ++ctx->calls->seq};
+		.op = op, .version = SN_VERSION, .length = SN_HEADER_LEN + req_len, .seq = ++ctx->s->calls->seq};
 	memcpy(out, &h, sizeof(h));
 	if (req_len)
 		memcpy(out + SN_HEADER_LEN, req, req_len);
 	size_t in_len = 0;
 	int got[4], n = 0;
 	int err = exchange(ctx, out, h.length, send_fds, nsend, op == SN_OP_HELLO, stale, in, &in_len, got, &n);
-	pthread_mutex_unlock(&ctx->calls->lock);
+	pthread_mutex_unlock(&ctx->s->calls->lock);
 	if (err == ECONNRESET || err == EPIPE)
-		__atomic_store_n(&ctx->gone, 1, __ATOMIC_RELAXED);
+		__atomic_store_n(&ctx->s->gone, 1, __ATOMIC_RELAXED);
 	if (!err)
 		err = check_reply(in, in_len, &h, reply, reply_len);
 	if (!err && n > max_fds)
@@ -379,10 +416,10 @@ void *sn_map_ring(int fd, size_t size)
  */
 void sn_ring_doorbell(struct sn_context *ctx)
 {
-	__atomic_fetch_add((uint32_t *)(ctx->page + SN_PAGE_DOORBELL), 1, __ATOMIC_SEQ_CST);
-	if (__atomic_load_n((uint32_t *)(ctx->page + SN_PAGE_SLEEPING), __ATOMIC_SEQ_CST)) {
+	__atomic_fetch_add((uint32_t *)(ctx->s->page + SN_PAGE_DOORBELL), 1, __ATOMIC_SEQ_CST);
+	if (__atomic_load_n((uint32_t *)(ctx->s->page + SN_PAGE_SLEEPING), __ATOMIC_SEQ_CST)) {
 		uint64_t one = 1;
-		if (write(ctx->doorbell_fd, &one, sizeof(one)) < 0) {
+		if (write(ctx->s->doorbell_fd, &one, sizeof(one)) < 0) {
 			/* EAGAIN: the counter is full, the daemon will wake anyway */
 		}
 	}
@@ -411,13 +448,13 @@ int sn_destroy_handle(struct sn_context *ctx, enum sn_op op, uint32_t handle)
  */
 int sn_daemon_gone(struct sn_context *ctx, int look)
 {
-	if (__atomic_load_n(&ctx->gone, __ATOMIC_RELAXED))
+	if (__atomic_load_n(&ctx->s->gone, __ATOMIC_RELAXED))
 		return 1;
 	if (!look)
 		return 0;
-	struct pollfd p = {.fd = ctx->sock, .events = POLLIN};
+	struct pollfd p = {.fd = ctx->s->sock, .events = POLLIN};
 	if (poll(&p, 1, 0) == 1 && (p.revents & (POLLHUP | POLLERR))) {
-		__atomic_store_n(&ctx->gone, 1, __ATOMIC_RELAXED);
+		__atomic_store_n(&ctx->s->gone, 1, __ATOMIC_RELAXED);
 		return 1;
 	}
 	return 0;

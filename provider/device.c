@@ -38,17 +38,14 @@ static void sn_uninit_device(struct sn_verbs_device *device)
 	free(device);
 }
 
+/* sn_free_context closes a context; its session ends with the last of
+ * the contexts on it (an imported one's included, in either order). */
 static void sn_free_context(struct ibv_context *context)
 {
 	struct sn_context *ctx = to_ctx(context);
-	if (ctx->page)
-		munmap(ctx->page, SN_PAGE_SIZE);
-	if (ctx->doorbell_fd >= 0)
-		close(ctx->doorbell_fd);
-	if (ctx->sock >= 0)
-		close(ctx->sock); /* the daemon destroys what the session still holds */
-	sn_calls_free(ctx->calls);
-	pthread_mutex_destroy(&ctx->channel_lock);
+	sn_context_unregister(ctx);
+	if (ctx->s)
+		sn_session_put(ctx->s);
 	verbs_uninit_context(&ctx->vctx); /* closes cmd_fd and async_fd */
 	free(ctx);
 }
@@ -117,6 +114,9 @@ static const struct sn_context_ops sn_ops = {
 	.detach_mcast = sn_detach_mcast,
 	.free_context = sn_free_context,
 	.free_dm = sn_free_dm,
+	.import_dm = sn_import_dm,
+	.import_mr = sn_import_mr,
+	.import_pd = sn_import_pd,
 	.modify_qp = sn_modify_qp,
 	.modify_srq = sn_modify_srq,
 	.poll_cq = sn_poll_cq,
@@ -132,6 +132,9 @@ static const struct sn_context_ops sn_ops = {
 	.reg_mr = sn_reg_mr,
 	.req_notify_cq = sn_req_notify_cq,
 	.resize_cq = sn_resize_cq,
+	.unimport_dm = sn_unimport_dm,
+	.unimport_mr = sn_unimport_mr,
+	.unimport_pd = sn_unimport_pd,
 };
 
 static struct verbs_context *sn_alloc_context(struct ibv_device *device, int cmd_fd, void *private_data)
@@ -140,25 +143,23 @@ static struct verbs_context *sn_alloc_context(struct ibv_device *device, int cmd
 	struct sn_context *ctx = _verbs_init_and_alloc_context(device, cmd_fd, sizeof(*ctx), NULL, 0);
 	if (!ctx)
 		return NULL;
-	ctx->sock = ctx->doorbell_fd = -1;
-	ctx->calls = sn_calls_new();
-	if (!ctx->calls) {
-		int err = errno;
-		verbs_uninit_context(&ctx->vctx);
-		free(ctx);
-		errno = err;
-		return NULL;
-	}
-	pthread_mutex_init(&ctx->channel_lock, NULL);
-	int err = sn_connect(ctx, device->name);
+	ctx->s = sn_session_new();
+	int err = ctx->s ? sn_connect(ctx, device->name) : ENOMEM;
 	if (err) {
 		sn_free_context(&ctx->vctx.context);
 		errno = err;
 		return NULL;
 	}
+	sn_set_ops(ctx);
+	sn_context_register(ctx);
+	return &ctx->vctx;
+}
+
+/* sn_set_ops gives a new context, opened or imported, its operations. */
+void sn_set_ops(struct sn_context *ctx)
+{
 	verbs_set_ops(&ctx->vctx, &sn_ops);
 	ctx->vctx.context.num_comp_vectors = 1; /* the daemon's completion events */
-	return &ctx->vctx;
 }
 
 const struct sn_device_ops sn_device_ops = {
@@ -167,6 +168,10 @@ const struct sn_device_ops sn_device_ops = {
 	.match_max_abi_version = SN_ABI_VERSION,
 	.match_device = sn_match_device,
 	.alloc_context = sn_alloc_context,
+	/* import_context stays NULL: libibverbs' ibv_import_device asks the
+	 * kernel for an async descriptor through the command descriptor,
+	 * which for softnic is /dev/null, after it; the provider's own
+	 * ibv_import_device (import.c) makes the context instead. */
 	.alloc_device = sn_alloc_device,
 	.uninit_device = sn_uninit_device,
 };
@@ -197,7 +202,7 @@ static int sn_query_device_ex(struct ibv_context *context, const struct ibv_quer
 		return EINVAL;
 	memset(attr, 0, attr_size < sizeof(*attr) ? attr_size : sizeof(*attr));
 	struct ibv_device_attr *a = &attr->orig_attr;
-	const struct sn_hello_reply *l = &ctx->limits;
+	const struct sn_hello_reply *l = &ctx->s->limits;
 	/* The device clock (provider.h): its ticks are ns. */
 	if (attr_size >= offsetof(struct ibv_device_attr_ex, hca_core_clock) + sizeof(attr->hca_core_clock)) {
 		attr->completion_timestamp_mask = UINT64_MAX;

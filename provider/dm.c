@@ -139,3 +139,50 @@ struct ibv_mr *sn_reg_dm_mr(struct ibv_pd *ibpd, struct ibv_dm *ibdm, uint64_t o
 	mr->vmr.access = access;
 	return &mr->vmr.ibv_mr;
 }
+
+/* sn_import_dm maps allocation handle of the context's session again from
+ * the memfd the daemon passes (query_dm), as mlx5's import maps the
+ * device's memory again: the same bytes as the first object's. */
+struct ibv_dm *sn_import_dm(struct ibv_context *context, uint32_t handle)
+{
+	struct sn_handle req = {handle};
+	struct sn_query_dm_reply r;
+	int fd = -1, n = sn_call(to_ctx(context), SN_OP_QUERY_DM, &req, sizeof(req), &r, sizeof(r), &fd, 1);
+	if (n < 0)
+		return NULL;
+	struct sn_dm *dm = NULL;
+	int e = EPROTO; /* no memfd, or a length alloc_dm would have refused */
+	if (n == 1 && r.length > 0 && r.length <= SN_MAX_DM_SIZE) {
+		e = ENOMEM;
+		dm = calloc(1, sizeof(*dm));
+	}
+	if (dm) {
+		long page = sysconf(_SC_PAGESIZE);
+		dm->size = (r.length + page - 1) & ~(size_t)(page - 1);
+		dm->mem = sn_map_ring(fd, dm->size);
+		e = errno;
+	}
+	if (n == 1)
+		close(fd);
+	if (!dm || !dm->mem) {
+		free(dm);
+		errno = e;
+		return NULL;
+	}
+	dm->handle = handle;
+	dm->length = r.length;
+	dm->ibv.context = context;
+	dm->ibv.memcpy_to_dm = memcpy_to_dm;
+	dm->ibv.memcpy_from_dm = memcpy_from_dm;
+	dm->ibv.handle = handle;
+	return &dm->ibv;
+}
+
+/* sn_unimport_dm unmaps and frees the object only: the allocation stays
+ * the session's. */
+void sn_unimport_dm(struct ibv_dm *ibdm)
+{
+	struct sn_dm *dm = to_dm(ibdm);
+	munmap(dm->mem, dm->size);
+	free(dm);
+}

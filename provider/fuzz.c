@@ -44,9 +44,10 @@ static void fuzz_call(const uint8_t *d, size_t n)
 	int before = open_fds(), sv[2];
 	if (socketpair(AF_UNIX, SOCK_SEQPACKET, 0, sv) < 0)
 		abort();
-	struct sn_context ctx = {.sock = sv[0]};
-	ctx.calls = sn_calls_new();
-	if (!ctx.calls)
+	struct sn_session s = {.sock = sv[0]};
+	struct sn_context ctx = {.s = &s};
+	s.calls = sn_calls_new();
+	if (!s.calls)
 		abort();
 	send_reply(sv[1], d + 2, n - 2, d[1] % 6);
 	int fds[3];
@@ -59,7 +60,7 @@ static void fuzz_call(const uint8_t *d, size_t n)
 		close(fds[i]);
 	close(sv[0]);
 	close(sv[1]);
-	sn_calls_free(ctx.calls);
+	sn_calls_free(s.calls);
 	if (open_fds() != before)
 		abort(); /* a descriptor leaked */
 }

@@ -84,6 +84,11 @@ enum sn_op {
 	SN_OP_DETACH_MCAST = 56, /* sn_mcast_req -> empty; EINVAL if not attached */
 	SN_OP_CM_JOIN_MCAST = 57, /* sn_cm_mcast_req -> empty; MULTICAST_JOIN follows */
 	SN_OP_CM_LEAVE_MCAST = 58, /* sn_cm_mcast_req (flags 0) -> empty; EADDRNOTAVAIL if not joined */
+	/* Importing objects (ibv_import_pd, _mr, _dm): a second context of the
+	 * same session asks what its handles name; ENOENT for none. */
+	SN_OP_QUERY_PD = 85, /* u32 handle -> empty */
+	SN_OP_QUERY_MR = 86, /* u32 handle -> sn_query_mr_reply */
+	SN_OP_QUERY_DM = 87, /* u32 handle -> sn_query_dm_reply; fd: the memory (the memfd alloc_dm passed) */
 };
 _Static_assert(SN_OP_CM_CREATE_CHANNEL == 20 && SN_OP_CM_DETACH_QP == 34 && SN_OP_CM_SET_OPTION == 38 &&
 		       SN_OP_CM_MIGRATE_ID == 39 && SN_OP_CM_ESTABLISH == 41 && SN_OP_QUERY_CM_IDS == 42 &&
@@ -157,6 +162,20 @@ struct sn_alloc_dm_req {
 struct sn_reg_dm_mr_req {
 	uint32_t pd, dm, access, reserved;
 	uint64_t offset, length;
+} __attribute__((packed));
+
+/* query_mr: what ibv_import_mr fills in (the kernel's QUERY_MR gives the
+ * keys and length), with the region's PD and its rights (libibverbs'
+ * access flags, ZERO_BASED for a DM region). */
+struct sn_query_mr_reply {
+	uint32_t pd, lkey, rkey, access;
+	uint64_t length;
+} __attribute__((packed));
+
+/* query_dm: the allocation's length as alloc_dm was asked (the memfd it
+ * passes maps it in whole pages). */
+struct sn_query_dm_reply {
+	uint64_t length;
 } __attribute__((packed));
 
 /* alloc_mw: a memory window of type 1 or 2 (ibv_mw_type) in the PD. */

@@ -27,7 +27,7 @@ struct ibv_pd *sn_alloc_pd(struct ibv_context *context)
 		free(pd);
 		return NULL;
 	}
-	pd->handle = r.handle;
+	pd->handle = pd->ibv.handle = r.handle; /* the daemon's handle: what ibv_import_pd takes */
 	return &pd->ibv;
 }
 
@@ -340,7 +340,7 @@ int sn_resize_cq(struct ibv_cq *ibcq, int cqe)
 {
 	struct sn_cq *cq = sn_container_of(ibcq, struct sn_cq, ibv);
 	struct sn_context *ctx = to_ctx(ibcq->context);
-	if (cqe <= 0 || (uint32_t)cqe > ctx->limits.max_cqe)
+	if (cqe <= 0 || (uint32_t)cqe > ctx->s->limits.max_cqe)
 		return EINVAL;
 	struct sn_resize_cq_req req = {.handle = cq->handle, .entries = (uint32_t)cqe};
 	struct sn_resize_cq_reply r;

@@ -10,6 +10,7 @@
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include <infiniband/verbs.h>
 
@@ -21,7 +22,7 @@
 struct sn_channel;
 
 /*
- * What the processes that share a context share: its process and those
+ * What the processes that share a session share: its process and those
  * it forks, which the daemon lets make the session's objects
  * (daemon/sharers.go). One command at a time on the socket, whoever
  * sends it, so that each reads its own reply: a page mapped shared and
@@ -33,21 +34,35 @@ struct sn_calls {
 	uint32_t seq;
 };
 
-/* sn_calls_new maps and initializes a context's sn_calls; NULL with errno. */
+/* sn_calls_new maps and initializes a session's sn_calls; NULL with errno. */
 struct sn_calls *sn_calls_new(void);
 void sn_calls_free(struct sn_calls *calls);
 
-/* A device context: one session with the daemon. */
-struct sn_context {
-	struct verbs_context vctx; /* first: libibverbs allocates us with it */
+/*
+ * A session with the daemon: one per ibv_open_device, shared by the
+ * contexts ibv_import_device makes of that context's command descriptor
+ * (import.c), as the kernel's imported context is the same uverbs file:
+ * every handle is the session's, whichever context made it. The last
+ * context to close, in any order, ends it.
+ */
+struct sn_session {
+	int refs; /* contexts on it (atomic) */
+	pid_t pid; /* the process that opened it */
 	int sock; /* the control socket (SOCK_SEQPACKET) */
 	int gone; /* the daemon closed the socket: the session's objects are gone (atomic) */
-	struct sn_calls *calls; /* one command at a time on the socket */
+	struct sn_calls *calls; /* one command at a time on the socket, from any context or process */
 	uint8_t *page; /* the session page: doorbell and sleeping words */
 	int doorbell_fd; /* the daemon's eventfd, written only while it sleeps */
 	struct sn_hello_reply limits;
 	pthread_mutex_t channel_lock;
 	struct sn_channel *channels; /* completion channels made through the daemon */
+};
+
+/* A device context, on its session. */
+struct sn_context {
+	struct verbs_context vctx; /* first: libibverbs allocates us with it */
+	struct sn_session *s;
+	struct sn_context *next; /* the process's softnic contexts (import.c) */
 };
 
 /* A completion channel created by the interposed ibv_create_comp_channel. */
@@ -179,6 +194,8 @@ static inline int sn_recv_refused(struct sn_qp *qp)
 
 /* control.c */
 #define SN_MAX_SEND_FDS 8 /* descriptors a message may carry (the fuzz harness's replies too) */
+struct sn_session *sn_session_new(void);
+void sn_session_put(struct sn_session *s);
 int sn_connect(struct sn_context *ctx, const char *ibdev_name);
 int sn_hello(struct sn_context *ctx);
 int sn_call(struct sn_context *ctx, enum sn_op op, const void *req, size_t req_len, void *reply, size_t reply_len,
@@ -193,6 +210,7 @@ int sn_destroy_handle(struct sn_context *ctx, enum sn_op op, uint32_t handle);
 /* device.c */
 extern const struct sn_device_ops sn_device_ops;
 int sn_is_softnic(struct ibv_context *context);
+void sn_set_ops(struct sn_context *ctx);
 
 /* objects.c, qp.c, datapath.c: the context's operations */
 struct ibv_pd *sn_alloc_pd(struct ibv_context *context);
@@ -241,6 +259,8 @@ struct ibv_qp *sn_create_qp_wr(struct ibv_pd *pd, struct ibv_qp_init_attr *attr,
 struct ibv_dm *sn_alloc_dm(struct ibv_context *context, struct ibv_alloc_dm_attr *attr);
 int sn_free_dm(struct ibv_dm *dm);
 struct ibv_mr *sn_reg_dm_mr(struct ibv_pd *pd, struct ibv_dm *dm, uint64_t off, size_t length, unsigned int access);
+struct ibv_dm *sn_import_dm(struct ibv_context *context, uint32_t handle);
+void sn_unimport_dm(struct ibv_dm *dm);
 
 /* domain.c: thread domains and parent domains */
 struct ibv_td *sn_alloc_td(struct ibv_context *context, struct ibv_td_init_attr *attr);
@@ -248,6 +268,14 @@ int sn_dealloc_td(struct ibv_td *td);
 struct ibv_pd *sn_alloc_parent_domain(struct ibv_context *context, struct ibv_parent_domain_init_attr *attr);
 int sn_dealloc_parent_domain(struct sn_pd *pd);
 int sn_is_parent_domain(struct ibv_context *context, struct ibv_pd *pd);
+
+/* import.c: contexts of one session (ibv_import_device) and imported objects */
+void sn_context_register(struct sn_context *ctx);
+void sn_context_unregister(struct sn_context *ctx);
+struct ibv_pd *sn_import_pd(struct ibv_context *context, uint32_t handle);
+void sn_unimport_pd(struct ibv_pd *pd);
+struct ibv_mr *sn_import_mr(struct ibv_pd *pd, uint32_t handle);
+void sn_unimport_mr(struct ibv_mr *mr);
 
 /* channel.c */
 uint32_t sn_channel_handle(struct sn_context *ctx, struct ibv_comp_channel *ch);

@@ -191,22 +191,15 @@ static struct sn_verbs_device fake_device = {.ops = &sn_device_ops};
 static struct sn_context *new_context(void)
 {
 	struct sn_context *ctx = calloc(1, sizeof(*ctx));
-	ctx->sock = ctx->doorbell_fd = -1;
+	ctx->s = sn_session_new();
 	ctx->vctx.context.device = &fake_device.device;
 	pthread_mutex_init(&ctx->vctx.context.mutex, NULL);
-	pthread_mutex_init(&ctx->call_lock, NULL);
-	pthread_mutex_init(&ctx->channel_lock, NULL);
 	return ctx;
 }
 
 static void end_context(struct sn_context *ctx)
 {
-	if (ctx->page)
-		munmap(ctx->page, SN_PAGE_SIZE);
-	if (ctx->sock >= 0)
-		close(ctx->sock);
-	if (ctx->doorbell_fd >= 0)
-		close(ctx->doorbell_fd);
+	sn_session_put(ctx->s); /* the page, socket and doorbell */
 	if (ctx->vctx.context.async_fd > 0)
 		close(ctx->vctx.context.async_fd);
 	free(ctx);
@@ -245,8 +238,8 @@ static void test_hello(void)
 	errno = 0;
 	check(ibv_create_comp_channel(&ctx->vctx.context) == NULL && errno == EMFILE,
 	      "create_comp_channel's EMFILE reaches errno");
-	close(ctx->sock);
-	ctx->sock = -1;
+	close(ctx->s->sock);
+	ctx->s->sock = -1;
 	pthread_join(th, NULL);
 	end_context(ctx);
 }
@@ -288,8 +281,8 @@ static void test_refused(int after)
 	pthread_create(&th, NULL, daemon_refuses, &r);
 	struct sn_context *ctx = new_context();
 	do
-		ctx->sock = sn_open_socket(DEV);
-	while (ctx->sock < 0 && (usleep(1000), 1));
+		ctx->s->sock = sn_open_socket(DEV);
+	while (ctx->s->sock < 0 && (usleep(1000), 1));
 	if (!after) { /* the daemon has closed before the hello is sent */
 		pthread_mutex_lock(&r.lock);
 		while (!r.closed)
@@ -332,8 +325,8 @@ static void test_hello_error(void)
 		err = sn_connect(ctx, DEV);
 	while ((err == ENOENT || err == ECONNREFUSED) && (usleep(1000), 1));
 	check(err == EPROTONOSUPPORT, "a hello answered with an error is that errno");
-	close(ctx->sock);
-	ctx->sock = -1;
+	close(ctx->s->sock);
+	ctx->s->sock = -1;
 	pthread_join(th, NULL);
 	end_context(ctx);
 }
@@ -398,8 +391,8 @@ static void test_destroy_channel(void)
 	r = ibv_destroy_comp_channel(ch);
 	check(r == 0 && destroys == 2 && destroy_handle_ok && fcntl(fd, F_GETFD) < 0,
 	      "destroy_comp_channel (op 43, the channel's handle), then the pipe is closed");
-	close(ctx->sock);
-	ctx->sock = -1;
+	close(ctx->s->sock);
+	ctx->s->sock = -1;
 	pthread_join(th, NULL);
 	end_context(ctx);
 }
