@@ -218,9 +218,9 @@ static int connect_rc(struct ibv_qp *qp, int access, int sgid, const struct qpad
 	return err;
 }
 
-/* next_wc waits up to 60 s for the CQ's next completion; a timeout gives
- * a completion of status IBV_WC_GENERAL_ERR and wr_id 0. */
-static struct ibv_wc next_wc(struct ibv_cq *cq)
+/* next_wc_within waits up to secs seconds for the CQ's next completion; a
+ * timeout gives a completion of status IBV_WC_GENERAL_ERR and wr_id 0. */
+static struct ibv_wc next_wc_within(struct ibv_cq *cq, int secs)
 {
 	struct ibv_wc wc = {.status = IBV_WC_GENERAL_ERR};
 	struct timespec start, now;
@@ -229,14 +229,17 @@ static struct ibv_wc next_wc(struct ibv_cq *cq)
 		if (ibv_poll_cq(cq, 1, &wc) > 0)
 			return wc;
 		clock_gettime(CLOCK_MONOTONIC, &now);
-		if (now.tv_sec - start.tv_sec > 60) {
-			fprintf(stderr, "no completion in 60 s\n");
+		if (now.tv_sec - start.tv_sec >= secs) {
+			fprintf(stderr, "no completion in %d s\n", secs);
 			wc.status = IBV_WC_GENERAL_ERR;
 			wc.wr_id = 0;
 			return wc;
 		}
 	}
 }
+
+/* next_wc waits up to 60 s (ample under TCG) for the next completion. */
+static struct ibv_wc next_wc(struct ibv_cq *cq) { return next_wc_within(cq, 60); }
 
 /* checked_wc waits for a completion and checks its wr_id, status and,
  * where the status is IBV_WC_SUCCESS, its opcode. */
