@@ -15,7 +15,8 @@
  * the window and READs them back and READs 64 bytes the owner put there,
  * checking both; the owner checks the WRITE landed and ends the window;
  * then the client's access through the old rkey must fail with
- * IBV_WC_REM_ACCESS_ERR, and the owner checks it wrote nothing.
+ * IBV_WC_REM_ACCESS_ERR (a READ in round 1, a WRITE in the others, which
+ * the owner checks wrote nothing).
  *
  * mw_peer client HOST PORT is the peer that uses the windows.
  */
@@ -180,10 +181,12 @@ static int server(int port)
 		end_window(&s, &p, r, mw, rkey);
 		say(&p, "ended %d", r);
 		expect(&p, "denied");
+		if (r == 1)
+			continue; /* that round's denied access is a READ */
 		same = 1;
 		for (int i = 0; i < 64; i++)
 			same &= win[DOFF + i] == owner_byte(r, DOFF + i);
-		checkf(same, "the access through the dead rkey changed nothing (%s)", r);
+		checkf(same, "the WRITE through the dead rkey changed nothing (%s)", r);
 	}
 	check(!ibv_dereg_mr(mr), "ibv_dereg_mr once no window is bound");
 	say(&p, "bye");
