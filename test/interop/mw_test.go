@@ -14,20 +14,22 @@ import (
 
 // The checks each side of testdata/mw_peer.c makes.
 const (
-	mwServerChecks = 27
-	mwClientChecks = 15
+	mwServerChecks = 35
+	mwClientChecks = 19
 )
 
 // TestInteropMemoryWindow runs testdata/mw_peer.c between softnic (as
 // nobody through the daemon, softnic exec and the C provider) and rdma_rxe,
 // both ways: first rxe owns the windows and softnic uses them, then the
-// reverse. The owner binds a type 2 window (IBV_WR_BIND_MW) and a type 1
-// (ibv_bind_mw) over a region registered with IBV_ACCESS_MW_BIND and sends
-// their rkeys; the user WRITEs and READs through each, the data checked on
-// both sides; the owner ends each window, by IBV_WR_LOCAL_INV, by the
-// user's IBV_WR_SEND_WITH_INV (its receive carries IBV_WC_WITH_INV and the
-// rkey) and by ibv_dealloc_mw; the user's next access through the old
-// rkey fails with IBV_WC_REM_ACCESS_ERR and changes nothing.
+// reverse. The owner binds type 2 windows (IBV_WR_BIND_MW, and
+// ibv_wr_bind_mw on a QP of ibv_create_qp_ex) and a type 1 (ibv_bind_mw)
+// over a region registered with IBV_ACCESS_MW_BIND and sends their rkeys;
+// the user WRITEs and READs through each, the data checked on both sides;
+// the owner ends each window, by IBV_WR_LOCAL_INV, by the user's
+// IBV_WR_SEND_WITH_INV (its receive carries the rkey and says it was
+// invalidated), by ibv_dealloc_mw and by ibv_wr_local_inv; the user's
+// next access through the old rkey fails with IBV_WC_REM_ACCESS_ERR, and a
+// denied WRITE changes nothing.
 func TestInteropMemoryWindow(t *testing.T) {
 	requireInteropHost(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)

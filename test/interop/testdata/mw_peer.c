@@ -2,7 +2,7 @@
  * mw_peer: memory windows between two devices (TestInteropMemoryWindow).
  *
  * mw_peer server PORT owns the windows: a region registered with
- * IBV_ACCESS_MW_BIND, three RC QPs, and one window per round, each round
+ * IBV_ACCESS_MW_BIND, four RC QPs, and one window per round, each round
  * on its own QP pair (the denied access at its end takes both QPs of the
  * pair to ERR):
  *   0: a type 2 window bound by IBV_WR_BIND_MW, invalidated by the
@@ -10,7 +10,10 @@
  *   1: a type 2 window bound by IBV_WR_BIND_MW, invalidated by the peer's
  *      IBV_WR_SEND_WITH_INV (the owner's receive carries the rkey and says
  *      it was invalidated: see with_inv_flag for rxe's way of saying so);
- *   2: a type 1 window bound by ibv_bind_mw, ended by ibv_dealloc_mw.
+ *   2: a type 1 window bound by ibv_bind_mw, ended by ibv_dealloc_mw;
+ *   3: a type 2 window bound by ibv_wr_bind_mw, invalidated by
+ *      ibv_wr_local_inv (the ibv_wr_* API, on a QP made by
+ *      ibv_create_qp_ex).
  * It sends "mw R ADDR RKEY" for each; the client WRITEs 64 bytes through
  * the window and READs them back and READs 64 bytes the owner put there,
  * checking both; the owner checks the WRITE landed and ends the window;
@@ -22,7 +25,7 @@
  */
 #include "peer.h"
 
-#define ROUNDS 3
+#define ROUNDS 4
 #define WIN 4096
 #define WOFF 256  /* where the client WRITEs, in the window */
 #define DOFF 1024 /* where the denied WRITE would land */
@@ -32,7 +35,7 @@ static uint8_t owner_byte(int r, int i) { return (uint8_t)(r * 31 + i * 3 + 1); 
 static uint8_t client_byte(int r, int i) { return (uint8_t)(r * 17 + i * 5 + 0x80); }
 
 static const char *round_name[ROUNDS] = {"type 2, LOCAL_INV", "type 2, the peer's SEND_WITH_INV",
-					 "type 1, ibv_dealloc_mw"};
+					 "type 1, ibv_dealloc_mw", "type 2, ibv_wr_bind_mw and ibv_wr_local_inv"};
 
 static void checkf(int ok, const char *fmt, int r)
 {
@@ -41,6 +44,9 @@ static void checkf(int ok, const char *fmt, int r)
 	check(ok, what);
 }
 
+struct side;
+static struct ibv_qp *rc_qp_wr(struct side *s);
+
 struct side {
 	struct ibv_context *ctx;
 	struct ibv_pd *pd;
@@ -48,6 +54,23 @@ struct side {
 	struct ibv_qp *qp[ROUNDS];
 	int sgid;
 };
+
+/* rc_qp_wr makes an RC QP whose work requests the ibv_wr_* API builds:
+ * WRITE and READ for the peer, BIND_MW and LOCAL_INV for the owner. */
+static struct ibv_qp *rc_qp_wr(struct side *s)
+{
+	struct ibv_qp_init_attr_ex qa = {.send_cq = s->cq, .recv_cq = s->cq, .qp_type = IBV_QPT_RC, .pd = s->pd,
+					 .comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
+					 .send_ops_flags = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_READ |
+							   IBV_QP_EX_WITH_BIND_MW | IBV_QP_EX_WITH_LOCAL_INV,
+					 .cap = {.max_send_wr = 8, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1}};
+	struct ibv_qp *qp = ibv_create_qp_ex(s->ctx, &qa);
+	if (!qp || !ibv_qp_to_qp_ex(qp)) {
+		perror("ibv_create_qp_ex with IBV_QP_EX_WITH_BIND_MW");
+		exit(101);
+	}
+	return qp;
+}
 
 /* setup makes the side's QPs, swaps their addresses with the peer's
  * (the server's first) and connects them. */
@@ -63,7 +86,7 @@ static struct side setup(struct peer *p, int server)
 		exit(101);
 	}
 	for (int r = 0; r < ROUNDS; r++)
-		s.qp[r] = rc_qp(s.pd, s.cq);
+		s.qp[r] = r == 3 ? rc_qp_wr(&s) : rc_qp(s.pd, s.cq);
 	struct qpaddr to[ROUNDS];
 	for (int r = 0; r < ROUNDS; r++) {
 		if (server) {
@@ -77,7 +100,7 @@ static struct side setup(struct peer *p, int server)
 	int ok = 1;
 	for (int r = 0; r < ROUNDS; r++)
 		ok &= !connect_rc(s.qp[r], IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ, s.sgid, &to[r]);
-	check(ok, "three RC QPs connected to the peer's");
+	check(ok, "the RC QPs connected to the peer's");
 	if (!ok)
 		exit(failed);
 	return s;
@@ -86,7 +109,7 @@ static struct side setup(struct peer *p, int server)
 /* bind_window binds a window of round r over win, reporting its rkey. */
 static struct ibv_mw *bind_window(struct side *s, int r, struct ibv_mr *mr, uint8_t *win, uint32_t *rkey)
 {
-	enum ibv_mw_type type = r < 2 ? IBV_MW_TYPE_2 : IBV_MW_TYPE_1;
+	enum ibv_mw_type type = r == 2 ? IBV_MW_TYPE_1 : IBV_MW_TYPE_2;
 	struct ibv_mw *mw = ibv_alloc_mw(s->pd, type);
 	checkf(mw && mw->type == type, "ibv_alloc_mw (%s)", r);
 	if (!mw)
@@ -94,7 +117,15 @@ static struct ibv_mw *bind_window(struct side *s, int r, struct ibv_mr *mr, uint
 	struct ibv_mw_bind_info info = {.mr = mr, .addr = (uintptr_t)win, .length = WIN,
 					.mw_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ};
 	int err;
-	if (type == IBV_MW_TYPE_2) {
+	if (r == 3) {
+		struct ibv_qp_ex *x = ibv_qp_to_qp_ex(s->qp[r]);
+		*rkey = ibv_inc_rkey(mw->rkey);
+		ibv_wr_start(x);
+		x->wr_id = 10 + r;
+		x->wr_flags = IBV_SEND_SIGNALED;
+		ibv_wr_bind_mw(x, mw, *rkey, &info);
+		err = ibv_wr_complete(x);
+	} else if (type == IBV_MW_TYPE_2) {
 		struct ibv_send_wr wr = {.wr_id = 10 + r, .opcode = IBV_WR_BIND_MW, .send_flags = IBV_SEND_SIGNALED},
 				   *bad;
 		wr.bind_mw.mw = mw;
@@ -127,7 +158,8 @@ static unsigned with_inv_flag(struct ibv_context *ctx)
 }
 
 /* end_window ends round r's window: LOCAL_INV, the peer's SEND_WITH_INV
- * (whose receive was posted before the rkey went out), or dealloc. */
+ * (whose receive was posted before the rkey went out), dealloc, or
+ * ibv_wr_local_inv. */
 static void end_window(struct side *s, struct peer *p, int r, struct ibv_mw *mw, uint32_t rkey)
 {
 	if (r == 0) {
@@ -143,8 +175,17 @@ static void end_window(struct side *s, struct peer *p, int r, struct ibv_mw *mw,
 		check(wc.invalidated_rkey == rkey, "the receive carries the window's rkey");
 		check(wc.wc_flags & with_inv_flag(s->ctx), "the receive says the rkey was invalidated");
 		check(!ibv_dealloc_mw(mw), "ibv_dealloc_mw of the invalidated window");
-	} else {
+	} else if (r == 2) {
 		check(!ibv_dealloc_mw(mw), "ibv_dealloc_mw of the bound type 1 window");
+	} else {
+		struct ibv_qp_ex *x = ibv_qp_to_qp_ex(s->qp[r]);
+		ibv_wr_start(x);
+		x->wr_id = 21;
+		x->wr_flags = IBV_SEND_SIGNALED;
+		ibv_wr_local_inv(x, rkey);
+		check(!ibv_wr_complete(x), "ibv_wr_local_inv posted");
+		checked_wc(s->cq, 21, IBV_WC_SUCCESS, IBV_WC_LOCAL_INV, "ibv_wr_local_inv completed: IBV_WC_LOCAL_INV");
+		check(!ibv_dealloc_mw(mw), "ibv_dealloc_mw of the invalidated window");
 	}
 }
 
