@@ -57,6 +57,7 @@ func awServerChecks(n int) int { return awServerBase + n }
 // softnic dropped rxe's for their ICRC, and that no FLUSH was answered.
 func TestInteropAtomicWriteFlush(t *testing.T) {
 	requireInteropHost(t)
+	requirePeerBuild(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	e := prepareInterop(t, ctx, "snawf", interopPlan{}, rxeguest.Trixie)

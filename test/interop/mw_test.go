@@ -32,6 +32,7 @@ const (
 // denied WRITE changes nothing.
 func TestInteropMemoryWindow(t *testing.T) {
 	requireInteropHost(t)
+	requirePeerBuild(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	e := prepareInterop(t, ctx, "snmw", interopPlan{}, rxeguest.Release{})

@@ -14,6 +14,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/vishvananda/netns"
+
+	"github.com/softnic/softnic/internal/netnstest"
 )
 
 // The peer programs of testdata (peer.h): C programs that run unchanged
@@ -22,6 +24,11 @@ import (
 // libibverbs.so.1 (rdma-core 44 in bookworm, 56 in trixie) keeps that
 // ABI. Their two sides meet over TCP, and each says what it checked, one
 // line each ("ok  " or "FAIL"), and exits with the number that failed.
+
+// requirePeerBuild skips the test where the peer programs cannot be built.
+func requirePeerBuild(t *testing.T) {
+	netnstest.RequireCommands(t, "apt-get install gcc libibverbs-dev", "cc")
+}
 
 // buildPeerProgram compiles testdata/NAME.c into dir (which every user
 // may read: softnic exec runs it as nobody) and returns its path and its
