@@ -62,8 +62,6 @@ type tmState struct {
 // tmRndv is a rendezvous in progress: its tagged buffer's completion.
 type tmRndv struct {
 	wrID   uint64
-	tag    uint64
-	priv   uint32
 	length uint32
 }
 
@@ -166,7 +164,7 @@ func (r *responder) startRndv(p *header.Packet) {
 	}
 	sgl := append([]ibv.SGE(nil), r.recv.sge...)
 	r.pushRecvWC(wc, p.BTH.SolicitedEvent())
-	t.rndvs = append(t.rndvs, tmRndv{wrID: wc.WRID, tag: t.tag, priv: t.priv, length: rvh.Length()})
+	t.rndvs = append(t.rndvs, tmRndv{wrID: wc.WRID, length: rvh.Length()})
 	fin := t.hdr
 	header.TMH(fin[:header.TMHLen]).SetOpcode(header.TMFin)
 	r.qp.postRndv(sgl, rvh, fin[:])
@@ -200,7 +198,9 @@ func (q *QP) sqRoom(n uint32) bool {
 func (q *QP) postRndv(sgl []ibv.SGE, rvh header.RVH, fin []byte) {
 	sq := &q.sq
 	read := ibv.SendWR{Opcode: ibv.WRRDMARead, RemoteAddr: rvh.VA(), RKey: rvh.RKey(), SGL: trimSGL(sgl, rvh.Length())}
-	send := ibv.SendWR{Opcode: ibv.WRSend, Flags: ibv.SendInline, InlineData: fin}
+	// The FIN waits for the READ's completion (fenced): the sender may
+	// reuse its buffer once the FIN is in, so the data must be out first.
+	send := ibv.SendWR{Opcode: ibv.WRSend, Flags: ibv.SendInline | ibv.SendFence, InlineData: fin}
 	sq.mu.Lock()
 	for _, wr := range []*ibv.SendWR{&read, &send} {
 		t := sq.tail.Load()
@@ -241,7 +241,9 @@ func (q *QP) tmRetired(op ibv.WROpcode, st ibv.WCStatus) {
 	}
 	rv := t.rndvs[0]
 	t.rndvs = t.rndvs[1:]
-	wc := ibv.WC{WRID: rv.wrID, Status: st, Opcode: ibv.WCTMRecv, QPN: q.qpn, SrcQP: q.destQPN, TMTag: rv.tag, TMPriv: rv.priv}
+	// As ConnectX's second completion (mlx5's TM_EXPECTED), it carries
+	// no TM header: the MATCH completion gave the tag.
+	wc := ibv.WC{WRID: rv.wrID, Status: st, Opcode: ibv.WCTMRecv, QPN: q.qpn, SrcQP: q.destQPN}
 	if st == ibv.WCSuccess {
 		wc.Flags, wc.ByteLen = ibv.WCTMDataValid, rv.length
 	}
