@@ -3,6 +3,7 @@ package verbs_test
 import (
 	"bytes"
 	"encoding/binary"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -221,5 +222,64 @@ func TestTMRndv(t *testing.T) {
 		require.EqualValues(t, 100, wc.WRID)
 		require.Equal(t, req[:32], w.rxBuf[5000:5032])
 		noWC(t, w.tx.rcq)
+
+		// A request naming no region of the sender's: the READ is NAKed,
+		// the buffer completes with its error, and the QP is in error.
+		w.add(t, 11, 111, 0, 4096, 0)
+		tmh(req, header.TMRndv, 11, 0)
+		rvh.SetRKey(w.txMR.RKey() + 0x100)
+		w.send(t, 0, 64)
+		require.Equal(t, verbs.WCTMMatch, waitOK(t, w.tcq, 111).Flags)
+		wc = waitWC(t, w.tcq)
+		require.EqualValues(t, 111, wc.WRID)
+		require.Equal(t, verbs.WCTMRecv, wc.Opcode)
+		require.Equal(t, verbs.WCRemAccessErr, wc.Status)
+		noWC(t, w.rx.scq)
+	})
+}
+
+// TestTMGarbage sends SENDs of random bytes and lengths, a TM opcode in
+// front of half of them, to a TM SRQ's QP: each lands whole in an
+// ordinary receive, as RECV, TM_RECV (unexpected) or TM_NO_TAG, and the
+// QP lives on.
+func TestTMGarbage(t *testing.T) {
+	forEachMode(t, func(t *testing.T, m mode) {
+		w := newTMWorld(t, m)
+		w.add(t, 0x5a5a, 1, 0, 64, 0) // a tag random ones miss (mask 0xffff: 1 in 65536)
+		src := rand.NewChaCha8([32]byte{1})
+		rng := rand.New(src)
+		unexpected := 0
+		for i := range 64 {
+			n := rng.IntN(200)
+			src.Read(w.txBuf[:n])
+			if n > 0 && i%2 == 0 {
+				w.txBuf[0] = byte(rng.IntN(5))
+			}
+			if n >= 16 {
+				w.txBuf[14], w.txBuf[15] = 0, 0 // never the listed tag
+			}
+			require.NoError(t, w.srq.PostRecv(&verbs.RecvWR{ID: uint64(i), SGL: []verbs.SGE{w.rxMR.SGE(4096, 256)}}))
+			w.send(t, 0, n)
+			wc := waitOK(t, w.tcq, uint64(i))
+			require.EqualValues(t, n, wc.ByteLen)
+			require.Equal(t, w.txBuf[:n], w.rxBuf[4096:4096+n])
+			h, isTM := header.ParseTMH(w.txBuf[:n])
+			switch {
+			case !isTM || h.Opcode() > header.TMEager || h.Opcode() == header.TMFin:
+				require.Equal(t, verbs.WCRecv, wc.Opcode, "%d bytes % x", n, w.txBuf[:min(n, 4)])
+			case h.Opcode() == header.TMNoTag:
+				require.Equal(t, verbs.WCTMNoTag, wc.Opcode)
+			default:
+				require.Equal(t, verbs.WCTMRecv, wc.Opcode)
+				require.Zero(t, wc.Flags)
+				unexpected++
+			}
+		}
+		require.NotZero(t, unexpected, "some tagged messages")
+		// The listed tag still matches, in phase with the unexpected count.
+		w.op(t, verbs.OpsWR{ID: 5, Opcode: verbs.OpsTagSync, UnexpectedCnt: uint32(unexpected)})
+		tmh(w.txBuf, header.TMEager, 0x5a5a, 0)
+		w.send(t, 0, 40)
+		require.Equal(t, verbs.WCTMMatch|verbs.WCTMDataValid, waitOK(t, w.tcq, 1).Flags)
 	})
 }
