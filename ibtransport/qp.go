@@ -350,10 +350,13 @@ func (q *QP) reset() {
 	q.comp = completer{qp: q, compIdx: head}
 	q.sqDrained = false
 	q.resetCongestion()
-	recv, mrs := q.resp.recv.sge, q.resp.recvMRs
+	recv, mrs, tm := q.resp.recv.sge, q.resp.recvMRs, q.resp.tm
 	q.resp = responder{qp: q}
 	q.resp.recv.sge = recv[:0]
 	q.resp.recvMRs = mrs
+	if tm != nil { // still on its TM SRQ; its rendezvous went with the SQ
+		q.resp.tm = &tmState{srq: tm.srq}
+	}
 	q.attrMu.Lock()
 	q.attr = ibv.QPAttr{}
 	q.attrMu.Unlock()

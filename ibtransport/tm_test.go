@@ -39,13 +39,36 @@ func newTMTarget(t testing.TB, e *Engine, mem Memory, cq CompletionQueue, mr *te
 	}
 	q, err := e.CreateQP(&QPConfig{Memory: mem, SendCQ: cq, RecvCQ: cq, SRQ: srq, Cap: ibv.QPCap{MaxSendWR: 0}})
 	require.NoError(t, err)
+	tmToRTS(t, q)
+	return q, srq
+}
+
+// tmToRTS moves the TM target's QP from RESET to RTS.
+func tmToRTS(t testing.TB, q *QP) {
 	require.NoError(t, q.Modify(&ibv.QPAttr{State: ibv.QPSInit, AccessFlags: ibv.AccessRemoteWrite}, ibv.QPAttrState|ibv.QPAttrAccessFlags))
 	require.NoError(t, q.Modify(&ibv.QPAttr{State: ibv.QPSRTR, PathMTU: ibv.MTU256, DestQPN: peerQPN, RQPSN: 100, MaxDestRdAtomic: 2,
 		AV: ibv.AddressVector{DGID: peerGID}}, ibv.QPAttrState|ibv.QPAttrAV|ibv.QPAttrPathMTU|ibv.QPAttrDestQPN|ibv.QPAttrRQPSN|
 		ibv.QPAttrMaxDestRdAtomic|ibv.QPAttrMinRNRTimer))
 	require.NoError(t, q.Modify(&ibv.QPAttr{State: ibv.QPSRTS, SQPSN: 500, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 2},
 		ibv.QPAttrState|ibv.QPAttrSQPSN|ibv.QPAttrTimeout|ibv.QPAttrRetryCnt|ibv.QPAttrRNRRetry|ibv.QPAttrMaxQPRdAtomic))
-	return q, srq
+}
+
+// A QP of a TM SRQ moved to RESET and back still matches tags.
+func TestTMAfterReset(t *testing.T) {
+	ft := newFuzzTarget(t)
+	require.NoError(t, ft.tm.Modify(&ibv.QPAttr{State: ibv.QPSReset}, ibv.QPAttrState))
+	tmToRTS(t, ft.tm)
+	ip4 := make([]byte, 20)
+	ip4[0] = 0x45
+	pkt := ft.tmSend(header.TMEager, 0x25a, 100)
+	header.BTH(pkt).SetDestQPN(ft.tm.QPN())
+	ft.cq.wcs = nil
+	ft.e.Receive(pkt, &RecvInfo{SGID: peerGID, NetHeader: ip4})
+	ft.e.Process()
+	require.Len(t, ft.cq.wcs, 1)
+	require.Equal(t, ibv.WCTMRecv, ft.cq.wcs[0].Opcode)
+	require.Equal(t, ibv.WCTMMatch|ibv.WCTMDataValid, ft.cq.wcs[0].Flags)
+	require.EqualValues(t, 84, ft.cq.wcs[0].ByteLen)
 }
 
 // tmSend is a SEND ONLY of n bytes to the fuzz target's TM QP, its payload
