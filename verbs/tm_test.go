@@ -106,6 +106,18 @@ func TestTMEager(t *testing.T) {
 		require.EqualValues(t, 184, wc.ByteLen)
 		require.Equal(t, w.txBuf[16:200], w.rxBuf[:184], "the payload after the TMH")
 
+		// A message of three packets (MTU 1024): the header is skipped in
+		// the first only.
+		w.add(t, 8, 88, 0, 4096, 0)
+		fill(w.txBuf[16:], 5)
+		tmh(w.txBuf, header.TMEager, 8, 0)
+		w.send(t, 0, 3000)
+		wc = waitOK(t, w.tcq, 88)
+		require.Equal(t, verbs.WCTMMatch|verbs.WCTMDataValid, wc.Flags)
+		require.EqualValues(t, 2984, wc.ByteLen)
+		require.Equal(t, w.txBuf[16:3000], w.rxBuf[:2984])
+		tmh(w.txBuf, header.TMEager, 0x10005, 0xc0ffee)
+
 		// The entry was consumed: a DEL of it fails, and the same tag is now
 		// unexpected, delivered whole to an ordinary receive.
 		_, wc = w.op(t, verbs.OpsWR{ID: 7, Opcode: verbs.OpsTagDel, Handle: h5})
