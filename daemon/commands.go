@@ -28,6 +28,8 @@ var handlers = map[hostif.Op]handler{
 	hostif.OpQueryPort:          with((*session).queryPort),
 	hostif.OpQueryGID:           with((*session).queryGID),
 	hostif.OpCreateSRQ:          with((*session).createSRQ),
+	hostif.OpCreateTMSRQ:        with((*session).createTMSRQ),
+	hostif.OpPostSRQOp:          with(noFDs((*session).postSRQOp)),
 	hostif.OpModifySRQ:          with(noReply((*session).modifySRQ)),
 	hostif.OpDeallocPD:          with(noReply((*session).deallocPD)),
 	hostif.OpDeregMR:            with(noReply((*session).deregMR)),

@@ -240,6 +240,10 @@ type hostSRQ struct {
 	// done keeps the ring's consumer index at the receives the engines
 	// took; entries dropped here count.
 	done *ibtransport.RetiredMirror
+	// A tag matching SRQ's: the tagged buffers it holds of the user's
+	// budget (Limits.TMTags), and its CQ's handle.
+	tags int
+	cq   uint32
 	fetchState
 }
 

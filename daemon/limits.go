@@ -37,6 +37,11 @@ type Limits struct {
 	// user's QPs hold: the device has room for ibv.MaxMcastGroups groups
 	// in all, of which one user takes at most this many.
 	McastAttachments int
+	// TMTags is how many tagged buffers the user's tag matching SRQs
+	// may list, counted at their creation by their max_num_tags (the
+	// engine makes room for that many); one SRQ more is refused with
+	// ENOMEM.
+	TMTags int
 }
 
 // DefaultLimits are the bounds a zero Limits field takes: each is far
@@ -64,6 +69,8 @@ var DefaultLimits = Limits{
 	// A quarter of the device's groups: rdma-core's tests and mckey
 	// attach one QP to one group.
 	McastAttachments: 256,
+	// 64 SRQs of the device's largest list.
+	TMTags: 64 * hostif.TMMaxNumTags,
 }
 
 // descriptorReserve is what DescriptorShare keeps for the daemon itself:
@@ -106,6 +113,7 @@ func (l Limits) withDefaults() Limits {
 	pick(&l.Descriptors, d.Descriptors)
 	pick(&l.MWs, d.MWs)
 	pick(&l.McastAttachments, d.McastAttachments)
+	pick(&l.TMTags, d.TMTags)
 	if l.RingBytes == 0 {
 		l.RingBytes = d.RingBytes
 	}
@@ -132,5 +140,5 @@ func (s *Server) Usage(uid uint32) Usage {
 		QPs: int(h[resQP]), SRQs: int(h[resSRQ]), AHs: int(h[resAH]), CMIDs: int(h[resCMID]),
 		Descriptors: int(h[resDescriptor]), RingBytes: h[resRingBytes], SharedBytes: h[resSharedBytes],
 		DMs: int(h[resDM]), DMBytes: h[resDMBytes], MWs: int(h[resMW]),
-		McastAttachments: int(h[resMcast])}
+		McastAttachments: int(h[resMcast]), TMTags: int(h[resTMTags])}
 }

@@ -168,6 +168,11 @@ func (ss *session) createQP(req hostif.CreateQPRequest) (any, []int, error) {
 			return nil, nil, fmt.Errorf("SRQ %d: %w", req.SRQ, errNoObject)
 		}
 		req.MaxRecvWR = 0 // the SRQ's receives serve the QP
+		if srq.tags > 0 && req.MaxSendWR == 0 {
+			// A TM SRQ owns its QPs' send queues (its rendezvous READs
+			// go there); the QP's own ring still needs a slot.
+			req.MaxSendWR = 1
+		}
 	}
 	if req.MaxSendWR == 0 || (req.MaxRecvWR == 0) != (srq != nil) || req.MaxSendWR > ibv.MaxQPWR || req.MaxRecvWR > ibv.MaxQPWR {
 		return nil, nil, fmt.Errorf("QP of %d and %d work requests: %w", req.MaxSendWR, req.MaxRecvWR, unix.EINVAL)
@@ -292,6 +297,11 @@ func (ss *session) destroyCQ(req hostif.HandleRequest) error {
 	}
 	for _, q := range ss.qps {
 		if q.sc == h || q.rc == h {
+			return errBusy
+		}
+	}
+	for _, s := range ss.srqs {
+		if s.cq == h { // a TM SRQ's
 			return errBusy
 		}
 	}
@@ -493,14 +503,26 @@ func (ss *session) createSRQ(req hostif.CreateSRQRequest) (any, []int, error) {
 		return nil, nil, fmt.Errorf("SRQ of %d receives: %w", req.MaxWR, unix.EINVAL)
 	}
 	depth, maxSGE := hostif.Pow2(int(req.MaxWR)), max(int(req.MaxSGE), 1)
+	return ss.makeSRQ(req, func() (*verbs.SRQ, error) { return pd.NewSRQ(depth, maxSGE) }, 0, 0)
+}
+
+// makeSRQ makes the SRQ newSRQ returns, of req's depth and SGEs, and its
+// ring; a TM SRQ's holds tags of the user's tagged buffers, and CQ cq.
+func (ss *session) makeSRQ(req hostif.CreateSRQRequest, newSRQ func() (*verbs.SRQ, error), tags int, cq uint32) (any, []int, error) {
+	depth, maxSGE := hostif.Pow2(int(req.MaxWR)), max(int(req.MaxSGE), 1)
 	if err := ss.take(resSRQ, 1); err != nil {
+		return nil, nil, err
+	}
+	if err := ss.take(resTMTags, int64(tags)); err != nil {
+		ss.give(resSRQ, 1)
 		return nil, nil, err
 	}
 	fail := func(err error) (any, []int, error) {
 		ss.give(resSRQ, 1)
+		ss.give(resTMTags, int64(tags))
 		return nil, nil, err
 	}
-	srq, err := pd.NewSRQ(depth, maxSGE)
+	srq, err := newSRQ()
 	if err != nil {
 		return fail(err)
 	}
@@ -519,7 +541,7 @@ func (ss *session) createSRQ(req hostif.CreateSRQRequest) (any, []int, error) {
 	}
 	h := ss.handle()
 	ss.srqs[h] = &hostSRQ{srq: srq, ring: r, wq: wq, dec: hostif.NewRecvDecoder(stride, maxSGE), pd: req.PD,
-		done: srq.MirrorRetired(wq.RetiredWord())}
+		done: srq.MirrorRetired(wq.RetiredWord()), tags: tags, cq: cq}
 	ss.publishFetchers()
 	ss.s.own(srq, ss, req.UserHandle)
 	return hostif.CreateSRQReply{Handle: h, Depth: uint32(depth), Stride: uint32(stride)}, []int{ss.pass(r)}, nil
@@ -546,4 +568,5 @@ func (ss *session) destroySRQ(h uint32) {
 	ss.s.disown(s.srq)
 	ss.freeRing(s.ring)
 	ss.give(resSRQ, 1)
+	ss.give(resTMTags, int64(s.tags))
 }

@@ -61,6 +61,8 @@ func (c *CompletionQueue) Push(wc *ibv.WC) bool {
 	e[offCQDLIDPathBits], e[offCQNetworkType] = wc.DLIDPathBits, uint8(wc.NetworkHdrType)
 	e[offCQDiscarded] = 0 // the client may have marked the slot's last entry
 	le.PutUint64(e[offCQTimestamp:], wc.Timestamp)
+	le.PutUint64(e[offCQTmTag:], wc.TMTag)
+	le.PutUint32(e[offCQTmPriv:], wc.TMPriv)
 	c.next++
 	atomic.StoreUint32(word(e, offCQSequence), c.next)
 	return true
@@ -152,7 +154,8 @@ func decodeWC(e []byte, wc *ibv.WC) {
 		Opcode: ibv.WCOpcode(e[offCQOpcode]), Flags: ibv.WCFlags(e[offCQFlags]), SL: e[offCQSL],
 		ByteLen: le.Uint32(e[offCQByteLen:]), QPN: le.Uint32(e[offCQQPN:]), SrcQP: le.Uint32(e[offCQSrcQP:]),
 		PKeyIndex: le.Uint16(e[offCQPKeyIndex:]), SLID: le.Uint16(e[offCQSLID:]), DLIDPathBits: e[offCQDLIDPathBits],
-		NetworkHdrType: ibv.NetworkType(e[offCQNetworkType]), Timestamp: le.Uint64(e[offCQTimestamp:])}
+		NetworkHdrType: ibv.NetworkType(e[offCQNetworkType]), Timestamp: le.Uint64(e[offCQTimestamp:]),
+		TMTag: le.Uint64(e[offCQTmTag:]), TMPriv: le.Uint32(e[offCQTmPriv:])}
 	if wc.Flags&ibv.WCWithInv != 0 {
 		wc.InvalidatedRKey = le.Uint32(e[offCQImm:])
 	} else {

@@ -173,7 +173,8 @@ func TestCompletionQueue(t *testing.T) {
 			NetworkHdrType: ibv.NetworkIPv4},
 		{WRID: 2, Status: ibv.WCRemAccessErr, Opcode: ibv.WCRDMAWrite, QPN: 17},
 		{WRID: 3, Opcode: ibv.WCRecv, Flags: ibv.WCWithInv, InvalidatedRKey: 0x1234, QPN: 17},
-		{WRID: 4, Opcode: ibv.WCFetchAdd, ByteLen: 8},
+		{WRID: 4, Opcode: ibv.WCTMRecv, Flags: ibv.WCTMMatch | ibv.WCTMDataValid, ByteLen: 8, TMTag: 0x0102030405060708,
+			TMPriv: 0xa0b0c0d0},
 	}
 	for i := range wcs {
 		require.True(t, daemon.Push(&wcs[i]))

@@ -62,6 +62,8 @@ var goBodies = []goBody{
 	{"sn_create_ah_req", CreateAHRequest{}, nil},
 	{"sn_query_port_reply", QueryPortReply{}, nil},
 	{"sn_create_srq_req", CreateSRQRequest{}, nil},
+	{"sn_create_tm_srq_req", CreateTMSRQRequest{}, nil},
+	{"sn_srq_op_req", SRQOpRequest{}, nil},
 	{"sn_create_srq_reply", CreateSRQReply{}, nil},
 	{"sn_modify_srq_req", ModifySRQRequest{}, nil},
 	{"sn_alloc_mw_req", AllocMWRequest{}, nil},
@@ -113,6 +115,7 @@ var goEntries = map[string]map[string]goEntry{
 		"imm": {offCQImm, 4}, "qpn": {offCQQPN, 4}, "src_qp": {offCQSrcQP, 4}, "pkey_index": {offCQPKeyIndex, 2},
 		"slid": {offCQSLID, 2}, "dlid_path_bits": {offCQDLIDPathBits, 1}, "network_type": {offCQNetworkType, 1},
 		"discarded": {offCQDiscarded, 1}, "reserved": {offCQReserved, 1}, "timestamp": {offCQTimestamp, 8},
+		"tm_tag": {offCQTmTag, 8}, "tm_priv": {offCQTmPriv, 4},
 		"reserved2": {offCQReserved2, CQEntrySize - offCQReserved2},
 	},
 }
@@ -441,4 +444,12 @@ func parseStructs(t *testing.T, src string) []cStruct {
 func TestMcastLimitsAgree(t *testing.T) {
 	require.EqualValues(t, ibv.MaxMcastGroups, MaxMcastGroups)
 	require.EqualValues(t, ibv.MaxMcastQPAttach, MaxMcastQPAttach)
+}
+
+// The tag matching limits the C provider reports are the engine's.
+func TestTMLimitsAgree(t *testing.T) {
+	require.EqualValues(t, ibv.MaxTMTags, TMMaxNumTags)
+	require.EqualValues(t, ibv.MaxTMOps, TMMaxOps)
+	require.EqualValues(t, ibv.MaxTMSGE, TMMaxSGE)
+	require.EqualValues(t, ibv.MaxTMRndvHdrSize, TMMaxRndvHdrSize)
 }

@@ -40,6 +40,15 @@ const (
 	MaxMcastQPAttach = C.SN_MAX_MCAST_QP_ATTACH
 )
 
+// Tag matching's device limits (tm_caps), which the C provider reports
+// and the engine (package ibv's) enforces.
+const (
+	TMMaxNumTags     = C.SN_TM_MAX_NUM_TAGS
+	TMMaxOps         = C.SN_TM_MAX_OPS
+	TMMaxSGE         = C.SN_TM_MAX_SGE
+	TMMaxRndvHdrSize = C.SN_TM_MAX_RNDV_HDR_SIZE
+)
+
 // Control commands: the op of a message's header.
 const (
 	OpHello             Op = C.SN_OP_HELLO
@@ -123,6 +132,10 @@ const (
 	OpQueryPD Op = C.SN_OP_QUERY_PD
 	OpQueryMR Op = C.SN_OP_QUERY_MR
 	OpQueryDM Op = C.SN_OP_QUERY_DM
+	// Tag matching SRQs (ibv_create_srq_ex with IBV_SRQT_TM,
+	// ibv_post_srq_ops).
+	OpCreateTMSRQ Op = C.SN_OP_CREATE_TM_SRQ
+	OpPostSRQOp   Op = C.SN_OP_POST_SRQ_OP
 )
 
 // AdviseSGEs is how many SGEs one advise_mr request carries.
@@ -192,12 +205,14 @@ type (
 	CreateAHRequest C.struct_sn_create_ah_req
 	// QueryPortReply carries struct ibv_port_attr's fields, with
 	// libibverbs' values (state 4 is ACTIVE, link layer 2 Ethernet).
-	QueryPortReply   C.struct_sn_query_port_reply
-	CreateSRQRequest C.struct_sn_create_srq_req
-	CreateSRQReply   C.struct_sn_create_srq_reply
-	ModifySRQRequest C.struct_sn_modify_srq_req
-	AllocMWRequest   C.struct_sn_alloc_mw_req
-	AllocMWReply     C.struct_sn_alloc_mw_reply
+	QueryPortReply     C.struct_sn_query_port_reply
+	CreateSRQRequest   C.struct_sn_create_srq_req
+	CreateTMSRQRequest C.struct_sn_create_tm_srq_req
+	SRQOpRequest       C.struct_sn_srq_op_req
+	CreateSRQReply     C.struct_sn_create_srq_reply
+	ModifySRQRequest   C.struct_sn_modify_srq_req
+	AllocMWRequest     C.struct_sn_alloc_mw_req
+	AllocMWReply       C.struct_sn_alloc_mw_reply
 	// QueryMRReply is what ibv_import_mr learns of a region.
 	QueryMRReply C.struct_sn_query_mr_reply
 	// QueryDMReply comes with the allocation's memfd.

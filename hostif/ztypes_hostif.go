@@ -26,6 +26,15 @@ const (
 	MaxMcastQPAttach = 56
 )
 
+// Tag matching's device limits (tm_caps), which the C provider reports
+// and the engine (package ibv's) enforces.
+const (
+	TMMaxNumTags     = 1023
+	TMMaxOps         = 1024
+	TMMaxSGE         = 1
+	TMMaxRndvHdrSize = 64
+)
+
 // Control commands: the op of a message's header.
 const (
 	OpHello             Op = 1
@@ -109,6 +118,10 @@ const (
 	OpQueryPD Op = 85
 	OpQueryMR Op = 86
 	OpQueryDM Op = 87
+	// Tag matching SRQs (ibv_create_srq_ex with IBV_SRQT_TM,
+	// ibv_post_srq_ops).
+	OpCreateTMSRQ Op = 80
+	OpPostSRQOp   Op = 81
 )
 
 // AdviseSGEs is how many SGEs one advise_mr request carries.
@@ -181,6 +194,8 @@ var opNames = [...]string{
 	56: "detach_mcast",
 	57: "cm_join_mcast",
 	58: "cm_leave_mcast",
+	80: "create_tm_srq",
+	81: "post_srq_op",
 	85: "query_pd",
 	86: "query_mr",
 	87: "query_dm",
@@ -395,6 +410,33 @@ type (
 		MaxSGE     uint32
 		Limit      uint32
 		UserHandle uint64
+	}
+	CreateTMSRQRequest struct {
+		PD         uint32
+		MaxWR      uint32
+		MaxSGE     uint32
+		Limit      uint32
+		CQ         uint32
+		MaxNumTags uint32
+		MaxOps     uint32
+		Reserved   uint32
+		UserHandle uint64
+	}
+	SRQOpRequest struct {
+		SRQ           uint32
+		Opcode        uint8
+		Flags         uint8
+		NumSGE        uint8
+		Reserved      uint8
+		UnexpectedCnt uint32
+		Handle        uint32
+		WRID          uint64
+		RecvWRID      uint64
+		Tag           uint64
+		Mask          uint64
+		SGEAddr       uint64
+		SGELength     uint32
+		SGELKey       uint32
 	}
 	CreateSRQReply struct {
 		Handle uint32
@@ -646,7 +688,9 @@ const (
 	offCQDiscarded    = 38
 	offCQReserved     = 39
 	offCQTimestamp    = 40
-	offCQReserved2    = 48
+	offCQTmTag        = 48
+	offCQTmPriv       = 56
+	offCQReserved2    = 60
 )
 
 // AsyncEventLen is the size of an async event record: struct

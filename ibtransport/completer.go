@@ -365,7 +365,8 @@ func (c *completer) completeHead(st ibv.WCStatus) {
 	}
 	// Free the slot before the completion is visible: a poster that saw
 	// the completion may reuse the slot at once, as libibverbs allows.
-	signaled := st != ibv.WCSuccess || w.flags&ibv.SendSignaled != 0
+	internal, op := w.flags&sendTMInternal != 0, w.opcode
+	signaled := !internal && (st != ibv.WCSuccess || w.flags&ibv.SendSignaled != 0)
 	var wc ibv.WC
 	if signaled {
 		wc = q.sendWC(w, st)
@@ -384,6 +385,9 @@ func (c *completer) completeHead(st ibv.WCStatus) {
 	c.retireHead()
 	if signaled {
 		q.complete(q.sendCQ, wc, false)
+	}
+	if internal {
+		q.tmRetired(op, st)
 	}
 	if q.req.localDone {
 		c.completeLocalDone()
@@ -424,8 +428,14 @@ func (c *completer) flush() {
 	q := c.qp
 	tail := q.sq.tail.Load()
 	for c.compIdx != tail {
-		wc := q.sendWC(q.sqSlot(c.compIdx), ibv.WCWRFlushErr)
+		w := q.sqSlot(c.compIdx)
+		internal, op := w.flags&sendTMInternal != 0, w.opcode
+		wc := q.sendWC(w, ibv.WCWRFlushErr)
 		c.retireHead() // the slot is free before its completion shows
+		if internal {
+			q.tmRetired(op, ibv.WCWRFlushErr)
+			continue
+		}
 		q.complete(q.sendCQ, wc, false)
 	}
 	q.req.restartAt(c.compIdx)

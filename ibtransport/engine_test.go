@@ -38,6 +38,7 @@ type fuzzTarget struct {
 	qp    *QP
 	ud    *QP // a UD QP in RTS with receives posted
 	uc    *QP // a UC QP in RTS with receives posted
+	tm    *QP // an RC QP in RTS on a TM SRQ (tm_test.go)
 	mr    *testRegion
 	whole []byte
 	orig  []byte
@@ -76,6 +77,7 @@ func newFuzzTarget(t testing.TB) *fuzzTarget {
 	e.Process()
 	ft.ud = newUDTarget(t, e, &testMemory{ft.mr}, ft.cq, ft.mr)
 	ft.uc = newUCTarget(t, e, &testMemory{ft.mr}, ft.cq, ft.mr)
+	ft.tm, _ = newTMTarget(t, e, &testMemory{ft.mr}, ft.cq, ft.mr)
 	return ft
 }
 
@@ -167,6 +169,14 @@ func FuzzEngineReceive(f *testing.F) {
 	// 0x20 selects the CE mark below).
 	f.Add(ft.packet(header.OpCNP, 0, 16, func(p *header.Packet) { p.BTH.SetBECN(true) }))
 	f.Add(ft.packet(header.OpRCSendOnly, 100, 30, func(p *header.Packet) { p.BTH[4] |= 0x20 }))
+	// Tag matching: a matched EAGER and RNDV, an unexpected one, NO_TAG,
+	// too short a header, a RNDV without its whole RVH.
+	f.Add(ft.tmSend(header.TMEager, 0x5a, 300))
+	f.Add(ft.tmSend(header.TMRndv, 0x15a, 64))
+	f.Add(ft.tmSend(header.TMEager, 0x11, 40))
+	f.Add(ft.tmSend(header.TMNoTag, 0, 20))
+	f.Add(ft.tmSend(header.TMEager, 0x5a, 10))
+	f.Add(ft.tmSend(header.TMRndv, 0x5a, 24))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		ft := newFuzzTarget(t)
 		ip4 := make([]byte, 20)
@@ -187,6 +197,10 @@ func FuzzEngineReceive(f *testing.F) {
 					header.BTH(pkt).SetDestQPN(ft.ud.QPN())
 				case 0x20:
 					header.BTH(pkt).SetDestQPN(ft.uc.QPN())
+				case 0x00:
+					if pkt[4]&0x10 != 0 {
+						header.BTH(pkt).SetDestQPN(ft.tm.QPN())
+					}
 				}
 				if pkt[9]&0x80 == 0 {
 					header.BTH(pkt).SetPSN(100 + header.PSN(pkt[11]&3))

@@ -115,7 +115,7 @@ func (q *QP) postSendLocked(wr *ibv.SendWR) error {
 	}
 	i := t & sq.mask
 	s := &sq.slots[i]
-	*s = sendWQE{id: wr.ID, remoteAddr: wr.RemoteAddr, rkey: wr.RKey, imm: wr.Imm, opcode: wr.Opcode, flags: wr.Flags}
+	*s = sendWQE{id: wr.ID, remoteAddr: wr.RemoteAddr, rkey: wr.RKey, imm: wr.Imm, opcode: wr.Opcode, flags: wr.Flags &^ sendTMInternal}
 	if wr.Opcode == ibv.WRSendWithInv || wr.Opcode == ibv.WRLocalInv {
 		s.imm = wr.InvalidateRKey // read back through invalidateRKey
 	}

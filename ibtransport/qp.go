@@ -163,6 +163,13 @@ func (g *Group) CreateQP(init *QPConfig) (*QP, error) {
 	if init.Memory == nil || init.SendCQ == nil || init.RecvCQ == nil {
 		return nil, fmt.Errorf("create QP: memory, send and receive CQs are required: %w", ibv.ErrInvalidArgument)
 	}
+	tm, _ := init.SRQ.(TagMatchingSRQ)
+	if tm != nil && init.Type == ibv.QPTypeRC {
+		// The SRQ takes over the send queue for its rendezvous READs and
+		// FINs: the owner may ask for no room of its own.
+		c.MaxSendWR += tmSQReserve
+		c.MaxInlineData = max(c.MaxInlineData, finLen)
+	}
 	if c.MaxSendWR <= 0 || c.MaxSendWR > ibv.MaxQPWR || c.MaxRecvWR < 0 || c.MaxRecvWR > ibv.MaxQPWR ||
 		c.MaxSendSGE < 0 || c.MaxSendSGE > ibv.MaxSGE || c.MaxRecvSGE < 0 || c.MaxRecvSGE > ibv.MaxSGE ||
 		c.MaxInlineData < 0 || c.MaxInlineData > ibv.MaxInline {
@@ -207,6 +214,9 @@ func (g *Group) CreateQP(init *QPConfig) (*QP, error) {
 	q.req.qp, q.comp.qp, q.resp.qp = q, q, q
 	q.resp.recv.sge = make([]ibv.SGE, 0, recvSGE)
 	q.resp.recvMRs = make([]Region, recvSGE)
+	if tm != nil && init.Type == ibv.QPTypeRC {
+		q.resp.tm = &tmState{srq: tm}
+	}
 	q.home.Store(e)
 	err := g.Do(func() error {
 		if err := g.numberQP(q, init.GSI); err != nil {
@@ -340,10 +350,13 @@ func (q *QP) reset() {
 	q.comp = completer{qp: q, compIdx: head}
 	q.sqDrained = false
 	q.resetCongestion()
-	recv, mrs := q.resp.recv.sge, q.resp.recvMRs
+	recv, mrs, tm := q.resp.recv.sge, q.resp.recvMRs, q.resp.tm
 	q.resp = responder{qp: q}
 	q.resp.recv.sge = recv[:0]
 	q.resp.recvMRs = mrs
+	if tm != nil { // still on its TM SRQ; its rendezvous went with the SQ
+		q.resp.tm = &tmState{srq: tm.srq}
+	}
 	q.attrMu.Lock()
 	q.attr = ibv.QPAttr{}
 	q.attrMu.Unlock()

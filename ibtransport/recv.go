@@ -14,7 +14,7 @@ func (r *responder) takeRecv() bool {
 	if w == nil {
 		return false
 	}
-	r.recv.id = w.id
+	id := w.id
 	r.recv.sge = append(r.recv.sge[:0], w.sge...)
 	rq.pop()
 	if q.srq != nil {
@@ -22,6 +22,19 @@ func (r *responder) takeRecv() bool {
 	} else {
 		q.publishRecvRetired()
 	}
+	r.useRecv(id, r.recv.sge)
+	return true
+}
+
+// useRecv makes the receive id with SGL sgl (a posted receive's, or a
+// TM SRQ's tagged buffer) the active one, with its regions looked up.
+func (r *responder) useRecv(id uint64, sgl []ibv.SGE) {
+	q := r.qp
+	r.recv.id = id
+	if len(sgl) > cap(r.recv.sge) {
+		sgl = sgl[:cap(r.recv.sge)] // the SRQ bounds a tagged buffer's SGEs
+	}
+	r.recv.sge = append(r.recv.sge[:0], sgl...)
 	r.recvActive = true
 	r.recvOff = 0
 	r.recvBad = ibv.WCSuccess
@@ -39,7 +52,6 @@ func (r *responder) takeRecv() bool {
 		}
 		r.recvMRs[i] = mr
 	}
-	return true
 }
 
 // scatterRecv copies a SEND payload into the active receive.
@@ -81,14 +93,18 @@ func (r *responder) finishRecv(op ibv.WCOpcode, n uint32, flags ibv.WCFlags, imm
 	r.recvActive = false
 	inc(&r.qp.e.Ctr.RdmaRecvs)
 	inc(&r.qp.ctr.RdmaRecvs)
-	r.qp.complete(r.qp.recvCQ, wc, solicited)
+	r.qp.complete(r.recvCQ(), wc, solicited)
 }
 
 // completeRecv completes the active receive with st.
 func (r *responder) completeRecv(st ibv.WCStatus, n uint32) {
-	wc := r.recvWC(st, ibv.WCRecv, n)
+	op := ibv.WCRecv
+	if r.tm != nil {
+		op = r.tm.op
+	}
+	wc := r.recvWC(st, op, n)
 	r.recvActive = false
-	r.qp.complete(r.qp.recvCQ, wc, false)
+	r.qp.complete(r.recvCQ(), wc, false)
 }
 
 func (r *responder) recvWC(st ibv.WCStatus, op ibv.WCOpcode, n uint32) ibv.WC {

@@ -55,11 +55,16 @@ type responder struct {
 
 	// The receive WQE a SEND (or WRITE with immediate) is filling.
 	recvActive bool
+	// errPending: go to ERR once the queued responses (ending in a NAK)
+	// are out. (Here, in the bools' padding: the QP keeps its size class.)
+	errPending bool
 	recv       recvWQE
 	recvMRs    []Region
 	recvOff    uint32
 	recvBad    ibv.WCStatus // a problem found with the WQE's SGL
 	recvCap    uint64       // total length of the WQE's SGL
+	// tm is the tag matching state of a QP on a TM SRQ, nil otherwise.
+	tm *tmState
 
 	// The WRITE in progress.
 	wMR        Region
@@ -72,7 +77,6 @@ type responder struct {
 
 	jobs             [64]respJob
 	jobHead, jobTail uint32
-	errPending       bool // go to ERR once the queued responses (ending in a NAK) are out
 }
 
 func (r *responder) initResources(n int) {
@@ -189,14 +193,20 @@ func (r *responder) ackIfRequested(p *header.Packet, psn header.PSN) {
 }
 
 func (r *responder) executeSend(p *header.Packet, oi *header.OpcodeInfo, psn header.PSN) {
-	if (oi.Position == header.PositionFirst || oi.Position == header.PositionOnly) && !r.checkResource(psn) {
-		return
+	if oi.Position == header.PositionFirst || oi.Position == header.PositionOnly {
+		if r.tm != nil && r.qp.typ == ibv.QPTypeRC {
+			if !r.startTM(p, psn) {
+				return
+			}
+		} else if !r.checkResource(psn) {
+			return
+		}
 	}
 	if r.recvBad != ibv.WCSuccess {
 		r.nakError(psn, header.NAKRemoteOperationalError, r.recvBad)
 		return
 	}
-	if st := r.scatterRecv(p.Payload); st != ibv.WCSuccess {
+	if st := r.scatterRecv(r.tmPayload(p)); st != ibv.WCSuccess {
 		if st == ibv.WCLocLenErr {
 			r.nakError(psn, header.NAKInvalidRequest, st)
 		} else {
@@ -231,6 +241,10 @@ func (r *responder) finishSend(p *header.Packet, psn header.PSN) bool {
 		flags = ibv.WCWithInv
 	}
 	r.msn++
+	if r.tm != nil && r.tm.op != ibv.WCRecv {
+		r.finishTM(p, flags, imm, inv)
+		return true
+	}
 	r.finishRecv(ibv.WCRecv, r.recvOff, flags, imm, inv, p.BTH.SolicitedEvent())
 	return true
 }

@@ -101,6 +101,7 @@ static const struct sn_context_ops sn_ops = {
 	.create_qp = sn_create_qp,
 	.create_qp_ex = sn_create_qp_ex,
 	.create_srq = sn_create_srq,
+	.create_srq_ex = sn_create_srq_ex,
 	.dealloc_mw = sn_dealloc_mw,
 	.dealloc_pd = sn_dealloc_pd,
 	.dealloc_td = sn_dealloc_td,
@@ -122,6 +123,7 @@ static const struct sn_context_ops sn_ops = {
 	.poll_cq = sn_poll_cq,
 	.post_recv = sn_post_recv,
 	.post_send = sn_post_send,
+	.post_srq_ops = sn_post_srq_ops,
 	.post_srq_recv = sn_post_srq_recv,
 	.query_device_ex = sn_query_device_ex,
 	.query_port = sn_query_port,
@@ -239,6 +241,8 @@ static int sn_query_device_ex(struct ibv_context *context, const struct ibv_quer
 		attr->odp_caps.per_transport_caps.uc_odp_caps = SN_ODP_UC;
 		attr->odp_caps.per_transport_caps.ud_odp_caps = SN_ODP_UD;
 	}
+	if (attr_size >= offsetof(struct ibv_device_attr_ex, tm_caps) + sizeof(attr->tm_caps))
+		sn_tm_caps(&attr->tm_caps);
 	if (attr_size >= offsetof(struct ibv_device_attr_ex, max_dm_size) + sizeof(attr->max_dm_size))
 		attr->max_dm_size = SN_MAX_DM_SIZE; /* dm.c: the daemon's memory, every session's */
 	/* The engines execute ATOMIC_WRITE, and FLUSH to global visibility;

@@ -15,13 +15,14 @@
 
 #include "ring.h"
 
-/* The completion fields softnic's entries carry: rdma_rxe's, and the time
+/* The completion fields softnic's entries carry: rdma_rxe's, the time
  * the engine made the completion, in the device clock's ticks (ns of
- * CLOCK_REALTIME: verbs/clock.go), which are also wall-clock ns. */
+ * CLOCK_REALTIME: verbs/clock.go), which are also wall-clock ns, and a
+ * tag matching receive's tag and app_ctx (tm.c). */
 #define SN_WC_EX_FLAGS                                                                                       \
 	(IBV_WC_EX_WITH_BYTE_LEN | IBV_WC_EX_WITH_IMM | IBV_WC_EX_WITH_QP_NUM | IBV_WC_EX_WITH_SRC_QP |      \
 	 IBV_WC_EX_WITH_SLID | IBV_WC_EX_WITH_SL | IBV_WC_EX_WITH_DLID_PATH_BITS |                          \
-	 IBV_WC_EX_WITH_COMPLETION_TIMESTAMP | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK)
+	 IBV_WC_EX_WITH_COMPLETION_TIMESTAMP | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK | IBV_WC_EX_WITH_TM_INFO)
 
 static inline struct sn_cq *to_cq_ex(struct ibv_cq_ex *x)
 {
@@ -131,11 +132,17 @@ static uint64_t cq_read_completion_ts(struct ibv_cq_ex *x)
 	return to_cq_ex(x)->cur.timestamp;
 }
 
+static void cq_read_tm_info(struct ibv_cq_ex *x, struct ibv_wc_tm_info *info)
+{
+	info->tag = to_cq_ex(x)->cur.tm_tag;
+	info->priv = to_cq_ex(x)->cur.tm_priv;
+}
+
 /* sn_create_cq_ex makes a CQ as sn_create_cq does, polled the extended
  * way too, with mlx5's errnos for what it is not asked right: comp_mask
  * bits past those libibverbs knows are EINVAL, and so is a PD that is not
  * a parent domain (domain.c); completion fields softnic's entries do not
- * carry (CVLAN, flow tag, TM info) and flags other than SINGLE_THREADED
+ * carry (CVLAN, flow tag) and flags other than SINGLE_THREADED
  * (IGNORE_OVERRUN) are EOPNOTSUPP. libibverbs then fills what
  * ibv_create_cq's wrapper fills (verbs_init_cq). */
 struct ibv_cq_ex *sn_create_cq_ex(struct ibv_context *context, struct ibv_cq_init_attr_ex *attr)
@@ -177,6 +184,7 @@ struct ibv_cq_ex *sn_create_cq_ex(struct ibv_context *context, struct ibv_cq_ini
 	x->read_dlid_path_bits = cq_read_dlid_path_bits;
 	x->read_completion_ts = cq_read_completion_ts;
 	x->read_completion_wallclock_ns = cq_read_completion_ts; /* the same clock */
+	x->read_tm_info = cq_read_tm_info;
 	return x;
 }
 

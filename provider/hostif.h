@@ -89,6 +89,8 @@ enum sn_op {
 	SN_OP_QUERY_PD = 85, /* u32 handle -> empty */
 	SN_OP_QUERY_MR = 86, /* u32 handle -> sn_query_mr_reply */
 	SN_OP_QUERY_DM = 87, /* u32 handle -> sn_query_dm_reply; fd: the memory (the memfd alloc_dm passed) */
+	SN_OP_CREATE_TM_SRQ = 80, /* sn_create_tm_srq_req -> sn_create_srq_reply; fd: the SRQ's ring */
+	SN_OP_POST_SRQ_OP = 81, /* sn_srq_op_req -> sn_handle (ADD's new entry, 0 otherwise) */
 };
 _Static_assert(SN_OP_CM_CREATE_CHANNEL == 20 && SN_OP_CM_DETACH_QP == 34 && SN_OP_CM_SET_OPTION == 38 &&
 		       SN_OP_CM_MIGRATE_ID == 39 && SN_OP_CM_ESTABLISH == 41 && SN_OP_QUERY_CM_IDS == 42 &&
@@ -262,6 +264,30 @@ struct sn_modify_srq_req {
 	uint32_t handle, limit;
 } __attribute__((packed));
 
+/* Tag matching (IBV_SRQT_TM): the device's tm_caps, with IBV_TM_CAP_RC. */
+#define SN_TM_MAX_NUM_TAGS 1023
+#define SN_TM_MAX_OPS 1024
+#define SN_TM_MAX_SGE 1
+#define SN_TM_MAX_RNDV_HDR_SIZE 64
+
+/* create_tm_srq: create_srq's fields, the CQ (a handle of the session)
+ * that takes the SRQ's completions, and its matching list's size. */
+struct sn_create_tm_srq_req {
+	uint32_t pd, max_wr, max_sge, limit, cq, max_num_tags, max_ops, reserved;
+	uint64_t user_handle;
+} __attribute__((packed));
+
+/* post_srq_op: one ibv_ops_wr (opcode ibv_ops_wr_opcode, flags
+ * ibv_ops_flags); ADD's buffer is num_sge (0 or 1) SGEs at sge. */
+struct sn_srq_op_req {
+	uint32_t srq;
+	uint8_t opcode, flags, num_sge, reserved;
+	uint32_t unexpected_cnt, handle;
+	uint64_t wr_id, recv_wr_id, tag, mask;
+	uint64_t sge_addr;
+	uint32_t sge_length, sge_lkey;
+} __attribute__((packed));
+
 /* The connection manager's bodies. Addresses are IPv6, IPv4 ones mapped
  * (::ffff:a.b.c.d), all zero for none; ports are numbers, not network
  * order. */
@@ -369,6 +395,8 @@ _Static_assert(sizeof(struct sn_modify_qp_req) == 68, "modify_qp request");
 _Static_assert(sizeof(struct sn_create_ah_req) == 32, "create_ah request");
 _Static_assert(sizeof(struct sn_query_port_reply) == 20, "query_port reply");
 _Static_assert(sizeof(struct sn_create_srq_req) == 24, "create_srq request");
+_Static_assert(sizeof(struct sn_create_tm_srq_req) == 40, "create_tm_srq request");
+_Static_assert(sizeof(struct sn_srq_op_req) == 64, "post_srq_op request");
 _Static_assert(sizeof(struct sn_cm_create_id_req) == 16, "cm_create_id request");
 _Static_assert(sizeof(struct sn_cm_bind_req) == 24, "cm_bind request");
 _Static_assert(sizeof(struct sn_cm_addr_reply) == 36, "CM addresses reply");
@@ -459,7 +487,9 @@ struct sn_cq_entry {
 	uint8_t discarded;
 	uint8_t reserved;
 	uint64_t timestamp; /* ns of CLOCK_REALTIME when the engine made the completion */
-	uint8_t reserved2[16];
+	uint64_t tm_tag; /* a tag matching receive's tag (ibv_wc_tm_info) */
+	uint32_t tm_priv; /* and the TM header's app_ctx */
+	uint32_t reserved2;
 } __attribute__((packed));
 
 _Static_assert(sizeof(struct sn_send_entry) == 64, "send entry header");

@@ -381,6 +381,16 @@ struct ibv_srq *sn_create_srq(struct ibv_pd *ibpd, struct ibv_srq_init_attr *att
 		free(srq);
 		return NULL;
 	}
+	return sn_srq_created(ibpd->context, srq, &r, n, fd, &attr->attr);
+}
+
+/* sn_srq_created maps the ring of an SRQ the daemon made (reply r, its
+ * descriptor fd of n) and answers attr; on failure it destroys the SRQ and
+ * frees srq. */
+struct ibv_srq *sn_srq_created(struct ibv_context *context, struct sn_srq *srq, const struct sn_create_srq_reply *rp,
+			       int n, int fd, struct ibv_srq_attr *attr)
+{
+	struct sn_create_srq_reply r = *rp;
 	srq->size = SN_RING_HEADER + (size_t)r.depth * r.stride;
 	if (r.depth == 0 || (r.depth & (r.depth - 1)) || r.stride < 32 || r.depth > (1u << 16) || r.stride > 4096) {
 		close(fd);
@@ -388,15 +398,15 @@ struct ibv_srq *sn_create_srq(struct ibv_pd *ibpd, struct ibv_srq_init_attr *att
 	} else if ((srq->mem = map_one(n, fd, srq->size)) != NULL && sn_wq_init(&srq->wq, srq->mem, r.depth, r.stride) == 0) {
 		srq->handle = r.handle;
 		srq->max_sge = (r.stride - sizeof(struct sn_recv_entry)) / sizeof(struct sn_sge);
-		srq->limit = attr->attr.srq_limit;
-		attr->attr.max_wr = r.depth;
-		attr->attr.max_sge = srq->max_sge;
+		srq->limit = attr->srq_limit;
+		attr->max_wr = r.depth;
+		attr->max_sge = srq->max_sge;
 		return &srq->ibv;
 	}
 	int e = errno;
 	if (srq->mem)
 		munmap(srq->mem, srq->size);
-	destroy_handle(ibpd->context, SN_OP_DESTROY_SRQ, r.handle);
+	destroy_handle(context, SN_OP_DESTROY_SRQ, r.handle);
 	free(srq);
 	errno = e;
 	return NULL;

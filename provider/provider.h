@@ -158,6 +158,7 @@ struct sn_srq {
 	size_t size;
 	struct sn_wq wq;
 	uint32_t max_sge, limit;
+	int tm; /* a tag matching SRQ (tm.c), made by create_srq_ex */
 };
 
 /* sn_pd_handle is the daemon's handle of pd. */
@@ -232,6 +233,11 @@ struct ibv_cq *sn_create_cq(struct ibv_context *context, int cqe, struct ibv_com
 int sn_destroy_cq(struct ibv_cq *cq);
 int sn_resize_cq(struct ibv_cq *cq, int cqe);
 struct ibv_srq *sn_create_srq(struct ibv_pd *pd, struct ibv_srq_init_attr *attr);
+struct ibv_srq *sn_srq_created(struct ibv_context *context, struct sn_srq *srq, const struct sn_create_srq_reply *r,
+			       int n, int fd, struct ibv_srq_attr *attr);
+struct ibv_srq *sn_create_srq_ex(struct ibv_context *context, struct ibv_srq_init_attr_ex *attr);
+int sn_post_srq_ops(struct ibv_srq *srq, struct ibv_ops_wr *wr, struct ibv_ops_wr **bad);
+void sn_tm_caps(struct ibv_tm_caps *caps);
 int sn_modify_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr, int mask);
 int sn_query_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr);
 int sn_destroy_srq(struct ibv_srq *srq);

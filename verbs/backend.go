@@ -74,6 +74,8 @@ type PDOps interface {
 	// CreateQP makes q's backend; q is the QP its events name.
 	CreateQP(q *QP, init *QPInitAttr) (QPOps, error)
 	CreateSRQ(s *SRQ, maxWR, maxSGE int) (SRQOps, error)
+	// CreateTMSRQ makes a tag matching SRQ (PD.NewTMSRQ checked init).
+	CreateTMSRQ(s *SRQ, init TMSRQInit) (SRQOps, error)
 	CreateAH(av *AddressVector) (*AH, error)
 	// RegDMMR registers n bytes of dm at off, at address 0 (the API
 	// checked the range and took AccessZeroBased out of access).
@@ -134,6 +136,8 @@ type SRQOps interface {
 	PostRecvList(wrs []RecvWR) (int, error)
 	Len() int
 	Modify(limit int) error
+	// PostOps is SRQ.PostOps on a tag matching SRQ, the operation checked.
+	PostOps(wr *OpsWR) (uint32, error)
 }
 
 // NewDevice makes a device on the backend newOps makes; the backend

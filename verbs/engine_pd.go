@@ -30,7 +30,7 @@ func (p *enginePD) CreateQP(q *QP, init *QPInitAttr) (QPOps, error) {
 	cfg := ibtransport.QPConfig{Memory: p, SendCQ: init.SendCQ.ops.(*engineCQ), RecvCQ: init.RecvCQ.ops.(*engineCQ),
 		Cap: init.Cap, SigAll: init.SigAll, Type: init.Type}
 	if init.SRQ != nil {
-		cfg.SRQ = init.SRQ.ops.(*engineSRQ)
+		cfg.SRQ = init.SRQ.ops.(ibtransport.SharedRecvQueue) // an engineSRQ or engineTMSRQ
 	}
 	t, err := p.e.group.CreateQP(&cfg)
 	if err != nil {

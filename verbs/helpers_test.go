@@ -110,7 +110,7 @@ func newEndpoint(t testing.TB, dev *verbs.Device, pd *verbs.PD, o qpOpts, srq *v
 	if pd == nil {
 		pd = dev.AllocPD()
 	}
-	scq, err := dev.CreateCQ(4*o.sendWR, nil)
+	scq, err := dev.CreateCQ(4*max(o.sendWR, 1), nil)
 	require.NoError(t, err)
 	rcq, err := dev.CreateCQ(4*max(o.recvWR, 64), nil)
 	require.NoError(t, err)

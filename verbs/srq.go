@@ -11,6 +11,7 @@ import (
 type SRQ struct {
 	pd  *PD
 	ops SRQOps
+	tm  bool // a tag matching SRQ (NewTMSRQ)
 }
 
 // NewSRQ creates a shared receive queue of at least maxWR receives of at
@@ -52,6 +53,9 @@ func (s *SRQ) Modify(limit int) error { return s.ops.Modify(limit) }
 // on a device reached through a daemon, which hosts no client's rings.
 func (s *SRQ) MirrorRetired(word *uint32) *ibtransport.RetiredMirror {
 	es, ok := s.ops.(*engineSRQ)
+	if t, isTM := s.ops.(*engineTMSRQ); isTM {
+		es, ok = t.engineSRQ, true
+	}
 	if !ok {
 		return nil
 	}

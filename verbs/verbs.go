@@ -255,6 +255,7 @@ type DeviceAttr struct {
 	AtomicHostOrder bool
 	PhysPortCnt     int
 	ODP             ODPCaps // on-demand paging (odp.go)
+	TM              TMCaps  // tag matching (tm.go)
 	// The device clock (clock.go): its frequency in kHz and the bits of a
 	// completion timestamp (ibv_device_attr_ex's hca_core_clock and
 	// completion_timestamp_mask).
@@ -277,6 +278,7 @@ func (a DeviceAttr) WithMcast() DeviceAttr {
 func (d *Device) Query() DeviceAttr {
 	a := d.ops.Query()
 	a.HCACoreClockKHz, a.CompletionTimestampMask = HCACoreClockKHz, CompletionTimestampMask
+	a.TM = ibv.DeviceTMCaps // both backends': the engine's
 	return a
 }
 

@@ -28,6 +28,7 @@ func defineLimits(fs *flag.FlagSet, l *daemon.Limits) {
 		{&l.DMs, "max-dms", "device memory allocations (ibv_alloc_dm)"},
 		{&l.MWs, "max-mws", "memory windows"},
 		{&l.McastAttachments, "max-mcast-attachments", "multicast attachments (a UD QP's group, an rdma_cm ID's join)"},
+		{&l.TMTags, "max-tm-tags", "tagged buffers of tag matching SRQs (each SRQ counts its max_num_tags)"},
 	} {
 		fs.IntVar(c.v, c.name, *c.v, "per user: at most this many "+c.what+"; -1: no bound")
 	}

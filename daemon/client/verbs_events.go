@@ -75,8 +75,10 @@ func (o *dialedObjects) noteCompletions(wcs []verbs.WC) {
 	srqs := o.srqs.Load() > 0
 	for i := range wcs {
 		wc := &wcs[i]
-		failed := wc.Status != verbs.WCSuccess
-		recv := srqs && wc.Opcode&verbs.WCRecv != 0
+		// A tagged buffer's completions took no receive of the SRQ, and
+		// an incomplete rendezvous leaves the QP as it was.
+		failed := wc.Status != verbs.WCSuccess && wc.Status != verbs.WCTMRndvIncomplete
+		recv := srqs && wc.Opcode&verbs.WCRecv != 0 && wc.Flags&(verbs.WCTMMatch|verbs.WCTMDataValid) == 0
 		if !failed && !recv {
 			continue
 		}

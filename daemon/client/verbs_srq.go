@@ -38,6 +38,40 @@ func (p *dialedPD) CreateSRQ(front *verbs.SRQ, maxWR, maxSGE int) (verbs.SRQOps,
 	return srq, nil
 }
 
+// CreateTMSRQ makes a tag matching SRQ in the daemon, its completions
+// going to init.CQ there.
+func (p *dialedPD) CreateTMSRQ(front *verbs.SRQ, init verbs.TMSRQInit) (verbs.SRQOps, error) {
+	cq, ok := init.CQ.Backend().(*dialedCQ)
+	if !ok || cq.r != p.r {
+		return nil, fmt.Errorf("create TM SRQ: a CQ of another device: %w", verbs.ErrInvalidArgument)
+	}
+	r := p.r
+	h := r.objects.handle()
+	var s *session.SRQ
+	err := r.call(func(c *session.Conn) (err error) {
+		s, err = c.CreateTMSRQ(p.handle, init.MaxWR, init.MaxSGE, cq.handle, init.MaxNumTags, init.MaxOps, h)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("create TM SRQ: %w", daemonErr(err))
+	}
+	srq := &dialedSRQ{srq: front, s: s, r: r, handle: h, maxSGE: init.MaxSGE}
+	r.objects.srqs.Add(1)
+	r.objects.add(h, srq)
+	return srq, nil
+}
+
+// PostOps sends the list operation to the daemon, which performs it and
+// completes it into the SRQ's CQ before it answers.
+func (s *dialedSRQ) PostOps(wr *verbs.OpsWR) (uint32, error) {
+	var h uint32
+	err := s.r.call(func(*session.Conn) (err error) { h, err = s.s.PostOp(wr); return err })
+	if err != nil {
+		return 0, fmt.Errorf("post SRQ ops: %w", daemonErr(err))
+	}
+	return h, nil
+}
+
 func (s *dialedSRQ) PostRecv(wr *verbs.RecvWR) error {
 	if len(wr.SGL) > s.maxSGE {
 		return fmt.Errorf("post receive: %d SGEs, at most %d: %w", len(wr.SGL), s.maxSGE, verbs.ErrInvalidArgument)

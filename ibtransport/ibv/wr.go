@@ -211,13 +211,17 @@ const (
 	WCFatalErr
 	WCRespTimeoutErr
 	WCGeneralErr
+	// Tag matching's (ibv_post_srq_ops): a DEL of a tag already
+	// consumed, and a rendezvous whose tagged buffer is too small.
+	WCTMErr
+	WCTMRndvIncomplete
 )
 
 var wcStatusNames = [...]string{"SUCCESS", "LOC_LEN_ERR", "LOC_QP_OP_ERR", "LOC_EEC_OP_ERR",
 	"LOC_PROT_ERR", "WR_FLUSH_ERR", "MW_BIND_ERR", "BAD_RESP_ERR", "LOC_ACCESS_ERR",
 	"REM_INV_REQ_ERR", "REM_ACCESS_ERR", "REM_OP_ERR", "RETRY_EXC_ERR", "RNR_RETRY_EXC_ERR",
 	"LOC_RDD_VIOL_ERR", "REM_INV_RD_REQ_ERR", "REM_ABORT_ERR", "INV_EECN_ERR",
-	"INV_EEC_STATE_ERR", "FATAL_ERR", "RESP_TIMEOUT_ERR", "GENERAL_ERR"}
+	"INV_EEC_STATE_ERR", "FATAL_ERR", "RESP_TIMEOUT_ERR", "GENERAL_ERR", "TM_ERR", "TM_RNDV_INCOMPLETE"}
 
 func (s WCStatus) String() string { return nameOf(wcStatusNames[:], s, "WCStatus") }
 
@@ -245,6 +249,13 @@ const (
 	WCAtomicWrite     WCOpcode = 9
 	WCRecv            WCOpcode = 128
 	WCRecvRDMAWithImm WCOpcode = 129
+	// Tag matching's (TM SRQs): the list operations' completions, and the
+	// receives of tagged (matched or unexpected) and untagged messages.
+	WCTMAdd   WCOpcode = 130
+	WCTMDel   WCOpcode = 131
+	WCTMSync  WCOpcode = 132
+	WCTMRecv  WCOpcode = 133
+	WCTMNoTag WCOpcode = 134
 )
 
 func (o WCOpcode) String() string {
@@ -271,6 +282,8 @@ func (o WCOpcode) String() string {
 		return "RECV"
 	case WCRecvRDMAWithImm:
 		return "RECV_RDMA_WITH_IMM"
+	case WCTMAdd, WCTMDel, WCTMSync, WCTMRecv, WCTMNoTag:
+		return [...]string{"TM_ADD", "TM_DEL", "TM_SYNC", "TM_RECV", "TM_NO_TAG"}[o-WCTMAdd]
 	}
 	return fmt.Sprintf("WCOpcode(%d)", uint8(o))
 }
@@ -283,6 +296,11 @@ const (
 	WCWithGRH WCFlags = 1 << 0
 	WCWithImm WCFlags = 1 << 1
 	WCWithInv WCFlags = 1 << 3
+	// Tag matching's: the SRQ asks for a SYNC operation; a tag matched;
+	// the matched message's data is all in the tagged buffer.
+	WCTMSyncReq   WCFlags = 1 << 4
+	WCTMMatch     WCFlags = 1 << 5
+	WCTMDataValid WCFlags = 1 << 6
 )
 
 // WC is a work completion (ibv_wc).
@@ -310,6 +328,10 @@ type WC struct {
 	// the host's CLOCK_REALTIME (the device clock, DeviceClock), on a CQ
 	// made with timestamps; 0 otherwise.
 	Timestamp uint64
+	// TMTag and TMPriv are a tag matching receive's tag and the TM
+	// header's app_ctx (ibv_wc_read_tm_info), on a matched message.
+	TMTag  uint64
+	TMPriv uint32
 }
 
 // NetworkType is the network header of a received packet

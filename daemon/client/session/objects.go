@@ -361,6 +361,36 @@ func (c *Conn) CreateSRQ(pd uint32, maxWR, maxSGE, limit int, userHandle uint64)
 	if err != nil {
 		return nil, err
 	}
+	return c.mapSRQ(r, fds)
+}
+
+// CreateTMSRQ creates a tag matching SRQ (create_tm_srq) whose
+// completions go to CQ cq, with a list of maxTags tagged buffers.
+func (c *Conn) CreateTMSRQ(pd uint32, maxWR, maxSGE int, cq uint32, maxTags, maxOps int, userHandle uint64) (*SRQ, error) {
+	var r hostif.CreateSRQReply
+	fds, err := c.call(hostif.OpCreateTMSRQ, hostif.CreateTMSRQRequest{PD: pd, MaxWR: uint32(maxWR), MaxSGE: uint32(maxSGE),
+		CQ: cq, MaxNumTags: uint32(maxTags), MaxOps: uint32(maxOps), UserHandle: userHandle}, &r)
+	if err != nil {
+		return nil, err
+	}
+	return c.mapSRQ(r, fds)
+}
+
+// PostOp performs a list operation on a tag matching SRQ (post_srq_op)
+// and returns ADD's handle.
+func (s *SRQ) PostOp(wr *ibv.OpsWR) (uint32, error) {
+	req := hostif.SRQOpRequest{SRQ: s.Handle, Opcode: uint8(wr.Opcode), Flags: uint8(wr.Flags), UnexpectedCnt: wr.UnexpectedCnt,
+		Handle: wr.Handle, WRID: wr.ID, RecvWRID: wr.RecvID, Tag: wr.Tag, Mask: wr.Mask, NumSGE: uint8(min(len(wr.SGL), 255))}
+	if len(wr.SGL) > 0 {
+		req.SGEAddr, req.SGELength, req.SGELKey = wr.SGL[0].Addr, wr.SGL[0].Length, wr.SGL[0].LKey
+	}
+	var r hostif.HandleReply
+	_, err := s.c.call(hostif.OpPostSRQOp, req, &r)
+	return r.Handle, err
+}
+
+// mapSRQ maps the ring of a created SRQ.
+func (c *Conn) mapSRQ(r hostif.CreateSRQReply, fds []int) (*SRQ, error) {
 	mem, err := mapRing(fds, hostif.RingSize(int(r.Depth), int(r.Stride)))
 	if err != nil {
 		return nil, err
