@@ -1,6 +1,9 @@
 package verbs
 
 import (
+	"fmt"
+	"sync/atomic"
+
 	"github.com/softnic/softnic/ibtransport"
 	"github.com/softnic/softnic/ibtransport/ibv"
 )
@@ -11,6 +14,10 @@ import (
 // the shared rings (remoteQP).
 type QP struct {
 	ops QPOps
+	dev *Device
+	// flows counts the QP's flows (flow.go): while it has any, Destroy
+	// fails with ErrBusy, as the kernel's uverbs refuses it.
+	flows atomic.Int32
 }
 
 // qpOf returns the verbs QP of a transport QP.
@@ -75,7 +82,12 @@ func (q *QP) Counters() *ibv.QPCounters { return q.ops.Counters() }
 func (q *QP) CongestionRate() uint64 { return q.ops.CongestionRate() }
 
 // Destroy destroys the QP (ibv_destroy_qp).
-func (q *QP) Destroy() error { return q.ops.Destroy() }
+func (q *QP) Destroy() error {
+	if n := q.flows.Load(); n > 0 {
+		return fmt.Errorf("destroy QP %d: %d flows: %w", q.QPN(), n, ErrBusy)
+	}
+	return q.ops.Destroy()
+}
 
 // AttachMcast attaches the QP to multicast group gid (ibv_attach_mcast):
 // datagrams to the group (QP 0xFFFFFF, DGID gid) reach it, from the link
