@@ -37,6 +37,12 @@ type Limits struct {
 	// user's QPs hold: the device has room for ibv.MaxMcastGroups groups
 	// in all, of which one user takes at most this many.
 	McastAttachments int
+	// RawQPs is how many raw packet QPs (which also count as QPs) and
+	// Flows how many flows the user's sessions hold: every flow is an
+	// entry of the device's table and of its XDP program's rule map
+	// (roce.MaxFlows for the whole device), so no one user may take
+	// them all.
+	RawQPs, Flows int
 }
 
 // DefaultLimits are the bounds a zero Limits field takes: each is far
@@ -64,6 +70,9 @@ var DefaultLimits = Limits{
 	// A quarter of the device's groups: rdma-core's tests and mckey
 	// attach one QP to one group.
 	McastAttachments: 256,
+	// rdma-core's test_flow: two raw QPs and one flow at a time.
+	RawQPs: 64,
+	Flows:  16,
 }
 
 // descriptorReserve is what DescriptorShare keeps for the daemon itself:
@@ -106,6 +115,8 @@ func (l Limits) withDefaults() Limits {
 	pick(&l.Descriptors, d.Descriptors)
 	pick(&l.MWs, d.MWs)
 	pick(&l.McastAttachments, d.McastAttachments)
+	pick(&l.RawQPs, d.RawQPs)
+	pick(&l.Flows, d.Flows)
 	if l.RingBytes == 0 {
 		l.RingBytes = d.RingBytes
 	}
@@ -132,5 +143,5 @@ func (s *Server) Usage(uid uint32) Usage {
 		QPs: int(h[resQP]), SRQs: int(h[resSRQ]), AHs: int(h[resAH]), CMIDs: int(h[resCMID]),
 		Descriptors: int(h[resDescriptor]), RingBytes: h[resRingBytes], SharedBytes: h[resSharedBytes],
 		DMs: int(h[resDM]), DMBytes: h[resDMBytes], MWs: int(h[resMW]),
-		McastAttachments: int(h[resMcast])}
+		McastAttachments: int(h[resMcast]), RawQPs: int(h[resRawQP]), Flows: int(h[resFlow])}
 }

@@ -77,6 +77,7 @@ type session struct {
 	channels map[uint32]int // handle: the pipe's write end
 	cqs      map[uint32]*hostCQ
 	qps      map[uint32]*hostQP
+	flows    map[uint32]*hostFlow // flow.go
 	srqs     map[uint32]*hostSRQ
 	ahPD     map[uint32]uint32
 	// ahs is read by the engine (UD entries name AHs): replaced whole.
@@ -103,7 +104,7 @@ func newSession(s *Server, c *net.UnixConn, p peer, a *account) *session {
 	ss := &session{s: s, conn: c, peer: p, acct: a, async: -1, pds: map[uint32]*verbs.PD{}, mrs: map[uint32]*hostMR{},
 		mrPD: map[uint32]uint32{}, channels: map[uint32]int{}, cqs: map[uint32]*hostCQ{}, qps: map[uint32]*hostQP{},
 		srqs: map[uint32]*hostSRQ{}, ahPD: map[uint32]uint32{}, shared: map[uint32]*sharedMemory{},
-		mrShared: map[uint32]uint32{}, mws: map[uint32]*hostMW{}}
+		mrShared: map[uint32]uint32{}, mws: map[uint32]*hostMW{}, flows: map[uint32]*hostFlow{}}
 	ss.fetchers.Store(&[]fetcher{})
 	ss.ahs.Store(&map[uint32]*verbs.AH{})
 	return ss
@@ -268,8 +269,10 @@ func errnoOf(err error) unix.Errno {
 		return unix.ESRCH
 	case errors.Is(err, procmem.ErrDescriptor):
 		return unix.EBADF
-	case errors.Is(err, verbs.ErrMcastLimit):
+	case errors.Is(err, verbs.ErrMcastLimit), errors.Is(err, verbs.ErrFlowLimit):
 		return unix.ENOMEM
+	case errors.Is(err, hostif.ErrFlowUnsupported):
+		return unix.EOPNOTSUPP
 	}
 	return unix.EINVAL
 }
@@ -290,6 +293,7 @@ func (ss *session) end() {
 		s.betweenPasses()
 	}
 	ss.endCM() // the IDs let go of their QPs before the QPs go
+	ss.destroyFlows() // a QP with flows is busy
 	for h := range ss.qps {
 		ss.destroyQP(h)
 	}

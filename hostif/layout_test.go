@@ -83,6 +83,8 @@ var goBodies = []goBody{
 	{"sn_cm_event", CMEvent{}, map[string]string{"Private": "private_data"}},
 	{"sn_mcast_req", McastRequest{}, nil},
 	{"sn_cm_mcast_req", CMMcastRequest{}, nil},
+	{"sn_flow_spec", FlowSpec{}, nil},
+	{"sn_create_flow_req", CreateFlowRequest{}, map[string]string{"NumSpecs": "num_specs"}},
 }
 
 // goEntry is a ring entry's field as the Go side places it: its offset

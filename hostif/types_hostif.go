@@ -38,6 +38,9 @@ const (
 const (
 	MaxMcastGroups   = C.SN_MAX_MCAST_GROUPS
 	MaxMcastQPAttach = C.SN_MAX_MCAST_QP_ATTACH
+	// MaxFlowSpecs and FlowFilterMax bound a create_flow request's specs.
+	MaxFlowSpecs  = C.SN_MAX_FLOW_SPECS
+	FlowFilterMax = C.SN_FLOW_FILTER_MAX
 )
 
 // Control commands: the op of a message's header.
@@ -118,6 +121,9 @@ const (
 	// rdma_leave_multicast).
 	OpCMJoinMcast  Op = C.SN_OP_CM_JOIN_MCAST
 	OpCMLeaveMcast Op = C.SN_OP_CM_LEAVE_MCAST
+	// Flow steering to raw packet QPs (ibv_create_flow, ibv_destroy_flow).
+	OpCreateFlow  Op = C.SN_OP_CREATE_FLOW
+	OpDestroyFlow Op = C.SN_OP_DESTROY_FLOW
 )
 
 // AdviseSGEs is how many SGEs one advise_mr request carries.
@@ -171,6 +177,10 @@ type (
 	RegDMMRRequest C.struct_sn_reg_dm_mr_req
 	// McastRequest names a QP and a group (attach_mcast, detach_mcast).
 	McastRequest C.struct_sn_mcast_req
+	// FlowSpec is one spec of a flow: its libibverbs filter's bytes.
+	FlowSpec C.struct_sn_flow_spec
+	// CreateFlowRequest is a raw packet QP's flow (create_flow).
+	CreateFlowRequest C.struct_sn_create_flow_req
 	// ShareMemoryRequest comes with one descriptor, a memfd: Length bytes
 	// of it from offset 0 are mapped at Addr in the client.
 	ShareMemoryRequest C.struct_sn_share_memory_req

@@ -24,6 +24,9 @@ const (
 const (
 	MaxMcastGroups   = 1024
 	MaxMcastQPAttach = 56
+	// MaxFlowSpecs and FlowFilterMax bound a create_flow request's specs.
+	MaxFlowSpecs  = 8
+	FlowFilterMax = 40
 )
 
 // Control commands: the op of a message's header.
@@ -104,6 +107,9 @@ const (
 	// rdma_leave_multicast).
 	OpCMJoinMcast  Op = 57
 	OpCMLeaveMcast Op = 58
+	// Flow steering to raw packet QPs (ibv_create_flow, ibv_destroy_flow).
+	OpCreateFlow  Op = 70
+	OpDestroyFlow Op = 71
 )
 
 // AdviseSGEs is how many SGEs one advise_mr request carries.
@@ -176,6 +182,8 @@ var opNames = [...]string{
 	56: "detach_mcast",
 	57: "cm_join_mcast",
 	58: "cm_leave_mcast",
+	70: "create_flow",
+	71: "destroy_flow",
 }
 
 // The descriptors a hello request passes, in this order: the client's
@@ -280,6 +288,24 @@ type (
 		QP  uint32
 		Lid uint32
 		GID [16]byte
+	}
+	// FlowSpec is one spec of a flow: its libibverbs filter's bytes.
+	FlowSpec struct {
+		Type     uint32
+		Size     uint16
+		Reserved uint16
+		Val      [40]byte
+		Mask     [40]byte
+	}
+	// CreateFlowRequest is a raw packet QP's flow (create_flow).
+	CreateFlowRequest struct {
+		QP       uint32
+		Type     uint32
+		Priority uint16
+		Port     uint8
+		NumSpecs uint8
+		Flags    uint32
+		Specs    [8]FlowSpec
 	}
 	// ShareMemoryRequest comes with one descriptor, a memfd: Length bytes
 	// of it from offset 0 are mapped at Addr in the client.

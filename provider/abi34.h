@@ -134,7 +134,8 @@ struct sn_context_ops {
 	struct ibv_cq *(*create_cq)(struct ibv_context *context, int cqe, struct ibv_comp_channel *channel,
 				    int comp_vector);
 	struct ibv_cq_ex *(*create_cq_ex)(struct ibv_context *context, struct ibv_cq_init_attr_ex *attr);
-	sn_unused_op create_flow, create_flow_action_esp;
+	struct ibv_flow *(*create_flow)(struct ibv_qp *qp, struct ibv_flow_attr *flow_attr);
+	sn_unused_op create_flow_action_esp;
 	struct ibv_qp *(*create_qp)(struct ibv_pd *pd, struct ibv_qp_init_attr *attr);
 	struct ibv_qp *(*create_qp_ex)(struct ibv_context *context, struct ibv_qp_init_attr_ex *attr);
 	sn_unused_op create_rwq_ind_table;
@@ -147,7 +148,8 @@ struct sn_context_ops {
 	int (*destroy_ah)(struct ibv_ah *ah);
 	sn_unused_op destroy_counters;
 	int (*destroy_cq)(struct ibv_cq *cq);
-	sn_unused_op destroy_flow, destroy_flow_action;
+	int (*destroy_flow)(struct ibv_flow *flow);
+	sn_unused_op destroy_flow_action;
 	int (*destroy_qp)(struct ibv_qp *qp);
 	sn_unused_op destroy_rwq_ind_table;
 	int (*destroy_srq)(struct ibv_srq *srq);

@@ -432,6 +432,8 @@ static uint64_t send_ops(enum ibv_qp_type type)
 		return SN_UC_SEND_OPS;
 	case IBV_QPT_UD:
 		return SN_UD_SEND_OPS;
+	case IBV_QPT_RAW_PACKET:
+		return IBV_QP_EX_WITH_SEND; /* whole frames */
 	default:
 		return 0;
 	}

@@ -193,6 +193,8 @@ void sn_put_bind(struct sn_send_entry *h, uint32_t rkey, const struct ibv_mw_bin
 struct ibv_ah *sn_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr);
 int sn_destroy_ah(struct ibv_ah *ah);
 int sn_attach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid);
+struct ibv_flow *sn_create_flow(struct ibv_qp *qp, struct ibv_flow_attr *attr);
+int sn_destroy_flow(struct ibv_flow *flow);
 int sn_detach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid);
 struct ibv_cq *sn_create_cq(struct ibv_context *context, int cqe, struct ibv_comp_channel *channel, int vector);
 int sn_destroy_cq(struct ibv_cq *cq);

@@ -35,6 +35,8 @@ static int qp_type(enum ibv_qp_type t)
 		return SN_QPT_UC;
 	case IBV_QPT_UD:
 		return SN_QPT_UD;
+	case IBV_QPT_RAW_PACKET:
+		return SN_QPT_RAW_PACKET;
 	default:
 		return -1;
 	}
@@ -44,7 +46,7 @@ static int qp_type(enum ibv_qp_type t)
  * softnic does not offer (the kernel's EOPNOTSUPP), not a wrong value. */
 static int unsupported_type(enum ibv_qp_type t)
 {
-	return t == IBV_QPT_RAW_PACKET || t == IBV_QPT_XRC_SEND || t == IBV_QPT_XRC_RECV || t == IBV_QPT_DRIVER;
+	return t == IBV_QPT_XRC_SEND || t == IBV_QPT_XRC_RECV || t == IBV_QPT_DRIVER;
 }
 
 static int ring_ok(uint32_t depth, uint32_t stride)

@@ -28,6 +28,8 @@ func defineLimits(fs *flag.FlagSet, l *daemon.Limits) {
 		{&l.DMs, "max-dms", "device memory allocations (ibv_alloc_dm)"},
 		{&l.MWs, "max-mws", "memory windows"},
 		{&l.McastAttachments, "max-mcast-attachments", "multicast attachments (a UD QP's group, an rdma_cm ID's join)"},
+		{&l.RawQPs, "max-raw-qps", "raw packet QPs (they count as QPs too)"},
+		{&l.Flows, "max-flows", "flows steering frames to raw packet QPs"},
 	} {
 		fs.IntVar(c.v, c.name, *c.v, "per user: at most this many "+c.what+"; -1: no bound")
 	}

@@ -450,3 +450,21 @@ func (c *Conn) DeallocMW(mw uint32) error {
 	_, err := c.call(hostif.OpDeallocMW, hostif.HandleRequest{Handle: mw}, &hostif.Empty{})
 	return err
 }
+
+// CreateFlow steers the frames attr matches to the QP, a raw packet QP
+// (ibv_create_flow); it returns the flow's handle.
+func (q *QP) CreateFlow(attr *ibv.FlowAttr) (uint32, error) {
+	req, err := hostif.EncodeFlow(q.Handle, attr)
+	if err != nil {
+		return 0, err
+	}
+	var r hostif.HandleReply
+	_, err = q.c.call(hostif.OpCreateFlow, req, &r)
+	return r.Handle, err
+}
+
+// DestroyFlow removes flow h (ibv_destroy_flow).
+func (c *Conn) DestroyFlow(h uint32) error {
+	_, err := c.call(hostif.OpDestroyFlow, hostif.HandleRequest{Handle: h}, &hostif.Empty{})
+	return err
+}
