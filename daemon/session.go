@@ -292,7 +292,7 @@ func (ss *session) end() {
 		// still read the session page.
 		s.betweenPasses()
 	}
-	ss.endCM() // the IDs let go of their QPs before the QPs go
+	ss.endCM()        // the IDs let go of their QPs before the QPs go
 	ss.destroyFlows() // a QP with flows is busy
 	for h := range ss.qps {
 		ss.destroyQP(h)
