@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"syscall"
@@ -17,6 +18,7 @@ import (
 
 	hostsession "github.com/softnic/softnic/daemon/client/session"
 	"github.com/softnic/softnic/hostif"
+	"github.com/softnic/softnic/ibtransport/ibv"
 )
 
 // The tests here run this test binary again as the daemon's client in
@@ -38,6 +40,27 @@ func playRole(role, sock string) int {
 		// A process the session's socket was handed to (descriptor 3):
 		// its command is refused.
 		fmt.Println(rawCommand(3, hostif.OpAllocPD))
+		return 0
+	case "raw-nobody":
+		// A user without CAP_NET_RAW (uid 65534 holds no capability).
+		if err := syscall.Setresuid(65534, 65534, 65534); err != nil {
+			fmt.Println("setresuid:", err)
+			return 1
+		}
+		// The uid change made it undumpable: its /proc/self/mem, which
+		// hello passes, would stay root's.
+		if err := unix.Prctl(unix.PR_SET_DUMPABLE, 1, 0, 0, 0); err != nil {
+			fmt.Println("dumpable:", err)
+			return 1
+		}
+		fallthrough
+	case "raw":
+		c, err := hostsession.Dial(sock)
+		if err != nil {
+			fmt.Println("dial:", err)
+			return 1
+		}
+		fmt.Println("raw QP:", createRawQP(c))
 		return 0
 	case "hand-on", "setuid", "exec":
 	default:
@@ -90,6 +113,22 @@ func init() {
 		fmt.Println("next:", rawCommand(fd, hostif.OpAllocPD))
 		os.Exit(0)
 	}
+}
+
+// createRawQP makes a raw packet QP on a new PD and CQ and says how that
+// went.
+func createRawQP(c *hostsession.Conn) string {
+	pd, err := c.AllocPD()
+	if err != nil {
+		return "alloc PD: " + errText(err)
+	}
+	cq, err := c.CreateCQ(8, nil, 0)
+	if err != nil {
+		return "create CQ: " + errText(err)
+	}
+	_, err = c.CreateQP(hostif.CreateQPRequest{PD: pd, SendCQ: cq.Handle, RecvCQ: cq.Handle, MaxSendWR: 1, MaxRecvWR: 1,
+		Type: uint32(ibv.QPTypeRawPacket)})
+	return errText(err)
 }
 
 // rawCommand sends one bodiless command on the control socket fd and says
@@ -208,6 +247,21 @@ func TestCredentialChangeAndExecEndTheSession(t *testing.T) {
 	require.EqualValues(t, 1, counter(t, r, "daemon_sessions_ended_credentials"))
 	require.EqualValues(t, 1, counter(t, r, "daemon_sessions_ended_exec"))
 	require.Eventually(t, func() bool { return r.srv.Sessions() == 0 }, 10*time.Second, 10*time.Millisecond)
+}
+
+// A raw packet QP needs CAP_NET_RAW, as the kernel asks: root's process
+// gets one, a user's gets EPERM.
+func TestRawPacketQPNeedsCapNetRaw(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the client drops to another uid")
+	}
+	r := newRig(t)
+	// The user's client must reach the socket.
+	for d := filepath.Dir(r.socket); d != os.TempDir() && d != "/"; d = filepath.Dir(d) {
+		require.NoError(t, os.Chmod(d, 0o755))
+	}
+	require.Equal(t, []string{"raw QP: ok"}, play(t, r, "raw", nil))
+	require.Equal(t, []string{"raw QP: EPERM"}, play(t, r, "raw-nobody", nil))
 }
 
 // Messages a client sends at once, before the daemon accepted its
