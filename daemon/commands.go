@@ -55,6 +55,7 @@ var handlers = map[hostif.Op]handler{
 	// Flows of raw packet QPs (flow.go).
 	hostif.OpCreateFlow:  with(noFDs((*session).createFlow)),
 	hostif.OpDestroyFlow: with(noReply((*session).destroyFlow)),
+	hostif.OpCreateRSSQP: with((*session).createRSSQP),
 	// The connection manager (cm.go).
 	hostif.OpCMCreateChannel:  withCM((*session).cmCreateChannel),
 	hostif.OpCMCreateID:       withCM((*session).cmCreateID),

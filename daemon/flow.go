@@ -125,3 +125,45 @@ func (ss *session) qpFlows(h uint32) int {
 	}
 	return n
 }
+
+// createRSSQP makes an RSS QP over the session's receive work queues (raw
+// packet QPs) (ibv_create_qp_ex with rx_hash_conf): CAP_NET_RAW, as for
+// any raw packet QP; a Toeplitz hash only (EOPNOTSUPP for another).
+func (ss *session) createRSSQP(req hostif.CreateRSSQPRequest) (any, []int, error) {
+	pd, cq := ss.pds[req.PD], ss.cqs[req.CQ]
+	if pd == nil || cq == nil {
+		return nil, nil, fmt.Errorf("create RSS QP: PD %d, CQ %d: %w", req.PD, req.CQ, errNoObject)
+	}
+	if req.Function != rxHashToeplitz {
+		return nil, nil, fmt.Errorf("create RSS QP: hash function %#x: %w", req.Function, unix.EOPNOTSUPP)
+	}
+	if req.LogSize > hostif.MaxRSSTableLog {
+		return nil, nil, fmt.Errorf("create RSS QP: table of 1<<%d: %w", req.LogSize, unix.EINVAL)
+	}
+	if err := ss.mayRaw(); err != nil {
+		return nil, nil, err
+	}
+	a := verbs.RSSQPInitAttr{HashKey: req.Key, HashFields: req.Fields, CQ: cq.cq}
+	for _, h := range req.Wqs[:1<<req.LogSize] {
+		q := ss.qps[h]
+		if q == nil {
+			return nil, nil, fmt.Errorf("create RSS QP: work queue %d: %w", h, errNoObject)
+		}
+		a.Table = append(a.Table, q.qp)
+	}
+	if err := ss.takeQP(true); err != nil {
+		return nil, nil, err
+	}
+	qp, err := pd.CreateRSSQP(&a)
+	if err != nil {
+		ss.giveQP(true)
+		return nil, nil, err
+	}
+	cap := qp.Cap()
+	return ss.serveQP(qp, hostif.CreateQPRequest{PD: req.PD, SendCQ: req.CQ, RecvCQ: req.CQ, UserHandle: req.UserHandle,
+		MaxSendSGE: uint32(cap.MaxSendSGE), MaxRecvSGE: uint32(cap.MaxRecvSGE)},
+		hostif.Pow2(cap.MaxSendWR), hostif.Pow2(cap.MaxRecvWR), cap, true)
+}
+
+// rxHashToeplitz is IBV_RX_HASH_FUNC_TOEPLITZ.
+const rxHashToeplitz = 1

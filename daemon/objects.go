@@ -198,6 +198,13 @@ func (ss *session) createQP(req hostif.CreateQPRequest) (any, []int, error) {
 		ss.giveQP(raw)
 		return nil, nil, err
 	}
+	return ss.serveQP(qp, req, sDepth, rDepth, cap, raw)
+}
+
+// serveQP gives the session's new QP qp (counted already: raw says
+// how) its rings and handle, and makes create_qp's reply.
+func (ss *session) serveQP(qp *verbs.QP, req hostif.CreateQPRequest, sDepth, rDepth int, cap verbs.QPCap,
+	raw bool) (any, []int, error) {
 	var ahs func(uint32) *ibv.AH
 	if qp.Type() == verbs.QPTypeUD {
 		ahs = ss.lookupAH

@@ -84,6 +84,7 @@ var goBodies = []goBody{
 	{"sn_mcast_req", McastRequest{}, nil},
 	{"sn_cm_mcast_req", CMMcastRequest{}, nil},
 	{"sn_flow_spec", FlowSpec{}, nil},
+	{"sn_create_rss_qp_req", CreateRSSQPRequest{}, map[string]string{"LogSize": "log_size"}},
 	{"sn_create_flow_req", CreateFlowRequest{}, map[string]string{"NumSpecs": "num_specs"}},
 }
 

@@ -41,6 +41,9 @@ const (
 	// MaxFlowSpecs and FlowFilterMax bound a create_flow request's specs.
 	MaxFlowSpecs  = C.SN_MAX_FLOW_SPECS
 	FlowFilterMax = C.SN_FLOW_FILTER_MAX
+	// MaxRSSTableLog bounds an RSS QP's table (1 << log entries).
+	MaxRSSTableLog = C.SN_MAX_RSS_TABLE_LOG
+	RSSKeyLen      = C.SN_RSS_KEY_LEN
 )
 
 // Control commands: the op of a message's header.
@@ -124,6 +127,8 @@ const (
 	// Flow steering to raw packet QPs (ibv_create_flow, ibv_destroy_flow).
 	OpCreateFlow  Op = C.SN_OP_CREATE_FLOW
 	OpDestroyFlow Op = C.SN_OP_DESTROY_FLOW
+	// An RSS QP over receive work queues (raw packet QPs).
+	OpCreateRSSQP Op = C.SN_OP_CREATE_RSS_QP
 )
 
 // AdviseSGEs is how many SGEs one advise_mr request carries.
@@ -181,6 +186,8 @@ type (
 	FlowSpec C.struct_sn_flow_spec
 	// CreateFlowRequest is a raw packet QP's flow (create_flow).
 	CreateFlowRequest C.struct_sn_create_flow_req
+	// CreateRSSQPRequest is an RSS QP (create_rss_qp).
+	CreateRSSQPRequest C.struct_sn_create_rss_qp_req
 	// ShareMemoryRequest comes with one descriptor, a memfd: Length bytes
 	// of it from offset 0 are mapped at Addr in the client.
 	ShareMemoryRequest C.struct_sn_share_memory_req

@@ -27,6 +27,9 @@ const (
 	// MaxFlowSpecs and FlowFilterMax bound a create_flow request's specs.
 	MaxFlowSpecs  = 8
 	FlowFilterMax = 40
+	// MaxRSSTableLog bounds an RSS QP's table (1 << log entries).
+	MaxRSSTableLog = 6
+	RSSKeyLen      = 40
 )
 
 // Control commands: the op of a message's header.
@@ -110,6 +113,8 @@ const (
 	// Flow steering to raw packet QPs (ibv_create_flow, ibv_destroy_flow).
 	OpCreateFlow  Op = 70
 	OpDestroyFlow Op = 71
+	// An RSS QP over receive work queues (raw packet QPs).
+	OpCreateRSSQP Op = 72
 )
 
 // AdviseSGEs is how many SGEs one advise_mr request carries.
@@ -184,6 +189,7 @@ var opNames = [...]string{
 	58: "cm_leave_mcast",
 	70: "create_flow",
 	71: "destroy_flow",
+	72: "create_rss_qp",
 }
 
 // The descriptors a hello request passes, in this order: the client's
@@ -306,6 +312,17 @@ type (
 		NumSpecs uint8
 		Flags    uint32
 		Specs    [8]FlowSpec
+	}
+	// CreateRSSQPRequest is an RSS QP (create_rss_qp).
+	CreateRSSQPRequest struct {
+		PD         uint32
+		CQ         uint32
+		LogSize    uint32
+		Function   uint32
+		Fields     uint64
+		UserHandle uint64
+		Key        [40]byte
+		Wqs        [64]uint32
 	}
 	// ShareMemoryRequest comes with one descriptor, a memfd: Length bytes
 	// of it from offset 0 are mapped at Addr in the client.

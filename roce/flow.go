@@ -35,6 +35,7 @@ type FlowLink interface {
 type flow struct {
 	id   uint64
 	qpn  uint32
+	rss  *RSS // an RSS QP's flow: qpn is rss.pick's
 	attr ibv.FlowAttr
 }
 
@@ -54,7 +55,12 @@ type flowState struct {
 // AddFlow steers the frames attr matches to raw packet QP qpn and returns
 // the flow's id for RemoveFlow. attr must pass FlowAttr.Check.
 func (d *Device) AddFlow(qpn uint32, attr *ibv.FlowAttr) (uint64, error) {
-	if err := attr.Check(); err != nil {
+	return d.addFlow(flow{qpn: qpn, attr: *attr})
+}
+
+// addFlow adds f (its attributes not yet checked) to the table.
+func (d *Device) addFlow(f flow) (uint64, error) {
+	if err := f.attr.Check(); err != nil {
 		return 0, err
 	}
 	fs := &d.flows
@@ -65,8 +71,8 @@ func (d *Device) AddFlow(qpn uint32, attr *ibv.FlowAttr) (uint64, error) {
 		return 0, fmt.Errorf("create flow: %d flows: %w", len(old), ErrFlowLimit)
 	}
 	fs.nextID++
-	f := flow{id: fs.nextID, qpn: qpn, attr: *attr}
-	f.attr.Specs = slices.Clone(attr.Specs)
+	f.id = fs.nextID
+	f.attr.Specs = slices.Clone(f.attr.Specs)
 	next := append(slices.Clone(old), f)
 	slices.SortStableFunc(next, func(a, b flow) int { return int(a.attr.Priority) - int(b.attr.Priority) })
 	if err := d.publishFlows(next); err != nil {
@@ -142,17 +148,25 @@ func (ln *lane) steerRaw(frame []byte) bool {
 		if f.attr.Type != ibv.FlowAttrSniffer {
 			best = int(f.attr.Priority)
 		}
-		ln.deliverRaw(&got, f.qpn, frame)
+		ln.deliverRaw(&got, f.target(k), frame)
 	}
 	if best < 0 {
 		// The default flows take what no other flow did.
 		for i := range t.flows {
 			if f := &t.flows[i]; flowTakes(f, k, true) {
-				ln.deliverRaw(&got, f.qpn, frame)
+				ln.deliverRaw(&got, f.target(k), frame)
 			}
 		}
 	}
 	return got.n > 0
+}
+
+// target is the QP f delivers the frame k describes to.
+func (f *flow) target(k *flowKey) uint32 {
+	if f.rss != nil {
+		return f.rss.pick(k)
+	}
+	return f.qpn
 }
 
 // qpnSet is the QPs one frame went to: each gets it once, however many of

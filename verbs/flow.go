@@ -104,7 +104,13 @@ func (f *Flow) Destroy() error {
 
 // CreateFlow implements FlowBackend on the device's own flow table.
 func (e *engine) CreateFlow(q *QP, attr *FlowAttr) (FlowOps, error) {
-	id, err := e.dev.AddFlow(q.QPN(), attr)
+	var id uint64
+	var err error
+	if q.rss != nil {
+		id, err = e.dev.AddRSSFlow(q.rss, attr)
+	} else {
+		id, err = e.dev.AddFlow(q.QPN(), attr)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/softnic/softnic/ibtransport"
 	"github.com/softnic/softnic/ibtransport/ibv"
+	"github.com/softnic/softnic/roce"
 )
 
 // QP is a queue pair (ibv_qp). Its backend runs it: on a device opened
@@ -18,6 +19,8 @@ type QP struct {
 	// flows counts the QP's flows (flow.go): while it has any, Destroy
 	// fails with ErrBusy, as the kernel's uverbs refuses it.
 	flows atomic.Int32
+	// rss is set on an RSS QP (rss.go): its flows spread frames over it.
+	rss *roce.RSS
 }
 
 // qpOf returns the verbs QP of a transport QP.

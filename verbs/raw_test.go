@@ -3,6 +3,7 @@ package verbs_test
 import (
 	"encoding/binary"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -145,5 +146,56 @@ func TestRawPacketFlowChecks(t *testing.T) {
 			SGL: []verbs.SGE{{Addr: r.mr.Addr() + uint64(off), Length: 10, LKey: r.mr.LKey()}}}))
 		wc := waitWC(t, r.cq)
 		require.Equal(t, verbs.WCLocLenErr, wc.Status, "shorter than an Ethernet header")
+	})
+}
+
+// An RSS QP's flow spreads the frames it takes over its table's QPs by
+// the Toeplitz hash of their IPv4 addresses, each frame to one QP.
+func TestRSSFlow(t *testing.T) {
+	forEachMode(t, func(t *testing.T, m mode) {
+		p := newPairMode(t, m, memlink.Config{MACA: rawMACA, MACB: rawMACB}, verbs.Config{})
+		tx := newRawEndpoint(t, p.a, 1, 256)
+		wqs := []*rawEndpoint{newRawEndpoint(t, p.b, 32, 128), newRawEndpoint(t, p.b, 32, 128)}
+		pd := p.b.AllocPD()
+		cq, err := p.b.CreateCQ(4, nil)
+		require.NoError(t, err)
+		a := &verbs.RSSQPInitAttr{Table: []*verbs.QP{wqs[0].qp, wqs[1].qp, wqs[0].qp, wqs[1].qp},
+			HashFields: verbs.RxHashSrcIPv4 | verbs.RxHashDstIPv4, CQ: cq}
+		for i := range a.HashKey {
+			a.HashKey[i] = byte(i*37 + 11)
+		}
+		_, err = pd.CreateRSSQP(&verbs.RSSQPInitAttr{Table: a.Table[:3], CQ: cq})
+		require.ErrorIs(t, err, verbs.ErrInvalidArgument, "a table of 3")
+		rss, err := pd.CreateRSSQP(a)
+		require.NoError(t, err)
+		require.True(t, rss.IsRSS())
+		flow, err := rss.CreateFlow(portFlow(rawMACB, 5678))
+		require.NoError(t, err)
+		const n = 32
+		for i := range n {
+			f := udpFrame(rawMACB, rawMACA, 5678, byte(i))
+			f[14+12] = byte(i) // the source address
+			tx.send(t, f)
+		}
+		got := [2]int{}
+		deadline := time.Now().Add(20 * time.Second)
+		for got[0]+got[1] < n {
+			require.True(t, time.Now().Before(deadline), "completions: %v of %d", got, n)
+			for j, w := range wqs {
+				var wc [8]verbs.WC
+				k, err := w.cq.Poll(wc[:])
+				require.NoError(t, err)
+				for _, c := range wc[:k] {
+					require.Equal(t, verbs.WCSuccess, c.Status)
+				}
+				got[j] += k
+			}
+		}
+		require.Equal(t, n, got[0]+got[1])
+		require.NotZero(t, got[0], "both queues take some: %v", got)
+		require.NotZero(t, got[1], "both queues take some: %v", got)
+		noWC(t, wqs[0].cq)
+		noWC(t, wqs[1].cq)
+		require.NoError(t, flow.Destroy())
 	})
 }

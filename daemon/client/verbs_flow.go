@@ -7,6 +7,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/softnic/softnic/daemon/client/session"
+	"github.com/softnic/softnic/hostif"
+	"github.com/softnic/softnic/roce"
 	"github.com/softnic/softnic/verbs"
 )
 
@@ -44,3 +46,31 @@ func (f *dialedFlow) Destroy() error {
 	}
 	return nil
 }
+
+// CreateRSSQP implements verbs.RSSBackend: the daemon's RSS QP over the
+// table's QPs, the daemon's too.
+func (p *dialedPD) CreateRSSQP(q *verbs.QP, a *verbs.RSSQPInitAttr, rss *roce.RSS) (verbs.QPOps, error) {
+	req := hostif.CreateRSSQPRequest{Function: rxHashToeplitz, Fields: rss.Fields, Key: rss.Key}
+	n := len(a.Table)
+	for n > 1<<req.LogSize {
+		req.LogSize++
+	}
+	if n > len(req.Wqs) {
+		return nil, fmt.Errorf("create RSS QP: a table of %d: %w", n, verbs.ErrInvalidArgument)
+	}
+	for i, w := range a.Table {
+		dq, ok := w.Backend().(*dialedQP)
+		if !ok {
+			return nil, fmt.Errorf("create RSS QP: a QP of another device: %w", verbs.ErrInvalidArgument)
+		}
+		req.Wqs[i] = dq.q.Handle
+	}
+	init := &verbs.QPInitAttr{SendCQ: a.CQ, RecvCQ: a.CQ, Type: verbs.QPTypeRawPacket, Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: 1}}
+	return p.createQPThrough(q, init, func(c *session.Conn, qr hostif.CreateQPRequest) (*session.QP, error) {
+		req.PD, req.CQ, req.UserHandle = qr.PD, qr.SendCQ, qr.UserHandle
+		return c.CreateRSSQP(req)
+	})
+}
+
+// rxHashToeplitz is IBV_RX_HASH_FUNC_TOEPLITZ.
+const rxHashToeplitz = 1

@@ -188,6 +188,11 @@ func (c *Conn) CreateQP(req hostif.CreateQPRequest) (*QP, error) {
 	return c.createQP(hostif.OpCreateQP, req)
 }
 
+// CreateRSSQP creates an RSS QP over receive work queues (create_rss_qp).
+func (c *Conn) CreateRSSQP(req hostif.CreateRSSQPRequest) (*QP, error) {
+	return c.createQP(hostif.OpCreateRSSQP, req)
+}
+
 // createQP sends a command that makes a QP (create_qp, cm_create_qp) and
 // maps the rings its reply passes.
 func (c *Conn) createQP(op hostif.Op, req any) (*QP, error) {
