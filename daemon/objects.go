@@ -296,6 +296,9 @@ func (ss *session) destroyQPHandle(req hostif.HandleRequest) error {
 	if ss.qpFlows(req.Handle) > 0 {
 		return fmt.Errorf("destroy QP %d with flows: %w", req.Handle, errBusy) // as the kernel's uverbs
 	}
+	if err := ss.qps[req.Handle].qp.Busy(); err != nil {
+		return err // a work queue of an RSS QP's table
+	}
 	ss.destroyQP(req.Handle)
 	return nil
 }

@@ -294,6 +294,11 @@ func (ss *session) end() {
 	}
 	ss.endCM()        // the IDs let go of their QPs before the QPs go
 	ss.destroyFlows() // a QP with flows is busy
+	for h, q := range ss.qps {
+		if q.qp.IsRSS() { // before the work queues of its table
+			ss.destroyQP(h)
+		}
+	}
 	for h := range ss.qps {
 		ss.destroyQP(h)
 	}

@@ -199,3 +199,20 @@ func TestRSSFlow(t *testing.T) {
 		require.NoError(t, flow.Destroy())
 	})
 }
+
+// A work queue in an RSS QP's table is busy until the RSS QP goes.
+func TestRSSTableQPBusy(t *testing.T) {
+	forEachMode(t, func(t *testing.T, m mode) {
+		p := newPairMode(t, m, memlink.Config{MACA: rawMACA, MACB: rawMACB}, verbs.Config{})
+		w := newRawEndpoint(t, p.b, 1, 128)
+		pd := p.b.AllocPD()
+		cq, err := p.b.CreateCQ(4, nil)
+		require.NoError(t, err)
+		rss, err := pd.CreateRSSQP(&verbs.RSSQPInitAttr{Table: []*verbs.QP{w.qp, w.qp}, CQ: cq,
+			HashFields: verbs.RxHashSrcIPv4})
+		require.NoError(t, err)
+		require.ErrorIs(t, w.qp.Destroy(), verbs.ErrBusy)
+		require.NoError(t, rss.Destroy())
+		require.NoError(t, w.qp.Destroy())
+	})
+}

@@ -72,6 +72,10 @@ func (pd *PD) CreateRSSQP(a *RSSQPInitAttr) (*QP, error) {
 		return nil, err
 	}
 	q.ops = ops
+	q.table = append([]*QP(nil), a.Table...)
+	for _, w := range q.table {
+		w.tables.Add(1)
+	}
 	return q, nil
 }
 
