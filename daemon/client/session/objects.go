@@ -463,8 +463,13 @@ func (q *QP) CreateFlow(attr *ibv.FlowAttr) (uint32, error) {
 	if err != nil {
 		return 0, err
 	}
+	return q.c.CreateFlowRequest(req)
+}
+
+// CreateFlowRequest sends create_flow with req as it is.
+func (c *Conn) CreateFlowRequest(req hostif.CreateFlowRequest) (uint32, error) {
 	var r hostif.HandleReply
-	_, err = q.c.call(hostif.OpCreateFlow, req, &r)
+	_, err := c.call(hostif.OpCreateFlow, req, &r)
 	return r.Handle, err
 }
 
