@@ -1,6 +1,7 @@
 package xdplink
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/softnic/softnic/bpf"
@@ -19,6 +20,57 @@ func (l *Link) SetFlows(flows []ibv.FlowAttr) error {
 	}
 	if err := l.prog.SetFlowRules(rules); err != nil {
 		return fmt.Errorf("steer flows on %s: %w", l.ifname, err)
+	}
+	want := map[[6]byte]bool{}
+	for i := range flows {
+		if mac, ok := flowGroupMAC(&flows[i]); ok {
+			want[mac] = true
+		}
+	}
+	l.groupMu.Lock()
+	defer l.groupMu.Unlock()
+	return l.setFlowMACs(want)
+}
+
+// flowGroupMAC returns the group MAC address a flow names whole, if any:
+// a NIC's MAC filter must let that address in (broadcast always is).
+func flowGroupMAC(f *ibv.FlowAttr) ([6]byte, bool) {
+	for i := range f.Specs {
+		s := &f.Specs[i]
+		if s.Type == ibv.FlowSpecEth && s.EthMask.DstMAC == [6]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff} &&
+			s.Eth.DstMAC[0]&1 != 0 && s.Eth.DstMAC != s.EthMask.DstMAC {
+			return s.Eth.DstMAC, true
+		}
+	}
+	return [6]byte{}, false
+}
+
+// setFlowMACs makes the interface's multicast MAC list hold want of the
+// flows' addresses (SIOCADDMULTI, as `ip maddr add` does; CAP_NET_ADMIN,
+// which the daemon keeps) and no other it added; groupMu is held.
+func (l *Link) setFlowMACs(want map[[6]byte]bool) error {
+	var errs []error
+	for mac := range l.flowMACs {
+		if !want[mac] {
+			errs = append(errs, l.groups.macMembership(l.ifname, mac, false))
+			delete(l.flowMACs, mac)
+		}
+	}
+	for mac := range want {
+		if l.flowMACs[mac] {
+			continue
+		}
+		if err := l.groups.macMembership(l.ifname, mac, true); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if l.flowMACs == nil {
+			l.flowMACs = map[[6]byte]bool{}
+		}
+		l.flowMACs[mac] = true
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("multicast MAC addresses of the flows on %s: %w", l.ifname, err)
 	}
 	return nil
 }

@@ -3,7 +3,10 @@ package xdplink_test
 import (
 	"context"
 	"encoding/binary"
+	"encoding/hex"
 	"net/netip"
+	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -135,4 +138,35 @@ func TestRawPacketFlowOverXDP(t *testing.T) {
 	last, err := b.link.Stats()
 	require.NoError(t, err)
 	require.Equal(t, after.Program.SteeredFlow, last.Program.SteeredFlow, "no rule left")
+}
+
+// A flow on a group MAC address has the interface list it (as `ip maddr`
+// shows), so that a NIC's MAC filter lets its frames in, until the flow
+// goes; the group's frames reach the QP.
+func TestRawPacketFlowJoinsGroupMAC(t *testing.T) {
+	netnstest.Integration(t)
+	pair := netnstest.NewT(t, netnstest.Config{
+		AddrsA: []netip.Prefix{netip.MustParsePrefix("10.82.0.103/24")},
+		AddrsB: []netip.Prefix{netip.MustParsePrefix("10.82.0.104/24")}})
+	a := openRawSide(t, &pair.A, 1)
+	b := openRawSide(t, &pair.B, 1)
+	group := [6]byte{0x01, 0x50, 0x56, 0x19, 0x20, 0xa7}
+	listed := func() bool {
+		var data []byte
+		require.NoError(t, pair.B.Do(func() (err error) { data, err = os.ReadFile("/proc/thread-self/net/dev_mcast"); return err }))
+		return strings.Contains(string(data), pair.B.Ifname) && strings.Contains(string(data), hex.EncodeToString(group[:]))
+	}
+	require.False(t, listed())
+	all := [6]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
+	flow, err := b.qp.CreateFlow(&verbs.FlowAttr{Port: 1, Specs: []verbs.FlowSpec{
+		{Type: verbs.FlowSpecEth, Eth: verbs.EthFilter{DstMAC: group}, EthMask: verbs.EthFilter{DstMAC: all}}}})
+	require.NoError(t, err)
+	require.True(t, listed(), "the flow's group MAC is the interface's")
+	want := rawUDP(group, [6]byte(pair.A.MAC), pair.A.Addr4(), netip.MustParseAddr("2.2.2.2"), 5678)
+	a.send(t, want)
+	wc := waitRawWC(t, b.rcq)
+	require.Equal(t, verbs.WCSuccess, wc.Status)
+	require.Equal(t, want, b.buf[:wc.ByteLen])
+	require.NoError(t, flow.Destroy())
+	require.False(t, listed(), "gone with the flow")
 }
