@@ -241,6 +241,20 @@ static int sn_query_device_ex(struct ibv_context *context, const struct ibv_quer
 	 * without pmem, though rxe sets the flag and refuses the regions). */
 	if (attr_size >= offsetof(struct ibv_device_attr_ex, device_cap_flags_ex) + sizeof(attr->device_cap_flags_ex))
 		attr->device_cap_flags_ex = a->device_cap_flags | SN_DEVICE_ATOMIC_WRITE | SN_DEVICE_FLUSH_GLOBAL;
+	/* Receive side scaling over raw packet QPs (rss.c): a Toeplitz hash of
+	 * IP addresses and TCP/UDP ports, tables of up to 64 work queues. */
+	if (attr_size >= offsetof(struct ibv_device_attr_ex, rss_caps) + sizeof(attr->rss_caps)) {
+		attr->rss_caps.supported_qpts = 1 << IBV_QPT_RAW_PACKET;
+		attr->rss_caps.max_rwq_indirection_tables = a->max_qp;
+		attr->rss_caps.max_rwq_indirection_table_size = SN_MAX_RSS_TABLE;
+		attr->rss_caps.rx_hash_function = IBV_RX_HASH_FUNC_TOEPLITZ;
+		attr->rss_caps.rx_hash_fields_mask = IBV_RX_HASH_SRC_IPV4 | IBV_RX_HASH_DST_IPV4 | IBV_RX_HASH_SRC_IPV6 |
+						     IBV_RX_HASH_DST_IPV6 | IBV_RX_HASH_SRC_PORT_TCP |
+						     IBV_RX_HASH_DST_PORT_TCP | IBV_RX_HASH_SRC_PORT_UDP |
+						     IBV_RX_HASH_DST_PORT_UDP;
+	}
+	if (attr_size >= offsetof(struct ibv_device_attr_ex, max_wq_type_rq) + sizeof(attr->max_wq_type_rq))
+		attr->max_wq_type_rq = a->max_qp;
 	return 0;
 }
 
