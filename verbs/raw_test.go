@@ -216,3 +216,36 @@ func TestRSSTableQPBusy(t *testing.T) {
 		require.NoError(t, w.qp.Destroy())
 	})
 }
+
+// A raw packet QP on engine 1 of two (on an SRQ there) gets the frames
+// its flow takes at engine 0, forwarded, into the SRQ's receives.
+func TestRawPacketFlowMultiEngine(t *testing.T) {
+	p := newMultiPair(t, memlink.Config{MACA: rawMACA, MACB: rawMACB}, 2, 2)
+	pd, srq := srqOnEngine1(t, p, defaultOpts())
+	cq, err := p.b.CreateCQ(16, nil)
+	require.NoError(t, err)
+	qp, err := pd.CreateQP(&verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, SRQ: srq, Type: verbs.QPTypeRawPacket,
+		Cap: verbs.QPCap{MaxSendWR: 1}})
+	require.NoError(t, err)
+	require.Equal(t, 1, qp.EngineIndex())
+	require.NoError(t, qp.Modify(&verbs.QPAttr{State: verbs.QPSInit, Port: 1}, verbs.QPAttrState|verbs.QPAttrPort))
+	require.NoError(t, qp.Modify(&verbs.QPAttr{State: verbs.QPSRTR}, verbs.QPAttrState))
+	mr, buf := regMR(t, pd, 4*256, verbs.AccessLocalWrite)
+	for i := range 4 {
+		require.NoError(t, srq.PostRecv(&verbs.RecvWR{ID: uint64(100 + i), SGL: []verbs.SGE{mr.SGE(i*256, 256)}}))
+	}
+	flow, err := qp.CreateFlow(portFlow(rawMACB, 5678))
+	require.NoError(t, err)
+	defer flow.Destroy()
+	tx := newRawEndpoint(t, p.a, 1, 256)
+	require.Equal(t, 0, tx.qp.EngineIndex())
+	forwarded := p.b.Counters().Forwarded.Load()
+	want := udpFrame(rawMACB, rawMACA, 5678, 9)
+	tx.send(t, want)
+	wc := waitWC(t, cq)
+	require.Equal(t, verbs.WCSuccess, wc.Status)
+	require.Equal(t, qp.QPN(), wc.QPN)
+	off := int(wc.WRID-100) * 256
+	require.Equal(t, want, buf[off:off+int(wc.ByteLen)])
+	require.Equal(t, forwarded+1, p.b.Counters().Forwarded.Load(), "engine 0 handed it to engine 1")
+}
