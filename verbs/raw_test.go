@@ -249,3 +249,40 @@ func TestRawPacketFlowMultiEngine(t *testing.T) {
 	require.Equal(t, want, buf[off:off+int(wc.ByteLen)])
 	require.Equal(t, forwarded+1, p.b.Counters().Forwarded.Load(), "engine 0 handed it to engine 1")
 }
+
+// A raw packet QP's completions carry timestamps on a CQ made with them:
+// the send's when its frame left, the receive's when its frame came.
+func TestRawPacketTimestamps(t *testing.T) {
+	forEachMode(t, func(t *testing.T, m mode) {
+		p := newPairMode(t, m, memlink.Config{MACA: rawMACA, MACB: rawMACB}, verbs.Config{})
+		ts := func(d *verbs.Device) *rawEndpoint {
+			cq, err := d.CreateCQEx(verbs.CQInitAttr{CQE: 8, Timestamps: true})
+			require.NoError(t, err)
+			pd := d.AllocPD()
+			qp, err := pd.CreateQP(&verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, Type: verbs.QPTypeRawPacket,
+				Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4}})
+			require.NoError(t, err)
+			require.NoError(t, qp.Modify(&verbs.QPAttr{State: verbs.QPSInit, Port: 1}, verbs.QPAttrState|verbs.QPAttrPort))
+			require.NoError(t, qp.Modify(&verbs.QPAttr{State: verbs.QPSRTR}, verbs.QPAttrState))
+			require.NoError(t, qp.Modify(&verbs.QPAttr{State: verbs.QPSRTS}, verbs.QPAttrState))
+			mr, buf := regMR(t, pd, 2*256, verbs.AccessLocalWrite)
+			require.NoError(t, qp.PostRecv(&verbs.RecvWR{ID: 0, SGL: []verbs.SGE{mr.SGE(0, 256)}}))
+			return &rawEndpoint{qp: qp, cq: cq, mr: mr, buf: buf, slot: 256}
+		}
+		tx, rx := ts(p.a), ts(p.b)
+		_, err := rx.qp.CreateFlow(portFlow(rawMACB, 5678))
+		require.NoError(t, err)
+		before := p.a.Clock()
+		off := len(tx.buf) - tx.slot
+		f := udpFrame(rawMACB, rawMACA, 5678, 5)
+		copy(tx.buf[off:], f)
+		require.NoError(t, tx.qp.PostSend(&verbs.SendWR{ID: 9, Opcode: verbs.WRSend, Flags: verbs.SendSignaled,
+			SGL: []verbs.SGE{{Addr: tx.mr.Addr() + uint64(off), Length: uint32(len(f)), LKey: tx.mr.LKey()}}}))
+		sent := waitOK(t, tx.cq, 9)
+		recv := waitOK(t, rx.cq, 0)
+		after := p.b.Clock()
+		require.LessOrEqual(t, before, sent.Timestamp, "stamped after the post")
+		require.LessOrEqual(t, sent.Timestamp, recv.Timestamp, "the frame came after it left")
+		require.LessOrEqual(t, recv.Timestamp, after)
+	})
+}
