@@ -3,6 +3,7 @@ package bpf
 import (
 	"encoding/binary"
 	"net/netip"
+	"slices"
 	"testing"
 
 	"github.com/cilium/ebpf"
@@ -225,4 +226,45 @@ func FuzzSteeringDecision(f *testing.F) {
 		require.Equal(t, decision(b, false), got, "frame %x: counter", b)
 		require.Equal(t, uint32(xdpPass), ret, "frame %x: action", b)
 	})
+}
+
+// A flow rule redirects the frames it matches, whatever they are, and no
+// others; without a socket on the queue they pass.
+func TestFlowRuleSteering(t *testing.T) {
+	netnstest.Integration(t)
+	d := newDecider(t)
+	rule := FlowRule{DstMAC: [6]byte{1, 0x50, 0x56, 0x19, 0x20, 0xa7}, DstMACMask: [6]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff},
+		EtherType: 0x0800, EtherTypeMask: 0xffff, Proto: 17, ProtoMask: 0xff, DstPort: 5678, DstPortMask: 0xffff,
+		NeedPorts: true, IPVersion: 4}
+	rule.DstIP[0], rule.DstIP[1], rule.DstIP[2], rule.DstIP[3] = 2, 2, 2, 2
+	copy(rule.DstIPMask[:4], []byte{0xff, 0xff, 0xff, 0xff})
+	require.NoError(t, setFlowRules(&d.objs, []FlowRule{rule}))
+	match := frame(netip.MustParseAddr("2.2.2.2"), 5678, false, func(b []byte) { copy(b, rule.DstMAC[:]) })
+	ret, c := d.run(match)
+	assert.Equal(t, softnicCounterCOUNTER_PASS_NO_SOCKET, c)
+	assert.Equal(t, uint32(xdpPass), ret)
+	d.bindSocket(t)
+	ret, c = d.run(match)
+	assert.Equal(t, softnicCounterCOUNTER_STEERED_FLOW, c)
+	assert.Equal(t, uint32(xdpRedirect), ret)
+	for name, mutate := range map[string]func([]byte){
+		"other port": func(b []byte) { binary.BigEndian.PutUint16(b[14+20+2:], 5679) },
+		"other MAC":  func(b []byte) { b[5] ^= 1 },
+		"tcp":        func(b []byte) { b[14+9] = 6 },
+		"other IP":   func(b []byte) { b[14+19] = 3 },
+		"short":      nil,
+	} {
+		b := slices.Clone(match)
+		if mutate != nil {
+			mutate(b)
+		} else {
+			b = b[:14+20+2]
+		}
+		_, c := d.run(b)
+		assert.Equal(t, softnicCounterCOUNTER_PASS_NOT_ROCE, c, name)
+	}
+	require.NoError(t, setFlowRules(&d.objs, nil))
+	_, c = d.run(match)
+	assert.Equal(t, softnicCounterCOUNTER_PASS_NOT_ROCE, c, "no rules")
+	require.ErrorIs(t, setFlowRules(&d.objs, make([]FlowRule, MaxFlowRules+1)), ErrTooManyFlowRules)
 }

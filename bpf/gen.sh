@@ -23,4 +23,4 @@ else
 	done
 fi
 exec go tool bpf2go -cc clang -cflags "-O2 -g -Wall -Werror $includes" \
-	-target bpfel,bpfeb -type counter softnic softnic.c
+	-target bpfel,bpfeb -type counter -type flow_rule softnic softnic.c

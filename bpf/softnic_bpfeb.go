@@ -21,8 +21,27 @@ const (
 	softnicCounterCOUNTER_PASS_NOT_LOCAL softnicCounter = 2
 	softnicCounterCOUNTER_PASS_NO_SOCKET softnicCounter = 3
 	softnicCounterCOUNTER_PASS_FRAGMENT  softnicCounter = 4
-	softnicCounterCOUNTER_MAX            softnicCounter = 5
+	softnicCounterCOUNTER_STEERED_FLOW   softnicCounter = 5
+	softnicCounterCOUNTER_MAX            softnicCounter = 6
 )
+
+type softnicFlowRule struct {
+	_             structs.HostLayout
+	Dst           [8]uint8
+	DstMask       [8]uint8
+	SrcIp         [16]uint8
+	SrcIpMask     [16]uint8
+	DstIp         [16]uint8
+	DstIpMask     [16]uint8
+	Ports         [4]uint8
+	PortsMask     [4]uint8
+	EtherType     uint16
+	EtherTypeMask uint16
+	Proto         uint8
+	ProtoMask     uint8
+	NeedPorts     uint8
+	IpVersion     uint8
+}
 
 type softnicIn6Key struct {
 	_    structs.HostLayout
@@ -34,6 +53,8 @@ type softnicIn6Key struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	softnicMapCounters      = "counters"
+	softnicMapFlowCount     = "flow_count"
+	softnicMapFlowRules     = "flow_rules"
 	softnicMapLocalV4       = "local_v4"
 	softnicMapLocalV6       = "local_v6"
 	softnicMapXsks          = "xsks"
@@ -89,10 +110,12 @@ type softnicProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type softnicMapSpecs struct {
-	Counters *ebpf.MapSpec `ebpf:"counters"`
-	LocalV4  *ebpf.MapSpec `ebpf:"local_v4"`
-	LocalV6  *ebpf.MapSpec `ebpf:"local_v6"`
-	Xsks     *ebpf.MapSpec `ebpf:"xsks"`
+	Counters  *ebpf.MapSpec `ebpf:"counters"`
+	FlowCount *ebpf.MapSpec `ebpf:"flow_count"`
+	FlowRules *ebpf.MapSpec `ebpf:"flow_rules"`
+	LocalV4   *ebpf.MapSpec `ebpf:"local_v4"`
+	LocalV6   *ebpf.MapSpec `ebpf:"local_v6"`
+	Xsks      *ebpf.MapSpec `ebpf:"xsks"`
 }
 
 // softnicVariableSpecs contains global variables before they are loaded into the kernel.
@@ -121,15 +144,19 @@ func (o *softnicObjects) Close() error {
 //
 // It can be passed to loadSoftnicObjects or ebpf.CollectionSpec.LoadAndAssign.
 type softnicMaps struct {
-	Counters *ebpf.Map `ebpf:"counters"`
-	LocalV4  *ebpf.Map `ebpf:"local_v4"`
-	LocalV6  *ebpf.Map `ebpf:"local_v6"`
-	Xsks     *ebpf.Map `ebpf:"xsks"`
+	Counters  *ebpf.Map `ebpf:"counters"`
+	FlowCount *ebpf.Map `ebpf:"flow_count"`
+	FlowRules *ebpf.Map `ebpf:"flow_rules"`
+	LocalV4   *ebpf.Map `ebpf:"local_v4"`
+	LocalV6   *ebpf.Map `ebpf:"local_v6"`
+	Xsks      *ebpf.Map `ebpf:"xsks"`
 }
 
 func (m *softnicMaps) Close() error {
 	return _SoftnicClose(
 		m.Counters,
+		m.FlowCount,
+		m.FlowRules,
 		m.LocalV4,
 		m.LocalV6,
 		m.Xsks,

@@ -40,6 +40,8 @@ type Stats struct {
 	PassNotLocal uint64 // RoCEv2 to an address softnic does not own: passed
 	PassNoSocket uint64 // RoCEv2 for softnic but no socket on the queue: passed
 	PassFragment uint64 // IP fragments and IPv6 extension headers: passed
+	// SteeredFlow are frames a flow rule redirected (SetFlowRules).
+	SteeredFlow uint64
 }
 
 // Program is the steering program attached to one interface.
@@ -187,6 +189,7 @@ func (p *Program) Stats() (Stats, error) {
 		softnicCounterCOUNTER_PASS_NOT_LOCAL: &s.PassNotLocal,
 		softnicCounterCOUNTER_PASS_NO_SOCKET: &s.PassNoSocket,
 		softnicCounterCOUNTER_PASS_FRAGMENT:  &s.PassFragment,
+		softnicCounterCOUNTER_STEERED_FLOW:   &s.SteeredFlow,
 	}
 	var perCPU []uint64
 	for c, d := range dst {

@@ -58,6 +58,10 @@ var handlers = map[hostif.Op]handler{
 	hostif.OpDeallocMW:   with(noReply((*session).deallocMW)),
 	hostif.OpAttachMcast: with(noReply((*session).attachMcast)),
 	hostif.OpDetachMcast: with(noReply((*session).detachMcast)),
+	// Flows of raw packet QPs (flow.go).
+	hostif.OpCreateFlow:  with(noFDs((*session).createFlow)),
+	hostif.OpDestroyFlow: with(noReply((*session).destroyFlow)),
+	hostif.OpCreateRSSQP: with((*session).createRSSQP),
 	// The connection manager (cm.go).
 	hostif.OpCMCreateChannel:  withCM((*session).cmCreateChannel),
 	hostif.OpCMCreateID:       withCM((*session).cmCreateID),

@@ -257,8 +257,8 @@ func TestBadCommands(t *testing.T) {
 	require.ErrorIs(t, err, unix.EINVAL)
 	_, err = q.c.CreateQP(hostif.CreateQPRequest{PD: q.pd, SendCQ: q.cq.Handle, RecvCQ: 77, MaxSendWR: 1, MaxRecvWR: 1})
 	require.ErrorIs(t, err, unix.ENOENT)
-	_, err = q.c.CreateQP(hostif.CreateQPRequest{PD: q.pd, Type: 3, SendCQ: q.cq.Handle, RecvCQ: q.cq.Handle, MaxSendWR: 1, MaxRecvWR: 1})
-	require.ErrorIs(t, err, unix.EINVAL, "no QP type 3")
+	_, err = q.c.CreateQP(hostif.CreateQPRequest{PD: q.pd, Type: 4, SendCQ: q.cq.Handle, RecvCQ: q.cq.Handle, MaxSendWR: 1, MaxRecvWR: 1})
+	require.ErrorIs(t, err, unix.EINVAL, "no QP type 4 (3 is raw packet)")
 	_, err = q.c.CreateQP(hostif.CreateQPRequest{PD: q.pd, SRQ: 1, SendCQ: q.cq.Handle, RecvCQ: q.cq.Handle, MaxSendWR: 1, MaxRecvWR: 1})
 	require.ErrorIs(t, err, unix.ENOENT, "an SRQ the session does not have")
 

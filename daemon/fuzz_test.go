@@ -29,6 +29,12 @@ func FuzzControlMessages(f *testing.F) {
 	seed(hostif.OpCreateQP, hostif.CreateQPRequest{PD: 1, SendCQ: 2, RecvCQ: 2, MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1 << 20})
 	seed(hostif.OpModifyQP, hostif.ModifyQPRequest{Handle: 3, Mask: 0xffffffff, State: 9, PathMTU: 200})
 	seed(hostif.OpDestroyQP, hostif.HandleRequest{Handle: 3})
+	seed(hostif.OpCreateQP, hostif.CreateQPRequest{PD: 1, SendCQ: 2, RecvCQ: 2, MaxSendWR: 1, MaxRecvWR: 1, Type: 3})
+	seed(hostif.OpCreateFlow, hostif.CreateFlowRequest{QP: 3, Port: 1, NumSpecs: 200})
+	seed(hostif.OpCreateFlow, hostif.CreateFlowRequest{QP: 3, Port: 1, NumSpecs: 1,
+		Specs: [hostif.MaxFlowSpecs]hostif.FlowSpec{{Type: 0x20, Size: 1}}})
+	seed(hostif.OpDestroyFlow, hostif.HandleRequest{Handle: 4})
+	seed(hostif.OpCreateRSSQP, hostif.CreateRSSQPRequest{PD: 1, CQ: 2, LogSize: 9, Function: 1, Wqs: [64]uint32{3}})
 	seed(hostif.OpHello, hostif.HelloRequest{Version: 1})
 	seed(hostif.OpQueryResources, hostif.ResourcesRequest{After: 1 << 31})
 	seed(hostif.OpQueryCMIDs, hostif.CMIDsRequest{AfterSession: 1 << 31, AfterID: 7})

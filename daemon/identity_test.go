@@ -18,6 +18,7 @@ import (
 
 	hostsession "github.com/softnic/softnic/daemon/client/session"
 	"github.com/softnic/softnic/hostif"
+	"github.com/softnic/softnic/ibtransport/ibv"
 )
 
 // The tests here run this test binary again as the daemon's client in
@@ -38,8 +39,37 @@ func playRole(role, sock string) int {
 	case "foreign":
 		// A process the session's socket was handed to (descriptor 3):
 		// it may make objects, under the session's credentials, but not
-		// register memory.
-		fmt.Println(rawCommand(3, hostif.OpAllocPD), rawCommand(3, hostif.OpRegMR))
+		// register memory, nor a raw packet QP, whose capability is asked
+		// of the session's process only.
+		pd, _ := strconv.Atoi(os.Getenv("SOFTNIC_DAEMON_TEST_PD"))
+		cq, _ := strconv.Atoi(os.Getenv("SOFTNIC_DAEMON_TEST_CQ"))
+		qp := func(t ibv.QPType) hostif.CreateQPRequest {
+			return hostif.CreateQPRequest{PD: uint32(pd), SendCQ: uint32(cq), RecvCQ: uint32(cq), MaxSendWR: 1,
+				MaxRecvWR: 1, Type: uint32(t)}
+		}
+		fmt.Println(rawCommand(3, hostif.OpAllocPD, hostif.Empty{}), rawCommand(3, hostif.OpRegMR, hostif.Empty{}),
+			rawCommand(3, hostif.OpCreateQP, qp(ibv.QPTypeRawPacket)), rawCommand(3, hostif.OpCreateQP, qp(ibv.QPTypeRC)))
+		return 0
+	case "raw-nobody":
+		// A user without CAP_NET_RAW (uid 65534 holds no capability).
+		if err := syscall.Setresuid(65534, 65534, 65534); err != nil {
+			fmt.Println("setresuid:", err)
+			return 1
+		}
+		// The uid change made it undumpable: its /proc/self/mem, which
+		// hello passes, would stay root's.
+		if err := unix.Prctl(unix.PR_SET_DUMPABLE, 1, 0, 0, 0); err != nil {
+			fmt.Println("dumpable:", err)
+			return 1
+		}
+		fallthrough
+	case "raw":
+		c, err := hostsession.Dial(sock)
+		if err != nil {
+			fmt.Println("dial:", err)
+			return 1
+		}
+		fmt.Println("raw QP:", createRawQP(c))
 		return 0
 	case "hand-on", "hand-on-other", "setuid", "exec":
 	default:
@@ -93,18 +123,34 @@ func init() {
 	// After the exec: the command on the inherited socket.
 	if os.Getenv(roleEnv) == "exec-after" {
 		fd, _ := strconv.Atoi(os.Getenv("SOFTNIC_DAEMON_TEST_FD"))
-		fmt.Println("after exec:", rawCommand(fd, hostif.OpAllocPD))
-		fmt.Println("next:", rawCommand(fd, hostif.OpAllocPD))
+		fmt.Println("after exec:", rawCommand(fd, hostif.OpAllocPD, hostif.Empty{}))
+		fmt.Println("next:", rawCommand(fd, hostif.OpAllocPD, hostif.Empty{}))
 		os.Exit(0)
 	}
 }
 
+// createRawQP makes a raw packet QP on a new PD and CQ and says how that
+// went.
+func createRawQP(c *hostsession.Conn) string {
+	pd, err := c.AllocPD()
+	if err != nil {
+		return "alloc PD: " + errText(err)
+	}
+	cq, err := c.CreateCQ(8, nil, 0)
+	if err != nil {
+		return "create CQ: " + errText(err)
+	}
+	_, err = c.CreateQP(hostif.CreateQPRequest{PD: pd, SendCQ: cq.Handle, RecvCQ: cq.Handle, MaxSendWR: 1, MaxRecvWR: 1,
+		Type: uint32(ibv.QPTypeRawPacket)})
+	return errText(err)
+}
+
 // rawCommand sends one bodiless command on the control socket fd and says
 // the reply's errno ("ok", "EACCES", ...) or how the socket failed.
-func rawCommand(fd int, op hostif.Op) string {
+func rawCommand[B any](fd int, op hostif.Op, body B) string {
 	unix.SetNonblock(fd, false) // the Go client's descriptor was the runtime poller's
 	buf := make([]byte, hostif.MaxMessage)
-	msg, err := hostif.Encode(buf, hostif.Header{Op: op, Seq: 99}, hostif.Empty{})
+	msg, err := hostif.Encode(buf, hostif.Header{Op: op, Seq: 99}, body)
 	if err != nil {
 		return err.Error()
 	}
@@ -156,8 +202,16 @@ func socketFD(c *hostsession.Conn) int {
 }
 
 // handOn runs a process of its own ("foreign") with the session's socket
-// and returns what it said.
+// and returns what it said, with a PD and a CQ of the session's for it.
 func handOn(c *hostsession.Conn, cred *syscall.Credential) string {
+	pd, err := c.AllocPD()
+	if err != nil {
+		return err.Error()
+	}
+	cq, err := c.CreateCQ(8, nil, 0)
+	if err != nil {
+		return err.Error()
+	}
 	dup, err := unix.Dup(socketFD(c))
 	if err != nil {
 		return err.Error()
@@ -178,7 +232,8 @@ func handOn(c *hostsession.Conn, cred *syscall.Credential) string {
 		}
 	}
 	cmd := exec.Command(exe, "-test.run=^$")
-	cmd.Env = append(os.Environ(), roleEnv+"=foreign")
+	cmd.Env = append(os.Environ(), roleEnv+"=foreign", fmt.Sprint("SOFTNIC_DAEMON_TEST_PD=", pd),
+		fmt.Sprint("SOFTNIC_DAEMON_TEST_CQ=", cq.Handle))
 	cmd.ExtraFiles = []*os.File{f}
 	if cred != nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
@@ -230,13 +285,13 @@ func play(t *testing.T, r *rig, role string, cred *syscall.Credential) []string 
 // EACCES. The session goes on serving its own process.
 func TestForeignCommands(t *testing.T) {
 	r := newRig(t)
-	require.Equal(t, []string{"foreign: ok EACCES", "own: ok"}, play(t, r, "hand-on", nil))
+	require.Equal(t, []string{"foreign: ok EACCES EACCES ok", "own: ok"}, play(t, r, "hand-on", nil))
 	require.EqualValues(t, 1, counter(t, r, "daemon_foreign_commands"))
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: the foreign process runs as nobody")
 	}
-	require.Equal(t, []string{"foreign: EACCES EACCES", "own: ok"}, play(t, r, "hand-on-other", nil))
-	require.EqualValues(t, 3, counter(t, r, "daemon_foreign_commands"))
+	require.Equal(t, []string{"foreign: EACCES EACCES EACCES EACCES", "own: ok"}, play(t, r, "hand-on-other", nil))
+	require.EqualValues(t, 5, counter(t, r, "daemon_foreign_commands"))
 }
 
 // A process that changed its credentials, or exec'd, has its command
@@ -251,6 +306,21 @@ func TestCredentialChangeAndExecEndTheSession(t *testing.T) {
 	require.EqualValues(t, 1, counter(t, r, "daemon_sessions_ended_credentials"))
 	require.EqualValues(t, 1, counter(t, r, "daemon_sessions_ended_exec"))
 	require.Eventually(t, func() bool { return r.srv.Sessions() == 0 }, 10*time.Second, 10*time.Millisecond)
+}
+
+// A raw packet QP needs CAP_NET_RAW, as the kernel asks: root's process
+// gets one, a user's gets EPERM.
+func TestRawPacketQPNeedsCapNetRaw(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the client drops to another uid")
+	}
+	r := newRig(t)
+	// The user's client must reach the socket.
+	for d := filepath.Dir(r.socket); d != os.TempDir() && d != "/"; d = filepath.Dir(d) {
+		require.NoError(t, os.Chmod(d, 0o755))
+	}
+	require.Equal(t, []string{"raw QP: ok"}, play(t, r, "raw", nil))
+	require.Equal(t, []string{"raw QP: EPERM"}, play(t, r, "raw-nobody", nil))
 }
 
 // Messages a client sends at once, before the daemon accepted its

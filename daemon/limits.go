@@ -42,6 +42,12 @@ type Limits struct {
 	// engine makes room for that many); one SRQ more is refused with
 	// ENOMEM.
 	TMTags int
+	// RawQPs is how many raw packet QPs (which also count as QPs) and
+	// Flows how many flows the user's sessions hold: every flow is an
+	// entry of the device's table and of its XDP program's rule map
+	// (roce.MaxFlows for the whole device), so no one user may take
+	// them all.
+	RawQPs, Flows int
 }
 
 // DefaultLimits are the bounds a zero Limits field takes: each is far
@@ -71,6 +77,9 @@ var DefaultLimits = Limits{
 	McastAttachments: 256,
 	// 64 SRQs of the device's largest list.
 	TMTags: 64 * hostif.TMMaxNumTags,
+	// rdma-core's test_flow: two raw QPs and one flow at a time.
+	RawQPs: 64,
+	Flows:  16,
 }
 
 // descriptorReserve is what DescriptorShare keeps for the daemon itself:
@@ -114,6 +123,8 @@ func (l Limits) withDefaults() Limits {
 	pick(&l.MWs, d.MWs)
 	pick(&l.McastAttachments, d.McastAttachments)
 	pick(&l.TMTags, d.TMTags)
+	pick(&l.RawQPs, d.RawQPs)
+	pick(&l.Flows, d.Flows)
 	if l.RingBytes == 0 {
 		l.RingBytes = d.RingBytes
 	}
@@ -140,5 +151,6 @@ func (s *Server) Usage(uid uint32) Usage {
 		QPs: int(h[resQP]), SRQs: int(h[resSRQ]), AHs: int(h[resAH]), CMIDs: int(h[resCMID]),
 		Descriptors: int(h[resDescriptor]), RingBytes: h[resRingBytes], SharedBytes: h[resSharedBytes],
 		DMs: int(h[resDM]), DMBytes: h[resDMBytes], MWs: int(h[resMW]),
-		McastAttachments: int(h[resMcast]), TMTags: int(h[resTMTags])}
+		McastAttachments: int(h[resMcast]), TMTags: int(h[resTMTags]), RawQPs: int(h[resRawQP]),
+		Flows: int(h[resFlow])}
 }

@@ -159,8 +159,14 @@ func (ss *session) createQP(req hostif.CreateQPRequest) (any, []int, error) {
 	if pd == nil || scq == nil || rcq == nil {
 		return nil, nil, fmt.Errorf("PD %d, CQs %d and %d: %w", req.PD, req.SendCQ, req.RecvCQ, errNoObject)
 	}
-	if req.Type > uint32(verbs.QPTypeUD) {
+	if req.Type > uint32(verbs.QPTypeRawPacket) {
 		return nil, nil, fmt.Errorf("QP type %d: %w", req.Type, unix.EINVAL)
+	}
+	raw := req.Type == uint32(verbs.QPTypeRawPacket)
+	if raw {
+		if err := ss.mayRaw(); err != nil {
+			return nil, nil, err
+		}
 	}
 	var srq *hostSRQ
 	if req.SRQ != 0 {
@@ -189,14 +195,21 @@ func (ss *session) createQP(req hostif.CreateQPRequest) (any, []int, error) {
 	if srq != nil {
 		init.SRQ = srq.srq
 	}
-	if err := ss.take(resQP, 1); err != nil {
+	if err := ss.takeQP(raw); err != nil {
 		return nil, nil, err
 	}
 	qp, err := pd.CreateQP(&init)
 	if err != nil {
-		ss.give(resQP, 1)
+		ss.giveQP(raw)
 		return nil, nil, err
 	}
+	return ss.serveQP(qp, req, sDepth, rDepth, cap, raw)
+}
+
+// serveQP gives the session's new QP qp (counted already: raw says
+// how) its rings and handle, and makes create_qp's reply.
+func (ss *session) serveQP(qp *verbs.QP, req hostif.CreateQPRequest, sDepth, rDepth int, cap verbs.QPCap,
+	raw bool) (any, []int, error) {
 	var ahs func(uint32) *ibv.AH
 	if qp.Type() == verbs.QPTypeUD {
 		ahs = ss.lookupAH
@@ -207,7 +220,7 @@ func (ss *session) createQP(req hostif.CreateQPRequest) (any, []int, error) {
 	q, err := ss.newHostQP(qp, sDepth, rDepth, cap, ahs)
 	if err != nil {
 		qp.Destroy()
-		ss.give(resQP, 1)
+		ss.giveQP(raw)
 		return nil, nil, err
 	}
 	q.handle, q.pd, q.sc, q.rc, q.srq = ss.handle(), req.PD, req.SendCQ, req.RecvCQ, req.SRQ
@@ -284,6 +297,12 @@ func (ss *session) modifyQP(req hostif.ModifyQPRequest) error {
 func (ss *session) destroyQPHandle(req hostif.HandleRequest) error {
 	if ss.qps[req.Handle] == nil {
 		return errNoObject
+	}
+	if ss.qpFlows(req.Handle) > 0 {
+		return fmt.Errorf("destroy QP %d with flows: %w", req.Handle, errBusy) // as the kernel's uverbs
+	}
+	if err := ss.qps[req.Handle].qp.Busy(); err != nil {
+		return err // a work queue of an RSS QP's table
 	}
 	ss.destroyQP(req.Handle)
 	return nil
@@ -417,7 +436,7 @@ func (ss *session) destroyQP(h uint32) {
 	q.qp.Destroy() // detaches it from its groups
 	ss.s.disown(q.qp)
 	ss.freeRing(q.ring)
-	ss.give(resQP, 1)
+	ss.giveQP(q.qp.Type() == verbs.QPTypeRawPacket)
 	ss.give(resMcast, int64(len(q.mcast)))
 }
 

@@ -60,6 +60,10 @@ type session struct {
 	// passed are the descriptors that came with the command being run; a
 	// command that keeps them takes them (takeFD, takeFDs).
 	passed []int
+	// byOther is set while a command of another process than the
+	// session's runs (sharedOps): what asks for the caller's privileges
+	// refuses it, since only the session's process's are known.
+	byOther bool
 	// ringBytes is the shared memory of the session's CQ and QP rings.
 	ringBytes int
 
@@ -77,6 +81,7 @@ type session struct {
 	channels map[uint32]int // handle: the pipe's write end
 	cqs      map[uint32]*hostCQ
 	qps      map[uint32]*hostQP
+	flows    map[uint32]*hostFlow // flow.go
 	srqs     map[uint32]*hostSRQ
 	ahPD     map[uint32]uint32
 	// ahs is read by the engine (UD entries name AHs): replaced whole.
@@ -103,7 +108,7 @@ func newSession(s *Server, c *net.UnixConn, p peer, a *account) *session {
 	ss := &session{s: s, conn: c, peer: p, acct: a, async: -1, pds: map[uint32]*verbs.PD{}, mrs: map[uint32]*hostMR{},
 		mrPD: map[uint32]uint32{}, channels: map[uint32]int{}, cqs: map[uint32]*hostCQ{}, qps: map[uint32]*hostQP{},
 		srqs: map[uint32]*hostSRQ{}, ahPD: map[uint32]uint32{}, shared: map[uint32]*sharedMemory{},
-		mrShared: map[uint32]uint32{}, mws: map[uint32]*hostMW{}}
+		mrShared: map[uint32]uint32{}, mws: map[uint32]*hostMW{}, flows: map[uint32]*hostFlow{}}
 	ss.fetchers.Store(&[]fetcher{})
 	ss.ahs.Store(&map[uint32]*verbs.AH{})
 	return ss
@@ -180,7 +185,9 @@ func (ss *session) receive(msg, out []byte, cred *unix.Ucred) (reply []byte, fds
 		ss.s.cfg.Log.Info("session ended: its process exec'd", "pid", ss.peer.pid)
 		return ss.reply(out, h, nil, procmem.ErrGone), nil, true
 	}
+	ss.byOther = int(cred.Pid) != ss.peer.pid
 	reply, fds = ss.answer(msg, out)
+	ss.byOther = false
 	return reply, fds, false
 }
 
@@ -268,8 +275,10 @@ func errnoOf(err error) unix.Errno {
 		return unix.ESRCH
 	case errors.Is(err, procmem.ErrDescriptor):
 		return unix.EBADF
-	case errors.Is(err, verbs.ErrMcastLimit):
+	case errors.Is(err, verbs.ErrMcastLimit), errors.Is(err, verbs.ErrFlowLimit):
 		return unix.ENOMEM
+	case errors.Is(err, hostif.ErrFlowUnsupported):
+		return unix.EOPNOTSUPP
 	}
 	return unix.EINVAL
 }
@@ -289,7 +298,13 @@ func (ss *session) end() {
 		// still read the session page.
 		s.betweenPasses()
 	}
-	ss.endCM() // the IDs let go of their QPs before the QPs go
+	ss.endCM()        // the IDs let go of their QPs before the QPs go
+	ss.destroyFlows() // a QP with flows is busy
+	for h, q := range ss.qps {
+		if q.qp.IsRSS() { // before the work queues of its table
+			ss.destroyQP(h)
+		}
+	}
 	for h := range ss.qps {
 		ss.destroyQP(h)
 	}

@@ -88,6 +88,12 @@ func TestOpNumbers(t *testing.T) {
 	require.Equal(t, Op(86), OpQueryMR)
 	require.Equal(t, Op(87), OpQueryDM)
 	require.Equal(t, "query_dm", OpQueryDM.String())
+	require.Equal(t, Op(70), OpCreateFlow)
+	require.Equal(t, Op(71), OpDestroyFlow)
+	require.Equal(t, Op(72), OpCreateRSSQP)
+	require.Equal(t, "create_flow", OpCreateFlow.String())
+	require.Equal(t, "destroy_flow", OpDestroyFlow.String())
+	require.Equal(t, "create_rss_qp", OpCreateRSSQP.String())
 }
 
 // Every enumerator of enum sn_op has its Op constant in types_hostif.go,

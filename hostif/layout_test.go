@@ -87,6 +87,9 @@ var goBodies = []goBody{
 	{"sn_cm_mcast_req", CMMcastRequest{}, nil},
 	{"sn_query_mr_reply", QueryMRReply{}, nil},
 	{"sn_query_dm_reply", QueryDMReply{}, nil},
+	{"sn_flow_spec", FlowSpec{}, nil},
+	{"sn_create_rss_qp_req", CreateRSSQPRequest{}, map[string]string{"LogSize": "log_size"}},
+	{"sn_create_flow_req", CreateFlowRequest{}, map[string]string{"NumSpecs": "num_specs"}},
 }
 
 // goEntry is a ring entry's field as the Go side places it: its offset

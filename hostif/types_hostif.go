@@ -38,6 +38,12 @@ const (
 const (
 	MaxMcastGroups   = C.SN_MAX_MCAST_GROUPS
 	MaxMcastQPAttach = C.SN_MAX_MCAST_QP_ATTACH
+	// MaxFlowSpecs and FlowFilterMax bound a create_flow request's specs.
+	MaxFlowSpecs  = C.SN_MAX_FLOW_SPECS
+	FlowFilterMax = C.SN_FLOW_FILTER_MAX
+	// MaxRSSTableLog bounds an RSS QP's table (1 << log entries).
+	MaxRSSTableLog = C.SN_MAX_RSS_TABLE_LOG
+	RSSKeyLen      = C.SN_RSS_KEY_LEN
 )
 
 // Tag matching's device limits (tm_caps), which the C provider reports
@@ -136,6 +142,11 @@ const (
 	// ibv_post_srq_ops).
 	OpCreateTMSRQ Op = C.SN_OP_CREATE_TM_SRQ
 	OpPostSRQOp   Op = C.SN_OP_POST_SRQ_OP
+	// Flow steering to raw packet QPs (ibv_create_flow, ibv_destroy_flow).
+	OpCreateFlow  Op = C.SN_OP_CREATE_FLOW
+	OpDestroyFlow Op = C.SN_OP_DESTROY_FLOW
+	// An RSS QP over receive work queues (raw packet QPs).
+	OpCreateRSSQP Op = C.SN_OP_CREATE_RSS_QP
 )
 
 // AdviseSGEs is how many SGEs one advise_mr request carries.
@@ -189,6 +200,12 @@ type (
 	RegDMMRRequest C.struct_sn_reg_dm_mr_req
 	// McastRequest names a QP and a group (attach_mcast, detach_mcast).
 	McastRequest C.struct_sn_mcast_req
+	// FlowSpec is one spec of a flow: its libibverbs filter's bytes.
+	FlowSpec C.struct_sn_flow_spec
+	// CreateFlowRequest is a raw packet QP's flow (create_flow).
+	CreateFlowRequest C.struct_sn_create_flow_req
+	// CreateRSSQPRequest is an RSS QP (create_rss_qp).
+	CreateRSSQPRequest C.struct_sn_create_rss_qp_req
 	// ShareMemoryRequest comes with one descriptor, a memfd: Length bytes
 	// of it from offset 0 are mapped at Addr in the client.
 	ShareMemoryRequest C.struct_sn_share_memory_req

@@ -24,6 +24,12 @@ const (
 const (
 	MaxMcastGroups   = 1024
 	MaxMcastQPAttach = 56
+	// MaxFlowSpecs and FlowFilterMax bound a create_flow request's specs.
+	MaxFlowSpecs  = 8
+	FlowFilterMax = 40
+	// MaxRSSTableLog bounds an RSS QP's table (1 << log entries).
+	MaxRSSTableLog = 6
+	RSSKeyLen      = 40
 )
 
 // Tag matching's device limits (tm_caps), which the C provider reports
@@ -122,6 +128,11 @@ const (
 	// ibv_post_srq_ops).
 	OpCreateTMSRQ Op = 80
 	OpPostSRQOp   Op = 81
+	// Flow steering to raw packet QPs (ibv_create_flow, ibv_destroy_flow).
+	OpCreateFlow  Op = 70
+	OpDestroyFlow Op = 71
+	// An RSS QP over receive work queues (raw packet QPs).
+	OpCreateRSSQP Op = 72
 )
 
 // AdviseSGEs is how many SGEs one advise_mr request carries.
@@ -194,6 +205,9 @@ var opNames = [...]string{
 	56: "detach_mcast",
 	57: "cm_join_mcast",
 	58: "cm_leave_mcast",
+	70: "create_flow",
+	71: "destroy_flow",
+	72: "create_rss_qp",
 	80: "create_tm_srq",
 	81: "post_srq_op",
 	85: "query_pd",
@@ -303,6 +317,35 @@ type (
 		QP  uint32
 		Lid uint32
 		GID [16]byte
+	}
+	// FlowSpec is one spec of a flow: its libibverbs filter's bytes.
+	FlowSpec struct {
+		Type     uint32
+		Size     uint16
+		Reserved uint16
+		Val      [40]byte
+		Mask     [40]byte
+	}
+	// CreateFlowRequest is a raw packet QP's flow (create_flow).
+	CreateFlowRequest struct {
+		QP       uint32
+		Type     uint32
+		Priority uint16
+		Port     uint8
+		NumSpecs uint8
+		Flags    uint32
+		Specs    [8]FlowSpec
+	}
+	// CreateRSSQPRequest is an RSS QP (create_rss_qp).
+	CreateRSSQPRequest struct {
+		PD         uint32
+		CQ         uint32
+		LogSize    uint32
+		Function   uint32
+		Fields     uint64
+		UserHandle uint64
+		Key        [40]byte
+		Wqs        [64]uint32
 	}
 	// ShareMemoryRequest comes with one descriptor, a memfd: Length bytes
 	// of it from offset 0 are mapped at Addr in the client.

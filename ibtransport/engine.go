@@ -61,6 +61,8 @@ type Engine struct {
 	g     *Group
 	index int // in g.engines
 	port  Port
+	// rawTx is the port's path for raw packet QPs' frames (raw.go).
+	rawTx TxPath
 	wakeF func()
 
 	cmdMu   sync.Mutex
@@ -271,6 +273,12 @@ func (e *Engine) Receive(ib []byte, info *RecvInfo) {
 // receive is Receive without the count: packets another engine of the
 // group forwarded (forwarded) were counted there.
 func (e *Engine) receive(ib []byte, info *RecvInfo, forwarded bool) {
+	if info.Raw {
+		if q := e.g.qps[info.RawQPN]; q != nil && q.e == e && q.typ == ibv.QPTypeRawPacket {
+			e.receiveRaw(q, ib)
+		}
+		return
+	}
 	p := &e.rx
 	if err := header.ParsePacket(ib, p); err != nil {
 		inc(&e.Ctr.RxBadPacket)

@@ -139,6 +139,8 @@ func checkTransition(typ ibv.QPType, cur, next ibv.QPState, mask ibv.QPAttrMask)
 		table = udTransitions
 	case ibv.QPTypeUC:
 		table = ucTransitions
+	case ibv.QPTypeRawPacket:
+		table = rawTransitions
 	}
 	tr, ok := table[[2]ibv.QPState{cur, next}]
 	if !ok {

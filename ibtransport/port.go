@@ -44,6 +44,10 @@ type RecvInfo struct {
 	// (ECN codepoint 11 in its IP header): the notification point answers
 	// with a CNP (cnp.go).
 	CE bool
+	// Raw marks a whole frame for raw packet QP RawQPN, forwarded from
+	// the engine that received it (ReceiveRaw).
+	Raw    bool
+	RawQPN uint32
 }
 
 // inc adds one to a counter that has a single writer at a time: cheaper

@@ -175,7 +175,7 @@ func (g *Group) CreateQP(init *QPConfig) (*QP, error) {
 		c.MaxInlineData < 0 || c.MaxInlineData > ibv.MaxInline {
 		return nil, fmt.Errorf("create QP: capabilities %+v out of range: %w", c, ibv.ErrInvalidArgument)
 	}
-	if init.Type > ibv.QPTypeUD {
+	if init.Type > ibv.QPTypeRawPacket {
 		return nil, fmt.Errorf("create QP: type %v: %w", init.Type, ibv.ErrInvalidArgument)
 	}
 	if init.GSI && init.Type != ibv.QPTypeUD {
@@ -201,6 +201,9 @@ func (g *Group) CreateQP(init *QPConfig) (*QP, error) {
 	if q.typ == ibv.QPTypeUD {
 		q.initUD(e)
 	}
+	if _, ok := e.port.(RawPort); q.typ == ibv.QPTypeRawPacket && !ok {
+		return nil, fmt.Errorf("create QP: %w", ErrNoRawPort)
+	}
 	if init.SRQ == nil {
 		q.rq.Init(c.MaxRecvWR, c.MaxRecvSGE)
 		c.MaxRecvWR = q.rq.Cap()
@@ -224,7 +227,7 @@ func (g *Group) CreateQP(init *QPConfig) (*QP, error) {
 		}
 		g.qps[q.qpn] = q
 		e.nQPs.Add(1)
-		if q.typ == ibv.QPTypeUD && q.srq != nil {
+		if (q.typ == ibv.QPTypeUD || q.typ == ibv.QPTypeRawPacket) && q.srq != nil {
 			g.placeUD(q)
 		}
 		return nil

@@ -130,7 +130,13 @@ func (q *QP) sendDatagrams() bool {
 			return true
 		}
 		w := q.sqSlot(c.compIdx)
-		st, done := q.sendDatagram(c.compIdx, w)
+		var st ibv.WCStatus
+		var done bool
+		if q.typ == ibv.QPTypeRawPacket {
+			st, done = q.sendRawFrame(c.compIdx, w)
+		} else {
+			st, done = q.sendDatagram(c.compIdx, w)
+		}
 		if !done {
 			return false
 		}

@@ -98,8 +98,11 @@ static const struct sn_context_ops sn_ops = {
 	.create_ah = sn_create_ah,
 	.create_cq = sn_create_cq,
 	.create_cq_ex = sn_create_cq_ex,
+	.create_flow = sn_create_flow,
 	.create_qp = sn_create_qp,
 	.create_qp_ex = sn_create_qp_ex,
+	.create_rwq_ind_table = sn_create_rwq_ind_table,
+	.create_wq = sn_create_wq,
 	.create_srq = sn_create_srq,
 	.create_srq_ex = sn_create_srq_ex,
 	.dealloc_mw = sn_dealloc_mw,
@@ -110,7 +113,10 @@ static const struct sn_context_ops sn_ops = {
 	.rereg_mr = sn_rereg_mr,
 	.destroy_ah = sn_destroy_ah,
 	.destroy_cq = sn_destroy_cq,
+	.destroy_flow = sn_destroy_flow,
 	.destroy_qp = sn_destroy_qp,
+	.destroy_rwq_ind_table = sn_destroy_rwq_ind_table,
+	.destroy_wq = sn_destroy_wq,
 	.destroy_srq = sn_destroy_srq,
 	.detach_mcast = sn_detach_mcast,
 	.free_context = sn_free_context,
@@ -119,6 +125,7 @@ static const struct sn_context_ops sn_ops = {
 	.import_mr = sn_import_mr,
 	.import_pd = sn_import_pd,
 	.modify_qp = sn_modify_qp,
+	.modify_wq = sn_modify_wq,
 	.modify_srq = sn_modify_srq,
 	.poll_cq = sn_poll_cq,
 	.post_recv = sn_post_recv,
@@ -250,6 +257,20 @@ static int sn_query_device_ex(struct ibv_context *context, const struct ibv_quer
 	 * without pmem, though rxe sets the flag and refuses the regions). */
 	if (attr_size >= offsetof(struct ibv_device_attr_ex, device_cap_flags_ex) + sizeof(attr->device_cap_flags_ex))
 		attr->device_cap_flags_ex = a->device_cap_flags | SN_DEVICE_ATOMIC_WRITE | SN_DEVICE_FLUSH_GLOBAL;
+	/* Receive side scaling over raw packet QPs (rss.c): a Toeplitz hash of
+	 * IP addresses and TCP/UDP ports, tables of up to 64 work queues. */
+	if (attr_size >= offsetof(struct ibv_device_attr_ex, rss_caps) + sizeof(attr->rss_caps)) {
+		attr->rss_caps.supported_qpts = 1 << IBV_QPT_RAW_PACKET;
+		attr->rss_caps.max_rwq_indirection_tables = a->max_qp;
+		attr->rss_caps.max_rwq_indirection_table_size = SN_MAX_RSS_TABLE;
+		attr->rss_caps.rx_hash_function = IBV_RX_HASH_FUNC_TOEPLITZ;
+		attr->rss_caps.rx_hash_fields_mask = IBV_RX_HASH_SRC_IPV4 | IBV_RX_HASH_DST_IPV4 | IBV_RX_HASH_SRC_IPV6 |
+						     IBV_RX_HASH_DST_IPV6 | IBV_RX_HASH_SRC_PORT_TCP |
+						     IBV_RX_HASH_DST_PORT_TCP | IBV_RX_HASH_SRC_PORT_UDP |
+						     IBV_RX_HASH_DST_PORT_UDP;
+	}
+	if (attr_size >= offsetof(struct ibv_device_attr_ex, max_wq_type_rq) + sizeof(attr->max_wq_type_rq))
+		attr->max_wq_type_rq = a->max_qp;
 	return 0;
 }
 

@@ -440,6 +440,8 @@ static uint64_t send_ops(enum ibv_qp_type type)
 		return SN_UC_SEND_OPS;
 	case IBV_QPT_UD:
 		return SN_UD_SEND_OPS;
+	case IBV_QPT_RAW_PACKET:
+		return IBV_QP_EX_WITH_SEND; /* whole frames */
 	default:
 		return 0;
 	}
@@ -500,10 +502,14 @@ struct ibv_qp *sn_create_qp_wr(struct ibv_pd *pd, struct ibv_qp_init_attr *attr,
 struct ibv_qp *sn_create_qp_ex(struct ibv_context *context, struct ibv_qp_init_attr_ex *attr)
 {
 	const uint32_t known = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS | IBV_QP_INIT_ATTR_CREATE_FLAGS;
+	const uint32_t rss = IBV_QP_INIT_ATTR_RX_HASH | IBV_QP_INIT_ATTR_IND_TABLE;
 	if (!(attr->comp_mask & IBV_QP_INIT_ATTR_PD) || !attr->pd || attr->pd->context != context) {
 		errno = EINVAL;
 		return NULL;
 	}
+	if ((attr->comp_mask & rss) == rss && !(attr->comp_mask & ~(known | rss)) &&
+	    !((attr->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) && attr->create_flags))
+		return sn_create_rss_qp(context, attr); /* receive side scaling (rss.c) */
 	if ((attr->comp_mask & ~known) || ((attr->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) && attr->create_flags)) {
 		errno = EOPNOTSUPP;
 		return NULL;

@@ -91,6 +91,10 @@ enum sn_op {
 	SN_OP_QUERY_DM = 87, /* u32 handle -> sn_query_dm_reply; fd: the memory (the memfd alloc_dm passed) */
 	SN_OP_CREATE_TM_SRQ = 80, /* sn_create_tm_srq_req -> sn_create_srq_reply; fd: the SRQ's ring */
 	SN_OP_POST_SRQ_OP = 81, /* sn_srq_op_req -> sn_handle (ADD's new entry, 0 otherwise) */
+	/* Flow steering to raw packet QPs (ibv_create_flow). */
+	SN_OP_CREATE_FLOW = 70, /* sn_create_flow_req -> sn_handle */
+	SN_OP_DESTROY_FLOW = 71, /* u32 handle -> empty */
+	SN_OP_CREATE_RSS_QP = 72, /* sn_create_rss_qp_req -> sn_create_qp_reply; fd: the rings */
 };
 _Static_assert(SN_OP_CM_CREATE_CHANNEL == 20 && SN_OP_CM_DETACH_QP == 34 && SN_OP_CM_SET_OPTION == 38 &&
 		       SN_OP_CM_MIGRATE_ID == 39 && SN_OP_CM_ESTABLISH == 41 && SN_OP_QUERY_CM_IDS == 42 &&
@@ -127,6 +131,48 @@ struct sn_hello_reply {
 struct sn_mcast_req {
 	uint32_t qp, lid;
 	uint8_t gid[16];
+} __attribute__((packed));
+
+/*
+ * create_flow: a flow of a raw packet QP (ibv_create_flow), struct
+ * ibv_flow_attr's fields and its specs. Each spec's val and mask are the
+ * bytes of its libibverbs filter struct (ibv_flow_eth_filter,
+ * ibv_flow_ipv4_filter, ibv_flow_ipv4_ext_filter, ibv_flow_ipv6_filter,
+ * ibv_flow_tcp_udp_filter: their multi-byte fields in network byte
+ * order), zero past it; size is the spec's ibv_flow_spec size.
+ */
+#define SN_MAX_FLOW_SPECS 8
+#define SN_FLOW_FILTER_MAX 40
+struct sn_flow_spec {
+	uint32_t type;
+	uint16_t size, reserved;
+	uint8_t val[SN_FLOW_FILTER_MAX], mask[SN_FLOW_FILTER_MAX];
+} __attribute__((packed));
+
+struct sn_create_flow_req {
+	uint32_t qp, type; /* type: ibv_flow_attr_type */
+	uint16_t priority;
+	uint8_t port, num_specs;
+	uint32_t flags;
+	struct sn_flow_spec specs[SN_MAX_FLOW_SPECS];
+} __attribute__((packed));
+
+/*
+ * create_rss_qp: an RSS QP (ibv_create_qp_ex with rx_hash_conf and an
+ * indirection table). A receive work queue (ibv_create_wq) is a raw
+ * packet QP that only receives, made by create_qp; the table is 1 <<
+ * log_size of their handles. function is ibv_rx_hash_function_flags,
+ * fields ibv_rx_hash_fields. The reply's rings (one entry each way) take
+ * no work: the QP stays in RESET, and its flows deliver to the table.
+ */
+#define SN_MAX_RSS_TABLE_LOG 6
+#define SN_MAX_RSS_TABLE 64 /* 1 << SN_MAX_RSS_TABLE_LOG */
+#define SN_RSS_KEY_LEN 40
+struct sn_create_rss_qp_req {
+	uint32_t pd, cq, log_size, function;
+	uint64_t fields, user_handle;
+	uint8_t key[SN_RSS_KEY_LEN];
+	uint32_t wqs[SN_MAX_RSS_TABLE];
 } __attribute__((packed));
 
 struct sn_reg_mr_req {
@@ -210,7 +256,7 @@ struct sn_resize_cq_reply {
 } __attribute__((packed));
 
 /* QP types of create_qp: RC 0, UC 1, UD 2 (not libibverbs' numbers). */
-enum { SN_QPT_RC, SN_QPT_UC, SN_QPT_UD };
+enum { SN_QPT_RC, SN_QPT_UC, SN_QPT_UD, SN_QPT_RAW_PACKET };
 
 struct sn_create_qp_req {
 	uint32_t pd, type, send_cq, recv_cq, srq;
@@ -385,6 +431,10 @@ _Static_assert(sizeof(struct sn_hello_reply) == 40, "hello reply");
 _Static_assert(sizeof(struct sn_reg_mr_req) == 24, "reg_mr request");
 _Static_assert(sizeof(struct sn_rereg_mr_req) == 32, "rereg_mr request");
 _Static_assert(sizeof(struct sn_mcast_req) == 24, "attach_mcast request");
+_Static_assert(sizeof(struct sn_flow_spec) == 88, "flow spec");
+_Static_assert(sizeof(struct sn_create_flow_req) == 720, "create_flow request");
+_Static_assert(SN_OP_CREATE_FLOW == 70 && SN_OP_DESTROY_FLOW == 71 && SN_OP_CREATE_RSS_QP == 72, "flow op numbers");
+_Static_assert(sizeof(struct sn_create_rss_qp_req) == 328, "create_rss_qp request");
 _Static_assert(SN_OP_ATTACH_MCAST == 55 && SN_OP_DETACH_MCAST == 56 && SN_OP_CM_JOIN_MCAST == 57 &&
 		       SN_OP_CM_LEAVE_MCAST == 58,
 	       "multicast op numbers");

@@ -228,6 +228,8 @@ void sn_put_bind(struct sn_send_entry *h, uint32_t rkey, const struct ibv_mw_bin
 struct ibv_ah *sn_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr);
 int sn_destroy_ah(struct ibv_ah *ah);
 int sn_attach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid);
+struct ibv_flow *sn_create_flow(struct ibv_qp *qp, struct ibv_flow_attr *attr);
+int sn_destroy_flow(struct ibv_flow *flow);
 int sn_detach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid);
 struct ibv_cq *sn_create_cq(struct ibv_context *context, int cqe, struct ibv_comp_channel *channel, int vector);
 int sn_destroy_cq(struct ibv_cq *cq);
@@ -243,6 +245,14 @@ int sn_query_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr);
 int sn_destroy_srq(struct ibv_srq *srq);
 struct ibv_qp *sn_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr);
 struct ibv_qp *sn_create_qp_for(struct ibv_pd *pd, struct ibv_qp_init_attr *attr, uint32_t cm_id);
+struct ibv_qp *sn_create_qp_req(struct ibv_pd *pd, struct ibv_qp_init_attr *attr, int op, void *req, size_t len,
+				size_t handle_off);
+struct ibv_qp *sn_create_rss_qp(struct ibv_context *context, struct ibv_qp_init_attr_ex *attr);
+struct ibv_wq *sn_create_wq(struct ibv_context *context, struct ibv_wq_init_attr *attr);
+int sn_modify_wq(struct ibv_wq *wq, struct ibv_wq_attr *attr);
+int sn_destroy_wq(struct ibv_wq *wq);
+struct ibv_rwq_ind_table *sn_create_rwq_ind_table(struct ibv_context *context, struct ibv_rwq_ind_table_init_attr *attr);
+int sn_destroy_rwq_ind_table(struct ibv_rwq_ind_table *table);
 void sn_qp_remember(struct ibv_qp_attr *m, const struct ibv_qp_attr *a, int mask);
 void sn_qp_record(struct sn_qp *qp, const struct ibv_qp_attr *a, int mask);
 int sn_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask);

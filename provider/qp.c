@@ -35,6 +35,8 @@ static int qp_type(enum ibv_qp_type t)
 		return SN_QPT_UC;
 	case IBV_QPT_UD:
 		return SN_QPT_UD;
+	case IBV_QPT_RAW_PACKET:
+		return SN_QPT_RAW_PACKET;
 	default:
 		return -1;
 	}
@@ -44,7 +46,7 @@ static int qp_type(enum ibv_qp_type t)
  * softnic does not offer (the kernel's EOPNOTSUPP), not a wrong value. */
 static int unsupported_type(enum ibv_qp_type t)
 {
-	return t == IBV_QPT_RAW_PACKET || t == IBV_QPT_XRC_SEND || t == IBV_QPT_XRC_RECV || t == IBV_QPT_DRIVER;
+	return t == IBV_QPT_XRC_SEND || t == IBV_QPT_XRC_RECV || t == IBV_QPT_DRIVER;
 }
 
 static int ring_ok(uint32_t depth, uint32_t stride)
@@ -109,6 +111,9 @@ static int call_create_qp(struct ibv_pd *pd, const struct sn_create_qp_req *req,
 	return sn_call(ctx, SN_OP_CM_CREATE_QP, &cm, sizeof(cm), r, sizeof(*r), fd, 1);
 }
 
+static struct ibv_qp *finish_qp(struct sn_qp *qp, struct ibv_pd *pd, struct ibv_qp_init_attr *attr,
+				const struct sn_create_qp_reply *r, int n, int fd, uint32_t cm_id);
+
 /* sn_create_qp_for makes a QP, a CM ID's when cm_id is not 0. */
 struct ibv_qp *sn_create_qp_for(struct ibv_pd *pd, struct ibv_qp_init_attr *attr, uint32_t cm_id)
 {
@@ -134,6 +139,33 @@ struct ibv_qp *sn_create_qp_for(struct ibv_pd *pd, struct ibv_qp_init_attr *attr
 		.max_inline = cap->max_inline_data, .user_handle = (uintptr_t)&qp->vqp.qp};
 	struct sn_create_qp_reply r;
 	int fd = -1, n = call_create_qp(pd, &req, cm_id, &r, &fd);
+	return finish_qp(qp, pd, attr, &r, n, fd, cm_id);
+}
+
+/* sn_create_qp_req makes the QP that command op, with body req of len
+ * bytes, makes (create_rss_qp): the QP's user handle, a u64, is written
+ * into req at handle_off first. */
+struct ibv_qp *sn_create_qp_req(struct ibv_pd *pd, struct ibv_qp_init_attr *attr, int op, void *req, size_t len,
+				size_t handle_off)
+{
+	struct sn_qp *qp = calloc(1, sizeof(*qp));
+	if (!qp)
+		return NULL;
+	uint64_t h = (uintptr_t)&qp->vqp.qp;
+	memcpy((uint8_t *)req + handle_off, &h, sizeof(h));
+	struct sn_create_qp_reply r;
+	int fd = -1, n = sn_call(to_ctx(pd->context), op, req, len, &r, sizeof(r), &fd, 1);
+	return finish_qp(qp, pd, attr, &r, n, fd, 0);
+}
+
+/* finish_qp maps the rings of a QP the daemon made (n: the descriptors
+ * its reply r passed, fd; n < 0: it failed) and fills qp; it frees qp on
+ * an error. */
+static struct ibv_qp *finish_qp(struct sn_qp *qp, struct ibv_pd *pd, struct ibv_qp_init_attr *attr,
+				const struct sn_create_qp_reply *rp, int n, int fd, uint32_t cm_id)
+{
+	struct ibv_qp_cap *cap = &attr->cap;
+	struct sn_create_qp_reply r = *rp;
 	if (n < 0) {
 		free(qp);
 		return NULL;

@@ -63,6 +63,12 @@ type DeviceCounters struct {
 	TxNoBuffer atomic.Uint64 // times the link had no TX buffer free
 	TxErrors   atomic.Uint64 `rdma:"send_err"` // frames that could not be finished
 	Loopback   atomic.Uint64 // packets between two QPs of this device
+	RxRaw      atomic.Uint64 // frames (or their copies) a flow steered to a raw packet QP
+	TxRaw      atomic.Uint64 // frames raw packet QPs sent
+	// LoopbackRaw are frames of raw packet QPs looped back to the
+	// device's flows, LoopbackRawDrops those that found no buffer.
+	LoopbackRaw      atomic.Uint64
+	LoopbackRawDrops atomic.Uint64
 	// LoopbackDrops are multicast datagrams whose copy for the device's
 	// own QPs found no loopback buffer free.
 	LoopbackDrops atomic.Uint64
@@ -99,6 +105,8 @@ type Device struct {
 	tapped bool // the lanes have taps (SetTaps)
 
 	port port
+
+	flows flowState // flow.go
 }
 
 // NewDevice creates a device on link and starts its engine goroutines.

@@ -44,6 +44,7 @@ type lane struct {
 	ctr  DeviceCounters
 
 	rxFrame Frame
+	flowKey flowKey // steerRaw's (flow.go)
 	rxInfo  ibtransport.RecvInfo
 	onFrame func([]byte)
 	txBuf   []byte
@@ -59,6 +60,10 @@ type lane struct {
 	loopFree [][]byte
 	loopBuf  []byte
 	loopQ    []loopPacket
+	// Raw packet QPs' frames to the device's flows (raw.go) wait in
+	// rawLoopQ, in buffers of rawLoopFree, likewise.
+	rawLoopFree [][]byte
+	rawLoopQ    [][]byte
 
 	// owner is held (1) by whichever goroutine runs an engine pass: the
 	// engine goroutine or an application in Poll. It orders all the
@@ -335,6 +340,7 @@ func (ln *lane) receive(frame []byte) {
 	err := ParseFrame(frame, f)
 	ln.ctr.Rx.Count(err)
 	if err != nil {
+		ln.steerRaw(frame) // not RoCEv2: perhaps a flow's
 		return
 	}
 	dst := GIDFromAddr(f.Dst)
@@ -349,7 +355,9 @@ func (ln *lane) receive(frame []byte) {
 		idx = ln.mcastDst(dst) // a group the device joined
 	}
 	if idx < 0 {
-		ln.ctr.RxNotForUs.Add(1)
+		if !ln.steerRaw(frame) {
+			ln.ctr.RxNotForUs.Add(1)
+		}
 		return
 	}
 	ln.rxInfo.SGID = GIDFromAddr(f.Src)

@@ -75,8 +75,9 @@ func (p *loopPath) Send(n int) {
 // deliverLoopback hands the packets QPs sent to QPs of the same device to
 // the engine. It reports whether there were any.
 func (ln *lane) deliverLoopback() bool {
+	raw := ln.deliverRawLoop()
 	if len(ln.loopQ) == 0 {
-		return false
+		return raw
 	}
 	// Receive queues responses for the next Process but sends nothing, so
 	// the queue does not grow while it is walked.

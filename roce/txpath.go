@@ -92,6 +92,9 @@ type path struct {
 	// loop, on a path to a multicast group, takes a copy of each packet
 	// for the device's own QPs attached to the group.
 	loop *loopPath
+	// raw is set on the path of raw packet QPs: its packets are whole
+	// frames (raw.go).
+	raw bool
 }
 
 // Buffer implements ibtransport.TxPath: room after the headers in a TX frame.
@@ -135,6 +138,10 @@ func (p *path) Send(n int) {
 // it on the link; a frame that cannot be finished is kept for the next.
 func (p *path) finish(buf []byte, n int) {
 	ln := p.ln
+	if p.raw {
+		ln.finishRaw(buf, n)
+		return
+	}
 	l, err := p.encap.Finish(buf, n)
 	if err != nil {
 		ln.ctr.TxErrors.Add(1)

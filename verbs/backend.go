@@ -180,7 +180,7 @@ func (pd *PD) CreateQPWith(init *QPInitAttr, create func(q *QP) (QPOps, error)) 
 	if err := pd.checkQP(init); err != nil {
 		return nil, err
 	}
-	q := &QP{}
+	q := &QP{dev: pd.dev}
 	ops, err := create(q)
 	if err != nil {
 		return nil, err

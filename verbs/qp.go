@@ -1,8 +1,12 @@
 package verbs
 
 import (
+	"fmt"
+	"sync/atomic"
+
 	"github.com/softnic/softnic/ibtransport"
 	"github.com/softnic/softnic/ibtransport/ibv"
+	"github.com/softnic/softnic/roce"
 )
 
 // QP is a queue pair (ibv_qp). Its backend runs it: on a device opened
@@ -11,6 +15,17 @@ import (
 // the shared rings (remoteQP).
 type QP struct {
 	ops QPOps
+	dev *Device
+	// flows counts the QP's flows (flow.go): while it has any, Destroy
+	// fails with ErrBusy, as the kernel's uverbs refuses it.
+	flows atomic.Int32
+	// rss is set on an RSS QP (rss.go): its flows spread frames over
+	// table; tables counts the RSS QPs whose table holds this QP (one per
+	// entry), which keep it from being destroyed, as the kernel keeps a
+	// work queue of an indirection table.
+	rss    *roce.RSS
+	table  []*QP
+	tables atomic.Int32
 }
 
 // qpOf returns the verbs QP of a transport QP.
@@ -75,7 +90,31 @@ func (q *QP) Counters() *ibv.QPCounters { return q.ops.Counters() }
 func (q *QP) CongestionRate() uint64 { return q.ops.CongestionRate() }
 
 // Destroy destroys the QP (ibv_destroy_qp).
-func (q *QP) Destroy() error { return q.ops.Destroy() }
+func (q *QP) Destroy() error {
+	if err := q.Busy(); err != nil {
+		return err
+	}
+	if err := q.ops.Destroy(); err != nil {
+		return err
+	}
+	for _, w := range q.table {
+		w.tables.Add(-1)
+	}
+	q.table = nil
+	return nil
+}
+
+// Busy says why Destroy would fail with ErrBusy, nil when it would not:
+// the QP has flows, or is in an RSS QP's table.
+func (q *QP) Busy() error {
+	if n := q.flows.Load(); n > 0 {
+		return fmt.Errorf("destroy QP %d: %d flows: %w", q.QPN(), n, ErrBusy)
+	}
+	if n := q.tables.Load(); n > 0 {
+		return fmt.Errorf("destroy QP %d: in %d entries of RSS tables: %w", q.QPN(), n, ErrBusy)
+	}
+	return nil
+}
 
 // AttachMcast attaches the QP to multicast group gid (ibv_attach_mcast):
 // datagrams to the group (QP 0xFFFFFF, DGID gid) reach it, from the link

@@ -29,6 +29,8 @@ func defineLimits(fs *flag.FlagSet, l *daemon.Limits) {
 		{&l.MWs, "max-mws", "memory windows"},
 		{&l.McastAttachments, "max-mcast-attachments", "multicast attachments (a UD QP's group, an rdma_cm ID's join)"},
 		{&l.TMTags, "max-tm-tags", "tagged buffers of tag matching SRQs (each SRQ counts its max_num_tags)"},
+		{&l.RawQPs, "max-raw-qps", "raw packet QPs (they count as QPs too)"},
+		{&l.Flows, "max-flows", "flows steering frames to raw packet QPs"},
 	} {
 		fs.IntVar(c.v, c.name, *c.v, "per user: at most this many "+c.what+"; -1: no bound")
 	}

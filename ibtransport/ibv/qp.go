@@ -135,9 +135,12 @@ const (
 	QPTypeRC QPType = iota
 	QPTypeUC
 	QPTypeUD
+	// QPTypeRawPacket sends whole Ethernet frames its user built and
+	// receives the frames its flows steer to it (IBV_QPT_RAW_PACKET).
+	QPTypeRawPacket
 )
 
-var qpTypeNames = [...]string{"RC", "UC", "UD"}
+var qpTypeNames = [...]string{"RC", "UC", "UD", "RAW_PACKET"}
 
 func (t QPType) String() string { return nameOf(qpTypeNames[:], t, "QPType") }
 

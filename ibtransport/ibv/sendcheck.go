@@ -29,6 +29,8 @@ func CheckSendWR(typ QPType, lim SendLimits, wr *SendWR) error {
 			wr.FlushLength, ErrInvalidArgument)
 	case typ == QPTypeUC && !ucOpcode(wr.Opcode):
 		return fmt.Errorf("post send: opcode %v on a UC QP: %w", wr.Opcode, ErrInvalidArgument)
+	case typ == QPTypeRawPacket && wr.Opcode != WRSend:
+		return fmt.Errorf("post send: opcode %v on a raw packet QP: %w", wr.Opcode, ErrInvalidArgument)
 	case typ == QPTypeUD && wr.Opcode != WRSend && wr.Opcode != WRSendWithImm:
 		return fmt.Errorf("post send: opcode %v on a UD QP: %w", wr.Opcode, ErrInvalidArgument)
 	case wr.Opcode.IsLocal() && (wr.Flags&SendInline != 0 || len(wr.SGL) != 0):

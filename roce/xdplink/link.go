@@ -94,6 +94,9 @@ type Link struct {
 
 	groupMu sync.Mutex
 	groups  groupSockets // the multicast groups joined (mcast.go)
+	// flowMACs are the group MAC addresses the interface was told to
+	// receive for the device's flows (flows.go), under groupMu.
+	flowMACs map[[6]byte]bool
 
 	// Read by Stats from other goroutines.
 	rxOversized, rxBadDesc, rxJoined, txStaged, txNoBuffer, txBusyWaits atomic.Uint64
@@ -316,6 +319,7 @@ func (l *Link) Close() error {
 	}
 	var errs []error
 	l.groupMu.Lock()
+	l.setFlowMACs(nil) // not the socket's: the interface keeps them otherwise
 	l.groups.close()
 	l.groupMu.Unlock()
 	if l.prog != nil {

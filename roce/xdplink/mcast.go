@@ -3,6 +3,7 @@ package xdplink
 import (
 	"fmt"
 	"net/netip"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -34,6 +35,35 @@ func (g *groupSockets) open(ifindex int) {
 	if fd, err := unix.Socket(unix.AF_INET6, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0); err == nil {
 		g.v6 = fd
 	}
+}
+
+// ifreqHW is struct ifreq with a hardware address (ifr_hwaddr).
+type ifreqHW struct {
+	name   [unix.IFNAMSIZ]byte
+	family uint16
+	data   [14]byte
+	_      [8]byte // the union's rest
+}
+
+// macMembership adds the group MAC address mac to the interface's
+// multicast list, or removes it (SIOCADDMULTI, SIOCDELMULTI): the NIC's
+// MAC filter lets the address in while it is listed.
+func (g *groupSockets) macMembership(ifname string, mac [6]byte, add bool) error {
+	if g.v4 < 0 {
+		return fmt.Errorf("no socket: %w", unix.EAFNOSUPPORT)
+	}
+	var r ifreqHW
+	copy(r.name[:unix.IFNAMSIZ-1], ifname)
+	r.family = unix.AF_UNSPEC
+	copy(r.data[:], mac[:])
+	req := uintptr(unix.SIOCADDMULTI)
+	if !add {
+		req = unix.SIOCDELMULTI
+	}
+	if _, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(g.v4), req, uintptr(unsafe.Pointer(&r))); e != 0 {
+		return fmt.Errorf("%x on %s: %w", mac, ifname, e)
+	}
+	return nil
 }
 
 func (g *groupSockets) close() {

@@ -37,8 +37,6 @@ var suiteSkips = []suiteSkip{
 	// What softnic does not offer yet (issue #35): each goes when its
 	// feature lands, so that its tests must pass from then on.
 	{"not in softnic yet: XRC", anyTest, regexp.MustCompile(`^Create XRCD is not supported$`)},
-	{"not in softnic yet: raw packet QPs", anyTest,
-		regexp.MustCompile(`^(Create Raw Packet QP (with|without) (extended )?attrs is not supported|Create QP type 8 is not supported)$`)},
 }
 
 // suiteFailsYet are the suite's tests softnic fails yet, and why: each

@@ -188,6 +188,11 @@ func (c *Conn) CreateQP(req hostif.CreateQPRequest) (*QP, error) {
 	return c.createQP(hostif.OpCreateQP, req)
 }
 
+// CreateRSSQP creates an RSS QP over receive work queues (create_rss_qp).
+func (c *Conn) CreateRSSQP(req hostif.CreateRSSQPRequest) (*QP, error) {
+	return c.createQP(hostif.OpCreateRSSQP, req)
+}
+
 // createQP sends a command that makes a QP (create_qp, cm_create_qp) and
 // maps the rings its reply passes.
 func (c *Conn) createQP(op hostif.Op, req any) (*QP, error) {
@@ -478,5 +483,28 @@ func (c *Conn) AllocMW(pd uint32, typ ibv.MWType) (handle, rkey uint32, err erro
 // DeallocMW deallocates a memory window, unbinding it (ibv_dealloc_mw).
 func (c *Conn) DeallocMW(mw uint32) error {
 	_, err := c.call(hostif.OpDeallocMW, hostif.HandleRequest{Handle: mw}, &hostif.Empty{})
+	return err
+}
+
+// CreateFlow steers the frames attr matches to the QP, a raw packet QP
+// (ibv_create_flow); it returns the flow's handle.
+func (q *QP) CreateFlow(attr *ibv.FlowAttr) (uint32, error) {
+	req, err := hostif.EncodeFlow(q.Handle, attr)
+	if err != nil {
+		return 0, err
+	}
+	return q.c.CreateFlowRequest(req)
+}
+
+// CreateFlowRequest sends create_flow with req as it is.
+func (c *Conn) CreateFlowRequest(req hostif.CreateFlowRequest) (uint32, error) {
+	var r hostif.HandleReply
+	_, err := c.call(hostif.OpCreateFlow, req, &r)
+	return r.Handle, err
+}
+
+// DestroyFlow removes flow h (ibv_destroy_flow).
+func (c *Conn) DestroyFlow(h uint32) error {
+	_, err := c.call(hostif.OpDestroyFlow, hostif.HandleRequest{Handle: h}, &hostif.Empty{})
 	return err
 }
