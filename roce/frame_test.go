@@ -216,7 +216,7 @@ func TestTransportErrorsInsideGoodFrames(t *testing.T) {
 		b := buildFrame(t, e, header.OpRCReadRequest, 0)
 		hl := e.HeaderLen()
 		c.mutate(b[hl:])
-		putICRC(b[14:])
+		putICRC(b[14:], 0, false)
 		var f Frame
 		require.NoError(t, ParseFrame(b, &f), c.name)
 		var p header.Packet
