@@ -19,6 +19,9 @@ type RxCounters struct {
 	Fragments    atomic.Uint64
 	BadUDPLength atomic.Uint64
 	BadICRC      atomic.Uint64
+	// FlushICRCRxe are RC FLUSH frames taken with rdma_rxe's ICRC instead
+	// of IBA's (DeviceConfig.RxeFlushICRC); Good counts them too.
+	FlushICRCRxe atomic.Uint64
 	BadIBHeader  atomic.Uint64 // bad transport version, opcode or pad count
 	OtherErrors  atomic.Uint64
 }

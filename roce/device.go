@@ -52,6 +52,15 @@ type DeviceConfig struct {
 	// Congestion configures ECN's notification and reaction points
 	// (DCQCN); the zero value is ConnectX's defaults, both on.
 	Congestion ibtransport.CongestionConfig
+	// RxeFlushICRC is a compatibility mode for Linux rdma_rxe peers (6.2
+	// through at least 6.12), which compute an RC FLUSH's ICRC over its
+	// headers twice (RxeFlushICRC): the device gives the FLUSH requests
+	// it sends rxe's ICRC, and takes a received FLUSH whose ICRC is
+	// rxe's (counted in Rx.FlushICRCRxe) as well as one whose ICRC is
+	// IBA's. Every other packet is as without it. Off by default: an
+	// IBA-correct peer (ConnectX) drops the FLUSHes of a device in this
+	// mode.
+	RxeFlushICRC bool
 }
 
 // DeviceCounters count what the device did with frames, beyond the parse
@@ -96,10 +105,12 @@ type Device struct {
 	neigh   map[netip.Addr][6]byte
 
 	pollHold time.Duration
-	ecn      ECN
-	cnpDSCP  uint8
-	stop     atomic.Bool
-	closeMu  sync.Mutex
+	// rxeFlushICRC is DeviceConfig.RxeFlushICRC.
+	rxeFlushICRC bool
+	ecn          ECN
+	cnpDSCP      uint8
+	stop         atomic.Bool
+	closeMu      sync.Mutex
 
 	tapMu  sync.Mutex
 	tapped bool // the lanes have taps (SetTaps)
@@ -115,7 +126,7 @@ func NewDevice(link Link, cfg DeviceConfig) (*Device, error) {
 		return nil, fmt.Errorf("new RoCE device: no addresses: %w", ibv.ErrInvalidArgument)
 	}
 	d := &Device{link: link, mac: link.HardwareAddr(), batch: cfg.RxBatch, spin: cfg.Spin, pollHold: cfg.PollHold,
-		resolve: cfg.Resolve, neigh: map[netip.Addr][6]byte{}}
+		resolve: cfg.Resolve, neigh: map[netip.Addr][6]byte{}, rxeFlushICRC: cfg.RxeFlushICRC}
 	if d.batch <= 0 {
 		d.batch = 64
 	}

@@ -21,6 +21,9 @@ type Encap struct {
 	HopLimit        uint8
 	FlowLabel       uint32
 	SrcPort         uint16
+	// RxeFlushICRC gives RC FLUSH packets Linux rdma_rxe's ICRC instead
+	// of IBA's (RxeFlushICRC; DeviceConfig.RxeFlushICRC).
+	RxeFlushICRC bool
 }
 
 // HeaderLen returns the number of bytes before the BTH: Ethernet, the
@@ -78,12 +81,13 @@ func (e *Encap) Finish(frame []byte, ibLen int) (int, error) {
 	}
 	ip := frame[ipOff:]
 	tc := e.TrafficClass
-	if header.Opcode(frame[ipOff+ipLen+udpHeaderLen]) == header.OpCNP {
+	op := header.Opcode(frame[ipOff+ipLen+udpHeaderLen])
+	if op == header.OpCNP {
 		tc = e.CNPTrafficClass
 	}
 	e.writeIPHeader(ip, tc, udpLen)
 	udpHeader(ip[ipLen:]).encode(e.SrcPort, UDPPort, udpLen)
-	putICRC(ip)
+	putICRC(ip, op, e.RxeFlushICRC)
 	return total, nil
 }
 

@@ -46,6 +46,10 @@ type Frame struct {
 	IB []byte
 	// ICRC is the ICRC the frame carries.
 	ICRC uint32
+	// RxeFlushICRC says the frame is an RC FLUSH whose ICRC is Linux
+	// rdma_rxe's variant (RxeFlushICRC), not IBA's: ParseFrameRxeFlush
+	// took it.
+	RxeFlushICRC bool
 }
 
 // SrcGID returns the source address as a GID.
@@ -62,7 +66,15 @@ func (f *Frame) DstGID() ibv.GID { return GIDFromAddr(f.Dst) }
 //
 // It takes one layer a step: Ethernet and the optional 802.1Q tag, IPv4 or
 // IPv6, UDP, then the ICRC over the IP packet.
-func ParseFrame(b []byte, f *Frame) error {
+func ParseFrame(b []byte, f *Frame) error { return parseFrame(b, f, false) }
+
+// ParseFrameRxeFlush is ParseFrame for a device in rxe's FLUSH mode
+// (DeviceConfig.RxeFlushICRC): an RC FLUSH whose ICRC is not IBA's but
+// rdma_rxe's variant (RxeFlushICRC) is taken too, with f.RxeFlushICRC set.
+// Every other frame is checked exactly as ParseFrame checks it.
+func ParseFrameRxeFlush(b []byte, f *Frame) error { return parseFrame(b, f, true) }
+
+func parseFrame(b []byte, f *Frame, rxeFlush bool) error {
 	*f = Frame{}
 	etherType, err := parseEthernet(b, f)
 	if err != nil {
@@ -83,8 +95,12 @@ func ParseFrame(b []byte, f *Frame) error {
 	if err := parseUDP(udp, f); err != nil {
 		return err
 	}
-	if ICRC(pkt) != f.ICRC {
-		return ErrBadICRC
+	if crc := ICRC(pkt); crc != f.ICRC {
+		// Only a FLUSH in the mode costs a second CRC, over 32 bytes.
+		if !rxeFlush || header.Opcode(f.IB[0]) != header.OpRCFlush || rxeFlushICRC(pkt, crc) != f.ICRC {
+			return ErrBadICRC
+		}
+		f.RxeFlushICRC = true
 	}
 	return nil
 }

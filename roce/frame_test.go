@@ -216,7 +216,7 @@ func TestTransportErrorsInsideGoodFrames(t *testing.T) {
 		b := buildFrame(t, e, header.OpRCReadRequest, 0)
 		hl := e.HeaderLen()
 		c.mutate(b[hl:])
-		putICRC(b[14:])
+		putICRC(b[14:], 0, false)
 		var f Frame
 		require.NoError(t, ParseFrame(b, &f), c.name)
 		var p header.Packet
@@ -368,7 +368,7 @@ func FuzzEncapRoundTrip(f *testing.F) {
 		}
 		e := Encap{SrcMAC: [6]byte{2, 0, 0, 0, 0, 1}, DstMAC: [6]byte{2, 0, 0, 0, 0, 2}, HasVLAN: vlan, VLAN: tci,
 			Src: netip.MustParseAddr("fd00::1"), Dst: netip.MustParseAddr("fd00::2"),
-			TrafficClass: tc, HopLimit: hop, FlowLabel: flow & 0xfffff, SrcPort: sport}
+			TrafficClass: tc, CNPTrafficClass: tc, HopLimit: hop, FlowLabel: flow & 0xfffff, SrcPort: sport}
 		if v4 {
 			e.Src, e.Dst, e.FlowLabel = netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2"), 0
 		}
@@ -380,6 +380,9 @@ func FuzzEncapRoundTrip(f *testing.F) {
 		require.NoError(t, ParseFrame(frame[:n], &fr))
 		got := Encap{SrcMAC: fr.SrcMAC, DstMAC: fr.DstMAC, HasVLAN: fr.HasVLAN, VLAN: fr.VLAN, Src: fr.Src, Dst: fr.Dst,
 			TrafficClass: fr.TrafficClass, HopLimit: fr.HopLimit, FlowLabel: fr.FlowLabel, SrcPort: fr.SrcPort}
+		// A CNP (an ib of opcode 0x81) goes with CNPTrafficClass, here the
+		// same.
+		got.CNPTrafficClass = fr.TrafficClass
 		require.Equal(t, e, got)
 		require.Equal(t, ib, fr.IB)
 		require.Equal(t, e.ipOffset(), fr.IPOffset)

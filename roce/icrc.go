@@ -79,8 +79,38 @@ func restoreVariant(pkt []byte, ipLen int, s *variantFields) {
 	udp[udpHeaderLen+bthFlags] = s.bthFlags
 }
 
+// RxeFlushICRC computes the ICRC that Linux rdma_rxe (6.2 through at least
+// 6.12) gives an RC FLUSH packet, pkt as for ICRC: IBA's CRC over the
+// masked headers, continued over the IB transport headers (BTH through
+// RETH) once more, unmasked, before the final inversion. rxe's opcode table
+// (rxe_opcode.c) sets no offset[RXE_PAYLOAD] for IB_OPCODE_RC_FLUSH, so
+// rxe_hdr.h's payload_addr() is the BTH and payload_size() the 32 header
+// bytes, which rxe_icrc.c's rxe_icrc_check and rxe_icrc_generate hash
+// after rxe_icrc_hdr has hashed the headers. IBA-correct devices
+// (ConnectX) drop such a packet; DeviceConfig.RxeFlushICRC sends and takes
+// it for rxe's sake.
+func RxeFlushICRC(pkt []byte) uint32 { return rxeFlushICRC(pkt, ICRC(pkt)) }
+
+// rxeFlushICRC continues iba, pkt's IBA ICRC, into rxe's FLUSH variant.
+// CRC-32's state after some bytes is its value over them (hash/crc32's
+// Update takes and returns the finished value), so the chain needs no
+// access to the inversion.
+func rxeFlushICRC(pkt []byte, iba uint32) uint32 {
+	ib := ipv4HeaderLen + udpHeaderLen
+	if pkt[ipv4VersionIHL]>>4 == 6 {
+		ib = ipv6HeaderLen + udpHeaderLen
+	}
+	return updateCRC(iba, pkt[ib:len(pkt)-header.ICRCLen])
+}
+
 // putICRC computes the ICRC of pkt (IP header onward) and stores it in the
-// last four bytes, least significant byte first as IBA transmits it.
-func putICRC(pkt []byte) {
-	binary.LittleEndian.PutUint32(pkt[len(pkt)-header.ICRCLen:], ICRC(pkt))
+// last four bytes, least significant byte first as IBA transmits it. With
+// rxeFlush set and pkt an RC FLUSH (op), the ICRC is rxe's variant
+// (RxeFlushICRC).
+func putICRC(pkt []byte, op header.Opcode, rxeFlush bool) {
+	crc := ICRC(pkt)
+	if rxeFlush && op == header.OpRCFlush {
+		crc = rxeFlushICRC(pkt, crc)
+	}
+	binary.LittleEndian.PutUint32(pkt[len(pkt)-header.ICRCLen:], crc)
 }

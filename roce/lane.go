@@ -337,11 +337,14 @@ func (ln *lane) receive(frame []byte) {
 	}
 	ln.tapFrame(frame)
 	f := &ln.rxFrame
-	err := ParseFrame(frame, f)
+	err := parseFrame(frame, f, ln.d.rxeFlushICRC)
 	ln.ctr.Rx.Count(err)
 	if err != nil {
 		ln.steerRaw(frame) // not RoCEv2: perhaps a flow's
 		return
+	}
+	if f.RxeFlushICRC {
+		ln.ctr.Rx.FlushICRCRxe.Add(1)
 	}
 	dst := GIDFromAddr(f.Dst)
 	idx := -1

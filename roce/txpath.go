@@ -27,7 +27,8 @@ func (ln *lane) Path(av *ibv.AddressVector, qpn uint32, pathMTU int) (ibtranspor
 		return nil, fmt.Errorf("GIDs %v and %v: %w", src, dst, ErrAddressFamily)
 	}
 	encap := Encap{SrcMAC: ln.d.mac, Src: src, Dst: dst, TrafficClass: ln.d.trafficClass(av.TrafficClass),
-		CNPTrafficClass: ln.d.cnpTrafficClass(), HopLimit: av.HopLimit, FlowLabel: av.FlowLabel, SrcPort: SourcePort(qpn)}
+		CNPTrafficClass: ln.d.cnpTrafficClass(), HopLimit: av.HopLimit, FlowLabel: av.FlowLabel, SrcPort: SourcePort(qpn),
+		RxeFlushICRC: ln.d.rxeFlushICRC}
 	if encap.HopLimit == 0 {
 		encap.HopLimit = 64
 	}

@@ -42,6 +42,10 @@ type Config struct {
 	ECN        roce.ECN
 	CNPDSCP    int
 	Congestion ibtransport.CongestionConfig
+	// RxeFlushICRC gives the RC FLUSH packets the device sends and takes
+	// Linux rdma_rxe's ICRC, for rxe peers only (see
+	// roce.DeviceConfig.RxeFlushICRC).
+	RxeFlushICRC bool
 }
 
 // engine is the in-process backend of a device (Open): the RoCE device,
@@ -70,7 +74,7 @@ type engine struct {
 // goroutine until Close.
 func Open(link roce.Link, cfg Config) (*Device, error) {
 	rd, err := roce.NewDevice(link, roce.DeviceConfig{Addrs: cfg.Addrs, Resolve: cfg.Resolve, PollHold: cfg.PollHold, Engines: cfg.Engines,
-		ECN: cfg.ECN, CNPDSCP: cfg.CNPDSCP, Congestion: cfg.Congestion})
+		ECN: cfg.ECN, CNPDSCP: cfg.CNPDSCP, Congestion: cfg.Congestion, RxeFlushICRC: cfg.RxeFlushICRC})
 	if err != nil {
 		return nil, fmt.Errorf("open device: %w", err)
 	}

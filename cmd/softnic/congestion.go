@@ -32,6 +32,10 @@ type congestionOptions struct {
 	gd, minDecFac   uint
 	byteReset       uint64
 	pacingBurst     uint
+	// rxeFlushICRC is --rxe-flush-icrc, a wire format setting of the
+	// device rather than congestion control, kept here because these
+	// are the flags of a device this process opens.
+	rxeFlushICRC bool
 }
 
 // congestion holds the flags' values (package-wide, like keepIRQs: the
@@ -65,6 +69,8 @@ func (o *congestionOptions) define(fs *flag.FlagSet, prefix string) {
 	fs.UintVar(&o.g, s("dce-tcp-g"), uint(d.G), "DCQCN: alpha keeps g/1024 of itself per alpha period, a CNP adds (1024-g)/1024")
 	fs.DurationVar(&o.cc.AlphaPeriod, s("dce-tcp-rtt"), d.AlphaPeriod, "DCQCN: alpha period")
 	fs.UintVar(&o.initialAlpha, s("initial-alpha-value"), uint(d.InitialAlpha), "DCQCN: alpha at the first CNP, in 1/1023")
+	fs.BoolVar(&o.rxeFlushICRC, s("rxe-flush-icrc"), false, "send RC FLUSH requests with Linux rdma_rxe's ICRC (its headers hashed twice, rxe 6.2 to at least 6.12) "+
+		"and take FLUSHes with it as well as IBA's: for rxe peers only, an IBA-correct peer (ConnectX) drops such FLUSHes")
 	fs.UintVar(&o.pacingBurst, s("pacing-burst"), uint(d.PacingBurst), "DCQCN: most bytes a rate-limited QP sends at once to catch up after the engine could not send (0: what its rate gives in 50 µs)")
 }
 
@@ -138,6 +144,7 @@ func (o *congestionOptions) apply(cfg *verbs.Config) error {
 		return err
 	}
 	cfg.ECN, cfg.Congestion = ecn, cc
+	cfg.RxeFlushICRC = o.rxeFlushICRC
 	cfg.CNPDSCP = o.cnpDSCP
 	if o.cnpDSCP == 0 {
 		cfg.CNPDSCP = -1 // DSCP 0 asked for: roce's 0 means the default

@@ -35,6 +35,13 @@ func TestCongestionFlags(t *testing.T) {
 	assert.Equal(t, roce.ECNECT0, cfg.ECN)
 	assert.Equal(t, roce.DefaultCNPDSCP, cfg.CNPDSCP)
 	assert.Equal(t, ibtransport.DefaultCongestionConfig(), cfg.Congestion, "the flags' defaults are ConnectX's")
+	assert.False(t, cfg.RxeFlushICRC, "IBA's FLUSH ICRC unless asked")
+	cfg, err = parse("", "--rxe-flush-icrc")
+	require.NoError(t, err)
+	assert.True(t, cfg.RxeFlushICRC)
+	cfg, err = parse("softnic-", "--softnic-rxe-flush-icrc")
+	require.NoError(t, err)
+	assert.True(t, cfg.RxeFlushICRC)
 
 	cfg, err = parse("softnic-", "--softnic-ecn=off", "--softnic-cnp-dscp=0", "--softnic-cc-off", "--softnic-line-rate=1000",
 		"--softnic-rpg-ai-rate=40", "--softnic-rpg-hai-rate=0.2G", "--softnic-rpg-min-rate=50k", "--softnic-rpg-time-reset=55us", "--softnic-rpg-threshold=5",

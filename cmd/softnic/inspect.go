@@ -148,7 +148,13 @@ func describeFrame(w *strings.Builder, data []byte, origLen int) (good, isRoCE b
 	}
 	switch {
 	case errors.Is(err, roce.ErrBadICRC):
-		fmt.Fprintf(w, "icrc=%08x BAD (expected %08x)", f.ICRC, roce.ICRC(data[f.IPOffset:f.IPOffset+ipPayloadEnd(&f)]))
+		pkt := data[f.IPOffset : f.IPOffset+ipPayloadEnd(&f)]
+		fmt.Fprintf(w, "icrc=%08x BAD (expected %08x", f.ICRC, roce.ICRC(pkt))
+		if header.Opcode(f.IB[0]) == header.OpRCFlush && roce.RxeFlushICRC(pkt) == f.ICRC {
+			// Not IBA's, but what Linux rxe sends (--rxe-flush-icrc).
+			w.WriteString("; rdma_rxe's FLUSH ICRC")
+		}
+		w.WriteString(")")
 		return false, true
 	case err != nil:
 		fmt.Fprintf(w, "%v  BAD", err)

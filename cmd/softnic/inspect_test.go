@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/hex"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -111,6 +112,20 @@ func TestInspectBadICRC(t *testing.T) {
 	assert.Equal(t, 1, code)
 	assert.Contains(t, out, "BAD")
 	assert.Contains(t, out, "(1 good, 1 bad)")
+}
+
+// TestInspectRxeFlushICRC: a FLUSH frame of rxe's, whose ICRC is not
+// IBA's (roce.RxeFlushICRC), is bad, and inspect says whose ICRC it has.
+func TestInspectRxeFlushICRC(t *testing.T) {
+	b, err := os.ReadFile("../../roce/testdata/rxe-flush.hex")
+	require.NoError(t, err)
+	frame, err := hex.DecodeString(strings.TrimSpace(string(b)))
+	require.NoError(t, err)
+	code, out, _ := runCmd("inspect", writeCapture(t, frame))
+	assert.Equal(t, 1, code)
+	assert.Contains(t, out, "RC_FLUSH")
+	assert.Contains(t, out, "icrc=64f95878 BAD (expected ")
+	assert.Contains(t, out, "; rdma_rxe's FLUSH ICRC)")
 }
 
 func TestInspectUnreadable(t *testing.T) {

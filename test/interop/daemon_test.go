@@ -80,8 +80,8 @@ func TestInteropThroughDaemon(t *testing.T) {
 // startDaemon serves softnic's interface with `softnic daemon` for the
 // rest of the test and makes e's tools use it, as user nobody: the binary
 // and the run directory are copied where every user may reach them. It
-// returns the daemon's log.
-func (e *interopEnv) startDaemon() *syncbuf.Buffer {
+// returns the daemon's log. extra are added daemon flags.
+func (e *interopEnv) startDaemon(extra ...string) *syncbuf.Buffer {
 	t := e.t
 	dir, err := os.MkdirTemp("", "softnic-interop-daemon-")
 	require.NoError(t, err)
@@ -98,6 +98,7 @@ func (e *interopEnv) startDaemon() *syncbuf.Buffer {
 
 	log := &syncbuf.Buffer{}
 	cmd := exec.Command("ip", "netns", "exec", e.net.PeerNS, e.bin, "daemon", "-d", e.net.PeerLink, "--run-dir", e.runDir)
+	cmd.Args = append(cmd.Args, extra...)
 	cmd.Stdout, cmd.Stderr = log, log
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() {
