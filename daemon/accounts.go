@@ -26,11 +26,12 @@ const (
 	resDMBytes
 	resMW
 	resMcast
+	resXRCD
 	numResources
 )
 
 var resourceNames = [numResources]string{"sessions", "PDs", "MRs", "CQs", "QPs", "SRQs", "AHs", "rdma_cm IDs",
-	"descriptors", "ring bytes", "shared bytes", "DMs", "device memory bytes", "MWs", "multicast attachments"}
+	"descriptors", "ring bytes", "shared bytes", "DMs", "device memory bytes", "MWs", "multicast attachments", "XRCDs"}
 
 // errno is what the offender gets, as from a kernel device: a process
 // out of descriptors gets EMFILE, one that opens too many sessions EAGAIN
@@ -51,7 +52,7 @@ func (l Limits) bounds() [numResources]int64 {
 	l = l.withDefaults()
 	return [numResources]int64{int64(l.Sessions), int64(l.PDs), int64(l.MRs), int64(l.CQs), int64(l.QPs),
 		int64(l.SRQs), int64(l.AHs), int64(l.CMIDs), int64(l.Descriptors), l.RingBytes, l.SharedBytes,
-		int64(l.DMs), l.DMBytes, int64(l.MWs), int64(l.McastAttachments)}
+		int64(l.DMs), l.DMBytes, int64(l.MWs), int64(l.McastAttachments), int64(l.XRCDs)}
 }
 
 // accounts holds what each user's sessions hold, against the bounds.

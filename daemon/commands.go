@@ -52,6 +52,12 @@ var handlers = map[hostif.Op]handler{
 	hostif.OpDeallocMW:   with(noReply((*session).deallocMW)),
 	hostif.OpAttachMcast: with(noReply((*session).attachMcast)),
 	hostif.OpDetachMcast: with(noReply((*session).detachMcast)),
+	// XRC (xrc.go).
+	hostif.OpOpenXRCD:     with((*session).openXRCD),
+	hostif.OpCloseXRCD:    with(noReply((*session).closeXRCD)),
+	hostif.OpCreateXRCSRQ: with((*session).createXRCSRQ),
+	hostif.OpCreateXRCQP:  with((*session).createXRCQP),
+	hostif.OpOpenQP:       with((*session).openQP),
 	// The connection manager (cm.go).
 	hostif.OpCMCreateChannel:  withCM((*session).cmCreateChannel),
 	hostif.OpCMCreateID:       withCM((*session).cmCreateID),

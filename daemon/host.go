@@ -139,6 +139,9 @@ type hostQP struct {
 	sqDone, rqDone *ibtransport.RetiredMirror
 	fetchState
 	pd, sc, rc, srq uint32
+	// xrcd is an XRC receive QP's domain handle; such a QP has no queues
+	// for the engine to fetch from.
+	xrcd uint32
 	// mcast is the groups the QP is attached to (attach_mcast), which
 	// count against its user's McastAttachments.
 	mcast map[ibv.GID]struct{}
@@ -237,6 +240,8 @@ type hostSRQ struct {
 	dec  *hostif.RecvDecoder
 	recv ibv.RecvWR
 	pd   uint32
+	// xrcd and cq are an XRC SRQ's domain and CQ handles, 0 on others.
+	xrcd, cq uint32
 	// done keeps the ring's consumer index at the receives the engines
 	// took; entries dropped here count.
 	done *ibtransport.RetiredMirror

@@ -37,6 +37,9 @@ type Limits struct {
 	// user's QPs hold: the device has room for ibv.MaxMcastGroups groups
 	// in all, of which one user takes at most this many.
 	McastAttachments int
+	// XRCDs is how many XRC domain handles (ibv_open_xrcd) the user's
+	// sessions hold open; one more is refused with ENOMEM.
+	XRCDs int
 }
 
 // DefaultLimits are the bounds a zero Limits field takes: each is far
@@ -64,6 +67,8 @@ var DefaultLimits = Limits{
 	// A quarter of the device's groups: rdma-core's tests and mckey
 	// attach one QP to one group.
 	McastAttachments: 256,
+	// rdma-core's tests open one a test; ibv_xsrq_pingpong one a side.
+	XRCDs: 1024,
 }
 
 // descriptorReserve is what DescriptorShare keeps for the daemon itself:
@@ -106,6 +111,7 @@ func (l Limits) withDefaults() Limits {
 	pick(&l.Descriptors, d.Descriptors)
 	pick(&l.MWs, d.MWs)
 	pick(&l.McastAttachments, d.McastAttachments)
+	pick(&l.XRCDs, d.XRCDs)
 	if l.RingBytes == 0 {
 		l.RingBytes = d.RingBytes
 	}
@@ -132,5 +138,5 @@ func (s *Server) Usage(uid uint32) Usage {
 		QPs: int(h[resQP]), SRQs: int(h[resSRQ]), AHs: int(h[resAH]), CMIDs: int(h[resCMID]),
 		Descriptors: int(h[resDescriptor]), RingBytes: h[resRingBytes], SharedBytes: h[resSharedBytes],
 		DMs: int(h[resDM]), DMBytes: h[resDMBytes], MWs: int(h[resMW]),
-		McastAttachments: int(h[resMcast])}
+		McastAttachments: int(h[resMcast]), XRCDs: int(h[resXRCD])}
 }

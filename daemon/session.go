@@ -78,6 +78,7 @@ type session struct {
 	cqs      map[uint32]*hostCQ
 	qps      map[uint32]*hostQP
 	srqs     map[uint32]*hostSRQ
+	xrcds    map[uint32]*verbs.XRCD // xrc.go
 	ahPD     map[uint32]uint32
 	// ahs is read by the engine (UD entries name AHs): replaced whole.
 	ahs atomic.Pointer[map[uint32]*verbs.AH]
@@ -103,7 +104,7 @@ func newSession(s *Server, c *net.UnixConn, p peer, a *account) *session {
 	ss := &session{s: s, conn: c, peer: p, acct: a, async: -1, pds: map[uint32]*verbs.PD{}, mrs: map[uint32]*hostMR{},
 		mrPD: map[uint32]uint32{}, channels: map[uint32]int{}, cqs: map[uint32]*hostCQ{}, qps: map[uint32]*hostQP{},
 		srqs: map[uint32]*hostSRQ{}, ahPD: map[uint32]uint32{}, shared: map[uint32]*sharedMemory{},
-		mrShared: map[uint32]uint32{}, mws: map[uint32]*hostMW{}}
+		mrShared: map[uint32]uint32{}, mws: map[uint32]*hostMW{}, xrcds: map[uint32]*verbs.XRCD{}}
 	ss.fetchers.Store(&[]fetcher{})
 	ss.ahs.Store(&map[uint32]*verbs.AH{})
 	return ss
@@ -296,6 +297,9 @@ func (ss *session) end() {
 	ss.conn.Close() // the client may learn the end now: its QPs are gone
 	for h := range ss.srqs {
 		ss.destroySRQ(h)
+	}
+	for h := range ss.xrcds { // after their SRQs and QPs
+		ss.closeXRCD(hostif.HandleRequest{Handle: h})
 	}
 	for h := range ss.mws { // bound windows keep their regions
 		ss.deallocMW(hostif.HandleRequest{Handle: h})

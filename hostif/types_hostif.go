@@ -118,6 +118,12 @@ const (
 	// rdma_leave_multicast).
 	OpCMJoinMcast  Op = C.SN_OP_CM_JOIN_MCAST
 	OpCMLeaveMcast Op = C.SN_OP_CM_LEAVE_MCAST
+	// XRC: domains, their SRQs and receive QPs.
+	OpOpenXRCD     Op = C.SN_OP_OPEN_XRCD
+	OpCloseXRCD    Op = C.SN_OP_CLOSE_XRCD
+	OpCreateXRCSRQ Op = C.SN_OP_CREATE_XRC_SRQ
+	OpCreateXRCQP  Op = C.SN_OP_CREATE_XRC_QP
+	OpOpenQP       Op = C.SN_OP_OPEN_QP
 )
 
 // AdviseSGEs is how many SGEs one advise_mr request carries.
@@ -193,6 +199,11 @@ type (
 	ModifySRQRequest C.struct_sn_modify_srq_req
 	AllocMWRequest   C.struct_sn_alloc_mw_req
 	AllocMWReply     C.struct_sn_alloc_mw_reply
+	// OpenXRCDRequest comes with the domain's file when HasFD is set.
+	OpenXRCDRequest      C.struct_sn_open_xrcd_req
+	CreateXRCSRQRequest  C.struct_sn_create_xrc_srq_req
+	CreateXRCSRQReply    C.struct_sn_create_xrc_srq_reply
+	XRCQPRequest         C.struct_sn_xrc_qp_req
 )
 
 // Bodies of the connection manager's commands (rdma_cm through the

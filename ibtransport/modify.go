@@ -139,6 +139,10 @@ func checkTransition(typ ibv.QPType, cur, next ibv.QPState, mask ibv.QPAttrMask)
 		table = udTransitions
 	case ibv.QPTypeUC:
 		table = ucTransitions
+	case ibv.QPTypeXRCSend:
+		table = xrcSendTransitions
+	case ibv.QPTypeXRCRecv:
+		table = xrcRecvTransitions
 	}
 	tr, ok := table[[2]ibv.QPState{cur, next}]
 	if !ok {

@@ -11,6 +11,7 @@ import (
 type SRQ struct {
 	pd  *PD
 	ops SRQOps
+	xrc XRCSRQOps // an XRC SRQ's (NewXRCSRQ)
 }
 
 // NewSRQ creates a shared receive queue of at least maxWR receives of at

@@ -135,9 +135,22 @@ const (
 	QPTypeRC QPType = iota
 	QPTypeUC
 	QPTypeUD
+	// QPTypeXRCSend is an XRC initiator (IBV_QPT_XRC_SEND): a send queue
+	// only, each request naming the responder's SRQ (SendWR.RemoteSRQN).
+	QPTypeXRCSend
+	// QPTypeXRCRecv is an XRC target (IBV_QPT_XRC_RECV): no queues of its
+	// own; the requests it takes land in the XRC SRQs of its XRC domain.
+	QPTypeXRCRecv
 )
 
-var qpTypeNames = [...]string{"RC", "UC", "UD"}
+var qpTypeNames = [...]string{"RC", "UC", "UD", "XRC_SEND", "XRC_RECV"}
+
+// Reliable reports whether QPs of type t are reliable connected: RC and
+// the XRC initiator and target.
+func (t QPType) Reliable() bool { return t == QPTypeRC || t == QPTypeXRCSend || t == QPTypeXRCRecv }
+
+// IsXRC reports whether t is an XRC initiator or target.
+func (t QPType) IsXRC() bool { return t == QPTypeXRCSend || t == QPTypeXRCRecv }
 
 func (t QPType) String() string { return nameOf(qpTypeNames[:], t, "QPType") }
 
