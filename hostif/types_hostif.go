@@ -200,10 +200,10 @@ type (
 	AllocMWRequest   C.struct_sn_alloc_mw_req
 	AllocMWReply     C.struct_sn_alloc_mw_reply
 	// OpenXRCDRequest comes with the domain's file when HasFD is set.
-	OpenXRCDRequest      C.struct_sn_open_xrcd_req
-	CreateXRCSRQRequest  C.struct_sn_create_xrc_srq_req
-	CreateXRCSRQReply    C.struct_sn_create_xrc_srq_reply
-	XRCQPRequest         C.struct_sn_xrc_qp_req
+	OpenXRCDRequest     C.struct_sn_open_xrcd_req
+	CreateXRCSRQRequest C.struct_sn_create_xrc_srq_req
+	CreateXRCSRQReply   C.struct_sn_create_xrc_srq_reply
+	XRCQPRequest        C.struct_sn_xrc_qp_req
 )
 
 // Bodies of the connection manager's commands (rdma_cm through the
