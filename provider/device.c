@@ -95,6 +95,7 @@ static const struct sn_context_ops sn_ops = {
 	.alloc_pd = sn_alloc_pd,
 	.alloc_td = sn_alloc_td,
 	.bind_mw = sn_bind_mw,
+	.close_xrcd = sn_close_xrcd,
 	.async_event = sn_async_event,
 	.attach_mcast = sn_attach_mcast,
 	.cq_event = sn_cq_event,
@@ -104,6 +105,7 @@ static const struct sn_context_ops sn_ops = {
 	.create_qp = sn_create_qp,
 	.create_qp_ex = sn_create_qp_ex,
 	.create_srq = sn_create_srq,
+	.create_srq_ex = sn_create_srq_ex,
 	.dealloc_mw = sn_dealloc_mw,
 	.dealloc_pd = sn_dealloc_pd,
 	.dealloc_td = sn_dealloc_td,
@@ -117,8 +119,11 @@ static const struct sn_context_ops sn_ops = {
 	.detach_mcast = sn_detach_mcast,
 	.free_context = sn_free_context,
 	.free_dm = sn_free_dm,
+	.get_srq_num = sn_get_srq_num,
 	.modify_qp = sn_modify_qp,
 	.modify_srq = sn_modify_srq,
+	.open_qp = sn_open_qp,
+	.open_xrcd = sn_open_xrcd,
 	.poll_cq = sn_poll_cq,
 	.post_recv = sn_post_recv,
 	.post_send = sn_post_send,
@@ -206,7 +211,7 @@ static int sn_query_device_ex(struct ibv_context *context, const struct ibv_quer
 	/* Memory windows of type 1 and 2B (a type 2 window is bound to a QP), as
 	 * ConnectX's and rxe's. */
 	a->device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_CHANGE_PHY_PORT | IBV_DEVICE_MEM_WINDOW |
-			      IBV_DEVICE_MEM_WINDOW_TYPE_2B;
+			      IBV_DEVICE_MEM_WINDOW_TYPE_2B | IBV_DEVICE_XRC;
 	a->max_sge = a->max_sge_rd = a->max_srq_sge = l->max_sge;
 	a->max_cqe = l->max_cqe;
 	a->max_qp_rd_atom = a->max_qp_init_rd_atom = l->max_rd_atomic;
@@ -227,6 +232,9 @@ static int sn_query_device_ex(struct ibv_context *context, const struct ibv_quer
 		attr->odp_caps.per_transport_caps.uc_odp_caps = SN_ODP_UC;
 		attr->odp_caps.per_transport_caps.ud_odp_caps = SN_ODP_UD;
 	}
+	/* XRC's on-demand paging: what RC's does, and receives into SRQs. */
+	if (attr_size >= offsetof(struct ibv_device_attr_ex, xrc_odp_caps) + sizeof(attr->xrc_odp_caps))
+		attr->xrc_odp_caps = SN_ODP_RC | IBV_ODP_SUPPORT_SRQ_RECV;
 	if (attr_size >= offsetof(struct ibv_device_attr_ex, max_dm_size) + sizeof(attr->max_dm_size))
 		attr->max_dm_size = SN_MAX_DM_SIZE; /* dm.c: the daemon's memory, every session's */
 	/* The engines execute ATOMIC_WRITE, and FLUSH to global visibility;

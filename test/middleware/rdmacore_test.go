@@ -36,7 +36,6 @@ var suiteSkips = []suiteSkip{
 		`cuda-python .* must be installed to run CUDA tests|PCI device must be passed by the user)$`)},
 	// What softnic does not offer yet (issue #35): each goes when its
 	// feature lands, so that its tests must pass from then on.
-	{"not in softnic yet: XRC", anyTest, regexp.MustCompile(`^Create XRCD is not supported$`)},
 	{"not in softnic yet: raw packet QPs", anyTest,
 		regexp.MustCompile(`^(Create Raw Packet QP (with|without) (extended )?attrs is not supported|Create QP type 8 is not supported)$`)},
 	{"not in softnic yet: tag matching", regexp.MustCompile(`^tests\.test_tag_matching\.`),
