@@ -52,8 +52,13 @@ func (s *SRQ) Modify(limit int) error { return s.ops.Modify(limit) }
 // QP does. It returns the mirror, for the entries the daemon drops; nil
 // on a device reached through a daemon, which hosts no client's rings.
 func (s *SRQ) MirrorRetired(word *uint32) *ibtransport.RetiredMirror {
-	es, ok := s.ops.(*engineSRQ)
-	if !ok {
+	var es *engineSRQ
+	switch o := s.ops.(type) {
+	case *engineSRQ:
+		es = o
+	case *engineXRCSRQ:
+		es = o.engineSRQ
+	default:
 		return nil
 	}
 	es.retired = ibtransport.NewRecvRetiredMirror(word, &es.rq)

@@ -121,6 +121,23 @@ func TestXRC(t *testing.T) {
 		require.Equal(t, uint64(42), binary.NativeEndian.Uint64(rbuf[8000:]))
 		noWC(t, tg.cq) // RDMA and atomics take no receive
 
+		// An SRQ of one receive takes a receive again once the last one's
+		// completion came (through a daemon: its ring's slot is given back).
+		one, err := tg.pd.NewXRCSRQ(tg.xrcd, tg.cq, 1, 1)
+		require.NoError(t, err)
+		oneN, err := one.Num()
+		require.NoError(t, err)
+		require.NotEqual(t, srqn, oneN)
+		for i := range 3 {
+			id := uint64(20 + i)
+			require.NoError(t, one.PostRecv(&verbs.RecvWR{ID: id, SGL: []verbs.SGE{rmr.SGE(0, 64)}}), "receive %d", i)
+			require.NoError(t, in.qp.PostSend(&verbs.SendWR{ID: id, Opcode: verbs.WRSend, Flags: verbs.SendSignaled,
+				SGL: []verbs.SGE{smr.SGE(0, 64)}, RemoteSRQN: oneN}))
+			waitOK(t, in.scq, id)
+			waitOK(t, tg.cq, id)
+		}
+		require.NoError(t, one.Destroy())
+
 		// Neither XRC QP has a receive queue; the receive QP no send queue.
 		require.ErrorIs(t, in.qp.PostRecv(&verbs.RecvWR{ID: 5}), verbs.ErrInvalidArgument)
 		require.ErrorIs(t, tg.qp.PostRecv(&verbs.RecvWR{ID: 5}), verbs.ErrInvalidArgument)
