@@ -432,18 +432,26 @@ int sn_destroy_qp(struct ibv_qp *ibqp)
 }
 
 /* sn_xrc_recv_qp makes a handle of an XRC receive QP of xrcd with op:
- * create_xrc_qp (qpn 0) or open_qp. Its ring, a send queue of one entry,
- * takes no posts; its header shows the state. */
+ * create_xrc_qp (qpn 0), open_qp, or cm_create_qp for the CM ID qpn
+ * names then (type XRC receive, the XRCD in the PD's place). Its ring, a
+ * send queue of one entry, takes no posts; its header shows the state. */
 struct ibv_qp *sn_xrc_recv_qp(struct ibv_context *context, enum sn_op op, uint32_t qpn, struct ibv_xrcd *xrcd,
 			      void *qp_context)
 {
 	struct sn_qp *qp = calloc(1, sizeof(*qp));
 	if (!qp)
 		return NULL;
-	struct sn_xrc_qp_req req = {.xrcd = sn_container_of(xrcd, struct sn_xrcd, ibv)->handle, .qpn = qpn,
-				    .user_handle = (uintptr_t)&qp->vqp.qp};
+	struct sn_xrc_qp_req req = {.xrcd = sn_container_of(xrcd, struct sn_xrcd, ibv)->handle,
+				    .qpn = op == SN_OP_CM_CREATE_QP ? 0 : qpn, .user_handle = (uintptr_t)&qp->vqp.qp};
 	struct sn_create_qp_reply r;
-	int fd = -1, n = sn_call(to_ctx(context), op, &req, sizeof(req), &r, sizeof(r), &fd, 1);
+	int fd = -1, n;
+	if (op == SN_OP_CM_CREATE_QP) {
+		struct sn_cm_create_qp_req cm = {.id = qpn,
+						 .qp = {.pd = req.xrcd, .type = SN_QPT_XRC_RECV, .user_handle = req.user_handle}};
+		n = sn_call(to_ctx(context), op, &cm, sizeof(cm), &r, sizeof(r), &fd, 1);
+	} else {
+		n = sn_call(to_ctx(context), op, &req, sizeof(req), &r, sizeof(r), &fd, 1);
+	}
 	if (n < 0) {
 		free(qp);
 		return NULL;
@@ -459,6 +467,8 @@ struct ibv_qp *sn_xrc_recv_qp(struct ibv_context *context, enum sn_op op, uint32
 		return NULL;
 	}
 	qp->handle = r.handle;
+	if (op == SN_OP_CM_CREATE_QP)
+		qp->cm_id = qpn;
 	pthread_mutex_init(&qp->attr_lock, NULL);
 	struct ibv_qp *q = &qp->vqp.qp;
 	q->context = context;
