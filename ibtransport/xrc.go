@@ -59,15 +59,36 @@ func (g *Group) AddXRCSRQ(x *XRCSRQ) error {
 }
 
 // RemoveXRCSRQ makes x unreachable: requests that name it are refused
-// from now on.
+// from now on. A target in the middle of a message into it completes the
+// receive it was filling (flushed) and lets go of the SRQ, its CQ and its
+// memory, which may go next; the message's next packet is out of
+// sequence (NAK).
 func (g *Group) RemoveXRCSRQ(x *XRCSRQ) {
 	_ = g.Do(func() error {
-		if g.xrcSRQs[x.num] == x {
-			delete(g.xrcSRQs, x.num)
-			delete(g.srqEngine, x.SRQ)
+		if g.xrcSRQs[x.num] != x {
+			return nil
+		}
+		delete(g.xrcSRQs, x.num)
+		delete(g.srqEngine, x.SRQ)
+		for _, q := range g.qps {
+			if q.typ == ibv.QPTypeXRCRecv && q.srq == x.SRQ {
+				q.unbindXRC()
+			}
 		}
 		return nil
 	})
+}
+
+// unbindXRC lets go of the SRQ an XRC target took its last request's
+// receive from. Called under Do.
+func (q *QP) unbindXRC() {
+	r := &q.resp
+	if r.recvActive {
+		r.completeRecv(ibv.WCWRFlushErr, 0)
+	}
+	r.mode = modeIdle
+	r.wMR = nil
+	q.srq, q.srqRQ, q.recvCQ, q.mem = nil, nil, nil, nil
 }
 
 // wireTransport is the transport of the packets a QP of type t sends and
@@ -130,16 +151,17 @@ func checkXRCConfig(init *QPConfig) error {
 // protection domain's memory stand in for the queues and PD a target
 // lacks. A packet inside a SEND or WRITE keeps the SRQ its message
 // started with. It reports false if the SRQ does not exist or belongs to
-// another XRC domain.
+// another XRC domain, or a packet inside a message names another SRQ
+// than its first.
 func (r *responder) bindXRCTarget(p *header.Packet) bool {
 	q := r.qp
-	if r.mode != modeIdle && q.srq != nil {
-		return true
-	}
 	x := q.e.g.xrcSRQs[p.XRCETH.SRQN()]
 	if x == nil || x.Domain != q.xrcd {
 		inc(&q.e.Ctr.RxXRCDomainErr)
 		return false
+	}
+	if r.mode != modeIdle && q.srq != nil {
+		return x.SRQ == q.srq // a message keeps to one SRQ
 	}
 	q.srq, q.srqRQ, q.recvCQ, q.mem = x.SRQ, x.SRQ.RecvQueue(), x.CQ, x.Memory
 	return true

@@ -233,3 +233,33 @@ func TestXRCDShared(t *testing.T) {
 		require.NoError(t, otherFile.Close())
 	})
 }
+
+// TestXRCDestroyedSRQRefused sends to an XRC SRQ after its destruction:
+// the number names nothing any more, and the send is refused as one to
+// another domain's SRQ is.
+func TestXRCDestroyedSRQRefused(t *testing.T) {
+	forEachMode(t, func(t *testing.T, m mode) {
+		p := newPairMode(t, m, memlink.Config{}, verbs.Config{})
+		tg := newXRCTarget(t, p.b, nil)
+		in := newXRCInitiator(t, p.a)
+		connectXRC(t, in, tg.qp, tg.gid)
+		srqn, err := tg.srq.Num()
+		require.NoError(t, err)
+		smr, _ := regMR(t, in.pd, 64, verbs.AccessLocalWrite)
+		send := func(id uint64) {
+			require.NoError(t, in.qp.PostSend(&verbs.SendWR{ID: id, Opcode: verbs.WRSend, Flags: verbs.SendSignaled,
+				SGL: []verbs.SGE{smr.SGE(0, 64)}, RemoteSRQN: srqn}))
+		}
+		rmr, _ := regMR(t, tg.pd, 64, allAccess)
+		require.NoError(t, tg.srq.PostRecv(&verbs.RecvWR{ID: 9, SGL: []verbs.SGE{rmr.SGE(0, 64)}}))
+		send(1)
+		waitOK(t, in.scq, 1)
+		waitOK(t, tg.cq, 9)
+		require.NoError(t, tg.srq.Destroy())
+		require.ErrorIs(t, tg.srq.Destroy(), verbs.ErrInvalidArgument, "destroyed already")
+		send(2)
+		wc := waitWC(t, in.scq)
+		require.Equal(t, verbs.WCRemInvReqErr, wc.Status)
+		noWC(t, tg.cq)
+	})
+}
