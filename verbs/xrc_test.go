@@ -263,3 +263,59 @@ func TestXRCDestroyedSRQRefused(t *testing.T) {
 		noWC(t, tg.cq)
 	})
 }
+
+// TestXRCEngines runs four XRC connections between devices of two
+// engines each, into one SRQ per side: the targets and their SRQ keep to
+// the first engine (one consumer of the SRQ's ring) wherever their
+// packets arrive; the initiators are placed as RC QPs are.
+func TestXRCEngines(t *testing.T) {
+	la, lb := memlink.PairQueues(memlink.Config{}, 2)
+	a, b := openPair(t, la, lb, verbs.Config{Engines: 2}, verbs.Config{Engines: 2})
+	x, err := b.OpenXRCD(nil, 0)
+	require.NoError(t, err)
+	pd := b.AllocPD()
+	cq, err := b.CreateCQ(256, nil)
+	require.NoError(t, err)
+	srq, err := pd.NewXRCSRQ(x, cq, 64, 1)
+	require.NoError(t, err)
+	srqn, err := srq.Num()
+	require.NoError(t, err)
+	gid, err := b.GID(0)
+	require.NoError(t, err)
+	rmr, _ := regMR(t, pd, 64*64, allAccess)
+	var ins []*endpoint
+	var tgts []*verbs.QP
+	for range 4 {
+		tq, err := x.CreateRecvQP()
+		require.NoError(t, err)
+		in := newXRCInitiator(t, a)
+		connectXRC(t, in, tq, gid)
+		ins, tgts = append(ins, in), append(tgts, tq)
+	}
+	const rounds = 8
+	for i := range rounds * len(ins) {
+		require.NoError(t, srq.PostRecv(&verbs.RecvWR{ID: uint64(i), SGL: []verbs.SGE{rmr.SGE(i*64, 64)}}))
+	}
+	for i := range rounds {
+		for j, in := range ins {
+			smr, _ := regMR(t, in.pd, 64, verbs.AccessLocalWrite)
+			require.NoError(t, in.qp.PostSend(&verbs.SendWR{ID: uint64(i), Opcode: verbs.WRSend, Flags: verbs.SendSignaled,
+				SGL: []verbs.SGE{smr.SGE(0, 64)}, RemoteSRQN: srqn}), "QP %d round %d", j, i)
+		}
+	}
+	for _, in := range ins {
+		for i := range rounds {
+			waitOK(t, in.scq, uint64(i))
+		}
+	}
+	byQP := map[uint32]int{}
+	for range rounds * len(ins) {
+		wc := waitWC(t, cq)
+		require.Equal(t, verbs.WCSuccess, wc.Status)
+		byQP[wc.QPN]++
+	}
+	for _, tq := range tgts {
+		require.Equal(t, rounds, byQP[tq.QPN()], "receives through QP %d", tq.QPN())
+		require.Equal(t, 0, tq.EngineIndex(), "an XRC target lives on the first engine")
+	}
+}
