@@ -29,12 +29,13 @@ const (
 	resTMTags
 	resRawQP
 	resFlow
+	resXRCD
 	numResources
 )
 
 var resourceNames = [numResources]string{"sessions", "PDs", "MRs", "CQs", "QPs", "SRQs", "AHs", "rdma_cm IDs",
 	"descriptors", "ring bytes", "shared bytes", "DMs", "device memory bytes", "MWs", "multicast attachments",
-	"tagged buffers", "raw packet QPs", "flows"}
+	"tagged buffers", "raw packet QPs", "flows", "XRCDs"}
 
 // errno is what the offender gets, as from a kernel device: a process
 // out of descriptors gets EMFILE, one that opens too many sessions EAGAIN
@@ -56,7 +57,7 @@ func (l Limits) bounds() [numResources]int64 {
 	return [numResources]int64{int64(l.Sessions), int64(l.PDs), int64(l.MRs), int64(l.CQs), int64(l.QPs),
 		int64(l.SRQs), int64(l.AHs), int64(l.CMIDs), int64(l.Descriptors), l.RingBytes, l.SharedBytes,
 		int64(l.DMs), l.DMBytes, int64(l.MWs), int64(l.McastAttachments), int64(l.TMTags),
-		int64(l.RawQPs), int64(l.Flows)}
+		int64(l.RawQPs), int64(l.Flows), int64(l.XRCDs)}
 }
 
 // accounts holds what each user's sessions hold, against the bounds.

@@ -270,10 +270,16 @@ func (ss *session) cmCreateQP(sc *sessionCM, req hostif.CMCreateQPRequest) (any,
 	if c.qp != 0 || c.id.Device() == nil {
 		return nil, nil, fmt.Errorf("CM ID %d: %w", req.ID, rdmacm.ErrState)
 	}
-	if req.QP.Type != uint32(verbs.QPTypeRC) && req.QP.Type != uint32(verbs.QPTypeUD) {
+	var body any
+	var fds []int
+	switch verbs.QPType(req.QP.Type) {
+	case verbs.QPTypeRC, verbs.QPTypeUD, verbs.QPTypeXRCSend:
+		body, fds, err = ss.createQP(req.QP)
+	case verbs.QPTypeXRCRecv: // its PD field names the XRCD
+		body, fds, err = ss.createXRCQP(hostif.XRCQPRequest{Xrcd: req.QP.PD, UserHandle: req.QP.UserHandle})
+	default:
 		return nil, nil, fmt.Errorf("CM QP of type %d: %w", req.QP.Type, rdmacm.ErrInvalidArgument)
 	}
-	body, fds, err := ss.createQP(req.QP)
 	if err != nil {
 		return nil, nil, err
 	}

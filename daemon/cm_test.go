@@ -317,8 +317,8 @@ func TestCMBadCommands(t *testing.T) {
 	ch, err := c.CMCreateChannel()
 	require.NoError(t, err)
 	defer ch.File.Close()
-	_, err = c.CMCreateID(ch.Handle, 0x013f, 0)
-	assert.Equal(t, unix.EINVAL, errno(err), "IB port space")
+	_, err = c.CMCreateID(ch.Handle, 0x0002, 0)
+	assert.Equal(t, unix.EINVAL, errno(err), "IPoIB port space")
 	id, err := c.CMCreateID(ch.Handle, 0x0106, 42)
 	require.NoError(t, err)
 	_, ok, err := c.CMGetEvent(ch.Handle)
@@ -397,4 +397,19 @@ func TestCMQPDestroyedUnderID(t *testing.T) {
 	require.NoError(t, c.lid.Destroy())
 	require.NoError(t, c.srvDev.Close())
 	waitDaemonEmpty(t, b.socket)
+}
+
+// TestCMIBPortSpace: the IB port space (RDMA_PS_IB, XRC's) makes IDs, as
+// TCP's and UDP's do.
+func TestCMIBPortSpace(t *testing.T) {
+	a, _ := newCMSides(t, true, true)
+	c, err := hostsession.Dial(a.socket)
+	require.NoError(t, err)
+	defer c.Close()
+	ch, err := c.CMCreateChannel()
+	require.NoError(t, err)
+	defer ch.File.Close()
+	id, err := c.CMCreateID(ch.Handle, 0x013f, 0)
+	require.NoError(t, err)
+	require.NoError(t, c.CMDestroyID(id))
 }

@@ -97,14 +97,18 @@ func cmIDRecord(res *hostif.SessionResources, ref cmIDRef) hostif.CMIDRecord {
 	return rec
 }
 
-// ibvQPType numbers a QP type as enum ibv_qp_type does (RC 2, UC 3, UD 4),
-// leaving 0 for "no QP".
+// ibvQPType numbers a QP type as enum ibv_qp_type does (RC 2, UC 3, UD 4,
+// XRC_SEND 9, XRC_RECV 10), leaving 0 for "no QP".
 func ibvQPType(t verbs.QPType) uint8 {
 	switch t {
 	case verbs.QPTypeUC:
 		return 3
 	case verbs.QPTypeUD:
 		return 4
+	case verbs.QPTypeXRCSend:
+		return 9
+	case verbs.QPTypeXRCRecv:
+		return 10
 	default:
 		return 2
 	}

@@ -62,6 +62,12 @@ var handlers = map[hostif.Op]handler{
 	hostif.OpCreateFlow:  with(noFDs((*session).createFlow)),
 	hostif.OpDestroyFlow: with(noReply((*session).destroyFlow)),
 	hostif.OpCreateRSSQP: with((*session).createRSSQP),
+	// XRC (xrc.go).
+	hostif.OpOpenXRCD:     with((*session).openXRCD),
+	hostif.OpCloseXRCD:    with(noReply((*session).closeXRCD)),
+	hostif.OpCreateXRCSRQ: with((*session).createXRCSRQ),
+	hostif.OpCreateXRCQP:  with((*session).createXRCQP),
+	hostif.OpOpenQP:       with((*session).openQP),
 	// The connection manager (cm.go).
 	hostif.OpCMCreateChannel:  withCM((*session).cmCreateChannel),
 	hostif.OpCMCreateID:       withCM((*session).cmCreateID),

@@ -139,6 +139,9 @@ type hostQP struct {
 	sqDone, rqDone *ibtransport.RetiredMirror
 	fetchState
 	pd, sc, rc, srq uint32
+	// xrcd is an XRC receive QP's domain handle; such a QP has no queues
+	// for the engine to fetch from.
+	xrcd uint32
 	// mcast is the groups the QP is attached to (attach_mcast), which
 	// count against its user's McastAttachments.
 	mcast map[ibv.GID]struct{}
@@ -237,13 +240,15 @@ type hostSRQ struct {
 	dec  *hostif.RecvDecoder
 	recv ibv.RecvWR
 	pd   uint32
+	// xrcd is an XRC SRQ's domain handle, 0 on others; cq the handle of
+	// an XRC or tag matching SRQ's CQ.
+	xrcd, cq uint32
 	// done keeps the ring's consumer index at the receives the engines
 	// took; entries dropped here count.
 	done *ibtransport.RetiredMirror
 	// A tag matching SRQ's: the tagged buffers it holds of the user's
-	// budget (Limits.TMTags), and its CQ's handle.
+	// budget (Limits.TMTags).
 	tags int
-	cq   uint32
 	fetchState
 }
 

@@ -48,6 +48,9 @@ type Limits struct {
 	// (roce.MaxFlows for the whole device), so no one user may take
 	// them all.
 	RawQPs, Flows int
+	// XRCDs is how many XRC domain handles (ibv_open_xrcd) the user's
+	// sessions hold open; one more is refused with ENOMEM.
+	XRCDs int
 }
 
 // DefaultLimits are the bounds a zero Limits field takes: each is far
@@ -80,6 +83,8 @@ var DefaultLimits = Limits{
 	// rdma-core's test_flow: two raw QPs and one flow at a time.
 	RawQPs: 64,
 	Flows:  16,
+	// rdma-core's tests open one a test; ibv_xsrq_pingpong one a side.
+	XRCDs: 1024,
 }
 
 // descriptorReserve is what DescriptorShare keeps for the daemon itself:
@@ -125,6 +130,7 @@ func (l Limits) withDefaults() Limits {
 	pick(&l.TMTags, d.TMTags)
 	pick(&l.RawQPs, d.RawQPs)
 	pick(&l.Flows, d.Flows)
+	pick(&l.XRCDs, d.XRCDs)
 	if l.RingBytes == 0 {
 		l.RingBytes = d.RingBytes
 	}
@@ -152,5 +158,5 @@ func (s *Server) Usage(uid uint32) Usage {
 		Descriptors: int(h[resDescriptor]), RingBytes: h[resRingBytes], SharedBytes: h[resSharedBytes],
 		DMs: int(h[resDM]), DMBytes: h[resDMBytes], MWs: int(h[resMW]),
 		McastAttachments: int(h[resMcast]), TMTags: int(h[resTMTags]), RawQPs: int(h[resRawQP]),
-		Flows: int(h[resFlow])}
+		Flows: int(h[resFlow]), XRCDs: int(h[resXRCD])}
 }

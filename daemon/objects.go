@@ -155,11 +155,15 @@ func writeHandle(fd int, handle uint64) {
 }
 
 func (ss *session) createQP(req hostif.CreateQPRequest) (any, []int, error) {
+	xrcSend := req.Type == uint32(verbs.QPTypeXRCSend)
 	pd, scq, rcq := ss.pds[req.PD], ss.cqs[req.SendCQ], ss.cqs[req.RecvCQ]
+	if xrcSend && req.RecvCQ == 0 && req.SRQ == 0 && req.MaxRecvWR == 0 {
+		rcq = scq // none: an XRC send QP has a send queue only
+	}
 	if pd == nil || scq == nil || rcq == nil {
 		return nil, nil, fmt.Errorf("PD %d, CQs %d and %d: %w", req.PD, req.SendCQ, req.RecvCQ, errNoObject)
 	}
-	if req.Type > uint32(verbs.QPTypeRawPacket) {
+	if req.Type > uint32(verbs.QPTypeRawPacket) && !xrcSend {
 		return nil, nil, fmt.Errorf("QP type %d: %w", req.Type, unix.EINVAL)
 	}
 	raw := req.Type == uint32(verbs.QPTypeRawPacket)
@@ -180,11 +184,11 @@ func (ss *session) createQP(req hostif.CreateQPRequest) (any, []int, error) {
 			req.MaxSendWR = 1
 		}
 	}
-	if req.MaxSendWR == 0 || (req.MaxRecvWR == 0) != (srq != nil) || req.MaxSendWR > ibv.MaxQPWR || req.MaxRecvWR > ibv.MaxQPWR {
+	if req.MaxSendWR == 0 || (req.MaxRecvWR == 0) != (srq != nil || xrcSend) || req.MaxSendWR > ibv.MaxQPWR || req.MaxRecvWR > ibv.MaxQPWR {
 		return nil, nil, fmt.Errorf("QP of %d and %d work requests: %w", req.MaxSendWR, req.MaxRecvWR, unix.EINVAL)
 	}
 	sDepth, rDepth := hostif.Pow2(int(req.MaxSendWR)), 0
-	if srq == nil {
+	if srq == nil && !xrcSend {
 		rDepth = hostif.Pow2(int(req.MaxRecvWR))
 	}
 	// At least one SGE each way in the engine, whatever the client asked:
@@ -192,6 +196,9 @@ func (ss *session) createQP(req hostif.CreateQPRequest) (any, []int, error) {
 	cap := verbs.QPCap{MaxSendWR: sDepth, MaxRecvWR: rDepth, MaxSendSGE: max(int(req.MaxSendSGE), 1),
 		MaxRecvSGE: max(int(req.MaxRecvSGE), 1), MaxInlineData: int(req.MaxInline)}
 	init := verbs.QPInitAttr{SendCQ: scq.cq, RecvCQ: rcq.cq, Cap: cap, Type: verbs.QPType(req.Type)}
+	if xrcSend {
+		init.RecvCQ, init.Cap.MaxRecvWR, init.Cap.MaxRecvSGE, req.RecvCQ = nil, 0, 0, 0
+	}
 	if srq != nil {
 		init.SRQ = srq.srq
 	}
@@ -275,7 +282,9 @@ func (ss *session) newHostQP(qp *verbs.QP, sDepth, rDepth int, cap verbs.QPCap, 
 func (ss *session) publishFetchers() {
 	list := make([]fetcher, 0, len(ss.qps)+len(ss.srqs))
 	for _, q := range ss.qps {
-		list = append(list, q)
+		if q.xrcd == 0 {
+			list = append(list, q)
+		}
 	}
 	for _, s := range ss.srqs {
 		list = append(list, s)
@@ -288,7 +297,13 @@ func (ss *session) modifyQP(req hostif.ModifyQPRequest) error {
 	if q == nil {
 		return fmt.Errorf("QP %d: %w", req.Handle, errNoObject)
 	}
-	return q.qp.Modify(hostif.QPAttrOf(&req), ibv.QPAttrMask(req.Mask))
+	if err := q.qp.Modify(hostif.QPAttrOf(&req), ibv.QPAttrMask(req.Mask)); err != nil {
+		return err
+	}
+	if q.xrcd != 0 {
+		publishState(q) // an opened XRC receive QP's ring has no mirror
+	}
+	return nil
 }
 
 // The destroy commands: each object goes if nothing of the session uses
@@ -320,7 +335,7 @@ func (ss *session) destroyCQ(req hostif.HandleRequest) error {
 		}
 	}
 	for _, s := range ss.srqs {
-		if s.cq == h { // a TM SRQ's
+		if s.cq == h { // an XRC or TM SRQ's
 			return errBusy
 		}
 	}
@@ -514,34 +529,34 @@ func (ss *session) lookupAH(h uint32) *ibv.AH { return (*ss.ahs.Load())[h] }
 
 // createSRQ makes a shared receive queue and its ring.
 func (ss *session) createSRQ(req hostif.CreateSRQRequest) (any, []int, error) {
-	pd := ss.pds[req.PD]
-	if pd == nil {
-		return nil, nil, fmt.Errorf("PD %d: %w", req.PD, errNoObject)
-	}
-	if req.MaxWR == 0 || req.MaxWR > 1<<16 {
-		return nil, nil, fmt.Errorf("SRQ of %d receives: %w", req.MaxWR, unix.EINVAL)
-	}
-	depth, maxSGE := hostif.Pow2(int(req.MaxWR)), max(int(req.MaxSGE), 1)
-	return ss.makeSRQ(req, func() (*verbs.SRQ, error) { return pd.NewSRQ(depth, maxSGE) }, 0, 0)
+	return ss.makeSRQ(req, (*verbs.PD).NewSRQ, 0, 0)
 }
 
-// makeSRQ makes the SRQ newSRQ returns, of req's depth and SGEs, and its
-// ring; a TM SRQ's holds tags of the user's tagged buffers, and CQ cq.
-func (ss *session) makeSRQ(req hostif.CreateSRQRequest, newSRQ func() (*verbs.SRQ, error), tags int, cq uint32) (any, []int, error) {
+// makeSRQ makes an SRQ with newSRQ, and its ring; a TM SRQ's holds tags
+// of the user's tagged buffers, and an XRC or TM SRQ's CQ is cq.
+func (ss *session) makeSRQ(req hostif.CreateSRQRequest, newSRQ func(pd *verbs.PD, depth, maxSGE int) (*verbs.SRQ, error),
+	tags int, cq uint32) (hostif.CreateSRQReply, []int, error) {
+	pd := ss.pds[req.PD]
+	if pd == nil {
+		return hostif.CreateSRQReply{}, nil, fmt.Errorf("PD %d: %w", req.PD, errNoObject)
+	}
+	if req.MaxWR == 0 || req.MaxWR > 1<<16 {
+		return hostif.CreateSRQReply{}, nil, fmt.Errorf("SRQ of %d receives: %w", req.MaxWR, unix.EINVAL)
+	}
 	depth, maxSGE := hostif.Pow2(int(req.MaxWR)), max(int(req.MaxSGE), 1)
 	if err := ss.take(resSRQ, 1); err != nil {
-		return nil, nil, err
+		return hostif.CreateSRQReply{}, nil, err
 	}
 	if err := ss.take(resTMTags, int64(tags)); err != nil {
 		ss.give(resSRQ, 1)
-		return nil, nil, err
+		return hostif.CreateSRQReply{}, nil, err
 	}
-	fail := func(err error) (any, []int, error) {
+	fail := func(err error) (hostif.CreateSRQReply, []int, error) {
 		ss.give(resSRQ, 1)
 		ss.give(resTMTags, int64(tags))
-		return nil, nil, err
+		return hostif.CreateSRQReply{}, nil, err
 	}
-	srq, err := newSRQ()
+	srq, err := newSRQ(pd, depth, maxSGE)
 	if err != nil {
 		return fail(err)
 	}
@@ -583,6 +598,9 @@ func (ss *session) destroySRQ(h uint32) {
 	delete(ss.srqs, h)
 	ss.publishFetchers()
 	s.gone.Store(true)
+	if s.xrcd != 0 {
+		s.srq.Destroy() // out of its domain: requests naming it are refused
+	}
 	ss.s.betweenPasses()
 	ss.s.disown(s.srq)
 	ss.freeRing(s.ring)

@@ -83,6 +83,7 @@ type session struct {
 	qps      map[uint32]*hostQP
 	flows    map[uint32]*hostFlow // flow.go
 	srqs     map[uint32]*hostSRQ
+	xrcds    map[uint32]*verbs.XRCD // xrc.go
 	ahPD     map[uint32]uint32
 	// ahs is read by the engine (UD entries name AHs): replaced whole.
 	ahs atomic.Pointer[map[uint32]*verbs.AH]
@@ -108,7 +109,8 @@ func newSession(s *Server, c *net.UnixConn, p peer, a *account) *session {
 	ss := &session{s: s, conn: c, peer: p, acct: a, async: -1, pds: map[uint32]*verbs.PD{}, mrs: map[uint32]*hostMR{},
 		mrPD: map[uint32]uint32{}, channels: map[uint32]int{}, cqs: map[uint32]*hostCQ{}, qps: map[uint32]*hostQP{},
 		srqs: map[uint32]*hostSRQ{}, ahPD: map[uint32]uint32{}, shared: map[uint32]*sharedMemory{},
-		mrShared: map[uint32]uint32{}, mws: map[uint32]*hostMW{}, flows: map[uint32]*hostFlow{}}
+		mrShared: map[uint32]uint32{}, mws: map[uint32]*hostMW{}, flows: map[uint32]*hostFlow{},
+		xrcds: map[uint32]*verbs.XRCD{}}
 	ss.fetchers.Store(&[]fetcher{})
 	ss.ahs.Store(&map[uint32]*verbs.AH{})
 	return ss
@@ -311,6 +313,9 @@ func (ss *session) end() {
 	ss.conn.Close() // the client may learn the end now: its QPs are gone
 	for h := range ss.srqs {
 		ss.destroySRQ(h)
+	}
+	for h := range ss.xrcds { // after their SRQs and QPs
+		ss.closeXRCD(hostif.HandleRequest{Handle: h})
 	}
 	for h := range ss.mws { // bound windows keep their regions
 		ss.deallocMW(hostif.HandleRequest{Handle: h})

@@ -25,7 +25,12 @@ func (ss *session) createTMSRQ(req hostif.CreateTMSRQRequest) (any, []int, error
 	base := hostif.CreateSRQRequest{PD: req.PD, MaxWR: req.MaxWR, MaxSGE: req.MaxSGE, Limit: req.Limit, UserHandle: req.UserHandle}
 	init := verbs.TMSRQInit{MaxWR: int(hostif.Pow2(int(req.MaxWR))), MaxSGE: max(int(req.MaxSGE), 1), CQ: cq.cq,
 		MaxNumTags: int(req.MaxNumTags), MaxOps: int(req.MaxOps)}
-	return ss.makeSRQ(base, func() (*verbs.SRQ, error) { return pd.NewTMSRQ(init) }, int(req.MaxNumTags), req.CQ)
+	reply, fds, err := ss.makeSRQ(base, func(pd *verbs.PD, _, _ int) (*verbs.SRQ, error) { return pd.NewTMSRQ(init) },
+		int(req.MaxNumTags), req.CQ)
+	if err != nil {
+		return nil, nil, err
+	}
+	return reply, fds, nil
 }
 
 // postSRQOp performs one list operation of a TM SRQ: its completion is in

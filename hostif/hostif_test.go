@@ -79,7 +79,7 @@ func TestSendDecodeRejects(t *testing.T) {
 		"opcode 255":               func(e []byte) { e[offSendOpcode] = 255 },
 		"unknown flag":             func(e []byte) { e[offSendFlags] |= 0x10 },
 		"reserved word":            func(e []byte) { e[offSendReserved+1] = 1 },
-		"second reserved word":     func(e []byte) { e[offSendReserved2] = 1 },
+		"remote SRQ past 24 bits":  func(e []byte) { e[offSendRemoteSrqn+3] = 1 },
 		"more SGEs than the QP's":  func(e []byte) { e[offSendCount] = 3 },
 		"SGE count past stride":    func(e []byte) { e[offSendCount], e[offSendCount+1] = 0xff, 0xff },
 		"inline past the maximum":  func(e []byte) { e[offSendFlags] |= 8; e[offSendCount] = 33 },

@@ -94,7 +94,7 @@ func EncodeSend(e []byte, wr *ibv.SendWR, ah uint32) error {
 	le.PutUint32(e[offSendAH:], ah)
 	le.PutUint32(e[offSendRemoteQPN:], wr.RemoteQPN)
 	le.PutUint32(e[offSendRemoteQKey:], wr.RemoteQKey)
-	le.PutUint32(e[offSendReserved2:], 0)
+	le.PutUint32(e[offSendRemoteSrqn:], wr.RemoteSRQN)
 	return nil
 }
 
@@ -181,12 +181,15 @@ func (d *SendDecoder) Decode(e []byte, wr *ibv.SendWR) error {
 		return fmt.Errorf("%w: opcode %d", ErrBadEntry, b[offSendOpcode])
 	case flags&^sendFlagsMask != 0:
 		return fmt.Errorf("%w: flags %#x", ErrBadEntry, flags)
-	case le.Uint32(b[offSendReserved:]) != 0 || le.Uint32(b[offSendReserved2:]) != 0:
+	case le.Uint32(b[offSendReserved:]) != 0:
 		return fmt.Errorf("%w: reserved bytes set", ErrBadEntry)
+	case le.Uint32(b[offSendRemoteSrqn:]) > srqnMask:
+		return fmt.Errorf("%w: remote SRQ number %#x", ErrBadEntry, le.Uint32(b[offSendRemoteSrqn:]))
 	}
 	*wr = ibv.SendWR{ID: le.Uint64(b[offSendWRID:]), Opcode: op, Flags: ibv.SendFlags(flags),
 		RemoteAddr: le.Uint64(b[offSendRemoteAddr:]), RKey: le.Uint32(b[offSendRKey:]),
-		CompareAdd: le.Uint64(b[offSendCompareAdd:]), Swap: le.Uint64(b[offSendSwap:])}
+		CompareAdd: le.Uint64(b[offSendCompareAdd:]), Swap: le.Uint64(b[offSendSwap:]),
+		RemoteSRQN: le.Uint32(b[offSendRemoteSrqn:])}
 	switch op {
 	case ibv.WRSendWithInv, ibv.WRLocalInv:
 		wr.InvalidateRKey = le.Uint32(b[offSendImm:])
@@ -264,3 +267,6 @@ func decodeBind(b []byte, wr *ibv.SendWR) {
 		Access: ibv.Access(min(access, 1<<31))}
 	wr.RemoteAddr, wr.CompareAdd, wr.RKey, wr.Swap = 0, 0, 0, 0
 }
+
+// srqnMask bounds an SRQ number: 24 bits, as the XRCETH carries it.
+const srqnMask = 0xffffff

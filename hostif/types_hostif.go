@@ -147,6 +147,12 @@ const (
 	OpDestroyFlow Op = C.SN_OP_DESTROY_FLOW
 	// An RSS QP over receive work queues (raw packet QPs).
 	OpCreateRSSQP Op = C.SN_OP_CREATE_RSS_QP
+	// XRC: domains, their SRQs and receive QPs.
+	OpOpenXRCD     Op = C.SN_OP_OPEN_XRCD
+	OpCloseXRCD    Op = C.SN_OP_CLOSE_XRCD
+	OpCreateXRCSRQ Op = C.SN_OP_CREATE_XRC_SRQ
+	OpCreateXRCQP  Op = C.SN_OP_CREATE_XRC_QP
+	OpOpenQP       Op = C.SN_OP_OPEN_QP
 )
 
 // AdviseSGEs is how many SGEs one advise_mr request carries.
@@ -234,6 +240,11 @@ type (
 	QueryMRReply C.struct_sn_query_mr_reply
 	// QueryDMReply comes with the allocation's memfd.
 	QueryDMReply C.struct_sn_query_dm_reply
+	// OpenXRCDRequest comes with the domain's file when HasFD is set.
+	OpenXRCDRequest     C.struct_sn_open_xrcd_req
+	CreateXRCSRQRequest C.struct_sn_create_xrc_srq_req
+	CreateXRCSRQReply   C.struct_sn_create_xrc_srq_reply
+	XRCQPRequest        C.struct_sn_xrc_qp_req
 )
 
 // Bodies of the connection manager's commands (rdma_cm through the

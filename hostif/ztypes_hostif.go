@@ -3,7 +3,7 @@
 package hostif
 
 // Version is the host interface version this package speaks.
-const Version = 5
+const Version = 6
 
 // HeaderLen is the size of a control message's header.
 const HeaderLen = 16
@@ -133,6 +133,12 @@ const (
 	OpDestroyFlow Op = 71
 	// An RSS QP over receive work queues (raw packet QPs).
 	OpCreateRSSQP Op = 72
+	// XRC: domains, their SRQs and receive QPs.
+	OpOpenXRCD     Op = 60
+	OpCloseXRCD    Op = 61
+	OpCreateXRCSRQ Op = 62
+	OpCreateXRCQP  Op = 63
+	OpOpenQP       Op = 64
 )
 
 // AdviseSGEs is how many SGEs one advise_mr request carries.
@@ -205,6 +211,11 @@ var opNames = [...]string{
 	56: "detach_mcast",
 	57: "cm_join_mcast",
 	58: "cm_leave_mcast",
+	60: "open_xrcd",
+	61: "close_xrcd",
+	62: "create_xrc_srq",
+	63: "create_xrc_qp",
+	64: "open_qp",
 	70: "create_flow",
 	71: "destroy_flow",
 	72: "create_rss_qp",
@@ -510,6 +521,27 @@ type (
 	QueryDMReply struct {
 		Length uint64
 	}
+	// OpenXRCDRequest comes with the domain's file when HasFD is set.
+	OpenXRCDRequest struct {
+		Oflags uint32
+		HasFd  uint32
+	}
+	CreateXRCSRQRequest struct {
+		SRQ  CreateSRQRequest
+		Xrcd uint32
+		CQ   uint32
+	}
+	CreateXRCSRQReply struct {
+		Handle uint32
+		Depth  uint32
+		Stride uint32
+		SRQNum uint32
+	}
+	XRCQPRequest struct {
+		Xrcd       uint32
+		QPN        uint32
+		UserHandle uint64
+	}
 )
 
 // Bodies of the connection manager's commands (rdma_cm through the
@@ -694,7 +726,7 @@ const (
 	offSendAH         = 48
 	offSendRemoteQPN  = 52
 	offSendRemoteQKey = 56
-	offSendReserved2  = 60
+	offSendRemoteSrqn = 60
 	sgeSize           = 16
 	offSGEAddr        = 0
 	offSGELength      = 8

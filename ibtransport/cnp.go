@@ -78,7 +78,7 @@ func (q *QP) sendCNP() {
 // whose path it came on cuts its rate (reaction point); anything else
 // ignores it.
 func (e *Engine) onCNP(q *QP, info *RecvInfo) {
-	if e.g.cc.RPOff || q.typ != ibv.QPTypeRC || (q.st != ibv.QPSRTS && q.st != ibv.QPSSQD) ||
+	if e.g.cc.RPOff || !q.typ.Reliable() || (q.st != ibv.QPSRTS && q.st != ibv.QPSSQD) ||
 		info.SGID != q.attr.AV.DGID || info.DGIDIndex != int(q.attr.AV.SGIDIndex) {
 		inc(&e.Ctr.RPCNPIgnored)
 		return

@@ -322,7 +322,7 @@ func (e *Engine) receive(ib []byte, info *RecvInfo, forwarded bool) {
 		e.onCNP(q, info)
 		return
 	}
-	if q.typ != serviceOf[oi.Transport] {
+	if wireTransport(q.typ) != oi.Transport {
 		inc(&e.Ctr.RxWrongService)
 		return
 	}
@@ -354,8 +354,16 @@ func (e *Engine) receive(ib []byte, info *RecvInfo, forwarded bool) {
 	switch oi.Kind {
 	case header.KindSend, header.KindWrite, header.KindReadRequest, header.KindAtomicRequest,
 		header.KindAtomicWrite, header.KindFlush:
+		if q.typ == ibv.QPTypeXRCSend {
+			inc(&e.Ctr.RxWrongService) // an initiator takes responses only
+			return
+		}
 		q.resp.onRequest(p, oi)
 	case header.KindReadResponse, header.KindAck, header.KindAtomicAck:
+		if q.typ == ibv.QPTypeXRCRecv {
+			inc(&e.Ctr.RxWrongService) // a target takes requests only
+			return
+		}
 		q.comp.onResponse(p, oi)
 	default:
 		inc(&e.Ctr.RxUnsupported)

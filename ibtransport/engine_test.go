@@ -33,16 +33,20 @@ const peerQPN = 0x99
 
 // fuzzTarget is an engine with one QP in RTS and a guarded memory region.
 type fuzzTarget struct {
-	e     *Engine
-	port  *fakePort
-	qp    *QP
-	ud    *QP // a UD QP in RTS with receives posted
-	uc    *QP // a UC QP in RTS with receives posted
-	tm    *QP // an RC QP in RTS on a TM SRQ (tm_test.go)
-	mr    *testRegion
-	whole []byte
-	orig  []byte
-	cq    *testCQ
+	e    *Engine
+	port *fakePort
+	qp   *QP
+	ud   *QP // a UD QP in RTS with receives posted
+	uc   *QP // a UC QP in RTS with receives posted
+	tm   *QP // an RC QP in RTS on a TM SRQ (tm_test.go)
+	// xrc is an XRC target in RTS; xrcMine an XRC SRQ of its domain with
+	// receives posted, xrcOther one of another domain.
+	xrc               *QP
+	xrcMine, xrcOther *XRCSRQ
+	mr                *testRegion
+	whole             []byte
+	orig              []byte
+	cq                *testCQ
 }
 
 func newFuzzTarget(t testing.TB) *fuzzTarget {
@@ -78,6 +82,7 @@ func newFuzzTarget(t testing.TB) *fuzzTarget {
 	ft.ud = newUDTarget(t, e, &testMemory{ft.mr}, ft.cq, ft.mr)
 	ft.uc = newUCTarget(t, e, &testMemory{ft.mr}, ft.cq, ft.mr)
 	ft.tm, _ = newTMTarget(t, e, &testMemory{ft.mr}, ft.cq, ft.mr)
+	ft.xrc, ft.xrcMine, ft.xrcOther = newXRCTarget(t, e, &testMemory{ft.mr}, ft.cq, ft.mr)
 	return ft
 }
 
@@ -100,13 +105,18 @@ func newUDTarget(t testing.TB, e *Engine, mem Memory, cq CompletionQueue, mr *te
 
 // packet builds a request or response aimed at the target's QP.
 func (ft *fuzzTarget) packet(op header.Opcode, psn header.PSN, payload int, fill func(p *header.Packet)) []byte {
+	return ft.packetTo(ft.qp, op, psn, payload, fill)
+}
+
+// packetTo builds one aimed at q.
+func (ft *fuzzTarget) packetTo(q *QP, op header.Opcode, psn header.PSN, payload int, fill func(p *header.Packet)) []byte {
 	b := make([]byte, 4200)
 	var p header.Packet
 	n, err := header.LayoutPacket(b, op, payload, &p)
 	if err != nil {
 		panic(err)
 	}
-	p.BTH.SetDestQPN(ft.qp.QPN())
+	p.BTH.SetDestQPN(q.QPN())
 	p.BTH.SetPSN(psn)
 	p.BTH.SetAckReq(true)
 	if fill != nil {
@@ -177,6 +187,24 @@ func FuzzEngineReceive(f *testing.F) {
 	f.Add(ft.tmSend(header.TMNoTag, 0, 20))
 	f.Add(ft.tmSend(header.TMEager, 0x5a, 10))
 	f.Add(ft.tmSend(header.TMRndv, 0x5a, 24))
+	// XRC requests (opcodes 0xa0 and up go to the XRC target): into its
+	// domain's SRQ, another domain's, a WRITE and READ against the SRQ's
+	// memory, and a SEND of two packets whose second names another SRQ.
+	xrc := func(srqn uint32, more func(p *header.Packet)) func(p *header.Packet) {
+		return func(p *header.Packet) {
+			p.XRCETH.SetSRQN(srqn)
+			if more != nil {
+				more(p)
+			}
+		}
+	}
+	mine, other := ft.xrcMine.Num(), ft.xrcOther.Num()
+	f.Add(ft.packet(header.XRCOpcodeBase|header.OpRCSendOnlyImm, 100, 200, xrc(mine, nil)))
+	f.Add(ft.packet(header.XRCOpcodeBase|header.OpRCSendOnly, 100, 20, xrc(other, nil)))
+	f.Add(ft.packet(header.XRCOpcodeBase|header.OpRCWriteOnly, 100, 64, xrc(mine, reth(0, 64))))
+	f.Add(ft.packet(header.XRCOpcodeBase|header.OpRCReadRequest, 100, 0, xrc(mine, reth(10, 3000))))
+	split := append([]byte{16}, ft.packet(header.XRCOpcodeBase|header.OpRCSendFirst, 100, 256, xrc(mine, nil))...)
+	f.Add(append(append(split, 1), ft.packet(header.XRCOpcodeBase|header.OpRCSendLast, 101, 10, xrc(other, nil))...))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		ft := newFuzzTarget(t)
 		ip4 := make([]byte, 20)
@@ -201,6 +229,8 @@ func FuzzEngineReceive(f *testing.F) {
 					if pkt[4]&0x10 != 0 {
 						header.BTH(pkt).SetDestQPN(ft.tm.QPN())
 					}
+				case 0xa0:
+					header.BTH(pkt).SetDestQPN(ft.xrc.QPN())
 				}
 				if pkt[9]&0x80 == 0 {
 					header.BTH(pkt).SetPSN(100 + header.PSN(pkt[11]&3))

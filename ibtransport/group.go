@@ -39,6 +39,10 @@ type Group struct {
 	// srqEngine is the engine of each SRQ's QPs: an SRQ's ring has one
 	// consumer.
 	srqEngine map[SharedRecvQueue]*Engine
+	// xrcSRQs are the XRC SRQs by number, which XRC targets' requests
+	// name; nextSRQN is the last number given.
+	xrcSRQs  map[uint32]*XRCSRQ
+	nextSRQN uint32
 
 	// forward[i][j] carries packets engine i received for engine j's QPs;
 	// allocated on first use.
@@ -59,7 +63,7 @@ func NewGroup(ports []Port, wakes []func()) *Group {
 		panic(fmt.Sprintf("ibtransport: NewGroup with %d ports and %d wake functions", len(ports), len(wakes)))
 	}
 	g := &Group{epoch: time.Now(), qps: map[uint32]*QP{}, nextQPN: 0x11 + randUint32()%0x10000,
-		srqEngine: map[SharedRecvQueue]*Engine{}, cc: DefaultCongestionConfig()}
+		srqEngine: map[SharedRecvQueue]*Engine{}, xrcSRQs: map[uint32]*XRCSRQ{}, cc: DefaultCongestionConfig()}
 	g.forward = make([][]atomic.Pointer[forwardRing], len(ports))
 	for i := range ports {
 		g.forward[i] = make([]atomic.Pointer[forwardRing], len(ports))
@@ -162,6 +166,9 @@ func (g *Group) place(q *QP, destQPN uint32) {
 	if q.srq != nil {
 		to = g.srqEngineOr(q.srq, to)
 	}
+	if q.typ == ibv.QPTypeXRCRecv {
+		to = g.engines[0] // where the XRC SRQs' receives are taken
+	}
 	from := q.e
 	if to == from {
 		return
@@ -211,7 +218,7 @@ const followAfter = 64
 // Datagram QPs hear from many peers and stay; so do QPs on an SRQ, which
 // keeps its QPs on one engine.
 func (e *Engine) noteStray(q *QP) {
-	if q.typ == ibv.QPTypeUD || q.srq != nil {
+	if q.typ == ibv.QPTypeUD || q.typ == ibv.QPTypeXRCRecv || q.srq != nil {
 		return
 	}
 	if q.strays.Add(1) == followAfter {
@@ -223,7 +230,7 @@ func (e *Engine) noteStray(q *QP) {
 func (g *Group) follow(q *QP, to *Engine) {
 	_ = g.Do(func() error {
 		from := q.e
-		if g.qps[q.qpn] != q || from == to || q.srq != nil {
+		if g.qps[q.qpn] != q || from == to || q.srq != nil || q.typ == ibv.QPTypeXRCRecv {
 			return nil
 		}
 		// The QP's packets leave through its engine's port: a path on

@@ -141,6 +141,10 @@ func checkTransition(typ ibv.QPType, cur, next ibv.QPState, mask ibv.QPAttrMask)
 		table = ucTransitions
 	case ibv.QPTypeRawPacket:
 		table = rawTransitions
+	case ibv.QPTypeXRCSend:
+		table = xrcSendTransitions
+	case ibv.QPTypeXRCRecv:
+		table = xrcRecvTransitions
 	}
 	tr, ok := table[[2]ibv.QPState{cur, next}]
 	if !ok {

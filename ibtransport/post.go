@@ -73,6 +73,9 @@ func (q *QP) PostSendError(id uint64, st ibv.WCStatus) error {
 }
 
 func (q *QP) checkPostSend() error {
+	if q.typ == ibv.QPTypeXRCRecv {
+		return fmt.Errorf("post send on XRC receive QP %d: it has no send queue: %w", q.qpn, ibv.ErrInvalidArgument)
+	}
 	switch q.State() {
 	case ibv.QPSReset, ibv.QPSInit, ibv.QPSRTR:
 		return fmt.Errorf("post send on QP %d: %w (%v)", q.qpn, ibv.ErrInvalidState, q.State())
@@ -149,6 +152,9 @@ func (q *QP) postSendLocked(wr *ibv.SendWR) error {
 		s.remoteAddr, s.rkey, s.imm = b.Addr, b.RKey, b.LKey
 		sq.atomics[i] = atomicOperands{compareAdd: b.Length, swap: uint64(b.Access)}
 	}
+	if q.typ == ibv.QPTypeXRCSend {
+		sq.atomics[i].srqn = wr.RemoteSRQN // allocated with the QP
+	}
 	s.length = uint32(min(n, 1<<32-1))
 	s.state = wqeNew
 	s.status = ibv.WCSuccess
@@ -181,6 +187,9 @@ func (sq *sendQueue) copyData(i uint32, s *sendWQE, wr *ibv.SendWR) uint64 {
 }
 
 func (q *QP) checkPostRecv() error {
+	if q.typ.IsXRC() {
+		return fmt.Errorf("post receive on XRC QP %d: it has no receive queue: %w", q.qpn, ibv.ErrInvalidArgument)
+	}
 	if q.srq != nil {
 		return fmt.Errorf("post receive on QP %d: the QP uses an SRQ: %w", q.qpn, ibv.ErrInvalidArgument)
 	}

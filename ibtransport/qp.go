@@ -29,6 +29,9 @@ type QPConfig struct {
 	// GSI makes the QP the device's general services QP, QP1 (a UD QP
 	// that carries management datagrams); a group has at most one.
 	GSI bool
+	// XRCDomain is an XRC target's domain (XRCSRQ.Domain): the SRQs its
+	// requests may name.
+	XRCDomain uint32
 }
 
 // Limits of the engine.
@@ -94,6 +97,7 @@ type QP struct {
 	sigAll bool
 	typ    ibv.QPType
 	cap    ibv.QPCap
+	xrcd   uint32 // an XRC target's domain
 
 	state atomic.Uint32 // mirror of st for posters
 	// mirrors, if set, are words of memory shared with the QP's owner (a
@@ -160,7 +164,12 @@ func (q *QP) countSent(n int) {
 // the engine of its connection, a UD QP stays where it is.
 func (g *Group) CreateQP(init *QPConfig) (*QP, error) {
 	c := init.Cap
-	if init.Memory == nil || init.SendCQ == nil || init.RecvCQ == nil {
+	if init.Type.IsXRC() {
+		if err := checkXRCConfig(init); err != nil {
+			return nil, err
+		}
+		c.MaxSendWR = max(c.MaxSendWR, 1) // a target posts nothing; its ring stays empty
+	} else if init.Memory == nil || init.SendCQ == nil || init.RecvCQ == nil {
 		return nil, fmt.Errorf("create QP: memory, send and receive CQs are required: %w", ibv.ErrInvalidArgument)
 	}
 	tm, _ := init.SRQ.(TagMatchingSRQ)
@@ -175,13 +184,13 @@ func (g *Group) CreateQP(init *QPConfig) (*QP, error) {
 		c.MaxInlineData < 0 || c.MaxInlineData > ibv.MaxInline {
 		return nil, fmt.Errorf("create QP: capabilities %+v out of range: %w", c, ibv.ErrInvalidArgument)
 	}
-	if init.Type > ibv.QPTypeRawPacket {
+	if init.Type > ibv.QPTypeXRCRecv {
 		return nil, fmt.Errorf("create QP: type %v: %w", init.Type, ibv.ErrInvalidArgument)
 	}
 	if init.GSI && init.Type != ibv.QPTypeUD {
 		return nil, fmt.Errorf("create QP: the GSI QP is a UD QP: %w", ibv.ErrInvalidArgument)
 	}
-	if init.SRQ == nil && c.MaxRecvWR == 0 {
+	if init.SRQ == nil && c.MaxRecvWR == 0 && !init.Type.IsXRC() {
 		return nil, fmt.Errorf("create QP: no SRQ and no receive queue: %w", ibv.ErrInvalidArgument)
 	}
 	if c.MaxSendSGE == 0 {
@@ -196,6 +205,7 @@ func (g *Group) CreateQP(init *QPConfig) (*QP, error) {
 	if init.SRQ != nil {
 		q.srqRQ = init.SRQ.RecvQueue()
 	}
+	q.xrcd = init.XRCDomain
 	size := 1 << bits.Len(uint(c.MaxSendWR-1))
 	q.sq.init(size, c.MaxSendSGE, c.MaxInlineData)
 	if q.typ == ibv.QPTypeUD {
@@ -204,7 +214,10 @@ func (g *Group) CreateQP(init *QPConfig) (*QP, error) {
 	if _, ok := e.port.(RawPort); q.typ == ibv.QPTypeRawPacket && !ok {
 		return nil, fmt.Errorf("create QP: %w", ErrNoRawPort)
 	}
-	if init.SRQ == nil {
+	if q.typ == ibv.QPTypeXRCSend {
+		q.sq.atomics = make([]atomicOperands, size) // the remote SRQ numbers
+	}
+	if init.SRQ == nil && !q.typ.IsXRC() {
 		q.rq.Init(c.MaxRecvWR, c.MaxRecvSGE)
 		c.MaxRecvWR = q.rq.Cap()
 	}

@@ -59,7 +59,7 @@ func (r *requester) buildRequest(buf []byte, i uint32, w *sendWQE) (int, bool) {
 	switch {
 	case op.IsSend() || op.IsWrite():
 		var ok bool
-		if n, ok = r.buildSendWrite(buf, i, w, sendOpcode(w, psn)); !ok {
+		if n, ok = r.buildSendWrite(buf, i, w, sendOpcode(w, psn)+r.qp.opBase()); !ok {
 			return 0, false
 		}
 		last = psn == w.lastPSN
@@ -79,6 +79,9 @@ func (r *requester) buildRequest(buf []byte, i uint32, w *sendWQE) (int, bool) {
 		r.sinceAckReq++
 	}
 	r.qp.setRequestBTH(w, psn, last, ackReq)
+	if x := r.qp.e.tx.XRCETH; x != nil {
+		x.SetSRQN(r.qp.sq.atomics[i&r.qp.sq.mask].srqn)
+	}
 	return n, true
 }
 
@@ -136,7 +139,7 @@ func (r *requester) buildRead(buf []byte, w *sendWQE) int {
 	seg := uint32(r.window)
 	end := min((idx/seg+1)*seg, uint32(w.lastPSN.Diff(w.firstPSN))+1)
 	off := idx * q.mtu
-	n, _ := header.LayoutPacket(buf, header.OpRCReadRequest, 0, p)
+	n, _ := header.LayoutPacket(buf, header.OpRCReadRequest+q.opBase(), 0, p)
 	p.RETH.SetVA(w.remoteAddr + uint64(off))
 	p.RETH.SetRKey(w.rkey)
 	p.RETH.SetDMALength(min(w.length-off, (end-idx)*q.mtu))
@@ -153,7 +156,7 @@ func (r *requester) buildAtomic(buf []byte, i uint32, w *sendWQE) int {
 		opc = header.OpRCCompareSwap
 	}
 	a := &q.sq.atomics[i&q.sq.mask]
-	n, _ := header.LayoutPacket(buf, opc, 0, p)
+	n, _ := header.LayoutPacket(buf, opc+q.opBase(), 0, p)
 	p.AtomicETH.SetVA(w.remoteAddr)
 	p.AtomicETH.SetRKey(w.rkey)
 	if w.opcode == ibv.WRAtomicCmpAndSwp {
@@ -171,7 +174,7 @@ func (r *requester) buildAtomic(buf []byte, i uint32, w *sendWQE) int {
 func (r *requester) buildAtomicWrite(buf []byte, i uint32, w *sendWQE) int {
 	q := r.qp
 	p := &q.e.tx
-	n, _ := header.LayoutPacket(buf, header.OpRCAtomicWrite, 8, p)
+	n, _ := header.LayoutPacket(buf, header.OpRCAtomicWrite+q.opBase(), 8, p)
 	p.RETH.SetVA(w.remoteAddr)
 	p.RETH.SetRKey(w.rkey)
 	p.RETH.SetDMALength(8)
@@ -184,7 +187,7 @@ func (r *requester) buildAtomicWrite(buf []byte, i uint32, w *sendWQE) int {
 // (which a whole-region FLUSH sends too, as rxe does).
 func (r *requester) buildFlush(buf []byte, w *sendWQE) int {
 	p := &r.qp.e.tx
-	n, _ := header.LayoutPacket(buf, header.OpRCFlush, 0, p)
+	n, _ := header.LayoutPacket(buf, header.OpRCFlush+r.qp.opBase(), 0, p)
 	p.FETH.Set(w.flushSpec())
 	p.RETH.SetVA(w.remoteAddr)
 	p.RETH.SetRKey(w.rkey)

@@ -104,6 +104,15 @@ func (r *responder) onRequest(p *header.Packet, oi *header.OpcodeInfo) {
 		return
 	}
 	psn := p.BTH.PSN()
+	// An SRQ that is not the target's domain's is an invalid request
+	// (the XRC annex's XRC domain check): the initiator's WR completes
+	// with REM_INV_REQ_ERR and both QPs go to ERR, as for any NAK of the
+	// class. Checked first: a duplicate READ or atomic is answered from
+	// the memory of the SRQ it names.
+	if r.qp.typ == ibv.QPTypeXRCRecv && !r.bindXRCTarget(p) {
+		r.nakError(psn, header.NAKInvalidRequest, ibv.WCRemInvReqErr)
+		return
+	}
 	if !r.checkPSN(p, oi, psn) {
 		return
 	}
@@ -111,6 +120,7 @@ func (r *responder) onRequest(p *header.Packet, oi *header.OpcodeInfo) {
 		r.nakError(psn, header.NAKInvalidRequest, ibv.WCRemInvReqErr)
 		return
 	}
+
 	switch oi.Kind {
 	case header.KindSend:
 		r.executeSend(p, oi, psn)
@@ -380,7 +390,7 @@ func (r *responder) executeAtomic(p *header.Packet, psn header.PSN) {
 		return
 	}
 	r.qp.e.SettleWrites() // the atomic reads what earlier WRITEs wrote
-	orig := doAtomic(mr, va, p.BTH.Opcode() == header.OpRCCompareSwap, a.Compare(), a.SwapAdd())
+	orig := doAtomic(mr, va, p.BTH.Opcode()-r.qp.opBase() == header.OpRCCompareSwap, a.Compare(), a.SwapAdd())
 	*r.allocResource() = resource{used: true, atomic: true, firstPSN: psn, lastPSN: psn, rkey: a.RKey(), va: va, length: 8, orig: orig}
 	r.msn++
 	r.advance(psn, 1)

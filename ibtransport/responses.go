@@ -130,11 +130,11 @@ func (r *responder) buildResponse(buf []byte, j *respJob) (n int, done, ok bool)
 	p := &r.qp.e.tx
 	switch j.kind {
 	case jobAck:
-		n, _ = header.LayoutPacket(buf, header.OpRCAcknowledge, 0, p)
+		n, _ = header.LayoutPacket(buf, header.OpRCAcknowledge+r.qp.opBase(), 0, p)
 		p.AETH.SetSyndrome(j.syn)
 		p.AETH.SetMSN(j.msn)
 	case jobAtomic:
-		n, _ = header.LayoutPacket(buf, header.OpRCAtomicAcknowledge, 0, p)
+		n, _ = header.LayoutPacket(buf, header.OpRCAtomicAcknowledge+r.qp.opBase(), 0, p)
 		p.AETH.SetSyndrome(header.ACKSyndrome(header.UnlimitedCredits))
 		p.AETH.SetMSN(j.msn)
 		p.AtomicAckETH.SetOrigData(j.origData())
@@ -162,7 +162,7 @@ func (r *responder) buildReadResponse(buf []byte, j *respJob) (n int, done, ok b
 	case last:
 		op = header.OpRCReadResponseLast
 	}
-	n, _ = header.LayoutPacket(buf, op, int(payload), p)
+	n, _ = header.LayoutPacket(buf, op+q.opBase(), int(payload), p)
 	if p.AETH != nil {
 		p.AETH.SetSyndrome(header.ACKSyndrome(header.UnlimitedCredits))
 		p.AETH.SetMSN(j.msn)

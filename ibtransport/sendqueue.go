@@ -71,8 +71,11 @@ func needsResponse(op ibv.WROpcode) bool { return op.IsRead() || op.IsAtomic() }
 // keeps its window's length and rights there (bindOf), the rest of its
 // binding in the slot's remoteAddr, rkey and imm: a field more in the
 // send queue would cost every idle QP.
+// An XRC initiator's slots keep their remote SRQ number there too
+// (allocated with the QP).
 type atomicOperands struct {
 	compareAdd, swap uint64
+	srqn             uint32
 }
 
 // sendQueue is a QP's ring of send WQEs: posters fill it under mu and

@@ -6,7 +6,7 @@ import "github.com/softnic/softnic/ibtransport/ibv"
 // timers and local errors, then new requests. It reports whether the QP
 // has more to send right now.
 func (q *QP) service(now int64) bool {
-	if q.typ != ibv.QPTypeRC {
+	if !q.typ.Reliable() {
 		return q.serviceUnacked()
 	}
 	switch q.st {
@@ -101,7 +101,7 @@ func (q *QP) toError() {
 		q.resp.completeRecv(ibv.WCWRFlushErr, 0)
 	}
 	q.flush()
-	if q.srq != nil {
+	if q.srq != nil && q.typ != ibv.QPTypeXRCRecv {
 		q.e.emit(q, QPEventLastWQEReached)
 	}
 }

@@ -27,9 +27,6 @@ var ucTransitions = map[[2]ibv.QPState]transition{
 	{ibv.QPSSQE, ibv.QPSRTS}:    {0, ibv.QPAttrCurState | ibv.QPAttrAccessFlags},
 }
 
-// serviceOf is the QP type a connected transport's packets are for.
-var serviceOf = [...]ibv.QPType{header.TransportRC: ibv.QPTypeRC, header.TransportUC: ibv.QPTypeUC, header.TransportUD: ibv.QPTypeUD}
-
 // ucOpcodeBase added to an RC SEND or WRITE opcode makes its UC twin.
 const ucOpcodeBase = header.OpUCSendFirst - header.OpRCSendFirst
 

@@ -84,7 +84,9 @@ struct sn_verbs_mr {
  * ibv_dereg_mr then leaves its (NULL) range's fork state alone. */
 #define SN_MR_TYPE_IMPORTED 2
 
-/* verbs_qp's comp_mask: the QP's ibv_qp_ex is valid (VERBS_QP_EX). */
+/* verbs_qp's comp_mask: the QP has an XRCD (VERBS_QP_XRCD); its
+ * ibv_qp_ex is valid (VERBS_QP_EX). */
+#define SN_VERBS_QP_XRCD (1u << 0)
 #define SN_VERBS_QP_EX (1u << 1)
 
 /* A QP as libibverbs lays it out (struct verbs_qp). */
@@ -131,7 +133,7 @@ struct sn_context_ops {
 	sn_unused_op attach_counters_point_flow;
 	int (*attach_mcast)(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid);
 	int (*bind_mw)(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind *mw_bind);
-	sn_unused_op close_xrcd;
+	int (*close_xrcd)(struct ibv_xrcd *xrcd);
 	void (*cq_event)(struct ibv_cq *cq);
 	struct ibv_ah *(*create_ah)(struct ibv_pd *pd, struct ibv_ah_attr *attr);
 	sn_unused_op create_counters;
@@ -163,7 +165,7 @@ struct sn_context_ops {
 	int (*detach_mcast)(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid);
 	void (*free_context)(struct ibv_context *context);
 	int (*free_dm)(struct ibv_dm *dm);
-	sn_unused_op get_srq_num;
+	int (*get_srq_num)(struct ibv_srq *srq, uint32_t *srq_num);
 	struct ibv_dm *(*import_dm)(struct ibv_context *context, uint32_t dm_handle);
 	struct ibv_mr *(*import_mr)(struct ibv_pd *pd, uint32_t mr_handle);
 	struct ibv_pd *(*import_pd)(struct ibv_context *context, uint32_t pd_handle);
@@ -172,7 +174,8 @@ struct sn_context_ops {
 	sn_unused_op modify_qp_rate_limit;
 	int (*modify_srq)(struct ibv_srq *srq, struct ibv_srq_attr *attr, int attr_mask);
 	int (*modify_wq)(struct ibv_wq *wq, struct ibv_wq_attr *wq_attr);
-	sn_unused_op open_qp, open_xrcd;
+	struct ibv_qp *(*open_qp)(struct ibv_context *context, struct ibv_qp_open_attr *attr);
+	struct ibv_xrcd *(*open_xrcd)(struct ibv_context *context, struct ibv_xrcd_init_attr *attr);
 	int (*poll_cq)(struct ibv_cq *cq, int num_entries, struct ibv_wc *wc);
 	int (*post_recv)(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr);
 	int (*post_send)(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad_wr);

@@ -39,6 +39,15 @@ static struct ibv_qp *cm_create_qp(struct ibv_pd *pd, uint32_t id, struct ibv_qp
 	return sn_create_qp_wr(pd, attr, id, send_ops);
 }
 
+static struct ibv_qp *cm_create_xrc_qp(struct ibv_xrcd *xrcd, uint32_t id, void *qp_context)
+{
+	if (!xrcd || !id || !sn_is_softnic(xrcd->context)) {
+		errno = EINVAL;
+		return NULL;
+	}
+	return sn_xrc_recv_qp(xrcd->context, SN_OP_CM_CREATE_QP, id, xrcd, qp_context);
+}
+
 static void cm_qp_attr(struct ibv_qp *ibqp, const struct ibv_qp_attr *attr, int mask)
 {
 	if (ibqp && attr && sn_is_softnic(ibqp->context))
@@ -50,6 +59,7 @@ static const struct softnic_rdmacm_ops ops = {
 	.cm_call = cm_call,
 	.cm_create_qp = cm_create_qp,
 	.cm_qp_attr = cm_qp_attr,
+	.cm_create_xrc_qp = cm_create_xrc_qp,
 };
 
 __attribute__((visibility("default"))) const struct softnic_rdmacm_ops *softnic_rdmacm_ops(void)

@@ -79,6 +79,8 @@ static int encode_send(struct sn_qp *qp, uint8_t *e, const struct ibv_send_wr *w
 		h.remote_addr = wr->wr.rdma.remote_addr;
 		h.rkey = wr->wr.rdma.rkey;
 	}
+	if (qp->vqp.qp.qp_type == IBV_QPT_XRC_SEND)
+		h.remote_srqn = wr->qp_type.xrc.remote_srqn;
 	if (qp->vqp.qp.qp_type == IBV_QPT_UD) {
 		if (!wr->wr.ud.ah)
 			return EINVAL;
@@ -99,7 +101,8 @@ int sn_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_send_wr
 		*bad = wr;
 		return EIO;
 	}
-	if (sn_send_refused(qp)) {
+	/* An XRC receive QP has no send queue: its ring takes no posts. */
+	if (sn_send_refused(qp) || ibqp->qp_type == IBV_QPT_XRC_RECV) {
 		*bad = wr;
 		return EINVAL;
 	}

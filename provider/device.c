@@ -92,6 +92,7 @@ static const struct sn_context_ops sn_ops = {
 	.alloc_pd = sn_alloc_pd,
 	.alloc_td = sn_alloc_td,
 	.bind_mw = sn_bind_mw,
+	.close_xrcd = sn_close_xrcd,
 	.async_event = sn_async_event,
 	.attach_mcast = sn_attach_mcast,
 	.cq_event = sn_cq_event,
@@ -124,9 +125,12 @@ static const struct sn_context_ops sn_ops = {
 	.import_dm = sn_import_dm,
 	.import_mr = sn_import_mr,
 	.import_pd = sn_import_pd,
+	.get_srq_num = sn_get_srq_num,
 	.modify_qp = sn_modify_qp,
 	.modify_wq = sn_modify_wq,
 	.modify_srq = sn_modify_srq,
+	.open_qp = sn_open_qp,
+	.open_xrcd = sn_open_xrcd,
 	.poll_cq = sn_poll_cq,
 	.post_recv = sn_post_recv,
 	.post_send = sn_post_send,
@@ -227,7 +231,7 @@ static int sn_query_device_ex(struct ibv_context *context, const struct ibv_quer
 	/* Memory windows of type 1 and 2B (a type 2 window is bound to a QP), as
 	 * ConnectX's and rxe's. */
 	a->device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_CHANGE_PHY_PORT | IBV_DEVICE_MEM_WINDOW |
-			      IBV_DEVICE_MEM_WINDOW_TYPE_2B;
+			      IBV_DEVICE_MEM_WINDOW_TYPE_2B | IBV_DEVICE_XRC;
 	a->max_sge = a->max_sge_rd = a->max_srq_sge = l->max_sge;
 	a->max_cqe = l->max_cqe;
 	a->max_qp_rd_atom = a->max_qp_init_rd_atom = l->max_rd_atomic;
@@ -250,6 +254,9 @@ static int sn_query_device_ex(struct ibv_context *context, const struct ibv_quer
 	}
 	if (attr_size >= offsetof(struct ibv_device_attr_ex, tm_caps) + sizeof(attr->tm_caps))
 		sn_tm_caps(&attr->tm_caps);
+	/* XRC's on-demand paging: what RC's does, and receives into SRQs. */
+	if (attr_size >= offsetof(struct ibv_device_attr_ex, xrc_odp_caps) + sizeof(attr->xrc_odp_caps))
+		attr->xrc_odp_caps = SN_ODP_RC | IBV_ODP_SUPPORT_SRQ_RECV;
 	if (attr_size >= offsetof(struct ibv_device_attr_ex, max_dm_size) + sizeof(attr->max_dm_size))
 		attr->max_dm_size = SN_MAX_DM_SIZE; /* dm.c: the daemon's memory, every session's */
 	/* The engines execute ATOMIC_WRITE, and FLUSH to global visibility;

@@ -442,9 +442,19 @@ static uint64_t send_ops(enum ibv_qp_type type)
 		return SN_UD_SEND_OPS;
 	case IBV_QPT_RAW_PACKET:
 		return IBV_QP_EX_WITH_SEND; /* whole frames */
+	case IBV_QPT_XRC_SEND: /* RC's but IBTA 1.5's, which XRC does not carry */
+		return SN_RC_SEND_OPS & ~(uint64_t)IBV_QP_EX_WITH_ATOMIC_WRITE;
 	default:
 		return 0;
 	}
+}
+
+/* wr_set_xrc_srqn names the remote SRQ of an XRC send QP's work request. */
+static void wr_set_xrc_srqn(struct ibv_qp_ex *x, uint32_t remote_srqn)
+{
+	struct sn_qp *qp = building(x);
+	if (qp)
+		qp->wr_cur.remote_srqn = remote_srqn;
 }
 
 /* set_wr_ops gives the QP the ibv_wr_* operations of ops (which its type
@@ -463,6 +473,8 @@ static void set_wr_ops(struct ibv_qp *ibqp, uint64_t ops)
 	x->wr_set_inline_data_list = wr_set_inline_data_list;
 	if (ibqp->qp_type == IBV_QPT_UD)
 		x->wr_set_ud_addr = wr_set_ud_addr;
+	if (ibqp->qp_type == IBV_QPT_XRC_SEND)
+		x->wr_set_xrc_srqn = wr_set_xrc_srqn;
 #define OP(flag, fn)        \
 	if (ops & (flag))   \
 	x->fn = fn
@@ -497,12 +509,15 @@ struct ibv_qp *sn_create_qp_wr(struct ibv_pd *pd, struct ibv_qp_init_attr *attr,
 }
 
 /* sn_create_qp_ex makes a QP as ibv_create_qp does, with the ibv_wr_*
- * operations its send_ops_flags ask for. XRC, RSS, TSO, creation flags and
- * opcodes the QP type has no use for are not softnic's (EOPNOTSUPP). */
+ * operations its send_ops_flags ask for; XRC receive QPs (xrc.c) and RSS
+ * QPs (rss.c) are made apart. TSO, creation flags and opcodes the QP type
+ * has no use for are not softnic's (EOPNOTSUPP). */
 struct ibv_qp *sn_create_qp_ex(struct ibv_context *context, struct ibv_qp_init_attr_ex *attr)
 {
 	const uint32_t known = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS | IBV_QP_INIT_ATTR_CREATE_FLAGS;
 	const uint32_t rss = IBV_QP_INIT_ATTR_RX_HASH | IBV_QP_INIT_ATTR_IND_TABLE;
+	if (attr->qp_type == IBV_QPT_XRC_RECV)
+		return sn_create_xrc_recv_qp(context, attr);
 	if (!(attr->comp_mask & IBV_QP_INIT_ATTR_PD) || !attr->pd || attr->pd->context != context) {
 		errno = EINVAL;
 		return NULL;

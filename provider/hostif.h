@@ -20,7 +20,7 @@
 #error "the host interface is little-endian; this provider stores its fields natively"
 #endif
 
-#define SN_VERSION 5
+#define SN_VERSION 6
 #define SN_HEADER_LEN 16
 #define SN_MAX_MESSAGE 4096
 
@@ -95,6 +95,14 @@ enum sn_op {
 	SN_OP_CREATE_FLOW = 70, /* sn_create_flow_req -> sn_handle */
 	SN_OP_DESTROY_FLOW = 71, /* u32 handle -> empty */
 	SN_OP_CREATE_RSS_QP = 72, /* sn_create_rss_qp_req -> sn_create_qp_reply; fd: the rings */
+	/* XRC (ibv_open_xrcd, IBV_SRQT_XRC, IBV_QPT_XRC_RECV, ibv_open_qp). XRC
+	 * send QPs are create_qp's (type SN_QPT_XRC_SEND, no receive CQ or
+	 * queue); their send entries name the remote SRQ in reserved2. */
+	SN_OP_OPEN_XRCD = 60, /* sn_open_xrcd_req -> sn_handle; fd: the file, if has_fd */
+	SN_OP_CLOSE_XRCD = 61, /* u32 handle -> empty; EBUSY while its SRQs or QPs remain */
+	SN_OP_CREATE_XRC_SRQ = 62, /* sn_create_xrc_srq_req -> sn_create_xrc_srq_reply; fd: the ring */
+	SN_OP_CREATE_XRC_QP = 63, /* sn_xrc_qp_req (qpn 0) -> sn_create_qp_reply; fd: the ring */
+	SN_OP_OPEN_QP = 64, /* sn_xrc_qp_req -> sn_create_qp_reply; fd: the ring */
 };
 _Static_assert(SN_OP_CM_CREATE_CHANNEL == 20 && SN_OP_CM_DETACH_QP == 34 && SN_OP_CM_SET_OPTION == 38 &&
 		       SN_OP_CM_MIGRATE_ID == 39 && SN_OP_CM_ESTABLISH == 41 && SN_OP_QUERY_CM_IDS == 42 &&
@@ -255,8 +263,9 @@ struct sn_resize_cq_reply {
 	uint32_t depth;
 } __attribute__((packed));
 
-/* QP types of create_qp: RC 0, UC 1, UD 2 (not libibverbs' numbers). */
-enum { SN_QPT_RC, SN_QPT_UC, SN_QPT_UD, SN_QPT_RAW_PACKET };
+/* QP types of create_qp: RC 0, UC 1, UD 2, raw packet 3, XRC send 4, XRC
+ * receive 5 (made by create_xrc_qp); not libibverbs' numbers. */
+enum { SN_QPT_RC, SN_QPT_UC, SN_QPT_UD, SN_QPT_RAW_PACKET, SN_QPT_XRC_SEND, SN_QPT_XRC_RECV };
 
 struct sn_create_qp_req {
 	uint32_t pd, type, send_cq, recv_cq, srq;
@@ -332,6 +341,38 @@ struct sn_srq_op_req {
 	uint64_t wr_id, recv_wr_id, tag, mask;
 	uint64_t sge_addr;
 	uint32_t sge_length, sge_lkey;
+} __attribute__((packed));
+
+/*
+ * open_xrcd: ibv_xrcd_init_attr's oflags (O_CREAT, O_EXCL; open(2)'s
+ * values). With has_fd, the file's descriptor comes with the request and
+ * XRCDs opened on the same file (device and inode) are one domain, in
+ * every session of the daemon; without it the domain is private.
+ */
+struct sn_open_xrcd_req {
+	uint32_t oflags, has_fd;
+} __attribute__((packed));
+
+/* create_xrc_srq: an SRQ of the XRCD, its completions in cq; keys of RDMA
+ * on the XRC receive QPs are checked against srq.pd. */
+struct sn_create_xrc_srq_req {
+	struct sn_create_srq_req srq;
+	uint32_t xrcd, cq;
+} __attribute__((packed));
+
+struct sn_create_xrc_srq_reply {
+	uint32_t handle, depth, stride, srq_num;
+} __attribute__((packed));
+
+/*
+ * create_xrc_qp and open_qp: an XRC receive QP of the XRCD, a new one
+ * (qpn 0) or the domain's QP qpn that some session made. The reply's ring
+ * is a send queue of one entry that takes no posts: its header's state
+ * word shows the QP's state as last modified through this handle.
+ */
+struct sn_xrc_qp_req {
+	uint32_t xrcd, qpn;
+	uint64_t user_handle;
 } __attribute__((packed));
 
 /* The connection manager's bodies. Addresses are IPv6, IPv4 ones mapped
@@ -456,6 +497,10 @@ _Static_assert(sizeof(struct sn_cm_conn_param) == 240, "CM connection parameters
 _Static_assert(sizeof(struct sn_share_memory_req) == 16, "share_memory request");
 _Static_assert(sizeof(struct sn_cm_event) == 304, "CM event");
 _Static_assert(sizeof(struct sn_resize_cq_req) == 8, "resize_cq request");
+_Static_assert(sizeof(struct sn_open_xrcd_req) == 8, "open_xrcd request");
+_Static_assert(sizeof(struct sn_create_xrc_srq_req) == 32, "create_xrc_srq request");
+_Static_assert(sizeof(struct sn_create_xrc_srq_reply) == 16, "create_xrc_srq reply");
+_Static_assert(sizeof(struct sn_xrc_qp_req) == 16, "XRC QP request");
 
 /* Shared memory: every ring is a 4096-byte header and its entries. */
 #define SN_RING_HEADER 4096
@@ -497,7 +542,8 @@ struct sn_send_entry {
 	 * memory. FLUSH: compare_add the length, swap's first two bytes the
 	 * placement type and the selectivity level. */
 	uint64_t compare_add, swap;
-	uint32_t ah, remote_qpn, remote_qkey, reserved2;
+	uint32_t ah, remote_qpn, remote_qkey;
+	uint32_t remote_srqn; /* XRC send QPs: ibv_send_wr.qp_type.xrc.remote_srqn */
 } __attribute__((packed));
 
 struct sn_sge {

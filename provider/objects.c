@@ -387,29 +387,41 @@ struct ibv_srq *sn_create_srq(struct ibv_pd *ibpd, struct ibv_srq_init_attr *att
 /* sn_srq_created maps the ring of an SRQ the daemon made (reply r, its
  * descriptor fd of n) and answers attr; on failure it destroys the SRQ and
  * frees srq. */
-struct ibv_srq *sn_srq_created(struct ibv_context *context, struct sn_srq *srq, const struct sn_create_srq_reply *rp,
+struct ibv_srq *sn_srq_created(struct ibv_context *context, struct sn_srq *srq, const struct sn_create_srq_reply *r,
 			       int n, int fd, struct ibv_srq_attr *attr)
 {
-	struct sn_create_srq_reply r = *rp;
-	srq->size = SN_RING_HEADER + (size_t)r.depth * r.stride;
-	if (r.depth == 0 || (r.depth & (r.depth - 1)) || r.stride < 32 || r.depth > (1u << 16) || r.stride > 4096) {
-		close(fd);
+	if (sn_srq_map(context, srq, n, fd, r->handle, r->depth, r->stride)) {
+		free(srq);
+		return NULL;
+	}
+	srq->limit = attr->srq_limit;
+	attr->max_wr = r->depth;
+	attr->max_sge = srq->max_sge;
+	return &srq->ibv;
+}
+
+/* sn_srq_map maps the ring of the SRQ handle that a create_srq,
+ * create_tm_srq or create_xrc_srq reply passed (n descriptors, fd the
+ * first); 0, or -1 with errno after destroying the daemon's SRQ. */
+int sn_srq_map(struct ibv_context *context, struct sn_srq *srq, int n, int fd, uint32_t handle, uint32_t depth,
+	       uint32_t stride)
+{
+	srq->size = SN_RING_HEADER + (size_t)depth * stride;
+	if (depth == 0 || (depth & (depth - 1)) || stride < 32 || depth > (1u << 16) || stride > 4096) {
+		if (n > 0)
+			close(fd);
 		errno = EPROTO;
-	} else if ((srq->mem = map_one(n, fd, srq->size)) != NULL && sn_wq_init(&srq->wq, srq->mem, r.depth, r.stride) == 0) {
-		srq->handle = r.handle;
-		srq->max_sge = (r.stride - sizeof(struct sn_recv_entry)) / sizeof(struct sn_sge);
-		srq->limit = attr->srq_limit;
-		attr->max_wr = r.depth;
-		attr->max_sge = srq->max_sge;
-		return &srq->ibv;
+	} else if ((srq->mem = map_one(n, fd, srq->size)) != NULL && sn_wq_init(&srq->wq, srq->mem, depth, stride) == 0) {
+		srq->handle = handle;
+		srq->max_sge = (stride - sizeof(struct sn_recv_entry)) / sizeof(struct sn_sge);
+		return 0;
 	}
 	int e = errno;
 	if (srq->mem)
 		munmap(srq->mem, srq->size);
-	destroy_handle(context, SN_OP_DESTROY_SRQ, r.handle);
-	free(srq);
+	destroy_handle(context, SN_OP_DESTROY_SRQ, handle);
 	errno = e;
-	return NULL;
+	return -1;
 }
 
 int sn_modify_srq(struct ibv_srq *ibsrq, struct ibv_srq_attr *attr, int mask)

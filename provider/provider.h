@@ -153,12 +153,24 @@ struct sn_qp {
 
 struct sn_srq {
 	struct ibv_srq ibv;
+	/* struct verbs_srq's fields after its ibv_srq: an XRC SRQ's. */
+	enum ibv_srq_type srq_type;
+	void *xrcd;
+	struct ibv_cq *cq;
+	uint32_t srq_num;
 	uint32_t handle;
 	uint8_t *mem;
 	size_t size;
 	struct sn_wq wq;
 	uint32_t max_sge, limit;
 	int tm; /* a tag matching SRQ (tm.c), made by create_srq_ex */
+};
+
+/* An XRC domain (struct verbs_xrcd's layout). */
+struct sn_xrcd {
+	struct ibv_xrcd ibv;
+	uint32_t comp_mask;
+	uint32_t handle;
 };
 
 /* sn_pd_handle is the daemon's handle of pd. */
@@ -265,6 +277,18 @@ int sn_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc);
 int sn_cq_empty(struct sn_cq *cq);
 int sn_req_notify_cq(struct ibv_cq *cq, int solicited_only);
 int sn_wq_init(struct sn_wq *wq, uint8_t *ring, uint32_t depth, uint32_t stride);
+int sn_srq_map(struct ibv_context *context, struct sn_srq *srq, int n, int fd, uint32_t handle, uint32_t depth,
+	       uint32_t stride);
+
+/* xrc.c: XRC domains, SRQs and receive QPs */
+struct ibv_xrcd *sn_open_xrcd(struct ibv_context *context, struct ibv_xrcd_init_attr *attr);
+int sn_close_xrcd(struct ibv_xrcd *xrcd);
+struct ibv_srq *sn_create_xrc_srq(struct ibv_context *context, struct ibv_srq_init_attr_ex *attr);
+int sn_get_srq_num(struct ibv_srq *srq, uint32_t *srq_num);
+struct ibv_qp *sn_open_qp(struct ibv_context *context, struct ibv_qp_open_attr *attr);
+struct ibv_qp *sn_create_xrc_recv_qp(struct ibv_context *context, struct ibv_qp_init_attr_ex *attr);
+struct ibv_qp *sn_xrc_recv_qp(struct ibv_context *context, enum sn_op op, uint32_t qpn, struct ibv_xrcd *xrcd,
+			      void *qp_context);
 
 /* extended.c: ibv_create_cq_ex's polling, ibv_create_qp_ex's ibv_wr_* */
 struct ibv_cq_ex *sn_create_cq_ex(struct ibv_context *context, struct ibv_cq_init_attr_ex *attr);

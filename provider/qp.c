@@ -37,6 +37,8 @@ static int qp_type(enum ibv_qp_type t)
 		return SN_QPT_UD;
 	case IBV_QPT_RAW_PACKET:
 		return SN_QPT_RAW_PACKET;
+	case IBV_QPT_XRC_SEND:
+		return SN_QPT_XRC_SEND;
 	default:
 		return -1;
 	}
@@ -46,7 +48,7 @@ static int qp_type(enum ibv_qp_type t)
  * softnic does not offer (the kernel's EOPNOTSUPP), not a wrong value. */
 static int unsupported_type(enum ibv_qp_type t)
 {
-	return t == IBV_QPT_XRC_SEND || t == IBV_QPT_XRC_RECV || t == IBV_QPT_DRIVER;
+	return t == IBV_QPT_DRIVER;
 }
 
 static int ring_ok(uint32_t depth, uint32_t stride)
@@ -118,9 +120,21 @@ static struct ibv_qp *finish_qp(struct sn_qp *qp, struct ibv_pd *pd, struct ibv_
 struct ibv_qp *sn_create_qp_for(struct ibv_pd *pd, struct ibv_qp_init_attr *attr, uint32_t cm_id)
 {
 	int type = qp_type(attr->qp_type);
-	if (type < 0 || !attr->send_cq || !attr->recv_cq) {
+	/* An XRC send QP has a send queue only (ibv_create_qp_ex). */
+	int xrc = type == SN_QPT_XRC_SEND;
+	if (type < 0 || !attr->send_cq || (!attr->recv_cq && !xrc)) {
 		errno = type < 0 && unsupported_type(attr->qp_type) ? EOPNOTSUPP : EINVAL;
 		return NULL;
+	}
+	/* As the kernel, an XRC send QP ignores a receive CQ and SRQ given. */
+	struct ibv_qp_init_attr xa;
+	struct ibv_qp_cap *orig_cap = &attr->cap;
+	if (xrc) {
+		xa = *attr;
+		xa.recv_cq = NULL;
+		xa.srq = NULL;
+		xa.cap.max_recv_wr = xa.cap.max_recv_sge = 0;
+		attr = &xa;
 	}
 	struct sn_qp *qp = calloc(1, sizeof(*qp));
 	if (!qp)
@@ -131,15 +145,23 @@ struct ibv_qp *sn_create_qp_for(struct ibv_pd *pd, struct ibv_qp_init_attr *attr
 	struct sn_create_qp_req req = {
 		.pd = sn_container_of(pd, struct sn_pd, ibv)->handle, .type = type,
 		.send_cq = sn_container_of(attr->send_cq, struct sn_cq, ibv)->handle,
-		.recv_cq = sn_container_of(attr->recv_cq, struct sn_cq, ibv)->handle,
+		.recv_cq = attr->recv_cq ? sn_container_of(attr->recv_cq, struct sn_cq, ibv)->handle : 0,
 		.srq = attr->srq ? sn_container_of(attr->srq, struct sn_srq, ibv)->handle : 0,
 		.max_send_wr = cap->max_send_wr ? cap->max_send_wr : 1,
-		.max_recv_wr = attr->srq ? 0 : (cap->max_recv_wr ? cap->max_recv_wr : 1),
+		.max_recv_wr = attr->srq || xrc ? 0 : (cap->max_recv_wr ? cap->max_recv_wr : 1),
 		.max_send_sge = cap->max_send_sge, .max_recv_sge = cap->max_recv_sge,
 		.max_inline = cap->max_inline_data, .user_handle = (uintptr_t)&qp->vqp.qp};
 	struct sn_create_qp_reply r;
 	int fd = -1, n = call_create_qp(pd, &req, cm_id, &r, &fd);
-	return finish_qp(qp, pd, attr, &r, n, fd, cm_id);
+	struct ibv_qp *ibqp = finish_qp(qp, pd, attr, &r, n, fd, cm_id);
+	if (ibqp && attr == &xa) {
+		/* the caller's capabilities, as the daemon gave them */
+		orig_cap->max_send_wr = cap->max_send_wr;
+		orig_cap->max_send_sge = cap->max_send_sge;
+		orig_cap->max_inline_data = cap->max_inline_data;
+		orig_cap->max_recv_wr = orig_cap->max_recv_sge = 0;
+	}
+	return ibqp;
 }
 
 /* sn_create_qp_req makes the QP that command op, with body req of len
@@ -440,4 +462,56 @@ int sn_destroy_qp(struct ibv_qp *ibqp)
 		pthread_spin_destroy(&qp->rq.lock);
 	free(qp);
 	return 0;
+}
+
+/* sn_xrc_recv_qp makes a handle of an XRC receive QP of xrcd with op:
+ * create_xrc_qp (qpn 0), open_qp, or cm_create_qp for the CM ID qpn
+ * names then (type XRC receive, the XRCD in the PD's place). Its ring, a
+ * send queue of one entry, takes no posts; its header shows the state. */
+struct ibv_qp *sn_xrc_recv_qp(struct ibv_context *context, enum sn_op op, uint32_t qpn, struct ibv_xrcd *xrcd,
+			      void *qp_context)
+{
+	struct sn_qp *qp = calloc(1, sizeof(*qp));
+	if (!qp)
+		return NULL;
+	struct sn_xrc_qp_req req = {.xrcd = sn_container_of(xrcd, struct sn_xrcd, ibv)->handle,
+				    .qpn = op == SN_OP_CM_CREATE_QP ? 0 : qpn, .user_handle = (uintptr_t)&qp->vqp.qp};
+	struct sn_create_qp_reply r;
+	int fd = -1, n;
+	if (op == SN_OP_CM_CREATE_QP) {
+		struct sn_cm_create_qp_req cm = {.id = qpn,
+						 .qp = {.pd = req.xrcd, .type = SN_QPT_XRC_RECV, .user_handle = req.user_handle}};
+		n = sn_call(to_ctx(context), op, &cm, sizeof(cm), &r, sizeof(r), &fd, 1);
+	} else {
+		n = sn_call(to_ctx(context), op, &req, sizeof(req), &r, sizeof(r), &fd, 1);
+	}
+	if (n < 0) {
+		free(qp);
+		return NULL;
+	}
+	int err = map_qp(qp, &r, n, fd);
+	if (err || qp->has_rq) {
+		if (!err)
+			munmap(qp->mem, qp->size);
+		struct sn_handle d = {r.handle};
+		sn_call(to_ctx(context), SN_OP_DESTROY_QP, &d, sizeof(d), NULL, 0, NULL, 0);
+		free(qp);
+		errno = err ? err : EPROTO;
+		return NULL;
+	}
+	qp->handle = r.handle;
+	if (op == SN_OP_CM_CREATE_QP)
+		qp->cm_id = qpn;
+	pthread_mutex_init(&qp->attr_lock, NULL);
+	struct ibv_qp *q = &qp->vqp.qp;
+	q->context = context;
+	q->qp_context = qp_context;
+	q->qp_num = r.qpn;
+	q->state = IBV_QPS_RESET;
+	q->qp_type = IBV_QPT_XRC_RECV;
+	pthread_mutex_init(&q->mutex, NULL);
+	pthread_cond_init(&q->cond, NULL);
+	qp->vqp.comp_mask |= SN_VERBS_QP_XRCD;
+	qp->vqp.xrcd = xrcd;
+	return q;
 }

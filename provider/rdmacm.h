@@ -31,6 +31,9 @@ struct cm_lib {
 	 * take; pd_users counts the IDs, and the last one deallocates it. */
 	struct ibv_pd *pd;
 	int pd_users;
+	/* The device's XRC domain (private), which XRC IDs' receive QPs and
+	 * SRQs take as rdma-core's ucma_get_xrcd gives it; closed with pd. */
+	struct ibv_xrcd *xrcd;
 	pthread_mutex_t lock; /* the ID list, pd and pd_users */
 	struct cm_id *ids;
 };

@@ -261,8 +261,12 @@ void cm_unlist(struct cm_id *id)
 static void put_pd(void)
 {
 	pthread_mutex_lock(&cm_lib.lock);
-	if (cm_lib.pd_users > 0 && --cm_lib.pd_users == 0 && cm_lib.pd && ibv_dealloc_pd(cm_lib.pd) == 0)
-		cm_lib.pd = NULL;
+	if (cm_lib.pd_users > 0 && --cm_lib.pd_users == 0) {
+		if (cm_lib.xrcd && ibv_close_xrcd(cm_lib.xrcd) == 0)
+			cm_lib.xrcd = NULL;
+		if (cm_lib.pd && ibv_dealloc_pd(cm_lib.pd) == 0)
+			cm_lib.pd = NULL;
+	}
 	pthread_mutex_unlock(&cm_lib.lock);
 }
 

@@ -62,6 +62,8 @@ static int try_record(struct cm_channel *c, struct sn_cm_event *rec, int credit)
 static struct cm_id *conn_request(const struct sn_cm_event *rec, struct cm_id *listen)
 {
 	struct cm_id *id = cm_new_id(listen->events, rec->id, listen->id.context, listen->id.ps);
+	if (id)
+		id->id.qp_type = listen->id.qp_type; /* an XRC listener's are XRC receive IDs */
 	if (!id)
 		return NULL;
 	id->sync = listen->sync;

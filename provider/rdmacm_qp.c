@@ -4,10 +4,26 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "rdmacm.h"
+
+/* default_xrcd is the library's XRC domain, for XRC IDs' receive QPs and
+ * SRQs (rdma-core's ucma_get_xrcd: a private one, fd -1). */
+static struct ibv_xrcd *default_xrcd(void)
+{
+	pthread_mutex_lock(&cm_lib.lock);
+	if (!cm_lib.xrcd) {
+		struct ibv_xrcd_init_attr a = {.comp_mask = IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS,
+					       .fd = -1, .oflags = O_CREAT};
+		cm_lib.xrcd = ibv_open_xrcd(cm_lib.verbs, &a);
+	}
+	struct ibv_xrcd *x = cm_lib.xrcd;
+	pthread_mutex_unlock(&cm_lib.lock);
+	return x;
+}
 
 /* default_pd is the library's PD, for QPs made without one. */
 static struct ibv_pd *default_pd(void)
@@ -48,6 +64,51 @@ static struct ibv_cq *make_cq(struct rdma_cm_id *id, struct ibv_comp_channel **c
 	return cq;
 }
 
+/*
+ * cm_create_xrc makes an XRC ID's QP, as rdma-core's rdma_create_qp_ex:
+ * a send QP on pd with a send CQ (made if not given), or a receive QP in
+ * the library's XRC domain, with a receive CQ made for the SRQ that
+ * rdma_create_srq gives the ID (whose completions it takes).
+ */
+static int cm_create_xrc(struct cm_id *c, struct ibv_pd *pd, struct ibv_qp_init_attr *attr, const uint64_t *send_ops)
+{
+	struct rdma_cm_id *id = &c->id;
+	int send = attr->qp_type == IBV_QPT_XRC_SEND;
+	struct ibv_cq **cq = send ? &id->send_cq : &id->recv_cq;
+	struct ibv_cq *given = send ? attr->send_cq : attr->recv_cq;
+	if (!given && !*cq) {
+		struct ibv_comp_channel **ch = send ? &id->send_cq_channel : &id->recv_cq_channel;
+		if (!(*cq = make_cq(id, ch, send ? attr->cap.max_send_wr : attr->cap.max_recv_wr)))
+			return cm_fail(errno);
+		c->own_cqs = 1;
+	}
+	struct ibv_qp *qp;
+	if (send) {
+		struct ibv_qp_init_attr a = *attr;
+		a.send_cq = given ? given : *cq;
+		a.recv_cq = NULL;
+		a.srq = NULL;
+		qp = cm_lib.ops->cm_create_qp(pd, c->handle, &a, send_ops);
+		if (qp)
+			attr->cap = a.cap;
+	} else {
+		struct ibv_xrcd *x = default_xrcd();
+		qp = x ? cm_lib.ops->cm_create_xrc_qp(x, c->handle, attr->qp_context) : NULL;
+		if (qp)
+			qp->recv_cq = given ? given : *cq; /* the SRQ's, as rdma-core's */
+	}
+	if (!qp) {
+		int err = errno;
+		if (c->own_cqs)
+			destroy_cqs(id);
+		c->own_cqs = 0;
+		return cm_fail(err);
+	}
+	id->qp = qp;
+	id->pd = pd;
+	return 0;
+}
+
 /* cm_create_qp makes id's QP on the daemon's side and the provider's,
  * with the ibv_wr_* operations of *send_ops if that is not NULL. */
 int cm_create_qp(struct cm_id *c, struct ibv_pd *pd, struct ibv_qp_init_attr *attr, const uint64_t *send_ops)
@@ -58,6 +119,8 @@ int cm_create_qp(struct cm_id *c, struct ibv_pd *pd, struct ibv_qp_init_attr *at
 	if (!pd && !(pd = default_pd()))
 		return -1;
 	struct ibv_qp_init_attr a = *attr;
+	if (a.qp_type == IBV_QPT_XRC_RECV || a.qp_type == IBV_QPT_XRC_SEND)
+		return cm_create_xrc(c, pd, attr, send_ops);
 	if (!a.srq)
 		a.srq = id->srq; /* rdma_create_srq's, as librdmacm gives it */
 	if (!a.send_cq || !a.recv_cq) {
@@ -118,13 +181,44 @@ CM_EXPORT int rdma_create_qp_ex(struct rdma_cm_id *id, struct ibv_qp_init_attr_e
 	return ret;
 }
 
+/* cm_create_xrc_srq is rdma_create_srq_ex's for an XRC SRQ. */
+static int cm_create_xrc_srq(struct cm_id *c, struct ibv_srq_init_attr_ex *attr)
+{
+	struct rdma_cm_id *id = &c->id;
+	if (!(attr->comp_mask & IBV_SRQ_INIT_ATTR_PD) || !attr->pd)
+		attr->pd = id->pd;
+	if (!attr->pd || attr->pd->context != id->verbs)
+		return cm_fail(EINVAL);
+	if (!(attr->comp_mask & IBV_SRQ_INIT_ATTR_XRCD) || !attr->xrcd)
+		attr->xrcd = default_xrcd();
+	if (!attr->xrcd)
+		return cm_fail(errno);
+	if (!(attr->comp_mask & IBV_SRQ_INIT_ATTR_CQ) || !attr->cq) {
+		if (!id->recv_cq) {
+			if (!(id->recv_cq = make_cq(id, &id->recv_cq_channel, attr->attr.max_wr)))
+				return cm_fail(errno);
+			c->own_cqs = 1;
+		}
+		attr->cq = id->recv_cq;
+	}
+	attr->comp_mask |= IBV_SRQ_INIT_ATTR_PD | IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_CQ;
+	struct ibv_srq *srq = ibv_create_srq_ex(id->verbs, attr);
+	if (!srq)
+		return cm_fail(errno);
+	id->srq = srq;
+	return 0;
+}
+
 /* rdma_create_srq_ex makes the ID's SRQ, which the ID's QP then takes
- * (rdma_create_qp), on the attributes' PD or the ID's. Basic SRQs only:
- * softnic has no XRC. */
+ * (rdma_create_qp), on the attributes' PD or the ID's; an XRC SRQ in the
+ * library's XRC domain, completing in the ID's receive CQ (made if need
+ * be), unless the attributes name them, as rdma-core's. */
 CM_EXPORT int rdma_create_srq_ex(struct rdma_cm_id *id, struct ibv_srq_init_attr_ex *attr)
 {
 	if (!id || !attr || !id->verbs || id->srq || !(attr->comp_mask & IBV_SRQ_INIT_ATTR_TYPE))
 		return cm_fail(EINVAL);
+	if (attr->srq_type == IBV_SRQT_XRC)
+		return cm_create_xrc_srq(to_cm_id(id), attr);
 	if (attr->srq_type != IBV_SRQT_BASIC)
 		return cm_fail(ENOSYS);
 	struct ibv_pd *pd = (attr->comp_mask & IBV_SRQ_INIT_ATTR_PD) && attr->pd ? attr->pd : id->pd;
@@ -147,9 +241,11 @@ CM_EXPORT int rdma_create_srq(struct rdma_cm_id *id, struct ibv_pd *pd, struct i
 {
 	if (!attr)
 		return cm_fail(EINVAL);
+	/* An XRC receive ID's SRQ is an XRC SRQ, as rdma-core's. */
 	struct ibv_srq_init_attr_ex ax = {.srq_context = attr->srq_context, .attr = attr->attr,
 					  .comp_mask = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD,
-					  .srq_type = IBV_SRQT_BASIC, .pd = pd};
+					  .srq_type = id && id->qp_type == IBV_QPT_XRC_RECV ? IBV_SRQT_XRC : IBV_SRQT_BASIC,
+					  .pd = pd};
 	int ret = rdma_create_srq_ex(id, &ax);
 	attr->attr = ax.attr;
 	return ret;
@@ -157,8 +253,14 @@ CM_EXPORT int rdma_create_srq(struct rdma_cm_id *id, struct ibv_pd *pd, struct i
 
 CM_EXPORT void rdma_destroy_srq(struct rdma_cm_id *id)
 {
-	if (id && id->srq && ibv_destroy_srq(id->srq) == 0)
-		id->srq = NULL;
+	if (!id || !id->srq || ibv_destroy_srq(id->srq))
+		return;
+	id->srq = NULL;
+	struct cm_id *c = to_cm_id(id);
+	if (!id->qp && c->own_cqs) { /* an XRC ID's, which its QP left */
+		destroy_cqs(id);
+		c->own_cqs = 0;
+	}
 }
 
 /* rdma_destroy_qp takes the QP back from the ID (cm_detach_qp) and
@@ -170,8 +272,11 @@ CM_EXPORT void rdma_destroy_qp(struct rdma_cm_id *id)
 	struct cm_id *c = to_cm_id(id);
 	struct sn_handle req = {c->handle};
 	cm_call(SN_OP_CM_DETACH_QP, &req, sizeof(req), NULL, 0);
+	int xrc_srq = id->qp->qp_type == IBV_QPT_XRC_RECV && id->srq;
 	ibv_destroy_qp(id->qp);
 	id->qp = NULL;
+	if (xrc_srq)
+		return; /* its SRQ takes the CQ: rdma_destroy_srq destroys them */
 	if (c->own_cqs)
 		destroy_cqs(id);
 	c->own_cqs = 0;
@@ -327,6 +432,8 @@ CM_EXPORT int rdma_create_ep(struct rdma_cm_id **id, struct rdma_addrinfo *res, 
 		return -1;
 	struct cm_id *c = to_cm_id(cid);
 	int ret;
+	if (res->ai_qp_type)
+		cid->qp_type = res->ai_qp_type; /* as rdma-core's rdma_create_id2 */
 	if (res->ai_flags & RAI_PASSIVE) {
 		ret = rdma_bind_addr(cid, res->ai_src_addr);
 		if (!ret && qp_init_attr && !(c->ep_attr = malloc(sizeof(*qp_init_attr))))

@@ -21,7 +21,7 @@
 
 #define SOFTNIC_RDMACM_OPS "softnic_rdmacm_ops"
 #define SOFTNIC_RDMACM_VERSION "SOFTNIC_PRIVATE_1"
-#define SOFTNIC_RDMACM_ABI 3
+#define SOFTNIC_RDMACM_ABI 4
 
 struct softnic_rdmacm_ops {
 	uint32_t abi; /* SOFTNIC_RDMACM_ABI */
@@ -44,6 +44,9 @@ struct softnic_rdmacm_ops {
 	/* cm_qp_attr records, for ibv_query_qp, attributes the daemon set on
 	 * an ID's QP (which ibv_modify_qp did not): the UD Q_Key. */
 	void (*cm_qp_attr)(struct ibv_qp *qp, const struct ibv_qp_attr *attr, int mask);
+	/* cm_create_xrc_qp makes ID id's QP an XRC receive QP of xrcd (a
+	 * softnic XRCD), through cm_create_qp. NULL with errno. */
+	struct ibv_qp *(*cm_create_xrc_qp)(struct ibv_xrcd *xrcd, uint32_t id, void *qp_context);
 };
 
 typedef const struct softnic_rdmacm_ops *(*softnic_rdmacm_ops_fn)(void);

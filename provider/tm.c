@@ -51,9 +51,9 @@ static struct ibv_srq *create_tm_srq(struct ibv_context *context, struct ibv_srq
 	return sn_srq_created(context, srq, &r, n, fd, &attr->attr);
 }
 
-/* sn_create_srq_ex makes an SRQ of the basic or tag matching type (XRC
- * SRQs are not softnic's: EOPNOTSUPP, as without the operation), and
- * fills what libibverbs' ibv_create_srq fills for the basic one, since
+/* sn_create_srq_ex makes an SRQ of the basic, tag matching or XRC type
+ * (xrc.c), and fills what libibverbs' ibv_create_srq fills for the basic
+ * one, since
  * libibverbs leaves that to the provider here (as ibv_cmd_create_srq_ex
  * does for mlx5). */
 struct ibv_srq *sn_create_srq_ex(struct ibv_context *context, struct ibv_srq_init_attr_ex *attr)
@@ -78,8 +78,7 @@ struct ibv_srq *sn_create_srq_ex(struct ibv_context *context, struct ibv_srq_ini
 		srq = create_tm_srq(context, attr);
 		break;
 	case IBV_SRQT_XRC:
-		errno = EOPNOTSUPP;
-		return NULL;
+		return sn_create_xrc_srq(context, attr); /* it fills its own */
 	default:
 		errno = EINVAL;
 		return NULL;

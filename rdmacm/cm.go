@@ -14,6 +14,9 @@ import (
 const (
 	PortSpaceTCP = mad.PortSpaceTCP
 	PortSpaceUDP = mad.PortSpaceUDP // UD QPs, resolved with SIDR (conn.go)
+	// PortSpaceIB connects RC QPs and XRC's send and receive QPs as the
+	// TCP port space does RC's (rdma_xserver -c x), with its own ports.
+	PortSpaceIB = mad.PortSpaceIB
 )
 
 // Config says which devices IDs may use and how to find them.

@@ -60,8 +60,8 @@ func qpPD(dev *verbs.Device, have *verbs.QP, ps mad.PortSpace, pd *verbs.PD, ini
 	if dev == nil || have != nil {
 		return nil, fmt.Errorf("create QP: %w", ErrState)
 	}
-	if t := qpType(ps); init.Type != t {
-		return nil, fmt.Errorf("create QP: the port space's QPs are of type %v: %w", t, ErrInvalidArgument)
+	if !qpTypeFits(ps, init.Type) {
+		return nil, fmt.Errorf("create QP: the port space's QPs are of type %v: %w", qpType(ps), ErrInvalidArgument)
 	}
 	if pd == nil {
 		return dev.AllocPD(), nil
@@ -70,6 +70,13 @@ func qpPD(dev *verbs.Device, have *verbs.QP, ps mad.PortSpace, pd *verbs.PD, ini
 		return nil, fmt.Errorf("create QP: PD of another device: %w", ErrInvalidArgument)
 	}
 	return pd, nil
+}
+
+// qpTypeFits reports whether an ID of port space ps connects QPs of type
+// t: its qpType, or in the IB port space XRC's too (cma.c's
+// cma_check_req_qp_type takes XRC there).
+func qpTypeFits(ps mad.PortSpace, t verbs.QPType) bool {
+	return t == qpType(ps) || (ps == PortSpaceIB && t.IsXRC())
 }
 
 // qpType is the type of QP port space ps connects.

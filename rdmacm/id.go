@@ -20,7 +20,7 @@ type ID struct {
 
 // CreateID creates an ID whose events go to ch (rdma_create_id).
 func (c *CM) CreateID(ch *EventChannel, ps mad.PortSpace) (*ID, error) {
-	if ch == nil || (ps != PortSpaceTCP && ps != PortSpaceUDP) {
+	if ch == nil || (ps != PortSpaceTCP && ps != PortSpaceUDP && ps != PortSpaceIB) {
 		return nil, fmt.Errorf("create ID: port space %#x: %w", uint16(ps), ErrInvalidArgument)
 	}
 	id := &ID{c: c, ps: ps}

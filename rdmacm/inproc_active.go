@@ -54,7 +54,7 @@ func (id *inprocID) Connect(p *ConnParam) error {
 		PathMTU:            id.pathMTU(),
 		RetryCount:         retryCount(p),
 		RNRRetryCount:      p.RNRRetryCount,
-		Transport:          mad.TransportRC,
+		Transport:          id.transport(),
 		PrivateData:        id.cmaPrivateData(p.PrivateData),
 		HopLimit:           hopLimit,
 		TrafficClass:       id.tos,
@@ -183,4 +183,13 @@ func (id *inprocID) failConnect(ev Event) {
 	id.mu.Unlock()
 	ev.ID = id.front
 	id.post(ev)
+}
+
+// transport is the REQ's transport service: XRC for an XRC send QP, RC
+// otherwise. Called under mu.
+func (id *inprocID) transport() uint8 {
+	if id.qp != nil && id.qp.Type() == verbs.QPTypeXRCSend {
+		return mad.TransportXRC
+	}
+	return mad.TransportRC
 }

@@ -338,8 +338,8 @@ func (id *inprocID) AttachQP(qp *verbs.QP) error {
 	if id.dev == nil || id.qp != nil || id.state == stateDestroying {
 		return fmt.Errorf("attach QP: %w", ErrState)
 	}
-	if t := qpType(id.ps); qp.Type() != t || qp.State() != verbs.QPSReset {
-		return fmt.Errorf("attach QP: a %v QP in RESET connects: %w", t, ErrInvalidArgument)
+	if !qpTypeFits(id.ps, qp.Type()) || qp.State() != verbs.QPSReset {
+		return fmt.Errorf("attach QP: a %v QP in RESET connects: %w", qpType(id.ps), ErrInvalidArgument)
 	}
 	if err := id.readyQP(qp); err != nil {
 		return err

@@ -2,6 +2,7 @@ package verbs
 
 import (
 	"context"
+	"os"
 
 	"github.com/softnic/softnic/counters"
 	"github.com/softnic/softnic/ibtransport/cm"
@@ -61,6 +62,8 @@ type DeviceOps interface {
 	// AllocDM returns device memory of at least length bytes and its
 	// backend (Device.AllocDM checked the size).
 	AllocDM(length uint64, logAlign int) ([]byte, DMOps, error)
+	// OpenXRCD is Device.OpenXRCD once the flags were checked.
+	OpenXRCD(x *XRCD, f *os.File, oflags int) (XRCDOps, error)
 }
 
 // PDOps is a protection domain's backend: it makes the objects of the PD
@@ -76,6 +79,8 @@ type PDOps interface {
 	CreateSRQ(s *SRQ, maxWR, maxSGE int) (SRQOps, error)
 	// CreateTMSRQ makes a tag matching SRQ (PD.NewTMSRQ checked init).
 	CreateTMSRQ(s *SRQ, init TMSRQInit) (SRQOps, error)
+	// CreateXRCSRQ is PD.NewXRCSRQ once its arguments were checked.
+	CreateXRCSRQ(s *SRQ, x *XRCD, cq *CQ, maxWR, maxSGE int) (XRCSRQOps, error)
 	CreateAH(av *AddressVector) (*AH, error)
 	// RegDMMR registers n bytes of dm at off, at address 0 (the API
 	// checked the range and took AccessZeroBased out of access).

@@ -68,6 +68,8 @@ type engine struct {
 	commEst sync.Map
 	// dmUsed is the device memory allocated (engine_dm.go).
 	dmUsed atomic.Uint64
+	// xrc holds the XRC domains (engine_xrc.go).
+	xrc xrcDomains
 }
 
 // Open opens a device on link (ibv_open_device). The device runs an engine

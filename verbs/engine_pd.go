@@ -27,8 +27,10 @@ func enginePDOf(pd *PD, what string) (*enginePD, error) {
 }
 
 func (p *enginePD) CreateQP(q *QP, init *QPInitAttr) (QPOps, error) {
-	cfg := ibtransport.QPConfig{Memory: p, SendCQ: init.SendCQ.ops.(*engineCQ), RecvCQ: init.RecvCQ.ops.(*engineCQ),
-		Cap: init.Cap, SigAll: init.SigAll, Type: init.Type}
+	cfg := ibtransport.QPConfig{Memory: p, SendCQ: init.SendCQ.ops.(*engineCQ), Cap: init.Cap, SigAll: init.SigAll, Type: init.Type}
+	if init.RecvCQ != nil { // none on an XRC send QP
+		cfg.RecvCQ = init.RecvCQ.ops.(*engineCQ)
+	}
 	if init.SRQ != nil {
 		cfg.SRQ = init.SRQ.ops.(ibtransport.SharedRecvQueue) // an engineSRQ or engineTMSRQ
 	}

@@ -44,6 +44,19 @@ func (pd *PD) CreateQP(init *QPInitAttr) (*QP, error) {
 
 // checkQP refuses the objects of another device or PD.
 func (pd *PD) checkQP(init *QPInitAttr) error {
+	switch init.Type {
+	case QPTypeXRCRecv:
+		return fmt.Errorf("create QP: an XRC receive QP is made in its XRCD: %w", ErrInvalidArgument)
+	case QPTypeXRCSend:
+		// A send queue only (ibv_create_qp_ex with IBV_QPT_XRC_SEND).
+		if init.SendCQ == nil || init.RecvCQ != nil || init.SRQ != nil || init.Cap.MaxRecvWR != 0 {
+			return fmt.Errorf("create XRC send QP: a send CQ and no receive queue: %w", ErrInvalidArgument)
+		}
+		if init.SendCQ.dev != pd.dev {
+			return fmt.Errorf("create QP: CQ of another device: %w", ErrInvalidArgument)
+		}
+		return nil
+	}
 	if init.SendCQ == nil || init.RecvCQ == nil {
 		return fmt.Errorf("create QP: send and receive CQs are required: %w", ErrInvalidArgument)
 	}

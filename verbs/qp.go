@@ -38,8 +38,13 @@ func qpOf(t *ibtransport.QP) *QP {
 // Open, and nil through a daemon: the daemon, which hosts its clients'
 // QPs on its own device, mirrors their rings with it.
 func (q *QP) Transport() *ibtransport.QP {
-	t, _ := q.ops.(*ibtransport.QP)
-	return t
+	switch o := q.ops.(type) {
+	case *ibtransport.QP:
+		return o
+	case *xrcQP:
+		return o.QP
+	}
+	return nil
 }
 
 // PostSend posts a send work request (ibv_post_send).

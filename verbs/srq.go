@@ -11,7 +11,8 @@ import (
 type SRQ struct {
 	pd  *PD
 	ops SRQOps
-	tm  bool // a tag matching SRQ (NewTMSRQ)
+	tm  bool      // a tag matching SRQ (NewTMSRQ)
+	xrc XRCSRQOps // an XRC SRQ's (NewXRCSRQ)
 }
 
 // NewSRQ creates a shared receive queue of at least maxWR receives of at
@@ -52,11 +53,15 @@ func (s *SRQ) Modify(limit int) error { return s.ops.Modify(limit) }
 // QP does. It returns the mirror, for the entries the daemon drops; nil
 // on a device reached through a daemon, which hosts no client's rings.
 func (s *SRQ) MirrorRetired(word *uint32) *ibtransport.RetiredMirror {
-	es, ok := s.ops.(*engineSRQ)
-	if t, isTM := s.ops.(*engineTMSRQ); isTM {
-		es, ok = t.engineSRQ, true
-	}
-	if !ok {
+	var es *engineSRQ
+	switch o := s.ops.(type) {
+	case *engineSRQ:
+		es = o
+	case *engineTMSRQ:
+		es = o.engineSRQ
+	case *engineXRCSRQ:
+		es = o.engineSRQ
+	default:
 		return nil
 	}
 	es.retired = ibtransport.NewRecvRetiredMirror(word, &es.rq)

@@ -86,7 +86,7 @@ func (o *dialedObjects) noteCompletions(wcs []verbs.WC) {
 		if q == nil {
 			continue
 		}
-		if failed && q.typ == verbs.QPTypeRC {
+		if failed && q.typ.Reliable() {
 			q.failed.Store(true)
 		}
 		if recv && q.srq != nil {

@@ -32,9 +32,16 @@ func (p *dialedPD) createQPThrough(front *verbs.QP, init *verbs.QPInitAttr,
 	}
 	r := p.r
 	h := r.objects.handle()
-	sendCQ, recvCQ := init.SendCQ.Backend().(*dialedCQ), init.RecvCQ.Backend().(*dialedCQ)
-	req := hostif.CreateQPRequest{PD: p.handle, Type: uint32(init.Type), SendCQ: sendCQ.handle, RecvCQ: recvCQ.handle,
-		SRQ: srqHandle, MaxSendWR: uint32(c.MaxSendWR), MaxRecvWR: uint32(max(c.MaxRecvWR, 1)), MaxSendSGE: uint32(c.MaxSendSGE),
+	sendCQ := init.SendCQ.Backend().(*dialedCQ)
+	var recvCQ uint32 // none on an XRC send QP
+	maxRecv := uint32(max(c.MaxRecvWR, 1))
+	if init.RecvCQ != nil {
+		recvCQ = init.RecvCQ.Backend().(*dialedCQ).handle
+	} else {
+		maxRecv = 0
+	}
+	req := hostif.CreateQPRequest{PD: p.handle, Type: uint32(init.Type), SendCQ: sendCQ.handle, RecvCQ: recvCQ,
+		SRQ: srqHandle, MaxSendWR: uint32(c.MaxSendWR), MaxRecvWR: maxRecv, MaxSendSGE: uint32(c.MaxSendSGE),
 		MaxRecvSGE: uint32(c.MaxRecvSGE), MaxInline: uint32(c.MaxInlineData), UserHandle: h}
 	var q *session.QP
 	err := r.call(func(cl *session.Conn) (err error) { q, err = create(cl, req); return err })
@@ -128,6 +135,8 @@ func (r *dialedQP) PostRecv(wr *verbs.RecvWR) error {
 		return err
 	}
 	switch {
+	case r.typ.IsXRC():
+		return fmt.Errorf("post receive on XRC QP %d: it has no receive queue: %w", r.q.QPN, verbs.ErrInvalidArgument)
 	case r.srq != nil:
 		return fmt.Errorf("post receive on session.QP %d: the session.QP uses an SRQ: %w", r.q.QPN, verbs.ErrInvalidArgument)
 	case r.State() == verbs.QPSReset:

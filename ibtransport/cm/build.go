@@ -30,6 +30,9 @@ func (m *Manager) buildREQ(c *Conn, p *REQParams) mad.MAD {
 	r.SetInitiatorDepth(p.InitiatorDepth)
 	r.SetRemoteCMResponseTimeout(p.RemoteCMResponseTimeout)
 	r.SetTransportServiceType(p.Transport)
+	if p.Transport == mad.TransportXRC {
+		r.SetExtendedTransportType(mad.ExtendedTransportXRC)
+	}
 	r.SetStartingPSN(p.StartingPSN)
 	r.SetLocalCMResponseTimeout(p.LocalCMResponseTimeout)
 	r.SetRetryCount(p.RetryCount)

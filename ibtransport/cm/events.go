@@ -83,7 +83,7 @@ type Event struct {
 	// From the REQ (EventREQReceived). ResponderResources and
 	// InitiatorDepth are the sender's: what it accepts and what it issues.
 	ServiceID                uint64
-	Transport                uint8 // mad.TransportRC or mad.TransportUC
+	Transport                uint8 // mad.TransportRC, mad.TransportUC or mad.TransportXRC
 	PathMTU                  ibv.MTU
 	RetryCount               uint8
 	PKey                     uint16

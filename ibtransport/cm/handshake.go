@@ -27,10 +27,11 @@ func (m *Manager) receiveREQ(from ibv.AddressVector, r mad.REQ) {
 }
 
 // unacceptable returns why a REQ cannot be taken whatever its service: a
-// transport other than RC or UC (RD, XRC), or no valid path MTU.
+// transport other than RC, UC or XRC (RD), or no valid path MTU.
 func unacceptable(r mad.REQ) (mad.RejectReason, bool) {
-	t := r.TransportServiceType()
-	if (t != mad.TransportRC && t != mad.TransportUC) || r.ExtendedTransportType() != 0 {
+	t, ext := r.TransportServiceType(), r.ExtendedTransportType()
+	xrc := t == mad.TransportXRC && ext == mad.ExtendedTransportXRC
+	if (t != mad.TransportRC && t != mad.TransportUC && !xrc) || (ext != 0 && !xrc) {
 		return mad.RejectInvalidTransportType, false
 	}
 	if mtu := r.PathMTU(); mtu < ibv.MTU256 || mtu > ibv.MTU4096 {

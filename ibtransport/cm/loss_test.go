@@ -177,7 +177,8 @@ func TestUnlistenedService(t *testing.T) {
 	assert.Equal(t, uint64(1), p.b.Counters().RejectsSent.Load())
 }
 
-// TestUnsupportedTransport rejects an RD REQ and one with no valid MTU.
+// TestUnsupportedTransport rejects an RD REQ, transport types that are
+// not XRC's pair, and one with no valid MTU.
 func TestUnsupportedTransport(t *testing.T) {
 	p := newPair(t)
 	req := p.w.gids // just for the address
@@ -187,6 +188,10 @@ func TestUnsupportedTransport(t *testing.T) {
 	}{
 		{func(r mad.REQ) { r.SetTransportServiceType(mad.TransportRD) }, mad.RejectInvalidTransportType},
 		{func(r mad.REQ) { r.SetExtendedTransportType(1) }, mad.RejectInvalidTransportType},
+		// XRC's service type goes with its extended type only.
+		{func(r mad.REQ) { r.SetTransportServiceType(mad.TransportXRC) }, mad.RejectInvalidTransportType},
+		{func(r mad.REQ) { r.SetTransportServiceType(mad.TransportXRC); r.SetExtendedTransportType(2) },
+			mad.RejectInvalidTransportType},
 		{func(r mad.REQ) { r.SetPathMTU(7) }, mad.RejectInvalidMTU},
 	} {
 		rp := p.reqParams()
@@ -377,4 +382,20 @@ func TestDelayedMRA(t *testing.T) {
 	assert.Equal(t, uint8(24), mad.MRA(mras[0]).ServiceTimeout())
 	require.NoError(t, ev.Conn.Accept(repParams()))
 	assert.Len(t, p.w.sentBy(1, mad.AttrREP), 1)
+}
+
+// TestXRCREQ sends an XRC initiator's REQ as cm.c does (transport service
+// type 3, extended transport type 1), which the passive side takes.
+func TestXRCREQ(t *testing.T) {
+	p := newPair(t)
+	rp := p.reqParams()
+	rp.Transport = mad.TransportXRC
+	msg := p.a.buildREQ(&Conn{localID: 99, tid: 5}, &rp)
+	r := mad.REQ(msg)
+	assert.Equal(t, uint8(3), r.TransportServiceType())
+	assert.Equal(t, uint8(1), r.ExtendedTransportType())
+	p.b.Receive(ibv.AddressVector{DGID: p.w.gids[0]}, msg)
+	ev := expect(t, p.bEv, EventREQReceived)
+	assert.Equal(t, uint8(mad.TransportXRC), ev.Transport)
+	assert.Empty(t, p.w.sentBy(1, mad.AttrREJ))
 }

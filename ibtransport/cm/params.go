@@ -18,7 +18,7 @@ type REQParams struct {
 	ResponderResources, InitiatorDepth uint8
 	PathMTU                            ibv.MTU
 	RetryCount, RNRRetryCount          uint8  // 3 bits each; RNR 7 = forever
-	Transport                          uint8  // mad.TransportRC or mad.TransportUC
+	Transport                          uint8  // mad.TransportRC, mad.TransportUC or mad.TransportXRC
 	PKey                               uint16 // zero: 0xffff
 	SRQ                                bool
 	// PrivateData, rdma_cm header included; at most mad.REQPrivateDataLen.
@@ -53,7 +53,7 @@ type REPParams struct {
 // check refuses what cannot go into a REQ.
 func (p *REQParams) check() error {
 	switch {
-	case p.Transport != mad.TransportRC && p.Transport != mad.TransportUC,
+	case p.Transport != mad.TransportRC && p.Transport != mad.TransportUC && p.Transport != mad.TransportXRC,
 		p.PathMTU < ibv.MTU256 || p.PathMTU > ibv.MTU4096,
 		len(p.PrivateData) > mad.REQPrivateDataLen,
 		p.LocalQPN >= 1<<24, p.StartingPSN >= 1<<24,

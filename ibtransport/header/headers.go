@@ -13,6 +13,7 @@ const (
 	IETHLen         = 4
 	DETHLen         = 8
 	FETHLen         = 4
+	XRCETHLen       = 4
 	ICRCLen         = 4
 )
 
@@ -256,3 +257,17 @@ func (f FETH) Set(t, l uint8) {
 	f[0], f[1], f[2] = 0, 0, 0
 	f[3] = t&0x0f | (l&3)<<4
 }
+
+// XRCETH is the XRC Extended Transport Header that follows the BTH of
+// every XRC request: the number of the shared receive queue at the
+// responder the request is for.
+//
+//	byte 0     reserved
+//	byte 1-3   XRC SRQ number
+type XRCETH []byte
+
+// SRQN returns the XRC SRQ number.
+func (x XRCETH) SRQN() uint32 { return get24(x[1:]) }
+
+// SetSRQN sets the XRC SRQ number and clears the reserved byte.
+func (x XRCETH) SetSRQN(n uint32) { x[0] = 0; put24(x[1:], n) }

@@ -54,6 +54,9 @@ const (
 	OpUCWriteOnlyImm Opcode = 0x2b
 )
 
+// XRCOpcodeBase added to an RC opcode makes its XRC twin.
+const XRCOpcodeBase Opcode = 0xa0
+
 // Unreliable Datagram opcodes and the RoCEv2 congestion notification packet.
 const (
 	OpUDSendOnly    Opcode = 0x64
@@ -70,6 +73,10 @@ const (
 	TransportUC
 	TransportUD
 	TransportCNP
+	// TransportXRC is eXtended Reliable Connected (the IBA XRC annex):
+	// RC's operations with opcode prefix 0xA0, and an XRCETH after the
+	// BTH of each request.
+	TransportXRC
 )
 
 func (t Transport) String() string {
@@ -82,6 +89,8 @@ func (t Transport) String() string {
 		return "UD"
 	case TransportCNP:
 		return "CNP"
+	case TransportXRC:
+		return "XRC"
 	}
 	return "invalid"
 }
@@ -116,13 +125,14 @@ const (
 )
 
 // Ext is a set of extension headers that follow the BTH.
-type Ext uint8
+type Ext uint16
 
 // Extension headers, in the order they appear on the wire (DETH first for UD,
-// FETH before the RETH of a FLUSH, then RETH/AtomicETH, AETH, AtomicAckETH,
-// ImmDt/IETH).
+// XRCETH first for XRC requests, FETH before the RETH of a FLUSH, then
+// RETH/AtomicETH, AETH, AtomicAckETH, ImmDt/IETH).
 const (
 	ExtDETH Ext = 1 << iota
+	ExtXRCETH
 	ExtFETH
 	ExtRETH
 	ExtAtomicETH
@@ -199,6 +209,17 @@ func init() {
 	for _, r := range rcOnly {
 		add(TransportRC, "RC_", 0x00, r)
 	}
+	// XRC: RC's operations but IBTA 1.5's FLUSH and ATOMIC_WRITE, which
+	// softnic offers on RC only; requests carry an XRCETH, responses none.
+	for _, r := range append(connected[:len(connected):len(connected)], rcOnly...) {
+		if r.kind == KindFlush || r.kind == KindAtomicWrite {
+			continue
+		}
+		if r.kind != KindReadResponse && r.kind != KindAck && r.kind != KindAtomicAck {
+			r.ext |= ExtXRCETH
+		}
+		add(TransportXRC, "XRC_", XRCOpcodeBase, r)
+	}
 	add(TransportUD, "UD_", 0x60, row{0x04, "SEND_ONLY", KindSend, PositionOnly, ExtDETH, true})
 	add(TransportUD, "UD_", 0x60, row{0x05, "SEND_ONLY_WITH_IMMEDIATE", KindSend, PositionOnly, ExtDETH | ExtImmDt, true})
 	// CNP: BTH followed by 16 reserved bytes, which we treat as payload.
@@ -210,7 +231,7 @@ var extLens = [...]struct {
 	ext Ext
 	n   int
 }{
-	{ExtDETH, DETHLen}, {ExtFETH, FETHLen}, {ExtRETH, RETHLen}, {ExtAtomicETH, AtomicETHLen}, {ExtAETH, AETHLen},
+	{ExtDETH, DETHLen}, {ExtXRCETH, XRCETHLen}, {ExtFETH, FETHLen}, {ExtRETH, RETHLen}, {ExtAtomicETH, AtomicETHLen}, {ExtAETH, AETHLen},
 	{ExtAtomicAckETH, AtomicAckETHLen}, {ExtImmDt, ImmDtLen}, {ExtIETH, IETHLen},
 }
 
@@ -229,7 +250,7 @@ func (e Ext) Len() int {
 // softnic does not know (RD, reserved and vendor opcodes).
 func (o Opcode) Info() *OpcodeInfo { return &opcodeTable[o] }
 
-// Valid reports whether o is a known RC, UC, UD or CNP opcode.
+// Valid reports whether o is a known RC, UC, UD, XRC or CNP opcode.
 func (o Opcode) Valid() bool { return opcodeTable[o].Transport != 0 }
 
 // HeaderLen returns the length of the BTH plus o's extension headers.

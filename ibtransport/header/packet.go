@@ -21,6 +21,7 @@ var (
 type Packet struct {
 	BTH          BTH
 	DETH         DETH
+	XRCETH       XRCETH
 	FETH         FETH
 	RETH         RETH
 	AtomicETH    AtomicETH
@@ -82,10 +83,13 @@ func (p *Packet) setViews(b []byte, info *OpcodeInfo) {
 		off += n
 		return h
 	}
-	// Wire order: DETH, FETH, RETH or AtomicETH, AETH, AtomicAckETH, ImmDt
-	// or IETH.
+	// Wire order: DETH, XRCETH, FETH, RETH or AtomicETH, AETH,
+	// AtomicAckETH, ImmDt or IETH.
 	if info.Ext&ExtDETH != 0 {
 		p.DETH = take(DETHLen)
+	}
+	if info.Ext&ExtXRCETH != 0 {
+		p.XRCETH = take(XRCETHLen)
 	}
 	if info.Ext&ExtFETH != 0 {
 		p.FETH = take(FETHLen)

@@ -21,8 +21,9 @@ func allOpcodes() []Opcode {
 
 func TestOpcodeTable(t *testing.T) {
 	ops := allOpcodes()
-	// 25 RC (IBTA 1.5's FLUSH and ATOMIC_WRITE among them) + 12 UC + 2 UD + CNP.
-	require.Len(t, ops, 25+12+2+1)
+	// 25 RC (IBTA 1.5's FLUSH and ATOMIC_WRITE among them) + 12 UC + 2 UD +
+	// CNP + 23 XRC (RC's without FLUSH and ATOMIC_WRITE).
+	require.Len(t, ops, 25+12+2+1+23)
 	cases := []struct {
 		op        Opcode
 		name      string
@@ -365,6 +366,20 @@ func FuzzParsePacket(f *testing.F) {
 			require.Equal(t, &b[BTHLen], &p.FETH[0], "FETH right after the BTH")
 			require.Equal(t, &b[BTHLen+FETHLen], &p.RETH[0], "RETH after the FETH")
 		}
+		xrc := info.Transport == TransportXRC
+		isReq := info.Kind != KindAck && info.Kind != KindAtomicAck && info.Kind != KindReadResponse
+		require.Equal(t, xrc && isReq, p.XRCETH != nil, "XRCETH on exactly the XRC requests (%v)", p.Opcode())
+		if p.XRCETH != nil {
+			// Right after the BTH, before every other extension header.
+			require.Equal(t, &b[BTHLen], &p.XRCETH[0])
+			require.Equal(t, get24(b[BTHLen+1:]), p.XRCETH.SRQN())
+			if p.RETH != nil {
+				require.Equal(t, &b[BTHLen+XRCETHLen], &p.RETH[0], "RETH after the XRCETH")
+			}
+			if p.AtomicETH != nil {
+				require.Equal(t, &b[BTHLen+XRCETHLen], &p.AtomicETH[0], "AtomicETH after the XRCETH")
+			}
+		}
 	})
 }
 
@@ -410,4 +425,39 @@ func TestFETH(t *testing.T) {
 	require.NoError(t, ParsePacket(buf[:n], &q))
 	assert.Len(t, q.Payload, 8)
 	assert.Nil(t, q.FETH)
+}
+
+// TestXRCETH checks XRC requests' layout (IBA XRC annex: opcode prefix
+// 0xA0, the XRCETH of 4 bytes right after the BTH, its low 24 bits the
+// SRQ number) and that responses carry none.
+func TestXRCETH(t *testing.T) {
+	buf := make([]byte, 128)
+	var p, q Packet
+	n, err := LayoutPacket(buf, XRCOpcodeBase|OpRCWriteOnlyImm, 5, &p)
+	require.NoError(t, err)
+	require.Equal(t, 12+4+16+4+8, n)
+	p.XRCETH.SetSRQN(0xabcdef)
+	p.RETH.SetRKey(0x11223344)
+	assert.Equal(t, []byte{0, 0xab, 0xcd, 0xef}, buf[12:16])
+	assert.Equal(t, []byte{0x11, 0x22, 0x33, 0x44}, buf[24:28], "RETH follows the XRCETH")
+	require.NoError(t, ParsePacket(buf[:n], &q))
+	assert.Equal(t, TransportXRC, q.Info().Transport)
+	assert.Equal(t, "XRC_RDMA_WRITE_ONLY_WITH_IMMEDIATE", q.Opcode().String())
+	assert.Equal(t, uint32(0xabcdef), q.XRCETH.SRQN())
+	assert.Equal(t, uint32(0x11223344), q.RETH.RKey())
+	// The reserved byte is ignored on receive.
+	buf[12] = 0xff
+	require.NoError(t, ParsePacket(buf[:n], &q))
+	assert.Equal(t, uint32(0xabcdef), q.XRCETH.SRQN())
+	// An XRC request cut inside its XRCETH is truncated.
+	require.ErrorIs(t, ParsePacket(buf[:14], &q), ErrTruncated)
+	for _, op := range []Opcode{0xb1, 0xb2, 0xb0} { // ACK, atomic ACK, READ response only
+		n, err = LayoutPacket(buf, op, 0, &p)
+		require.NoError(t, err)
+		assert.Nil(t, p.XRCETH, "%v", op)
+	}
+	assert.Equal(t, (OpRCAcknowledge).HeaderLen(), (XRCOpcodeBase | OpRCAcknowledge).HeaderLen())
+	assert.Equal(t, OpRCFetchAdd.HeaderLen()+XRCETHLen, (XRCOpcodeBase | OpRCFetchAdd).HeaderLen())
+	assert.False(t, (XRCOpcodeBase | OpRCFlush).Valid())
+	assert.False(t, (XRCOpcodeBase | OpRCAtomicWrite).Valid())
 }

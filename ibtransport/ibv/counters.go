@@ -30,6 +30,7 @@ type Counters struct {
 	RxBadPacket      atomic.Uint64 // failed ParsePacket
 	RxUnsupported    atomic.Uint64 // not an RC, UC or UD opcode
 	RxWrongService   atomic.Uint64 // an opcode of another transport service than the QP's
+	RxXRCDomainErr   atomic.Uint64 // XRC requests naming no SRQ, or one of another XRC domain than the target's
 	RxBadQKey        atomic.Uint64 `rdma:"rx_bad_qkey"` // UD packets whose Q_Key is not the QP's (IBA 10.2.4)
 	RxNoRecv         atomic.Uint64 // UD and UC messages dropped for lack of a posted receive
 	RxUCPSNGap       atomic.Uint64 `rdma:"rx_uc_psn_gap"` // UC packets after a PSN gap: the message in progress is dropped

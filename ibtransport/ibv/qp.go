@@ -138,9 +138,22 @@ const (
 	// QPTypeRawPacket sends whole Ethernet frames its user built and
 	// receives the frames its flows steer to it (IBV_QPT_RAW_PACKET).
 	QPTypeRawPacket
+	// QPTypeXRCSend is an XRC initiator (IBV_QPT_XRC_SEND): a send queue
+	// only, each request naming the responder's SRQ (SendWR.RemoteSRQN).
+	QPTypeXRCSend
+	// QPTypeXRCRecv is an XRC target (IBV_QPT_XRC_RECV): no queues of its
+	// own; the requests it takes land in the XRC SRQs of its XRC domain.
+	QPTypeXRCRecv
 )
 
-var qpTypeNames = [...]string{"RC", "UC", "UD", "RAW_PACKET"}
+var qpTypeNames = [...]string{"RC", "UC", "UD", "RAW_PACKET", "XRC_SEND", "XRC_RECV"}
+
+// Reliable reports whether QPs of type t are reliable connected: RC and
+// the XRC initiator and target.
+func (t QPType) Reliable() bool { return t == QPTypeRC || t == QPTypeXRCSend || t == QPTypeXRCRecv }
+
+// IsXRC reports whether t is an XRC initiator or target.
+func (t QPType) IsXRC() bool { return t == QPTypeXRCSend || t == QPTypeXRCRecv }
 
 func (t QPType) String() string { return nameOf(qpTypeNames[:], t, "QPType") }
 

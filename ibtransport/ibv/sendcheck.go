@@ -42,6 +42,10 @@ func CheckSendWR(typ QPType, lim SendLimits, wr *SendWR) error {
 		return fmt.Errorf("post send: %d SGEs, at most %d: %w", len(wr.SGL), lim.MaxSGE, ErrInvalidArgument)
 	case typ == QPTypeUD && wr.RemoteQPN > header.PSNMask:
 		return fmt.Errorf("post send: remote QPN %#x: %w", wr.RemoteQPN, ErrInvalidArgument)
+	case typ == QPTypeXRCSend && wr.RemoteSRQN > header.PSNMask:
+		return fmt.Errorf("post send: remote SRQ number %#x: %w", wr.RemoteSRQN, ErrInvalidArgument)
+	case typ == QPTypeXRCRecv:
+		return fmt.Errorf("post send: an XRC receive QP has no send queue: %w", ErrInvalidArgument)
 	}
 	return nil
 }

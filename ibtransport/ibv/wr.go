@@ -127,6 +127,9 @@ type SendWR struct {
 	AH         *AH
 	RemoteQPN  uint32
 	RemoteQKey uint32
+	// RemoteSRQN names the responder's XRC SRQ of a send on an XRC
+	// initiator (ibv_send_wr.qp_type.xrc.remote_srqn).
+	RemoteSRQN uint32
 }
 
 // MWBind is a memory window binding (ibv_mw_bind_info with the new rkey):

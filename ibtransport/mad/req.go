@@ -32,6 +32,11 @@ const (
 	TransportRC = 0
 	TransportUC = 1
 	TransportRD = 2
+	// TransportXRC (3, "reserved" before the XRC annex) goes with the
+	// extended transport type ExtendedTransportXRC, as cm.c sends an XRC
+	// initiator's REQ.
+	TransportXRC         = 3
+	ExtendedTransportXRC = 1
 )
 
 // REQ is a ConnectRequest, a whole MAD.

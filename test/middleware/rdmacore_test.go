@@ -36,7 +36,6 @@ var suiteSkips = []suiteSkip{
 		`cuda-python .* must be installed to run CUDA tests|PCI device must be passed by the user)$`)},
 	// What softnic does not offer yet (issue #35): each goes when its
 	// feature lands, so that its tests must pass from then on.
-	{"not in softnic yet: XRC", anyTest, regexp.MustCompile(`^Create XRCD is not supported$`)},
 }
 
 // suiteFailsYet are the suite's tests softnic fails yet, and why: each

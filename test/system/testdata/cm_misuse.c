@@ -43,7 +43,7 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	struct rdma_cm_id *id = NULL, *ib = NULL;
-	expect("IB port space", rdma_create_id(ch, &ib, NULL, RDMA_PS_IB), EINVAL);
+	expect("IPoIB port space", rdma_create_id(ch, &ib, NULL, RDMA_PS_IPOIB), EINVAL);
 	if (rdma_create_id(ch, &id, NULL, RDMA_PS_TCP)) {
 		perror("rdma_create_id");
 		return 1;
@@ -106,7 +106,20 @@ int main(int argc, char **argv)
 	rdma_destroy_srq(id);
 	struct ibv_srq_init_attr_ex xa = {.comp_mask = IBV_SRQ_INIT_ATTR_TYPE, .srq_type = IBV_SRQT_XRC,
 					  .attr = {.max_wr = 4, .max_sge = 1}};
-	expect(id->srq ? "rdma_destroy_srq left the SRQ" : "XRC SRQ", rdma_create_srq_ex(id, &xa), ENOSYS);
+	/* An XRC SRQ, as rdma-core's: in the library's XRC domain, with a
+	 * receive CQ of the ID's, which rdma_destroy_srq takes with it. */
+	uint32_t srqn = 0;
+	if (id->srq || rdma_create_srq_ex(id, &xa) || !id->srq || !id->recv_cq || ibv_get_srq_num(id->srq, &srqn) ||
+	    !srqn) {
+		printf("FAIL rdma_create_srq_ex of an XRC SRQ: %s\n", strerror(errno));
+		failed = 1;
+	} else
+		printf("ok rdma_create_srq_ex: an XRC SRQ, number %u\n", srqn);
+	rdma_destroy_srq(id);
+	if (id->srq || id->recv_cq) {
+		printf("FAIL rdma_destroy_srq left the XRC SRQ or its CQ\n");
+		failed = 1;
+	}
 	struct ibv_qp_init_attr_ex qx = {.qp_type = IBV_QPT_RC, .cap = {.max_send_wr = 1, .max_recv_wr = 1},
 					 .comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS, .pd = pd,
 					 .send_ops_flags = IBV_QP_EX_WITH_TSO};
