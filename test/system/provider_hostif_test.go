@@ -43,8 +43,8 @@ func TestProviderHostInterface(t *testing.T) {
 		sources []string
 		checks  int
 	}{
-		{"provider_hostif", src("objects.c", "device.c", "qp.c", "datapath.c", "extended.c", "dm.c", "domain.c", "import.c", "tm.c", "flow.c", "rss.c"), 18},
-		{"provider_hostif", src("objects.c", "device.c", "qp.c", "datapath.c", "extended.c", "dm.c", "domain.c", "xrc.c"), 18},
+		{"provider_hostif", src("objects.c", "device.c", "qp.c", "datapath.c", "extended.c", "dm.c", "domain.c", "import.c", "tm.c", "flow.c", "rss.c",
+			"xrc.c"), 18},
 		{"provider_hostif_cm", src("rdmacm_event.c", "rdmacm_qp.c", "rdmacm_addr.c", "rdmacm_unsup.c", "rdmacm_mcast.c"), 8},
 	}
 	dir := systest.RootDir(t)
