@@ -6,8 +6,8 @@
  * to itself. It checks each opcode's effect and completion, a batch of
  * several requests, ibv_wr_abort, and that a batch with an error (too
  * many SGEs, too much inline data, more requests than the queue holds)
- * posts nothing; and that what softnic lacks (tag matching's completion
- * field, TSO, RDMA on a UD QP) is refused with EOPNOTSUPP. The exit status is the number of
+ * posts nothing; and that what softnic lacks (a flow tag in completions,
+ * TSO, RDMA on a UD QP) is refused with EOPNOTSUPP. The exit status is the number of
  * checks that failed.
  */
 #include <arpa/inet.h>
@@ -95,9 +95,9 @@ int main(void)
 	struct ibv_cq_init_attr_ex cattr = {.cqe = 32, .wc_flags = wc_flags};
 	struct ibv_cq_ex *cq = ibv_create_cq_ex(ctx, &cattr);
 	check(cq != NULL, "ibv_create_cq_ex with every field rdma_rxe has");
-	struct ibv_cq_init_attr_ex tattr = {.cqe = 4, .wc_flags = IBV_WC_EX_WITH_TM_INFO};
+	struct ibv_cq_init_attr_ex tattr = {.cqe = 4, .wc_flags = IBV_WC_EX_WITH_FLOW_TAG};
 	errno = 0;
-	check(!ibv_create_cq_ex(ctx, &tattr) && errno == EOPNOTSUPP, "a CQ with tag matching's field: EOPNOTSUPP");
+	check(!ibv_create_cq_ex(ctx, &tattr) && errno == EOPNOTSUPP, "a CQ with a flow tag field: EOPNOTSUPP");
 	if (!cq)
 		return 100;
 	struct ibv_poll_cq_attr pattr = {0};
