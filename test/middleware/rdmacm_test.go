@@ -26,14 +26,19 @@ import (
 // the client asks for a QP with max_inline_data 0 and posts its 16-byte
 // message inline, which ConnectX and rxe allow because they round the
 // inline limit up.
-func TestRdmaXclient(t *testing.T) {
+func TestRdmaXclient(t *testing.T) { runRdmaXclient(t, "r") }
+
+// runRdmaXclient runs rdma_xserver and rdma_xclient with -c mode between
+// the world's two daemons as an unprivileged user: both must end well
+// and the client's 16 bytes reach the server.
+func runRdmaXclient(t *testing.T, mode string) {
 	w := newWorld(t, "rdmacm-utils", "rdma_xserver", "rdma_xclient")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	before := w.snapshot(t)
-	srv := start(t, "rdma_xserver", w.user(ctx, &w.pair.A, "rdma_xserver", "-c", "r"))
+	srv := start(t, "rdma_xserver", w.user(ctx, &w.pair.A, "rdma_xserver", "-c", mode))
 	w.listeningCM(t, w.a, 7471, srv)
-	cout, cerr := combined(w.user(ctx, &w.pair.B, "rdma_xclient", "-c", "r", "-s", addr(&w.pair.A)))
+	cout, cerr := combined(w.user(ctx, &w.pair.B, "rdma_xclient", "-c", mode, "-s", addr(&w.pair.A)))
 	serr := srv.wait(30 * time.Second)
 	sout := srv.out.String()
 	require.True(t, cerr == nil && serr == nil, "client %v: %s\nserver %v: %s\nclient said:\n%s\nserver said:\n%s",
