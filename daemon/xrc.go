@@ -38,12 +38,19 @@ func (ss *session) openXRCD(req hostif.OpenXRCDRequest) (any, []int, error) {
 	if req.Oflags&unix.O_EXCL != 0 {
 		oflags |= os.O_EXCL
 	}
+	// Each handle counts one of the user's descriptors too: a domain on a
+	// file keeps the file open in the daemon while it lives.
 	if err := ss.take(resXRCD, 1); err != nil {
+		return nil, nil, err
+	}
+	if err := ss.take(resDescriptor, 1); err != nil {
+		ss.give(resXRCD, 1)
 		return nil, nil, err
 	}
 	x, err := ss.s.dev.OpenXRCD(f, oflags)
 	if err != nil {
 		ss.give(resXRCD, 1)
+		ss.give(resDescriptor, 1)
 		return nil, nil, err
 	}
 	h := ss.handle()
@@ -65,6 +72,7 @@ func (ss *session) closeXRCD(req hostif.HandleRequest) error {
 	}
 	delete(ss.xrcds, req.Handle)
 	ss.give(resXRCD, 1)
+	ss.give(resDescriptor, 1)
 	return nil
 }
 

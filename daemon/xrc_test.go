@@ -31,8 +31,10 @@ func TestXRCDs(t *testing.T) {
 
 	_, err = c.OpenXRCD(int(f.Fd()), 0)
 	require.Equal(t, unix.EINVAL, errnoOf(t, err), "no domain on the file and no O_CREAT")
+	fds := r.srv.Usage(uid).Descriptors
 	x1, err := c.OpenXRCD(int(f.Fd()), unix.O_CREAT)
 	require.NoError(t, err)
+	require.Equal(t, fds+1, r.srv.Usage(uid).Descriptors, "the domain keeps its file open: one of the user's descriptors")
 	_, err = other.OpenXRCD(int(f.Fd()), unix.O_CREAT|unix.O_EXCL)
 	require.Equal(t, unix.EINVAL, errnoOf(t, err), "O_EXCL on a file with a domain")
 	x2, err := other.OpenXRCD(int(f.Fd()), 0)
