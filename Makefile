@@ -6,7 +6,13 @@ GO ?= go
 PKGS := ./...
 BIN := bin/softnic
 
-.PHONY: all build provider test test-short generate bench bench-dcqcn bench-vm microbench lint fuzz demo clean
+.PHONY: all build provider test test-short generate bench bench-dcqcn bench-vm microbench lint fuzz demo clean \
+	install uninstall deb
+
+# softnic version prints these (cmd/softnic/version.go).
+VERSION ?= 0.1.0
+COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)$(shell git diff --quiet HEAD 2>/dev/null || echo -dirty)
+LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 
 all: build
 
@@ -14,7 +20,7 @@ all: build
 # drops its privileges on every thread (syscall.AllThreadsSyscall), which the
 # Go runtime refuses in a cgo binary; a cgo build of the daemon does not start.
 build: provider
-	CGO_ENABLED=0 $(GO) build -o $(BIN) ./cmd/softnic
+	CGO_ENABLED=0 $(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/softnic
 	cp provider/libsoftnic-rdmav34.so provider/librdmacm.so.1 bin/
 
 # The libibverbs provider (C, the system compiler, libibverbs-dev's
@@ -111,6 +117,66 @@ fuzz:
 	$(MAKE) -s -C provider fuzz
 	provider/fuzz-provider -max_total_time=$$(echo $(FUZZTIME) | tr -d s) -artifact_prefix=provider/
 	provider/fuzz-rdmacm -max_total_time=$$(echo $(FUZZTIME) | tr -d s) -artifact_prefix=provider/
+
+# make install [PREFIX=/usr/local] [DESTDIR=]: the binary in PREFIX/bin,
+# the provider and librdmacm.so.1 in PREFIX/lib/softnic (softnic exec finds
+# them as ../lib/softnic beside its binary, wherever that is), softnic.service
+# in PREFIX/lib/systemd/system (systemd looks there for /usr and /usr/local)
+# running the installed binary with $$SOFTNIC_ARGS from
+# SYSCONFDIR/default/softnic, and softnic(1), made of softnic help. An
+# existing SYSCONFDIR/default/softnic is kept. Nothing is enabled.
+PREFIX ?= /usr/local
+SYSCONFDIR ?= /etc
+DESTDIR ?=
+BINDIR := $(PREFIX)/bin
+LIBDIR := $(PREFIX)/lib/softnic
+UNITDIR := $(PREFIX)/lib/systemd/system
+MAN1DIR := $(PREFIX)/share/man/man1
+INSTALL ?= install
+
+install: build
+	$(INSTALL) -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(MAN1DIR) \
+		$(DESTDIR)$(SYSCONFDIR)/default
+	$(INSTALL) -m 755 $(BIN) $(DESTDIR)$(BINDIR)/softnic
+	$(INSTALL) -m 644 bin/libsoftnic-rdmav34.so bin/librdmacm.so.1 $(DESTDIR)$(LIBDIR)/
+	sed -e 's|@BINDIR@|$(BINDIR)|g' -e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g' dist/systemd/softnic.service.in \
+		>$(DESTDIR)$(UNITDIR)/softnic.service
+	chmod 644 $(DESTDIR)$(UNITDIR)/softnic.service
+	sh dist/manpage.sh $(BIN) $(VERSION) | gzip -9n >$(DESTDIR)$(MAN1DIR)/softnic.1.gz
+	chmod 644 $(DESTDIR)$(MAN1DIR)/softnic.1.gz
+	[ -e $(DESTDIR)$(SYSCONFDIR)/default/softnic ] || \
+		$(INSTALL) -m 644 dist/default/softnic $(DESTDIR)$(SYSCONFDIR)/default/softnic
+
+# Removes what install put; SYSCONFDIR/default/softnic only while it is
+# as installed (an edited one is the administrator's and stays).
+uninstall:
+	rm -f $(DESTDIR)$(BINDIR)/softnic $(DESTDIR)$(LIBDIR)/libsoftnic-rdmav34.so $(DESTDIR)$(LIBDIR)/librdmacm.so.1 \
+		$(DESTDIR)$(UNITDIR)/softnic.service $(DESTDIR)$(MAN1DIR)/softnic.1.gz
+	-rmdir $(DESTDIR)$(LIBDIR)
+	if cmp -s dist/default/softnic $(DESTDIR)$(SYSCONFDIR)/default/softnic; then \
+		rm -f $(DESTDIR)$(SYSCONFDIR)/default/softnic; fi
+
+# make deb: bin/softnic_VERSION_ARCH.deb with dpkg-deb alone: install with
+# PREFIX=/usr into a staging tree, then the control file (Depends: the
+# provider and librdmacm.so.1 link libibverbs1 and libc6 only; the binary is
+# static), /etc/default/softnic as a conffile, and the maintainer scripts
+# (dist/deb: nothing enabled; prerm stops the service; purge removes the
+# flags file).
+DEBVERSION := $(VERSION)+git$(shell git rev-parse --short HEAD 2>/dev/null || echo 0)
+DEBARCH := $(shell dpkg --print-architecture 2>/dev/null)
+DEBROOT := bin/deb-root
+DEB := bin/softnic_$(DEBVERSION)_$(DEBARCH).deb
+
+deb:
+	rm -rf $(DEBROOT)
+	$(MAKE) install DESTDIR=$(CURDIR)/$(DEBROOT) PREFIX=/usr SYSCONFDIR=/etc
+	$(INSTALL) -d $(DEBROOT)/DEBIAN
+	$(INSTALL) -m 755 dist/deb/postinst dist/deb/prerm dist/deb/postrm $(DEBROOT)/DEBIAN/
+	echo /etc/default/softnic >$(DEBROOT)/DEBIAN/conffiles
+	sed -e 's|@VERSION@|$(DEBVERSION)|' -e 's|@ARCH@|$(DEBARCH)|' \
+		-e "s|@SIZE@|$$(du -sk --exclude=DEBIAN $(DEBROOT) | cut -f1)|" dist/deb/control.in >$(DEBROOT)/DEBIAN/control
+	dpkg-deb --root-owner-group --build $(DEBROOT) $(DEB)
+	rm -rf $(DEBROOT)
 
 clean:
 	rm -rf bin
