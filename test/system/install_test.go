@@ -55,8 +55,9 @@ func TestMakeInstall(t *testing.T) {
 	systest.SettledGIDs(t, &pair.A, 1+len(pair.A.Addrs))
 	systest.SettledGIDs(t, &pair.B, 1+len(pair.B.Addrs))
 	runDir := systest.RootDir(t)
+	var stops []func()
 	for _, end := range []*netnstest.End{&pair.A, &pair.B} {
-		startUnitDaemon(t, dest, unit, env, end, runDir)
+		stops = append(stops, startUnitDaemon(t, dest, unit, env, end, runDir))
 	}
 	w := &providerWorld{bin: filepath.Join(dest, "usr/local/bin/softnic"), runDir: runDir, a: &pair.A, b: &pair.B}
 	args := []string{"ib_write_bw", "-x", "1", "-n", "500"}
@@ -65,6 +66,9 @@ func TestMakeInstall(t *testing.T) {
 		require.Greater(t, perftestLast(t, out, 65536), 0.0, "no figure:\n%s", out)
 	}
 
+	for _, stop := range stops {
+		stop()
+	}
 	makeRun(t, root, "uninstall", "DESTDIR="+dest, "PREFIX=/usr/local")
 	var left []string
 	require.NoError(t, filepath.Walk(dest, func(path string, info os.FileInfo, err error) error {
@@ -90,8 +94,9 @@ func makeRun(t *testing.T, root string, args ...string) string {
 // dest) in end's namespace with the environment file's variables, whose
 // SOFTNIC_ARGS serve end's interface instead of eth0 and use runDir
 // (a later --run-dir wins over the unit's /run/softnic). It returns once
-// the daemon serves; the test's end stops it with SIGTERM.
-func startUnitDaemon(t *testing.T, dest string, unit serviceUnit, env map[string]string, end *netnstest.End, runDir string) {
+// the daemon serves, with stop, which ends it with SIGTERM (the test's end
+// does if it has not) and fails the test if it did not exit cleanly.
+func startUnitDaemon(t *testing.T, dest string, unit serviceUnit, env map[string]string, end *netnstest.End, runDir string) (stop func()) {
 	t.Helper()
 	mine := map[string]string{}
 	for k, v := range env {
@@ -107,16 +112,25 @@ func startUnitDaemon(t *testing.T, dest string, unit serviceUnit, env map[string
 	require.NoError(t, cmd.Start(), "%v", argv)
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
-	t.Cleanup(func() {
+	var exitErr error
+	stopped := false
+	halt := func() {
+		if stopped {
+			return
+		}
+		stopped = true
 		cmd.Process.Signal(syscall.SIGTERM) // the unit's KillSignal
 		select {
-		case <-done:
+		case exitErr = <-done:
 		case <-time.After(10 * time.Second):
 			cmd.Process.Kill()
-			<-done
+			exitErr = <-done
 		}
+	}
+	t.Cleanup(func() {
+		halt()
 		if t.Failed() {
-			t.Logf("daemon %v said:\n%s", argv, systest.Tail(log.String(), 40))
+			t.Logf("daemon %v (exit %v) said:\n%s", argv, exitErr, systest.Tail(log.String(), 40))
 		}
 	})
 	for deadline := time.Now().Add(20 * time.Second); !strings.Contains(log.String(), "serving"); time.Sleep(20 * time.Millisecond) {
@@ -126,5 +140,9 @@ func startUnitDaemon(t *testing.T, dest string, unit serviceUnit, env map[string
 		default:
 		}
 		require.False(t, time.Now().After(deadline), "daemon %v did not serve within 20 s:\n%s", argv, log.String())
+	}
+	return func() {
+		halt()
+		require.NoError(t, exitErr, "daemon %v on SIGTERM:\n%s", argv, log.String())
 	}
 }
