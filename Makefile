@@ -124,7 +124,9 @@ fuzz:
 # in PREFIX/lib/systemd/system (systemd looks there for /usr and /usr/local)
 # running the installed binary with $$SOFTNIC_ARGS from
 # SYSCONFDIR/default/softnic, and softnic(1), made of softnic help. An
-# existing SYSCONFDIR/default/softnic is kept. Nothing is enabled.
+# existing SYSCONFDIR/default/softnic is kept. Nothing is enabled. What
+# `make` built is installed (built first if absent), so `sudo make install`
+# needs no Go toolchain on root's PATH.
 PREFIX ?= /usr/local
 SYSCONFDIR ?= /etc
 DESTDIR ?=
@@ -134,7 +136,8 @@ UNITDIR := $(PREFIX)/lib/systemd/system
 MAN1DIR := $(PREFIX)/share/man/man1
 INSTALL ?= install
 
-install: build
+install:
+	@[ -x $(BIN) ] && [ -f bin/libsoftnic-rdmav34.so ] && [ -f bin/librdmacm.so.1 ] || $(MAKE) build
 	$(INSTALL) -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(MAN1DIR) \
 		$(DESTDIR)$(SYSCONFDIR)/default
 	$(INSTALL) -m 755 $(BIN) $(DESTDIR)$(BINDIR)/softnic
@@ -167,7 +170,7 @@ DEBARCH := $(shell dpkg --print-architecture 2>/dev/null)
 DEBROOT := bin/deb-root
 DEB := bin/softnic_$(DEBVERSION)_$(DEBARCH).deb
 
-deb:
+deb: build
 	rm -rf $(DEBROOT)
 	$(MAKE) install DESTDIR=$(CURDIR)/$(DEBROOT) PREFIX=/usr SYSCONFDIR=/etc
 	$(INSTALL) -d $(DEBROOT)/DEBIAN

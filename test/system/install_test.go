@@ -40,6 +40,7 @@ func TestMakeInstall(t *testing.T) {
 	netnstest.RequireCommands(t, "apt-get install make gcc perftest", "make", "cc", "ib_write_bw", "setpriv")
 	dest := systest.RootDir(t)
 	root := systest.Root(t)
+	makeRun(t, root, "build") // make && sudo make install, as USAGE.md says
 	makeRun(t, root, "install", "DESTDIR="+dest, "PREFIX=/usr/local")
 	for _, f := range installedFiles {
 		require.FileExists(t, filepath.Join(dest, f))
