@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -85,7 +86,9 @@ func TestMakeInstall(t *testing.T) {
 // makeRun runs make TARGET in the source tree; it must succeed.
 func makeRun(t *testing.T, root string, args ...string) string {
 	t.Helper()
-	cmd := exec.Command("make", append([]string{"-s", "-C", root}, args...)...)
+	// The go command the test runs with: PATH may lack one.
+	gocmd := "GO=" + filepath.Join(runtime.GOROOT(), "bin", "go")
+	cmd := exec.Command("make", append([]string{"-s", "-C", root, gocmd}, args...)...)
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "make %v:\n%s", args, out)
 	return string(out)
