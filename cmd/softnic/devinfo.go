@@ -34,7 +34,7 @@ func runDevinfo(args []string, stdout, stderr io.Writer) int {
 		printFlags(stderr, fs)
 	}
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return helpStatus(err, 2)
 	}
 	if *ifname == "" || fs.NArg() != 0 {
 		fs.Usage()

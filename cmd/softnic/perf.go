@@ -6,10 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/softnic/softnic/tools/oob"
@@ -196,8 +193,12 @@ func runPerf(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	test, err := oob.ParseTest(args[0])
+	if err != nil && wantsHelp(args) {
+		return runPerf([]string{"-h"}, stdout, stderr)
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "softnic perf: %v\n", err)
+		fmt.Fprintln(stderr, "  (run 'softnic perf -h' for the flags)")
 		return 2
 	}
 	fs := flag.NewFlagSet("perf "+test.String(), flag.ContinueOnError)
@@ -225,16 +226,13 @@ func runPerf(args []string, stdout, stderr io.Writer) int {
 	if len(pos) > 0 {
 		host = pos[0]
 	}
-	if err := o.run(p, host, stdout); err != nil {
-		return fail("%v", err)
-	}
-	return 0
+	ctx, stop := signalContext()
+	defer stop()
+	return endStatus(ctx, o.run(ctx, p, host, stdout), stderr, "perf")
 }
 
-// run opens the device and runs the test on it until done or signalled.
-func (o *perfFlags) run(p perftest.Params, host string, stdout io.Writer) error {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+// run opens the device and runs the test on it until done or ctx ends.
+func (o *perfFlags) run(ctx context.Context, p perftest.Params, host string, stdout io.Writer) error {
 	if o.rdmaCM {
 		return o.runCM(ctx, p, host, stdout)
 	}
@@ -244,6 +242,10 @@ func (o *perfFlags) run(p perftest.Params, host string, stdout io.Writer) error 
 	}
 	defer closeDev()
 	p.Device = o.ifname
+	// Before waiting for a peer: a GID index that holds no GID fails now.
+	if err := perftest.CheckGIDIndex(dev, p.Device, p.GIDIndex); p.GIDIndex >= 0 && err != nil {
+		return err
+	}
 	if o.trace != "" && !dev.Verbs.Remote() {
 		tr, err := startPerfTrace(o.trace, o.traceEvery, dev.Verbs)
 		if err != nil {

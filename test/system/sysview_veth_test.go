@@ -278,10 +278,11 @@ func TestExecShowsThisNamespaceOnly(t *testing.T) {
 	// The test's own namespace has no daemon.
 	out, err := exec.CommandContext(ctx, w.bin, "exec", "--run-dir", runDir, "--", "true").CombinedOutput()
 	require.Error(t, err)
-	assert.Contains(t, string(out), "no daemon of "+runDir+" serves this network namespace (devices there: ")
+	assert.Contains(t, string(out), "no daemon serves this network namespace (run directory "+runDir+"; its devices serve other network namespaces: ")
+	assert.Contains(t, string(out), "start one: sudo softnic daemon -d IFACE --run-dir "+runDir)
 	out, err = exec.CommandContext(ctx, w.bin, "env", "--run-dir", runDir).CombinedOutput()
 	require.NoError(t, err, string(out))
-	assert.Contains(t, string(out), "serves this network namespace yet")
+	assert.Contains(t, string(out), "softnic env: no daemon serves this network namespace (run directory "+runDir)
 
 	// A listener in B, where softnic_veth0 (A's) sorts first: on B's
 	// device.
