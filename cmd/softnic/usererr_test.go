@@ -119,7 +119,7 @@ func TestHelpExitsZero(t *testing.T) {
 		lines = append(lines, []string{name})
 	}
 	lines = append(lines, []string{"stat", "res"}, []string{"perf", "write_bw"}, []string{"perf", "write"},
-		[]string{"rping", "-s"}, []string{"help"}, []string{"pingpong", "--ud"})
+		[]string{"rping", "-s"}, []string{"help"}, []string{"completion", "bash"}, []string{"pingpong", "--ud"})
 	for _, l := range lines {
 		for _, h := range []string{"-h", "--help"} {
 			var out, errOut bytes.Buffer
