@@ -338,6 +338,22 @@ func TestNamedDevices(t *testing.T) {
 	assert.Equal(t, 2, err.(*exec.ExitError).ExitCode())
 	assert.Contains(t, string(out), `device name "bad/name": '/' is not a letter`)
 
+	// The default name of a device served under another is told the
+	// name it has, by every command that takes a device; a GID index
+	// that holds none, the ones that do.
+	wrong := "softnic_" + w.a.Ifname
+	for _, args := range [][]string{{"perf", "write_bw", "-d", wrong}, {"pingpong", "-d", wrong}, {"devinfo", "-d", wrong},
+		{"stat", "-d", wrong}, {"stat", "res", "-d", wrong}, {"exec", "-d", wrong, "--", "true"}} {
+		_, errOut, err := outputs(t, w.nobody(ctx, w.a, args...))
+		require.Error(t, err, "%v", args)
+		assert.Contains(t, errOut, "no device "+wrong+": interface "+w.a.Ifname+" is served as device "+name+
+			"; give -d "+name+" or -d "+w.a.Ifname, "%v", args)
+	}
+	_, errOut, err := outputs(t, w.nobody(ctx, w.a, "perf", "write_bw", "-d", name, "-x", "5"))
+	require.Error(t, err)
+	assert.Contains(t, errOut, "GID index 5: "+name+" has no GID there; valid GID indexes: 0 (fe80::")
+	assert.Contains(t, errOut, "1 (::ffff:"+w.a.Addr4().String()+", IPv4 "+w.a.Addr4().String()+")")
+
 	for _, end := range []*netnstest.End{w.a, w.b} {
 		for _, arg := range []string{name, end.Ifname} {
 			// Through the provider, which takes the device by its
