@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/softnic/softnic/tools/oob"
@@ -228,7 +229,20 @@ func runPerf(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signalContext()
 	defer stop()
-	return endStatus(ctx, o.run(ctx, p, host, stdout), stderr, "perf")
+	return endStatus(ctx, peerGone(o.run(ctx, p, host, stdout), p.Server), stderr, "perf")
+}
+
+// peerGone rewords the end of the exchange connection in the middle of a
+// run (a peer interrupted or killed) as what happened to the user's peer.
+func peerGone(err error, server bool) error {
+	if !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, syscall.ECONNRESET) {
+		return err
+	}
+	peer := "server"
+	if server {
+		peer = "client"
+	}
+	return fmt.Errorf("the %s went away before the test ended (was it interrupted?): %w", peer, err)
 }
 
 // run opens the device and runs the test on it until done or ctx ends.

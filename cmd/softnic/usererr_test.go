@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -145,4 +147,22 @@ func TestExecEnvFlagStyle(t *testing.T) {
 			assert.LessOrEqual(t, strings.Count(l, "default"), 1, "%s: %q", name, l)
 		}
 	}
+}
+
+// TestPerfPeerGone: a server that closes the exchange before the test
+// ended (interrupted, killed) is said to have gone away.
+func TestPerfPeerGone(t *testing.T) {
+	useMemDevices(t)
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	go func() {
+		if c, err := ln.Accept(); err == nil {
+			c.Close()
+		}
+	}()
+	var out, errOut bytes.Buffer
+	port := fmt.Sprint(ln.Addr().(*net.TCPAddr).Port)
+	require.Equal(t, 1, run([]string{"perf", "write_bw", "-d", "memB", "-p", port, "127.0.0.1"}, &out, &errOut))
+	assert.Contains(t, errOut.String(), "softnic perf: the server went away before the test ended (was it interrupted?): ")
 }
