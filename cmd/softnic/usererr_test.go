@@ -166,3 +166,30 @@ func TestPerfPeerGone(t *testing.T) {
 	require.Equal(t, 1, run([]string{"perf", "write_bw", "-d", "memB", "-p", port, "127.0.0.1"}, &out, &errOut))
 	assert.Contains(t, errOut.String(), "softnic perf: the server went away before the test ended (was it interrupted?): ")
 }
+
+// TestTreelessDeviceName: a device name whose daemon published no tree,
+// only its socket, is that daemon's device too (it was "no daemon serves
+// it" while the socket existed): perf dials it.
+func TestTreelessDeviceName(t *testing.T) {
+	runDir := t.TempDir()
+	t.Setenv("SOFTNIC_RUN_DIR", runDir)
+	ln, err := net.Listen("unix", filepath.Join(runDir, "softnic_lo.sock"))
+	require.NoError(t, err)
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close() // not a daemon: the dial fails after connecting
+		}
+	}()
+	var out, errOut bytes.Buffer
+	require.Equal(t, 1, run([]string{"perf", "write_bw", "-d", "softnic_lo"}, &out, &errOut))
+	assert.Contains(t, errOut.String(), "softnic perf: open device softnic_lo: ", "dialled the device's socket")
+	out.Reset()
+	errOut.Reset()
+	require.Equal(t, 0, run([]string{"devinfo", "-d", "softnic_lo"}, &out, &errOut), errOut.String())
+	assert.Contains(t, out.String(), "hca_id:\tsoftnic_lo\n")
+}
