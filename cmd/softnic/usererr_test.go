@@ -114,7 +114,7 @@ func TestBadGIDIndex(t *testing.T) {
 }
 
 // TestHelpExitsZero: -h and --help exit 0 for every command and
-// subcommand, with the usage.
+// subcommand, with the usage on stdout; exec's program keeps its own -h.
 func TestHelpExitsZero(t *testing.T) {
 	var lines [][]string
 	for name := range commands {
@@ -127,9 +127,17 @@ func TestHelpExitsZero(t *testing.T) {
 			var out, errOut bytes.Buffer
 			args := append(append([]string{}, l...), h)
 			assert.Equal(t, 0, run(args, &out, &errOut), "%v: %s", args, errOut.String())
-			assert.Contains(t, out.String()+errOut.String(), "softnic "+l[0], "%v: no usage", args)
+			assert.Contains(t, out.String(), "softnic "+l[0], "%v: no usage on stdout", args)
+			assert.Empty(t, errOut.String(), "%v", args)
 		}
 	}
+}
+
+func TestExecProgramHelp(t *testing.T) {
+	assert.False(t, helpWanted("exec", []string{"--", "ib_write_bw", "-h"}))
+	assert.False(t, helpWanted("exec", []string{"ib_write_bw", "-h"}))
+	assert.True(t, helpWanted("exec", []string{"--sysfs=env", "-h", "ib_write_bw"}))
+	assert.True(t, helpWanted("perf", []string{"write_bw", "-d", "eth0", "--help"}))
 }
 
 // TestExecEnvFlagStyle: exec and env show their flags as the other
