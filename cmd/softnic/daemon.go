@@ -58,7 +58,7 @@ type daemonOptions struct {
 // file that lets the next daemon restore what this one moved; tests
 // replace it.
 var openServed = func(ifname, irqState string) (*verbs.Device, func(), error) {
-	if err := checkInterface(ifname); err != nil {
+	if err := checkDaemonInterface(ifname); err != nil {
 		return nil, nil, err
 	}
 	dev, closeDev, err := openInterface(ifname, 0, xdplink.Config{IRQState: irqState})
@@ -97,7 +97,7 @@ func runDaemon(args []string, stdout, stderr io.Writer) int {
 	}
 	specs, _ := parseServeSpecs(o.ifaces) // checked by config
 	for _, sp := range specs {
-		if err := checkInterface(sp.iface); err != nil {
+		if err := checkDaemonInterface(sp.iface); err != nil {
 			fmt.Fprintf(stderr, "softnic daemon: %v\n", err)
 			return 1
 		}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/softnic/softnic/daemon/client"
@@ -56,6 +57,9 @@ func openThroughDaemon(arg string) (perftest.Device, error) {
 	case err == nil:
 		name, ifname = sd.name, sd.iface
 	case errors.Is(err, errNotServed):
+		if iface, ok := treelessDevice(arg); ok {
+			name, ifname = arg, iface
+		}
 	case checkInterface(arg) == nil:
 		// A device of that name elsewhere, and an interface of that
 		// name here that no daemon serves.
@@ -75,6 +79,18 @@ func openThroughDaemon(arg string) (perftest.Device, error) {
 	}
 	noResolve := func(netip.Addr) error { return nil }
 	return perftest.Device{Verbs: dev, Name: ifname, LinkMTU: nd.MTU, Resolve: noResolve}, nil
+}
+
+// treelessDevice reports whether arg is the default name of a device whose
+// daemon published no tree (its socket only, softnic_IFACE.sock), and its
+// interface: a device name works then too.
+func treelessDevice(arg string) (iface string, ok bool) {
+	iface, ok = strings.CutPrefix(arg, "softnic_")
+	if !ok || !isInterface(iface) {
+		return "", false
+	}
+	_, err := os.Lstat(client.DeviceSocket(arg))
+	return iface, err == nil
 }
 
 // openInterface is openDevice with the link's configuration (its Addrs

@@ -34,7 +34,7 @@ func runDevinfo(args []string, stdout, stderr io.Writer) int {
 		printFlags(stderr, fs)
 	}
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return helpStatus(err, 2)
 	}
 	if *ifname == "" || fs.NArg() != 0 {
 		fs.Usage()
@@ -45,6 +45,10 @@ func runDevinfo(args []string, stdout, stderr io.Writer) int {
 	switch {
 	case err == nil:
 		name, iface = d.name, d.iface
+	case errors.Is(err, errNotServed):
+		if i, ok := treelessDevice(*ifname); ok {
+			name, iface = *ifname, i
+		}
 	case !errors.Is(err, errNotServed) && checkInterface(*ifname) != nil:
 		fmt.Fprintf(stderr, "softnic devinfo: %v\n", err)
 		return 1

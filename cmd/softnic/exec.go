@@ -91,8 +91,8 @@ type execOptions struct {
 }
 
 func (o *execOptions) flags(fs *flag.FlagSet) {
-	fs.StringVar(&o.runDir, "run-dir", client.RunDir(), "the daemons' run directory (default $SOFTNIC_RUN_DIR, else /run/softnic)")
-	fs.StringVar(&o.provider, "provider", "", "the provider library (default: $SOFTNIC_PROVIDER, else "+providerLib+" next to softnic)")
+	fs.StringVar(&o.runDir, "run-dir", client.RunDir(), "the daemons' run directory `DIR` (default $SOFTNIC_RUN_DIR, else /run/softnic)")
+	fs.StringVar(&o.provider, "provider", "", "the provider library `PATH` (default: $SOFTNIC_PROVIDER, else "+providerLib+" next to softnic)")
 }
 
 func runEnv(args []string, stdout, stderr io.Writer) int {
@@ -104,7 +104,7 @@ func runEnv(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "usage: softnic env [--run-dir DIR] [--provider PATH]")
 		fmt.Fprintln(stderr, "\nPrints shell export lines that let libibverbs programs use the devices the daemons")
 		fmt.Fprintln(stderr, "of the run directory serve in this network namespace:  eval \"$(softnic env)\"\n\nflags:")
-		fs.PrintDefaults()
+		printFlags(stderr, fs)
 	}
 	if pos, status, ok := parseArgs(fs, args, 2); !ok || len(pos) != 0 {
 		if ok {
@@ -124,8 +124,8 @@ func runEnv(args []string, stdout, stderr io.Writer) int {
 		return fail("%v", err)
 	}
 	if _, err := os.Stat(view); err != nil {
-		fmt.Fprintf(stderr, "softnic env: no daemon of %s serves this network namespace yet (devices there: %s)\n",
-			runDir, deviceListIn(runDir))
+		devs, _ := servedDevices(runDir)
+		fmt.Fprintf(stderr, "softnic env: %s\n", servedHere(runDir, devs))
 	}
 	for _, kv := range ibvEnv(view, runDir, provider) {
 		k, v, _ := strings.Cut(kv, "=")
@@ -139,20 +139,17 @@ func runExec(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("exec", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	o.flags(fs)
-	fs.StringVar(&o.device, "d", "", "show the program only this device: its name or its interface's (default: every device serving this network namespace)")
-	fs.StringVar(&o.sysfs, "sysfs", sysfsAuto, "how the program sees the devices: `auto` (a private mount namespace whose /sys/class shows them, else SYSFS_PATH only, said on stderr), mount (the namespace or fail), env (SYSFS_PATH only)")
+	fs.StringVar(&o.device, "d", "", "show the program only `DEVICE`, its name or its interface's (default: every device serving this network namespace)")
+	fs.StringVar(&o.sysfs, "sysfs", sysfsAuto, "how the program sees the devices, `MODE`: auto (a private mount namespace whose /sys/class shows them, else SYSFS_PATH only, said on stderr), mount (the namespace or fail), env (SYSFS_PATH only); default auto")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: softnic exec [-d DEVICE] [--run-dir DIR] [--provider PATH] -- PROGRAM [ARGS...]")
 		fmt.Fprintln(stderr, "\nRuns an unmodified libibverbs program (ibv_devinfo, ibv_rc_pingpong, ib_write_bw, ...)")
 		fmt.Fprintln(stderr, "on the devices softnic daemons serve in this network namespace, as any user, and exits")
 		fmt.Fprintln(stderr, "with its status.\n\nflags:")
-		fs.PrintDefaults()
+		printFlags(stderr, fs)
 	}
 	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+		return helpStatus(err, 2)
 	}
 	if fs.NArg() == 0 {
 		fs.Usage()
@@ -169,6 +166,9 @@ func runExec(args []string, stdout, stderr io.Writer) int {
 	}
 	runDir, _ := filepath.Abs(o.runDir)
 	devs, err := servedDevices(runDir)
+	if errors.Is(err, errNoTree) || errors.Is(err, os.ErrNotExist) {
+		devs, err = nil, nil // no daemon: said below
+	}
 	if err != nil {
 		return fail("%s: %v", runDir, err)
 	}
@@ -177,8 +177,7 @@ func runExec(args []string, stdout, stderr io.Writer) int {
 	if o.device != "" {
 		d, err := resolveDevice(devs, o.device, false)
 		if errors.Is(err, errNotServed) {
-			return fail("no device %s in %s, nor one serving an interface %s here (there: %s)", o.device, runDir,
-				o.device, deviceList(devs))
+			return fail("%v", notServedError(runDir, o.device, devs, true))
 		}
 		if err != nil {
 			return fail("%v", err)
@@ -190,7 +189,7 @@ func runExec(args []string, stdout, stderr io.Writer) int {
 		shown = []servedDevice{d}
 	} else {
 		if !slices.ContainsFunc(devs, func(d servedDevice) bool { return d.here }) {
-			return fail("no daemon of %s serves this network namespace (devices there: %s)", runDir, deviceList(devs))
+			return fail("%s", servedHere(runDir, devs))
 		}
 		if sysfs, err = namespaceView(runDir); err != nil {
 			return fail("%v", err)
@@ -272,12 +271,6 @@ func namespaceView(runDir string) (string, error) {
 		return "", err
 	}
 	return filepath.Join(runDir, viewDir(ns)), nil
-}
-
-// deviceListIn is deviceList of runDir's devices.
-func deviceListIn(runDir string) string {
-	devs, _ := servedDevices(runDir)
-	return deviceList(devs)
 }
 
 // deviceView makes a private tree that shows only device d: links to its

@@ -89,6 +89,29 @@ func parseArgs(fs *flag.FlagSet, args []string, badUsage int) (pos []string, sta
 	return pos, 0, true
 }
 
+// helpStatus is the exit status after fs.Parse failed with err: 0 when
+// it was -h or --help (the usage is what was asked for), else badUsage.
+func helpStatus(err error, badUsage int) int {
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	return badUsage
+}
+
+// wantsHelp reports whether args ask for the usage (-h, --help) before a
+// "--": for the commands that parse their own way (rping's getopt, help).
+func wantsHelp(args []string) bool {
+	for _, a := range args {
+		switch a {
+		case "--":
+			return false
+		case "-h", "-help", "--help":
+			return true
+		}
+	}
+	return false
+}
+
 // failer returns a function that prints "softnic CMD: message" to stderr
 // and returns exit status 1.
 func failer(stderr io.Writer, cmd string) func(format string, a ...any) int {

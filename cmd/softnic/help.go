@@ -77,7 +77,7 @@ func isBoolFlag(f *flag.Flag) bool {
 // runHelp is `softnic help [COMMAND]`: the list of commands, or one
 // command's usage and flags on stdout.
 func runHelp(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 {
+	if len(args) == 0 || wantsHelp(args[:1]) {
 		usage(stdout)
 		return 0
 	}

@@ -2,8 +2,6 @@ package main
 
 import (
 	"bytes"
-	"os"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -38,7 +36,7 @@ func TestHelpDocumentsEveryFlag(t *testing.T) {
 				"softnic help %s: %s\n%s\nsays no default", name, l, desc)
 		}
 		switch name {
-		case "inspect", "version":
+		case "inspect", "version", "completion":
 			assert.Zero(t, flags)
 		case "rping": // rping's own usage, then its defaults
 			assert.Contains(t, out.String(), "defaults: -S 64, -C 0 (ping until stopped), -p 7174")
@@ -69,22 +67,23 @@ func TestHelpMergesAliases(t *testing.T) {
 }
 
 // TestNoSuchInterfaceMessages: every command that opens an interface says
-// there is none by that name and where to look; a device name (softnic_X)
-// is told about the daemon.
+// there is neither a device nor an interface by that name, and how to
+// start a daemon; the daemon, which takes interfaces, where to look.
 func TestNoSuchInterfaceMessages(t *testing.T) {
-	t.Setenv("SOFTNIC_RUN_DIR", t.TempDir())
-	for _, args := range [][]string{
-		{"perf", "write_bw", "-d", "nosuch0"},
-		{"pingpong", "-d", "nosuch0"},
-		{"devinfo", "-d", "nosuch0"},
-		{"daemon", "-d", "nosuch0", "--run-dir", t.TempDir()},
+	runDir := t.TempDir()
+	t.Setenv("SOFTNIC_RUN_DIR", runDir)
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"perf", "write_bw", "-d", "nosuch0"}, `no device or interface "nosuch0" here; no daemon serves this network namespace (run directory ` + runDir + `); start one: sudo softnic daemon -d IFACE --run-dir ` + runDir},
+		{[]string{"pingpong", "-d", "nosuch0"}, `no device or interface "nosuch0" here; no daemon`},
+		{[]string{"devinfo", "-d", "nosuch0"}, `no device or interface "nosuch0" here; no daemon`},
+		{[]string{"pingpong", "-d", "softnic_nosuch0"}, `no device or interface "softnic_nosuch0" here; no daemon`},
+		{[]string{"daemon", "-d", "nosuch0", "--run-dir", t.TempDir()}, `no network interface "nosuch0" in this network namespace (` + "`ip link`" + ` lists them`},
 	} {
 		var out, errOut bytes.Buffer
-		require.NotZero(t, run(args, &out, &errOut), "%v", args)
-		assert.Contains(t, errOut.String(), `no network interface "nosuch0" in this network namespace (`+"`ip link`"+` lists them`, "%v", args)
+		require.NotZero(t, run(c.args, &out, &errOut), "%v", c.args)
+		assert.Contains(t, errOut.String(), c.want, "%v", c.args)
 	}
-	var out, errOut bytes.Buffer
-	require.NotZero(t, run([]string{"pingpong", "-d", "softnic_nosuch0"}, &out, &errOut))
-	assert.Contains(t, errOut.String(), `no network interface "softnic_nosuch0": softnic_nosuch0 is the name of the device a daemon serves on nosuch0, and no daemon serves it (no socket `+
-		filepath.Join(os.Getenv("SOFTNIC_RUN_DIR"), "softnic_nosuch0.sock")+`); start one (sudo softnic daemon -d nosuch0), and give the interface's name: -d nosuch0`)
 }

@@ -35,7 +35,7 @@ func runInspect(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "Exit status: 0 every frame good, 1 a frame bad (ICRC, headers or MAD), 2 unreadable input.")
 	}
 	if err := fs.Parse(args); err != nil {
-		return inspectBadInput
+		return helpStatus(err, inspectBadInput)
 	}
 	if fs.NArg() != 1 {
 		fs.Usage()

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"sort"
+	"strings"
 )
 
 // command is one subcommand. run returns the process exit status.
@@ -61,5 +62,23 @@ func run(args []string, stdout, stderr io.Writer) int {
 		usage(stderr)
 		return 2
 	}
+	if helpWanted(args[0], args[1:]) {
+		// The usage that was asked for goes to stdout (softnic perf -h |
+		// less), as softnic help's does; a mistake's stays on stderr.
+		return cmd.run(args[1:], stdout, stdout)
+	}
 	return cmd.run(args[1:], stdout, stderr)
+}
+
+// helpWanted reports whether command name's args ask for its usage. exec's
+// own flags end at the program, whose -h is the program's.
+func helpWanted(name string, args []string) bool {
+	if name == "exec" {
+		end := 0
+		for end < len(args) && strings.HasPrefix(args[end], "-") && args[end] != "--" {
+			end++
+		}
+		args = args[:end]
+	}
+	return wantsHelp(args)
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"errors"
 	"fmt"
-	"net"
 	"path/filepath"
 	"strings"
 
@@ -17,16 +16,25 @@ import (
 // one more way out (a daemon), so each gets its own wording.
 
 // checkInterface fails with the way out when there is no network
-// interface ifname in this network namespace; a device name
-// (softnic_IFACE) given for an interface gets the daemon's.
+// interface ifname in this network namespace (notServedError: a device
+// name is told the device's interface, or how to start its daemon).
 func checkInterface(ifname string) error {
-	if _, err := net.InterfaceByName(ifname); err == nil {
+	if isInterface(ifname) {
 		return nil
 	}
-	if iface, ok := strings.CutPrefix(ifname, "softnic_"); ok {
-		return noInterfaceError{fmt.Errorf("no network interface %q: softnic_%s is the name of the device a daemon serves on %s, "+
-			"and no daemon serves it (no socket %s); start one (sudo softnic daemon -d %s), and give the interface's name: -d %s",
-			ifname, iface, iface, filepath.Join(client.RunDir(), ifname+".sock"), iface, iface)}
+	devs, _ := servedDevices(client.RunDir()) // none: the error says how to start one
+	return noInterfaceError{notServedError(client.RunDir(), ifname, devs, false)}
+}
+
+// checkDaemonInterface is checkInterface for softnic daemon, which takes
+// an interface: a device name given instead is told its interface.
+func checkDaemonInterface(ifname string) error {
+	if isInterface(ifname) {
+		return nil
+	}
+	if iface, ok := strings.CutPrefix(ifname, "softnic_"); ok && isInterface(iface) {
+		return noInterfaceError{fmt.Errorf("no network interface %q: the daemon takes an interface, and %s is the name of the device it makes of %s; give -d %s (or -d %s:%s)",
+			ifname, ifname, iface, iface, iface, ifname)}
 	}
 	return noInterfaceError{fmt.Errorf("no network interface %q in this network namespace (`ip link` lists them; "+
 		"for one in another namespace, run softnic with `ip netns exec NS`)", ifname)}

@@ -6,8 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
 	"strings"
 	"syscall"
 	"time"
@@ -196,8 +194,12 @@ func runPerf(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	test, err := oob.ParseTest(args[0])
+	if err != nil && wantsHelp(args) {
+		return runPerf([]string{"-h"}, stdout, stderr)
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "softnic perf: %v\n", err)
+		fmt.Fprintln(stderr, "  (run 'softnic perf -h' for the flags)")
 		return 2
 	}
 	fs := flag.NewFlagSet("perf "+test.String(), flag.ContinueOnError)
@@ -225,16 +227,26 @@ func runPerf(args []string, stdout, stderr io.Writer) int {
 	if len(pos) > 0 {
 		host = pos[0]
 	}
-	if err := o.run(p, host, stdout); err != nil {
-		return fail("%v", err)
-	}
-	return 0
+	ctx, stop := signalContext()
+	defer stop()
+	return endStatus(ctx, peerGone(o.run(ctx, p, host, stdout), p.Server), stderr, "perf")
 }
 
-// run opens the device and runs the test on it until done or signalled.
-func (o *perfFlags) run(p perftest.Params, host string, stdout io.Writer) error {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+// peerGone rewords the end of the exchange connection in the middle of a
+// run (a peer interrupted or killed) as what happened to the user's peer.
+func peerGone(err error, server bool) error {
+	if !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, syscall.ECONNRESET) {
+		return err
+	}
+	peer := "server"
+	if server {
+		peer = "client"
+	}
+	return fmt.Errorf("the %s went away before the test ended (was it interrupted?): %w", peer, err)
+}
+
+// run opens the device and runs the test on it until done or ctx ends.
+func (o *perfFlags) run(ctx context.Context, p perftest.Params, host string, stdout io.Writer) error {
 	if o.rdmaCM {
 		return o.runCM(ctx, p, host, stdout)
 	}
@@ -244,6 +256,10 @@ func (o *perfFlags) run(p perftest.Params, host string, stdout io.Writer) error 
 	}
 	defer closeDev()
 	p.Device = o.ifname
+	// Before waiting for a peer: a GID index that holds no GID fails now.
+	if err := perftest.CheckGIDIndex(dev, p.Device, p.GIDIndex); p.GIDIndex >= 0 && err != nil {
+		return err
+	}
 	if o.trace != "" && !dev.Verbs.Remote() {
 		tr, err := startPerfTrace(o.trace, o.traceEvery, dev.Verbs)
 		if err != nil {

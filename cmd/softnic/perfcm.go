@@ -76,6 +76,9 @@ func (o *perfFlags) runCM(ctx context.Context, p perftest.Params, host string, s
 	}
 	defer closeCM()
 	p.Device = dev.Name
+	if err := perftest.CheckGIDIndex(dev, p.Device, p.GIDIndex); p.GIDIndex >= 0 && err != nil {
+		return err
+	}
 	err = perftest.RunRDMACM(ctx, cm, dev, peer, p, stdout)
 	if o.stats {
 		printSoftnicStats(stdout, dev.Verbs)

@@ -5,9 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/softnic/softnic/tools/pingpong"
 )
@@ -96,17 +93,14 @@ func runPingpongCmd(args []string, stdout, stderr io.Writer) int {
 	if len(pos) == 1 {
 		o.cfg.Host = pos[0]
 	}
-	if err := o.run(stdout); err != nil {
-		return fail("%v", err)
-	}
-	return 0
+	ctx, stop := signalContext()
+	defer stop()
+	return endStatus(ctx, o.run(ctx, stdout), stderr, "pingpong")
 }
 
-// run opens the device and runs the ping-pong on it until done or
-// signalled.
-func (o *pingpongFlags) run(stdout io.Writer) error {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+// run opens the device and runs the ping-pong on it until done or ctx
+// ends.
+func (o *pingpongFlags) run(ctx context.Context, stdout io.Writer) error {
 	dev, closeDev, err := openDevice(o.ifname, 0)
 	if err != nil {
 		return err

@@ -7,9 +7,6 @@ import (
 	"io"
 	"net"
 	"net/netip"
-	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/softnic/softnic/tools/rping"
 )
@@ -177,11 +174,15 @@ func runRpingCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "softnic rping: %v\n", err)
 		return statusInvalid
 	}
+	if wantsHelp(args) {
+		printRpingUsage(stdout)
+		return 0
+	}
 	o := parseRpingArgs(args, stdout, stderr)
 	if o.status != 0 {
 		return o.status
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := signalContext()
 	defer stop()
 	cm, closeCM, err := openCM(o.deviceAddr())
 	if err != nil {
@@ -189,7 +190,11 @@ func runRpingCmd(args []string, stdout, stderr io.Writer) int {
 		return 255
 	}
 	defer closeCM()
-	return rping.ExitStatus(rping.Run(ctx, cm, o.cfg))
+	err = rping.Run(ctx, cm, o.cfg)
+	if intr := (interrupted{}); err != nil && errors.As(context.Cause(ctx), &intr) {
+		return endStatus(ctx, err, stderr, "rping")
+	}
+	return rping.ExitStatus(err)
 }
 
 // deviceAddr is the address whose interface softnic opens: the server's

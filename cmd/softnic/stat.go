@@ -121,16 +121,20 @@ func parseStatFlags(args []string, stderr io.Writer) (statOptions, int, bool) {
 
 // statDeviceName is the device -d arg names for softnic stat: a device
 // of that name (in any network namespace: stat shows every device of the
-// run directory), else the device serving interface arg here, else
-// softnic_ARG.
-func statDeviceName(runDir, arg string) string {
+// run directory), else the device serving interface arg here, else one
+// whose daemon published no tree, by its socket (ARG.sock, softnic_ARG.sock).
+// Nothing matching is notServedError's.
+func statDeviceName(runDir, arg string) (string, error) {
 	if d, err := lookupDevice(runDir, arg, true); err == nil {
-		return d.name
+		return d.name, nil
 	}
-	if _, err := os.Lstat(filepath.Join(runDir, arg+".sock")); err == nil {
-		return arg // a device that has no tree
+	for _, name := range []string{arg, defaultDeviceName(arg)} {
+		if _, err := os.Lstat(filepath.Join(runDir, name+".sock")); err == nil {
+			return name, nil
+		}
 	}
-	return defaultDeviceName(arg)
+	devs, _ := servedDevices(runDir)
+	return "", notServedError(runDir, arg, devs, true) // never nil: needDaemon
 }
 
 // statTargets connects to the daemons of the devices o names.
@@ -140,11 +144,13 @@ func statTargets(o statOptions) ([]statTarget, error) {
 		return nil, err
 	}
 	if o.ifname != "" {
-		name := statDeviceName(o.runDir, o.ifname)
+		name, err := statDeviceName(o.runDir, o.ifname)
+		if err != nil {
+			return nil, err
+		}
 		i := slices.Index(names, name)
 		if i < 0 {
-			return nil, fmt.Errorf("no daemon serves %s (no device of that name, nor one serving an interface of that name here: no socket %s); start one with softnic daemon -d %s",
-				o.ifname, filepath.Join(o.runDir, name+".sock"), o.ifname)
+			return nil, fmt.Errorf("no daemon serves %s (its socket %s is gone)", o.ifname, filepath.Join(o.runDir, name+".sock"))
 		}
 		m, err := session.DialMonitor(filepath.Join(o.runDir, name+".sock"))
 		if err != nil {
@@ -153,7 +159,7 @@ func statTargets(o statOptions) ([]statTarget, error) {
 		return []statTarget{{index: i, name: name, mon: m}}, nil
 	}
 	if len(names) == 0 {
-		return nil, fmt.Errorf("no daemon runs (no socket in %s); start one with softnic daemon -d IFACE", o.runDir)
+		return nil, fmt.Errorf("no daemon runs (no socket in %s); start one: %s", o.runDir, startDaemon(o.runDir, "IFACE"))
 	}
 	var ts []statTarget
 	for i, name := range names {

@@ -80,7 +80,7 @@ func TestStatResCommand(t *testing.T) {
 
 	_, errOut, status = stat("-d", "memC")
 	require.Equal(t, 1, status)
-	require.Contains(t, errOut, "no daemon serves memC")
+	require.Contains(t, errOut, `no device or interface "memC" here; `)
 	_, _, status = stat("extra")
 	require.Equal(t, 2, status)
 

@@ -79,7 +79,7 @@ func TestStatCommand(t *testing.T) {
 
 	_, errOut, status = stat("-d", "memC")
 	require.Equal(t, 1, status)
-	require.Contains(t, errOut, "no daemon serves memC")
+	require.Contains(t, errOut, `no device or interface "memC" here; `)
 	for _, bad := range [][]string{{"extra"}, {"-w", "-1"}, {"-c", "-2"}, {"--qp", "-5"}, {"--qp", "16777216"}} {
 		_, _, status = stat(bad...)
 		require.Equal(t, 2, status, "%v", bad)

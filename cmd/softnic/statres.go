@@ -59,11 +59,13 @@ func runStatRes(args []string, stdout, stderr io.Writer) int {
 		shown[i] = i
 	}
 	if *ifname != "" {
-		name := statDeviceName(*runDir, *ifname)
+		name, err := statDeviceName(*runDir, *ifname)
+		if err != nil {
+			return fail("%v", err)
+		}
 		i := slices.Index(names, name)
 		if i < 0 {
-			return fail("no daemon serves %s (no device of that name, nor one serving an interface of that name here: no socket %s)",
-				*ifname, filepath.Join(*runDir, name+".sock"))
+			return fail("no daemon serves %s (its socket %s is gone)", *ifname, filepath.Join(*runDir, name+".sock"))
 		}
 		shown = []int{i}
 	}

@@ -278,10 +278,11 @@ func TestExecShowsThisNamespaceOnly(t *testing.T) {
 	// The test's own namespace has no daemon.
 	out, err := exec.CommandContext(ctx, w.bin, "exec", "--run-dir", runDir, "--", "true").CombinedOutput()
 	require.Error(t, err)
-	assert.Contains(t, string(out), "no daemon of "+runDir+" serves this network namespace (devices there: ")
+	assert.Contains(t, string(out), "no daemon serves this network namespace (run directory "+runDir+"; its devices serve other network namespaces: ")
+	assert.Contains(t, string(out), "start one: sudo softnic daemon -d IFACE --run-dir "+runDir)
 	out, err = exec.CommandContext(ctx, w.bin, "env", "--run-dir", runDir).CombinedOutput()
 	require.NoError(t, err, string(out))
-	assert.Contains(t, string(out), "serves this network namespace yet")
+	assert.Contains(t, string(out), "softnic env: no daemon serves this network namespace (run directory "+runDir)
 
 	// A listener in B, where softnic_veth0 (A's) sorts first: on B's
 	// device.
@@ -336,6 +337,22 @@ func TestNamedDevices(t *testing.T) {
 	require.Error(t, err)
 	assert.Equal(t, 2, err.(*exec.ExitError).ExitCode())
 	assert.Contains(t, string(out), `device name "bad/name": '/' is not a letter`)
+
+	// The default name of a device served under another is told the
+	// name it has, by every command that takes a device; a GID index
+	// that holds none, the ones that do.
+	wrong := "softnic_" + w.a.Ifname
+	for _, args := range [][]string{{"perf", "write_bw", "-d", wrong}, {"pingpong", "-d", wrong}, {"devinfo", "-d", wrong},
+		{"stat", "-d", wrong}, {"stat", "res", "-d", wrong}, {"exec", "-d", wrong, "--", "true"}} {
+		_, errOut, err := outputs(t, w.nobody(ctx, w.a, args...))
+		require.Error(t, err, "%v", args)
+		assert.Contains(t, errOut, "no device "+wrong+": interface "+w.a.Ifname+" is served as device "+name+
+			"; give -d "+name+" or -d "+w.a.Ifname, "%v", args)
+	}
+	_, errOut, err := outputs(t, w.nobody(ctx, w.a, "perf", "write_bw", "-d", name, "-x", "5"))
+	require.Error(t, err)
+	assert.Contains(t, errOut, "GID index 5: "+name+" has no GID there; valid GID indexes: 0 (fe80::")
+	assert.Contains(t, errOut, "1 (::ffff:"+w.a.Addr4().String()+", IPv4 "+w.a.Addr4().String()+")")
 
 	for _, end := range []*netnstest.End{w.a, w.b} {
 		for _, arg := range []string{name, end.Ifname} {

@@ -3,6 +3,7 @@ package oob
 import (
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // Test is one of the perftest programs softnic speaks to.
@@ -34,7 +35,7 @@ func ParseTest(name string) (Test, error) {
 			return Test(i), nil
 		}
 	}
-	return 0, fmt.Errorf("oob: unknown perftest test %q", name)
+	return 0, fmt.Errorf("unknown test %q: the tests are %s", name, strings.Join(testNames[:], ", "))
 }
 
 // IsBW reports whether t is a bandwidth test.

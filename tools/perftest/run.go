@@ -142,10 +142,10 @@ func (p *Params) resolveDevice(dev Device, out io.Writer) error {
 	if p.GIDIndex < 0 {
 		p.GIDIndex = BestGIDIndex(dev.Verbs.GIDTable(), p.IPv6)
 	}
-	gid, err := dev.Verbs.GID(p.GIDIndex)
-	if err != nil {
-		return fmt.Errorf("GID index %d: %w", p.GIDIndex, err)
+	if err := CheckGIDIndex(dev, p.Device, p.GIDIndex); err != nil {
+		return err
 	}
+	gid, _ := dev.Verbs.GID(p.GIDIndex)
 	active := ActiveMTU(dev.LinkMTU, !netip.AddrFrom16(gid).Unmap().Is4())
 	if active == 0 {
 		return fmt.Errorf("link MTU %d too small for RoCE", dev.LinkMTU)

@@ -85,7 +85,7 @@ func Run(ctx context.Context, dev perftest.Device, cfg Config, out io.Writer) er
 	}
 	gid, err := dev.Verbs.GID(c.gidx)
 	if err != nil {
-		return fmt.Errorf("can't read sgid of index %d: %w", c.gidx, err)
+		return perftest.CheckGIDIndex(dev, dev.Name, c.gidx)
 	}
 	my := oob.PingpongDest{QPN: c.qp.QPN(), PSN: rand.Uint32() & 0xffffff, GID: gid}
 	sep := "," // ud_pingpong prints a colon before its own GID
