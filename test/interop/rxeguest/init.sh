@@ -42,6 +42,10 @@ done </lib/modules/rxeguest/order
 ip link set lo up || fail "lo up"
 if [ -n "$GUEST_ADDR" ]; then
 	[ -e /sys/class/net/eth0 ] || fail "no eth0"
+	# No IPv6 on eth0: a link-local address whose event the RDMA core
+	# takes before the IPv4 one's would take GID index 1, which the tests
+	# give for the IPv4 address (-g 1, -x 1).
+	echo 1 >/proc/sys/net/ipv6/conf/eth0/disable_ipv6 || fail "eth0 without IPv6"
 	ip link set eth0 mtu "${GUEST_MTU:-1500}" up || fail "eth0 up"
 	ip addr add "$GUEST_ADDR" dev eth0 || fail "eth0 address $GUEST_ADDR"
 	if [ -n "$GUEST_NETEM" ]; then
@@ -53,6 +57,16 @@ if [ -n "$GUEST_ADDR" ]; then
 	until grep -q ACTIVE /sys/class/infiniband/rxe0/ports/1/state 2>/dev/null; do
 		i=$((i + 1))
 		[ $i -gt 100 ] && fail "rxe0 port not ACTIVE: $(cat /sys/class/infiniband/rxe0/ports/1/state)"
+		sleep 0.1
+	done
+	# The GID table fills from a work queue after the port is up: wait for
+	# the address at index 1 (index 0 is the default GID, from the MAC).
+	set -- $(echo "${GUEST_ADDR%/*}" | tr . ' ')
+	want=$(printf '0000:0000:0000:0000:0000:ffff:%02x%02x:%02x%02x' "$1" "$2" "$3" "$4")
+	i=0
+	until [ "$(cat /sys/class/infiniband/rxe0/ports/1/gids/1 2>/dev/null)" = "$want" ]; do
+		i=$((i + 1))
+		[ $i -gt 100 ] && fail "rxe0 GID 1 is not $want: $(cat /sys/class/infiniband/rxe0/ports/1/gids/0 /sys/class/infiniband/rxe0/ports/1/gids/1 2>&1)"
 		sleep 0.1
 	done
 	echo "rxeguest: rxe0 up on eth0 $GUEST_ADDR"
