@@ -123,7 +123,8 @@ fuzz:
 # them as ../lib/softnic beside its binary, wherever that is), softnic.service
 # in PREFIX/lib/systemd/system (systemd looks there for /usr and /usr/local)
 # running the installed binary with $$SOFTNIC_ARGS from
-# SYSCONFDIR/default/softnic, and softnic(1), made of softnic help. An
+# SYSCONFDIR/default/softnic, softnic(1), made of softnic help, and the
+# bash completion (softnic completion bash) in PREFIX/share. An
 # existing SYSCONFDIR/default/softnic is kept. Nothing is enabled. What
 # `make` built is installed (built first if absent), so `sudo make install`
 # needs no Go toolchain on root's PATH.
@@ -134,12 +135,13 @@ BINDIR := $(PREFIX)/bin
 LIBDIR := $(PREFIX)/lib/softnic
 UNITDIR := $(PREFIX)/lib/systemd/system
 MAN1DIR := $(PREFIX)/share/man/man1
+COMPLETIONDIR := $(PREFIX)/share/bash-completion/completions
 INSTALL ?= install
 
 install:
 	@[ -x $(BIN) ] && [ -f bin/libsoftnic-rdmav34.so ] && [ -f bin/librdmacm.so.1 ] || $(MAKE) build
 	$(INSTALL) -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(MAN1DIR) \
-		$(DESTDIR)$(SYSCONFDIR)/default
+		$(DESTDIR)$(COMPLETIONDIR) $(DESTDIR)$(SYSCONFDIR)/default
 	$(INSTALL) -m 755 $(BIN) $(DESTDIR)$(BINDIR)/softnic
 	$(INSTALL) -m 644 bin/libsoftnic-rdmav34.so bin/librdmacm.so.1 $(DESTDIR)$(LIBDIR)/
 	sed -e 's|@BINDIR@|$(BINDIR)|g' -e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g' dist/systemd/softnic.service.in \
@@ -147,6 +149,8 @@ install:
 	chmod 644 $(DESTDIR)$(UNITDIR)/softnic.service
 	sh dist/manpage.sh $(BIN) $(VERSION) | gzip -9n >$(DESTDIR)$(MAN1DIR)/softnic.1.gz
 	chmod 644 $(DESTDIR)$(MAN1DIR)/softnic.1.gz
+	$(BIN) completion bash >$(DESTDIR)$(COMPLETIONDIR)/softnic
+	chmod 644 $(DESTDIR)$(COMPLETIONDIR)/softnic
 	[ -e $(DESTDIR)$(SYSCONFDIR)/default/softnic ] || \
 		$(INSTALL) -m 644 dist/default/softnic $(DESTDIR)$(SYSCONFDIR)/default/softnic
 
@@ -154,7 +158,7 @@ install:
 # as installed (an edited one is the administrator's and stays).
 uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/softnic $(DESTDIR)$(LIBDIR)/libsoftnic-rdmav34.so $(DESTDIR)$(LIBDIR)/librdmacm.so.1 \
-		$(DESTDIR)$(UNITDIR)/softnic.service $(DESTDIR)$(MAN1DIR)/softnic.1.gz
+		$(DESTDIR)$(UNITDIR)/softnic.service $(DESTDIR)$(MAN1DIR)/softnic.1.gz $(DESTDIR)$(COMPLETIONDIR)/softnic
 	-rmdir $(DESTDIR)$(LIBDIR)
 	if cmp -s dist/default/softnic $(DESTDIR)$(SYSCONFDIR)/default/softnic; then \
 		rm -f $(DESTDIR)$(SYSCONFDIR)/default/softnic; fi

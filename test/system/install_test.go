@@ -26,6 +26,7 @@ var installedFiles = []string{
 	"usr/local/lib/softnic/librdmacm.so.1",
 	"usr/local/lib/systemd/system/softnic.service",
 	"usr/local/share/man/man1/softnic.1.gz",
+	"usr/local/share/bash-completion/completions/softnic",
 	"etc/default/softnic",
 }
 
