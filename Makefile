@@ -33,7 +33,7 @@ provider:
 # client running a ping-pong and an RDMA WRITE bandwidth test over AF_XDP,
 # then Debian's own ib_write_bw through softnic daemons and the provider.
 demo:
-	bash demo/deps.sh
+	GO=$(GO) bash demo/deps.sh
 	$(MAKE) build
 	bash demo/demo.sh
 

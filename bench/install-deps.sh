@@ -12,6 +12,7 @@ command -v ip >/dev/null || need+=(iproute2)
 command -v ib_write_bw >/dev/null || need+=(perftest)
 command -v ibv_devinfo >/dev/null || need+=(ibverbs-utils)
 [ -e /usr/include/infiniband/verbs.h ] || need+=(libibverbs-dev)
+[ -e /usr/include/rdma/rdma_cma.h ] || need+=(librdmacm-dev)
 command -v cc >/dev/null || need+=(gcc)
 # clang compiles bench-dcqcn's BPF marker (bench/suite/phantom) at run time.
 command -v clang >/dev/null || need+=(clang)
