@@ -172,6 +172,7 @@ type served struct {
 	run      *securedir.Dir
 	lock     *os.File
 	srv      *daemon.Server
+	dev      *verbs.Device
 	closeDev func()
 	// ibv is the device's entry in the tree libibverbs programs read
 	// (ibvtree.go); nil if it could not be written.
@@ -210,7 +211,8 @@ func serveDevices(ctx context.Context, o daemonOptions, cfg daemon.Config) error
 			return err
 		}
 		all = append(all, s)
-		cfg.Log.Info("serving", "device", s.name, "interface", sp.iface, "socket", s.srv.Socket())
+		cfg.Log.Info("serving", append([]any{"device", s.name, "interface", sp.iface, "socket", s.srv.Socket()},
+			s.attachment()...)...)
 	}
 	if metricsLn != nil {
 		defer serveMetrics(metricsLn, all, o.metricsQPs, cfg.Log).stop()
@@ -265,7 +267,7 @@ func serveDevice(runDir string, sp serveSpec, cfg daemon.Config) (*served, error
 		s.unlock()
 		return nil, explainOpen(ifname, err, true)
 	}
-	s.closeDev = closeDev
+	s.closeDev, s.dev = closeDev, dev
 	cfg.Socket = base + ".sock"
 	cfg.CMRoute, cfg.CMNeighbor = kernelRouting(ifname)
 	if s.srv, err = daemon.Serve(dev, cfg); err != nil {
@@ -277,6 +279,20 @@ func serveDevice(runDir string, sp serveSpec, cfg daemon.Config) (*served, error
 		cfg.Log.Warn("libibverbs programs cannot use the device", "device", s.name, "err", err)
 	}
 	return s, nil
+}
+
+// attachment is the startup log's fields for how the device runs: XDP
+// mode, AF_XDP bind mode, queues, engines, MTU, as the kernel granted them.
+// A device on another link (the tests') has only its engines and MTU.
+func (s *served) attachment() []any {
+	rd := s.dev.RoCE()
+	xl, ok := rd.Link().(*xdplink.Link)
+	if !ok {
+		return []any{"engines", rd.Engines(), "mtu", rd.Link().MTU()}
+	}
+	a := xl.Attachment()
+	return []any{"xdp", a.XDP, "bind", a.Bind, "queues", a.Queues, "engines", rd.Engines(),
+		"mtu", a.MTU, "frame_chunks", a.Frags}
 }
 
 func (s *served) stop() {
