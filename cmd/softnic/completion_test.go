@@ -18,7 +18,7 @@ import (
 func TestBashCompletion(t *testing.T) {
 	bash, err := exec.LookPath("bash")
 	if err != nil {
-		t.Skip("no bash")
+		t.Skip("missing: bash, whose completion script this is")
 	}
 	var script, errOut bytes.Buffer
 	require.Equal(t, 0, run([]string{"completion", "bash"}, &script, &errOut), errOut.String())
