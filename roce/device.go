@@ -92,11 +92,13 @@ type DeviceCounters struct {
 // the engine, and sends what the engine builds. An application that polls
 // (Poll) runs those passes in its own thread instead, while it polls.
 type Device struct {
-	link    Link
-	group   *ibtransport.Group
-	lanes   []*lane
-	addrs   []netip.Addr
-	gids    []ibv.GID
+	link  Link
+	group *ibtransport.Group
+	lanes []*lane
+	// table is the GID table (gidtable.go); SetAddrs replaces it under
+	// gidMu.
+	table   atomic.Pointer[gidTable]
+	gidMu   sync.Mutex
 	mac     [6]byte
 	batch   int
 	spin    time.Duration
@@ -143,9 +145,8 @@ func NewDevice(link Link, cfg DeviceConfig) (*Device, error) {
 		if !a.IsValid() {
 			return nil, fmt.Errorf("new RoCE device: invalid address: %w", ibv.ErrInvalidArgument)
 		}
-		d.addrs = append(d.addrs, a.Unmap())
-		d.gids = append(d.gids, GIDFromAddr(a))
 	}
+	d.table.Store(newGIDTable(cfg.Addrs))
 	links, err := laneLinks(link, cfg.Engines)
 	if err != nil {
 		return nil, fmt.Errorf("new RoCE device: %w", err)
@@ -268,20 +269,23 @@ func (d *Device) Counters() *DeviceCounters {
 func (d *Device) Link() Link { return d.link }
 
 // GID returns entry i of the GID table: an address's GID, or
-// ibv.ErrEmptyGID for an entry past the addresses.
+// ibv.ErrEmptyGID for an empty entry (past the addresses, or one whose
+// address went: SetAddrs).
 func (d *Device) GID(i int) (ibv.GID, error) {
+	t := d.table.Load()
+	n := max(minGIDTableLen, len(t.gids))
 	switch {
-	case i >= len(d.gids) && i < d.GIDTableLen():
+	case i < 0 || i >= n:
+		return ibv.GID{}, fmt.Errorf("GID index %d of %d: %w", i, n, ibv.ErrInvalidArgument)
+	case i >= len(t.gids) || !t.addrs[i].IsValid():
 		return ibv.GID{}, fmt.Errorf("GID index %d: %w", i, ibv.ErrEmptyGID)
-	case i < 0 || i >= len(d.gids):
-		return ibv.GID{}, fmt.Errorf("GID index %d of %d: %w", i, d.GIDTableLen(), ibv.ErrInvalidArgument)
 	}
-	return d.gids[i], nil
+	return t.gids[i], nil
 }
 
 // GIDTableLen is the GID table's length (the port's gid_tbl_len): the
 // device's addresses, then empty entries up to minGIDTableLen.
-func (d *Device) GIDTableLen() int { return max(minGIDTableLen, len(d.gids)) }
+func (d *Device) GIDTableLen() int { return max(minGIDTableLen, len(d.table.Load().gids)) }
 
 // minGIDTableLen is the shortest GID table a device has. A kernel device's
 // table is as long as its hardware's (ConnectX's 255 on RoCE, rxe's 1024),

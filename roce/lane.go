@@ -347,13 +347,7 @@ func (ln *lane) receive(frame []byte) {
 		ln.ctr.Rx.FlushICRCRxe.Add(1)
 	}
 	dst := GIDFromAddr(f.Dst)
-	idx := -1
-	for i := range ln.d.gids {
-		if ln.d.gids[i] == dst {
-			idx = i
-			break
-		}
-	}
+	idx := ln.d.table.Load().index(dst)
 	if idx < 0 {
 		idx = ln.mcastDst(dst) // a group the device joined
 	}

@@ -70,6 +70,38 @@ type CPULink interface {
 	CPU() int
 }
 
+// MTULink is a Link whose MTU may change while it runs (an xdplink
+// following its interface): MTU is the current one, at most MaxMTU, the
+// largest its frames are sized for, which bounds the path MTUs a QP may
+// take; NetdevMTU is its interface's MTU, which may be larger still.
+type MTULink interface {
+	Link
+	MaxMTU() int
+	NetdevMTU() int
+}
+
+// MaxMTU returns the largest MTU link's frames hold: an MTULink's
+// MaxMTU, any other link's MTU.
+func MaxMTU(link Link) int {
+	if m, ok := link.(MTULink); ok {
+		return m.MaxMTU()
+	}
+	return link.MTU()
+}
+
+// NetdevMTU returns the MTU of link's interface: an MTULink's NetdevMTU,
+// any other link's MTU.
+func NetdevMTU(link Link) int {
+	if m, ok := link.(MTULink); ok {
+		return m.NetdevMTU()
+	}
+	return link.MTU()
+}
+
+// LinkMTUFor returns the smallest link MTU whose active IB MTU
+// (ActiveIBMTU) is ibMTU bytes: 4176 for 4096.
+func LinkMTUFor(ibMTU int) int { return ibMTU + maxRoCEHeaders }
+
 // ErrSplit is returned by Split for a number of links the queues cannot
 // be divided into.
 var ErrSplit = errors.New("cannot split the link's queues so")

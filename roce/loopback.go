@@ -36,7 +36,7 @@ type loopPath struct {
 // loopPath returns the path from the device's address src to its address
 // dst (indexes in the GID table), allocating the lane's loopback buffers
 // the first time.
-func (ln *lane) loopPath(src, dst int, encap Encap) *loopPath {
+func (ln *lane) loopPath(t *gidTable, src, dst int, encap Encap) *loopPath {
 	if ln.loopFree == nil && ln.loopQ == nil {
 		size := maxPayloadHeaders + ibv.MTU4096.Bytes() + 8
 		backing := make([]byte, loopBuffers*size)
@@ -45,7 +45,7 @@ func (ln *lane) loopPath(src, dst int, encap Encap) *loopPath {
 		}
 		ln.loopQ = make([]loopPacket, 0, loopBuffers)
 	}
-	return &loopPath{ln: ln, info: ibtransport.RecvInfo{SGID: ln.d.gids[src], DGID: ln.d.gids[dst], DGIDIndex: dst}, encap: encap}
+	return &loopPath{ln: ln, info: ibtransport.RecvInfo{SGID: t.gids[src], DGID: t.gids[dst], DGIDIndex: dst}, encap: encap}
 }
 
 // Buffer implements ibtransport.TxPath.

@@ -56,8 +56,8 @@ func MulticastMAC(a netip.Addr) [6]byte {
 // at: the device's first GID of the group's address family (-1: none).
 func (d *Device) mcastGIDIndex(gid ibv.GID) int {
 	v4 := IsIPv4GID(gid)
-	for i, a := range d.addrs {
-		if a.Is4() == v4 {
+	for i, a := range d.table.Load().addrs {
+		if a.IsValid() && a.Is4() == v4 {
 			return i
 		}
 	}

@@ -17,9 +17,9 @@ func (ln *lane) RawPath() ibtransport.TxPath {
 	return &path{ln: ln, raw: true, maxIB: ln.maxRawFrame()}
 }
 
-// maxRawFrame is the longest frame a raw QP sends: the link's MTU of IP
-// packet behind an Ethernet header and one VLAN tag.
-func (ln *lane) maxRawFrame() int { return ln.link.MTU() + ethHeaderLen + vlanTagLen }
+// maxRawFrame is the longest frame a raw QP sends: the link's largest
+// MTU of IP packet (MaxMTU) behind an Ethernet header and one VLAN tag.
+func (ln *lane) maxRawFrame() int { return ln.maxMTU() + ethHeaderLen + vlanTagLen }
 
 // finishRaw queues the n-byte frame in buf, a raw QP's, on the link and,
 // for the device's own flows, into the loopback queue.

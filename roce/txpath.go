@@ -18,10 +18,11 @@ const maxPayloadHeaders = header.BTHLen + header.RETHLen + header.ImmDtLen
 // a loopPath, any other a path over the link, with the neighbour resolved
 // and the MTU checked now, off the packet path.
 func (ln *lane) Path(av *ibv.AddressVector, qpn uint32, pathMTU int) (ibtransport.TxPath, error) {
-	if int(av.SGIDIndex) >= len(ln.d.addrs) {
-		return nil, fmt.Errorf("source GID index %d of %d: %w", av.SGIDIndex, len(ln.d.addrs), ibv.ErrInvalidArgument)
+	t := ln.d.table.Load()
+	if int(av.SGIDIndex) >= len(t.addrs) || !t.addrs[av.SGIDIndex].IsValid() {
+		return nil, fmt.Errorf("source GID index %d of %d: %w", av.SGIDIndex, len(t.addrs), ibv.ErrInvalidArgument)
 	}
-	src := ln.d.addrs[av.SGIDIndex]
+	src := t.addrs[av.SGIDIndex]
 	dst := AddrFromGID(av.DGID)
 	if src.Is4() != dst.Is4() {
 		return nil, fmt.Errorf("GIDs %v and %v: %w", src, dst, ErrAddressFamily)
@@ -32,16 +33,14 @@ func (ln *lane) Path(av *ibv.AddressVector, qpn uint32, pathMTU int) (ibtranspor
 	if encap.HopLimit == 0 {
 		encap.HopLimit = 64
 	}
-	for i, a := range ln.d.addrs {
-		if a == dst {
-			return ln.loopPath(int(av.SGIDIndex), i, encap), nil
-		}
+	if i := t.index(GIDFromAddr(dst)); i >= 0 {
+		return ln.loopPath(t, int(av.SGIDIndex), i, encap), nil
 	}
 	var loop *loopPath
 	if av.DGID.IsMulticast() {
 		// To the group's MAC address, and to the device's own QPs.
 		encap.DstMAC = MulticastMAC(dst)
-		loop = ln.loopPath(int(av.SGIDIndex), ln.d.mcastGIDIndex(av.DGID), encap)
+		loop = ln.loopPath(t, int(av.SGIDIndex), ln.d.mcastGIDIndex(av.DGID), encap)
 		loop.info.DGID = av.DGID
 	} else {
 		var err error
@@ -49,10 +48,14 @@ func (ln *lane) Path(av *ibv.AddressVector, qpn uint32, pathMTU int) (ibtranspor
 			return nil, err
 		}
 	}
+	// The frames must hold the path MTU's packets; that they fit the
+	// wire's MTU is the caller's choice, as with rxe and mlx5, which take
+	// any path MTU up to 4096 (a link whose MTU dropped since, or a peer
+	// with a smaller one, drops the larger packets).
 	hl := encap.HeaderLen()
-	maxIB := ln.link.MTU() - (hl - ethHeaderLen) - header.ICRCLen
+	maxIB := ln.maxMTU() - (hl - ethHeaderLen) - header.ICRCLen
 	if maxPayloadHeaders+pathMTU > maxIB {
-		return nil, fmt.Errorf("path MTU %d does not fit the link MTU %d: %w", pathMTU, ln.link.MTU(), ibv.ErrInvalidArgument)
+		return nil, fmt.Errorf("path MTU %d does not fit the link's frames (MTU %d): %w", pathMTU, ln.maxMTU(), ibv.ErrInvalidArgument)
 	}
 	return &path{ln: ln, encap: encap, hl: hl, maxIB: maxIB, loop: loop}, nil
 }
@@ -60,6 +63,10 @@ func (ln *lane) Path(av *ibv.AddressVector, qpn uint32, pathMTU int) (ibtranspor
 // ActiveMTU implements ibtransport.Port: the largest IB MTU the link
 // carries, as rxe chooses it.
 func (ln *lane) ActiveMTU() int { return ActiveIBMTU(ln.link.MTU()) }
+
+// maxMTU is the largest MTU the link's frames hold (MTULink), its MTU
+// for a link whose MTU does not change.
+func (ln *lane) maxMTU() int { return MaxMTU(ln.link) }
 
 // neighbor returns the MAC address to send to dst: SetNeighbor's entry,
 // else what DeviceConfig.Resolve finds (then kept as an entry), else the
