@@ -18,7 +18,7 @@ type Attachment struct {
 	Bind string
 	// Queues is the number of receive queues with a socket.
 	Queues int
-	// MTU is the interface's MTU when the link was opened.
+	// MTU is the interface's MTU (as the link last followed it).
 	MTU int
 	// Frags is how many UMEM chunks a largest frame takes (1: none is
 	// multi-buffer).
@@ -27,7 +27,7 @@ type Attachment struct {
 
 // Attachment returns how the link was attached.
 func (l *Link) Attachment() Attachment {
-	a := Attachment{XDP: "native", Queues: len(l.socks), MTU: l.mtu, Frags: l.frags}
+	a := Attachment{XDP: "native", Queues: len(l.socks), MTU: int(l.ifMTU.Load()), Frags: l.frags}
 	if l.prog.Mode() == bpf.ModeGeneric {
 		a.XDP = "generic"
 	}

@@ -39,6 +39,13 @@ type Config struct {
 	// moved: Open first gives back what a killed process recorded there,
 	// and Close removes it (a daemon's /run/softnic/DEVICE.irqs).
 	IRQState string
+	// CarryMTU, if above the interface's MTU, sizes the frames for a link
+	// of that MTU, so that the link can follow the interface's MTU up to
+	// it (SetMTU) without being opened again: a daemon asks for what the
+	// largest IB MTU needs (roce.LinkMTUFor). Where the sockets cannot be
+	// opened so (no multi-buffer), Open sizes them for the interface's
+	// MTU instead; CarriedMTU says which.
+	CarryMTU int
 }
 
 // Stats gathers the link's counters.
@@ -72,7 +79,9 @@ type Stats struct {
 type Link struct {
 	*queueSet // the whole link: every socket
 	ifname    string
-	mtu       int
+	mtu       atomic.Int64 // the link's MTU: the interface's (ifMTU), at most carry
+	ifMTU     atomic.Int64 // the interface's MTU as last told (SetMTU)
+	carry     int          // the largest MTU the frames are sized for: bufLen-26
 	mac       [6]byte
 	prog      *bpf.Program
 	socks     []*xdp.Socket
@@ -82,7 +91,7 @@ type Link struct {
 	sets      []*queueSet
 	split     bool
 
-	bufLen  int // MTU+26: largest frame plus slack, as TxFrame promises
+	bufLen  int // carry+26: largest frame plus slack, as TxFrame promises
 	inPlace bool
 
 	keepIRQs   bool
@@ -112,7 +121,7 @@ var ErrLinkDown = errors.New("interface is down")
 // (in the calling thread's network namespace), opens an AF_XDP socket on
 // each of its receive queues and steers RoCEv2 frames for cfg.Addrs into
 // them. On error nothing is left attached.
-func Open(ifname string, cfg Config) (l *Link, err error) {
+func Open(ifname string, cfg Config) (*Link, error) {
 	ifc, err := net.InterfaceByName(ifname)
 	if err != nil {
 		return nil, fmt.Errorf("AF_XDP link on %q: %w (%v)", ifname, bpf.ErrNoInterface, err)
@@ -120,13 +129,29 @@ func Open(ifname string, cfg Config) (l *Link, err error) {
 	if ifc.Flags&net.FlagUp == 0 {
 		return nil, fmt.Errorf("AF_XDP link on %q: %w", ifname, ErrLinkDown)
 	}
-	queues := rxQueues(ifc.Index)
 	if cfg.IRQState != "" {
 		if err := restoreIRQState(cfg.IRQState); err != nil {
 			return nil, fmt.Errorf("AF_XDP link on %q: restore interrupt vectors: %w", ifname, err)
 		}
 	}
-	l = &Link{ifname: ifname, mtu: ifc.MTU, bufLen: ifc.MTU + 26, keepIRQs: cfg.KeepIRQs, irqState: cfg.IRQState}
+	carry := max(ifc.MTU, cfg.CarryMTU)
+	l, err := open(ifc, carry, cfg)
+	if err != nil && carry > ifc.MTU {
+		// Frames for the larger MTU may need multi-buffer, which the
+		// driver or kernel may not offer: frames for today's MTU, and
+		// an MTU that follows the interface's only up to there.
+		l, err = open(ifc, ifc.MTU, cfg)
+	}
+	return l, err
+}
+
+// open is Open with frames sized for a link of MTU carry.
+func open(ifc *net.Interface, carry int, cfg Config) (l *Link, err error) {
+	ifname := ifc.Name
+	queues := rxQueues(ifc.Index)
+	l = &Link{ifname: ifname, carry: carry, bufLen: carry + 26, keepIRQs: cfg.KeepIRQs, irqState: cfg.IRQState}
+	l.mtu.Store(int64(ifc.MTU))
+	l.ifMTU.Store(int64(ifc.MTU))
 	l.groups.open(ifc.Index)
 	copy(l.mac[:], ifc.HardwareAddr)
 	defer func() {
@@ -155,6 +180,21 @@ func Open(ifname string, cfg Config) (l *Link, err error) {
 	}
 	return l, nil
 }
+
+// SetMTU tells the link the interface's MTU changed to mtu: it sends and
+// receives IP packets of up to that size from now on, or of up to
+// CarriedMTU if mtu is larger. It returns the MTU the link now has. Any
+// goroutine may call it.
+func (l *Link) SetMTU(mtu int) int {
+	l.ifMTU.Store(int64(mtu))
+	mtu = min(mtu, l.carry)
+	l.mtu.Store(int64(mtu))
+	return mtu
+}
+
+// CarriedMTU is the largest MTU the link's frames are sized for
+// (Config.CarryMTU or the interface's MTU at Open).
+func (l *Link) CarriedMTU() int { return l.carry }
 
 // rxQueues returns how many receive queues of the interface get a socket.
 func rxQueues(ifindex int) int {

@@ -98,7 +98,8 @@ func gidTable(l netlink.Link) ([]netip.Addr, error) {
 	}
 	gids = slices.Concat(gids, v4, v6)
 	if len(v4)+len(v6) == 0 {
-		return nil, fmt.Errorf("GID table of %q: %w", l.Attrs().Name, ErrNoAddresses)
+		// The default GID alone, for a caller that follows the addresses.
+		return gids, fmt.Errorf("GID table of %q: %w", l.Attrs().Name, ErrNoAddresses)
 	}
 	return gids, nil
 }

@@ -36,7 +36,7 @@ func WatchOperState(ifindex int, done <-chan struct{}, changed func(up bool)) er
 	if err != nil {
 		return fmt.Errorf("watch link state: network namespace: %w", err)
 	}
-	ch, err := subscribeLinks(ns, done)
+	ch, err := subscribeLinks(ns, done, true)
 	if err != nil {
 		ns.Close()
 		return fmt.Errorf("watch link state: %w", err)
@@ -62,7 +62,7 @@ func WatchOperState(ifindex int, done <-chan struct{}, changed func(up bool)) er
 					return
 				case <-time.After(resubscribeAfter):
 				}
-				if ch, err = subscribeLinks(ns, done); err == nil {
+				if ch, err = subscribeLinks(ns, done, true); err == nil {
 					break
 				}
 			}
@@ -72,13 +72,14 @@ func WatchOperState(ifindex int, done <-chan struct{}, changed func(up bool)) er
 }
 
 // subscribeLinks subscribes to namespace ns's link announcements,
-// starting with a listing of every link; the channel closes when the
-// subscription ends. A thread already in ns subscribes from there: joining
+// starting with a listing of every link if list is set (which
+// vishvananda/netlink asks for in a way that needs CAP_NET_ADMIN); the
+// channel closes when the subscription ends. A thread already in ns subscribes from there: joining
 // a namespace (setns, even the thread's own) needs CAP_SYS_ADMIN, which
 // softnic daemon has given up by the time it subscribes again.
-func subscribeLinks(ns netns.NsHandle, done <-chan struct{}) (chan netlink.LinkUpdate, error) {
+func subscribeLinks(ns netns.NsHandle, done <-chan struct{}, list bool) (chan netlink.LinkUpdate, error) {
 	ch := make(chan netlink.LinkUpdate, 16)
-	opts := netlink.LinkSubscribeOptions{Namespace: &ns, ListExisting: true, ErrorCallback: func(error) {}}
+	opts := netlink.LinkSubscribeOptions{Namespace: &ns, ListExisting: list, ErrorCallback: func(error) {}}
 	runtime.LockOSThread() // the socket is made in this thread's namespace
 	defer runtime.UnlockOSThread()
 	if cur, err := netns.Get(); err == nil {

@@ -77,7 +77,7 @@ func TestSubscribeLinksWithoutSysAdmin(t *testing.T) {
 		defer ns.Close()
 		done := make(chan struct{})
 		defer close(done)
-		ch, err := subscribeLinks(ns, done)
+		ch, err := subscribeLinks(ns, done, true)
 		if err != nil {
 			return err
 		}

@@ -55,7 +55,13 @@ func (q *queueSet) CPU() int {
 }
 
 // MTU implements roce.Link.
-func (q *queueSet) MTU() int { return q.l.mtu }
+func (q *queueSet) MTU() int { return int(q.l.mtu.Load()) }
+
+// MaxMTU implements roce.MTULink: the MTU the frames are sized for.
+func (q *queueSet) MaxMTU() int { return q.l.carry }
+
+// NetdevMTU implements roce.MTULink: the interface's MTU (SetMTU).
+func (q *queueSet) NetdevMTU() int { return int(q.l.ifMTU.Load()) }
 
 // HardwareAddr implements roce.Link.
 func (q *queueSet) HardwareAddr() [6]byte { return q.l.mac }
