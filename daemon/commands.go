@@ -8,6 +8,7 @@ import (
 
 	"github.com/softnic/softnic/hostif"
 	"github.com/softnic/softnic/internal/procmem"
+	"github.com/softnic/softnic/roce"
 	"github.com/softnic/softnic/verbs"
 )
 
@@ -209,11 +210,22 @@ func (ss *session) hello(req hostif.HelloRequest) (any, []int, error) {
 // of a softnic device is a RoCE v2 GID.
 const ibvGIDTypeRoCEv2 = 2
 
+// maxMTU is the port's max_mtu: the largest IB MTU the link's frames
+// hold (roce.MaxMTU), which a QP's path MTU may not pass.
+func maxMTU(d *verbs.Device) verbs.MTU {
+	room := roce.ActiveIBMTU(roce.MaxMTU(d.RoCE().Link()))
+	m := verbs.MTU4096
+	for m > verbs.MTU256 && m.Bytes() > room {
+		m--
+	}
+	return m
+}
+
 // queryPort answers for port 1, the device's only port (the request's
 // handle is the port number, which libibverbs checks itself).
 func (ss *session) queryPort(hostif.HandleRequest) (any, []int, error) {
 	d := ss.s.dev
-	return hostif.QueryPortReply{State: uint8(d.PortState()), MaxMTU: uint8(verbs.MTU4096), ActiveMTU: uint8(d.ActiveMTU()), LinkLayer: 2,
-		GIDTableLen: uint32(d.RoCE().GIDTableLen()), PKeyTableLen: 1, LinkMTU: uint32(d.RoCE().Link().MTU()),
+	return hostif.QueryPortReply{State: uint8(d.PortState()), MaxMTU: uint8(maxMTU(d)), ActiveMTU: uint8(d.ActiveMTU()), LinkLayer: 2,
+		GIDTableLen: uint32(d.RoCE().GIDTableLen()), PKeyTableLen: 1, LinkMTU: uint32(roce.NetdevMTU(d.RoCE().Link())),
 		MaxMsgSize: uint32(d.Query().MaxMsgSize)}, nil, nil
 }

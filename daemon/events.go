@@ -24,6 +24,7 @@ var ibvEventType = map[verbs.EventType]uint32{
 	verbs.EventPortErr:          hostif.EventPortErr,
 	verbs.EventSRQLimitReached:  hostif.EventSRQLimitReached,
 	verbs.EventQPLastWQEReached: hostif.EventQPLastWQE,
+	verbs.EventGIDChange:        hostif.EventGIDChange,
 }
 
 // own records the owner of a CQ or QP (the server's mu is taken).
@@ -55,7 +56,12 @@ func (s *Server) deliverEvents() {
 }
 
 func (s *Server) deliver(ev verbs.Event) {
-	if ev.Type == verbs.EventPortActive || ev.Type == verbs.EventPortErr {
+	switch ev.Type {
+	case verbs.EventPortActive, verbs.EventPortErr:
+		s.cfg.Log.Info("port state", "port", ev.Port, "event", ev.Type.String())
+		s.deliverPortEvent(ev)
+		return
+	case verbs.EventGIDChange:
 		s.deliverPortEvent(ev)
 		return
 	}
@@ -84,11 +90,10 @@ func (s *Server) deliver(ev verbs.Event) {
 	unix.Write(o.ss.async, rec[:]) // non-blocking: a full pipe loses the event
 }
 
-// deliverPortEvent writes a port's event to every session, as the kernel
-// gives it to every context of the device; the record's element is the
-// port number.
+// deliverPortEvent writes a port's event (its state, its GID table) to
+// every session, as the kernel gives it to every context of the device;
+// the record's element is the port number.
 func (s *Server) deliverPortEvent(ev verbs.Event) {
-	s.cfg.Log.Info("port state", "port", ev.Port, "event", ev.Type.String())
 	rec := hostif.AsyncEvent(uint64(ev.Port), ibvEventType[ev.Type])
 	s.mu.Lock()
 	defer s.mu.Unlock()

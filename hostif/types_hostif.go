@@ -373,6 +373,7 @@ const (
 	EventPortErr         uint32 = C.IBV_EVENT_PORT_ERR
 	EventSRQLimitReached uint32 = C.IBV_EVENT_SRQ_LIMIT_REACHED
 	EventQPLastWQE       uint32 = C.IBV_EVENT_QP_LAST_WQE_REACHED
+	EventGIDChange       uint32 = C.IBV_EVENT_GID_CHANGE
 )
 
 // Async event record layout: u64 element (the user handle of the QP, CQ

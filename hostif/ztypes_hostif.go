@@ -784,6 +784,7 @@ const (
 	EventPortErr         uint32 = 10
 	EventSRQLimitReached uint32 = 15
 	EventQPLastWQE       uint32 = 16
+	EventGIDChange       uint32 = 18
 )
 
 // Async event record layout: u64 element (the user handle of the QP, CQ

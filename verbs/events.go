@@ -30,6 +30,9 @@ const (
 	// EventPortErr: it went down. Event.Port names it.
 	EventPortActive
 	EventPortErr
+	// EventGIDChange: the port's GID table gained or lost an entry (its
+	// interface's addresses changed). Event.Port names the port.
+	EventGIDChange
 )
 
 func (t EventType) String() string {
@@ -52,6 +55,8 @@ func (t EventType) String() string {
 		return "PORT_ACTIVE"
 	case EventPortErr:
 		return "PORT_ERR"
+	case EventGIDChange:
+		return "GID_CHANGE"
 	}
 	return "unknown event"
 }
@@ -63,7 +68,7 @@ type Event struct {
 	QP   *QP
 	SRQ  *SRQ
 	CQ   *CQ
-	Port int // the port of EventPortActive and EventPortErr: 1
+	Port int // the port of EventPortActive, EventPortErr and EventGIDChange: 1
 }
 
 // Events returns the device's asynchronous events (ibv_get_async_event).

@@ -1,5 +1,11 @@
 package verbs
 
+import (
+	"net/netip"
+
+	"github.com/softnic/softnic/roce"
+)
+
 // PortState is a port's state (enum ibv_port_state).
 type PortState uint8
 
@@ -40,4 +46,23 @@ func (d *Device) SetLinkUp(up bool) {
 		ev.Type = EventPortActive
 	}
 	d.emit(ev)
+}
+
+// SetAddrs makes the GID table that of the interface's addresses addrs
+// (xdplink.GIDTable order), as the kernel's GID cache follows a netdev's
+// addresses: entries of addresses still there keep their index, those of
+// removed ones become empty, new ones take the first empty entry
+// (roce.Device.SetAddrs). A change raises EventGIDChange. It returns
+// what changed; on a device reached through a daemon, which follows its
+// interface itself, it does nothing.
+func (d *Device) SetAddrs(addrs []netip.Addr) []roce.GIDChange {
+	r := d.RoCE()
+	if r == nil {
+		return nil
+	}
+	ch := r.SetAddrs(addrs)
+	if len(ch) > 0 {
+		d.emit(Event{Type: EventGIDChange, Port: 1})
+	}
+	return ch
 }

@@ -1,6 +1,7 @@
 package verbs
 
 import (
+	"errors"
 	"sync/atomic"
 
 	"github.com/softnic/softnic/ibtransport/header"
@@ -229,19 +230,34 @@ func (d *Device) Counters() *ibv.Counters { return d.ops.Counters() }
 // entry that holds no GID gives ErrEmptyGID.
 func (d *Device) GID(index int) (GID, error) { return d.ops.GID(index) }
 
-// GIDTable returns the GID table's entries that hold a GID
-// (ibv_query_gid_table), each at its index: from index 0 up to the first
-// that fails (a device's addresses come first, the empty entries after).
+// GIDTable returns the GID table's entries, each at its index, up to the
+// last that holds a GID (a device's addresses come first, the empty
+// entries after); an empty entry between them (an address that went,
+// SetAddrs) is the zero GID, as ibv_query_gid gives it.
 func (d *Device) GIDTable() []GID {
 	var gids []GID
+	n := 0 // entries up to the last that holds a GID
 	for i := 0; ; i++ {
 		g, err := d.GID(i)
-		if err != nil {
-			return gids
+		switch {
+		case errors.Is(err, ErrEmptyGID):
+			gids = append(gids, GID{})
+			if len(gids)-n > maxEmptyRun {
+				return gids[:n]
+			}
+			continue
+		case err != nil:
+			return gids[:n]
 		}
 		gids = append(gids, g)
+		n = len(gids)
 	}
 }
+
+// maxEmptyRun is how many empty entries in a row GIDTable reads past the
+// last GID before it takes the rest of the table to be empty: a table is
+// as long as its hardware's (ConnectX's 255), mostly empty.
+const maxEmptyRun = 64
 
 // DeviceAttr are a device's limits (the ibv_device_attr fields programs
 // size their queues and requests by).

@@ -120,7 +120,6 @@ func (r *dialed) RoCE() *roce.Device                           { return nil }
 func (r *dialed) CM() *cm.Manager                              { return nil }
 func (r *dialed) OnCommEst(*verbs.QP, func())                  {}
 func (r *dialed) SetLinkUp(bool) bool                          { return false }
-func (r *dialed) ActiveMTU() verbs.MTU                         { return verbs.MTU(r.c.Device.ActiveMTU) }
 
 func (r *dialed) GID(index int) (verbs.GID, error) {
 	var g verbs.GID
@@ -137,6 +136,16 @@ func (r *dialed) Query() verbs.DeviceAttr {
 }
 
 // PortState asks the daemon, and says PortDown if it cannot.
+// ActiveMTU asks the daemon, whose port follows its interface's MTU; the
+// hello's, if it cannot.
+func (r *dialed) ActiveMTU() verbs.MTU {
+	var p hostif.QueryPortReply
+	if err := r.call(func(c *session.Conn) (err error) { p, err = c.QueryPort(); return err }); err != nil {
+		return verbs.MTU(r.c.Device.ActiveMTU)
+	}
+	return verbs.MTU(p.ActiveMTU)
+}
+
 func (r *dialed) PortState() verbs.PortState {
 	var p hostif.QueryPortReply
 	if err := r.call(func(c *session.Conn) (err error) { p, err = c.QueryPort(); return err }); err != nil {

@@ -106,6 +106,9 @@ func (r *dialed) asyncEvent(handle uint64, typ uint32) {
 	case hostif.EventPortErr:
 		r.emit(verbs.Event{Type: verbs.EventPortErr, Port: int(handle)})
 		return
+	case hostif.EventGIDChange:
+		r.emit(verbs.Event{Type: verbs.EventGIDChange, Port: int(handle)})
+		return
 	}
 	obj := r.objects.object(handle)
 	cq, _ := obj.(*dialedCQ)
