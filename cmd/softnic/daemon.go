@@ -21,7 +21,9 @@ import (
 	"github.com/softnic/softnic/daemon"
 	"github.com/softnic/softnic/daemon/metrics"
 	"github.com/softnic/softnic/internal/securedir"
+	"github.com/softnic/softnic/roce"
 	"github.com/softnic/softnic/roce/xdplink"
+	"github.com/softnic/softnic/tools/perftest"
 	"github.com/softnic/softnic/verbs"
 )
 
@@ -57,12 +59,36 @@ type daemonOptions struct {
 // openServed opens the device the daemon serves on an interface, with the
 // file that lets the next daemon restore what this one moved; tests
 // replace it.
-var openServed = func(ifname, irqState string) (*verbs.Device, func(), error) {
-	if err := checkDaemonInterface(ifname); err != nil {
+// It waits for the interface to exist and be up first (saying so in
+// log), and the device follows the interface's MTU and addresses
+// (follow.go).
+var openServed = func(ctx context.Context, ifname, irqState string, log *slog.Logger) (*verbs.Device, func(), error) {
+	// Frames for the largest IB MTU, whatever the MTU now: the port
+	// follows the interface's MTU up to there without a restart.
+	xcfg := xdplink.Config{IRQState: irqState, CarryMTU: roce.LinkMTUFor(verbs.MTU4096.Bytes())}
+	var dev perftest.Device
+	var closeDev func()
+	for {
+		if err := waitForInterface(ctx, ifname, log); err != nil {
+			return nil, nil, err
+		}
+		var err error
+		dev, closeDev, err = openInterface(ifname, 0, xcfg)
+		if errors.Is(err, xdplink.ErrLinkDown) {
+			continue // set down again since: wait again
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+		break
+	}
+	link := dev.Verbs.RoCE().Link().(*xdplink.Link)
+	unfollow := make(chan struct{})
+	if err := followInterface(ifname, link.Program().Ifindex(), link, dev.Verbs, log, unfollow); err != nil {
+		closeDev()
 		return nil, nil, err
 	}
-	dev, closeDev, err := openInterface(ifname, 0, xdplink.Config{IRQState: irqState})
-	return dev.Verbs, closeDev, err
+	return dev.Verbs, func() { close(unfollow); closeDev() }, nil
 }
 
 func runDaemon(args []string, stdout, stderr io.Writer) int {
@@ -97,7 +123,9 @@ func runDaemon(args []string, stdout, stderr io.Writer) int {
 	}
 	specs, _ := parseServeSpecs(o.ifaces) // checked by config
 	for _, sp := range specs {
-		if err := checkDaemonInterface(sp.iface); err != nil {
+		// An interface that is not there yet is waited for (openServed);
+		// a device's name given for its interface is a mistake.
+		if err := checkDaemonInterfaceName(sp.iface); err != nil {
 			fmt.Fprintf(stderr, "softnic daemon: %v\n", err)
 			return 1
 		}
@@ -206,7 +234,11 @@ func serveDevices(ctx context.Context, o daemonOptions, cfg daemon.Config) error
 		}
 	}()
 	for _, sp := range specs {
-		s, err := serveDevice(o.runDir, sp, cfg)
+		s, err := serveDevice(ctx, o.runDir, sp, cfg)
+		if err != nil && ctx.Err() != nil {
+			cfg.Log.Info("stopping") // while it waited for an interface
+			return nil
+		}
 		if err != nil {
 			return err
 		}
@@ -250,7 +282,7 @@ func openRunDir(runDir string) (*securedir.Dir, error) {
 // socket, which daemon.Serve unlinks and binds by such a path (neither
 // follows a link at the name; its chown and chmod by path do, but only
 // root or the daemon's own user can put one there).
-func serveDevice(runDir string, sp serveSpec, cfg daemon.Config) (*served, error) {
+func serveDevice(ctx context.Context, runDir string, sp serveSpec, cfg daemon.Config) (*served, error) {
 	s := &served{name: sp.name}
 	ifname := sp.iface
 	var err error
@@ -262,7 +294,7 @@ func serveDevice(runDir string, sp serveSpec, cfg daemon.Config) (*served, error
 		s.run.Close()
 		return nil, err
 	}
-	dev, closeDev, err := openServed(ifname, base+".irqs")
+	dev, closeDev, err := openServed(ctx, ifname, base+".irqs", cfg.Log)
 	if err != nil {
 		s.unlock()
 		return nil, explainOpen(ifname, err, true)

@@ -23,7 +23,7 @@ import (
 func useServedMem(t *testing.T) {
 	useMemDevices(t)
 	saved := openServed
-	openServed = func(ifname, _ string) (*verbs.Device, func(), error) {
+	openServed = func(_ context.Context, ifname, _ string, _ *slog.Logger) (*verbs.Device, func(), error) {
 		d, closeDev, err := openDevice(ifname, 0)
 		return d.Verbs, closeDev, err
 	}
@@ -59,7 +59,7 @@ func TestDaemonCommandLifecycle(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, fmt.Sprintf("%d\n", os.Getpid()), string(pid))
 
-	_, err = serveDevice(dir, serveSpec{iface: "memA", name: "softnic_memA"}, cfg)
+	_, err = serveDevice(context.Background(), dir, serveSpec{iface: "memA", name: "softnic_memA"}, cfg)
 	require.ErrorContains(t, err, "another softnic daemon serves this device")
 
 	cancel()
@@ -91,8 +91,10 @@ func TestDaemonCommandErrors(t *testing.T) {
 		require.Contains(t, errOut.String(), c.want)
 	}
 	var out, errOut bytes.Buffer
-	require.Equal(t, 1, runDaemon([]string{"-d", "no-such-interface0", "--run-dir", t.TempDir()}, &out, &errOut))
-	require.Contains(t, errOut.String(), "no-such-interface0")
+	// A device's name for its interface; an interface not there yet is
+	// waited for (test/system TestDaemonWaitsForItsInterface).
+	require.Equal(t, 1, runDaemon([]string{"-d", "softnic_lo", "--run-dir", t.TempDir()}, &out, &errOut))
+	require.Contains(t, errOut.String(), "give -d lo")
 }
 
 func hostifQP(pd, cq uint32) hostif.CreateQPRequest {

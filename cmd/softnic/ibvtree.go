@@ -252,6 +252,12 @@ func (t *ibvTree) writeGIDs(dev *verbs.Device) error {
 	}
 	port := path.Join(t.devDir(), "ports", "1")
 	for i, g := range gids {
+		if g.IsUnspecified() { // an address that went: an empty entry
+			if err := t.writeEmptyGID(port, i); err != nil {
+				return err
+			}
+			continue
+		}
 		if err := t.writeFile(path.Join(port, "gids", fmt.Sprint(i)), fmtGID(g)); err != nil {
 			return err
 		}
@@ -270,15 +276,23 @@ func (t *ibvTree) writeGIDs(dev *verbs.Device) error {
 			t.removeAll(path.Join(port, "gids", fmt.Sprint(i)))
 			continue
 		}
-		if err := t.writeFile(path.Join(port, "gids", fmt.Sprint(i)), fmtGID(netip.IPv6Unspecified())); err != nil {
-			return err
-		}
-		if err := t.symlink(emptyGIDType, path.Join(port, "gid_attrs", "types", fmt.Sprint(i))); err != nil {
+		if err := t.writeEmptyGID(port, i); err != nil {
 			return err
 		}
 	}
 	t.gids, t.gidLen = gids, n
 	return nil
+}
+
+// writeEmptyGID writes entry i of port's GID table as an empty one: the
+// zero GID, a type that cannot be read (emptyGIDType), no netdev.
+func (t *ibvTree) writeEmptyGID(port string, i int) error {
+	t.removeAll(path.Join(port, "gid_attrs", "types", fmt.Sprint(i)))
+	t.removeAll(path.Join(port, "gid_attrs", "ndevs", fmt.Sprint(i)))
+	if err := t.writeFile(path.Join(port, "gids", fmt.Sprint(i)), fmtGID(netip.IPv6Unspecified())); err != nil {
+		return err
+	}
+	return t.symlink(emptyGIDType, path.Join(port, "gid_attrs", "types", fmt.Sprint(i)))
 }
 
 // emptyGIDType is what an empty entry's gid_attrs/types file links to: a

@@ -40,6 +40,16 @@ func checkDaemonInterface(ifname string) error {
 		"for one in another namespace, run softnic with `ip netns exec NS`)", ifname)}
 }
 
+// checkDaemonInterfaceName is checkDaemonInterface for an interface the
+// daemon will wait for: only a device's name given for its interface
+// (softnic_IFACE) is refused.
+func checkDaemonInterfaceName(ifname string) error {
+	if iface, ok := strings.CutPrefix(ifname, "softnic_"); ok && !isInterface(ifname) && isInterface(iface) {
+		return checkDaemonInterface(ifname)
+	}
+	return nil
+}
+
 // noInterfaceError is checkInterface's error, complete as it is.
 type noInterfaceError struct{ error }
 

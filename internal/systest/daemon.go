@@ -44,11 +44,21 @@ func StartDaemon(t testing.TB, bin string, end *netnstest.End, runDir string, ar
 // IFACE:NAME); "" names it softnic_IFACE.
 func StartNamedDaemon(t testing.TB, bin string, end *netnstest.End, runDir, name string, args ...string) *Daemon {
 	t.Helper()
-	spec := end.Ifname
+	d := LaunchDaemon(t, bin, end, end.Ifname, runDir, name, args...)
+	d.AwaitLog(t, "serving", 20*time.Second)
+	return d
+}
+
+// LaunchDaemon is StartNamedDaemon on interface ifname of end's namespace
+// (which need not exist yet, nor be up), returning once it runs, not once
+// it serves.
+func LaunchDaemon(t testing.TB, bin string, end *netnstest.End, ifname, runDir, name string, args ...string) *Daemon {
+	t.Helper()
+	spec := ifname
 	if name != "" {
 		spec += ":" + name
 	} else {
-		name = "softnic_" + end.Ifname
+		name = "softnic_" + ifname
 	}
 	d := &Daemon{End: end, Name: name, RunDir: runDir, Sock: filepath.Join(runDir, name+".sock"), Log: &syncbuf.Buffer{},
 		done: make(chan struct{})}
@@ -56,25 +66,32 @@ func StartNamedDaemon(t testing.TB, bin string, end *netnstest.End, runDir, name
 	d.Cmd = exec.Command("ip", argv...)
 	d.Cmd.Stdout, d.Cmd.Stderr = d.Log, d.Log
 	if err := d.Cmd.Start(); err != nil {
-		t.Fatalf("start the daemon on %s: %v", end.Ifname, err)
+		t.Fatalf("start the daemon on %s: %v", ifname, err)
 	}
 	go func() { d.err = d.Cmd.Wait(); close(d.done) }()
 	t.Cleanup(func() {
 		d.Stop()
 		d.removeDeviceFile()
 		if t.Failed() {
-			t.Logf("daemon on %s (exit %v) said:\n%s", end.Ifname, d.err, Tail(d.Log.String(), 40))
+			t.Logf("daemon on %s (exit %v) said:\n%s", ifname, d.err, Tail(d.Log.String(), 40))
 		}
 	})
-	for deadline := time.Now().Add(20 * time.Second); !strings.Contains(d.Log.String(), "serving"); time.Sleep(20 * time.Millisecond) {
+	return d
+}
+
+// AwaitLog waits until the daemon's log holds text, for at most timeout
+// (a deadline for a daemon that never says it, not a measure); the test
+// fails if the daemon exits first or the deadline passes.
+func (d *Daemon) AwaitLog(t testing.TB, text string, timeout time.Duration) {
+	t.Helper()
+	for deadline := time.Now().Add(timeout); !strings.Contains(d.Log.String(), text); time.Sleep(20 * time.Millisecond) {
 		if d.Exited() {
-			t.Fatalf("the daemon on %s exited: %v\n%s", end.Ifname, d.err, d.Log.String())
+			t.Fatalf("the daemon on %s exited before it said %q: %v\n%s", d.End.Ifname, text, d.err, d.Log.String())
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the daemon on %s did not start within 20 s:\n%s", end.Ifname, d.Log.String())
+			t.Fatalf("the daemon on %s did not say %q within %v:\n%s", d.End.Ifname, text, timeout, d.Log.String())
 		}
 	}
-	return d
 }
 
 // Pid is the daemon's process ID (ip netns exec execs softnic: softnic's).

@@ -1,0 +1,187 @@
+package system
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/softnic/softnic/daemon/client/session"
+	"github.com/softnic/softnic/hostif"
+	"github.com/softnic/softnic/ibtransport/ibv"
+	"github.com/softnic/softnic/internal/netnstest"
+	"github.com/softnic/softnic/internal/syncbuf"
+	"github.com/softnic/softnic/internal/systest"
+	"github.com/softnic/softnic/roce"
+)
+
+// linkNet is the pair these tests make: 10.93.0.0/24 and fd93::/64.
+func linkNet(mtu int) netnstest.Config {
+	return netnstest.Config{MTU: mtu,
+		AddrsA: []netip.Prefix{netip.MustParsePrefix("10.93.0.1/24"), netip.MustParsePrefix("fd93::1/64")},
+		AddrsB: []netip.Prefix{netip.MustParsePrefix("10.93.0.2/24"), netip.MustParsePrefix("fd93::2/64")}}
+}
+
+// queryPort asks d's device for its port through a session of its own.
+func queryPort(t *testing.T, d *systest.Daemon) hostif.QueryPortReply {
+	t.Helper()
+	c, err := session.Dial(d.Sock)
+	require.NoError(t, err)
+	defer c.Close()
+	p, err := c.QueryPort()
+	require.NoError(t, err)
+	return p
+}
+
+// gidTable reads d's GID table through a session: each entry's address,
+// the zero address for an empty one, up to the last that holds a GID.
+func gidTable(t *testing.T, d *systest.Daemon) []netip.Addr {
+	t.Helper()
+	c, err := session.Dial(d.Sock)
+	require.NoError(t, err)
+	defer c.Close()
+	p, err := c.QueryPort()
+	require.NoError(t, err)
+	var table []netip.Addr
+	n := 0
+	for i := 0; i < int(p.GIDTableLen); i++ {
+		g, err := c.QueryGID(i)
+		if errors.Is(err, ibv.ErrEmptyGID) {
+			table = append(table, netip.Addr{})
+			continue
+		}
+		require.NoError(t, err, "GID %d", i)
+		table = append(table, roce.AddrFromGID(g))
+		n = len(table)
+	}
+	return table[:n]
+}
+
+// setMTU sets end's interface's MTU.
+func setMTU(t *testing.T, end *netnstest.End, mtu int) {
+	t.Helper()
+	out, err := end.Command("ip", "link", "set", end.Ifname, "mtu", fmt.Sprint(mtu)).CombinedOutput()
+	require.NoError(t, err, string(out))
+}
+
+// TestDaemonsFollowMTUChange changes both ends of a veth pair from MTU
+// 1500 to 9000 under running daemons: each says so and its port shows
+// active_mtu 4096 and link MTU 9000, and Debian's ib_write_bw with path
+// MTU 4096 runs between them; back to 1500, both follow again.
+func TestDaemonsFollowMTUChange(t *testing.T) {
+	netnstest.RequireCommands(t, "apt-get install ibverbs-utils perftest libibverbs-dev gcc make", "cc", "make", "ib_write_bw")
+	sw := systest.NewWorld(t, systest.Config{Provider: true, Net: linkNet(1500), AwaitGID: true})
+	w := &providerWorld{bin: sw.Bin, runDir: sw.RunDir, a: &sw.Pair.A, b: &sw.Pair.B,
+		daemons: []*systest.Daemon{sw.A, sw.B}, logs: []*syncbuf.Buffer{sw.A.Log, sw.B.Log}}
+	for _, d := range []*systest.Daemon{sw.A, sw.B} {
+		p := queryPort(t, d)
+		require.Equal(t, uint8(ibv.MTU1024), p.ActiveMTU, "at MTU 1500")
+		require.Equal(t, uint8(ibv.MTU4096), p.MaxMTU, "the daemon's frames carry IB MTU 4096 at any MTU")
+	}
+
+	for _, step := range []struct {
+		from, to int
+		active   ibv.MTU
+	}{{1500, 9000, ibv.MTU4096}, {9000, 1500, ibv.MTU1024}} {
+		for _, d := range []*systest.Daemon{sw.A, sw.B} {
+			setMTU(t, d.End, step.to)
+		}
+		for _, d := range []*systest.Daemon{sw.A, sw.B} {
+			d.AwaitLog(t, fmt.Sprintf(`msg="mtu changed" interface=%s old=%d new=%d active_mtu=%d`,
+				d.End.Ifname, step.from, step.to, step.active.Bytes()), 30*time.Second)
+			p := queryPort(t, d)
+			assert.Equal(t, uint8(step.active), p.ActiveMTU, "%s at MTU %d", d.Name, step.to)
+			assert.Equal(t, uint32(step.to), p.LinkMTU, "%s", d.Name)
+		}
+		if step.to != 9000 {
+			continue
+		}
+		args := []string{"ib_write_bw", "-x", "1", "-m", "4096", "-n", "500"}
+		sout, cout := w.pair(t, 18515, args, args)
+		for _, out := range []string{sout, cout} {
+			assert.Regexp(t, `Mtu\s+: 4096\[B\]`, out)
+			assert.Greater(t, perftestLast(t, out, 65536), 0.0, "no figure:\n%s", out)
+		}
+	}
+}
+
+// TestDaemonWaitsForItsInterface starts a daemon on an interface that is
+// down and one on an interface that does not exist yet: each says once
+// that it waits, and serves once the interface is up (set up; created and
+// set up), its port ACTIVE.
+func TestDaemonWaitsForItsInterface(t *testing.T) {
+	netnstest.Integration(t)
+	bin := systest.Softnic(t)
+	pair := netnstest.NewT(t, linkNet(1500))
+	runDir := systest.RootDir(t)
+	run := func(end *netnstest.End, args ...string) {
+		t.Helper()
+		out, err := end.Command(args[0], args[1:]...).CombinedOutput()
+		require.NoError(t, err, "%v: %s", args, out)
+	}
+
+	run(&pair.A, "ip", "link", "set", pair.A.Ifname, "down")
+	d := systest.LaunchDaemon(t, bin, &pair.A, pair.A.Ifname, runDir, "")
+	d.AwaitLog(t, fmt.Sprintf(`msg="waiting for interface" interface=%s state=down`, pair.A.Ifname), 30*time.Second)
+	run(&pair.A, "ip", "link", "set", pair.A.Ifname, "up")
+	d.AwaitLog(t, "msg=serving", 30*time.Second)
+	active := func(d *systest.Daemon) func() bool {
+		return func() bool { return queryPort(t, d).State == 4 } // PORT_ACTIVE, once the carrier is seen
+	}
+	assert.Eventually(t, active(d), 30*time.Second, 20*time.Millisecond, "port state")
+
+	late := systest.LaunchDaemon(t, bin, &pair.A, "lk2", runDir, "")
+	late.AwaitLog(t, `msg="waiting for interface" interface=lk2 state=absent`, 30*time.Second)
+	run(&pair.A, "ip", "link", "add", "lk2", "type", "veth", "peer", "name", "lk3")
+	run(&pair.A, "ip", "addr", "add", "10.93.0.3/24", "dev", "lk2")
+	run(&pair.A, "ip", "link", "set", "lk3", "up")
+	run(&pair.A, "ip", "link", "set", "lk2", "up")
+	late.AwaitLog(t, "msg=serving device=softnic_lk2 interface=lk2", 30*time.Second)
+	assert.Eventually(t, active(late), 30*time.Second, 20*time.Millisecond, "port state")
+	assert.Contains(t, gidTable(t, late), netip.MustParseAddr("10.93.0.3"))
+	assert.Equal(t, 1, strings.Count(d.Log.String(), "waiting for interface"), "said once")
+}
+
+// TestDaemonFollowsAddresses adds addresses to a served interface and
+// removes one: the GID table gains an entry at its first empty index (one
+// past the end, then the removed one's) and loses the removed address's,
+// the others' indexes unchanged, and the daemon says each change.
+func TestDaemonFollowsAddresses(t *testing.T) {
+	sw := systest.NewWorld(t, systest.Config{Net: linkNet(1500), AwaitGID: true})
+	d, end := sw.A, &sw.Pair.A
+	before := gidTable(t, d)
+	require.Equal(t, netip.MustParseAddr("10.93.0.1"), before[1], "GID 1: the IPv4 address")
+	ip := func(args ...string) {
+		t.Helper()
+		out, err := end.Command("ip", args...).CombinedOutput()
+		require.NoError(t, err, "%v: %s", args, out)
+	}
+	awaitTable := func(want []netip.Addr) {
+		t.Helper()
+		assert.Eventually(t, func() bool { return fmt.Sprint(gidTable(t, d)) == fmt.Sprint(want) }, 30*time.Second,
+			20*time.Millisecond, "want %v, have %v", want, gidTable(t, d))
+	}
+
+	// 10.93.0.129/25 is no secondary address of 10.93.0.1/24, which
+	// the kernel would remove with it.
+	ip("addr", "add", "10.93.0.129/25", "dev", end.Ifname)
+	want := append(append([]netip.Addr(nil), before...), netip.MustParseAddr("10.93.0.129"))
+	d.AwaitLog(t, fmt.Sprintf(`msg="gid added" interface=%s index=%d addr=10.93.0.129`, end.Ifname, len(before)), 30*time.Second)
+	awaitTable(want)
+
+	ip("addr", "del", "10.93.0.1/24", "dev", end.Ifname)
+	d.AwaitLog(t, fmt.Sprintf(`msg="gid removed" interface=%s index=1 addr=10.93.0.1`, end.Ifname), 30*time.Second)
+	want[1] = netip.Addr{}
+	awaitTable(want)
+
+	// The first empty entry, whatever the family.
+	ip("addr", "add", "fd93::11/64", "dev", end.Ifname)
+	d.AwaitLog(t, fmt.Sprintf(`msg="gid added" interface=%s index=1 addr=fd93::11`, end.Ifname), 30*time.Second)
+	want[1] = netip.MustParseAddr("fd93::11")
+	awaitTable(want)
+}
