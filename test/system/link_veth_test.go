@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/softnic/softnic/daemon/client"
 	"github.com/softnic/softnic/daemon/client/session"
 	"github.com/softnic/softnic/hostif"
 	"github.com/softnic/softnic/ibtransport/ibv"
@@ -18,6 +20,7 @@ import (
 	"github.com/softnic/softnic/internal/syncbuf"
 	"github.com/softnic/softnic/internal/systest"
 	"github.com/softnic/softnic/roce"
+	"github.com/softnic/softnic/verbs"
 )
 
 // linkNet is the pair these tests make: 10.93.0.0/24 and fd93::/64.
@@ -150,7 +153,8 @@ func TestDaemonWaitsForItsInterface(t *testing.T) {
 // TestDaemonFollowsAddresses adds addresses to a served interface and
 // removes one: the GID table gains an entry at its first empty index (one
 // past the end, then the removed one's) and loses the removed address's,
-// the others' indexes unchanged, and the daemon says each change.
+// the others' indexes unchanged; the daemon says each change, and its
+// clients get IBV_EVENT_GID_CHANGE.
 func TestDaemonFollowsAddresses(t *testing.T) {
 	sw := systest.NewWorld(t, systest.Config{Net: linkNet(1500), AwaitGID: true})
 	d, end := sw.A, &sw.Pair.A
@@ -161,10 +165,27 @@ func TestDaemonFollowsAddresses(t *testing.T) {
 		out, err := end.Command("ip", args...).CombinedOutput()
 		require.NoError(t, err, "%v: %s", args, out)
 	}
+	// A client of the device counts its IBV_EVENT_GID_CHANGEs: one per
+	// change.
+	dev, err := client.DialDevice(d.Sock)
+	require.NoError(t, err)
+	t.Cleanup(func() { dev.Close() })
+	var changes atomic.Int32
+	go func() {
+		for ev := range dev.Events() {
+			if ev.Type == verbs.EventGIDChange && ev.Port == 1 {
+				changes.Add(1)
+			}
+		}
+	}()
+	step := int32(0)
 	awaitTable := func(want []netip.Addr) {
 		t.Helper()
 		assert.Eventually(t, func() bool { return fmt.Sprint(gidTable(t, d)) == fmt.Sprint(want) }, 30*time.Second,
 			20*time.Millisecond, "want %v, have %v", want, gidTable(t, d))
+		step++
+		assert.Eventually(t, func() bool { return changes.Load() >= step }, 30*time.Second, 20*time.Millisecond,
+			"GID_CHANGE events: %d after change %d", changes.Load(), step)
 	}
 
 	// 10.93.0.129/25 is no secondary address of 10.93.0.1/24, which
@@ -184,4 +205,5 @@ func TestDaemonFollowsAddresses(t *testing.T) {
 	d.AwaitLog(t, fmt.Sprintf(`msg="gid added" interface=%s index=1 addr=fd93::11`, end.Ifname), 30*time.Second)
 	want[1] = netip.MustParseAddr("fd93::11")
 	awaitTable(want)
+	assert.Equal(t, int32(3), changes.Load(), "one event per change")
 }
