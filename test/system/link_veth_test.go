@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -153,8 +154,9 @@ func TestDaemonWaitsForItsInterface(t *testing.T) {
 // TestDaemonFollowsAddresses adds addresses to a served interface and
 // removes one: the GID table gains an entry at its first empty index (one
 // past the end, then the removed one's) and loses the removed address's,
-// the others' indexes unchanged; the daemon says each change, and its
-// clients get IBV_EVENT_GID_CHANGE.
+// the others' indexes unchanged; the daemon says each change, its
+// clients get IBV_EVENT_GID_CHANGE, and a transfer to the added address
+// runs.
 func TestDaemonFollowsAddresses(t *testing.T) {
 	sw := systest.NewWorld(t, systest.Config{Net: linkNet(1500), AwaitGID: true})
 	d, end := sw.A, &sw.Pair.A
@@ -194,6 +196,19 @@ func TestDaemonFollowsAddresses(t *testing.T) {
 	want := append(append([]netip.Addr(nil), before...), netip.MustParseAddr("10.93.0.129"))
 	d.AwaitLog(t, fmt.Sprintf(`msg="gid added" interface=%s index=%d addr=10.93.0.129`, end.Ifname, len(before)), 30*time.Second)
 	awaitTable(want)
+	// RoCEv2 to the new address reaches the device: the XDP program
+	// steers it too.
+	server := end.Command(sw.Bin, "perf", "write_bw", "-d", end.Ifname, "-x", fmt.Sprint(len(before)), "-s", "8192", "-n", "100")
+	server.Env = append(os.Environ(), "SOFTNIC_RUN_DIR="+sw.RunDir)
+	sdone := make(chan []byte, 1)
+	go func() { out, _ := server.CombinedOutput(); sdone <- out }()
+	client := sw.Pair.B.Command(sw.Bin, "perf", "write_bw", "-d", sw.Pair.B.Ifname, "-x", "1", "-s", "8192", "-n", "100",
+		"--connect-wait=20s", "10.93.0.129")
+	client.Env = server.Env
+	cout, err := client.CombinedOutput()
+	sout := <-sdone
+	require.NoError(t, err, "client:\n%s\nserver:\n%s", cout, sout)
+	requireBWResult(t, "server on the added address", string(sout), 8192, 100)
 
 	ip("addr", "del", "10.93.0.1/24", "dev", end.Ifname)
 	d.AwaitLog(t, fmt.Sprintf(`msg="gid removed" interface=%s index=1 addr=10.93.0.1`, end.Ifname), 30*time.Second)
