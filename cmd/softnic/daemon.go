@@ -61,8 +61,8 @@ type daemonOptions struct {
 // replace it.
 // It waits for the interface to exist and be up first (saying so in
 // log), and the device follows the interface's MTU and addresses
-// (follow.go).
-var openServed = func(ctx context.Context, ifname, irqState string, log *slog.Logger) (*verbs.Device, func(), error) {
+// (follow.go), calling gidsChanged after its GID table changed.
+var openServed = func(ctx context.Context, ifname, irqState string, log *slog.Logger, gidsChanged func()) (*verbs.Device, func(), error) {
 	// Frames for the largest IB MTU, whatever the MTU now: the port
 	// follows the interface's MTU up to there without a restart.
 	xcfg := xdplink.Config{IRQState: irqState, CarryMTU: roce.LinkMTUFor(verbs.MTU4096.Bytes())}
@@ -84,7 +84,7 @@ var openServed = func(ctx context.Context, ifname, irqState string, log *slog.Lo
 	}
 	link := dev.Verbs.RoCE().Link().(*xdplink.Link)
 	unfollow := make(chan struct{})
-	if err := followInterface(ifname, link.Program().Ifindex(), link, dev.Verbs, log, unfollow); err != nil {
+	if err := followInterface(ifname, link.Program().Ifindex(), link, dev.Verbs, log, gidsChanged, unfollow); err != nil {
 		closeDev()
 		return nil, nil, err
 	}
@@ -294,7 +294,15 @@ func serveDevice(ctx context.Context, runDir string, sp serveSpec, cfg daemon.Co
 		s.run.Close()
 		return nil, err
 	}
-	dev, closeDev, err := openServed(ctx, ifname, base+".irqs", cfg.Log)
+	// The libibverbs tree's GID files follow the table (publishIBV).
+	gidsChanged := make(chan struct{}, 1)
+	tellTree := func() {
+		select {
+		case gidsChanged <- struct{}{}:
+		default: // one pending is enough: the tree reads the table then
+		}
+	}
+	dev, closeDev, err := openServed(ctx, ifname, base+".irqs", cfg.Log, tellTree)
 	if err != nil {
 		s.unlock()
 		return nil, explainOpen(ifname, err, true)
@@ -307,7 +315,7 @@ func serveDevice(ctx context.Context, runDir string, sp serveSpec, cfg daemon.Co
 		s.unlock()
 		return nil, err
 	}
-	if s.ibv, err = publishIBV(s.run, runDir, s.name, ifname, dev, cfg.Log); err != nil {
+	if s.ibv, err = publishIBV(s.run, runDir, s.name, ifname, dev, cfg.Log, gidsChanged); err != nil {
 		cfg.Log.Warn("libibverbs programs cannot use the device", "device", s.name, "err", err)
 	}
 	return s, nil

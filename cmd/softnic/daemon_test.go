@@ -23,7 +23,7 @@ import (
 func useServedMem(t *testing.T) {
 	useMemDevices(t)
 	saved := openServed
-	openServed = func(_ context.Context, ifname, _ string, _ *slog.Logger) (*verbs.Device, func(), error) {
+	openServed = func(_ context.Context, ifname, _ string, _ *slog.Logger, _ func()) (*verbs.Device, func(), error) {
 		d, closeDev, err := openDevice(ifname, 0)
 		return d.Verbs, closeDev, err
 	}

@@ -27,8 +27,10 @@ func waitForInterface(ctx context.Context, ifname string, log *slog.Logger) erro
 
 // followInterface makes dev, served on interface ifname (with index
 // ifindex) over link, follow the interface's MTU and addresses until
-// done is closed, saying each change in log.
-func followInterface(ifname string, ifindex int, link *xdplink.Link, dev *verbs.Device, log *slog.Logger, done <-chan struct{}) error {
+// done is closed, saying each change in log and calling gidsChanged
+// after the GID table changed.
+func followInterface(ifname string, ifindex int, link *xdplink.Link, dev *verbs.Device, log *slog.Logger,
+	gidsChanged func(), done <-chan struct{}) error {
 	// From what the link and the device have: a change since they were
 	// opened is one still to follow. No GIDs: the first listing gives
 	// them, and the device's table changes only if they differ.
@@ -55,7 +57,11 @@ func followInterface(ifname string, ifindex int, link *xdplink.Link, dev *verbs.
 			}
 		},
 		GIDs: func(gids []netip.Addr) {
-			for _, c := range dev.SetAddrs(gids) {
+			changes := dev.SetAddrs(gids)
+			if len(changes) > 0 {
+				gidsChanged()
+			}
+			for _, c := range changes {
 				steerAddr(link, c, log)
 				what := "gid removed"
 				if c.Added {

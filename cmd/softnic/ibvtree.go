@@ -14,7 +14,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -84,10 +83,12 @@ type ibvTree struct {
 }
 
 // publishIBV writes the device's entries under runDir and its device file,
-// and keeps the GID files current until the returned tree is removed.
-// runDir is the run directory as given, which names the device file;
-// iface is the interface the device serves.
-func publishIBV(run *securedir.Dir, runDir, name, iface string, dev *verbs.Device, log *slog.Logger) (*ibvTree, error) {
+// and keeps the GID files current until the returned tree is removed,
+// rewriting them whenever gidsChanged is signalled. runDir is the run
+// directory as given, which names the device file; iface is the
+// interface the device serves.
+func publishIBV(run *securedir.Dir, runDir, name, iface string, dev *verbs.Device, log *slog.Logger,
+	gidsChanged <-chan struct{}) (*ibvTree, error) {
 	ns, err := netnsInode()
 	if err != nil {
 		return nil, err
@@ -108,7 +109,7 @@ func publishIBV(run *securedir.Dir, runDir, name, iface string, dev *verbs.Devic
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	t.stop, t.done = stop, make(chan struct{})
-	go t.follow(ctx, dev)
+	go t.follow(ctx, dev, gidsChanged)
 	return t, nil
 }
 
@@ -305,17 +306,16 @@ func (t *ibvTree) writeEmptyGID(port string, i int) error {
 // /sys/class, which softnic exec's view replaces.
 const emptyGIDType = "/sys/devices/virtual/net/lo/speed"
 
-// follow rewrites the GID table when the interface's addresses change
-// (an IPv6 address joins once duplicate address detection is over).
-func (t *ibvTree) follow(ctx context.Context, dev *verbs.Device) {
+// follow rewrites the GID table each time the device's changes (an
+// address added or removed, an IPv6 address that joins once duplicate
+// address detection is over: followInterface signals changed).
+func (t *ibvTree) follow(ctx context.Context, dev *verbs.Device, changed <-chan struct{}) {
 	defer close(t.done)
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-tick.C:
+		case <-changed:
 			if err := t.writeGIDs(dev); err != nil {
 				t.log.Warn("GID table for libibverbs", "device", t.name, "err", err)
 			}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -64,6 +65,20 @@ func gidTable(t *testing.T, d *systest.Daemon) []netip.Addr {
 		n = len(table)
 	}
 	return table[:n]
+}
+
+// sysfsGID is a as a GID file holds it (the zero GID for an empty entry):
+// eight groups of four hex digits.
+func sysfsGID(a netip.Addr) string {
+	b := netip.IPv6Unspecified().As16()
+	if a.IsValid() {
+		b = roce.GIDFromAddr(a)
+	}
+	var g []string
+	for i := 0; i < 16; i += 2 {
+		g = append(g, fmt.Sprintf("%02x%02x", b[i], b[i+1]))
+	}
+	return strings.Join(g, ":")
 }
 
 // setMTU sets end's interface's MTU.
@@ -185,6 +200,15 @@ func TestDaemonFollowsAddresses(t *testing.T) {
 		t.Helper()
 		assert.Eventually(t, func() bool { return fmt.Sprint(gidTable(t, d)) == fmt.Sprint(want) }, 30*time.Second,
 			20*time.Millisecond, "want %v, have %v", want, gidTable(t, d))
+		// The tree libibverbs programs read (ibv_query_gid) too.
+		gidsDir := filepath.Join(d.RunDir, "sysfs", "class", "infiniband", d.Name, "ports", "1", "gids")
+		for i, a := range want {
+			file := filepath.Join(gidsDir, fmt.Sprint(i))
+			assert.Eventually(t, func() bool {
+				b, _ := os.ReadFile(file)
+				return strings.TrimSpace(string(b)) == sysfsGID(a)
+			}, 30*time.Second, 20*time.Millisecond, "%s: want %s", file, sysfsGID(a))
+		}
 		step++
 		assert.Eventually(t, func() bool { return changes.Load() >= step }, 30*time.Second, 20*time.Millisecond,
 			"GID_CHANGE events: %d after change %d", changes.Load(), step)
