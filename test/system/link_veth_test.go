@@ -81,6 +81,25 @@ func sysfsGID(a netip.Addr) string {
 	return strings.Join(g, ":")
 }
 
+// rtrQP makes an RC QP on dev and takes it to RTR with path MTU mtu,
+// aimed at peer's IPv4 GID (GID 1 on both sides).
+func rtrQP(t *testing.T, dev *verbs.Device, peer *systest.Daemon, mtu verbs.MTU) *verbs.QP {
+	t.Helper()
+	cq, err := dev.CreateCQ(4, nil)
+	require.NoError(t, err)
+	qp, err := dev.AllocPD().CreateQP(&verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq,
+		Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	require.NoError(t, err)
+	require.NoError(t, qp.Modify(&verbs.QPAttr{State: verbs.QPSInit, Port: 1},
+		verbs.QPAttrState|verbs.QPAttrAccessFlags|verbs.QPAttrPort|verbs.QPAttrPKeyIndex))
+	dgid := roce.GIDFromAddr(peer.End.Addr4())
+	require.NoError(t, qp.Modify(&verbs.QPAttr{State: verbs.QPSRTR, PathMTU: mtu, DestQPN: 0x11, MaxDestRdAtomic: 1,
+		MinRNRTimer: 12, AV: verbs.AddressVector{DGID: dgid, SGIDIndex: 1, HopLimit: 64}},
+		verbs.QPAttrState|verbs.QPAttrAV|verbs.QPAttrPathMTU|verbs.QPAttrDestQPN|verbs.QPAttrRQPSN|
+			verbs.QPAttrMaxDestRdAtomic|verbs.QPAttrMinRNRTimer), "path MTU %v", mtu)
+	return qp
+}
+
 // setMTU sets end's interface's MTU.
 func setMTU(t *testing.T, end *netnstest.End, mtu int) {
 	t.Helper()
@@ -91,7 +110,8 @@ func setMTU(t *testing.T, end *netnstest.End, mtu int) {
 // TestDaemonsFollowMTUChange changes both ends of a veth pair from MTU
 // 1500 to 9000 under running daemons: each says so and its port shows
 // active_mtu 4096 and link MTU 9000, and Debian's ib_write_bw with path
-// MTU 4096 runs between them; back to 1500, both follow again.
+// MTU 4096 runs between them; back to 1500, both follow again, and a QP
+// keeps the path MTU it was given.
 func TestDaemonsFollowMTUChange(t *testing.T) {
 	netnstest.RequireCommands(t, "apt-get install ibverbs-utils perftest libibverbs-dev gcc make", "cc", "make", "ib_write_bw")
 	sw := systest.NewWorld(t, systest.Config{Provider: true, Net: linkNet(1500), AwaitGID: true})
@@ -103,6 +123,10 @@ func TestDaemonsFollowMTUChange(t *testing.T) {
 		require.Equal(t, uint8(ibv.MTU4096), p.MaxMTU, "the daemon's frames carry IB MTU 4096 at any MTU")
 	}
 
+	dev, err := client.DialDevice(sw.A.Sock)
+	require.NoError(t, err)
+	t.Cleanup(func() { dev.Close() })
+	var old *verbs.QP
 	for _, step := range []struct {
 		from, to int
 		active   ibv.MTU
@@ -118,8 +142,14 @@ func TestDaemonsFollowMTUChange(t *testing.T) {
 			assert.Equal(t, uint32(step.to), p.LinkMTU, "%s", d.Name)
 		}
 		if step.to != 9000 {
+			// As on hardware: a QP keeps the path MTU modify_qp gave
+			// it, and a path MTU above the active MTU is taken, as rxe
+			// and mlx5 take any up to 4096.
+			assert.Equal(t, verbs.MTU4096, old.Query().PathMTU, "a QP connected at MTU 9000")
+			assert.Equal(t, verbs.MTU4096, rtrQP(t, dev, sw.B, verbs.MTU4096).Query().PathMTU, "a QP connected at MTU 1500")
 			continue
 		}
+		old = rtrQP(t, dev, sw.B, verbs.MTU4096)
 		args := []string{"ib_write_bw", "-x", "1", "-m", "4096", "-n", "500"}
 		sout, cout := w.pair(t, 18515, args, args)
 		for _, out := range []string{sout, cout} {
