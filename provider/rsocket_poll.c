@@ -42,9 +42,10 @@ static short rs_revents(struct rsock *rs, short events)
 			r |= POLLIN;
 		if ((events & POLLOUT) && (rs->state & RS_CONNECTED) && rs_can_send(rs))
 			r |= POLLOUT;
-		if (rs->state == RS_DISCONNECTED && !rs_have_data(rs))
-			r |= POLLHUP; /* once what came before is read, as TCP's */
-		else if (!(rs->state & RS_CONNECTED))
+		if (rs->state == RS_DISCONNECTED) {
+			if (!rs_have_data(rs))
+				r |= POLLHUP; /* once what came before is read */
+		} else if (!(rs->state & RS_CONNECTED))
 			r |= POLLERR;
 		return r;
 	}

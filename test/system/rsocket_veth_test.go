@@ -21,6 +21,7 @@ func TestRstream(t *testing.T) {
 	}{
 		{"blocking", []string{"-T", "v"}, "1m_bw"},
 		{"large", []string{"-S", "65536", "-C", "1000", "-T", "v"}, "custom    64k     1k"},
+		{"async", []string{"-T", "a", "-T", "v", "-S", "4096", "-C", "200"}, "custom    4k      200"},
 		{"nonblocking", []string{"-T", "n", "-T", "v", "-S", "4096", "-C", "200"}, "custom    4k      200"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
