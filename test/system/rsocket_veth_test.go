@@ -3,7 +3,9 @@ package system
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -11,6 +13,9 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/softnic/softnic/internal/netnstest"
+	"github.com/softnic/softnic/internal/systest"
 )
 
 // TestRstream runs Debian's rstream (rsockets, librdmacm) between two
@@ -84,5 +89,105 @@ func TestRcopy(t *testing.T) {
 	require.Equal(t, len(data), len(got), "copy's size")
 	assert.True(t, bytes.Equal(data, got), "the copy differs from the file")
 	assert.Contains(t, sout.String(), "client: "+w.b.Addr4().String(), "rcopy server: rgetpeername")
+	w.stop(t)
+}
+
+// rspreload is Debian's librspreload.so, which makes a program's TCP
+// sockets rsockets by calling librdmacm's (here softnic's) r* functions.
+const rspreload = "/usr/lib/x86_64-linux-gnu/rsocket/librspreload.so"
+
+// preloaded is argv run with librspreload before softnic exec's preloads.
+func preloaded(argv ...string) []string {
+	return append([]string{"sh", "-c", `LD_PRELOAD=` + rspreload + `:$LD_PRELOAD exec "$@"`, "sh"}, argv...)
+}
+
+// TestRspreloadNc sends a file with netcat-openbsd's nc under
+// librspreload between two softnic daemons as nobody, to
+// testdata/tcp_sink.c under librspreload too (nc -l accepts with accept4,
+// which Debian's librspreload does not carry): nc's TCP socket is an
+// rsocket, so the bytes go over RDMA (the client's daemon counts at
+// least a RoCE packet per 4 KiB, the largest path MTU, of the file), and
+// the copy must equal the file.
+func TestRspreloadNc(t *testing.T) {
+	netnstest.RequireCommands(t, "apt-get install netcat-openbsd librdmacm1 gcc", "nc", "cc")
+	_, err := os.Stat(rspreload)
+	require.NoError(t, err, "librdmacm1's librspreload")
+	w := newProviderWorld(t)
+	dir, err := os.MkdirTemp("", "softnic-nc-")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	require.NoError(t, os.Chmod(dir, 0o777))
+	src, dst := filepath.Join(dir, "src"), filepath.Join(dir, "dst")
+	data := bytes.Repeat([]byte("0123456789abcdefghijklmnopqrstuvwxyz\n"), 30000) // about 1.1 MB
+	require.NoError(t, os.WriteFile(src, data, 0o644))
+	sink := filepath.Join(dir, "tcp_sink")
+	out, err := exec.Command("cc", "-O1", "-Wall", "-Wextra", "-Werror", "-o", sink, filepath.Join("testdata", "tcp_sink.c")).CombinedOutput()
+	require.NoError(t, err, "cc tcp_sink.c: %s", out)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	sock := filepath.Join(w.runDir, "softnic_"+w.a.Ifname+".sock")
+	before, err := listeners(sock, 0)
+	require.NoError(t, err)
+	srv := w.command(ctx, w.a, preloaded(sink, w.a.Addr4().String(), "5001", dst)...)
+	srv.WaitDelay = 5 * time.Second
+	sout, exited := startWatched(t, srv)
+	require.NoError(t, awaitListener(ctx, sock, before.last, exited), "nc -l:\n%s", sout)
+	sentBefore := rocePktsSent(t, w)
+	cout, cerr := w.command(ctx, w.b, preloaded("sh", "-c", `exec nc -N "$0" 5001 < "$1"`, w.a.Addr4().String(), src)...).CombinedOutput()
+	require.NoError(t, cerr, "client nc:\n%s\nserver:\n%s", cout, sout)
+	require.NoError(t, <-exited, "server nc:\n%s", sout)
+	got, err := os.ReadFile(dst)
+	require.NoError(t, err)
+	require.Equal(t, len(data), len(got), "copy's size")
+	assert.True(t, bytes.Equal(data, got), "the copy differs from the file")
+	assert.GreaterOrEqual(t, rocePktsSent(t, w)-sentBefore, uint64(len(data)/4096), "RoCE packets the client's daemon sent")
+	w.stop(t)
+}
+
+// rocePktsSent is end B's sent_pkts, from softnic stat as nobody.
+func rocePktsSent(t *testing.T, w *providerWorld) uint64 {
+	t.Helper()
+	argv := systest.AsUser(systest.Nobody, w.bin, "stat", "-d", w.b.Ifname)
+	cmd := w.b.Command(argv[0], argv[1:]...)
+	cmd.Env = append(os.Environ(), "SOFTNIC_RUN_DIR="+w.runDir)
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "softnic stat: %s", out)
+	return parseStatLine(t, string(out))["sent_pkts"]
+}
+
+// TestRspreloadIperf3 runs iperf3 (its control and data connections)
+// under librspreload between two softnic daemons as nobody: a second of
+// TCP-over-rsockets, which the client's daemon must have carried as RoCE
+// packets (at least one per 4 KiB of what iperf3 says it sent).
+func TestRspreloadIperf3(t *testing.T) {
+	netnstest.RequireCommands(t, "apt-get install iperf3 librdmacm1", "iperf3")
+	_, err := os.Stat(rspreload)
+	require.NoError(t, err, "librdmacm1's librspreload")
+	w := newProviderWorld(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	sock := filepath.Join(w.runDir, "softnic_"+w.a.Ifname+".sock")
+	before, err := listeners(sock, 0)
+	require.NoError(t, err)
+	srv := w.command(ctx, w.a, preloaded("iperf3", "-s", "-1", "-B", w.a.Addr4().String(), "-p", "5201")...)
+	srv.WaitDelay = 5 * time.Second
+	sout, exited := startWatched(t, srv)
+	require.NoError(t, awaitListener(ctx, sock, before.last, exited), "iperf3 -s:\n%s", sout)
+	sentBefore := rocePktsSent(t, w)
+	cout, cerr := w.command(ctx, w.b, preloaded("iperf3", "-c", w.a.Addr4().String(), "-p", "5201", "-t", "1", "-J")...).CombinedOutput()
+	require.NoError(t, cerr, "client iperf3:\n%s\nserver:\n%s", cout, sout)
+	require.NoError(t, <-exited, "server iperf3:\n%s", sout)
+	var res struct {
+		End struct {
+			SumSent struct {
+				Bytes float64 `json:"bytes"`
+			} `json:"sum_sent"`
+		} `json:"end"`
+	}
+	require.NoError(t, json.Unmarshal(cout, &res), "iperf3 -J:\n%s", cout)
+	require.Positive(t, res.End.SumSent.Bytes, "iperf3's bytes sent:\n%s", cout)
+	assert.GreaterOrEqual(t, rocePktsSent(t, w)-sentBefore, uint64(res.End.SumSent.Bytes/4096), "RoCE packets the client's daemon sent")
+	t.Logf("iperf3 sent %.0f bytes over rsockets", res.End.SumSent.Bytes)
 	w.stop(t)
 }
