@@ -1,8 +1,7 @@
 /*
  * rdmacm_unsup.c: librdmacm's calls softnic's connection manager does not
  * carry. Each fails with ENOSYS (programs that import them still load,
- * and learn at the call). Of rsockets (rsocket_*.c), riomap and riowrite
- * are not carried yet.
+ * and learn at the call).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -53,17 +52,4 @@ CM_EXPORT int rdma_get_remote_ece(struct rdma_cm_id *id, struct ibv_ece *ece)
 CM_EXPORT int rdma_reject_ece(struct rdma_cm_id *id, const void *private_data, uint8_t private_data_len)
 {
 	return rdma_reject(id, private_data, private_data_len);
-}
-
-ENOSYS_INT(riounmap, int socket, void *buf, size_t len)
-
-CM_EXPORT off_t riomap(int socket, void *buf, size_t len, int prot, int flags, off_t offset)
-{
-	return cm_fail(ENOSYS);
-}
-
-CM_EXPORT size_t riowrite(int socket, const void *buf, size_t count, off_t offset, int flags)
-{
-	errno = ENOSYS;
-	return 0; /* nothing written */
 }

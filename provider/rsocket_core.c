@@ -99,6 +99,7 @@ static struct rsock *rs_alloc(const struct rsock *parent)
 	pthread_mutex_init(&rs->rlock, NULL);
 	pthread_mutex_init(&rs->cq_lock, NULL);
 	pthread_mutex_init(&rs->wait_lock, NULL);
+	pthread_mutex_init(&rs->map_lock, NULL);
 	return rs;
 }
 
@@ -106,6 +107,7 @@ static void rs_free(struct rsock *rs)
 {
 	if (rs->fd >= 0)
 		table_set(rs->fd, NULL);
+	rs_free_iomaps(rs);
 	if (rs->id && rs->id->qp) {
 		if (rs->unack_cqe)
 			ibv_ack_cq_events(rs->id->recv_cq, rs->unack_cqe);

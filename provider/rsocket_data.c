@@ -279,21 +279,17 @@ int rs_all_sends_done(struct rsock *rs)
 	       !(rs->state & RS_CONNECTED);
 }
 
-/* rs_write_data sends len bytes to the current target SGE. */
-static int rs_write_data(struct rsock *rs, struct ibv_sge *sgl, int nsge, uint32_t len, int flags)
+/* rs_take_target takes len bytes of the current target SGE: where the
+ * next DATA message goes. */
+static void rs_take_target(struct rsock *rs, uint32_t len, uint64_t *addr, uint32_t *key)
 {
 	volatile struct rs_wire_sge *t = &rs->target_sgl[rs->target_sge];
-	uint64_t addr = t->addr;
-	uint32_t key = t->key;
-	rs->sseq_no++;
-	rs->sqe_avail--;
-	rs->sbuf_bytes_avail -= len;
+	*addr = t->addr;
+	*key = t->key;
 	t->addr += len;
 	t->length -= len;
 	if (!t->length && ++rs->target_sge == RS_SGL_ENTRIES)
 		rs->target_sge = 0;
-	uint32_t msg = RS_MSG(RS_OP_DATA, len);
-	return rs_write_msg(rs, sgl, nsge, msg, flags, addr, key, msg);
 }
 
 static uint32_t rs_sbuf_left(struct rsock *rs)
@@ -301,29 +297,47 @@ static uint32_t rs_sbuf_left(struct rsock *rs)
 	return (uint32_t)((uintptr_t)&rs->sbuf[rs->sbuf_size] - rs->ssgl[0].addr);
 }
 
-/* rs_send_one sends xfer bytes of buf: inline, or copied into the send
- * ring (in two pieces where it wraps). */
-static int rs_send_one(struct rsock *rs, const uint8_t *buf, uint32_t xfer)
+/* rs_stage makes the gather list for len bytes of buf: inline (buf
+ * itself, within the inline size), or copied into the send ring, in two
+ * pieces where it wraps. It returns the number of SGEs in sgl. */
+int rs_stage(struct rsock *rs, const void *buf, uint32_t len, struct ibv_sge *sgl, int *flags)
 {
-	if (xfer <= rs->sq_inline) {
-		struct ibv_sge sge = {.addr = (uintptr_t)buf, .length = xfer};
-		return rs_write_data(rs, &sge, 1, xfer, IBV_SEND_INLINE);
+	const uint8_t *b = buf;
+	*flags = 0;
+	if (len <= rs->sq_inline) {
+		*sgl = (struct ibv_sge){.addr = (uintptr_t)b, .length = len};
+		*flags = IBV_SEND_INLINE;
+		return 1;
 	}
 	uint32_t left = rs_sbuf_left(rs);
-	if (xfer <= left) {
-		memcpy((void *)(uintptr_t)rs->ssgl[0].addr, buf, xfer);
-		rs->ssgl[0].length = xfer;
-		int ret = rs_write_data(rs, rs->ssgl, 1, xfer, 0);
-		rs->ssgl[0].addr = xfer < left ? rs->ssgl[0].addr + xfer : (uintptr_t)rs->sbuf;
-		return ret;
+	uint32_t lkey = rs->smr->lkey;
+	if (len <= left) {
+		memcpy((void *)(uintptr_t)rs->ssgl[0].addr, b, len);
+		sgl[0] = (struct ibv_sge){.addr = rs->ssgl[0].addr, .length = len, .lkey = lkey};
+		rs->ssgl[0].addr = len < left ? rs->ssgl[0].addr + len : (uintptr_t)rs->sbuf;
+		return 1;
 	}
-	rs->ssgl[0].length = left;
-	memcpy((void *)(uintptr_t)rs->ssgl[0].addr, buf, left);
-	rs->ssgl[1].length = xfer - left;
-	memcpy(rs->sbuf, buf + left, xfer - left);
-	int ret = rs_write_data(rs, rs->ssgl, 2, xfer, 0);
-	rs->ssgl[0].addr = (uintptr_t)rs->sbuf + rs->ssgl[1].length;
-	return ret;
+	memcpy((void *)(uintptr_t)rs->ssgl[0].addr, b, left);
+	memcpy(rs->sbuf, b + left, len - left);
+	sgl[0] = (struct ibv_sge){.addr = rs->ssgl[0].addr, .length = left, .lkey = lkey};
+	sgl[1] = (struct ibv_sge){.addr = (uintptr_t)rs->sbuf, .length = len - left, .lkey = lkey};
+	rs->ssgl[0].addr = (uintptr_t)rs->sbuf + (len - left);
+	return 2;
+}
+
+/* rs_send_one sends xfer bytes of buf as a DATA message. */
+static int rs_send_one(struct rsock *rs, const uint8_t *buf, uint32_t xfer)
+{
+	struct ibv_sge sgl[2];
+	int flags, n = rs_stage(rs, buf, xfer, sgl, &flags);
+	uint64_t addr;
+	uint32_t key;
+	rs_take_target(rs, xfer, &addr, &key);
+	rs->sseq_no++;
+	rs->sqe_avail--;
+	rs->sbuf_bytes_avail -= xfer;
+	uint32_t msg = RS_MSG(RS_OP_DATA, xfer);
+	return rs_write_msg(rs, sgl, n, msg, flags, addr, key, msg);
 }
 
 /* rs_sendv sends the bytes of iov, in messages that start at 2 KiB and
@@ -340,6 +354,8 @@ static ssize_t rs_sendv(struct rsock *rs, const struct iovec *iov, int iovcnt, i
 	uint32_t olen = RS_OLAP_START;
 	uint8_t *tmp = NULL;
 	pthread_mutex_lock(&rs->slock);
+	if (rs->iomap_pending && (ret = rs_send_iomaps(rs, rs_nonblock(rs, flags))))
+		goto out;
 	while (done < len) {
 		if (!rs_can_send(rs)) {
 			if ((ret = rs_process(rs, rs_nonblock(rs, flags), rs_conn_can_send)))
@@ -387,6 +403,7 @@ static ssize_t rs_sendv(struct rsock *rs, const struct iovec *iov, int iovcnt, i
 			break;
 		done += xfer;
 	}
+out:
 	pthread_mutex_unlock(&rs->slock);
 	free(tmp);
 	return ret && !done ? ret : (ssize_t)done;

@@ -91,6 +91,16 @@ enum rs_state {
 	RS_ERROR = 0x2000,
 };
 
+/* A region riomap offered: PROT_WRITE ones take a slot of the peer's
+ * iomap, and are sent to it (pending) before the next send. */
+struct rs_iomap_mr {
+	uint64_t offset;
+	struct ibv_mr *mr;
+	int index; /* the slot in the peer's iomap; -1: not offered */
+	int pending;
+	struct rs_iomap_mr *next;
+};
+
 struct rs_msg {
 	uint32_t op, data;
 };
@@ -136,6 +146,10 @@ struct rsock {
 	struct rs_msg *rmsg;
 	int rmsg_head, rmsg_tail;
 
+	pthread_mutex_t map_lock; /* iomaps */
+	struct rs_iomap_mr *iomaps;
+	int iomap_pending;
+
 	/* send buffer, a ring: ssgl[0].addr is where the next copy goes */
 	uint8_t *sbuf;
 	struct ibv_mr *smr;
@@ -161,7 +175,12 @@ int rs_conn_can_ctrl(struct rsock *rs);
 int rs_all_sends_done(struct rsock *rs);
 int rs_take_cq_event(struct rsock *rs);
 int rs_post_recv(struct rsock *rs);
+int rs_stage(struct rsock *rs, const void *buf, uint32_t len, struct ibv_sge *sgl, int *flags);
 int rs_write_msg(struct rsock *rs, struct ibv_sge *sgl, int nsge, uint32_t msg, int flags, uint64_t addr,
 		 uint32_t rkey, uint32_t wr_data);
+
+/* rsocket_io.c */
+int rs_send_iomaps(struct rsock *rs, int nonblock);
+void rs_free_iomaps(struct rsock *rs);
 
 #endif

@@ -86,8 +86,8 @@ static int rs_set_tcp(struct rsock *rs, int name, const void *val)
 
 static int rs_set_rdma(struct rsock *rs, int name, const void *val)
 {
-	if (rs->state & ~RS_BOUND)
-		return rs_fail(EINVAL); /* the endpoint exists */
+	if (rs->state & ~(RS_BOUND | RS_LISTENING))
+		return rs_fail(EINVAL); /* the endpoint exists (a listener's sockets take its sizes) */
 	uint32_t v = *(const uint32_t *)val;
 	if (v > RS_QP_MAX)
 		v = RS_QP_MAX;

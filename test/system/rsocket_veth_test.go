@@ -191,3 +191,32 @@ func TestRspreloadIperf3(t *testing.T) {
 	t.Logf("iperf3 sent %.0f bytes over rsockets", res.End.SumSent.Bytes)
 	w.stop(t)
 }
+
+// TestRiostream runs Debian's riostream (riomap, riowrite: RDMA WRITEs
+// into the region the peer mapped, offered through its iomap) between
+// two softnic daemons as nobody: ping-pong of small writes, large
+// transfers, and asynchronous. (Its default table runs 100k round trips
+// of each side spinning on the buffer's last byte, which starve the
+// daemons of a 2-CPU host; the runs here are short.)
+func TestRiostream(t *testing.T) {
+	w := newProviderWorld(t)
+	for _, tc := range []struct {
+		name string
+		args []string
+		last string // the start of the result line that ends the run
+	}{
+		{"latency", []string{"-S", "64", "-C", "1", "-I", "300"}, "custom    64      1       300"},
+		{"large", []string{"-S", "65536", "-C", "500"}, "custom    64k     500"},
+		{"async", []string{"-T", "a", "-S", "4096", "-C", "200"}, "custom    4k      200"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sout, cout := w.cmPair(t, append([]string{"riostream"}, tc.args...),
+				append([]string{"riostream", "-s", "ADDR"}, tc.args...))
+			for _, out := range []string{sout, cout} {
+				assert.Regexp(t, `(?m)^`+tc.last, out, "riostream's result line")
+			}
+			t.Logf("client:\n%s", cout)
+		})
+	}
+	w.stop(t)
+}
