@@ -22,6 +22,7 @@
 #define SOFTNIC_RSOCKET_INT_H
 
 #include <pthread.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/socket.h>
 
@@ -76,7 +77,15 @@ struct rs_wire_conn {
 	struct rs_wire_sge data_buf;   /* fields big-endian */
 };
 
+/* rdma-core's struct rs_conn_data and struct rs_sge, byte for byte. */
 _Static_assert(sizeof(struct rs_wire_conn) == 40, "rs_conn_data is 40 bytes on the wire");
+_Static_assert(offsetof(struct rs_wire_conn, credits) == 2 && offsetof(struct rs_wire_conn, target_iomap_size) == 7 &&
+		       offsetof(struct rs_wire_conn, target_sgl) == 8 && offsetof(struct rs_wire_conn, data_buf) == 24,
+	       "rs_conn_data's fields");
+_Static_assert(sizeof(struct rs_wire_sge) == 16 && offsetof(struct rs_wire_sge, key) == 8 &&
+		       offsetof(struct rs_wire_sge, length) == 12,
+	       "rs_sge: addr, key, length");
+_Static_assert(sizeof(struct rs_wire_iomap) == 24, "rs_iomap: offset, then an rs_sge");
 
 enum rs_state {
 	RS_INIT = 0,
