@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/softnic/softnic/internal/netnstest"
+	"github.com/softnic/softnic/internal/syncbuf"
 	"github.com/softnic/softnic/internal/systest"
 )
 
@@ -219,4 +220,49 @@ func TestRiostream(t *testing.T) {
 		})
 	}
 	w.stop(t)
+}
+
+// TestRsocketWire captures (the server daemon's --pcap) a short rstream
+// run and looks for rdma-core's rs_conn_data in the CM's REQ and REP, as
+// rsocket.c lays it out: version 1, flags IOMAP (2), credits 384
+// big-endian, three reserved zeros, iomap size 0, then the target SGL
+// (address, key, length 2 entries) and the data buffer (address, key,
+// length 512 KiB: half of the 1 MiB receive buffer that rstream's
+// SO_RCVBUF of 512 KiB makes, doubled as rdma-core does), all
+// big-endian; and for the data, RDMA WRITEs with immediate.
+func TestRsocketWire(t *testing.T) {
+	dir, err := os.MkdirTemp("", "softnic-rswire-")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	require.NoError(t, os.Chmod(dir, 0o777))
+	file := filepath.Join(dir, "a.pcap")
+	netnstest.RequireCommands(t, "apt-get install ibverbs-utils perftest libibverbs-dev gcc make",
+		append([]string{"cc", "make", "setpriv"}, stockTools...)...)
+	sw := systest.NewWorld(t, systest.Config{Provider: true, Args: [2][]string{{"--pcap", file}, nil}})
+	w := &providerWorld{bin: sw.Bin, runDir: sw.RunDir, a: &sw.Pair.A, b: &sw.Pair.B,
+		daemons: []*systest.Daemon{sw.A, sw.B}, logs: []*syncbuf.Buffer{sw.A.Log, sw.B.Log}}
+	w.cmPair(t, []string{"rstream", "-S", "1000", "-C", "10"}, []string{"rstream", "-s", "ADDR", "-S", "1000", "-C", "10"})
+	w.stop(t) // the capture is whole once the daemon stopped
+	raw, err := os.ReadFile(file)
+	require.NoError(t, err)
+	head := []byte{1, 2, 0x01, 0x80, 0, 0, 0, 0}
+	found := 0
+	for i := 0; i+40 <= len(raw); i++ {
+		c := raw[i : i+40]
+		if bytes.Equal(c[:8], head) && bytes.Equal(c[20:24], []byte{0, 0, 0, 2}) && bytes.Equal(c[36:40], []byte{0, 8, 0, 0}) {
+			found++
+		}
+	}
+	if !assert.GreaterOrEqual(t, found, 2, "rs_conn_data in the REQ and the REP") {
+		for i := 0; i+40 <= len(raw); i++ {
+			if raw[i] == 1 && raw[i+1] == 2 && bytes.Equal(raw[i+4:i+8], []byte{0, 0, 0, 0}) {
+				t.Logf("a candidate at %d: % x", i, raw[i:i+40])
+			}
+		}
+	}
+	out, err := exec.Command(w.bin, "inspect", file).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	for _, want := range []string{"CM_REQ", "CM_REP", "RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE"} {
+		assert.Contains(t, string(out), " "+want, "softnic inspect of the server's capture:\n%s", tail(string(out)))
+	}
 }
