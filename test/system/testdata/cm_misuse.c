@@ -80,7 +80,7 @@ int main(int argc, char **argv)
 		failed = 1;
 	}
 	expect("migrate nothing", rdma_migrate_id(NULL, ch), EINVAL);
-	expect("rsocket", rsocket(AF_INET, SOCK_STREAM, 0), ENOSYS);
+	expect("datagram rsocket", rsocket(AF_INET, SOCK_DGRAM, 0), ENOSYS);
 	expect("init_qp_attr without attributes", rdma_init_qp_attr(id, NULL, NULL), EINVAL);
 	struct ibv_qp_attr rtr = {.qp_state = IBV_QPS_RTR};
 	int qmask = 0;
