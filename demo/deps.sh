@@ -2,7 +2,8 @@
 # Installs what make demo needs besides Go: iproute2 for the namespaces,
 # the C compiler, libibverbs-dev and librdmacm-dev for the provider (it
 # includes infiniband/verbs.h and rdma/rdma_cma.h), and Debian's perftest
-# for the stock ib_write_bw it runs on softnic. Debian/Ubuntu, as root;
+# for the stock ib_write_bw it runs on softnic, and ca-certificates
+# for the go command's module downloads. Debian/Ubuntu, as root;
 # does nothing when all are there, and elsewhere only says what is missing.
 # Go is checked, not installed: the toolchain go.mod names is not in every
 # distribution, so a missing or old one gets a message saying where to get it.
@@ -36,10 +37,14 @@ fi
 need=()
 command -v ip >/dev/null || need+=(iproute2)
 command -v cc >/dev/null || need+=(gcc)
+# gcc only recommends the C library's headers, and apt is told to skip those.
+[ -e /usr/include/errno.h ] || need+=(libc6-dev)
 command -v make >/dev/null || need+=(make)
 [ -e /usr/include/infiniband/verbs.h ] || need+=(libibverbs-dev)
 [ -e /usr/include/rdma/rdma_cma.h ] || need+=(librdmacm-dev)
 command -v ib_write_bw >/dev/null || need+=(perftest)
+# The go command fetches softnic's modules over https: it needs the CAs.
+[ -e /etc/ssl/certs/ca-certificates.crt ] || need+=(ca-certificates)
 [ ${#need[@]} -eq 0 ] && exit 0
 if ! command -v apt-get >/dev/null; then
 	echo "demo: please install ${need[*]} (or your distribution's names for them)" >&2

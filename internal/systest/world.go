@@ -45,7 +45,7 @@ func NewWorld(t testing.TB, cfg Config) *World {
 	netnstest.Integration(t)
 	netnstest.RequireCommands(t, "apt-get install iproute2", "ip")
 	if cfg.Provider {
-		netnstest.RequireCommands(t, "apt-get install libibverbs-dev gcc make", "cc", "make")
+		netnstest.RequireCommands(t, "apt-get install libibverbs-dev librdmacm-dev gcc make", "cc", "make")
 	}
 	w := &World{Bin: Softnic(t)}
 	if cfg.Provider {

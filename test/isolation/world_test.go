@@ -47,7 +47,7 @@ type world struct {
 // makes the veth pair and starts a daemon on each end.
 func newWorld(t *testing.T) *world {
 	netnstest.Integration(t)
-	netnstest.RequireCommands(t, "apt-get install libibverbs-dev gcc make util-linux iproute2", "cc", "make", "setpriv", "ip")
+	netnstest.RequireCommands(t, "apt-get install libibverbs-dev librdmacm-dev gcc make util-linux iproute2", "cc", "make", "setpriv", "ip")
 	sw := systest.NewWorld(t, systest.Config{Provider: true, AwaitGID: true})
 	return &world{dir: systest.RootDir(t), bin: sw.Bin, runDir: sw.RunDir, pair: sw.Pair, a: sw.A, b: sw.B}
 }

@@ -58,7 +58,7 @@ func newWorld(t *testing.T, install string, programs ...string) *world {
 func newWorldArgs(t *testing.T, daemonArgs []string, install string, programs ...string) *world {
 	t.Helper()
 	netnstest.Integration(t)
-	netnstest.RequireCommands(t, "apt-get install libibverbs-dev gcc make util-linux iproute2",
+	netnstest.RequireCommands(t, "apt-get install libibverbs-dev librdmacm-dev gcc make util-linux iproute2",
 		"cc", "make", "setpriv", "prlimit", "ip", "ss")
 	netnstest.RequireCommands(t, "apt-get install "+install, programs...)
 	sw := systest.NewWorld(t, systest.Config{Provider: true, Args: [2][]string{daemonArgs, daemonArgs}, AwaitGID: true})

@@ -24,7 +24,7 @@ import (
 // exactly what it did before the install.
 func TestDebPackage(t *testing.T) {
 	netnstest.Integration(t)
-	netnstest.RequireCommands(t, "apt-get install dpkg-dev make gcc ibverbs-utils", "dpkg", "dpkg-deb", "make", "cc", "ibv_devinfo")
+	netnstest.RequireCommands(t, "apt-get install dpkg-dev make gcc libibverbs-dev librdmacm-dev ibverbs-utils", "dpkg", "dpkg-deb", "make", "cc", "ibv_devinfo")
 	if out, err := exec.Command("dpkg-query", "-W", "-f", "${Status}", "softnic").Output(); err == nil &&
 		strings.Contains(string(out), "installed") {
 		t.Fatalf("a softnic package is installed on this host already (%s): not the test's to remove", out)

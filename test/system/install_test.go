@@ -39,7 +39,7 @@ var installedFiles = []string{
 // checks that make uninstall takes every file away again.
 func TestMakeInstall(t *testing.T) {
 	netnstest.Integration(t)
-	netnstest.RequireCommands(t, "apt-get install make gcc perftest", "make", "cc", "ib_write_bw", "setpriv")
+	netnstest.RequireCommands(t, "apt-get install make gcc libibverbs-dev librdmacm-dev perftest", "make", "cc", "ib_write_bw", "setpriv")
 	dest := systest.RootDir(t)
 	root := systest.Root(t)
 	makeRun(t, root, "build") // make && sudo make install, as USAGE.md says

@@ -113,7 +113,7 @@ func setMTU(t *testing.T, end *netnstest.End, mtu int) {
 // MTU 4096 runs between them; back to 1500, both follow again, and a QP
 // keeps the path MTU it was given.
 func TestDaemonsFollowMTUChange(t *testing.T) {
-	netnstest.RequireCommands(t, "apt-get install ibverbs-utils perftest libibverbs-dev gcc make", "cc", "make", "ib_write_bw")
+	netnstest.RequireCommands(t, "apt-get install ibverbs-utils perftest libibverbs-dev librdmacm-dev gcc make", "cc", "make", "ib_write_bw")
 	sw := systest.NewWorld(t, systest.Config{Provider: true, Net: linkNet(1500), AwaitGID: true})
 	w := &providerWorld{bin: sw.Bin, runDir: sw.RunDir, a: &sw.Pair.A, b: &sw.Pair.B,
 		daemons: []*systest.Daemon{sw.A, sw.B}, logs: []*syncbuf.Buffer{sw.A.Log, sw.B.Log}}

@@ -21,7 +21,7 @@ import (
 // inputs: they abort on a crash, a descriptor leak, an entry outside its
 // ring or an event that points outside itself or at the wrong ID.
 func TestProviderFuzz(t *testing.T) {
-	netnstest.RequireCommands(t, "apt-get install clang make libibverbs-dev", "clang", "make")
+	netnstest.RequireCommands(t, "apt-get install clang make libibverbs-dev librdmacm-dev", "clang", "make")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	dir := t.TempDir()

@@ -38,7 +38,7 @@ type providerWorld struct {
 }
 
 func newProviderWorld(t *testing.T) *providerWorld {
-	netnstest.RequireCommands(t, "apt-get install ibverbs-utils perftest libibverbs-dev gcc make",
+	netnstest.RequireCommands(t, "apt-get install ibverbs-utils perftest libibverbs-dev librdmacm-dev gcc make",
 		append([]string{"cc", "make", "setpriv"}, stockTools...)...)
 	sw := systest.NewWorld(t, systest.Config{Provider: true})
 	return &providerWorld{bin: sw.Bin, runDir: sw.RunDir, a: &sw.Pair.A, b: &sw.Pair.B,

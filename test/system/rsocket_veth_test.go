@@ -236,7 +236,7 @@ func TestRsocketWire(t *testing.T) {
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	require.NoError(t, os.Chmod(dir, 0o777))
 	file := filepath.Join(dir, "a.pcap")
-	netnstest.RequireCommands(t, "apt-get install ibverbs-utils perftest libibverbs-dev gcc make",
+	netnstest.RequireCommands(t, "apt-get install ibverbs-utils perftest libibverbs-dev librdmacm-dev gcc make",
 		append([]string{"cc", "make", "setpriv"}, stockTools...)...)
 	sw := systest.NewWorld(t, systest.Config{Provider: true, Args: [2][]string{{"--pcap", file}, nil}})
 	w := &providerWorld{bin: sw.Bin, runDir: sw.RunDir, a: &sw.Pair.A, b: &sw.Pair.B,

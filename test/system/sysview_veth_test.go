@@ -34,7 +34,7 @@ type viewWorld struct {
 // newViewWorld starts a daemon on each end: `-d IFACE` where the end's
 // name is "", else `-d IFACE:NAME`; in one run directory if shared.
 func newViewWorld(t *testing.T, nameA, nameB string, shared bool) *viewWorld {
-	netnstest.RequireCommands(t, "apt-get install ibverbs-utils perftest libibverbs-dev gcc make",
+	netnstest.RequireCommands(t, "apt-get install ibverbs-utils perftest libibverbs-dev librdmacm-dev gcc make",
 		append([]string{"cc", "make", "setpriv"}, stockTools...)...)
 	sw := systest.NewWorld(t, systest.Config{Provider: true, Names: [2]string{nameA, nameB}, OwnRunDirs: !shared})
 	w := &viewWorld{bin: sw.Bin, a: &sw.Pair.A, b: &sw.Pair.B,
