@@ -102,7 +102,8 @@ func Run(ctx context.Context, o Options) (res Result, err error) {
 	if l, err := pair.A.Link(); err == nil && l.Attrs().Statistics != nil {
 		res.VethDropped = l.Attrs().Statistics.TxDropped
 	}
-	if res.Received == 0 {
+	// Interrupted before a frame came, the run is stopped, not failed.
+	if res.Received == 0 && ctx.Err() == nil {
 		return res, fmt.Errorf("no frame arrived (sent %d; receiver %+v)", res.Sent, res.ReceiverStats)
 	}
 	return res, nil
