@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs the README's two commands (the first sh block: the demo, then the
-# tests), as root, in a Debian chroot that debootstrap made with only its
+# tests), as root, in a Debian system that debootstrap made with only its
 # base packages, so that a package the commands do not install for
 # themselves fails here as it would on a fresh machine. The host's Go
 # toolchain (/usr/local/go) is bind-mounted read-only; /proc, /sys, /dev and
@@ -47,20 +47,29 @@ mount --rbind /dev "$root/dev" && mount --make-rslave "$root/dev"
 mount -t tmpfs -o mode=755 tmpfs "$root/run"
 mkdir -p "$root/usr/local/go"
 mount --bind "$goroot" "$root/usr/local/go" && mount -o remount,bind,ro "$root/usr/local/go"
-# The site's network setup, as on any machine there: its resolver, and the
-# CAs it adds (a TLS-inspecting proxy's), which ca-certificates takes in
+# The site's network setup, as on any machine there: its resolver, its
+# name in /etc/hosts (Open MPI looks itself up), and the CAs it adds (a TLS-inspecting proxy's), which ca-certificates takes in
 # when the commands install it.
-cp /etc/resolv.conf "$root/etc/resolv.conf"
+cp /etc/resolv.conf /etc/hosts /etc/hostname "$root/etc/"
 if [ -d /usr/local/share/ca-certificates ]; then
 	mkdir -p "$root/usr/local/share/ca-certificates"
 	cp -a /usr/local/share/ca-certificates/. "$root/usr/local/share/ca-certificates/"
 fi
-grep -q localhost "$root/etc/hosts" 2>/dev/null || printf '127.0.0.1\tlocalhost\n::1\tlocalhost\n' >>"$root/etc/hosts"
 cp -a "$repo" "$root/root/softnic"
 
+# Each command runs in a mount namespace whose root is the new system's
+# (pivot_root, not chroot: the kernel refuses user namespaces, which the
+# isolation tests make, to a chrooted process).
 for cmd in "${cmds[@]}"; do
 	echo "fresh-debian: $cmd"
-	chroot "$root" /usr/bin/env -i HOME=/root TERM=dumb CI="${CI:-}" \
-		PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-		bash -c "cd /root/softnic && $cmd"
+	unshare --mount --propagation private /bin/sh -ec '
+		cd "$1"
+		mkdir -p .oldroot
+		pivot_root . .oldroot
+		cd /
+		umount -l /.oldroot
+		rmdir /.oldroot
+		exec /usr/bin/env -i HOME=/root TERM=dumb CI="$2" \
+			PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+			bash -c "cd /root/softnic && $3"' sh "$root" "${CI:-}" "$cmd"
 done
