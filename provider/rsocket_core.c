@@ -3,8 +3,9 @@
  * number is the ID's event channel fd, a descriptor of its own as
  * rdma-core's are), bound, listening or connected, with the RC QP and
  * buffers of the rsockets protocol (rsocket_int.h), then shut down and
- * closed. Connecting and accepting complete before the call returns,
- * also on a non-blocking socket.
+ * closed. On a non-blocking socket connecting and accepting go on after
+ * the call (EINPROGRESS), as rpoll, a send or a receive takes their CM
+ * events (rs_do_connect).
  */
 #define _GNU_SOURCE
 #include <endian.h>
@@ -105,6 +106,7 @@ static struct rsock *rs_alloc(const struct rsock *parent)
 
 static void rs_free(struct rsock *rs)
 {
+	rs_keepalive_forget(rs);
 	if (rs->fd >= 0)
 		table_set(rs->fd, NULL);
 	rs_free_iomaps(rs);
@@ -332,8 +334,13 @@ static int rs_conn_in(struct rsock *rs, const void *data, size_t len)
 	return 0;
 }
 
+static int rs_channel_nb(struct rsock *rs);
+static void rs_channel_restore(struct rsock *rs, int fl);
+
 /* rs_accept_one takes the listener's next request, gives its ID a channel
- * of its own (the new socket's number), and accepts it. */
+ * of its own (the new socket's number), and accepts it. A non-blocking
+ * socket returns before the RTU: it is ACCEPTING until rs_do_connect sees
+ * the connection established. */
 static struct rsock *rs_accept_one(struct rsock *l)
 {
 	struct rdma_cm_id *id;
@@ -362,14 +369,19 @@ static struct rsock *rs_accept_one(struct rsock *l)
 		.retry_count = 7,
 		.rnr_retry_count = 7,
 	};
-	if (rdma_accept(id, &p)) {
-		err = errno;
-		goto fail;
-	}
-	rs->state = RS_RDWR;
+	err = ENOMEM;
 	if (table_set(id->channel->fd, rs))
 		goto fail;
 	rs->fd = id->channel->fd;
+	rs->state = RS_ACCEPTING;
+	int fl = rs_channel_nb(rs);
+	int ret = rdma_accept(id, &p);
+	err = errno;
+	rs_channel_restore(rs, fl);
+	if (!ret)
+		rs->state = RS_RDWR;
+	else if (err != EAGAIN)
+		goto fail;
 	return rs;
 reject:
 	rdma_reject(id, NULL, 0);
@@ -402,29 +414,110 @@ CM_EXPORT int raccept(int socket, struct sockaddr *addr, socklen_t *addrlen)
 	return rs->fd;
 }
 
-/* rs_connect resolves, makes the endpoint, and connects with the
- * protocol's connect data. Two seconds for each resolution. */
-static int rs_connect(struct rsock *rs, const struct sockaddr *addr)
+/* rs_channel_nb makes a non-blocking socket's CM channel read without
+ * waiting, so that a CM step's event not yet come is EAGAIN; it returns
+ * the channel's flags, which rs_channel_restore puts back. */
+static int rs_channel_nb(struct rsock *rs)
 {
-	if (rdma_resolve_addr(rs->id, NULL, (struct sockaddr *)addr, 2000) || rdma_resolve_route(rs->id, 2000) ||
-	    rs_endpoint(rs))
-		return -1;
-	struct rs_wire_conn req;
-	rs_conn_out(rs, &req);
-	struct rdma_conn_param p = {
-		.private_data = &req,
-		.private_data_len = sizeof(req),
-		.flow_control = 1,
-		.retry_count = 7,
-		.rnr_retry_count = 7,
-	};
-	if (rdma_connect(rs->id, &p))
-		return -1;
-	const struct rdma_conn_param *resp = &rs->id->event->param.conn;
-	if (rs_conn_in(rs, resp->private_data, resp->private_data_len))
-		return -1;
-	rs->state = RS_RDWR;
-	return 0;
+	int fd = rs->id->channel->fd;
+	int fl = fcntl(fd, F_GETFL);
+	if ((rs->fs_flags & O_NONBLOCK) && fl >= 0 && !(fl & O_NONBLOCK))
+		fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+	return fl;
+}
+
+static void rs_channel_restore(struct rsock *rs, int fl)
+{
+	if (fl >= 0)
+		fcntl(rs->id->channel->fd, F_SETFL, fl);
+}
+
+/* rs_connect_step takes a connecting socket as far as its CM events let
+ * it, as rdma-core's rs_do_connect: resolve the address, then the route
+ * (two seconds each), make the endpoint, connect with the protocol's
+ * connect data, and read the answer's. The state says which event is
+ * awaited; -1 with EAGAIN when it has not come. */
+static int rs_connect_step(struct rsock *rs)
+{
+	struct cm_id *c = to_cm_id(rs->id);
+	switch (rs->state) {
+	case RS_INIT:
+	case RS_BOUND:
+		rs->state = RS_RESOLVING_ADDR;
+		if (rdma_resolve_addr(rs->id, NULL, (struct sockaddr *)&rs->dst, 2000))
+			return -1;
+		goto route;
+	case RS_RESOLVING_ADDR:
+		if (cm_wait(c, RDMA_CM_EVENT_ADDR_RESOLVED))
+			return -1;
+	route:
+		rs->state = RS_RESOLVING_ROUTE;
+		if (rdma_resolve_route(rs->id, 2000))
+			return -1;
+		goto connect;
+	case RS_RESOLVING_ROUTE:
+		if (cm_wait(c, RDMA_CM_EVENT_ROUTE_RESOLVED))
+			return -1;
+	connect:
+		if (rs_endpoint(rs))
+			return -1;
+		struct rs_wire_conn req;
+		rs_conn_out(rs, &req);
+		struct rdma_conn_param p = {
+			.private_data = &req,
+			.private_data_len = sizeof(req),
+			.flow_control = 1,
+			.retry_count = 7,
+			.rnr_retry_count = 7,
+		};
+		rs->state = RS_CONNECTING;
+		if (rdma_connect(rs->id, &p))
+			return -1;
+		goto connected;
+	case RS_CONNECTING:
+		if (cm_wait(c, RDMA_CM_EVENT_ESTABLISHED))
+			return -1;
+	connected:;
+		const struct rdma_conn_param *resp = &rs->id->event->param.conn;
+		if (rs_conn_in(rs, resp->private_data, resp->private_data_len))
+			return -1;
+		rs->state = RS_RDWR;
+		return 0;
+	case RS_ACCEPTING:
+		if (cm_wait(c, RDMA_CM_EVENT_ESTABLISHED))
+			return -1;
+		rs->state = RS_RDWR;
+		return 0;
+	}
+	return rs->state & RS_CONNECTED ? 0 : rs_fail(ENOTCONN);
+}
+
+/* rs_do_connect moves an opening socket on: 0 once connected; on a
+ * non-blocking one -1 with EINPROGRESS while an event is awaited. A
+ * failure leaves the socket in CONNECT_ERROR with the error SO_ERROR
+ * gives: ETIMEDOUT or ECONNREFUSED, as a TCP socket's. */
+int rs_do_connect(struct rsock *rs)
+{
+	pthread_mutex_lock(&rs->slock);
+	int ret = 0, err = 0;
+	if (rs->state & RS_OPENING || rs->state == RS_INIT || rs->state == RS_BOUND) {
+		int fl = rs_channel_nb(rs);
+		ret = rs_connect_step(rs);
+		err = errno;
+		rs_channel_restore(rs, fl);
+	} else if (!(rs->state & RS_CONNECTED)) {
+		ret = -1;
+		err = rs->state == RS_CONNECT_ERROR && rs->err ? rs->err : ENOTCONN;
+	}
+	if (ret && err == EAGAIN)
+		err = EINPROGRESS;
+	else if (ret && (rs->state & RS_OPENING)) {
+		rs->err = err == ETIMEDOUT || err == ECONNREFUSED ? err : ECONNREFUSED;
+		rs->state = RS_CONNECT_ERROR;
+		err = rs->err;
+	}
+	pthread_mutex_unlock(&rs->slock);
+	return ret ? rs_fail(err) : 0;
 }
 
 CM_EXPORT int rconnect(int socket, const struct sockaddr *addr, socklen_t addrlen)
@@ -432,21 +525,31 @@ CM_EXPORT int rconnect(int socket, const struct sockaddr *addr, socklen_t addrle
 	struct rsock *rs = rs_get(socket);
 	if (!rs)
 		return rs_fail(EBADF);
-	if (!addr || addrlen < sizeof(struct sockaddr_in))
+	if (!addr || addrlen < sizeof(struct sockaddr_in) ||
+	    addrlen < (addr->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in)))
 		return rs_fail(EINVAL);
 	if (rs->state & RS_CONNECTED)
 		return rs_fail(EISCONN);
+	if (rs->state & RS_OPENING)
+		return rs_do_connect(rs); /* a second call goes on, as rdma-core's */
 	if (rs->state & ~RS_BOUND)
 		return rs_fail(rs->state == RS_LISTENING ? EINVAL : ENOTCONN);
-	pthread_mutex_lock(&rs->slock);
-	int ret = rs_connect(rs, addr);
-	if (ret) {
-		rs->err = errno == ETIMEDOUT || errno == ECONNREFUSED ? errno : ECONNREFUSED;
-		rs->state = RS_CONNECT_ERROR;
-		errno = rs->err;
-	}
-	pthread_mutex_unlock(&rs->slock);
-	return ret;
+	memcpy(&rs->dst, addr, addr->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in));
+	return rs_do_connect(rs);
+}
+
+/* rs_opened completes a socket's connecting or accepting before a send
+ * or receive on it: 0 when connected (or never opening); else -1, with
+ * EAGAIN on a non-blocking socket not there yet. */
+int rs_opened(struct rsock *rs)
+{
+	if (!(rs->state & RS_OPENING))
+		return 0;
+	if (!rs_do_connect(rs))
+		return 0;
+	if (errno == EINPROGRESS)
+		errno = EAGAIN;
+	return -1;
 }
 
 /* rshutdown tells the peer with a CTRL message: SHUTDOWN while we still
@@ -506,7 +609,7 @@ CM_EXPORT int rgetpeername(int socket, struct sockaddr *addr, socklen_t *addrlen
 	struct rsock *rs = rs_get(socket);
 	if (!rs)
 		return rs_fail(EBADF);
-	if (!(rs->state & RS_CONNECTED) && rs->state != RS_DISCONNECTED)
+	if (!(rs->state & RS_CONNECTED) && rs->state != RS_DISCONNECTED && rs->state != RS_ACCEPTING)
 		return rs_fail(ENOTCONN);
 	return rs_copy_addr(rdma_get_peer_addr(rs->id), addr, addrlen);
 }

@@ -102,6 +102,18 @@ static int rs_ctrl_avail(struct rsock *rs)
 	return rs->ctrl_seqno != rs->ctrl_max_seqno;
 }
 
+/* rs_send_keepalive sends CTRL KEEPALIVE when connected with a control
+ * slot free (else there is traffic already to find a dead peer). */
+int rs_send_keepalive(struct rsock *rs)
+{
+	int ret = 0;
+	pthread_mutex_lock(&rs->cq_lock);
+	if ((rs->state & RS_CONNECTED) && rs_ctrl_avail(rs))
+		ret = rs_post_ctrl(rs, RS_MSG(RS_OP_CTRL, RS_CTRL_KEEPALIVE));
+	pthread_mutex_unlock(&rs->cq_lock);
+	return ret;
+}
+
 static void rs_update_credits(struct rsock *rs)
 {
 	if ((rs->rbuf_bytes_avail >= (int)rs->rbuf_size / 2 || (int16_t)(rs->rseq_no - rs->rseq_comp) >= 0) &&
@@ -347,6 +359,8 @@ static ssize_t rs_sendv(struct rsock *rs, const struct iovec *iov, int iovcnt, i
 	size_t len = 0, done = 0;
 	for (int i = 0; i < iovcnt; i++)
 		len += iov[i].iov_len;
+	if (rs_opened(rs))
+		return -1;
 	if (!(rs->state & RS_CONNECTED))
 		return rs_fail(rs->state == RS_DISCONNECTED ? EPIPE : ENOTCONN);
 	int ret = 0, vi = 0;
@@ -453,6 +467,8 @@ static size_t rs_copy_out(struct rsock *rs, uint8_t *buf, size_t len, int peek)
  * read (the data queued before still comes). */
 static ssize_t rs_recv(struct rsock *rs, void *buf, size_t len, int flags)
 {
+	if (rs_opened(rs))
+		return -1;
 	if (!(rs->state & (RS_CONNECTED | RS_DISCONNECTED | RS_ERROR)))
 		return rs_fail(ENOTCONN);
 	size_t got = 0;

@@ -91,6 +91,12 @@ enum rs_state {
 	RS_INIT = 0,
 	RS_BOUND = 0x1,
 	RS_LISTENING = 0x2,
+	/* connecting or accepting, awaiting the CM event the state names */
+	RS_OPENING = 0x10,
+	RS_RESOLVING_ADDR = RS_OPENING | 0x20,
+	RS_RESOLVING_ROUTE = RS_OPENING | 0x40,
+	RS_CONNECTING = RS_OPENING | 0x80,
+	RS_ACCEPTING = RS_OPENING | 0x08,
 	RS_CONNECTED = 0x100,
 	RS_WRITABLE = 0x200,
 	RS_READABLE = 0x400,
@@ -118,6 +124,7 @@ struct rsock {
 	int fd; /* the number the program knows it by: the CM channel's fd */
 	struct rdma_cm_id *id;
 	int state, err;
+	struct sockaddr_storage dst; /* where a connecting socket goes */
 	int fs_flags; /* O_NONBLOCK */
 	uint64_t so_opts, tcp_opts; /* options set, by bit number */
 	int keepalive_time;
@@ -172,6 +179,8 @@ struct rsock *rs_get(int fd);
 int rs_fail(int err);
 int rs_nonblock(struct rsock *rs, int flags);
 struct rsock *rs_first(int *next);
+int rs_do_connect(struct rsock *rs);
+int rs_opened(struct rsock *rs);
 
 /* rsocket_data.c */
 int rs_process(struct rsock *rs, int nonblock, int (*ready)(struct rsock *rs));
@@ -187,6 +196,11 @@ int rs_post_recv(struct rsock *rs);
 int rs_stage(struct rsock *rs, const void *buf, uint32_t len, struct ibv_sge *sgl, int *flags);
 int rs_write_msg(struct rsock *rs, struct ibv_sge *sgl, int nsge, uint32_t msg, int flags, uint64_t addr,
 		 uint32_t rkey, uint32_t wr_data);
+
+/* rsocket_keepalive.c */
+int rs_keepalive_set(struct rsock *rs, int on);
+void rs_keepalive_forget(struct rsock *rs);
+int rs_send_keepalive(struct rsock *rs);
 
 /* rsocket_io.c */
 int rs_send_iomaps(struct rsock *rs, int nonblock);

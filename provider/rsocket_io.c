@@ -178,6 +178,8 @@ CM_EXPORT size_t riowrite(int socket, const void *buf, size_t count, off_t offse
 	struct rsock *rs = rs_get(socket);
 	if (!rs)
 		return rs_fail(EBADF);
+	if (rs_opened(rs))
+		return -1;
 	if (!(rs->state & RS_CONNECTED))
 		return rs_fail(ENOTCONN);
 	const uint8_t *b = buf;

@@ -53,6 +53,9 @@ static int rs_set_socket(struct rsock *rs, int name, const void *val, socklen_t 
 		v = ((const struct linger *)val)->l_onoff;
 		break;
 	case SO_KEEPALIVE:
+		if (rs_keepalive_set(rs, v))
+			return -1;
+		break;
 	case SO_OOBINLINE:
 		break;
 	default:
@@ -70,7 +73,7 @@ static int rs_set_tcp(struct rsock *rs, int name, const void *val)
 		if (v <= 0)
 			return rs_fail(EINVAL);
 		rs->keepalive_time = v;
-		return 0;
+		return rs->so_opts & (1ULL << SO_KEEPALIVE) ? rs_keepalive_set(rs, 1) : 0;
 	case TCP_KEEPCNT:
 	case TCP_KEEPINTVL:
 	case TCP_MAXSEG:

@@ -2,8 +2,8 @@
  * rsocket_poll.c: rpoll, rselect and rfcntl. An rsocket is ready as its
  * state and completions say (data queued, credits for a send, peer gone);
  * while none is, rpoll sleeps in poll(2) on each connected rsocket's
- * completion channel (its CQ armed), each listener's event channel and
- * the program's other descriptors.
+ * completion channel (its CQ armed), each listener's and connecting
+ * socket's event channel and the program's other descriptors.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -30,6 +30,8 @@ static int rs_ready_any(struct rsock *rs)
 static short rs_revents(struct rsock *rs, short events)
 {
 	short r = 0;
+	if ((rs->state & RS_OPENING) && rs_do_connect(rs) && errno == EINPROGRESS)
+		return 0; /* its CM event has not come */
 	if (rs->state == RS_LISTENING) {
 		struct pollfd p = {.fd = rs->fd, .events = POLLIN};
 		poll(&p, 1, 0);
@@ -80,8 +82,8 @@ static int rs_arm(struct pollfd *w, const struct pollfd *fds, nfds_t nfds)
 		w[i] = (struct pollfd){.fd = fds[i].fd, .events = fds[i].events};
 		if (!rs)
 			continue;
-		if (rs->state == RS_LISTENING) {
-			w[i].events = POLLIN;
+		if (rs->state == RS_LISTENING || (rs->state & RS_OPENING)) {
+			w[i].events = POLLIN; /* the CM channel: a request, a step's event */
 			continue;
 		}
 		if (!(rs->state & RS_CONNECTED)) {

@@ -214,13 +214,17 @@ func pick(c map[string]uint64, names []string) map[string]uint64 {
 }
 
 // dropRule makes the bridge in namespace ns drop pct% of the UDP/4791
-// frames it forwards, counting them.
+// frames it forwards (100: all), counting them.
 func dropRule(t *testing.T, ns string, pct int) {
 	t.Helper()
+	which := fmt.Sprintf("numgen random mod 100 < %d ", pct)
+	if pct >= 100 {
+		which = ""
+	}
 	for _, cmd := range []string{
 		"add table bridge softnic_loss",
 		"add chain bridge softnic_loss lossy { type filter hook forward priority 0 ; policy accept ; }",
-		fmt.Sprintf("add rule bridge softnic_loss lossy udp dport 4791 numgen random mod 100 < %d counter drop", pct),
+		"add rule bridge softnic_loss lossy udp dport 4791 " + which + "counter drop",
 	} {
 		out, err := shellOut("ip", append([]string{"netns", "exec", ns, "nft"}, strings.Fields(cmd)...)...)
 		require.NoError(t, err, "nft %s: %s", cmd, out)

@@ -38,11 +38,18 @@ type providerWorld struct {
 }
 
 func newProviderWorld(t *testing.T) *providerWorld {
+	w, _ := newProviderWorldNet(t, netnstest.Config{})
+	return w
+}
+
+// newProviderWorldNet is newProviderWorld on the pair net describes
+// (Bridged: the returned World's Pair.Middle between the ends).
+func newProviderWorldNet(t *testing.T, net netnstest.Config) (*providerWorld, *systest.World) {
 	netnstest.RequireCommands(t, "apt-get install ibverbs-utils perftest libibverbs-dev librdmacm-dev gcc make",
 		append([]string{"cc", "make", "setpriv"}, stockTools...)...)
-	sw := systest.NewWorld(t, systest.Config{Provider: true})
+	sw := systest.NewWorld(t, systest.Config{Provider: true, Net: net})
 	return &providerWorld{bin: sw.Bin, runDir: sw.RunDir, a: &sw.Pair.A, b: &sw.Pair.B,
-		daemons: []*systest.Daemon{sw.A, sw.B}, logs: []*syncbuf.Buffer{sw.A.Log, sw.B.Log}}
+		daemons: []*systest.Daemon{sw.A, sw.B}, logs: []*syncbuf.Buffer{sw.A.Log, sw.B.Log}}, sw
 }
 
 // stop ends the daemons with SIGTERM and checks that they took their

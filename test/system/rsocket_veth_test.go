@@ -149,8 +149,14 @@ func TestRspreloadNc(t *testing.T) {
 // rocePktsSent is end B's sent_pkts, from softnic stat as nobody.
 func rocePktsSent(t *testing.T, w *providerWorld) uint64 {
 	t.Helper()
-	argv := systest.AsUser(systest.Nobody, w.bin, "stat", "-d", w.b.Ifname)
-	cmd := w.b.Command(argv[0], argv[1:]...)
+	return rocePktsSentBy(t, w, w.b)
+}
+
+// rocePktsSentBy is end's sent_pkts, from softnic stat as nobody.
+func rocePktsSentBy(t *testing.T, w *providerWorld, end *netnstest.End) uint64 {
+	t.Helper()
+	argv := systest.AsUser(systest.Nobody, w.bin, "stat", "-d", end.Ifname)
+	cmd := end.Command(argv[0], argv[1:]...)
 	cmd.Env = append(os.Environ(), "SOFTNIC_RUN_DIR="+w.runDir)
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "softnic stat: %s", out)
