@@ -154,6 +154,9 @@ static int rs_get_value(struct rsock *rs, int level, int name, int *v)
 		case SO_TYPE:
 			*v = SOCK_STREAM;
 			return 0;
+		case SO_BROADCAST:
+			*v = 0;
+			return 0;
 		}
 		break;
 	case IPPROTO_TCP:
@@ -163,6 +166,10 @@ static int rs_get_value(struct rsock *rs, int level, int name, int *v)
 			return 0;
 		case TCP_KEEPIDLE:
 			*v = rs->keepalive_time ? rs->keepalive_time : 7200;
+			return 0;
+		case TCP_KEEPCNT:
+		case TCP_KEEPINTVL:
+			*v = 1; /* as rdma-core: the RC QP retries, not TCP's probes */
 			return 0;
 		case TCP_MAXSEG:
 			*v = rs->id->route.path_rec && rs->id->route.path_rec->mtu ? 128 << rs->id->route.path_rec->mtu : 2048;
@@ -200,6 +207,23 @@ CM_EXPORT int rgetsockopt(int socket, int level, int optname, void *optval, sock
 		struct linger l = {.l_onoff = !!(rs->so_opts & (1ULL << SO_LINGER))};
 		socklen_t n = *optlen < sizeof(l) ? *optlen : sizeof(l);
 		memcpy(optval, &l, n);
+		*optlen = n;
+		return 0;
+	}
+	if (level == IPPROTO_TCP && optname == TCP_INFO) {
+		/* What an RC connection can say of TCP's (rdma-core's): the
+		 * state and the send queue as the window. */
+		struct tcp_info ti = {.tcpi_state = rs->state & RS_CONNECTED ? TCP_ESTABLISHED : TCP_CLOSE,
+				      .tcpi_snd_cwnd = rs->sq_size};
+		socklen_t n = *optlen < sizeof(ti) ? *optlen : sizeof(ti);
+		memcpy(optval, &ti, n);
+		*optlen = n;
+		return 0;
+	}
+	if (level == IPPROTO_TCP && optname == TCP_CONGESTION) {
+		static const char name[] = "rdma"; /* the RC QP's, not a TCP algorithm */
+		socklen_t n = *optlen < sizeof(name) ? *optlen : sizeof(name);
+		memcpy(optval, name, n);
 		*optlen = n;
 		return 0;
 	}
