@@ -21,11 +21,6 @@
 #include "rdmacm.h"
 #include "rsocket_int.h"
 
-/* rdma-core's defaults (its /etc/rdma/rsocket files are not read). */
-#define RS_DEF_INLINE 64
-#define RS_DEF_QSIZE 384
-#define RS_DEF_MEM (1 << 17)
-
 /* The sockets by number; grown on demand. */
 static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct rsock **table;
@@ -91,9 +86,13 @@ static struct rsock *rs_alloc(const struct rsock *parent)
 		rs->tcp_opts = parent->tcp_opts;
 		rs->keepalive_time = parent->keepalive_time;
 	} else {
-		rs->sbuf_size = rs->rbuf_size = RS_DEF_MEM;
-		rs->sq_size = rs->rq_size = RS_DEF_QSIZE;
-		rs->sq_inline = RS_DEF_INLINE;
+		rs_conf_load();
+		rs->rbuf_size = rs_conf.mem_default;
+		rs->sbuf_size = rs_conf.wmem_default;
+		rs->sq_size = rs_conf.sqsize_default;
+		rs->rq_size = rs_conf.rqsize_default;
+		rs->sq_inline = rs_conf.inline_default;
+		rs->target_iomap_size = rs_conf.iomap_size;
 	}
 	rs->ctrl_max_seqno = RS_CTRL_SLOTS;
 	pthread_mutex_init(&rs->slock, NULL);

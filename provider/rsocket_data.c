@@ -10,6 +10,7 @@
 #define _GNU_SOURCE
 #include <byteswap.h>
 #include <errno.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/uio.h>
@@ -222,7 +223,7 @@ int rs_take_cq_event(struct rsock *rs)
 /* rs_process takes completions until ready says so; without nonblock it
  * sleeps on the completion channel, one thread at a time (a send waiting
  * for credits must not keep a receive from seeing them arrive). */
-int rs_process(struct rsock *rs, int nonblock, int (*ready)(struct rsock *rs))
+static int rs_process_cq(struct rsock *rs, int nonblock, int (*ready)(struct rsock *rs))
 {
 	int ret;
 	pthread_mutex_lock(&rs->cq_lock);
@@ -256,6 +257,32 @@ int rs_process(struct rsock *rs, int nonblock, int (*ready)(struct rsock *rs))
 	rs_update_credits(rs);
 	pthread_mutex_unlock(&rs->cq_lock);
 	return ret;
+}
+
+static uint64_t rs_now_us(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (uint64_t)t.tv_sec * 1000000 + (uint64_t)t.tv_nsec / 1000;
+}
+
+/* rs_process takes completions until ready says so; a blocking call polls
+ * for polling_time µs (/etc/rdma/rsocket) before it sleeps on the CQ's
+ * channel, as rdma-core's rs_get_comp: a reply that comes within it costs
+ * no sleep and wake-up. */
+int rs_process(struct rsock *rs, int nonblock, int (*ready)(struct rsock *rs))
+{
+	uint64_t start = 0;
+	for (;;) {
+		int ret = rs_process_cq(rs, 1, ready);
+		if (!ret || nonblock || errno != EWOULDBLOCK)
+			return ret;
+		uint64_t now = rs_now_us();
+		if (!start)
+			start = now;
+		if (now - start > rs_conf.polling_time)
+			return rs_process_cq(rs, 0, ready);
+	}
 }
 
 /* The peer has room (credits, buffer, queue) for another message. */

@@ -197,6 +197,14 @@ int rs_stage(struct rsock *rs, const void *buf, uint32_t len, struct ibv_sge *sg
 int rs_write_msg(struct rsock *rs, struct ibv_sge *sgl, int nsge, uint32_t msg, int flags, uint64_t addr,
 		 uint32_t rkey, uint32_t wr_data);
 
+/* rsocket_conf.c: /etc/rdma/rsocket's settings (rs_conf_load first) */
+struct rs_conf {
+	uint32_t polling_time, mem_default, wmem_default, sqsize_default, rqsize_default, inline_default,
+		iomap_size;
+};
+extern struct rs_conf rs_conf;
+void rs_conf_load(void);
+
 /* rsocket_keepalive.c */
 int rs_keepalive_set(struct rsock *rs, int on);
 void rs_keepalive_forget(struct rsock *rs);
