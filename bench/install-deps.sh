@@ -21,6 +21,8 @@ command -v tc >/dev/null || need+=(iproute2)
 command -v ucx_perftest >/dev/null || need+=(ucx-utils)
 command -v mpirun >/dev/null || need+=(openmpi-bin)
 command -v mpicc >/dev/null || need+=(libopenmpi-dev)
+# The rsockets part: rstream, and librspreload under iperf3.
+command -v rstream >/dev/null || need+=(rdmacm-utils)
 [ ${#need[@]} -eq 0 ] && exit 0
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq

@@ -16,7 +16,10 @@
 //   - the middleware (middleware.go): Debian's ucx_perftest tag_bw 64 KiB
 //     and tag_lat 8 B over UCX_TLS=rc and an MPI ping-pong through Open
 //     MPI's pml ucx, through `softnic daemon`, in rounds with softnic perf
-//     write_bw and write_lat in-process.
+//     write_bw and write_lat in-process;
+//   - rsockets (rsockets.go): Debian's rstream 64 KiB through `softnic
+//     daemon` against softnic perf send_bw in-process, and iperf3 under
+//     librspreload against iperf3 over the kernel's TCP on the same link.
 //
 // It prints one table with every figure, its ratio to the ceiling and to
 // the kernel, and the issue's targets, and writes the table (markdown) and

@@ -168,4 +168,6 @@ var targets = []Target{
 		Ref: "capture/none", Bound: 0.75},
 	{Name: "Debian's ucx_perftest tag_bw 64 KiB over rc through the daemon ≥ 0.8 × softnic perf write_bw in-process (9000-byte link)",
 		Key: "middleware/ucx/tag_bw", Ref: "middleware/write_bw", Bound: 0.8},
+	{Name: "Debian's rstream 64 KiB over softnic's rsockets through the daemon ≥ 0.8 × softnic perf send_bw in-process (9000-byte link)",
+		Key: "rsockets/rstream", Ref: "rsockets/send_bw", Bound: 0.8},
 }

@@ -1,0 +1,150 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/softnic/softnic/internal/netnstest"
+)
+
+// The rsockets part measures softnic's rsockets (its librdmacm) through
+// `softnic daemon` on the 9000-byte veth, in rounds interleaved with the
+// figures they are compared with: Debian's rstream 64 KiB (rdmacm-utils)
+// against softnic perf send_bw 64 KiB in-process, and iperf3's TCP under
+// Debian's librspreload (TCP sockets made rsockets) against iperf3 over
+// the kernel's TCP on the same link.
+
+// rstreamMessages is how many 64 KiB transfers an rstream run makes.
+const rstreamMessages = 5000
+
+func (s *suite) rsocketsRounds(ctx context.Context, p *netnstest.Pair) {
+	fmt.Printf("== 9000-byte veth: rsockets through softnic daemon beside softnic perf in-process and kernel TCP, in %d interleaved rounds\n",
+		s.repeat)
+	d := &daemonPair{s: s, p: p}
+	defer d.down()
+	down := func() error { d.down(); return nil }
+	up := func() error { return d.up(ctx) }
+	fig := func(key, name, kernel string) *Figure {
+		return &Figure{Key: "rsockets/" + key, Group: groupSoftnic, Unit: unitGbps, Name: name, Kernel: kernel}
+	}
+	prepared := func(prepare func() error, se *series) *series {
+		measure := se.measure
+		se.measure = func() (float64, string, error) {
+			if err := prepare(); err != nil {
+				return 0, "", err
+			}
+			return measure()
+		}
+		return se
+	}
+	tcp := &Figure{Key: "rsockets/tcp", Group: groupKernel, Unit: unitGbps, Name: "iperf3 over kernel TCP, one stream (beside rsockets)"}
+	list := []*series{
+		prepared(down, s.perfSeries(ctx, p, fig("send_bw", "send_bw 64 KiB, in-process (beside rsockets)", ""),
+			"send_bw", 64<<10, 4096, 1, gbps)),
+		prepared(up, &series{fig: fig("rstream", "rstream 64 KiB, through the daemon", ""),
+			measure: func() (float64, string, error) { return s.rstream(ctx, p) }}),
+		prepared(up, &series{fig: fig("iperf3", "iperf3 under librspreload (rsockets), through the daemon", "rsockets/tcp"),
+			measure: func() (float64, string, error) {
+				v, err := s.rspreloadIperf3(ctx, p)
+				return v, "", err
+			}}),
+		prepared(down, &series{fig: tcp, measure: func() (float64, string, error) {
+			v, err := s.tcpStream(ctx, p)
+			return v, "", err
+		}}),
+	}
+	s.rounds(list...)
+}
+
+// rsocketSide is argv run on end's device through softnic exec, as root.
+func (s *suite) rsocketSide(ctx context.Context, end *netnstest.End, argv ...string) *exec.Cmd {
+	a := append([]string{"netns", "exec", end.Namespace, s.softnic, "exec", "--run-dir", s.runDir, "-d", end.Ifname, "--"}, argv...)
+	cmd := exec.CommandContext(ctx, "ip", a...)
+	cmd.WaitDelay = time.Second
+	return cmd
+}
+
+// rsocketPair starts server on A, then runs client on B until it
+// connects (an rsocket listener has no TCP port to wait for; rstream and
+// iperf3 clients fail at once while nobody listens), and returns the
+// client's output.
+func (s *suite) rsocketPair(ctx context.Context, p *netnstest.Pair, server, client []string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.perfTimeout)
+	defer cancel()
+	var sout bytes.Buffer
+	srv := s.rsocketSide(ctx, &p.A, server...)
+	srv.Stdout, srv.Stderr = &sout, &sout
+	if err := srv.Start(); err != nil {
+		return "", err
+	}
+	defer func() {
+		srv.Process.Kill()
+		srv.Wait()
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		out, err := s.rsocketSide(ctx, &p.B, client...).CombinedOutput()
+		if err == nil || ctx.Err() != nil || time.Now().After(deadline) {
+			if err != nil {
+				return string(out), fmt.Errorf("%s: %v: %s (server: %s)", client[0], err, lastLine(string(out)), lastLine(sout.String()))
+			}
+			return string(out), nil
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// rstream runs Debian's rstream of 64 KiB transfers and returns its
+// Gb/sec.
+func (s *suite) rstream(ctx context.Context, p *netnstest.Pair) (float64, string, error) {
+	args := []string{"-S", "65536", "-C", strconv.Itoa(rstreamMessages)}
+	out, err := s.rsocketPair(ctx, p, append([]string{"rstream"}, args...),
+		append([]string{"rstream", "-s", p.A.Addr4().String()}, args...))
+	if err != nil {
+		return 0, "", err
+	}
+	// name bytes xfers iters total time Gb/sec usec/xfer
+	for _, l := range strings.Split(out, "\n") {
+		if f := strings.Fields(l); len(f) == 8 && f[0] == "custom" {
+			v, err := strconv.ParseFloat(f[6], 64)
+			return v, fmt.Sprintf("%s µs a transfer", f[7]), err
+		}
+	}
+	return 0, "", fmt.Errorf("rstream: %w", errNoReport)
+}
+
+// rspreloadIperf3 runs one iperf3 TCP stream from B to A under
+// librspreload and returns the receiver's rate.
+func (s *suite) rspreloadIperf3(ctx context.Context, p *netnstest.Pair) (float64, error) {
+	lib, err := rspreloadLib()
+	if err != nil {
+		return 0, err
+	}
+	pre := func(argv ...string) []string {
+		return append([]string{"sh", "-c", `LD_PRELOAD=` + lib + `:$LD_PRELOAD exec "$@"`, "sh"}, argv...)
+	}
+	addr := p.A.Addr4().String()
+	secs := strconv.Itoa(max(1, int(s.duration.Round(time.Second).Seconds())))
+	out, err := s.rsocketPair(ctx, p, pre("iperf3", "-s", "-B", addr, "-p", "5202"),
+		pre("iperf3", "-c", addr, "-p", "5202", "-t", secs, "-J"))
+	if err != nil {
+		return 0, err
+	}
+	return parseIperf3([]byte(out), nil)
+}
+
+// rspreloadLib is librdmacm1's librspreload.so, wherever the
+// architecture's library directory is.
+func rspreloadLib() (string, error) {
+	m, _ := filepath.Glob("/usr/lib/*/rsocket/librspreload.so")
+	if len(m) == 0 {
+		return "", fmt.Errorf("no librspreload.so (apt-get install librdmacm1)")
+	}
+	return m[0], nil
+}
