@@ -30,7 +30,10 @@ func TestCaptureWriteBWOverVeth(t *testing.T) {
 	dir := t.TempDir()
 	serverFile, clientFile := filepath.Join(dir, "server.pcap"), filepath.Join(dir, "client.pcap")
 	const iters = 200
-	args := []string{"perf", "write_bw", "-s", "8192", "-m", "1024", "-n", strconv.Itoa(iters)}
+	// --pcap-share 100: every frame is kept however little CPU the engines
+	// get (the default share leaves frames out on a loaded host); the run's
+	// 2 MiB of frames fit in a lane's 16 MiB ring, so none waits on the file.
+	args := []string{"perf", "write_bw", "-s", "8192", "-m", "1024", "-n", strconv.Itoa(iters), "--pcap-share", "100"}
 	sout, cout := runVethPair(t, p, bin, "write_bw --pcap",
 		append(args, "-d", p.A.Ifname, "-x", indexOf(ga, p.A.Addr4()), "--pcap", serverFile),
 		append(args, "-d", p.B.Ifname, "-x", indexOf(gb, p.B.Addr4()), "--pcap", clientFile))
