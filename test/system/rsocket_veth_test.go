@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -108,7 +110,12 @@ func preloaded(argv ...string) []string {
 // which Debian's librspreload does not carry): nc's TCP socket is an
 // rsocket, so the bytes go over RDMA (the client's daemon counts at
 // least a RoCE packet per 4 KiB, the largest path MTU, of the file), and
-// the copy must equal the file.
+// the copy must equal the file. With fork support (RDMAV_FORK_SAFE=1, as
+// rdma-core documents it) the sink forks and its child reads, and
+// testdata/tcp_source.c sends: librspreload
+// keeps both TCP sockets until the first transfer, then the child listens
+// on an rsocket, tells nc over TCP, and nc connects to it; a failure there
+// falls back to TCP silently, which the packet count would show.
 func TestRspreloadNc(t *testing.T) {
 	netnstest.RequireCommands(t, "apt-get install netcat-openbsd librdmacm1 gcc", "nc", "cc")
 	_, err := os.Stat(rspreload)
@@ -118,32 +125,82 @@ func TestRspreloadNc(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	require.NoError(t, os.Chmod(dir, 0o777))
-	src, dst := filepath.Join(dir, "src"), filepath.Join(dir, "dst")
+	src := filepath.Join(dir, "src")
 	data := bytes.Repeat([]byte("0123456789abcdefghijklmnopqrstuvwxyz\n"), 30000) // about 1.1 MB
 	require.NoError(t, os.WriteFile(src, data, 0o644))
-	sink := filepath.Join(dir, "tcp_sink")
-	out, err := exec.Command("cc", "-O1", "-Wall", "-Wextra", "-Werror", "-o", sink, filepath.Join("testdata", "tcp_sink.c")).CombinedOutput()
-	require.NoError(t, err, "cc tcp_sink.c: %s", out)
+	sink, source := filepath.Join(dir, "tcp_sink"), filepath.Join(dir, "tcp_source")
+	for _, prog := range []string{sink, source} {
+		out, err := exec.Command("cc", "-O1", "-Wall", "-Wextra", "-Werror", "-o", prog,
+			filepath.Join("testdata", filepath.Base(prog)+".c")).CombinedOutput()
+		require.NoError(t, err, "cc %s.c: %s", prog, out)
+	}
+	nc := func(addr, port, file string) []string {
+		return []string{"sh", "-c", `exec nc -N "$0" "$1" < "$2"`, addr, port, file}
+	}
+	// fork support takes only sockets of a plain SOCK_STREAM type: nc's
+	// are not
+	plainSource := func(addr, port, file string) []string { return []string{source, addr, port, file} }
 
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	sock := filepath.Join(w.runDir, "softnic_"+w.a.Ifname+".sock")
-	before, err := listeners(sock, 0)
-	require.NoError(t, err)
-	srv := w.command(ctx, w.a, preloaded(sink, w.a.Addr4().String(), "5001", dst)...)
-	srv.WaitDelay = 5 * time.Second
-	sout, exited := startWatched(t, srv)
-	require.NoError(t, awaitListener(ctx, sock, before.last, exited), "nc -l:\n%s", sout)
-	sentBefore := rocePktsSent(t, w)
-	cout, cerr := w.command(ctx, w.b, preloaded("sh", "-c", `exec nc -N "$0" 5001 < "$1"`, w.a.Addr4().String(), src)...).CombinedOutput()
-	require.NoError(t, cerr, "client nc:\n%s\nserver:\n%s", cout, sout)
-	require.NoError(t, <-exited, "server nc:\n%s", sout)
-	got, err := os.ReadFile(dst)
-	require.NoError(t, err)
-	require.Equal(t, len(data), len(got), "copy's size")
-	assert.True(t, bytes.Equal(data, got), "the copy differs from the file")
-	assert.GreaterOrEqual(t, rocePktsSent(t, w)-sentBefore, uint64(len(data)/4096), "RoCE packets the client's daemon sent")
+	for i, tc := range []struct {
+		name   string
+		env    []string // before the programs, through env(1)
+		sink   []string // tcp_sink's flags
+		client func(addr, port, file string) []string
+	}{
+		{"plain", nil, nil, nc},
+		{"fork", []string{"RDMAV_FORK_SAFE=1"}, []string{"-f"}, plainSource},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			dst := filepath.Join(dir, "dst-"+tc.name)
+			port := strconv.Itoa(5001 + i)
+			withEnv := func(argv ...string) []string {
+				return preloaded(append(append([]string{"env"}, tc.env...), argv...)...)
+			}
+			sock := filepath.Join(w.runDir, "softnic_"+w.a.Ifname+".sock")
+			before, err := listeners(sock, 0)
+			require.NoError(t, err)
+			srv := w.command(ctx, w.a, withEnv(append(append([]string{sink}, tc.sink...), w.a.Addr4().String(), port, dst)...)...)
+			srv.WaitDelay = 5 * time.Second
+			sout, exited := startWatched(t, srv)
+			if tc.env == nil {
+				require.NoError(t, awaitListener(ctx, sock, before.last, exited), "nc -l:\n%s", sout)
+			} else {
+				// fork support listens on a TCP socket first
+				require.NoError(t, waitTCPListen(ctx, w.a, port, exited), "sink:\n%s", sout)
+			}
+			sentBefore := rocePktsSent(t, w)
+			cout, cerr := w.command(ctx, w.b, withEnv(tc.client(w.a.Addr4().String(), port, src)...)...).CombinedOutput()
+			require.NoError(t, cerr, "client nc:\n%s\nserver:\n%s", cout, sout)
+			require.NoError(t, <-exited, "server:\n%s", sout)
+			got, err := os.ReadFile(dst)
+			require.NoError(t, err)
+			require.Equal(t, len(data), len(got), "copy's size")
+			assert.True(t, bytes.Equal(data, got), "the copy differs from the file")
+			assert.GreaterOrEqual(t, rocePktsSent(t, w)-sentBefore, uint64(len(data)/4096), "RoCE packets the client's daemon sent")
+		})
+	}
 	w.stop(t)
+}
+
+// waitTCPListen waits until a TCP socket listens on port in end's
+// namespace (ss), or the process ends.
+func waitTCPListen(ctx context.Context, end *netnstest.End, port string, exited chan error) error {
+	for {
+		out, _ := end.Command("ss", "-Hltn", "sport = :"+port).Output()
+		if len(bytes.TrimSpace(out)) > 0 {
+			return nil
+		}
+		select {
+		case err := <-exited:
+			exited <- err
+			return fmt.Errorf("exited before listening: %v", err)
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // rocePktsSent is end B's sent_pkts, from softnic stat as nobody.
