@@ -91,9 +91,9 @@ func (s *suite) loadedSeries(ctx context.Context, p *netnstest.Pair, d *daemonPa
 			iters := s.latIters
 			if loaded {
 				// A round trip needs both applications on a CPU at
-				// once, which busy loops make rare: a quarter of the
+				// once, which busy loops make rare: a twentieth of the
 				// round trips keeps a run within its time limit.
-				iters = max(iters/4, 100)
+				iters = max(iters/20, 100)
 			}
 			r, err := s.latency(ctx, p, "write_lat", 8, 4096, iters)
 			return r.Typical, fmt.Sprintf("p99 %.2f", r.P99), err
