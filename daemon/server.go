@@ -44,9 +44,10 @@ type Server struct {
 	dev *verbs.Device
 	cfg Config
 	ln  *net.UnixListener
-	// doorbell is the eventfd clients write when the engine sleeps
-	// (doorbellFD, passed to them: os.File.Fd would make it blocking);
-	// rings counts the wake-ups it brought.
+	// doorbellFD is the eventfd clients write when the engine sleeps;
+	// doorbell holds it for ringDoorbell (nil if the device's engine
+	// waits on it itself, roce.Device.SetHostDoorbell; os.File.Fd would
+	// make it blocking); rings counts the wake-ups it brought.
 	doorbell   *os.File
 	doorbellFD int
 	rings      atomic.Uint64
@@ -93,14 +94,20 @@ func Serve(dev *verbs.Device, cfg Config) (*Server, error) {
 		ln.Close()
 		return nil, fmt.Errorf("daemon: eventfd: %w", err)
 	}
-	s := &Server{dev: dev, cfg: cfg, ln: ln, doorbell: os.NewFile(uintptr(efd), "softnic-doorbell"), doorbellFD: efd,
+	s := &Server{dev: dev, cfg: cfg, ln: ln, doorbellFD: efd,
 		sessions: map[*session]struct{}{}, owners: map[any]owner{}, quit: make(chan struct{}),
 		accts: newAccounts(cfg.Limits)}
 	s.host.init()
 	dev.RoCE().SetHostQueues(&s.host)
-	s.wg.Add(4)
+	s.wg.Add(3)
+	// The engine waits on the doorbell itself where it can, woken by the
+	// kernel at its priority; elsewhere a goroutine wakes it.
+	if !dev.RoCE().SetHostDoorbell(efd, func() { s.rings.Add(1) }) {
+		s.doorbell = os.NewFile(uintptr(efd), "softnic-doorbell")
+		s.wg.Add(1)
+		go s.ringDoorbell()
+	}
 	go s.accept()
-	go s.ringDoorbell()
 	go s.deliverEvents()
 	go s.checkSessions()
 	return s, nil
@@ -290,7 +297,11 @@ func (s *Server) Close() error {
 	}
 	s.mu.Unlock()
 	s.ln.Close()
-	s.doorbell.Close()
+	if s.doorbell != nil {
+		s.doorbell.Close()
+	} else {
+		s.dev.RoCE().SetHostDoorbell(-1, nil) // the device closes the eventfd
+	}
 	close(s.quit)
 	s.wg.Wait()
 	s.dev.RoCE().SetHostQueues(nil)

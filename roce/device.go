@@ -38,6 +38,11 @@ type DeviceConfig struct {
 	// drives the engine in its own thread, so a reply needs no hand-off
 	// between threads.
 	PollHold time.Duration
+	// Priority is how the engine threads are raised where applications
+	// take every CPU (priority.go; PriorityOff, the default, leaves them
+	// at the process's priority); Device.Priority reports what
+	// PriorityAuto became.
+	Priority Priority
 	// Engines is how many engines run the device's QPs, each in its own
 	// goroutine on its own share of the link's receive queues (Splitter).
 	// 0 runs one per receive queue, up to the number of CPUs; a link that
@@ -83,6 +88,11 @@ type DeviceCounters struct {
 	LoopbackDrops atomic.Uint64
 	Passes        atomic.Uint64 // engine passes, by the engine goroutine and in Poll
 	PollPasses    atomic.Uint64 // engine passes run by applications' Poll
+	// Sleeps counts the engine goroutines' waits on the link (and the
+	// hosts' doorbell), Contended the spins that found the CPU taken by
+	// others (DeviceConfig.Priority: the engine then sleeps when idle).
+	Sleeps    atomic.Uint64
+	Contended atomic.Uint64
 }
 
 // Device is a RoCEv2 adapter made of a Link and ibtransport engines. Each
@@ -107,6 +117,8 @@ type Device struct {
 	neigh   map[netip.Addr][6]byte
 
 	pollHold time.Duration
+	// prio is DeviceConfig.Priority, resolved (never PriorityAuto).
+	prio Priority
 	// rxeFlushICRC is DeviceConfig.RxeFlushICRC.
 	rxeFlushICRC bool
 	ecn          ECN
@@ -128,7 +140,8 @@ func NewDevice(link Link, cfg DeviceConfig) (*Device, error) {
 		return nil, fmt.Errorf("new RoCE device: no addresses: %w", ibv.ErrInvalidArgument)
 	}
 	d := &Device{link: link, mac: link.HardwareAddr(), batch: cfg.RxBatch, spin: cfg.Spin, pollHold: cfg.PollHold,
-		resolve: cfg.Resolve, neigh: map[netip.Addr][6]byte{}, rxeFlushICRC: cfg.RxeFlushICRC}
+		resolve: cfg.Resolve, neigh: map[netip.Addr][6]byte{}, rxeFlushICRC: cfg.RxeFlushICRC,
+		prio: resolvePriority(cfg.Priority)}
 	if d.batch <= 0 {
 		d.batch = 64
 	}
@@ -178,6 +191,10 @@ func NewDevice(link Link, cfg DeviceConfig) (*Device, error) {
 	}
 	return d, nil
 }
+
+// Priority reports how the engine threads are raised: DeviceConfig's
+// Priority, PriorityAuto resolved to what the process may use.
+func (d *Device) Priority() Priority { return d.prio }
 
 // laneLinks divides link among the device's engines (DeviceConfig.Engines).
 func laneLinks(link Link, engines int) ([]Link, error) {

@@ -95,6 +95,15 @@ type lane struct {
 	spins     int
 	idleSince time.Duration
 	napped    bool
+	// raiser raises the engine goroutine's thread (DeviceConfig.Priority;
+	// nil without), and contended is until when its CPU is taken to be
+	// contested (contention.go; 0: not).
+	raiser    *raiser
+	contended time.Duration
+
+	// doorbell, if set, is the hosts' eventfd the link's Wait waits on
+	// (host.go, first lane only).
+	doorbell atomic.Pointer[hostDoorbell]
 
 	// tap, if set, sees the lane's frames (tap.go).
 	tap atomic.Pointer[tapHolder]
@@ -188,6 +197,8 @@ func (ln *lane) run() {
 	defer ln.keepOwner()
 	pin := ln.pinToCPU()
 	defer pin.Stop()
+	ln.startRaiser()
+	defer ln.stopRaiser()
 	for !ln.d.stop.Load() {
 		pin.Check()
 		if !ln.owner.CompareAndSwap(0, 1) {
@@ -209,9 +220,19 @@ func (ln *lane) run() {
 		case worked:
 			ln.owner.Store(0)
 			ln.spins = 0
+			if ln.raiser != nil {
+				ln.afterWork()
+			}
 		case ln.appPolled():
+			ln.lower()
 			ln.owner.Store(0)
 			ln.nap()
+		case ln.isContended():
+			// Idle where applications take the CPU: sleep now, as an
+			// interrupt-driven NIC does, and be woken at priority.
+			if ln.sleep(wait) {
+				return
+			}
 		case ln.spin():
 		case ln.sleep(wait):
 			return
@@ -248,11 +269,18 @@ func (ln *lane) pinToCPU() *cpupin.Pin {
 func (ln *lane) spin() bool {
 	ln.napLen = 0
 	if ln.spins == 0 {
+		ln.lower() // spin at normal priority: a raised spin starves the CPU
 		ln.idleSince = monoClock()
 	}
 	ln.spins++
-	if ln.d.spin <= 0 || (ln.spins&7 == 0 && monoClock()-ln.idleSince >= ln.d.spin) {
+	if ln.d.spin <= 0 {
 		return false
+	}
+	if ln.spins&7 == 0 {
+		if idle := monoClock() - ln.idleSince; idle >= ln.d.spin {
+			ln.noteSpin(idle)
+			return false
+		}
 	}
 	ln.owner.Store(0)
 	// Poll again soon, but let other threads (a poller of this process or
@@ -285,7 +313,10 @@ func (ln *lane) sleep(wait time.Duration) (closed bool) {
 	if ln.eng.PrepareSleep() {
 		var err error
 		if ln.hostSleep() {
-			err = ln.link.Wait(wait)
+			ln.ctr.Sleeps.Add(1)
+			since := ln.raiseToSleep()
+			err = ln.waitLink(wait)
+			ln.wokeRaised(since)
 		}
 		ln.eng.Awake()
 		closed = errors.Is(err, ErrLinkClosed)

@@ -122,3 +122,12 @@ func ActiveIBMTU(linkMTU int) int {
 	}
 	return 256
 }
+
+// A DoorbellLink can wait for an eventfd besides its own events: the
+// daemon's clients' doorbell (Device.SetHostDoorbell), so that the kernel
+// wakes the sleeping engine's thread itself.
+type DoorbellLink interface {
+	// WaitDoorbell is Wait, which also returns once the eventfd doorbell
+	// is readable (ignored if negative), and then reads it: rung.
+	WaitDoorbell(doorbell int, timeout time.Duration) (rung bool, err error)
+}

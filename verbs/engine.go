@@ -23,6 +23,10 @@ type Config struct {
 	// Resolve finds a peer's MAC address when a QP connects to it (see
 	// roce.DeviceConfig.Resolve); nil uses the broadcast address.
 	Resolve func(netip.Addr) ([6]byte, error)
+	// Priority is how the engine threads are raised where applications
+	// take every CPU (roce.DeviceConfig.Priority; the zero value leaves
+	// them at the process's priority).
+	Priority roce.Priority
 	// PollHold is how long the engine goroutine naps at a time while an
 	// application polls and leaves the engine to it (see
 	// roce.DeviceConfig.PollHold; 0 is its default).
@@ -76,7 +80,7 @@ type engine struct {
 // goroutine until Close.
 func Open(link roce.Link, cfg Config) (*Device, error) {
 	rd, err := roce.NewDevice(link, roce.DeviceConfig{Addrs: cfg.Addrs, Resolve: cfg.Resolve, PollHold: cfg.PollHold, Engines: cfg.Engines,
-		ECN: cfg.ECN, CNPDSCP: cfg.CNPDSCP, Congestion: cfg.Congestion, RxeFlushICRC: cfg.RxeFlushICRC})
+		Priority: cfg.Priority, ECN: cfg.ECN, CNPDSCP: cfg.CNPDSCP, Congestion: cfg.Congestion, RxeFlushICRC: cfg.RxeFlushICRC})
 	if err != nil {
 		return nil, fmt.Errorf("open device: %w", err)
 	}

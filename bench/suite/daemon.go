@@ -31,6 +31,8 @@ type daemonPair struct {
 	s    *suite
 	p    *netnstest.Pair
 	cmds []*exec.Cmd
+	// args are more flags of both daemons.
+	args []string
 }
 
 // up starts both daemons and waits for their sockets.
@@ -39,8 +41,9 @@ func (d *daemonPair) up(ctx context.Context) error {
 		return nil
 	}
 	for _, end := range []*netnstest.End{&d.p.A, &d.p.B} {
-		cmd := exec.CommandContext(ctx, "ip", "netns", "exec", end.Namespace, d.s.softnic, "daemon", "-d", end.Ifname,
-			"--run-dir", d.s.runDir, "--log-level", "warn")
+		args := append([]string{"netns", "exec", end.Namespace, d.s.softnic, "daemon", "-d", end.Ifname,
+			"--run-dir", d.s.runDir, "--log-level", "warn"}, d.args...)
+		cmd := exec.CommandContext(ctx, "ip", args...)
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 		if err := cmd.Start(); err != nil {
 			d.down()

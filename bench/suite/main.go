@@ -119,7 +119,7 @@ func parseFlags() (*suite, options) {
 	flag.IntVar(&s.queues, "queues", runtime.NumCPU(), "RX and TX queues of each veth end, as a NIC has one per CPU: softnic runs one engine per queue")
 	flag.IntVar(&o.memQPs, "mem-qps", 1024, "QP pairs created to measure the memory of an idle QP")
 	flag.IntVar(&s.memSQ, "mem-sq", 128, "send queue size of the idle QPs (perftest's tx depth)")
-	flag.StringVar(&o.only, "only", "", "comma-separated parts to run (ceiling,tcp,udp,xdplat,bw9000,bw1500,qps,lat,msgrate,daemon,capture,middleware,rsockets,qpmem,allocs); default all; dcqcn alone runs the congestion control benchmark (dcqcn.md)")
+	flag.StringVar(&o.only, "only", "", "comma-separated parts to run (ceiling,tcp,udp,xdplat,bw9000,bw1500,qps,lat,msgrate,daemon,loaded,capture,middleware,rsockets,qpmem,allocs); default all; dcqcn alone runs the congestion control benchmark (dcqcn.md)")
 	flag.StringVar(&o.profileDir, "profile-dir", filepath.Join(os.TempDir(), "softnic-bench-profiles"),
 		"where the in-process runs write CPU profiles of write_bw (64 KiB, 64 B, 1024 QPs, IB MTU 1024) and write_lat, and a heap profile of idle QPs (empty: none)")
 	flag.StringVar(&o.outDir, "out", "bench/results", "directory for latest.md and latest.png (empty: none)")
@@ -218,6 +218,9 @@ func (s *suite) run(ctx context.Context, want func(string) bool, o options) {
 	}
 	if want("daemon") {
 		s.withPair(ctx, 9000, func(p *netnstest.Pair) { s.daemonRounds(ctx, p) })
+	}
+	if want("loaded") {
+		s.withPair(ctx, 9000, func(p *netnstest.Pair) { s.loadedRounds(ctx, p) })
 	}
 	if want("capture") {
 		s.withPair(ctx, 9000, func(p *netnstest.Pair) { s.captureRounds(ctx, p) })

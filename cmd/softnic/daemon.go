@@ -82,6 +82,7 @@ var openServed = func(ctx context.Context, ifname, irqState string, log *slog.Lo
 		}
 		break
 	}
+	logPriority(log, ifname, dev.Verbs.RoCE().Priority())
 	link := dev.Verbs.RoCE().Link().(*xdplink.Link)
 	unfollow := make(chan struct{})
 	if err := followInterface(ifname, link.Program().Ifindex(), link, dev.Verbs, log, gidsChanged, unfollow); err != nil {
@@ -104,6 +105,7 @@ func runDaemon(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.metricsQPs, "metrics-qps", metrics.DefaultTopQPs, "with --metrics, how many QPs of a device (those that moved the most bytes) get series of their own (0: none); the others are summed")
 	defineLimits(fs, &o.limits)
 	congestion.define(fs, "")
+	definePriority(fs)
 	capture.define(fs)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: softnic daemon -d IFACE[:NAME] [-d IFACE[:NAME] ...] [flags]")
@@ -137,6 +139,7 @@ func runDaemon(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	nofile := raiseNoFile()
+	allowSchedLimits()
 	if cfg.Limits.Descriptors == 0 {
 		cfg.Limits.Descriptors = daemon.DescriptorShare(nofile, len(specs))
 	}

@@ -53,7 +53,9 @@ type capability struct {
 // the XDP program is detached by closing its bpf_link, AF_XDP sockets are
 // neither opened nor rebound after start (CAP_NET_RAW), their UMEMs are
 // pinned at start (CAP_IPC_LOCK), the writer threads only raise their nice
-// value and the engines set their own CPU affinity (CAP_SYS_NICE), and
+// value and the engines set their own CPU affinity, and raise their
+// threads within RLIMIT_RTPRIO and RLIMIT_NICE, which the daemon set while
+// root (allowSchedLimits; CAP_SYS_NICE), and
 // /proc/irq/N/smp_affinity_list, the run directory and /dev/infiniband
 // are root's files, written as their owner.
 func daemonKeeps() []capability {

@@ -277,15 +277,24 @@ func (q *queueSet) frameBytes(s *xdp.Socket, frame []xdp.Desc) []byte {
 
 // Wait implements roce.Link.
 func (q *queueSet) Wait(timeout time.Duration) error {
+	_, err := q.WaitDoorbell(-1, timeout)
+	return err
+}
+
+// WaitDoorbell implements roce.DoorbellLink: Wait, which also returns
+// when the eventfd doorbell (if not negative) is readable, and then reads
+// it. The kernel wakes the engine's thread itself, at its priority, with
+// no other thread between the doorbell and the engine.
+func (q *queueSet) WaitDoorbell(doorbell int, timeout time.Duration) (rung bool, err error) {
 	if q.l.closed.Load() {
-		return roce.ErrLinkClosed
+		return false, roce.ErrLinkClosed
 	}
 	if q.starved {
 		// Completions free TX buffers without waking poll; look for them
 		// now and poll briefly while starved.
 		if q.tx.Complete() > 0 {
 			q.starved = false
-			return nil
+			return false, nil
 		}
 		timeout = atMost(timeout, time.Millisecond)
 	}
@@ -301,22 +310,28 @@ func (q *queueSet) Wait(timeout time.Duration) error {
 		timeout = atMost(timeout, txRetry)
 		defer q.tx.RetryTx()
 	}
-	var fds [1 + bpf.MaxQueues]unix.PollFd
+	var fds [2 + bpf.MaxQueues]unix.PollFd
 	fds[0] = unix.PollFd{Fd: int32(q.wakeFD), Events: unix.POLLIN}
+	// A negative fd is left out by poll(2).
+	fds[1] = unix.PollFd{Fd: int32(doorbell), Events: unix.POLLIN}
 	for i, s := range q.socks {
-		fds[1+i] = unix.PollFd{Fd: int32(s.FD()), Events: unix.POLLIN}
+		fds[2+i] = unix.PollFd{Fd: int32(s.FD()), Events: unix.POLLIN}
 	}
-	if err := q.ppoll(fds[:1+len(q.socks)], timeout); err != nil {
-		return err
+	if err := q.ppoll(fds[:2+len(q.socks)], timeout); err != nil {
+		return false, err
 	}
+	var v [8]byte
 	if fds[0].Revents&unix.POLLIN != 0 {
-		var v [8]byte
 		unix.Read(q.wakeFD, v[:])
 	}
-	if q.l.closed.Load() {
-		return roce.ErrLinkClosed
+	if fds[1].Revents&unix.POLLIN != 0 {
+		_, rerr := unix.Read(doorbell, v[:])
+		rung = rerr == nil
 	}
-	return nil
+	if q.l.closed.Load() {
+		return rung, roce.ErrLinkClosed
+	}
+	return rung, nil
 }
 
 // atMost returns timeout shortened to limit; a negative timeout (no limit)

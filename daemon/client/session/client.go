@@ -260,6 +260,10 @@ func (c *Conn) ring() {
 	}
 }
 
+// EngineSleeping reports whether the daemon's engine says it sleeps: a
+// post now rings the eventfd as well.
+func (c *Conn) EngineSleeping() bool { return atomic.LoadUint32(c.sleeping) != 0 }
+
 // ErrQueueFull is returned by a post to a full queue.
 var ErrQueueFull = errors.New("softnic daemon: work queue full")
 
