@@ -127,6 +127,7 @@ struct ds_sock {
 	int *free_slots, nfree;
 	struct ds_msg *msgs; /* a ring of rq_size + 1 */
 	int head, tail, rqe_avail;
+	int dead; /* a completion channel hung up: the daemon is gone */
 };
 
 static size_t ds_addrlen(const struct sockaddr *sa)
@@ -605,6 +606,8 @@ static void ds_take_events_locked(struct rsock *rs)
 		struct ds_qp *qp = ev[i].data.ptr;
 		struct ibv_cq *cq;
 		void *ctx;
+		if (qp && (ev[i].events & (EPOLLHUP | EPOLLERR)))
+			rs->ds->dead = 1;
 		if (qp && !ibv_get_cq_event(qp->id->recv_cq_channel, &cq, &ctx)) {
 			ibv_ack_cq_events(cq, 1);
 			qp->cq_armed = 0;
@@ -649,6 +652,8 @@ static int ds_wait(struct rsock *rs, int nonblock, int (*ready)(struct rsock *rs
 		if (n < 0 && errno != EINTR)
 			return -1;
 		ds_take_events_locked(rs);
+		if (ds->dead) /* no completion will come: fail rather than spin */
+			return rs_fail(EIO);
 	}
 }
 
@@ -879,7 +884,8 @@ void ds_close(struct rsock *rs)
 }
 
 /* ds_revents: POLLIN with a datagram queued, POLLOUT with a free send
- * slot (or before the first send makes them). */
+ * slot (or before the first send makes them), POLLERR once the daemon
+ * is gone. */
 short ds_revents(struct rsock *rs, short events)
 {
 	short r = 0;
@@ -889,6 +895,8 @@ short ds_revents(struct rsock *rs, short events)
 		r |= POLLIN;
 	if ((events & POLLOUT) && (rs->state == RS_INIT || ds_can_send(rs)))
 		r |= POLLOUT;
+	if (rs->ds->dead)
+		r |= POLLERR;
 	pthread_mutex_unlock(&rs->ds->lock);
 	return r;
 }
