@@ -42,7 +42,7 @@ struct rsock *rs_get(int fd)
 	return rs;
 }
 
-static int table_set(int fd, struct rsock *rs)
+int rs_table_set(int fd, struct rsock *rs)
 {
 	pthread_mutex_lock(&table_lock);
 	if (fd >= table_len) {
@@ -107,7 +107,7 @@ static void rs_free(struct rsock *rs)
 {
 	rs_keepalive_forget(rs);
 	if (rs->fd >= 0)
-		table_set(rs->fd, NULL);
+		rs_table_set(rs->fd, NULL);
 	rs_free_iomaps(rs);
 	if (rs->id && rs->id->qp) {
 		if (rs->unack_cqe)
@@ -139,9 +139,12 @@ static void rs_free(struct rsock *rs)
 CM_EXPORT int rsocket(int domain, int type, int protocol)
 {
 	int kind = type & ~(SOCK_CLOEXEC | SOCK_NONBLOCK);
-	if ((domain != AF_INET && domain != AF_INET6) || kind != SOCK_STREAM ||
-	    (protocol && protocol != IPPROTO_TCP))
-		return rs_fail(kind == SOCK_DGRAM ? ENOSYS : ENOTSUP); /* datagram rsockets: not yet */
+	if (domain != AF_INET && domain != AF_INET6)
+		return rs_fail(ENOTSUP);
+	if (kind == SOCK_DGRAM)
+		return ds_socket(domain, type, protocol);
+	if (kind != SOCK_STREAM || (protocol && protocol != IPPROTO_TCP))
+		return rs_fail(ENOTSUP);
 	struct rsock *rs = rs_alloc(NULL);
 	if (!rs)
 		return rs_fail(ENOMEM);
@@ -154,7 +157,7 @@ CM_EXPORT int rsocket(int domain, int type, int protocol)
 	rs->id->route.addr.src_addr.sa_family = domain;
 	if (type & SOCK_CLOEXEC)
 		fcntl(rs->id->channel->fd, F_SETFD, FD_CLOEXEC);
-	if (table_set(rs->id->channel->fd, rs)) {
+	if (rs_table_set(rs->id->channel->fd, rs)) {
 		rs_free(rs);
 		return rs_fail(ENOMEM);
 	}
@@ -169,6 +172,8 @@ CM_EXPORT int rbind(int socket, const struct sockaddr *addr, socklen_t addrlen)
 		return rs_fail(EBADF);
 	if (!addr || addrlen < sizeof(struct sockaddr_in))
 		return rs_fail(EINVAL);
+	if (rs->ds)
+		return ds_bind(rs, addr, addrlen);
 	if (rdma_bind_addr(rs->id, (struct sockaddr *)addr))
 		return -1;
 	rs->state = RS_BOUND;
@@ -180,6 +185,8 @@ CM_EXPORT int rlisten(int socket, int backlog)
 	struct rsock *rs = rs_get(socket);
 	if (!rs)
 		return rs_fail(EBADF);
+	if (rs->ds)
+		return rs_fail(EOPNOTSUPP);
 	if (rs->state == RS_LISTENING)
 		return 0;
 	if (rdma_listen(rs->id, backlog))
@@ -369,7 +376,7 @@ static struct rsock *rs_accept_one(struct rsock *l)
 		.rnr_retry_count = 7,
 	};
 	err = ENOMEM;
-	if (table_set(id->channel->fd, rs))
+	if (rs_table_set(id->channel->fd, rs))
 		goto fail;
 	rs->fd = id->channel->fd;
 	rs->state = RS_ACCEPTING;
@@ -398,6 +405,8 @@ CM_EXPORT int raccept(int socket, struct sockaddr *addr, socklen_t *addrlen)
 	struct rsock *l = rs_get(socket);
 	if (!l)
 		return rs_fail(EBADF);
+	if (l->ds)
+		return rs_fail(EOPNOTSUPP);
 	if (l->state != RS_LISTENING)
 		return rs_fail(EINVAL);
 	if (l->fs_flags & O_NONBLOCK) {
@@ -527,6 +536,8 @@ CM_EXPORT int rconnect(int socket, const struct sockaddr *addr, socklen_t addrle
 	if (!addr || addrlen < sizeof(struct sockaddr_in) ||
 	    addrlen < (addr->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in)))
 		return rs_fail(EINVAL);
+	if (rs->ds)
+		return ds_connect(rs, addr, addrlen);
 	if (rs->state & RS_CONNECTED)
 		return rs_fail(EISCONN);
 	if (rs->state & RS_OPENING)
@@ -558,6 +569,8 @@ CM_EXPORT int rshutdown(int socket, int how)
 	struct rsock *rs = rs_get(socket);
 	if (!rs)
 		return rs_fail(EBADF);
+	if (rs->ds)
+		return ds_shutdown(rs, how);
 	if (!(rs->state & RS_CONNECTED))
 		return rs->state == RS_DISCONNECTED ? 0 : rs_fail(ENOTCONN);
 	int ctrl, ret = 0;
@@ -587,6 +600,10 @@ CM_EXPORT int rclose(int socket)
 	struct rsock *rs = rs_get(socket);
 	if (!rs)
 		return rs_fail(EBADF);
+	if (rs->ds) {
+		ds_close(rs);
+		return 0;
+	}
 	if (rs->state & RS_CONNECTED)
 		rshutdown(socket, SHUT_RDWR);
 	rs_free(rs);
@@ -608,6 +625,8 @@ CM_EXPORT int rgetpeername(int socket, struct sockaddr *addr, socklen_t *addrlen
 	struct rsock *rs = rs_get(socket);
 	if (!rs)
 		return rs_fail(EBADF);
+	if (rs->ds)
+		return getpeername(socket, addr, addrlen);
 	if (!(rs->state & RS_CONNECTED) && rs->state != RS_DISCONNECTED && rs->state != RS_ACCEPTING)
 		return rs_fail(ENOTCONN);
 	return rs_copy_addr(rdma_get_peer_addr(rs->id), addr, addrlen);
@@ -618,5 +637,7 @@ CM_EXPORT int rgetsockname(int socket, struct sockaddr *addr, socklen_t *addrlen
 	struct rsock *rs = rs_get(socket);
 	if (!rs)
 		return rs_fail(EBADF);
+	if (rs->ds)
+		return getsockname(socket, addr, addrlen);
 	return rs_copy_addr(rdma_get_local_addr(rs->id), addr, addrlen);
 }

@@ -521,11 +521,16 @@ static ssize_t rs_recv(struct rsock *rs, void *buf, size_t len, int flags)
 CM_EXPORT ssize_t rrecv(int socket, void *buf, size_t len, int flags)
 {
 	struct rsock *rs = rs_get(socket);
+	if (rs && rs->ds)
+		return ds_recvfrom(rs, buf, len, flags, NULL, NULL);
 	return rs ? rs_recv(rs, buf, len, flags) : rs_fail(EBADF);
 }
 
 CM_EXPORT ssize_t rrecvfrom(int socket, void *buf, size_t len, int flags, struct sockaddr *src_addr, socklen_t *addrlen)
 {
+	struct rsock *rs = rs_get(socket);
+	if (rs && rs->ds)
+		return ds_recvfrom(rs, buf, len, flags, src_addr, addrlen);
 	ssize_t n = rrecv(socket, buf, len, flags);
 	if (n > 0 && src_addr)
 		rgetpeername(socket, src_addr, addrlen);
@@ -570,16 +575,21 @@ CM_EXPORT ssize_t rsend(int socket, const void *buf, size_t len, int flags)
 {
 	struct rsock *rs = rs_get(socket);
 	struct iovec v = {.iov_base = (void *)buf, .iov_len = len};
+	if (rs && rs->ds)
+		return ds_sendv(rs, &v, 1, flags, NULL, 0);
 	return rs ? rs_sendv(rs, &v, 1, flags) : rs_fail(EBADF);
 }
 
 CM_EXPORT ssize_t rsendto(int socket, const void *buf, size_t len, int flags, const struct sockaddr *dest_addr,
 			  socklen_t addrlen)
 {
-	(void)addrlen;
 	struct rsock *rs = rs_get(socket);
 	if (!rs)
 		return rs_fail(EBADF);
+	if (rs->ds) {
+		struct iovec v = {.iov_base = (void *)buf, .iov_len = len};
+		return ds_sendv(rs, &v, 1, flags, dest_addr, addrlen);
+	}
 	if (dest_addr)
 		return rs_fail(EISCONN);
 	return rsend(socket, buf, len, flags);
@@ -593,6 +603,8 @@ CM_EXPORT ssize_t rwrite(int socket, const void *buf, size_t count)
 CM_EXPORT ssize_t rwritev(int socket, const struct iovec *iov, int iovcnt)
 {
 	struct rsock *rs = rs_get(socket);
+	if (rs && rs->ds)
+		return ds_sendv(rs, iov, iovcnt, 0, NULL, 0);
 	return rs ? rs_sendv(rs, iov, iovcnt, 0) : rs_fail(EBADF);
 }
 
@@ -601,5 +613,7 @@ CM_EXPORT ssize_t rsendmsg(int socket, const struct msghdr *msg, int flags)
 	if (msg->msg_control && msg->msg_controllen)
 		return rs_fail(ENOTSUP);
 	struct rsock *rs = rs_get(socket);
+	if (rs && rs->ds)
+		return ds_sendv(rs, msg->msg_iov, msg->msg_iovlen, flags, msg->msg_name, msg->msg_namelen);
 	return rs ? rs_sendv(rs, msg->msg_iov, msg->msg_iovlen, flags) : rs_fail(EBADF);
 }

@@ -172,6 +172,7 @@ struct rsock {
 	int sbuf_bytes_avail;
 	struct ibv_sge ssgl[2];
 
+	struct ds_sock *ds; /* a datagram rsocket's (rsocket_dgram.c); NULL for a stream one */
 };
 
 /* rsocket_core.c */
@@ -181,6 +182,7 @@ int rs_nonblock(struct rsock *rs, int flags);
 struct rsock *rs_first(int *next);
 int rs_do_connect(struct rsock *rs);
 int rs_opened(struct rsock *rs);
+int rs_table_set(int fd, struct rsock *rs);
 
 /* rsocket_data.c */
 int rs_process(struct rsock *rs, int nonblock, int (*ready)(struct rsock *rs));
@@ -213,5 +215,22 @@ int rs_send_keepalive(struct rsock *rs);
 /* rsocket_io.c */
 int rs_send_iomaps(struct rsock *rs, int nonblock);
 void rs_free_iomaps(struct rsock *rs);
+
+/* rsocket_dgram.c: datagram rsockets, which the r* calls hand to these */
+struct iovec;
+struct ds_sock;
+int ds_socket(int domain, int type, int protocol);
+int ds_bind(struct rsock *rs, const struct sockaddr *addr, socklen_t len);
+int ds_connect(struct rsock *rs, const struct sockaddr *addr, socklen_t len);
+int ds_shutdown(struct rsock *rs, int how);
+void ds_close(struct rsock *rs);
+ssize_t ds_sendv(struct rsock *rs, const struct iovec *iov, int iovcnt, int flags, const struct sockaddr *to,
+		 socklen_t tolen);
+ssize_t ds_recvfrom(struct rsock *rs, void *buf, size_t len, int flags, struct sockaddr *src, socklen_t *srclen);
+short ds_revents(struct rsock *rs, short events);
+int ds_arm(struct rsock *rs, short events);
+void ds_take_events(struct rsock *rs);
+int ds_setsockopt(struct rsock *rs, int level, int name, const void *val, socklen_t len);
+int ds_getsockopt(struct rsock *rs, int level, int name, void *val, socklen_t *len);
 
 #endif

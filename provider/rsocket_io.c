@@ -38,7 +38,7 @@ CM_EXPORT off_t riomap(int socket, void *buf, size_t len, int prot, int flags, o
 	struct rsock *rs = rs_get(socket);
 	if (!rs)
 		return rs_fail(EBADF);
-	if (!rs->id->pd || (prot & ~PROT_WRITE))
+	if (rs->ds || !rs->id->pd || (prot & ~PROT_WRITE)) /* a datagram rsocket has no peer to map into */
 		return rs_fail(EINVAL);
 	struct rs_iomap_mr *m = calloc(1, sizeof(*m));
 	if (!m)

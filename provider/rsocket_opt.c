@@ -119,6 +119,8 @@ CM_EXPORT int rsetsockopt(int socket, int level, int optname, const void *optval
 		return rs_fail(EBADF);
 	if (!optval || optlen < sizeof(int))
 		return rs_fail(EINVAL);
+	if (rs->ds)
+		return ds_setsockopt(rs, level, optname, optval, optlen);
 	switch (level) {
 	case SOL_SOCKET:
 		return rs_set_socket(rs, optname, optval, optlen);
@@ -203,6 +205,8 @@ CM_EXPORT int rgetsockopt(int socket, int level, int optname, void *optval, sock
 		return rs_fail(EBADF);
 	if (!optval || !optlen)
 		return rs_fail(EINVAL);
+	if (rs->ds)
+		return ds_getsockopt(rs, level, optname, optval, optlen);
 	if (level == SOL_SOCKET && optname == SO_LINGER) {
 		struct linger l = {.l_onoff = !!(rs->so_opts & (1ULL << SO_LINGER))};
 		socklen_t n = *optlen < sizeof(l) ? *optlen : sizeof(l);

@@ -30,6 +30,8 @@ static int rs_ready_any(struct rsock *rs)
 static short rs_revents(struct rsock *rs, short events)
 {
 	short r = 0;
+	if (rs->ds)
+		return ds_revents(rs, events);
 	if ((rs->state & RS_OPENING) && rs_do_connect(rs) && errno == EINPROGRESS)
 		return 0; /* its CM event has not come */
 	if (rs->state == RS_LISTENING) {
@@ -82,6 +84,12 @@ static int rs_arm(struct pollfd *w, const struct pollfd *fds, nfds_t nfds)
 		w[i] = (struct pollfd){.fd = fds[i].fd, .events = fds[i].events};
 		if (!rs)
 			continue;
+		if (rs->ds) { /* its epoll set: the UDP socket and the CQs' channels */
+			if ((w[i].fd = ds_arm(rs, fds[i].events)) < 0)
+				return 0;
+			w[i].events = POLLIN;
+			continue;
+		}
 		if (rs->state == RS_LISTENING || (rs->state & RS_OPENING)) {
 			w[i].events = POLLIN; /* the CM channel: a request, a step's event */
 			continue;
@@ -109,7 +117,9 @@ static void rs_take_events(struct pollfd *w, const struct pollfd *fds, nfds_t nf
 {
 	for (nfds_t i = 0; i < nfds; i++) {
 		struct rsock *rs = rs_get(fds[i].fd);
-		if (!rs || !(rs->state & RS_CONNECTED) || !w[i].revents)
+		if (rs && rs->ds && w[i].revents)
+			ds_take_events(rs);
+		if (!rs || rs->ds || !(rs->state & RS_CONNECTED) || !w[i].revents)
 			continue;
 		if (pthread_mutex_trylock(&rs->wait_lock))
 			continue; /* a thread in rrecv or rsend takes it */
