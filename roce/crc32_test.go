@@ -28,6 +28,23 @@ func TestSlicing8MatchesLibrary(t *testing.T) {
 	}
 }
 
+// TestIEEEMatchesLibrary checks crc32IEEE, the library's multiply over
+// the 16-byte blocks and slicing-by-8 over the tail, against hash/crc32
+// alone for every length around the multiply's threshold and some beyond.
+func TestIEEEMatchesLibrary(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	buf := make([]byte, 4200)
+	for i := range buf {
+		buf[i] = byte(r.Uint32())
+	}
+	for n := 0; n <= len(buf)-8; n += 1 + n/128 {
+		for off := range 8 {
+			p, crc := buf[off:off+n], r.Uint32()
+			require.Equal(t, crc32.Update(crc, crc32.IEEETable, p), crc32IEEE(crc, p), "length %d offset %d", n, off)
+		}
+	}
+}
+
 func FuzzSlicing8(f *testing.F) {
 	f.Add(uint32(0), []byte("123456789"))
 	f.Add(^uint32(0), make([]byte, 33))
@@ -61,7 +78,7 @@ func BenchmarkCRC32(b *testing.B) {
 		name   string
 		update func(uint32, []byte) uint32
 	}{{"library", crc32IEEE}, {"slicing8", crc32Slicing8}} {
-		for _, size := range []int{64, crcTimingLen, 4200} {
+		for _, size := range []int{40, 64, 120, crcTimingLen, 4200} { // 40: an ACK, 120: a 64-byte WRITE
 			p := make([]byte, size)
 			b.Run(fmt.Sprintf("%s/%d", impl.name, size), func(b *testing.B) {
 				b.SetBytes(int64(size))
