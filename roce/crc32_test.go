@@ -65,13 +65,18 @@ func foldConst(e int) uint64 {
 }
 
 // TestFoldConsts derives fold256's multipliers: x^(D+32) and x^(D-32)
-// for folds over D = 2048 and 512 bits, in every lane.
+// for folds over D = 2048 and 512 bits in every lane, then over 384, 256
+// and 128 bits in lanes 0, 1 and 2, and zeros in lane 3.
 func TestFoldConsts(t *testing.T) {
-	for half, d := range []int{2048, 512} {
-		for lane := range 4 {
-			i := half*8 + lane*2
-			require.Equal(t, foldConst(d+32), foldConsts[i], "fold over %d bits, lane %d, low", d, lane)
-			require.Equal(t, foldConst(d-32), foldConsts[i+1], "fold over %d bits, lane %d, high", d, lane)
+	for reg, dists := range [][4]int{{2048, 2048, 2048, 2048}, {512, 512, 512, 512}, {384, 256, 128, 0}} {
+		for lane, d := range dists {
+			i := reg*8 + lane*2
+			lo, hi := uint64(0), uint64(0)
+			if d > 0 {
+				lo, hi = foldConst(d+32), foldConst(d-32)
+			}
+			require.Equal(t, lo, foldConsts[i], "fold over %d bits, lane %d, low", d, lane)
+			require.Equal(t, hi, foldConsts[i+1], "fold over %d bits, lane %d, high", d, lane)
 		}
 	}
 }

@@ -2,11 +2,13 @@
 
 // The folding constants are foldConsts (crc32fold.go): bytes 0-63 fold
 // 2048 bits (a 256-byte block onto the next), bytes 64-127 512 bits (a
-// register onto the next), each 128-bit pair repeated in all four lanes.
+// register onto the next), each 128-bit pair repeated in all four lanes;
+// bytes 128-191 fold a register's lanes 0, 1 and 2 onto its lane 3 (384,
+// 256 and 128 bits), lane 3's multipliers 0.
 
-// func fold256(reg uint32, p []byte, out *[64]byte)
+// func fold256(reg uint32, p []byte, out *[16]byte)
 //
-// fold256 folds p (len a multiple of 256, at least 256) into 64 bytes
+// fold256 folds p (len a multiple of 256, at least 256) into 16 bytes
 // congruent to it modulo the polynomial, reg XORed into its first four
 // bytes, and stores them in out. Four 512-bit accumulators, one per 64
 // bytes of a block, fold independently, so that the multiplies' latency
@@ -62,6 +64,17 @@ reduce:
 	VPCLMULQDQ $0x11, Z9, Z3, Z7
 	VPCLMULQDQ $0x00, Z9, Z3, Z3
 	VPTERNLOGD $0x96, Z3, Z7, Z4
-	VMOVDQU64  Z4, (DI)
+
+	// The four lanes of Z4 onto its last.
+	VMOVDQU64     ·foldConsts+128(SB), Z9
+	VPCLMULQDQ    $0x11, Z9, Z4, Z5
+	VPCLMULQDQ    $0x00, Z9, Z4, Z6
+	VPXORQ        Z5, Z6, Z5       // lanes 0-2 folded, lane 3 zero
+	VEXTRACTF32X4 $3, Z4, X7
+	VEXTRACTF32X4 $1, Z5, X8
+	VEXTRACTF32X4 $2, Z5, X11
+	VPTERNLOGD    $0x96, X8, X5, X7 // X7 ^= X5 ^ X8
+	VPXORQ        X11, X7, X7
+	VMOVDQU       X7, (DI)
 	VZEROUPPER
 	RET
