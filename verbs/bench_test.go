@@ -189,6 +189,7 @@ func BenchmarkWrite64BList(b *testing.B) {
 	}
 	wrs[15].Flags = verbs.SendSignaled // one completion per list
 	b.ReportAllocs()
+	cpu0 := cpuTime()
 	start := time.Now()
 	b.ResetTimer()
 	lists := (b.N + 15) / 16
@@ -215,7 +216,11 @@ func BenchmarkWrite64BList(b *testing.B) {
 		inflight -= got
 	}
 	b.StopTimer()
-	b.ReportMetric(float64(lists*16)/time.Since(start).Seconds(), "msgs/s")
+	el, cpu := time.Since(start), cpuTime()-cpu0
+	b.ReportMetric(float64(lists*16)/el.Seconds(), "msgs/s")
+	if cpu > 0 {
+		reportPerCore(b, lists*16, 64, cpu)
+	}
 }
 
 // BenchmarkWrite64BWithIdleQPs is BenchmarkWrite64B with 128 connected but
