@@ -94,8 +94,12 @@ bench-vm:
 	bin/benchsuite -vm -softnic bin/softnic-static -out bench/results $(BENCHVMFLAGS)
 
 # Go micro-benchmarks of the engine, framing and verbs (in-memory link).
+# The Go micro-benchmarks, then the engine's per-core figures over the raw
+# ceiling's of the same run (bench/engineratio.awk; issue #37).
 microbench:
-	$(GO) test -run '^$$' -bench . -benchmem ./ibtransport/... ./roce/... ./verbs/...
+	@out=$$(mktemp); trap 'rm -f $$out' EXIT; \
+	$(GO) test -run '^$$' -bench . -benchmem ./ibtransport/... ./roce/... ./verbs/... >$$out; st=$$?; \
+	cat $$out; awk -f bench/engineratio.awk $$out; exit $$st
 
 lint:
 	$(GO) vet $(PKGS)
