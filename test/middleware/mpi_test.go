@@ -66,8 +66,13 @@ var mpiOK = regexp.MustCompile(`(?m)^mpicheck: ok: (\d+) bytes checked`)
 func TestOpenMPI(t *testing.T) {
 	w := newWorld(t, "openmpi-bin libopenmpi-dev", "mpirun", "mpicc")
 	prog := mpiProgram(t)
-	agent, err := filepath.Abs(filepath.Join("testdata", "rsh-agent.sh"))
+	// Each orted, as nobody, checks that the agent's path exists: a copy
+	// nobody can reach, wherever the checkout is (Debian 12 makes homes
+	// 0700).
+	script, err := os.ReadFile(filepath.Join("testdata", "rsh-agent.sh"))
 	require.NoError(t, err)
+	agent := filepath.Join(userDir(t), "rsh-agent.sh")
+	require.NoError(t, os.WriteFile(agent, script, 0o755))
 	hostfile := filepath.Join(rootDir(t), "hosts")
 	require.NoError(t, os.WriteFile(hostfile, []byte("hosta slots=1\nhostb slots=1\n"), 0o644))
 	for _, tr := range mpiTransports {
