@@ -59,7 +59,9 @@ cp -a "$repo" "$root/root/softnic"
 
 # Each command runs in a mount namespace whose root is the new system's
 # (pivot_root, not chroot: the kernel refuses user namespaces, which the
-# isolation tests make, to a chrooted process).
+# isolation tests make, to a chrooted process), shared as systemd makes a
+# machine's /: an unmount (ip netns delete) then reaches the copies that
+# mount namespaces made since (softnic exec's /sys/class view).
 for cmd in "${cmds[@]}"; do
 	echo "fresh-debian: $cmd"
 	unshare --mount --propagation private /bin/sh -ec '
@@ -69,6 +71,7 @@ for cmd in "${cmds[@]}"; do
 		cd /
 		umount -l /.oldroot
 		rmdir /.oldroot
+		mount --make-rshared /
 		exec /usr/bin/env -i HOME=/root TERM=dumb CI="$2" \
 			PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
 			bash -c "cd /root/softnic && $3"' sh "$root" "${CI:-}" "$cmd"
