@@ -67,7 +67,7 @@ func QueryDriverFeatures(ifindex int) (DriverFeatures, error) {
 	// device with EINVAL.
 	req := nl.NewNetlinkRequest(int(fam.ID), unix.NLM_F_DUMP)
 	req.AddData(&nl.Genlmsg{Command: netdevCmdDevGet, Version: 1})
-	msgs, err := req.Execute(unix.NETLINK_GENERIC, 0)
+	msgs, err := dumpAll(req)
 	if err != nil {
 		return DriverFeatures{}, fmt.Errorf("netdev dev-get: %w", err)
 	}
@@ -84,6 +84,50 @@ func QueryDriverFeatures(ifindex int) (DriverFeatures, error) {
 		}
 	}
 	return DriverFeatures{}, fmt.Errorf("netdev dev-get: no interface with index %d", ifindex)
+}
+
+// dumpAll sends a dump request and returns every reply's payload up to
+// NLMSG_DONE. The netlink package's Execute stops at the first reply
+// without NLM_F_MULTI, which the netdev family's replies lack.
+func dumpAll(req *nl.NetlinkRequest) ([][]byte, error) {
+	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_GENERIC)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(fd)
+	tv := unix.Timeval{Sec: 2}
+	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
+		return nil, err
+	}
+	if err := unix.Sendto(fd, req.Serialize(), 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+		return nil, err
+	}
+	var out [][]byte
+	buf := make([]byte, 64<<10)
+	for {
+		n, _, err := unix.Recvfrom(fd, buf, 0)
+		if err != nil {
+			return nil, err
+		}
+		msgs, err := syscall.ParseNetlinkMessage(buf[:n])
+		if err != nil {
+			return nil, err
+		}
+		for _, m := range msgs {
+			switch m.Header.Type {
+			case unix.NLMSG_DONE:
+				return out, nil
+			case unix.NLMSG_ERROR:
+				if len(m.Data) >= 4 {
+					if errno := int32(binary.NativeEndian.Uint32(m.Data)); errno != 0 {
+						return nil, syscall.Errno(-errno)
+					}
+				}
+				return out, nil
+			}
+			out = append(out, m.Data)
+		}
+	}
 }
 
 // deviceFeatures reads one device's reply, if it is the one of ifindex.

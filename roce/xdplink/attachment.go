@@ -25,8 +25,8 @@ type Attachment struct {
 	// multi-buffer).
 	Frags int
 	// Driver is what the driver advertises for XDP and AF_XDP
-	// (xdp.DriverFeatures), which says why a bind is copy mode; "" where
-	// the kernel cannot be asked.
+	// (xdp.DriverFeatures), which says why a bind is copy mode; "unknown:
+	// ERROR" where the kernel cannot be asked.
 	Driver string
 }
 
@@ -38,6 +38,8 @@ func (l *Link) Attachment() Attachment {
 	}
 	if f, err := xdp.QueryDriverFeatures(l.prog.Ifindex()); err == nil {
 		a.Driver = f.String()
+	} else {
+		a.Driver = "unknown: " + err.Error()
 	}
 	zc := 0
 	for _, s := range l.socks {
