@@ -38,7 +38,7 @@ func socketError(err error) error {
 
 // bindError explains why bind failed; the errno alone is ambiguous (EOPNOTSUPP
 // means no zero-copy or no multi-buffer depending on what was asked for).
-func bindError(err error, cfg *Config, queue int) error {
+func bindError(err error, cfg *Config, ifindex, queue int) error {
 	var cause error
 	switch {
 	case errors.Is(err, unix.ENODEV) || errors.Is(err, unix.ENXIO):
@@ -48,7 +48,7 @@ func bindError(err error, cfg *Config, queue int) error {
 	case errors.Is(err, unix.EPERM):
 		cause = ErrPermission
 	case errors.Is(err, unix.EOPNOTSUPP) && cfg.Mode == ModeZeroCopy:
-		cause = ErrNoZeroCopy
+		return fmt.Errorf("bind: %w%s: %w", ErrNoZeroCopy, zeroCopyWhy(ifindex, cfg.MultiBuffer), err)
 	case errors.Is(err, unix.EOPNOTSUPP) && cfg.MultiBuffer:
 		cause = ErrNoMultiBuffer
 	case errors.Is(err, unix.EINVAL):
@@ -57,4 +57,19 @@ func bindError(err error, cfg *Config, queue int) error {
 		return fmt.Errorf("bind: %w", err)
 	}
 	return fmt.Errorf("bind: %w: %w", cause, err)
+}
+
+// zeroCopyWhy says, from what the driver advertises, why the kernel
+// refused zero-copy, or nothing where the driver cannot be asked.
+func zeroCopyWhy(ifindex int, multiBuffer bool) string {
+	f, err := QueryDriverFeatures(ifindex)
+	switch {
+	case err != nil:
+		return ""
+	case !f.ZeroCopy():
+		return fmt.Sprintf(" (the driver advertises no xsk-zerocopy: %v)", f)
+	case multiBuffer && f.ZCMaxSegs <= 1:
+		return fmt.Sprintf(" (multi-buffer frames: the driver's zero-copy takes one buffer a frame: %v)", f)
+	}
+	return fmt.Sprintf(" (%v)", f)
 }

@@ -65,7 +65,7 @@ func (s *Socket) bind() error {
 		err = unix.Bind(s.fd, sa)
 	}
 	if err != nil {
-		return bindError(err, &s.cfg, s.queue)
+		return bindError(err, &s.cfg, s.ifindex, s.queue)
 	}
 	return nil
 }

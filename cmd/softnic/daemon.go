@@ -66,6 +66,7 @@ var openServed = func(ctx context.Context, ifname, irqState string, log *slog.Lo
 	// Frames for the largest IB MTU, whatever the MTU now: the port
 	// follows the interface's MTU up to there without a restart.
 	xcfg := xdplink.Config{IRQState: irqState, CarryMTU: roce.LinkMTUFor(verbs.MTU4096.Bytes())}
+	xcfg.Socket.Mode = bindMode
 	var dev perftest.Device
 	var closeDev func()
 	for {
@@ -106,6 +107,7 @@ func runDaemon(args []string, stdout, stderr io.Writer) int {
 	defineLimits(fs, &o.limits)
 	congestion.define(fs, "")
 	definePriority(fs)
+	defineBindMode(fs, "xdp-bind")
 	capture.define(fs)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: softnic daemon -d IFACE[:NAME] [-d IFACE[:NAME] ...] [flags]")
@@ -335,7 +337,7 @@ func (s *served) attachment() []any {
 	}
 	a := xl.Attachment()
 	return []any{"xdp", a.XDP, "bind", a.Bind, "queues", a.Queues, "engines", rd.Engines(),
-		"mtu", a.MTU, "frame_chunks", a.Frags}
+		"mtu", a.MTU, "frame_chunks", a.Frags, "driver", a.Driver}
 }
 
 func (s *served) stop() {

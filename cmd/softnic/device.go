@@ -12,6 +12,7 @@ import (
 	"github.com/softnic/softnic/roce/xdplink"
 	"github.com/softnic/softnic/tools/perftest"
 	"github.com/softnic/softnic/verbs"
+	"github.com/softnic/softnic/xdp"
 )
 
 // openDevice opens softnic on the interface named ifname, or the device
@@ -28,7 +29,7 @@ var openDevice = func(ifname string, engines int) (perftest.Device, func(), erro
 		if err := checkInterface(ifname); err != nil {
 			return perftest.Device{}, nil, err
 		}
-		dev, closer, err := openInterface(ifname, engines, xdplink.Config{KeepIRQs: keepIRQs})
+		dev, closer, err := openInterface(ifname, engines, xdplink.Config{KeepIRQs: keepIRQs, Socket: xdp.Config{Mode: bindMode}})
 		if err != nil {
 			return dev, nil, explainOpen(ifname, err, false)
 		}

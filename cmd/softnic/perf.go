@@ -101,6 +101,7 @@ func (o *perfFlags) defineSoftnic(f flagSet) {
 	f.StringVar(&o.trace, "softnic-trace", "", "softnic: while the test runs, write the congestion and loss counters and each QP's DCQCN rate to this file every --softnic-trace-every")
 	f.DurationVar(&o.traceEvery, "softnic-trace-every", 100*time.Millisecond, "softnic: interval of --softnic-trace")
 	f.BoolVar(&keepIRQs, "softnic-keep-irqs", false, keepIRQsUsage)
+	defineBindMode(f.FlagSet, "softnic-xdp-bind")
 	congestion.define(f.FlagSet, "softnic-")
 	capture.define(f.FlagSet)
 }

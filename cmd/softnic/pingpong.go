@@ -52,6 +52,7 @@ func (o *pingpongFlags) define(f flagSet) {
 	f.boolVar(&cfg.Timestamps, "t", "ts", "get CQE with timestamp")
 	f.BoolVar(&o.stats, "softnic-stats", false, "softnic: after the run, print the engine's counters (retransmissions, timeouts, RNR NAKs...) and the XDP link's ring statistics")
 	f.BoolVar(&keepIRQs, "softnic-keep-irqs", false, keepIRQsUsage)
+	defineBindMode(f.FlagSet, "softnic-xdp-bind")
 	f.DurationVar(&cfg.ConnectWait, "connect-wait", dialWait, "softnic: how long a client retries while the server is not listening")
 	f.BoolVar(&cfg.UD, "ud", false, "softnic: be ibv_ud_pingpong (UD QPs) instead of ibv_rc_pingpong")
 	f.BoolVar(&cfg.UC, "uc", false, "softnic: be ibv_uc_pingpong (UC QPs) instead of ibv_rc_pingpong")

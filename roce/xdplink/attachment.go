@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/softnic/softnic/bpf"
+	"github.com/softnic/softnic/xdp"
 )
 
 // Attachment is how a link was attached, as the kernel granted it (not as
@@ -23,6 +24,10 @@ type Attachment struct {
 	// Frags is how many UMEM chunks a largest frame takes (1: none is
 	// multi-buffer).
 	Frags int
+	// Driver is what the driver advertises for XDP and AF_XDP
+	// (xdp.DriverFeatures), which says why a bind is copy mode; "unknown:
+	// ERROR" where the kernel cannot be asked.
+	Driver string
 }
 
 // Attachment returns how the link was attached.
@@ -30,6 +35,11 @@ func (l *Link) Attachment() Attachment {
 	a := Attachment{XDP: "native", Queues: len(l.socks), MTU: int(l.ifMTU.Load()), Frags: l.frags}
 	if l.prog.Mode() == bpf.ModeGeneric {
 		a.XDP = "generic"
+	}
+	if f, err := xdp.QueryDriverFeatures(l.prog.Ifindex()); err == nil {
+		a.Driver = f.String()
+	} else {
+		a.Driver = "unknown: " + err.Error()
 	}
 	zc := 0
 	for _, s := range l.socks {

@@ -26,7 +26,9 @@ type Config struct {
 	// Socket sizes each per-queue AF_XDP socket; MultiBuffer is set
 	// automatically when the link MTU needs it, and with it the contiguous
 	// layout unless the mode is ModeZeroCopy (ModeAuto tries zero-copy
-	// first).
+	// first, and where the driver's zero-copy takes single-buffer frames
+	// only, binds zero-copy for the interface's MTU rather than copy mode
+	// for CarryMTU).
 	Socket xdp.Config
 	// Mode selects native or generic XDP (default: whatever the driver offers).
 	Mode bpf.Mode
@@ -135,6 +137,9 @@ func Open(ifname string, cfg Config) (*Link, error) {
 		}
 	}
 	carry := max(ifc.MTU, cfg.CarryMTU)
+	if l, ok := openZeroCopyAtMTU(ifc, carry, cfg); ok {
+		return l, nil
+	}
 	l, err := open(ifc, carry, cfg)
 	if err != nil && carry > ifc.MTU {
 		// Frames for the larger MTU may need multi-buffer, which the
@@ -143,6 +148,24 @@ func Open(ifname string, cfg Config) (*Link, error) {
 		l, err = open(ifc, ifc.MTU, cfg)
 	}
 	return l, err
+}
+
+// openZeroCopyAtMTU opens the link zero-copy with frames for the
+// interface's MTU, where ModeAuto would otherwise end in copy mode: frames
+// for carry need multi-buffer, and the driver offers zero-copy but for
+// one buffer a frame only (virtio-net, xdp-zc-max-segs 1). Zero-copy is
+// worth more than following the MTU past today's without a restart.
+func openZeroCopyAtMTU(ifc *net.Interface, carry int, cfg Config) (*Link, bool) {
+	if cfg.Socket.Mode != xdp.ModeAuto || carry <= ifc.MTU || !socketConfig(cfg.Socket, carry+26).MultiBuffer {
+		return nil, false
+	}
+	f, err := xdp.QueryDriverFeatures(ifc.Index)
+	if err != nil || !f.ZeroCopy() || f.ZCMaxSegs > 1 {
+		return nil, false
+	}
+	cfg.Socket.Mode = xdp.ModeZeroCopy
+	l, err := open(ifc, ifc.MTU, cfg)
+	return l, err == nil
 }
 
 // open is Open with frames sized for a link of MTU carry.

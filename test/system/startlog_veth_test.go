@@ -23,7 +23,7 @@ func TestDaemonStartupLogSaysHowItRuns(t *testing.T) {
 	d := systest.StartDaemon(t, bin, &pair.A, systest.RootDir(t))
 	engines := min(2, runtime.NumCPU())
 	want := regexp.MustCompile(fmt.Sprintf(
-		`msg=serving device=%s interface=%s .*xdp=(native|generic) bind=copy queues=2 engines=%d mtu=9000 frame_chunks=3`,
+		`msg=serving device=%s interface=%s .*xdp=(native|generic) bind=copy queues=2 engines=%d mtu=9000 frame_chunks=3 driver="xdp-features [a-z,-]+, xdp-zc-max-segs [0-9]+"`,
 		d.Name, pair.A.Ifname, engines))
 	require.Regexp(t, want, d.Log.String())
 }

@@ -64,6 +64,11 @@ type Config struct {
 	// pair per vCPU and leaves the others free, which native XDP wants for
 	// XDP_TX (one pair per CPU beyond those in use).
 	Queues int
+	// AccessPlatform offers eth0 VIRTIO_F_ACCESS_PLATFORM (qemu's
+	// iommu_platform=on), so that virtio-net maps its buffers through the
+	// DMA API: its AF_XDP zero-copy needs a DMA device (virtqueue_dma_dev)
+	// and refuses to bind (EINVAL) without one.
+	AccessPlatform bool
 }
 
 // Result is what a finished guest reported.
@@ -249,6 +254,10 @@ func netArgs(cfg Config) []string {
 		// control queue and one for configuration changes.
 		netdev += ",queues=" + strconv.Itoa(cfg.Queues)
 		device += fmt.Sprintf(",mq=on,vectors=%d", 2*cfg.Queues+2)
+	}
+	if cfg.AccessPlatform {
+		// Only a modern (virtio 1.0) device may offer it.
+		device += ",disable-legacy=on,iommu_platform=on"
 	}
 	return []string{"-netdev", netdev, "-device", device}
 }

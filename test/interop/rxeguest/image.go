@@ -69,6 +69,11 @@ var imageModules = []string{
 	"sch_netem",
 }
 
+// renamedModules are imageModules' names in later kernels, used where a
+// kernel has no module of the first name (crc32_generic became
+// crc32-cryptoapi in 6.15).
+var renamedModules = map[string]string{"crc32_generic": "crc32_cryptoapi"}
+
 // toolPattern selects the executables copied from usr/bin of the packages.
 var toolPattern = regexp.MustCompile(`^(ibv_.*|ib_.*|rping|ucmatose|udaddy|udpong|mckey|rdma|rdma_client|rdma_server|rstream|riostream|rcopy|cmtime|ucx_info|ucx_perftest|fi_info|fi_pingpong)$`)
 
@@ -97,6 +102,9 @@ type manifest struct {
 func recipeKey(r Release) string {
 	h := sha256.New()
 	fmt.Fprintln(h, imageFormat, kernelMetaPackage, r.Suite)
+	if r.KernelSuite != "" {
+		fmt.Fprintln(h, "kernel from", r.KernelSuite)
+	}
 	fmt.Fprintln(h, strings.Join(r.packages(), ","))
 	fmt.Fprintln(h, strings.Join(imageModules, ","))
 	fmt.Fprintln(h, toolPattern.String(), strings.Join(extraTools, ","), strings.Join(dlopenedLibs, ","))
@@ -209,7 +217,7 @@ func run(ctx context.Context, dir string, name string, args ...string) ([]byte, 
 // resolveKernelPackage finds the versioned linux-image package the
 // metapackage depends on.
 func resolveKernelPackage(ctx context.Context, a *apt) (string, error) {
-	out, err := a.run(ctx, "", "apt-cache", "depends", kernelMetaPackage)
+	out, err := a.run(ctx, "", "apt-cache", "depends", a.kernel)
 	if err != nil {
 		return "", err
 	}
@@ -219,7 +227,22 @@ func resolveKernelPackage(ctx context.Context, a *apt) (string, error) {
 			return dep, nil
 		}
 	}
-	return "", fmt.Errorf("apt-cache depends %s: no linux-image dependency in %q", kernelMetaPackage, out)
+	return "", fmt.Errorf("apt-cache depends %s: no linux-image dependency in %q", a.kernel, out)
+}
+
+// kernelParts are the packages of the kernel linux-image-V: itself and,
+// where the kernel comes split (trixie-backports' 7.3: the image in
+// linux-binary-V, the modules in linux-modules-V, modules.builtin in
+// linux-base-V), those parts.
+func kernelParts(ctx context.Context, a *apt, kernelPkg string) []string {
+	parts := []string{kernelPkg}
+	v := strings.TrimPrefix(kernelPkg, "linux-image-")
+	for _, p := range []string{"linux-binary-" + v, "linux-modules-" + v, "linux-base-" + v} {
+		if _, err := a.run(ctx, "", "apt-cache", "show", "--no-all-versions", p); err == nil {
+			parts = append(parts, p)
+		}
+	}
+	return parts
 }
 
 // downloadPackages fetches the .deb files into dir, running apt-get update
@@ -235,7 +258,7 @@ func downloadPackages(ctx context.Context, a *apt, packages []string, dir string
 			return nil, err
 		}
 	}
-	pkgs := append([]string{kernelPkg}, packages...)
+	pkgs := append(kernelParts(ctx, a, kernelPkg), packages...)
 	// The sandbox user _apt cannot write into a root-owned temp dir.
 	args := append([]string{"-o", "APT::Sandbox::User=root", "download"}, pkgs...)
 	if _, err := a.run(ctx, dir, "apt-get", args...); err != nil {
@@ -290,7 +313,11 @@ func buildImage(ctx context.Context, a *apt, packages []string, work, out string
 	if err := writeTreeFile(tr, filepath.Join(out, "initramfs.cpio")); err != nil {
 		return err
 	}
-	if err := copyFile(filepath.Join(root, "boot", "vmlinuz-"+kver), filepath.Join(out, "vmlinuz")); err != nil {
+	vmlinuz := filepath.Join(root, "boot", "vmlinuz-"+kver)
+	if _, err := os.Stat(vmlinuz); err != nil {
+		vmlinuz = filepath.Join(kvers[0], "vmlinuz") // split packages keep it with the modules
+	}
+	if err := copyFile(vmlinuz, filepath.Join(out, "vmlinuz")); err != nil {
 		return err
 	}
 	m, err := json.MarshalIndent(manifest{KernelVersion: kver, Packages: versions}, "", "  ")
@@ -310,6 +337,9 @@ func addModules(tr *tree, modDir string) error {
 	builtin := builtinModules(modDir)
 	var want []string
 	for _, m := range imageModules {
+		if _, ok := index[canonicalModuleName(m)]; !ok && renamedModules[m] != "" {
+			m = renamedModules[m]
+		}
 		if !builtin[canonicalModuleName(m)] {
 			want = append(want, m)
 		}

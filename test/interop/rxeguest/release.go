@@ -14,11 +14,28 @@ type Release struct {
 	// Suite is a Debian suite (trixie), or "" for the host's own package
 	// sources (bookworm on this project's hosts).
 	Suite string
+	// KernelSuite, if set, is the suite the kernel comes from instead
+	// (trixie-backports), the rest of the image staying Suite's.
+	KernelSuite string
 }
 
 // Trixie is Debian 13: Linux 6.12, whose rxe has IBTA 1.5 ATOMIC_WRITE
 // and FLUSH, and rdma-core 56.
 var Trixie = Release{Suite: "trixie"}
+
+// TrixieBackportsKernel is Debian 13 with trixie-backports' kernel, whose
+// virtio-net offers AF_XDP zero-copy (Linux 6.13 and later: 6.12's
+// driver does not advertise xsk-zerocopy, so the kernel binds copy mode).
+var TrixieBackportsKernel = Release{Suite: "trixie", KernelSuite: "trixie-backports"}
+
+// kernelMeta is the kernel metapackage to resolve in r: of KernelSuite
+// if r has one.
+func (r Release) kernelMeta() string {
+	if r.KernelSuite != "" {
+		return kernelMetaPackage + "/" + r.KernelSuite
+	}
+	return kernelMetaPackage
+}
 
 // renamed are the image's packages under another name in a suite (the
 // 64-bit time_t transition renamed libraries in trixie).
@@ -58,18 +75,22 @@ func (r Release) packages() []string {
 // for another suite a private state under dir (lists, cache and an empty
 // dpkg status), from the mirror the host's own sources name.
 type apt struct {
-	opts []string
+	opts   []string
+	kernel string // the kernel metapackage (Release.kernelMeta)
 }
 
 func (r Release) apt(ctx context.Context, dir string) (*apt, error) {
 	if r.Suite == "" {
-		return &apt{}, nil
+		return &apt{kernel: r.kernelMeta()}, nil
 	}
 	uri, keyring, err := hostMirror()
 	if err != nil {
 		return nil, err
 	}
 	state := filepath.Join(dir, "apt-"+r.Suite)
+	if r.KernelSuite != "" {
+		state += "+" + r.KernelSuite
+	}
 	for _, d := range []string{"lists/partial", "cache/archives/partial"} {
 		if err := os.MkdirAll(filepath.Join(state, d), 0o755); err != nil {
 			return nil, err
@@ -77,6 +98,9 @@ func (r Release) apt(ctx context.Context, dir string) (*apt, error) {
 	}
 	list := filepath.Join(state, "sources.list")
 	line := fmt.Sprintf("deb [signed-by=%s] %s %s main\n", keyring, uri, r.Suite)
+	if r.KernelSuite != "" {
+		line += fmt.Sprintf("deb [signed-by=%s] %s %s main\n", keyring, uri, r.KernelSuite)
+	}
 	if err := os.WriteFile(list, []byte(line), 0o644); err != nil {
 		return nil, err
 	}
@@ -86,7 +110,7 @@ func (r Release) apt(ctx context.Context, dir string) (*apt, error) {
 	}
 	a := &apt{opts: []string{"-o", "Dir::Etc::SourceList=" + list, "-o", "Dir::Etc::SourceParts=" + filepath.Join(state, "none"),
 		"-o", "Dir::State::Lists=" + filepath.Join(state, "lists"), "-o", "Dir::Cache=" + filepath.Join(state, "cache"),
-		"-o", "Dir::State::Status=" + status}}
+		"-o", "Dir::State::Status=" + status}, kernel: r.kernelMeta()}
 	if _, err := a.run(ctx, "", "apt-get", "update"); err != nil {
 		return nil, fmt.Errorf("package lists of %s: %w", r.Suite, err)
 	}
