@@ -7,6 +7,7 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
@@ -80,7 +81,8 @@ int main(int argc, char **argv)
 		failed = 1;
 	}
 	expect("migrate nothing", rdma_migrate_id(NULL, ch), EINVAL);
-	expect("datagram rsocket", rsocket(AF_INET, SOCK_DGRAM, 0), ENOSYS);
+	expect("raw rsocket", rsocket(AF_INET, SOCK_RAW, 0), ENOTSUP);
+	expect("stream rsocket of UDP", rsocket(AF_INET, SOCK_STREAM, IPPROTO_UDP), ENOTSUP);
 	expect("init_qp_attr without attributes", rdma_init_qp_attr(id, NULL, NULL), EINVAL);
 	struct ibv_qp_attr rtr = {.qp_state = IBV_QPS_RTR};
 	int qmask = 0;
