@@ -105,16 +105,7 @@ func (s *suite) daemonSeries(ctx context.Context, p *netnstest.Pair, mode string
 		return &Figure{Key: "daemon/" + mode + "/" + key, Group: groupSoftnic, Unit: unit, Name: name + ", " + how,
 			LowerIsBetter: unit == unitUsec}
 	}
-	withPrepare := func(se *series) *series {
-		measure := se.measure
-		se.measure = func() (float64, string, error) {
-			if err := prepare(); err != nil {
-				return 0, "", err
-			}
-			return measure()
-		}
-		return se
-	}
+	withPrepare := func(se *series) *series { return preparedBy(prepare, se) }
 	list := []*series{
 		withPrepare(s.perfSeries(ctx, p, fig("write_bw", "write_bw 64 KiB", unitGbps), "write_bw", 64<<10, 4096, 1, gbps)),
 		withPrepare(&series{fig: fig("write_lat", "write_lat 8 B median", unitUsec), measure: func() (float64, string, error) {

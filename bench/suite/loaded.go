@@ -65,19 +65,14 @@ func (s *suite) loadedSeries(ctx context.Context, p *netnstest.Pair, d *daemonPa
 			Name: name + ", engine priority " + prio, LowerIsBetter: unit == unitUsec}
 	}
 	prepared := func(stock bool, se *series) *series {
-		measure := se.measure
-		se.measure = func() (float64, string, error) {
+		return preparedBy(func() error {
 			if !slices.Equal(d.args, args) {
 				d.down()
 				d.args = args
 			}
 			s.stock = stock
-			if err := d.up(ctx); err != nil {
-				return 0, "", err
-			}
-			return measure()
-		}
-		return se
+			return d.up(ctx)
+		}, se)
 	}
 	lat := func(loaded bool) func() (float64, string, error) {
 		return func() (float64, string, error) {

@@ -47,26 +47,16 @@ func (s *suite) middlewareRounds(ctx context.Context, p *netnstest.Pair) {
 	fig := func(key, name, unit string) *Figure {
 		return &Figure{Key: "middleware/" + key, Group: groupSoftnic, Unit: unit, Name: name, LowerIsBetter: unit == unitUsec}
 	}
-	prepared := func(prepare func() error, se *series) *series {
-		measure := se.measure
-		se.measure = func() (float64, string, error) {
-			if err := prepare(); err != nil {
-				return 0, "", err
-			}
-			return measure()
-		}
-		return se
-	}
 	mpi, mpiErr := s.mpiProgram(ctx)
 	list := []*series{
-		prepared(down, s.perfSeries(ctx, p, fig("write_bw", "write_bw 64 KiB, in-process (beside UCX)", unitGbps),
+		preparedBy(down, s.perfSeries(ctx, p, fig("write_bw", "write_bw 64 KiB, in-process (beside UCX)", unitGbps),
 			"write_bw", 64<<10, 4096, 1, gbps)),
-		prepared(down, &series{fig: fig("write_lat", "write_lat 8 B median, in-process (beside UCX)", unitUsec),
+		preparedBy(down, &series{fig: fig("write_lat", "write_lat 8 B median, in-process (beside UCX)", unitUsec),
 			measure: func() (float64, string, error) {
 				r, err := s.latency(ctx, p, "write_lat", 8, 4096, s.latIters)
 				return r.Typical, fmt.Sprintf("p99 %.2f", r.P99), err
 			}}),
-		prepared(up, &series{fig: fig("ucx/tag_bw", "ucx_perftest tag_bw 64 KiB over rc, through the daemon", unitGbps),
+		preparedBy(up, &series{fig: fig("ucx/tag_bw", "ucx_perftest tag_bw 64 KiB over rc, through the daemon", unitGbps),
 			measure: func() (float64, string, error) {
 				f, err := s.ucxPerftest(ctx, p, "tag_bw", 64<<10, middlewareBwIters)
 				if err != nil {
@@ -75,7 +65,7 @@ func (s *suite) middlewareRounds(ctx context.Context, p *netnstest.Pair) {
 				// MB/s of 2^20 bytes to Gb/s
 				return f[3] * (1 << 20) * 8 / 1e9, fmt.Sprintf("%.0f msg/s", f[5]), nil
 			}}),
-		prepared(up, &series{fig: fig("ucx/tag_lat", "ucx_perftest tag_lat 8 B median over rc, through the daemon", unitUsec),
+		preparedBy(up, &series{fig: fig("ucx/tag_lat", "ucx_perftest tag_lat 8 B median over rc, through the daemon", unitUsec),
 			measure: func() (float64, string, error) {
 				f, err := s.ucxPerftest(ctx, p, "tag_lat", 8, s.latIters)
 				if err != nil {
@@ -83,7 +73,7 @@ func (s *suite) middlewareRounds(ctx context.Context, p *netnstest.Pair) {
 				}
 				return f[0], fmt.Sprintf("average %.2f", f[1]), nil
 			}}),
-		prepared(up, &series{fig: fig("mpi/lat", "Open MPI ping-pong 8 B over pml ucx (rc), half round trip, through the daemon", unitUsec),
+		preparedBy(up, &series{fig: fig("mpi/lat", "Open MPI ping-pong 8 B over pml ucx (rc), half round trip, through the daemon", unitUsec),
 			measure: func() (float64, string, error) {
 				if mpiErr != nil {
 					return 0, "", mpiErr

@@ -18,6 +18,20 @@ type series struct {
 	dead    bool // timed out: not run again
 }
 
+// preparedBy makes se run prepare before each of its measurements (the
+// daemons up or down, a mode set): the series of one round need different
+// setups, in turn.
+func preparedBy(prepare func() error, se *series) *series {
+	measure := se.measure
+	se.measure = func() (float64, string, error) {
+		if err := prepare(); err != nil {
+			return 0, "", err
+		}
+		return measure()
+	}
+	return se
+}
+
 // rounds measures every series s.repeat times, interleaved (a b c, a b c,
 // ...), so that load coming and going on a shared machine falls on all of
 // them alike. Each figure is the median of its runs, and the ratio of two

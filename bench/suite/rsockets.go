@@ -33,28 +33,18 @@ func (s *suite) rsocketsRounds(ctx context.Context, p *netnstest.Pair) {
 	fig := func(key, name, kernel string) *Figure {
 		return &Figure{Key: "rsockets/" + key, Group: groupSoftnic, Unit: unitGbps, Name: name, Kernel: kernel}
 	}
-	prepared := func(prepare func() error, se *series) *series {
-		measure := se.measure
-		se.measure = func() (float64, string, error) {
-			if err := prepare(); err != nil {
-				return 0, "", err
-			}
-			return measure()
-		}
-		return se
-	}
 	tcp := &Figure{Key: "rsockets/tcp", Group: groupKernel, Unit: unitGbps, Name: "iperf3 over kernel TCP, one stream (beside rsockets)"}
 	list := []*series{
-		prepared(down, s.perfSeries(ctx, p, fig("send_bw", "send_bw 64 KiB, in-process (beside rsockets)", ""),
+		preparedBy(down, s.perfSeries(ctx, p, fig("send_bw", "send_bw 64 KiB, in-process (beside rsockets)", ""),
 			"send_bw", 64<<10, 4096, 1, gbps)),
-		prepared(up, &series{fig: fig("rstream", "rstream 64 KiB, through the daemon", ""),
+		preparedBy(up, &series{fig: fig("rstream", "rstream 64 KiB, through the daemon", ""),
 			measure: func() (float64, string, error) { return s.rstream(ctx, p) }}),
-		prepared(up, &series{fig: fig("iperf3", "iperf3 under librspreload (rsockets), through the daemon", "rsockets/tcp"),
+		preparedBy(up, &series{fig: fig("iperf3", "iperf3 under librspreload (rsockets), through the daemon", "rsockets/tcp"),
 			measure: func() (float64, string, error) {
 				v, err := s.rspreloadIperf3(ctx, p)
 				return v, "", err
 			}}),
-		prepared(down, &series{fig: tcp, measure: func() (float64, string, error) {
+		preparedBy(down, &series{fig: tcp, measure: func() (float64, string, error) {
 			v, err := s.tcpStream(ctx, p)
 			return v, "", err
 		}}),
