@@ -68,14 +68,14 @@ func bootOnNetwork(t *testing.T, cfg Config) *Result {
 
 // TestGuestBringsUpRxe boots one guest and checks that rxe0 is usable:
 // listed by ibv_devices, port ACTIVE, the IPv4 GID at index 1, netem
-// applied, softnic's side of the veth reachable, UCX's and libfabric's
+// applied to all but the CM's MADs, softnic's side of the veth reachable, UCX's and libfabric's
 // verbs transports on it (ucx_info, fi_info: their libraries and UCX's
 // modules are in the image), and the script's exit status reported.
 func TestGuestBringsUpRxe(t *testing.T) {
 	res := bootOnNetwork(t, Config{
 		Name:  "rxe-up",
 		Netem: "delay 1ms",
-		Script: "ibv_devices\nibv_devinfo -d rxe0 -v\nrdma link show\ntc qdisc show dev eth0\n" +
+		Script: "ibv_devices\nibv_devinfo -d rxe0 -v\nrdma link show\ntc qdisc show dev eth0\ntc filter show dev eth0\n" +
 			"ping -c 1 -W 5 10.77.0.1 && echo PEER-REACHABLE\nucx_info -d\nfi_info -p verbs\nexit 42\n",
 	})
 	t.Logf("guest ran in %v; output:\n%s", res.Duration.Round(time.Millisecond), res.Output)
@@ -85,7 +85,8 @@ func TestGuestBringsUpRxe(t *testing.T) {
 	require.Regexp(t, `GID\[\s*1\]:\s+::ffff:10\.77\.0\.11, RoCE v2`, res.Output)
 	require.Contains(t, res.Output, "link rxe0/1 state ACTIVE")
 	require.Contains(t, res.Output, "PEER-REACHABLE", "the guest reaches the veth end in the peer namespace")
-	require.Regexp(t, `qdisc netem \S+ (dev eth0 )?root .*delay 1ms`, res.Output)
+	require.Regexp(t, `qdisc netem 20: (dev eth0 )?parent 1:2 .*delay 1ms`, res.Output)
+	require.Regexp(t, `(?s)flowid 1:1.*match 00000001/00ffffff at 32`, res.Output, "the CM's MADs skip netem")
 	require.Regexp(t, `(?m)^#\s+Transport: rc_verbs\n#\s+Device: rxe0:1$`, res.Output, "ucx_info -d lists rc_verbs on rxe0")
 	require.Regexp(t, `(?m)^#\s+Transport: ud_verbs\n#\s+Device: rxe0:1$`, res.Output, "ucx_info -d lists ud_verbs on rxe0")
 	require.Regexp(t, `(?m)^\s+domain: rxe0\n(?:.*\n)*?\s+type: FI_EP_MSG$`, res.Output, "fi_info lists verbs' msg endpoint on rxe0")

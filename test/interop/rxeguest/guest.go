@@ -33,8 +33,9 @@ type Config struct {
 	Addr netip.Prefix
 	// MTU of eth0; 1500 when zero.
 	MTU int
-	// Netem, when set, is passed to `tc qdisc add dev eth0 root netem`,
-	// e.g. "loss 2%" or "delay 2ms reorder 25% 50%".
+	// Netem, when set, is passed to `tc qdisc add ... netem` on eth0, e.g.
+	// "loss 2%" or "delay 2ms reorder 25% 50%", for every frame but the
+	// CM's MADs (RoCEv2 to QP 1).
 	Netem string
 	// ScriptTimeout, when set, makes the guest stop the script after this
 	// long, list its processes and what they wait on in Output, and report

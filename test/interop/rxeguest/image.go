@@ -66,7 +66,7 @@ var imageModules = []string{
 	"virtio_pci", "virtio_net", "virtio_rng",
 	"crc32_generic", // rxe computes the ICRC with the crypto API's "crc32"
 	"rdma_rxe", "rdma_ucm", "ib_umad",
-	"sch_netem",
+	"sch_netem", "sch_prio", "cls_u32",
 }
 
 // renamedModules are imageModules' names in later kernels, used where a

@@ -49,7 +49,17 @@ if [ -n "$GUEST_ADDR" ]; then
 	ip link set eth0 mtu "${GUEST_MTU:-1500}" up || fail "eth0 up"
 	ip addr add "$GUEST_ADDR" dev eth0 || fail "eth0 address $GUEST_ADDR"
 	if [ -n "$GUEST_NETEM" ]; then
-		tc qdisc add dev eth0 root netem $GUEST_NETEM || fail "netem $GUEST_NETEM"
+		# netem impairs the data path; the CM's MADs (RoCEv2 to QP 1: BTH's
+		# DestQP is bytes 33-35 of an IPv4 packet without options) take an
+		# unimpaired band. Linux's CM stops resending a DREQ when the
+		# application destroys its ID, so a lost one leaves the peer's
+		# rping waiting for a disconnect that never comes.
+		tc qdisc add dev eth0 root handle 1: prio bands 2 priomap 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 ||
+			fail "prio qdisc"
+		tc qdisc add dev eth0 parent 1:2 handle 20: netem $GUEST_NETEM || fail "netem $GUEST_NETEM"
+		tc filter add dev eth0 parent 1: protocol ip prio 1 u32 match ip protocol 17 0xff \
+			match ip dport 4791 0xffff match u32 0x00000001 0x00ffffff at 32 flowid 1:1 ||
+			fail "CM MAD filter"
 	fi
 	rdma link add rxe0 type rxe netdev eth0 || fail "rdma link add rxe0"
 	# rxe0's port follows eth0's carrier; wait until it is usable.
