@@ -83,6 +83,11 @@ int main(int argc, char **argv)
 	expect("migrate nothing", rdma_migrate_id(NULL, ch), EINVAL);
 	expect("raw rsocket", rsocket(AF_INET, SOCK_RAW, 0), ENOTSUP);
 	expect("stream rsocket of UDP", rsocket(AF_INET, SOCK_STREAM, IPPROTO_UDP), ENOTSUP);
+	int ds = rsocket(AF_INET, SOCK_DGRAM, 0);
+	uint16_t short_size = 16;
+	expect("datagram rsocket's queue size in 2 bytes", rsetsockopt(ds, SOL_RDMA, RDMA_SQSIZE, &short_size, 2), EINVAL);
+	expect("datagram rsocket's queue size from nowhere", rsetsockopt(ds, SOL_RDMA, RDMA_SQSIZE, NULL, 4), EINVAL);
+	rclose(ds);
 	expect("init_qp_attr without attributes", rdma_init_qp_attr(id, NULL, NULL), EINVAL);
 	struct ibv_qp_attr rtr = {.qp_state = IBV_QPS_RTR};
 	int qmask = 0;
