@@ -35,6 +35,8 @@ type providerWorld struct {
 	// runuser: command runs softnic exec itself as user nobody
 	// (runuser -u nobody --), as a user without privileges starts it.
 	runuser bool
+	// pairLimit bounds one cmPair attempt; 0: 2 minutes.
+	pairLimit time.Duration
 }
 
 func newProviderWorld(t *testing.T) *providerWorld {

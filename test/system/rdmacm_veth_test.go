@@ -112,7 +112,11 @@ type pairRun struct {
 // left waiting by a client that failed is killed.
 func (w *providerWorld) cmAttempt(t *testing.T, server, client []string) pairRun {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	limit := w.pairLimit
+	if limit == 0 {
+		limit = 2 * time.Minute
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	sock := filepath.Join(w.runDir, "softnic_"+w.a.Ifname+".sock")
 	before, err := listeners(sock, 0)
