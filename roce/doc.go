@@ -6,10 +6,13 @@
 // step over typed views of the Ethernet, 802.1Q, IPv4, IPv6 and UDP headers
 // (header.go), and returns views of its fields and of the IB packet inside,
 // for package ibtransport to parse. Encap builds the headers around an IB
-// packet written in place. Both work on caller-owned buffers and allocate
-// nothing, so they sit on the per-packet path.
+// packet written in place; a transmit path keeps the headers it writes as a
+// template (encaptmpl.go) and patches only the lengths and the IPv4
+// checksum. They work on caller-owned buffers and allocate nothing, so
+// they sit on the per-packet path.
 //
-// The files: frame.go, encap.go, header.go and icrc.go the framing;
+// The files: frame.go, encap.go, encaptmpl.go, header.go and icrc.go the
+// framing;
 // device.go the Device; lane.go an engine's goroutine and receive path;
 // txpath.go and loopback.go the transmit paths; tap.go the hook that
 // shows each lane's frames to a Tap, such as roce/capture's packet

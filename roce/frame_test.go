@@ -374,8 +374,14 @@ func FuzzEncapRoundTrip(f *testing.F) {
 		}
 		frame := make([]byte, e.FrameLen(len(ib)))
 		copy(frame[e.HeaderLen():], ib)
+		same := append([]byte(nil), frame...)
 		n, err := e.Finish(frame, len(ib))
 		require.NoError(t, err)
+		// The path's template writes the same frame (encaptmpl.go).
+		tmpl := e.template()
+		m, err := tmpl.finish(&e, same, len(ib))
+		require.NoError(t, err)
+		require.Equal(t, frame[:n], same[:m])
 		var fr Frame
 		require.NoError(t, ParseFrame(frame[:n], &fr))
 		got := Encap{SrcMAC: fr.SrcMAC, DstMAC: fr.DstMAC, HasVLAN: fr.HasVLAN, VLAN: fr.VLAN, Src: fr.Src, Dst: fr.Dst,

@@ -26,11 +26,12 @@ import (
 //	process: Engine.Process runs each active QP's responder, completer
 //	  and requester (ibtransport/engine.go);
 //	transmit: a QP's packets go out through its TxPath (path, txpath.go):
-//	  Buffer lends the IB part of a link frame, Send has Encap.Finish write
-//	  Ethernet, IP, UDP and the ICRC around it (encap.go, icrc.go), the
-//	  Tap see it, and Link.Send queue it; Link.Flush kicks the link
-//	  once a pass (and every flushBytes). Packets between two QPs of the
-//	  device go through loopPath (loopback.go) instead of the link.
+//	  Buffer lends the IB part of a link frame, Send writes Ethernet, IP,
+//	  UDP (the path's template of them, encaptmpl.go) and the ICRC
+//	  around it (icrc.go), the Tap see it, and Link.Send queue it;
+//	  Link.Flush kicks the link once a pass (and every flushBytes).
+//	  Packets between two QPs of the device go through loopPath
+//	  (loopback.go) instead of the link.
 //
 // pass is one round of the three; run is the lane's goroutine, which
 // spins, naps or sleeps between passes.

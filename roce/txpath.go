@@ -57,7 +57,7 @@ func (ln *lane) Path(av *ibv.AddressVector, qpn uint32, pathMTU int) (ibtranspor
 	if maxPayloadHeaders+pathMTU > maxIB {
 		return nil, fmt.Errorf("path MTU %d does not fit the link's frames (MTU %d): %w", pathMTU, ln.maxMTU(), ibv.ErrInvalidArgument)
 	}
-	return &path{ln: ln, encap: encap, hl: hl, maxIB: maxIB, loop: loop}, nil
+	return &path{ln: ln, encap: encap, tmpl: encap.template(), hl: hl, maxIB: maxIB, loop: loop}, nil
 }
 
 // ActiveMTU implements ibtransport.Port: the largest IB MTU the link
@@ -95,6 +95,7 @@ func (d *Device) neighbor(dst netip.Addr) ([6]byte, error) {
 type path struct {
 	ln    *lane
 	encap Encap
+	tmpl  frameTemplate // encap's headers, laid out
 	hl    int
 	maxIB int
 	// loop, on a path to a multicast group, takes a copy of each packet
@@ -150,7 +151,7 @@ func (p *path) finish(buf []byte, n int) {
 		ln.finishRaw(buf, n)
 		return
 	}
-	l, err := p.encap.Finish(buf, n)
+	l, err := p.tmpl.finish(&p.encap, buf, n)
 	if err != nil {
 		ln.ctr.TxErrors.Add(1)
 		ln.spare = append(ln.spare, buf)

@@ -53,35 +53,66 @@ type item struct {
 	n   int    // frame length
 }
 
-// pool holds an end's TX buffers.
+// pool holds an end's TX buffers. The end's own goroutine takes them from
+// local without a lock; the peer's Receive gives them back into free, under
+// mu, a batch at a time, and get moves free onto local when nfree says it
+// holds some: a lock and unlock for every frame sent was 3 % of
+// BenchmarkWrite64B's CPU time. Returned buffers go on top of local, so
+// that the next frames are built in the buffers just used, still in the
+// cache; taking them only once local ran out cycled the frames through
+// every buffer of the pool (9 MB) and made a 64-byte WRITE slower.
 type pool struct {
+	local   [][]byte // the owner's alone
 	mu      sync.Mutex
 	free    [][]byte
+	nfree   atomic.Int32 // len(free), read without mu
 	starved bool
 	owner   *Endpoint
 }
 
 func (p *pool) get() []byte {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if len(p.free) == 0 {
-		p.starved = true
+	if (p.nfree.Load() > 0 || len(p.local) == 0) && !p.refill() {
 		return nil
 	}
-	b := p.free[len(p.free)-1]
-	p.free = p.free[:len(p.free)-1]
+	b := p.local[len(p.local)-1]
+	p.local = p.local[:len(p.local)-1]
 	return b
 }
 
+// refill moves the buffers given back onto local and reports whether local
+// has any; if not, the next put wakes the owner.
+func (p *pool) refill() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.local = append(p.local, p.free...) // never grows: both lists can hold every buffer
+	clear(p.free)
+	p.free = p.free[:0]
+	p.nfree.Store(0)
+	if len(p.local) == 0 {
+		p.starved = true
+		return false
+	}
+	return true
+}
+
+// put gives buffers back from any goroutine.
 func (p *pool) put(bufs ...[]byte) {
 	p.mu.Lock()
 	p.free = append(p.free, bufs...)
+	p.nfree.Store(int32(len(p.free)))
 	wake := p.starved
 	p.starved = false
 	p.mu.Unlock()
 	if wake {
 		p.owner.Wake()
 	}
+}
+
+// len counts the buffers in the pool; the owner's goroutine calls it.
+func (p *pool) len() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.local) + len(p.free)
 }
 
 // Endpoint is one end of a link pair. It implements roce.Link.
@@ -171,9 +202,12 @@ func newEndpoint(cfg Config, mac [6]byte, f Faults, seed uint64, epoch time.Time
 	e.pool.owner = e
 	size := cfg.MTU + 26
 	backing := make([]byte, size*cfg.Buffers)
+	// Each list can hold every buffer, so neither grows on the packet
+	// path.
+	e.pool.local = make([][]byte, 0, cfg.Buffers)
 	e.pool.free = make([][]byte, 0, cfg.Buffers)
 	for i := range cfg.Buffers {
-		e.pool.free = append(e.pool.free, backing[i*size:(i+1)*size:(i+1)*size])
+		e.pool.local = append(e.pool.local, backing[i*size:(i+1)*size:(i+1)*size])
 	}
 	return e
 }
@@ -331,6 +365,7 @@ func (e *Endpoint) Receive(fn func(frame []byte), max int) int {
 	for _, it := range batch {
 		p.free = append(p.free, it.buf)
 	}
+	p.nfree.Store(int32(len(p.free)))
 	wake := p.starved
 	p.starved = false
 	p.mu.Unlock()
