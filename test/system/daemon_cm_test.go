@@ -75,24 +75,29 @@ func TestRpingClientKilledThroughDaemon(t *testing.T) {
 	require.NoError(t, srv.Start())
 	cout := &syncbuf.Buffer{}
 	var cli *exec.Cmd
+	var exited chan error
 	require.Eventually(t, func() bool {
-		// Until the server listens, the client is refused and ends.
+		// Until the server listens, the client is refused and ends; one
+		// that runs is waited for, however slowly it starts.
 		cli = v.asNobody(&v.p.B, "rping", "-c", "-v", "-a", a4, "-C", "1000000")
 		cout = &syncbuf.Buffer{}
 		cli.Stdout, cli.Stderr = cout, cout
 		require.NoError(t, cli.Start())
-		for range 50 {
+		exited = make(chan error, 1)
+		go func(c *exec.Cmd, ch chan error) { ch <- c.Wait() }(cli, exited)
+		for {
 			if strings.Count(cout.String(), "ping data: rdma-ping-") >= 20 {
 				return true
 			}
-			time.Sleep(20 * time.Millisecond)
+			select {
+			case <-exited:
+				return false
+			case <-time.After(20 * time.Millisecond):
+			}
 		}
-		cli.Process.Kill()
-		cli.Wait()
-		return false
-	}, 30*time.Second, 100*time.Millisecond, "the client never pinged:\n%s", cout.String())
+	}, 2*time.Minute, 100*time.Millisecond, "the client never pinged:\n%s", cout.String())
 	require.NoError(t, cli.Process.Kill())
-	cli.Wait()
+	<-exited
 
 	done := make(chan error, 1)
 	go func() { done <- srv.Wait() }()

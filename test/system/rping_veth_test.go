@@ -79,7 +79,8 @@ func TestRpingOverVeth(t *testing.T) {
 		require.ErrorAs(t, err, &exit, "%s", out2)
 		assert.Equal(t, 255, exit.ExitCode())
 		assert.Equal(t, "cma event RDMA_CM_EVENT_REJECTED, error 8\nwait for CONNECTED state 4\nconnect error -1\n", string(out2))
-		assert.Less(t, took, 3*time.Second, "softnic's start-up included")
+		// The REJ itself is the answer: with nobody's CM answering, the
+		// client would end UNREACHABLE after its REQ retries instead.
 		t.Logf("refused client ran %v, softnic's start-up included", took)
 	})
 }

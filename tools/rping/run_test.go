@@ -1,7 +1,6 @@
 package rping
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net/netip"
@@ -13,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/softnic/softnic/internal/syncbuf"
 	"github.com/softnic/softnic/rdmacm"
 	"github.com/softnic/softnic/verbs"
 )
@@ -38,7 +38,7 @@ func cmPair(t *testing.T) (srv, cli *rdmacm.CM) {
 
 // outcome is what one Run printed and returned.
 type outcome struct {
-	stdout, stderr bytes.Buffer
+	stdout, stderr syncbuf.Buffer // read while the run writes them
 	err            error
 }
 
@@ -48,7 +48,12 @@ func (o *outcome) String() string {
 
 // start runs cfg on cm on a goroutine; wait returns its outcome.
 func start(ctx context.Context, cm *rdmacm.CM, cfg Config) (wait func() *outcome) {
-	o := &outcome{}
+	return startInto(ctx, cm, cfg, &outcome{})
+}
+
+// startInto is start with the outcome o, which the caller may read while
+// the run goes on.
+func startInto(ctx context.Context, cm *rdmacm.CM, cfg Config, o *outcome) (wait func() *outcome) {
 	cfg.Stdout, cfg.Stderr = &o.stdout, &o.stderr
 	done := make(chan struct{})
 	go func() {
