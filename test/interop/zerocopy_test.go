@@ -40,7 +40,8 @@ func zeroCopyScripts(steps []mixedStep, mode string) (softnicGuest, rxeGuest str
 		"n=0; while ! grep -q -e msg=serving -e level=ERROR /tmp/daemon.log && kill -0 $! 2>/dev/null && [ $n -lt 600 ]; do sleep 0.2; n=$((n+1)); done\n" +
 		"echo '@@ daemon'\ncat /tmp/daemon.log\n" +
 		// Without the daemon the tools would open eth0 themselves.
-		"grep -q msg=serving /tmp/daemon.log || { echo '@@ kernel'; dmesg | grep -i -E 'xdp|xsk|virtio_net' | tail -n 20; exit 0; }\n"
+		"grep -q msg=serving /tmp/daemon.log || { echo '@@ kernel'; dmesg | grep -i -E 'xdp|xsk|virtio_net' | tail -n 20; exit 0; }\n" +
+		zcWatch
 	end := "echo '@@ stat'\ntimeout -s TERM 20 softnic stat -d eth0 2>&1\n" +
 		"echo '@@ daemon log'\ncat /tmp/daemon.log\n" +
 		"echo '@@ kernel'\ndmesg | grep -i -E 'xdp|xsk|virtio_net' | tail -n 20\n"
@@ -49,20 +50,34 @@ func zeroCopyScripts(steps []mixedStep, mode string) (softnicGuest, rxeGuest str
 	return sn, rx
 }
 
+// zcWatch writes the transmit side's state to the console at the start
+// and every 10 s (Result.Console, logged): the interface's and each TX
+// queue's figures (BQL's bytes in flight, its limit), the softirqs and
+// interrupts, and the daemon's socket counters. A run whose frames stopped
+// going out says there where they stopped.
+const zcWatch = "( while :; do {\n" +
+	"echo \"@@watch $(cut -d' ' -f1 /proc/uptime) tx_packets $(cat /sys/class/net/eth0/statistics/tx_packets) rx_packets $(cat /sys/class/net/eth0/statistics/rx_packets)\"\n" +
+	"for q in /sys/class/net/eth0/queues/tx-*; do echo \"$q inflight $(cat $q/byte_queue_limits/inflight) limit $(cat $q/byte_queue_limits/limit) timeouts $(cat $q/tx_timeout 2>/dev/null)\"; done\n" +
+	"grep -E 'NET_TX|NET_RX' /proc/softirqs; grep -E 'virtio' /proc/interrupts\n" +
+	"timeout -s TERM 5 softnic stat -d eth0 2>&1 | grep -o -E '(sent_pkts|rcvd_pkts|duplicate_request|tx_frames|tx_no_buffer|passes|sleeps|contended|doorbell_wakeups|link_tx_[a-z_]+|xsk_[a-z_]+) [0-9]+' | tr '\\n' ' '; echo\n" +
+	"} >/dev/console 2>&1; sleep 10; done ) &\n"
+
 // TestInteropZeroCopyGuests runs write_bw and ibv_rc_pingpong -c both ways
 // between softnic's daemon in a Debian 13 guest and rdma_rxe in another,
 // first with the sockets bound zero-copy, then in copy mode, and checks
 // that the kernel bound them as asked: --xdp-bind zerocopy refuses to
 // serve without zero-copy, and the serving line must say bind=zero-copy.
-// The default (auto) must choose zero-copy there too.
+// The default (auto) must choose zero-copy there too. The first run
+// fetches the trixie-backports kernel (about 120 MB) into the image cache.
 //
-// It runs only with SOFTNIC_INTEROP_ZEROCOPY=1, outside make test: one
-// zero-copy run in six so far stalled with no RDMA traffic, cause not yet
-// known (the run now prints the daemon's counters), and it fetches the
-// trixie-backports kernel (about 120 MB).
+// It runs only with SOFTNIC_INTEROP_ZEROCOPY=1, outside make test: in
+// 16 runs here 2 failed, both in the third guest pair (auto), one with
+// no RDMA frame sent by softnic's daemon from its start, one with a NAK
+// (invalid request) after 28 WRITEs; the cause is not known yet. Both
+// guests' output and the transmit side's state (zcWatch) are logged.
 func TestInteropZeroCopyGuests(t *testing.T) {
 	if os.Getenv("SOFTNIC_INTEROP_ZEROCOPY") != "1" {
-		t.Skip("zero-copy guests: set SOFTNIC_INTEROP_ZEROCOPY=1 (not in make test: a stall in one run of six is not understood yet)")
+		t.Skip("zero-copy guests: set SOFTNIC_INTEROP_ZEROCOPY=1 (not in make test: 2 failures in 16 runs, cause not known)")
 	}
 	requireInteropHost(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 16*time.Minute)
@@ -111,14 +126,26 @@ func runZeroCopyGuests(t *testing.T, ctx context.Context, img *rxeguest.Image, b
 	// Both runs are on a driver that offers zero-copy: copy mode is
 	// softnic's choice there, not the driver's.
 	assert.Regexp(t, `driver="xdp-features [a-z,-]*xsk-zerocopy`, snOut["daemon"], "virtio-net advertises zero-copy")
-	for _, g := range []struct {
+	guests := []struct {
 		who string
 		res *rxeguest.Result
 		err error
-	}{{"softnic guest", snRes, snErr}, {"rxe guest", rxRes, rxErr}} {
-		require.NoErrorf(t, g.err, "%s", g.who)
+	}{{"softnic guest", snRes, snErr}, {"rxe guest", rxRes, rxErr}}
+	// Both guests' output first: a stall shows on both sides.
+	for _, g := range guests {
+		if g.err != nil {
+			continue
+		}
 		t.Logf("%s (status %d, %v):\n%s", g.who, g.res.ExitStatus, g.res.Duration.Round(time.Second), g.res.Output)
-		require.Zerof(t, g.res.ExitStatus, "%s: script failed; console tail:\n%s", g.who, tailLines(g.res.Console, 40))
+		if g.res.ExitStatus != 0 {
+			t.Logf("%s's console:\n%s", g.who, g.res.Console)
+		} else if g.who == "softnic guest" {
+			t.Logf("softnic guest's transmit side (zcWatch):\n%s", tailLines(g.res.Console, 30))
+		}
+	}
+	for _, g := range guests {
+		require.NoErrorf(t, g.err, "%s", g.who)
+		require.Zerof(t, g.res.ExitStatus, "%s: script failed", g.who)
 	}
 	rxOut := guestSections(t, rxRes.Output)
 	var results []interopResult
