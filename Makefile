@@ -87,8 +87,8 @@ bench-dcqcn:
 # image is fetched and built on first use, about 120 MB) under qemu TCG on
 # a bridge, rxe and a static softnic build bound in copy mode and in
 # zero-copy taking turns on the same guests (write_bw 64 KiB, write_lat 8 B,
-# 64 B message rate; one vCPU and two, each with one virtio-net queue pair,
-# where zero-copy is not run, and with twice as many as vCPUs); writes
+# 64 B message rate; one vCPU and two, each with one virtio-net queue pair
+# and with twice as many as vCPUs, all pairs in use: bench/vmqueues); writes
 # bench/results/vm.{md,png}. BENCHVMFLAGS passes options (bin/benchsuite -h: -vm-*).
 bench-vm:
 	CGO_ENABLED=0 $(GO) build -o bin/softnic-static ./cmd/softnic
