@@ -82,13 +82,17 @@ bench-dcqcn:
 	bash bench/install-deps.sh
 	bin/benchsuite -only dcqcn -softnic $(BIN) -out bench/results -dcqcn-flags "--softnic-rpg-hai-rate=5" -dcqcn-mtu-cnp-interval 50us $(BENCHFLAGS)
 
-# softnic against Linux rdma_rxe (root, qemu): two Debian 12 guests under
-# qemu TCG on a bridge, rxe and a static softnic build taking turns on the
-# same guests (write_bw 64 KiB, write_lat 8 B, 64 B message rate; one vCPU
-# and two, each with one virtio-net queue pair and with twice as many as
-# vCPUs); writes bench/results/vm.{md,png}. About 6-7 minutes here. BENCHVMFLAGS passes options (bin/benchsuite -h: -vm-*).
+# softnic against Linux rdma_rxe (root, qemu): two Debian 13 guests with
+# trixie-backports' kernel (its virtio-net offers zero-copy AF_XDP; the
+# image is fetched and built on first use, about 120 MB) under qemu TCG on
+# a bridge, rxe and a static softnic build bound in copy mode and in
+# zero-copy taking turns on the same guests (write_bw 64 KiB, write_lat 8 B,
+# 64 B message rate; one vCPU and two, each with one virtio-net queue pair
+# and with twice as many as vCPUs, all pairs in use: bench/vmqueues); writes
+# bench/results/vm.{md,png}. BENCHVMFLAGS passes options (bin/benchsuite -h: -vm-*).
 bench-vm:
 	CGO_ENABLED=0 $(GO) build -o bin/softnic-static ./cmd/softnic
+	CGO_ENABLED=0 $(GO) build -o bin/vmqueues ./bench/vmqueues
 	$(GO) build -o bin/benchsuite ./bench/suite
 	bash test/interop/install-deps.sh
 	bin/benchsuite -vm -softnic bin/softnic-static -out bench/results $(BENCHVMFLAGS)

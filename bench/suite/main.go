@@ -163,6 +163,7 @@ func vmFlags(o *options) {
 	flag.StringVar(&v.softnicFlags, "vm-softnic-flags", "--softnic-stats", "bench-vm: options added to softnic's runs (--softnic-stats: the counters the table sums)")
 	flag.StringVar(&v.softnicEnv, "vm-softnic-env", "", "bench-vm: environment of softnic's runs, NAME=value separated by spaces (e.g. GOMAXPROCS=1)")
 	flag.StringVar(&v.kernelArgs, "vm-kernel-args", "", "bench-vm: added to both guests' kernel command line (e.g. tsc=reliable: TCG guests of several vCPUs otherwise mark the TSC unstable and read the HPET)")
+	flag.StringVar(&v.queuesHelper, "vm-queues-helper", "bin/vmqueues", "bench-vm: static build of bench/vmqueues, which puts all of eth0's queue pairs in use in the guests")
 	flag.StringVar(&v.logDir, "vm-log-dir", filepath.Join(os.TempDir(), "softnic-bench-vm"), "bench-vm: where the guests' whole output and consoles go (empty: nowhere)")
 }
 

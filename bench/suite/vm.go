@@ -16,9 +16,11 @@ import (
 	"github.com/softnic/softnic/test/interop/rxeguest"
 )
 
-// bench-vm: softnic against Linux rdma_rxe on two identical qemu (TCG)
-// guests on a bridge, the two taking turns on the same guests, once per
-// guest shape (vCPUs, virtio-net queue pairs).
+// bench-vm: softnic, its AF_XDP sockets bound in copy mode and in
+// zero-copy, against Linux rdma_rxe on two identical qemu (TCG) guests on
+// a bridge, the three taking turns on the same guests, once per guest
+// shape (vCPUs, virtio-net queue pairs). The guests run Debian 13 with
+// trixie-backports' kernel, whose virtio-net offers zero-copy AF_XDP.
 
 // vmConfig is one guest shape; both guests get it.
 type vmConfig struct {
@@ -65,6 +67,7 @@ type vmOptions struct {
 	kernelArgs                   string // added to both guests' kernel command line
 	softnicFlags                 string // added to softnic's runs, with a leading space
 	softnicEnv                   string // NAME=value ... for softnic's runs (experiments)
+	queuesHelper                 string // bench/vmqueues, static
 }
 
 var vmTests = []*vmTest{
@@ -76,8 +79,11 @@ var vmTests = []*vmTest{
 		itersFlag: func(o vmOptions) int { return o.rateIters }, resultFrom: vmMsgRate},
 }
 
+// vmBandwidth reads a bandwidth report in MB/sec, as perftest 4.5 (and
+// softnic) labels its unit of 2^20 bytes, or MiB/sec, as trixie's perftest
+// labels the same unit; not one in Gb/sec.
 func vmBandwidth(out string) (float64, error) {
-	if !strings.Contains(out, "BW average[MB/sec]") {
+	if !strings.Contains(out, "BW average[MB/sec]") && !strings.Contains(out, "BW average[MiB/sec]") {
 		return 0, errors.New("no bandwidth report in MB/sec")
 	}
 	r, err := parseBW(out)
@@ -113,6 +119,7 @@ const (
 // guests' output, keyed by step index.
 type vmRun struct {
 	cfg            vmConfig
+	steps          []vmStep
 	server, client map[int]string
 	serverEnd      string // after the last step: virtio_net's messages
 	clientEnd      string
@@ -121,9 +128,11 @@ type vmRun struct {
 	logs           string // where the guests' whole output went
 }
 
-// runVMConfig boots the two guests with cfg and runs steps.
-func runVMConfig(ctx context.Context, img *rxeguest.Image, bin []byte, cfg vmConfig, steps []vmStep, o vmOptions) *vmRun {
-	run := &vmRun{cfg: cfg}
+// runVMConfig boots the two guests with cfg and runs the
+// implementations' steps (vmImpls).
+func runVMConfig(ctx context.Context, img *rxeguest.Image, programs map[string][]byte, cfg vmConfig, o vmOptions) *vmRun {
+	steps := vmSteps(vmTests, vmImpls, o.rounds)
+	run := &vmRun{cfg: cfg, steps: steps}
 	start := time.Now()
 	defer func() { run.took = time.Since(start) }()
 	limit := time.Duration(len(steps)+2) * o.runTimeout
@@ -144,7 +153,10 @@ func runVMConfig(ctx context.Context, img *rxeguest.Image, bin []byte, cfg vmCon
 			Name: name, NetNS: n.BridgeNS, Tap: n.Taps[tap], Addr: netip.MustParsePrefix(addr + "/24"),
 			Script: vmScript(steps, o, server, vmServerIP), ScriptTimeout: limit,
 			MemoryMiB: o.memMiB, CPUs: cfg.cpus, Queues: cfg.queues, KernelArgs: o.kernelArgs,
-			Programs: map[string][]byte{"/usr/bin/softnic": bin},
+			// Zero-copy needs it (rxeguest.Config); the other runs get
+			// it too, so that all run on the same device.
+			AccessPlatform: true,
+			Programs:       programs,
 		})
 	}
 	server, err := guest("vmserver", 0, vmServerIP, true)
@@ -247,18 +259,18 @@ func vmSections(res *rxeguest.Result) (map[int]string, string) {
 	return secs, end
 }
 
-// requireStatic refuses a dynamically linked softnic binary: the guest's
-// libraries are Debian 12's, not the host's, and a static build
+// requireStatic refuses a dynamically linked binary: the guest's
+// libraries are Debian 13's, not the host's, and a static build
 // (CGO_ENABLED=0) needs none of them.
 func requireStatic(path string) ([]byte, error) {
 	f, err := elf.Open(path)
 	if err != nil {
-		return nil, fmt.Errorf("softnic binary: %w", err)
+		return nil, fmt.Errorf("guest program: %w", err)
 	}
 	defer f.Close()
 	for _, p := range f.Progs {
 		if p.Type == elf.PT_INTERP {
-			return nil, fmt.Errorf("softnic binary %s is dynamically linked: build it with CGO_ENABLED=0", path)
+			return nil, fmt.Errorf("%s is dynamically linked: build it with CGO_ENABLED=0", path)
 		}
 	}
 	return os.ReadFile(path)

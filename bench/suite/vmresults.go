@@ -10,42 +10,47 @@ import (
 )
 
 // vmKey is the figure key of impl's test in a guest shape.
-func vmKey(impl string, c vmConfig, t *vmTest) string {
-	return impl + "/" + c.key() + "/" + t.key
+func vmKey(impl *vmImpl, c vmConfig, t *vmTest) string {
+	return impl.key + "/" + c.key() + "/" + t.key
 }
 
-// vmFigures turns a guest shape's run into its figures: per test, rxe's
-// and softnic's series (the median of the rounds, softnic's ratio to rxe
+// vmFigures turns a guest shape's run into its figures: per test, one
+// series per implementation (the median of the rounds; the ratio of two
 // the median of the round-by-round ratios), through settle like make
 // bench's rounds.
-func (s *suite) vmFigures(run *vmRun, steps []vmStep, rounds int) {
+func (s *suite) vmFigures(run *vmRun, rounds int) {
 	for _, t := range vmTests {
 		var list []*series
-		for _, impl := range []string{"rxe", "softnic"} {
+		for _, impl := range vmImpls {
 			f := &Figure{Key: vmKey(impl, run.cfg, t), Group: groupKernel, Unit: t.unit, LowerIsBetter: t.lower,
-				Name: fmt.Sprintf("%s %s, %s", impl, t.name, run.cfg.label())}
-			if impl == "softnic" {
-				f.Group, f.Kernel = groupSoftnic, vmKey("rxe", run.cfg, t)
+				Name: fmt.Sprintf("%s %s, %s", impl.label, t.name, run.cfg.label())}
+			if impl.softnic() {
+				f.Group, f.Kernel = groupSoftnic, vmKey(vmRxe, run.cfg, t)
 			}
-			se := &series{fig: f, vals: make([]float64, rounds), notes: make([]string, rounds)}
-			for i := range se.vals {
-				se.vals[i] = math.NaN()
-			}
-			for _, st := range steps {
-				if st.impl != impl || st.test != t {
-					continue
-				}
-				v, err := vmStepValue(run, st)
-				if err != nil {
-					se.errs = append(se.errs, fmt.Sprintf("round %d: %v", st.round, err))
-					continue
-				}
-				se.vals[st.round-1] = v
-			}
-			list = append(list, se)
+			list = append(list, s.vmSeries(f, run, impl, t, rounds))
 		}
 		s.settle(list...)
 	}
+}
+
+// vmSeries is impl's values of test t in run, one a round.
+func (s *suite) vmSeries(f *Figure, run *vmRun, impl *vmImpl, t *vmTest, rounds int) *series {
+	se := &series{fig: f, vals: make([]float64, rounds), notes: make([]string, rounds)}
+	for i := range se.vals {
+		se.vals[i] = math.NaN()
+	}
+	for _, st := range run.steps {
+		if st.impl != impl || st.test != t {
+			continue
+		}
+		v, err := vmStepValue(run, st)
+		if err != nil {
+			se.errs = append(se.errs, fmt.Sprintf("round %d: %v", st.round, err))
+			continue
+		}
+		se.vals[st.round-1] = v
+	}
+	return se
 }
 
 // vmStepValue is the figure the client printed in step st, or why there
@@ -79,38 +84,59 @@ func vmTrim(out string) string {
 	return strings.Join(keep, "\n")
 }
 
-var xdpModeRE = regexp.MustCompile(`(?m)^XDP-MODE: ?(\S+)$`)
+var (
+	xdpModeRE = regexp.MustCompile(`(?m)^XDP-MODE: ?(\S+)$`)
+	// vmBindRE is the line softnic perf prints once its sockets are bound
+	// (cmd/softnic's bindLine): the mode the kernel granted, read back.
+	vmBindRE = regexp.MustCompile(`(?m)^softnic: \S+: AF_XDP bind (.+), XDP \S+, \d+ queues$`)
+)
 
-// vmXDPModes counts the XDP modes one side's softnic runs got, e.g.
-// "xdp ×9" (native) or "xdpgeneric ×9"; runs that never showed a
+// vmXDPModes counts the XDP modes one side's runs of impl got, e.g.
+// "xdp (native) ×9" or "xdpgeneric ×9"; runs that never showed a
 // program count as "none".
-func vmXDPModes(secs map[int]string, steps []vmStep) string {
+func vmXDPModes(secs map[int]string, steps []vmStep, impl *vmImpl) string {
+	return vmCount(secs, steps, impl, xdpModeRE, func(m string) string {
+		if m == "xdp" {
+			return "xdp (native)"
+		}
+		return m
+	})
+}
+
+// vmBinds counts the AF_XDP bind modes one side's runs of impl reported,
+// e.g. "zero-copy ×9"; runs that printed none (softnic failed before its
+// sockets bound, as --softnic-xdp-bind zerocopy does where the driver
+// refuses) count as "none".
+func vmBinds(secs map[int]string, steps []vmStep, impl *vmImpl) string {
+	return vmCount(secs, steps, impl, vmBindRE, func(m string) string { return m })
+}
+
+// vmCount counts what re's first group found in each section of impl's
+// steps, named by name, "none" where it found nothing; "not run" if
+// impl ran no step on that side.
+func vmCount(secs map[int]string, steps []vmStep, impl *vmImpl, re *regexp.Regexp, name func(string) string) string {
 	count := map[string]int{}
 	for _, st := range steps {
-		if st.impl != "softnic" {
+		if st.impl != impl {
 			continue
 		}
 		sec, ok := secs[st.index]
 		if !ok {
 			continue
 		}
-		m := xdpModeRE.FindStringSubmatch(sec)
+		m := re.FindStringSubmatch(sec)
 		if m == nil {
 			count["none"]++
 			continue
 		}
-		count[m[1]]++
+		count[name(m[1])]++
 	}
 	if len(count) == 0 {
 		return "not run"
 	}
 	var parts []string
-	for mode, n := range count {
-		name := mode
-		if mode == "xdp" {
-			name = "xdp (native)"
-		}
-		parts = append(parts, fmt.Sprintf("%s ×%d", name, n))
+	for what, n := range count {
+		parts = append(parts, fmt.Sprintf("%s ×%d", what, n))
 	}
 	sort.Strings(parts)
 	return strings.Join(parts, ", ")
@@ -180,7 +206,7 @@ func stepCPU(sec string) (cpuSplit, bool) {
 }
 
 // vmCPU sums the CPU split of impl's runs of test t on one side.
-func vmCPU(secs map[int]string, steps []vmStep, impl string, t *vmTest) cpuSplit {
+func vmCPU(secs map[int]string, steps []vmStep, impl *vmImpl, t *vmTest) cpuSplit {
 	var sum cpuSplit
 	for _, st := range steps {
 		if st.impl == impl && st.test == t {
@@ -198,9 +224,9 @@ var vmCounterRE = regexp.MustCompile(`(?m)^  (Timeouts|Forwarded|RxPackets) +(\d
 // in impl's runs of test t, on both sides and over the rounds: timeouts
 // (each costs a retransmit timeout), packets handed from the engine that
 // received them to the one running their QP, and packets received.
-func vmCounters(r *vmRun, steps []vmStep, t *vmTest) (timeouts, forwarded, received int, ok bool) {
-	for _, st := range steps {
-		if st.impl != "softnic" || st.test != t {
+func vmCounters(r *vmRun, impl *vmImpl, t *vmTest) (timeouts, forwarded, received int, ok bool) {
+	for _, st := range r.steps {
+		if st.impl != impl || st.test != t {
 			continue
 		}
 		for _, sec := range []string{r.server[st.index], r.client[st.index]} {

@@ -27,11 +27,34 @@ type vmTest struct {
 	resultFrom func(out string) (float64, error)
 }
 
-// vmStep is one run: an implementation ("rxe" or "softnic"), a test, a
-// round, and the exchange port both sides use.
+// vmImpl is one of the compared implementations: rdma_rxe, or softnic
+// with its AF_XDP sockets bound in one mode.
+type vmImpl struct {
+	key, label string
+	bind       string // softnic's --softnic-xdp-bind; "" for rxe
+}
+
+var (
+	vmRxe      = &vmImpl{key: "rxe", label: "rdma_rxe"}
+	vmCopy     = &vmImpl{key: "copy", label: "softnic copy", bind: "copy"}
+	vmZeroCopy = &vmImpl{key: "zerocopy", label: "softnic zero-copy", bind: "zerocopy"}
+	// vmSoftnics are softnic's modes, in the report's order.
+	vmSoftnics = []*vmImpl{vmCopy, vmZeroCopy}
+)
+
+func (im *vmImpl) softnic() bool { return im.bind != "" }
+
+// vmImpls are the compared implementations, in their first round's
+// order. Every guest shape runs all three: with all of eth0's queue pairs
+// in use (bench/vmqueues) virtio-net runs XDP natively, XDP_TX in its
+// locked mode, and binds zero-copy with one queue pair as with several.
+var vmImpls = []*vmImpl{vmRxe, vmCopy, vmZeroCopy}
+
+// vmStep is one run: an implementation, a test, a round, and the
+// exchange port both sides use.
 type vmStep struct {
 	index int
-	impl  string
+	impl  *vmImpl
 	test  *vmTest
 	round int
 }
@@ -43,21 +66,19 @@ const vmBasePort = 18600
 
 // stepMarker starts a step's section of a guest's output.
 func (st vmStep) marker() string {
-	return fmt.Sprintf("@@ step %d %s %s %d", st.index, st.impl, st.test.key, st.round)
+	return fmt.Sprintf("@@ step %d %s %s %d", st.index, st.impl.key, st.test.key, st.round)
 }
 
-// vmSteps orders the runs: in odd rounds rxe's block of tests comes
-// first, in even rounds softnic's (ABBA), so that drift over the run
-// falls on both alike and each guest switches between rxe and softnic
-// once a round.
-func vmSteps(tests []*vmTest, rounds int) []vmStep {
+// vmSteps orders the runs: a block of tests per implementation, the
+// blocks' order rotating by one each round (round 1 rxe, copy, zero-copy;
+// round 2 copy, zero-copy, rxe; ...), so that over as many rounds as
+// implementations each block takes each place once and drift over the
+// run falls on all alike.
+func vmSteps(tests []*vmTest, impls []*vmImpl, rounds int) []vmStep {
 	var steps []vmStep
 	for r := 1; r <= rounds; r++ {
-		impls := []string{"rxe", "softnic"}
-		if r%2 == 0 {
-			impls = []string{"softnic", "rxe"}
-		}
-		for _, impl := range impls {
+		for i := range impls {
+			impl := impls[(i+r-1)%len(impls)]
 			for _, t := range tests {
 				steps = append(steps, vmStep{index: len(steps), impl: impl, test: t, round: r})
 			}
@@ -120,25 +141,28 @@ retry_tool() {
 func vmScript(steps []vmStep, o vmOptions, server bool, serverIP string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "RUN_TIMEOUT=%d\nSOFTNIC_ENV=%s\n%s", int(o.runTimeout.Seconds()), shellQuote(o.softnicEnv), vmPrelude)
+	// Every queue pair in use from the start (bench/vmqueues says why:
+	// otherwise a zero-copy run left a queue that crashed the next run).
+	b.WriteString("vmqueues eth0 || echo '!! vmqueues failed'\n")
 	for _, st := range steps {
 		b.WriteString("echo '" + st.marker() + "'\n")
-		if st.impl == "rxe" {
+		if st.impl == vmRxe {
 			b.WriteString("rxe_on || echo '!! FAILED: rxe0 not up'\n")
 		} else {
 			b.WriteString("rxe_off || echo '!! FAILED: rxe0 not removed'\n")
 		}
 		b.WriteString("cpu BEFORE\n")
 		args := fmt.Sprintf("-x 1 -m 1024 -F -s %d -n %d -p %d", st.test.size, st.test.itersFlag(o), st.port())
+		sn := fmt.Sprintf("run_softnic perf %s -d eth0 %s --softnic-xdp-bind %s%s", st.test.tool, args, st.impl.bind, o.softnicFlags)
 		switch {
-		case st.impl == "rxe" && server:
+		case !st.impl.softnic() && server:
 			fmt.Fprintf(&b, "timeout -s TERM $RUN_TIMEOUT ib_%s -d rxe0 %s 2>&1", st.test.tool, args)
-		case st.impl == "rxe":
+		case !st.impl.softnic():
 			fmt.Fprintf(&b, "retry_tool ib_%s -d rxe0 %s %s", st.test.tool, args, serverIP)
 		case server:
-			fmt.Fprintf(&b, "run_softnic perf %s -d eth0 %s%s", st.test.tool, args, o.softnicFlags)
+			b.WriteString(sn)
 		default:
-			fmt.Fprintf(&b, "run_softnic perf %s -d eth0 %s%s --connect-wait=%ds %s", st.test.tool, args, o.softnicFlags,
-				int(o.runTimeout.Seconds()), serverIP)
+			fmt.Fprintf(&b, "%s --connect-wait=%ds %s", sn, int(o.runTimeout.Seconds()), serverIP)
 		}
 		b.WriteString(" || echo '!! FAILED'\ncpu AFTER\n")
 	}

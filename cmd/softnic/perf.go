@@ -230,7 +230,7 @@ func runPerf(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signalContext()
 	defer stop()
-	return endStatus(ctx, peerGone(o.run(ctx, p, host, stdout), p.Server), stderr, "perf")
+	return endStatus(ctx, peerGone(o.run(ctx, p, host, stdout, stderr), p.Server), stderr, "perf")
 }
 
 // peerGone rewords the end of the exchange connection in the middle of a
@@ -247,7 +247,9 @@ func peerGone(err error, server bool) error {
 }
 
 // run opens the device and runs the test on it until done or ctx ends.
-func (o *perfFlags) run(ctx context.Context, p perftest.Params, host string, stdout io.Writer) error {
+// How the sockets bound goes to stderr, where it cannot split the report
+// that scripts parse.
+func (o *perfFlags) run(ctx context.Context, p perftest.Params, host string, stdout, stderr io.Writer) error {
 	if o.rdmaCM {
 		return o.runCM(ctx, p, host, stdout)
 	}
@@ -256,6 +258,7 @@ func (o *perfFlags) run(ctx context.Context, p perftest.Params, host string, std
 		return err
 	}
 	defer closeDev()
+	printBind(stderr, o.ifname, dev.Verbs)
 	p.Device = o.ifname
 	// Before waiting for a peer: a GID index that holds no GID fails now.
 	if err := perftest.CheckGIDIndex(dev, p.Device, p.GIDIndex); p.GIDIndex >= 0 && err != nil {
