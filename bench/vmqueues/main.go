@@ -2,16 +2,14 @@
 // pairs) in use, as `ethtool -L IFACE combined MAX` would: bench-vm's
 // guests have no ethtool.
 //
-// Why bench-vm needs it: a virtio-net guest uses one queue pair per vCPU
+// Why bench-vm uses it: a virtio-net guest uses one queue pair per vCPU
 // and native XDP switches the others on for XDP_TX while a program is
-// attached. softnic opens a socket on every queue then in use, and when
-// it exits the kernel releases a zero-copy socket's buffer pool after the
-// program is gone (xp_release_deferred), when the queue is off again:
-// virtio-net refuses to unbind the pool there ("Failed to disable
-// zero-copy!", Linux 7.3.4), the queue keeps it, and the next run on that
-// queue, of any mode, crashed the guest in virtio-net's receive path
-// (buf_to_xdp). With every pair in use from the start, attaching and
-// detaching a program changes no queue.
+// attached, so each softnic run would open sockets on queues that come
+// and go with its program. With every pair in use from the start, every
+// run, of either bind mode, starts from the same queues. (A run that
+// detached its program before the kernel released its zero-copy pools
+// once left virtio-net holding them, and the next run crashed the guest;
+// xdplink.Link.Close now waits for the release, TestZeroCopyDaemonRestarts.)
 package main
 
 import (

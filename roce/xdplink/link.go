@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -350,6 +351,10 @@ func openFirstSocket(ifindex, bufLen int, sc xdp.Config) (*xdp.Socket, xdp.Confi
 	return s, sc, err
 }
 
+// poolRelease bounds how long Close waits for the kernel to release the
+// closed sockets' buffer pools before it detaches the program.
+const poolRelease = 2 * time.Second
+
 // Program returns the attached steering program (to add or remove addresses).
 func (l *Link) Program() *bpf.Program { return l.prog }
 
@@ -385,14 +390,22 @@ func (l *Link) Close() error {
 	l.setFlowMACs(nil) // not the socket's: the interface keeps them otherwise
 	l.groups.close()
 	l.groupMu.Unlock()
-	if l.prog != nil {
-		for q := range l.socks {
+	// The sockets go first, the program last: a driver that turns queues
+	// off with its program (virtio-net's XDP_TX ones) must see their pools
+	// released first (xdp.WaitPoolsReleased says why).
+	var queues []int
+	for q, s := range l.socks {
+		if l.prog != nil {
 			l.prog.ClearSocket(q)
 		}
-		errs = append(errs, l.prog.Close())
-	}
-	for _, s := range l.socks {
+		queues = append(queues, s.Queue())
 		errs = append(errs, s.Close())
+	}
+	if l.prog != nil {
+		if len(queues) > 0 && !xdp.WaitPoolsReleased(l.prog.Ifindex(), queues, poolRelease) {
+			errs = append(errs, fmt.Errorf("AF_XDP link on %q: the kernel still holds a socket's pool after %v", l.ifname, poolRelease))
+		}
+		errs = append(errs, l.prog.Close())
 	}
 	l.irqMu.Lock()
 	restoreIRQs(l.irqsMoved)
