@@ -2,6 +2,7 @@ package xdp
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"strings"
 	"syscall"
@@ -59,31 +60,52 @@ func (f DriverFeatures) String() string {
 // QueryDriverFeatures asks the kernel (5.19 and later: the netdev family)
 // what the driver of the interface with index ifindex offers.
 func QueryDriverFeatures(ifindex int) (DriverFeatures, error) {
-	fam, err := netlink.GenlFamilyGet("netdev")
-	if err != nil {
-		return DriverFeatures{}, fmt.Errorf("netdev netlink family: %w", err)
-	}
 	// A dump, filtered here: the kernels at hand answer dev-get of one
 	// device with EINVAL.
-	req := nl.NewNetlinkRequest(int(fam.ID), unix.NLM_F_DUMP)
-	req.AddData(&nl.Genlmsg{Command: netdevCmdDevGet, Version: 1})
-	msgs, err := dumpAll(req)
+	replies, err := netdevDump(netdevCmdDevGet)
 	if err != nil {
 		return DriverFeatures{}, fmt.Errorf("netdev dev-get: %w", err)
 	}
+	for _, attrs := range replies {
+		if f, ok := deviceFeatures(attrs, ifindex); ok {
+			return f, nil
+		}
+	}
+	return DriverFeatures{}, fmt.Errorf("netdev dev-get: no interface with index %d", ifindex)
+}
+
+// netdevDump runs a dump of the netdev family's command cmd and returns
+// each reply's attributes. Linux 6.18 answers about one dump in fifteen
+// with EINVAL (measured on queue-get: 14 of 200), then the next one in
+// full; such a dump is asked again.
+func netdevDump(cmd uint8) ([][]syscall.NetlinkRouteAttr, error) {
+	fam, err := netlink.GenlFamilyGet("netdev")
+	if err != nil {
+		return nil, fmt.Errorf("netdev netlink family: %w", err)
+	}
+	var msgs [][]byte
+	for try := 0; try < 8; try++ {
+		req := nl.NewNetlinkRequest(int(fam.ID), unix.NLM_F_DUMP)
+		req.AddData(&nl.Genlmsg{Command: cmd, Version: 1})
+		if msgs, err = dumpAll(req); !errors.Is(err, syscall.EINVAL) {
+			break
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	var replies [][]syscall.NetlinkRouteAttr
 	for _, m := range msgs {
 		if len(m) < nl.SizeofGenlmsg {
 			continue
 		}
 		attrs, err := nl.ParseRouteAttr(m[nl.SizeofGenlmsg:])
 		if err != nil {
-			return DriverFeatures{}, fmt.Errorf("netdev dev-get: %w", err)
+			return nil, err
 		}
-		if f, ok := deviceFeatures(attrs, ifindex); ok {
-			return f, nil
-		}
+		replies = append(replies, attrs)
 	}
-	return DriverFeatures{}, fmt.Errorf("netdev dev-get: no interface with index %d", ifindex)
+	return replies, nil
 }
 
 // dumpAll sends a dump request and returns every reply's payload up to

@@ -7,8 +7,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
 )
 
@@ -33,22 +31,9 @@ const (
 // ifindex that hold a socket's buffer pool. A kernel that does not report
 // pools gives none.
 func PooledQueues(ifindex int) (map[int]bool, error) {
-	fam, err := netlink.GenlFamilyGet("netdev")
-	if err != nil {
-		return nil, fmt.Errorf("netdev netlink family: %w", err)
-	}
-	var msgs [][]byte
-	// Linux 6.18 answers about one queue-get dump in fifteen with EINVAL
-	// (measured: 14 of 200), then the next one in full.
-	for try := 0; try < 8; try++ {
-		// Every queue of the namespace, filtered here: as with dev-get,
-		// the kernels at hand refuse a dump limited to one device.
-		req := nl.NewNetlinkRequest(int(fam.ID), unix.NLM_F_DUMP)
-		req.AddData(&nl.Genlmsg{Command: netdevCmdQueueGet, Version: 1})
-		if msgs, err = dumpAll(req); !errors.Is(err, syscall.EINVAL) {
-			break
-		}
-	}
+	// Every queue of the namespace, filtered here: as with dev-get, the
+	// kernels at hand refuse a dump limited to one device.
+	replies, err := netdevDump(netdevCmdQueueGet)
 	if errors.Is(err, syscall.EOPNOTSUPP) {
 		return nil, nil // a kernel without queue-get
 	}
@@ -56,14 +41,7 @@ func PooledQueues(ifindex int) (map[int]bool, error) {
 		return nil, fmt.Errorf("netdev queue-get: %w", err)
 	}
 	pooled := map[int]bool{}
-	for _, m := range msgs {
-		if len(m) < nl.SizeofGenlmsg {
-			continue
-		}
-		attrs, err := nl.ParseRouteAttr(m[nl.SizeofGenlmsg:])
-		if err != nil {
-			return nil, fmt.Errorf("netdev queue-get: %w", err)
-		}
+	for _, attrs := range replies {
 		if q, ok := pooledRxQueue(attrs, ifindex); ok {
 			pooled[q] = true
 		}
