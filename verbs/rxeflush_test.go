@@ -21,12 +21,12 @@ type icrcCounts struct {
 	others, othersBadIBA int
 }
 
-// wireICRCs counts the frames a tap sees: distinct packets by kind, and
-// every frame, retransmissions included, for the receiver's counters.
+// wireICRCs counts the frames a tap sees: every frame, retransmissions
+// included, for the receiver's counters, and the distinct packets seen,
+// from which counts derives icrcCounts.
 type wireICRCs struct {
 	mu             sync.Mutex
 	seen           map[icrcKey]bool
-	n              icrcCounts
 	frames         int
 	flushRxeFrames int
 }
@@ -40,7 +40,21 @@ type icrcKey struct {
 func (w *wireICRCs) counts() (icrcCounts, int, int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.n, w.frames, w.flushRxeFrames
+	var n icrcCounts
+	for k := range w.seen {
+		switch k.kind {
+		case kindFlushRxe:
+			n.flushRxe++
+		case kindFlushIBA:
+			n.flushIBA++
+		case kindOtherBadIBA:
+			n.othersBadIBA++
+			n.others++
+		default:
+			n.others++
+		}
+	}
+	return n, w.frames, w.flushRxeFrames
 }
 
 func (w *wireICRCs) tap(frame []byte) bool {
@@ -63,25 +77,10 @@ func (w *wireICRCs) tap(frame []byte) bool {
 	default:
 		return true
 	}
-	k := icrcKey{header.BTH(f.IB).PSN(), kind}
-	if w.seen[k] {
-		return true
-	}
 	if w.seen == nil {
 		w.seen = map[icrcKey]bool{}
 	}
-	w.seen[k] = true
-	switch kind {
-	case kindFlushRxe:
-		w.n.flushRxe++
-	case kindFlushIBA:
-		w.n.flushIBA++
-	case kindOtherBadIBA:
-		w.n.othersBadIBA++
-		w.n.others++
-	default:
-		w.n.others++
-	}
+	w.seen[icrcKey{header.BTH(f.IB).PSN(), kind}] = true
 	return true
 }
 
