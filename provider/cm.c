@@ -60,6 +60,8 @@ static const struct softnic_rdmacm_ops ops = {
 	.cm_create_qp = cm_create_qp,
 	.cm_qp_attr = cm_qp_attr,
 	.cm_create_xrc_qp = cm_create_xrc_qp,
+	.alloc_shared = sn_alloc_shared,
+	.free_shared = sn_free_shared,
 };
 
 __attribute__((visibility("default"))) const struct softnic_rdmacm_ops *softnic_rdmacm_ops(void)

@@ -223,6 +223,8 @@ int sn_destroy_handle(struct sn_context *ctx, enum sn_op op, uint32_t handle);
 /* device.c */
 extern const struct sn_device_ops sn_device_ops;
 int sn_is_softnic(struct ibv_context *context);
+void *sn_alloc_shared(struct ibv_context *context, size_t len, uint32_t *handle);
+void sn_free_shared(struct ibv_context *context, void *addr, size_t len, uint32_t handle);
 void sn_set_ops(struct sn_context *ctx);
 
 /* objects.c, qp.c, datapath.c: the context's operations */

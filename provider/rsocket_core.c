@@ -103,6 +103,8 @@ static struct rsock *rs_alloc(const struct rsock *parent)
 	return rs;
 }
 
+static void rs_free_bufs(struct rsock *rs);
+
 static void rs_free(struct rsock *rs)
 {
 	rs_keepalive_forget(rs);
@@ -120,6 +122,7 @@ static void rs_free(struct rsock *rs)
 		ibv_dereg_mr(rs->rmr);
 	if (rs->target_mr)
 		ibv_dereg_mr(rs->target_mr);
+	rs_free_bufs(rs);
 	if (rs->id) {
 		struct ibv_cq *cq = rs->id->recv_cq;
 		struct ibv_comp_channel *ch = rs->id->recv_cq_channel;
@@ -129,9 +132,6 @@ static void rs_free(struct rsock *rs)
 		if (ch)
 			ibv_destroy_comp_channel(ch);
 	}
-	free(rs->sbuf);
-	free(rs->rbuf);
-	free(rs->target_list);
 	free(rs->rmsg);
 	free(rs);
 }
@@ -221,6 +221,51 @@ static void *rs_zalloc(size_t len)
 	return p;
 }
 
+static size_t rs_pages(size_t len)
+{
+	size_t page = (size_t)sysconf(_SC_PAGESIZE);
+	return (len + page - 1) / page * page;
+}
+
+/* rs_alloc_bufs places the receive buffer, the send buffer and the target
+ * list in pages the daemon shares (the provider's alloc_shared), so that
+ * the engine places and takes the socket's bytes with plain copies; where
+ * the daemon refuses (its bound of shared bytes), each is ordinary memory
+ * as rdma-core's are. */
+static int rs_alloc_bufs(struct rsock *rs, size_t slen, size_t tlen)
+{
+	size_t r = rs_pages(rs->rbuf_size), sl = rs_pages(slen), len = r + sl + rs_pages(tlen);
+	uint8_t *p = cm_lib.ops && cm_lib.ops->alloc_shared
+			     ? cm_lib.ops->alloc_shared(rs->id->verbs, len, &rs->shared_handle)
+			     : NULL;
+	if (p) {
+		rs->shared = p;
+		rs->shared_len = len;
+		rs->rbuf = p;
+		rs->sbuf = p + r;
+		rs->target_list = p + r + sl;
+		return 0;
+	}
+	if (!(rs->sbuf = rs_zalloc(slen)) || !(rs->target_list = rs_zalloc(tlen)) ||
+	    !(rs->rbuf = rs_zalloc(rs->rbuf_size)))
+		return rs_fail(ENOMEM);
+	return 0;
+}
+
+/* rs_free_bufs gives back rs_alloc_bufs's memory; the regions in it are
+ * deregistered. */
+static void rs_free_bufs(struct rsock *rs)
+{
+	if (rs->shared) {
+		cm_lib.ops->free_shared(rs->id ? rs->id->verbs : cm_lib.verbs, rs->shared, rs->shared_len,
+					rs->shared_handle);
+		return;
+	}
+	free(rs->sbuf);
+	free(rs->rbuf);
+	free(rs->target_list);
+}
+
 /* rs_bufs makes the send buffer (with room for control messages that do
  * not fit inline), the target SGL and iomap the peer writes, and the
  * receive buffer, of which the peer first gets the first half. */
@@ -233,9 +278,10 @@ static int rs_bufs(struct rsock *rs)
 		slen += sizeof(struct rs_wire_sge) * RS_CTRL_SLOTS;
 	size_t tlen = sizeof(struct rs_wire_sge) * RS_SGL_ENTRIES +
 		      sizeof(struct rs_wire_iomap) * rs->target_iomap_size;
-	if (!(rs->rmsg = calloc(rs->rq_size + 1, sizeof(*rs->rmsg))) || !(rs->sbuf = rs_zalloc(slen)) ||
-	    !(rs->target_list = rs_zalloc(tlen)) || !(rs->rbuf = rs_zalloc(rs->rbuf_size)))
+	if (!(rs->rmsg = calloc(rs->rq_size + 1, sizeof(*rs->rmsg))))
 		return rs_fail(ENOMEM);
+	if (rs_alloc_bufs(rs, slen, tlen))
+		return -1;
 	if (!(rs->smr = ibv_reg_mr(pd, rs->sbuf, slen, IBV_ACCESS_LOCAL_WRITE)) ||
 	    !(rs->target_mr = ibv_reg_mr(pd, rs->target_list, tlen, wr)) ||
 	    !(rs->rmr = ibv_reg_mr(pd, rs->rbuf, rs->rbuf_size, wr)))

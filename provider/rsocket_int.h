@@ -166,6 +166,12 @@ struct rsock {
 	struct rs_iomap_mr *iomaps;
 	int iomap_pending;
 
+	/* the pages that hold rbuf, sbuf and target_list when the daemon
+	 * shares them (rs_bufs); else NULL, and each is its own allocation */
+	void *shared;
+	size_t shared_len;
+	uint32_t shared_handle;
+
 	/* send buffer, a ring: ssgl[0].addr is where the next copy goes */
 	uint8_t *sbuf;
 	struct ibv_mr *smr;

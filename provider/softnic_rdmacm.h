@@ -21,7 +21,7 @@
 
 #define SOFTNIC_RDMACM_OPS "softnic_rdmacm_ops"
 #define SOFTNIC_RDMACM_VERSION "SOFTNIC_PRIVATE_1"
-#define SOFTNIC_RDMACM_ABI 4
+#define SOFTNIC_RDMACM_ABI 5
 
 struct softnic_rdmacm_ops {
 	uint32_t abi; /* SOFTNIC_RDMACM_ABI */
@@ -47,6 +47,15 @@ struct softnic_rdmacm_ops {
 	/* cm_create_xrc_qp makes ID id's QP an XRC receive QP of xrcd (a
 	 * softnic XRCD), through cm_create_qp. NULL with errno. */
 	struct ibv_qp *(*cm_create_xrc_qp)(struct ibv_xrcd *xrcd, uint32_t id, void *qp_context);
+	/* alloc_shared maps len bytes (whole pages) of zeros that context's
+	 * daemon maps too (share_memory), for buffers the library alone
+	 * allocates and frees: the engine reaches a region registered in
+	 * them with plain copies. It returns them and the handle to give
+	 * free_shared; NULL with errno. */
+	void *(*alloc_shared)(struct ibv_context *context, size_t len, uint32_t *handle);
+	/* free_shared unshares and unmaps them, after their regions are
+	 * deregistered. */
+	void (*free_shared)(struct ibv_context *context, void *addr, size_t len, uint32_t handle);
 };
 
 typedef const struct softnic_rdmacm_ops *(*softnic_rdmacm_ops_fn)(void);

@@ -3,6 +3,7 @@ package system
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -11,9 +12,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/softnic/softnic/internal/netnstest"
+	"github.com/softnic/softnic/internal/systest"
 )
 
 // TestRsocketAsyncKeepalive runs testdata/rs_async.c between two softnic
@@ -54,6 +57,13 @@ func TestRsocketAsyncKeepalive(t *testing.T) {
 	srv.expect(t, "accepted "+w.b.Addr4().String())
 	srv.expect(t, "keepalive")
 
+	// Each connected rsocket's buffers are memory its daemon maps (the
+	// provider's alloc_shared), not reached through the process's memory
+	// file; they go with the sessions.
+	for _, d := range w.daemons {
+		assert.Equal(t, 1, sharedMappings(t, d), "rsocket buffers the daemon on %s maps", d.End.Ifname)
+	}
+
 	// Keepalive messages leave the idle server (nothing else does).
 	before := rocePktsSentBy(t, w, w.a)
 	require.Eventually(t, func() bool { return rocePktsSentBy(t, w, w.a) >= before+3 }, time.Minute, 100*time.Millisecond,
@@ -64,7 +74,20 @@ func TestRsocketAsyncKeepalive(t *testing.T) {
 	cli.wait()
 	srv.expect(t, "rrecv: 0 ") // the end of the stream, as a TCP peer's exit gives
 	require.NoError(t, srv.wait(), "server")
+	for _, d := range w.daemons {
+		require.Eventually(t, func() bool { return sharedMappings(t, d) == 0 }, time.Minute, 50*time.Millisecond,
+			"the daemon on %s still maps rsocket buffers of sessions that ended", d.End.Ifname)
+	}
 	w.stop(t)
+}
+
+// sharedMappings counts the mappings of the provider's shared memory
+// (memfd "softnic-shared") in daemon d.
+func sharedMappings(t *testing.T, d *systest.Daemon) int {
+	t.Helper()
+	maps, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", d.Cmd.Process.Pid))
+	require.NoError(t, err)
+	return strings.Count(string(maps), "/memfd:softnic-shared")
 }
 
 // stepper is a program that prints a line per step and reads commands.
