@@ -64,6 +64,17 @@ func (w *providerWorld) cmPair(t *testing.T, server, client []string) (string, s
 	}
 }
 
+// withAddrs is argv with "ADDR6" replaced by A's IPv6 address and "ADDR"
+// by its IPv4 one.
+func (w *providerWorld) withAddrs(argv []string) []string {
+	out := make([]string, len(argv))
+	for i, a := range argv {
+		a = strings.ReplaceAll(a, "ADDR6", w.a.Addr6().String())
+		out[i] = strings.ReplaceAll(a, "ADDR", w.a.Addr4().String())
+	}
+	return out
+}
+
 // perftestEarlyREQ is how perftest reports a REJ for invalid service ID.
 var perftestEarlyREQ = regexp.MustCompile(`Event: RDMA_CM_EVENT_REJECTED; error: 8\.`)
 
@@ -121,18 +132,14 @@ func (w *providerWorld) cmAttempt(t *testing.T, server, client []string) pairRun
 	sock := filepath.Join(w.runDir, "softnic_"+w.a.Ifname+".sock")
 	before, err := listeners(sock, 0)
 	require.NoError(t, err)
-	srv := w.command(ctx, w.a, server...)
+	srv := w.command(ctx, w.a, w.withAddrs(server)...)
 	srv.WaitDelay = 5 * time.Second
 	sout, exited := startWatched(t, srv)
 	if err := awaitListener(ctx, sock, before.last, exited); err != nil {
 		srv.Process.Kill()
 		require.Failf(t, "no listener", "%v: %v\n%s", server, err, sout.String())
 	}
-	args := make([]string, len(client))
-	for i, a := range client {
-		args[i] = strings.ReplaceAll(a, "ADDR", w.a.Addr4().String())
-	}
-	cli := w.command(ctx, w.b, args...)
+	cli := w.command(ctx, w.b, w.withAddrs(client)...)
 	cli.WaitDelay = 5 * time.Second
 	cout, cerr := cli.CombinedOutput()
 	wait := ctx

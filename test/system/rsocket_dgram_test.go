@@ -49,8 +49,15 @@ func newDgramWorld(t *testing.T, args ...string) *providerWorld {
 // in all, and the echo runs are short (20 echoes); bandwidth runs wait only for the start (1 s) and the end.
 func (w *providerWorld) udpongPair(t *testing.T, args ...string) (string, string) {
 	t.Helper()
+	return w.udpongPairAt(t, w.a.Addr4(), args...)
+}
+
+// udpongPairAt is udpongPair with the server bound to addr, an address of
+// end A's (IPv4 or IPv6).
+func (w *providerWorld) udpongPairAt(t *testing.T, addr netip.Addr, args ...string) (string, string) {
+	t.Helper()
 	for attempt := 1; ; attempt++ {
-		sout, cout, err := w.udpongAttempt(t, args...)
+		sout, cout, err := w.udpongAttempt(t, addr.String(), args...)
 		if err != nil && attempt < 5 && strings.Contains(err.Error(), "exit status 124") {
 			t.Logf("udpong %v: the client did not finish in time (udpong's echo livelock); again:\n%s", args, cout)
 			continue
@@ -60,11 +67,10 @@ func (w *providerWorld) udpongPair(t *testing.T, args ...string) (string, string
 	}
 }
 
-func (w *providerWorld) udpongAttempt(t *testing.T, args ...string) (string, string, error) {
+func (w *providerWorld) udpongAttempt(t *testing.T, addr string, args ...string) (string, string, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	addr := w.a.Addr4().String()
 	srv := w.command(ctx, w.a, append([]string{"stdbuf", "-oL", "udpong", "-b", addr}, args...)...)
 	srv.WaitDelay = 5 * time.Second
 	sout, exited := startWatched(t, srv)
@@ -90,7 +96,7 @@ var udpongResult = regexp.MustCompile(`(?m)^(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s+([0-
 // (-T b) and rpoll (-T a), from 64 to 1536 bytes; and bandwidth runs
 // (no echo: the server counts what came and says so at the end), whose
 // count may fall short of what was sent, as UD and UDP may drop, but must
-// be positive. The client logs in first (its first datagram, over UDP),
+// be positive; the echo and bandwidth runs again over IPv6. The client logs in first (its first datagram, over UDP),
 // and the server names the client's address as rrecvfrom gave it.
 // (udpong's default table, 10,000 echoes a row, is left out: see
 // udpongPair.)
@@ -107,10 +113,17 @@ func TestUdpong(t *testing.T) {
 		{"echo-async", []string{"-T", "a", "-T", "e", "-S", "1536", "-C", "20"}, "1.5k", "40"},
 		{"bandwidth", []string{"-S", "1536", "-C", "20000"}, "1.5k", ""},
 		{"bandwidth-blocking", []string{"-T", "b", "-S", "100", "-C", "20000"}, "100", ""},
+		{"ipv6-echo-nonblocking", []string{"-T", "e", "-S", "64", "-C", "20"}, "64", "40"},
+		{"ipv6-echo-async", []string{"-T", "a", "-T", "e", "-S", "1536", "-C", "20"}, "1.5k", "40"},
+		{"ipv6-bandwidth", []string{"-S", "1536", "-C", "20000"}, "1.5k", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			sout, cout := w.udpongPair(t, tc.args...)
-			assert.Contains(t, sout, "client login from "+w.b.Addr4().String(), "server: rrecvfrom's source")
+			server, client := w.a.Addr4(), w.b.Addr4()
+			if strings.HasPrefix(tc.name, "ipv6-") {
+				server, client = w.a.Addr6(), w.b.Addr6()
+			}
+			sout, cout := w.udpongPairAt(t, server, tc.args...)
+			assert.Contains(t, sout, "client login from "+client.String(), "server: rrecvfrom's source")
 			rows := udpongResult.FindAllStringSubmatch(cout, -1)
 			require.Len(t, rows, 1, "client:\n%s\nserver:\n%s", cout, sout)
 			r := rows[0]

@@ -25,18 +25,20 @@ import (
 // softnic daemons as user nobody: softnic's librdmacm carries rsockets
 // in rdma-core's protocol (provider/rsocket_int.h). -T v verifies each
 // transfer's bytes; blocking (default), with large transfers and few
-// iterations, and non-blocking sockets.
+// iterations, non-blocking sockets, and over IPv6.
 func TestRstream(t *testing.T) {
 	w := newProviderWorld(t)
 	for _, tc := range []struct {
 		name string
 		args []string
 		last string // the start of the result line that ends the run
+		bind []string
 	}{
-		{"blocking", []string{"-T", "v"}, "1m_bw"},
-		{"large", []string{"-S", "65536", "-C", "1000", "-T", "v"}, "custom    64k     1k"},
-		{"async", []string{"-T", "a", "-T", "v", "-S", "4096", "-C", "200"}, "custom    4k      200"},
-		{"nonblocking", []string{"-T", "n", "-T", "v", "-S", "4096", "-C", "200"}, "custom    4k      200"},
+		{"blocking", []string{"-T", "v"}, "1m_bw", nil},
+		{"large", []string{"-S", "65536", "-C", "1000", "-T", "v"}, "custom    64k     1k", nil},
+		{"async", []string{"-T", "a", "-T", "v", "-S", "4096", "-C", "200"}, "custom    4k      200", nil},
+		{"nonblocking", []string{"-T", "n", "-T", "v", "-S", "4096", "-C", "200"}, "custom    4k      200", nil},
+		{"ipv6", []string{"-T", "v", "-S", "65536", "-C", "200"}, "custom    64k     200", []string{"-b", "ADDR6"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			// The default run makes 111k round trips (100k of 64 bytes)
@@ -47,8 +49,12 @@ func TestRstream(t *testing.T) {
 			if tc.name == "blocking" {
 				w.pairLimit = 8 * time.Minute
 			}
-			sout, cout := w.cmPair(t, append([]string{"rstream"}, tc.args...),
-				append([]string{"rstream", "-s", "ADDR"}, tc.args...))
+			server := "ADDR"
+			if tc.bind != nil {
+				server = "ADDR6"
+			}
+			sout, cout := w.cmPair(t, append(append([]string{"rstream"}, tc.bind...), tc.args...),
+				append([]string{"rstream", "-s", server}, tc.args...))
 			for _, out := range []string{sout, cout} {
 				assert.Regexp(t, `(?m)^`+tc.last, out, "rstream's result line")
 				assert.NotContains(t, strings.ToLower(out), "fail", out)
