@@ -251,7 +251,7 @@ func peerGone(err error, server bool) error {
 // that scripts parse.
 func (o *perfFlags) run(ctx context.Context, p perftest.Params, host string, stdout, stderr io.Writer) error {
 	if o.rdmaCM {
-		return o.runCM(ctx, p, host, stdout)
+		return o.runCM(ctx, p, host, stdout, stderr)
 	}
 	dev, closeDev, err := openDevice(o.ifname, o.engines)
 	if err != nil {

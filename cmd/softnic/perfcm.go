@@ -60,7 +60,7 @@ func serverAddr(ctx context.Context, host string) (netip.Addr, error) {
 }
 
 // runCM runs the test in perftest's -R mode.
-func (o *perfFlags) runCM(ctx context.Context, p perftest.Params, host string, stdout io.Writer) error {
+func (o *perfFlags) runCM(ctx context.Context, p perftest.Params, host string, stdout, stderr io.Writer) error {
 	addr := netip.IPv4Unspecified()
 	var peer perftest.CMPeer
 	if host != "" {
@@ -75,6 +75,11 @@ func (o *perfFlags) runCM(ctx context.Context, p perftest.Params, host string, s
 		return err
 	}
 	defer closeCM()
+	name := o.ifname
+	if name == "" {
+		name = dev.Name
+	}
+	printBind(stderr, name, dev.Verbs)
 	p.Device = dev.Name
 	if err := perftest.CheckGIDIndex(dev, p.Device, p.GIDIndex); p.GIDIndex >= 0 && err != nil {
 		return err

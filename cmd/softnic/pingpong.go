@@ -96,17 +96,18 @@ func runPingpongCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signalContext()
 	defer stop()
-	return endStatus(ctx, o.run(ctx, stdout), stderr, "pingpong")
+	return endStatus(ctx, o.run(ctx, stdout, stderr), stderr, "pingpong")
 }
 
 // run opens the device and runs the ping-pong on it until done or ctx
-// ends.
-func (o *pingpongFlags) run(ctx context.Context, stdout io.Writer) error {
+// ends; how the sockets bound goes to stderr, as softnic perf's.
+func (o *pingpongFlags) run(ctx context.Context, stdout, stderr io.Writer) error {
 	dev, closeDev, err := openDevice(o.ifname, 0)
 	if err != nil {
 		return err
 	}
 	defer closeDev()
+	printBind(stderr, o.ifname, dev.Verbs)
 	err = pingpong.Run(ctx, dev, o.cfg, stdout)
 	if o.stats {
 		// Also after a failed run: the counters tell how it failed.

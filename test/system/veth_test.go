@@ -67,6 +67,14 @@ func TestSoftnicToSoftnicOverVeth(t *testing.T) {
 	sout, cout := run("defaults", []string{"pingpong", "-d", p.A.Ifname, "-n", "10"}, []string{"pingpong", "-d", p.B.Ifname, "-n", "10"})
 	assert.Contains(t, sout, "GID ::ffff:"+p.A.Addr4().String(), "server's default GID")
 	assert.Contains(t, cout, "GID ::ffff:"+p.B.Addr4().String(), "client's default GID")
+	// How the sockets bound, as the kernel gave it (a veth: copy mode).
+	assert.Contains(t, sout, "softnic: "+p.A.Ifname+": AF_XDP bind copy", "server's bind line")
+	assert.Contains(t, cout, "softnic: "+p.B.Ifname+": AF_XDP bind copy", "client's bind line")
+	sout, cout = run("write_bw -R", []string{"perf", "write_bw", "-R", "-d", p.A.Ifname, "-n", "200"},
+		[]string{"perf", "write_bw", "-R", "-d", p.B.Ifname, "-n", "200"})
+	assert.Regexp(t, `(?m)^ 65536      200 `, cout, "write_bw -R client")
+	assert.Contains(t, sout, "softnic: "+p.A.Ifname+": AF_XDP bind copy", "perf -R server's bind line")
+	assert.Contains(t, cout, "softnic: "+p.B.Ifname+": AF_XDP bind copy", "perf -R client's bind line")
 	for _, fam := range []struct {
 		name   string
 		ia, ib string
