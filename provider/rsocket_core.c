@@ -2,10 +2,10 @@
  * rsocket_core.c: an rsocket's life: made on a synchronous CM ID (its
  * number is the ID's event channel fd, a descriptor of its own as
  * rdma-core's are), bound, listening or connected, with the RC QP and
- * buffers of the rsockets protocol (rsocket_int.h), then shut down and
- * closed. On a non-blocking socket connecting and accepting go on after
- * the call (EINPROGRESS), as rpoll, a send or a receive takes their CM
- * events (rs_do_connect).
+ * buffers (rsocket_bufs.c) of the rsockets protocol (rsocket_int.h),
+ * then shut down and closed. On a non-blocking socket connecting and
+ * accepting go on after the call (EINPROGRESS), as rpoll, a send or a
+ * receive takes their CM events (rs_do_connect).
  */
 #define _GNU_SOURCE
 #include <endian.h>
@@ -14,7 +14,6 @@
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include <rdma/rsocket.h>
 
@@ -102,8 +101,6 @@ static struct rsock *rs_alloc(const struct rsock *parent)
 	pthread_mutex_init(&rs->map_lock, NULL);
 	return rs;
 }
-
-static void rs_free_bufs(struct rsock *rs);
 
 static void rs_free(struct rsock *rs)
 {
@@ -210,92 +207,6 @@ static void rs_qp_sizes(struct rsock *rs)
 		rs->rq_size = max;
 	if (rs->rq_size < RS_QP_MIN)
 		rs->rq_size = RS_QP_MIN;
-}
-
-static void *rs_zalloc(size_t len)
-{
-	void *p = NULL;
-	if (posix_memalign(&p, 4096, len ? len : 1))
-		return NULL;
-	memset(p, 0, len);
-	return p;
-}
-
-static size_t rs_pages(size_t len)
-{
-	size_t page = (size_t)sysconf(_SC_PAGESIZE);
-	return (len + page - 1) / page * page;
-}
-
-/* rs_alloc_bufs places the receive buffer, the send buffer and the target
- * list in pages the daemon shares (the provider's alloc_shared), so that
- * the engine places and takes the socket's bytes with plain copies; where
- * the daemon refuses (its bound of shared bytes), each is ordinary memory
- * as rdma-core's are. */
-static int rs_alloc_bufs(struct rsock *rs, size_t slen, size_t tlen)
-{
-	size_t r = rs_pages(rs->rbuf_size), sl = rs_pages(slen), len = r + sl + rs_pages(tlen);
-	uint8_t *p = cm_lib.ops && cm_lib.ops->alloc_shared
-			     ? cm_lib.ops->alloc_shared(rs->id->verbs, len, &rs->shared_handle)
-			     : NULL;
-	if (p) {
-		rs->shared = p;
-		rs->shared_len = len;
-		rs->rbuf = p;
-		rs->sbuf = p + r;
-		rs->target_list = p + r + sl;
-		return 0;
-	}
-	if (!(rs->sbuf = rs_zalloc(slen)) || !(rs->target_list = rs_zalloc(tlen)) ||
-	    !(rs->rbuf = rs_zalloc(rs->rbuf_size)))
-		return rs_fail(ENOMEM);
-	return 0;
-}
-
-/* rs_free_bufs gives back rs_alloc_bufs's memory; the regions in it are
- * deregistered. */
-static void rs_free_bufs(struct rsock *rs)
-{
-	if (rs->shared) {
-		cm_lib.ops->free_shared(rs->id ? rs->id->verbs : cm_lib.verbs, rs->shared, rs->shared_len,
-					rs->shared_handle);
-		return;
-	}
-	free(rs->sbuf);
-	free(rs->rbuf);
-	free(rs->target_list);
-}
-
-/* rs_bufs makes the send buffer (with room for control messages that do
- * not fit inline), the target SGL and iomap the peer writes, and the
- * receive buffer, of which the peer first gets the first half. */
-static int rs_bufs(struct rsock *rs)
-{
-	struct ibv_pd *pd = rs->id->pd;
-	int wr = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
-	size_t slen = rs->sbuf_size;
-	if (rs->sq_inline < sizeof(struct rs_wire_sge))
-		slen += sizeof(struct rs_wire_sge) * RS_CTRL_SLOTS;
-	size_t tlen = sizeof(struct rs_wire_sge) * RS_SGL_ENTRIES +
-		      sizeof(struct rs_wire_iomap) * rs->target_iomap_size;
-	if (!(rs->rmsg = calloc(rs->rq_size + 1, sizeof(*rs->rmsg))))
-		return rs_fail(ENOMEM);
-	if (rs_alloc_bufs(rs, slen, tlen))
-		return -1;
-	if (!(rs->smr = ibv_reg_mr(pd, rs->sbuf, slen, IBV_ACCESS_LOCAL_WRITE)) ||
-	    !(rs->target_mr = ibv_reg_mr(pd, rs->target_list, tlen, wr)) ||
-	    !(rs->rmr = ibv_reg_mr(pd, rs->rbuf, rs->rbuf_size, wr)))
-		return -1;
-	rs->target_sgl = rs->target_list;
-	if (rs->target_iomap_size)
-		rs->target_iomap = (struct rs_wire_iomap *)((struct rs_wire_sge *)rs->target_list + RS_SGL_ENTRIES);
-	rs->ssgl[0].addr = rs->ssgl[1].addr = (uintptr_t)rs->sbuf;
-	rs->ssgl[0].lkey = rs->ssgl[1].lkey = rs->smr->lkey;
-	rs->sbuf_bytes_avail = rs->sbuf_size;
-	rs->rbuf_free_offset = rs->rbuf_bytes_avail = rs->rbuf_size / 2;
-	rs->sqe_avail = rs->sq_size - rs->ctrl_max_seqno;
-	rs->rseq_comp = rs->rq_size / 2;
-	return 0;
 }
 
 /* rs_endpoint makes the CQ (one for both directions, on its own

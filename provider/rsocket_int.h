@@ -190,6 +190,10 @@ int rs_do_connect(struct rsock *rs);
 int rs_opened(struct rsock *rs);
 int rs_table_set(int fd, struct rsock *rs);
 
+/* rsocket_bufs.c */
+int rs_bufs(struct rsock *rs);
+void rs_free_bufs(struct rsock *rs);
+
 /* rsocket_data.c */
 int rs_process(struct rsock *rs, int nonblock, int (*ready)(struct rsock *rs));
 int rs_post_ctrl(struct rsock *rs, uint32_t msg);
