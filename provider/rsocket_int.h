@@ -194,20 +194,25 @@ int rs_table_set(int fd, struct rsock *rs);
 int rs_bufs(struct rsock *rs);
 void rs_free_bufs(struct rsock *rs);
 
-/* rsocket_data.c */
-int rs_process(struct rsock *rs, int nonblock, int (*ready)(struct rsock *rs));
+/* rsocket_send.c */
+int rs_write_msg(struct rsock *rs, struct ibv_sge *sgl, int nsge, uint32_t msg, int flags, uint64_t addr,
+		 uint32_t rkey, uint32_t wr_data);
 int rs_post_ctrl(struct rsock *rs, uint32_t msg);
+int rs_ctrl_avail(struct rsock *rs);
+int rs_send_keepalive(struct rsock *rs);
+void rs_send_done(struct rsock *rs, const struct ibv_wc *wc);
 int rs_can_send(struct rsock *rs);
-int rs_have_data(struct rsock *rs);
-int rs_conn_have_data(struct rsock *rs);
 int rs_conn_can_send(struct rsock *rs);
 int rs_conn_can_ctrl(struct rsock *rs);
 int rs_all_sends_done(struct rsock *rs);
-int rs_take_cq_event(struct rsock *rs);
-int rs_post_recv(struct rsock *rs);
 int rs_stage(struct rsock *rs, const void *buf, uint32_t len, struct ibv_sge *sgl, int *flags);
-int rs_write_msg(struct rsock *rs, struct ibv_sge *sgl, int nsge, uint32_t msg, int flags, uint64_t addr,
-		 uint32_t rkey, uint32_t wr_data);
+
+/* rsocket_recv.c */
+int rs_post_recv(struct rsock *rs);
+int rs_take_cq_event(struct rsock *rs);
+int rs_process(struct rsock *rs, int nonblock, int (*ready)(struct rsock *rs));
+int rs_have_data(struct rsock *rs);
+int rs_conn_have_data(struct rsock *rs);
 
 /* rsocket_conf.c: /etc/rdma/rsocket's settings (rs_conf_load first) */
 struct rs_conf {
@@ -220,7 +225,6 @@ void rs_conf_load(void);
 /* rsocket_keepalive.c */
 int rs_keepalive_set(struct rsock *rs, int on);
 void rs_keepalive_forget(struct rsock *rs);
-int rs_send_keepalive(struct rsock *rs);
 
 /* rsocket_io.c */
 int rs_send_iomaps(struct rsock *rs, int nonblock);
