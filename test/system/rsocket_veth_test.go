@@ -30,15 +30,15 @@ func TestRstream(t *testing.T) {
 	w := newProviderWorld(t)
 	for _, tc := range []struct {
 		name string
+		ipv6 bool // the server binds its IPv6 address and the client connects there; else IPv4
 		args []string
 		last string // the start of the result line that ends the run
-		bind []string
 	}{
-		{"blocking", []string{"-T", "v"}, "1m_bw", nil},
-		{"large", []string{"-S", "65536", "-C", "1000", "-T", "v"}, "custom    64k     1k", nil},
-		{"async", []string{"-T", "a", "-T", "v", "-S", "4096", "-C", "200"}, "custom    4k      200", nil},
-		{"nonblocking", []string{"-T", "n", "-T", "v", "-S", "4096", "-C", "200"}, "custom    4k      200", nil},
-		{"ipv6", []string{"-T", "v", "-S", "65536", "-C", "200"}, "custom    64k     200", []string{"-b", "ADDR6"}},
+		{"blocking", false, []string{"-T", "v"}, "1m_bw"},
+		{"large", false, []string{"-S", "65536", "-C", "1000", "-T", "v"}, "custom    64k     1k"},
+		{"async", false, []string{"-T", "a", "-T", "v", "-S", "4096", "-C", "200"}, "custom    4k      200"},
+		{"nonblocking", false, []string{"-T", "n", "-T", "v", "-S", "4096", "-C", "200"}, "custom    4k      200"},
+		{"ipv6", true, []string{"-T", "v", "-S", "65536", "-C", "200"}, "custom    64k     200"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			// The default run makes 111k round trips (100k of 64 bytes)
@@ -49,11 +49,11 @@ func TestRstream(t *testing.T) {
 			if tc.name == "blocking" {
 				w.pairLimit = 8 * time.Minute
 			}
-			server := "ADDR"
-			if tc.bind != nil {
-				server = "ADDR6"
+			server, bind := "ADDR", []string(nil)
+			if tc.ipv6 {
+				server, bind = "ADDR6", []string{"-b", "ADDR6"}
 			}
-			sout, cout := w.cmPair(t, append(append([]string{"rstream"}, tc.bind...), tc.args...),
+			sout, cout := w.cmPair(t, append(append([]string{"rstream"}, bind...), tc.args...),
 				append([]string{"rstream", "-s", server}, tc.args...))
 			for _, out := range []string{sout, cout} {
 				assert.Regexp(t, `(?m)^`+tc.last, out, "rstream's result line")
