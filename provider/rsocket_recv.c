@@ -151,7 +151,7 @@ int rs_take_cq_event(struct rsock *rs)
 	return 0;
 }
 
-/* rs_process takes completions until ready says so; without nonblock it
+/* rs_process_cq takes completions until ready says so; without nonblock it
  * sleeps on the completion channel, one thread at a time (a send waiting
  * for credits must not keep a receive from seeing them arrive). */
 static int rs_process_cq(struct rsock *rs, int nonblock, int (*ready)(struct rsock *rs))

@@ -96,8 +96,9 @@ var udpongResult = regexp.MustCompile(`(?m)^(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s+([0-
 // (-T b) and rpoll (-T a), from 64 to 1536 bytes; and bandwidth runs
 // (no echo: the server counts what came and says so at the end), whose
 // count may fall short of what was sent, as UD and UDP may drop, but must
-// be positive; the echo and bandwidth runs again over IPv6. The client logs in first (its first datagram, over UDP),
-// and the server names the client's address as rrecvfrom gave it.
+// be positive; the echo and bandwidth runs again over IPv6. The client
+// logs in first (its first datagram, over UDP), and the server names the
+// client's address as rrecvfrom gave it.
 // (udpong's default table, 10,000 echoes a row, is left out: see
 // udpongPair.)
 func TestUdpong(t *testing.T) {

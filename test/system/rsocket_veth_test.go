@@ -24,8 +24,10 @@ import (
 // TestRstream runs Debian's rstream (rsockets, librdmacm) between two
 // softnic daemons as user nobody: softnic's librdmacm carries rsockets
 // in rdma-core's protocol (provider/rsocket_int.h). -T v verifies each
-// transfer's bytes; blocking (default), with large transfers and few
-// iterations, non-blocking sockets, and over IPv6.
+// transfer's bytes; rstream's default (non-blocking sockets, each call
+// retried until it moves bytes), with large transfers and few
+// iterations, blocking calls (-T b: MSG_WAITALL on a blocking socket),
+// async (-T a: rpoll before each call), -T n, and over IPv6.
 func TestRstream(t *testing.T) {
 	w := newProviderWorld(t)
 	for _, tc := range []struct {
@@ -34,8 +36,10 @@ func TestRstream(t *testing.T) {
 		args []string
 		last string // the start of the result line that ends the run
 	}{
-		{"blocking", false, []string{"-T", "v"}, "1m_bw"},
+		{"default", false, []string{"-T", "v"}, "1m_bw"},
 		{"large", false, []string{"-S", "65536", "-C", "1000", "-T", "v"}, "custom    64k     1k"},
+		{"blocking", false, []string{"-T", "b", "-T", "v", "-S", "65536", "-C", "500"}, "custom    64k     500"},
+		{"blocking-small", false, []string{"-T", "b", "-T", "v", "-S", "100", "-C", "2000"}, "custom    100     2k"},
 		{"async", false, []string{"-T", "a", "-T", "v", "-S", "4096", "-C", "200"}, "custom    4k      200"},
 		{"nonblocking", false, []string{"-T", "n", "-T", "v", "-S", "4096", "-C", "200"}, "custom    4k      200"},
 		{"ipv6", true, []string{"-T", "v", "-S", "65536", "-C", "200"}, "custom    64k     200"},
@@ -46,7 +50,7 @@ func TestRstream(t *testing.T) {
 			// and two builds, over 2 minutes (killed) once in CI beside
 			// more.
 			w.pairLimit = 0
-			if tc.name == "blocking" {
+			if tc.name == "default" {
 				w.pairLimit = 8 * time.Minute
 			}
 			server, bind := "ADDR", []string(nil)
