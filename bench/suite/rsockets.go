@@ -39,6 +39,8 @@ func (s *suite) rsocketsRounds(ctx context.Context, p *netnstest.Pair) {
 			"send_bw", 64<<10, 4096, 1, gbps)),
 		preparedBy(up, &series{fig: fig("rstream", "rstream 64 KiB, through the daemon", ""),
 			measure: func() (float64, string, error) { return s.rstream(ctx, p) }}),
+		preparedBy(up, &series{fig: fig("rstream_blocking", "rstream 64 KiB -T b (blocking calls), through the daemon", ""),
+			measure: func() (float64, string, error) { return s.rstream(ctx, p, "-T", "b") }}),
 		preparedBy(up, &series{fig: fig("iperf3", "iperf3 under librspreload (rsockets), through the daemon", "rsockets/tcp"),
 			measure: func() (float64, string, error) {
 				v, err := s.rspreloadIperf3(ctx, p)
@@ -90,10 +92,13 @@ func (s *suite) rsocketPair(ctx context.Context, p *netnstest.Pair, server, clie
 	}
 }
 
-// rstream runs Debian's rstream of 64 KiB transfers and returns its
-// Gb/sec.
-func (s *suite) rstream(ctx context.Context, p *netnstest.Pair) (float64, string, error) {
-	args := []string{"-S", "65536", "-C", strconv.Itoa(rstreamMessages)}
+// rstream runs Debian's rstream of 64 KiB transfers with extra options
+// on both sides and returns its Gb/sec. Its default calls are
+// non-blocking and retried at once; -T b makes them block (MSG_WAITALL),
+// so a side waiting for credits or data sleeps on the completion channel
+// instead of spinning beside the daemons.
+func (s *suite) rstream(ctx context.Context, p *netnstest.Pair, extra ...string) (float64, string, error) {
+	args := append([]string{"-S", "65536", "-C", strconv.Itoa(rstreamMessages)}, extra...)
 	out, err := s.rsocketPair(ctx, p, append([]string{"rstream"}, args...),
 		append([]string{"rstream", "-s", p.A.Addr4().String()}, args...))
 	if err != nil {
