@@ -336,8 +336,12 @@ func (s *served) attachment() []any {
 		return []any{"engines", rd.Engines(), "mtu", rd.Link().MTU()}
 	}
 	a := xl.Attachment()
-	return []any{"xdp", a.XDP, "bind", a.Bind, "queues", a.Queues, "engines", rd.Engines(),
+	attrs := []any{"xdp", a.XDP, "bind", a.Bind, "queues", a.Queues, "engines", rd.Engines(),
 		"mtu", a.MTU, "frame_chunks", a.Frags, "driver", a.Driver}
+	if a.Note != "" {
+		attrs = append(attrs, "bind_note", a.Note)
+	}
+	return attrs
 }
 
 func (s *served) stop() {

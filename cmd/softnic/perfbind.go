@@ -22,7 +22,11 @@ func printBind(w io.Writer, ifname string, dev *verbs.Device) {
 	if !ok {
 		return
 	}
-	fmt.Fprintln(w, bindLine(ifname, xl.Attachment()))
+	a := xl.Attachment()
+	fmt.Fprintln(w, bindLine(ifname, a))
+	if a.Note != "" {
+		fmt.Fprintf(w, "softnic: %s: %s\n", ifname, a.Note)
+	}
 }
 
 // bindLine is printBind's line; bench-vm parses it (its vmBindRE).

@@ -28,11 +28,15 @@ type Attachment struct {
 	// (xdp.DriverFeatures), which says why a bind is copy mode; "unknown:
 	// ERROR" where the kernel cannot be asked.
 	Driver string
+	// Note says why softnic chose copy mode where the driver offers
+	// zero-copy, or warns that a zero-copy bind asked for is on a driver
+	// known to lose such frames; "" otherwise.
+	Note string
 }
 
 // Attachment returns how the link was attached.
 func (l *Link) Attachment() Attachment {
-	a := Attachment{XDP: "native", Queues: len(l.socks), MTU: int(l.ifMTU.Load()), Frags: l.frags}
+	a := Attachment{XDP: "native", Queues: len(l.socks), MTU: int(l.ifMTU.Load()), Frags: l.frags, Note: l.bindNote}
 	if l.prog.Mode() == bpf.ModeGeneric {
 		a.XDP = "generic"
 	}

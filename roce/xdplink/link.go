@@ -104,6 +104,10 @@ type Link struct {
 	irqCPUs    unix.CPUSet // the CPUs alignIRQs chose so far
 	irqsClosed bool
 
+	// bindNote says why the bind mode is not what the driver offers, or
+	// warns of a driver's known fault (zeroCopyHazard); "" when neither.
+	bindNote string
+
 	groupMu sync.Mutex
 	groups  groupSockets // the multicast groups joined (mcast.go)
 	// flowMACs are the group MAC addresses the interface was told to
@@ -138,6 +142,23 @@ func Open(ifname string, cfg Config) (*Link, error) {
 		}
 	}
 	carry := max(ifc.MTU, cfg.CarryMTU)
+	hazard := zeroCopyHazard(ifname)
+	note := ""
+	switch {
+	case hazard != "" && cfg.Socket.Mode == xdp.ModeAuto:
+		cfg.Socket.Mode, note = xdp.ModeCopy, "copy mode chosen: "+hazard
+	case hazard != "" && cfg.Socket.Mode == xdp.ModeZeroCopy:
+		note = "zero-copy as asked, but " + hazard
+	}
+	l, err := openAt(ifc, carry, cfg)
+	if l != nil {
+		l.bindNote = note
+	}
+	return l, err
+}
+
+// openAt is Open once the mode is settled.
+func openAt(ifc *net.Interface, carry int, cfg Config) (*Link, error) {
 	if l, ok := openZeroCopyAtMTU(ifc, carry, cfg); ok {
 		return l, nil
 	}
