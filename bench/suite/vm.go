@@ -152,7 +152,13 @@ func runVMConfig(ctx context.Context, img *rxeguest.Image, programs map[string][
 		return rxeguest.Start(ctx, img, rxeguest.Config{
 			Name: name, NetNS: n.BridgeNS, Tap: n.Taps[tap], Addr: netip.MustParsePrefix(addr + "/24"),
 			Script: vmScript(steps, o, server, vmServerIP), ScriptTimeout: limit,
-			MemoryMiB: o.memMiB, CPUs: cfg.cpus, Queues: cfg.queues, KernelArgs: o.kernelArgs,
+			// nokaslr: virtio_net (a module) DMA-maps its zero-copy
+			// transmit header from module memory; under KASLR that
+			// header's page is a random one, at times RAM holding
+			// other data, and the host then drops every zero-copy
+			// frame. Without KASLR it lies just past 1 GiB, past the
+			// RAM of guests of -vm-mem 1024 or less, and reads as zeros.
+			MemoryMiB: o.memMiB, CPUs: cfg.cpus, Queues: cfg.queues, KernelArgs: strings.TrimSpace("nokaslr " + o.kernelArgs),
 			// Zero-copy needs it (rxeguest.Config); the other runs get
 			// it too, so that all run on the same device.
 			AccessPlatform: true,
