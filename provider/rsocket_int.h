@@ -203,6 +203,8 @@ int rs_send_keepalive(struct rsock *rs);
 void rs_send_done(struct rsock *rs, const struct ibv_wc *wc);
 int rs_can_send(struct rsock *rs);
 int rs_conn_can_send(struct rsock *rs);
+int rs_wait_send(struct rsock *rs, int nonblock);
+uint32_t rs_next_xfer(struct rsock *rs, uint32_t *olen, size_t left);
 int rs_conn_can_ctrl(struct rsock *rs);
 int rs_all_sends_done(struct rsock *rs);
 int rs_stage(struct rsock *rs, const void *buf, uint32_t len, struct ibv_sge *sgl, int *flags);

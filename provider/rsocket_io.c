@@ -108,14 +108,8 @@ int rs_send_iomaps(struct rsock *rs, int nonblock)
 	for (struct rs_iomap_mr *m = rs->iomaps; m && !ret; m = m->next) {
 		if (!m->pending)
 			continue;
-		if (!rs_can_send(rs)) {
-			if ((ret = rs_process(rs, nonblock, rs_conn_can_send)))
-				break;
-			if (!(rs->state & RS_WRITABLE)) {
-				ret = rs_fail(ECONNRESET);
-				break;
-			}
-		}
+		if ((ret = rs_wait_send(rs, nonblock)))
+			break;
 		struct rs_wire_iomap e = {
 			.offset = m->offset,
 			.sge = {.addr = (uintptr_t)m->mr->addr, .key = m->mr->rkey, .length = m->mr->length},
@@ -197,19 +191,9 @@ CM_EXPORT size_t riowrite(int socket, const void *buf, size_t count, off_t offse
 				ret = rs_fail(EINVAL); /* no region of the peer's holds it */
 			break;
 		}
-		if (!rs_can_send(rs)) {
-			if ((ret = rs_process(rs, rs_nonblock(rs, flags), rs_conn_can_send)))
-				break;
-			if (!(rs->state & RS_WRITABLE)) {
-				ret = rs_fail(ECONNRESET);
-				break;
-			}
-		}
-		uint32_t xfer = count - done > olen ? olen : count - done;
-		if (olen < RS_MAX_TRANSFER && count - done > olen)
-			olen <<= 1;
-		if (xfer > (uint32_t)rs->sbuf_bytes_avail)
-			xfer = rs->sbuf_bytes_avail;
+		if ((ret = rs_wait_send(rs, rs_nonblock(rs, flags))))
+			break;
+		uint32_t xfer = rs_next_xfer(rs, &olen, count - done);
 		uint64_t room = e->offset + e->sge.length - off;
 		if (xfer > room)
 			xfer = room;

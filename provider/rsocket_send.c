@@ -98,6 +98,31 @@ int rs_conn_can_send(struct rsock *rs)
 	return rs_can_send(rs) || !(rs->state & RS_WRITABLE);
 }
 
+/* rs_wait_send waits (or, nonblock, looks once) until the peer has room
+ * for another message; 0 when it has, else the error to return. */
+int rs_wait_send(struct rsock *rs, int nonblock)
+{
+	int ret;
+	if (rs_can_send(rs))
+		return 0;
+	if ((ret = rs_process(rs, nonblock, rs_conn_can_send)))
+		return ret;
+	return rs->state & RS_WRITABLE ? 0 : rs_fail(ECONNRESET);
+}
+
+/* rs_next_xfer is the size of the next message of a send with left bytes
+ * to go: it starts at RS_OLAP_START and doubles up to RS_MAX_TRANSFER, so
+ * that the first bytes reach the peer early, and fits the send buffer. */
+uint32_t rs_next_xfer(struct rsock *rs, uint32_t *olen, size_t left)
+{
+	uint32_t xfer = left > *olen ? *olen : (uint32_t)left;
+	if (*olen < RS_MAX_TRANSFER && left > *olen)
+		*olen <<= 1;
+	if (xfer > (uint32_t)rs->sbuf_bytes_avail)
+		xfer = rs->sbuf_bytes_avail;
+	return xfer;
+}
+
 int rs_conn_can_ctrl(struct rsock *rs)
 {
 	return rs_ctrl_avail(rs) || !(rs->state & RS_CONNECTED);
@@ -189,19 +214,9 @@ static ssize_t rs_sendv(struct rsock *rs, const struct iovec *iov, int iovcnt, i
 	if (rs->iomap_pending && (ret = rs_send_iomaps(rs, rs_nonblock(rs, flags))))
 		goto out;
 	while (done < len) {
-		if (!rs_can_send(rs)) {
-			if ((ret = rs_process(rs, rs_nonblock(rs, flags), rs_conn_can_send)))
-				break;
-			if (!(rs->state & RS_WRITABLE)) {
-				ret = rs_fail(ECONNRESET);
-				break;
-			}
-		}
-		uint32_t xfer = len - done > olen ? olen : len - done;
-		if (olen < RS_MAX_TRANSFER && len - done > olen)
-			olen <<= 1;
-		if (xfer > (uint32_t)rs->sbuf_bytes_avail)
-			xfer = rs->sbuf_bytes_avail;
+		if ((ret = rs_wait_send(rs, rs_nonblock(rs, flags))))
+			break;
+		uint32_t xfer = rs_next_xfer(rs, &olen, len - done);
 		if (xfer > rs->target_sgl[rs->target_sge].length)
 			xfer = rs->target_sgl[rs->target_sge].length;
 		const uint8_t *src;
