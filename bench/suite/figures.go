@@ -170,6 +170,4 @@ var targets = []Target{
 		Key: "middleware/ucx/tag_bw", Ref: "middleware/write_bw", Bound: 0.8},
 	{Name: "Debian's rstream 64 KiB over softnic's rsockets through the daemon ≥ 0.8 × softnic perf send_bw in-process (9000-byte link)",
 		Key: "rsockets/rstream", Ref: "rsockets/send_bw", Bound: 0.8},
-	{Name: "the same with rstream -T b (blocking calls) ≥ 0.8 × softnic perf send_bw in-process",
-		Key: "rsockets/rstream_blocking", Ref: "rsockets/send_bw", Bound: 0.8},
 }
