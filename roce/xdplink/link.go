@@ -142,13 +142,14 @@ func Open(ifname string, cfg Config) (*Link, error) {
 		}
 	}
 	carry := max(ifc.MTU, cfg.CarryMTU)
-	hazard := zeroCopyHazard(ifname)
 	note := ""
-	switch {
-	case hazard != "" && cfg.Socket.Mode == xdp.ModeAuto:
-		cfg.Socket.Mode, note = xdp.ModeCopy, "copy mode chosen: "+hazard
-	case hazard != "" && cfg.Socket.Mode == xdp.ModeZeroCopy:
-		note = "zero-copy as asked, but " + hazard
+	if cfg.Socket.Mode != xdp.ModeCopy {
+		switch hazard := zeroCopyHazard(ifname); {
+		case hazard != "" && cfg.Socket.Mode == xdp.ModeAuto:
+			cfg.Socket.Mode, note = xdp.ModeCopy, "copy mode chosen: "+hazard
+		case hazard != "":
+			note = "zero-copy as asked, but " + hazard
+		}
 	}
 	l, err := openAt(ifc, carry, cfg)
 	if l != nil {

@@ -76,8 +76,8 @@ const zcWatch = "( while :; do {\n" +
 // zero-copy frame behind a header it DMA-maps from module memory, which
 // lands on a guest physical page that KASLR picks anew at each boot. In
 // 5 of about 76 zero-copy boots that page was RAM holding something else
-// (0xcc padding, once): qemu then passed the header on, the host's tap refused
-// every frame (EINVAL), and the driver still completed them. Without
+// (0xcc padding, once): qemu then passed the header on, the host's tap
+// refused every frame (EINVAL), and the driver still completed them. Without
 // KASLR the page is a fixed one just past this guest's 1 GiB of RAM,
 // which the device reads as zeros; checkZeroCopyHeader says where it is.
 func TestInteropZeroCopyGuests(t *testing.T) {
