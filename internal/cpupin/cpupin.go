@@ -68,6 +68,8 @@ type Pin struct {
 	// the CPU was contested.
 	released bool
 	locked   bool
+	// held pins are never given back for contention (StartHeld).
+	held bool
 }
 
 // checkEvery is how many Check calls pass between two looks at the
@@ -98,6 +100,25 @@ func StartOn(cpu int) *Pin {
 		return p
 	}
 	p.locked = true
+	Stats.Pinned.Add(1)
+	return p
+}
+
+// StartHeld is StartOn for a CPU the thread was given to (an engine's
+// --engine-cpus): Check never gives it back for contention, as the
+// scheduler moves the other threads off instead. Without the CPU in the
+// thread's set it pins nothing, and CPU returns -1.
+func StartHeld(cpu int) *Pin {
+	p := &Pin{cpu: -1, stat: -1}
+	if err := unix.SchedGetaffinity(0, &p.orig); err != nil || !p.allows(cpu) {
+		return p
+	}
+	runtime.LockOSThread()
+	if !p.pin(cpu) {
+		runtime.UnlockOSThread()
+		return p
+	}
+	p.locked, p.held = true, true
 	Stats.Pinned.Add(1)
 	return p
 }
@@ -161,6 +182,9 @@ func (p *Pin) Check() {
 	p.calls = 0
 	if p.follow != nil {
 		p.move(p.follow())
+	}
+	if p.held {
+		return
 	}
 	now, ok := readSchedStat(p.stat)
 	if !ok {

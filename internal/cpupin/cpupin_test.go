@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"unsafe"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -154,4 +155,56 @@ func FuzzParseSchedStat(f *testing.F) {
 			t.Fatalf("%q parsed as %v, its rendering as %v", b, s, again)
 		}
 	})
+}
+
+// Two held pins on one CPU wait for it as the released ones above do, and
+// keep it: each polls until it has waited through several windows.
+func TestHeldPinIsKept(t *testing.T) {
+	needCPUs(t)
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			before := allowed(t)
+			pin := StartHeld(0)
+			require.Equal(t, 0, pin.CPU())
+			start, ok := readSchedStat(pin.stat)
+			require.True(t, ok)
+			for {
+				for range checkEvery {
+					pin.Check()
+					unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+				}
+				now, ok := readSchedStat(pin.stat)
+				require.True(t, ok)
+				if now.waited-start.waited >= 4*minWindow {
+					break
+				}
+			}
+			assert.False(t, pin.Released())
+			assert.Equal(t, 0, pin.CPU())
+			set := allowed(t)
+			assert.Equal(t, 1, set.Count())
+			assert.True(t, set.IsSet(0))
+			pin.Stop()
+			assert.Equal(t, before, allowed(t), "Stop restores the CPU set")
+		}()
+	}
+	wg.Wait()
+}
+
+func TestStartHeldOutsideTheSetPinsNothing(t *testing.T) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for _, cpu := range []int{-1, 8 * int(unsafe.Sizeof(unix.CPUSet{}))} {
+			pin := StartHeld(cpu)
+			assert.Equal(t, -1, pin.CPU())
+			assert.False(t, pin.locked)
+			pin.Check()
+			pin.Stop()
+		}
+	}()
+	<-done
 }
