@@ -69,3 +69,25 @@ func TestEngineRunsOnItsLinksCPU(t *testing.T) {
 	defer plain.Close()
 	require.Equal(t, -1, plain.EngineCPU(0), "a link without interrupts")
 }
+
+// A device given EngineCPUs keeps its engine there, in place of its
+// link's interrupt CPU, and gives the thread back when it closes.
+func TestEngineCPUsOverrideTheLinks(t *testing.T) {
+	var allowed unix.CPUSet
+	require.NoError(t, unix.SchedGetaffinity(0, &allowed))
+	if allowed.Count() < 2 || !allowed.IsSet(0) || !allowed.IsSet(1) {
+		t.Skip("missing: CPUs 0 and 1 in this process's affinity mask (the engine is moved from one to the other)")
+	}
+	before := threadsOnlyOn(t, 0)
+	la, lb := memlink.Pair(memlink.Config{})
+	t.Cleanup(func() { la.Close(); lb.Close() })
+	d, err := roce.NewDevice(cpuLink{la, 1}, roce.DeviceConfig{Addrs: []netip.Addr{netip.MustParseAddr("10.4.0.1")},
+		EngineCPUs: []int{0}})
+	require.NoError(t, err)
+	require.Equal(t, 0, d.EngineCPU(0))
+	require.Eventually(t, func() bool { return threadsOnlyOn(t, 0) == before+1 }, 5*time.Second, 10*time.Millisecond,
+		"the engine goroutine's thread is kept on CPU 0")
+	require.NoError(t, d.Close())
+	require.Eventually(t, func() bool { return threadsOnlyOn(t, 0) == before }, 5*time.Second, 10*time.Millisecond,
+		"the thread may run anywhere again")
+}

@@ -43,6 +43,13 @@ type DeviceConfig struct {
 	// at the process's priority); Device.Priority reports what
 	// PriorityAuto became.
 	Priority Priority
+	// EngineCPUs, if set, are the CPUs the engine threads are kept on,
+	// lane i on EngineCPUs[i%len], in place of the link's interrupt CPU
+	// and held there however contested (cpupin.StartHeld): where engines
+	// on one host would otherwise share a CPU (two daemons, each of a
+	// veth's ends), and the scheduler, balancing threads by count, leaves
+	// them together beside two spinning applications.
+	EngineCPUs []int
 	// Engines is how many engines run the device's QPs, each in its own
 	// goroutine on its own share of the link's receive queues (Splitter).
 	// 0 runs one per receive queue, up to the number of CPUs; a link that
@@ -168,6 +175,9 @@ func NewDevice(link Link, cfg DeviceConfig) (*Device, error) {
 	wakes := make([]func(), len(links))
 	for i, l := range links {
 		ln, err := newLane(d, l)
+		if err == nil && len(cfg.EngineCPUs) > 0 {
+			ln.cpu, ln.holdCPU = cfg.EngineCPUs[i%len(cfg.EngineCPUs)], true
+		}
 		if err != nil {
 			for _, o := range d.lanes {
 				o.napFile.Close()
@@ -252,9 +262,9 @@ func (d *Device) Unpoll() {
 	}
 }
 
-// EngineCPU returns the CPU engine i (a QP's EngineIndex) runs on and
-// takes its link's interrupts on, or -1 when its link has no such CPU
-// (CPULink). An application that polls the engine's QPs does best to keep
+// EngineCPU returns the CPU engine i (a QP's EngineIndex) runs on: the
+// one given it (DeviceConfig.EngineCPUs), else the one its link's
+// interrupts arrive on, or -1 when its link has no such CPU (CPULink). An application that polls the engine's QPs does best to keep
 // its polling thread there (see package cpupin).
 func (d *Device) EngineCPU(i int) int {
 	if i < 0 || i >= len(d.lanes) {

@@ -88,8 +88,10 @@ type lane struct {
 	working atomic.Bool
 
 	// cpu is where the link's interrupts arrive (CPULink), -1 if nowhere
-	// known: the engine goroutine's thread stays there.
-	cpu int
+	// known, or the device's EngineCPUs (holdCPU): the engine goroutine's
+	// thread stays there.
+	cpu     int
+	holdCPU bool
 	// The engine goroutine's own: its idle passes in a row since the last
 	// that worked, when the first was (spin, on monoClock), and whether it
 	// napped since its last pass.
@@ -252,9 +254,13 @@ func (ln *lane) keepOwner() {
 // pinToCPU keeps the engine goroutine on the CPU of the link's interrupts,
 // if it has one, as a NIC driver's NAPI runs: in copy mode the receive
 // softirq has just copied the frames there (package cpupin says why moving
-// hurts). The Pin is nil otherwise.
+// hurts), or on the CPU the device gave it (EngineCPUs), held. The Pin is
+// nil otherwise.
 func (ln *lane) pinToCPU() *cpupin.Pin {
-	if ln.cpu < 0 {
+	switch {
+	case ln.holdCPU:
+		return cpupin.StartHeld(ln.cpu)
+	case ln.cpu < 0:
 		return nil
 	}
 	return cpupin.StartOn(ln.cpu)

@@ -27,6 +27,9 @@ type Config struct {
 	// take every CPU (roce.DeviceConfig.Priority; the zero value leaves
 	// them at the process's priority).
 	Priority roce.Priority
+	// EngineCPUs are the CPUs the engine threads are kept on
+	// (roce.DeviceConfig.EngineCPUs; nil: the link's interrupt CPU).
+	EngineCPUs []int
 	// PollHold is how long the engine goroutine naps at a time while an
 	// application polls and leaves the engine to it (see
 	// roce.DeviceConfig.PollHold; 0 is its default).
@@ -80,7 +83,7 @@ type engine struct {
 // goroutine until Close.
 func Open(link roce.Link, cfg Config) (*Device, error) {
 	rd, err := roce.NewDevice(link, roce.DeviceConfig{Addrs: cfg.Addrs, Resolve: cfg.Resolve, PollHold: cfg.PollHold, Engines: cfg.Engines,
-		Priority: cfg.Priority, ECN: cfg.ECN, CNPDSCP: cfg.CNPDSCP, Congestion: cfg.Congestion, RxeFlushICRC: cfg.RxeFlushICRC})
+		Priority: cfg.Priority, EngineCPUs: cfg.EngineCPUs, ECN: cfg.ECN, CNPDSCP: cfg.CNPDSCP, Congestion: cfg.Congestion, RxeFlushICRC: cfg.RxeFlushICRC})
 	if err != nil {
 		return nil, fmt.Errorf("open device: %w", err)
 	}

@@ -107,6 +107,7 @@ func runDaemon(args []string, stdout, stderr io.Writer) int {
 	defineLimits(fs, &o.limits)
 	congestion.define(fs, "")
 	definePriority(fs)
+	defineEngineCPUs(fs)
 	defineBindMode(fs, "xdp-bind")
 	capture.define(fs)
 	fs.Usage = func() {

@@ -110,7 +110,7 @@ func openInterface(ifname string, engines int, xcfg xdplink.Config) (perftest.De
 	// already; the others, such as the peer a connection manager answers,
 	// are looked up when first sent to.
 	neighbor := func(peer netip.Addr) ([6]byte, error) { return xdplink.ResolveNeighbor(nd.Index, peer, 3*time.Second) }
-	vcfg := verbs.Config{Addrs: nd.GIDs, Engines: engines, Resolve: neighbor, Priority: enginePriority}
+	vcfg := verbs.Config{Addrs: nd.GIDs, Engines: engines, Resolve: neighbor, Priority: enginePriority, EngineCPUs: engineCPUs}
 	if err := congestion.forInterface(ifname).apply(&vcfg); err != nil {
 		link.Close()
 		return perftest.Device{}, nil, err

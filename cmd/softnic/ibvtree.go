@@ -192,27 +192,18 @@ func interfaceLocality(iface string) (cpus, node string) {
 }
 
 // parseCPUList reads a CPU list such as "0-3,8" into a set of CPUs as a
-// slice of flags, long enough for the highest one.
+// slice of flags, long enough for the highest one; nothing if malformed.
 func parseCPUList(list string) []bool {
+	nums, err := parseCPUs(strings.TrimSpace(list))
+	if err != nil {
+		return nil
+	}
 	var cpus []bool
-	for _, part := range strings.Split(strings.TrimSpace(list), ",") {
-		lo, hi, isRange := strings.Cut(part, "-")
-		a, err := strconv.Atoi(lo)
-		if err != nil || a < 0 {
-			continue
-		}
-		b := a
-		if isRange {
-			if b, err = strconv.Atoi(hi); err != nil || b < a {
-				continue
-			}
-		}
-		for len(cpus) <= b {
+	for _, c := range nums {
+		for len(cpus) <= c {
 			cpus = append(cpus, false)
 		}
-		for i := a; i <= b; i++ {
-			cpus[i] = true
-		}
+		cpus[c] = true
 	}
 	return cpus
 }
