@@ -31,8 +31,9 @@ type daemonPair struct {
 	s    *suite
 	p    *netnstest.Pair
 	cmds []*exec.Cmd
-	// args are more flags of both daemons.
-	args []string
+	// args are more flags of both daemons, endArgs of A's and B's.
+	args    []string
+	endArgs [2][]string
 }
 
 // up starts both daemons and waits for their sockets.
@@ -40,9 +41,10 @@ func (d *daemonPair) up(ctx context.Context) error {
 	if d.cmds != nil {
 		return nil
 	}
-	for _, end := range []*netnstest.End{&d.p.A, &d.p.B} {
+	for i, end := range []*netnstest.End{&d.p.A, &d.p.B} {
 		args := append([]string{"netns", "exec", end.Namespace, d.s.softnic, "daemon", "-d", end.Ifname,
 			"--run-dir", d.s.runDir, "--log-level", "warn"}, d.args...)
+		args = append(args, d.endArgs[i]...)
 		cmd := exec.CommandContext(ctx, "ip", args...)
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 		if err := cmd.Start(); err != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -28,8 +29,12 @@ func (s *suite) rsocketsRounds(ctx context.Context, p *netnstest.Pair) {
 		s.repeat)
 	d := &daemonPair{s: s, p: p}
 	defer d.down()
-	down := func() error { d.down(); return nil }
-	up := func() error { return d.up(ctx) }
+	// apart are the daemons with their engines kept on CPUs 0 and 1.
+	apart := &daemonPair{s: s, p: p, endArgs: [2][]string{{"--engine-cpus", "0"}, {"--engine-cpus", "1"}}}
+	defer apart.down()
+	down := func() error { d.down(); apart.down(); return nil }
+	up := func() error { apart.down(); return d.up(ctx) }
+	upApart := func() error { d.down(); return apart.up(ctx) }
 	fig := func(key, name, kernel string) *Figure {
 		return &Figure{Key: "rsockets/" + key, Group: groupSoftnic, Unit: unitGbps, Name: name, Kernel: kernel}
 	}
@@ -50,6 +55,11 @@ func (s *suite) rsocketsRounds(ctx context.Context, p *netnstest.Pair) {
 			v, err := s.tcpStream(ctx, p)
 			return v, "", err
 		}}),
+	}
+	if runtime.NumCPU() >= 2 {
+		list = append(list, preparedBy(upApart, &series{
+			fig:     fig("rstream_apart", "rstream 64 KiB, through the daemons, their engines on CPUs 0 and 1 (--engine-cpus)", ""),
+			measure: func() (float64, string, error) { return s.rstream(ctx, p) }}))
 	}
 	s.rounds(list...)
 }
