@@ -3,6 +3,7 @@ package cpupin
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"unsafe"
 
@@ -158,10 +159,12 @@ func FuzzParseSchedStat(f *testing.F) {
 }
 
 // Two held pins on one CPU wait for it as the released ones above do, and
-// keep it: each polls until it has waited through several windows.
+// keep it: both poll until each has waited through several windows (one
+// that got there polls on, so that the other keeps waiting too).
 func TestHeldPinIsKept(t *testing.T) {
 	needCPUs(t)
 	var wg sync.WaitGroup
+	var reached atomic.Int32
 	for range 2 {
 		wg.Add(1)
 		go func() {
@@ -171,14 +174,22 @@ func TestHeldPinIsKept(t *testing.T) {
 			require.Equal(t, 0, pin.CPU())
 			start, ok := readSchedStat(pin.stat)
 			require.True(t, ok)
+			mine := false
 			for {
 				for range checkEvery {
 					pin.Check()
 					unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
 				}
 				now, ok := readSchedStat(pin.stat)
-				require.True(t, ok)
-				if now.waited-start.waited >= 4*minWindow {
+				if !assert.True(t, ok) {
+					reached.Add(2) // the other stops too
+					break
+				}
+				if !mine && now.waited-start.waited >= 4*minWindow {
+					mine = true
+					reached.Add(1)
+				}
+				if reached.Load() == 2 {
 					break
 				}
 			}
