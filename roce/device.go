@@ -45,7 +45,8 @@ type DeviceConfig struct {
 	Priority Priority
 	// EngineCPUs, if set, are the CPUs the engine threads are kept on,
 	// lane i on EngineCPUs[i%len], in place of the link's interrupt CPU
-	// and held there however contested (cpupin.StartHeld): where engines
+	// (whose vectors then stay where they are, see CPULink) and held
+	// there however contested (cpupin.StartHeld): where engines
 	// on one host would otherwise share a CPU (two daemons, each of a
 	// veth's ends), and the scheduler, balancing threads by count, leaves
 	// them together beside two spinning applications.
@@ -174,10 +175,11 @@ func NewDevice(link Link, cfg DeviceConfig) (*Device, error) {
 	ports := make([]ibtransport.Port, len(links))
 	wakes := make([]func(), len(links))
 	for i, l := range links {
-		ln, err := newLane(d, l)
-		if err == nil && len(cfg.EngineCPUs) > 0 {
-			ln.cpu, ln.holdCPU = cfg.EngineCPUs[i%len(cfg.EngineCPUs)], true
+		cpu := -1
+		if len(cfg.EngineCPUs) > 0 {
+			cpu = cfg.EngineCPUs[i%len(cfg.EngineCPUs)]
 		}
+		ln, err := newLane(d, l, cpu)
 		if err != nil {
 			for _, o := range d.lanes {
 				o.napFile.Close()
@@ -264,8 +266,9 @@ func (d *Device) Unpoll() {
 
 // EngineCPU returns the CPU engine i (a QP's EngineIndex) runs on: the
 // one given it (DeviceConfig.EngineCPUs), else the one its link's
-// interrupts arrive on, or -1 when its link has no such CPU (CPULink). An application that polls the engine's QPs does best to keep
-// its polling thread there (see package cpupin).
+// interrupts arrive on, or -1 when its link has no such CPU (CPULink).
+// An application that polls the engine's QPs does best to keep its
+// polling thread there (see package cpupin).
 func (d *Device) EngineCPU(i int) int {
 	if i < 0 || i >= len(d.lanes) {
 		return -1

@@ -118,9 +118,13 @@ type lane struct {
 }
 
 // newLane makes d's lane on link l; NewDevice sets its engine and starts it.
-func newLane(d *Device, l Link) (*lane, error) {
+func newLane(d *Device, l Link, cpu int) (*lane, error) {
 	ln := &lane{d: d, link: l, done: make(chan struct{}), cpu: -1}
-	if c, ok := l.(CPULink); ok {
+	switch c, ok := l.(CPULink); {
+	case cpu >= 0:
+		// Not asked of the link: CPU moves the link's interrupts there.
+		ln.cpu, ln.holdCPU = cpu, true
+	case ok:
 		ln.cpu = c.CPU()
 	}
 	ln.onFrame = ln.receive
