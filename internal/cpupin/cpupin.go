@@ -86,31 +86,23 @@ const minWindow = 5e6
 // or to the CPU it runs on when cpu < 0 or is not one it may run on. When
 // the thread may run on one CPU only, or pinning fails, it does neither.
 // Stop undoes both.
-func StartOn(cpu int) *Pin {
-	p := &Pin{cpu: -1, stat: -1}
-	// Lock only to pin: a goroutine locked to its thread costs a hand-over
-	// of its P to another thread and back at every Gosched or block (in a
-	// one-vCPU guest that was half of write_lat's CPU time).
-	if err := unix.SchedGetaffinity(0, &p.orig); err != nil || p.orig.Count() < 2 {
-		return p
-	}
-	runtime.LockOSThread()
-	if !p.pin(cpu) {
-		runtime.UnlockOSThread()
-		return p
-	}
-	p.locked = true
-	Stats.Pinned.Add(1)
-	return p
-}
+func StartOn(cpu int) *Pin { return start(cpu, false) }
 
 // StartHeld is StartOn for a CPU the thread was given to (an engine's
 // --engine-cpus): Check never gives it back for contention, as the
 // scheduler moves the other threads off instead. Without the CPU in the
 // thread's set it pins nothing, and CPU returns -1.
-func StartHeld(cpu int) *Pin {
+func StartHeld(cpu int) *Pin { return start(cpu, true) }
+
+func start(cpu int, held bool) *Pin {
 	p := &Pin{cpu: -1, stat: -1}
-	if err := unix.SchedGetaffinity(0, &p.orig); err != nil || !p.allows(cpu) {
+	// Lock only to pin: a goroutine locked to its thread costs a hand-over
+	// of its P to another thread and back at every Gosched or block (in a
+	// one-vCPU guest that was half of write_lat's CPU time).
+	if err := unix.SchedGetaffinity(0, &p.orig); err != nil {
+		return p
+	}
+	if (held && !p.allows(cpu)) || (!held && p.orig.Count() < 2) {
 		return p
 	}
 	runtime.LockOSThread()
@@ -118,7 +110,7 @@ func StartHeld(cpu int) *Pin {
 		runtime.UnlockOSThread()
 		return p
 	}
-	p.locked, p.held = true, true
+	p.locked, p.held = true, held
 	Stats.Pinned.Add(1)
 	return p
 }
