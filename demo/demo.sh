@@ -107,7 +107,11 @@ stock_pair() {
 		sleep 0.05
 	done
 	echo "\$ softnic exec -d $IF_B -- ib_write_bw -x 1 -m 4096 -n 5000 $ADDR_A"
-	in_b "${nobody[@]}" -d "$IF_B" -- ib_write_bw -x 1 -m 4096 -n 5000 "$ADDR_A"
+	if ! in_b "${nobody[@]}" -d "$IF_B" -- ib_write_bw -x 1 -m 4096 -n 5000 "$ADDR_A"; then
+		echo "-- server side:"
+		cat "$dir/server.log"
+		return 1
+	fi
 	wait "$server"
 	kill "${daemons[@]}"
 	wait "${daemons[@]}" || true

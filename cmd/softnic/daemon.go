@@ -314,15 +314,20 @@ func serveDevice(ctx context.Context, runDir string, sp serveSpec, cfg daemon.Co
 		return nil, explainOpen(ifname, err, true)
 	}
 	s.closeDev, s.dev = closeDev, dev
+	// The tree before the socket: whoever waits for the socket (scripts,
+	// the tests) may then start a libibverbs program at once.
+	if s.ibv, err = publishIBV(s.run, runDir, s.name, ifname, dev, cfg.Log, gidsChanged); err != nil {
+		cfg.Log.Warn("libibverbs programs cannot use the device", "device", s.name, "err", err)
+	}
 	cfg.Socket = base + ".sock"
 	cfg.CMRoute, cfg.CMNeighbor = kernelRouting(ifname)
 	if s.srv, err = daemon.Serve(dev, cfg); err != nil {
+		if s.ibv != nil {
+			s.ibv.remove()
+		}
 		s.closeDev()
 		s.unlock()
 		return nil, err
-	}
-	if s.ibv, err = publishIBV(s.run, runDir, s.name, ifname, dev, cfg.Log, gidsChanged); err != nil {
-		cfg.Log.Warn("libibverbs programs cannot use the device", "device", s.name, "err", err)
 	}
 	return s, nil
 }
