@@ -65,26 +65,19 @@ func runMiddlewareInterop(t *testing.T, name string, runs []interopRun) {
 	e := startInterop(t, ctx, name, interopPlan{toServer: runs, toClient: runs, scriptTimeout: 15 * time.Minute, queues: 1})
 	e.startDaemon()
 	e.ipcLock = true
-	for _, client := range []bool{false, true} {
-		for _, r := range runs {
-			before := e.daemonCounters()
-			e.step(r, client, 3*time.Minute)
-			d := counterDelta(before, e.daemonCounters())
-			res := e.results[len(e.results)-1]
-			// 64 KiB × 200 (tag_bw, one way) or × 100 each way, at most
-			// 4096 bytes a packet
-			min := uint64(65536 * 100 / 4096)
-			if r.name == fabricMsgRun.name || !client {
-				assert.GreaterOrEqualf(t, d["rcvd_pkts"], min, "%s: packets the daemon's device received: "+
-					"the bytes did not go through softnic", res.name)
-			}
-			if r.name == fabricMsgRun.name || client {
-				assert.GreaterOrEqualf(t, d["sent_pkts"], min, "%s: packets the daemon's device sent: "+
-					"the bytes did not go through softnic", res.name)
-			}
+	guestOut, _ := e.runChecked(runs, runs, 3*time.Minute, func(s runStep, res interopResult, d map[string]uint64) {
+		// 64 KiB × 200 (tag_bw, one way) or × 100 each way, at most
+		// 4096 bytes a packet
+		min := uint64(65536 * 100 / 4096)
+		if s.r.name == fabricMsgRun.name || !s.client {
+			assert.GreaterOrEqualf(t, d["rcvd_pkts"], min, "%s: packets the daemon's device received: "+
+				"the bytes did not go through softnic", res.name)
 		}
-	}
-	guestOut, _ := e.wait()
+		if s.r.name == fabricMsgRun.name || s.client {
+			assert.GreaterOrEqualf(t, d["sent_pkts"], min, "%s: packets the daemon's device sent: "+
+				"the bytes did not go through softnic", res.name)
+		}
+	})
 	checkSections(t, guestOut, runs, runs)
 	for _, r := range e.results {
 		switch {

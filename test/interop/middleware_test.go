@@ -88,32 +88,21 @@ func runPerfR(t *testing.T, name string, toServer, toClient []interopRun) {
 	e.deepenGuestQueue()
 	e.startDaemon()
 	e.ipcLock = true // -a registers 16 MiB, past RLIMIT_MEMLOCK's 8
-	for _, client := range []bool{false, true} {
-		runs := toServer
-		if client {
-			runs = toClient
+	guestOut, _ := e.runChecked(toServer, toClient, 3*time.Minute, func(s runStep, res interopResult, d map[string]uint64) {
+		t.Logf("%s: the daemon's device: sent_pkts %d rcvd_pkts %d duplicate_request %d out_of_seq_request %d "+
+			"completer_retry_err %d local_ack_timeout_err %d", res.name, d["sent_pkts"], d["rcvd_pkts"],
+			d["duplicate_request"], d["out_of_seq_request"], d["completer_retry_err"], d["local_ack_timeout_err"])
+		min := uint64(perfRBytes(s.r.name) / 4096)
+		read := strings.HasPrefix(s.r.name, "read_bw")
+		both := strings.HasSuffix(s.r.name, "-b")
+		softnicSends := read != s.client // a READ's responder sends the data
+		if both || softnicSends {
+			assert.GreaterOrEqualf(t, d["sent_pkts"], min, "%s: packets the daemon's device sent", res.name)
 		}
-		for _, r := range runs {
-			before := e.daemonCounters()
-			e.step(r, client, 3*time.Minute)
-			d := counterDelta(before, e.daemonCounters())
-			res := e.results[len(e.results)-1]
-			t.Logf("%s: the daemon's device: sent_pkts %d rcvd_pkts %d duplicate_request %d out_of_seq_request %d "+
-				"completer_retry_err %d local_ack_timeout_err %d", res.name, d["sent_pkts"], d["rcvd_pkts"],
-				d["duplicate_request"], d["out_of_seq_request"], d["completer_retry_err"], d["local_ack_timeout_err"])
-			min := uint64(perfRBytes(r.name) / 4096)
-			read := strings.HasPrefix(r.name, "read_bw")
-			both := strings.HasSuffix(r.name, "-b")
-			softnicSends := read != client // a READ's responder sends the data
-			if both || softnicSends {
-				assert.GreaterOrEqualf(t, d["sent_pkts"], min, "%s: packets the daemon's device sent", res.name)
-			}
-			if both || !softnicSends {
-				assert.GreaterOrEqualf(t, d["rcvd_pkts"], min, "%s: packets the daemon's device received", res.name)
-			}
+		if both || !softnicSends {
+			assert.GreaterOrEqualf(t, d["rcvd_pkts"], min, "%s: packets the daemon's device received", res.name)
 		}
-	}
-	guestOut, _ := e.wait()
+	})
 	checkSections(t, guestOut, toServer, toClient)
 	for _, r := range e.results {
 		assert.Regexpf(t, bwRE, r.out, "softnic %s printed no result line", r.name)

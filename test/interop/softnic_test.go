@@ -245,6 +245,18 @@ func (e *interopEnv) softnic(timeout time.Duration, args ...string) (string, err
 // whose NIC stalls is replaced (rebootIfStalled, up to maxReboots times),
 // and the runs it failed are run again.
 func (e *interopEnv) runAll(toServer, toClient []interopRun, timeout time.Duration, extra ...string) (map[string]string, *rxeguest.Result) {
+	return e.runChecked(toServer, toClient, timeout, nil, extra...)
+}
+
+// stepCheck looks at a run runChecked kept: its result and how the
+// daemon's counters moved during it.
+type stepCheck func(s runStep, res interopResult, d map[string]uint64)
+
+// runChecked is runAll that hands every run it keeps to check, with the
+// daemon's counters before and after it (startDaemon); a run that failed
+// on a stalled guest is not kept, and its check comes with the run again.
+func (e *interopEnv) runChecked(toServer, toClient []interopRun, timeout time.Duration, check stepCheck,
+	extra ...string) (map[string]string, *rxeguest.Result) {
 	steps := make([]runStep, 0, len(toServer)+len(toClient))
 	for _, r := range toServer {
 		steps = append(steps, runStep{r: r})
@@ -255,6 +267,10 @@ func (e *interopEnv) runAll(toServer, toClient []interopRun, timeout time.Durati
 	for i := 0; i < len(steps); i++ {
 		e.rebootIfStalled(&steps, i)
 		s := steps[i]
+		var before map[string]uint64
+		if check != nil {
+			before = e.daemonCounters()
+		}
 		res := e.attempt(s.r, s.client, timeout, extra...)
 		if res.err != nil && e.rebootIfStalled(&steps, i) {
 			e.t.Logf("softnic %s, failed on the stalled guest (%v):\n%s", res.name, res.err, res.out)
@@ -262,6 +278,9 @@ func (e *interopEnv) runAll(toServer, toClient []interopRun, timeout time.Durati
 			continue
 		}
 		e.record(res)
+		if check != nil {
+			check(s, res, counterDelta(before, e.daemonCounters()))
+		}
 	}
 	return e.wait()
 }
