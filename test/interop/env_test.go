@@ -116,7 +116,7 @@ func (e *interopEnv) boot(toServer, toClient []interopRun) {
 // maxReboots is how many stalled guests a test replaces. On some hosts
 // the stalls come several to a test, each in a fresh guest, and every
 // replacement costs only time.
-const maxReboots = 4
+const maxReboots = 8
 
 // rebootIfStalled replaces the guest by a fresh one if the guest reported
 // its NIC stalled, up to maxReboots times per test: that fault is qemu's
